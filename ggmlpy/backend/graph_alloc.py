@@ -1,0 +1,50 @@
+"""ggml's graph allocator (ggml_gallocr): one buffer per backend, intermediates reuse each other's memory."""
+from __future__ import annotations
+
+from ..bindings import ffi, lib
+from ..errors import GGMLError
+
+
+class GraphAllocator:
+    def __init__(self, backend):
+        self.backend = backend
+        self.ptr = lib.ggml_gallocr_new(backend.buft)
+        if self.ptr == ffi.NULL:
+            raise MemoryError("ggml_gallocr_new failed")
+
+    def alloc(self, graph) -> None:
+        """Give every unallocated tensor of `graph` memory in this allocator's buffer."""
+        if self.ptr is None:
+            raise GGMLError("graph allocator already freed")
+        graph.ctx.ensure_alive()
+        if not lib.ggml_gallocr_alloc_graph(self.ptr, graph.ptr):
+            raise MemoryError(f"could not allocate the graph's buffer on {self.backend.device_name}")
+
+    def buffer_size(self) -> int:
+        return int(lib.ggml_gallocr_get_buffer_size(self.ptr, 0)) if self.ptr is not None else 0
+
+    def free(self) -> None:
+        if self.ptr is not None:
+            lib.ggml_gallocr_free(self.ptr)
+            self.ptr = None
+
+    __del__ = free
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+
+def ggml_gallocr_new(backend) -> GraphAllocator:
+    return GraphAllocator(backend)
+
+
+def ggml_gallocr_alloc_graph(galloc: GraphAllocator, graph) -> bool:
+    galloc.alloc(graph)
+    return True
+
+
+def ggml_gallocr_get_buffer_size(galloc: GraphAllocator, buffer_id: int = 0) -> int:
+    return galloc.buffer_size()

@@ -1,0 +1,156 @@
+"""Find libggml, load it with cffi (ABI mode), and refuse a library that is not the pin.
+
+Search order (first hit wins):
+  1. the folder named by $GGMLPY_LIB_DIR;
+  2. the build made by build_ggml.py (its cache records it in active.json);
+  3. the libraries bundled with an installed llama-cpp-python (llama_cpp/lib).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+from dataclasses import dataclass
+
+import cffi
+
+from .._buildinfo import GGML_VERSION, LLAMA_CPP_PYTHON_VERSION, cache_dir, cpu_tag
+
+# Layout facts the bindings rely on: ABI mode writes these fields directly.
+TENSOR_SIZE = 336
+TENSOR_OFFSETS = {"ne": 16, "nb": 48, "op": 80, "src": 152, "data": 248, "name": 256}
+
+FIX_HINT = "python build_ggml.py   (or: pip install llama-cpp-python==" + LLAMA_CPP_PYTHON_VERSION + ")"
+
+
+class GGMLLoadError(ImportError):
+    """libggml is missing, or is not the version ggmlpy is pinned to."""
+
+
+@dataclass
+class Found:
+    lib_dir: pathlib.Path
+    source: str  # "GGMLPY_LIB_DIR", "build_ggml.py" or "llama-cpp-python"
+    bin_dir: pathlib.Path | None = None
+
+
+def _has_libggml(d: pathlib.Path) -> bool:
+    return (d / "libggml.so").exists() or (d / "libggml.dylib").exists()
+
+
+def _from_build_cache() -> Found | None:
+    active = cache_dir() / "active.json"
+    if not active.exists():
+        return None
+    try:
+        info = json.loads(active.read_text())
+    except (OSError, ValueError):
+        return None
+    lib_dir = pathlib.Path(info.get("lib_dir", ""))
+    if info.get("native", True) and info.get("cpu") not in (None, cpu_tag(native=True)):
+        return None  # a native build from another CPU could hit illegal instructions
+    if not _has_libggml(lib_dir):
+        return None
+    bin_dir = info.get("bin_dir")
+    return Found(lib_dir, "build_ggml.py", pathlib.Path(bin_dir) if bin_dir else None)
+
+
+def _from_llama_cpp() -> Found | None:
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for loc in spec.submodule_search_locations:
+        d = pathlib.Path(loc) / "lib"
+        if _has_libggml(d):
+            return Found(d, "llama-cpp-python")
+    return None
+
+
+def find() -> Found:
+    env = os.environ.get("GGMLPY_LIB_DIR")
+    if env:
+        d = pathlib.Path(env)
+        if not _has_libggml(d):
+            raise GGMLLoadError(f"GGMLPY_LIB_DIR={env} holds no libggml.so")
+        return Found(d, "GGMLPY_LIB_DIR")
+    for probe in (_from_build_cache, _from_llama_cpp):
+        hit = probe()
+        if hit:
+            return hit
+    raise GGMLLoadError("ggmlpy could not find libggml " + GGML_VERSION + ". Build it with:\n    " + FIX_HINT)
+
+
+class Lib:
+    """Symbols looked up across libggml and its companions, cached as attributes after first use."""
+
+    def __init__(self, handles):
+        self._handles = handles
+
+    def __getattr__(self, name):
+        for h in self._handles:
+            try:
+                fn = getattr(h, name)
+            except AttributeError:
+                continue
+            setattr(self, name, fn)
+            return fn
+        raise AttributeError(f"libggml has no symbol {name!r}")
+
+
+def load(ffi: cffi.FFI) -> tuple[Lib, Found]:
+    found = find()
+    d = found.lib_dir
+    flags = ffi.RTLD_NOW | ffi.RTLD_GLOBAL
+    handles = []
+    # Dependencies first, so each one resolves against the copy we chose.
+    for name in ("libggml-base.so", "libggml-cpu.so", "libggml.so"):
+        p = d / name
+        if p.exists():
+            handles.append(ffi.dlopen(str(p), flags))
+    lib = Lib(handles[::-1])
+    check(ffi, lib, found)
+    return lib, found
+
+
+def check(ffi: cffi.FFI, lib: Lib, found: Found) -> None:
+    version = ffi.string(lib.ggml_version()).decode()
+    if version != GGML_VERSION:
+        raise GGMLLoadError(
+            f"libggml at {found.lib_dir} (from {found.source}) is version {version}, "
+            f"but ggmlpy is pinned to ggml {GGML_VERSION}. Fix it with:\n    {FIX_HINT}\n"
+            "or point GGMLPY_LIB_DIR at a ggml " + GGML_VERSION + " build.")
+    problem = _layout_problem(ffi, lib)
+    if problem:
+        raise GGMLLoadError(f"struct ggml_tensor in {found.lib_dir} does not match ggmlpy's bindings: "
+                            f"{problem}. Regenerate them with scripts/gen_cdef.py.")
+
+
+def _layout_problem(ffi: cffi.FFI, lib: Lib) -> str | None:
+    """Ask the library to fill a tensor, then read it back through our struct definition."""
+    if ffi.sizeof("struct ggml_tensor") != TENSOR_SIZE:
+        return f"cdef size {ffi.sizeof('struct ggml_tensor')} != {TENSOR_SIZE}"
+    for field, off in TENSOR_OFFSETS.items():
+        if ffi.offsetof("struct ggml_tensor", field) != off:
+            return f"field {field} not at offset {off}"
+    # ggml_tensor_overhead() = sizeof(ggml_object) (32) + the library's sizeof(ggml_tensor).
+    if int(lib.ggml_tensor_overhead()) != 32 + TENSOR_SIZE:
+        return f"library tensor overhead {int(lib.ggml_tensor_overhead())} != {32 + TENSOR_SIZE}"
+    params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 16, "mem_buffer": ffi.NULL, "no_alloc": False})
+    ctx = lib.ggml_init(params[0])
+    try:
+        t = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, 2, 3, 5, 7)
+        lib.ggml_set_name(t, b"probe")
+        u = lib.ggml_add(ctx, t, t)
+        checks = {
+            "ne": list(t.ne) == [2, 3, 5, 7],
+            "nb": list(t.nb) == [4, 8, 24, 120],
+            "data": t.data == lib.ggml_get_data(t),
+            "name": ffi.string(t.name) == b"probe",
+            "op": u.op == lib.GGML_OP_ADD and t.op == lib.GGML_OP_NONE,
+            "src": u.src[0] == t and u.src[1] == t,
+        }
+    finally:
+        lib.ggml_free(ctx)
+    bad = [k for k, ok in checks.items() if not ok]
+    return f"fields {bad} read back wrong" if bad else None

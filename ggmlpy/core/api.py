@@ -1,0 +1,281 @@
+"""The low-level API: ggmlR's ggml_* functions, same names, numpy in and out.
+
+    ctx = ggml_init(16 * 1024 * 1024)
+    a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 4)      # ne0 = 3 (R rows), ne1 = 4
+    ggml_set_f32(a, np.arange(12))
+    y = ggml_soft_max(ctx, a)
+    gf = ggml_build_forward_expand(ctx, y)
+    ggml_graph_compute(ctx, gf)
+    ggml_get_f32(y)                                        # numpy (4, 3): shape is ne reversed
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend.device import Backend, backends, devices, get_backend
+from ..backend.graph_alloc import GraphAllocator, ggml_gallocr_alloc_graph, ggml_gallocr_get_buffer_size, ggml_gallocr_new
+from ..bindings import ffi, lib
+from ..errors import GGMLError, check
+from . import graph as _graph
+from . import ops as _ops
+from .context import NP_DTYPES, Context, Tensor, get_data, numpy_view, set_data, type_name, wrap
+from .graph import Graph, check_graph, ggml_build_forward_expand, ggml_graph_compute, ggml_graph_n_nodes, ggml_new_graph
+from .ops import *  # noqa: F401,F403  (every ggml_* op constructor)
+
+GGML_TYPE_F32 = lib.GGML_TYPE_F32
+GGML_TYPE_F16 = lib.GGML_TYPE_F16
+GGML_TYPE_BF16 = lib.GGML_TYPE_BF16
+GGML_TYPE_I32 = lib.GGML_TYPE_I32
+GGML_TYPE_I8 = lib.GGML_TYPE_I8
+GGML_TYPE_I16 = lib.GGML_TYPE_I16
+GGML_OP_POOL_MAX = lib.GGML_OP_POOL_MAX
+GGML_OP_POOL_AVG = lib.GGML_OP_POOL_AVG
+GGML_SORT_ORDER_ASC = 0
+GGML_SORT_ORDER_DESC = 1
+_CREATABLE = (GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_I32, GGML_TYPE_I16, GGML_TYPE_I8)
+
+
+def ggml_version() -> str:
+    return ffi.string(lib.ggml_version()).decode()
+
+
+def ggml_init(mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False) -> Context:
+    """A new context: `mem_size` bytes for tensor metadata and (unless no_alloc) data."""
+    return Context(mem_size, no_alloc)
+
+
+def ggml_free(ctx: Context) -> None:
+    ctx.free()
+
+
+def ggml_tensor_overhead() -> int:
+    return int(lib.ggml_tensor_overhead())
+
+
+def ggml_used_mem(ctx: Context) -> int:
+    return ctx.used_mem()
+
+
+# -- tensors ----------------------------------------------------------------------------------------
+def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne) -> Tensor:
+    if not isinstance(ctx, Context):
+        raise GGMLError("ggml_new_tensor: first argument must be a Context")
+    ctx.ensure_alive()
+    if type not in _CREATABLE:
+        raise GGMLError(f"ggml_new_tensor: unsupported type {type} ({type_name(type) if 0 <= type < 43 else '?'})")
+    n_dims = int(n_dims)
+    ne = [int(d) for d in ne]
+    check(1 <= n_dims <= 4, f"ggml_new_tensor: n_dims must be 1..4, got {n_dims}")
+    check(len(ne) == n_dims, f"ggml_new_tensor: expected {n_dims} dims, got {len(ne)}")
+    check(all(d >= 0 for d in ne), f"ggml_new_tensor: dims must be >= 0, got {ne}")
+    check(all(d < 2**40 for d in ne), f"ggml_new_tensor: dims too large: {ne}")
+    ctx.reserve_tensor(type, ne, "ggml_new_tensor")
+    return wrap(lib.ggml_new_tensor(ctx.ptr, type, n_dims, ffi.new("int64_t[]", ne)), ctx)
+
+
+def ggml_new_tensor_1d(ctx, type, ne0):
+    return ggml_new_tensor(ctx, type, 1, [ne0])
+
+
+def ggml_new_tensor_2d(ctx, type, ne0, ne1):
+    return ggml_new_tensor(ctx, type, 2, [ne0, ne1])
+
+
+def ggml_new_tensor_3d(ctx, type, ne0, ne1, ne2):
+    return ggml_new_tensor(ctx, type, 3, [ne0, ne1, ne2])
+
+
+def ggml_new_tensor_4d(ctx, type, ne0, ne1, ne2, ne3):
+    return ggml_new_tensor(ctx, type, 4, [ne0, ne1, ne2, ne3])
+
+
+def ggml_new_from_numpy(ctx: Context, array, type: int | None = None) -> Tensor:
+    """A tensor holding `array`: numpy shape (d3, d2, d1, d0) becomes ggml ne [d0, d1, d2, d3]."""
+    arr = np.asarray(array)
+    check(1 <= arr.ndim <= 4, f"ggml_new_from_numpy: need 1 to 4 dims, got {arr.ndim}")
+    if type is None:
+        type = GGML_TYPE_I32 if arr.dtype.kind in "iub" else GGML_TYPE_F32
+    t = ggml_new_tensor(ctx, type, arr.ndim, list(reversed(arr.shape)))
+    if not ctx.no_alloc:
+        set_data(t, arr, np.float32 if type != GGML_TYPE_I32 else np.int32, "ggml_new_from_numpy")
+    return t
+
+
+def ggml_set_name(t: Tensor, name: str) -> Tensor:
+    raw = str(name).encode()
+    check(len(raw) < 64, "ggml_set_name: names are at most 63 bytes")
+    lib.ggml_set_name(t.ptr, raw)
+    return t
+
+
+def ggml_get_name(t: Tensor) -> str:
+    return t.name
+
+
+def ggml_set_input(t: Tensor) -> Tensor:
+    """Mark t as a graph input (the graph allocator gives it its own memory first)."""
+    _tensor(t, "ggml_set_input")
+    lib.ggml_set_input(t.ptr)
+    return t
+
+
+def ggml_set_output(t: Tensor) -> Tensor:
+    """Mark t as a graph output: the graph allocator never reuses its memory."""
+    _tensor(t, "ggml_set_output")
+    lib.ggml_set_output(t.ptr)
+    return t
+
+
+def ggml_set_f32(t: Tensor, values) -> Tensor:
+    """Write values (numpy or a sequence) into t, casting to t's type. Memory order = ggml order."""
+    _tensor(t, "ggml_set_f32")
+    set_data(t, values, np.float32 if t.type != GGML_TYPE_I32 else np.int32, "ggml_set_f32")
+    return t
+
+
+def ggml_get_f32(t: Tensor) -> np.ndarray:
+    """t's values as float32, numpy shape = ggml ne reversed."""
+    _tensor(t, "ggml_get_f32")
+    return get_data(t, np.float32, "ggml_get_f32")
+
+
+def ggml_set_i32(t: Tensor, values) -> Tensor:
+    _tensor(t, "ggml_set_i32")
+    arr = np.asarray(values)
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
+        raise GGMLError("ggml_set_i32: values must be integers")
+    set_data(t, arr, np.int32, "ggml_set_i32")
+    return t
+
+
+def ggml_get_i32(t: Tensor) -> np.ndarray:
+    _tensor(t, "ggml_get_i32")
+    return get_data(t, np.int32, "ggml_get_i32")
+
+
+def ggml_tensor_view(t: Tensor) -> np.ndarray:
+    """Zero-copy numpy view of a host tensor (writes go straight into ggml's memory)."""
+    _tensor(t, "ggml_tensor_view")
+    return numpy_view(t)
+
+
+def _tensor(t, what):
+    if not isinstance(t, Tensor):
+        raise GGMLError(f"{what}: expected a ggml Tensor, got {type(t).__name__}")
+    t.ptr
+
+
+def ggml_nelements(t: Tensor) -> int:
+    return t.nelements()
+
+
+def ggml_nbytes(t: Tensor) -> int:
+    return t.nbytes()
+
+
+def ggml_n_dims(t: Tensor) -> int:
+    return t.n_dims
+
+
+def ggml_nrows(t: Tensor) -> int:
+    return int(lib.ggml_nrows(t.ptr))
+
+
+def ggml_is_contiguous(t: Tensor) -> bool:
+    return t.is_contiguous()
+
+
+def ggml_type_name(type: int) -> str:
+    return type_name(type)
+
+
+# -- backends ------------------------------------------------------------------------------------------
+def ggml_backend_cpu_init() -> Backend:
+    """A private CPU backend (not the shared one ggmlpy's pools use)."""
+    return Backend(lib.ggml_backend_cpu_init(), "CPU")
+
+
+def ggml_backend_init_by_name(name: str, params: str | None = None) -> Backend:
+    names = [d.name for d in devices()]
+    if name not in names:
+        raise GGMLError(f"ggml_backend_init_by_name: no device {name!r}; available: {', '.join(names)}")
+    return Backend(lib.ggml_backend_init_by_name(name.encode(), params.encode() if params else ffi.NULL), name)
+
+
+def ggml_backend_init_best() -> Backend:
+    return Backend(lib.ggml_backend_init_best(), "best")
+
+
+def ggml_backend_cpu_set_n_threads(backend: Backend, n_threads: int) -> None:
+    backend.set_n_threads(n_threads)
+
+
+def ggml_backend_name(backend: Backend) -> str:
+    return backend.name
+
+
+def ggml_backend_free(backend: Backend) -> None:
+    backend.free()
+
+
+class BackendBuffer:
+    """A backend buffer holding a context's tensors; freed with the object (or .free())."""
+
+    def __init__(self, ptr, ctx: Context, backend: Backend):
+        self.ptr, self.ctx, self.backend = ptr, ctx, backend
+
+    def size(self) -> int:
+        return int(lib.ggml_backend_buffer_get_size(self.ptr)) if self.ptr is not None else 0
+
+    def free(self):
+        if self.ptr is not None:
+            # Tensors pointing into this buffer would dangle: retire their context too.
+            self.ctx.free()
+            lib.ggml_backend_buffer_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self):
+        if self.ptr is not None:
+            lib.ggml_backend_buffer_free(self.ptr)
+            self.ptr = None
+
+
+def ggml_backend_alloc_ctx_tensors(ctx: Context, backend: Backend) -> BackendBuffer:
+    """Allocate every tensor of a no_alloc context in one buffer of `backend`."""
+    if not isinstance(ctx, Context) or not isinstance(backend, Backend):
+        raise GGMLError("ggml_backend_alloc_ctx_tensors(ctx, backend) expects a Context and a Backend")
+    ctx.ensure_alive()
+    check(ctx.no_alloc, "ggml_backend_alloc_ctx_tensors: the context must be created with no_alloc=True")
+    if lib.ggml_get_first_tensor(ctx.ptr) == ffi.NULL:
+        raise GGMLError("ggml_backend_alloc_ctx_tensors: the context has no tensors")
+    ptr = lib.ggml_backend_alloc_ctx_tensors(ctx.ptr, backend.ptr)
+    if ptr == ffi.NULL:
+        raise MemoryError(f"could not allocate the context's tensors on {backend.device_name}")
+    buf = BackendBuffer(ptr, ctx, backend)
+    ctx._buffers = getattr(ctx, "_buffers", []) + [buf]  # the buffer lives as long as the context
+    return buf
+
+
+def ggml_backend_tensor_set(t: Tensor, values) -> None:
+    ggml_set_f32(t, values)
+
+
+def ggml_backend_tensor_get(t: Tensor) -> np.ndarray:
+    return ggml_get_f32(t)
+
+
+def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
+    if not isinstance(backend, Backend) or not isinstance(graph, Graph):
+        raise GGMLError("ggml_backend_graph_compute(backend, graph) expects a Backend and a Graph")
+    check_graph(graph, device=backend.dev, need_buffers=not backend.is_host)
+    status = lib.ggml_backend_graph_compute(backend.ptr, graph.ptr)
+    if status != lib.GGML_STATUS_SUCCESS:
+        raise GGMLError(f"ggml_backend_graph_compute failed with status {status}")
+
+
+def ggml_backend_dev_count() -> int:
+    return len(devices())
+
+
+__all__ = sorted(n for n in dir() if n.startswith(("ggml_", "GGML_"))) + [
+    "Context", "Tensor", "Graph", "Backend", "BackendBuffer", "GraphAllocator", "devices", "backends", "get_backend"]

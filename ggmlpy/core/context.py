@@ -1,0 +1,290 @@
+"""ggml contexts and tensors: the objects behind ggmlR's ggml_init / ggml_new_tensor_*.
+
+A `Context` owns a ggml_context. A `Tensor` is a thin handle on a
+`struct ggml_tensor *` that keeps its context alive and refuses to be used once
+that context has been freed: ggml would read freed memory, or abort.
+
+Layout rule: ggml's ne0 is the fastest axis, so a C-contiguous numpy array of
+shape (d3, d2, d1, d0) is ggml ne = [d0, d1, d2, d3] with no copy.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from ..bindings import ffi, lib
+from ..errors import GGMLError, check
+
+GGML_MEM_ALIGN = 16
+
+# ggml type id -> numpy dtype, for the element types ggmlpy reads and writes.
+NP_DTYPES = {
+    lib.GGML_TYPE_F32: np.dtype(np.float32),
+    lib.GGML_TYPE_F16: np.dtype(np.float16),
+    lib.GGML_TYPE_I32: np.dtype(np.int32),
+    lib.GGML_TYPE_I16: np.dtype(np.int16),
+    lib.GGML_TYPE_I8: np.dtype(np.int8),
+    lib.GGML_TYPE_F64: np.dtype(np.float64),
+    lib.GGML_TYPE_I64: np.dtype(np.int64),
+    lib.GGML_TYPE_BF16: np.dtype(np.uint16),  # raw bits; converted on the way in and out
+}
+TYPE_NAMES = {t: ffi.string(lib.ggml_type_name(t)).decode() for t in NP_DTYPES}
+
+
+def type_name(t: int) -> str:
+    return TYPE_NAMES.get(t) or ffi.string(lib.ggml_type_name(t)).decode()
+
+
+class Context:
+    """A ggml context: a fixed arena for tensor metadata and, unless no_alloc, their data."""
+
+    def __init__(self, mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False):
+        mem_size = int(mem_size)
+        check(mem_size > 0, f"ggml_init: mem_size must be positive, got {mem_size}")
+        params = ffi.new("struct ggml_init_params *", {"mem_size": mem_size, "mem_buffer": ffi.NULL,
+                                                       "no_alloc": bool(no_alloc)})
+        ptr = lib.ggml_init(params[0])
+        if ptr == ffi.NULL:
+            raise MemoryError(f"ggml_init could not allocate {mem_size} bytes")
+        self.ptr = ptr
+        self.mem_size = mem_size
+        self.no_alloc = bool(no_alloc)
+        self.alive = True
+        # numpy views into this context's memory; the C arena is released only when
+        # free() was asked for *and* no view is left, so a view never dangles.
+        self._views = weakref.WeakSet()
+        self._free_requested = False
+        self._finalizer = weakref.finalize(self, lib.ggml_free, ptr)
+
+    # -- lifetime -----------------------------------------------------------------
+    def free(self) -> None:
+        """Free the context now. Its tensors become unusable (GGMLError on use)."""
+        if not self.alive:
+            return
+        self.alive = False
+        self._free_requested = True
+        if not len(self._views):
+            self._finalizer()
+
+    def _view_released(self) -> None:
+        if self._free_requested and not len(self._views):
+            self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+    def ensure_alive(self) -> None:
+        if not self.alive:
+            raise GGMLError("this ggml context has been freed; its tensors can no longer be used")
+
+    # -- memory accounting (ggml aborts when the arena runs out, so we check first) --
+    def used_mem(self) -> int:
+        self.ensure_alive()
+        return int(lib.ggml_used_mem(self.ptr))
+
+    def reserve(self, nbytes: int, what: str) -> None:
+        """Raise unless `nbytes` more fit in the arena."""
+        need = self.used_mem() + nbytes
+        if need > self.mem_size:
+            raise GGMLError(f"{what}: the ggml context is out of memory: needs {need} bytes, "
+                            f"has {self.mem_size}. Pass a larger mem_size to ggml_init().")
+
+    def reserve_tensor(self, ggml_type: int, ne, what: str, view: bool = False) -> None:
+        size = int(lib.ggml_tensor_overhead())
+        if not (view or self.no_alloc):
+            size += _nbytes(ggml_type, ne) + GGML_MEM_ALIGN
+        self.reserve(size, what)
+
+    def __repr__(self):
+        state = f"{self.used_mem()}/{self.mem_size} bytes used" if self.alive else "freed"
+        return f"<ggml Context {state}{', no_alloc' if self.no_alloc else ''}>"
+
+
+def _nbytes(ggml_type: int, ne) -> int:
+    n = 1
+    for d in ne:
+        n *= int(d)
+    return int(lib.ggml_row_size(ggml_type, n)) if n else 0
+
+
+class Tensor:
+    """A handle on a ggml tensor. Keeps its context alive; refuses use after the context is freed."""
+
+    __slots__ = ("_ptr", "ctx", "__weakref__")
+
+    def __init__(self, ptr, ctx: Context):
+        self._ptr = ptr
+        self.ctx = ctx
+
+    @property
+    def ptr(self):
+        if not self.ctx.alive:
+            raise GGMLError("tensor belongs to a freed ggml context")
+        return self._ptr
+
+    # -- introspection --------------------------------------------------------------
+    @property
+    def ne(self) -> tuple:
+        return tuple(int(x) for x in self.ptr.ne)
+
+    @property
+    def nb(self) -> tuple:
+        return tuple(int(x) for x in self.ptr.nb)
+
+    @property
+    def n_dims(self) -> int:
+        return int(lib.ggml_n_dims(self.ptr))
+
+    @property
+    def shape(self) -> tuple:
+        """ggml order (ne0, ne1, ...), trailing ones dropped; numpy's shape is the reverse."""
+        return self.ne[: self.n_dims]
+
+    @property
+    def type(self) -> int:
+        return int(self.ptr.type)
+
+    @property
+    def type_name(self) -> str:
+        return type_name(self.type)
+
+    @property
+    def name(self) -> str:
+        return ffi.string(self.ptr.name).decode()
+
+    @property
+    def op(self) -> int:
+        return int(self.ptr.op)
+
+    def nelements(self) -> int:
+        return int(lib.ggml_nelements(self.ptr))
+
+    def nbytes(self) -> int:
+        return int(lib.ggml_nbytes(self.ptr))
+
+    def is_contiguous(self) -> bool:
+        return bool(lib.ggml_is_contiguous(self.ptr))
+
+    @property
+    def is_allocated(self) -> bool:
+        return self.ptr.data != ffi.NULL
+
+    @property
+    def on_host(self) -> bool:
+        """True when the data can be read with a plain memory copy."""
+        p = self.ptr
+        return p.buffer == ffi.NULL or bool(lib.ggml_backend_buffer_is_host(p.buffer))
+
+    def __repr__(self):
+        if not self.ctx.alive:
+            return "<ggml Tensor (freed context)>"
+        name = f" {self.name!r}" if self.name else ""
+        return f"<ggml Tensor{name} {self.type_name} ne={list(self.shape)}>"
+
+    def __eq__(self, other):
+        return isinstance(other, Tensor) and self._ptr == other._ptr
+
+    def __hash__(self):
+        return hash(int(ffi.cast("uintptr_t", self._ptr)))
+
+
+def wrap(ptr, ctx: Context) -> Tensor:
+    if ptr == ffi.NULL:
+        raise GGMLError("ggml returned NULL")
+    return Tensor(ptr, ctx)
+
+
+# -- data in and out --------------------------------------------------------------------
+def _np_shape(t: Tensor) -> tuple:
+    return tuple(reversed(t.shape)) or (1,)
+
+
+def _require_data(t: Tensor, what: str) -> None:
+    if not t.is_allocated:
+        raise GGMLError(f"{what}: tensor has no data yet (no_alloc context: allocate it on a backend first, "
+                        "e.g. ggml_backend_alloc_ctx_tensors)")
+    if not t.is_contiguous():
+        raise GGMLError(f"{what}: tensor is a non-contiguous view; use ggml_cont() first")
+
+
+def set_data(t: Tensor, values, np_dtype, what: str) -> None:
+    _require_data(t, what)
+    if NP_DTYPES.get(t.type) is None:
+        raise GGMLError(f"{what}: cannot write {t.type_name} tensors")
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "biuf":
+        raise GGMLError(f"{what}: expected numbers, got an array of dtype {arr.dtype}")
+    n = t.nelements()
+    if arr.size != n:
+        raise GGMLError(f"{what}: tensor has {n} elements {list(t.shape)}, got {arr.size} values {arr.shape}")
+    if arr.ndim > 1 and arr.shape != _np_shape(t):
+        raise GGMLError(f"{what}: array shape {arr.shape} does not match the tensor's numpy shape "
+                        f"{_np_shape(t)} (ggml ne={list(t.shape)}, reversed)")
+    src = np.ascontiguousarray(arr, dtype=np_dtype).ravel()
+    raw = _to_storage(src, t.type)
+    if t.on_host:
+        ffi.memmove(t.ptr.data, ffi.from_buffer(raw), raw.nbytes)
+    else:
+        lib.ggml_backend_tensor_set(t.ptr, ffi.from_buffer(raw), 0, raw.nbytes)
+
+
+def get_data(t: Tensor, np_dtype, what: str) -> np.ndarray:
+    _require_data(t, what)
+    store = NP_DTYPES.get(t.type)
+    if store is None:
+        raise GGMLError(f"{what}: cannot read {t.type_name} tensors")
+    raw = np.empty(t.nelements(), dtype=store)
+    if t.on_host:
+        ffi.memmove(ffi.from_buffer(raw), t.ptr.data, raw.nbytes)
+    else:
+        lib.ggml_backend_tensor_get(t.ptr, ffi.from_buffer(raw), 0, raw.nbytes)
+    return _from_storage(raw, t.type).astype(np_dtype, copy=False).reshape(_np_shape(t))
+
+
+def _to_storage(src: np.ndarray, ggml_type: int) -> np.ndarray:
+    if ggml_type == lib.GGML_TYPE_BF16:  # round to nearest even, as ggml does
+        bits = src.astype(np.float32).view(np.uint32)
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return src.astype(NP_DTYPES[ggml_type], copy=False)
+
+
+def _from_storage(raw: np.ndarray, ggml_type: int) -> np.ndarray:
+    if ggml_type == lib.GGML_TYPE_BF16:
+        return (raw.astype(np.uint32) << 16).view(np.float32)
+    return raw
+
+
+def numpy_view(t: Tensor) -> np.ndarray:
+    """Zero-copy numpy view of a host tensor. The view keeps the context's memory alive."""
+    _require_data(t, "ggml_tensor_view")
+    if not t.on_host:
+        raise GGMLError("ggml_tensor_view: tensor lives in device memory; use ggml_get_f32() to copy it")
+    store = NP_DTYPES.get(t.type)
+    if store is None or t.type == lib.GGML_TYPE_BF16:
+        raise GGMLError(f"ggml_tensor_view: no numpy dtype for {t.type_name}")
+    holder = _ViewHolder(t, store)
+    t.ctx._views.add(holder)
+    # numpy keeps `holder` as the array's base, and with it the context's memory.
+    return np.asarray(holder)
+
+
+class _ViewHolder:
+    """Owner of a zero-copy view's memory; tells the context when the last view is gone."""
+
+    __slots__ = ("ctx", "__array_interface__", "__weakref__")
+
+    def __init__(self, t: Tensor, store: np.dtype):
+        self.ctx = t.ctx
+        self.__array_interface__ = {
+            "version": 3, "shape": _np_shape(t), "typestr": store.str,
+            "data": (int(ffi.cast("uintptr_t", t.ptr.data)), False),
+        }
+
+    def __del__(self):
+        ctx = self.ctx
+        ctx._views.discard(self)
+        ctx._view_released()

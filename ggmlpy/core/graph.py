@@ -1,0 +1,189 @@
+"""Compute graphs: build them, check them, run them.
+
+ggml aborts on a graph that is too small, on tensors that were never
+allocated, on ops the backend has no kernel for, and on out-of-range row
+indices. `check_graph` looks for all of these before any compute call.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..bindings import ffi, lib
+from ..errors import GGMLError, check
+from .context import NP_DTYPES, Context, Tensor
+
+GGML_DEFAULT_GRAPH_SIZE = 2048
+_NULL = ffi.NULL
+
+
+def default_threads() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+class Graph:
+    """A ggml_cgraph plus the Python-side record of what it holds (ggml's leaf list is private)."""
+
+    def __init__(self, ctx: Context, size: int = GGML_DEFAULT_GRAPH_SIZE, grads: bool = False):
+        ctx.ensure_alive()
+        size = int(size)
+        check(size > 0, f"ggml_new_graph: size must be positive, got {size}")
+        ctx.reserve(int(lib.ggml_graph_overhead_custom(size, bool(grads))) + 16, "ggml_new_graph")
+        self.ptr = lib.ggml_new_graph_custom(ctx.ptr, size, bool(grads))
+        self.ctx = ctx
+        self.size = size
+        self.nodes: list = []   # cdata pointers, in ggml's order
+        self.leafs: list = []
+        self._seen: set = set()
+        self._keep: list = []   # Tensor handles, so their contexts outlive the graph's use
+
+    def n_nodes(self) -> int:
+        return int(lib.ggml_graph_n_nodes(self.ptr))
+
+    def expand(self, t: Tensor) -> None:
+        """ggml_build_forward_expand, after checking the graph has room for what it adds."""
+        self.ctx.ensure_alive()
+        t.ptr
+        new_nodes, new_leafs = _collect(t._ptr, self._seen)
+        if len(self.nodes) + len(new_nodes) > self.size or len(self.leafs) + len(new_leafs) > self.size:
+            raise GGMLError(f"graph too small: it holds {self.size} nodes, and this tensor needs "
+                            f"{len(self.nodes) + len(new_nodes)} nodes and {len(self.leafs) + len(new_leafs)} "
+                            "leafs; create it with a larger size (ggml_new_graph(ctx, size))")
+        lib.ggml_build_forward_expand(self.ptr, t._ptr)
+        for p in new_nodes + new_leafs:
+            self._seen.add(_addr(p))
+        self.nodes += new_nodes
+        self.leafs += new_leafs
+        self._keep.append(t)
+
+    def __repr__(self):
+        return f"<ggml Graph {len(self.nodes)} nodes, {len(self.leafs)} leafs, size {self.size}>"
+
+
+def _addr(p) -> int:
+    return int(ffi.cast("uintptr_t", p))
+
+
+def _collect(root, seen: set):
+    """Nodes and leafs that ggml_visit_parents would add, in its post-order."""
+    nodes, leafs, visiting = [], [], set()
+    stack = [(root, False)]
+    while stack:
+        p, done = stack.pop()
+        a = _addr(p)
+        if done:
+            if p.op == lib.GGML_OP_NONE and not (p.flags & lib.GGML_TENSOR_FLAG_PARAM):
+                leafs.append(p)
+            else:
+                nodes.append(p)
+            continue
+        if a in seen or a in visiting:
+            continue
+        visiting.add(a)
+        stack.append((p, True))
+        for i in reversed(range(10)):
+            s = p.src[i]
+            if s != _NULL and _addr(s) not in seen and _addr(s) not in visiting:
+                stack.append((s, False))
+    return nodes, leafs
+
+
+def ggml_new_graph(ctx: Context, size: int = GGML_DEFAULT_GRAPH_SIZE, grads: bool = False) -> Graph:
+    return Graph(ctx, size, grads)
+
+
+def ggml_build_forward_expand(ctx_or_graph, tensor: Tensor) -> Graph:
+    """ggmlR style `ggml_build_forward_expand(ctx, t)` returns a new graph sized to fit;
+    C style `ggml_build_forward_expand(graph, t)` expands an existing one."""
+    if not isinstance(tensor, Tensor):
+        raise GGMLError(f"ggml_build_forward_expand: expected a Tensor, got {type(tensor).__name__}")
+    if isinstance(ctx_or_graph, Graph):
+        ctx_or_graph.expand(tensor)
+        return ctx_or_graph
+    if not isinstance(ctx_or_graph, Context):
+        raise GGMLError("ggml_build_forward_expand: first argument must be a Context or a Graph")
+    nodes, leafs = _collect(tensor.ptr, set())
+    g = Graph(ctx_or_graph, max(GGML_DEFAULT_GRAPH_SIZE, len(nodes), len(leafs)))
+    g.expand(tensor)
+    return g
+
+
+# -- pre-compute checks ---------------------------------------------------------------------------
+def _cpu_device():
+    global _CPU_DEV
+    if _CPU_DEV is None:
+        _CPU_DEV = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
+    return _CPU_DEV
+
+
+_CPU_DEV = None
+
+
+def check_graph(graph: Graph, device=None, need_buffers: bool = False) -> None:
+    """Raise GGMLError for anything in `graph` that would make ggml abort or read garbage."""
+    graph.ctx.ensure_alive()
+    for t in graph._keep:
+        t.ptr  # every context the graph reaches into is still alive
+    dev = device if device is not None else _cpu_device()
+    for p in graph.leafs + graph.nodes:
+        if p.data == _NULL and p.view_src == _NULL:
+            raise GGMLError(f"tensor '{ffi.string(p.name).decode()}' ({_op_name(p)}) has no memory: "
+                            "allocate the context's tensors (no_alloc=False, or ggml_backend_alloc_ctx_tensors)")
+        if need_buffers and p.buffer == _NULL and p.view_src == _NULL:
+            raise GGMLError("a tensor of this graph is not in a backend buffer: "
+                            "call ggml_backend_alloc_ctx_tensors(ctx, backend) first")
+    for p in graph.nodes:
+        if not lib.ggml_backend_dev_supports_op(dev, p):
+            name = ffi.string(lib.ggml_backend_dev_name(dev)).decode()
+            raise GGMLError(f"device {name} has no kernel for {_op_name(p)} with these types")
+        if p.op == lib.GGML_OP_GET_ROWS:
+            _check_row_indices(p.src[1], int(p.src[0].ne[1]))
+
+
+def _op_name(p) -> str:
+    return ffi.string(lib.ggml_op_desc(p)).decode()
+
+
+def _check_row_indices(idx, n_rows: int) -> None:
+    """get_rows asserts on an out-of-range index inside the kernel; check host-readable indices first."""
+    if idx.data == _NULL or idx.type != lib.GGML_TYPE_I32:
+        return
+    n = int(lib.ggml_nelements(idx))
+    buf = np.empty(n, dtype=NP_DTYPES[lib.GGML_TYPE_I32])
+    if idx.buffer == _NULL or lib.ggml_backend_buffer_is_host(idx.buffer):
+        if not lib.ggml_is_contiguous(idx):
+            return
+        ffi.memmove(ffi.from_buffer(buf), idx.data, buf.nbytes)
+    else:
+        lib.ggml_backend_tensor_get(idx, ffi.from_buffer(buf), 0, buf.nbytes)
+    if n and (buf.min() < 0 or buf.max() >= n_rows):
+        raise GGMLError(f"ggml_get_rows: index out of range 0..{n_rows - 1} (got {buf.min()}..{buf.max()})")
+
+
+# -- compute ------------------------------------------------------------------------------------------
+def ggml_graph_compute(ctx_or_graph, graph: Graph | None = None, n_threads: int | None = None) -> None:
+    """Compute a graph of host tensors on the CPU. ggmlR: ggml_graph_compute(ctx, graph)."""
+    if graph is None:
+        graph = ctx_or_graph
+    if not isinstance(graph, Graph):
+        raise GGMLError(f"ggml_graph_compute: expected a Graph, got {type(graph).__name__}")
+    n_threads = default_threads() if n_threads is None else int(n_threads)
+    check(n_threads > 0, "ggml_graph_compute: n_threads must be positive")
+    check_graph(graph)
+    for p in graph.leafs + graph.nodes:
+        if p.buffer != _NULL and not lib.ggml_backend_buffer_is_host(p.buffer):
+            raise GGMLError("ggml_graph_compute: the graph holds device tensors; "
+                            "use ggml_backend_graph_compute(backend, graph)")
+    cplan = ffi.new("struct ggml_cplan *", lib.ggml_graph_plan(graph.ptr, n_threads, _NULL))
+    work = None
+    if cplan.work_size:
+        work = ffi.new("uint8_t[]", int(cplan.work_size))
+        cplan.work_data = work
+    status = lib.ggml_graph_compute(graph.ptr, cplan)
+    if status != lib.GGML_STATUS_SUCCESS:
+        raise GGMLError(f"ggml_graph_compute failed with status {status}")
+
+
+def ggml_graph_n_nodes(graph: Graph) -> int:
+    return graph.n_nodes()

@@ -1,0 +1,704 @@
+"""ggmlR's ggml_* op constructors, each checked before it reaches ggml.
+
+ggml asserts (and so aborts the process) on shapes, types and context memory it
+cannot handle. Every constructor here validates its inputs against the same
+conditions first and raises GGMLError instead. The kernels are ggml's own.
+
+Naming and argument order follow ggml's C API (and so ggmlR's R functions):
+`ggml_add(ctx, a, b)`, `ggml_soft_max_ext(ctx, a, mask, scale, max_bias)`.
+"""
+from __future__ import annotations
+
+import math
+
+from ..bindings import ffi, lib
+from ..errors import GGMLError, check
+from .context import Context, Tensor, type_name, wrap
+
+F32, F16, BF16, I32 = lib.GGML_TYPE_F32, lib.GGML_TYPE_F16, lib.GGML_TYPE_BF16, lib.GGML_TYPE_I32
+FLOAT = (F32, F16, BF16)
+CPU_FLOAT = (F32, F16)  # kernels the CPU backend has for most element-wise ops
+N_OVERHEAD = int(lib.ggml_tensor_overhead())
+
+
+# -- checks -------------------------------------------------------------------------------
+def _ctx(ctx) -> Context:
+    if not isinstance(ctx, Context):
+        raise GGMLError(f"expected a ggml Context as first argument, got {type(ctx).__name__}")
+    ctx.ensure_alive()
+    return ctx
+
+
+def _t(x, what: str, arg: str = "a") -> Tensor:
+    if not isinstance(x, Tensor):
+        raise GGMLError(f"{what}: argument {arg} must be a ggml Tensor, got {type(x).__name__}")
+    x.ptr  # raises on a freed context
+    return x
+
+
+def _types(x: Tensor, allowed, what: str, arg: str = "a") -> None:
+    if x.type not in allowed:
+        names = ", ".join(type_name(t) for t in allowed)
+        raise GGMLError(f"{what}: {arg} has type {x.type_name}; supported: {names}")
+
+
+def _ne(x: Tensor) -> list:
+    return [int(v) for v in x.ptr.ne]
+
+
+def can_repeat(small: Tensor, big: Tensor) -> bool:
+    """ggml's rule for broadcasting: every dim of `small` divides the same dim of `big`."""
+    s, b = _ne(small), _ne(big)
+    return all(sd != 0 and bd % sd == 0 for sd, bd in zip(s, b)) or (0 in s and 0 in b)
+
+
+def _shape_str(x: Tensor) -> str:
+    return str(list(x.shape))
+
+
+def _make(ctx: Context, what: str, ne, out_type: int, call, *, view=False, extra=0):
+    """Reserve context memory for the result (ggml aborts when the arena is full), then build."""
+    ctx.reserve_tensor(out_type, ne, what, view=view)
+    if extra:
+        ctx.reserve(extra, what)
+    return wrap(call(), ctx)
+
+
+def _same(ctx, what, a: Tensor, call, out_type=None):
+    return _make(ctx, what, _ne(a), a.type if out_type is None else out_type, call)
+
+
+# -- element-wise binary ------------------------------------------------------------------
+def _binary(cname: str):
+    fn = getattr(lib, cname)
+    what = cname
+
+    def op(ctx, a, b):
+        ctx = _ctx(ctx)
+        a, b = _t(a, what, "a"), _t(b, what, "b")
+        _types(a, CPU_FLOAT, what, "a")
+        if b.type != a.type and b.type != F32:
+            raise GGMLError(f"{what}: b has type {b.type_name}, a has {a.type_name}; they must match (or b be f32)")
+        if not can_repeat(b, a):
+            raise GGMLError(f"{what}: b {_shape_str(b)} cannot be broadcast to a {_shape_str(a)}; "
+                            "ggml broadcasts only the second operand, and each of its dims must divide a's")
+        return _same(ctx, what, a, lambda: fn(ctx.ptr, a.ptr, b.ptr))
+
+    op.__name__ = cname
+    op.__doc__ = f"{cname}(ctx, a, b): element-wise; b broadcasts to a's shape (ggml's rule)."
+    return op
+
+
+ggml_add = _binary("ggml_add")
+ggml_sub = _binary("ggml_sub")
+ggml_mul = _binary("ggml_mul")
+ggml_div = _binary("ggml_div")
+
+
+# -- element-wise unary -------------------------------------------------------------------
+def _unary(cname: str, types=CPU_FLOAT, contiguous_rows=False):
+    fn = getattr(lib, cname)
+
+    def op(ctx, a):
+        ctx = _ctx(ctx)
+        a = _t(a, cname)
+        _types(a, types, cname)
+        if contiguous_rows and not lib.ggml_is_contiguous_rows(a.ptr):
+            raise GGMLError(f"{cname}: a must have contiguous rows; use ggml_cont() first")
+        return _same(ctx, cname, a, lambda: fn(ctx.ptr, a.ptr))
+
+    op.__name__ = cname
+    op.__doc__ = f"{cname}(ctx, a): element-wise, same shape as a."
+    return op
+
+
+# Plain ops, and those ggml implements through ggml_unary (which asserts contiguous rows).
+_PLAIN_UNARY = ["sqr", "sqrt", "log", "sin", "cos"]
+_UNARY_OPS = ["abs", "sgn", "neg", "step", "tanh", "elu", "relu", "sigmoid", "gelu", "gelu_erf",
+              "gelu_quick", "silu", "hardswish", "hardsigmoid", "exp", "softplus", "expm1",
+              "floor", "ceil", "round", "trunc"]
+for _n in _PLAIN_UNARY:
+    globals()[f"ggml_{_n}"] = _unary(f"ggml_{_n}", types=(F32,) if _n in ("sin", "cos") else CPU_FLOAT)
+for _n in _UNARY_OPS:
+    globals()[f"ggml_{_n}"] = _unary(f"ggml_{_n}", contiguous_rows=True)
+
+
+def ggml_leaky_relu(ctx, a, negative_slope=0.01, inplace=False):
+    ctx = _ctx(ctx)
+    a = _t(a, "ggml_leaky_relu")
+    _types(a, CPU_FLOAT, "ggml_leaky_relu")
+    check(not inplace, "ggml_leaky_relu: inplace is not supported by ggmlpy")
+    return _same(ctx, "ggml_leaky_relu", a, lambda: lib.ggml_leaky_relu(ctx.ptr, a.ptr, float(negative_slope), False))
+
+
+def ggml_scale(ctx, a, s):
+    ctx = _ctx(ctx)
+    a = _t(a, "ggml_scale")
+    _types(a, (F32,), "ggml_scale")
+    check(lib.ggml_is_contiguous(a.ptr), "ggml_scale: a must be contiguous")
+    return _same(ctx, "ggml_scale", a, lambda: lib.ggml_scale(ctx.ptr, a.ptr, float(s)))
+
+
+def ggml_clamp(ctx, a, min_val, max_val):
+    ctx = _ctx(ctx)
+    a = _t(a, "ggml_clamp")
+    _types(a, CPU_FLOAT, "ggml_clamp")
+    check(not (min_val > max_val), f"ggml_clamp: min_val {min_val} > max_val {max_val}")
+    return _same(ctx, "ggml_clamp", a, lambda: lib.ggml_clamp(ctx.ptr, a.ptr, float(min_val), float(max_val)))
+
+
+def ggml_silu_back(ctx, a, b):
+    """Gradient of silu: a = upstream gradient dy, b = the silu input x (ggml's argument order)."""
+    return _same_shape_pair("ggml_silu_back", ctx, a, b, lib.ggml_silu_back)
+
+
+def _same_shape_pair(what, ctx, a, b, fn, *args):
+    ctx = _ctx(ctx)
+    a, b = _t(a, what, "a"), _t(b, what, "b")
+    _types(a, (F32,), what, "a")
+    _types(b, (F32,), what, "b")
+    if _ne(a) != _ne(b):
+        raise GGMLError(f"{what}: a {_shape_str(a)} and b {_shape_str(b)} must have the same shape")
+    return _same(ctx, what, a, lambda: fn(ctx.ptr, a.ptr, b.ptr, *args))
+
+
+# -- matrix products ------------------------------------------------------------------------
+def ggml_mul_mat(ctx, a, b):
+    """a [K, M, ...] x b [K, N, ...] -> [M, N, ...]: in R terms t(a) %*% b."""
+    ctx = _ctx(ctx)
+    a, b = _t(a, "ggml_mul_mat", "a"), _t(b, "ggml_mul_mat", "b")
+    _types(a, FLOAT, "ggml_mul_mat", "a")
+    _types(b, (F32,), "ggml_mul_mat", "b")
+    na, nb_ = _ne(a), _ne(b)
+    if na[0] != nb_[0]:
+        raise GGMLError(f"ggml_mul_mat: a {_shape_str(a)} and b {_shape_str(b)} must share ne0 "
+                        f"(the reduced dimension): {na[0]} != {nb_[0]}")
+    if nb_[2] % na[2] or nb_[3] % na[3]:
+        raise GGMLError(f"ggml_mul_mat: a's batch dims {na[2:]} must divide b's {nb_[2:]}")
+    if lib.ggml_is_transposed(a.ptr):
+        raise GGMLError("ggml_mul_mat: a must not be a transposed view; use ggml_cont(ggml_transpose(a))")
+    return _make(ctx, "ggml_mul_mat", [na[1], nb_[1], nb_[2], nb_[3]], F32,
+                 lambda: lib.ggml_mul_mat(ctx.ptr, a.ptr, b.ptr))
+
+
+def ggml_out_prod(ctx, a, b):
+    """a [M, K] (x) b [N, K] -> [M, N]: in R terms a %*% t(b)."""
+    ctx = _ctx(ctx)
+    a, b = _t(a, "ggml_out_prod", "a"), _t(b, "ggml_out_prod", "b")
+    _types(a, (F32,), "ggml_out_prod", "a")
+    _types(b, (F32,), "ggml_out_prod", "b")
+    na, nb_ = _ne(a), _ne(b)
+    if na[1] != nb_[1] or nb_[2] % na[2] or nb_[3] % na[3]:
+        raise GGMLError(f"ggml_out_prod: a {_shape_str(a)} and b {_shape_str(b)} must share ne1, "
+                        "and a's batch dims must divide b's")
+    if lib.ggml_is_transposed(a.ptr):
+        raise GGMLError("ggml_out_prod: a must not be a transposed view")
+    return _make(ctx, "ggml_out_prod", [na[0], nb_[0], nb_[2], nb_[3]], F32,
+                 lambda: lib.ggml_out_prod(ctx.ptr, a.ptr, b.ptr))
+
+
+# -- softmax ------------------------------------------------------------------------------------
+def ggml_soft_max(ctx, a):
+    """Softmax along ne0 (per R column)."""
+    return ggml_soft_max_ext(ctx, a, None, 1.0, 0.0)
+
+
+def ggml_soft_max_ext(ctx, a, mask=None, scale=1.0, max_bias=0.0):
+    """softmax(a * scale + mask) along ne0; mask (f32/f16) has a's ne0 and at least its ne1 rows."""
+    what = "ggml_soft_max_ext"
+    ctx = _ctx(ctx)
+    a = _t(a, what)
+    _types(a, (F32,), what)
+    check(lib.ggml_is_contiguous(a.ptr), f"{what}: a must be contiguous")
+    mp = ffi.NULL
+    if mask is not None:
+        mask = _t(mask, what, "mask")
+        _types(mask, (F32, F16), what, "mask")
+        na, nm = _ne(a), _ne(mask)
+        check(lib.ggml_is_contiguous(mask.ptr), f"{what}: mask must be contiguous")
+        if nm[0] != na[0] or nm[1] < na[1] or na[2] % nm[2] or na[3] % nm[3]:
+            raise GGMLError(f"{what}: mask {_shape_str(mask)} does not fit a {_shape_str(a)} "
+                            "(needs the same ne0, at least as many rows, and dims 2-3 dividing a's)")
+        mp = mask.ptr
+    check(max_bias >= 0, f"{what}: max_bias must be >= 0")
+    check(max_bias == 0 or mask is not None, f"{what}: max_bias > 0 needs a mask")
+    return _same(ctx, what, a, lambda: lib.ggml_soft_max_ext(ctx.ptr, a.ptr, mp, float(scale), float(max_bias)))
+
+
+def ggml_soft_max_ext_back(ctx, a, b, scale=1.0, max_bias=0.0):
+    """Gradient of softmax: a = upstream gradient, b = the softmax output."""
+    check(max_bias == 0, "ggml_soft_max_ext_back: the CPU backend supports only max_bias = 0")
+    return _same_shape_pair("ggml_soft_max_ext_back", ctx, a, b, lib.ggml_soft_max_ext_back,
+                            float(scale), float(max_bias))
+
+
+# -- norms ------------------------------------------------------------------------------------------
+def _norm(cname: str):
+    fn = getattr(lib, cname)
+
+    def op(ctx, a, eps=1e-5):
+        ctx = _ctx(ctx)
+        a = _t(a, cname)
+        _types(a, (F32,), cname)
+        check(eps >= 0, f"{cname}: eps must be >= 0")
+        return _same(ctx, cname, a, lambda: fn(ctx.ptr, a.ptr, float(eps)))
+
+    op.__name__ = cname
+    op.__doc__ = f"{cname}(ctx, a, eps=1e-5): normalise along ne0 (per R column)."
+    return op
+
+
+ggml_norm = _norm("ggml_norm")
+ggml_rms_norm = _norm("ggml_rms_norm")
+ggml_l2_norm = _norm("ggml_l2_norm")
+
+
+def ggml_rms_norm_back(ctx, a, b, eps=1e-5):
+    """Gradient of rms_norm: a = upstream gradient, b = the rms_norm input x."""
+    return _same_shape_pair("ggml_rms_norm_back", ctx, a, b, lib.ggml_rms_norm_back, float(eps))
+
+
+def ggml_group_norm(ctx, a, n_groups, eps=1e-5):
+    ctx = _ctx(ctx)
+    a = _t(a, "ggml_group_norm")
+    _types(a, (F32,), "ggml_group_norm")
+    n_groups = int(n_groups)
+    check(0 < n_groups <= _ne(a)[2], f"ggml_group_norm: n_groups must be in 1..ne2={_ne(a)[2]}, got {n_groups}")
+    return _same(ctx, "ggml_group_norm", a, lambda: lib.ggml_group_norm(ctx.ptr, a.ptr, n_groups, float(eps)))
+
+
+# -- reductions ---------------------------------------------------------------------------------------
+def ggml_sum(ctx, a):
+    ctx = _ctx(ctx)
+    a = _t(a, "ggml_sum")
+    _types(a, CPU_FLOAT, "ggml_sum")
+    return _make(ctx, "ggml_sum", [1, 1, 1, 1], a.type, lambda: lib.ggml_sum(ctx.ptr, a.ptr))
+
+
+def ggml_sum_rows(ctx, a):
+    """Sum along ne0: [ne0, ne1, ...] -> [1, ne1, ...] (R colSums)."""
+    ctx = _ctx(ctx)
+    a = _t(a, "ggml_sum_rows")
+    _types(a, CPU_FLOAT, "ggml_sum_rows")
+    return _make(ctx, "ggml_sum_rows", [1] + _ne(a)[1:], a.type, lambda: lib.ggml_sum_rows(ctx.ptr, a.ptr))
+
+
+def ggml_mean(ctx, a):
+    """Mean along ne0: [ne0, ne1, ...] -> [1, ne1, ...] (R colMeans)."""
+    ctx = _ctx(ctx)
+    a = _t(a, "ggml_mean")
+    _types(a, (F32,), "ggml_mean")
+    return _make(ctx, "ggml_mean", [1] + _ne(a)[1:], F32, lambda: lib.ggml_mean(ctx.ptr, a.ptr))
+
+
+def ggml_argmax(ctx, a):
+    """Index of the maximum along ne0 of a matrix: [ne0, ne1] -> i32 [ne1]."""
+    ctx = _ctx(ctx)
+    a = _t(a, "ggml_argmax")
+    _types(a, (F32,), "ggml_argmax")
+    check(bool(lib.ggml_is_matrix(a.ptr)), f"ggml_argmax: a must be a matrix, got {_shape_str(a)}")
+    return _make(ctx, "ggml_argmax", [_ne(a)[1], 1, 1, 1], I32, lambda: lib.ggml_argmax(ctx.ptr, a.ptr))
+
+
+def ggml_count_equal(ctx, a, b):
+    """Number of equal elements of two i32 tensors of the same shape (an i64 scalar)."""
+    ctx = _ctx(ctx)
+    a, b = _t(a, "ggml_count_equal", "a"), _t(b, "ggml_count_equal", "b")
+    _types(a, (I32,), "ggml_count_equal", "a")
+    _types(b, (I32,), "ggml_count_equal", "b")
+    check(_ne(a) == _ne(b), f"ggml_count_equal: shapes differ: {_shape_str(a)} vs {_shape_str(b)}")
+    return _make(ctx, "ggml_count_equal", [1, 1, 1, 1], lib.GGML_TYPE_I64,
+                 lambda: lib.ggml_count_equal(ctx.ptr, a.ptr, b.ptr))
+
+
+# -- views, reshapes and copies -------------------------------------------------------------------------
+def ggml_reshape(ctx, a, b):
+    """Reshape contiguous a to b's shape (a view)."""
+    ctx = _ctx(ctx)
+    a, b = _t(a, "ggml_reshape", "a"), _t(b, "ggml_reshape", "b")
+    return _reshape(ctx, "ggml_reshape", a, _ne(b), lambda: lib.ggml_reshape(ctx.ptr, a.ptr, b.ptr))
+
+
+def _reshape(ctx, what, a, ne, call):
+    check(bool(lib.ggml_is_contiguous(a.ptr)), f"{what}: a must be contiguous; use ggml_cont() first")
+    check(all(d >= 0 for d in ne), f"{what}: dims must be >= 0, got {ne}")
+    if math.prod(ne) != a.nelements():
+        raise GGMLError(f"{what}: cannot reshape {a.nelements()} elements {_shape_str(a)} to {list(ne)}")
+    return _make(ctx, what, ne, a.type, call, view=True)
+
+
+def ggml_reshape_1d(ctx, a, ne0):
+    ctx, a = _ctx(ctx), _t(a, "ggml_reshape_1d")
+    return _reshape(ctx, "ggml_reshape_1d", a, [int(ne0)], lambda: lib.ggml_reshape_1d(ctx.ptr, a.ptr, int(ne0)))
+
+
+def ggml_reshape_2d(ctx, a, ne0, ne1):
+    ctx, a = _ctx(ctx), _t(a, "ggml_reshape_2d")
+    ne = [int(ne0), int(ne1)]
+    return _reshape(ctx, "ggml_reshape_2d", a, ne, lambda: lib.ggml_reshape_2d(ctx.ptr, a.ptr, *ne))
+
+
+def ggml_reshape_3d(ctx, a, ne0, ne1, ne2):
+    ctx, a = _ctx(ctx), _t(a, "ggml_reshape_3d")
+    ne = [int(ne0), int(ne1), int(ne2)]
+    return _reshape(ctx, "ggml_reshape_3d", a, ne, lambda: lib.ggml_reshape_3d(ctx.ptr, a.ptr, *ne))
+
+
+def ggml_reshape_4d(ctx, a, ne0, ne1, ne2, ne3):
+    ctx, a = _ctx(ctx), _t(a, "ggml_reshape_4d")
+    ne = [int(ne0), int(ne1), int(ne2), int(ne3)]
+    return _reshape(ctx, "ggml_reshape_4d", a, ne, lambda: lib.ggml_reshape_4d(ctx.ptr, a.ptr, *ne))
+
+
+def _view(what, ctx, a, ne, nbs, offset, call):
+    """A view must stay inside its source's bytes (ggml asserts this)."""
+    ctx, a = _ctx(ctx), _t(a, what)
+    ne = [int(d) for d in ne]
+    offset = int(offset)
+    check(all(d >= 0 for d in ne) and offset >= 0, f"{what}: dims and offset must be >= 0")
+    esize = int(lib.ggml_type_size(a.type))
+    strides = [esize] + [int(s) for s in nbs]
+    check(all(s > 0 for s in strides), f"{what}: strides must be positive")
+    # The last byte the view can touch, as ggml computes a view's size.
+    span = 0 if 0 in ne else esize + sum((d - 1) * s for d, s in zip(ne, strides))
+    if span and offset + span > a.nbytes():
+        raise GGMLError(f"{what}: view of {ne} at offset {offset} reaches byte {offset + span}, "
+                        f"past the source's {a.nbytes()} bytes")
+    return _make(ctx, what, ne + [1] * (4 - len(ne)), a.type, lambda: call(ctx, a), view=True)
+
+
+def ggml_view_1d(ctx, a, ne0, offset=0):
+    return _view("ggml_view_1d", ctx, a, [ne0], [], offset,
+                 lambda c, t: lib.ggml_view_1d(c.ptr, t.ptr, int(ne0), int(offset)))
+
+
+def ggml_view_2d(ctx, a, ne0, ne1, nb1, offset=0):
+    return _view("ggml_view_2d", ctx, a, [ne0, ne1], [nb1], offset,
+                 lambda c, t: lib.ggml_view_2d(c.ptr, t.ptr, int(ne0), int(ne1), int(nb1), int(offset)))
+
+
+def ggml_view_3d(ctx, a, ne0, ne1, ne2, nb1, nb2, offset=0):
+    return _view("ggml_view_3d", ctx, a, [ne0, ne1, ne2], [nb1, nb2], offset,
+                 lambda c, t: lib.ggml_view_3d(c.ptr, t.ptr, int(ne0), int(ne1), int(ne2),
+                                               int(nb1), int(nb2), int(offset)))
+
+
+def ggml_view_4d(ctx, a, ne0, ne1, ne2, ne3, nb1, nb2, nb3, offset=0):
+    return _view("ggml_view_4d", ctx, a, [ne0, ne1, ne2, ne3], [nb1, nb2, nb3], offset,
+                 lambda c, t: lib.ggml_view_4d(c.ptr, t.ptr, int(ne0), int(ne1), int(ne2), int(ne3),
+                                               int(nb1), int(nb2), int(nb3), int(offset)))
+
+
+def ggml_permute(ctx, a, axis0, axis1, axis2, axis3):
+    """Axis i of a becomes axis `axis_i` of the result (a view)."""
+    ctx, a = _ctx(ctx), _t(a, "ggml_permute")
+    axes = [int(axis0), int(axis1), int(axis2), int(axis3)]
+    if sorted(axes) != [0, 1, 2, 3]:
+        raise GGMLError(f"ggml_permute: axes must be a permutation of 0..3, got {axes}")
+    ne = [0] * 4
+    for i, ax in enumerate(axes):
+        ne[ax] = _ne(a)[i]
+    return _make(ctx, "ggml_permute", ne, a.type, lambda: lib.ggml_permute(ctx.ptr, a.ptr, *axes), view=True)
+
+
+def ggml_transpose(ctx, a):
+    """Swap ne0 and ne1 (a view; ggml_cont() materialises it)."""
+    ctx, a = _ctx(ctx), _t(a, "ggml_transpose")
+    n = _ne(a)
+    return _make(ctx, "ggml_transpose", [n[1], n[0], n[2], n[3]], a.type,
+                 lambda: lib.ggml_transpose(ctx.ptr, a.ptr), view=True)
+
+
+def ggml_cont(ctx, a):
+    """A contiguous copy of a (materialises views)."""
+    ctx, a = _ctx(ctx), _t(a, "ggml_cont")
+    return _same(ctx, "ggml_cont", a, lambda: lib.ggml_cont(ctx.ptr, a.ptr))
+
+
+def ggml_dup(ctx, a):
+    ctx, a = _ctx(ctx), _t(a, "ggml_dup")
+    return _same(ctx, "ggml_dup", a, lambda: lib.ggml_dup(ctx.ptr, a.ptr))
+
+
+def ggml_cpy(ctx, a, b):
+    """Copy a into b (converting the type); the result is a view of b."""
+    ctx = _ctx(ctx)
+    a, b = _t(a, "ggml_cpy", "a"), _t(b, "ggml_cpy", "b")
+    _types(a, (F32, F16, BF16, I32), "ggml_cpy", "a")
+    _types(b, (F32, F16, BF16, I32), "ggml_cpy", "b")
+    if (a.type == I32) != (b.type == I32):
+        raise GGMLError("ggml_cpy: the CPU backend cannot convert between i32 and floating point")
+    if a.nelements() != b.nelements():
+        raise GGMLError(f"ggml_cpy: a has {a.nelements()} elements, b has {b.nelements()}")
+    return _make(ctx, "ggml_cpy", _ne(b), b.type, lambda: lib.ggml_cpy(ctx.ptr, a.ptr, b.ptr), view=True)
+
+
+def ggml_cast(ctx, a, type):
+    ctx, a = _ctx(ctx), _t(a, "ggml_cast")
+    _types(a, FLOAT, "ggml_cast")
+    check(type in FLOAT, "ggml_cast: target type must be f32, f16 or bf16")
+    return _make(ctx, "ggml_cast", _ne(a), type, lambda: lib.ggml_cast(ctx.ptr, a.ptr, type))
+
+
+# -- assembling tensors ------------------------------------------------------------------------------
+def ggml_concat(ctx, a, b, dim=0):
+    ctx = _ctx(ctx)
+    a, b = _t(a, "ggml_concat", "a"), _t(b, "ggml_concat", "b")
+    _types(a, (F32, F16, I32), "ggml_concat", "a")
+    dim = int(dim)
+    check(0 <= dim < 4, f"ggml_concat: dim must be 0..3, got {dim}")
+    check(a.type == b.type, f"ggml_concat: types differ ({a.type_name} vs {b.type_name})")
+    na, nb_ = _ne(a), _ne(b)
+    if any(na[d] != nb_[d] for d in range(4) if d != dim):
+        raise GGMLError(f"ggml_concat: shapes {_shape_str(a)} and {_shape_str(b)} differ outside dim {dim}")
+    ne = list(na)
+    ne[dim] += nb_[dim]
+    return _make(ctx, "ggml_concat", ne, a.type, lambda: lib.ggml_concat(ctx.ptr, a.ptr, b.ptr, dim))
+
+
+def ggml_get_rows(ctx, a, b):
+    """Rows of a (along ne1) picked by the i32 indices in b: [ne0, len(b)]."""
+    ctx = _ctx(ctx)
+    a, b = _t(a, "ggml_get_rows", "a"), _t(b, "ggml_get_rows", "b")
+    _types(a, (F32, F16, BF16, I32), "ggml_get_rows", "a")
+    _types(b, (I32,), "ggml_get_rows", "b")
+    na, nb_ = _ne(a), _ne(b)
+    if na[2] != nb_[1] or na[3] != nb_[2] or nb_[3] != 1:
+        raise GGMLError(f"ggml_get_rows: indices {_shape_str(b)} do not fit a {_shape_str(a)}")
+    out_type = I32 if a.type == I32 else F32
+    return _make(ctx, "ggml_get_rows", [na[0], nb_[0], nb_[1], nb_[2]], out_type,
+                 lambda: lib.ggml_get_rows(ctx.ptr, a.ptr, b.ptr))
+
+
+def ggml_get_rows_back(ctx, a, b, c):
+    """Gradient of get_rows: scatter-add rows of a into a tensor shaped like c."""
+    ctx = _ctx(ctx)
+    a, b, c = (_t(a, "ggml_get_rows_back", "a"), _t(b, "ggml_get_rows_back", "b"),
+               _t(c, "ggml_get_rows_back", "c"))
+    _types(a, (F32,), "ggml_get_rows_back", "a")
+    _types(b, (I32,), "ggml_get_rows_back", "b")
+    ok = (lib.ggml_is_matrix(a.ptr) and lib.ggml_is_vector(b.ptr) and lib.ggml_is_matrix(c.ptr)
+          and _ne(a)[0] == _ne(c)[0] and _ne(a)[1] == _ne(b)[0])
+    check(ok, f"ggml_get_rows_back: a {_shape_str(a)}, indices {_shape_str(b)} and c {_shape_str(c)} do not fit")
+    return _make(ctx, "ggml_get_rows_back", _ne(c), F32, lambda: lib.ggml_get_rows_back(ctx.ptr, a.ptr, b.ptr, c.ptr))
+
+
+def ggml_repeat(ctx, a, b):
+    """Tile a to b's shape (each of a's dims must divide b's)."""
+    ctx = _ctx(ctx)
+    a, b = _t(a, "ggml_repeat", "a"), _t(b, "ggml_repeat", "b")
+    _types(a, CPU_FLOAT, "ggml_repeat")
+    check(can_repeat(a, b), f"ggml_repeat: a {_shape_str(a)} does not tile b {_shape_str(b)}")
+    return _make(ctx, "ggml_repeat", _ne(b), a.type, lambda: lib.ggml_repeat(ctx.ptr, a.ptr, b.ptr))
+
+
+def ggml_repeat_back(ctx, a, b):
+    """Sum a's tiles down to b's shape (the gradient of repeat)."""
+    ctx = _ctx(ctx)
+    a, b = _t(a, "ggml_repeat_back", "a"), _t(b, "ggml_repeat_back", "b")
+    _types(a, CPU_FLOAT, "ggml_repeat_back")
+    check(can_repeat(b, a), f"ggml_repeat_back: b {_shape_str(b)} does not tile a {_shape_str(a)}")
+    return _make(ctx, "ggml_repeat_back", _ne(b), a.type, lambda: lib.ggml_repeat_back(ctx.ptr, a.ptr, b.ptr))
+
+
+def ggml_pad(ctx, a, p0=0, p1=0, p2=0, p3=0):
+    """Zero-pad at the end of each dim."""
+    ctx, a = _ctx(ctx), _t(a, "ggml_pad")
+    _types(a, (F32,), "ggml_pad")
+    ps = [int(p0), int(p1), int(p2), int(p3)]
+    check(all(p >= 0 for p in ps), f"ggml_pad: padding must be >= 0, got {ps}")
+    ne = [d + p for d, p in zip(_ne(a), ps)]
+    return _make(ctx, "ggml_pad", ne, F32, lambda: lib.ggml_pad(ctx.ptr, a.ptr, *ps))
+
+
+def ggml_acc(ctx, a, b, nb1, nb2, nb3, offset):
+    """a with b added into the view (nb1, nb2, nb3, offset) of it."""
+    ctx = _ctx(ctx)
+    a, b = _t(a, "ggml_acc", "a"), _t(b, "ggml_acc", "b")
+    _types(a, (F32,), "ggml_acc", "a")
+    _types(b, (F32,), "ggml_acc", "b")
+    check(bool(lib.ggml_is_contiguous(a.ptr)), "ggml_acc: a must be contiguous")
+    check(b.nelements() <= a.nelements(), "ggml_acc: b has more elements than a")
+    nb = _ne(b)
+    strides = [4, int(nb1), int(nb2), int(nb3)]
+    span = 0 if 0 in nb else 4 + sum((d - 1) * s for d, s in zip(nb, strides))
+    if int(offset) < 0 or int(offset) + span > a.nbytes():
+        raise GGMLError(f"ggml_acc: b {_shape_str(b)} at offset {offset} falls outside a's {a.nbytes()} bytes")
+    return _same(ctx, "ggml_acc", a, lambda: lib.ggml_acc(ctx.ptr, a.ptr, b.ptr, int(nb1), int(nb2),
+                                                          int(nb3), int(offset)))
+
+
+# -- convolution, pooling, resampling -----------------------------------------------------------------
+def _conv_out(ins, ks, s, p, d):
+    return (ins + 2 * p - d * (ks - 1) - 1) // s + 1
+
+
+def ggml_im2col(ctx, a, b, s0, s1, p0, p1, d0, d1, is_2D=True, dst_type=F32):
+    """Unfold b [W, H, C, N] into columns for kernel a [KW, KH, C, OC]."""
+    ctx = _ctx(ctx)
+    a, b = _t(a, "ggml_im2col", "a"), _t(b, "ggml_im2col", "b")
+    _types(b, (F32,), "ggml_im2col", "b")
+    check(dst_type in (F32, F16), "ggml_im2col: dst_type must be f32 or f16")
+    s0, s1, p0, p1, d0, d1 = (int(v) for v in (s0, s1, p0, p1, d0, d1))
+    check(s0 > 0 and s1 > 0 and d0 > 0 and d1 > 0 and p0 >= 0 and p1 >= 0,
+          "ggml_im2col: strides and dilations must be > 0, paddings >= 0")
+    na, nb_ = _ne(a), _ne(b)
+    if is_2D:
+        check(na[2] == nb_[2], f"ggml_im2col: channels differ: kernel {na[2]}, input {nb_[2]}")
+        oh = _conv_out(nb_[1], na[1], s1, p1, d1)
+    else:
+        check(nb_[1] == na[1] and nb_[3] == 1, "ggml_im2col: 1-d kernel and input do not fit")
+        oh = 0
+    ow = _conv_out(nb_[0], na[0], s0, p0, d0)
+    check(ow > 0 and (not is_2D or oh > 0), "ggml_im2col: input too small for the kernel")
+    ne = [na[2] * na[1] * na[0], ow, oh, nb_[3]] if is_2D else [na[1] * na[0], ow, nb_[2], 1]
+    return _make(ctx, "ggml_im2col", ne, dst_type,
+                 lambda: lib.ggml_im2col(ctx.ptr, a.ptr, b.ptr, s0, s1, p0, p1, d0, d1, bool(is_2D), dst_type))
+
+
+def ggml_conv_2d(ctx, a, b, s0=1, s1=1, p0=0, p1=0, d0=1, d1=1):
+    """2-d convolution of b [W, H, C, N] with kernel a [KW, KH, C, OC] -> [OW, OH, OC, N]."""
+    ctx = _ctx(ctx)
+    a, b = _t(a, "ggml_conv_2d", "a"), _t(b, "ggml_conv_2d", "b")
+    _types(a, (F32, F16), "ggml_conv_2d", "a")
+    _types(b, (F32,), "ggml_conv_2d", "b")
+    check(bool(lib.ggml_is_contiguous(a.ptr)), "ggml_conv_2d: kernel must be contiguous")
+    na, nb_ = _ne(a), _ne(b)
+    check(na[2] == nb_[2], f"ggml_conv_2d: channels differ: kernel {na[2]}, input {nb_[2]}")
+    s0, s1, p0, p1, d0, d1 = (int(v) for v in (s0, s1, p0, p1, d0, d1))
+    check(s0 > 0 and s1 > 0 and d0 > 0 and d1 > 0 and p0 >= 0 and p1 >= 0,
+          "ggml_conv_2d: strides and dilations must be > 0, paddings >= 0")
+    ow, oh = _conv_out(nb_[0], na[0], s0, p0, d0), _conv_out(nb_[1], na[1], s1, p1, d1)
+    check(ow > 0 and oh > 0, "ggml_conv_2d: input too small for the kernel")
+    cols = na[0] * na[1] * na[2] * ow * oh * nb_[3]
+    out = ow * oh * na[3] * nb_[3]
+    # im2col (f16), mul_mat, then a permuted copy: reserve all of them, plus the views between.
+    extra = 2 * cols + 8 * out + 8 * N_OVERHEAD + 64
+    return _make(ctx, "ggml_conv_2d", [ow, oh, na[3], nb_[3]], F32,
+                 lambda: lib.ggml_conv_2d(ctx.ptr, a.ptr, b.ptr, s0, s1, p0, p1, d0, d1), extra=extra)
+
+
+def _pool_op(op):
+    ops = {"max": lib.GGML_OP_POOL_MAX, "avg": lib.GGML_OP_POOL_AVG}
+    if isinstance(op, str):
+        check(op in ops, f"pool op must be 'max' or 'avg', got {op!r}")
+        return ops[op]
+    check(op in ops.values(), f"unknown pool op {op}")
+    return int(op)
+
+
+def ggml_pool_1d(ctx, a, op, k0, s0, p0=0):
+    ctx, a = _ctx(ctx), _t(a, "ggml_pool_1d")
+    _types(a, (F32, F16), "ggml_pool_1d")
+    op, k0, s0, p0 = _pool_op(op), int(k0), int(s0), int(p0)
+    check(k0 > 0 and s0 > 0 and p0 >= 0, "ggml_pool_1d: kernel and stride must be > 0, padding >= 0")
+    n = _ne(a)
+    o0 = (n[0] + 2 * p0 - k0) // s0 + 1
+    check(o0 > 0, "ggml_pool_1d: input too small for the kernel")
+    return _make(ctx, "ggml_pool_1d", [o0] + n[1:], F32, lambda: lib.ggml_pool_1d(ctx.ptr, a.ptr, op, k0, s0, p0))
+
+
+def ggml_pool_2d(ctx, a, op, k0, k1, s0, s1, p0=0.0, p1=0.0):
+    ctx, a = _ctx(ctx), _t(a, "ggml_pool_2d")
+    _types(a, (F32, F16), "ggml_pool_2d")
+    op, k0, k1, s0, s1 = _pool_op(op), int(k0), int(k1), int(s0), int(s1)
+    check(k0 > 0 and k1 > 0 and s0 > 0 and s1 > 0 and p0 >= 0 and p1 >= 0,
+          "ggml_pool_2d: kernel and stride must be > 0, padding >= 0")
+    n = _ne(a)
+    o0, o1 = int((n[0] + 2 * p0 - k0) // s0 + 1), int((n[1] + 2 * p1 - k1) // s1 + 1)
+    check(o0 > 0 and o1 > 0, "ggml_pool_2d: input too small for the kernel")
+    return _make(ctx, "ggml_pool_2d", [o0, o1] + n[2:], F32,
+                 lambda: lib.ggml_pool_2d(ctx.ptr, a.ptr, op, k0, k1, s0, s1, float(p0), float(p1)))
+
+
+def ggml_upscale(ctx, a, scale_factor, mode=0):
+    """Nearest (mode 0) or bilinear (mode 1) upscaling of dims 0 and 1 by an integer factor."""
+    ctx, a = _ctx(ctx), _t(a, "ggml_upscale")
+    _types(a, (F32,), "ggml_upscale")
+    sf = int(scale_factor)
+    check(sf > 1, f"ggml_upscale: scale_factor must be > 1, got {scale_factor}")
+    check(int(mode) in (0, 1), "ggml_upscale: mode must be 0 (nearest) or 1 (bilinear)")
+    n = _ne(a)
+    return _make(ctx, "ggml_upscale", [n[0] * sf, n[1] * sf, n[2], n[3]], F32,
+                 lambda: lib.ggml_upscale(ctx.ptr, a.ptr, sf, int(mode)))
+
+
+# -- attention ---------------------------------------------------------------------------------------------
+def ggml_diag_mask_inf(ctx, a, n_past=0):
+    """Set a[i, j] = -inf for i > n_past + j (causal masking of a [keys, queries] score matrix)."""
+    ctx, a = _ctx(ctx), _t(a, "ggml_diag_mask_inf")
+    _types(a, (F32,), "ggml_diag_mask_inf")
+    return _same(ctx, "ggml_diag_mask_inf", a, lambda: lib.ggml_diag_mask_inf(ctx.ptr, a.ptr, int(n_past)))
+
+
+def ggml_rope_ext(ctx, a, b, c=None, n_dims=None, mode=0, n_ctx_orig=0, freq_base=10000.0,
+                  freq_scale=1.0, ext_factor=0.0, attn_factor=1.0, beta_fast=32.0, beta_slow=1.0):
+    """Rotary position embedding of a [head_dim, n_head, n_tokens] at i32 positions b [n_tokens]."""
+    what = "ggml_rope_ext"
+    ctx = _ctx(ctx)
+    a, b = _t(a, what, "a"), _t(b, what, "b")
+    _types(a, (F32, F16), what, "a")
+    _types(b, (I32,), what, "b")
+    n_dims = _ne(a)[0] if n_dims is None else int(n_dims)
+    mode = int(mode)
+    check(mode in (0, 2), f"{what}: ggmlpy supports mode 0 (normal) and 2 (neox), got {mode}")
+    check(0 < n_dims <= _ne(a)[0] and n_dims % 2 == 0, f"{what}: n_dims must be even and <= ne0")
+    check(bool(lib.ggml_is_vector(b.ptr)) and _ne(b)[0] == _ne(a)[2],
+          f"{what}: positions b must be a vector of ne2={_ne(a)[2]} entries, got {_shape_str(b)}")
+    cp = ffi.NULL
+    if c is not None:
+        c = _t(c, what, "c")
+        _types(c, (F32,), what, "c")
+        check(_ne(c)[0] >= n_dims // 2, f"{what}: freq factors c need at least n_dims/2 entries")
+        cp = c.ptr
+    return _same(ctx, what, a, lambda: lib.ggml_rope_ext(
+        ctx.ptr, a.ptr, b.ptr, cp, n_dims, mode, int(n_ctx_orig), float(freq_base), float(freq_scale),
+        float(ext_factor), float(attn_factor), float(beta_fast), float(beta_slow)))
+
+
+def ggml_flash_attn_ext(ctx, q, k, v, mask=None, scale=1.0, max_bias=0.0, logit_softcap=0.0):
+    """Fused attention: q [D, n_q, H, B], k [D, n_kv, H_kv, B], v [Dv, n_kv, H_kv, B] -> [Dv, H, n_q, B]."""
+    what = "ggml_flash_attn_ext"
+    ctx = _ctx(ctx)
+    q, k, v = _t(q, what, "q"), _t(k, what, "k"), _t(v, what, "v")
+    _types(q, (F32,), what, "q")
+    _types(k, (F32, F16), what, "k")
+    _types(v, (F32, F16), what, "v")
+    nq, nk, nv = _ne(q), _ne(k), _ne(v)
+    if nk[0] != nq[0] or nq[2] % nk[2] or nq[3] % nk[3]:
+        raise GGMLError(f"{what}: k {_shape_str(k)} does not fit q {_shape_str(q)} (same ne0, heads dividing)")
+    if nq[3] != nk[3] or nq[3] != nv[3] or nv[1] != nk[1] or nv[2] != nk[2]:
+        raise GGMLError(f"{what}: v {_shape_str(v)} does not fit k {_shape_str(k)}")
+    mp = ffi.NULL
+    if mask is not None:
+        mask = _t(mask, what, "mask")
+        _types(mask, (F16,), what, "mask")
+        nm = _ne(mask)
+        check(bool(lib.ggml_is_contiguous(mask.ptr)), f"{what}: mask must be contiguous")
+        if nm[0] != nk[1] or nm[1] < nq[1] or nq[2] % nm[2] or nq[3] % nm[3]:
+            raise GGMLError(f"{what}: mask {_shape_str(mask)} must be [n_kv, >= n_q, ...] for q {_shape_str(q)}")
+        mp = mask.ptr
+    check(max_bias >= 0 and (max_bias == 0 or mask is not None), f"{what}: max_bias > 0 needs a mask")
+    return _make(ctx, what, [nv[0], nq[2], nq[1], nq[3]], F32, lambda: lib.ggml_flash_attn_ext(
+        ctx.ptr, q.ptr, k.ptr, v.ptr, mp, float(scale), float(max_bias), float(logit_softcap)))
+
+
+# -- sorting ---------------------------------------------------------------------------------------------
+def ggml_argsort(ctx, a, order=0):
+    """i32 indices that sort each row (along ne0); order 0 ascending, 1 descending."""
+    ctx, a = _ctx(ctx), _t(a, "ggml_argsort")
+    _types(a, (F32,), "ggml_argsort")
+    check(int(order) in (0, 1), "ggml_argsort: order must be 0 (ascending) or 1 (descending)")
+    return _make(ctx, "ggml_argsort", _ne(a), I32, lambda: lib.ggml_argsort(ctx.ptr, a.ptr, int(order)))
+
+
+def ggml_top_k(ctx, a, k):
+    """i32 indices of the k largest entries of each row (order within the k is unspecified)."""
+    ctx, a = _ctx(ctx), _t(a, "ggml_top_k")
+    _types(a, (F32,), "ggml_top_k")
+    k = int(k)
+    check(0 < k <= _ne(a)[0], f"ggml_top_k: k must be in 1..{_ne(a)[0]}, got {k}")
+    return _make(ctx, "ggml_top_k", [k] + _ne(a)[1:], I32, lambda: lib.ggml_top_k(ctx.ptr, a.ptr, k))
+
+
+OPS = sorted(name for name in globals() if name.startswith("ggml_"))

@@ -1,0 +1,18 @@
+"""Exceptions. ggml aborts the process on a failed assertion, so ggmlpy checks first and raises these."""
+
+
+class GGMLError(ValueError):
+    """A call ggml would reject (or abort on): wrong shapes, types, freed or full contexts."""
+
+
+class StaleTensorError(RuntimeError):
+    """A handle from an older generation of a memory pool: its memory has been reused."""
+
+
+class DeviceError(RuntimeError):
+    """A device that is not available, or tensors from different devices mixed in one op."""
+
+
+def check(cond: bool, message: str) -> None:
+    if not cond:
+        raise GGMLError(message)
