@@ -15,7 +15,14 @@ from .errors import DeviceError, GGMLError, StaleTensorError
 from . import backend  # noqa: F401
 from .backend import graph_alloc  # noqa: F401
 from .info import info
+from .backend.state import ag_default_device, ag_device, ag_dtype
+from .tensor import AGTensor, ag_param, ag_tensor, ag_to_device
+from .autograd import *  # noqa: F401,F403
+from .autograd import ag_ops as _ag_ops
 
 __version__ = "0.1.0"
 __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "StaleTensorError",
-                             "DeviceError", "info", "found"]
+                             "DeviceError", "info", "found",
+                             "AGTensor", "ag_tensor", "ag_param", "ag_to_device", "ag_device",
+                             "ag_default_device", "ag_dtype", "with_grad_tape", "backward", "no_grad",
+                             "tape_bytes", "tape_report", "ag_gradcheck", "GradMap", "zero_grad"] + _ag_ops

@@ -27,7 +27,7 @@ SKIP = re.compile(
     r"ggml_(format_name|print_object|print_objects|fopen|set_i32_nd|get_i32_nd|set_f32_nd|get_f32_nd"
     r"|map_custom|custom_4d|custom_inplace|add1|type_sizef|backend_meta|backend_comm"
     r"|graph_export|graph_import|cpu_get_type_traits|get_type_traits"
-    r"|backend_sched_reserve_size|backend_rpc_start_server|opt_|threadpool_params_match)"
+    r"|backend_sched_reserve_size|backend_rpc_start_server|threadpool_params_match)"
 )
 
 
@@ -58,7 +58,7 @@ def declarations(text: str):
 def keep(decl: str) -> bool:
     if decl.startswith("static "):          # GGML_TENSOR_SIZE and friends
         return False
-    if "ggml_type_traits" in decl or "ggml_custom" in decl or "ggml_opt" in decl:
+    if "ggml_type_traits" in decl or "ggml_custom" in decl:
         return False
     m = re.search(r"(\w+)\s*\(", decl)
     return not (m and SKIP.search(m.group(1)))

@@ -351,6 +351,8 @@ struct ggml_tensor * ggml_dsv4_hc_pre_gated( struct ggml_context * ctx, struct g
 struct ggml_tensor * ggml_dsv4_hc_post( struct ggml_context * ctx, struct ggml_tensor * x, struct ggml_tensor * residual, struct ggml_tensor * post, struct ggml_tensor * comb);
 struct ggml_tensor * ggml_cross_entropy_loss( struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
 struct ggml_tensor * ggml_cross_entropy_loss_back( struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, struct ggml_tensor * c);
+struct ggml_tensor * ggml_opt_step_adamw( struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * grad, struct ggml_tensor * m, struct ggml_tensor * v, struct ggml_tensor * adamw_params);
+struct ggml_tensor * ggml_opt_step_sgd( struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * grad, struct ggml_tensor * sgd_params);
 struct ggml_tensor * ggml_build_forward_select( struct ggml_cgraph * cgraph, struct ggml_tensor ** tensors, int n_tensors, int idx);
 void ggml_build_forward_expand( struct ggml_cgraph * cgraph, struct ggml_tensor * tensor);
 void ggml_build_forward_order( struct ggml_cgraph * cgraph, struct ggml_tensor * tensor);

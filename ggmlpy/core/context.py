@@ -211,6 +211,14 @@ def _require_data(t: Tensor, what: str) -> None:
         raise GGMLError(f"{what}: tensor is a non-contiguous view; use ggml_cont() first")
 
 
+def _squeeze_lead(shape: tuple) -> tuple:
+    """Leading 1s of a numpy shape are ggml's trailing ne = 1: (1, 3, 2) and (3, 2) are the same tensor."""
+    i = 0
+    while i < len(shape) and shape[i] == 1:
+        i += 1
+    return tuple(shape[i:])
+
+
 def set_data(t: Tensor, values, np_dtype, what: str) -> None:
     _require_data(t, what)
     if NP_DTYPES.get(t.type) is None:
@@ -221,7 +229,7 @@ def set_data(t: Tensor, values, np_dtype, what: str) -> None:
     n = t.nelements()
     if arr.size != n:
         raise GGMLError(f"{what}: tensor has {n} elements {list(t.shape)}, got {arr.size} values {arr.shape}")
-    if arr.ndim > 1 and arr.shape != _np_shape(t):
+    if arr.ndim > 1 and _squeeze_lead(arr.shape) != _squeeze_lead(_np_shape(t)):
         raise GGMLError(f"{what}: array shape {arr.shape} does not match the tensor's numpy shape "
                         f"{_np_shape(t)} (ggml ne={list(t.shape)}, reversed)")
     src = np.ascontiguousarray(arr, dtype=np_dtype).ravel()

@@ -1,0 +1,8 @@
+"""Reverse-mode autodiff on a tape, with ggmlR's ag_* API."""
+from .engine import GradMap, backward, zero_grad
+from .gradcheck import ag_gradcheck
+from .ops import *  # noqa: F401,F403
+from .ops import __dict__ as _ops_ns
+from .tape import no_grad, tape_bytes, tape_report, with_grad_tape
+
+ag_ops = sorted(n for n in _ops_ns if n.startswith("ag_"))

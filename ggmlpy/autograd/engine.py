@@ -1,0 +1,123 @@
+"""Applying primitives eagerly, recording them, and walking the tape backwards."""
+from __future__ import annotations
+
+from ..backend.state import STATE
+from ..bindings import lib
+from ..errors import GGMLError
+from ..tensor import AGTensor, same_device
+from . import prims
+from .rules import RULES
+from .tape import TAPE, Node, no_grad
+
+F32 = lib.GGML_TYPE_F32
+_LOW = (lib.GGML_TYPE_F16, lib.GGML_TYPE_BF16)
+
+
+def _builder(fwd, params: dict, out_type: int):
+    """A graph builder computing in f32 whatever the storage dtype, and storing in `out_type`."""
+    def build(ctx, *xs):
+        xs = [lib.ggml_cast(ctx, x, F32) if x.type in _LOW else x for x in xs]
+        y = fwd(ctx, *xs, **params)
+        return lib.ggml_cast(ctx, y, out_type) if out_type != F32 else y
+    return build
+
+
+def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
+    """Run primitive `op` on `inputs` through ggml; record it if any input needs a gradient."""
+    rule = RULES[op]
+    dc = same_device(*inputs)
+    out_type = STATE.dtype
+    key = (op, tuple(params.items()), out_type)
+    st = dc.executor.run(key, _builder(rule.fwd, params, out_type), [x.st for x in inputs],
+                         dc.pass_pool.alloc)[0]
+    ne = st.t.ne
+    out = AGTensor(st, (ne[0], ne[1]), dc, is_leaf=False)
+    if TAPE.recording() and any(x.requires_grad for x in inputs) and rule.vjp is not None:
+        out.requires_grad = True
+        saved = {f"x{i}": inputs[i] for i in rule.saves}
+        if rule.saves_out:
+            saved["out"] = out
+        TAPE.nodes.append(Node(op, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in inputs],
+                               saved, params, tuple(x.shape for x in inputs)))
+    if _forward_levels_active():
+        from .forward_ad import propagate
+        propagate(rule, out, inputs, params)
+    return out
+
+
+def _forward_levels_active() -> bool:
+    from . import forward_ad
+    return forward_ad.active()
+
+
+# -- backward --------------------------------------------------------------------------------------------
+class GradMap(dict):
+    """backward()'s result: gradients keyed by tensor id (as in ggmlR); also indexable by the tensor."""
+
+    def __getitem__(self, key):
+        return super().__getitem__(key.id if isinstance(key, AGTensor) else key)
+
+    def get(self, key, default=None):
+        return super().get(key.id if isinstance(key, AGTensor) else key, default)
+
+    def __contains__(self, key):
+        return super().__contains__(key.id if isinstance(key, AGTensor) else key)
+
+
+def ones_like(x: AGTensor) -> AGTensor:
+    return apply("fill", x, value=1.0)
+
+
+def accumulate(a: AGTensor | None, b: AGTensor) -> AGTensor:
+    return b if a is None else apply("add", a, b)
+
+
+def backward(loss: AGTensor, grad: AGTensor | None = None) -> GradMap:
+    """Gradients of `loss` w.r.t. every recorded tensor, keyed by id; also added into leaves' `.grad`."""
+    if not isinstance(loss, AGTensor):
+        raise GGMLError(f"backward: expected an ag tensor, got {type(loss).__name__}")
+    grads = GradMap()
+    leaves = {}
+    with no_grad():
+        dict.__setitem__(grads, loss.id, grad if grad is not None else ones_like(loss))
+        walk(TAPE.nodes, grads, leaves)
+        for tid, leaf in leaves.items():
+            g = dict.get(grads, tid)
+            if g is not None:
+                _add_into_grad(leaf, g)
+    return grads
+
+
+def walk(nodes, grads: dict, leaves: dict) -> None:
+    """Push gradients from outputs to inputs through `nodes`, newest first."""
+    for node in reversed(nodes):
+        g = dict.get(grads, node.out_id)
+        if g is None:
+            continue
+        if node.backward_fn is not None:
+            in_grads = node.backward_fn(g)
+        else:
+            in_grads = RULES[node.op].vjp(g, node)
+        for (tid, needs, leaf), gi in zip(node.inputs, in_grads):
+            if not needs or gi is None:
+                continue
+            dict.__setitem__(grads, tid, accumulate(dict.get(grads, tid), gi))
+            if leaf is not None:
+                leaves[tid] = leaf
+
+
+def _add_into_grad(leaf: AGTensor, g: AGTensor) -> None:
+    """Accumulate into the leaf's persistent `.grad` (it outlives the pass pool), in place."""
+    if leaf.grad is None or not leaf.grad.st.alive or leaf.grad.shape != leaf.shape:
+        st = leaf.dc.persistent.alloc(int(leaf.st.t.type), leaf.shape)
+        leaf.grad = AGTensor(st, leaf.shape, leaf.dc)
+        leaf.dc.executor.run(("copy",), _builder(prims.copy, {}, int(st.t.type)), [g.st],
+                             None, out=[st])
+    else:
+        leaf.dc.executor.run(("add_into",), _builder(prims.add, {}, int(leaf.grad.st.t.type)),
+                             [leaf.grad.st, g.st], None, out=[leaf.grad.st])
+
+
+def zero_grad(params) -> None:
+    for p in params:
+        p.grad = None

@@ -1,0 +1,53 @@
+"""ag_gradcheck: analytic gradients against central finite differences."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import GGMLError
+from .engine import backward
+from .tape import no_grad, with_grad_tape
+
+# float32 cannot resolve a 1e-5 step (ggmlR's default, meant for R's doubles): its rounding
+# error divided by the step would swamp the derivative. The step is raised to this floor,
+# relative to |x|, and Richardson extrapolation keeps the truncation error at O(h^4).
+F32_STEP = 4e-3
+
+
+def ag_gradcheck(fn, inputs, eps=1e-5, atol=1e-4, return_errors=False):
+    """True iff max |analytic - numeric| < atol for every input with requires_grad.
+
+    `fn()` runs the computation and returns a scalar loss; `inputs` lists the
+    tensors to check. Each element is perturbed in place and restored."""
+    with with_grad_tape():
+        loss = fn()
+    if loss.shape != (1, 1):
+        raise GGMLError(f"ag_gradcheck: fn() must return a [1, 1] loss, got {list(loss.shape)}")
+    grads = backward(loss)
+    analytic = {x.id: (grads[x].numpy() if x in grads else np.zeros(x.shape)) for x in inputs if x.requires_grad}
+    errors = {}
+    with no_grad():
+        for x in inputs:
+            if not x.requires_grad:
+                continue
+            base = x.numpy()
+            num = np.zeros_like(base)
+            for idx in np.ndindex(base.shape):
+                h = max(eps, F32_STEP * max(1.0, abs(base[idx]))) if x.dtype != "f64" else eps
+                num[idx] = _richardson(lambda d: _loss_at(fn, x, base, idx, d), h)
+            x.data = base
+            errors[x.id] = float(np.max(np.abs(analytic[x.id] - num)))
+    ok = all(e < atol for e in errors.values())
+    return (ok, errors) if return_errors else ok
+
+
+def _loss_at(fn, x, base, idx, delta):
+    moved = base.copy()
+    moved[idx] += delta
+    x.data = moved
+    return float(fn().item())
+
+
+def _richardson(f, h):
+    d1 = (f(h) - f(-h)) / (2 * h)
+    d2 = (f(h / 2) - f(-h / 2)) / h
+    return (4 * d2 - d1) / 3

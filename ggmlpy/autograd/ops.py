@@ -1,0 +1,291 @@
+"""ggmlR's ag_* functions, with its shapes, broadcasting rules and error cases.
+
+Shapes are R's [nrow, ncol]; samples are columns. `ag_add`/`ag_sub` broadcast
+only their second argument ([m, 1] across columns, [1, n] across rows, or
+[1, 1]); `ag_mul` broadcasts either. Everything computes through ggml on the
+inputs' device; see rules.py for the gradients.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from ..errors import GGMLError
+from ..tensor import AGTensor, ag_tensor
+from .engine import apply
+
+
+def _ag(x, what: str, arg: str = "x") -> AGTensor:
+    if not isinstance(x, AGTensor):
+        raise GGMLError(f"{what}: {arg} must be an ag tensor, got {type(x).__name__}")
+    return x
+
+
+def _num(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _fits(small, big) -> bool:
+    """ggmlR's broadcast shapes: equal, a column [m,1], a row [1,n], or a scalar [1,1]."""
+    (r, c), (R, C) = small, big
+    return (r, c) == (R, C) or (r, c) in ((R, 1), (1, C), (1, 1))
+
+
+def ag_matmul(a, b):
+    """a %*% b."""
+    a, b = _ag(a, "ag_matmul", "a"), _ag(b, "ag_matmul", "b")
+    if a.ncol != b.nrow:
+        raise GGMLError(f"ag_matmul: non-conformable arguments: [{a.nrow}, {a.ncol}] %*% [{b.nrow}, {b.ncol}]")
+    return apply("matmul", a, b, ta=False, tb=False)
+
+
+def _second_broadcasts(what, a, b):
+    if _fits(b.shape, a.shape):
+        return
+    if _fits(a.shape, b.shape):
+        raise GGMLError(f"{what}: only the second argument broadcasts; got a {list(a.shape)} and b "
+                        f"{list(b.shape)} (swap them, or broadcast a explicitly)")
+    raise GGMLError(f"{what}: shapes {list(a.shape)} and {list(b.shape)} do not broadcast")
+
+
+def ag_add(a, b):
+    """a + b; b may be a column [m,1], a row [1,n], a [1,1] or a number."""
+    a = _ag(a, "ag_add", "a")
+    if _num(b):
+        return apply("add_scalar", a, c=float(b))
+    b = _ag(b, "ag_add", "b")
+    _second_broadcasts("ag_add", a, b)
+    return apply("add", a, b)
+
+
+def ag_sub(a, b):
+    """a - b; b may be a column [m,1], a row [1,n], a [1,1] or a number."""
+    a = _ag(a, "ag_sub", "a")
+    if _num(b):
+        return apply("add_scalar", a, c=-float(b))
+    b = _ag(b, "ag_sub", "b")
+    _second_broadcasts("ag_sub", a, b)
+    return apply("sub", a, b)
+
+
+def ag_mul(a, b):
+    """Element-wise a * b; either may broadcast. A plain number is an error, as in ggmlR: use ag_scale."""
+    a = _ag(a, "ag_mul", "a")
+    if _num(b):
+        raise GGMLError("ag_mul: b is a number; use ag_scale(x, scalar) to multiply by a scalar")
+    b = _ag(b, "ag_mul", "b")
+    if not (_fits(b.shape, a.shape) or _fits(a.shape, b.shape)):
+        raise GGMLError(f"ag_mul: shapes {list(a.shape)} and {list(b.shape)} do not broadcast")
+    return apply("mul", a, b)
+
+
+def ag_div(a, b):
+    """Element-wise a / b; either may broadcast; b may be a number."""
+    a = _ag(a, "ag_div", "a")
+    if _num(b):
+        return apply("scale", a, s=1.0 / float(b))
+    b = _ag(b, "ag_div", "b")
+    if not (_fits(b.shape, a.shape) or _fits(a.shape, b.shape)):
+        raise GGMLError(f"ag_div: shapes {list(a.shape)} and {list(b.shape)} do not broadcast")
+    return apply("div", a, b)
+
+
+def ag_scale(x, scalar):
+    """x * scalar (the scalar is a constant, not tracked)."""
+    x = _ag(x, "ag_scale")
+    if not _num(scalar):
+        raise GGMLError(f"ag_scale: scalar must be a number, got {type(scalar).__name__}")
+    return apply("scale", x, s=float(scalar))
+
+
+def ag_neg(x):
+    return apply("neg", _ag(x, "ag_neg"))
+
+
+def _unary(op, doc):
+    def f(x):
+        return apply(op, _ag(x, f"ag_{op}"))
+    f.__name__ = f"ag_{op}"
+    f.__doc__ = doc
+    return f
+
+
+ag_relu = _unary("relu", "max(x, 0); gradient mask x > 0.")
+ag_sigmoid = _unary("sigmoid", "1 / (1 + exp(-x)).")
+ag_tanh = _unary("tanh", "tanh(x).")
+ag_exp = _unary("exp", "exp(x).")
+ag_log = _unary("log", "Natural log.")
+ag_sqrt = _unary("sqrt", "Square root.")
+ag_abs = _unary("abs", "|x|.")
+ag_gelu = _unary("gelu", "Exact GELU, x * Phi(x) (erf form, as PyTorch's default).")
+ag_silu = _unary("silu", "x * sigmoid(x).")
+
+
+def ag_softmax(x):
+    """Column-wise softmax: each column (sample) sums to 1."""
+    return apply("softmax", _ag(x, "ag_softmax"))
+
+
+def ag_pow(x, p):
+    """x ^ p for a constant p; gradient p * x^(p-1)."""
+    x = _ag(x, "ag_pow")
+    if not _num(p):
+        raise GGMLError("ag_pow: p must be a number")
+    return apply("pow", x, p=float(p))
+
+
+def ag_clamp(x, lo=-math.inf, hi=math.inf):
+    """Clamp to [lo, hi]; the gradient passes where lo < x < hi (strictly), as in ggmlR."""
+    x = _ag(x, "ag_clamp")
+    lo, hi = float(lo), float(hi)
+    if lo > hi:
+        raise GGMLError(f"ag_clamp: lo ({lo}) > hi ({hi})")
+    return apply("clamp", x, lo=lo, hi=hi)
+
+
+def _dim(dim, what):
+    if dim is None:
+        return None
+    if dim not in (1, 2):
+        raise GGMLError(f"{what}: dim must be NULL/None, 1 (rows) or 2 (columns), got {dim!r}")
+    return int(dim)
+
+
+def ag_sum(x, dim=None, keepdim=False):
+    """dim=None: [1,1]; dim=1: rowSums [nrow,1]; dim=2: colSums [1,ncol]. keepdim is ignored (as in ggmlR)."""
+    x = _ag(x, "ag_sum")
+    dim = _dim(dim, "ag_sum")
+    return apply({None: "sum_all", 1: "row_sums", 2: "col_sums"}[dim], x)
+
+
+def ag_mean(x, dim=None, keepdim=False):
+    """dim=None: [1,1]; dim=1: rowMeans [nrow,1]; dim=2: colMeans [1,ncol]."""
+    x = _ag(x, "ag_mean")
+    dim = _dim(dim, "ag_mean")
+    n = {None: x.nrow * x.ncol, 1: x.ncol, 2: x.nrow}[dim]
+    return apply("scale", ag_sum(x, dim), s=1.0 / n)
+
+
+def ag_transpose(x):
+    return apply("transpose", _ag(x, "ag_transpose"))
+
+
+def ag_reshape(x, nrow, ncol):
+    """R's matrix(x, nrow, ncol): column-major; one of nrow/ncol may be -1 (inferred)."""
+    x = _ag(x, "ag_reshape")
+    n = x.nrow * x.ncol
+    nrow, ncol = int(nrow), int(ncol)
+    if nrow == -1 and ncol > 0 and n % ncol == 0:
+        nrow = n // ncol
+    elif ncol == -1 and nrow > 0 and n % nrow == 0:
+        ncol = n // nrow
+    if nrow <= 0 or ncol <= 0 or nrow * ncol != n:
+        raise GGMLError(f"ag_reshape: cannot reshape {n} elements [{x.nrow}, {x.ncol}] to [{nrow}, {ncol}]")
+    return apply("reshape", x, nrow=nrow, ncol=ncol)
+
+
+def ag_concat(a, b, dim=1):
+    """Stack along R dim 1 (rows, rbind) or 2 (columns, cbind)."""
+    a, b = _ag(a, "ag_concat", "a"), _ag(b, "ag_concat", "b")
+    if dim not in (1, 2):
+        raise GGMLError(f"ag_concat: dim must be 1 (rows) or 2 (columns), got {dim!r}")
+    other = 1 if dim == 1 else 0
+    if a.shape[other] != b.shape[other]:
+        raise GGMLError(f"ag_concat: shapes {list(a.shape)} and {list(b.shape)} differ along the kept dim")
+    return apply("concat", a, b, dim=dim - 1)
+
+
+def ag_slice(x, rows=None, cols=None):
+    """x[rows, cols] with 0-based Python slices (step 1), e.g. ag_slice(x, slice(0, 2), None)."""
+    x = _ag(x, "ag_slice")
+
+    def bounds(s, n, name):
+        if s is None:
+            return 0, n
+        if isinstance(s, int):
+            s = slice(s, s + 1)
+        if not isinstance(s, slice) or s.step not in (None, 1):
+            raise GGMLError(f"ag_slice: {name} must be None, an int or a slice with step 1")
+        lo, hi, _ = s.indices(n)
+        if hi <= lo:
+            raise GGMLError(f"ag_slice: empty {name} range {s}")
+        return lo, hi
+
+    r0, r1 = bounds(rows, x.nrow, "rows")
+    c0, c1 = bounds(cols, x.ncol, "cols")
+    return apply("slice", x, r0=r0, r1=r1, c0=c0, c1=c1)
+
+
+def ag_layer_norm(x, eps=1e-5, gamma=None, beta=None):
+    """Normalise each column (sample) to zero mean, unit variance (biased); then * gamma + beta ([F,1])."""
+    x = _ag(x, "ag_layer_norm")
+    mu = ag_mean(x, 2)
+    xc = ag_sub(x, mu)
+    var = ag_mean(ag_mul(xc, xc), 2)
+    y = ag_div(xc, ag_sqrt(ag_add(var, eps)))
+    if gamma is not None:
+        y = ag_mul(y, gamma)
+    if beta is not None:
+        y = ag_add(y, beta)
+    return y
+
+
+def ag_zeros(nrow, ncol, device=None):
+    return ag_tensor(np.zeros((nrow, ncol)), device=device)
+
+
+def ag_ones(nrow, ncol, device=None):
+    return ag_tensor(np.ones((nrow, ncol)), device=device)
+
+
+# -- losses -----------------------------------------------------------------------------------------------
+def _same_shape(what, p, t):
+    if p.shape != t.shape:
+        raise GGMLError(f"{what}: pred {list(p.shape)} and target {list(t.shape)} differ in shape")
+
+
+def ag_mse_loss(pred, target):
+    """sum((pred - target)^2) / length(pred); the gradient flows to pred only (as in ggmlR)."""
+    pred, target = _ag(pred, "ag_mse_loss", "pred"), _ag(target, "ag_mse_loss", "target")
+    _same_shape("ag_mse_loss", pred, target)
+    return apply("mse", pred, target)
+
+
+def ag_cross_entropy_loss(pred, target):
+    """-sum(target * log(clamp(pred, 1e-7, 1 - 1e-7))) / ncol, for probabilities `pred`."""
+    pred, target = _ag(pred, "ag_cross_entropy_loss", "pred"), _ag(target, "ag_cross_entropy_loss", "target")
+    _same_shape("ag_cross_entropy_loss", pred, target)
+    return apply("cross_entropy", pred, target)
+
+
+def ag_softmax_cross_entropy_loss(logits, target):
+    """Softmax (per column) then cross-entropy with log(max(p, 1e-7)), averaged over columns.
+
+    `target` is one-hot [classes, ncol], or 0-based class indices: a [1, ncol]
+    tensor (when logits have more than one row) or an integer vector."""
+    logits = _ag(logits, "ag_softmax_cross_entropy_loss", "logits")
+    target = _one_hot_target(logits, target)
+    _same_shape("ag_softmax_cross_entropy_loss", logits, target)
+    return apply("softmax_ce", logits, target)
+
+
+def _one_hot_target(logits, target):
+    if isinstance(target, AGTensor):
+        if not (target.shape == (1, logits.ncol) and logits.nrow > 1):
+            return target
+        idx = target.numpy().ravel()
+    else:
+        idx = np.asarray(target)
+        if idx.dtype.kind not in "iu" and not (idx.dtype.kind == "f" and np.all(idx == np.round(idx))):
+            raise GGMLError("ag_softmax_cross_entropy_loss: target must be an ag tensor or integer class indices")
+        idx = idx.ravel()
+    if idx.size != logits.ncol:
+        raise GGMLError(f"ag_softmax_cross_entropy_loss: {idx.size} class indices for {logits.ncol} columns")
+    cls = idx.astype(np.int64)
+    if np.any(cls != idx) or cls.min() < 0 or cls.max() >= logits.nrow:
+        raise GGMLError(f"ag_softmax_cross_entropy_loss: class indices must be integers in 0..{logits.nrow - 1}")
+    onehot = np.zeros(logits.shape)
+    onehot[cls, np.arange(logits.ncol)] = 1.0
+    return ag_tensor(onehot, device=logits.dc.spec)

@@ -1,0 +1,264 @@
+"""The rule table: for each primitive, its forward builder, its VJP and its JVP, side by side.
+
+A rule sees the call through `c`: `c.x(i)` is input i, `c.out` the output,
+`c.params` the primitive's parameters, `c.in_shapes` the inputs' shapes. On the
+tape only the snapshots a rule declares in `saves` (input indices) and
+`saves_out` are kept, so `c.x(i)` works exactly for those.
+
+VJPs take the output gradient `g` and return one gradient (or None) per input.
+JVPs take one tangent (or None) per input and return the output's tangent.
+Both are written with primitives, so they are differentiable themselves:
+hvp() is the JVP of a backward pass, and nested JVPs give higher derivatives.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import erf, pi, sqrt
+
+from . import prims as P
+
+
+@dataclass(frozen=True)
+class Rule:
+    fwd: object
+    vjp: object = None
+    jvp: object = None
+    saves: tuple = ()
+    saves_out: bool = False
+
+
+def ap(op, *xs, **params):
+    from .engine import apply
+    return apply(op, *xs, **params)
+
+
+# -- small helpers in terms of primitives ---------------------------------------------------------------
+def unb(g, shape):
+    """Sum a gradient down to `shape` (the adjoint of ggmlR's broadcasting)."""
+    if g is None or g.shape == tuple(shape):
+        return g
+    return ap("unbroadcast", g, nrow=shape[0], ncol=shape[1])
+
+
+def bcast(t, shape):
+    if t is None or t.shape == tuple(shape):
+        return t
+    return ap("broadcast", t, nrow=shape[0], ncol=shape[1])
+
+
+def add(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if a.shape != b.shape and (a.shape[0] < b.shape[0] or a.shape[1] < b.shape[1]):
+        a, b = b, a
+    return ap("add", a, b)
+
+
+def mul(a, b):
+    return ap("mul", a, b)
+
+
+def scale(a, s):
+    return ap("scale", a, s=float(s))
+
+
+def neg(a):
+    return ap("neg", a)
+
+
+def tangent_sum(*terms):
+    out = None
+    for t in terms:
+        out = add(out, t)
+    return out
+
+
+def _maybe(f):
+    """Apply f to a tangent unless it is absent."""
+    return lambda t, *a: None if t is None else f(t, *a)
+
+
+# -- VJPs and JVPs ---------------------------------------------------------------------------------------
+def _matmul_vjp(g, c):
+    ta, tb = c.params["ta"], c.params["tb"]
+    a, b = c.x(0), c.x(1)
+    ga = ap("matmul", b, g, ta=tb, tb=True) if ta else ap("matmul", g, b, ta=False, tb=not tb)
+    gb = ap("matmul", g, a, ta=True, tb=ta) if tb else ap("matmul", a, g, ta=not ta, tb=False)
+    return ga, gb
+
+
+def _matmul_jvp(t, c):
+    ta, tb = c.params["ta"], c.params["tb"]
+    return tangent_sum(None if t[0] is None else ap("matmul", t[0], c.x(1), ta=ta, tb=tb),
+                       None if t[1] is None else ap("matmul", c.x(0), t[1], ta=ta, tb=tb))
+
+
+def _div_vjp(g, c):
+    a, b = c.x(0), c.x(1)
+    ga = ap("div", g, b)
+    gb = neg(ap("div", mul(g, c.out), b))
+    return unb(ga, c.in_shapes[0]), unb(gb, c.in_shapes[1])
+
+
+def _div_jvp(t, c):
+    a, b = c.x(0), c.x(1)
+    ta = None if t[0] is None else ap("div", bcast(t[0], c.out.shape), b)
+    tb = None if t[1] is None else neg(ap("div", mul(c.out, t[1]), b))
+    return tangent_sum(ta, tb)
+
+
+def _softmax_vjp(g, c):
+    y = c.out
+    return (mul(y, ap("sub", g, ap("col_sums", mul(g, y)))),)
+
+
+def _softmax_jvp(t, c):
+    y = c.out
+    return mul(y, ap("sub", t[0], ap("col_sums", mul(t[0], y))))
+
+
+def _pow_vjp(g, c):
+    p = c.params["p"]
+    return (mul(g, scale(ap("pow", c.x(0), p=p - 1), p)),)
+
+
+def _pow_jvp(t, c):
+    p = c.params["p"]
+    return mul(t[0], scale(ap("pow", c.x(0), p=p - 1), p))
+
+
+def _gelu_deriv(x):
+    # d/dx x*Phi(x) = Phi(x) + x*phi(x), built from primitives so it can be differentiated again
+    phi = scale(ap("exp", scale(ap("sqr", x), -0.5)), 1 / sqrt(2 * pi))
+    cdf = ap("add_scalar", scale(ap("erf", scale(x, 1 / sqrt(2))), 0.5), c=0.5)
+    return add(cdf, mul(x, phi))
+
+
+def _silu_deriv(x):
+    s = ap("sigmoid", x)
+    return mul(s, ap("add_scalar", mul(x, ap("add_scalar", neg(s), c=1.0)), c=1.0))
+
+
+def _elementwise(fwd, deriv, saves=(0,), saves_out=False):
+    """A rule for y = f(x) with f'(x) given by `deriv(c)`: VJP g*f', JVP t*f'."""
+    return Rule(fwd, vjp=lambda g, c: (mul(g, deriv(c)),), jvp=lambda t, c: mul(t[0], deriv(c)),
+                saves=saves, saves_out=saves_out)
+
+
+def _const(fwd, n_in=1):
+    """A piecewise-constant primitive: its derivative is zero almost everywhere."""
+    return Rule(fwd, vjp=lambda g, c: (None,) * n_in, jvp=lambda t, c: None)
+
+
+def _unary(name):
+    return lambda ctx, x: P.unary(ctx, x, name)
+
+
+def _linear(fwd, vjp1, jvp1=None, saves=()):
+    """A linear map of one input: its JVP is the map itself applied to the tangent."""
+    return Rule(fwd, vjp=lambda g, c: (vjp1(g, c),),
+                jvp=(lambda t, c: None if t[0] is None else jvp1(t[0], c)) if jvp1 else None, saves=saves)
+
+
+RULES = {
+    "matmul": Rule(P.matmul, _matmul_vjp, _matmul_jvp, saves=(0, 1)),
+    "add": Rule(P.add, lambda g, c: (g, unb(g, c.in_shapes[1])),
+                lambda t, c: tangent_sum(t[0], bcast(t[1], c.in_shapes[0]))),
+    "sub": Rule(P.sub, lambda g, c: (g, unb(neg(g), c.in_shapes[1])),
+                lambda t, c: tangent_sum(t[0], None if t[1] is None else neg(bcast(t[1], c.in_shapes[0])))),
+    "mul": Rule(P.mul, lambda g, c: (unb(mul(g, c.x(1)), c.in_shapes[0]), unb(mul(g, c.x(0)), c.in_shapes[1])),
+                lambda t, c: tangent_sum(None if t[0] is None else mul(t[0], c.x(1)),
+                                         None if t[1] is None else mul(c.x(0), t[1])), saves=(0, 1)),
+    "div": Rule(P.div, _div_vjp, _div_jvp, saves=(0, 1), saves_out=True),
+    "scale": _linear(P.scale, lambda g, c: scale(g, c.params["s"]), lambda t, c: scale(t, c.params["s"])),
+    "add_scalar": _linear(P.add_scalar, lambda g, c: g, lambda t, c: t),
+    "neg": _linear(P.neg, lambda g, c: neg(g), lambda t, c: neg(t)),
+    "copy": _linear(P.copy, lambda g, c: g, lambda t, c: t),
+    "relu": _elementwise(_unary("relu"), lambda c: ap("step", c.x(0))),
+    "sigmoid": _elementwise(_unary("sigmoid"), lambda c: mul(c.out, ap("add_scalar", neg(c.out), c=1.0)),
+                            saves=(), saves_out=True),
+    "tanh": _elementwise(_unary("tanh"), lambda c: ap("add_scalar", neg(ap("sqr", c.out)), c=1.0),
+                         saves=(), saves_out=True),
+    "exp": _elementwise(_unary("exp"), lambda c: c.out, saves=(), saves_out=True),
+    "log": _elementwise(_unary("log"), lambda c: ap("pow", c.x(0), p=-1.0)),
+    "sqrt": _elementwise(_unary("sqrt"), lambda c: scale(ap("pow", c.out, p=-1.0), 0.5), saves=(), saves_out=True),
+    "sqr": _elementwise(_unary("sqr"), lambda c: scale(c.x(0), 2.0)),
+    "abs": _elementwise(_unary("abs"), lambda c: ap("sgn", c.x(0))),
+    "gelu": _elementwise(_unary("gelu_erf"), lambda c: _gelu_deriv(c.x(0))),
+    "silu": _elementwise(_unary("silu"), lambda c: _silu_deriv(c.x(0))),
+    "erf": _elementwise(lambda ctx, x: P.erf(ctx, x),
+                        lambda c: scale(ap("exp", neg(ap("sqr", c.x(0)))), 2 / sqrt(pi))),
+    "pow": Rule(P.pow_, _pow_vjp, _pow_jvp, saves=(0,)),
+    "clamp": _elementwise(P.clamp, lambda c: ap("inside", c.x(0), lo=c.params["lo"], hi=c.params["hi"])),
+    "step": _const(_unary("step")),
+    "sgn": _const(_unary("sgn")),
+    "inside": _const(P.inside),
+    "fill": _const(P.fill),
+    "softmax": Rule(P.softmax, _softmax_vjp, _softmax_jvp, saves_out=True),
+    "sum_all": _linear(P.sum_all, lambda g, c: bcast(g, c.in_shapes[0]), lambda t, c: ap("sum_all", t)),
+    "col_sums": _linear(P.col_sums, lambda g, c: bcast(g, c.in_shapes[0]), lambda t, c: ap("col_sums", t)),
+    "row_sums": _linear(P.row_sums, lambda g, c: bcast(g, c.in_shapes[0]), lambda t, c: ap("row_sums", t)),
+    "broadcast": _linear(P.broadcast, lambda g, c: unb(g, c.in_shapes[0]),
+                         lambda t, c: ap("broadcast", t, **c.params)),
+    "unbroadcast": _linear(P.unbroadcast, lambda g, c: bcast(g, c.in_shapes[0]),
+                           lambda t, c: ap("unbroadcast", t, **c.params)),
+    "transpose": _linear(P.transpose, lambda g, c: ap("transpose", g), lambda t, c: ap("transpose", t)),
+    "reshape": _linear(P.reshape, lambda g, c: ap("reshape", g, nrow=c.in_shapes[0][0], ncol=c.in_shapes[0][1]),
+                       lambda t, c: ap("reshape", t, **c.params)),
+    "slice": _linear(P.slice_, lambda g, c: ap("pad_into", g, r0=c.params["r0"], c0=c.params["c0"],
+                                                 nrow=c.in_shapes[0][0], ncol=c.in_shapes[0][1]),
+                     lambda t, c: ap("slice", t, **c.params)),
+    "pad_into": _linear(P.pad_into, lambda g, c: ap("slice", g, r0=c.params["r0"], r1=c.params["r0"] + c.in_shapes[0][0],
+                                                      c0=c.params["c0"], c1=c.params["c0"] + c.in_shapes[0][1]),
+                        lambda t, c: ap("pad_into", t, **c.params)),
+    "concat": Rule(P.concat, lambda g, c: _concat_vjp(g, c), lambda t, c: _concat_jvp(t, c)),
+    "get_cols": Rule(P.get_cols, lambda g, c: (ap("get_cols_back", g, c.x(1), vocab=c.in_shapes[0][1]), None),
+                     lambda t, c: None if t[0] is None else ap("get_cols", t[0], c.x(1)), saves=(1,)),
+    "get_cols_back": Rule(P.get_cols_back, lambda g, c: (ap("get_cols", g, c.x(1)), None),
+                          lambda t, c: None if t[0] is None else ap("get_cols_back", t[0], c.x(1), **c.params),
+                          saves=(1,)),
+    # Losses, with ggmlR's definitions and gradients (see prims.py): the target gets no gradient.
+    "mse": Rule(P.mse, lambda g, c: (mul(scale(ap("sub", c.x(0), c.x(1)), 2.0 / _n(c.in_shapes[0])), g), None),
+                lambda t, c: None if t[0] is None else ap("sum_all", mul(
+                    scale(ap("sub", c.x(0), c.x(1)), 2.0 / _n(c.in_shapes[0])), t[0])), saves=(0, 1)),
+    "cross_entropy": Rule(P.cross_entropy, lambda g, c: (mul(_ce_grad(c), g), None),
+                          lambda t, c: None if t[0] is None else ap("sum_all", mul(_ce_grad(c), t[0])),
+                          saves=(0, 1)),
+    "softmax_ce": Rule(P.softmax_ce, lambda g, c: (mul(_sce_grad(c), g), None),
+                       lambda t, c: None if t[0] is None else ap("sum_all", mul(_sce_grad(c), t[0])),
+                       saves=(0, 1)),
+}
+
+
+def _n(shape):
+    return shape[0] * shape[1]
+
+
+def _ce_grad(c):
+    p, t = c.x(0), c.x(1)
+    pc = ap("clamp", p, lo=1e-7, hi=1 - 1e-7)
+    return scale(ap("div", t, pc), -1.0 / c.in_shapes[0][1])
+
+
+def _sce_grad(c):
+    return scale(ap("sub", ap("softmax", c.x(0)), c.x(1)), 1.0 / c.in_shapes[0][1])
+
+
+def _concat_vjp(g, c):
+    (r, k), dim = c.in_shapes[0], c.params["dim"]
+    r2, k2 = c.in_shapes[1]
+    if dim == 0:
+        return (ap("slice", g, r0=0, r1=r, c0=0, c1=k), ap("slice", g, r0=r, r1=r + r2, c0=0, c1=k))
+    return (ap("slice", g, r0=0, r1=r, c0=0, c1=k), ap("slice", g, r0=0, r1=r, c0=k, c1=k + k2))
+
+
+def _concat_jvp(t, c):
+    from .ops import ag_zeros
+    ta = t[0] if t[0] is not None else ag_zeros(*c.in_shapes[0], device=c.out.dc.spec)
+    tb = t[1] if t[1] is not None else ag_zeros(*c.in_shapes[1], device=c.out.dc.spec)
+    return ap("concat", ta, tb, dim=c.params["dim"])
+
+
+_ = erf  # math.erf documents what the "erf" primitive computes

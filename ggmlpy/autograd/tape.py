@@ -1,0 +1,106 @@
+"""The gradient tape: ggmlR's `.ag_tape`, `with_grad_tape()` and `backward()`.
+
+A node names its backward rule (`op`, a key of the rule table) and keeps, as
+snapshots, only the tensors that rule needs. Snapshots are the ag tensors
+themselves, i.e. references to ggml tensors in the pass pool: nothing is
+copied to numpy.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ..backend.state import STATE
+
+
+@dataclass(eq=False)
+class Node:
+    op: str | None                 # the backward rule; None for a checkpoint (see checkpoint.py)
+    out_id: int
+    inputs: list                   # per input: (id, requires_grad, tensor if it is a leaf else None)
+    saved: dict                    # snapshots the rule needs: {"x0": t, "x1": t, "out": t}
+    params: dict = field(default_factory=dict)
+    in_shapes: tuple = ()
+    backward_fn: object = None     # only checkpoint nodes: a callable(grad_out) -> list of input grads
+
+    def x(self, i: int):
+        """Snapshot of input i (only those the rule declared in `saves`)."""
+        return self.saved[f"x{i}"]
+
+    @property
+    def out(self):
+        return self.saved["out"]
+
+    def snapshot_bytes(self) -> int:
+        return sum(t.nbytes() for t in self.saved.values())
+
+
+class Tape:
+    def __init__(self):
+        self.enabled = False
+        self.nodes: list[Node] = []
+        self.local = threading.local()
+
+    def recording(self) -> bool:
+        return self.enabled and not getattr(self.local, "paused", False)
+
+
+TAPE = Tape()
+
+
+class with_grad_tape(contextlib.ContextDecorator):
+    """Clear the tape, reset the pass pool (bumping ctx_gen), and record ops in the block.
+
+    Recording stops when the block exits, also when it raises. The recorded nodes
+    stay until the next with_grad_tape(), so backward() can run after the block."""
+
+    def __enter__(self):
+        TAPE.nodes = []
+        STATE.context().pass_pool.reset()
+        TAPE.enabled = True
+        return TAPE
+
+    def __exit__(self, *exc):
+        TAPE.enabled = False
+        return False
+
+
+@contextlib.contextmanager
+def no_grad():
+    """Run ops without recording them (the tape's nodes are left as they are)."""
+    prev = getattr(TAPE.local, "paused", False)
+    TAPE.local.paused = True
+    try:
+        yield
+    finally:
+        TAPE.local.paused = prev
+
+
+def tape_bytes() -> int:
+    """Bytes of ggml memory the tape's snapshots hold (each tensor counted once)."""
+    seen, total = set(), 0
+    for node in TAPE.nodes:
+        for t in node.saved.values():
+            if t.id not in seen:
+                seen.add(t.id)
+                total += t.nbytes()
+    return total
+
+
+def tape_report() -> dict:
+    """Snapshot bytes held by the tape, by backward rule, plus node counts."""
+    by_op, count, seen = defaultdict(int), defaultdict(int), set()
+    for node in TAPE.nodes:
+        key = node.op or "checkpoint"
+        count[key] += 1
+        for t in node.saved.values():
+            if t.id not in seen:
+                seen.add(t.id)
+                by_op[key] += t.nbytes()
+    total = sum(by_op.values())
+    rows = sorted(count, key=lambda k: -by_op[k])
+    return {"total_bytes": total, "nodes": len(TAPE.nodes),
+            "by_op": {k: {"bytes": by_op[k], "nodes": count[k],
+                          "share": (by_op[k] / total if total else 0.0)} for k in rows}}

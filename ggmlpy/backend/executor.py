@@ -1,0 +1,162 @@
+"""Eager execution of small ggml graphs, built once per signature and re-run.
+
+An eager op (`ag_add`, a backward rule, an optimizer step) is a tiny ggml
+graph. Building it costs many ggml calls; running it costs one. So each graph
+is built once per (op, parameters, input shapes and types) and cached. A run
+only re-points the graph's leaf tensors at the inputs' memory, points the
+outputs at fresh pool memory (or at a given destination, for in-place
+updates), and computes. Intermediates live in the graph's own allocator buffer.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from ..bindings import ffi, lib
+from ..errors import GGMLError
+from .pool import Storage
+
+_NULL = ffi.NULL
+_VIEW_OPS = {lib.GGML_OP_VIEW, lib.GGML_OP_RESHAPE, lib.GGML_OP_PERMUTE, lib.GGML_OP_TRANSPOSE}
+_OVERHEAD = int(lib.ggml_tensor_overhead())
+
+
+class _Compiled:
+    """One cached graph: leaf headers to re-point, output headers, and the views between them."""
+
+    __slots__ = ("ctx", "graph", "leaves", "outs", "views", "galloc", "out_specs")
+
+    def __init__(self, backend, build, in_specs, inputs, outs_into):
+        n_nodes = 256
+        params = ffi.new("struct ggml_init_params *", {
+            "mem_size": n_nodes * _OVERHEAD + int(lib.ggml_graph_overhead_custom(n_nodes, False)) + 1024,
+            "mem_buffer": _NULL, "no_alloc": True})
+        self.ctx = lib.ggml_init(params[0])
+        ctx = self.ctx
+        self.leaves = [lib.ggml_new_tensor(ctx, t, len(ne), ffi.new("int64_t[]", list(ne)))
+                       for t, ne in in_specs]
+        for leaf, s in zip(self.leaves, inputs):
+            _point(leaf, s.t)
+            lib.ggml_set_input(leaf)
+        outs = build(ctx, *self.leaves)
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        # An output must own its memory: a view of an input would alias the caller's tensor.
+        self.outs = [lib.ggml_cont(ctx, o) if (o.view_src != _NULL or o.op == lib.GGML_OP_NONE) else o
+                     for o in outs]
+        self.out_specs = [(int(o.type), _shape(o)) for o in self.outs]
+        self.graph = lib.ggml_new_graph_custom(ctx, n_nodes, False)
+        for o in self.outs:
+            lib.ggml_set_output(o)
+            lib.ggml_build_forward_expand(self.graph, o)
+        for o, s in zip(self.outs, outs_into):
+            _point(o, s.t)
+        n = lib.ggml_graph_n_nodes(self.graph)
+        self.views = [p for p in (lib.ggml_graph_node(self.graph, i) for i in range(n))
+                      if p.view_src != _NULL]
+        self.galloc = lib.ggml_gallocr_new(backend.buft)
+        if not lib.ggml_gallocr_alloc_graph(self.galloc, self.graph):
+            raise MemoryError("could not allocate an op graph's intermediates")
+
+    def free(self):
+        if getattr(self, "ctx", None) is not None:
+            lib.ggml_gallocr_free(self.galloc)
+            lib.ggml_free(self.ctx)
+            self.ctx = None
+
+    __del__ = free
+
+
+def _shape(p) -> tuple:
+    ne = [int(x) for x in p.ne]
+    while len(ne) > 2 and ne[-1] == 1:
+        ne.pop()
+    return tuple(ne)
+
+
+def _point(dst, src) -> None:
+    """Make header `dst` describe the memory of tensor `src`."""
+    dst.data = src.data
+    dst.buffer = src.buffer
+
+
+class Executor:
+    """Per-device cache of compiled op graphs."""
+
+    def __init__(self, backend, capacity: int = 512):
+        self.backend = backend
+        self.capacity = capacity
+        self.cache: OrderedDict = OrderedDict()
+        self.runs = 0
+
+    def run(self, key, build, inputs: list[Storage], alloc, out=None) -> list[Storage]:
+        """Run `build(ctx, *leaf_tensors) -> ggml tensor(s)` on `inputs`.
+
+        `alloc(type, ne) -> Storage` provides output memory, unless `out` (a list
+        of Storages) says where to write: that is how in-place updates are done.
+        """
+        ts = [s.ptr for s in inputs]  # generation checks happen here
+        sig = (key, tuple((int(t.type), _shape(t)) for t in ts))
+        c = self.cache.get(sig)
+        if c is None:
+            c, outs = self._compile(sig, build, ts, inputs, alloc, out)
+        else:
+            self.cache.move_to_end(sig)
+            for leaf, t in zip(c.leaves, ts):
+                leaf.data = t.data
+                leaf.buffer = t.buffer
+            outs = out if out is not None else [alloc(t, ne) for t, ne in c.out_specs]
+            for o, s in zip(c.outs, outs):
+                _point(o, s.t)
+            for v in c.views:  # views of leaves must follow them
+                src = v.view_src
+                v.data = ffi.cast("char *", src.data) + v.view_offs
+                v.buffer = src.buffer
+        status = lib.ggml_backend_graph_compute(self.backend.ptr, c.graph)
+        if status != lib.GGML_STATUS_SUCCESS:
+            raise GGMLError(f"graph compute failed on {self.backend.device_name} (status {status})")
+        self.runs += 1
+        return outs
+
+    def _compile(self, sig, build, ts, inputs, alloc, out):
+        # Output shapes are only known once the graph is built, so build once to learn them.
+        in_specs = [(int(t.type), _shape(t)) for t in ts]
+        specs = _output_specs(build, in_specs)
+        outs = out if out is not None else [alloc(t, ne) for t, ne in specs]
+        if out is not None:
+            for s, (t, ne) in zip(out, specs):
+                if (int(s.t.type), _shape(s.t)) != (t, ne):
+                    raise GGMLError(f"in-place destination {_shape(s.t)} does not match the op's output {ne}")
+        c = _Compiled(self.backend, build, in_specs, inputs, outs)
+        self._check_supported(c)
+        self.cache[sig] = c
+        if len(self.cache) > self.capacity:
+            _, old = self.cache.popitem(last=False)
+            old.free()
+        return c, outs
+
+    def _check_supported(self, c: _Compiled) -> None:
+        n = lib.ggml_graph_n_nodes(c.graph)
+        for i in range(n):
+            p = lib.ggml_graph_node(c.graph, i)
+            if not lib.ggml_backend_supports_op(self.backend.ptr, p):
+                desc = ffi.string(lib.ggml_op_desc(p)).decode()
+                raise GGMLError(f"{self.backend.device_name} has no kernel for {desc} "
+                                f"on {ffi.string(lib.ggml_type_name(p.type)).decode()}")
+
+    def clear(self) -> None:
+        for c in self.cache.values():
+            c.free()
+        self.cache.clear()
+
+
+def _output_specs(build, in_specs):
+    """Build the graph in a scratch context only to read its output types and shapes."""
+    params = ffi.new("struct ggml_init_params *", {"mem_size": 256 * _OVERHEAD, "mem_buffer": _NULL,
+                                                   "no_alloc": True})
+    ctx = lib.ggml_init(params[0])
+    try:
+        leaves = [lib.ggml_new_tensor(ctx, t, len(ne), ffi.new("int64_t[]", list(ne))) for t, ne in in_specs]
+        outs = build(ctx, *leaves)
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        return [(int(o.type), _shape(o)) for o in outs]
+    finally:
+        lib.ggml_free(ctx)
