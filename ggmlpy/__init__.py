@@ -19,10 +19,16 @@ from .backend.state import ag_default_device, ag_device, ag_dtype
 from .tensor import AGTensor, ag_param, ag_tensor, ag_to_device
 from .autograd import *  # noqa: F401,F403
 from .autograd import ag_ops as _ag_ops
+from .nn import *  # noqa: F401,F403
+from .nn import __all__ as _nn_all
+from .optim import *  # noqa: F401,F403
+from .optim import __all__ as _optim_all
+from .random import get_rng_state, manual_seed, set_rng_state
 
 __version__ = "0.1.0"
 __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "StaleTensorError",
                              "DeviceError", "info", "found",
                              "AGTensor", "ag_tensor", "ag_param", "ag_to_device", "ag_device",
                              "ag_default_device", "ag_dtype", "with_grad_tape", "backward", "no_grad",
-                             "tape_bytes", "tape_report", "ag_gradcheck", "GradMap", "zero_grad"] + _ag_ops
+                             "tape_bytes", "tape_report", "ag_gradcheck", "GradMap", "zero_grad", "manual_seed",
+                             "get_rng_state", "set_rng_state"] + _ag_ops + _nn_all + _optim_all

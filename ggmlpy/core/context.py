@@ -55,6 +55,8 @@ class Context:
         # free() was asked for *and* no view is left, so a view never dangles.
         self._views = weakref.WeakSet()
         self._free_requested = False
+        # contexts whose tensors ops in this one read: they must outlive it (see check_deps)
+        self._deps: set = set()
         self._finalizer = weakref.finalize(self, lib.ggml_free, ptr)
 
     # -- lifetime -----------------------------------------------------------------
@@ -80,6 +82,16 @@ class Context:
     def ensure_alive(self) -> None:
         if not self.alive:
             raise GGMLError("this ggml context has been freed; its tensors can no longer be used")
+
+    def check_deps(self) -> None:
+        """Raise if this context, or any context its ops read tensors from, has been freed."""
+        seen, todo = set(), [self]
+        while todo:
+            c = todo.pop()
+            if id(c) not in seen:
+                seen.add(id(c))
+                c.ensure_alive()
+                todo.extend(c._deps)
 
     # -- memory accounting (ggml aborts when the arena runs out, so we check first) --
     def used_mem(self) -> int:
@@ -204,7 +216,7 @@ def _np_shape(t: Tensor) -> tuple:
 
 
 def _require_data(t: Tensor, what: str) -> None:
-    if not t.is_allocated:
+    if not t.is_allocated and t.nelements():  # ggml gives empty tensors no data pointer
         raise GGMLError(f"{what}: tensor has no data yet (no_alloc context: allocate it on a backend first, "
                         "e.g. ggml_backend_alloc_ctx_tensors)")
     if not t.is_contiguous():

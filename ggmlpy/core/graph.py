@@ -44,7 +44,7 @@ class Graph:
     def expand(self, t: Tensor) -> None:
         """ggml_build_forward_expand, after checking the graph has room for what it adds."""
         self.ctx.ensure_alive()
-        t.ptr
+        t.ctx.check_deps()  # walking t's sources reads every context they live in
         new_nodes, new_leafs = _collect(t._ptr, self._seen)
         if len(self.nodes) + len(new_nodes) > self.size or len(self.leafs) + len(new_leafs) > self.size:
             raise GGMLError(f"graph too small: it holds {self.size} nodes, and this tensor needs "
@@ -103,6 +103,7 @@ def ggml_build_forward_expand(ctx_or_graph, tensor: Tensor) -> Graph:
         return ctx_or_graph
     if not isinstance(ctx_or_graph, Context):
         raise GGMLError("ggml_build_forward_expand: first argument must be a Context or a Graph")
+    tensor.ctx.check_deps()
     nodes, leafs = _collect(tensor.ptr, set())
     g = Graph(ctx_or_graph, max(GGML_DEFAULT_GRAPH_SIZE, len(nodes), len(leafs)))
     g.expand(tensor)
@@ -124,7 +125,7 @@ def check_graph(graph: Graph, device=None, need_buffers: bool = False) -> None:
     """Raise GGMLError for anything in `graph` that would make ggml abort or read garbage."""
     graph.ctx.ensure_alive()
     for t in graph._keep:
-        t.ptr  # every context the graph reaches into is still alive
+        t.ctx.check_deps()  # every context the graph reaches into is still alive
     dev = device if device is not None else _cpu_device()
     for p in graph.leafs + graph.nodes:
         if p.data == _NULL and p.view_src == _NULL:
@@ -175,14 +176,25 @@ def ggml_graph_compute(ctx_or_graph, graph: Graph | None = None, n_threads: int 
         if p.buffer != _NULL and not lib.ggml_backend_buffer_is_host(p.buffer):
             raise GGMLError("ggml_graph_compute: the graph holds device tensors; "
                             "use ggml_backend_graph_compute(backend, graph)")
-    cplan = ffi.new("struct ggml_cplan *", lib.ggml_graph_plan(graph.ptr, n_threads, _NULL))
-    work = None
-    if cplan.work_size:
-        work = ffi.new("uint8_t[]", int(cplan.work_size))
-        cplan.work_data = work
-    status = lib.ggml_graph_compute(graph.ptr, cplan)
+    # Through a CPU backend rather than ggml_graph_compute(): in GGML_BACKEND_DL builds the
+    # CPU entry points live in a variant module that only the backend registry knows.
+    backend = _cpu_backend(n_threads)
+    status = lib.ggml_backend_graph_compute(backend.ptr, graph.ptr)
     if status != lib.GGML_STATUS_SUCCESS:
         raise GGMLError(f"ggml_graph_compute failed with status {status}")
+
+
+_CPU_BACKEND = None
+
+
+def _cpu_backend(n_threads: int):
+    global _CPU_BACKEND
+    from ..backend.device import Backend
+    if _CPU_BACKEND is None:
+        _CPU_BACKEND = Backend(lib.ggml_backend_init_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU, _NULL), "CPU")
+    if _CPU_BACKEND.n_threads != n_threads:
+        _CPU_BACKEND.set_n_threads(n_threads)
+    return _CPU_BACKEND
 
 
 def ggml_graph_n_nodes(graph: Graph) -> int:

@@ -10,6 +10,7 @@ Naming and argument order follow ggml's C API (and so ggmlR's R functions):
 from __future__ import annotations
 
 import math
+import threading
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
@@ -22,10 +23,16 @@ N_OVERHEAD = int(lib.ggml_tensor_overhead())
 
 
 # -- checks -------------------------------------------------------------------------------
+# The contexts of the current op's inputs: _ctx() starts an op, _t() records, _make() links them,
+# so a result's context keeps its inputs' contexts alive and graphs can tell when one was freed.
+_inputs = threading.local()
+
+
 def _ctx(ctx) -> Context:
     if not isinstance(ctx, Context):
         raise GGMLError(f"expected a ggml Context as first argument, got {type(ctx).__name__}")
     ctx.ensure_alive()
+    _inputs.ctxs = []
     return ctx
 
 
@@ -33,6 +40,7 @@ def _t(x, what: str, arg: str = "a") -> Tensor:
     if not isinstance(x, Tensor):
         raise GGMLError(f"{what}: argument {arg} must be a ggml Tensor, got {type(x).__name__}")
     x.ptr  # raises on a freed context
+    getattr(_inputs, "ctxs", []).append(x.ctx)
     return x
 
 
@@ -61,6 +69,10 @@ def _make(ctx: Context, what: str, ne, out_type: int, call, *, view=False, extra
     ctx.reserve_tensor(out_type, ne, what, view=view)
     if extra:
         ctx.reserve(extra, what)
+    for c in getattr(_inputs, "ctxs", ()):
+        if c is not ctx:
+            ctx._deps.add(c)
+    _inputs.ctxs = []
     return wrap(call(), ctx)
 
 

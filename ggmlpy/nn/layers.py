@@ -1,0 +1,266 @@
+"""Layers with ggmlR's names and initialisations. Activations are [features, batch]."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import random as grandom
+from ..autograd import ops as F
+from ..autograd.engine import apply
+from ..autograd.tape import no_grad
+from ..errors import GGMLError
+from ..tensor import AGTensor, ag_param, ag_tensor
+
+
+class Module:
+    """Base layer: `forward`, `__call__`, parameters, training mode and state dicts."""
+
+    def __init__(self):
+        self.training = True
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def children(self):
+        return []
+
+    def named_parameters(self, prefix: str = ""):
+        for name, value in self.__dict__.items():
+            if isinstance(value, AGTensor) and value.requires_grad:
+                yield prefix + name, value
+        for i, child in enumerate(self.children(), 1):
+            yield from child.named_parameters(f"{prefix}layer{i}_")
+
+    def parameters(self):
+        return [p for _, p in self.named_parameters()]
+
+    def params(self):
+        """ggmlR's `$params()`."""
+        return self.parameters()
+
+    def buffers(self, prefix: str = ""):
+        return []
+
+    def state_dict(self) -> dict:
+        out = {n: p.numpy() for n, p in self.named_parameters()}
+        out.update({n: b.numpy() for n, b in self.buffers()})
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        own = dict(self.named_parameters())
+        own.update(dict(self.buffers()))
+        missing = set(own) - set(state)
+        if missing:
+            raise GGMLError(f"load_state_dict: missing entries {sorted(missing)}")
+        for name, t in own.items():
+            t.data = state[name]
+
+    def set_training(self, mode: bool) -> None:
+        """Switch training mode for this layer and, recursively, all layers inside it."""
+        self.training = mode
+        for child in self.children():
+            child.set_training(mode)
+
+
+def _uniform(shape, limit):
+    return grandom.generator().uniform(-limit, limit, size=shape)
+
+
+_ACTIVATIONS = {None: None, "relu": F.ag_relu, "sigmoid": F.ag_sigmoid, "tanh": F.ag_tanh,
+                "softmax": F.ag_softmax, "gelu": F.ag_gelu, "silu": F.ag_silu}
+
+
+class ag_linear(Module):
+    """W %*% x + b, then an optional activation. W [out, in] Glorot-uniform, b [out, 1] zeros."""
+
+    def __init__(self, in_features: int, out_features: int, activation: str | None = None):
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise GGMLError(f"ag_linear: activation must be one of {sorted(a for a in _ACTIVATIONS if a)} or None")
+        limit = math.sqrt(6.0 / (in_features + out_features))
+        self.W = ag_param(_uniform((out_features, in_features), limit))
+        self.b = ag_param(np.zeros((out_features, 1)))
+        self.activation = activation
+
+    def forward(self, x):
+        y = F.ag_add(F.ag_matmul(self.W, x), self.b)
+        act = _ACTIVATIONS[self.activation]
+        return act(y) if act else y
+
+
+class ag_dropout(Module):
+    """Inverted dropout: in training mode multiply by (U > rate) / (1 - rate); identity otherwise."""
+
+    def __init__(self, rate: float = 0.5):
+        super().__init__()
+        if not 0 <= rate < 1:
+            raise GGMLError(f"ag_dropout: rate must be in [0, 1), got {rate}")
+        self.rate = float(rate)
+
+    def forward(self, x):
+        if not self.training or self.rate == 0:
+            return x
+        keep = (grandom.generator().uniform(size=x.shape) > self.rate) / (1.0 - self.rate)
+        return F.ag_mul(x, ag_tensor(keep, device=x.dc.spec))
+
+
+class ag_batch_norm(Module):
+    """Normalise each row (feature) over the columns (batch), biased variance.
+
+    Training mode uses the batch statistics and moves the running ones by
+    `momentum`; eval mode uses the running ones. The input gradient includes the
+    path through the batch statistics (ggmlR drops it; see README)."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1):
+        super().__init__()
+        self.eps, self.momentum = float(eps), float(momentum)
+        self.gamma = ag_param(np.ones((num_features, 1)))
+        self.beta = ag_param(np.zeros((num_features, 1)))
+        self.running_mean = ag_tensor(np.zeros((num_features, 1)))
+        self.running_var = ag_tensor(np.ones((num_features, 1)))
+
+    def buffers(self, prefix: str = ""):
+        return [(prefix + "running_mean", self.running_mean), (prefix + "running_var", self.running_var)]
+
+    def forward(self, x):
+        if self.training:
+            mean = F.ag_mean(x, 1)
+            xc = F.ag_sub(x, mean)
+            var = F.ag_mean(F.ag_mul(xc, xc), 1)
+            with no_grad():
+                m = self.momentum
+                _assign(self.running_mean, F.ag_add(F.ag_scale(self.running_mean, 1 - m), F.ag_scale(mean, m)))
+                _assign(self.running_var, F.ag_add(F.ag_scale(self.running_var, 1 - m), F.ag_scale(var, m)))
+        else:
+            xc = F.ag_sub(x, self.running_mean)
+            var = self.running_var
+        y = F.ag_mul(xc, F.ag_pow(F.ag_add(var, self.eps), -0.5))
+        return F.ag_add(F.ag_mul(y, self.gamma), self.beta)
+
+
+def _assign(dst: AGTensor, src: AGTensor) -> None:
+    """Write src's values into dst's memory, on the device (reference semantics for state)."""
+    from ..autograd.engine import _builder
+    from ..autograd import prims
+    dst.dc.executor.run(("copy",), _builder(prims.copy, {}, int(dst.st.t.type)), [src.st], None, out=[dst.st])
+
+
+class ag_embedding(Module):
+    """weight [dim, vocab] ~ U(-sqrt(1/vocab), sqrt(1/vocab)); forward(idx) = weight[, idx + 1] (0-based idx)."""
+
+    def __init__(self, vocab_size: int, dim: int):
+        super().__init__()
+        self.vocab_size, self.dim = int(vocab_size), int(dim)
+        self.weight = ag_param(_uniform((dim, vocab_size), math.sqrt(1.0 / vocab_size)))
+
+    def forward(self, idx):
+        raw = idx.numpy() if isinstance(idx, AGTensor) else np.asarray(idx)
+        flat = np.asarray(raw, dtype=np.float64).ravel(order="F")
+        cls = flat.astype(np.int64)
+        if np.any(cls != flat) or (cls.size and (cls.min() < 0 or cls.max() >= self.vocab_size)):
+            raise GGMLError(f"ag_embedding: indices must be integers in 0..{self.vocab_size - 1}")
+        ids = ag_tensor(cls.reshape(-1, 1), device=self.weight.dc.spec, dtype="i32")
+        return apply("get_cols", self.weight, ids)
+
+
+class ag_multihead_attention(Module):
+    """ggmlR's multi-head attention over columns (tokens): x [d_model, seq] -> [d_model, seq]."""
+
+    def __init__(self, d_model: int, n_heads: int, causal: bool = False):
+        super().__init__()
+        if d_model % n_heads:
+            raise GGMLError(f"ag_multihead_attention: d_model {d_model} is not divisible by n_heads {n_heads}")
+        self.d_model, self.n_heads, self.causal = int(d_model), int(n_heads), bool(causal)
+        limit = math.sqrt(6.0 / (2 * d_model))
+        for name in ("W_q", "W_k", "W_v", "W_o"):
+            setattr(self, name, ag_param(_uniform((d_model, d_model), limit)))
+        self.b_o = ag_param(np.zeros((d_model, 1)))
+
+    def forward(self, query, key=None, value=None, causal_mask=None):
+        key = query if key is None else key
+        value = key if value is None else value
+        causal = self.causal if causal_mask is None else bool(causal_mask)
+        q, k, v = F.ag_matmul(self.W_q, query), F.ag_matmul(self.W_k, key), F.ag_matmul(self.W_v, value)
+        dk = self.d_model // self.n_heads
+        mask = _causal_mask(k.ncol, q.ncol, q.dc.spec) if causal else None
+        heads = None
+        for h in range(self.n_heads):
+            rows = slice(h * dk, (h + 1) * dk)
+            qh, kh, vh = F.ag_slice(q, rows), F.ag_slice(k, rows), F.ag_slice(v, rows)
+            # scores^T [seq_kv, seq_q]: a column-wise softmax of it is the row-wise softmax over keys
+            st = F.ag_scale(apply("matmul", kh, qh, ta=True, tb=False), 1.0 / math.sqrt(dk))
+            if mask is not None:
+                st = F.ag_add(st, mask)
+            head = F.ag_matmul(vh, F.ag_softmax(st))
+            heads = head if heads is None else F.ag_concat(heads, head, dim=1)
+        return F.ag_add(F.ag_matmul(self.W_o, heads), self.b_o)
+
+
+def _causal_mask(n_kv: int, n_q: int, device):
+    j, i = np.meshgrid(np.arange(n_kv), np.arange(n_q), indexing="ij")
+    return ag_tensor(np.where(j > i, -np.inf, 0.0), device=device)
+
+
+class ag_sequential(Module):
+    """Layers applied in order; parameters are named layer{i}_{name}."""
+
+    def __init__(self, *layers):
+        super().__init__()
+        if len(layers) == 1 and isinstance(layers[0], (list, tuple)):
+            layers = tuple(layers[0])
+        self.layers = list(layers)
+
+    def children(self):
+        return [m for m in self.layers if isinstance(m, Module)]
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class ag_layer_norm_layer(Module):
+    """Layer norm over features (each column), with learnable gamma and beta [F, 1]."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = float(eps)
+        self.gamma = ag_param(np.ones((num_features, 1)))
+        self.beta = ag_param(np.zeros((num_features, 1)))
+
+    def forward(self, x):
+        return F.ag_layer_norm(x, self.eps, self.gamma, self.beta)
+
+
+class ag_activation(Module):
+    """An activation as a layer: "relu", "sigmoid", "tanh", "softmax", "gelu" or "silu"."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        if name not in _ACTIVATIONS or name is None:
+            raise GGMLError(f"ag_activation: unknown activation {name!r}")
+        self.name = name
+
+    def forward(self, x):
+        return _ACTIVATIONS[self.name](x)
+
+
+def ag_gelu_layer():
+    return ag_activation("gelu")
+
+
+def ag_silu_layer():
+    return ag_activation("silu")
+
+
+def ag_train(model: Module) -> Module:
+    """Training mode, recursively (ggmlR reaches only one level down)."""
+    model.set_training(True)
+    return model
+
+
+def ag_eval(model: Module) -> Module:
+    """Eval mode, recursively."""
+    model.set_training(False)
+    return model
