@@ -1,0 +1,263 @@
+"""Random, mostly invalid, call sequences into the low-level API must never kill the process.
+
+A failed ggml assertion aborts the interpreter, so the fuzz loop runs in a child process: this
+file run as a script. The test asserts the child exits 0 after printing its completion marker,
+and on a crash prints the steps of the example that was running (the child logs each call
+before making it). Every call must succeed or raise one of ALLOWED; anything else is reported
+by hypothesis as a falsifying example.
+
+    python tests/test_fuzz.py [N_EXAMPLES] [SEED]     # run the fuzz loop directly
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MARKER = "FUZZ-COMPLETE"
+N_EXAMPLES = int(os.environ.get("GGMLPY_FUZZ_EXAMPLES", 300))
+SEED = int(os.environ.get("GGMLPY_FUZZ_SEED", 20250325))
+
+# Argument kinds: T tensor, O optional tensor, i small int/dim, n byte count (strides, offsets),
+# a axis, f float, y ggml type, p pool op, b bool.
+UNARY = ["abs", "neg", "sqr", "sqrt", "exp", "log", "sin", "cos", "step", "sgn", "relu", "gelu", "gelu_erf",
+         "gelu_quick", "silu", "sigmoid", "tanh", "elu", "hardswish", "hardsigmoid", "softplus", "expm1",
+         "floor", "ceil", "round", "trunc", "soft_max", "sum", "sum_rows", "mean", "argmax", "transpose",
+         "cont", "dup"]
+SPECS = {
+    **{f"ggml_{n}": "T" for n in UNARY},
+    **{f"ggml_{n}": "TT" for n in ["add", "sub", "mul", "div", "silu_back", "mul_mat", "out_prod", "count_equal",
+                                   "reshape", "cpy", "get_rows", "repeat", "repeat_back"]},
+    **{f"ggml_{n}": "Tf" for n in ["leaky_relu", "scale", "norm", "rms_norm", "l2_norm"]},
+    "ggml_clamp": "Tff", "ggml_soft_max_ext": "TOff", "ggml_soft_max_ext_back": "TTff",
+    "ggml_rms_norm_back": "TTf", "ggml_group_norm": "Tif",
+    "ggml_reshape_1d": "Ti", "ggml_reshape_2d": "Tii", "ggml_reshape_3d": "Tiii", "ggml_reshape_4d": "Tiiii",
+    "ggml_view_1d": "Tin", "ggml_view_2d": "Tiinn", "ggml_view_3d": "Tiiinnn", "ggml_view_4d": "Tiiiinnnn",
+    "ggml_permute": "Taaaa", "ggml_cast": "Ty", "ggml_concat": "TTa", "ggml_get_rows_back": "TTT",
+    "ggml_pad": "Tiiii", "ggml_acc": "TTnnnn",
+    "ggml_im2col": "TTiiiiiib", "ggml_conv_2d": "TTiiiiii", "ggml_pool_1d": "Tpiii", "ggml_pool_2d": "Tpiiiiii",
+    "ggml_upscale": "Tii", "ggml_diag_mask_inf": "Ti", "ggml_rope_ext": "TTOii",
+    "ggml_flash_attn_ext": "TTTOf", "ggml_argsort": "Ti", "ggml_top_k": "Ti",
+}
+
+
+def test_specs_cover_every_op():
+    from ggmlpy.core import ops
+    assert set(SPECS) == set(ops.OPS)
+
+
+def test_fuzz_never_aborts():
+    pytest.importorskip("hypothesis")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), str(N_EXAMPLES), str(SEED)],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    out = proc.stdout
+    if proc.returncode != 0 or MARKER not in out:
+        last = out[out.rfind("=== example"):]  # the calls of the example that was running
+        pytest.fail(f"fuzz child exited with {proc.returncode} (negative: killed by that signal)\n"
+                    f"--- last example ---\n{last[-6000:]}\n--- stderr ---\n{proc.stderr[-6000:]}")
+    print(out[out.rfind("stats:"):])
+
+
+# -- the child ---------------------------------------------------------------------------------------------------
+def main(n_examples: int, seed: int) -> None:
+    from collections import Counter
+
+    import numpy as np
+    from hypothesis import HealthCheck, given, settings, strategies as st
+    from hypothesis import seed as hseed
+
+    import ggmlpy as g
+    from ggmlpy import GGMLError
+
+    allowed = (GGMLError, ValueError, TypeError, MemoryError, OverflowError)
+    types = [g.GGML_TYPE_F32] * 4 + [g.GGML_TYPE_F16, g.GGML_TYPE_I32, g.GGML_TYPE_I32, g.GGML_TYPE_BF16]
+    garbage = st.sampled_from([None, "2", 1.5, float("nan"), [1], -1])
+    stats = Counter()
+    state = {"example": 0}
+
+    class Fuzz:
+        def __init__(self, data):
+            self.data = data
+            self.rng = np.random.default_rng(self.draw(st.integers(0, 2**32 - 1), "rng"))
+            self.pool, self.names = [], {}
+            self.ints = {1, 2, 3, 4}  # dims seen so far: reused so that shapes match often
+            self.backend = None
+            self.ctxs = [g.ggml_init(4 << 20),
+                         g.ggml_init(self.draw(st.sampled_from([512, 2048, 8192, 65536]), "tiny")),
+                         g.ggml_init(1 << 20, no_alloc=True)]
+
+        # -- drawing --------------------------------------------------------------------------------
+        def draw(self, strategy, label):
+            return self.data.draw(strategy, label=label)
+
+        def pick(self, options, label):
+            return self.draw(st.sampled_from(options), label)
+
+        def odds(self, n):  # True one time in n
+            return self.draw(st.integers(0, n - 1), "odds") == 0
+
+        def int_(self):
+            r = self.draw(st.integers(0, 19), "int-kind")
+            if r < 9:
+                return self.draw(st.integers(-1, 6), "int")
+            if r < 16:
+                return self.pick(sorted(self.ints), "known-int")
+            if r < 19:
+                return self.pick([0, 7, 16, 64, 2**31 - 1, -2**31, 2**40, 2**63], "big-int")
+            return self.draw(garbage, "garbage")
+
+        def nbytes(self):
+            r = self.draw(st.integers(0, 9), "n-kind")
+            if r < 7:
+                return 4 * self.pick(sorted(self.ints | {0, 5, 8}), "n-known") * self.pick([1, 1, 2, 3], "mult")
+            if r < 9:
+                return self.pick([-4, 1, 2, 6, 1 << 20, 2**62], "n-odd")
+            return self.draw(garbage, "garbage")
+
+        def float_(self):
+            if self.odds(8):
+                return self.pick([float("nan"), float("inf"), -float("inf"), -1.0, 0.0, 1e30, None, "x"], "bad-float")
+            return self.draw(st.floats(-4, 4), "float")
+
+        def tensor(self, optional=False):
+            if optional and self.odds(2):
+                return None
+            if not self.pool or self.odds(25):
+                return self.draw(garbage, "garbage") if self.odds(2) else np.zeros(3, np.float32)
+            return self.pool[self.draw(st.integers(0, len(self.pool) - 1), "tensor")]
+
+        def arg(self, kind):
+            return {"T": self.tensor, "O": lambda: self.tensor(True), "i": self.int_, "n": self.nbytes,
+                    "a": lambda: self.draw(st.integers(-1, 4), "axis"), "f": self.float_,
+                    "y": lambda: self.pick(types + [999], "type"), "b": lambda: self.odds(4) is False,
+                    "p": lambda: self.pick(["max", "avg", 0, 1, 9, "sum"], "pool-op")}[kind]()
+
+        def ctx(self):
+            return self.ctxs[self.pick([0, 0, 0, 0, 1, 2], "ctx")]
+
+        # -- calling -------------------------------------------------------------------------------
+        def fmt(self, x):
+            if isinstance(x, g.Tensor):
+                return self.names.get(x, "t?")
+            if isinstance(x, g.Context):
+                return f"ctx{self.ctxs.index(x)}" if x in self.ctxs else "ctx?"
+            return type(x).__name__ + str(list(x.shape)) if isinstance(x, np.ndarray) else repr(x)
+
+        def call(self, fn, *args, **kw):
+            name = getattr(fn, "__name__", str(fn))
+            print(f"  {name}({', '.join(self.fmt(a) for a in args)}{', ' if kw else ''}"
+                  f"{', '.join(f'{k}={v!r}' for k, v in kw.items())})", flush=True)
+            try:
+                out = fn(*args, **kw)
+            except allowed as e:
+                stats[f"{name}: {type(e).__name__}"] += 1
+                return None
+            stats[f"{name}: ok"] += 1
+            if isinstance(out, g.Tensor) and out not in self.names:
+                self.names[out] = f"t{len(self.pool)}"
+                self.pool.append(out)
+                print(f"    -> {self.names[out]} = {out!r}", flush=True)
+                if out.ctx.alive:
+                    self.ints.update(d for d in out.ne if 0 < d < 64)
+                    self.ints.add(min(out.nelements(), 10**6))
+            return out
+
+        # -- actions -------------------------------------------------------------------------------
+        def new_tensor(self):
+            n_dims = self.pick([1, 2, 2, 3, 4, 0, 5], "n_dims")
+            ne = [self.pick([1, 2, 3, 4, 4, 8], "dim") if not self.odds(12) else self.int_()
+                  for _ in range(max(n_dims, 0) + (1 if self.odds(15) else 0))]
+            t = self.call(g.ggml_new_tensor, self.ctx(), self.pick(types + [999, None], "type"), n_dims, ne)
+            if t is not None and t.ctx.alive and t.is_allocated:
+                n = t.nelements()
+                vals = (self.rng.integers(-1 if self.odds(6) else 0, 5, n) if t.type == g.GGML_TYPE_I32
+                        else self.rng.normal(size=n))
+                self.call(g.ggml_set_f32, t, vals)
+
+        def from_numpy(self):
+            shape = tuple(self.pick([1, 2, 3, 4], "dim") for _ in range(self.pick([1, 2, 3, 4, 5, 0], "ndim")))
+            dtype = self.pick(["float32", "float64", "int64", "bool", "complex64", "object"], "dtype")
+            arr = np.ones(shape, dtype)
+            self.call(g.ggml_new_from_numpy, self.ctx(), arr, *([self.pick(types, "type")] if self.odds(3) else []))
+
+        def op(self):
+            name = self.pick(sorted(SPECS), "op")
+            ctx = self.ctx() if self.odds(10) else None
+            args = [self.arg(k) for k in SPECS[name]]
+            if ctx is None:  # usually the first tensor's own context
+                ctx = args[0].ctx if isinstance(args[0], g.Tensor) else self.ctxs[0]
+            if self.odds(30):
+                ctx = self.pick([None, "ctx", self.ctxs[0]], "bad-ctx")
+            self.call(getattr(g, name), ctx, *args)
+
+        def data_io(self):
+            t = self.tensor()
+            n = t.nelements() if isinstance(t, g.Tensor) and t.ctx.alive else 3
+            vals = self.pick([np.arange(n), np.zeros(n + 1), np.full(n, 0.5), np.array(["a"] * n),
+                              np.zeros((n, 1, 1, 1, 1)), None], "values")
+            fn = self.pick(["set_f32", "set_i32", "get_f32", "get_i32", "tensor_view", "nelements", "set_name"], "io")
+            if fn in ("set_f32", "set_i32"):
+                self.call(getattr(g, f"ggml_{fn}"), t, vals)
+            elif fn == "set_name":
+                self.call(g.ggml_set_name, t, "x" * self.pick([1, 63, 64, 300], "len"))
+            else:
+                self.call(getattr(g, f"ggml_{fn}"), t)
+
+        def compute(self, t=None):
+            t = self.tensor() if t is None else t
+            if self.odds(3):
+                gf = self.call(g.ggml_new_graph, self.ctx(), self.pick([1, 2, 3, 8, 2048, 0], "size"))
+                gf = gf and self.call(g.ggml_build_forward_expand, gf, t)
+            else:
+                gf = self.call(g.ggml_build_forward_expand, t.ctx if isinstance(t, g.Tensor) else self.ctx(), t)
+            if gf is None:
+                return
+            if self.odds(4):
+                self.backend = self.backend or g.ggml_backend_cpu_init()
+                self.call(g.ggml_backend_graph_compute, self.backend, gf)
+            else:
+                self.call(g.ggml_graph_compute, gf.ctx, gf, n_threads=self.pick([1, 2, 3, None, 0], "threads"))
+            if isinstance(t, g.Tensor):
+                self.call(g.ggml_get_f32, t)
+
+        def backend_alloc(self):
+            ctx = self.ctxs[2]  # the no_alloc context: only when small (malloc overcommits, compute would not)
+            if ctx.alive and ctx.used_mem() < 64 * 1024 and all(
+                    t.nbytes() < 1 << 20 for t in self.pool if t.ctx is ctx):
+                self.backend = self.backend or g.ggml_backend_cpu_init()
+                self.call(g.ggml_backend_alloc_ctx_tensors, ctx, self.backend)
+
+        def free(self):
+            self.call(g.ggml_free, self.ctx())
+
+        def run(self):
+            state["example"] += 1
+            print(f"=== example {state['example']}", flush=True)
+            actions = ([self.new_tensor] * 4 + [self.from_numpy] + [self.op] * 8 + [self.data_io] * 2
+                       + [self.compute] * 2 + [self.backend_alloc, self.free])
+            for _ in range(self.draw(st.integers(1, 30), "n_steps")):
+                self.pick(actions, "action")()
+            for t in list(self.pool):  # finally compute everything that was built
+                if t.ctx.alive and t.op != 0:
+                    self.compute(t)
+            for c in self.ctxs:
+                c.free()
+
+    @hseed(seed)
+    @settings(max_examples=n_examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def fuzz(data):
+        Fuzz(data).run()
+
+    fuzz()
+    ok = sum(v for k, v in stats.items() if k.endswith(": ok"))
+    print(f"stats: {ok} calls succeeded, {sum(stats.values()) - ok} raised")
+    for k, v in sorted(stats.items()):
+        print(f"  {v:6d}  {k}")
+    print(MARKER, flush=True)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else N_EXAMPLES, int(sys.argv[2]) if len(sys.argv) > 2 else SEED)
