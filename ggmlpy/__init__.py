@@ -30,5 +30,5 @@ __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "Stal
                              "DeviceError", "info", "found",
                              "AGTensor", "ag_tensor", "ag_param", "ag_to_device", "ag_device",
                              "ag_default_device", "ag_dtype", "with_grad_tape", "backward", "no_grad",
-                             "tape_bytes", "tape_report", "ag_gradcheck", "GradMap", "zero_grad", "manual_seed",
+                             "tape_bytes", "tape_report", "ag_gradcheck", "GradMap", "zero_grad", "manual_seed", "ag_checkpoint", "CheckpointReplayError",
                              "get_rng_state", "set_rng_state"] + _ag_ops + _nn_all + _optim_all

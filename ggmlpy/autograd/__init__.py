@@ -1,4 +1,5 @@
 """Reverse-mode autodiff on a tape, with ggmlR's ag_* API."""
+from .checkpoint import CheckpointReplayError, ag_checkpoint
 from .engine import GradMap, backward, zero_grad
 from .gradcheck import ag_gradcheck
 from .ops import *  # noqa: F401,F403

@@ -1,6 +1,8 @@
 """Applying primitives eagerly, recording them, and walking the tape backwards."""
 from __future__ import annotations
 
+import contextlib
+
 from ..backend.state import STATE
 from ..bindings import lib
 from ..errors import GGMLError
@@ -22,10 +24,29 @@ def _builder(fwd, params: dict, out_type: int):
     return build
 
 
+_watchers: list = []
+
+
+@contextlib.contextmanager
+def watch_params():
+    """Collect the ids of the trainable leaves the ops in this block read (used by ag_checkpoint)."""
+    seen: set = set()
+    _watchers.append(seen)
+    try:
+        yield seen
+    finally:
+        _watchers.remove(seen)
+
+
 def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
     """Run primitive `op` on `inputs` through ggml; record it if any input needs a gradient."""
     rule = RULES[op]
     dc = same_device(*inputs)
+    if _watchers:
+        for x in inputs:
+            if x.is_leaf and x.requires_grad:
+                for w in _watchers:
+                    w.add(x.id)
     out_type = STATE.dtype
     key = (op, tuple(params.items()), out_type)
     st = dc.executor.run(key, _builder(rule.fwd, params, out_type), [x.st for x in inputs],
@@ -94,8 +115,8 @@ def walk(nodes, grads: dict, leaves: dict) -> None:
         g = dict.get(grads, node.out_id)
         if g is None:
             continue
-        if node.backward_fn is not None:
-            in_grads = node.backward_fn(g)
+        if node.backward_fn is not None:  # a checkpoint: replays its segment
+            in_grads = node.backward_fn(g, grads, leaves)
         else:
             in_grads = RULES[node.op].vjp(g, node)
         for (tid, needs, leaf), gi in zip(node.inputs, in_grads):

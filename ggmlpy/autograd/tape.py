@@ -23,7 +23,7 @@ class Node:
     saved: dict                    # snapshots the rule needs: {"x0": t, "x1": t, "out": t}
     params: dict = field(default_factory=dict)
     in_shapes: tuple = ()
-    backward_fn: object = None     # only checkpoint nodes: a callable(grad_out) -> list of input grads
+    backward_fn: object = None     # checkpoint nodes only: (grad_out, grads, leaves) -> input grads
 
     def x(self, i: int):
         """Snapshot of input i (only those the rule declared in `saves`)."""

@@ -1,0 +1,134 @@
+"""Gradient checkpointing: run a segment without recording it, replay it during backward.
+
+The specification is ggmlR's `ag_checkpoint` design (shared/seeds/ag_checkpoint.R.txt).
+Why a wrapper and not a tape analysis: a node names its *backward* rule, not the
+function that produced it, so nothing on the tape can be re-run; the segment is
+handed in as a Python callable, as torch.utils.checkpoint does.
+
+The contract, point by point (each has a test in tests/test_checkpoint.py):
+ 1. The segment's forward pass records nothing. The tape's flag and node list are
+    restored in a `finally`, so a segment that raises leaves the tape as it was.
+ 2. RNG: the state is saved before the first run; a failed run restores it; the
+    replay starts from it (same dropout masks) and restores the caller's stream
+    afterwards. Unlike ggmlR, a successful run does *not* rewind it: after the
+    segment the stream continues as if there were no checkpoint, so two
+    checkpointed dropout blocks draw different masks, as without checkpointing.
+ 3. The output re-enters the tape as a fresh tensor: detached from the segment's
+    internals (no parameter is reached twice) but recorded against the caller's
+    inputs (earlier layers still get gradients).
+ 4. The node is recorded even when no input needs a gradient: the parameters
+    live inside the segment.
+ 5. The replay runs on a private tape; the segment's parameters get their
+    gradients (into the backward's result and `.grad`), the caller's inputs get
+    theirs returned, and tensors made inside the segment get none.
+ 6. The replay must not reset any pool: both generation counters are checked,
+    and a move raises instead of returning gradients from freed memory.
+ 7. Gradients stay on the device: each leaf's is accumulated once, at the end.
+ 8. The graph backward path declines a tape holding a checkpoint node (op None).
+ 9. The loop-variable trap: a closure that sees a different layer at replay time
+    is detected by comparing the parameters the segment touched in both runs.
+"""
+from __future__ import annotations
+
+import warnings
+
+from .. import random as grandom
+from ..backend.state import STATE
+from ..errors import GGMLError, StaleTensorError
+from ..tensor import AGTensor
+from . import engine
+from .tape import TAPE, Node
+
+
+class CheckpointReplayError(GGMLError):
+    """The segment reset a memory pool (or switched device) while being replayed."""
+
+
+def ag_checkpoint(fn, *inputs):
+    """Run `fn(*inputs)` without storing its activations; recompute them during backward()."""
+    if not callable(fn):
+        raise GGMLError("ag_checkpoint() expects a function as its first argument.")
+    if not TAPE.recording():
+        return fn(*inputs)
+
+    rng_state = grandom.get_rng_state()
+    saved_nodes, saved_enabled = TAPE.nodes, TAPE.enabled
+    TAPE.enabled = False
+    ok = False
+    with engine.watch_params() as used_first:
+        try:
+            out_val = fn(*inputs)
+            ok = True
+        finally:
+            TAPE.enabled, TAPE.nodes = saved_enabled, saved_nodes
+            if not ok:
+                grandom.set_rng_state(rng_state)
+    if not isinstance(out_val, AGTensor):
+        raise GGMLError(f"ag_checkpoint: the segment must return one ag tensor, got {type(out_val).__name__}")
+
+    out = AGTensor(out_val.st, out_val.shape, out_val.dc, requires_grad=True, is_leaf=False)
+    out.fwd_grad = out_val.fwd_grad  # tangents computed in the forward run carry over (forward AD)
+    ag_inputs = [x for x in inputs if isinstance(x, AGTensor)]
+
+    def replay(grad_out, grads, leaves):
+        return _replay(fn, inputs, grad_out, rng_state, used_first, grads, leaves)
+
+    TAPE.nodes.append(Node(None, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in ag_inputs],
+                           {f"x{i}": x for i, x in enumerate(ag_inputs)}, {}, tuple(x.shape for x in ag_inputs),
+                           backward_fn=replay))
+    return out
+
+
+def _check_generations(before) -> None:
+    """INVARIANT 6: the replay must not reset a pool. Checked, not trusted: a later refactor
+    reaching for with_grad_tape() would otherwise hand back gradients from freed memory."""
+    dc = before[0]
+    now = STATE.context()
+    after = (now, now.pass_pool.gen if now is dc else dc.pass_pool.gen,
+             now.persistent.gen if now is dc else dc.persistent.gen)
+    if after != before:
+        raise CheckpointReplayError(
+            f"ag_checkpoint() replay reset the ggml memory pools (pass {before[1]} -> {after[1]}, "
+            f"persistent {before[2]} -> {after[2]}"
+            f"{'' if now is dc else f', device {dc.name} -> {now.name}'}). Gradients already accumulated "
+            "would point at freed memory. The segment must not call with_grad_tape() or ag_device().")
+
+
+def _replay(fn, inputs, grad_out, rng_state, used_first, grads, leaves):
+    """Re-run the segment on a private tape and push `grad_out` back through it."""
+    outer_nodes, outer_enabled = TAPE.nodes, TAPE.enabled
+    outer_paused = getattr(TAPE.local, "paused", False)
+    outer_rng = grandom.get_rng_state()
+    dc = STATE.context()
+    before = (dc, dc.pass_pool.gen, dc.persistent.gen)
+    try:
+        grandom.set_rng_state(rng_state)
+        TAPE.nodes, TAPE.enabled, TAPE.local.paused = [], True, False
+        with engine.watch_params() as used_replay:
+            redone = fn(*inputs)
+        seg_nodes = TAPE.nodes
+    except StaleTensorError:  # the segment freed memory it then tried to read: say why
+        _check_generations(before)
+        raise
+    finally:
+        TAPE.nodes, TAPE.enabled, TAPE.local.paused = outer_nodes, outer_enabled, outer_paused
+        grandom.set_rng_state(outer_rng)
+    _check_generations(before)
+    if set(used_replay) != set(used_first):
+        warnings.warn(
+            "ag_checkpoint: the segment used different parameters when replayed than in its forward pass "
+            f"({len(used_first)} then {len(used_replay)}). A closure over a loop variable sees the last "
+            "layer at replay time; bind it per iteration (lambda h, lyr=lyr: lyr(h), or functools.partial).",
+            RuntimeWarning, stacklevel=4)
+
+    seg_grads, seg_leaves = {redone.id: grad_out}, {}
+    engine.walk(seg_nodes, seg_grads, seg_leaves)
+
+    input_ids = {x.id for x in inputs if isinstance(x, AGTensor)}
+    for tid, leaf in seg_leaves.items():
+        if tid in input_ids:
+            continue  # the caller's tensor: returned below, accumulated by the outer pass
+        g = seg_grads[tid]
+        dict.__setitem__(grads, tid, engine.accumulate(dict.get(grads, tid), g))
+        leaves[tid] = leaf
+    return [seg_grads.get(x.id) if x.requires_grad else None for x in inputs if isinstance(x, AGTensor)]

@@ -1,0 +1,363 @@
+"""ag_checkpoint: one test (at least) per invariant of the seed (shared/seeds/ag_checkpoint.R.txt)."""
+import functools
+import warnings
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+from ggmlpy.autograd.tape import TAPE
+
+rng = np.random.default_rng(3)
+
+
+def mats(*shape):
+    return rng.normal(size=shape)
+
+
+@pytest.fixture
+def stack():
+    g.manual_seed(11)
+    layers = [g.ag_linear(8, 8, "relu") for _ in range(4)]
+    return layers, g.ag_tensor(mats(8, 5)), g.ag_tensor(mats(8, 5))
+
+
+def params_of(layers):
+    return [p for lyr in layers for p in lyr.parameters()]
+
+
+def train_grads(layers, x, y, checkpoint_every=None, extra=None):
+    """Gradients of mse(stack(x), y), checkpointing every `checkpoint_every`-th layer."""
+    g.zero_grad(params_of(layers))
+    with g.with_grad_tape():
+        h = x
+        for i, lyr in enumerate(layers):
+            if checkpoint_every and i % checkpoint_every == checkpoint_every - 1:
+                h = g.ag_checkpoint(lambda t, lyr=lyr: extra(lyr(t)) if extra else lyr(t), h)
+            else:
+                h = extra(lyr(h)) if extra else lyr(h)
+        loss = g.ag_mse_loss(h, y)
+    grads = g.backward(loss)
+    return [grads[p].numpy() for p in params_of(layers)], [p.grad.numpy() for p in params_of(layers)]
+
+
+def assert_bitwise(a, b):
+    assert len(a) == len(b)
+    for u, v in zip(a, b):
+        assert np.array_equal(u, v)
+
+
+# -- API -------------------------------------------------------------------------------------------------
+def test_first_argument_must_be_callable():
+    with pytest.raises(g.GGMLError, match="expects a function"):
+        g.ag_checkpoint(g.ag_tensor(mats(2, 2)), g.ag_tensor(mats(2, 2)))
+
+
+def test_outside_a_tape_it_just_calls_fn():
+    x = g.ag_tensor(mats(3, 3))
+    out = g.ag_checkpoint(g.ag_relu, x)
+    np.testing.assert_array_equal(out.numpy(), g.ag_relu(x).numpy())
+
+
+# -- 1. recording is off during the segment -------------------------------------------------------------
+def test_segment_records_no_nodes_and_no_snapshots(stack):
+    layers, x, _ = stack
+    seen = []
+    with g.with_grad_tape():
+        h = layers[0](x)
+        n = len(TAPE.nodes)
+        g.ag_checkpoint(lambda t: (seen.append(TAPE.recording()), layers[1](layers[2](t)))[1], h)
+        assert seen == [False]
+        assert len(TAPE.nodes) == n + 1 and TAPE.nodes[-1].op is None  # just the checkpoint node
+        assert set(TAPE.nodes[-1].saved.values()) == {h}  # and it keeps only the segment's input
+
+
+def test_segment_that_raises_leaves_the_tape_as_it_was(stack):
+    layers, x, _ = stack
+
+    def boom(t):
+        layers[0](t)
+        raise RuntimeError("segment failed")
+
+    with g.with_grad_tape():
+        h = layers[1](x)
+        nodes, count = TAPE.nodes, len(TAPE.nodes)
+        with pytest.raises(RuntimeError, match="segment failed"):
+            g.ag_checkpoint(boom, h)
+        assert TAPE.enabled and TAPE.recording()
+        assert TAPE.nodes is nodes and len(TAPE.nodes) == count
+        layers[2](h)
+        assert len(TAPE.nodes) > count  # still recording
+
+
+# -- 2. RNG -------------------------------------------------------------------------------------------------
+def dropout_stack():
+    g.manual_seed(5)
+    return [g.ag_linear(8, 8, "relu") for _ in range(3)], g.ag_dropout(0.5)
+
+
+def test_dropout_segment_replays_the_same_mask():
+    (layers, drop), x, y = dropout_stack(), g.ag_tensor(mats(8, 6)), g.ag_tensor(mats(8, 6))
+    g.manual_seed(99)
+    plain = train_grads(layers, x, y, extra=drop)
+    g.manual_seed(99)
+    ckpt = train_grads(layers, x, y, checkpoint_every=1, extra=drop)
+    assert_bitwise(plain[0], ckpt[0])
+
+
+def test_rng_stream_after_checkpoint_is_as_without_it():
+    (layers, drop), x = dropout_stack(), g.ag_tensor(mats(8, 6))
+    after = []
+    for use_ckpt in (False, True):
+        g.manual_seed(7)
+        with g.with_grad_tape():
+            h = g.ag_checkpoint(lambda t: drop(layers[0](t)), x) if use_ckpt else drop(layers[0](x))
+            second = drop(h)  # a second dropout after the segment
+        after.append((second.numpy(), g.random.generator().uniform()))
+    np.testing.assert_array_equal(after[0][0], after[1][0])
+    assert after[0][1] == after[1][1]
+
+
+def test_two_checkpointed_dropout_blocks_draw_different_masks():
+    drop = g.ag_dropout(0.5)
+    ones = g.ag_tensor(np.ones((64, 4)))
+    g.manual_seed(3)
+    with g.with_grad_tape():
+        a = g.ag_checkpoint(drop, ones)
+        b = g.ag_checkpoint(drop, ones)
+    assert not np.array_equal(a.numpy(), b.numpy())
+
+
+def test_segment_that_raises_restores_the_rng():
+    drop = g.ag_dropout(0.5)
+    g.manual_seed(8)
+    state = g.get_rng_state()
+
+    def draws_then_fails(t):
+        drop(t)
+        raise ValueError("nope")
+
+    with g.with_grad_tape():
+        with pytest.raises(ValueError):
+            g.ag_checkpoint(draws_then_fails, g.ag_tensor(np.ones((4, 4))))
+    assert g.get_rng_state() == state
+
+
+def test_backward_does_not_move_the_callers_rng_stream():
+    (layers, drop), x, y = dropout_stack(), g.ag_tensor(mats(8, 6)), g.ag_tensor(mats(8, 6))
+    with g.with_grad_tape():
+        loss = g.ag_mse_loss(g.ag_checkpoint(lambda t: drop(layers[0](t)), x), y)
+    state = g.get_rng_state()
+    g.backward(loss)
+    assert g.get_rng_state() == state
+
+
+# -- 3. the output is a fresh tensor, connected to the outer graph ------------------------------------------------
+def test_parameter_gradient_is_not_doubled(stack):
+    layers, x, y = stack
+    plain = train_grads(layers, x, y)
+    ckpt = train_grads(layers, x, y, checkpoint_every=1)
+    for p, c in zip(plain[0], ckpt[0]):
+        np.testing.assert_array_equal(c, p)  # a doubled gradient would be 2 * p
+
+
+def test_layers_before_the_checkpoint_still_get_gradients(stack):
+    layers, x, y = stack
+    plain = train_grads(layers, x, y)[0]
+    g.zero_grad(params_of(layers))
+    with g.with_grad_tape():
+        h = layers[0](x)  # before the checkpoint, not inside it
+        h = g.ag_checkpoint(lambda t: layers[2](layers[1](t)), h)
+        loss = g.ag_mse_loss(layers[3](h), y)
+    grads = g.backward(loss)
+    np.testing.assert_array_equal(grads[layers[0].W].numpy(), plain[0])
+    assert np.abs(plain[0]).sum() > 0
+
+
+# -- 4. recorded even when no input requires a gradient -----------------------------------------------------------
+def test_segment_on_a_plain_input_still_trains_its_weights():
+    g.manual_seed(2)
+    lin = g.ag_linear(4, 3)
+    x = g.ag_tensor(mats(4, 5))  # requires_grad=False
+    with g.with_grad_tape():
+        loss = g.ag_sum(g.ag_checkpoint(lin, x))
+    grads = g.backward(loss)
+    np.testing.assert_allclose(grads[lin.W].numpy(), np.ones((3, 5)) @ x.numpy().T, rtol=1e-5)
+    assert lin.W.grad is not None
+
+
+# -- 5. the replay runs on a private tape ---------------------------------------------------------------------
+def test_replay_leaves_the_outer_tape_alone_and_routes_gradients():
+    g.manual_seed(4)
+    lin = g.ag_linear(4, 4, "tanh")
+    x = g.ag_param(mats(4, 3))
+    inside = []
+
+    def seg(t):
+        h = lin(t)
+        inside.append(h)
+        return h
+
+    with g.with_grad_tape():
+        loss = g.ag_sum(g.ag_checkpoint(seg, x))
+    nodes, count = TAPE.nodes, len(TAPE.nodes)
+    grads = g.backward(loss)
+    assert TAPE.nodes is nodes and len(TAPE.nodes) == count
+    assert x in grads and x.grad is not None          # the caller's input: returned to the outer pass
+    assert lin.W.grad is not None and lin.b.grad is not None  # the segment's leaves: .grad written
+    assert all(t.grad is None for t in inside)        # tensors made inside the segment: no .grad
+    first = lin.W.grad.numpy()
+    g.backward(loss)
+    np.testing.assert_allclose(lin.W.grad.numpy(), 2 * first, rtol=1e-6)  # accumulating
+
+
+# -- 6. the replay must not reset any pool ------------------------------------------------------------------
+def test_replay_that_resets_the_pass_pool_raises():
+    x = g.ag_param(mats(3, 3))
+    calls = []
+
+    def seg(t):
+        calls.append(1)
+        if len(calls) == 2:  # the replay
+            with g.with_grad_tape():
+                pass
+        return g.ag_relu(t)
+
+    with g.with_grad_tape():
+        loss = g.ag_sum(g.ag_checkpoint(seg, x))
+    with pytest.raises(g.CheckpointReplayError, match=r"pass \d+ -> \d+.*with_grad_tape\(\) or ag_device\(\)"):
+        g.backward(loss)
+
+
+def test_replay_that_resets_the_persistent_pool_raises():
+    x = g.ag_param(mats(3, 3))
+    calls = []
+
+    def seg(t):
+        calls.append(1)
+        if len(calls) == 2:
+            g.ag_dtype("f16")  # a dtype change resets the persistent pool, like a device change
+        return g.ag_relu(t)
+
+    try:
+        with g.with_grad_tape():
+            loss = g.ag_sum(g.ag_checkpoint(seg, x))
+        with pytest.raises(g.CheckpointReplayError, match=r"persistent \d+ -> \d+"):
+            g.backward(loss)
+    finally:
+        g.ag_dtype("f32")
+
+
+def test_replay_that_switches_device_raises():
+    others = [d.name for d in g.devices() if d.type != "cpu"]
+    if not others:
+        pytest.skip("needs a second device (Vulkan via lavapipe in CI)")
+    x = g.ag_param(mats(3, 3))
+    calls = []
+
+    def seg(t):
+        calls.append(1)
+        if len(calls) == 2:
+            g.ag_device(others[0])
+        return g.ag_relu(t)
+
+    try:
+        with g.with_grad_tape():
+            loss = g.ag_sum(g.ag_checkpoint(seg, x))
+        with pytest.raises(g.CheckpointReplayError, match="ag_device"):
+            g.backward(loss)
+    finally:
+        g.ag_device("cpu")
+
+
+# -- 7. resident gradients: one accumulation per leaf ------------------------------------------------------------
+def test_each_leaf_gradient_is_accumulated_once_per_backward(stack, monkeypatch):
+    from ggmlpy.autograd import engine
+    layers, x, y = stack
+    calls = []
+    real = engine._add_into_grad
+    monkeypatch.setattr(engine, "_add_into_grad", lambda leaf, gr: (calls.append(leaf.id), real(leaf, gr)))
+    train_grads(layers, x, y, checkpoint_every=1)
+    assert sorted(calls) == sorted(p.id for p in params_of(layers))
+
+
+# -- 9. the loop-variable trap ---------------------------------------------------------------------------------
+def test_late_bound_closure_is_detected_and_starves_earlier_layers(stack):
+    layers, x, y = stack
+    g.zero_grad(params_of(layers))
+    with g.with_grad_tape():
+        h = x
+        for lyr in layers:
+            h = g.ag_checkpoint(lambda t: lyr(t), h)  # the trap: every closure sees the last `lyr`
+        loss = g.ag_mse_loss(h, y)
+    with pytest.warns(RuntimeWarning, match="loop variable"):
+        grads = g.backward(loss)
+    assert layers[0].W not in grads  # earlier layers silently get nothing...
+    assert layers[-1].W in grads      # ...while the last one is trained several times over
+
+
+@pytest.mark.parametrize("bind", ["default_arg", "partial"])
+def test_correct_binding_gives_plain_gradients_without_warning(stack, bind):
+    layers, x, y = stack
+    plain = train_grads(layers, x, y)[0]
+    g.zero_grad(params_of(layers))
+    with g.with_grad_tape():
+        h = x
+        for lyr in layers:
+            fn = (lambda t, lyr=lyr: lyr(t)) if bind == "default_arg" else functools.partial(lyr.forward)
+            h = g.ag_checkpoint(fn, h)
+        loss = g.ag_mse_loss(h, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        grads = g.backward(loss)
+    assert_bitwise(plain, [grads[p].numpy() for p in params_of(layers)])
+
+
+# -- correctness ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("every", [1, 2])
+def test_pure_segments_match_plain_gradients_bit_for_bit(stack, every):
+    layers, x, y = stack
+    plain = train_grads(layers, x, y)
+    ckpt = train_grads(layers, x, y, checkpoint_every=every)
+    assert_bitwise(plain[0], ckpt[0])
+    assert_bitwise(plain[1], ckpt[1])
+
+
+def test_nested_checkpoints_give_the_same_gradients(stack):
+    layers, x, y = stack
+    plain = train_grads(layers, x, y)[0]
+    g.zero_grad(params_of(layers))
+    inner = lambda t: g.ag_checkpoint(lambda u: layers[2](layers[1](u)), t)  # noqa: E731
+    with g.with_grad_tape():
+        h = g.ag_checkpoint(lambda t: layers[3](inner(layers[0](t))), x)
+        loss = g.ag_mse_loss(h, y)
+    grads = g.backward(loss)
+    assert_bitwise(plain, [grads[p].numpy() for p in params_of(layers)])
+
+
+def test_checkpoint_output_used_twice_downstream():
+    g.manual_seed(6)
+    lin = g.ag_linear(4, 4, "sigmoid")
+    x = g.ag_tensor(mats(4, 3))
+    grads = []
+    for use_ckpt in (False, True):
+        with g.with_grad_tape():
+            h = g.ag_checkpoint(lin, x) if use_ckpt else lin(x)
+            loss = g.ag_sum(g.ag_mul(h, h))
+        grads.append(g.backward(loss)[lin.W].numpy())
+    np.testing.assert_array_equal(grads[0], grads[1])
+
+
+def test_checkpointing_blocks_of_two_layers_shrinks_the_tape_five_fold():
+    g.manual_seed(1)
+    layers = [g.ag_linear(64, 64, "relu") for _ in range(6)]
+    blocks = [g.ag_sequential(layers[i], layers[i + 1]) for i in range(0, 6, 2)]
+    x = g.ag_tensor(mats(64, 32))
+    sizes = []
+    for use_ckpt in (False, True):
+        with g.with_grad_tape():
+            h = x
+            for blk in blocks:
+                h = g.ag_checkpoint(blk, h) if use_ckpt else blk(h)
+        sizes.append(g.tape_bytes())
+    assert sizes[1] <= 0.2 * sizes[0]
