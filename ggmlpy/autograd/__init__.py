@@ -1,6 +1,8 @@
 """Reverse-mode autodiff on a tape, with ggmlR's ag_* API."""
 from .checkpoint import CheckpointReplayError, ag_checkpoint
 from .engine import GradMap, backward, zero_grad
+from .forward_ad import (dual_level, enter_dual_level, exit_dual_level, hvp, jacfwd, jvp, make_dual,
+                         unpack_dual)
 from .gradcheck import ag_gradcheck
 from .ops import *  # noqa: F401,F403
 from .ops import __dict__ as _ops_ns

@@ -36,7 +36,7 @@ from .. import random as grandom
 from ..backend.state import STATE
 from ..errors import GGMLError, StaleTensorError
 from ..tensor import AGTensor
-from . import engine
+from . import engine, forward_ad
 from .tape import TAPE, Node
 
 
@@ -67,7 +67,7 @@ def ag_checkpoint(fn, *inputs):
         raise GGMLError(f"ag_checkpoint: the segment must return one ag tensor, got {type(out_val).__name__}")
 
     out = AGTensor(out_val.st, out_val.shape, out_val.dc, requires_grad=True, is_leaf=False)
-    out.fwd_grad = out_val.fwd_grad  # tangents computed in the forward run carry over (forward AD)
+    forward_ad.copy_tangents(out_val, out)  # tangents of the forward run carry over (forward AD)
     ag_inputs = [x for x in inputs if isinstance(x, AGTensor)]
 
     def replay(grad_out, grads, leaves):

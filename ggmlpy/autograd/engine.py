@@ -7,6 +7,7 @@ from ..backend.state import STATE
 from ..bindings import lib
 from ..errors import GGMLError
 from ..tensor import AGTensor, same_device
+from . import forward_ad as _fwd
 from . import prims
 from .rules import RULES
 from .tape import TAPE, Node, no_grad
@@ -60,15 +61,9 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
             saved["out"] = out
         TAPE.nodes.append(Node(op, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in inputs],
                                saved, params, tuple(x.shape for x in inputs)))
-    if _forward_levels_active():
-        from .forward_ad import propagate
-        propagate(rule, out, inputs, params)
+    if _fwd.LEVELS:
+        _fwd.propagate(rule, out, inputs, params)
     return out
-
-
-def _forward_levels_active() -> bool:
-    from . import forward_ad
-    return forward_ad.active()
 
 
 # -- backward --------------------------------------------------------------------------------------------

@@ -1,9 +1,359 @@
-"""Forward-mode AD with nested levels (see issue 5): not built yet; no level is ever active."""
+"""Forward-mode AD with nested levels, after PyTorch's ForwardGrad / ForwardADLevel design
+(shared/seeds/forward_grad.h.txt), but with real nesting (as HIPS autograd and JAX have).
+
+Storage. Every ag tensor that has a tangent owns a `ForwardGrad`: a map from
+level index to tangent (itself an ag tensor, on the device). Setting a tangent
+registers the ForwardGrad with its level; resetting it unregisters it.
+
+Levels. One process-wide registry, so forward AD works across threads; the index
+of a level is its nesting depth, so indices are reused after release. Exiting a
+level clears that level's tangents from every ForwardGrad registered with it,
+and only that level's: a stale index can therefore never reach the tangents of
+a later level with the same number. Only the innermost level may be exited.
+
+Lifetime. A level is "initialised" while the registry holds it; after exit it is
+"about to be cleaned" while some ForwardGrad method still holds an owning
+reference (`_Ref`); the last reference out runs the clean-up, so a set_value in
+flight can never leave a tangent behind in a level that has been cleaned. A
+tensor's ForwardGrad is cleared (unregistered) when the tensor is destroyed, via
+weakref.finalize, so a level's set does not grow with short-lived duals.
+
+Lock order (never taken in reverse): registry lock -> level lock -> ForwardGrad
+lock. No method calls into another class while holding its own lock, except the
+level's clean-up, which resets ForwardGrads (with update_level=False) while
+holding the level's lock.
+
+Nesting. A JVP rule for level L runs with L masked: the ops inside it propagate
+the other levels' tangents (which is what gives second derivatives) but not L's
+own (a dual number's epsilon squares to zero). Distinct levels keep distinct
+perturbations apart, so `d/dx (x * d/dy (x + y))` is 1, not 2.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+
+from ..errors import GGMLError
+from ..tensor import AGTensor
+
+LEVELS: list = []  # the registry's list, index = level; non-empty means forward AD is on
+_registry_lock = threading.Lock()
+_local = threading.local()
 
 
-def active() -> bool:
-    return False
+class ForwardADLevel:
+    def __init__(self, idx: int):
+        self.idx = idx
+        self._lock = threading.Lock()
+        self._grads: set = set()
+        self._refs = 1  # the registry's own reference; guarded by _registry_lock
+
+    def insert(self, fg: "ForwardGrad") -> None:
+        with self._lock:
+            self._grads.add(fg)
+
+    def erase(self, fg: "ForwardGrad") -> None:
+        with self._lock:
+            self._grads.discard(fg)
+
+    def __len__(self):
+        with self._lock:
+            return len(self._grads)
+
+    def _cleanup(self) -> None:
+        """The level is gone: drop its tangents everywhere (the one cross-class call under a lock)."""
+        with self._lock:
+            grads, self._grads = self._grads, set()
+            for fg in grads:
+                fg.reset(self.idx, update_level=False)
 
 
-def propagate(rule, out, inputs, params):  # pragma: no cover - placeholder until levels exist
-    raise NotImplementedError
+class _Ref:
+    """An owning reference to a level: its clean-up waits until every _Ref is released."""
+
+    def __init__(self, level: ForwardADLevel):
+        self.level = level
+
+    def __enter__(self):
+        return self.level
+
+    def __exit__(self, *exc):
+        _unref(self.level)
+
+
+def _unref(level: ForwardADLevel) -> None:
+    with _registry_lock:
+        level._refs -= 1
+        last = level._refs == 0
+    if last:
+        level._cleanup()
+
+
+def get_by_idx(idx: int) -> _Ref:
+    ref = try_get_by_idx(idx)
+    if ref is None:
+        raise GGMLError(f"forward AD level {idx} is not active")
+    return ref
+
+
+def try_get_by_idx(idx: int) -> _Ref | None:
+    with _registry_lock:
+        if 0 <= idx < len(LEVELS) and LEVELS[idx] is not None:
+            LEVELS[idx]._refs += 1
+            return _Ref(LEVELS[idx])
+    return None
+
+
+def enter_dual_level() -> int:
+    """Open a new (innermost) level and return its index, its nesting depth."""
+    with _registry_lock:
+        idx = len(LEVELS)
+        LEVELS.append(ForwardADLevel(idx))
+    return idx
+
+
+def exit_dual_level(level: int | None = None) -> None:
+    """Close the innermost level, clearing its tangents from every tensor."""
+    with _registry_lock:
+        if not LEVELS:
+            raise GGMLError("exit_dual_level: no forward AD level is active")
+        inner = len(LEVELS) - 1
+        level = inner if level is None else level
+        if level != inner:
+            raise GGMLError(f"exit_dual_level: trying to exit level {level}, but level {inner} is the "
+                            "innermost; levels must be exited in reverse order of entry")
+        lvl = LEVELS.pop()
+    _unref(lvl)
+
+
+@contextlib.contextmanager
+def dual_level():
+    """`with dual_level() as level:` enters a level and exits it on leaving the block."""
+    idx = enter_dual_level()
+    try:
+        yield idx
+    finally:
+        exit_dual_level(idx)
+
+
+class ForwardGrad:
+    """Tangents of one tensor, per level."""
+
+    __slots__ = ("_lock", "_content", "__weakref__")
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._content: dict = {}
+
+    def set_value(self, value: AGTensor, level: int) -> None:
+        # The owning reference keeps the level's clean-up from running until our write is in.
+        with get_by_idx(level) as lvl:
+            lvl.insert(self)
+            with self._lock:
+                self._content[level] = value
+
+    def reset(self, level: int, update_level: bool = True) -> None:
+        if update_level:
+            ref = try_get_by_idx(level)
+            if ref is not None:
+                with ref as lvl:
+                    lvl.erase(self)
+        with self._lock:
+            self._content.pop(level, None)
+
+    def value(self, level: int):
+        with self._lock:
+            return self._content.get(level)
+
+    def levels(self) -> list:
+        with self._lock:
+            return list(self._content)
+
+    def contains(self, level: int) -> bool:
+        with self._lock:
+            return level in self._content
+
+    def clear(self) -> None:
+        """The owning tensor is gone: unregister from every level (another thread may be exiting one)."""
+        for idx in self.levels():
+            ref = try_get_by_idx(idx)
+            if ref is not None:
+                with ref as lvl:
+                    lvl.erase(self)
+
+
+def _forward_grad(t: AGTensor) -> ForwardGrad:
+    fg = t.fwd_grad
+    if fg is None:
+        fg = t.fwd_grad = ForwardGrad()
+        weakref.finalize(t, fg.clear)
+    return fg
+
+
+def _innermost() -> int:
+    with _registry_lock:
+        if not LEVELS:
+            raise GGMLError("no forward AD level is active: use `with dual_level():` first")
+        return len(LEVELS) - 1
+
+
+def _alias(t: AGTensor) -> AGTensor:
+    """A new tensor on t's memory, connected to t on the tape (gradients flow through)."""
+    from .tape import TAPE, Node
+    out = AGTensor(t.st, t.shape, t.dc, requires_grad=t.requires_grad, is_leaf=False)
+    if t.requires_grad and TAPE.recording():
+        TAPE.nodes.append(Node("copy", out.id, [(t.id, True, t if t.is_leaf else None)], {}, {}, (t.shape,)))
+    return out
+
+
+def make_dual(primal: AGTensor, tangent, level: int | None = None) -> AGTensor:
+    """A tensor with primal's values and `tangent` at `level` (default: the innermost)."""
+    if not isinstance(primal, AGTensor):
+        raise GGMLError(f"make_dual: primal must be an ag tensor, got {type(primal).__name__}")
+    level = _innermost() if level is None else level
+    if not isinstance(tangent, AGTensor):
+        from ..tensor import ag_tensor
+        tangent = ag_tensor(tangent, device=primal.dc.spec)
+    if tangent.shape != primal.shape:
+        raise GGMLError(f"make_dual: tangent shape {list(tangent.shape)} differs from primal's {list(primal.shape)}")
+    if tangent.dc is not primal.dc:
+        raise GGMLError("make_dual: tangent and primal are on different devices")
+    dual = _alias(primal)
+    if primal.fwd_grad is not None:  # tangents at other levels carry over
+        for lv in primal.fwd_grad.levels():
+            if lv != level:
+                _forward_grad(dual).set_value(primal.fwd_grad.value(lv), lv)
+    _forward_grad(dual).set_value(tangent, level)
+    return dual
+
+
+def unpack_dual(t: AGTensor, level: int | None = None):
+    """(primal, tangent) of t at `level`; the tangent is None when t has none there."""
+    if not isinstance(t, AGTensor):
+        raise GGMLError(f"unpack_dual: expected an ag tensor, got {type(t).__name__}")
+    if level is None:
+        with _registry_lock:
+            level = len(LEVELS) - 1
+    tangent = t.fwd_grad.value(level) if t.fwd_grad is not None else None
+    if tangent is None:
+        return t, None
+    primal = _alias(t)
+    for lv in t.fwd_grad.levels():
+        if lv != level:
+            _forward_grad(primal).set_value(t.fwd_grad.value(lv), lv)
+    return primal, tangent
+
+
+def tangent_of(t: AGTensor, level: int):
+    return t.fwd_grad.value(level) if t.fwd_grad is not None else None
+
+
+def copy_tangents(src: AGTensor, dst: AGTensor) -> None:
+    if src.fwd_grad is not None:
+        for lv in src.fwd_grad.levels():
+            value = src.fwd_grad.value(lv)
+            if value is not None:
+                _forward_grad(dst).set_value(value, lv)
+
+
+# -- propagation through primitives (called by engine.apply while a level is open) -----------------------
+class _Call:
+    """What a JVP rule sees: the inputs, the output, the parameters."""
+
+    __slots__ = ("inputs", "out", "params", "in_shapes")
+
+    def __init__(self, inputs, out, params):
+        self.inputs, self.out, self.params = inputs, out, params
+        self.in_shapes = tuple(x.shape for x in inputs)
+
+    def x(self, i):
+        return self.inputs[i]
+
+
+def _masked() -> set:
+    m = getattr(_local, "masked", None)
+    if m is None:
+        m = _local.masked = set()
+    return m
+
+
+def propagate(rule, out: AGTensor, inputs, params) -> None:
+    masked = _masked()
+    levels = set()
+    for x in inputs:
+        if x.fwd_grad is not None:
+            levels.update(x.fwd_grad.levels())
+    levels -= masked
+    if not levels:
+        return
+    if rule.jvp is None:
+        raise GGMLError("this operation has no forward-mode (JVP) rule")
+    call = _Call(inputs, out, params)
+    for lv in sorted(levels):
+        tangents = [tangent_of(x, lv) for x in inputs]
+        masked.add(lv)
+        try:
+            t_out = rule.jvp(tangents, call)
+        finally:
+            masked.discard(lv)
+        if t_out is not None:
+            _forward_grad(out).set_value(t_out, lv)
+
+
+# -- functional API -------------------------------------------------------------------------------------------
+def jvp(fn, primals, tangents):
+    """(fn(*primals), J v): outputs and their directional derivatives along `tangents`."""
+    single = not isinstance(primals, (list, tuple))
+    primals = [primals] if single else list(primals)
+    tangents = [tangents] if single or isinstance(tangents, AGTensor) and len(primals) == 1 else list(tangents)
+    if len(primals) != len(tangents):
+        raise GGMLError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    with dual_level() as lv:
+        outs = fn(*[make_dual(p, t, lv) for p, t in zip(primals, tangents)])
+        many = isinstance(outs, (list, tuple))
+        pairs = [unpack_dual(o, lv) for o in (outs if many else [outs])]
+        results = [p for p, _ in pairs]
+        jvps = [t if t is not None else _zeros_like(p) for p, t in pairs]
+    return (results, jvps) if many else (results[0], jvps[0])
+
+
+def _zeros_like(t):
+    from .ops import ag_zeros
+    return ag_zeros(*t.shape, device=t.dc.spec)
+
+
+def hvp(fn, x: AGTensor, v):
+    """(fn(x), H v) for a scalar fn, by forward-over-reverse: the JVP of a backward pass.
+
+    Runs its own with_grad_tape() (which resets the pass pool)."""
+    from .engine import backward
+    from .tape import with_grad_tape
+    leaf = AGTensor(x.st, x.shape, x.dc, requires_grad=True)
+    with dual_level() as lv:
+        with with_grad_tape():
+            loss = fn(make_dual(leaf, v, lv))  # on the tape, so the gradient reaches `leaf`
+        grads = backward(loss)
+        g = grads.get(leaf)
+        hv = tangent_of(g, lv) if g is not None else None
+        loss_primal, _ = unpack_dual(loss, lv)
+    return loss_primal, (hv if hv is not None else _zeros_like(x))
+
+
+def jacfwd(fn):
+    """A function computing the Jacobian of fn at x, column by column with jvp:
+    J[:, k] = d vec(fn(x)) / d vec(x)[k] (vec is R's column-major order)."""
+    import numpy as np
+
+    from ..tensor import ag_tensor
+
+    def jac(x: AGTensor):
+        n = x.nrow * x.ncol
+        cols = []
+        for k in range(n):
+            e = np.zeros(n)
+            e[k] = 1.0
+            _, t = jvp(fn, x, ag_tensor(e.reshape(x.shape, order="F"), device=x.dc.spec))
+            cols.append(t.numpy().ravel(order="F"))
+        return ag_tensor(np.stack(cols, axis=1), device=x.dc.spec)
+    return jac

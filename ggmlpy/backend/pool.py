@@ -23,11 +23,15 @@ _NULL = ffi.NULL
 _OVERHEAD = int(lib.ggml_tensor_overhead())
 
 
+_ESIZE = {lib.GGML_TYPE_F32: 4, lib.GGML_TYPE_F16: 2, lib.GGML_TYPE_BF16: 2, lib.GGML_TYPE_I32: 4}
+
+
 def _nbytes(ggml_type: int, ne) -> int:
     n = 1
     for d in ne:
         n *= d
-    return int(lib.ggml_row_size(ggml_type, n))
+    esize = _ESIZE.get(ggml_type)
+    return n * esize if esize else int(lib.ggml_row_size(ggml_type, n))
 
 
 def _new_header(meta_ctx, ggml_type: int, ne):
@@ -46,12 +50,16 @@ def _meta_context(n_tensors: int):
 
 
 class Storage:
-    """A tensor's memory in a pool: a ggml tensor header (`.t`) pointing into a backend buffer."""
+    """A tensor's memory in a pool: a ggml tensor header (`.t`) pointing into a backend buffer.
 
-    __slots__ = ("t", "pool", "gen", "chunk", "nbytes", "__weakref__")
+    `spec` = (ggml type, ne), `data` and `buffer` are cached on the Python side:
+    the eager hot path reads them without going through the struct."""
 
-    def __init__(self, t, pool, gen, chunk, nbytes):
+    __slots__ = ("t", "pool", "gen", "chunk", "nbytes", "spec", "data", "buffer", "__weakref__")
+
+    def __init__(self, t, pool, gen, chunk, nbytes, spec, data, buffer):
         self.t, self.pool, self.gen, self.chunk, self.nbytes = t, pool, gen, chunk, nbytes
+        self.spec, self.data, self.buffer = spec, data, buffer
 
     def check(self) -> None:
         if self.gen != self.pool.gen:
@@ -89,7 +97,7 @@ class _Chunk:
         self.buffer = lib.ggml_backend_buft_alloc_buffer(pool.backend.buft, size)
         if self.buffer == _NULL:
             raise MemoryError(f"could not allocate {size} bytes on {pool.backend.device_name}")
-        self.base = int(ffi.cast("uintptr_t", lib.ggml_backend_buffer_get_base(self.buffer)))
+        self.base = ffi.cast("char *", lib.ggml_backend_buffer_get_base(self.buffer))
         self.meta = _meta_context(capacity)
         self.offset = self.count = self.live = 0
         self.gen = pool.gen
@@ -97,13 +105,18 @@ class _Chunk:
     def fits(self, nbytes: int) -> bool:
         return self.offset + nbytes <= self.size and self.count < self.capacity
 
-    def take(self, ggml_type: int, ne, nbytes: int, gen: int) -> Storage:
+    def take(self, ggml_type: int, ne, nbytes: int, padded: int, gen: int) -> Storage:
         t = _new_header(self.meta, ggml_type, ne)
-        lib.ggml_backend_tensor_alloc(self.buffer, t, ffi.cast("void *", self.base + self.offset))
-        self.offset += nbytes
+        addr = self.base + self.offset
+        if self.pool.host:  # host buffers have nothing to initialise: set the fields directly
+            t.buffer = self.buffer
+            t.data = addr
+        else:
+            lib.ggml_backend_tensor_alloc(self.buffer, t, addr)
+        self.offset += padded
         self.count += 1
         self.live += 1
-        return Storage(t, self.pool, gen, self, nbytes)
+        return Storage(t, self.pool, gen, self, nbytes, (ggml_type, tuple(ne)), t.data, self.buffer)
 
     def rewind(self) -> None:
         lib.ggml_reset(self.meta)
@@ -131,6 +144,7 @@ class PassPool:
 
     def __init__(self, backend, chunk_bytes: int = 32 << 20, chunk_tensors: int = 2048):
         self.backend = backend
+        self.host = backend.is_host
         self.align = max(64, backend.alignment)
         self.chunk_bytes, self.chunk_tensors = chunk_bytes, chunk_tensors
         self.gen = 1
@@ -145,7 +159,7 @@ class PassPool:
         c = self.current
         if c is None or not c.fits(padded):
             c = self._new_chunk(padded)
-        return c.take(ggml_type, ne, nbytes, self.gen)
+        return c.take(ggml_type, ne, nbytes, padded, self.gen)
 
     def _new_chunk(self, padded: int) -> _Chunk:
         if padded > self.chunk_bytes // 4:  # big tensors get a chunk of their own
@@ -243,8 +257,10 @@ class PersistentPool:
         if buffer == _NULL:
             lib.ggml_free(meta)
             raise MemoryError(f"could not allocate {nbytes} bytes on {self.backend.device_name}")
-        lib.ggml_backend_tensor_alloc(buffer, t, lib.ggml_backend_buffer_get_base(buffer))
-        return Storage(t, self, self.gen, _Owned(self, buffer, meta), nbytes)
+        base = lib.ggml_backend_buffer_get_base(buffer)
+        lib.ggml_backend_tensor_alloc(buffer, t, base)
+        return Storage(t, self, self.gen, _Owned(self, buffer, meta), nbytes, (ggml_type, tuple(ne)),
+                       t.data, buffer)
 
     def reset(self) -> None:
         self.gen += 1

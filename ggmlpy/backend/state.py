@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import warnings
 
-from ..bindings import lib
+from ..bindings import ffi, lib
 from ..errors import GGMLError
 from .device import Backend, get_backend
 from .executor import Executor
@@ -28,7 +28,15 @@ class DeviceContext:
         self.name = self.backend.device_name
         self.pass_pool = PassPool(self.backend)
         self.persistent = PersistentPool(self.backend)
-        self.executor = Executor(self.backend)
+        self.executor = Executor(self.backend, small_backend=self._single_threaded())
+
+    def _single_threaded(self):
+        """A second CPU backend with one thread, for graphs too small to share."""
+        if not self.backend.is_cpu:
+            return None
+        b = Backend(lib.ggml_backend_dev_init(self.backend.dev, ffi.NULL), self.name)
+        b.set_n_threads(1)
+        return b
 
     def __repr__(self):
         return f"<device {self.name}>"
