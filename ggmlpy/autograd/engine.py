@@ -88,15 +88,20 @@ def accumulate(a: AGTensor | None, b: AGTensor) -> AGTensor:
     return b if a is None else apply("add", a, b)
 
 
-def backward(loss: AGTensor, grad: AGTensor | None = None) -> GradMap:
-    """Gradients of `loss` w.r.t. every recorded tensor, keyed by id; also added into leaves' `.grad`."""
+def backward(loss: AGTensor, grad: AGTensor | None = None, retain_all: bool = False) -> GradMap:
+    """Gradients of `loss`, keyed by tensor id (as ggmlR's environment), also indexable by tensor;
+    they are also added into the leaves' `.grad`.
+
+    The map holds the gradients of the tape's inputs and leaves. An intermediate
+    tensor's gradient is freed as soon as it has been pushed back, unless
+    `retain_all` keeps every one (ggmlR keeps all)."""
     if not isinstance(loss, AGTensor):
         raise GGMLError(f"backward: expected an ag tensor, got {type(loss).__name__}")
     grads = GradMap()
     leaves = {}
     with no_grad():
         dict.__setitem__(grads, loss.id, grad if grad is not None else ones_like(loss))
-        walk(TAPE.nodes, grads, leaves)
+        walk(TAPE.nodes, grads, leaves, retain_all)
         for tid, leaf in leaves.items():
             g = dict.get(grads, tid)
             if g is not None:
@@ -104,10 +109,10 @@ def backward(loss: AGTensor, grad: AGTensor | None = None) -> GradMap:
     return grads
 
 
-def walk(nodes, grads: dict, leaves: dict) -> None:
+def walk(nodes, grads: dict, leaves: dict, retain_all: bool = False) -> None:
     """Push gradients from outputs to inputs through `nodes`, newest first."""
     for node in reversed(nodes):
-        g = dict.get(grads, node.out_id)
+        g = dict.get(grads, node.out_id) if retain_all else dict.pop(grads, node.out_id, None)
         if g is None:
             continue
         if node.backward_fn is not None:  # a checkpoint: replays its segment

@@ -176,7 +176,9 @@ RULES = {
     "add_scalar": _linear(P.add_scalar, lambda g, c: g, lambda t, c: t),
     "neg": _linear(P.neg, lambda g, c: neg(g), lambda t, c: neg(t)),
     "copy": _linear(P.copy, lambda g, c: g, lambda t, c: t),
-    "relu": _elementwise(_unary("relu"), lambda c: ap("step", c.x(0))),
+    # relu keeps its output, not its input (x > 0 iff relu(x) > 0): the next layer keeps it
+    # anyway, so the tape holds one tensor where it would hold two.
+    "relu": _elementwise(_unary("relu"), lambda c: ap("step", c.out), saves=(), saves_out=True),
     "sigmoid": _elementwise(_unary("sigmoid"), lambda c: mul(c.out, ap("add_scalar", neg(c.out), c=1.0)),
                             saves=(), saves_out=True),
     "tanh": _elementwise(_unary("tanh"), lambda c: ap("add_scalar", neg(ap("sqr", c.out)), c=1.0),

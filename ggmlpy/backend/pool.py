@@ -142,41 +142,51 @@ class PassPool:
 
     kind = "pass"
 
-    def __init__(self, backend, chunk_bytes: int = 32 << 20, chunk_tensors: int = 2048):
+    # Small chunks, and a chunk of its own for any tensor of 1/8 chunk or more: memory comes
+    # back as soon as its tensors die (a checkpoint's replayed activations, say), not only
+    # at the next reset. Every bookkeeping step is O(1): this runs on every eager op.
+    def __init__(self, backend, chunk_bytes: int = 2 << 20, chunk_tensors: int = 512):
         self.backend = backend
         self.host = backend.is_host
         self.align = max(64, backend.alignment)
         self.chunk_bytes, self.chunk_tensors = chunk_bytes, chunk_tensors
         self.gen = 1
         self.current: _Chunk | None = None
-        self.full: list[_Chunk] = []
-        self.spare: list[_Chunk] = []
-        self.peak_bytes = 0
+        self.full: set = set()
+        self.spare_shared: list = []
+        self.spare_dedicated: dict = {}  # exact size -> chunks
+        self.in_use = self.spare_bytes = self.peak_bytes = 0
 
     def alloc(self, ggml_type: int, ne) -> Storage:
         nbytes = _nbytes(ggml_type, ne)
         padded = max(self.align, -(-nbytes // self.align) * self.align)
         c = self.current
-        if c is None or not c.fits(padded):
-            c = self._new_chunk(padded)
+        if padded >= self.chunk_bytes // 8:
+            c = self._dedicated(padded)
+        elif c is None or not c.fits(padded):
+            c = self._next_shared()
+        self.in_use += padded
+        if self.in_use > self.peak_bytes:
+            self.peak_bytes = self.in_use
         return c.take(ggml_type, ne, nbytes, padded, self.gen)
 
-    def _new_chunk(self, padded: int) -> _Chunk:
-        if padded > self.chunk_bytes // 4:  # big tensors get a chunk of their own
-            c = next((s for s in self.spare if s.dedicated and s.size >= padded), None)
-            if c is None:
-                c = _Chunk(self, padded, 1, dedicated=True)
-            else:
-                self.spare.remove(c)
+    def _dedicated(self, padded: int) -> _Chunk:
+        pool = self.spare_dedicated.get(padded)
+        if pool:
+            c = pool.pop()
+            self.spare_bytes -= c.size
             c.gen = self.gen
-            self.full.append(c)
-            return c
+        else:
+            c = _Chunk(self, padded, 1, dedicated=True)
+        self.full.add(c)
+        return c
+
+    def _next_shared(self) -> _Chunk:
         if self.current is not None:
-            self.full.append(self.current)
-        shared = [s for s in self.spare if not s.dedicated]
-        if shared:
-            c = shared[0]
-            self.spare.remove(c)
+            self.full.add(self.current)
+        if self.spare_shared:
+            c = self.spare_shared.pop()
+            self.spare_bytes -= c.size
             c.gen = self.gen
         else:
             c = _Chunk(self, self.chunk_bytes, self.chunk_tensors, dedicated=False)
@@ -185,42 +195,61 @@ class PassPool:
 
     def _chunk_empty(self, c: _Chunk) -> None:
         """Every tensor of `c` has been dropped: its memory can be reused now."""
+        self.in_use -= c.offset
         c.rewind()
-        if c is not self.current:
-            if c in self.full:
-                self.full.remove(c)
-            self.spare.append(c)
-            self._trim_spares()
+        if c is self.current:
+            return
+        self.full.discard(c)
+        self._to_spare(c)
+        if self.spare_bytes > self.peak_bytes:
+            self._trim()
 
-    def _trim_spares(self) -> None:
-        dedicated = [s for s in self.spare if s.dedicated]
-        for s in dedicated[:-8] if len(dedicated) > 8 else []:  # keep a few big ones for the next pass
-            self.spare.remove(s)
-            s.free()
+    def _to_spare(self, c: _Chunk) -> None:
+        if c.dedicated:
+            self.spare_dedicated.setdefault(c.size, []).append(c)
+        else:
+            self.spare_shared.append(c)
+        self.spare_bytes += c.size
+
+    def _trim(self) -> None:
+        """Keep spare memory up to the most ever in use at once; free the rest, biggest first."""
+        chunks = self.spare_shared + [c for cs in self.spare_dedicated.values() for c in cs]
+        for c in sorted(chunks, key=lambda c: -c.size):
+            if self.spare_bytes <= self.peak_bytes:
+                break
+            (self.spare_dedicated[c.size] if c.dedicated else self.spare_shared).remove(c)
+            self.spare_bytes -= c.size
+            c.free()
 
     def reset(self) -> None:
         """Forget every tensor of this generation and bump the generation counter."""
-        self.peak_bytes = max(self.peak_bytes, self.bytes_in_use())
         self.gen += 1
-        chunks = self.full + ([self.current] if self.current is not None else [])
-        self.full, self.current = [], None
+        chunks = list(self.full) + ([self.current] if self.current is not None else [])
+        self.full, self.current = set(), None
         for c in chunks:
             c.rewind()
-            self.spare.append(c)
-        self._trim_spares()
+            self._to_spare(c)
+        self.in_use = 0
+        if self.spare_bytes > self.peak_bytes:
+            self._trim()
 
     def bytes_in_use(self) -> int:
-        chunks = self.full + ([self.current] if self.current is not None else [])
-        return sum(c.offset for c in chunks)
+        return self.in_use
+
+    def reset_peak(self) -> int:
+        """Start a new peak measurement; returns the previous peak."""
+        prev, self.peak_bytes = self.peak_bytes, self.in_use
+        return prev
 
     def bytes_reserved(self) -> int:
-        chunks = self.full + self.spare + ([self.current] if self.current is not None else [])
-        return sum(c.size for c in chunks)
+        return self.in_use + self.spare_bytes  # approximately: shared chunks' unused tails not counted
 
     def free(self) -> None:
-        for c in self.full + self.spare + ([self.current] if self.current is not None else []):
+        chunks = list(self.full) + self.spare_shared + [c for cs in self.spare_dedicated.values() for c in cs]
+        for c in chunks + ([self.current] if self.current is not None else []):
             c.free()
-        self.full, self.spare, self.current = [], [], None
+        self.full, self.spare_shared, self.spare_dedicated, self.current = set(), [], {}, None
+        self.in_use = self.spare_bytes = 0
         self.gen += 1
 
 

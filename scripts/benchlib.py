@@ -1,0 +1,80 @@
+"""Shared by the benchmark scripts: the 12-layer MLP both ways, timing, and PyTorch if present."""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import ggmlpy as g  # noqa: E402
+
+
+def timed(fn, repeats: int = 7, number: int = 1, warmup: int = 2) -> float:
+    """Median seconds per call over `repeats` blocks of `number` calls, after warm-up."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - t0) / number)
+    return statistics.median(times)
+
+
+def torch_or_none():
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(g.get_backend("cpu").n_threads)
+    # Deep relu stacks produce denormal gradients, which slow PyTorch down 2-3x here;
+    # ggml's kernels do not pay for them, so compare against PyTorch at its best.
+    torch.set_flush_denormal(True)
+    return torch
+
+
+def mlp_data(layers=12, width=256, batch=256, seed=0):
+    rng = np.random.default_rng(seed)
+    limit = np.sqrt(6.0 / (2 * width))
+    weights = [rng.uniform(-limit, limit, (width, width)) for _ in range(layers)]
+    return weights, rng.normal(size=(width, batch)), rng.normal(size=(width, batch))
+
+
+def ggml_mlp(weights, x, y):
+    """ggmlpy parameters and inputs, and the forward pass (relu after every layer, mse loss)."""
+    ws = [g.ag_param(w) for w in weights]
+    xt, yt = g.ag_tensor(x), g.ag_tensor(y)
+
+    def forward(h=None, block=None):
+        h = xt if h is None else h
+        for w in ws:
+            h = g.ag_relu(g.ag_matmul(w, h))
+        return g.ag_mse_loss(h, yt)
+
+    return ws, xt, yt, forward
+
+
+def torch_mlp(torch, weights, x, y):
+    """The same model in PyTorch, with samples as columns too (W @ x)."""
+    ws = [torch.tensor(w, dtype=torch.float32, requires_grad=True) for w in weights]
+    xt = torch.tensor(x, dtype=torch.float32)
+    yt = torch.tensor(y, dtype=torch.float32)
+
+    def forward():
+        h = xt
+        for w in ws:
+            h = torch.relu(w @ h)
+        return torch.mean((h - yt) ** 2)
+
+    return ws, forward
+
+
+def row(label, seconds, ref=None, unit="ms"):
+    scale = {"ms": 1e3, "us": 1e6}[unit]
+    ratio = f"   {seconds / ref:6.2f}x" if ref else ""
+    print(f"  {label:<44} {seconds * scale:10.3f} {unit}{ratio}")
