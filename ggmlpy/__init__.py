@@ -32,5 +32,5 @@ __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "Stal
                              "ag_default_device", "ag_dtype", "with_grad_tape", "backward", "no_grad",
                              "tape_bytes", "tape_report", "ag_gradcheck", "GradMap", "zero_grad", "manual_seed", "ag_checkpoint", "CheckpointReplayError",
                              "dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual",
-                             "jvp", "hvp", "jacfwd",
+                             "jvp", "hvp", "jacfwd", "ag_compile", "ag_backward_graph",
                              "get_rng_state", "set_rng_state"] + _ag_ops + _nn_all + _optim_all

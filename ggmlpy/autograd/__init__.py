@@ -4,6 +4,7 @@ from .engine import GradMap, backward, zero_grad
 from .forward_ad import (dual_level, enter_dual_level, exit_dual_level, hvp, jacfwd, jvp, make_dual,
                          unpack_dual)
 from .gradcheck import ag_gradcheck
+from .graph_mode import ag_backward_graph, ag_compile
 from .ops import *  # noqa: F401,F403
 from .ops import __dict__ as _ops_ns
 from .tape import no_grad, tape_bytes, tape_report, with_grad_tape

@@ -26,6 +26,7 @@ def _builder(fwd, params: dict, out_type: int):
 
 
 _watchers: list = []
+TRACE = None  # a list while graph_mode.tracing() records every applied primitive
 
 
 @contextlib.contextmanager
@@ -63,6 +64,8 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
                                saved, params, tuple(x.shape for x in inputs)))
     if _fwd.LEVELS:
         _fwd.propagate(rule, out, inputs, params)
+    if TRACE is not None:
+        TRACE.append((op, inputs, params, out))
     return out
 
 
@@ -137,6 +140,15 @@ def _add_into_grad(leaf: AGTensor, g: AGTensor) -> None:
     else:
         leaf.dc.executor.run(("add_into",), _builder(prims.add, {}, int(leaf.grad.st.t.type)),
                              [leaf.grad.st, g.st], None, out=[leaf.grad.st])
+
+
+def assign(dst: AGTensor, src: AGTensor) -> None:
+    """Write src's values into dst's own memory, on the device: how layer state (batch-norm
+    running statistics) and optimizer state are updated, seen through every reference."""
+    if TRACE is not None:
+        raise GGMLError("ag_compile: fn updates layer or optimizer state in place (batch-norm running "
+                        "statistics?), which a compiled graph would not repeat; use eval mode, or eager mode")
+    dst.dc.executor.run(("copy",), _builder(prims.copy, {}, int(dst.st.t.type)), [src.st], None, out=[dst.st])
 
 
 def zero_grad(params) -> None:

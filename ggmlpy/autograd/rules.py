@@ -15,7 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import erf, pi, sqrt
 
+import threading
+
 from . import prims as P
+
+_emit_local = threading.local()  # graph_mode sets .builder while emitting rules as graph nodes
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,10 @@ class Rule:
 
 
 def ap(op, *xs, **params):
+    """Apply a primitive: eagerly, or as graph nodes while graph_mode.emitting() is active."""
+    builder = getattr(_emit_local, "builder", None)
+    if builder is not None:
+        return builder.emit(op, xs, params)
     from .engine import apply
     return apply(op, *xs, **params)
 

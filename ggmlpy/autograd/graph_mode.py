@@ -1,0 +1,481 @@
+"""Graph mode: a whole training step (forward, backward, optimizer update) as one ggml graph.
+
+Eager ops pay Python and ggml set-up costs per op; ggml is built for whole
+graphs. `ag_compile(fn, example_inputs, optimizer)` traces `fn` once, then
+emits into one ggml graph:
+
+* the forward pass, with the same builders the eager ops use (prims.py);
+* the backward pass, either ggml's own (`ggml_build_backward_expand`) when every
+  forward op has a ggml backward, or ggmlpy's rule table: each tape op names
+  its VJP rule, and the rules, written with primitives, emit graph nodes
+  instead of running eagerly (see `emitting` and rules.ap);
+* the optimizer update (ggml_opt_step_adamw / ggml_opt_step_sgd, or emitted ops),
+  written in place into the parameters' own memory, after every other node.
+
+The graph is allocated once with ggml's graph allocator (intermediates share
+memory) and re-run while the input shapes stay the same; parameters stay where
+they are, inputs are re-pointed per call, only the loss is read back.
+`ag_backward_graph(loss)` emits the backward of a recorded tape the same way.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import numpy as np
+
+from ..backend.state import STATE
+from ..bindings import ffi, lib
+from ..errors import GGMLError
+from ..tensor import AGTensor
+from ..tensor import _ids as tensor_ids
+from . import prims
+from .rules import RULES
+from .tape import TAPE, no_grad
+
+_NULL = ffi.NULL
+_OVERHEAD = int(lib.ggml_tensor_overhead())
+F32 = lib.GGML_TYPE_F32
+_local = threading.local()
+
+# What ggml_build_backward_expand can differentiate without tripping one of its assertions
+# (which abort the process): ops with a ggml backward, under the conditions checked in
+# _ggml_can_differentiate. Anything else makes ag_compile use ggmlpy's own rule table.
+GGML_BACKWARD_OPS = {getattr(lib, "GGML_OP_" + n) for n in (
+    "NONE ADD SUB MUL DIV SQR SQRT LOG SUM SUM_ROWS MEAN REPEAT MUL_MAT SCALE CONT RESHAPE TRANSPOSE").split()}
+GGML_BACKWARD_UNARY = {getattr(lib, "GGML_UNARY_OP_" + n) for n in "ABS SGN NEG STEP RELU SILU EXP".split()}
+_SAME_SHAPE_OPS = {lib.GGML_OP_SUB, lib.GGML_OP_MUL, lib.GGML_OP_DIV}  # no broadcast backward in ggml
+
+
+# -- tracing -------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def tracing():
+    """Record every primitive applied in the block (recorded or not): (op, inputs, params, out)."""
+    from . import engine
+    prev, engine.TRACE = engine.TRACE, []
+    try:
+        yield engine.TRACE
+    finally:
+        engine.TRACE = prev
+
+
+# -- emission: primitives build graph nodes instead of running -------------------------------------------
+class Sym:
+    """A tensor of a graph under construction (its ggml tensor lives in the builder's context)."""
+
+    __slots__ = ("t", "shape", "dc")
+
+    def __init__(self, t, dc):
+        self.t = t
+        self.shape = (int(t.ne[0]), int(t.ne[1]))
+        self.dc = dc
+
+
+class Builder:
+    def __init__(self, dc, n_nodes: int = 1 << 14, grads: bool = False):
+        self.dc = dc
+        params = ffi.new("struct ggml_init_params *", {
+            "mem_size": 3 * n_nodes * _OVERHEAD + int(lib.ggml_graph_overhead_custom(n_nodes, grads)) + 4096,
+            "mem_buffer": _NULL, "no_alloc": True})
+        self.ctx = lib.ggml_init(params[0])
+        self.graph = lib.ggml_new_graph_custom(self.ctx, n_nodes, grads)
+        self.n_nodes = n_nodes
+
+    def emit(self, op: str, xs, params) -> Sym:
+        return Sym(RULES[op].fwd(self.ctx, *[x.t for x in xs], **params), self.dc)
+
+    def placeholder(self, ggml_type: int, shape) -> Sym:
+        t = lib.ggml_new_tensor_2d(self.ctx, ggml_type, shape[0], shape[1])
+        lib.ggml_set_input(t)
+        return Sym(t, self.dc)
+
+    def free(self):
+        if self.ctx is not None:
+            lib.ggml_free(self.ctx)
+            self.ctx = None
+
+    __del__ = free
+
+
+@contextlib.contextmanager
+def emitting(builder: Builder):
+    """Inside this block, rules.ap() emits graph nodes into `builder` instead of computing."""
+    from .rules import _emit_local
+    prev = getattr(_emit_local, "builder", None)
+    _emit_local.builder = builder
+    try:
+        yield builder
+    finally:
+        _emit_local.builder = prev
+
+
+class _Call:
+    """What a VJP rule sees, in symbolic form."""
+
+    __slots__ = ("inputs", "out", "params", "in_shapes")
+
+    def __init__(self, inputs, out, params, in_shapes):
+        self.inputs, self.out, self.params, self.in_shapes = inputs, out, params, in_shapes
+
+    def x(self, i):
+        return self.inputs[i]
+
+
+def _accumulate(builder, a, b):
+    return b if a is None else builder.emit("add", [a, b], {})
+
+
+def emit_backward(builder: Builder, entries, seed: Sym, loss_id: int, wanted: set) -> dict:
+    """ggmlpy's rule table as graph nodes: symbolic gradients of loss for the ids in `wanted`.
+
+    `entries` are (op, input ids, input Syms, params, out id, out Sym, input shapes), in
+    forward order; an input's Sym may be None when its rule does not read it."""
+    needs = set(wanted)
+    for op, in_ids, _, _, out_id, _, _ in entries:  # which outputs lie on a path from a wanted input
+        if any(i in needs for i in in_ids):
+            needs.add(out_id)
+    grads = {loss_id: seed}
+    with emitting(builder):
+        for op, in_ids, in_syms, params, out_id, out_sym, in_shapes in reversed(entries):
+            g = grads.pop(out_id, None)
+            if g is None:
+                continue
+            rule = RULES[op]
+            if rule.vjp is None:
+                continue
+            in_grads = rule.vjp(g, _Call(in_syms, out_sym, params, in_shapes))
+            for tid, gi in zip(in_ids, in_grads):
+                if gi is not None and tid in needs:
+                    grads[tid] = _accumulate(builder, grads.get(tid), gi)
+    return {tid: g for tid, g in grads.items() if tid in wanted}
+
+
+# -- running a built graph -------------------------------------------------------------------------------
+class _Plan:
+    """A built, allocated graph: re-point its inputs, compute, repeat."""
+
+    def __init__(self, builder: Builder, inputs: list, backend):
+        self.builder = builder
+        self.inputs = inputs  # placeholder ggml tensors, in call order
+        self.backend = backend
+        n = lib.ggml_graph_n_nodes(builder.graph)
+        nodes = [lib.ggml_graph_node(builder.graph, i) for i in range(n)]
+        self.views = [p for p in nodes if p.view_src != _NULL]
+        self.galloc = lib.ggml_gallocr_new(backend.buft)
+        for p in nodes:
+            if p.op != lib.GGML_OP_NONE and not lib.ggml_backend_supports_op(backend.ptr, p):
+                raise GGMLError(f"{backend.device_name} has no kernel for {ffi.string(lib.ggml_op_desc(p)).decode()}")
+        if not lib.ggml_gallocr_alloc_graph(self.galloc, builder.graph):
+            raise MemoryError("could not allocate the compiled graph")
+        self.buffer_size = int(lib.ggml_gallocr_get_buffer_size(self.galloc, 0))
+        self.n_nodes = n
+
+    def bind(self, storages) -> None:
+        for leaf, s in zip(self.inputs, storages):
+            leaf.data = s.data
+            leaf.buffer = s.buffer
+        for v in self.views:
+            src = v.view_src
+            v.data = ffi.cast("char *", src.data) + v.view_offs
+            v.buffer = src.buffer
+
+    def compute(self) -> None:
+        status = lib.ggml_backend_graph_compute(self.backend.ptr, self.builder.graph)
+        if status != lib.GGML_STATUS_SUCCESS:
+            raise GGMLError(f"graph compute failed (status {status})")
+
+    def free(self):
+        if self.galloc is not None:
+            lib.ggml_gallocr_free(self.galloc)
+            self.galloc = None
+
+    __del__ = free
+
+
+def _read_scalar(t) -> float:
+    out = np.empty(1, dtype=np.float32)
+    lib.ggml_backend_tensor_get(t, ffi.from_buffer(out), 0, 4)
+    return float(out[0])
+
+
+def _check_no_checkpoint(nodes) -> None:
+    if any(n.op is None for n in nodes):
+        raise GGMLError("the graph backward path cannot emit a tape holding an ag_checkpoint node: its segment "
+                        "is Python code, not a rule. Use backward() for this tape.")
+
+
+# -- ag_backward_graph: the backward of a recorded tape, as one graph ---------------------------------------
+def ag_backward_graph(loss: AGTensor):
+    """Like backward(loss), but the whole backward pass runs as one ggml graph."""
+    from .engine import GradMap, _add_into_grad
+    nodes = TAPE.nodes
+    _check_no_checkpoint(nodes)
+    dc = loss.dc
+    b = Builder(dc)
+    syms, leaves, storages, placeholders = {}, {}, [], []
+
+    def sym_of(t: AGTensor) -> Sym:  # a snapshot: bound as an input of the graph
+        s = syms.get(t.id)
+        if s is None:
+            s = syms[t.id] = b.placeholder(int(t.st.t.type), t.shape)
+            placeholders.append(s.t)
+            storages.append(t.st)
+        return s
+
+    entries = []
+    for n in nodes:
+        in_syms = []
+        for i, (tid, _, leaf) in enumerate(n.inputs):
+            saved = n.saved.get(f"x{i}")
+            in_syms.append(sym_of(saved) if saved is not None else None)
+            if leaf is not None:
+                leaves[tid] = leaf
+        out_sym = sym_of(n.out) if "out" in n.saved else None
+        entries.append((n.op, [tid for tid, _, _ in n.inputs], in_syms, n.params, n.out_id, out_sym, n.in_shapes))
+    wanted = set(leaves)
+    with emitting(b):
+        seed = b.emit("fill", [sym_of(loss)], {"value": 1.0})
+    grads = emit_backward(b, entries, seed, loss.id, wanted)
+    outs = {}
+    for tid, gs in grads.items():
+        st = dc.pass_pool.alloc(F32, gs.shape)
+        final = lib.ggml_cpy(b.ctx, gs.t, st.t)  # into pass-pool memory the caller can keep
+        lib.ggml_build_forward_expand(b.graph, final)
+        outs[tid] = st
+    plan = _Plan(b, placeholders, dc.backend)
+    plan.bind(storages)
+    plan.compute()
+    result = GradMap()
+    for tid, st in outs.items():
+        dict.__setitem__(result, tid, AGTensor(st, (int(st.t.ne[0]), int(st.t.ne[1])), dc, is_leaf=False))
+    with no_grad():
+        for tid, leaf in leaves.items():
+            if tid in result:
+                _add_into_grad(leaf, result[tid])
+    return result
+
+
+# -- ag_compile: forward, backward and the optimizer step as one graph --------------------------------------------
+class CompiledStep:
+    """A training (or evaluation) step compiled into one ggml graph per input signature."""
+
+    def __init__(self, fn, example_inputs, optimizer=None, backward: str = "auto"):
+        if not callable(fn):
+            raise GGMLError("ag_compile: fn must be callable")
+        if backward not in ("auto", "ggml", "rules"):
+            raise GGMLError("ag_compile: backward must be 'auto', 'ggml' or 'rules'")
+        self.fn, self.optimizer, self.backward_mode = fn, optimizer, backward
+        self.plans: dict = {}
+        self.last_backward = None
+        self._build(list(example_inputs))
+
+    # public: call with AGTensors (or numpy arrays) of the example inputs' shapes
+    def __call__(self, *inputs) -> float:
+        ins = [x if isinstance(x, AGTensor) else _as_input(x, self) for x in inputs]
+        sig = tuple((x.shape, int(x.st.t.type)) for x in ins)
+        plan = self.plans.get(sig)
+        if plan is None:
+            plan = self._build(ins)
+        if self.optimizer is not None:
+            self.optimizer.t += 1
+            self._hyper_update()
+        plan.bind([x.st for x in ins])
+        plan.compute()
+        return _read_scalar(plan.loss)
+
+    @property
+    def compute_buffer_bytes(self) -> int:
+        return max((p.buffer_size for p in self.plans.values()), default=0)
+
+    def _build(self, ins):
+        dc = ins[0].dc if ins else STATE.context()
+        start_id = next(tensor_ids)  # tensors made from here on were created by fn while tracing
+        with no_grad(), tracing() as trace:
+            out = self.fn(*ins)
+        if not isinstance(out, AGTensor) or out.shape != (1, 1):
+            raise GGMLError("ag_compile: fn must return a [1, 1] loss tensor")
+        in_ids = {x.id: i for i, x in enumerate(ins)}
+        b = Builder(dc, grads=True)
+        placeholders = [b.placeholder(int(x.st.t.type), x.shape) for x in ins]
+        syms, params = {}, {}
+
+        def sym_of(t: AGTensor) -> Sym:
+            if t.id in syms:
+                return syms[t.id]
+            if t.id in in_ids:
+                return placeholders[in_ids[t.id]]
+            if t.id > start_id:
+                raise GGMLError("ag_compile: fn made a tensor from host data while being traced (a dropout "
+                                "mask, or class indices turned into one-hot targets?); such a tensor would be "
+                                "frozen into the graph. Pass it as an input instead.")
+            if t.st.pool.kind != "persistent":
+                raise GGMLError("ag_compile: fn reads a tensor from the pass pool, which the next tape "
+                                "would free; use persistent tensors (ag_tensor/ag_param) or inputs")
+            s = syms[t.id] = Sym(t.st.t, dc)  # parameters and constants: used where they live
+            if t.requires_grad and self.optimizer is not None:
+                params[t.id] = t
+                # flagged before the forward graph is expanded: ggml's backward looks for
+                # parameters among the graph's nodes, and only flagged tensors become nodes
+                lib.ggml_set_param(t.st.t)
+            return s
+
+        entries = []
+        for op, inputs, prm, o in trace:
+            in_syms = [sym_of(x) for x in inputs]
+            out_sym = b.emit(op, in_syms, prm)
+            syms[o.id] = out_sym
+            entries.append((op, [x.id for x in inputs], in_syms, prm, o.id, out_sym, tuple(x.shape for x in inputs)))
+        if out.id not in syms:
+            raise GGMLError("ag_compile: the loss was not computed by ag ops inside fn")
+        loss = syms[out.id].t
+        lib.ggml_set_output(loss)
+        lib.ggml_build_forward_expand(b.graph, loss)
+        grads = {}
+        if self.optimizer is not None:
+            if not params:
+                raise GGMLError("ag_compile: fn uses no parameters (ag_param) to optimise")
+            grads = self._emit_backward(b, entries, syms[out.id], out.id, params)
+            self._emit_update(b, params, grads)
+        plan = _Plan(b, [p.t for p in placeholders], dc.backend)
+        plan.loss = loss
+        self.plans[tuple((x.shape, int(x.st.t.type)) for x in ins)] = plan
+        return plan
+
+    def _emit_backward(self, b, entries, loss_sym, loss_id, params):
+        use_ggml = self.backward_mode == "ggml" or (self.backward_mode == "auto" and _ggml_can_differentiate(b))
+        if self.backward_mode == "ggml" and not _ggml_can_differentiate(b):
+            raise GGMLError("ag_compile: ggml has no backward for some op of this graph; use backward='rules'")
+        self.last_backward = "ggml" if use_ggml else "rules"
+        if use_ggml:
+            return _ggml_backward(b, loss_sym, params)
+        with emitting(b):
+            seed = b.emit("fill", [loss_sym], {"value": 1.0})
+        return emit_backward(b, entries, seed, loss_id, set(params))
+
+    def _emit_update(self, b, params, grads):
+        """The optimizer's step as graph nodes, expanded after everything that reads a parameter."""
+        self._updater = _GraphOptimizer(self.optimizer, b.dc)
+        # Every gradient first: one computed after another parameter's in-place update
+        # would read the new value.
+        for g in grads.values():
+            lib.ggml_build_forward_expand(b.graph, g.t)
+        for tid, p in params.items():
+            g = grads.get(tid)
+            if g is not None:
+                lib.ggml_build_forward_expand(b.graph, self._updater.emit(b, p, g))
+
+    def _hyper_update(self):
+        self._updater.write_hyper()
+
+
+class _GraphOptimizer:
+    """ggmlR's optimizers as graph nodes, sharing the eager optimizer's state (m, v, velocity)."""
+
+    def __init__(self, opt, dc):
+        from ..optim.optimizers import optimizer_adam, optimizer_sgd
+        from ..tensor import ag_tensor
+        self.opt = opt
+        self.adam = isinstance(opt, optimizer_adam)
+        if not (self.adam or isinstance(opt, optimizer_sgd)):
+            raise GGMLError(f"ag_compile: no graph form for {type(opt).__name__}")
+        self.hyper = ag_tensor(np.zeros((7 if self.adam else 2, 1)), device=dc.spec)
+        self.index = {p.id: i for i, p in enumerate(opt.params)}
+
+    def write_hyper(self):
+        o = self.opt
+        if self.adam:
+            vals = [o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
+                    1 / (1 - o.beta1 ** o.t), 1 / (1 - o.beta2 ** o.t)]
+        else:
+            vals = [o.lr, o.weight_decay]
+        self.hyper.data = np.array(vals).reshape(-1, 1)
+
+    def emit(self, b, p: AGTensor, g: Sym):
+        o, ctx = self.opt, b.ctx
+        i = self.index.get(p.id)
+        if i is None:
+            raise GGMLError("ag_compile: a parameter fn uses is not in the optimizer's list")
+        lib.ggml_set_param(p.st.t)  # the fused optimizer kernels insist on it
+        if self.adam:
+            m, v = o._state(o.m, i, p), o._state(o.v, i, p)
+            return lib.ggml_opt_step_adamw(ctx, p.st.t, g.t, m.st.t, v.st.t, self.hyper.st.t)
+        if not o.momentum:
+            return lib.ggml_opt_step_sgd(ctx, p.st.t, g.t, self.hyper.st.t)
+        # momentum: v = momentum * v + g; p -= lr * v, written back into both
+        vel = o._state(o.velocity, i, p)
+        v_new = lib.ggml_add(ctx, lib.ggml_scale(ctx, vel.st.t, o.momentum), g.t)
+        v_new = lib.ggml_cpy(ctx, v_new, vel.st.t)
+        lr = lib.ggml_view_1d(ctx, self.hyper.st.t, 1, 0)
+        step = lib.ggml_mul(ctx, v_new, lib.ggml_repeat(ctx, lr, v_new))
+        return lib.ggml_cpy(ctx, lib.ggml_sub(ctx, p.st.t, step), p.st.t)
+
+
+def _as_input(x, step):
+    from ..tensor import ag_tensor
+    return ag_tensor(x)
+
+
+def _ggml_can_differentiate(b: Builder) -> bool:
+    n = lib.ggml_graph_n_nodes(b.graph)
+    uses: dict = {}
+    for i in range(n):
+        p = lib.ggml_graph_node(b.graph, i)
+        for j in range(10):
+            src = p.src[j]
+            if src != _NULL and src.flags & lib.GGML_TENSOR_FLAG_PARAM:
+                key = int(ffi.cast("uintptr_t", src))
+                uses[key] = uses.get(key, 0) + 1
+                # ggml sums a parameter's gradients as transposed views, which its CPU add
+                # kernel cannot read: a parameter used twice takes the rule-table path
+                if uses[key] > 1:
+                    return False
+        if p.type != F32:
+            return False
+        if p.op == lib.GGML_OP_UNARY:
+            if lib.ggml_get_unary_op(p) not in GGML_BACKWARD_UNARY:
+                return False
+        elif p.op not in GGML_BACKWARD_OPS:
+            return False
+        if p.op in _SAME_SHAPE_OPS and list(p.src[0].ne) != list(p.src[1].ne):
+            return False
+        if p.op == lib.GGML_OP_MUL_MAT and (p.src[0].ne[2] != 1 or p.src[1].ne[2] != 1 or p.src[0].ne[3] != 1):
+            return False
+        # CONT's backward asserts on non-contiguous gradients; the one safe pattern here is a
+        # weight's cont(transpose(W)) feeding a matrix product.
+        if p.op == lib.GGML_OP_CONT:
+            src = p.src[0]
+            if src.op != lib.GGML_OP_TRANSPOSE or src.src[0].op != lib.GGML_OP_NONE:
+                return False
+    return True
+
+
+def _ggml_backward(b: Builder, loss_sym: Sym, params: dict) -> dict:
+    """ggml's own reverse mode over the forward graph built so far."""
+    lib.ggml_set_loss(loss_sym.t)
+    n = lib.ggml_graph_n_nodes(b.graph)
+    accs = ffi.new("struct ggml_tensor *[]", n)
+    one = b.dc.persistent.alloc(F32, (1, 1))  # d loss / d loss, kept alive by the builder
+    lib.ggml_backend_tensor_set(one.t, ffi.new("float *", 1.0), 0, 4)
+    b.keep = [one]
+    for i in range(n):
+        if lib.ggml_graph_node(b.graph, i) == loss_sym.t:
+            accs[i] = _reshape_like(b, one.t, loss_sym.t)
+    lib.ggml_build_backward_expand(b.ctx, b.graph, accs)
+    out = {}
+    for tid, p in params.items():
+        g = lib.ggml_graph_get_grad(b.graph, p.st.t)
+        if g != _NULL:
+            if not lib.ggml_is_contiguous(g):  # e.g. a transposed view: the optimizer kernels need rows
+                g = lib.ggml_cont(b.ctx, g)
+            out[tid] = Sym(g, b.dc)
+    return out
+
+
+def _reshape_like(b, t, like):
+    return t if list(t.ne) == list(like.ne) else lib.ggml_reshape_4d(b.ctx, t, *[int(x) for x in like.ne])
+
+
+def ag_compile(fn, example_inputs, optimizer=None, backward: str = "auto") -> CompiledStep:
+    """Compile fn (inputs -> [1,1] loss) into one ggml graph: forward, backward and, if an
+    optimizer is given, its update. Returns a callable that runs a step and returns the loss."""
+    return CompiledStep(fn, example_inputs, optimizer, backward)

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Graph mode against eager mode and PyTorch CPU: one training step (forward, backward, Adam)
+of a 12-layer relu MLP with mse loss, measured in one run.
+
+  big:   256x256 layers, batch 256 (target: graph <= 0.7x PyTorch's step time)
+  small: 64x64 layers, batch 32   (target: graph >= 3x faster than eager)
+Also prints the graph's compute-buffer size (ggml_gallocr) and its GFLOP/s, next to
+the mul_mat throughput of the same build (the practical ceiling; scripts/bench_ops.py).
+"""
+import numpy as np
+
+from benchlib import g, mlp_data, timed, torch_or_none
+
+
+def ggml_setup(weights, x, y):
+    ws = [g.ag_param(w) for w in weights]
+    xt, yt = g.ag_tensor(x), g.ag_tensor(y)
+
+    def loss_fn(xx, yy):
+        h = xx
+        for w in ws:
+            h = g.ag_relu(g.ag_matmul(w, h))
+        return g.ag_mse_loss(h, yy)
+    return ws, xt, yt, loss_fn
+
+
+def eager_step(weights, x, y):
+    ws, xt, yt, loss_fn = ggml_setup(weights, x, y)
+    opt = g.optimizer_adam(ws, lr=1e-4)
+
+    def step():
+        with g.with_grad_tape():
+            loss = loss_fn(xt, yt)
+        opt.step(g.backward(loss))
+        opt.zero_grad()
+    return step
+
+
+def graph_step(weights, x, y):
+    ws, xt, yt, loss_fn = ggml_setup(weights, x, y)
+    compiled = g.ag_compile(loss_fn, [xt, yt], optimizer=g.optimizer_adam(ws, lr=1e-4))
+    return (lambda: compiled(xt, yt)), compiled
+
+
+def torch_step(torch, weights, x, y):
+    ws = [torch.tensor(w, dtype=torch.float32, requires_grad=True) for w in weights]
+    xt, yt = torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.float32)
+    opt = torch.optim.Adam(ws, lr=1e-4)
+
+    def step():
+        h = xt
+        for w in ws:
+            h = torch.relu(w @ h)
+        loss = torch.mean((h - yt) ** 2)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return step
+
+
+def matmul_ceiling():
+    ctx = g.ggml_init(64 << 20)
+    a = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 1024, 1024)
+    b = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 1024, 1024)
+    g.ggml_set_f32(a, np.random.rand(1024, 1024))
+    g.ggml_set_f32(b, np.random.rand(1024, 1024))
+    gf = g.ggml_build_forward_expand(ctx, g.ggml_mul_mat(ctx, a, b))
+    threads = g.get_backend("cpu").n_threads
+    t = timed(lambda: g.ggml_graph_compute(ctx, gf, n_threads=threads), repeats=5)
+    return 2 * 1024 ** 3 / t / 1e9
+
+
+def main():
+    torch = torch_or_none()
+    for label, width, batch in (("big: 12 x 256x256, batch 256", 256, 256), ("small: 12 x 64x64, batch 32", 64, 32)):
+        weights, x, y = mlp_data(12, width, batch)
+        t_eager = timed(eager_step(weights, x, y), repeats=7)
+        gstep, compiled = graph_step(weights, x, y)
+        t_graph = timed(gstep, repeats=7)
+        t_torch = timed(torch_step(torch, weights, x, y), repeats=7) if torch else None
+        flops = 12 * 3 * 2 * width * width * batch
+        print(label)
+        print(f"  graph   {t_graph * 1e3:8.2f} ms   ({flops / t_graph / 1e9:.1f} GFLOP/s, "
+              f"compute buffer {compiled.compute_buffer_bytes / 2**20:.2f} MiB, backward: {compiled.last_backward})")
+        print(f"  eager   {t_eager * 1e3:8.2f} ms   graph is {t_eager / t_graph:.2f}x faster")
+        if t_torch:
+            print(f"  PyTorch {t_torch * 1e3:8.2f} ms   graph/PyTorch = {t_graph / t_torch:.2f}")
+    print(f"mul_mat 1024^2 ceiling on this build: {matmul_ceiling():.1f} GFLOP/s")
+
+
+if __name__ == "__main__":
+    main()

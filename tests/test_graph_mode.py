@@ -1,0 +1,143 @@
+"""Graph mode: ag_backward_graph and ag_compile against eager mode."""
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+from op_cases import CASES, TARGETS
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name,fn,ref,arrays", CASES, ids=[c[0] for c in CASES])
+def test_backward_graph_equals_eager_for_every_op(name, fn, ref, arrays):
+    xs = [g.ag_param(a) for a in arrays]
+    if name in TARGETS:
+        xs[1] = g.ag_tensor(arrays[1])
+    w = g.ag_tensor(np.random.default_rng(2).uniform(-1, 1, ref(*arrays).shape))
+    with g.with_grad_tape():
+        loss = g.ag_sum(g.ag_mul(fn(*xs), w))
+    eager = {x.id: g.backward(loss)[x].numpy() for x in xs if x.requires_grad}
+    graph = g.ag_backward_graph(loss)
+    for x in xs:
+        if x.requires_grad:
+            np.testing.assert_allclose(graph[x].numpy(), eager[x.id], rtol=1e-5, atol=1e-6)
+
+
+def mlp(width=8, depth=3, seed=0):
+    rng = np.random.default_rng(seed)
+    ws = [g.ag_param(rng.normal(size=(width, width)) * 0.4) for _ in range(depth)]
+    bs = [g.ag_param(rng.normal(size=(width, 1)) * 0.1) for _ in range(depth)]
+
+    def loss_fn(x, y):
+        h = x
+        for w, b in zip(ws, bs):
+            h = g.ag_tanh(g.ag_add(g.ag_matmul(w, h), b))
+        return g.ag_mse_loss(h, y)
+    return ws + bs, loss_fn
+
+
+def eager_losses(params, loss_fn, opt, x, y, steps):
+    out = []
+    for _ in range(steps):
+        with g.with_grad_tape():
+            loss = loss_fn(x, y)
+        out.append(loss.item())
+        opt.step(g.backward(loss))
+        opt.zero_grad()
+    return out
+
+
+OPTIMIZERS = [("sgd", lambda ps: g.optimizer_sgd(ps, lr=0.1)),
+              ("momentum", lambda ps: g.optimizer_sgd(ps, lr=0.05, momentum=0.9)),
+              ("adam", lambda ps: g.optimizer_adam(ps, lr=0.01))]
+
+
+@pytest.mark.parametrize("backward", ["rules", "auto"])
+@pytest.mark.parametrize("opt_name,make_opt", OPTIMIZERS, ids=[o[0] for o in OPTIMIZERS])
+def test_compiled_steps_follow_the_eager_trajectory(opt_name, make_opt, backward):
+    rng = np.random.default_rng(5)
+    x, y = g.ag_tensor(rng.normal(size=(8, 16))), g.ag_tensor(rng.normal(size=(8, 16)))
+    params, loss_fn = mlp()
+    init = [p.numpy() for p in params]
+    want = eager_losses(params, loss_fn, make_opt(params), x, y, 4)
+    final = [p.numpy() for p in params]
+    for p, v in zip(params, init):
+        p.data = v
+    step = g.ag_compile(loss_fn, [x, y], optimizer=make_opt(params), backward=backward)
+    got = [step(x, y) for _ in range(4)]
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for p, v in zip(params, final):
+        np.testing.assert_allclose(p.numpy(), v, rtol=1e-5, atol=1e-6)
+
+
+def test_ggml_backward_is_used_when_every_op_supports_it_and_rules_otherwise():
+    rng = np.random.default_rng(0)
+    w = g.ag_param(rng.normal(size=(4, 4)))
+    x, y = g.ag_tensor(rng.normal(size=(4, 5))), g.ag_tensor(rng.normal(size=(4, 5)))
+    relu = g.ag_compile(lambda a, b: g.ag_mse_loss(g.ag_relu(g.ag_matmul(w, a)), b), [x, y],
+                        optimizer=g.optimizer_sgd([w]))
+    tanh = g.ag_compile(lambda a, b: g.ag_mse_loss(g.ag_tanh(g.ag_matmul(w, a)), b), [x, y],
+                        optimizer=g.optimizer_sgd([w]))
+    assert relu.last_backward == "ggml" and tanh.last_backward == "rules"
+    with pytest.raises(g.GGMLError, match="no backward"):
+        g.ag_compile(lambda a, b: g.ag_mse_loss(g.ag_tanh(g.ag_matmul(w, a)), b), [x, y],
+                     optimizer=g.optimizer_sgd([w]), backward="ggml")
+
+
+def test_a_new_input_shape_builds_a_new_graph():
+    params, loss_fn = mlp()
+    rng = np.random.default_rng(1)
+    step = g.ag_compile(loss_fn, [g.ag_tensor(rng.normal(size=(8, 4))), g.ag_tensor(rng.normal(size=(8, 4)))])
+    x, y = g.ag_tensor(rng.normal(size=(8, 6))), g.ag_tensor(rng.normal(size=(8, 6)))
+    assert step(x, y) == pytest.approx(loss_fn(x, y).item(), rel=1e-6)
+    assert len(step.plans) == 2
+
+
+def test_a_tape_with_a_checkpoint_is_declined_by_the_graph_path():
+    params, loss_fn = mlp()
+    x = g.ag_tensor(np.ones((8, 2)))
+    with g.with_grad_tape():
+        loss = g.ag_checkpoint(loss_fn, x, x)
+    with pytest.raises(g.GGMLError, match="ag_checkpoint"):
+        g.ag_backward_graph(loss)
+    assert g.backward(loss)[params[0]] is not None  # plain backward handles it
+
+
+def test_host_data_made_inside_fn_is_refused():
+    drop = g.ag_dropout(0.5)
+    w = g.ag_param(np.eye(3))
+    x = g.ag_tensor(np.ones((3, 4)))
+    with pytest.raises(g.GGMLError, match="host data"):
+        g.ag_compile(lambda a: g.ag_sum(drop(g.ag_matmul(w, a))), [x], optimizer=g.optimizer_sgd([w]))
+
+
+def test_parity_programs_compile_to_the_same_results():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import parity
+    fixtures = ROOT.parent / "shared" / "parity"
+    if not fixtures.is_dir():
+        pytest.skip("no parity fixtures")
+    compiled = 0
+    for suite, case in parity.load_cases([fixtures], ["ag"]):
+        if case.get("expect_error") or not case.get("loss") or case.get("device") == "gpu":
+            continue
+        prog = parity.Program(case)
+        params = [prog.env[n] for n in prog.params if prog.env[n].requires_grad]
+        try:
+            step = g.ag_compile(prog.run, [], optimizer=g.optimizer_sgd(params, lr=0.1))
+        except g.GGMLError as e:
+            assert "ag_compile" in str(e), e
+            continue
+        with g.with_grad_tape():
+            loss = prog.run()
+        grads = g.backward(loss)
+        want_loss = loss.item()
+        want = [p.numpy() - 0.1 * (grads[p].numpy() if p in grads else 0) for p in params]
+        assert step() == pytest.approx(want_loss, rel=1e-5, abs=1e-6), case["name"]
+        for p, v in zip(params, want):
+            np.testing.assert_allclose(p.numpy(), v, rtol=1e-4, atol=1e-5, err_msg=case["name"])
+        compiled += 1
+    assert compiled >= 40
