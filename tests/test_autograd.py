@@ -98,3 +98,29 @@ def test_tape_report_counts_matmul_snapshots():
     rep = g.tape_report()
     assert rep["total_bytes"] == g.tape_bytes() > 0
     assert max(rep["by_op"], key=lambda k: rep["by_op"][k]["bytes"]) == "matmul"
+
+
+@pytest.mark.parametrize("dtype,rtol", [("f16", 2e-3), ("bf16", 2e-2)])
+def test_low_precision_storage_computes_in_f32(dtype, rtol):
+    W, x = r(4, 3), r(3, 5)
+    try:
+        g.ag_dtype(dtype)
+        Wt, xt = g.ag_param(W), g.ag_tensor(x)
+        with g.with_grad_tape():
+            loss = g.ag_sum(g.ag_tanh(g.ag_matmul(Wt, xt)))
+        grads = g.backward(loss)
+        assert Wt.dtype == loss.dtype == grads[Wt].dtype == dtype
+        Wq, xq = Wt.numpy(), xt.numpy()  # the values as stored
+        np.testing.assert_allclose(loss.item(), np.tanh(Wq @ xq).sum(), rtol=rtol, atol=rtol)
+        np.testing.assert_allclose(grads[Wt].numpy(), (1 - np.tanh(Wq @ xq) ** 2) @ xq.T, rtol=rtol, atol=rtol)
+    finally:
+        g.ag_dtype("f32")
+
+
+def test_bad_dtypes_are_clear_errors():
+    x = g.ag_tensor(r(2, 2))
+    with pytest.raises(g.GGMLError, match="dtype must be"):
+        g.ag_tensor(r(2, 2), dtype="f64")
+    with pytest.raises(g.GGMLError, match="ag_dtype"):
+        g.ag_dtype("int8")
+    assert x.dtype == "f32"
