@@ -161,8 +161,19 @@ class Program:
 
 
 def run_ag_case(case: dict, tol: dict) -> None:
-    if case.get("device") == "gpu":
-        ggmlpy.ag_device("gpu" if any(d.type != "cpu" for d in ggmlpy.devices()) else "cpu")
+    if case.get("device") != "gpu":
+        return _run_ag_program(case)
+    # ag_device("gpu") is the best device; ggmlR's build fell back to its CPU backend
+    device = "gpu" if any(d.type != "cpu" for d in ggmlpy.devices()) else "cpu"
+    previous = ggmlpy.ag_device()
+    ggmlpy.ag_device(device)
+    try:
+        _run_ag_program(case)
+    finally:
+        ggmlpy.ag_device(previous)
+
+
+def _run_ag_program(case: dict) -> None:
     prog = Program(case)
     if case.get("expect_error"):
         try:
