@@ -23,6 +23,8 @@ from .nn import *  # noqa: F401,F403
 from .nn import __all__ as _nn_all
 from .optim import *  # noqa: F401,F403
 from .optim import __all__ as _optim_all
+from .train import *  # noqa: F401,F403
+from .train import __all__ as _train_all
 from .random import get_rng_state, manual_seed, set_rng_state
 
 __version__ = "0.1.0"
@@ -33,4 +35,4 @@ __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "Stal
                              "tape_bytes", "tape_report", "ag_gradcheck", "GradMap", "zero_grad", "manual_seed", "ag_checkpoint", "CheckpointReplayError",
                              "dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual",
                              "jvp", "hvp", "jacfwd", "ag_compile", "ag_backward_graph",
-                             "get_rng_state", "set_rng_state"] + _ag_ops + _nn_all + _optim_all
+                             "get_rng_state", "set_rng_state"] + _ag_ops + _nn_all + _optim_all + _train_all

@@ -3,7 +3,7 @@
 # found (cached in ~/.cache/ggmlpy), and run the main job.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install -q -e ".[test]"
+python -m pip install -q -e ".[test,demo]"
 python - <<'PY' || python build_ggml.py
 import ggmlpy  # fails with GGMLLoadError when no usable libggml is found
 PY

@@ -382,12 +382,12 @@ class _GraphOptimizer:
         self.index = {p.id: i for i, p in enumerate(opt.params)}
 
     def write_hyper(self):
+        from ..optim.fused import adam_hyper_values
         o = self.opt
-        if self.adam:
-            vals = [o.lr, o.beta1, o.beta2, o.eps, o.weight_decay,
-                    1 / (1 - o.beta1 ** o.t), 1 / (1 - o.beta2 ** o.t)]
+        if self.adam:  # with the kernel's float32 (1 - beta) folded back to ggmlR's values
+            vals = adam_hyper_values(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.t)
         else:
-            vals = [o.lr, o.weight_decay]
+            vals = [o.lr, 0.0 if o.momentum else o.weight_decay]
         self.hyper.data = np.array(vals).reshape(-1, 1)
 
     def emit(self, b, p: AGTensor, g: Sym):
@@ -401,9 +401,11 @@ class _GraphOptimizer:
             return lib.ggml_opt_step_adamw(ctx, p.st.t, g.t, m.st.t, v.st.t, self.hyper.st.t)
         if not o.momentum:
             return lib.ggml_opt_step_sgd(ctx, p.st.t, g.t, self.hyper.st.t)
-        # momentum: v = momentum * v + g; p -= lr * v, written back into both
+        # momentum: v = momentum * v + g (+ wd * p); p -= lr * v, written back into both
         vel = o._state(o.velocity, i, p)
         v_new = lib.ggml_add(ctx, lib.ggml_scale(ctx, vel.st.t, o.momentum), g.t)
+        if o.weight_decay:
+            v_new = lib.ggml_add(ctx, v_new, lib.ggml_scale(ctx, p.st.t, o.weight_decay))
         v_new = lib.ggml_cpy(ctx, v_new, vel.st.t)
         lr = lib.ggml_view_1d(ctx, self.hyper.st.t, 1, 0)
         step = lib.ggml_mul(ctx, v_new, lib.ggml_repeat(ctx, lr, v_new))

@@ -18,7 +18,10 @@ def _t(ctx, x):
 
 
 def matmul(ctx, a, b, ta=False, tb=False):
-    """op(a) %*% op(b). ggml_mul_mat(x, y) computes t(x) %*% y with x, y sharing ne0."""
+    """op(a) %*% op(b). ggml_mul_mat(x, y) computes t(x) %*% y with x, y sharing ne0;
+    ggml_out_prod(x, y) computes x %*% t(y) with x, y sharing ne1 (no transposed copies)."""
+    if tb and not ta:
+        return L.ggml_out_prod(ctx, a, b)
     x = a if ta else _t(ctx, a)
     y = _t(ctx, b) if tb else b
     return L.ggml_mul_mat(ctx, x, y)
@@ -107,8 +110,8 @@ def col_sums(ctx, x):
 
 
 def row_sums(ctx, x):
-    s = L.ggml_sum_rows(ctx, _t(ctx, x))  # [1, nrow]
-    return L.ggml_reshape_2d(ctx, s, s.ne[1], 1)
+    """[nrow, ncol] -> [nrow, 1]: repeat_back sums the columns without a transposed copy."""
+    return L.ggml_repeat_back(ctx, x, L.ggml_new_tensor_2d(ctx, F32, x.ne[0], 1))
 
 
 def transpose(ctx, x):

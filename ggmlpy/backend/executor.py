@@ -81,9 +81,11 @@ def _point(dst, s) -> None:
 class Executor:
     """Per-device cache of compiled op graphs."""
 
-    # Below this many output elements (and without matrix products) a graph runs on one
-    # thread: waking a second costs more than it saves (measured: 64x64 add 1.3 vs 2.3 us).
-    SMALL = 32768
+    # A graph this small runs on one thread: waking a second costs more than it saves
+    # (64x64 add: 1.3 vs 2.3 us), and on a busy machine two threads that wait on each
+    # other stall for a whole scheduling slice (128x128x32 product: 64 us vs 2.5 ms).
+    SMALL = 32768            # output elements of an element-wise node
+    SMALL_MATMUL = 1 << 21   # multiply-adds of a matrix product
 
     def __init__(self, backend, capacity: int = 512, small_backend=None):
         self.backend = backend
@@ -102,6 +104,8 @@ class Executor:
             if s.gen != s.pool.gen:
                 s.check()  # raises StaleTensorError
         sig = (key, *[s.spec for s in inputs])
+        if out is not None:  # an in-place destination's type and shape are part of the graph
+            sig += tuple(("out",) + s.spec for s in out)
         c = self.cache.get(sig)
         if c is None:
             c, outs = self._compile(sig, build, [s.t for s in inputs], inputs, alloc, out)
@@ -143,9 +147,16 @@ class Executor:
 
     def _is_small(self, c: _Compiled) -> bool:
         n = lib.ggml_graph_n_nodes(c.graph)
-        nodes = [lib.ggml_graph_node(c.graph, i) for i in range(n)]
-        heavy = (lib.GGML_OP_MUL_MAT, lib.GGML_OP_OUT_PROD)
-        return all(p.op not in heavy and lib.ggml_nelements(p) < self.SMALL for p in nodes)
+        for p in (lib.ggml_graph_node(c.graph, i) for i in range(n)):
+            if p.op == lib.GGML_OP_MUL_MAT:
+                work = lib.ggml_nelements(p) * p.src[0].ne[0]
+            elif p.op == lib.GGML_OP_OUT_PROD:
+                work = lib.ggml_nelements(p) * p.src[0].ne[1]
+            else:
+                work = lib.ggml_nelements(p) * (self.SMALL_MATMUL // self.SMALL)
+            if work >= self.SMALL_MATMUL:
+                return False
+        return True
 
     def _check_supported(self, c: _Compiled) -> None:
         n = lib.ggml_graph_n_nodes(c.graph)

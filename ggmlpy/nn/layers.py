@@ -23,7 +23,14 @@ class Module:
         return self.forward(*args, **kwargs)
 
     def children(self):
-        return []
+        """Sub-layers: by default the Module-valued attributes (and lists of Modules), in order."""
+        out = []
+        for value in self.__dict__.values():
+            if isinstance(value, Module):
+                out.append(value)
+            elif isinstance(value, (list, tuple)):
+                out.extend(v for v in value if isinstance(v, Module))
+        return out
 
     def named_parameters(self, prefix: str = ""):
         for name, value in self.__dict__.items():
@@ -40,16 +47,23 @@ class Module:
         return self.parameters()
 
     def buffers(self, prefix: str = ""):
+        """This layer's own state that is not trained (e.g. running statistics): (name, tensor) pairs."""
         return []
+
+    def named_buffers(self, prefix: str = ""):
+        """Buffers of this layer and, recursively, its sub-layers, named like named_parameters()."""
+        yield from self.buffers(prefix)
+        for i, child in enumerate(self.children(), 1):
+            yield from child.named_buffers(f"{prefix}layer{i}_")
 
     def state_dict(self) -> dict:
         out = {n: p.numpy() for n, p in self.named_parameters()}
-        out.update({n: b.numpy() for n, b in self.buffers()})
+        out.update({n: b.numpy() for n, b in self.named_buffers()})
         return out
 
     def load_state_dict(self, state: dict) -> None:
         own = dict(self.named_parameters())
-        own.update(dict(self.buffers()))
+        own.update(dict(self.named_buffers()))
         missing = set(own) - set(state)
         if missing:
             raise GGMLError(f"load_state_dict: missing entries {sorted(missing)}")
@@ -143,7 +157,10 @@ def _assign(dst: AGTensor, src: AGTensor) -> None:
     """Write src's values into dst's memory, on the device (reference semantics for state)."""
     from ..autograd.engine import _builder
     from ..autograd import prims
-    dst.dc.executor.run(("copy",), _builder(prims.copy, {}, int(dst.st.t.type)), [src.st], None, out=[dst.st])
+    out_type = int(dst.st.t.type)
+    # the destination's type is part of the key: the cache keys on input specs only, and a
+    # graph compiled to write f32 would overrun an f16 destination
+    dst.dc.executor.run(("copy", out_type), _builder(prims.copy, {}, out_type), [src.st], None, out=[dst.st])
 
 
 class ag_embedding(Module):

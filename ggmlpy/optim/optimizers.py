@@ -2,7 +2,9 @@
 
 State (momentum, moments) lives in the persistent pool; every update runs
 through ggml and is written into the parameter's own memory, so every
-reference to the parameter sees it.
+reference to the parameter sees it. f32 parameters are updated by one cached
+graph per group of parameters (fused.py); other dtypes, or a device without
+the kernel, take the composed per-parameter path.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from ..autograd.tape import no_grad
 from ..errors import GGMLError
 from ..nn.layers import _assign
 from ..tensor import AGTensor, ag_tensor
+from . import fused
 
 
 def _grad_of(grads, p: AGTensor):
@@ -31,15 +34,40 @@ class Optimizer:
             raise GGMLError(f"learning rate must be positive, got {lr}")
         self.lr = float(lr)
         self.t = 0
+        self._fused_ok = True
+        self._hyper = None  # f32 hyper-parameter vector read by the fused graphs
+        self._token = None
 
     def step(self, grads=None) -> None:
         """Update every parameter that has a gradient in `grads` (backward()'s result) or in `.grad`."""
         self.t += 1
         with no_grad():
-            for i, p in enumerate(self.params):
-                g = _grad_of(grads, p)
-                if g is not None:
-                    self._update(i, p, g)
+            todo = [(i, p, g) for i, p in enumerate(self.params) if (g := _grad_of(grads, p)) is not None]
+            if todo:
+                self._step(todo)
+
+    def _step(self, todo) -> None:
+        """The composed path: one parameter at a time. Subclasses fuse what they can."""
+        for i, p, g in todo:
+            self._update(i, p, g)
+
+    def _fused_or_composed(self, todo, fusable, run_fused) -> None:
+        """Run `run_fused` on the fusable part of `todo`, the composed update on the rest.
+        A device without the fused kernel falls back for good (checked before anything runs)."""
+        if self._fused_ok:
+            fast = [item for item in todo if fusable(item)]
+            done: list = []  # run_fused appends each group it has updated
+            if fast:
+                try:
+                    run_fused(fast, done)
+                except GGMLError as e:
+                    if not fused.kernel_missing(e):
+                        raise
+                    self._fused_ok = False
+                ids = {id(item) for item in done}
+                todo = [item for item in todo if id(item) not in ids]
+        for i, p, g in todo:
+            self._update(i, p, g)
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -50,8 +78,29 @@ class Optimizer:
 
     def _state(self, store: dict, i: int, p: AGTensor) -> AGTensor:
         if i not in store:
-            store[i] = ag_tensor(np.zeros(p.shape), device=p.dc.spec)
+            store[i] = ag_tensor(np.zeros(p.shape), device=p.dc.spec, dtype=p.dtype)
         return store[i]
+
+    def _token_for(self, device) -> AGTensor:
+        """A [1, 1] f32 tensor the fused graphs write their (meaningless) output into: ggml's
+        optimizer kernels update in place and return a view, but a graph needs an output."""
+        if self._token is None or self._token.dc is not device or not self._token.st.alive:
+            self._token = ag_tensor(np.zeros((1, 1)), device=device.spec, dtype="f32")
+        return self._token
+
+    def _hyper_for(self, device, values) -> AGTensor:
+        if self._hyper is None or self._hyper.dc is not device or not self._hyper.st.alive:
+            self._hyper = fused.hyper_tensor(values, device.spec)
+        else:
+            self._hyper.data = np.asarray(values, dtype=np.float64)
+        return self._hyper
+
+
+def _group_by_device(items) -> dict:
+    out: dict = {}
+    for item in items:
+        out.setdefault(item[1].dc, []).append(item)
+    return out
 
 
 def _param_list(params):
@@ -81,6 +130,20 @@ class optimizer_sgd(Optimizer):
             g = v
         _assign(p, F.ag_sub(p, F.ag_scale(g, self.lr)))
 
+    def _step(self, todo) -> None:
+        def fusable(item):
+            i, p, g = item
+            return fused.fusable(p, g) and (not self.momentum or fused.fusable(p, g, self._state(self.velocity, i, p)))
+
+        def run(items, done):
+            for dc, group in _group_by_device(items).items():
+                hyper = self._hyper_for(dc, fused.sgd_hyper_values(self.lr, self.momentum, self.weight_decay))
+                rows = [(p, g, self._state(self.velocity, i, p)) if self.momentum else (p, g) for i, p, g in group]
+                for n in fused.sgd_step(rows, hyper, self._token_for(dc), self.momentum, self.weight_decay):
+                    done.extend(group[:n])
+                    group = group[n:]
+        self._fused_or_composed(todo, fusable, run)
+
 
 class optimizer_adam(Optimizer):
     """ggmlR's Adam: m, v moments; p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)."""
@@ -104,6 +167,21 @@ class optimizer_adam(Optimizer):
         if self.weight_decay:  # AdamW: decoupled decay, applied to the weights directly
             upd = F.ag_add(upd, F.ag_scale(p, self.lr * self.weight_decay))
         _assign(p, F.ag_sub(p, upd))
+
+    def _step(self, todo) -> None:
+        def fusable(item):
+            i, p, g = item
+            return fused.fusable(p, g, self._state(self.m, i, p), self._state(self.v, i, p))
+
+        def run(items, done):
+            for dc, group in _group_by_device(items).items():
+                hyper = self._hyper_for(dc, fused.adam_hyper_values(
+                    self.lr, self.beta1, self.beta2, self.eps, self.weight_decay, self.t))
+                rows = [(p, g, self.m[i], self.v[i]) for i, p, g in group]
+                for n in fused.adamw_step(rows, hyper, self._token_for(dc)):
+                    done.extend(group[:n])
+                    group = group[n:]
+        self._fused_or_composed(todo, fusable, run)
 
 
 class optimizer_adamw(optimizer_adam):

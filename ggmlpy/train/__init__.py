@@ -1,0 +1,8 @@
+"""Training utilities: data loading, the fit loop and its callbacks, GGUF model files."""
+from .callbacks import early_stopping, scheduler_step
+from .data import ag_dataloader
+from .fit import ag_evaluate, ag_fit
+from .serialization import ag_load_model, ag_save_model
+
+__all__ = ["ag_dataloader", "ag_evaluate", "ag_fit", "ag_load_model", "ag_save_model", "early_stopping",
+           "scheduler_step"]

@@ -1,0 +1,127 @@
+"""ag_dataloader: mini-batches of columns (samples), gathered on the device.
+
+The whole data set is uploaded once. A batch is then one ggml_get_rows over
+the columns of the stored matrix, with only the batch's column indices sent to
+the device, into a fresh persistent tensor: a batch survives the
+`with_grad_tape()` that follows it (that resets the pass pool), and a batch
+kept from an earlier iteration is never overwritten by a later one.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import random as grandom
+from ..bindings import lib
+from ..errors import GGMLError
+from ..tensor import AGTensor, ag_tensor
+
+F32 = lib.GGML_TYPE_F32
+
+
+def _gather_columns(ctx, x, ids):
+    """Columns `ids` (0-based, i32 [n, 1]) of x [rows, cols] -> [rows, n], as f32."""
+    return lib.ggml_get_rows(ctx, x, lib.ggml_reshape_1d(ctx, ids, ids.ne[0] * ids.ne[1]))
+
+
+class _Labels:
+    """Integer class labels: kept on the host, handed out as [1, batch] tensors of 0-based indices
+    (the form ag_softmax_cross_entropy_loss reads as class indices)."""
+
+    def __init__(self, labels: np.ndarray, device):
+        self.labels, self.device = labels, device
+
+    def batch(self, idx: np.ndarray) -> AGTensor:
+        return ag_tensor(self.labels[idx].reshape(1, -1), device=self.device)
+
+
+class _Columns:
+    """A matrix [k, n] stored on the device once; batches are gathered columns."""
+
+    def __init__(self, data, device, what: str):
+        if isinstance(data, AGTensor):
+            # a pass-pool tensor would go stale at the next with_grad_tape(): keep a persistent copy
+            self.t = data if data.st.pool.kind == "persistent" else ag_tensor(data)
+        else:
+            self.t = ag_tensor(_as_2d(data, what), device=device)
+
+    @property
+    def n(self) -> int:
+        return self.t.ncol
+
+    def batch(self, idx: np.ndarray) -> AGTensor:
+        dc = self.t.dc
+        ids = ag_tensor(idx.reshape(-1, 1), device=dc.spec, dtype="i32")
+        rows = self.t.nrow
+        out = dc.persistent.alloc(F32, (rows, len(idx)))
+        dc.executor.run(("dataloader_gather",), _gather_columns, [self.t.st, ids.st], None, out=[out])
+        return AGTensor(out, (rows, len(idx)), dc)
+
+
+def _as_2d(data, what: str) -> np.ndarray:
+    arr = np.asarray(data)
+    if arr.ndim != 2:
+        raise GGMLError(f"ag_dataloader: {what} must be a matrix [features, n] (samples are columns), "
+                        f"got shape {arr.shape}")
+    return arr
+
+
+def _is_label_vector(y) -> bool:
+    if isinstance(y, AGTensor):
+        return False
+    arr = np.asarray(y)
+    return arr.ndim == 1 and (arr.dtype.kind in "iub" or (arr.dtype.kind == "f" and np.all(arr == np.round(arr))))
+
+
+class ag_dataloader:
+    """Mini-batches `(xb, yb)` of the columns of `x` and `y`.
+
+    x: numpy [features, n] (samples are columns, R's convention) or an ag tensor.
+    y: numpy [k, n] or an ag tensor (targets, batched like x), a 1-d vector of n
+       integer class labels (0-based; each batch gets a [1, batch] tensor of them,
+       usable directly as ag_softmax_cross_entropy_loss's target), a 1-d vector of
+       real-valued targets (batched as [1, batch]), or None.
+    Shuffled with ggmlpy's generator (`manual_seed`) at the start of every epoch.
+    `len()` is the number of batches per epoch."""
+
+    def __init__(self, x, y=None, batch_size: int = 32, shuffle: bool = True, drop_last: bool = False,
+                 device=None):
+        if int(batch_size) != batch_size or batch_size < 1:
+            raise GGMLError(f"ag_dataloader: batch_size must be a positive integer, got {batch_size!r}")
+        if device is None and isinstance(x, AGTensor):
+            device = x.dc.spec
+        self.x = _Columns(x, device, "x")
+        self.n = self.x.n
+        if y is None:
+            self.y = None
+        elif _is_label_vector(y):
+            labels = np.asarray(y).astype(np.int64)
+            if labels.size and labels.min() < 0:
+                raise GGMLError("ag_dataloader: class labels must be 0-based (non-negative)")
+            self.y = _Labels(labels, self.x.t.dc.spec)
+            n_y = labels.size
+        else:
+            if not isinstance(y, AGTensor) and np.ndim(y) == 1:
+                y = np.asarray(y).reshape(1, -1)  # one real-valued target per sample: a row
+            self.y = _Columns(y, self.x.t.dc.spec, "y")
+            n_y = self.y.n
+        if self.y is not None and n_y != self.n:
+            raise GGMLError(f"ag_dataloader: x has {self.n} samples (columns) but y has {n_y}")
+        self.batch_size, self.shuffle, self.drop_last = int(batch_size), bool(shuffle), bool(drop_last)
+
+    def __len__(self) -> int:
+        if self.drop_last:
+            return self.n // self.batch_size
+        return math.ceil(self.n / self.batch_size)
+
+    def order(self) -> np.ndarray:
+        """This epoch's sample order (draws from the generator when shuffling)."""
+        return grandom.generator().permutation(self.n) if self.shuffle else np.arange(self.n)
+
+    def __iter__(self):
+        order = self.order()
+        for b in range(len(self)):
+            idx = order[b * self.batch_size:(b + 1) * self.batch_size]
+            xb = self.x.batch(idx)
+            yield (xb, self.y.batch(idx) if self.y is not None else None)

@@ -1,0 +1,105 @@
+"""ag_fit: the training loop (tape, backward, clipping, optimizer step), with a progress bar."""
+from __future__ import annotations
+
+import time
+
+from tqdm import tqdm
+
+from ..autograd.engine import backward
+from ..autograd.tape import no_grad, with_grad_tape
+from ..errors import GGMLError
+from ..nn.layers import ag_eval, ag_train
+from ..optim.optimizers import clip_grad_norm
+
+
+def _set_training(model, mode: bool) -> None:
+    if hasattr(model, "set_training"):  # a plain function as the model has no modes
+        (ag_train if mode else ag_eval)(model)
+
+
+def ag_evaluate(model, loss_fn, loader) -> float:
+    """Mean loss over `loader` in eval mode, without recording (per sample, so a short last batch
+    weighs what it holds). The model's training flag is restored afterwards."""
+    was_training = getattr(model, "training", None)
+    _set_training(model, False)
+    total, count = 0.0, 0
+    try:
+        with no_grad():
+            for xb, yb in loader:
+                total += loss_fn(model(xb), yb).item() * xb.ncol
+                count += xb.ncol
+    finally:
+        if was_training is not None:
+            _set_training(model, was_training)
+    if count == 0:
+        raise GGMLError("ag_evaluate: the loader yielded no batch")
+    return total / count
+
+
+def ag_fit(model, loss_fn, optimizer, loader, epochs: int, val_loader=None, callbacks=(), progress: bool = True,
+           clip_grad: float | None = None) -> dict:
+    """Train `model` for `epochs` passes over `loader`; return the history.
+
+    Per batch: `with with_grad_tape(): loss = loss_fn(model(xb), yb)`, `backward`,
+    optional `clip_grad_norm(optimizer.params, grads, clip_grad)`, `optimizer.step`,
+    `optimizer.zero_grad`. The model is in training mode (ag_train) while training
+    and in eval mode (ag_eval) for validation; it is left in the mode it had.
+
+    History: "loss" (per epoch, the per-sample mean of the training batches' losses),
+    "val_loss" (with a val_loader), "lr" (the optimizer's lr during the epoch) and
+    "time" (seconds per epoch, validation included). A callback's
+    `on_epoch_end(epoch, history)` returning True stops training after that epoch."""
+    if int(epochs) != epochs or epochs < 0:
+        raise GGMLError(f"ag_fit: epochs must be a non-negative integer, got {epochs!r}")
+    n_batches = len(loader)
+    if n_batches == 0 and epochs:
+        raise GGMLError("ag_fit: the loader yields no batch (fewer samples than batch_size with drop_last?)")
+    history = {"loss": [], "lr": [], "time": []}
+    if val_loader is not None:
+        history["val_loss"] = []
+    was_training = getattr(model, "training", True)
+    bar = tqdm(total=int(epochs) * n_batches, disable=not progress, unit="batch", dynamic_ncols=True)
+    try:
+        for epoch in range(1, int(epochs) + 1):
+            bar.set_description(f"epoch {epoch}/{epochs}")
+            t0 = time.perf_counter()
+            lr = float(optimizer.lr)
+            train_loss = _train_epoch(model, loss_fn, optimizer, loader, clip_grad, bar, t0)
+            history["loss"].append(train_loss)
+            history["lr"].append(lr)
+            post = {"loss": f"{train_loss:.4f}"}
+            if val_loader is not None:
+                history["val_loss"].append(ag_evaluate(model, loss_fn, val_loader))
+                post["val_loss"] = f"{history['val_loss'][-1]:.4f}"
+            history["time"].append(time.perf_counter() - t0)
+            bar.set_postfix(post)
+            stop = False
+            for cb in callbacks:
+                stop = bool(cb.on_epoch_end(epoch, history)) or stop  # every callback sees every epoch
+            if stop:
+                break
+    finally:
+        bar.close()
+        _set_training(model, was_training)
+    return history
+
+
+def _train_epoch(model, loss_fn, optimizer, loader, clip_grad, bar, t0) -> float:
+    _set_training(model, True)
+    total, count = 0.0, 0
+    for xb, yb in loader:
+        with with_grad_tape():
+            loss = loss_fn(model(xb), yb)
+        grads = backward(loss)
+        if clip_grad is not None:
+            clip_grad_norm(optimizer.params, grads, clip_grad)
+        optimizer.step(grads)
+        optimizer.zero_grad()
+        value = loss.item()  # the only host read per batch
+        total += value * xb.ncol
+        count += xb.ncol
+        bar.update(1)
+        if not bar.disable:
+            bar.set_postfix(loss=f"{total / count:.4f}", samples_s=f"{count / (time.perf_counter() - t0):.0f}",
+                            refresh=False)
+    return total / count

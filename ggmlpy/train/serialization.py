@@ -1,0 +1,129 @@
+"""Saving and loading a model's weights as GGUF, through llama.cpp's own `gguf` package.
+
+Every entry of `model.state_dict()` (parameters by their `named_parameters()`
+names, then buffers such as batch norm's running statistics) becomes one f32
+tensor. A GGUF tensor's dims are ggml's ne, so an R matrix [nrow, ncol] is
+stored with ne = [nrow, ncol] and its column-major data as is: the layout
+ggml itself would use. Metadata: `general.architecture = "ggmlpy"`,
+`ggmlpy.version`, and the user's dict as JSON in `ggmlpy.metadata`.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from ..errors import GGMLError
+
+ARCH = "ggmlpy"
+_MAX_NAME = 63  # GGML_MAX_NAME (64) including the terminating zero
+
+
+def _gguf():
+    try:
+        import gguf
+    except ImportError as e:  # a declared dependency, but say how to fix it if it is missing
+        raise GGMLError("saving and loading models needs the gguf package: pip install gguf") from e
+    return gguf
+
+
+def _state_of(model) -> dict:
+    if not hasattr(model, "state_dict"):
+        raise GGMLError(f"expected a model (an ag_* layer or Module), got {type(model).__name__}")
+    return model.state_dict()
+
+
+def ag_save_model(model, path, metadata: dict | None = None) -> str:
+    """Write the model's parameters and buffers to a GGUF file at `path`; returns the path.
+
+    `metadata` is any JSON-serialisable dict, returned by ag_load_model."""
+    from .. import __version__
+    gguf = _gguf()
+    try:
+        meta_json = json.dumps(metadata or {})
+    except TypeError as e:
+        raise GGMLError(f"ag_save_model: metadata must be JSON-serialisable: {e}") from None
+    state = _state_of(model)
+    if not state:
+        raise GGMLError("ag_save_model: the model has no parameters or buffers to save")
+    for name in state:
+        if len(name.encode()) > _MAX_NAME:
+            raise GGMLError(f"ag_save_model: tensor name {name!r} is longer than GGUF's {_MAX_NAME} bytes")
+    path = os.fspath(path)
+    writer = gguf.GGUFWriter(path, ARCH)
+    try:
+        writer.add_string("ggmlpy.version", __version__)
+        writer.add_string("ggmlpy.metadata", meta_json)
+        for name, value in state.items():
+            # numpy (ncol, nrow) in C order = ggml ne [nrow, ncol], column-major data
+            writer.add_tensor(name, np.ascontiguousarray(np.asarray(value).T, dtype=np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()
+    return path
+
+
+def _field_string(field) -> str:
+    if hasattr(field, "contents"):
+        return field.contents()
+    return bytes(field.parts[field.data[0]]).decode()  # older gguf releases
+
+
+def read_gguf(path) -> tuple[dict, dict]:
+    """(tensors {name: R-shaped float64 matrix}, info {"version", "metadata", "architecture"})."""
+    gguf = _gguf()
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise GGMLError(f"no such model file: {path}")
+    try:
+        reader = gguf.GGUFReader(path)
+    except Exception as e:  # the gguf package raises ValueError and friends on a bad file
+        raise GGMLError(f"{path} is not a readable GGUF file: {e}") from None
+    fields = reader.fields
+    arch = _field_string(fields["general.architecture"]) if "general.architecture" in fields else None
+    if arch != ARCH:
+        raise GGMLError(f"{path}: GGUF architecture is {arch!r}, not {ARCH!r}: not a ggmlpy model file")
+    info = {"architecture": arch,
+            "version": _field_string(fields["ggmlpy.version"]) if "ggmlpy.version" in fields else None,
+            "metadata": json.loads(_field_string(fields["ggmlpy.metadata"])) if "ggmlpy.metadata" in fields else {}}
+    tensors = {}
+    for t in reader.tensors:
+        if int(t.tensor_type) != int(gguf.GGMLQuantizationType.F32):
+            raise GGMLError(f"{path}: tensor {t.name!r} is {t.tensor_type.name}, expected F32")
+        ne = [int(d) for d in t.shape]
+        nrow, ncol = (ne + [1, 1])[:2]
+        if len(ne) > 2 and any(d != 1 for d in ne[2:]):
+            raise GGMLError(f"{path}: tensor {t.name!r} has {len(ne)} dims {ne}; ggmlpy models hold matrices")
+        # data comes as numpy (ncol, nrow) C order; .T gives R's [nrow, ncol]
+        tensors[t.name] = np.array(t.data, dtype=np.float64).reshape(ncol, nrow).T
+    del reader  # drop the memory map
+    return tensors, info
+
+
+def ag_load_model(model, path, strict: bool = True) -> dict:
+    """Load weights saved by ag_save_model into `model`, an already constructed model of the
+    same architecture. Checks every name and shape before writing anything. Returns the
+    metadata dict that was saved with it.
+
+    strict=False ignores tensors in the file that the model does not have."""
+    tensors, info = read_gguf(path)
+    state = _state_of(model)
+    missing = [n for n in state if n not in tensors]
+    unexpected = [n for n in tensors if n not in state]
+    problems = []
+    if missing:
+        problems.append(f"missing from the file: {missing}")
+    if unexpected and strict:
+        problems.append(f"in the file but not in the model: {unexpected}")
+    for name, value in state.items():
+        if name in tensors and tensors[name].shape != np.shape(value):
+            problems.append(f"{name}: the file has shape {list(tensors[name].shape)}, "
+                            f"the model {list(np.shape(value))}")
+    if problems:
+        raise GGMLError(f"ag_load_model: {os.fspath(path)} does not fit this model ("
+                        + "; ".join(problems) + "). Was it saved from a model of the same architecture?")
+    model.load_state_dict({n: tensors[n] for n in state})
+    return info["metadata"]
