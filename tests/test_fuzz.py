@@ -4,9 +4,15 @@ A failed ggml assertion aborts the interpreter, so the fuzz loop runs in a child
 file run as a script. The test asserts the child exits 0 after printing its completion marker,
 and on a crash prints the steps of the example that was running (the child logs each call
 before making it). Every call must succeed or raise one of ALLOWED; anything else is reported
-by hypothesis as a falsifying example.
+by hypothesis as a falsifying example. Allowed: GGMLError, ValueError, TypeError, MemoryError,
+OverflowError (cffi's, for an int that does not fit a C argument).
+
+Each example mixes random calls (see SPECS: every op, arguments of every kind, often invalid)
+with near-valid ones (`recipe`: fitting shapes, then one argument spoiled), which are what reach
+the kernels; then it computes everything it built.
 
     python tests/test_fuzz.py [N_EXAMPLES] [SEED]     # run the fuzz loop directly
+    GGMLPY_FUZZ_EXAMPLES=5000 GGMLPY_FUZZ_SEED=7 python -m pytest tests/test_fuzz.py
 """
 import os
 import subprocess
@@ -16,7 +22,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARKER = "FUZZ-COMPLETE"
-N_EXAMPLES = int(os.environ.get("GGMLPY_FUZZ_EXAMPLES", 300))
+N_EXAMPLES = int(os.environ.get("GGMLPY_FUZZ_EXAMPLES", 1000))  # about 15 s
 SEED = int(os.environ.get("GGMLPY_FUZZ_SEED", 20250325))
 
 # Argument kinds: T tensor, O optional tensor, i small int/dim, n byte count (strides, offsets),
@@ -49,12 +55,14 @@ def test_specs_cover_every_op():
 
 def test_fuzz_never_aborts():
     pytest.importorskip("hypothesis")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    # GGML_NO_BACKTRACE: on an abort ggml would otherwise attach gdb to print a backtrace
+    env = dict(os.environ, GGML_NO_BACKTRACE="1", PYTHONPATH=ROOT)
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), str(N_EXAMPLES), str(SEED)],
                           capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     out = proc.stdout
     if proc.returncode != 0 or MARKER not in out:
         last = out[out.rfind("=== example"):]  # the calls of the example that was running
+        last = "\n".join(line for line in last.splitlines() if line.startswith(("===", "  ")))
         pytest.fail(f"fuzz child exited with {proc.returncode} (negative: killed by that signal)\n"
                     f"--- last example ---\n{last[-6000:]}\n--- stderr ---\n{proc.stderr[-6000:]}")
     print(out[out.rfind("stats:"):])
@@ -70,9 +78,11 @@ def main(n_examples: int, seed: int) -> None:
 
     import ggmlpy as g
     from ggmlpy import GGMLError
+    from ggmlpy.bindings import lib
 
     allowed = (GGMLError, ValueError, TypeError, MemoryError, OverflowError)
-    types = [g.GGML_TYPE_F32] * 4 + [g.GGML_TYPE_F16, g.GGML_TYPE_I32, g.GGML_TYPE_I32, g.GGML_TYPE_BF16]
+    types = [g.GGML_TYPE_F32] * 6 + [g.GGML_TYPE_F16, g.GGML_TYPE_F16, g.GGML_TYPE_I32, g.GGML_TYPE_I32,
+                                     g.GGML_TYPE_BF16, g.GGML_TYPE_I16, g.GGML_TYPE_I8]
     garbage = st.sampled_from([None, "2", 1.5, float("nan"), [1], -1])
     stats = Counter()
     state = {"example": 0}
@@ -83,7 +93,7 @@ def main(n_examples: int, seed: int) -> None:
             self.rng = np.random.default_rng(self.draw(st.integers(0, 2**32 - 1), "rng"))
             self.pool, self.names = [], {}
             self.ints = {1, 2, 3, 4}  # dims seen so far: reused so that shapes match often
-            self.backend = None
+            self.backend, self.gallocs = None, []
             self.ctxs = [g.ggml_init(4 << 20),
                          g.ggml_init(self.draw(st.sampled_from([512, 2048, 8192, 65536]), "tiny")),
                          g.ggml_init(1 << 20, no_alloc=True)]
@@ -192,9 +202,105 @@ def main(n_examples: int, seed: int) -> None:
                 ctx = self.pick([None, "ctx", self.ctxs[0]], "bad-ctx")
             self.call(getattr(g, name), ctx, *args)
 
+        # -- near-valid calls: random ops rarely get shapes right, so build fitting inputs, then spoil some
+        def dim(self, lo=1, hi=4):
+            return self.draw(st.integers(lo, hi), "d")
+
+        def mk(self, ne, type=None, lo=-3, hi=3):
+            """A fresh tensor of ggml shape ne in the main context (values in lo..hi for i32)."""
+            t = self.call(g.ggml_new_tensor, self.ctxs[0], type or g.GGML_TYPE_F32, len(ne), ne)
+            if t is not None:
+                n = t.nelements()
+                self.call(g.ggml_set_f32, t, self.rng.integers(lo, hi, n) if t.type == g.GGML_TYPE_I32
+                          else self.rng.normal(size=n))
+            return t
+
+        def idx(self, n, hi, shape=None):  # row indices, now and then out of range or computed
+            r = self.draw(st.integers(0, 5), "idx-kind")
+            t = self.mk(shape or [n], g.GGML_TYPE_I32, -1 if r == 0 else 0, hi + (r == 1))
+            if r == 2 and t is not None and len(shape or [n]) == 1:
+                return self.call(g.ggml_argsort, self.ctxs[0], self.mk([n]))  # values in 0..n-1
+            if r == 3 and t is not None:
+                return self.call(g.ggml_cont, self.ctxs[0], t)  # computed in the graph
+            return t
+
+        def recipe(self):
+            d, c0 = self.dim, self.ctxs[0]
+            f16 = g.GGML_TYPE_F16 if self.odds(3) else None
+            name = self.pick(["get_rows", "get_rows_back", "rope_ext", "flash_attn_ext", "conv", "pool", "mul_mat",
+                              "soft_max_ext", "reshape", "view", "top_k", "repeat_back", "acc"], "recipe")
+            if name == "get_rows":
+                n0, n1, n2, k = d(), d(), d(1, 2), d()
+                args = [self.mk([n0, n1, n2], f16), self.idx(k, n1, [k, n2] if n2 > 1 else None)]
+            elif name == "get_rows_back":
+                n0, n1, k = d(), d(), d()
+                args = [self.mk([n0, k]), self.idx(k, n1), self.mk([n0, n1])]
+            elif name == "rope_ext":
+                hd, t = 2 * d(1, 4), d()
+                args = [self.mk([hd, d(), t], f16), self.idx(t, 50), self.mk([hd]) if self.odds(3) else None,
+                        self.pick([hd, hd // 2, 2, hd + 2, 3, 0], "n_dims"), self.pick([0, 2, 1], "mode")]
+            elif name == "flash_attn_ext":
+                D, Dv, nq, nkv, hkv, r = d(2, 8), d(2, 8), d(), d(), d(1, 2), d(1, 2)
+                args = [self.mk([D, nq, hkv * r, 1]), self.mk([D, nkv, hkv, 1], f16), self.mk([Dv, nkv, hkv, 1], f16),
+                        self.mk([nkv, nq + self.dim(0, 2)], g.GGML_TYPE_F16) if self.odds(2) else None,
+                        self.draw(st.floats(0.01, 2), "scale")]
+            elif name == "conv":
+                C, k0, k1 = d(1, 3), d(1, 3), d(1, 3)
+                strides = [self.dim(-1, 3) for _ in range(6)]
+                name = self.pick(["conv_2d", "im2col"], "conv-op")
+                args = [self.mk([k0, k1, C, d()], f16), self.mk([d(1, 8), d(1, 8), C, d(1, 2)]), *strides]
+            elif name == "pool":
+                name = self.pick(["pool_1d", "pool_2d"], "pool-op")
+                ks = [self.dim(-1, 4) for _ in range(6 if name == "pool_2d" else 3)]
+                args = [self.mk([d(1, 8), d(1, 8), d(1, 2)], f16), self.pick(["max", "avg"], "op"), *ks]
+            elif name == "mul_mat":
+                K, b2 = d(), d(1, 2)
+                name = self.pick(["mul_mat", "out_prod"], "mm")
+                args = ([self.mk([K, d(), b2, 1], f16), self.mk([K, d(), b2 * d(1, 2), 1])] if name == "mul_mat"
+                        else [self.mk([d(), K, b2]), self.mk([d(), K, b2 * d(1, 2)])])
+            elif name == "soft_max_ext":
+                n0, n1, n2 = d(), d(), d(1, 3)
+                args = [self.mk([n0, n1, n2]), self.mk([n0, n1 + self.dim(0, 1), self.pick([1, n2], "m2")], f16)
+                        if self.odds(2) else None, self.draw(st.floats(0, 2), "scale"), self.pick([0.0, 8.0], "bias")]
+            elif name == "reshape":
+                x = self.mk([d(), d(), d()])
+                n = x.nelements() if x is not None else 1
+                k = self.pick([kk for kk in range(1, n + 1) if n % kk == 0], "factor")
+                name, args = self.pick([("reshape_2d", [x, k, n // k]), ("reshape_3d", [x, 1, k, n // k]),
+                                        ("reshape_4d", [x, n // k, 1, k, 1])], "reshape")
+            elif name == "view":
+                x = self.mk([d(2, 6), d(2, 6), d(1, 2)])
+                name = self.pick(["view_2d", "view_4d"], "view")
+                args = ([x, d(1, 3), d(1, 3), 4 * d(1, 6), 4 * self.dim(0, 3)] if name == "view_2d" else
+                        [x, d(1, 2), d(1, 2), 1, d(1, 2), 4 * d(1, 6), 4 * d(4, 12), 4 * d(8, 20), 4 * self.dim(0, 3)])
+            elif name == "top_k":
+                n0 = d(1, 8)
+                args = [self.mk([n0, d()]), self.dim(0, n0 + 1)]
+            elif name == "repeat_back":
+                s = [d(1, 3), d(1, 3)]
+                args = [self.mk([s[0] * d(1, 2), s[1] * d(1, 2)]), self.mk(s)]
+            else:  # acc
+                x = self.mk([d(2, 6), d(2, 6)])
+                args = [x, self.mk([d(1, 2), d(1, 2)]), 4 * d(2, 6), 4 * d(4, 36), 4 * d(4, 36), 4 * self.dim(0, 8)]
+            if self.odds(4):  # spoil one argument: a strided view, or any tensor at all
+                i = self.draw(st.integers(0, len(args) - 1), "spoil")
+                x = args[i]
+                args[i] = (self.call(g.ggml_transpose, c0, x) if isinstance(x, g.Tensor) and self.odds(2)
+                           else self.tensor())
+            self.call(getattr(g, f"ggml_{name}"), c0, *args)
+
+        def reshuffle(self):  # valid transposes and permutations: strided inputs for the next ops
+            t = self.tensor()
+            if isinstance(t, g.Tensor) and t.ctx.alive:
+                if self.odds(2):
+                    self.call(g.ggml_transpose, t.ctx, t)
+                else:
+                    self.call(g.ggml_permute, t.ctx, t, *self.draw(st.permutations(range(4)), "axes"))
+
         def data_io(self):
             t = self.tensor()
             n = t.nelements() if isinstance(t, g.Tensor) and t.ctx.alive else 3
+            n = n if n <= 1 << 16 else 7  # huge no_alloc tensors: never build huge arrays here
             vals = self.pick([np.arange(n), np.zeros(n + 1), np.full(n, 0.5), np.array(["a"] * n),
                               np.zeros((n, 1, 1, 1, 1)), None], "values")
             fn = self.pick(["set_f32", "set_i32", "get_f32", "get_i32", "tensor_view", "nelements", "set_name"], "io")
@@ -229,14 +335,29 @@ def main(n_examples: int, seed: int) -> None:
                 self.backend = self.backend or g.ggml_backend_cpu_init()
                 self.call(g.ggml_backend_alloc_ctx_tensors, ctx, self.backend)
 
+        def graph_alloc(self):  # a graph over the no_alloc context, placed by ggml's graph allocator
+            t = self.tensor()
+            if not (isinstance(t, g.Tensor) and t.ctx is self.ctxs[2] and t.ctx.alive):
+                return
+            gf = self.call(g.ggml_build_forward_expand, t.ctx, t)
+            if gf is None or sum(int(lib.ggml_nbytes(p)) for p in gf.nodes + gf.leafs) > 1 << 24:
+                return  # malloc overcommits: a huge buffer would only fail once computed on
+            self.backend = self.backend or g.ggml_backend_cpu_init()
+            galloc = g.GraphAllocator(self.backend)
+            self.gallocs.append(galloc)  # its buffer holds the tensors: freeing it early leaves them dangling
+            self.call(galloc.alloc, gf)
+            self.call(g.ggml_backend_graph_compute, self.backend, gf)
+
         def free(self):
             self.call(g.ggml_free, self.ctx())
 
         def run(self):
             state["example"] += 1
             print(f"=== example {state['example']}", flush=True)
-            actions = ([self.new_tensor] * 4 + [self.from_numpy] + [self.op] * 8 + [self.data_io] * 2
-                       + [self.compute] * 2 + [self.backend_alloc, self.free])
+            actions = ([self.new_tensor] * 4 + [self.from_numpy] + [self.op] * 8 + [self.recipe] * 4
+                       + [self.reshuffle] * 2
+                       + [self.data_io] * 2
+                       + [self.compute] * 2 + [self.backend_alloc, self.graph_alloc, self.free])
             for _ in range(self.draw(st.integers(1, 30), "n_steps")):
                 self.pick(actions, "action")()
             for t in list(self.pool):  # finally compute everything that was built
@@ -260,4 +381,5 @@ def main(n_examples: int, seed: int) -> None:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, ROOT)  # this checkout's ggmlpy, not an installed one
     main(int(sys.argv[1]) if len(sys.argv) > 1 else N_EXAMPLES, int(sys.argv[2]) if len(sys.argv) > 2 else SEED)

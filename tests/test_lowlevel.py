@@ -1,5 +1,8 @@
 """Behaviour of the low-level API: lifetimes, memory, errors instead of ggml aborts, backends."""
 import gc
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -8,6 +11,7 @@ import ggmlpy as g
 from ggmlpy import GGMLError
 
 F32, F16, I32 = g.GGML_TYPE_F32, g.GGML_TYPE_F16, g.GGML_TYPE_I32
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def f32(ctx, arr):
@@ -31,9 +35,12 @@ def test_info_prints_version(capsys):
     assert data["ggml_version"] == "0.25.3" and "CPU" in data["backends"]
 
 
-@pytest.mark.skip(reason="`python -m ggmlpy info` is not implemented yet")
 def test_module_info_cli():
-    pass
+    if not os.path.exists(os.path.join(_ROOT, "ggmlpy", "__main__.py")):
+        pytest.skip("`python -m ggmlpy info` is not implemented yet")
+    proc = subprocess.run([sys.executable, "-m", "ggmlpy", "info"], capture_output=True, text=True, timeout=120,
+                          cwd=_ROOT, env=dict(os.environ, PYTHONPATH=_ROOT))
+    assert proc.returncode == 0 and "0.25.3" in proc.stdout
 
 
 # -- contexts and their lifetime --------------------------------------------------------------------------
@@ -241,6 +248,8 @@ def test_zero_sized_tensor():
         t = g.ggml_new_tensor_2d(ctx, F32, 0, 3)
         assert g.ggml_nelements(t) == 0 and g.ggml_get_f32(t).shape == (3, 0)
         g.ggml_set_f32(t, [])
+        with pytest.raises(GGMLError, match="empty"):  # ggml's graph allocator aborted on these
+            g.ggml_build_forward_expand(ctx, g.ggml_neg(ctx, t))
 
 
 # -- memory limits ------------------------------------------------------------------------------------------------
@@ -402,3 +411,162 @@ def test_get_rows_out_of_range_on_backend():
 
 
 # -- op argument validation (regressions from tests/test_fuzz.py: each of these used to abort) ------------------------
+def F(ctx, *shape):
+    """A random f32 tensor of numpy shape `shape` (ggml ne reversed)."""
+    return g.ggml_new_from_numpy(ctx, np.random.default_rng(0).normal(size=shape).astype(np.float32))
+
+
+def T(ctx, x):
+    return g.ggml_transpose(ctx, x)
+
+
+def I(ctx, values):
+    return g.ggml_new_from_numpy(ctx, np.array(values, np.int32))
+
+
+def _pos(ctx):
+    return I(ctx, [0, 1, 2])
+
+
+# Each built a graph that ggml aborted on (at construction or in the kernel), or, where marked,
+# one whose kernel read or wrote out of bounds; now a GGMLError.
+ABORTS = {
+    "diag_mask_inf_negative_n_past": lambda c: g.ggml_diag_mask_inf(c, F(c, 3, 4), -1),
+    "diag_mask_inf_transposed": lambda c: g.ggml_diag_mask_inf(c, T(c, F(c, 3, 4)), 0),
+    "repeat_back_f16": lambda c: g.ggml_repeat_back(c, g.ggml_new_tensor_2d(c, F16, 2, 4), F(c, 2)),
+    "sum_rows_f16": lambda c: g.ggml_sum_rows(c, g.ggml_new_tensor_2d(c, F16, 8, 2)),
+    "view_contiguous_size_past_end": lambda c: g.ggml_view_2d(c, F(c, 4, 2), 2, 4, 6, 2),
+    "mul_mat_empty_batch": lambda c: g.ggml_mul_mat(c, g.ggml_new_tensor_3d(c, F32, 2, 2, 0), F(c, 2, 2)),
+    "unary_transposed": lambda c: g.ggml_sqr(c, T(c, F(c, 2, 3))),
+    "unary_transposed_vector": lambda c: g.ggml_abs(c, T(c, F(c, 1, 3))),  # ne0 == 1, nb0 != 4
+    "binary_transposed_a": lambda c: g.ggml_div(c, T(c, F(c, 2, 2)), F(c, 2, 2)),
+    "clamp_transposed": lambda c: g.ggml_clamp(c, T(c, F(c, 2, 3)), 0, 1),
+    "mul_mat_transposed_b": lambda c: g.ggml_mul_mat(c, F(c, 3, 3), T(c, F(c, 3, 3))),
+    "rope_permuted": lambda c: g.ggml_rope_ext(c, g.ggml_permute(c, F(c, 3, 4, 4), 1, 0, 2, 3), _pos(c), None, 4),
+    "repeat_transposed": lambda c: g.ggml_repeat(c, T(c, F(c, 2, 3)), F(c, 2, 3, 2)),
+    "soft_max_back_transposed": lambda c: g.ggml_soft_max_ext_back(c, T(c, F(c, 3, 3)), F(c, 3, 3)),
+    "rms_norm_back_transposed": lambda c: g.ggml_rms_norm_back(c, F(c, 3, 3), T(c, F(c, 3, 3))),
+    "scale_not_packed": lambda c: g.ggml_scale(c, T(c, F(c, 2, 4, 1)), 2.0),  # contiguous, not padded_1d
+    "conv_2d_empty_kernel": lambda c: g.ggml_conv_2d(c, g.ggml_new_tensor_4d(c, F32, 4, 0, 3, 1), F(c, 3, 4, 4)),
+    "acc_empty_b_at_end": lambda c: g.ggml_acc(c, F(c, 2, 2), g.ggml_new_tensor_1d(c, F32, 0), 8, 16, 16, 16),
+    "acc_offset_past_int32": lambda c: g.ggml_acc(c, F(c, 4), F(c, 1), 4, 4, 4, 2**32),
+    "get_rows_back_out_of_range": lambda c: g.ggml_get_rows_back(c, F(c, 2, 3), I(c, [0, 5]), F(c, 4, 3)),
+    "get_rows_computed_out_of_range": lambda c: g.ggml_get_rows(c, F(c, 4, 3), g.ggml_cont(c, I(c, [1, 7]))),
+    "get_rows_strided_out_of_range": lambda c: g.ggml_get_rows(  # a transposed (strided) index matrix
+        c, F(c, 2, 4, 3), T(c, I(c, [[0, 9], [1, 2]]))),
+    "get_rows_argsort_too_wide": lambda c: g.ggml_get_rows(c, F(c, 3, 2), g.ggml_argsort(c, F(c, 5))),
+    # out of bounds: pool_2d walks planes to the end of a's bytes, im2col assumes [IH][IW] planes,
+    # count_equal mis-indexes 3-d rows
+    "pool_2d_permuted": lambda c: g.ggml_pool_2d(c, g.ggml_permute(c, F(c, 3, 4, 5), 0, 2, 1, 3), "max", 1, 1, 1, 1),
+    "im2col_permuted": lambda c: g.ggml_im2col(c, F(c, 1, 2, 1, 1), g.ggml_permute(c, F(c, 2, 4, 5), 0, 2, 1, 3),
+                                               1, 1, 0, 0, 1, 1),
+    "count_equal_3d_strided": lambda c: g.ggml_count_equal(
+        c, *[g.ggml_permute(c, I(c, np.zeros((2, 3, 4))), 0, 2, 1, 3)] * 2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ABORTS))
+def test_former_aborts_raise(case):
+    with g.ggml_init(1 << 22) as ctx, pytest.raises(GGMLError):
+        y = ABORTS[case](ctx)
+        g.ggml_graph_compute(ctx, g.ggml_build_forward_expand(ctx, y))
+
+
+@pytest.mark.parametrize("build", [
+    lambda c, x: g.ggml_sqr(c, x), lambda c, x: g.ggml_clamp(c, x, 0, 1), lambda c, x: g.ggml_add(c, x, x),
+    lambda c, x: g.ggml_rms_norm(c, x), lambda c, x: g.ggml_sum_rows(c, x), lambda c, x: g.ggml_argsort(c, x)],
+    ids=["sqr", "clamp", "add", "rms_norm", "sum_rows", "argsort"])
+def test_cont_makes_transposed_inputs_work(build):
+    with g.ggml_init(1 << 20) as ctx:
+        x = F(ctx, 2, 3)
+        y = build(ctx, g.ggml_cont(ctx, T(ctx, x)))
+        ref = run(ctx, build(ctx, f32(ctx, g.ggml_get_f32(x).T.copy())))
+        assert np.array_equal(run(ctx, y), ref)
+
+
+def test_computed_row_indices_are_checked_then_used():
+    with g.ggml_init(1 << 20) as ctx:
+        a = F(ctx, 4, 3)
+        idx = g.ggml_cont(ctx, I(ctx, [3, 0, 2]))  # values exist only once the graph has run
+        out = run(ctx, g.ggml_get_rows(ctx, a, idx))
+        np.testing.assert_array_equal(out, g.ggml_get_f32(a)[[3, 0, 2]])
+        top = g.ggml_argsort(ctx, F(ctx, 4))  # indices < 4 rows: known without computing
+        assert run(ctx, g.ggml_get_rows(ctx, a, top)).shape == (4, 3)
+
+
+def test_strided_row_indices():
+    with g.ggml_init(1 << 20) as ctx:
+        a, m = F(ctx, 2, 4, 3), np.array([[0, 3], [1, 2]])
+        out = run(ctx, g.ggml_get_rows(ctx, a, T(ctx, I(ctx, m))))  # batch k picks rows m[:, k]
+        np.testing.assert_array_equal(out, np.stack([g.ggml_get_f32(a)[k][m[:, k]] for k in range(2)]))
+
+
+def test_view_made_before_source_had_memory():
+    backend = g.ggml_backend_cpu_init()
+    wctx, ctx = g.ggml_init(1 << 20, no_alloc=True), g.ggml_init(1 << 20)
+    w = g.ggml_new_tensor_1d(wctx, F32, 2)
+    y = g.ggml_cpy(ctx, f32(ctx, [1, 2]), w)  # a view of w, taken while w has no data
+    g.ggml_backend_alloc_ctx_tensors(wctx, backend)
+    with pytest.raises(GGMLError, match="view made before"):
+        g.ggml_backend_graph_compute(backend, g.ggml_build_forward_expand(ctx, y))
+
+
+def test_element_count_overflow_in_no_alloc_context():
+    with g.ggml_init(1 << 20, no_alloc=True) as ctx:
+        with pytest.raises(GGMLError, match="too many elements"):
+            g.ggml_new_tensor_4d(ctx, F32, 2**39, 2**39, 1, 1)
+        x = g.ggml_new_tensor_2d(ctx, F32, 2**20, 2**20)
+        with pytest.raises(GGMLError, match="too many elements"):
+            g.ggml_upscale(ctx, x, 2**31 - 1)
+        with pytest.raises(GGMLError, match="too many elements"):  # ggml multiplies up to the 0, and overflows
+            g.ggml_view_4d(ctx, x, 2**40, 2**31 - 1, 0, 1, 192, 128, 64, 0)
+
+
+def test_backend_alloc_rejects_view_of_arena_tensor():
+    ctx, nctx = g.ggml_init(1 << 20), g.ggml_init(1 << 20, no_alloc=True)
+    g.ggml_transpose(nctx, f32(ctx, np.zeros((2, 3))))  # a view in nctx of a tensor outside any buffer
+    with pytest.raises(GGMLError, match="view"):
+        g.ggml_backend_alloc_ctx_tensors(nctx, g.ggml_backend_cpu_init())
+
+
+@pytest.mark.parametrize("fn", [g.ggml_nelements, g.ggml_nbytes, g.ggml_n_dims, g.ggml_nrows, g.ggml_is_contiguous,
+                                g.ggml_get_name, lambda t: g.ggml_set_name(t, "x"), g.ggml_free, g.ggml_used_mem,
+                                g.ggml_graph_n_nodes])
+@pytest.mark.parametrize("bad", [None, np.zeros(3), 3], ids=["None", "ndarray", "int"])
+def test_accessors_reject_non_tensors(fn, bad):
+    with pytest.raises(GGMLError):
+        fn(bad)
+
+
+_GALLOC_EARLY_FREE = """
+import numpy as np, ggmlpy as g
+backend = g.ggml_backend_cpu_init()
+ctx = g.ggml_init(1 << 20, no_alloc=True)
+x = g.ggml_new_tensor_1d(ctx, g.GGML_TYPE_F32, 4)
+gf = g.ggml_build_forward_expand(ctx, g.ggml_exp(ctx, x))
+galloc = g.GraphAllocator(backend)
+galloc.alloc(gf)
+galloc.free()  # x's memory was in the allocator's buffer
+try:
+    g.ggml_set_f32(x, np.zeros(4))
+except g.GGMLError:
+    print("raised")
+"""
+
+
+@pytest.mark.xfail(reason="backend/graph_alloc.py: tensors placed by a GraphAllocator keep pointing into its "
+                          "buffer after it is freed (or garbage-collected); writes then corrupt the heap", strict=False)
+def test_graph_allocator_freed_before_its_tensors():
+    proc = subprocess.run([sys.executable, "-c", _GALLOC_EARLY_FREE], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, GGML_NO_BACKTRACE="1", PYTHONPATH=_ROOT), cwd=_ROOT)
+    assert proc.returncode == 0 and "raised" in proc.stdout
+
+
+def test_contiguous_permutation_with_unit_dims():
+    """ggml_is_contiguous() ignores size-1 dims, so this view counts as contiguous; nb0 is 12 though."""
+    with g.ggml_init(1 << 20) as ctx:
+        x = g.ggml_permute(ctx, F(ctx, 3), 2, 3, 0, 1)  # ne [3] -> [1, 1, 3]
+        assert g.ggml_is_contiguous(x)
+        for op in (lambda: g.ggml_diag_mask_inf(ctx, x, 0), lambda: g.ggml_rms_norm_back(ctx, x, x)):
+            with pytest.raises(GGMLError):
+                op()

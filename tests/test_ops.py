@@ -377,6 +377,8 @@ CASES = [
     case("mean", g.ggml_mean, lambda a: a.mean(-1, keepdims=True), [X3]),
     case("argmax", g.ggml_argmax, lambda a: a.argmax(-1), [rnd(5, 9)], 0),
     case("count_equal", g.ggml_count_equal, lambda a, b: np.array([(a == b).sum()]), [EQ_A, EQ_B], 0),
+    case("count_equal-4d", g.ggml_count_equal, lambda a, b: np.array([(a == b).sum()]),
+         [ints(2, 3, 4, 2, hi=2), ints(2, 3, 4, 2, hi=2)], 0),
     # reshapes, views, copies
     case("reshape_1d", lambda c, a: g.ggml_reshape_1d(c, a, 48), lambda a: a.ravel(), [X3], 0),
     case("reshape_2d", lambda c, a: g.ggml_reshape_2d(c, a, 8, 6), lambda a: a.reshape(6, 8), [X3], 0),
@@ -398,11 +400,13 @@ CASES = [
     case("dup", g.ggml_dup, lambda a: a, [X3], 0),
     case("cpy-f32-f16", lambda c, a, b: g.ggml_cpy(c, a, b),
          lambda a, b: a.astype(np.float16).astype(np.float32).reshape(b.shape), [X3, As(rnd(6, 8), F16)], 0),
-    case("cast-f32-f16", lambda c, a: g.ggml_cast(c, a, F16), lambda a: a.astype(np.float16).astype(np.float32), [X3], 0),
+    case("cast-f32-f16", lambda c, a: g.ggml_cast(c, a, F16), lambda a: a.astype(np.float16).astype(np.float32),
+         [X3], 0),
     case("cast-f16-f32", lambda c, a: g.ggml_cast(c, a, F32), lambda a: a, [As(X3, F16)], 0),
     # assembling tensors
     *[case(f"concat-dim{d}", lambda c, a, b, d=d: g.ggml_concat(c, a, b, d),
-           lambda a, b, d=d: np.concatenate([a, b], 3 - d), [X4, rnd(*[2 if i == 3 - d else n for i, n in enumerate(X4.shape)])], 0)
+           lambda a, b, d=d: np.concatenate([a, b], 3 - d),  # ggml dim d is numpy axis 3 - d
+           [X4, rnd(*[2 if i == 3 - d else n for i, n in enumerate(X4.shape)])], 0)
       for d in range(4)],
     case("get_rows", g.ggml_get_rows, lambda a, i: a[i], [rnd(6, 5), IDX], 0),
     case("get_rows-3d", g.ggml_get_rows, lambda a, i: np.stack([a[k][i[k]] for k in range(2)]),

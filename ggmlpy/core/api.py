@@ -45,7 +45,7 @@ def ggml_init(mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False) -> Conte
 
 
 def ggml_free(ctx: Context) -> None:
-    ctx.free()
+    _context(ctx, "ggml_free").free()
 
 
 def ggml_tensor_overhead() -> int:
@@ -53,7 +53,7 @@ def ggml_tensor_overhead() -> int:
 
 
 def ggml_used_mem(ctx: Context) -> int:
-    return ctx.used_mem()
+    return _context(ctx, "ggml_used_mem").used_mem()
 
 
 # -- tensors ----------------------------------------------------------------------------------------
@@ -102,6 +102,7 @@ def ggml_new_from_numpy(ctx: Context, array, type: int | None = None) -> Tensor:
 
 
 def ggml_set_name(t: Tensor, name: str) -> Tensor:
+    _tensor(t, "ggml_set_name")
     raw = str(name).encode()
     check(len(raw) < 64, "ggml_set_name: names are at most 63 bytes")
     lib.ggml_set_name(t.ptr, raw)
@@ -109,7 +110,7 @@ def ggml_set_name(t: Tensor, name: str) -> Tensor:
 
 
 def ggml_get_name(t: Tensor) -> str:
-    return t.name
+    return _tensor(t, "ggml_get_name").name
 
 
 def ggml_set_input(t: Tensor) -> Tensor:
@@ -159,30 +160,37 @@ def ggml_tensor_view(t: Tensor) -> np.ndarray:
     return numpy_view(t)
 
 
-def _tensor(t, what):
+def _tensor(t, what) -> Tensor:
     if not isinstance(t, Tensor):
         raise GGMLError(f"{what}: expected a ggml Tensor, got {type(t).__name__}")
     t.ptr
+    return t
+
+
+def _context(ctx, what) -> Context:
+    if not isinstance(ctx, Context):
+        raise GGMLError(f"{what}: expected a ggml Context, got {type(ctx).__name__}")
+    return ctx
 
 
 def ggml_nelements(t: Tensor) -> int:
-    return t.nelements()
+    return _tensor(t, "ggml_nelements").nelements()
 
 
 def ggml_nbytes(t: Tensor) -> int:
-    return t.nbytes()
+    return _tensor(t, "ggml_nbytes").nbytes()
 
 
 def ggml_n_dims(t: Tensor) -> int:
-    return t.n_dims
+    return _tensor(t, "ggml_n_dims").n_dims
 
 
 def ggml_nrows(t: Tensor) -> int:
-    return int(lib.ggml_nrows(t.ptr))
+    return int(lib.ggml_nrows(_tensor(t, "ggml_nrows").ptr))
 
 
 def ggml_is_contiguous(t: Tensor) -> bool:
-    return t.is_contiguous()
+    return _tensor(t, "ggml_is_contiguous").is_contiguous()
 
 
 def ggml_type_name(type: int) -> str:
@@ -248,6 +256,15 @@ def ggml_backend_alloc_ctx_tensors(ctx: Context, backend: Backend) -> BackendBuf
     check(ctx.no_alloc, "ggml_backend_alloc_ctx_tensors: the context must be created with no_alloc=True")
     if lib.ggml_get_first_tensor(ctx.ptr) == ffi.NULL:
         raise GGMLError("ggml_backend_alloc_ctx_tensors: the context has no tensors")
+    # ggml asserts that every view's source is, or is about to be, in a backend buffer
+    own, p = set(), lib.ggml_get_first_tensor(ctx.ptr)
+    while p != ffi.NULL:
+        own.add(int(ffi.cast("uintptr_t", p)))
+        src = p.view_src
+        if src != ffi.NULL and src.buffer == ffi.NULL and int(ffi.cast("uintptr_t", src)) not in own:
+            raise GGMLError("ggml_backend_alloc_ctx_tensors: the context holds a view of a tensor outside "
+                            "any backend buffer (e.g. of a tensor in an ordinary context)")
+        p = lib.ggml_get_next_tensor(ctx.ptr, p)
     ptr = lib.ggml_backend_alloc_ctx_tensors(ctx.ptr, backend.ptr)
     if ptr == ffi.NULL:
         raise MemoryError(f"could not allocate the context's tensors on {backend.device_name}")
@@ -267,7 +284,8 @@ def ggml_backend_tensor_get(t: Tensor) -> np.ndarray:
 def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
     if not isinstance(backend, Backend) or not isinstance(graph, Graph):
         raise GGMLError("ggml_backend_graph_compute(backend, graph) expects a Backend and a Graph")
-    check_graph(graph, device=backend.dev, need_buffers=not backend.is_host)
+    check_graph(graph, device=backend.dev, need_buffers=not backend.is_host,
+                run=lambda sub: ggml_backend_graph_compute(backend, sub))
     status = lib.ggml_backend_graph_compute(backend.ptr, graph.ptr)
     if status != lib.GGML_STATUS_SUCCESS:
         raise GGMLError(f"ggml_backend_graph_compute failed with status {status}")

@@ -106,6 +106,11 @@ class Context:
                             f"has {self.mem_size}. Pass a larger mem_size to ggml_init().")
 
     def reserve_tensor(self, ggml_type: int, ne, what: str, view: bool = False) -> None:
+        n = int(ne[0])
+        for d in ne[1:]:  # as ggml counts: a later 0 does not excuse an overflow before it
+            n *= int(d) if int(d) > 1 else 1
+        if n >= 2**62:  # ggml asserts the element count (and byte size) fit in 64 bits, no_alloc or not
+            raise GGMLError(f"{what}: a tensor of ne={list(ne)} has too many elements")
         size = int(lib.ggml_tensor_overhead())
         if not (view or self.no_alloc):
             size += _nbytes(ggml_type, ne) + GGML_MEM_ALIGN

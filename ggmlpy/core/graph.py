@@ -12,7 +12,7 @@ import numpy as np
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
-from .context import NP_DTYPES, Context, Tensor
+from .context import Context, Tensor
 
 GGML_DEFAULT_GRAPH_SIZE = 2048
 _NULL = ffi.NULL
@@ -46,6 +46,9 @@ class Graph:
         self.ctx.ensure_alive()
         t.ctx.check_deps()  # walking t's sources reads every context they live in
         new_nodes, new_leafs = _collect(t._ptr, self._seen)
+        if any(lib.ggml_nelements(p) == 0 for p in new_nodes + new_leafs):
+            # ggml gives empty tensors no memory: computing or graph-allocating them fails or aborts
+            raise GGMLError("the graph would hold an empty tensor (a dim of 0); ggml cannot compute those")
         if len(self.nodes) + len(new_nodes) > self.size or len(self.leafs) + len(new_leafs) > self.size:
             raise GGMLError(f"graph too small: it holds {self.size} nodes, and this tensor needs "
                             f"{len(self.nodes) + len(new_nodes)} nodes and {len(self.leafs) + len(new_leafs)} "
@@ -121,8 +124,11 @@ def _cpu_device():
 _CPU_DEV = None
 
 
-def check_graph(graph: Graph, device=None, need_buffers: bool = False) -> None:
-    """Raise GGMLError for anything in `graph` that would make ggml abort or read garbage."""
+def check_graph(graph: Graph, device=None, need_buffers: bool = False, run=None) -> None:
+    """Raise GGMLError for anything in `graph` that would make ggml abort or read garbage.
+
+    `run(subgraph)` computes a part of the graph: row indices computed by the graph itself can
+    only be range-checked after the nodes that compute them have run."""
     graph.ctx.ensure_alive()
     for t in graph._keep:
         t.ctx.check_deps()  # every context the graph reaches into is still alive
@@ -131,6 +137,9 @@ def check_graph(graph: Graph, device=None, need_buffers: bool = False) -> None:
         if p.data == _NULL and p.view_src == _NULL:
             raise GGMLError(f"tensor '{ffi.string(p.name).decode()}' ({_op_name(p)}) has no memory: "
                             "allocate the context's tensors (no_alloc=False, or ggml_backend_alloc_ctx_tensors)")
+        if p.data == _NULL and p.view_src.data != _NULL:  # ggml would write through a NULL pointer
+            raise GGMLError(f"tensor '{ffi.string(p.name).decode()}' ({_op_name(p)}) is a view made before its "
+                            "source had memory; create the view after allocating the source")
         if need_buffers and p.buffer == _NULL and p.view_src == _NULL:
             raise GGMLError("a tensor of this graph is not in a backend buffer: "
                             "call ggml_backend_alloc_ctx_tensors(ctx, backend) first")
@@ -139,27 +148,52 @@ def check_graph(graph: Graph, device=None, need_buffers: bool = False) -> None:
             name = ffi.string(lib.ggml_backend_dev_name(dev)).decode()
             raise GGMLError(f"device {name} has no kernel for {_op_name(p)} with these types")
         if p.op == lib.GGML_OP_GET_ROWS:
-            _check_row_indices(p.src[1], int(p.src[0].ne[1]))
+            _check_row_indices(graph, p.src[1], int(p.src[0].ne[1]), "ggml_get_rows", run)
+        elif p.op == lib.GGML_OP_GET_ROWS_BACK:  # its kernel asserts the same
+            _check_row_indices(graph, p.src[1], int(p.ne[1]), "ggml_get_rows_back", run)
 
 
 def _op_name(p) -> str:
     return ffi.string(lib.ggml_op_desc(p)).decode()
 
 
-def _check_row_indices(idx, n_rows: int) -> None:
-    """get_rows asserts on an out-of-range index inside the kernel; check host-readable indices first."""
-    if idx.data == _NULL or idx.type != lib.GGML_TYPE_I32:
+# ops whose i32 results index their source's ne0: in range without looking at them
+_BOUNDED = (lib.GGML_OP_ARGSORT, lib.GGML_OP_TOP_K, lib.GGML_OP_ARGMAX)
+
+
+def _check_row_indices(graph: Graph, idx, n_rows: int, what: str, run) -> None:
+    """get_rows(_back) kernels assert every index is in range (an abort): check the values first."""
+    if idx.type != lib.GGML_TYPE_I32:
         return
-    n = int(lib.ggml_nelements(idx))
-    buf = np.empty(n, dtype=NP_DTYPES[lib.GGML_TYPE_I32])
-    if idx.buffer == _NULL or lib.ggml_backend_buffer_is_host(idx.buffer):
-        if not lib.ggml_is_contiguous(idx):
-            return
-        ffi.memmove(ffi.from_buffer(buf), idx.data, buf.nbytes)
+    root = idx.view_src if idx.view_src != _NULL else idx
+    if root.op in _BOUNDED:
+        if int(root.src[0].ne[0]) > n_rows:
+            raise GGMLError(f"{what}: indices from {_op_name(root)} reach {int(root.src[0].ne[0]) - 1}, "
+                            f"past the {n_rows} rows")
+        return
+    if root.op != lib.GGML_OP_NONE:  # computed by this graph: run the nodes that compute them first
+        if run is None:
+            raise GGMLError(f"{what}: the row indices are computed in this graph and cannot be range-checked")
+        sub = Graph(Context(int(lib.ggml_graph_overhead_custom(graph.size, False)) + 4096), graph.size)
+        sub.expand(Tensor(idx, graph.ctx))
+        run(sub)
+    vals = _read_i32(idx)
+    if vals.size and (vals.min() < 0 or vals.max() >= n_rows):
+        raise GGMLError(f"{what}: index out of range 0..{n_rows - 1} (got {vals.min()}..{vals.max()})")
+
+
+def _read_i32(t) -> np.ndarray:
+    """The values of an i32 tensor, following its strides (a view need not be contiguous)."""
+    if t.data == _NULL or lib.ggml_nelements(t) == 0:
+        return np.empty(0, np.int32)
+    nbytes = int(lib.ggml_nbytes(t))
+    raw = np.empty(nbytes, np.uint8)
+    if t.buffer == _NULL or lib.ggml_backend_buffer_is_host(t.buffer):
+        ffi.memmove(ffi.from_buffer(raw), t.data, nbytes)
     else:
-        lib.ggml_backend_tensor_get(idx, ffi.from_buffer(buf), 0, buf.nbytes)
-    if n and (buf.min() < 0 or buf.max() >= n_rows):
-        raise GGMLError(f"ggml_get_rows: index out of range 0..{n_rows - 1} (got {buf.min()}..{buf.max()})")
+        lib.ggml_backend_tensor_get(t, ffi.from_buffer(raw), 0, nbytes)
+    return np.ndarray([int(t.ne[i]) for i in range(3, -1, -1)], np.int32, buffer=raw,
+                      strides=[int(t.nb[i]) for i in range(3, -1, -1)])
 
 
 # -- compute ------------------------------------------------------------------------------------------
@@ -171,7 +205,7 @@ def ggml_graph_compute(ctx_or_graph, graph: Graph | None = None, n_threads: int 
         raise GGMLError(f"ggml_graph_compute: expected a Graph, got {type(graph).__name__}")
     n_threads = default_threads() if n_threads is None else int(n_threads)
     check(n_threads > 0, "ggml_graph_compute: n_threads must be positive")
-    check_graph(graph)
+    check_graph(graph, run=lambda sub: ggml_graph_compute(sub, n_threads=n_threads))
     for p in graph.leafs + graph.nodes:
         if p.buffer != _NULL and not lib.ggml_backend_buffer_is_host(p.buffer):
             raise GGMLError("ggml_graph_compute: the graph holds device tensors; "
@@ -198,4 +232,6 @@ def _cpu_backend(n_threads: int):
 
 
 def ggml_graph_n_nodes(graph: Graph) -> int:
+    if not isinstance(graph, Graph):
+        raise GGMLError(f"ggml_graph_n_nodes: expected a Graph, got {type(graph).__name__}")
     return graph.n_nodes()

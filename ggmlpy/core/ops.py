@@ -50,6 +50,19 @@ def _types(x: Tensor, allowed, what: str, arg: str = "a") -> None:
         raise GGMLError(f"{what}: {arg} has type {x.type_name}; supported: {names}")
 
 
+def _dense0(x: Tensor, what: str, arg: str = "a") -> None:
+    """Kernels that walk ne0 as packed elements assert nb0 == element size (transposed views fail it)."""
+    if int(x.ptr.nb[0]) != int(lib.ggml_type_size(x.type)):
+        raise GGMLError(f"{what}: {arg} must have packed rows (nb0 = element size), which a transposed or "
+                        "permuted view has not; use ggml_cont() first")
+
+
+def _contiguous(x: Tensor, what: str, arg: str = "a") -> None:
+    # ggml_is_contiguous ignores the strides of size-1 dims; kernels still assert nb0 == element size
+    if not lib.ggml_is_contiguous(x.ptr) or int(x.ptr.nb[0]) != int(lib.ggml_type_size(x.type)):
+        raise GGMLError(f"{what}: {arg} must be contiguous; use ggml_cont() first")
+
+
 def _ne(x: Tensor) -> list:
     return [int(v) for v in x.ptr.ne]
 
@@ -58,6 +71,11 @@ def can_repeat(small: Tensor, big: Tensor) -> bool:
     """ggml's rule for broadcasting: every dim of `small` divides the same dim of `big`."""
     s, b = _ne(small), _ne(big)
     return all(sd != 0 and bd % sd == 0 for sd, bd in zip(s, b)) or (0 in s and 0 in b)
+
+
+def _nodiv(big: int, small: int) -> bool:
+    """small does not divide big (ggml computes big % small in C: a zero would crash)."""
+    return small <= 0 or big % small != 0
 
 
 def _shape_str(x: Tensor) -> str:
@@ -89,6 +107,7 @@ def _binary(cname: str):
         ctx = _ctx(ctx)
         a, b = _t(a, what, "a"), _t(b, what, "b")
         _types(a, CPU_FLOAT, what, "a")
+        _dense0(a, what, "a")  # the CPU kernel asserts it (b may be strided)
         if b.type != a.type and b.type != F32:
             raise GGMLError(f"{what}: b has type {b.type_name}, a has {a.type_name}; they must match (or b be f32)")
         if not can_repeat(b, a):
@@ -108,15 +127,14 @@ ggml_div = _binary("ggml_div")
 
 
 # -- element-wise unary -------------------------------------------------------------------
-def _unary(cname: str, types=CPU_FLOAT, contiguous_rows=False):
+def _unary(cname: str, types=CPU_FLOAT):
     fn = getattr(lib, cname)
 
     def op(ctx, a):
         ctx = _ctx(ctx)
         a = _t(a, cname)
         _types(a, types, cname)
-        if contiguous_rows and not lib.ggml_is_contiguous_rows(a.ptr):
-            raise GGMLError(f"{cname}: a must have contiguous rows; use ggml_cont() first")
+        _dense0(a, cname)  # every CPU unary kernel asserts it, whatever ne0
         return _same(ctx, cname, a, lambda: fn(ctx.ptr, a.ptr))
 
     op.__name__ = cname
@@ -124,7 +142,7 @@ def _unary(cname: str, types=CPU_FLOAT, contiguous_rows=False):
     return op
 
 
-# Plain ops, and those ggml implements through ggml_unary (which asserts contiguous rows).
+# Plain ops, and those ggml implements through ggml_unary.
 _PLAIN_UNARY = ["sqr", "sqrt", "log", "sin", "cos"]
 _UNARY_OPS = ["abs", "sgn", "neg", "step", "tanh", "elu", "relu", "sigmoid", "gelu", "gelu_erf",
               "gelu_quick", "silu", "hardswish", "hardsigmoid", "exp", "softplus", "expm1",
@@ -132,13 +150,14 @@ _UNARY_OPS = ["abs", "sgn", "neg", "step", "tanh", "elu", "relu", "sigmoid", "ge
 for _n in _PLAIN_UNARY:
     globals()[f"ggml_{_n}"] = _unary(f"ggml_{_n}", types=(F32,) if _n in ("sin", "cos") else CPU_FLOAT)
 for _n in _UNARY_OPS:
-    globals()[f"ggml_{_n}"] = _unary(f"ggml_{_n}", contiguous_rows=True)
+    globals()[f"ggml_{_n}"] = _unary(f"ggml_{_n}")
 
 
 def ggml_leaky_relu(ctx, a, negative_slope=0.01, inplace=False):
     ctx = _ctx(ctx)
     a = _t(a, "ggml_leaky_relu")
     _types(a, CPU_FLOAT, "ggml_leaky_relu")
+    _contiguous(a, "ggml_leaky_relu")  # the kernel steps through rows by nb1 alone
     check(not inplace, "ggml_leaky_relu: inplace is not supported by ggmlpy")
     return _same(ctx, "ggml_leaky_relu", a, lambda: lib.ggml_leaky_relu(ctx.ptr, a.ptr, float(negative_slope), False))
 
@@ -148,6 +167,10 @@ def ggml_scale(ctx, a, s):
     a = _t(a, "ggml_scale")
     _types(a, (F32,), "ggml_scale")
     check(lib.ggml_is_contiguous(a.ptr), "ggml_scale: a must be contiguous")
+    ne, nb = _ne(a), [int(v) for v in a.ptr.nb]
+    # ggml asserts ggml_is_padded_1d, stricter than contiguous about the strides of size-1 dims
+    check(nb[0] == lib.ggml_type_size(a.type) and nb[2] == nb[1] * ne[1] and nb[3] == nb[2] * ne[2],
+          "ggml_scale: a must be densely packed (a view with size-1 dims can fail this); use ggml_cont() first")
     return _same(ctx, "ggml_scale", a, lambda: lib.ggml_scale(ctx.ptr, a.ptr, float(s)))
 
 
@@ -155,6 +178,7 @@ def ggml_clamp(ctx, a, min_val, max_val):
     ctx = _ctx(ctx)
     a = _t(a, "ggml_clamp")
     _types(a, CPU_FLOAT, "ggml_clamp")
+    _dense0(a, "ggml_clamp")
     check(not (min_val > max_val), f"ggml_clamp: min_val {min_val} > max_val {max_val}")
     return _same(ctx, "ggml_clamp", a, lambda: lib.ggml_clamp(ctx.ptr, a.ptr, float(min_val), float(max_val)))
 
@@ -171,6 +195,8 @@ def _same_shape_pair(what, ctx, a, b, fn, *args):
     _types(b, (F32,), what, "b")
     if _ne(a) != _ne(b):
         raise GGMLError(f"{what}: a {_shape_str(a)} and b {_shape_str(b)} must have the same shape")
+    _contiguous(a, what, "a")
+    _contiguous(b, what, "b")
     return _same(ctx, what, a, lambda: fn(ctx.ptr, a.ptr, b.ptr, *args))
 
 
@@ -185,10 +211,12 @@ def ggml_mul_mat(ctx, a, b):
     if na[0] != nb_[0]:
         raise GGMLError(f"ggml_mul_mat: a {_shape_str(a)} and b {_shape_str(b)} must share ne0 "
                         f"(the reduced dimension): {na[0]} != {nb_[0]}")
-    if nb_[2] % na[2] or nb_[3] % na[3]:
+    if _nodiv(nb_[2], na[2]) or _nodiv(nb_[3], na[3]):
         raise GGMLError(f"ggml_mul_mat: a's batch dims {na[2:]} must divide b's {nb_[2:]}")
     if lib.ggml_is_transposed(a.ptr):
         raise GGMLError("ggml_mul_mat: a must not be a transposed view; use ggml_cont(ggml_transpose(a))")
+    _dense0(a, "ggml_mul_mat", "a")
+    _dense0(b, "ggml_mul_mat", "b")
     return _make(ctx, "ggml_mul_mat", [na[1], nb_[1], nb_[2], nb_[3]], F32,
                  lambda: lib.ggml_mul_mat(ctx.ptr, a.ptr, b.ptr))
 
@@ -200,11 +228,12 @@ def ggml_out_prod(ctx, a, b):
     _types(a, (F32,), "ggml_out_prod", "a")
     _types(b, (F32,), "ggml_out_prod", "b")
     na, nb_ = _ne(a), _ne(b)
-    if na[1] != nb_[1] or nb_[2] % na[2] or nb_[3] % na[3]:
+    if na[1] != nb_[1] or _nodiv(nb_[2], na[2]) or _nodiv(nb_[3], na[3]):
         raise GGMLError(f"ggml_out_prod: a {_shape_str(a)} and b {_shape_str(b)} must share ne1, "
                         "and a's batch dims must divide b's")
     if lib.ggml_is_transposed(a.ptr):
         raise GGMLError("ggml_out_prod: a must not be a transposed view")
+    _dense0(a, "ggml_out_prod", "a")
     return _make(ctx, "ggml_out_prod", [na[0], nb_[0], nb_[2], nb_[3]], F32,
                  lambda: lib.ggml_out_prod(ctx.ptr, a.ptr, b.ptr))
 
@@ -228,7 +257,7 @@ def ggml_soft_max_ext(ctx, a, mask=None, scale=1.0, max_bias=0.0):
         _types(mask, (F32, F16), what, "mask")
         na, nm = _ne(a), _ne(mask)
         check(lib.ggml_is_contiguous(mask.ptr), f"{what}: mask must be contiguous")
-        if nm[0] != na[0] or nm[1] < na[1] or na[2] % nm[2] or na[3] % nm[3]:
+        if nm[0] != na[0] or nm[1] < na[1] or _nodiv(na[2], nm[2]) or _nodiv(na[3], nm[3]):
             raise GGMLError(f"{what}: mask {_shape_str(mask)} does not fit a {_shape_str(a)} "
                             "(needs the same ne0, at least as many rows, and dims 2-3 dividing a's)")
         mp = mask.ptr
@@ -252,6 +281,7 @@ def _norm(cname: str):
         ctx = _ctx(ctx)
         a = _t(a, cname)
         _types(a, (F32,), cname)
+        _dense0(a, cname)
         check(eps >= 0, f"{cname}: eps must be >= 0")
         return _same(ctx, cname, a, lambda: fn(ctx.ptr, a.ptr, float(eps)))
 
@@ -274,6 +304,7 @@ def ggml_group_norm(ctx, a, n_groups, eps=1e-5):
     ctx = _ctx(ctx)
     a = _t(a, "ggml_group_norm")
     _types(a, (F32,), "ggml_group_norm")
+    _dense0(a, "ggml_group_norm")
     n_groups = int(n_groups)
     check(0 < n_groups <= _ne(a)[2], f"ggml_group_norm: n_groups must be in 1..ne2={_ne(a)[2]}, got {n_groups}")
     return _same(ctx, "ggml_group_norm", a, lambda: lib.ggml_group_norm(ctx.ptr, a.ptr, n_groups, float(eps)))
@@ -284,6 +315,7 @@ def ggml_sum(ctx, a):
     ctx = _ctx(ctx)
     a = _t(a, "ggml_sum")
     _types(a, CPU_FLOAT, "ggml_sum")
+    _dense0(a, "ggml_sum")
     return _make(ctx, "ggml_sum", [1, 1, 1, 1], a.type, lambda: lib.ggml_sum(ctx.ptr, a.ptr))
 
 
@@ -291,7 +323,8 @@ def ggml_sum_rows(ctx, a):
     """Sum along ne0: [ne0, ne1, ...] -> [1, ne1, ...] (R colSums)."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_sum_rows")
-    _types(a, CPU_FLOAT, "ggml_sum_rows")
+    _types(a, (F32,), "ggml_sum_rows")  # the CPU kernel aborts on f16
+    _dense0(a, "ggml_sum_rows")
     return _make(ctx, "ggml_sum_rows", [1] + _ne(a)[1:], a.type, lambda: lib.ggml_sum_rows(ctx.ptr, a.ptr))
 
 
@@ -300,6 +333,7 @@ def ggml_mean(ctx, a):
     ctx = _ctx(ctx)
     a = _t(a, "ggml_mean")
     _types(a, (F32,), "ggml_mean")
+    _dense0(a, "ggml_mean")
     return _make(ctx, "ggml_mean", [1] + _ne(a)[1:], F32, lambda: lib.ggml_mean(ctx.ptr, a.ptr))
 
 
@@ -308,6 +342,7 @@ def ggml_argmax(ctx, a):
     ctx = _ctx(ctx)
     a = _t(a, "ggml_argmax")
     _types(a, (F32,), "ggml_argmax")
+    _dense0(a, "ggml_argmax")
     check(bool(lib.ggml_is_matrix(a.ptr)), f"ggml_argmax: a must be a matrix, got {_shape_str(a)}")
     return _make(ctx, "ggml_argmax", [_ne(a)[1], 1, 1, 1], I32, lambda: lib.ggml_argmax(ctx.ptr, a.ptr))
 
@@ -319,6 +354,11 @@ def ggml_count_equal(ctx, a, b):
     _types(a, (I32,), "ggml_count_equal", "a")
     _types(b, (I32,), "ggml_count_equal", "b")
     check(_ne(a) == _ne(b), f"ggml_count_equal: shapes differ: {_shape_str(a)} vs {_shape_str(b)}")
+    ne = _ne(a)
+    if ne[2] * ne[3] > 1:  # ggml's kernel mis-indexes 3-d/4-d rows (wrong counts, reads out of bounds)
+        for x, arg in ((a, "a"), (b, "b")):
+            _contiguous(x, "ggml_count_equal (3-d or 4-d)", arg)
+        a, b = (ggml_reshape_2d(ctx, x, ne[0], ne[1] * ne[2] * ne[3]) for x in (a, b))
     return _make(ctx, "ggml_count_equal", [1, 1, 1, 1], lib.GGML_TYPE_I64,
                  lambda: lib.ggml_count_equal(ctx.ptr, a.ptr, b.ptr))
 
@@ -373,8 +413,10 @@ def _view(what, ctx, a, ne, nbs, offset, call):
     check(all(s > 0 for s in strides), f"{what}: strides must be positive")
     # The last byte the view can touch, as ggml computes a view's size.
     span = 0 if 0 in ne else esize + sum((d - 1) * s for d, s in zip(ne, strides))
-    if span and offset + span > a.nbytes():
-        raise GGMLError(f"{what}: view of {ne} at offset {offset} reaches byte {offset + span}, "
+    # ggml also asserts that the view's *contiguous* size fits after the offset, whatever the strides
+    end = max(span, esize * math.prod(ne)) if span else 0
+    if end and offset + end > a.nbytes():
+        raise GGMLError(f"{what}: view of {ne} at offset {offset} reaches byte {offset + end}, "
                         f"past the source's {a.nbytes()} bytes")
     return _make(ctx, what, ne + [1] * (4 - len(ne)), a.type, lambda: call(ctx, a), view=True)
 
@@ -460,6 +502,8 @@ def ggml_concat(ctx, a, b, dim=0):
     dim = int(dim)
     check(0 <= dim < 4, f"ggml_concat: dim must be 0..3, got {dim}")
     check(a.type == b.type, f"ggml_concat: types differ ({a.type_name} vs {b.type_name})")
+    check(bool(lib.ggml_is_contiguous_rows(a.ptr) and lib.ggml_is_contiguous_rows(b.ptr)),
+          "ggml_concat: a and b must have packed rows; use ggml_cont() first")
     na, nb_ = _ne(a), _ne(b)
     if any(na[d] != nb_[d] for d in range(4) if d != dim):
         raise GGMLError(f"ggml_concat: shapes {_shape_str(a)} and {_shape_str(b)} differ outside dim {dim}")
@@ -474,6 +518,7 @@ def ggml_get_rows(ctx, a, b):
     a, b = _t(a, "ggml_get_rows", "a"), _t(b, "ggml_get_rows", "b")
     _types(a, (F32, F16, BF16, I32), "ggml_get_rows", "a")
     _types(b, (I32,), "ggml_get_rows", "b")
+    _dense0(a, "ggml_get_rows", "a")
     na, nb_ = _ne(a), _ne(b)
     if na[2] != nb_[1] or na[3] != nb_[2] or nb_[3] != 1:
         raise GGMLError(f"ggml_get_rows: indices {_shape_str(b)} do not fit a {_shape_str(a)}")
@@ -489,6 +534,7 @@ def ggml_get_rows_back(ctx, a, b, c):
                _t(c, "ggml_get_rows_back", "c"))
     _types(a, (F32,), "ggml_get_rows_back", "a")
     _types(b, (I32,), "ggml_get_rows_back", "b")
+    _dense0(a, "ggml_get_rows_back", "a")
     ok = (lib.ggml_is_matrix(a.ptr) and lib.ggml_is_vector(b.ptr) and lib.ggml_is_matrix(c.ptr)
           and _ne(a)[0] == _ne(c)[0] and _ne(a)[1] == _ne(b)[0])
     check(ok, f"ggml_get_rows_back: a {_shape_str(a)}, indices {_shape_str(b)} and c {_shape_str(c)} do not fit")
@@ -500,6 +546,7 @@ def ggml_repeat(ctx, a, b):
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_repeat", "a"), _t(b, "ggml_repeat", "b")
     _types(a, CPU_FLOAT, "ggml_repeat")
+    _dense0(a, "ggml_repeat")
     check(can_repeat(a, b), f"ggml_repeat: a {_shape_str(a)} does not tile b {_shape_str(b)}")
     return _make(ctx, "ggml_repeat", _ne(b), a.type, lambda: lib.ggml_repeat(ctx.ptr, a.ptr, b.ptr))
 
@@ -508,7 +555,8 @@ def ggml_repeat_back(ctx, a, b):
     """Sum a's tiles down to b's shape (the gradient of repeat)."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_repeat_back", "a"), _t(b, "ggml_repeat_back", "b")
-    _types(a, CPU_FLOAT, "ggml_repeat_back")
+    _types(a, (F32,), "ggml_repeat_back")  # the CPU kernel aborts on f16
+    _dense0(a, "ggml_repeat_back")
     check(can_repeat(b, a), f"ggml_repeat_back: b {_shape_str(b)} does not tile a {_shape_str(a)}")
     return _make(ctx, "ggml_repeat_back", _ne(b), a.type, lambda: lib.ggml_repeat_back(ctx.ptr, a.ptr, b.ptr))
 
@@ -531,10 +579,13 @@ def ggml_acc(ctx, a, b, nb1, nb2, nb3, offset):
     _types(b, (F32,), "ggml_acc", "b")
     check(bool(lib.ggml_is_contiguous(a.ptr)), "ggml_acc: a must be contiguous")
     check(b.nelements() <= a.nelements(), "ggml_acc: b has more elements than a")
+    _dense0(b, "ggml_acc", "b")
     nb = _ne(b)
     strides = [4, int(nb1), int(nb2), int(nb3)]
+    check(all(0 <= v < 2**31 for v in strides[1:] + [int(offset)]),
+          "ggml_acc: strides and offset must be in 0..2**31-1 (ggml stores them as int32)")
     span = 0 if 0 in nb else 4 + sum((d - 1) * s for d, s in zip(nb, strides))
-    if int(offset) < 0 or int(offset) + span > a.nbytes():
+    if int(offset) < 0 or int(offset) + max(span, 1) > a.nbytes():
         raise GGMLError(f"ggml_acc: b {_shape_str(b)} at offset {offset} falls outside a's {a.nbytes()} bytes")
     return _same(ctx, "ggml_acc", a, lambda: lib.ggml_acc(ctx.ptr, a.ptr, b.ptr, int(nb1), int(nb2),
                                                           int(nb3), int(offset)))
@@ -550,6 +601,8 @@ def ggml_im2col(ctx, a, b, s0, s1, p0, p1, d0, d1, is_2D=True, dst_type=F32):
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_im2col", "a"), _t(b, "ggml_im2col", "b")
     _types(b, (F32,), "ggml_im2col", "b")
+    _contiguous(b, "ggml_im2col", "b")  # the kernel indexes each plane as [IH][IW]
+    check(0 not in _ne(a) + _ne(b), "ggml_im2col: kernel and input must not be empty")
     check(dst_type in (F32, F16), "ggml_im2col: dst_type must be f32 or f16")
     s0, s1, p0, p1, d0, d1 = (int(v) for v in (s0, s1, p0, p1, d0, d1))
     check(s0 > 0 and s1 > 0 and d0 > 0 and d1 > 0 and p0 >= 0 and p1 >= 0,
@@ -574,6 +627,8 @@ def ggml_conv_2d(ctx, a, b, s0=1, s1=1, p0=0, p1=0, d0=1, d1=1):
     a, b = _t(a, "ggml_conv_2d", "a"), _t(b, "ggml_conv_2d", "b")
     _types(a, (F32, F16), "ggml_conv_2d", "a")
     _types(b, (F32,), "ggml_conv_2d", "b")
+    _contiguous(b, "ggml_conv_2d", "b")  # through im2col
+    check(0 not in _ne(a) + _ne(b), "ggml_conv_2d: kernel and input must not be empty")  # ggml asserts deep inside
     check(bool(lib.ggml_is_contiguous(a.ptr)), "ggml_conv_2d: kernel must be contiguous")
     na, nb_ = _ne(a), _ne(b)
     check(na[2] == nb_[2], f"ggml_conv_2d: channels differ: kernel {na[2]}, input {nb_[2]}")
@@ -602,6 +657,7 @@ def _pool_op(op):
 def ggml_pool_1d(ctx, a, op, k0, s0, p0=0):
     ctx, a = _ctx(ctx), _t(a, "ggml_pool_1d")
     _types(a, (F32, F16), "ggml_pool_1d")
+    _contiguous(a, "ggml_pool_1d")  # the kernel steps through rows by nb1 alone
     op, k0, s0, p0 = _pool_op(op), int(k0), int(s0), int(p0)
     check(k0 > 0 and s0 > 0 and p0 >= 0, "ggml_pool_1d: kernel and stride must be > 0, padding >= 0")
     n = _ne(a)
@@ -613,6 +669,7 @@ def ggml_pool_1d(ctx, a, op, k0, s0, p0=0):
 def ggml_pool_2d(ctx, a, op, k0, k1, s0, s1, p0=0.0, p1=0.0):
     ctx, a = _ctx(ctx), _t(a, "ggml_pool_2d")
     _types(a, (F32, F16), "ggml_pool_2d")
+    _contiguous(a, "ggml_pool_2d")  # it walks planes by nb2 to the end of a's bytes: more planes than dst has
     op, k0, k1, s0, s1 = _pool_op(op), int(k0), int(k1), int(s0), int(s1)
     check(k0 > 0 and k1 > 0 and s0 > 0 and s1 > 0 and p0 >= 0 and p1 >= 0,
           "ggml_pool_2d: kernel and stride must be > 0, padding >= 0")
@@ -640,6 +697,9 @@ def ggml_diag_mask_inf(ctx, a, n_past=0):
     """Set a[i, j] = -inf for i > n_past + j (causal masking of a [keys, queries] score matrix)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_diag_mask_inf")
     _types(a, (F32,), "ggml_diag_mask_inf")
+    n_past = int(n_past)
+    check(n_past >= 0, f"ggml_diag_mask_inf: n_past must be >= 0, got {n_past}")  # the kernel asserts it
+    _contiguous(a, "ggml_diag_mask_inf")
     return _same(ctx, "ggml_diag_mask_inf", a, lambda: lib.ggml_diag_mask_inf(ctx.ptr, a.ptr, int(n_past)))
 
 
@@ -651,6 +711,7 @@ def ggml_rope_ext(ctx, a, b, c=None, n_dims=None, mode=0, n_ctx_orig=0, freq_bas
     a, b = _t(a, what, "a"), _t(b, what, "b")
     _types(a, (F32, F16), what, "a")
     _types(b, (I32,), what, "b")
+    _dense0(a, what, "a")  # the kernel asserts nb0 == nb00 == element size
     n_dims = _ne(a)[0] if n_dims is None else int(n_dims)
     mode = int(mode)
     check(mode in (0, 2), f"{what}: ggmlpy supports mode 0 (normal) and 2 (neox), got {mode}")
@@ -676,8 +737,10 @@ def ggml_flash_attn_ext(ctx, q, k, v, mask=None, scale=1.0, max_bias=0.0, logit_
     _types(q, (F32,), what, "q")
     _types(k, (F32, F16), what, "k")
     _types(v, (F32, F16), what, "v")
+    for x, arg in ((q, "q"), (k, "k"), (v, "v")):
+        _dense0(x, what, arg)
     nq, nk, nv = _ne(q), _ne(k), _ne(v)
-    if nk[0] != nq[0] or nq[2] % nk[2] or nq[3] % nk[3]:
+    if nk[0] != nq[0] or _nodiv(nq[2], nk[2]) or _nodiv(nq[3], nk[3]):
         raise GGMLError(f"{what}: k {_shape_str(k)} does not fit q {_shape_str(q)} (same ne0, heads dividing)")
     if nq[3] != nk[3] or nq[3] != nv[3] or nv[1] != nk[1] or nv[2] != nk[2]:
         raise GGMLError(f"{what}: v {_shape_str(v)} does not fit k {_shape_str(k)}")
@@ -687,7 +750,7 @@ def ggml_flash_attn_ext(ctx, q, k, v, mask=None, scale=1.0, max_bias=0.0, logit_
         _types(mask, (F16,), what, "mask")
         nm = _ne(mask)
         check(bool(lib.ggml_is_contiguous(mask.ptr)), f"{what}: mask must be contiguous")
-        if nm[0] != nk[1] or nm[1] < nq[1] or nq[2] % nm[2] or nq[3] % nm[3]:
+        if nm[0] != nk[1] or nm[1] < nq[1] or _nodiv(nq[2], nm[2]) or _nodiv(nq[3], nm[3]):
             raise GGMLError(f"{what}: mask {_shape_str(mask)} must be [n_kv, >= n_q, ...] for q {_shape_str(q)}")
         mp = mask.ptr
     check(max_bias >= 0 and (max_bias == 0 or mask is not None), f"{what}: max_bias > 0 needs a mask")
@@ -700,6 +763,7 @@ def ggml_argsort(ctx, a, order=0):
     """i32 indices that sort each row (along ne0); order 0 ascending, 1 descending."""
     ctx, a = _ctx(ctx), _t(a, "ggml_argsort")
     _types(a, (F32,), "ggml_argsort")
+    _contiguous(a, "ggml_argsort")  # the kernel steps through rows by nb1 alone
     check(int(order) in (0, 1), "ggml_argsort: order must be 0 (ascending) or 1 (descending)")
     return _make(ctx, "ggml_argsort", _ne(a), I32, lambda: lib.ggml_argsort(ctx.ptr, a.ptr, int(order)))
 
@@ -708,6 +772,7 @@ def ggml_top_k(ctx, a, k):
     """i32 indices of the k largest entries of each row (order within the k is unspecified)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_top_k")
     _types(a, (F32,), "ggml_top_k")
+    _contiguous(a, "ggml_top_k")
     k = int(k)
     check(0 < k <= _ne(a)[0], f"ggml_top_k: k must be in 1..{_ne(a)[0]}, got {k}")
     return _make(ctx, "ggml_top_k", [k] + _ne(a)[1:], I32, lambda: lib.ggml_top_k(ctx.ptr, a.ptr, k))
