@@ -1,6 +1,8 @@
 """ggml's graph allocator (ggml_gallocr): one buffer per backend, intermediates reuse each other's memory."""
 from __future__ import annotations
 
+import weakref
+
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 
@@ -8,27 +10,39 @@ from ..errors import GGMLError
 class GraphAllocator:
     def __init__(self, backend):
         self.backend = backend
+        self.contexts = weakref.WeakSet()
         self.ptr = lib.ggml_gallocr_new(backend.buft)
         if self.ptr == ffi.NULL:
             raise MemoryError("ggml_gallocr_new failed")
 
     def alloc(self, graph) -> None:
-        """Give every unallocated tensor of `graph` memory in this allocator's buffer."""
+        """Give every unallocated tensor of `graph` memory in this allocator's buffer.
+
+        The graph's context now depends on this buffer: it keeps the allocator alive, and
+        an explicit free() retires the context, so no tensor can point into freed memory."""
         if self.ptr is None:
             raise GGMLError("graph allocator already freed")
         graph.ctx.ensure_alive()
         if not lib.ggml_gallocr_alloc_graph(self.ptr, graph.ptr):
             raise MemoryError(f"could not allocate the graph's buffer on {self.backend.device_name}")
+        self.contexts.add(graph.ctx)
+        graph.ctx._allocators = getattr(graph.ctx, "_allocators", []) + [self]
 
     def buffer_size(self) -> int:
         return int(lib.ggml_gallocr_get_buffer_size(self.ptr, 0)) if self.ptr is not None else 0
 
     def free(self) -> None:
+        """Free the buffer now; the contexts whose tensors live in it are retired first."""
         if self.ptr is not None:
+            for ctx in list(self.contexts):
+                ctx.free()
             lib.ggml_gallocr_free(self.ptr)
             self.ptr = None
 
-    __del__ = free
+    def __del__(self):  # only once no context holds it: nothing points into the buffer any more
+        if self.ptr is not None:
+            lib.ggml_gallocr_free(self.ptr)
+            self.ptr = None
 
     def __enter__(self):
         return self
