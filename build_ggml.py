@@ -7,12 +7,28 @@ is recorded in <cache>/active.json for the runtime loader.
 
 Usage:
     python build_ggml.py                      # CPU backend, tuned for this CPU
+    python build_ggml.py --backend auto       # what CI and the tests use: CPU + RPC (+ Vulkan when
+                                              #   glslc, libvulkan-dev and spirv-headers are installed)
+    python build_ggml.py --backend vulkan --backend rpc   # the same, explicitly (fails without the tools)
     python build_ggml.py --backend vulkan     # CPU + Vulkan (fetches new Vulkan headers if needed)
     python build_ggml.py --backend cuda --cuda-arch "80;90"
     python build_ggml.py --backend rpc        # CPU + RPC client backend + bin/rpc-server
     python build_ggml.py --portable           # CPU variants chosen at run time (libggml-cpu-*.so)
     LIB=$(python build_ggml.py --print-lib-dir)   # logs go to stderr, stdout is the lib dir
     python build_ggml.py --force --jobs 2     # rebuild even if cached
+    python build_ggml.py --list               # cached builds, and which one is active
+    python build_ggml.py --backend cuda --cmake-arg=-DGGML_CUDA_FA=OFF   # extra CMake options (own key)
+
+Which build the runtime loads: several builds can sit in the cache (one per backend set and
+CPU mode); the loader takes the one recorded in active.json, and every run of this script
+records its build there, cache hit or not. So the last command wins, and switching is rerunning
+it with the wanted options (a cache hit: 0.1 s). $GGMLPY_LIB_DIR overrides active.json.
+One build with several backends (e.g. cpu+rpc+vulkan) serves CPU, Vulkan and RPC devices from
+one process; there is no merging of separate builds.
+
+`--backend auto` tries cpu+rpc+vulkan when the Vulkan toolchain is present (see preflight), and
+falls back to cpu+rpc if that is missing or the Vulkan build fails (e.g. no network for the
+newer Vulkan headers). CUDA is never automatic: its build takes long and needs nvcc.
 
 The key-related helpers cache_dir(), cpu_tag() and build_key() are pure and importable.
 """
@@ -22,16 +38,13 @@ import argparse, collections, glob, hashlib, json, os, platform, re, shutil
 import subprocess, sys, tarfile, time
 from pathlib import Path
 
-GGML_VERSION = "0.25.3"
-SDIST_NAME = "llama_cpp_python-0.3.36.tar.gz"
-SDIST_PIN = "llama-cpp-python==0.3.36"
-SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 GGML_PREFIX = "llama_cpp_python-0.3.36/vendor/llama.cpp/ggml/"
 # rpc-server is a llama.cpp tool, not part of the ggml subtree: we take this one file.
 RPC_SERVER_SRC = "llama_cpp_python-0.3.36/vendor/llama.cpp/tools/rpc/rpc-server.cpp"
 REPO = Path(__file__).resolve().parent
 VENDOR = REPO / "vendor" / "ggml"
 BACKENDS = ("cpu", "cuda", "rpc", "vulkan")
+AUTO = "auto"  # --backend auto: rpc, plus vulkan when its toolchain is here
 MIN_VK_HEADER = 287  # ggml-vulkan needs vk::LayerSettingEXT (not in 1.3.239); extras gated at 287
 PC_IN = """\
 prefix=@CMAKE_INSTALL_PREFIX@
@@ -47,6 +60,67 @@ Libs: -L${libdir} -lggml -lggml-base
 """
 LOG = sys.stdout  # switched to stderr by --print-lib-dir so stdout stays parseable
 
+# Source patches, applied to vendor/ggml before building (each once: its new text is its marker).
+# Builds they change get "-<tag>" in their cache key, so no build from before a patch is reused.
+#
+# vk-descriptors (tag vkp1): ggml-vulkan gives every descriptor set one layout of
+# MAX_PARAMETER_COUNT (12) storage-buffer bindings but writes only the pipeline's own (2-4), so
+# the rest keep whatever buffers earlier dispatches put there, destroyed or not. Mesa 22.x's
+# lavapipe (Debian 12) dereferences every binding of a bound set: once ggmlpy frees a buffer
+# (pools free and reuse device memory all the time) the process corrupts its heap and aborts
+# ("corrupted double-linked list") within a few training steps. The patch writes all bindings,
+# the unused ones aliasing the first buffer. Drivers that ignore unused bindings do not care.
+_VK_OLD = """    // skip the write if this set already holds these bindings from the last graph
+    std::vector<vk::DescriptorBufferInfo> & bindings = ctx->descriptor_set_bindings[descriptor_set_idx];
+    bool same = !ctx->device->disable_descriptor_reuse && bindings.size() == descriptor_buffer_infos.size();
+    if (same) {
+        size_t i = 0;
+        for (const vk::DescriptorBufferInfo & info : descriptor_buffer_infos) {
+            const vk::DescriptorBufferInfo & prev = bindings[i++];
+            if (prev.buffer != info.buffer || prev.offset != info.offset || prev.range != info.range) {
+                same = false;
+                break;
+            }
+        }
+    }
+    if (!same) {
+        vk::WriteDescriptorSet write_descriptor_set{ descriptor_set, 0, 0, pipeline->parameter_count, vk::DescriptorType::eStorageBuffer, nullptr, descriptor_buffer_infos.begin() };
+        ctx->device->device.updateDescriptorSets({ write_descriptor_set }, {});
+        bindings.assign(descriptor_buffer_infos.begin(), descriptor_buffer_infos.end());
+    }"""
+_VK_NEW = """    // ggmlpy patch (vk-descriptors): write all MAX_PARAMETER_COUNT bindings of the set, the unused
+    // ones aliasing the first buffer, so that no binding keeps a destroyed buffer: Mesa 22.x lavapipe
+    // dereferences every binding of a bound set, and a stale one corrupts the heap.
+    vk::DescriptorBufferInfo all_infos[MAX_PARAMETER_COUNT];
+    size_t n_infos = 0;
+    for (const vk::DescriptorBufferInfo & info : descriptor_buffer_infos) {
+        all_infos[n_infos++] = info;
+    }
+    for (size_t i = n_infos; i < MAX_PARAMETER_COUNT; i++) {
+        all_infos[i] = all_infos[0];
+    }
+    // skip the write if this set already holds these bindings from the last graph
+    std::vector<vk::DescriptorBufferInfo> & bindings = ctx->descriptor_set_bindings[descriptor_set_idx];
+    bool same = !ctx->device->disable_descriptor_reuse && bindings.size() == MAX_PARAMETER_COUNT;
+    if (same) {
+        for (size_t i = 0; i < MAX_PARAMETER_COUNT; i++) {
+            const vk::DescriptorBufferInfo & prev = bindings[i];
+            if (prev.buffer != all_infos[i].buffer || prev.offset != all_infos[i].offset || prev.range != all_infos[i].range) {
+                same = false;
+                break;
+            }
+        }
+    }
+    if (!same) {
+        vk::WriteDescriptorSet write_descriptor_set{ descriptor_set, 0, 0, MAX_PARAMETER_COUNT, vk::DescriptorType::eStorageBuffer, nullptr, all_infos };
+        ctx->device->device.updateDescriptorSets({ write_descriptor_set }, {});
+        bindings.assign(all_infos, all_infos + MAX_PARAMETER_COUNT);
+    }"""
+PATCHES = [
+    # (name, backend it concerns, key tag, file under vendor/ggml, old text, new text)
+    ("vk-descriptors", "vulkan", "vkp1", "src/ggml-vulkan/ggml-vulkan-common.h", _VK_OLD, _VK_NEW),
+]
+
 
 class BuildError(Exception):
     """Fatal, user-facing failure; exit code attached."""
@@ -61,34 +135,31 @@ def log(msg: str) -> None:
 
 # ---- pure helpers (importable, no side effects) ---------------------------------
 
-def cache_dir() -> Path:
-    if os.environ.get("GGMLPY_CACHE_DIR"):
-        return Path(os.environ["GGMLPY_CACHE_DIR"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "ggmlpy"
+def _load_buildinfo():
+    """ggmlpy/_buildinfo.py by path: the pin, cache_dir() and cpu_tag() are shared with the runtime
+    loader, and importing the ggmlpy package itself would try to load a libggml."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("ggmlpy_buildinfo", Path(__file__).parent / "ggmlpy" / "_buildinfo.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-def cpu_tag(native: bool) -> str:
-    """Arch for portable builds; arch + sha1 of CPU feature flags for native ones."""
-    arch = platform.machine() or "unknown"
-    if not native:
-        return arch
-    flags = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, val = line.partition(":")
-            if key.strip() in ("flags", "Features"):  # x86 / arm spelling
-                flags = " ".join(sorted(val.split()))
-                break
-    except OSError:
-        pass
-    flags = flags or platform.processor()
-    return f"{arch}-{hashlib.sha1(f'{arch}:{flags}'.encode()).hexdigest()[:10]}"
+_info = _load_buildinfo()
+cache_dir, cpu_tag = _info.cache_dir, _info.cpu_tag
+GGML_VERSION, SDIST_NAME, SDIST_SHA256 = _info.GGML_VERSION, _info.SDIST_NAME, _info.SDIST_SHA256
+SDIST_PIN = f"llama-cpp-python=={_info.LLAMA_CPP_PYTHON_VERSION}"
 
 
-def build_key(backends, native: bool) -> str:
+def build_key(backends, native: bool, extra_cmake=()) -> str:
     names = "+".join(sorted(set(backends) | {"cpu"}))
-    return f"ggml-{GGML_VERSION}-{names}-{'native' if native else 'portable'}-{cpu_tag(native)}"
+    key = f"ggml-{GGML_VERSION}-{names}-{'native' if native else 'portable'}-{cpu_tag(native)}"
+    for _name, backend, tag, *_ in PATCHES:  # a patched build never reuses an unpatched one
+        if backend in backends:
+            key += f"-{tag}"
+    if extra_cmake:  # extra CMake options make another build: give it its own key
+        key += "-x" + hashlib.sha1("\0".join(extra_cmake).encode()).hexdigest()[:8]
+    return key
 
 
 # ---- source ----------------------------------------------------------------------
@@ -140,6 +211,24 @@ def unpack(sdist: Path) -> None:
     stamp.touch()
 
 
+def apply_patches(backends: set[str]) -> list[str]:
+    """Apply PATCHES for these backends to vendor/ggml (idempotent); return their names."""
+    done = []
+    for name, backend, _tag, rel, old, new in PATCHES:
+        if backend not in backends:
+            continue
+        path = VENDOR / rel
+        text = path.read_text()
+        if new not in text:
+            if old not in text:
+                raise BuildError(f"source patch {name}: the text to replace is not in {path}; "
+                                 "delete vendor/ggml/.unpacked-* and rerun to unpack a fresh copy")
+            path.write_text(text.replace(old, new, 1))
+            log(f"patched {rel} ({name})")
+        done.append(name)
+    return done
+
+
 # ---- preflight and Vulkan headers ------------------------------------------------
 
 def vk_header_version(include_dir: Path) -> int:
@@ -150,7 +239,7 @@ def vk_header_version(include_dir: Path) -> int:
     return int(m.group(1)) if m else 0
 
 
-def preflight(backends: set[str]) -> None:
+def missing_tools(backends: set[str]) -> list[str]:
     missing = []
     if not shutil.which("cmake"):
         missing.append("cmake (apt-get install cmake)")
@@ -165,10 +254,49 @@ def preflight(backends: set[str]) -> None:
             missing.append("SPIRV-Headers (apt-get install spirv-headers)")
         if vk_header_version(Path("/usr/include")) < MIN_VK_HEADER and not (shutil.which("apt-get") and shutil.which("dpkg")):
             missing.append(f"Vulkan headers >= 1.3.{MIN_VK_HEADER} (apt-get/dpkg to fetch them)")
-    if "cuda" in backends and not shutil.which("nvcc"):
-        missing.append("nvcc (install the CUDA toolkit, e.g. apt-get install nvidia-cuda-toolkit)")
+    if "cuda" in backends:
+        if not shutil.which("nvcc"):
+            missing.append("nvcc (install the CUDA toolkit, e.g. apt-get install nvidia-cuda-toolkit)")
+        elif not cuda_has_cublas():
+            missing.append("cuBLAS headers (cublas_v2.h), which ggml-cuda links: install the toolkit's cuBLAS "
+                           "development files (e.g. apt-get install libcublas-dev-<version>), or set CUDA_HOME")
+    return missing
+
+
+def cuda_has_cublas() -> bool:
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda", "/usr"]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        roots.append(str(Path(nvcc).resolve().parent.parent))
+        try:  # a wrapper script (exec /usr/local/cuda-X/bin/nvcc "$@"): follow it
+            m = re.search(r"(/\S+)/bin/nvcc", Path(nvcc).read_text(errors="replace")[:4096])
+            if m:
+                roots.append(m.group(1))
+        except OSError:
+            pass
+    dirs = []
+    for r in filter(None, roots):
+        dirs += [Path(r) / "include", *Path(r).glob("targets/*/include")]
+    dirs.append(Path("/usr/include/x86_64-linux-gnu"))
+    return any((d / "cublas_v2.h").exists() for d in dirs)
+
+
+def preflight(backends: set[str]) -> None:
+    missing = missing_tools(backends)
     if missing:
         raise BuildError("missing build tools: " + "; ".join(missing), code=2)
+
+
+def auto_candidates(cache: Path, native: bool, extra_cmake=()) -> list[set[str]]:
+    """--backend auto: the backend sets to try, best first (a cached Vulkan build counts as present)."""
+    full = {"cpu", "rpc", "vulkan"}
+    if (cache / "builds" / build_key(full, native, extra_cmake) / "build.json").exists():
+        return [full, {"cpu", "rpc"}]
+    vk_missing = [m for m in missing_tools(full) if m not in missing_tools({"cpu", "rpc"})]
+    if vk_missing:
+        log("--backend auto: no Vulkan (missing " + "; ".join(vk_missing) + "); building cpu+rpc")
+        return [{"cpu", "rpc"}]
+    return [full, {"cpu", "rpc"}]
 
 
 def vulkan_include_dir(cache: Path) -> Path | None:
@@ -240,7 +368,7 @@ def cmake_flags(args, backends: set[str], install: Path, cache: Path) -> list[st
         flags.append("-DGGML_RPC=ON")
     if shutil.which("ninja"):
         flags.append("-GNinja")
-    return flags
+    return flags + list(args.cmake_arg)
 
 
 def build_rpc_server(install: Path) -> None:
@@ -282,10 +410,53 @@ def write_json(path: Path, info: dict) -> None:
     tmp.replace(path)  # atomic: readers never see half a file
 
 
+def build_or_hit(args, backends: set[str], cache: Path) -> dict:
+    root = cache / "builds" / build_key(backends, args.native, args.cmake_arg)
+    marker = root / "build.json"
+    info = json.loads(marker.read_text()) if marker.exists() and not args.force else None
+    if info and args.cuda_arch and info.get("cuda_arch") != args.cuda_arch:
+        info = None  # the arch list is not part of the key, so check it here
+    if info:
+        log(f"cache hit: {root.name}")
+        return info
+    preflight(backends)
+    if not (VENDOR / f".unpacked-{SDIST_SHA256[:12]}").exists():  # offline machines: carry vendor/ggml
+        unpack(ensure_sdist(cache))
+    patches = apply_patches(backends)
+    root.mkdir(parents=True, exist_ok=True)
+    marker.unlink(missing_ok=True)
+    info = build(args, backends, root, cache)
+    info["patches"] = patches
+    write_json(marker, info)  # written last: its presence means the build is complete
+    return info
+
+
+def list_builds(cache: Path) -> int:
+    try:
+        active = json.loads((cache / "active.json").read_text()).get("key")
+    except (OSError, ValueError):
+        active = None
+    markers = sorted((cache / "builds").glob("*/build.json"))
+    if not markers:
+        print(f"no builds in {cache / 'builds'}")
+    for m in markers:
+        try:
+            b = json.loads(m.read_text())
+        except ValueError:
+            continue
+        mode = "native" if b.get("native") else "portable"
+        print(f"{'*' if b.get('key') == active else ' '} {'+'.join(b.get('backends', [])):<20} {mode:<8} "
+              f"{b.get('build_seconds', '?'):>6}s  {b.get('lib_dir')}")
+    print("(* = active: the last build_ggml.py run; rerun with its options to switch, "
+          "or set GGMLPY_LIB_DIR)")
+    return 0
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description="Build ggml 0.25.3 shared libraries for ggmlpy.")
-    p.add_argument("--backend", action="append", choices=BACKENDS, default=[],
-                   help="extra backend (repeatable); cpu is always built")
+    p.add_argument("--backend", action="append", choices=BACKENDS + (AUTO,), default=[],
+                   help="extra backend (repeatable); cpu is always built. 'auto': rpc, plus vulkan "
+                        "when glslc/libvulkan-dev/spirv-headers are installed (falls back to cpu+rpc)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compile jobs")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--native", dest="native", action="store_true", default=True,
@@ -296,6 +467,9 @@ def parse_args(argv):
     p.add_argument("--cache-dir", type=Path, default=None)
     p.add_argument("--force", action="store_true", help="rebuild even if cached")
     p.add_argument("--print-lib-dir", action="store_true", help="print only the lib dir on stdout")
+    p.add_argument("--list", action="store_true", help="list cached builds and the active one, then exit")
+    p.add_argument("--cmake-arg", action="append", default=[], metavar="-DOPTION=VALUE",
+                   help="extra CMake option (repeatable), e.g. -DGGML_CUDA_FA=OFF; part of the cache key")
     return p.parse_args(argv)
 
 
@@ -306,26 +480,24 @@ def main(argv=None) -> int:
         LOG = sys.stderr
     t0 = time.monotonic()
     cache = (args.cache_dir or cache_dir()).expanduser().resolve()
-    backends = set(args.backend) | {"cpu"}
-    root = cache / "builds" / build_key(backends, args.native)
-    marker = root / "build.json"
-    try:
-        info = json.loads(marker.read_text()) if marker.exists() and not args.force else None
-        if info and args.cuda_arch and info.get("cuda_arch") != args.cuda_arch:
-            info = None  # the arch list is not part of the key, so check it here
-        if info:
-            log(f"cache hit: {root.name}")
-        else:
-            preflight(backends)
-            unpack(ensure_sdist(cache))
-            root.mkdir(parents=True, exist_ok=True)
-            marker.unlink(missing_ok=True)
-            info = build(args, backends, root, cache)
-            write_json(marker, info)  # written last: its presence means the build is complete
-        write_json(cache / "active.json", info)
-    except BuildError as e:
-        print(f"build_ggml.py: {e}", file=sys.stderr)
-        return e.code
+    if args.list:
+        return list_builds(cache)
+    explicit = set(args.backend) - {AUTO}
+    candidates = ([explicit | c for c in auto_candidates(cache, args.native, args.cmake_arg)] if AUTO in args.backend
+                  else [explicit | {"cpu"}])
+    info = None
+    for i, backends in enumerate(candidates):
+        try:
+            info = build_or_hit(args, backends, cache)
+            break
+        except BuildError as e:
+            if i + 1 < len(candidates):  # --backend auto: fall back to fewer backends
+                log(f"building {'+'.join(sorted(backends))} failed; falling back to "
+                    f"{'+'.join(sorted(candidates[i + 1]))}\n{e}")
+                continue
+            print(f"build_ggml.py: {e}", file=sys.stderr)
+            return e.code
+    write_json(cache / "active.json", info)
     log(f"done in {time.monotonic() - t0:.1f}s; lib dir:")
     print(info["lib_dir"], flush=True)
     return 0

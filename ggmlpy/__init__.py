@@ -15,7 +15,8 @@ from .errors import DeviceError, GGMLError, StaleTensorError
 from . import backend  # noqa: F401
 from .backend import graph_alloc  # noqa: F401
 from .info import info
-from .backend.state import ag_default_device, ag_device, ag_dtype
+from .backend.device import enable_software_vulkan, software_vulkan_enabled
+from .backend.state import ag_default_device, ag_device, ag_dtype, release_device
 from .tensor import AGTensor, ag_param, ag_tensor, ag_to_device
 from .autograd import *  # noqa: F401,F403
 from .autograd import ag_ops as _ag_ops
@@ -35,4 +36,5 @@ __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "Stal
                              "tape_bytes", "tape_report", "ag_gradcheck", "GradMap", "zero_grad", "manual_seed", "ag_checkpoint", "CheckpointReplayError",
                              "dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual",
                              "jvp", "hvp", "jacfwd", "ag_compile", "ag_backward_graph",
-                             "get_rng_state", "set_rng_state"] + _ag_ops + _nn_all + _optim_all + _train_all
+                             "get_rng_state", "set_rng_state", "enable_software_vulkan",
+                             "software_vulkan_enabled", "release_device"] + _ag_ops + _nn_all + _optim_all + _train_all

@@ -41,8 +41,3 @@ def cpu_tag(native: bool) -> str:
         pass
     flags = flags or platform.processor()
     return f"{arch}-{hashlib.sha1(f'{arch}:{flags}'.encode()).hexdigest()[:10]}"
-
-
-def build_key(backends, native: bool) -> str:
-    names = "+".join(sorted(set(backends) | {"cpu"}))
-    return f"ggml-{GGML_VERSION}-{names}-{'native' if native else 'portable'}-{cpu_tag(native)}"

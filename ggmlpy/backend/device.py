@@ -3,10 +3,39 @@
 `devices()` lists what the loaded libggml reports. `Device` is one initialised
 backend (a ggml_backend_t) with its buffer type; ggmlpy keeps one per device
 name, so every pool and graph on a device shares it.
+
+Three things here happen before ggml's backends start, and that order matters:
+
+* **ggml's log** goes to Python's `logging` (logger ``ggmlpy.ggml``, level
+  WARNING unless you set another, or ``GGMLPY_GGML_LOG=debug|info|warning|error``)
+  instead of straight to stderr. ggml-vulkan also writes a few error messages
+  with ``std::cerr``; those cannot be redirected.
+* **Software Vulkan.** ggml-vulkan hides Vulkan devices of type CPU (Mesa's
+  lavapipe, SwiftShader) unless ``GGML_VK_VISIBLE_DEVICES`` lists them, and it
+  reads that variable exactly once: when its backend registers, i.e. at the
+  first device query of the process. ``GGMLPY_SOFTWARE_VULKAN=1`` in the
+  environment, or `enable_software_vulkan()` called before the first device is
+  used (right after ``import ggmlpy``), sets it to every Vulkan device, hardware
+  GPUs first. Called later, `enable_software_vulkan()` raises DeviceError.
+* **The registry starts lazily**, at the first device query (any ``ag_*`` op,
+  `devices()`, `get_backend()`), not at import, so that switch stays open
+  after ``import ggmlpy``. Builds with loadable backends (``--portable``) still
+  load them at import, so there only the environment variable works.
+
+RPC (``ag_device("rpc://host:port")``): ggml's RPC client aborts the process
+when a server cannot be reached or dies, so ggmlpy checks the endpoint itself
+first (a TCP connect plus ggml's HELLO handshake, with a timeout), never asks an
+RPC device for its memory in `devices()`, and checks the server again before
+opening a new backend on it. ggml's rpc-server has no authentication: bind it to
+loopback or a private network only.
 """
 from __future__ import annotations
 
+import atexit
+import logging
 import os
+import socket
+import struct
 import threading
 from dataclasses import dataclass
 
@@ -23,37 +52,271 @@ _TYPES = {
 
 
 def _s(p) -> str:
-    return ffi.string(p).decode() if p != _NULL else ""
+    return ffi.string(p).decode(errors="replace") if p != _NULL else ""
+
+
+# -- ggml's log -> logging.getLogger("ggmlpy.ggml") ---------------------------------------------
+log = logging.getLogger("ggmlpy.ggml")
+if log.level == logging.NOTSET:  # ggml is chatty at INFO/DEBUG; users opt in
+    _lvl = os.environ.get("GGMLPY_GGML_LOG", "WARNING").upper()
+    log.setLevel(getattr(logging, "WARNING" if _lvl == "WARN" else _lvl, logging.WARNING))
+
+_LEVELS = {
+    lib.GGML_LOG_LEVEL_NONE: logging.INFO,
+    lib.GGML_LOG_LEVEL_DEBUG: logging.DEBUG,
+    lib.GGML_LOG_LEVEL_INFO: logging.INFO,
+    lib.GGML_LOG_LEVEL_WARN: logging.WARNING,
+    lib.GGML_LOG_LEVEL_ERROR: logging.ERROR,
+}
+_CONT = lib.GGML_LOG_LEVEL_CONT
+_log_state = threading.local()  # a message may arrive in pieces (GGML_LOG_LEVEL_CONT), per thread
+
+
+def _on_ggml_log(level, text, _user_data) -> None:
+    try:
+        st = _log_state
+        if level == _CONT:
+            lvl = getattr(st, "level", logging.INFO)
+        else:
+            lvl = st.level = _LEVELS.get(int(level), logging.INFO)
+        if not log.isEnabledFor(lvl):
+            st.buf = ""
+            return
+        buf = getattr(st, "buf", "") + (ffi.string(text).decode(errors="replace") if text != _NULL else "")
+        if buf.endswith("\n") or len(buf) > 8192:
+            st.buf = ""
+            for line in buf.rstrip("\n").split("\n"):
+                log.log(lvl, "%s", line)
+        else:
+            st.buf = buf
+    except Exception:  # never let an exception cross into C
+        pass
+
+
+# ffi.callback keeps a C trampoline alive only as long as this object: keep it at module level.
+try:
+    _LOG_CALLBACK = ffi.callback("void(enum ggml_log_level, const char *, void *)", _on_ggml_log)
+except (MemoryError, OSError) as _e:  # no write+execute memory for the trampoline (hardened kernels)
+    _LOG_CALLBACK = None
+    logging.getLogger("ggmlpy").warning("ggml's log stays on stderr: no cffi callback (%s)", _e)
+if _LOG_CALLBACK is not None:
+    lib.ggml_log_set(_LOG_CALLBACK, _NULL)
+
+    @atexit.register
+    def _restore_ggml_log() -> None:
+        # C destructors run after the interpreter is gone: they must not call back into Python.
+        lib.ggml_log_set(_NULL, _NULL)
+
+
+# -- software Vulkan (Mesa lavapipe): GGML_VK_VISIBLE_DEVICES before ggml-vulkan registers ------
+_VK_ENV = "GGML_VK_VISIBLE_DEVICES"
+_VK_TYPES = {0: "other", 1: "integrated-gpu", 2: "discrete-gpu", 3: "virtual-gpu", 4: "cpu"}
+_VK_CDEF = """
+typedef struct { int sType; const void *pNext; const char *pApplicationName; uint32_t applicationVersion;
+                 const char *pEngineName; uint32_t engineVersion; uint32_t apiVersion; } VkApplicationInfo;
+typedef struct { int sType; const void *pNext; uint32_t flags; const VkApplicationInfo *pApplicationInfo;
+                 uint32_t enabledLayerCount; const char *const *ppEnabledLayerNames;
+                 uint32_t enabledExtensionCount; const char *const *ppEnabledExtensionNames; } VkInstanceCreateInfo;
+typedef struct { uint32_t apiVersion; uint32_t driverVersion; uint32_t vendorID; uint32_t deviceID;
+                 int deviceType; char deviceName[256]; uint8_t rest[4096]; } VkPhysicalDevicePropertiesHead;
+int vkCreateInstance(const VkInstanceCreateInfo *info, const void *allocator, void **instance);
+void vkDestroyInstance(void *instance, const void *allocator);
+int vkEnumeratePhysicalDevices(void *instance, uint32_t *count, void **devices);
+void vkGetPhysicalDeviceProperties(void *device, VkPhysicalDevicePropertiesHead *props);
+"""
+
+
+@dataclass(frozen=True)
+class VulkanDevice:
+    index: int   # the physical device index GGML_VK_VISIBLE_DEVICES refers to
+    type: str    # discrete-gpu, integrated-gpu, virtual-gpu, cpu, other
+    name: str
+
+
+def vulkan_physical_devices() -> list[VulkanDevice]:
+    """Every Vulkan physical device the system's Vulkan loader reports, in its order (the
+    indices GGML_VK_VISIBLE_DEVICES uses), including the CPU-type ones ggml hides.
+    Empty when there is no Vulkan loader (libvulkan.so.1) or no driver."""
+    import cffi
+    vffi = cffi.FFI()
+    vffi.cdef(_VK_CDEF)
+    try:
+        vk = vffi.dlopen("libvulkan.so.1")
+    except OSError:
+        return []
+    app = vffi.new("VkApplicationInfo *", {"sType": 0, "pApplicationName": vffi.NULL,
+                                            "apiVersion": (1 << 22) | (1 << 12)})  # 1.1
+    info = vffi.new("VkInstanceCreateInfo *", {"sType": 1, "pApplicationInfo": app})
+    inst = vffi.new("void **")
+    if vk.vkCreateInstance(info, vffi.NULL, inst) != 0:
+        return []
+    try:
+        n = vffi.new("uint32_t *")
+        if vk.vkEnumeratePhysicalDevices(inst[0], n, vffi.NULL) != 0 or n[0] == 0:
+            return []
+        handles = vffi.new("void *[]", n[0])
+        if vk.vkEnumeratePhysicalDevices(inst[0], n, handles) not in (0, 5):  # VK_SUCCESS, VK_INCOMPLETE
+            return []
+        out = []
+        for i in range(n[0]):
+            props = vffi.new("VkPhysicalDevicePropertiesHead *")
+            vk.vkGetPhysicalDeviceProperties(handles[i], props)
+            out.append(VulkanDevice(i, _VK_TYPES.get(props.deviceType, "other"),
+                                    vffi.string(props.deviceName).decode(errors="replace")))
+        return out
+    finally:
+        vk.vkDestroyInstance(inst[0], vffi.NULL)
+
+
+def _has_backend_library(name: str) -> bool:
+    return any((found.lib_dir / f"libggml-{name}{ext}").exists() for ext in (".so", ".dylib", ".dll"))
+
+
+def _software_vulkan_value() -> tuple[str, list[VulkanDevice]]:
+    """GGML_VK_VISIBLE_DEVICES listing every Vulkan device: hardware GPUs first, so "Vulkan0" stays
+    the GPU ggml would have picked anyway, then virtual, other and CPU-type (software) devices."""
+    devs = vulkan_physical_devices()
+    rank = {"discrete-gpu": 0, "integrated-gpu": 1, "virtual-gpu": 2, "other": 3, "cpu": 4}
+    order = sorted(devs, key=lambda d: (rank[d.type], d.index))
+    return ",".join(str(d.index) for d in order), order
+
+
+_software_vk: dict = {"requested": False, "devices": []}
+
+
+def _apply_software_vulkan(strict: bool) -> str | None:
+    """Set GGML_VK_VISIBLE_DEVICES (unless the user set it). Returns its value, or None."""
+    if os.environ.get(_VK_ENV):
+        return os.environ[_VK_ENV]  # the user's choice wins
+    value, order = _software_vulkan_value()
+    if not value:
+        if strict:
+            raise DeviceError("enable_software_vulkan(): the Vulkan loader reports no device. "
+                              "Install Mesa's software driver: apt-get install mesa-vulkan-drivers "
+                              "(and the loader: libvulkan1)")
+        log.info("GGMLPY_SOFTWARE_VULKAN: no Vulkan device found")
+        return None
+    os.environ[_VK_ENV] = value  # os.environ calls putenv: ggml's getenv() sees it
+    _software_vk["devices"] = order
+    return value
+
+
+def enable_software_vulkan() -> str:
+    """Make ggml's Vulkan backend show CPU-type Vulkan devices (Mesa lavapipe) too.
+
+    Sets GGML_VK_VISIBLE_DEVICES to every Vulkan device (hardware GPUs first), unless it is
+    already set, and returns its value. ggml-vulkan reads the variable once, when its backend
+    registers at the first device query, so call this right after ``import ggmlpy`` (or set
+    GGMLPY_SOFTWARE_VULKAN=1 in the environment): afterwards it raises DeviceError.
+    The software devices then appear as ``Vulkan<i>`` in devices(); ``ag_device("gpu")``
+    prefers a hardware GPU and takes a software device only when there is none."""
+    with _registry_lock:
+        if not _has_backend_library("vulkan"):
+            raise DeviceError(f"enable_software_vulkan(): the libggml at {found.lib_dir} has no Vulkan "
+                              "backend. Build it with: python build_ggml.py --backend vulkan --backend rpc")
+        if _registry["ready"]:
+            if _registry["vk_env"] is not None:
+                return _registry["vk_env"]  # already in effect (environment variable, or a second call)
+            raise DeviceError(
+                "enable_software_vulkan() was called too late: ggml's Vulkan backend has already listed its "
+                "devices (it reads GGML_VK_VISIBLE_DEVICES once, at the first device query). Call it right "
+                "after `import ggmlpy`, before creating tensors or querying devices, or start Python with "
+                "GGMLPY_SOFTWARE_VULKAN=1 in the environment.")
+        user_set = bool(os.environ.get(_VK_ENV))
+        value = _apply_software_vulkan(strict=True)
+        _ensure_backends()
+        try:
+            _check_vulkan_took(value)
+        except DeviceError:
+            if not user_set:  # it did not take: do not leave it for child processes either
+                os.environ.pop(_VK_ENV, None)
+                _software_vk["devices"] = []
+            raise
+        _software_vk["requested"] = True
+        return value
+
+
+def _check_vulkan_took(value: str) -> None:
+    """The registry may have been started behind our back (a direct ggml call): then the variable
+    came too late, and ggml-vulkan lists fewer devices than it names."""
+    want = len([v for v in value.replace(",", " ").split() if v.strip()])
+    reg = lib.ggml_backend_reg_by_name(b"Vulkan")
+    have = int(lib.ggml_backend_reg_dev_count(reg)) if reg != _NULL else 0
+    if have < want:
+        raise DeviceError(
+            f"enable_software_vulkan(): ggml's Vulkan backend shows {have} device(s), but "
+            f"GGML_VK_VISIBLE_DEVICES={value} names {want}: the backend had already registered before the "
+            "variable was set (or rejected it). Start Python with GGMLPY_SOFTWARE_VULKAN=1 instead.")
+
+
+def software_vulkan_enabled() -> bool:
+    return bool(_software_vk["requested"])
+
+
+# -- the registry, started on first use -------------------------------------------------------------
+_registry_lock = threading.RLock()
+_registry = {"ready": False, "vk_env": None}
+_DL_BUILD = not hasattr(lib, "ggml_backend_cpu_reg")  # GGML_BACKEND_DL: backends are loadable modules
 
 
 def _load_backends() -> None:
-    """Static builds register their backends at load; GGML_BACKEND_DL builds need loading from disk."""
+    """Static builds register their backends at the first registry call; GGML_BACKEND_DL builds
+    need them loaded from disk."""
     if lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU) == _NULL:
         lib.ggml_backend_load_all_from_path(str(found.lib_dir).encode())
     if lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU) == _NULL:
         raise GGMLError(f"libggml at {found.lib_dir} registers no CPU backend")
 
 
-_load_backends()
+def _ensure_backends() -> None:
+    if _registry["ready"]:
+        return
+    with _registry_lock:
+        if not _registry["ready"]:
+            _registry["vk_env"] = os.environ.get(_VK_ENV)
+            _load_backends()
+            _registry["ready"] = True
+
+
+if os.environ.get("GGMLPY_SOFTWARE_VULKAN", "").strip().lower() in ("1", "true", "yes", "on"):
+    if _has_backend_library("vulkan") and _apply_software_vulkan(strict=False):
+        _software_vk["requested"] = True
+
+if _DL_BUILD:  # other modules call ggml's registry directly; in DL builds it is empty until loaded
+    _ensure_backends()
 
 
 @dataclass(frozen=True)
 class DeviceInfo:
-    name: str          # ggml's device name: "CPU", "Vulkan0", "CUDA0", "RPC[127.0.0.1:50052]"
-    description: str
+    name: str          # ggml's device name: "CPU", "Vulkan0", "CUDA0", "RPC0"
+    description: str   # for RPC devices: the endpoint "host:port"
     type: str          # cpu, gpu, igpu, accel
     backend: str       # registry name: "CPU", "Vulkan", "CUDA", "RPC"
-    memory_free: int
+    memory_free: int   # bytes; 0 for RPC devices (asking would open a connection)
     memory_total: int
 
 
+def _is_rpc(dev) -> bool:
+    return _s(lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(dev))).startswith("RPC")
+
+
+def _all_devs():
+    _ensure_backends()
+    return [lib.ggml_backend_dev_get(i) for i in range(int(lib.ggml_backend_dev_count()))]
+
+
+def _names() -> list[str]:
+    return [_s(lib.ggml_backend_dev_name(d)) for d in _all_devs()]
+
+
 def devices() -> list[DeviceInfo]:
-    """Every device the loaded backends report."""
+    """Every device the loaded backends report (RPC servers once added with ag_device("rpc://...")).
+    Software Vulkan devices (lavapipe) only with GGMLPY_SOFTWARE_VULKAN=1 / enable_software_vulkan()."""
     out = []
-    for i in range(int(lib.ggml_backend_dev_count())):
-        dev = lib.ggml_backend_dev_get(i)
+    for dev in _all_devs():
         free, total = ffi.new("size_t *"), ffi.new("size_t *")
-        lib.ggml_backend_dev_memory(dev, free, total)
+        if not _is_rpc(dev):
+            lib.ggml_backend_dev_memory(dev, free, total)
         out.append(DeviceInfo(
             name=_s(lib.ggml_backend_dev_name(dev)),
             description=_s(lib.ggml_backend_dev_description(dev)),
@@ -65,8 +328,19 @@ def devices() -> list[DeviceInfo]:
 
 def backends() -> list[str]:
     """Registry names of the compiled-in (or loaded) backends."""
+    _ensure_backends()
     return [_s(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)))
             for i in range(int(lib.ggml_backend_reg_count()))]
+
+
+def is_software_device(name: str) -> bool:
+    """A Vulkan device that runs on the CPU (lavapipe, SwiftShader): "gpu" picks it last."""
+    dev = lib.ggml_backend_dev_by_name(name.encode())
+    if dev == _NULL or not name.startswith("Vulkan"):
+        return False
+    desc = _s(lib.ggml_backend_dev_description(dev))
+    soft = {d.name for d in _software_vk["devices"] if d.type == "cpu"}
+    return desc in soft or any(k in desc.lower() for k in ("llvmpipe", "lavapipe", "swiftshader"))
 
 
 class Backend:
@@ -142,7 +416,7 @@ def _set_n_threads(ptr, n: int) -> None:
 
 
 # -- named devices, one backend each ------------------------------------------------------------
-_lock = threading.Lock()
+_lock = threading.RLock()
 _cache: dict[str, Backend] = {}
 
 
@@ -150,51 +424,147 @@ def _resolve(spec: str) -> str:
     """Map ggmlpy's device spellings to a ggml device name."""
     s = spec.strip()
     low = s.lower()
-    names = [d.name for d in devices()]
+    devs = _all_devs()
+    names = [_s(lib.ggml_backend_dev_name(d)) for d in devs]
     if low == "cpu":
-        return next(d.name for d in devices() if d.type == "cpu")
-    if low == "gpu":
-        dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_GPU)
-        if dev == _NULL:
-            dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_IGPU)
-        if dev == _NULL:
-            raise DeviceError(_unavailable("gpu", names))
-        return _s(lib.ggml_backend_dev_name(dev))
+        return _s(lib.ggml_backend_dev_name(lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)))
+    if low == "gpu":  # a hardware GPU first, a software Vulkan device last, an RPC server never
+        local = [(d, n) for d, n in zip(devs, names) if not _is_rpc(d)]
+        for want in (lib.GGML_BACKEND_DEVICE_TYPE_GPU, lib.GGML_BACKEND_DEVICE_TYPE_IGPU):
+            for d, n in local:
+                if lib.ggml_backend_dev_type(d) == want and not is_software_device(n):
+                    return n
+        for d, n in local:
+            if is_software_device(n):
+                log.info("'gpu': no hardware GPU, using the software Vulkan device %s", n)
+                return n
+        raise DeviceError(_unavailable("gpu", names))
     if low.startswith("rpc://"):
         return _rpc_device(s[len("rpc://"):], names)
     for kind in ("vulkan", "cuda"):
         if low == kind or low.startswith(kind + ":"):
-            index = low.split(":", 1)[1] if ":" in low else "0"
-            want = f"{'Vulkan' if kind == 'vulkan' else 'CUDA'}{index}"
+            index = low.split(":", 1)[1].strip() if ":" in low else "0"
+            if not index.isdigit():
+                raise DeviceError(f"device {spec!r}: expected {kind} or {kind}:<index>, e.g. {kind}:0")
+            want = f"{'Vulkan' if kind == 'vulkan' else 'CUDA'}{int(index)}"
             if want not in names:
                 raise DeviceError(_unavailable(spec, names, kind))
             return want
-    for n in names:  # ggml's own spelling: "Vulkan0", "CUDA0", "CPU"
+    for n in names:  # ggml's own spelling: "Vulkan0", "CUDA0", "CPU", "RPC0"
         if n.lower() == low:
             return n
     raise DeviceError(_unavailable(spec, names))
 
 
 def _unavailable(spec: str, names, kind: str | None = None) -> str:
-    hint = f"\nBuild the backend with: python build_ggml.py --backend {kind}" if kind else ""
-    if kind == "vulkan":
-        hint += ("\nSoftware Vulkan devices (Mesa lavapipe) are hidden by ggml unless "
-                 "GGML_VK_VISIBLE_DEVICES lists them; ggmlpy.enable_software_vulkan() sets it.")
-    return f"device {spec!r} is not available; available devices: {', '.join(names) or 'none'}{hint}"
+    msg = f"device {spec!r} is not available; available devices: {', '.join(names) or 'none'}"
+    built = backends()
+    if kind == "vulkan" or (kind is None and spec.lower() == "gpu"):
+        if "Vulkan" not in built:
+            msg += ("\nThis libggml has no Vulkan backend. Build one with: "
+                    "python build_ggml.py --backend vulkan --backend rpc")
+        elif not software_vulkan_enabled() and not os.environ.get(_VK_ENV):
+            msg += ("\nThe Vulkan backend is built but found no GPU. Software Vulkan devices (Mesa lavapipe: "
+                    "apt-get install mesa-vulkan-drivers) are hidden by ggml unless GGML_VK_VISIBLE_DEVICES "
+                    "lists them: start Python with GGMLPY_SOFTWARE_VULKAN=1, or call "
+                    "ggmlpy.enable_software_vulkan() right after import; then use ag_device('vulkan').")
+    if kind == "cuda" or (kind is None and spec.lower() == "gpu"):
+        if "CUDA" not in built:
+            msg += "\nThis libggml has no CUDA backend. Build one with: python build_ggml.py --backend cuda"
+        else:
+            msg += "\nThe CUDA backend is built but found no GPU (check nvidia-smi and the driver)."
+    if kind == "rpc":
+        msg += "\nThis libggml has no RPC backend. Build one with: python build_ggml.py --backend vulkan --backend rpc"
+    return msg
 
 
-def _rpc_device(endpoint: str, names) -> str:
-    reg = lib.ggml_backend_reg_by_name(b"RPC")
-    if reg == _NULL:
-        raise DeviceError(_unavailable("rpc://" + endpoint, names, "rpc"))
-    add = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server")
-    if add == _NULL:
-        raise DeviceError("this libggml's RPC backend cannot add servers")
-    add_server = ffi.cast("ggml_backend_reg_t (*)(const char *)", add)
-    sub = add_server(endpoint.encode())
-    if sub == _NULL or lib.ggml_backend_reg_dev_count(sub) == 0:
-        raise DeviceError(f"could not reach the ggml RPC server at {endpoint}")
-    return _s(lib.ggml_backend_dev_name(lib.ggml_backend_reg_dev_get(sub, 0)))
+# -- RPC ----------------------------------------------------------------------------------------
+RPC_PROTO_MAJOR, RPC_PROTO_MINOR = 7, 0  # ggml 0.25.3's ggml-rpc.h
+_RPC_CMD_HELLO, _RPC_CONN_CAPS_SIZE = 14, 24
+_rpc_endpoints: dict[str, list[str]] = {}  # "host:port" -> its device names, once registered
+
+
+def rpc_timeout() -> float:
+    return float(os.environ.get("GGMLPY_RPC_TIMEOUT", "5"))
+
+
+def _split_endpoint(text: str) -> tuple[str, int, int]:
+    """ "host:port" or "host:port/device" -> (host, port, device index)."""
+    ep, _, dev = text.strip().partition("/")
+    host, sep, port = ep.rpartition(":")
+    if not sep or not host or ":" in host or not port.isdigit() or not 0 < int(port) < 65536 \
+            or (dev and not dev.isdigit()):
+        raise DeviceError(f"rpc endpoint {text!r}: expected rpc://host:port (ggml's RPC takes IPv4 "
+                          "addresses or host names, not IPv6), optionally /<device index>")
+    return host, int(port), int(dev or 0)
+
+
+def _recv_exact(sock, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        buf += chunk
+    return buf
+
+
+def rpc_probe(host: str, port: int, timeout: float | None = None) -> tuple[int, int, int]:
+    """Connect and do ggml's HELLO handshake, as ggml's client would, but with a timeout and a
+    Python exception instead of abort(). Returns the server's protocol version."""
+    timeout = rpc_timeout() if timeout is None else timeout
+    where = f"{host}:{port}"
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(bytes([_RPC_CMD_HELLO]) + struct.pack("=Q", _RPC_CONN_CAPS_SIZE)
+                         + bytes(_RPC_CONN_CAPS_SIZE))
+            (size,) = struct.unpack("=Q", _recv_exact(sock, 8))
+            if size != 4 + _RPC_CONN_CAPS_SIZE:
+                raise DeviceError(f"{where} answered ggml's RPC HELLO with {size} bytes: not a ggml "
+                                  f"{RPC_PROTO_MAJOR}.x RPC server")
+            major, minor, patch = _recv_exact(sock, size)[:3]
+    except socket.timeout:
+        raise DeviceError(f"the ggml RPC server at {where} did not answer within {timeout:g} s "
+                          "(GGMLPY_RPC_TIMEOUT). ggml's rpc-server serves one client at a time: is another "
+                          "process connected to it? Or it is not a ggml RPC server.") from None
+    except (OSError, ConnectionError) as e:
+        raise DeviceError(f"could not reach a ggml RPC server at {where}: {e}. Start one with: "
+                          f"python -m ggmlpy rpc-server --host {host} --port {port}") from None
+    if major != RPC_PROTO_MAJOR or minor > RPC_PROTO_MINOR:
+        raise DeviceError(f"the RPC server at {where} speaks protocol {major}.{minor}.{patch}; this libggml "
+                          f"(ggml 0.25.3) needs {RPC_PROTO_MAJOR}.{RPC_PROTO_MINOR}.x. Start the rpc-server of "
+                          "the same build: python -m ggmlpy rpc-server")
+    return major, minor, patch
+
+
+def _rpc_device(text: str, names) -> str:
+    host, port, index = _split_endpoint(text)
+    endpoint = f"{host}:{port}"
+    with _registry_lock:
+        devs = _rpc_endpoints.get(endpoint)
+        if devs is None:
+            reg = lib.ggml_backend_reg_by_name(b"RPC")
+            if reg == _NULL:
+                raise DeviceError(_unavailable("rpc://" + text, names, "rpc"))
+            add = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server")
+            if add == _NULL:
+                raise DeviceError("this libggml's RPC backend cannot add servers")
+            rpc_probe(host, port)  # ggml's client would abort() on an unreachable server
+            sub = ffi.cast("ggml_backend_reg_t (*)(const char *)", add)(endpoint.encode())
+            if sub == _NULL or lib.ggml_backend_reg_dev_count(sub) == 0:
+                raise DeviceError(f"the ggml RPC server at {endpoint} reports no devices")
+            lib.ggml_backend_register(sub)  # add_server does not register: without this no lookup finds it
+            devs = _rpc_endpoints[endpoint] = [_s(lib.ggml_backend_dev_name(lib.ggml_backend_reg_dev_get(sub, i)))
+                                               for i in range(int(lib.ggml_backend_reg_dev_count(sub)))]
+            log.info("RPC server %s: devices %s", endpoint, ", ".join(devs))
+    if index >= len(devs):
+        raise DeviceError(f"the RPC server at {endpoint} has {len(devs)} device(s); no device {index}")
+    return devs[index]
+
+
+def _endpoint_of(dev) -> str | None:
+    return _s(lib.ggml_backend_dev_description(dev)) if _is_rpc(dev) else None
 
 
 def get_backend(spec: str = "cpu") -> Backend:
@@ -205,6 +575,27 @@ def get_backend(spec: str = "cpu") -> Backend:
         if b is None:
             dev = lib.ggml_backend_dev_by_name(name.encode())
             if dev == _NULL:
-                raise DeviceError(_unavailable(spec, [d.name for d in devices()]))
+                raise DeviceError(_unavailable(spec, _names()))
+            endpoint = _endpoint_of(dev)
+            if endpoint:  # the server may have gone since it was added: ggml would abort
+                host, port, _ = _split_endpoint(endpoint)
+                rpc_probe(host, port)
             b = _cache[name] = Backend(lib.ggml_backend_dev_init(dev, _NULL), name)
         return b
+
+
+def forget_backend(name: str) -> None:
+    """Drop and free the shared backend of device `name` (state.release_device uses it)."""
+    with _lock:
+        b = _cache.pop(name, None)
+    if b is not None:
+        b.free()
+
+
+def rpc_server_binary():
+    """ggml's rpc-server from the same build as the loaded libggml (install/bin next to install/lib)."""
+    for d in ([found.bin_dir] if found.bin_dir else []) + [found.lib_dir.parent / "bin"]:
+        p = d / "rpc-server"
+        if p.is_file() and os.access(p, os.X_OK):
+            return p
+    return None

@@ -11,7 +11,7 @@ import warnings
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError
-from .device import Backend, get_backend
+from .device import Backend, _resolve, forget_backend, get_backend
 from .executor import Executor
 from .pool import PassPool, PersistentPool
 
@@ -94,6 +94,27 @@ def ag_device(spec: str | None = None) -> str:
             STATE.current = dc
             _check_dtype(dc, STATE.dtype)
         return dc.name
+
+
+def release_device(spec: str) -> None:
+    """Free what ggmlpy holds on a device: its cached op graphs, pass pool and shared backend
+    (an RPC connection closes once nothing uses it). Selected, it hands over to "cpu" first.
+    Tensors still alive on it keep their own buffers until they are dropped; drop them first
+    (the gradient tape keeps the last tape's tensors: an empty ``with with_grad_tape(): pass``
+    clears it), above all before stopping an RPC server: ggml aborts the process when a
+    buffer's server is gone."""
+    with STATE.lock:
+        name = _resolve(spec)  # no new connection: the server may be gone already
+        dc = STATE.contexts.pop(name, None)
+        if dc is None:
+            return
+        if STATE.current is dc:
+            STATE.current = None
+            ag_device("cpu")
+        dc.persistent.reset()
+        dc.executor.clear()
+        dc.pass_pool.free()
+        forget_backend(name)
 
 
 def ag_default_device() -> str:

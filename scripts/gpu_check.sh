@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# GPU check, for a machine with an NVIDIA GPU: build libggml with CUDA, run the CUDA device
+# tests, the backend and op benchmarks, and write a short report. Under 10 minutes in all.
+#
+#   bash scripts/gpu_check.sh            # report: $OUT/report.txt, logs: $OUT/ (or ./gpu_report.txt, ./gpu_logs/)
+#
+# Needs nvidia-smi (the driver) and nvcc (the CUDA toolkit); fails at once, with the reason,
+# without them. Offline machines: carry the unpacked source (vendor/ggml/) and build_ggml.py
+# does not download anything. The CUDA build is cached like every build_ggml.py build (a
+# second run is a cache hit) and becomes the active one on this machine; the tests run with
+# GGMLPY_LIB_DIR pointing at it.
+#
+# Knobs (environment): GPU_CHECK_BUDGET_S (570: the whole run), GPU_CHECK_BUILD_TIMEOUT_S (420),
+# GPU_CHECK_CUDA_ARCH (default: build_ggml.py's choice, "native" with a GPU),
+# GPU_CHECK_FULL_BUILD=1 keeps ggml's flash-attention CUDA kernels (off by default: they are
+# most of the CUDA compile time, and nothing this check runs uses them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${PYTHON:-python}
+if [[ -n "${OUT:-}" ]]; then
+  LOGS=$OUT; REPORT=$OUT/report.txt
+else
+  LOGS=$ROOT/gpu_logs; REPORT=$ROOT/gpu_report.txt
+fi
+mkdir -p "$LOGS"
+: > "$REPORT"
+T0=$(date +%s)
+BUDGET=${GPU_CHECK_BUDGET_S:-570}
+BUILD_TIMEOUT=${GPU_CHECK_BUILD_TIMEOUT_S:-420}
+FAILED=0
+
+log() { echo "[gpu_check $(( $(date +%s) - T0 ))s] $*" | tee -a "$LOGS/gpu_check.log" >&2; }
+report() { echo "$*" >> "$REPORT"; }
+die() {
+  log "FAILED: $*"
+  report "gpu_check: FAILED: $*"
+  report "elapsed: $(( $(date +%s) - T0 )) s"
+  exit 1
+}
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+
+# step NAME TIMEOUT_S CMD...: run with a timeout (capped by what is left of the budget), log to
+# $LOGS/NAME.log, record the outcome; later steps still run when one fails.
+step() {
+  local name=$1 t=$2; shift 2
+  local cap; cap=$(left)
+  if (( cap < 20 )); then
+    log "$name: skipped, time budget spent"; report "$name: SKIPPED (time budget spent)"; FAILED=1; return 0
+  fi
+  (( t > cap )) && t=$cap
+  log "$name: $* (timeout ${t}s)"
+  local s=$(date +%s) rc=0
+  timeout --kill-after=10 "$t" "$@" > "$LOGS/$name.log" 2>&1 || rc=$?
+  local d=$(( $(date +%s) - s ))
+  if (( rc == 0 )); then
+    report "$name: ok (${d}s)"
+  else
+    FAILED=1
+    if (( rc == 124 || rc == 137 )); then report "$name: TIMEOUT after ${d}s"; else report "$name: FAILED rc=$rc (${d}s)"; fi
+    tail -n 30 "$LOGS/$name.log" | sed 's/^/    /' >> "$REPORT"
+  fi
+  return 0
+}
+
+report "ggmlpy GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(hostname)"
+
+# 1. the machine: fail fast and say why
+command -v nvidia-smi >/dev/null 2>&1 || die "nvidia-smi not found: this check needs an NVIDIA GPU with its driver (no GPU on this machine?)"
+timeout 60 nvidia-smi -L > "$LOGS/nvidia-smi.txt" 2>&1 || die "nvidia-smi failed (no GPU visible, or no driver): $(head -c 300 "$LOGS/nvidia-smi.txt")"
+grep -q "^GPU " "$LOGS/nvidia-smi.txt" || die "nvidia-smi lists no GPU: $(head -c 300 "$LOGS/nvidia-smi.txt")"
+timeout 60 nvidia-smi >> "$LOGS/nvidia-smi.txt" 2>&1 || true
+NVCC=$(command -v nvcc || true)
+[[ -z "$NVCC" && -x /usr/local/cuda/bin/nvcc ]] && { export PATH=/usr/local/cuda/bin:$PATH; NVCC=/usr/local/cuda/bin/nvcc; }
+[[ -n "$NVCC" ]] || die "nvcc not found: install the CUDA toolkit (or put it on PATH)"
+report "gpu: $(grep '^GPU ' "$LOGS/nvidia-smi.txt" | head -n 4 | tr '\n' ';')"
+report "nvcc: $("$NVCC" --version | grep -o 'release [0-9.]*' | head -n 1) ($NVCC)"
+report "cpu cores: $(nproc)"
+
+# 2. the CUDA build (cached; a cache hit takes 0.1 s)
+BUILD_ARGS=(--backend cuda --jobs "$(nproc)")
+[[ -n "${GPU_CHECK_CUDA_ARCH:-}" ]] && BUILD_ARGS+=(--cuda-arch "$GPU_CHECK_CUDA_ARCH")
+[[ "${GPU_CHECK_FULL_BUILD:-0}" == 1 ]] || BUILD_ARGS+=(--cmake-arg=-DGGML_CUDA_FA=OFF)
+log "build: $PY build_ggml.py ${BUILD_ARGS[*]} (timeout ${BUILD_TIMEOUT}s)"
+rc=0
+timeout --kill-after=10 "$BUILD_TIMEOUT" "$PY" build_ggml.py "${BUILD_ARGS[@]}" > "$LOGS/build.log" 2>&1 || rc=$?
+if (( rc != 0 )); then
+  tail -n 40 "$LOGS/build.log" | sed 's/^/    /' >> "$REPORT"
+  (( rc == 124 || rc == 137 )) && die "the CUDA build took over ${BUILD_TIMEOUT}s (log: $LOGS/build.log)"
+  die "the CUDA build failed, rc=$rc (log: $LOGS/build.log)"
+fi
+LIB=$("$PY" build_ggml.py "${BUILD_ARGS[@]}" --print-lib-dir 2>/dev/null | tail -n 1)
+[[ -f "$LIB/libggml-cuda.so" ]] || die "the build has no libggml-cuda.so in $LIB"
+export GGMLPY_LIB_DIR=$LIB
+report "build: $("$PY" -c "import json,sys; b=json.load(open(sys.argv[1])); print(b['key'], '-', b['build_seconds'], 's, cuda_arch', b.get('cuda_arch'))" "$LIB/../../build.json")"
+"$PY" -m ggmlpy info > "$LOGS/info.txt" 2>&1 || die "import ggmlpy with $LIB failed: $(tail -n 5 "$LOGS/info.txt")"
+grep -q "CUDA0" "$LOGS/info.txt" || die "the CUDA build sees no CUDA device: $(cat "$LOGS/info.txt")"
+report "devices: $(grep -E '^\s+(CUDA|CPU)' "$LOGS/info.txt" | sed 's/  */ /g' | tr '\n' ';')"
+
+# 3. the CUDA tests, then the benchmarks
+step pytest_cuda 180 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_devices.py -k "cuda or CUDA0"
+report "  $(grep -E '[0-9]+ (passed|failed|skipped)' "$LOGS/pytest_cuda.log" | tail -n 1)"
+grep -q " passed" "$LOGS/pytest_cuda.log" || { report "  no CUDA test ran"; FAILED=1; }
+step bench_backends 150 "$PY" scripts/bench_backends.py --steps 10 --json "$LOGS/bench_backends.json"
+[[ -s "$LOGS/bench_backends.log" ]] && sed -n '/^device/,$p' "$LOGS/bench_backends.log" | sed 's/^/  /' >> "$REPORT"
+step bench_ops 120 "$PY" scripts/bench_ops.py --quick
+[[ -s "$LOGS/bench_ops.log" ]] && tail -n 12 "$LOGS/bench_ops.log" | sed 's/^/  /' >> "$REPORT"
+
+report "elapsed: $(( $(date +%s) - T0 )) s; logs in $LOGS"
+if (( FAILED )); then report "gpu_check: FAILED"; log "done: FAILED (report $REPORT)"; exit 1; fi
+report "gpu_check: OK"
+log "done: OK (report $REPORT)"
