@@ -83,6 +83,18 @@ def add_torch_numpy(torch, x, y):
     return lambda: (torch.from_numpy(x) + torch.from_numpy(y)).numpy()
 
 
+def add_ggml_eager_numpy(x, y):
+    """ggmlpy's zero-copy numpy path: a cached graph pointed at the arrays themselves."""
+    from ggmlpy.backend import eager_numpy
+    return lambda: eager_numpy.add(x, y)
+
+
+def add_ag(x, y):
+    """The autograd API on ready tensors: ag_add of two 64x64 ag tensors (eager, no tape)."""
+    tx, ty = g.ag_tensor(x), g.ag_tensor(y)
+    return lambda: g.ag_add(tx, ty).numpy().T  # .numpy() is R-shaped: transpose back to compare
+
+
 def add_torch_tensors(torch, x, y):
     tx, ty = torch.from_numpy(x), torch.from_numpy(y)
     return lambda: tx + ty
@@ -93,6 +105,7 @@ def bench_small_add(torch, quick: bool) -> dict:
     x, y = rng.random((64, 64), dtype=np.float32), rng.random((64, 64), dtype=np.float32)
     contenders = {
         "numpy x + y": add_numpy(x, y),
+        "ggmlpy eager_numpy.add (zero-copy)": add_ggml_eager_numpy(x, y),
         "ggmlpy, graph built once": add_ggml_prebuilt(x, y),
         "ggmlpy, naive (context + graph per call)": add_ggml_naive(x, y),
     }
@@ -178,7 +191,8 @@ def main() -> None:
 
     base = small["numpy x + y"][0]
     print("\nsummary (ratios of best times; > 1 means slower than the reference)")
-    for name in ("ggmlpy, graph built once", "ggmlpy, naive (context + graph per call)"):
+    for name in ("ggmlpy eager_numpy.add (zero-copy)", "ggmlpy, graph built once",
+                 "ggmlpy, naive (context + graph per call)"):
         line = f"  add 64x64, {name}: {small[name][0] / base:7.1f}x numpy"
         for ref in ("torch from_numpy + .numpy()", "torch on tensors"):
             if ref in small:

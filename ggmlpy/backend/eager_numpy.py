@@ -1,0 +1,128 @@
+"""Eager ggml ops on numpy arrays, zero-copy, on the CPU backend.
+
+    ggmlpy.eager_numpy.add(x, y)   # numpy in, numpy out, computed by ggml
+
+For a small op the cost of ggml is the set-up, not the arithmetic. Each op
+runs a graph built once per (op, parameters, shapes) whose leaf tensors are
+pointed at the numpy inputs' own memory and whose output is pointed at a fresh
+numpy array: no copies in or out. This is safe because the CPU backend reads
+tensors through their data pointers only, and the arrays are held for exactly
+the duration of the call. Layout rule: numpy shape (d1, d0) is ggml ne [d0, d1].
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..bindings import ffi, lib
+from ..errors import GGMLError
+from .device import Backend
+
+_NULL = ffi.NULL
+_OVERHEAD = int(lib.ggml_tensor_overhead())
+_F32 = np.dtype(np.float32)
+
+
+class _Plan:
+    __slots__ = ("ctx", "graph", "leaves", "out", "out_shape", "galloc")
+
+    def __init__(self, build, shapes, backend):
+        params = ffi.new("struct ggml_init_params *", {
+            "mem_size": 64 * _OVERHEAD + int(lib.ggml_graph_overhead_custom(64, False)),
+            "mem_buffer": _NULL, "no_alloc": True})
+        self.ctx = lib.ggml_init(params[0])
+        self.leaves = [lib.ggml_new_tensor(self.ctx, lib.GGML_TYPE_F32, len(s), ffi.new("int64_t[]", s[::-1]))
+                       for s in shapes]
+        out = build(self.ctx, *self.leaves)
+        if out.view_src != _NULL or out.op == lib.GGML_OP_NONE:
+            out = lib.ggml_cont(self.ctx, out)
+        if out.type != lib.GGML_TYPE_F32:
+            raise GGMLError("eager_numpy: only f32 results are supported")
+        self.out = out
+        n = lib.ggml_n_dims(out)
+        self.out_shape = tuple(int(out.ne[i]) for i in reversed(range(n)))
+        self.graph = lib.ggml_new_graph_custom(self.ctx, 64, False)
+        lib.ggml_build_forward_expand(self.graph, out)
+        for i in range(lib.ggml_graph_n_nodes(self.graph)):
+            p = lib.ggml_graph_node(self.graph, i)
+            if p.view_src != _NULL or not lib.ggml_backend_supports_op(backend.ptr, p):
+                raise GGMLError("eager_numpy: this op needs views or kernels the CPU fast path does not handle")
+        # intermediates (if any) get their own buffer; inputs and output are pointed per call
+        scratch = [np.empty(1, np.float32) for _ in self.leaves]
+        for leaf, a in zip(self.leaves, scratch):
+            leaf.data = ffi.from_buffer(a)
+        self.out.data = ffi.from_buffer(np.empty(1, np.float32))
+        self.galloc = lib.ggml_gallocr_new(backend.buft)
+        if not lib.ggml_gallocr_alloc_graph(self.galloc, self.graph):
+            raise MemoryError("eager_numpy: could not allocate intermediates")
+
+    def __del__(self):
+        if self.ctx is not None:
+            lib.ggml_gallocr_free(self.galloc)
+            lib.ggml_free(self.ctx)
+            self.ctx = None
+
+
+class EagerNumpy:
+    """A cache of compiled one-op graphs on a single-threaded CPU backend."""
+
+    def __init__(self):
+        self.backend = Backend(lib.ggml_backend_init_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU, _NULL), "CPU")
+        self.backend.set_n_threads(1)  # small ops: a second thread costs more than it saves
+        self.plans: dict = {}
+
+    def run(self, op: str, arrays, **params) -> np.ndarray:
+        arrs = [a if (type(a) is np.ndarray and a.dtype == _F32 and a.flags.c_contiguous)
+                else np.ascontiguousarray(a, dtype=np.float32) for a in arrays]
+        key = (op, tuple(params.items()), *[a.shape for a in arrs])
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self.plans[key] = self._compile(op, arrs, params)
+        for leaf, a in zip(plan.leaves, arrs):
+            leaf.data = ffi.from_buffer(a)
+        out = np.empty(plan.out_shape, np.float32)
+        plan.out.data = ffi.from_buffer(out)
+        if lib.ggml_backend_graph_compute(self.backend.ptr, plan.graph) != lib.GGML_STATUS_SUCCESS:
+            raise GGMLError(f"eager_numpy: {op} failed")
+        return out
+
+    def _compile(self, op, arrs, params):
+        from ..autograd.rules import RULES
+        if op not in RULES:
+            raise GGMLError(f"eager_numpy: unknown op {op!r}")
+        if any(a.ndim not in (1, 2) or a.size == 0 for a in arrs):
+            raise GGMLError("eager_numpy: inputs must be non-empty 1-d or 2-d arrays")
+        shapes = [a.shape for a in arrs]
+        _check_shapes(op, shapes)
+        fwd = RULES[op].fwd
+        return _Plan(lambda ctx, *xs: fwd(ctx, *xs, **params), shapes, self.backend)
+
+
+def _check_shapes(op: str, shapes) -> None:
+    """ggml broadcasts only the second operand of element-wise ops: check before building."""
+    if op in ("add", "sub", "mul", "div") and len(shapes) == 2:
+        a, b = (tuple(reversed(s)) + (1,) * (4 - len(s)) for s in shapes)
+        if not all(db and da % db == 0 for da, db in zip(a, b)):
+            raise GGMLError(f"eager_numpy.{op}: shape {shapes[1]} does not broadcast to {shapes[0]}")
+
+
+_ENGINE: EagerNumpy | None = None
+
+
+def run(op: str, *arrays, **params) -> np.ndarray:
+    global _ENGINE
+    if _ENGINE is None:
+        _ENGINE = EagerNumpy()
+    return _ENGINE.run(op, arrays, **params)
+
+
+def add(x, y) -> np.ndarray:
+    """x + y by ggml on the CPU (y broadcasts to x's shape, ggml's rule), zero-copy."""
+    return run("add", x, y)
+
+
+def mul(x, y) -> np.ndarray:
+    return run("mul", x, y)
+
+
+def sub(x, y) -> np.ndarray:
+    return run("sub", x, y)
