@@ -13,7 +13,7 @@ from .core.api import *  # noqa: F401,F403
 from .core.api import __all__ as _core_all
 from .errors import DeviceError, GGMLError, StaleTensorError
 from . import backend  # noqa: F401
-from .backend import graph_alloc  # noqa: F401
+from .backend import eager_numpy, graph_alloc  # noqa: F401
 from .info import info
 from .backend.device import enable_software_vulkan, software_vulkan_enabled
 from .backend.state import ag_default_device, ag_device, ag_dtype, release_device

@@ -371,6 +371,20 @@ class Backend:
         _set_n_threads(self.ptr, n)
         self.n_threads = n
 
+    def single_threaded(self) -> "Backend":
+        """One thread, with a threadpool kept across computes instead of one made per compute
+        (0.2 us of a 1.3 us small op). Portable builds keep the CPU entry points out of reach:
+        there the backend stays as it is."""
+        self.set_n_threads(1)
+        try:
+            params = ffi.new("struct ggml_threadpool_params *", lib.ggml_threadpool_params_default(1))
+            pool = lib.ggml_threadpool_new(params)
+            lib.ggml_backend_cpu_set_threadpool(self.ptr, pool)
+        except AttributeError:
+            return self
+        self._threadpool = _ThreadpoolFreer(pool)
+        return self
+
     def supports_op(self, p) -> bool:
         return bool(lib.ggml_backend_supports_op(self.ptr, p))
 
@@ -379,6 +393,19 @@ class Backend:
 
     def __repr__(self):
         return f"<ggml Backend {self.device_name}>"
+
+
+class _ThreadpoolFreer:
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def __del__(self):
+        try:
+            lib.ggml_threadpool_free(self.ptr)
+        except Exception:  # interpreter shutdown
+            pass
 
 
 class _Freer:

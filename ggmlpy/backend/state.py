@@ -34,9 +34,7 @@ class DeviceContext:
         """A second CPU backend with one thread, for graphs too small to share."""
         if not self.backend.is_cpu:
             return None
-        b = Backend(lib.ggml_backend_dev_init(self.backend.dev, ffi.NULL), self.name)
-        b.set_n_threads(1)
-        return b
+        return Backend(lib.ggml_backend_dev_init(self.backend.dev, ffi.NULL), self.name).single_threaded()
 
     def __repr__(self):
         return f"<device {self.name}>"
