@@ -36,9 +36,9 @@ def eager_step(weights, x, y):
     return step
 
 
-def graph_step(weights, x, y):
+def graph_step(weights, x, y, backward="auto"):
     ws, xt, yt, loss_fn = ggml_setup(weights, x, y)
-    compiled = g.ag_compile(loss_fn, [xt, yt], optimizer=g.optimizer_adam(ws, lr=1e-4))
+    compiled = g.ag_compile(loss_fn, [xt, yt], optimizer=g.optimizer_adam(ws, lr=1e-4), backward=backward)
     return (lambda: compiled(xt, yt)), compiled
 
 
@@ -77,11 +77,16 @@ def main():
         t_eager = timed(eager_step(weights, x, y), repeats=7)
         gstep, compiled = graph_step(weights, x, y)
         t_graph = timed(gstep, repeats=7)
+        rstep, rcompiled = graph_step(weights, x, y, backward="rules")
+        t_rules = timed(rstep, repeats=7)
         t_torch = timed(torch_step(torch, weights, x, y), repeats=7) if torch else None
         flops = 12 * 3 * 2 * width * width * batch
         print(label)
         print(f"  graph   {t_graph * 1e3:8.2f} ms   ({flops / t_graph / 1e9:.1f} GFLOP/s, "
               f"compute buffer {compiled.compute_buffer_bytes / 2**20:.2f} MiB, backward: {compiled.last_backward})")
+        print(f"  graph, rule-table backward {t_rules * 1e3:8.2f} ms   ({flops / t_rules / 1e9:.1f} GFLOP/s, "
+              f"compute buffer {rcompiled.compute_buffer_bytes / 2**20:.2f} MiB)"
+              + (f"   /PyTorch = {t_rules / t_torch:.2f}" if t_torch else ""))
         print(f"  eager   {t_eager * 1e3:8.2f} ms   graph is {t_eager / t_graph:.2f}x faster")
         if t_torch:
             print(f"  PyTorch {t_torch * 1e3:8.2f} ms   graph/PyTorch = {t_graph / t_torch:.2f}")

@@ -136,7 +136,7 @@ def _binary(op: str):
                 if compute(eng.backend.ptr, plan.graph) == 0:
                     return out
         return run(op, x, y)
-    f.__name__ = op
+    f.__name__ = f.__qualname__ = op
     f.__doc__ = f"x {op} y by ggml on the CPU (y broadcasts to x's shape, ggml's rule), zero-copy."
     return f
 
