@@ -19,6 +19,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ggmlpy as g  # noqa: E402
+from benchlib import timed  # noqa: E402
 
 
 def make_weights(layers: int, width: int, seed: int = 0):
@@ -83,15 +84,7 @@ def torch_step_fn(weights, x, y):
 
 
 def median_ms(step, warmup: int, steps: int, repeats: int) -> float:
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        times.append((time.perf_counter() - t0) / steps * 1e3)
-    return statistics.median(times)
+    return timed(step, repeats=repeats, number=steps, warmup=warmup) * 1e3
 
 
 def main(argv=None) -> int:

@@ -29,6 +29,7 @@ import pytest
 import ggmlpy as g
 from ggmlpy.backend import device as D
 from ggmlpy.bindings import ffi, lib
+from device_cases import mlp_case
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = os.environ.get("GGMLPY_TEST_DEVICES_CHILD") == "1"
@@ -76,24 +77,6 @@ def ops_case():
     grads = g.backward(loss)
     return {"z": z.numpy(), "h": h.numpy(), "p": p.numpy(), "loss": loss.numpy(),
             "dW": grads[W].numpy(), "db": grads[B].numpy()}
-
-
-def mlp_case(opt_name: str, steps: int = 3):
-    rng = np.random.default_rng(1)
-    x, y = rng.normal(size=(8, 32)), rng.normal(size=(4, 32))
-    g.manual_seed(0)
-    model = g.ag_sequential(g.ag_linear(8, 16, "relu"), g.ag_linear(16, 16, "tanh"), g.ag_linear(16, 4))
-    params = model.parameters()
-    opt = g.optimizer_sgd(params, lr=0.1) if opt_name == "sgd" else g.optimizer_adam(params, lr=0.01)
-    X, Y = g.ag_tensor(x), g.ag_tensor(y)
-    losses = []
-    for _ in range(steps):
-        with g.with_grad_tape():
-            loss = g.ag_mse_loss(model(X), Y)
-        losses.append(loss.item())
-        opt.step(g.backward(loss))
-        opt.zero_grad()
-    return losses, [p.numpy() for p in params]
 
 
 # -- every device against the CPU -------------------------------------------------------------------

@@ -87,22 +87,13 @@ from ggmlpy.backend.state import release_device
 
 endpoint = sys.argv[1]
 
+sys.path.insert(0, "tests")
+from device_cases import mlp_case
+
+
 def mlp(opt_name, steps=4):
-    rng = np.random.default_rng(1)
-    x, y = rng.normal(size=(8, 32)), rng.normal(size=(4, 32))
-    g.manual_seed(0)
-    model = g.ag_sequential(g.ag_linear(8, 16, "relu"), g.ag_linear(16, 16, "tanh"), g.ag_linear(16, 4))
-    params = model.parameters()
-    opt = g.optimizer_sgd(params, lr=0.1) if opt_name == "sgd" else g.optimizer_adam(params, lr=0.01)
-    X, Y = g.ag_tensor(x), g.ag_tensor(y)
-    losses = []
-    for _ in range(steps):
-        with g.with_grad_tape():
-            loss = g.ag_mse_loss(model(X), Y)
-        losses.append(loss.item())
-        opt.step(g.backward(loss))
-        opt.zero_grad()
-    return losses, [p.numpy().tolist() for p in params]
+    losses, params = mlp_case(opt_name, steps)
+    return losses, [p.tolist() for p in params]
 
 out = {}
 for opt_name in ("sgd", "adam"):

@@ -29,7 +29,6 @@ from ..bindings import ffi, lib
 from ..errors import GGMLError
 from ..tensor import AGTensor
 from ..tensor import _ids as tensor_ids
-from . import prims
 from .rules import RULES
 from .tape import TAPE, no_grad
 

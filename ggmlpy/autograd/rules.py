@@ -104,14 +104,14 @@ def _matmul_jvp(t, c):
 
 
 def _div_vjp(g, c):
-    a, b = c.x(0), c.x(1)
+    b = c.x(1)
     ga = ap("div", g, b)
     gb = neg(ap("div", mul(g, c.out), b))
     return unb(ga, c.in_shapes[0]), unb(gb, c.in_shapes[1])
 
 
 def _div_jvp(t, c):
-    a, b = c.x(0), c.x(1)
+    b = c.x(1)
     ta = None if t[0] is None else ap("div", bcast(t[0], c.out.shape), b)
     tb = None if t[1] is None else neg(ap("div", mul(c.out, t[1]), b))
     return tangent_sum(ta, tb)
@@ -179,7 +179,7 @@ RULES = {
     "mul": Rule(P.mul, lambda g, c: (unb(mul(g, c.x(1)), c.in_shapes[0]), unb(mul(g, c.x(0)), c.in_shapes[1])),
                 lambda t, c: tangent_sum(None if t[0] is None else mul(t[0], c.x(1)),
                                          None if t[1] is None else mul(c.x(0), t[1])), saves=(0, 1)),
-    "div": Rule(P.div, _div_vjp, _div_jvp, saves=(0, 1), saves_out=True),
+    "div": Rule(P.div, _div_vjp, _div_jvp, saves=(1,), saves_out=True),
     "scale": _linear(P.scale, lambda g, c: scale(g, c.params["s"]), lambda t, c: scale(t, c.params["s"])),
     "add_scalar": _linear(P.add_scalar, lambda g, c: g, lambda t, c: t),
     "neg": _linear(P.neg, lambda g, c: neg(g), lambda t, c: neg(t)),

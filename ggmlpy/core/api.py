@@ -16,9 +16,7 @@ from ..backend.device import Backend, backends, devices, get_backend
 from ..backend.graph_alloc import GraphAllocator, ggml_gallocr_alloc_graph, ggml_gallocr_get_buffer_size, ggml_gallocr_new
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
-from . import graph as _graph
-from . import ops as _ops
-from .context import NP_DTYPES, Context, Tensor, get_data, numpy_view, set_data, type_name, wrap
+from .context import Context, Tensor, get_data, numpy_view, set_data, type_name, wrap
 from .graph import Graph, check_graph, ggml_build_forward_expand, ggml_graph_compute, ggml_graph_n_nodes, ggml_new_graph
 from .ops import *  # noqa: F401,F403  (every ggml_* op constructor)
 
