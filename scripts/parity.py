@@ -357,7 +357,11 @@ def main(argv=None) -> int:
     ap.add_argument("dirs", nargs="*", default=[str(DEFAULT_DIR)])
     ap.add_argument("--suite", action="append", choices=["ggml", "ag", "train"])
     ap.add_argument("-v", "--verbose", action="store_true")
+    ap.add_argument("--f32-tol", nargs=2, type=float, metavar=("RTOL", "ATOL"),
+                    help="tolerance for ggmlpy's float32 against ggmlR's doubles (default 1e-4 1e-5)")
     args = ap.parse_args(argv)
+    if args.f32_tol:
+        TOL_F32.update(rtol=args.f32_tol[0], atol=args.f32_tol[1])
     suites = args.suite or ["ggml", "ag", "train"]
     passed = failed = 0
     for suite, case in load_cases(args.dirs, suites):
