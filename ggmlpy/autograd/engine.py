@@ -135,8 +135,7 @@ def _add_into_grad(leaf: AGTensor, g: AGTensor) -> None:
     if leaf.grad is None or not leaf.grad.st.alive or leaf.grad.shape != leaf.shape:
         st = leaf.dc.persistent.alloc(int(leaf.st.t.type), leaf.shape)
         leaf.grad = AGTensor(st, leaf.shape, leaf.dc)
-        leaf.dc.executor.run(("copy",), _builder(prims.copy, {}, int(st.t.type)), [g.st],
-                             None, out=[st])
+        assign(leaf.grad, g)
     else:
         leaf.dc.executor.run(("add_into",), _builder(prims.add, {}, int(leaf.grad.st.t.type)),
                              [leaf.grad.st, g.st], None, out=[leaf.grad.st])
@@ -148,6 +147,7 @@ def assign(dst: AGTensor, src: AGTensor) -> None:
     if TRACE is not None:
         raise GGMLError("ag_compile: fn updates layer or optimizer state in place (batch-norm running "
                         "statistics?), which a compiled graph would not repeat; use eval mode, or eager mode")
+    # (the executor keys in-place graphs on the destination's type too: f16 state is safe)
     dst.dc.executor.run(("copy",), _builder(prims.copy, {}, int(dst.st.t.type)), [src.st], None, out=[dst.st])
 
 

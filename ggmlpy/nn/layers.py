@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import random as grandom
 from ..autograd import ops as F
-from ..autograd.engine import apply
+from ..autograd.engine import apply, assign
 from ..autograd.tape import no_grad
 from ..errors import GGMLError
 from ..tensor import AGTensor, ag_param, ag_tensor
@@ -144,23 +144,13 @@ class ag_batch_norm(Module):
             var = F.ag_mean(F.ag_mul(xc, xc), 1)
             with no_grad():
                 m = self.momentum
-                _assign(self.running_mean, F.ag_add(F.ag_scale(self.running_mean, 1 - m), F.ag_scale(mean, m)))
-                _assign(self.running_var, F.ag_add(F.ag_scale(self.running_var, 1 - m), F.ag_scale(var, m)))
+                assign(self.running_mean, F.ag_add(F.ag_scale(self.running_mean, 1 - m), F.ag_scale(mean, m)))
+                assign(self.running_var, F.ag_add(F.ag_scale(self.running_var, 1 - m), F.ag_scale(var, m)))
         else:
             xc = F.ag_sub(x, self.running_mean)
             var = self.running_var
         y = F.ag_mul(xc, F.ag_pow(F.ag_add(var, self.eps), -0.5))
         return F.ag_add(F.ag_mul(y, self.gamma), self.beta)
-
-
-def _assign(dst: AGTensor, src: AGTensor) -> None:
-    """Write src's values into dst's memory, on the device (reference semantics for state)."""
-    from ..autograd.engine import _builder
-    from ..autograd import prims
-    out_type = int(dst.st.t.type)
-    # the destination's type is part of the key: the cache keys on input specs only, and a
-    # graph compiled to write f32 would overrun an f16 destination
-    dst.dc.executor.run(("copy", out_type), _builder(prims.copy, {}, out_type), [src.st], None, out=[dst.st])
 
 
 class ag_embedding(Module):

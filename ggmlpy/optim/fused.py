@@ -1,6 +1,6 @@
 """Optimizer steps as single cached ggml graphs, written in place.
 
-The composed update (`_assign(m, b1*m + (1-b1)*g)`, ...) costs about ten eager
+The composed update (`assign(m, b1*m + (1-b1)*g)`, ...) costs about ten eager
 ops per parameter per step, each a graph run plus a pass-pool allocation.
 Here one graph updates a whole group of parameters:
 

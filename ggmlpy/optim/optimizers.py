@@ -15,7 +15,7 @@ import numpy as np
 from ..autograd import ops as F
 from ..autograd.tape import no_grad
 from ..errors import GGMLError
-from ..nn.layers import _assign
+from ..autograd.engine import assign
 from ..tensor import AGTensor, ag_tensor
 from . import fused
 
@@ -126,9 +126,9 @@ class optimizer_sgd(Optimizer):
             g = F.ag_add(g, F.ag_scale(p, self.weight_decay))
         if self.momentum:
             v = self._state(self.velocity, i, p)
-            _assign(v, F.ag_add(F.ag_scale(v, self.momentum), g))
+            assign(v, F.ag_add(F.ag_scale(v, self.momentum), g))
             g = v
-        _assign(p, F.ag_sub(p, F.ag_scale(g, self.lr)))
+        assign(p, F.ag_sub(p, F.ag_scale(g, self.lr)))
 
     def _step(self, todo) -> None:
         def fusable(item):
@@ -159,14 +159,14 @@ class optimizer_adam(Optimizer):
     def _update(self, i, p, g):
         b1, b2 = self.beta1, self.beta2
         m, v = self._state(self.m, i, p), self._state(self.v, i, p)
-        _assign(m, F.ag_add(F.ag_scale(m, b1), F.ag_scale(g, 1 - b1)))
-        _assign(v, F.ag_add(F.ag_scale(v, b2), F.ag_scale(F.ag_mul(g, g), 1 - b2)))
+        assign(m, F.ag_add(F.ag_scale(m, b1), F.ag_scale(g, 1 - b1)))
+        assign(v, F.ag_add(F.ag_scale(v, b2), F.ag_scale(F.ag_mul(g, g), 1 - b2)))
         mhat = F.ag_scale(m, 1 / (1 - b1 ** self.t))
         denom = F.ag_add(F.ag_sqrt(F.ag_scale(v, 1 / (1 - b2 ** self.t))), self.eps)
         upd = F.ag_scale(F.ag_div(mhat, denom), self.lr)
         if self.weight_decay:  # AdamW: decoupled decay, applied to the weights directly
             upd = F.ag_add(upd, F.ag_scale(p, self.lr * self.weight_decay))
-        _assign(p, F.ag_sub(p, upd))
+        assign(p, F.ag_sub(p, upd))
 
     def _step(self, todo) -> None:
         def fusable(item):
