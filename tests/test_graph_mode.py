@@ -141,3 +141,15 @@ def test_parity_programs_compile_to_the_same_results():
             np.testing.assert_allclose(p.numpy(), v, rtol=1e-4, atol=1e-5, err_msg=case["name"])
         compiled += 1
     assert compiled >= 40
+
+
+def test_state_updated_in_place_is_refused_in_training_mode_and_compiles_in_eval_mode():
+    bn = g.ag_batch_norm(3)
+    w = g.ag_param(np.eye(3))
+    x = g.ag_tensor(np.random.default_rng(3).normal(size=(3, 4)))
+    fn = lambda a: g.ag_sum(bn(g.ag_matmul(w, a)))  # noqa: E731
+    with pytest.raises(g.GGMLError, match="in place"):
+        g.ag_compile(fn, [x], optimizer=g.optimizer_sgd([w]))
+    g.ag_eval(bn)
+    step = g.ag_compile(fn, [x], optimizer=g.optimizer_sgd([w], lr=0.0 + 1e-12))
+    assert step(x) == pytest.approx(fn(x).item(), rel=1e-5)
