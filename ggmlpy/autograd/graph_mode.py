@@ -294,6 +294,7 @@ class CompiledStep:
         if not isinstance(out, AGTensor) or out.shape != (1, 1):
             raise GGMLError("ag_compile: fn must return a [1, 1] loss tensor")
         in_ids = {x.id: i for i, x in enumerate(ins)}
+        trained = {p.id for p in self.optimizer.params} if self.optimizer is not None else set()
         b = Builder(dc, grads=True)
         placeholders = [b.placeholder(int(x.st.t.type), x.shape) for x in ins]
         syms, params = {}, {}
@@ -311,7 +312,7 @@ class CompiledStep:
                 raise GGMLError("ag_compile: fn reads a tensor from the pass pool, which the next tape "
                                 "would free; use persistent tensors (ag_tensor/ag_param) or inputs")
             s = syms[t.id] = Sym(t.st.t, dc)  # parameters and constants: used where they live
-            if t.requires_grad and self.optimizer is not None:
+            if t.requires_grad and t.id in trained:  # parameters the optimizer does not own stay fixed
                 params[t.id] = t
                 # flagged before the forward graph is expanded: ggml's backward looks for
                 # parameters among the graph's nodes, and only flagged tensors become nodes
