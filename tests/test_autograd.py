@@ -8,18 +8,19 @@ from op_cases import CASES, TARGETS, r
 
 
 @pytest.mark.parametrize("name,fn,ref,arrays", CASES, ids=[c[0] for c in CASES])
-def test_forward_matches_numpy(name, fn, ref, arrays):
+def test_forward_matches_numpy(name, fn, ref, arrays, device, tol):
     out = fn(*[g.ag_tensor(a) for a in arrays])
-    np.testing.assert_allclose(out.numpy(), ref(*arrays), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.numpy(), ref(*arrays), **tol)
 
 
 @pytest.mark.parametrize("name,fn,ref,arrays", CASES, ids=[c[0] for c in CASES])
-def test_gradient_matches_finite_differences(name, fn, ref, arrays):
+def test_gradient_matches_finite_differences(name, fn, ref, arrays, device):
     xs = [g.ag_param(a) for a in arrays]
     if name in TARGETS:
         xs[1] = g.ag_tensor(arrays[1])  # ggmlR: a loss gives no gradient to its target
     weights = g.ag_tensor(r(*ref(*arrays).shape))  # a random linear functional of the output
-    ok, errs = g.ag_gradcheck(lambda: g.ag_sum(g.ag_mul(fn(*xs), weights)), xs, atol=2e-3, return_errors=True)
+    atol = 2e-3 if device == "cpu" else 3e-2  # f16 accumulation on Vulkan blurs finite differences
+    ok, errs = g.ag_gradcheck(lambda: g.ag_sum(g.ag_mul(fn(*xs), weights)), xs, atol=atol, return_errors=True)
     assert ok, errs
 
 
