@@ -160,11 +160,14 @@ class Program:
         return self.env[loss] if loss else None
 
 
+DEVICE = None  # --device: where ag and train programs run (default: the default device)
+
+
 def run_ag_case(case: dict, tol: dict) -> None:
-    if case.get("device") != "gpu":
+    if case.get("device") != "gpu" and DEVICE is None:
         return _run_ag_program(case)
     # ag_device("gpu") is the best device; ggmlR's build fell back to its CPU backend
-    device = "gpu" if any(d.type != "cpu" for d in ggmlpy.devices()) else "cpu"
+    device = DEVICE or ("gpu" if any(d.type != "cpu" for d in ggmlpy.devices()) else "cpu")
     previous = ggmlpy.ag_device()
     ggmlpy.ag_device(device)
     try:
@@ -240,6 +243,17 @@ def _run_gradcheck(case, prog):
 
 
 def run_train_case(case: dict, tol: dict) -> None:
+    if DEVICE is None:
+        return _run_train_program(case)
+    previous = ggmlpy.ag_device()
+    ggmlpy.ag_device(DEVICE)
+    try:
+        _run_train_program(case)
+    finally:
+        ggmlpy.ag_device(previous)
+
+
+def _run_train_program(case: dict) -> None:
     prog = Program(case)
     params = [prog.env[n] for n in case["optimizer"]["params"]]
     eff = {k: v for k, v in case["optimizer_effective"].items() if k != "type"}
@@ -359,7 +373,11 @@ def main(argv=None) -> int:
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--f32-tol", nargs=2, type=float, metavar=("RTOL", "ATOL"),
                     help="tolerance for ggmlpy's float32 against ggmlR's doubles (default 1e-4 1e-5)")
+    ap.add_argument("--device", help="run the ag and train programs on this device (e.g. vulkan; "
+                    "set GGMLPY_SOFTWARE_VULKAN=1 for lavapipe) instead of the default device")
     args = ap.parse_args(argv)
+    global DEVICE
+    DEVICE = args.device
     if args.f32_tol:
         TOL_F32.update(rtol=args.f32_tol[0], atol=args.f32_tol[1])
     suites = args.suite or ["ggml", "ag", "train"]
