@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend.device import Backend, backends, devices, get_backend
+from ..backend.sched import Scheduler, ggml_backend_sched_graph_compute, ggml_backend_sched_new
 from ..backend.graph_alloc import GraphAllocator, ggml_gallocr_alloc_graph, ggml_gallocr_get_buffer_size, ggml_gallocr_new
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
@@ -294,4 +295,4 @@ def ggml_backend_dev_count() -> int:
 
 
 __all__ = sorted(n for n in dir() if n.startswith(("ggml_", "GGML_"))) + [
-    "Context", "Tensor", "Graph", "Backend", "BackendBuffer", "GraphAllocator", "devices", "backends", "get_backend"]
+    "Context", "Tensor", "Graph", "Backend", "BackendBuffer", "GraphAllocator", "Scheduler", "devices", "backends", "get_backend"]

@@ -1,0 +1,85 @@
+"""ggml's backend scheduler: one graph computed across several devices.
+
+A model too big for one device can keep some of its weights on a GPU and the
+rest in host memory; `ggml_backend_sched` runs each node on the device that
+holds its inputs (or the first that supports it) and copies tensors between
+devices at the splits. ggmlR names: ggml_backend_sched_new / _graph_compute.
+"""
+from __future__ import annotations
+
+from ..bindings import ffi, lib
+from ..errors import DeviceError, GGMLError
+
+GGML_SCHED_MAX_BACKENDS = 16
+
+
+class Scheduler:
+    """Backends in priority order; ggml requires the last one to be a CPU backend."""
+
+    ptr = None  # until ggml has made one (so a failed __init__ leaves nothing to free)
+
+    def __init__(self, backends, graph_size: int = 2048, parallel: bool = False):
+        backends = list(backends)
+        if not 0 < len(backends) <= GGML_SCHED_MAX_BACKENDS:
+            raise GGMLError(f"ggml_backend_sched_new: needs 1 to {GGML_SCHED_MAX_BACKENDS} backends")
+        if not backends[-1].is_cpu:
+            raise DeviceError("ggml_backend_sched_new: the last backend must be a CPU backend "
+                              f"(got {backends[-1].device_name})")
+        if len({id(b) for b in backends}) != len(backends):
+            raise GGMLError("ggml_backend_sched_new: a backend is listed twice")
+        self.backends = backends  # kept alive as long as the scheduler
+        self._arr = ffi.new("ggml_backend_t[]", [b.ptr for b in backends])
+        self.ptr = lib.ggml_backend_sched_new(self._arr, ffi.NULL, len(backends), int(graph_size), bool(parallel), True)
+        if self.ptr == ffi.NULL:
+            raise MemoryError("ggml_backend_sched_new failed")
+        self.graph_size = int(graph_size)
+
+    def compute(self, graph) -> None:
+        """Split `graph` across the backends, allocate what is unallocated, and compute it."""
+        from ..core.graph import _check_row_indices
+        if self.ptr is None:
+            raise GGMLError("scheduler already freed")
+        graph.ctx.ensure_alive()
+        for t in graph._keep:
+            t.ctx.check_deps()
+        if len(graph.nodes) > self.graph_size or len(graph.leafs) > self.graph_size:
+            raise GGMLError(f"graph has {len(graph.nodes)} nodes; the scheduler was made for {self.graph_size}")
+        for p in graph.leafs:  # inputs and weights live somewhere already; the scheduler places the rest
+            if p.buffer == ffi.NULL and p.view_src == ffi.NULL:
+                raise GGMLError("a leaf of this graph is not in a backend buffer: allocate it on one of "
+                                "the scheduler's devices (ggml_backend_alloc_ctx_tensors) first")
+        for p in graph.nodes:
+            if not any(lib.ggml_backend_supports_op(b.ptr, p) for b in self.backends):
+                raise GGMLError(f"no backend of this scheduler has a kernel for {ffi.string(lib.ggml_op_desc(p)).decode()}")
+            if p.op == lib.GGML_OP_GET_ROWS:
+                _check_row_indices(graph, p.src[1], int(p.src[0].ne[1]), "ggml_get_rows", None)
+        lib.ggml_backend_sched_reset(self.ptr)
+        if not lib.ggml_backend_sched_alloc_graph(self.ptr, graph.ptr):
+            raise MemoryError("the scheduler could not allocate the graph")
+        status = lib.ggml_backend_sched_graph_compute(self.ptr, graph.ptr)
+        if status != lib.GGML_STATUS_SUCCESS:
+            raise GGMLError(f"ggml_backend_sched_graph_compute failed (status {status})")
+        lib.ggml_backend_sched_synchronize(self.ptr)
+        self.graph = graph  # its intermediates live in the scheduler's buffers until the next compute
+
+    def n_splits(self) -> int:
+        return int(lib.ggml_backend_sched_get_n_splits(self.ptr))
+
+    def tensor_backend(self, t) -> str:
+        b = lib.ggml_backend_sched_get_tensor_backend(self.ptr, t.ptr)
+        return ffi.string(lib.ggml_backend_name(b)).decode() if b != ffi.NULL else ""
+
+    def free(self) -> None:
+        if self.ptr is not None:
+            lib.ggml_backend_sched_free(self.ptr)
+            self.ptr = None
+
+    __del__ = free
+
+
+def ggml_backend_sched_new(backends, graph_size: int = 2048, parallel: bool = False) -> Scheduler:
+    return Scheduler(backends, graph_size, parallel)
+
+
+def ggml_backend_sched_graph_compute(sched: Scheduler, graph) -> None:
+    sched.compute(graph)
