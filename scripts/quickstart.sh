@@ -1,8 +1,22 @@
 #!/usr/bin/env bash
-# Quick start, command 1: install ggmlpy, build the pinned libggml (CPU + RPC, and Vulkan when
-# its toolchain is installed; a cache hit takes 0.1 s), and run the main job.
+# Quick start, command 1: install ggmlpy and its build tools, build the pinned libggml
+# (CPU + RPC, and Vulkan when its toolchain is installed; a cache hit takes 0.1 s), and run
+# the main job.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The compiler and cmake that build_ggml.py needs (as root on Debian; otherwise say what to install).
+missing=()
+for tool in cmake c++; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+if ((${#missing[@]})); then
+  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake build-essential ninja-build >/dev/null
+  else
+    echo "quickstart: missing ${missing[*]}: sudo apt-get install cmake build-essential ninja-build" >&2
+    exit 2
+  fi
+fi
 python -m pip install -q -e ".[test,demo]"
 python build_ggml.py --backend auto
 python -m ggmlpy info
