@@ -161,10 +161,6 @@ def get_cols_back(ctx, g, idx, vocab):
     return L.ggml_get_rows_back(ctx, g, L.ggml_reshape_1d(ctx, idx, idx.ne[0] * idx.ne[1]), template)
 
 
-def layer_norm_core(ctx, x, eps):
-    return L.ggml_norm(ctx, x, eps)  # per column: (x - mean) / sqrt(var + eps)
-
-
 # -- losses, with ggmlR's exact definitions -------------------------------------------------------------
 def mse(ctx, p, t):
     n = p.ne[0] * p.ne[1]

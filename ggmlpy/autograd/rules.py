@@ -83,11 +83,6 @@ def tangent_sum(*terms):
     return out
 
 
-def _maybe(f):
-    """Apply f to a tangent unless it is absent."""
-    return lambda t, *a: None if t is None else f(t, *a)
-
-
 # -- VJPs and JVPs ---------------------------------------------------------------------------------------
 def _matmul_vjp(g, c):
     ta, tb = c.params["ta"], c.params["tb"]

@@ -33,9 +33,6 @@ class Node:
     def out(self):
         return self.saved["out"]
 
-    def snapshot_bytes(self) -> int:
-        return sum(t.nbytes() for t in self.saved.values())
-
 
 class Tape:
     def __init__(self):
