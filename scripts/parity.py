@@ -163,17 +163,24 @@ class Program:
 DEVICE = None  # --device: where ag and train programs run (default: the default device)
 
 
-def run_ag_case(case: dict, tol: dict) -> None:
-    if case.get("device") != "gpu" and DEVICE is None:
-        return _run_ag_program(case)
-    # ag_device("gpu") is the best device; ggmlR's build fell back to its CPU backend
-    device = DEVICE or ("gpu" if any(d.type != "cpu" for d in ggmlpy.devices()) else "cpu")
+def _on_device(device, run, case) -> None:
+    """run(case) with `device` selected (None: the default device), restoring the default after."""
+    if device is None:
+        return run(case)
     previous = ggmlpy.ag_device()
     ggmlpy.ag_device(device)
     try:
-        _run_ag_program(case)
+        run(case)
     finally:
         ggmlpy.ag_device(previous)
+
+
+def run_ag_case(case: dict, tol: dict) -> None:
+    device = DEVICE
+    if device is None and case.get("device") == "gpu":
+        # ag_device("gpu") is the best device; ggmlR's build fell back to its CPU backend
+        device = "gpu" if any(d.type != "cpu" for d in ggmlpy.devices()) else "cpu"
+    _on_device(device, _run_ag_program, case)
 
 
 def _run_ag_program(case: dict) -> None:
@@ -243,14 +250,7 @@ def _run_gradcheck(case, prog):
 
 
 def run_train_case(case: dict, tol: dict) -> None:
-    if DEVICE is None:
-        return _run_train_program(case)
-    previous = ggmlpy.ag_device()
-    ggmlpy.ag_device(DEVICE)
-    try:
-        _run_train_program(case)
-    finally:
-        ggmlpy.ag_device(previous)
+    _on_device(DEVICE, _run_train_program, case)
 
 
 def _run_train_program(case: dict) -> None:
