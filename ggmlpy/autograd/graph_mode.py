@@ -27,7 +27,7 @@ import numpy as np
 from ..backend.state import STATE
 from ..bindings import ffi, lib
 from ..errors import GGMLError
-from ..tensor import AGTensor
+from ..tensor import AGTensor, ag_tensor
 from ..tensor import _ids as tensor_ids
 from .rules import RULES
 from .tape import TAPE, no_grad
@@ -270,7 +270,7 @@ class CompiledStep:
 
     # public: call with AGTensors (or numpy arrays) of the example inputs' shapes
     def __call__(self, *inputs) -> float:
-        ins = [x if isinstance(x, AGTensor) else _as_input(x, self) for x in inputs]
+        ins = [x if isinstance(x, AGTensor) else ag_tensor(x) for x in inputs]  # numpy: uploaded once
         sig = tuple((x.shape, int(x.st.t.type)) for x in ins)
         plan = self.plans.get(sig)
         if plan is None:
@@ -410,11 +410,6 @@ class _GraphOptimizer:
         lr = lib.ggml_view_1d(ctx, self.hyper.st.t, 1, 0)
         step = lib.ggml_mul(ctx, v_new, lib.ggml_repeat(ctx, lr, v_new))
         return lib.ggml_cpy(ctx, lib.ggml_sub(ctx, p.st.t, step), p.st.t)
-
-
-def _as_input(x, step):
-    from ..tensor import ag_tensor
-    return ag_tensor(x)
 
 
 def _ggml_can_differentiate(b: Builder) -> bool:
