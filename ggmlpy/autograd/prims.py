@@ -27,21 +27,29 @@ def matmul(ctx, a, b, ta=False, tb=False):
 
 
 def add(ctx, a, b):
-    return L.ggml_add(ctx, a, b)  # b broadcasts (ggml repeats the second operand)
+    return L.ggml_add(ctx, a, _widen(ctx, b, a))  # b broadcasts (ggml repeats the second operand)
 
 
 def sub(ctx, a, b):
-    return L.ggml_sub(ctx, a, b)
+    return L.ggml_sub(ctx, a, _widen(ctx, b, a))
 
 
 def mul(ctx, a, b):
-    return L.ggml_mul(ctx, a, b) if _covers(a, b) else L.ggml_mul(ctx, b, a)
+    return L.ggml_mul(ctx, a, _widen(ctx, b, a)) if _covers(a, b) else L.ggml_mul(ctx, b, _widen(ctx, a, b))
 
 
 def div(ctx, a, b):
     if _covers(a, b):
-        return L.ggml_div(ctx, a, b)
+        return L.ggml_div(ctx, a, _widen(ctx, b, a))
     return L.ggml_div(ctx, L.ggml_repeat_4d(ctx, a, b.ne[0], b.ne[1], 1, 1), b)
+
+
+def _widen(ctx, small, big):
+    """ggml broadcasts a one-element-wide operand one element per call (a 256x256 times a
+    1x1 took 116 us against 4 us): repeat it to full rows first, which broadcast at full speed."""
+    if small.ne[0] == 1 and big.ne[0] > 1:
+        return L.ggml_repeat_4d(ctx, small, big.ne[0], small.ne[1], 1, 1)
+    return small
 
 
 def _covers(a, b) -> bool:
