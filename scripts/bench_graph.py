@@ -74,6 +74,33 @@ def matmul_ceiling():
     return 2 * 1024 ** 3 / t / 1e9
 
 
+def node_profile(compiled, top=6):
+    """Where the graph's time goes: each node computed alone, summed by kind. (The sum is
+    close to the whole graph's time: the nodes are big enough for the threads' sync not to matter.)"""
+    from collections import defaultdict
+    from ggmlpy.bindings import ffi, lib
+    plan = next(iter(compiled.plans.values()))
+    backend = plan.backend.ptr
+    ctx = lib.ggml_init({"mem_size": 1 << 20, "mem_buffer": ffi.NULL, "no_alloc": True})
+    by_kind = defaultdict(lambda: [0, 0.0])
+    for i in range(lib.ggml_graph_n_nodes(plan.builder.graph)):
+        node = lib.ggml_graph_node(plan.builder.graph, i)
+        if node.op in (lib.GGML_OP_NONE, lib.GGML_OP_VIEW, lib.GGML_OP_RESHAPE, lib.GGML_OP_PERMUTE,
+                       lib.GGML_OP_TRANSPOSE):
+            continue
+        one = lib.ggml_new_graph_custom(ctx, 1, False)
+        lib.ggml_graph_add_node(one, node)
+        t = timed(lambda: lib.ggml_backend_graph_compute(backend, one), repeats=15)
+        kind = ffi.string(lib.ggml_op_desc(node)).decode()
+        by_kind[kind][0] += 1
+        by_kind[kind][1] += t
+    lib.ggml_free(ctx)
+    total = sum(t for _, t in by_kind.values())
+    print(f"  where the graph's time goes (each node alone; sum {total * 1e3:.2f} ms):")
+    for kind, (n, t) in sorted(by_kind.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"    {kind:<16} {n:3d} nodes {t * 1e3:7.2f} ms  ({t / n * 1e6:6.1f} us each)")
+
+
 def main():
     torch = torch_or_none()
     for label, width, batch in (("big: 12 x 256x256, batch 256", 256, 256), ("small: 12 x 64x64, batch 32", 64, 32)):
@@ -81,19 +108,20 @@ def main():
         t_eager = timed(eager_step(weights, x, y), repeats=7)
         gstep, compiled = graph_step(weights, x, y)
         t_graph = timed(gstep, repeats=7)
-        rstep, rcompiled = graph_step(weights, x, y, backward="rules")
-        t_rules = timed(rstep, repeats=7)
+        ostep, ocompiled = graph_step(weights, x, y, backward="ggml")
+        t_ggml = timed(ostep, repeats=7)
         t_torch = timed(torch_step(torch, weights, x, y), repeats=7) if torch else None
         flops = 12 * 3 * 2 * width * width * batch
         print(label)
         print(f"  graph   {t_graph * 1e3:8.2f} ms   ({flops / t_graph / 1e9:.1f} GFLOP/s, "
               f"compute buffer {compiled.compute_buffer_bytes / 2**20:.2f} MiB, backward: {compiled.last_backward})")
-        print(f"  graph, rule-table backward {t_rules * 1e3:8.2f} ms   ({flops / t_rules / 1e9:.1f} GFLOP/s, "
-              f"compute buffer {rcompiled.compute_buffer_bytes / 2**20:.2f} MiB)"
-              + (f"   /PyTorch = {t_rules / t_torch:.2f}" if t_torch else ""))
+        print(f"  graph, ggml's own backward {t_ggml * 1e3:8.2f} ms   ({flops / t_ggml / 1e9:.1f} GFLOP/s, "
+              f"compute buffer {ocompiled.compute_buffer_bytes / 2**20:.2f} MiB)")
         print(f"  eager   {t_eager * 1e3:8.2f} ms   eager/graph = {t_eager / t_graph:.2f}")
         if t_torch:
             print(f"  PyTorch {t_torch * 1e3:8.2f} ms   graph/PyTorch = {t_graph / t_torch:.2f}")
+        if width == 256:
+            node_profile(compiled)
     print(f"mul_mat 1024^2 ceiling on this build: {matmul_ceiling():.1f} GFLOP/s")
 
 
