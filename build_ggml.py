@@ -7,8 +7,10 @@ is recorded in <cache>/active.json for the runtime loader.
 
 Usage:
     python build_ggml.py                      # CPU backend, tuned for this CPU
-    python build_ggml.py --backend auto       # what CI and the tests use: CPU + RPC (+ Vulkan when
-                                              #   glslc, libvulkan-dev and spirv-headers are installed)
+    python build_ggml.py --backend auto       # what CI and the tests use: CPU + RPC (+ BLAS when
+                                              #   OpenBLAS is installed, + Vulkan when glslc,
+                                              #   libvulkan-dev and spirv-headers are installed)
+    python build_ggml.py --backend blas       # CPU + ggml's BLAS backend on OpenBLAS
     python build_ggml.py --backend vulkan --backend rpc   # the same, explicitly (fails without the tools)
     python build_ggml.py --backend vulkan     # CPU + Vulkan (fetches new Vulkan headers if needed)
     python build_ggml.py --backend cuda --cuda-arch "80;90"
@@ -26,8 +28,8 @@ it with the wanted options (a cache hit: 0.1 s). $GGMLPY_LIB_DIR overrides activ
 One build with several backends (e.g. cpu+rpc+vulkan) serves CPU, Vulkan and RPC devices from
 one process; there is no merging of separate builds.
 
-`--backend auto` tries cpu+rpc+vulkan when the Vulkan toolchain is present (see preflight), and
-falls back to cpu+rpc if that is missing or the Vulkan build fails (e.g. no network for the
+`--backend auto` tries cpu+rpc+vulkan (+blas with OpenBLAS) when the Vulkan toolchain is present
+(see preflight), and falls back to cpu+rpc(+blas) if that is missing or the Vulkan build fails (e.g. no network for the
 newer Vulkan headers). CUDA is never automatic: its build takes long and needs nvcc.
 
 The key-related helpers cache_dir(), cpu_tag() and build_key() are pure and importable.
@@ -43,8 +45,8 @@ GGML_PREFIX = "llama_cpp_python-0.3.36/vendor/llama.cpp/ggml/"
 RPC_SERVER_SRC = "llama_cpp_python-0.3.36/vendor/llama.cpp/tools/rpc/rpc-server.cpp"
 REPO = Path(__file__).resolve().parent
 VENDOR = REPO / "vendor" / "ggml"
-BACKENDS = ("cpu", "cuda", "rpc", "vulkan")
-AUTO = "auto"  # --backend auto: rpc, plus vulkan when its toolchain is here
+BACKENDS = ("blas", "cpu", "cuda", "rpc", "vulkan")
+AUTO = "auto"  # --backend auto: rpc, plus blas and vulkan when their toolchains are here
 MIN_VK_HEADER = 287  # ggml-vulkan needs vk::LayerSettingEXT (not in 1.3.239); extras gated at 287
 PC_IN = """\
 prefix=@CMAKE_INSTALL_PREFIX@
@@ -254,6 +256,8 @@ def missing_tools(backends: set[str]) -> list[str]:
             missing.append("SPIRV-Headers (apt-get install spirv-headers)")
         if vk_header_version(Path("/usr/include")) < MIN_VK_HEADER and not (shutil.which("apt-get") and shutil.which("dpkg")):
             missing.append(f"Vulkan headers >= 1.3.{MIN_VK_HEADER} (apt-get/dpkg to fetch them)")
+    if "blas" in backends and not openblas_headers():
+        missing.append("OpenBLAS (apt-get install libopenblas-openmp-dev)")
     if "cuda" in backends:
         if not shutil.which("nvcc"):
             missing.append("nvcc (install the CUDA toolkit, e.g. apt-get install nvidia-cuda-toolkit)")
@@ -261,6 +265,11 @@ def missing_tools(backends: set[str]) -> list[str]:
             missing.append("cuBLAS headers (cublas_v2.h), which ggml-cuda links: install the toolkit's cuBLAS "
                            "development files (e.g. apt-get install libcublas-dev-<version>), or set CUDA_HOME")
     return missing
+
+
+def openblas_headers() -> list[str]:
+    """OpenBLAS's cblas.h (Debian puts each threading variant's under its own folder)."""
+    return glob.glob("/usr/include/*/openblas*/cblas.h") + glob.glob("/usr/include/openblas/cblas.h")
 
 
 def cuda_has_cublas() -> bool:
@@ -289,14 +298,16 @@ def preflight(backends: set[str]) -> None:
 
 def auto_candidates(cache: Path, native: bool, extra_cmake=()) -> list[set[str]]:
     """--backend auto: the backend sets to try, best first (a cached Vulkan build counts as present)."""
-    full = {"cpu", "rpc", "vulkan"}
+    # OpenBLAS serves the CPU device's transposed matrix products (ggml's BLAS backend)
+    base = {"cpu", "rpc"} | ({"blas"} if openblas_headers() else set())
+    full = base | {"vulkan"}
     if (cache / "builds" / build_key(full, native, extra_cmake) / "build.json").exists():
-        return [full, {"cpu", "rpc"}]
-    vk_missing = [m for m in missing_tools(full) if m not in missing_tools({"cpu", "rpc"})]
+        return [full, base]
+    vk_missing = [m for m in missing_tools(full) if m not in missing_tools(base)]
     if vk_missing:
-        log("--backend auto: no Vulkan (missing " + "; ".join(vk_missing) + "); building cpu+rpc")
-        return [{"cpu", "rpc"}]
-    return [full, {"cpu", "rpc"}]
+        log("--backend auto: no Vulkan (missing " + "; ".join(vk_missing) + "); building " + "+".join(sorted(base)))
+        return [base]
+    return [full, base]
 
 
 def vulkan_include_dir(cache: Path) -> Path | None:
@@ -366,6 +377,8 @@ def cmake_flags(args, backends: set[str], install: Path, cache: Path) -> list[st
                   f"-DCMAKE_CUDA_ARCHITECTURES={args.cuda_arch or default_cuda_arch()}"]
     if "rpc" in backends:
         flags.append("-DGGML_RPC=ON")
+    if "blas" in backends:
+        flags += ["-DGGML_BLAS=ON", "-DGGML_BLAS_VENDOR=OpenBLAS"]
     if shutil.which("ninja"):
         flags.append("-GNinja")
     return flags + list(args.cmake_arg)

@@ -179,7 +179,7 @@ def run_ag_case(case: dict, tol: dict) -> None:
     device = DEVICE
     if device is None and case.get("device") == "gpu":
         # ag_device("gpu") is the best device; ggmlR's build fell back to its CPU backend
-        device = "gpu" if any(d.type != "cpu" for d in ggmlpy.devices()) else "cpu"
+        device = "gpu" if any(d.type in ("gpu", "igpu") for d in ggmlpy.devices()) else "cpu"
     _on_device(device, _run_ag_program, case)
 
 

@@ -16,11 +16,14 @@ F32 = lib.GGML_TYPE_F32
 _LOW = (lib.GGML_TYPE_F16, lib.GGML_TYPE_BF16)
 
 
-def _builder(fwd, params: dict, out_type: int):
-    """A graph builder computing in f32 whatever the storage dtype, and storing in `out_type`."""
+def _builder(fwd, params: dict, out_type: int, blas: bool = False):
+    """A graph builder computing in f32 whatever the storage dtype, and storing in `out_type`.
+    With `blas` (the device has ggml's BLAS backend) an all-f32 product is built for it."""
     def build(ctx, *xs):
+        cast = out_type != F32 or any(x.type in _LOW for x in xs)
         xs = [lib.ggml_cast(ctx, x, F32) if x.type in _LOW else x for x in xs]
-        y = fwd(ctx, *xs, **params)
+        with prims.blas_products(blas and not cast):  # BLAS runs whole graphs of products only
+            y = fwd(ctx, *xs, **params)
         return lib.ggml_cast(ctx, y, out_type) if out_type != F32 else y
     return build
 
@@ -51,7 +54,7 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
                     w.add(x.id)
     out_type = STATE.dtype
     key = (op, tuple(params.items()), out_type)
-    st = dc.executor.run(key, _builder(rule.fwd, params, out_type), [x.st for x in inputs],
+    st = dc.executor.run(key, _builder(rule.fwd, params, out_type, dc.blas is not None), [x.st for x in inputs],
                          dc.pass_pool.alloc)[0]
     ne = st.t.ne
     out = AGTensor(st, (ne[0], ne[1]), dc, is_leaf=False)

@@ -442,6 +442,21 @@ def _set_n_threads(ptr, n: int) -> None:
     fn(ptr, n)
 
 
+def blas_backend(n_threads: int) -> "Backend | None":
+    """ggml's BLAS backend (OpenBLAS), when this libggml has one: not a device of its own but
+    the CPU device's helper for matrix products with a transposed operand, which BLAS reads
+    in place where ggml's CPU kernels need a copy."""
+    dev = lib.ggml_backend_dev_by_name(b"BLAS")
+    if dev == _NULL:
+        return None
+    b = Backend(lib.ggml_backend_dev_init(dev, _NULL), "BLAS")
+    addr = lib.ggml_backend_reg_get_proc_address(lib.ggml_backend_dev_backend_reg(dev), b"ggml_backend_set_n_threads")
+    if addr != _NULL:  # never ggml_backend_cpu_set_n_threads: it asserts on a non-CPU backend
+        ffi.cast("ggml_backend_set_n_threads_t", addr)(b.ptr, int(n_threads))
+        b.n_threads = int(n_threads)
+    return b
+
+
 # -- named devices, one backend each ------------------------------------------------------------
 _lock = threading.RLock()
 _cache: dict[str, Backend] = {}
@@ -477,8 +492,11 @@ def _resolve(spec: str) -> str:
             if want not in names:
                 raise DeviceError(_unavailable(spec, names, kind))
             return want
-    for n in names:  # ggml's own spelling: "Vulkan0", "CUDA0", "CPU", "RPC0"
+    for d, n in zip(devs, names):  # ggml's own spelling: "Vulkan0", "CUDA0", "CPU", "RPC0"
         if n.lower() == low:
+            if lib.ggml_backend_dev_type(d) == lib.GGML_BACKEND_DEVICE_TYPE_ACCEL:
+                raise DeviceError(f"{n} is an accelerator that ggml pairs with the CPU device (the CPU "
+                                  f"device uses it by itself), not a device to compute on: use ag_device('cpu')")
             return n
     raise DeviceError(_unavailable(spec, names))
 

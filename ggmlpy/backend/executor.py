@@ -87,9 +87,10 @@ class Executor:
     SMALL = 32768            # output elements of an element-wise node
     SMALL_MATMUL = 1 << 21   # multiply-adds of a matrix product
 
-    def __init__(self, backend, capacity: int = 512, small_backend=None):
+    def __init__(self, backend, capacity: int = 512, small_backend=None, blas=None):
         self.backend = backend
         self.small_backend = small_backend or backend
+        self.blas = blas  # ggml's BLAS backend, which runs graphs of OUT_PROD products
         self.capacity = capacity
         self.cache: OrderedDict = OrderedDict()
         self.runs = 0
@@ -138,12 +139,19 @@ class Executor:
                     raise GGMLError(f"in-place destination {_shape(s.t)} does not match the op's output {ne}")
         c = _Compiled(self.backend, build, in_specs, inputs, outs)
         self._check_supported(c)
-        c.backend_ptr = (self.small_backend if self._is_small(c) else self.backend).ptr
+        c.backend_ptr = self._backend_for(c).ptr
         self.cache[sig] = c
         if len(self.cache) > self.capacity:
             _, old = self.cache.popitem(last=False)
             old.free()
         return c, outs
+
+    def _backend_for(self, c: _Compiled):
+        nodes = [lib.ggml_graph_node(c.graph, i) for i in range(lib.ggml_graph_n_nodes(c.graph))]
+        if (self.blas is not None and any(p.op == lib.GGML_OP_OUT_PROD for p in nodes)
+                and all(lib.ggml_backend_supports_op(self.blas.ptr, p) for p in nodes)):
+            return self.blas
+        return self.small_backend if self._is_small(c) else self.backend
 
     def _is_small(self, c: _Compiled) -> bool:
         n = lib.ggml_graph_n_nodes(c.graph)

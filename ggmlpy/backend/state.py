@@ -11,7 +11,7 @@ import warnings
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError
-from .device import Backend, _resolve, forget_backend, get_backend
+from .device import Backend, _resolve, blas_backend, forget_backend, get_backend
 from .executor import Executor
 from .pool import PassPool, PersistentPool
 
@@ -28,7 +28,8 @@ class DeviceContext:
         self.name = self.backend.device_name
         self.pass_pool = PassPool(self.backend)
         self.persistent = PersistentPool(self.backend)
-        self.executor = Executor(self.backend, small_backend=self._single_threaded())
+        self.blas = blas_backend(self.backend.n_threads) if self.backend.is_cpu else None
+        self.executor = Executor(self.backend, small_backend=self._single_threaded(), blas=self.blas)
 
     def _single_threaded(self):
         """A second CPU backend with one thread, for graphs too small to share."""

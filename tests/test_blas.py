@@ -1,0 +1,58 @@
+"""ggml's BLAS backend as the CPU device's helper for products with a transposed operand."""
+import numpy as np
+import pytest
+
+import ggmlpy as g
+from ggmlpy.backend.state import STATE
+
+HAS_BLAS = "BLAS" in g.backends()
+needs_blas = pytest.mark.skipif(not HAS_BLAS, reason="this libggml has no BLAS backend "
+                                "(apt-get install libopenblas-openmp-dev; python build_ggml.py --backend auto)")
+
+
+@needs_blas
+def test_blas_is_not_a_device_to_compute_on():
+    with pytest.raises(g.DeviceError, match="use ag_device\\('cpu'\\)"):
+        g.ag_device("BLAS")
+    assert g.ag_default_device() == "CPU"
+
+
+def _graphs_on_blas():
+    dc = STATE.context("cpu")
+    return [c for c in dc.executor.cache.values() if c.backend_ptr == dc.blas.ptr]
+
+
+@needs_blas
+@pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False), (True, True)])
+def test_big_products_and_their_gradients_match_numpy(ta, tb):
+    rng = np.random.default_rng(0)
+    A, B = rng.normal(size=(40, 48)), rng.normal(size=(48, 36))
+    a = g.ag_param(A.T.copy() if ta else A)
+    b = g.ag_param(B.T.copy() if tb else B)
+    STATE.context("cpu").executor.clear()
+    with g.with_grad_tape():
+        y = g.ag_matmul(g.ag_transpose(a) if ta else a, g.ag_transpose(b) if tb else b)
+        loss = g.ag_sum(g.ag_mul(y, y))
+    grads = g.backward(loss)
+    np.testing.assert_allclose(y.numpy(), A @ B, rtol=1e-5, atol=1e-4)
+    gy = 2 * A @ B
+    ga, gb = gy @ B.T, A.T @ gy
+    np.testing.assert_allclose(grads[a].numpy(), ga.T if ta else ga, rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(grads[b].numpy(), gb.T if tb else gb, rtol=1e-5, atol=1e-3)
+    assert _graphs_on_blas()  # a %*% b and its gradients ran as OUT_PROD on BLAS
+
+
+@needs_blas
+def test_f16_storage_and_small_products_stay_on_the_cpu_backend():
+    rng = np.random.default_rng(1)
+    small = g.ag_tensor(rng.normal(size=(8, 8)))
+    STATE.context("cpu").executor.clear()
+    g.ag_matmul(small, small)
+    assert not _graphs_on_blas()
+    g.ag_dtype("f16")
+    try:
+        x = g.ag_tensor(rng.normal(size=(64, 64)))
+        np.testing.assert_allclose(g.ag_matmul(x, x).numpy(), x.numpy() @ x.numpy(), rtol=2e-2, atol=0.2)
+        assert not _graphs_on_blas()  # BLAS gets whole graphs of products: no casts
+    finally:
+        g.ag_dtype("f32")
