@@ -75,12 +75,12 @@ def matmul_ceiling():
 
 
 def node_profile(compiled, top=6):
-    """Where the graph's time goes: each node computed alone, summed by kind. (The sum is
-    close to the whole graph's time: the nodes are big enough for the threads' sync not to matter.)"""
+    """Where the graph's time goes: each node computed alone (on the backend the graph gives it),
+    summed by kind. The nodes are big enough for the sum to be close to the whole graph's time."""
     from collections import defaultdict
     from ggmlpy.bindings import ffi, lib
     plan = next(iter(compiled.plans.values()))
-    backend = plan.backend.ptr
+    blas = plan.sched.backends[0].ptr if plan.sched is not None else None  # it computes OUT_PROD
     ctx = lib.ggml_init({"mem_size": 1 << 20, "mem_buffer": ffi.NULL, "no_alloc": True})
     by_kind = defaultdict(lambda: [0, 0.0])
     for i in range(lib.ggml_graph_n_nodes(plan.builder.graph)):
@@ -90,6 +90,7 @@ def node_profile(compiled, top=6):
             continue
         one = lib.ggml_new_graph_custom(ctx, 1, False)
         lib.ggml_graph_add_node(one, node)
+        backend = blas if blas is not None and node.op == lib.GGML_OP_OUT_PROD else plan.backend.ptr
         t = timed(lambda: lib.ggml_backend_graph_compute(backend, one), repeats=15)
         kind = ffi.string(lib.ggml_op_desc(node)).decode()
         by_kind[kind][0] += 1

@@ -74,8 +74,9 @@ OPTIMIZERS = [("sgd", lambda ps: g.optimizer_sgd(ps, lr=0.1)),
 @pytest.mark.parametrize("opt_name,make_opt", OPTIMIZERS, ids=[o[0] for o in OPTIMIZERS])
 def test_compiled_steps_follow_the_eager_trajectory(opt_name, make_opt, backward):
     rng = np.random.default_rng(5)
-    x, y = g.ag_tensor(rng.normal(size=(8, 16))), g.ag_tensor(rng.normal(size=(8, 16)))
-    params, loss_fn = relu_mlp() if backward == "ggml" else mlp()
+    # 32 wide: big enough for the CPU device to give its products to BLAS, when it has it
+    x, y = g.ag_tensor(rng.normal(size=(32, 40))), g.ag_tensor(rng.normal(size=(32, 40)))
+    params, loss_fn = relu_mlp(width=32) if backward == "ggml" else mlp(width=32)
     init = [p.numpy() for p in params]
     want = eager_losses(params, loss_fn, make_opt(params), x, y, 4)
     final = [p.numpy() for p in params]
@@ -83,6 +84,8 @@ def test_compiled_steps_follow_the_eager_trajectory(opt_name, make_opt, backward
         p.data = v
     step = g.ag_compile(loss_fn, [x, y], optimizer=make_opt(params), backward=backward)
     got = [step(x, y) for _ in range(4)]
+    if backward == "rules" and "BLAS" in g.backends() and g.ag_default_device() == "CPU":
+        assert all(p.sched is not None for p in step.plans.values())  # products on BLAS, the rest on CPU
     np.testing.assert_allclose(got, want, rtol=1e-5)
     for p, v in zip(params, final):
         np.testing.assert_allclose(p.numpy(), v, rtol=1e-5, atol=1e-6)
