@@ -19,6 +19,8 @@ def main():
     ws, _, _, forward = ggml_mlp(weights, x, y)
 
     def ggml_step():
+        for w in ws:  # as PyTorch's step below: gradients are not accumulated across steps
+            w.grad = None
         with g.with_grad_tape():
             loss = forward()
         g.backward(loss)

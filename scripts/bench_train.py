@@ -29,13 +29,26 @@ def make_weights(layers: int, width: int, seed: int = 0):
             for _ in range(layers)]
 
 
-def ggmlpy_step_fn(weights, x, y, fused_optimizer=True, phases=None):
+def ggmlpy_model(weights):
     layers = []
     for i, (w, b) in enumerate(weights):
         lyr = g.ag_linear(w.shape[1], w.shape[0], "relu" if i < len(weights) - 1 else None)
         lyr.W.data, lyr.b.data = w, b
         layers.append(lyr)
-    model = g.ag_sequential(*layers)
+    return g.ag_sequential(*layers)
+
+
+def compiled_step_fn(weights, x, y):
+    """The same step as one ggml graph (ag_compile): forward, backward and Adam."""
+    model = ggmlpy_model(weights)
+    opt = g.optimizer_adam(model.parameters(), lr=1e-3)
+    xt, yt = g.ag_tensor(x), g.ag_tensor(y)
+    step = g.ag_compile(lambda xx, yy: g.ag_mse_loss(model(xx), yy), [xt, yt], optimizer=opt)
+    return lambda: step(xt, yt)
+
+
+def ggmlpy_step_fn(weights, x, y, fused_optimizer=True, phases=None):
+    model = ggmlpy_model(weights)
     opt = g.optimizer_adam(model.parameters(), lr=1e-3)
     opt._fused_ok = fused_optimizer  # False: the op-by-op update, for comparison
     xt, yt = g.ag_tensor(x), g.ag_tensor(y)
@@ -121,8 +134,12 @@ def main(argv=None) -> int:
         print("first 3 losses  ggmlpy " + " ".join(f"{v:.6f}" for v in l_ours)
               + "   torch " + " ".join(f"{v:.6f}" for v in l_theirs))
 
+    compiled = compiled_step_fn(weights, x, y)
+    print("first 3 losses  ag_compile " + " ".join(f"{compiled():.6f}" for _ in range(3)))
     ms_ours = median_ms(ours, args.warmup, args.steps, args.repeats)
-    print(f"ggmlpy  {ms_ours:8.2f} ms/step")
+    print(f"ggmlpy  {ms_ours:8.2f} ms/step   (eager: ag_* ops, backward, optimizer.step)")
+    ms_compiled = median_ms(compiled, args.warmup, args.steps, args.repeats)
+    print(f"ggmlpy  {ms_compiled:8.2f} ms/step   (ag_compile: the step as one ggml graph)")
     if args.breakdown:
         for fused_opt in (True, False):
             phases = []
@@ -135,7 +152,7 @@ def main(argv=None) -> int:
         return 0
     ms_theirs = median_ms(theirs, args.warmup, args.steps, args.repeats)
     print(f"torch   {ms_theirs:8.2f} ms/step  (torch {torch.__version__})")
-    print(f"ratio ggmlpy/torch = {ms_ours / ms_theirs:.2f}")
+    print(f"ratio ggmlpy/torch = {ms_ours / ms_theirs:.2f} eager, {ms_compiled / ms_theirs:.2f} compiled")
     return 0
 
 

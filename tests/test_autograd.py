@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
+from ggmlpy.bindings import ffi
 
 from op_cases import CASES, TARGETS, r
 
@@ -125,3 +126,24 @@ def test_bad_dtypes_are_clear_errors():
     with pytest.raises(g.GGMLError, match="ag_dtype"):
         g.ag_dtype("int8")
     assert x.dtype == "f32"
+
+
+def test_a_dropped_grad_buffer_is_reused_but_a_held_one_never_is():
+    w = g.ag_param(np.ones((5, 4)))
+
+    def grad_of(s):
+        with g.with_grad_tape():
+            loss = g.ag_sum(g.ag_scale(w, s))
+        g.backward(loss)
+        return w.grad
+
+    held = grad_of(2.0)
+    w.grad = None  # as zero_grad does; the test still holds the old gradient
+    second = grad_of(3.0)
+    assert second.st.data != held.st.data
+    np.testing.assert_array_equal(held.numpy(), 2.0)
+    freed = int(ffi.cast("uintptr_t", second.st.data))
+    w.grad = second = None  # its last handle: the persistent pool keeps the buffer for reuse
+    third = grad_of(4.0)
+    assert int(ffi.cast("uintptr_t", third.st.data)) == freed
+    np.testing.assert_array_equal(third.numpy(), 4.0)

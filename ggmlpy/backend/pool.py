@@ -40,6 +40,13 @@ def _new_header(meta_ctx, ggml_type: int, ne):
     return lib.ggml_new_tensor(meta_ctx, ggml_type, len(ne), ffi.new("int64_t[]", list(ne)))
 
 
+def _spec_ne(t) -> tuple:
+    ne = [int(x) for x in t.ne]
+    while len(ne) > 2 and ne[-1] == 1:
+        ne.pop()
+    return tuple(ne)
+
+
 def _meta_context(n_tensors: int):
     params = ffi.new("struct ggml_init_params *", {"mem_size": n_tensors * _OVERHEAD + 256,
                                                    "mem_buffer": _NULL, "no_alloc": True})
@@ -254,32 +261,49 @@ class PassPool:
 
 
 class _Owned:
-    """The buffer and metadata context behind one persistent tensor."""
+    """The buffer, metadata context and tensor header behind one persistent tensor."""
 
-    __slots__ = ("buffer", "meta", "pool")
+    __slots__ = ("buffer", "meta", "t", "pool")
 
-    def __init__(self, pool, buffer, meta):
-        self.pool, self.buffer, self.meta = pool, buffer, meta
+    def __init__(self, pool, buffer, meta, t):
+        self.pool, self.buffer, self.meta, self.t = pool, buffer, meta, t
 
     def release(self, gen: int) -> None:
         if self.buffer is not None:
-            lib.ggml_backend_buffer_free(self.buffer)
-            lib.ggml_free(self.meta)
+            self.pool._recycle(self, gen)
             self.buffer = None
+
+    def free(self) -> None:
+        lib.ggml_backend_buffer_free(self.buffer)
+        lib.ggml_free(self.meta)
 
 
 class PersistentPool:
-    """One buffer per tensor, freed with its last handle. reset() bumps p_ctx_gen."""
+    """One buffer per tensor. reset() bumps p_ctx_gen.
+
+    A buffer whose last handle is gone is kept for the next tensor of the same type and
+    shape (up to SPARE_BYTES in all): a training loop that drops its `.grad` tensors every
+    step (zero_grad) would otherwise allocate and page in fresh buffers every step."""
 
     kind = "persistent"
+    SPARE_BYTES = 64 << 20
 
     def __init__(self, backend):
         self.backend = backend
         self.gen = 1
         self.live_bytes = 0
+        self.spare: dict = {}  # spec -> [_Owned]
+        self.spare_bytes = 0
 
     def alloc(self, ggml_type: int, ne) -> Storage:
         nbytes = _nbytes(ggml_type, ne)
+        spec = (ggml_type, tuple(ne))
+        spares = self.spare.get(spec)
+        if spares:
+            owned = spares.pop()
+            self.spare_bytes -= nbytes
+            t = owned.t
+            return Storage(t, self, self.gen, owned, nbytes, spec, t.data, owned.buffer)
         meta = _meta_context(1)
         t = _new_header(meta, ggml_type, ne)
         buffer = lib.ggml_backend_buft_alloc_buffer(self.backend.buft, max(nbytes, 1))
@@ -288,8 +312,24 @@ class PersistentPool:
             raise MemoryError(f"could not allocate {nbytes} bytes on {self.backend.device_name}")
         base = lib.ggml_backend_buffer_get_base(buffer)
         lib.ggml_backend_tensor_alloc(buffer, t, base)
-        return Storage(t, self, self.gen, _Owned(self, buffer, meta), nbytes, (ggml_type, tuple(ne)),
-                       t.data, buffer)
+        return Storage(t, self, self.gen, _Owned(self, buffer, meta, t), nbytes, spec, t.data, buffer)
+
+    def _recycle(self, owned: _Owned, gen: int) -> None:
+        t = owned.t
+        spec = (int(t.type), _spec_ne(t))
+        nbytes = _nbytes(*spec)
+        if gen != self.gen or self.spare_bytes + nbytes > self.SPARE_BYTES:
+            owned.free()
+            return
+        kept = _Owned(self, owned.buffer, owned.meta, t)  # the old one is marked released
+        self.spare.setdefault(spec, []).append(kept)
+        self.spare_bytes += nbytes
+
+    def free_spare(self) -> None:
+        for owned in (o for lst in self.spare.values() for o in lst):
+            owned.free()
+        self.spare, self.spare_bytes = {}, 0
 
     def reset(self) -> None:
+        self.free_spare()
         self.gen += 1
