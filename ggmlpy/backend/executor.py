@@ -13,7 +13,7 @@ from collections import OrderedDict
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError
-from .pool import Storage
+from .pool import Storage, shape_of as _shape
 
 _NULL = ffi.NULL
 _VIEW_OPS = {lib.GGML_OP_VIEW, lib.GGML_OP_RESHAPE, lib.GGML_OP_PERMUTE, lib.GGML_OP_TRANSPOSE}
@@ -63,13 +63,6 @@ class _Compiled:
             self.ctx = None
 
     __del__ = free
-
-
-def _shape(p) -> tuple:
-    ne = [int(x) for x in p.ne]
-    while len(ne) > 2 and ne[-1] == 1:
-        ne.pop()
-    return tuple(ne)
 
 
 def _point(dst, s) -> None:

@@ -40,7 +40,8 @@ def _new_header(meta_ctx, ggml_type: int, ne):
     return lib.ggml_new_tensor(meta_ctx, ggml_type, len(ne), ffi.new("int64_t[]", list(ne)))
 
 
-def _spec_ne(t) -> tuple:
+def shape_of(t) -> tuple:
+    """A ggml tensor's ne, without trailing 1s beyond the first two (the shape in specs)."""
     ne = [int(x) for x in t.ne]
     while len(ne) > 2 and ne[-1] == 1:
         ne.pop()
@@ -316,7 +317,7 @@ class PersistentPool:
 
     def _recycle(self, owned: _Owned, gen: int) -> None:
         t = owned.t
-        spec = (int(t.type), _spec_ne(t))
+        spec = (int(t.type), shape_of(t))
         nbytes = _nbytes(*spec)
         if gen != self.gen or self.spare_bytes + nbytes > self.SPARE_BYTES:
             owned.free()
