@@ -23,7 +23,7 @@ _OVERHEAD = int(lib.ggml_tensor_overhead())
 class _Compiled:
     """One cached graph: leaf headers to re-point, output headers, and the views between them."""
 
-    __slots__ = ("ctx", "graph", "leaves", "outs", "views", "galloc", "out_specs", "backend_ptr")
+    __slots__ = ("ctx", "graph", "nodes", "leaves", "outs", "views", "galloc", "out_specs", "backend_ptr")
 
     def __init__(self, backend, build, in_specs, inputs, outs_into):
         n_nodes = 256
@@ -49,9 +49,8 @@ class _Compiled:
             lib.ggml_build_forward_expand(self.graph, o)
         for o, s in zip(self.outs, outs_into):
             _point(o, s)
-        n = lib.ggml_graph_n_nodes(self.graph)
-        self.views = [p for p in (lib.ggml_graph_node(self.graph, i) for i in range(n))
-                      if p.view_src != _NULL]
+        self.nodes = [lib.ggml_graph_node(self.graph, i) for i in range(lib.ggml_graph_n_nodes(self.graph))]
+        self.views = [p for p in self.nodes if p.view_src != _NULL]
         self.galloc = lib.ggml_gallocr_new(backend.buft)
         if not lib.ggml_gallocr_alloc_graph(self.galloc, self.graph):
             raise MemoryError("could not allocate an op graph's intermediates")
@@ -140,15 +139,13 @@ class Executor:
         return c, outs
 
     def _backend_for(self, c: _Compiled):
-        nodes = [lib.ggml_graph_node(c.graph, i) for i in range(lib.ggml_graph_n_nodes(c.graph))]
-        if (self.blas is not None and any(p.op == lib.GGML_OP_OUT_PROD for p in nodes)
-                and all(lib.ggml_backend_supports_op(self.blas.ptr, p) for p in nodes)):
+        if (self.blas is not None and any(p.op == lib.GGML_OP_OUT_PROD for p in c.nodes)
+                and all(lib.ggml_backend_supports_op(self.blas.ptr, p) for p in c.nodes)):
             return self.blas
         return self.small_backend if self._is_small(c) else self.backend
 
     def _is_small(self, c: _Compiled) -> bool:
-        n = lib.ggml_graph_n_nodes(c.graph)
-        for p in (lib.ggml_graph_node(c.graph, i) for i in range(n)):
+        for p in c.nodes:
             if p.op == lib.GGML_OP_MUL_MAT:
                 work = lib.ggml_nelements(p) * p.src[0].ne[0]
             elif p.op == lib.GGML_OP_OUT_PROD:
@@ -160,9 +157,7 @@ class Executor:
         return True
 
     def _check_supported(self, c: _Compiled) -> None:
-        n = lib.ggml_graph_n_nodes(c.graph)
-        for i in range(n):
-            p = lib.ggml_graph_node(c.graph, i)
+        for p in c.nodes:
             if not lib.ggml_backend_supports_op(self.backend.ptr, p):
                 desc = ffi.string(lib.ggml_op_desc(p)).decode()
                 raise GGMLError(f"{self.backend.device_name} has no kernel for {desc} "
