@@ -2,14 +2,16 @@
 """One MLP training step (Adam) on every available device, as a ratio to the CPU backend.
 
 The model: 4 linear layers 256x256 (ReLU between), batch 256, MSE loss, Adam; one step is the
-forward pass, backward() and the optimizer update, eager, as a user writes it. Each device gets
-the same initial weights and data; the time is the median of --steps steps after --warmup
-(the first steps build the device's pipelines: seconds on lavapipe, cached afterwards).
+forward pass, backward() and the optimizer update: eager, as a user writes it, and compiled into
+one ggml graph (ag_compile: "graph ms"). Each device gets the same initial weights and data; the
+time is the median of --steps steps after --warmup (the first steps build the device's
+pipelines: seconds on lavapipe, cached afterwards).
 
     python scripts/bench_backends.py                      # CPU + every Vulkan/CUDA device
     python scripts/bench_backends.py --software-vulkan    # also Mesa's lavapipe (a CPU-run Vulkan)
     python scripts/bench_backends.py --local-rpc          # also a loopback rpc-server (serving the CPU)
     python scripts/bench_backends.py --rpc 10.0.0.5:50052 # also a remote rpc-server
+    python scripts/bench_backends.py --torch              # also PyTorch's step on its CPU and CUDA devices
     python scripts/bench_backends.py --json out.json
 
 A ratio below 1 is faster than the CPU backend. Loss after the timed steps is compared with the
@@ -42,6 +44,7 @@ def parse(argv):
     ap.add_argument("--local-rpc", action="store_true", help="start a loopback rpc-server and include it")
     ap.add_argument("--devices", default=None, help="comma-separated ggml device names (default: all)")
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--torch", action="store_true", help="also time the same step in PyTorch on the CPU and CUDA devices")
     return ap.parse_args(argv)
 
 
@@ -56,30 +59,79 @@ from ggmlpy.backend import device as D  # noqa: E402
 from ggmlpy.backend.state import release_device  # noqa: E402
 
 
+def timed_steps(step, a) -> tuple[float, float, float]:
+    """(first step s, median ms of the timed steps, last loss); each step reads its loss back,
+    so it is complete when timed."""
+    times, loss_v = [], None
+    for _ in range(a.warmup + a.steps):
+        t0 = time.perf_counter()
+        loss_v = step()
+        times.append(time.perf_counter() - t0)
+    return times[0], float(np.median(times[a.warmup:])) * 1e3, loss_v
+
+
 def mlp_steps(dev: str, a) -> dict:
+    """The step on `dev`, eager (ag_* ops, backward, optimizer.step) and compiled (ag_compile:
+    one ggml graph), each from the same initial weights."""
     g.ag_device(dev)
     try:
         rng = np.random.default_rng(0)
         x, y = rng.normal(size=(a.width, a.batch)), rng.normal(size=(a.width, a.batch))
-        g.manual_seed(0)
-        layers = []
-        for i in range(a.layers):
-            layers.append(g.ag_linear(a.width, a.width, "relu" if i < a.layers - 1 else None))
-        model = g.ag_sequential(*layers)
-        opt = g.optimizer_adam(model.parameters(), lr=1e-3)
-        X, Y = g.ag_tensor(x), g.ag_tensor(y)
-        times, loss_v = [], None
-        for i in range(a.warmup + a.steps):
-            t0 = time.perf_counter()
+
+        def fresh():
+            g.manual_seed(0)
+            layers = [g.ag_linear(a.width, a.width, "relu" if i < a.layers - 1 else None) for i in range(a.layers)]
+            model = g.ag_sequential(*layers)
+            return model, g.optimizer_adam(model.parameters(), lr=1e-3), g.ag_tensor(x), g.ag_tensor(y)
+
+        model, opt, X, Y = fresh()
+
+        def eager():
             with g.with_grad_tape():
                 loss = g.ag_mse_loss(model(X), Y)
             opt.step(g.backward(loss))
             opt.zero_grad()
-            loss_v = loss.item()  # reads back: the step is complete
-            times.append(time.perf_counter() - t0)
-        return {"first_s": times[0], "median_ms": float(np.median(times[a.warmup:])) * 1e3, "loss": loss_v}
+            return loss.item()
+        first, ms, loss_v = timed_steps(eager, a)
+        out = {"first_s": first, "median_ms": ms, "loss": loss_v}
+        try:
+            cmodel, copt, CX, CY = fresh()
+            compiled = g.ag_compile(lambda xx, yy: g.ag_mse_loss(cmodel(xx), yy), [CX, CY], optimizer=copt)
+            _, out["graph_ms"], out["graph_loss"] = timed_steps(lambda: compiled(CX, CY), a)
+        except g.GGMLError as e:
+            out["graph_error"] = str(e).splitlines()[0]
+        return out
     finally:
         g.ag_device("cpu")
+
+
+def torch_steps(name: str, a) -> dict | None:
+    """The same eager step in PyTorch (nn.Linear layers, Adam), on the torch device matching a
+    ggml device (CPU, CUDAn); None where torch has no such device."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    dev = "cpu" if name == "CPU" else f"cuda:{name[4:]}" if name.startswith("CUDA") else None
+    if dev is None or (dev != "cpu" and not torch.cuda.is_available()):
+        return None
+    torch.set_num_threads(g.get_backend("cpu").n_threads)
+    torch.manual_seed(0)
+    layers = []
+    for i in range(a.layers):
+        layers += [torch.nn.Linear(a.width, a.width)] + ([torch.nn.ReLU()] if i < a.layers - 1 else [])
+    model = torch.nn.Sequential(*layers).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(a.batch, a.width, device=dev), torch.randn(a.batch, a.width, device=dev)
+
+    def step():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.item()  # synchronises, as ggmlpy's step does
+    _, ms, _ = timed_steps(step, a)
+    return {"torch_ms": ms, "torch": torch.__version__}
 
 
 def drop_rpc(spec: str) -> None:
@@ -133,11 +185,15 @@ def main() -> int:
                 results[spec] = {"error": str(e).splitlines()[0]}
             if spec.startswith("rpc://"):
                 drop_rpc(spec)
+        if a.torch:
+            for spec in results:
+                results[spec].update(torch_steps(spec, a) or {})
     finally:
         if server is not None:
             server.terminate()
             server.wait(timeout=10)
-    print(f"{'device':<28} {'ms/step':>9} {'x CPU time':>11} {'speedup':>8} {'first step':>11} {'loss rel diff':>14}")
+    print(f"{'device':<28} {'ms/step':>9} {'x CPU time':>11} {'speedup':>8} {'first step':>11} {'loss rel diff':>14}"
+          f" {'graph ms':>9} {'x CPU graph':>12}" + (f" {'torch ms':>9}" if a.torch else ""))
     for spec, r in results.items():
         if "error" in r:
             print(f"{spec:<28} error: {r['error']}")
@@ -146,7 +202,11 @@ def main() -> int:
         diff = abs(r["loss"] - ref["loss"]) / max(abs(ref["loss"]), 1e-12)
         desc = next((d.description for d in g.devices() if d.name == spec), "")
         label = f"{spec} ({desc[:14]})" if desc and not spec.startswith("rpc") else spec
-        print(f"{label:<28} {r['median_ms']:>9.2f} {ratio:>11.2f} {1 / ratio:>8.2f} {r['first_s']:>10.2f}s {diff:>14.1e}")
+        graph = f" {r['graph_ms']:>9.2f} {r['graph_ms'] / ref['graph_ms']:>12.2f}" if "graph_ms" in r and "graph_ms" in ref \
+            else f" graph: {r.get('graph_error', 'n/a')}"
+        torch_ms = f" {r['torch_ms']:>9.2f}" if "torch_ms" in r else ""
+        print(f"{label:<28} {r['median_ms']:>9.2f} {ratio:>11.2f} {1 / ratio:>8.2f} {r['first_s']:>10.2f}s {diff:>14.1e}"
+              f"{graph}{torch_ms}")
         r["ratio_to_cpu"] = ratio
     if a.json:
         with open(a.json, "w") as f:

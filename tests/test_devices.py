@@ -7,8 +7,9 @@ there and how to build the missing backend.
 
 Tolerance: Vulkan converts f32 matmul inputs to f16 in some kernels (lavapipe included), so
 results agree with the CPU to about 1e-4..1e-3 relative to the largest magnitude (measured on
-lavapipe: ops 2e-4, three SGD/Adam steps 5e-4), not to float32 rounding; the checks allow 5e-3
-(CUDA: the same).
+lavapipe: ops 2e-4, three SGD/Adam steps 5e-4), not to float32 rounding; the checks allow 5e-3.
+CUDA: the same allowance, for ggml's own small-batch product kernels (at most 16 columns, rows a
+multiple of 32), which use TF32 tensor cores; cuBLAS products are kept f32 (see loader.py).
 
 Software Vulkan (Mesa lavapipe): ggml hides it unless GGML_VK_VISIBLE_DEVICES lists it, and only
 reads that once per process, so when this process has no Vulkan device but the build has the
@@ -184,6 +185,28 @@ def test_cuda_device():
     assert g.ag_device("cuda") == "CUDA0" and g.ag_device("cuda:0") == "CUDA0"
     ref, got = on("cpu", ops_case), on("cuda", ops_case)
     assert all(rel_err(ref[k], got[k]) <= tol("CUDA") for k in ref)
+
+
+def test_cuda_f32_products_are_f32_not_tf32():
+    """cuBLAS products stay f32 (NVIDIA_TF32_OVERRIDE=0, set at import): TF32 would be ~1e-3 off."""
+    if not any(n.startswith("CUDA") for n in LOCAL):
+        pytest.skip("no CUDA device (python build_ggml.py --backend cuda, on a machine with an NVIDIA GPU)")
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(64, 48)), rng.normal(size=(48, 40))  # 40 columns: cuBLAS, not ggml's mmf
+    got = on("cuda", lambda: g.ag_matmul(g.ag_tensor(a), g.ag_tensor(b)).numpy())
+    assert rel_err(a @ b, got) < 1e-5
+
+
+_TF32_ENV = "import os, ggmlpy; print(os.environ.get('NVIDIA_TF32_OVERRIDE'))"
+
+
+@pytest.mark.parametrize("env,expected", [({}, "0"), ({"GGMLPY_CUDA_TF32": "1"}, "None"),
+                                          ({"NVIDIA_TF32_OVERRIDE": "1"}, "1")])
+def test_cuda_tf32_is_off_unless_asked_for(env, expected):
+    base = {k: v for k, v in os.environ.items() if k not in ("NVIDIA_TF32_OVERRIDE", "GGMLPY_CUDA_TF32")}
+    out = subprocess.run([sys.executable, "-c", _TF32_ENV], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT, env=dict(base, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]), **env))
+    assert out.returncode == 0 and out.stdout.split()[-1] == expected, out.stdout + out.stderr
 
 
 # -- software Vulkan and ggml's log ---------------------------------------------------------------------

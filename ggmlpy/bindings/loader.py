@@ -98,7 +98,17 @@ class Lib:
         raise AttributeError(f"libggml has no symbol {name!r}")
 
 
+def keep_cuda_products_f32() -> None:
+    """ggml's CUDA backend asks cuBLAS for TF32 (a 10-bit mantissa) in f32 products, which costs
+    ~1e-3 relative error: finite-difference checks and ggmlR parity fail on it. Like PyTorch's
+    default, keep them f32, through cuBLAS's own switch, read when cuBLAS starts, unless the
+    user chose (NVIDIA_TF32_OVERRIDE set, or GGMLPY_CUDA_TF32=1 for the speed)."""
+    if os.environ.get("GGMLPY_CUDA_TF32") != "1":
+        os.environ.setdefault("NVIDIA_TF32_OVERRIDE", "0")
+
+
 def load(ffi: cffi.FFI) -> tuple[Lib, Found]:
+    keep_cuda_products_f32()
     found = find()
     d = found.lib_dir
     flags = ffi.RTLD_NOW | ffi.RTLD_GLOBAL
