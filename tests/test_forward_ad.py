@@ -7,7 +7,7 @@ import pytest
 
 import ggmlpy as g
 from ggmlpy.autograd import forward_ad as fad
-from op_cases import CASES, TARGETS, r
+from op_cases import CASES, TARGETS, away, r
 
 
 def t(a):
@@ -190,6 +190,18 @@ def test_hvp_matches_finite_differences_of_gradients():
 
     num = (grad(x0 + 1e-3 * v) - grad(x0 - 1e-3 * v)) / 2e-3
     np.testing.assert_allclose(hv, num, rtol=2e-2, atol=1e-3)
+
+
+def test_hvp_through_relu_matches_the_closed_form():
+    """relu's backward is one primitive (g where y > 0); its JVP carries the second order.
+    f = sum(relu(W x) * (U x)): the gradient reaching relu (U x) is non-zero where relu is off."""
+    Wn, Un = away(r(5, 3), 0), r(5, 3)
+    f = lambda x: g.ag_sum(g.ag_mul(g.ag_relu(g.ag_matmul(t(Wn), x)), g.ag_matmul(t(Un), x)))  # noqa: E731
+    x0, v = r(3, 1), r(3, 1)
+    _, hv = g.hvp(f, t(x0), t(v))
+    mask = (Wn @ x0 > 0).astype(float)
+    want = Wn.T @ (mask * (Un @ v)) + Un.T @ (mask * (Wn @ v))
+    np.testing.assert_allclose(hv.numpy(), want, rtol=1e-4, atol=1e-5)
 
 
 def test_jacfwd_matches_the_closed_form():

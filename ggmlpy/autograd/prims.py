@@ -91,6 +91,11 @@ def unary(ctx, x, fn):
     return getattr(L, "ggml_" + fn)(ctx, x)
 
 
+def where_positive(ctx, g, y):
+    """g where y > 0, else 0: relu's backward, as one graph (step, then mul) instead of two."""
+    return L.ggml_mul(ctx, g, L.ggml_step(ctx, y))
+
+
 def pow_(ctx, x, p):
     """x^p as R computes it: exact special cases, sign kept for odd integer powers."""
     if p == 1:

@@ -181,7 +181,12 @@ RULES = {
     "copy": _linear(P.copy, lambda g, c: g, lambda t, c: t),
     # relu keeps its output, not its input (x > 0 iff relu(x) > 0): the next layer keeps it
     # anyway, so the tape holds one tensor where it would hold two.
-    "relu": _elementwise(_unary("relu"), lambda c: ap("step", c.out), saves=(), saves_out=True),
+    "relu": Rule(_unary("relu"), vjp=lambda g, c: (ap("where_positive", g, c.out),),
+                 jvp=lambda t, c: ap("where_positive", t[0], c.out), saves_out=True),
+    # linear in g; y only selects, so it gets no gradient
+    "where_positive": Rule(P.where_positive, vjp=lambda g, c: (ap("where_positive", g, c.x(1)), None),
+                           jvp=lambda t, c: None if t[0] is None else ap("where_positive", t[0], c.x(1)),
+                           saves=(1,)),
     "sigmoid": _elementwise(_unary("sigmoid"), lambda c: mul(c.out, ap("add_scalar", neg(c.out), c=1.0)),
                             saves=(), saves_out=True),
     "tanh": _elementwise(_unary("tanh"), lambda c: ap("add_scalar", neg(ap("sqr", c.out)), c=1.0),
