@@ -118,6 +118,30 @@ def test_a_new_input_shape_builds_a_new_graph():
     assert len(step.plans) == 2
 
 
+@pytest.mark.parametrize("opt_name,make_opt", OPTIMIZERS, ids=[o[0] for o in OPTIMIZERS])
+def test_steps_alternating_between_two_input_shapes_follow_the_eager_trajectory(opt_name, make_opt):
+    """A loader's short last batch is a second graph; both must see every update of the optimizer's
+    step count and learning rate (Adam's bias correction, a scheduler's lr)."""
+    rng = np.random.default_rng(3)
+    batches = [(g.ag_tensor(rng.normal(size=(8, n))), g.ag_tensor(rng.normal(size=(8, n)))) for n in (6, 3, 6, 3)]
+    params, loss_fn = mlp()
+    init = [p.numpy() for p in params]
+    opt = make_opt(params)
+    want = []
+    for i, (x, y) in enumerate(batches):
+        opt.lr *= 0.5 if i == 2 else 1.0
+        want += eager_losses(params, loss_fn, opt, x, y, 1)
+    for p, v in zip(params, init):
+        p.data = v
+    opt = make_opt(params)
+    step = g.ag_compile(loss_fn, list(batches[0]), optimizer=opt)
+    got = []
+    for i, (x, y) in enumerate(batches):
+        opt.lr *= 0.5 if i == 2 else 1.0
+        got.append(step(x, y))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
 def test_a_tape_with_a_checkpoint_is_declined_by_the_graph_path():
     params, loss_fn = mlp()
     x = g.ag_tensor(np.ones((8, 2)))

@@ -294,6 +294,7 @@ class CompiledStep:
         self.fn, self.optimizer, self.backward_mode = fn, optimizer, backward
         self.plans: dict = {}
         self.last_backward = None
+        self._updater = None  # one per step, not per graph: every graph reads its hyperparameters
         self._build(list(example_inputs))
 
     # public: call with AGTensors (or numpy arrays) of the example inputs' shapes
@@ -386,7 +387,8 @@ class CompiledStep:
 
     def _emit_update(self, b, params, grads):
         """The optimizer's step as graph nodes, expanded after everything that reads a parameter."""
-        self._updater = _GraphOptimizer(self.optimizer, b.dc)
+        if self._updater is None:
+            self._updater = _GraphOptimizer(self.optimizer, b.dc)
         # Every gradient first: one computed after another parameter's in-place update
         # would read the new value.
         for g in grads.values():
