@@ -194,6 +194,52 @@ def test_fit_history_and_learning():
     assert last == pytest.approx(hist["val_loss"][-1], rel=1e-6)
 
 
+def _fit_losses(model_fn, compile, monkeypatch, epochs=3, clip_grad=None, seed=0):
+    """ag_fit's losses from a fresh model, and how many of its steps ran eagerly (backward calls)."""
+    from ggmlpy.train import fit as fit_mod
+    eager = []
+    monkeypatch.setattr(fit_mod, "backward", lambda loss: (eager.append(1), g.backward(loss))[1])
+    g.manual_seed(seed)
+    x, y = blobs(70)  # batches of 32, 32 and 6: two input shapes
+    model = model_fn()
+    hist = g.ag_fit(model, lambda p, t: g.ag_mse_loss(p, t), g.optimizer_adam(model.parameters(), lr=0.01),
+                    g.ag_dataloader(x, np.eye(3)[y].T, 32), epochs=epochs, progress=False, clip_grad=clip_grad,
+                    compile=compile)
+    return hist["loss"], len(eager)
+
+
+def test_fit_compiles_a_plain_model_with_the_same_losses(monkeypatch):
+    want, eager_steps = _fit_losses(small_model, False, monkeypatch)
+    assert eager_steps == 9
+    got, eager_steps = _fit_losses(small_model, "auto", monkeypatch)
+    assert eager_steps == 0
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    got, eager_steps = _fit_losses(small_model, True, monkeypatch)
+    assert eager_steps == 0
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_fit_keeps_dropout_clipping_and_checkpoints_eager_and_unchanged(monkeypatch):
+    """Dropout draws a new mask each step, clip_grad needs the eager gradients, and ag_checkpoint
+    is there for memory: "auto" runs them eagerly, and the failed trace leaves the random stream
+    where it was, so the losses are exactly the eager ones."""
+    class Checkpointed(g.ag_sequential):
+        def forward(self, x):
+            return g.ag_checkpoint(lambda t: g.ag_sequential.forward(self, t), x)
+    cases = [(lambda: small_model(0.3), None), (small_model, 1.0),
+             (lambda: Checkpointed(g.ag_linear(2, 16, "relu"), g.ag_linear(16, 3)), None)]
+    for model_fn, clip in cases:
+        want, _ = _fit_losses(model_fn, False, monkeypatch, epochs=2, clip_grad=clip)
+        got, eager_steps = _fit_losses(model_fn, "auto", monkeypatch, epochs=2, clip_grad=clip)
+        assert eager_steps == 6 and got == want
+    with pytest.raises(g.GGMLError, match="host data"):
+        _fit_losses(lambda: small_model(0.3), True, monkeypatch)
+    with pytest.raises(g.GGMLError, match="clip_grad"):
+        _fit_losses(small_model, True, monkeypatch, clip_grad=1.0)
+    with pytest.raises(g.GGMLError, match="compile must be"):
+        _fit_losses(small_model, "yes", monkeypatch)
+
+
 def test_fit_without_validation_has_no_val_loss():
     x, y = blobs(40)
     model = small_model()

@@ -49,6 +49,8 @@ def ag_checkpoint(fn, *inputs):
     if not callable(fn):
         raise GGMLError("ag_checkpoint() expects a function as its first argument.")
     if not TAPE.recording():
+        if engine.TRACE is not None:
+            engine.TRACE.checkpoints += 1  # ag_fit leaves a checkpointed model eager, for its memory
         return fn(*inputs)
 
     rng_state = grandom.get_rng_state()

@@ -29,7 +29,12 @@ def _builder(fwd, params: dict, out_type: int, blas: bool = False):
 
 
 _watchers: list = []
-TRACE = None  # a list while graph_mode.tracing() records every applied primitive
+TRACE = None  # a Trace while graph_mode.tracing() records every applied primitive
+
+
+class Trace(list):
+    """The primitives applied while tracing, and how many ag_checkpoint segments ran inside."""
+    checkpoints = 0
 
 
 @contextlib.contextmanager

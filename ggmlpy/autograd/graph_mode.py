@@ -52,7 +52,7 @@ _SAME_SHAPE_OPS = {lib.GGML_OP_SUB, lib.GGML_OP_MUL, lib.GGML_OP_DIV}  # no broa
 def tracing():
     """Record every primitive applied in the block (recorded or not): (op, inputs, params, out)."""
     from . import engine
-    prev, engine.TRACE = engine.TRACE, []
+    prev, engine.TRACE = engine.TRACE, engine.Trace()
     try:
         yield engine.TRACE
     finally:
@@ -295,21 +295,25 @@ class CompiledStep:
         self.plans: dict = {}
         self.last_backward = None
         self._updater = None  # one per step, not per graph: every graph reads its hyperparameters
+        self.checkpoints = 0  # ag_checkpoint segments in fn: compiled, they keep their activations
         self._build(list(example_inputs))
 
     # public: call with AGTensors (or numpy arrays) of the example inputs' shapes
     def __call__(self, *inputs) -> float:
         ins = [x if isinstance(x, AGTensor) else ag_tensor(x) for x in inputs]  # numpy: uploaded once
-        sig = tuple((x.shape, int(x.st.t.type)) for x in ins)
-        plan = self.plans.get(sig)
-        if plan is None:
-            plan = self._build(ins)
+        plan = self.plan_for(ins)
         if self.optimizer is not None:
             self.optimizer.t += 1
             self._hyper_update()
         plan.bind([x.st for x in ins])
         plan.compute()
         return _read_scalar(plan.loss)
+
+    def plan_for(self, ins):
+        """The graph for these inputs' shapes and types, traced and compiled on first use (a
+        GGMLError, with nothing changed, where fn cannot be compiled)."""
+        plan = self.plans.get(tuple((x.shape, int(x.st.t.type)) for x in ins))
+        return plan if plan is not None else self._build(ins)
 
     @property
     def compute_buffer_bytes(self) -> int:
@@ -320,6 +324,7 @@ class CompiledStep:
         start_id = next(tensor_ids)  # tensors made from here on were created by fn while tracing
         with no_grad(), tracing() as trace:
             out = self.fn(*ins)
+        self.checkpoints = trace.checkpoints
         if not isinstance(out, AGTensor) or out.shape != (1, 1):
             raise GGMLError("ag_compile: fn must return a [1, 1] loss tensor")
         in_ids = {x.id: i for i, x in enumerate(ins)}

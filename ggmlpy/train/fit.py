@@ -6,10 +6,12 @@ import time
 from tqdm import tqdm
 
 from ..autograd.engine import backward
+from ..autograd.graph_mode import ag_compile
 from ..autograd.tape import no_grad, with_grad_tape
 from ..errors import GGMLError
 from ..nn.layers import ag_eval, ag_train
 from ..optim.optimizers import clip_grad_norm
+from ..random import get_rng_state, set_rng_state
 
 
 def _set_training(model, mode: bool) -> None:
@@ -37,13 +39,19 @@ def ag_evaluate(model, loss_fn, loader) -> float:
 
 
 def ag_fit(model, loss_fn, optimizer, loader, epochs: int, val_loader=None, callbacks=(), progress: bool = True,
-           clip_grad: float | None = None) -> dict:
+           clip_grad: float | None = None, compile="auto") -> dict:
     """Train `model` for `epochs` passes over `loader`; return the history.
 
     Per batch: `with with_grad_tape(): loss = loss_fn(model(xb), yb)`, `backward`,
     optional `clip_grad_norm(optimizer.params, grads, clip_grad)`, `optimizer.step`,
     `optimizer.zero_grad`. The model is in training mode (ag_train) while training
     and in eval mode (ag_eval) for validation; it is left in the mode it had.
+
+    `compile`: "auto" runs that step as one ggml graph (ag_compile: the same numbers,
+    faster) where it can be one: no clip_grad, no dropout or batch norm in training mode
+    (their masks and running statistics change every step), no ag_checkpoint (kept
+    eager for the memory it saves); other steps run eagerly. True insists (a GGMLError
+    says why it cannot), False is always eager.
 
     History: "loss" (per epoch, the per-sample mean of the training batches' losses),
     "val_loss" (with a val_loader), "lr" (the optimizer's lr during the epoch) and
@@ -57,6 +65,7 @@ def ag_fit(model, loss_fn, optimizer, loader, epochs: int, val_loader=None, call
     history = {"loss": [], "lr": [], "time": []}
     if val_loader is not None:
         history["val_loss"] = []
+    step = _Steps(model, loss_fn, optimizer, clip_grad, compile)
     was_training = getattr(model, "training", True)
     bar = tqdm(total=int(epochs) * n_batches, disable=not progress, unit="batch", dynamic_ncols=True)
     try:
@@ -64,7 +73,7 @@ def ag_fit(model, loss_fn, optimizer, loader, epochs: int, val_loader=None, call
             bar.set_description(f"epoch {epoch}/{epochs}")
             t0 = time.perf_counter()
             lr = float(optimizer.lr)
-            train_loss = _train_epoch(model, loss_fn, optimizer, loader, clip_grad, bar, t0)
+            train_loss = _train_epoch(model, step, loader, bar, t0)
             history["loss"].append(train_loss)
             history["lr"].append(lr)
             post = {"loss": f"{train_loss:.4f}"}
@@ -84,18 +93,57 @@ def ag_fit(model, loss_fn, optimizer, loader, epochs: int, val_loader=None, call
     return history
 
 
-def _train_epoch(model, loss_fn, optimizer, loader, clip_grad, bar, t0) -> float:
+class _Steps:
+    """One training step per batch, compiled (see ag_fit's `compile`) or eager; the choice is
+    made at the first batch of each input shape, in training mode."""
+
+    def __init__(self, model, loss_fn, optimizer, clip_grad, compile):
+        if compile not in (True, False, "auto"):
+            raise GGMLError(f"ag_fit: compile must be True, False or 'auto', got {compile!r}")
+        if compile is True and clip_grad is not None:
+            raise GGMLError("ag_fit: compile=True cannot clip gradients (clip_grad): that step is eager")
+        self.model, self.loss_fn, self.optimizer, self.clip_grad = model, loss_fn, optimizer, clip_grad
+        self.required = compile is True
+        self.compiled = None if compile and clip_grad is None else False  # None: not tried yet
+
+    def __call__(self, xb, yb) -> float:
+        if self.compiled is not False and self._compiles(xb, yb):
+            return self.compiled(xb, yb)
+        self.compiled = False
+        return self._eager(xb, yb)
+
+    def _compiles(self, xb, yb) -> bool:
+        rng = get_rng_state()
+        try:
+            if self.compiled is None:
+                self.compiled = ag_compile(lambda x, y: self.loss_fn(self.model(x), y), [xb, yb],
+                                           optimizer=self.optimizer)
+            else:
+                self.compiled.plan_for([xb, yb])
+        except GGMLError:
+            if self.required:
+                raise
+            return False
+        finally:
+            set_rng_state(rng)  # tracing is not a step: numbers a dropout drew while traced go back
+        return self.required or not self.compiled.checkpoints
+
+    def _eager(self, xb, yb) -> float:
+        with with_grad_tape():
+            loss = self.loss_fn(self.model(xb), yb)
+        grads = backward(loss)
+        if self.clip_grad is not None:
+            clip_grad_norm(self.optimizer.params, grads, self.clip_grad)
+        self.optimizer.step(grads)
+        self.optimizer.zero_grad()
+        return loss.item()  # the only host read per batch
+
+
+def _train_epoch(model, step, loader, bar, t0) -> float:
     _set_training(model, True)
     total, count = 0.0, 0
     for xb, yb in loader:
-        with with_grad_tape():
-            loss = loss_fn(model(xb), yb)
-        grads = backward(loss)
-        if clip_grad is not None:
-            clip_grad_norm(optimizer.params, grads, clip_grad)
-        optimizer.step(grads)
-        optimizer.zero_grad()
-        value = loss.item()  # the only host read per batch
+        value = step(xb, yb)
         total += value * xb.ncol
         count += xb.ncol
         bar.update(1)
