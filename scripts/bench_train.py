@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ggmlpy as g  # noqa: E402
-from benchlib import timed  # noqa: E402
+from benchlib import interleaved, timed  # noqa: E402
 
 
 def make_weights(layers: int, width: int, seed: int = 0):
@@ -45,6 +45,19 @@ def compiled_step_fn(weights, x, y):
     xt, yt = g.ag_tensor(x), g.ag_tensor(y)
     step = g.ag_compile(lambda xx, yy: g.ag_mse_loss(model(xx), yy), [xt, yt], optimizer=opt)
     return lambda: step(xt, yt)
+
+
+FIT_BATCHES, FIT_EPOCHS = 4, 10
+
+
+def fit_step_fn(weights, x, y):
+    """One ag_fit call (compile="auto": this model has no dropout, so its step is one ggml graph)
+    over a loader of FIT_BATCHES copies of the batch, for FIT_EPOCHS epochs. Per step, that
+    includes the loader's upload of each batch and a 40th of the call's one trace and compile."""
+    model = ggmlpy_model(weights)
+    opt = g.optimizer_adam(model.parameters(), lr=1e-3)
+    loader = g.ag_dataloader(np.hstack([x] * FIT_BATCHES), np.hstack([y] * FIT_BATCHES), x.shape[1], shuffle=False)
+    return lambda: g.ag_fit(model, g.ag_mse_loss, opt, loader, epochs=FIT_EPOCHS, progress=False)
 
 
 def ggmlpy_step_fn(weights, x, y, fused_optimizer=True, phases=None):
@@ -136,10 +149,14 @@ def main(argv=None) -> int:
 
     compiled = compiled_step_fn(weights, x, y)
     print("first 3 losses  ag_compile " + " ".join(f"{compiled():.6f}" for _ in range(3)))
-    ms_ours = median_ms(ours, args.warmup, args.steps, args.repeats)
-    print(f"ggmlpy  {ms_ours:8.2f} ms/step   (eager: ag_* ops, backward, optimizer.step)")
-    ms_compiled = median_ms(compiled, args.warmup, args.steps, args.repeats)
-    print(f"ggmlpy  {ms_compiled:8.2f} ms/step   (ag_compile: the step as one ggml graph)")
+    fns = {"eager": (ours, args.steps), "compiled": (compiled, args.steps), "fit": (fit_step_fn(weights, x, y), 1)}
+    if torch is not None:
+        fns["torch"] = (theirs, args.steps)
+    ms = {k: v * 1e3 for k, v in interleaved(fns, repeats=args.repeats, warmup=1).items()}
+    ms["fit"] /= FIT_BATCHES * FIT_EPOCHS
+    print(f"ggmlpy  {ms['eager']:8.2f} ms/step   (eager: ag_* ops, backward, optimizer.step)")
+    print(f"ggmlpy  {ms['compiled']:8.2f} ms/step   (ag_compile: the step as one ggml graph)")
+    print(f"ggmlpy  {ms['fit']:8.2f} ms/step   (ag_fit over a loader: compiled steps, each batch uploaded)")
     if args.breakdown:
         for fused_opt in (True, False):
             phases = []
@@ -150,9 +167,9 @@ def main(argv=None) -> int:
     if torch is None:
         print("torch not installed (pip install -e '.[bench]'): no comparison")
         return 0
-    ms_theirs = median_ms(theirs, args.warmup, args.steps, args.repeats)
-    print(f"torch   {ms_theirs:8.2f} ms/step  (torch {torch.__version__})")
-    print(f"ratio ggmlpy/torch = {ms_ours / ms_theirs:.2f} eager, {ms_compiled / ms_theirs:.2f} compiled")
+    print(f"torch   {ms['torch']:8.2f} ms/step  (torch {torch.__version__})")
+    print(f"ratio ggmlpy/torch = {ms['eager'] / ms['torch']:.2f} eager, {ms['compiled'] / ms['torch']:.2f} compiled, "
+          f"{ms['fit'] / ms['torch']:.2f} ag_fit  (timed in interleaved rounds)")
     return 0
 
 

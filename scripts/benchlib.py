@@ -26,6 +26,23 @@ def timed(fn, repeats: int = 7, number: int = 1, warmup: int = 2) -> float:
     return statistics.median(times)
 
 
+def interleaved(fns: dict, repeats: int = 7, warmup: int = 2) -> dict:
+    """Median seconds per call of each `label: (fn, number)`, timed in rounds that take one block
+    of `number` calls of every fn in turn: this machine's speed drifts by 15-20% over a run,
+    and interleaving lets every fn see the same drift, so their ratios hold."""
+    for fn, number in fns.values():
+        for _ in range(warmup):
+            fn()
+    times = {label: [] for label in fns}
+    for _ in range(repeats):
+        for label, (fn, number) in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn()
+            times[label].append((time.perf_counter() - t0) / number)
+    return {label: statistics.median(ts) for label, ts in times.items()}
+
+
 def torch_or_none():
     try:
         import torch
