@@ -128,22 +128,57 @@ def test_bad_dtypes_are_clear_errors():
     assert x.dtype == "f32"
 
 
-def test_a_dropped_grad_buffer_is_reused_but_a_held_one_never_is():
+def test_a_dropped_persistent_buffer_is_reused_but_a_held_one_never_is():
+    pool = g.ag_param(np.ones((1, 1))).dc.persistent
+    held = g.ag_tensor(np.full((5, 4), 2.0))
+    other = g.ag_tensor(np.full((5, 4), 3.0))
+    assert other.st.data != held.st.data
+    freed = int(ffi.cast("uintptr_t", other.st.data))
+    other = None  # its last handle: the persistent pool keeps the buffer for the next such tensor
+    third = g.ag_tensor(np.full((5, 4), 4.0))
+    assert int(ffi.cast("uintptr_t", third.st.data)) == freed and third.st.pool is pool
+    np.testing.assert_array_equal(held.numpy(), 2.0)
+    np.testing.assert_array_equal(third.numpy(), 4.0)
+
+
+def test_grad_is_copied_out_of_the_pass_pool_only_if_held_at_the_next_tape(monkeypatch):
+    from ggmlpy.autograd import engine
+    moved = []
+    real = engine._to_persistent
+    monkeypatch.setattr(engine, "_to_persistent", lambda t: (moved.append(t), real(t)))
     w = g.ag_param(np.ones((5, 4)))
 
     def grad_of(s):
         with g.with_grad_tape():
             loss = g.ag_sum(g.ag_scale(w, s))
-        g.backward(loss)
-        return w.grad
+        grads = g.backward(loss)
+        return w.grad, grads[w]
 
-    held = grad_of(2.0)
+    held, result = grad_of(2.0)
     w.grad = None  # as zero_grad does; the test still holds the old gradient
-    second = grad_of(3.0)
-    assert second.st.data != held.st.data
+    second, _ = grad_of(3.0)  # this tape's reset moves `held` out, and only it
+    assert moved == [held] and held.st.pool is w.dc.persistent and second.st.pool is w.dc.pass_pool
     np.testing.assert_array_equal(held.numpy(), 2.0)
-    freed = int(ffi.cast("uintptr_t", second.st.data))
-    w.grad = second = None  # its last handle: the persistent pool keeps the buffer for reuse
-    third = grad_of(4.0)
-    assert int(ffi.cast("uintptr_t", third.st.data)) == freed
-    np.testing.assert_array_equal(third.numpy(), 4.0)
+    with pytest.raises(g.StaleTensorError):
+        result.numpy()  # backward()'s own result lives and dies with its tape
+    w.grad = second = None
+    grad_of(4.0)
+    assert len(moved) == 1  # nothing held: nothing copied
+    np.testing.assert_array_equal(w.grad.numpy(), 4.0)
+
+
+def test_a_held_grad_sees_accumulation_and_a_backward_result_does_not():
+    w = g.ag_param(np.ones((3, 2)))
+    with g.with_grad_tape():
+        loss = g.ag_sum(g.ag_scale(w, 2.0))
+    first = g.backward(loss)[w]
+    held = w.grad  # on the memory of `first`, in the pass pool
+    g.backward(loss)  # within the same tape: accumulates into new memory, not into `first`
+    np.testing.assert_array_equal(held.numpy(), 4.0)
+    np.testing.assert_array_equal(first.numpy(), 2.0)
+    with g.with_grad_tape():  # the reset moves `held` to the persistent pool ...
+        loss = g.ag_sum(g.ag_scale(w, 3.0))
+    second = g.backward(loss)[w]  # ... where it accumulates in place
+    np.testing.assert_array_equal(held.numpy(), 7.0)
+    np.testing.assert_array_equal(second.numpy(), 3.0)
+    assert held is w.grad and held.st.pool is w.dc.persistent

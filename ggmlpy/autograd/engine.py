@@ -139,14 +139,35 @@ def walk(nodes, grads: dict, leaves: dict, retain_all: bool = False) -> None:
 
 
 def _add_into_grad(leaf: AGTensor, g: AGTensor) -> None:
-    """Accumulate into the leaf's persistent `.grad` (it outlives the pass pool), in place."""
-    if leaf.grad is None or not leaf.grad.st.alive or leaf.grad.shape != leaf.shape:
-        st = leaf.dc.persistent.alloc(int(leaf.st.t.type), leaf.shape)
-        leaf.grad = AGTensor(st, leaf.shape, leaf.dc)
-        assign(leaf.grad, g)
-    else:
-        leaf.dc.executor.run(("add_into",), _builder(prims.add, {}, int(leaf.grad.st.t.type)),
-                             [leaf.grad.st, g.st], None, out=[leaf.grad.st])
+    """Accumulate `g` into the leaf's `.grad`, a tensor of its own (held `.grad` tensors see
+    later accumulation, as in PyTorch; backward()'s result never does).
+
+    A first gradient is not copied: `.grad` starts on the pass-pool memory backward() computed
+    it in, and moves to the persistent pool only if still held when that pool is reset. A
+    training loop that zeroes its gradients before the next tape never pays for the copy."""
+    cur = leaf.grad
+    if cur is None or not cur.st.alive or cur.shape != leaf.shape:
+        if g.st.pool is not leaf.dc.pass_pool:  # memory someone else updates: take a copy now
+            cur = AGTensor(leaf.dc.persistent.alloc(int(g.st.t.type), leaf.shape), leaf.shape, leaf.dc)
+            assign(cur, g)
+        else:
+            cur = AGTensor(g.st, leaf.shape, leaf.dc)
+            g.st.pool.rescue_on_reset(cur, _to_persistent)
+        leaf.grad = cur
+    elif cur.st.pool is leaf.dc.persistent:
+        leaf.dc.executor.run(("add_into",), _builder(prims.add, {}, int(cur.st.t.type)),
+                             [cur.st, g.st], None, out=[cur.st])
+    else:  # still shares an earlier backward()'s result: accumulate into new memory
+        cur.st = leaf.dc.executor.run(("add",), _builder(prims.add, {}, int(cur.st.t.type)),
+                                      [cur.st, g.st], leaf.dc.pass_pool.alloc)[0]
+
+
+def _to_persistent(t: AGTensor) -> None:
+    """The pass pool is being reset while `.grad` tensor `t` is held: move it out first."""
+    if t.st.alive and t.st.pool is t.dc.pass_pool:
+        st = t.dc.persistent.alloc(int(t.st.t.type), t.shape)
+        t.dc.executor.run(("copy",), _builder(prims.copy, {}, int(st.t.type)), [t.st], None, out=[st])
+        t.st = st
 
 
 def assign(dst: AGTensor, src: AGTensor) -> None:

@@ -16,6 +16,8 @@ now belongs to someone else.
 """
 from __future__ import annotations
 
+import weakref
+
 from ..bindings import ffi, lib
 from ..errors import StaleTensorError
 
@@ -164,6 +166,7 @@ class PassPool:
         self.spare_shared: list = []
         self.spare_dedicated: dict = {}  # exact size -> chunks
         self.in_use = self.spare_bytes = self.peak_bytes = 0
+        self._rescues: dict = {}  # id -> (weakref, fn): see rescue_on_reset
 
     def alloc(self, ggml_type: int, ne) -> Storage:
         nbytes = _nbytes(ggml_type, ne)
@@ -229,8 +232,18 @@ class PassPool:
             self.spare_bytes -= c.size
             c.free()
 
+    def rescue_on_reset(self, obj, fn) -> None:
+        """Call fn(obj) at the next reset, before this generation's memory is reused, if obj is
+        still alive then: it moves what obj holds elsewhere (a leaf's `.grad`: engine.py)."""
+        self._rescues[id(obj)] = (weakref.ref(obj), fn)
+
     def reset(self) -> None:
         """Forget every tensor of this generation and bump the generation counter."""
+        rescues, self._rescues = self._rescues, {}
+        for ref, fn in rescues.values():
+            obj = ref()
+            if obj is not None:
+                fn(obj)
         self.gen += 1
         chunks = list(self.full) + ([self.current] if self.current is not None else [])
         self.full, self.current = set(), None
