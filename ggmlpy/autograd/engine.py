@@ -8,7 +8,7 @@ from ..bindings import lib
 from ..errors import GGMLError
 from ..tensor import AGTensor, same_device
 from . import forward_ad as _fwd
-from . import prims
+from . import prims, rules
 from .rules import RULES
 from .tape import TAPE, Node, no_grad
 
@@ -75,6 +75,9 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
     if TRACE is not None:
         TRACE.append((op, inputs, params, out))
     return out
+
+
+rules.apply_eagerly = apply
 
 
 # -- backward --------------------------------------------------------------------------------------------

@@ -31,13 +31,15 @@ class Rule:
     saves_out: bool = False
 
 
+apply_eagerly = None  # engine.apply; engine imports this module, and sets it
+
+
 def ap(op, *xs, **params):
     """Apply a primitive: eagerly, or as graph nodes while graph_mode.emitting() is active."""
     builder = getattr(_emit_local, "builder", None)
     if builder is not None:
         return builder.emit(op, xs, params)
-    from .engine import apply
-    return apply(op, *xs, **params)
+    return apply_eagerly(op, *xs, **params)
 
 
 # -- small helpers in terms of primitives ---------------------------------------------------------------
