@@ -48,6 +48,9 @@ def watch_params():
         _watchers.remove(seen)
 
 
+_SAVED_KEY = tuple(f"x{i}" for i in range(8))  # a rule's c.x(i) reads saved["x{i}"]
+
+
 def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
     """Run primitive `op` on `inputs` through ggml; record it if any input needs a gradient."""
     rule = RULES[op]
@@ -61,11 +64,10 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
     key = (op, tuple(params.items()), out_type)
     st = dc.executor.run(key, _builder(rule.fwd, params, out_type, dc.blas is not None), [x.st for x in inputs],
                          dc.pass_pool.alloc)[0]
-    ne = st.t.ne
-    out = AGTensor(st, (ne[0], ne[1]), dc, is_leaf=False)
+    out = AGTensor(st, st.spec[1], dc, is_leaf=False)  # the spec's ne: no reads through cffi
     if TAPE.recording() and any(x.requires_grad for x in inputs) and rule.vjp is not None:
         out.requires_grad = True
-        saved = {f"x{i}": inputs[i] for i in rule.saves}
+        saved = {_SAVED_KEY[i]: inputs[i] for i in rule.saves}
         if rule.saves_out:
             saved["out"] = out
         TAPE.nodes.append(Node(op, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in inputs],
