@@ -70,6 +70,7 @@ class AGTensor:
         flat = np.asarray(arr, dtype=np.float64).ravel(order="F")  # column-major = ggml order
         raw = _to_storage(flat.astype(np.int32 if t.type == I32 else np.float32), int(t.type))
         raw = np.ascontiguousarray(raw)
+        self.dc.sync()  # queued ops may still read this memory
         lib.ggml_backend_tensor_set(t, ffi.from_buffer(raw), 0, raw.nbytes)
 
     # -- reading -------------------------------------------------------------------------------
@@ -79,6 +80,7 @@ class AGTensor:
         store = {lib.GGML_TYPE_F32: np.float32, lib.GGML_TYPE_F16: np.float16,
                  lib.GGML_TYPE_BF16: np.uint16, I32: np.int32}[int(t.type)]
         raw = np.empty(self.shape[0] * self.shape[1], dtype=store)
+        self.dc.sync()  # queued ops may still be writing it
         lib.ggml_backend_tensor_get(t, ffi.from_buffer(raw), 0, raw.nbytes)
         vals = _from_storage(raw, int(t.type)).astype(np.float64)
         return vals.reshape(self.shape, order="F")

@@ -197,6 +197,35 @@ def test_cuda_f32_products_are_f32_not_tf32():
     assert rel_err(a @ b, got) < 1e-5
 
 
+def test_an_asynchronous_device_syncs_before_the_host_reads_or_writes(monkeypatch):
+    """CUDA queues ops (Executor(asynchronous=True)); here the CPU device plays it: ggml's CPU
+    backend computes at once either way, so only the bookkeeping is under test."""
+    x = g.ag_tensor(np.ones((3, 4)))
+    ex = x.dc.executor
+    monkeypatch.setattr(ex, "asynchronous", True)
+    monkeypatch.setattr(ex, "_compute", lib.ggml_backend_graph_compute_async)
+    from ggmlpy.backend import executor as E
+    waits = []
+
+    class Lib:  # counts the waits the executor asks ggml for
+        def __getattr__(self, name):
+            return getattr(lib, name)
+
+        def ggml_backend_synchronize(self, ptr):
+            waits.append(ptr)
+            lib.ggml_backend_synchronize(ptr)
+    monkeypatch.setattr(E, "lib", Lib())
+    y = g.ag_add(x, x)
+    assert ex.pending and not waits
+    np.testing.assert_array_equal(y.numpy(), 2.0)  # a read waits for the queue ...
+    assert len(waits) == 1 and not ex.pending
+    y.numpy()  # ... once
+    assert len(waits) == 1
+    g.ag_add(x, x)
+    x.data = np.zeros((3, 4))  # a write into memory a queued op may read waits too
+    assert len(waits) == 2 and not ex.pending
+
+
 _TF32_ENV = "import os, ggmlpy; print(os.environ.get('NVIDIA_TF32_OVERRIDE'))"
 
 

@@ -491,6 +491,7 @@ def _ggml_backward(b: Builder, loss_sym: Sym, params: dict) -> dict:
     n = lib.ggml_graph_n_nodes(b.graph)
     accs = ffi.new("struct ggml_tensor *[]", n)
     one = b.dc.persistent.alloc(F32, (1, 1))  # d loss / d loss, kept alive by the builder
+    b.dc.sync()  # a recycled buffer: queued ops may still read it
     lib.ggml_backend_tensor_set(one.t, ffi.new("float *", 1.0), 0, 4)
     b.keep = [one]
     for i in range(n):

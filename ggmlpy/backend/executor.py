@@ -79,13 +79,25 @@ class Executor:
     SMALL = 32768            # output elements of an element-wise node
     SMALL_MATMUL = 1 << 21   # multiply-adds of a matrix product
 
-    def __init__(self, backend, capacity: int = 512, small_backend=None, blas=None):
+    def __init__(self, backend, capacity: int = 512, small_backend=None, blas=None, asynchronous: bool = False):
         self.backend = backend
         self.small_backend = small_backend or backend
         self.blas = blas  # ggml's BLAS backend, which runs graphs of OUT_PROD products
         self.capacity = capacity
         self.cache: OrderedDict = OrderedDict()
         self.runs = 0
+        # Asynchronous: an op is queued on the device's stream and the next one follows without
+        # waiting; sync() waits, and every host read or write of device memory calls it first.
+        # Freeing a buffer needs no sync: cudaFree waits for the device itself.
+        self.asynchronous = asynchronous
+        self._compute = lib.ggml_backend_graph_compute_async if asynchronous else lib.ggml_backend_graph_compute
+        self.pending = False
+
+    def sync(self) -> None:
+        """Wait for the ops queued so far (asynchronous devices; a no-op elsewhere)."""
+        if self.pending:
+            lib.ggml_backend_synchronize(self.backend.ptr)
+            self.pending = False
 
     def run(self, key, build, inputs: list[Storage], alloc, out=None) -> list[Storage]:
         """Run `build(ctx, *leaf_tensors) -> ggml tensor(s)` on `inputs`.
@@ -114,9 +126,10 @@ class Executor:
                 src = v.view_src
                 v.data = ffi.cast("char *", src.data) + v.view_offs
                 v.buffer = src.buffer
-        status = lib.ggml_backend_graph_compute(c.backend_ptr, c.graph)
+        status = self._compute(c.backend_ptr, c.graph)
         if status != lib.GGML_STATUS_SUCCESS:
             raise GGMLError(f"graph compute failed on {self.backend.device_name} (status {status})")
+        self.pending = self.asynchronous
         self.runs += 1
         return outs
 

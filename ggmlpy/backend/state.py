@@ -29,7 +29,15 @@ class DeviceContext:
         self.pass_pool = PassPool(self.backend)
         self.persistent = PersistentPool(self.backend)
         self.blas = blas_backend(self.backend.n_threads) if self.backend.is_cpu else None
-        self.executor = Executor(self.backend, small_backend=self._single_threaded(), blas=self.blas)
+        # CUDA queues ops on its stream: measured on an H200, a 4-layer 256-wide Adam step took
+        # 2.7 ms waiting for each op, 2.1 ms queued. Host transfers call sync() first. Vulkan
+        # stays synchronous: queued that way, ggml's Vulkan backend crashed on lavapipe.
+        self.executor = Executor(self.backend, small_backend=self._single_threaded(), blas=self.blas,
+                                 asynchronous=self.name.startswith("CUDA"))
+
+    def sync(self) -> None:
+        """Wait for this device's queued ops: before the host reads or writes device memory."""
+        self.executor.sync()
 
     def _single_threaded(self):
         """A second CPU backend with one thread, for graphs too small to share."""
