@@ -63,13 +63,21 @@ class Storage:
     """A tensor's memory in a pool: a ggml tensor header (`.t`) pointing into a backend buffer.
 
     `spec` = (ggml type, ne), `data` and `buffer` are cached on the Python side:
-    the eager hot path reads them without going through the struct."""
+    the eager hot path reads them without going through the struct. A pass-pool
+    tensor gets its header only when something asks for `.t`: most are only ever
+    handed from one eager op to the next, which reads `data` and `buffer`."""
 
-    __slots__ = ("t", "pool", "gen", "chunk", "nbytes", "spec", "data", "buffer", "__weakref__")
+    __slots__ = ("_t", "pool", "gen", "chunk", "nbytes", "spec", "data", "buffer", "__weakref__")
 
     def __init__(self, t, pool, gen, chunk, nbytes, spec, data, buffer):
-        self.t, self.pool, self.gen, self.chunk, self.nbytes = t, pool, gen, chunk, nbytes
+        self._t, self.pool, self.gen, self.chunk, self.nbytes = t, pool, gen, chunk, nbytes
         self.spec, self.data, self.buffer = spec, data, buffer
+
+    @property
+    def t(self):
+        if self._t is None:
+            self._t = self.chunk.header(self)
+        return self._t
 
     def check(self) -> None:
         if self.gen != self.pool.gen:
@@ -116,17 +124,23 @@ class _Chunk:
         return self.offset + nbytes <= self.size and self.count < self.capacity
 
     def take(self, ggml_type: int, ne, nbytes: int, padded: int, gen: int) -> Storage:
-        t = _new_header(self.meta, ggml_type, ne)
         addr = self.base + self.offset
+        self.offset += padded
+        self.count += 1  # a header's room in `meta` is kept for it
+        self.live += 1
+        return Storage(None, self.pool, gen, self, nbytes, (ggml_type, tuple(ne)), addr, self.buffer)
+
+    def header(self, s: Storage):
+        """The ggml tensor header of `s`, made on first use (Storage.t)."""
+        if s.gen != self.gen:
+            s.check()  # raises StaleTensorError: `meta` has been reset since
+        t = _new_header(self.meta, *s.spec)
         if self.pool.host:  # host buffers have nothing to initialise: set the fields directly
             t.buffer = self.buffer
-            t.data = addr
+            t.data = s.data
         else:
-            lib.ggml_backend_tensor_alloc(self.buffer, t, addr)
-        self.offset += padded
-        self.count += 1
-        self.live += 1
-        return Storage(t, self.pool, gen, self, nbytes, (ggml_type, tuple(ne)), t.data, self.buffer)
+            lib.ggml_backend_tensor_alloc(self.buffer, t, s.data)
+        return t
 
     def rewind(self) -> None:
         lib.ggml_reset(self.meta)
