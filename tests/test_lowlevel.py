@@ -43,6 +43,15 @@ def test_module_info_cli():
     assert proc.returncode == 0 and "0.25.3" in proc.stdout
 
 
+def test_ggml_and_its_openmp_runtime_stay_out_of_the_global_symbol_scope():
+    """libggml is loaded RTLD_LOCAL: a library loaded after it (PyTorch, with its own OpenMP
+    runtime) must not bind to ggml's libgomp (free() aborted so on an H200 machine)."""
+    probe = "import ctypes, ggmlpy; s = ctypes.CDLL(None); print(hasattr(s, 'ggml_init'), hasattr(s, 'GOMP_parallel'))"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          cwd=_ROOT, env=dict(os.environ, PYTHONPATH=_ROOT))
+    assert proc.returncode == 0 and proc.stdout.split() == ["False", "False"], proc.stdout + proc.stderr
+
+
 # -- contexts and their lifetime --------------------------------------------------------------------------
 def test_context_manager_frees():
     with g.ggml_init(1 << 20) as ctx:

@@ -111,7 +111,10 @@ def load(ffi: cffi.FFI) -> tuple[Lib, Found]:
     keep_cuda_products_f32()
     found = find()
     d = found.lib_dir
-    flags = ffi.RTLD_NOW | ffi.RTLD_GLOBAL
+    # Local: ggml's symbols, and those of its dependencies (libgomp above all), stay out of
+    # the process's global scope. Global, a library loaded later (PyTorch, with its own
+    # OpenMP runtime) bound some symbols to ggml's libgomp: free() aborted on an H200 machine.
+    flags = ffi.RTLD_NOW | ffi.RTLD_LOCAL
     handles = []
     # Dependencies first, so each one resolves against the copy we chose.
     for name in ("libggml-base.so", "libggml-cpu.so", "libggml.so"):
