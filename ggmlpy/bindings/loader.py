@@ -82,20 +82,50 @@ def find() -> Found:
 
 
 class Lib:
-    """Symbols looked up across libggml and its companions, cached as attributes after first use."""
+    """Symbols looked up across libggml and its companions, cached as attributes after first use.
 
-    def __init__(self, handles):
-        self._handles = handles
+    A GGML_BACKEND_DL build (build_ggml.py --portable) keeps the CPU backend's own functions
+    (ggml_backend_cpu_init, ggml_graph_compute, ...) in the variant module ggml picks for
+    this CPU at run time: a name found nowhere else is looked for in the modules loaded."""
+
+    def __init__(self, ffi, handles, lib_dir):
+        self._ffi, self._handles, self._lib_dir = ffi, handles, lib_dir
+        self._modules = None
 
     def __getattr__(self, name):
-        for h in self._handles:
+        fn = self._find(name, self._handles)
+        if fn is None and self._modules is None and name.startswith("ggml"):
+            self._modules = self._loaded_modules()
+        if fn is None and self._modules:
+            fn = self._find(name, self._modules)
+        if fn is None:
+            raise AttributeError(f"libggml has no symbol {name!r}")
+        setattr(self, name, fn)
+        return fn
+
+    @staticmethod
+    def _find(name, handles):
+        for h in handles:
             try:
-                fn = getattr(h, name)
+                return getattr(h, name)
             except AttributeError:
                 continue
-            setattr(self, name, fn)
-            return fn
-        raise AttributeError(f"libggml has no symbol {name!r}")
+        return None
+
+    def _loaded_modules(self) -> list:
+        """Handles on the backend modules of lib_dir that ggml has loaded (loading them first)."""
+        if self._find("ggml_backend_cpu_reg", self._handles) is not None:
+            return []  # a static build: no modules
+        if self.ggml_backend_dev_by_type(self.GGML_BACKEND_DEVICE_TYPE_CPU) == self._ffi.NULL:
+            self.ggml_backend_load_all_from_path(str(self._lib_dir).encode())
+        try:
+            maps = pathlib.Path("/proc/self/maps").read_text()
+        except OSError:
+            return []
+        here = pathlib.Path(self._lib_dir).resolve()
+        paths = {line.split(None, 5)[-1] for line in maps.splitlines() if "libggml-" in line}
+        return [self._ffi.dlopen(p, self._ffi.RTLD_NOW | self._ffi.RTLD_NOLOAD)
+                for p in sorted(paths) if pathlib.Path(p).parent == here]
 
 
 def keep_cuda_products_f32() -> None:
@@ -121,7 +151,7 @@ def load(ffi: cffi.FFI) -> tuple[Lib, Found]:
         p = d / name
         if p.exists():
             handles.append(ffi.dlopen(str(p), flags))
-    lib = Lib(handles[::-1])
+    lib = Lib(ffi, handles[::-1], d)
     check(ffi, lib, found)
     return lib, found
 
