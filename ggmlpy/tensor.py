@@ -36,6 +36,9 @@ def _as_matrix(data) -> np.ndarray:
     return arr
 
 
+TRACE_READS = None  # a list while graph mode traces: values read on the host (see ag_compile)
+
+
 class AGTensor:
     """A [nrow, ncol] tensor on a device, optionally tracked by the gradient tape."""
 
@@ -77,6 +80,8 @@ class AGTensor:
     def numpy(self) -> np.ndarray:
         """The values as a float64 numpy array of R shape (nrow, ncol)."""
         t = self.st.ptr  # raises StaleTensorError for a tensor of a reset pool
+        if TRACE_READS is not None:
+            TRACE_READS.append(self)
         store = {lib.GGML_TYPE_F32: np.float32, lib.GGML_TYPE_F16: np.float16,
                  lib.GGML_TYPE_BF16: np.uint16, I32: np.int32}[int(t.type)]
         raw = np.empty(self.shape[0] * self.shape[1], dtype=store)

@@ -152,6 +152,24 @@ def test_a_tape_with_a_checkpoint_is_declined_by_the_graph_path():
     assert g.backward(loss)[params[0]] is not None  # plain backward handles it
 
 
+def test_reading_values_on_the_host_inside_fn_is_refused():
+    """A branch on a value would be frozen into the graph: eager runs would take the other one."""
+    params, loss_fn = mlp()
+    rng = np.random.default_rng(2)
+    x, y = g.ag_tensor(rng.normal(size=(8, 4))), g.ag_tensor(rng.normal(size=(8, 4)))
+
+    def branching(xx, yy):
+        h = g.ag_matmul(params[0], xx)
+        if h.numpy().mean() > 0:
+            h = g.ag_relu(h)
+        return g.ag_mse_loss(h, yy)
+    with pytest.raises(g.GGMLError, match="reads tensor values on the host"):
+        g.ag_compile(branching, [x, y], optimizer=g.optimizer_sgd(params))
+    with pytest.raises(g.GGMLError, match="reads tensor values on the host"):
+        g.ag_compile(lambda a, b: g.ag_scale(loss_fn(a, b), 1.0 / (1.0 + loss_fn(a, b).item())), [x, y])
+    assert g.ag_compile(loss_fn, [x, y])(x, y) == pytest.approx(loss_fn(x, y).item(), rel=1e-6)
+
+
 def test_host_data_made_inside_fn_is_refused():
     drop = g.ag_dropout(0.5)
     w = g.ag_param(np.eye(3))

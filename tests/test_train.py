@@ -219,15 +219,21 @@ def test_fit_compiles_a_plain_model_with_the_same_losses(monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
-def test_fit_keeps_dropout_clipping_and_checkpoints_eager_and_unchanged(monkeypatch):
-    """Dropout draws a new mask each step, clip_grad needs the eager gradients, and ag_checkpoint
-    is there for memory: "auto" runs them eagerly, and the failed trace leaves the random stream
-    where it was, so the losses are exactly the eager ones."""
+def test_fit_keeps_dropout_clipping_checkpoints_and_host_reads_eager_and_unchanged(monkeypatch):
+    """Dropout draws a new mask each step, clip_grad needs the eager gradients, ag_checkpoint is
+    there for memory, and a value read on the host may steer the model: "auto" runs them eagerly,
+    and the failed trace leaves the random stream where it was, so the losses are exactly the
+    eager ones."""
     class Checkpointed(g.ag_sequential):
         def forward(self, x):
             return g.ag_checkpoint(lambda t: g.ag_sequential.forward(self, t), x)
+    class Peeks(g.ag_sequential):  # reads a value on the host: a compiled graph would freeze it
+        def forward(self, x):
+            h = g.ag_sequential.forward(self, x)
+            return g.ag_scale(h, 2.0) if h.numpy().max() > 100 else h
     cases = [(lambda: small_model(0.3), None), (small_model, 1.0),
-             (lambda: Checkpointed(g.ag_linear(2, 16, "relu"), g.ag_linear(16, 3)), None)]
+             (lambda: Checkpointed(g.ag_linear(2, 16, "relu"), g.ag_linear(16, 3)), None),
+             (lambda: Peeks(g.ag_linear(2, 16, "relu"), g.ag_linear(16, 3)), None)]
     for model_fn, clip in cases:
         want, _ = _fit_losses(model_fn, False, monkeypatch, epochs=2, clip_grad=clip)
         got, eager_steps = _fit_losses(model_fn, "auto", monkeypatch, epochs=2, clip_grad=clip)

@@ -33,8 +33,13 @@ TRACE = None  # a Trace while graph_mode.tracing() records every applied primiti
 
 
 class Trace(list):
-    """The primitives applied while tracing, and how many ag_checkpoint segments ran inside."""
-    checkpoints = 0
+    """The primitives applied while tracing; how many ag_checkpoint segments ran inside, and
+    which tensors were read on the host (tensor.TRACE_READS)."""
+
+    def __init__(self):
+        super().__init__()
+        self.checkpoints = 0
+        self.host_reads: list = []
 
 
 @contextlib.contextmanager

@@ -52,11 +52,13 @@ _SAME_SHAPE_OPS = {lib.GGML_OP_SUB, lib.GGML_OP_MUL, lib.GGML_OP_DIV}  # no broa
 def tracing():
     """Record every primitive applied in the block (recorded or not): (op, inputs, params, out)."""
     from . import engine
+    from .. import tensor
     prev, engine.TRACE = engine.TRACE, engine.Trace()
+    prev_reads, tensor.TRACE_READS = tensor.TRACE_READS, engine.TRACE.host_reads
     try:
         yield engine.TRACE
     finally:
-        engine.TRACE = prev
+        engine.TRACE, tensor.TRACE_READS = prev, prev_reads
 
 
 # -- emission: primitives build graph nodes instead of running -------------------------------------------
@@ -325,6 +327,10 @@ class CompiledStep:
         with no_grad(), tracing() as trace:
             out = self.fn(*ins)
         self.checkpoints = trace.checkpoints
+        if trace.host_reads:
+            raise GGMLError("ag_compile: fn reads tensor values on the host while being traced (.numpy(), "
+                            ".item(), a check of indices?); what it does with them would be frozen into the "
+                            "graph. Keep such code out of fn, or run it eagerly.")
         if not isinstance(out, AGTensor) or out.shape != (1, 1):
             raise GGMLError("ag_compile: fn must return a [1, 1] loss tensor")
         in_ids = {x.id: i for i, x in enumerate(ins)}

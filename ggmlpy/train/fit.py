@@ -50,8 +50,8 @@ def ag_fit(model, loss_fn, optimizer, loader, epochs: int, val_loader=None, call
     `compile`: "auto" runs that step as one ggml graph (ag_compile: the same numbers,
     faster) where it can be one: no clip_grad, no dropout or batch norm in training mode
     (their masks and running statistics change every step), no ag_checkpoint (kept
-    eager for the memory it saves); other steps run eagerly. True insists (a GGMLError
-    says why it cannot), False is always eager.
+    eager for the memory it saves), no values read on the host inside the model; other
+    steps run eagerly. True insists (a GGMLError says why it cannot), False is always eager.
 
     History: "loss" (per epoch, the per-sample mean of the training batches' losses),
     "val_loss" (with a val_loader), "lr" (the optimizer's lr during the epoch) and
