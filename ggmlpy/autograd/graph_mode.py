@@ -24,6 +24,7 @@ import threading
 
 import numpy as np
 
+from .. import random as grandom
 from ..backend.state import STATE
 from ..bindings import ffi, lib
 from ..errors import GGMLError
@@ -324,8 +325,12 @@ class CompiledStep:
     def _build(self, ins):
         dc = ins[0].dc if ins else STATE.context()
         start_id = next(tensor_ids)  # tensors made from here on were created by fn while tracing
-        with no_grad(), tracing() as trace:
-            out = self.fn(*ins)
+        rng = grandom.get_rng_state()
+        try:
+            with no_grad(), tracing() as trace:
+                out = self.fn(*ins)
+        finally:
+            grandom.set_rng_state(rng)  # tracing is not a step: numbers a dropout drew go back
         self.checkpoints = trace.checkpoints
         if trace.host_reads:
             raise GGMLError("ag_compile: fn reads tensor values on the host while being traced (.numpy(), "

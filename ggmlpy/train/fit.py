@@ -11,7 +11,6 @@ from ..autograd.tape import no_grad, with_grad_tape
 from ..errors import GGMLError
 from ..nn.layers import ag_eval, ag_train
 from ..optim.optimizers import clip_grad_norm
-from ..random import get_rng_state, set_rng_state
 
 
 def _set_training(model, mode: bool) -> None:
@@ -113,8 +112,7 @@ class _Steps:
         return self._eager(xb, yb)
 
     def _compiles(self, xb, yb) -> bool:
-        rng = get_rng_state()
-        try:
+        try:  # a refusal changes nothing (ag_compile puts back what a traced dropout drew)
             if self.compiled is None:
                 self.compiled = ag_compile(lambda x, y: self.loss_fn(self.model(x), y), [xb, yb],
                                            optimizer=self.optimizer)
@@ -124,8 +122,6 @@ class _Steps:
             if self.required:
                 raise
             return False
-        finally:
-            set_rng_state(rng)  # tracing is not a step: numbers a dropout drew while traced go back
         return self.required or not self.compiled.checkpoints
 
     def _eager(self, xb, yb) -> float:
