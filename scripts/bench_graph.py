@@ -6,10 +6,11 @@ of a 12-layer relu MLP with mse loss, measured in one run.
   small: 64x64 layers, batch 32   (target: graph >= 3x faster than eager)
 Also prints the graph's compute-buffer size (ggml_gallocr) and its GFLOP/s, next to
 the mul_mat throughput of the same build (the practical ceiling; scripts/bench_ops.py).
+The contenders are timed in interleaved rounds: this machine's speed drifts by 15-20%.
 """
 import numpy as np
 
-from benchlib import g, mlp_data, timed, torch_or_none
+from benchlib import g, interleaved, mlp_data, timed, torch_or_none
 
 
 def ggml_setup(weights, x, y):
@@ -106,12 +107,13 @@ def main():
     torch = torch_or_none()
     for label, width, batch in (("big: 12 x 256x256, batch 256", 256, 256), ("small: 12 x 64x64, batch 32", 64, 32)):
         weights, x, y = mlp_data(12, width, batch)
-        t_eager = timed(eager_step(weights, x, y), repeats=7)
         gstep, compiled = graph_step(weights, x, y)
-        t_graph = timed(gstep, repeats=7)
         ostep, ocompiled = graph_step(weights, x, y, backward="ggml")
-        t_ggml = timed(ostep, repeats=7)
-        t_torch = timed(torch_step(torch, weights, x, y), repeats=7) if torch else None
+        fns = {"eager": (eager_step(weights, x, y), 3), "graph": (gstep, 3), "ggml": (ostep, 3)}
+        if torch:
+            fns["torch"] = (torch_step(torch, weights, x, y), 3)
+        t = interleaved(fns, repeats=9)  # the machine drifts: every contender sees the same drift
+        t_eager, t_graph, t_ggml, t_torch = t["eager"], t["graph"], t["ggml"], t.get("torch")
         flops = 12 * 3 * 2 * width * width * batch
         print(label)
         print(f"  graph   {t_graph * 1e3:8.2f} ms   ({flops / t_graph / 1e9:.1f} GFLOP/s, "
