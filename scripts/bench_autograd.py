@@ -3,11 +3,12 @@
 
   (a) forward + backward of a 12-layer 256x256 relu MLP, batch 256, mse loss;
   (b) the eager per-op overhead of ag_add on 64x64 inputs.
-Ratios are ggmlpy / PyTorch: below 1 means ggmlpy is faster.
+Ratios are ggmlpy / PyTorch: below 1 means ggmlpy is faster. Both sides are timed in
+interleaved rounds: this machine's speed drifts by 15-20%.
 """
 import numpy as np
 
-from benchlib import g, ggml_mlp, mlp_data, row, timed, torch_mlp, torch_or_none
+from benchlib import g, ggml_mlp, interleaved, mlp_data, row, torch_mlp, torch_or_none
 
 
 def main():
@@ -25,8 +26,7 @@ def main():
             loss = forward()
         g.backward(loss)
 
-    t_ggml = timed(ggml_step, repeats=9)
-    t_torch = None
+    fns = {"ggml": (ggml_step, 3)}
     if torch:
         tws, tforward = torch_mlp(torch, weights, x, y)
 
@@ -34,8 +34,9 @@ def main():
             for w in tws:
                 w.grad = None
             tforward().backward()
-
-        t_torch = timed(torch_step, repeats=9)
+        fns["torch"] = (torch_step, 3)
+    t = interleaved(fns, repeats=9)  # the machine drifts: both sides see the same drift
+    t_ggml, t_torch = t["ggml"], t.get("torch")
     flops = 12 * 3 * 2 * 256 ** 3
     print("(a) 12-layer 256x256 MLP, batch 256: forward + backward")
     if t_torch:
@@ -44,11 +45,12 @@ def main():
     print(f"      ggmlpy matmul throughput: {flops / t_ggml / 1e9:.1f} GFLOP/s")
 
     a, b = g.ag_tensor(np.random.rand(64, 64)), g.ag_tensor(np.random.rand(64, 64))
-    t_add = timed(lambda: g.ag_add(a, b), repeats=7, number=5000)
-    t_tadd = None
+    fns = {"ggml": (lambda: g.ag_add(a, b), 5000)}
     if torch:
         ta, tb = torch.rand(64, 64), torch.rand(64, 64)
-        t_tadd = timed(lambda: ta + tb, repeats=7, number=5000)
+        fns["torch"] = (lambda: ta + tb, 5000)
+    t = interleaved(fns, repeats=7)
+    t_add, t_tadd = t["ggml"], t.get("torch")
     print("(b) eager add, 64x64")
     if t_tadd:
         row("PyTorch (tensors)", t_tadd, unit="us")
