@@ -108,7 +108,7 @@ class _Chunk:
     """One backend buffer with its own metadata context, bump-allocated."""
 
     __slots__ = ("pool", "buffer", "base", "size", "offset", "meta", "capacity", "count", "live",
-                 "gen", "dedicated")
+                 "gen", "dedicated", "headers")
 
     def __init__(self, pool, size: int, capacity: int, dedicated: bool):
         self.pool, self.size, self.capacity, self.dedicated = pool, size, capacity, dedicated
@@ -117,7 +117,7 @@ class _Chunk:
             raise MemoryError(f"could not allocate {size} bytes on {pool.backend.device_name}")
         self.base = ffi.cast("char *", lib.ggml_backend_buffer_get_base(self.buffer))
         self.meta = _meta_context(capacity)
-        self.offset = self.count = self.live = 0
+        self.offset = self.count = self.live = self.headers = 0
         self.gen = pool.gen
 
     def fits(self, nbytes: int) -> bool:
@@ -135,6 +135,7 @@ class _Chunk:
         if s.gen != self.gen:
             s.check()  # raises StaleTensorError: `meta` has been reset since
         t = _new_header(self.meta, *s.spec)
+        self.headers += 1
         if self.pool.host:  # host buffers have nothing to initialise: set the fields directly
             t.buffer = self.buffer
             t.data = s.data
@@ -143,8 +144,9 @@ class _Chunk:
         return t
 
     def rewind(self) -> None:
-        lib.ggml_reset(self.meta)
-        self.offset = self.count = self.live = 0
+        if self.headers:  # most chunks never made one (Storage.t)
+            lib.ggml_reset(self.meta)
+        self.offset = self.count = self.live = self.headers = 0
         self.gen = self.pool.gen
 
     def release(self, gen: int) -> None:
