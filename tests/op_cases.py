@@ -5,6 +5,7 @@ import math
 import numpy as np
 
 import ggmlpy as g
+from ggmlpy.autograd.engine import apply
 
 rng = np.random.default_rng(7)
 
@@ -73,6 +74,15 @@ BINARY = [
      lambda x, t: (-np.sum(t * np.log(np.maximum(softmax_cols(x), 1e-7))) / x.shape[1]).reshape(1, 1),
      [r(4, 3), np.eye(4)[:, [0, 2, 3]]]),
 ]
+def _away_from_zero_sum(shape, bias):
+    """An input whose sum with `bias` (broadcast) keeps clear of relu's kink."""
+    return away(r(*shape), 0) - bias
+
+
+_BIAS = r(3, 1)
+# Primitives behind layers rather than ag_* functions: ag_linear's bias and relu are one.
+BINARY.append(("add_relu", lambda a, b: apply("add_relu", a, b), lambda a, b: np.maximum(a + b, 0),
+               [_away_from_zero_sum((3, 4), _BIAS), _BIAS]))
 # Losses whose second argument (the target) gets no gradient, as in ggmlR.
 TARGETS = {"mse", "cross_entropy", "softmax_ce"}
 CASES = UNARY + BINARY

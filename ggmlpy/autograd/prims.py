@@ -91,6 +91,11 @@ def unary(ctx, x, fn):
     return getattr(L, "ggml_" + fn)(ctx, x)
 
 
+def add_relu(ctx, a, b):
+    """relu(a + b), b broadcast: a linear layer's bias and relu as one graph (one eager launch)."""
+    return L.ggml_relu(ctx, add(ctx, a, b))
+
+
 def where_positive(ctx, g, y):
     """g where y > 0, else 0: relu's backward, as one graph (step, then mul) instead of two."""
     return L.ggml_mul(ctx, g, L.ggml_step(ctx, y))

@@ -167,6 +167,16 @@ def _linear(fwd, vjp1, jvp1=None, saves=()):
                 jvp=(lambda t, c: None if t[0] is None else jvp1(t[0], c)) if jvp1 else None, saves=saves)
 
 
+def _add_relu_vjp(g, c):
+    gm = ap("where_positive", g, c.out)  # relu's mask; the bias then sums it over the broadcast
+    return gm, unb(gm, c.in_shapes[1])
+
+
+def _add_relu_jvp(t, c):
+    t_in = tangent_sum(t[0], bcast(t[1], c.in_shapes[0]))
+    return None if t_in is None else ap("where_positive", t_in, c.out)
+
+
 RULES = {
     "matmul": Rule(P.matmul, _matmul_vjp, _matmul_jvp, saves=(0, 1)),
     "add": Rule(P.add, lambda g, c: (g, unb(g, c.in_shapes[1])),
@@ -185,6 +195,7 @@ RULES = {
     # anyway, so the tape holds one tensor where it would hold two.
     "relu": Rule(_unary("relu"), vjp=lambda g, c: (ap("where_positive", g, c.out),),
                  jvp=lambda t, c: ap("where_positive", t[0], c.out), saves_out=True),
+    "add_relu": Rule(P.add_relu, _add_relu_vjp, _add_relu_jvp, saves_out=True),
     # linear in g; y only selects, so it gets no gradient
     "where_positive": Rule(P.where_positive, vjp=lambda g, c: (ap("where_positive", g, c.x(1)), None),
                            jvp=lambda t, c: None if t[0] is None else ap("where_positive", t[0], c.x(1)),

@@ -98,7 +98,10 @@ class ag_linear(Module):
         self.activation = activation
 
     def forward(self, x):
-        y = F.ag_add(F.ag_matmul(self.W, x), self.b)
+        z = F.ag_matmul(self.W, x)
+        if self.activation == "relu":  # bias and relu as one primitive: one eager launch, not two
+            return apply("add_relu", z, self.b)
+        y = F.ag_add(z, self.b)
         act = _ACTIVATIONS[self.activation]
         return act(y) if act else y
 
