@@ -121,7 +121,7 @@ class AGTensor:
 
     @property
     def dtype(self) -> str:
-        t = int(self.st.t.type)
+        t = self.st.type
         return "i32" if t == I32 else DTYPE_NAMES[t]
 
     @property

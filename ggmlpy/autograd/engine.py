@@ -158,25 +158,25 @@ def _add_into_grad(leaf: AGTensor, g: AGTensor) -> None:
     cur = leaf.grad
     if cur is None or not cur.st.alive or cur.shape != leaf.shape:
         if g.st.pool is not leaf.dc.pass_pool:  # memory someone else updates: take a copy now
-            cur = AGTensor(leaf.dc.persistent.alloc(int(g.st.t.type), leaf.shape), leaf.shape, leaf.dc)
+            cur = AGTensor(leaf.dc.persistent.alloc(g.st.type, leaf.shape), leaf.shape, leaf.dc)
             assign(cur, g)
         else:
             cur = AGTensor(g.st, leaf.shape, leaf.dc)
             g.st.pool.rescue_on_reset(cur, _to_persistent)
         leaf.grad = cur
     elif cur.st.pool is leaf.dc.persistent:
-        leaf.dc.executor.run(("add_into",), _builder(prims.add, {}, int(cur.st.t.type)),
+        leaf.dc.executor.run(("add_into",), _builder(prims.add, {}, cur.st.type),
                              [cur.st, g.st], None, out=[cur.st])
     else:  # still shares an earlier backward()'s result: accumulate into new memory
-        cur.st = leaf.dc.executor.run(("add",), _builder(prims.add, {}, int(cur.st.t.type)),
+        cur.st = leaf.dc.executor.run(("add",), _builder(prims.add, {}, cur.st.type),
                                       [cur.st, g.st], leaf.dc.pass_pool.alloc)[0]
 
 
 def _to_persistent(t: AGTensor) -> None:
     """The pass pool is being reset while `.grad` tensor `t` is held: move it out first."""
     if t.st.alive and t.st.pool is t.dc.pass_pool:
-        st = t.dc.persistent.alloc(int(t.st.t.type), t.shape)
-        t.dc.executor.run(("copy",), _builder(prims.copy, {}, int(st.t.type)), [t.st], None, out=[st])
+        st = t.dc.persistent.alloc(t.st.type, t.shape)
+        t.dc.executor.run(("copy",), _builder(prims.copy, {}, st.type), [t.st], None, out=[st])
         t.st = st
 
 
@@ -187,7 +187,7 @@ def assign(dst: AGTensor, src: AGTensor) -> None:
         raise GGMLError("ag_compile: fn updates layer or optimizer state in place (batch-norm running "
                         "statistics?), which a compiled graph would not repeat; use eval mode, or eager mode")
     # (the executor keys in-place graphs on the destination's type too: f16 state is safe)
-    dst.dc.executor.run(("copy",), _builder(prims.copy, {}, int(dst.st.t.type)), [src.st], None, out=[dst.st])
+    dst.dc.executor.run(("copy",), _builder(prims.copy, {}, dst.st.type), [src.st], None, out=[dst.st])
 
 
 def zero_grad(params) -> None:

@@ -247,7 +247,7 @@ def ag_backward_graph(loss: AGTensor):
     def sym_of(t: AGTensor) -> Sym:  # a snapshot: bound as an input of the graph
         s = syms.get(t.id)
         if s is None:
-            s = syms[t.id] = b.placeholder(int(t.st.t.type), t.shape)
+            s = syms[t.id] = b.placeholder(t.st.type, t.shape)
             placeholders.append(s.t)
             storages.append(t.st)
         return s
@@ -315,7 +315,7 @@ class CompiledStep:
     def plan_for(self, ins):
         """The graph for these inputs' shapes and types, traced and compiled on first use (a
         GGMLError, with nothing changed, where fn cannot be compiled)."""
-        plan = self.plans.get(tuple((x.shape, int(x.st.t.type)) for x in ins))
+        plan = self.plans.get(tuple((x.shape, x.st.type) for x in ins))
         return plan if plan is not None else self._build(ins)
 
     @property
@@ -341,7 +341,7 @@ class CompiledStep:
         in_ids = {x.id: i for i, x in enumerate(ins)}
         trained = {p.id for p in self.optimizer.params} if self.optimizer is not None else set()
         b = Builder(dc, grads=True, blas=self.backward_mode != "ggml")
-        placeholders = [b.placeholder(int(x.st.t.type), x.shape) for x in ins]
+        placeholders = [b.placeholder(x.st.type, x.shape) for x in ins]
         syms, params = {}, {}
 
         def sym_of(t: AGTensor) -> Sym:
@@ -383,7 +383,7 @@ class CompiledStep:
             self._emit_update(b, params, grads)
         plan = _Plan(b, [p.t for p in placeholders], dc.backend, dc.blas)
         plan.loss = loss
-        self.plans[tuple((x.shape, int(x.st.t.type)) for x in ins)] = plan
+        self.plans[tuple((x.shape, x.st.type) for x in ins)] = plan
         return plan
 
     def _emit_backward(self, b, entries, loss_sym, loss_id, params):

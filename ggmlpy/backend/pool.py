@@ -79,6 +79,11 @@ class Storage:
             self._t = self.chunk.header(self)
         return self._t
 
+    @property
+    def type(self) -> int:
+        """The ggml type, read without making a header."""
+        return self.spec[0]
+
     def check(self) -> None:
         if self.gen != self.pool.gen:
             raise StaleTensorError(

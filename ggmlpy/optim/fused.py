@@ -39,7 +39,7 @@ GROUP = 24
 
 def fusable(p: AGTensor, g: AGTensor, *state: AGTensor) -> bool:
     """ggml's optimizer kernels are f32 only and abort on a shape mismatch: check first."""
-    return all(int(t.st.t.type) == F32 and t.shape == p.shape and t.dc is p.dc for t in (p, g, *state))
+    return all(t.st.type == F32 and t.shape == p.shape and t.dc is p.dc for t in (p, g, *state))
 
 
 def hyper_tensor(values, device) -> AGTensor:
