@@ -70,9 +70,10 @@ class AGTensor:
 
     def _write(self, arr: np.ndarray) -> None:
         t = self.st.ptr
-        flat = np.asarray(arr, dtype=np.float64).ravel(order="F")  # column-major = ggml order
-        raw = _to_storage(flat.astype(np.int32 if t.type == I32 else np.float32), int(t.type))
-        raw = np.ascontiguousarray(raw)
+        typ = self.st.type
+        # one pass to the element type in column-major (ggml) order; f16/bf16 go through f32
+        flat = np.asarray(arr).astype(np.int32 if typ == I32 else np.float32, order="F").ravel(order="F")
+        raw = np.ascontiguousarray(_to_storage(flat, typ))
         self.dc.sync()  # queued ops may still read this memory
         lib.ggml_backend_tensor_set(t, ffi.from_buffer(raw), 0, raw.nbytes)
 
