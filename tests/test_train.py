@@ -278,6 +278,24 @@ def test_early_stopping_logic_and_missing_monitor():
         g.early_stopping().on_epoch_end(1, {"loss": [1.0]})
 
 
+def test_clip_grad_norm_against_numpy():
+    rng = np.random.default_rng(4)
+    a, b, unused = (g.ag_param(rng.normal(size=s)) for s in ((4, 3), (3, 1), (2, 2)))
+    with g.with_grad_tape():
+        loss = g.ag_sum(g.ag_mul(g.ag_matmul(a, g.ag_tensor(rng.normal(size=(3, 5)))), g.ag_tensor(rng.normal(size=(4, 5)))))
+        loss = g.ag_add(loss, g.ag_sum(g.ag_mul(b, b)))
+    grads = g.backward(loss)
+    ga, gb = grads[a].numpy(), grads[b].numpy()
+    want = np.sqrt((ga ** 2).sum() + (gb ** 2).sum())
+    assert g.clip_grad_norm([a, b, unused], grads, want * 10) == pytest.approx(want, rel=1e-6)
+    np.testing.assert_allclose(grads[a].numpy(), ga)  # under the limit: untouched
+    assert g.clip_grad_norm([a, b, unused], grads, 0.5) == pytest.approx(want, rel=1e-6)
+    scale = 0.5 / (want + 1e-6)
+    np.testing.assert_allclose(grads[a].numpy(), ga * scale, rtol=1e-6)
+    np.testing.assert_allclose(grads[b].numpy(), gb * scale, rtol=1e-6)
+    assert g.clip_grad_norm([unused], grads, 1.0) == 0.0
+
+
 # -- weight decay and the fused optimizer steps, against numpy ------------------------------------------------
 def numpy_sgd(p, grads, lr, momentum, wd):
     v = np.zeros_like(p)

@@ -16,7 +16,7 @@ F32 = lib.GGML_TYPE_F32
 _LOW = (lib.GGML_TYPE_F16, lib.GGML_TYPE_BF16)
 
 
-def _builder(fwd, params: dict, out_type: int, blas: bool = False):
+def f32_builder(fwd, params: dict, out_type: int, blas: bool = False):
     """A graph builder computing in f32 whatever the storage dtype, and storing in `out_type`.
     With `blas` (the device has ggml's BLAS backend) an all-f32 product is built for it."""
     def build(ctx, *xs):
@@ -67,7 +67,7 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
                     w.add(x.id)
     out_type = STATE.dtype
     key = (op, tuple(params.items()), out_type)
-    st = dc.executor.run(key, _builder(rule.fwd, params, out_type, dc.blas is not None), [x.st for x in inputs],
+    st = dc.executor.run(key, f32_builder(rule.fwd, params, out_type, dc.blas is not None), [x.st for x in inputs],
                          dc.pass_pool.alloc)[0]
     out = AGTensor(st, st.spec[1], dc, is_leaf=False)  # the spec's ne: no reads through cffi
     if TAPE.recording() and any(x.requires_grad for x in inputs) and rule.vjp is not None:
@@ -165,10 +165,10 @@ def _add_into_grad(leaf: AGTensor, g: AGTensor) -> None:
             g.st.pool.rescue_on_reset(cur, _to_persistent)
         leaf.grad = cur
     elif cur.st.pool is leaf.dc.persistent:
-        leaf.dc.executor.run(("add_into",), _builder(prims.add, {}, cur.st.type),
+        leaf.dc.executor.run(("add_into",), f32_builder(prims.add, {}, cur.st.type),
                              [cur.st, g.st], None, out=[cur.st])
     else:  # still shares an earlier backward()'s result: accumulate into new memory
-        cur.st = leaf.dc.executor.run(("add",), _builder(prims.add, {}, cur.st.type),
+        cur.st = leaf.dc.executor.run(("add",), f32_builder(prims.add, {}, cur.st.type),
                                       [cur.st, g.st], leaf.dc.pass_pool.alloc)[0]
 
 
@@ -176,7 +176,7 @@ def _to_persistent(t: AGTensor) -> None:
     """The pass pool is being reset while `.grad` tensor `t` is held: move it out first."""
     if t.st.alive and t.st.pool is t.dc.pass_pool:
         st = t.dc.persistent.alloc(t.st.type, t.shape)
-        t.dc.executor.run(("copy",), _builder(prims.copy, {}, st.type), [t.st], None, out=[st])
+        t.dc.executor.run(("copy",), f32_builder(prims.copy, {}, st.type), [t.st], None, out=[st])
         t.st = st
 
 
@@ -187,7 +187,7 @@ def assign(dst: AGTensor, src: AGTensor) -> None:
         raise GGMLError("ag_compile: fn updates layer or optimizer state in place (batch-norm running "
                         "statistics?), which a compiled graph would not repeat; use eval mode, or eager mode")
     # (the executor keys in-place graphs on the destination's type too: f16 state is safe)
-    dst.dc.executor.run(("copy",), _builder(prims.copy, {}, dst.st.type), [src.st], None, out=[dst.st])
+    dst.dc.executor.run(("copy",), f32_builder(prims.copy, {}, dst.st.type), [src.st], None, out=[dst.st])
 
 
 def zero_grad(params) -> None:

@@ -13,11 +13,14 @@ import math
 import numpy as np
 
 from ..autograd import ops as F
+from ..autograd.engine import assign, f32_builder
 from ..autograd.tape import no_grad
+from ..bindings import lib
 from ..errors import GGMLError
-from ..autograd.engine import assign
-from ..tensor import AGTensor, ag_tensor
+from ..tensor import AGTensor, ag_tensor, same_device
 from . import fused
+
+F32 = lib.GGML_TYPE_F32
 
 
 def _grad_of(grads, p: AGTensor):
@@ -192,14 +195,27 @@ class optimizer_adamw(optimizer_adam):
         super().__init__(params, lr, beta1, beta2, eps, weight_decay)
 
 
+def _sum_of_squares(ctx, *gs):
+    total = None
+    for g in gs:
+        s = lib.ggml_sum(ctx, lib.ggml_sqr(ctx, g))
+        total = s if total is None else lib.ggml_add(ctx, total, s)
+    return total
+
+
 def clip_grad_norm(params, grads, max_norm: float) -> float:
     """Global L2 norm of the params' gradients; if above max_norm, scale every one by
-    max_norm / (norm + 1e-6), in place in `grads`. Returns the norm before clipping."""
+    max_norm / (norm + 1e-6), in place in `grads`. Returns the norm before clipping.
+    The squares are summed in one graph, read once: one wait on a GPU, not one per tensor."""
     params = _param_list(params)
     with no_grad():
         present = [(p, grads[p]) for p in params if p in grads]
-        sq = [F.ag_sum(F.ag_mul(g, g)) for _, g in present]
-        norm = math.sqrt(sum(s.item() for s in sq))
+        if not present:
+            return 0.0
+        dc = same_device(*[g for _, g in present])
+        st = dc.executor.run(("sum_of_squares",), f32_builder(_sum_of_squares, {}, F32), [g.st for _, g in present],
+                             dc.pass_pool.alloc)[0]
+        norm = math.sqrt(max(AGTensor(st, (1, 1), dc).item(), 0.0))
         if norm > max_norm:
             c = max_norm / (norm + 1e-6)
             for p, g in present:
