@@ -256,7 +256,7 @@ def software_vulkan_enabled() -> bool:
 # -- the registry, started on first use -------------------------------------------------------------
 _registry_lock = threading.RLock()
 _registry = {"ready": False, "vk_env": None}
-_DL_BUILD = not hasattr(lib, "ggml_backend_cpu_reg")  # GGML_BACKEND_DL: backends are loadable modules
+_DL_BUILD = lib.dl_build  # GGML_BACKEND_DL: backends are loadable modules
 
 
 def _load_backends() -> None:

@@ -84,19 +84,20 @@ def find() -> Found:
 class Lib:
     """Symbols looked up across libggml and its companions, cached as attributes after first use.
 
-    A GGML_BACKEND_DL build (build_ggml.py --portable) keeps the CPU backend's own functions
-    (ggml_backend_cpu_init, ggml_graph_compute, ...) in the variant module ggml picks for
-    this CPU at run time: a name found nowhere else is looked for in the modules loaded."""
+    A GGML_BACKEND_DL build (build_ggml.py --portable; `dl_build`) keeps each backend in a
+    module ggml's registry loads at run time (backend/device.py does, at import), the CPU
+    backend's own functions too (ggml_backend_cpu_init, ggml_graph_compute, ...): a name found
+    nowhere else is looked for in the modules loaded from lib_dir."""
 
     def __init__(self, ffi, handles, lib_dir):
         self._ffi, self._handles, self._lib_dir = ffi, handles, lib_dir
-        self._modules = None
+        self._modules = []
+        self.dl_build = self._find("ggml_backend_cpu_reg", handles) is None
 
     def __getattr__(self, name):
         fn = self._find(name, self._handles)
-        if fn is None and self._modules is None and name.startswith("ggml"):
-            self._modules = self._loaded_modules()
-        if fn is None and self._modules:
+        if fn is None and self.dl_build:
+            self._modules = self._modules or self._loaded_modules()
             fn = self._find(name, self._modules)
         if fn is None:
             raise AttributeError(f"libggml has no symbol {name!r}")
@@ -113,11 +114,7 @@ class Lib:
         return None
 
     def _loaded_modules(self) -> list:
-        """Handles on the backend modules of lib_dir that ggml has loaded (loading them first)."""
-        if self._find("ggml_backend_cpu_reg", self._handles) is not None:
-            return []  # a static build: no modules
-        if self.ggml_backend_dev_by_type(self.GGML_BACKEND_DEVICE_TYPE_CPU) == self._ffi.NULL:
-            self.ggml_backend_load_all_from_path(str(self._lib_dir).encode())
+        """Handles on the modules of lib_dir that ggml has loaded (none before the registry has)."""
         try:
             maps = pathlib.Path("/proc/self/maps").read_text()
         except OSError:
