@@ -13,7 +13,7 @@ import numpy as np
 
 from .backend.state import DTYPE_NAMES, DTYPES, STATE, DeviceContext
 from .bindings import ffi, lib
-from .core.context import _from_storage, _to_storage
+from .core.context import NP_DTYPES, _from_storage, _to_storage
 from .errors import DeviceError, GGMLError
 
 _ids = itertools.count(1)
@@ -83,12 +83,11 @@ class AGTensor:
         t = self.st.ptr  # raises StaleTensorError for a tensor of a reset pool
         if TRACE_READS is not None:
             TRACE_READS.append(self)
-        store = {lib.GGML_TYPE_F32: np.float32, lib.GGML_TYPE_F16: np.float16,
-                 lib.GGML_TYPE_BF16: np.uint16, I32: np.int32}[int(t.type)]
-        raw = np.empty(self.shape[0] * self.shape[1], dtype=store)
+        typ = self.st.type
+        raw = np.empty(self.shape[0] * self.shape[1], dtype=NP_DTYPES[typ])
         self.dc.sync()  # queued ops may still be writing it
         lib.ggml_backend_tensor_get(t, ffi.from_buffer(raw), 0, raw.nbytes)
-        vals = _from_storage(raw, int(t.type)).astype(np.float64)
+        vals = _from_storage(raw, typ).astype(np.float64)
         return vals.reshape(self.shape, order="F")
 
     @property

@@ -215,7 +215,7 @@ def clip_grad_norm(params, grads, max_norm: float) -> float:
         dc = same_device(*[g for _, g in present])
         st = dc.executor.run(("sum_of_squares",), f32_builder(_sum_of_squares, {}, F32), [g.st for _, g in present],
                              dc.pass_pool.alloc)[0]
-        norm = math.sqrt(max(AGTensor(st, (1, 1), dc).item(), 0.0))
+        norm = math.sqrt(AGTensor(st, (1, 1), dc).item())
         if norm > max_norm:
             c = max_norm / (norm + 1e-6)
             for p, g in present:
