@@ -151,48 +151,46 @@ class AGTensor:
             body = f"<{type(e).__name__}>"
         return f"ag_tensor [{self.shape[0]}, {self.shape[1]}] {self.dtype} on {self.device}{flags}\n{body}"
 
-    # -- Python operators, on top of the ag_* functions ------------------------------------------------
+    # -- Python operators, on top of the ag_* functions -------------------------------------------------
     def __add__(self, o):
-        from .autograd.ops import ag_add
-        return ag_add(self, o)
+        return _ops().ag_add(self, o)
 
-    def __radd__(self, o):
-        from .autograd.ops import ag_add
-        return ag_add(self, o)
+    __radd__ = __add__
 
     def __sub__(self, o):
-        from .autograd.ops import ag_sub
-        return ag_sub(self, o)
+        return _ops().ag_sub(self, o)
 
     def __rsub__(self, o):
-        from .autograd.ops import ag_add, ag_neg
-        return ag_add(ag_neg(self), o)
+        F = _ops()
+        return F.ag_add(F.ag_neg(self), o)
 
     def __mul__(self, o):
-        from .autograd.ops import ag_mul, ag_scale
-        return ag_scale(self, o) if isinstance(o, (int, float)) else ag_mul(self, o)
+        F = _ops()
+        return F.ag_scale(self, o) if isinstance(o, (int, float)) else F.ag_mul(self, o)
 
     __rmul__ = __mul__
 
     def __truediv__(self, o):
-        from .autograd.ops import ag_div, ag_scale
-        return ag_scale(self, 1.0 / o) if isinstance(o, (int, float)) else ag_div(self, o)
+        F = _ops()
+        return F.ag_scale(self, 1.0 / o) if isinstance(o, (int, float)) else F.ag_div(self, o)
 
     def __neg__(self):
-        from .autograd.ops import ag_neg
-        return ag_neg(self)
+        return _ops().ag_neg(self)
 
     def __matmul__(self, o):
-        from .autograd.ops import ag_matmul
-        return ag_matmul(self, o)
+        return _ops().ag_matmul(self, o)
 
     def __rmatmul__(self, o):
-        from .autograd.ops import ag_matmul
-        return ag_matmul(o, self)
+        return _ops().ag_matmul(o, self)
 
     def __pow__(self, p):
-        from .autograd.ops import ag_pow
-        return ag_pow(self, p)
+        return _ops().ag_pow(self, p)
+
+
+def _ops():
+    """The ag_* functions: imported on first use, since autograd imports this module."""
+    from .autograd import ops
+    return ops
 
 
 def _storage_type(dtype, arr: np.ndarray) -> int:
