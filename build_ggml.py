@@ -36,7 +36,7 @@ The key-related helpers cache_dir(), cpu_tag() and build_key() are pure and impo
 """
 from __future__ import annotations
 
-import argparse, collections, glob, hashlib, json, os, platform, re, shutil
+import argparse, collections, glob, hashlib, json, os, re, shutil
 import subprocess, sys, tarfile, time
 from pathlib import Path
 
