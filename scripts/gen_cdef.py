@@ -19,13 +19,17 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 INCLUDE = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "vendor" / "ggml" / "include"
 OUT = ROOT / "ggmlpy" / "bindings" / "cdef.h"
-HEADERS = ["ggml.h", "ggml-alloc.h", "ggml-backend.h", "ggml-cpu.h", "ggml-rpc.h"]
+HEADERS = ["ggml.h", "ggml-alloc.h", "ggml-backend.h", "ggml-cpu.h", "ggml-rpc.h", "ggml-opt.h", "gguf.h",
+           "ggml-vulkan.h", "ggml-blas.h"]
+# ggml-quants.h is internal (its block structs need ggml-common.h), but its row (de)quantizers
+# are exported: they are declared from it with the block pointers as void *.
+QUANTS = INCLUDE.parent / "src" / "ggml-quants.h"
 
 # Declarations whose names match are dropped: deprecated, varargs-only, or
 # internals that pull in types ggmlpy never needs.
 SKIP = re.compile(
-    r"ggml_(format_name|print_object|print_objects|fopen|set_i32_nd|get_i32_nd|set_f32_nd|get_f32_nd"
-    r"|map_custom|custom_4d|custom_inplace|add1|type_sizef|backend_meta|backend_comm"
+    r"ggml_(format_name|print_object|print_objects|fopen"
+    r"|map_custom|custom_4d|custom_inplace|type_sizef|backend_meta|backend_comm"
     r"|graph_export|graph_import|cpu_get_type_traits|get_type_traits"
     r"|backend_sched_reserve_size|backend_rpc_start_server|threadpool_params_match)"
 )
@@ -64,11 +68,22 @@ def keep(decl: str) -> bool:
     return not (m and SKIP.search(m.group(1)))
 
 
+def quant_declarations() -> list[str]:
+    out = []
+    for m in re.finditer(r"^GGML_API\s+([^;(/]+?)\s*(\w+)\s*\(([^)]*)\)\s*;", QUANTS.read_text(), re.M):
+        ret, name, args = m.groups()
+        args = re.sub(r"\bconst\s+block_\w+\s*\*", "const void *", args)
+        args = re.sub(r"\bblock_\w+\s*\*", "void *", args).replace("GGML_RESTRICT", "")
+        out.append(" ".join(f"{ret.strip()} {name}({args});".replace("bool ", "_Bool ").split()))
+    return out
+
+
 def main() -> int:
     if not INCLUDE.is_dir():
         sys.exit("gen_cdef.py: vendor/ggml/include is missing; run `python build_ggml.py` first")
     # dict.fromkeys: ggml-alloc.h and ggml-backend.h repeat some typedefs.
     decls = [d for d in dict.fromkeys(declarations(preprocess())) if keep(d)]
+    decls += [d for d in quant_declarations() if d not in decls]
     body = "\n".join(decls)
     body = body.replace("op_params[64 / sizeof(int32_t)]", "op_params[16]")
     body = re.sub(r"\bextern\s+", "", body)

@@ -17,7 +17,7 @@
 # most of the CUDA compile time, and nothing this check runs uses them),
 # GPU_CHECK_LIB_DIR: a CUDA build's install/lib made on another machine (build_ggml.py with
 # nvcc and cuBLAS; no GPU needed), used when it loads and sees the GPU, which saves GPU-machine
-# minutes; GPU_CHECK_PARITY_DIR: ggmlR's parity fixtures (default ../shared/parity).
+# minutes; GPU_CHECK_PARITY_DIR: ggmlR's parity fixtures (default tests/parity).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -146,7 +146,7 @@ grep -q " passed" "$LOGS/pytest_cuda.log" || { report "  no CUDA test ran"; FAIL
 step pytest_suites_cuda 180 "$PY" -m pytest -q -p no:cacheprovider tests/test_autograd.py tests/test_forward_ad.py \
   tests/test_graph_mode.py --devices cuda
 report "  $(grep -E '[0-9]+ (passed|failed|skipped)' "$LOGS/pytest_suites_cuda.log" | tail -n 1)"
-PARITY_DIR=${GPU_CHECK_PARITY_DIR:-$ROOT/../shared/parity}
+PARITY_DIR=${GPU_CHECK_PARITY_DIR:-$ROOT/tests/parity}
 if [[ -d "$PARITY_DIR" ]]; then
   step parity_cuda 120 "$PY" scripts/parity.py "$PARITY_DIR" --device cuda --suite ag --suite train --f32-tol 5e-3 5e-4
   report "  $(tail -n 1 "$LOGS/parity_cuda.log")"

@@ -3,7 +3,7 @@
 
     python scripts/parity.py [FIXTURE_DIR ...] [--suite ggml|ag|train] [-v]
 
-FIXTURE_DIR defaults to ../shared/parity. Every case is a small program; this
+FIXTURE_DIR defaults to tests/parity (the reference outputs recorded from ggmlR 0.8.2). Every case is a small program; this
 interprets it by mapping each op name to ggmlpy's function of the same name
 (the format is in FIXTURE_DIR/README.md). Prints one line per failing case and
 a closing line `N passed, M failed`; exits 0 only if all pass.
@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 import ggmlpy  # noqa: E402
 
-DEFAULT_DIR = ROOT.parent / "shared" / "parity"
+DEFAULT_DIR = ROOT / "tests" / "parity"
 
 
 class CaseFailure(Exception):
@@ -345,6 +345,9 @@ RUNNERS = {"ggml": run_ggml_case, "ag": run_ag_case, "train": run_train_case}
 
 def load_cases(dirs, suites):
     for d in dirs:
+        d = pathlib.Path(d)
+        if not d.is_dir() or not any(d.glob("*.json")):
+            raise SystemExit(f"parity.py: no fixture files (*.json) in {d}")
         for suite in suites:
             path = pathlib.Path(d) / f"{suite}.json"
             if path.exists():

@@ -1,4 +1,4 @@
-"""The parity run against ggmlR's recorded outputs (../shared/parity), one test per case."""
+"""The parity run against ggmlR's recorded outputs (tests/parity), one test per case."""
 import pathlib
 import sys
 
@@ -8,18 +8,16 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import parity  # noqa: E402
 
-FIXTURES = ROOT.parent / "shared" / "parity"
-CASES = list(parity.load_cases([FIXTURES], ["ggml", "ag", "train"])) if FIXTURES.is_dir() else []
+FIXTURES = ROOT / "tests" / "parity"
+CASES = list(parity.load_cases([FIXTURES], ["ggml", "ag", "train"]))
 
 
-@pytest.mark.skipif(not CASES, reason="no parity fixtures at ../shared/parity")
 @pytest.mark.parametrize("suite,case", CASES, ids=[f"{s}/{c['name']}" for s, c in CASES])
 def test_parity_case(suite, case):
     why = parity.run_case(suite, case)
     assert why is None, why
 
 
-@pytest.mark.skipif(not CASES, reason="no parity fixtures at ../shared/parity")
 def test_parity_script_summary():
     import subprocess
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "parity.py"), str(FIXTURES)],
