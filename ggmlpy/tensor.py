@@ -7,7 +7,9 @@ update is seen through every reference.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
+import threading
 
 import numpy as np
 
@@ -36,7 +38,18 @@ def _as_matrix(data) -> np.ndarray:
     return arr
 
 
-TRACE_READS = None  # a list while graph mode traces: values read on the host (see ag_compile)
+_reads = threading.local()  # .list while graph mode traces in this thread: values read on the host
+
+
+@contextlib.contextmanager
+def reads_into(lst: list):
+    """Record the tensors whose values this thread reads on the host (ag_compile refuses those)."""
+    prev = getattr(_reads, "list", None)
+    _reads.list = lst
+    try:
+        yield lst
+    finally:
+        _reads.list = prev
 
 
 class AGTensor:
@@ -81,8 +94,9 @@ class AGTensor:
     def numpy(self) -> np.ndarray:
         """The values as a float64 numpy array of R shape (nrow, ncol)."""
         t = self.st.ptr  # raises StaleTensorError for a tensor of a reset pool
-        if TRACE_READS is not None:
-            TRACE_READS.append(self)
+        reads = getattr(_reads, "list", None)
+        if reads is not None:
+            reads.append(self)
         typ = self.st.type
         raw = np.empty(self.shape[0] * self.shape[1], dtype=NP_DTYPES[typ])
         self.dc.sync()  # queued ops may still be writing it

@@ -18,8 +18,8 @@ def test_blas_is_not_a_device_to_compute_on():
 
 
 def _graphs_on_blas():
-    dc = STATE.context("cpu")
-    return [c for c in dc.executor.cache.values() if c.backend_ptr == dc.blas.ptr]
+    ex = STATE.context("cpu").executor  # this thread's: its own CPU and BLAS backends
+    return [c for c in ex.cache.values() if c.backend_ptr == ex.blas.ptr]
 
 
 @needs_blas

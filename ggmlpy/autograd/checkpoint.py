@@ -21,8 +21,9 @@ The contract, point by point (each has a test in tests/test_checkpoint.py):
  5. The replay runs on a private tape; the segment's parameters get their
     gradients (into the backward's result and `.grad`), the caller's inputs get
     theirs returned, and tensors made inside the segment get none.
- 6. The replay must not reset any pool: both generation counters are checked,
-    and a move raises instead of returning gradients from freed memory.
+ 6. The replay must not reset any pool nor switch device or dtype: the pass
+    pool's generation, the device and the dtype are checked, and a change raises
+    instead of returning gradients from freed memory or from another computation.
  7. Gradients stay on the device: each leaf's is accumulated once, at the end.
  8. The graph backward path declines a tape holding a checkpoint node (op None).
  9. The loop-variable trap: a closure that sees a different layer at replay time
@@ -33,7 +34,7 @@ from __future__ import annotations
 import warnings
 
 from .. import random as grandom
-from ..backend.state import STATE
+from ..backend.state import DTYPE_NAMES, STATE
 from ..errors import GGMLError, StaleTensorError
 from ..tensor import AGTensor
 from . import engine, forward_ad
@@ -49,8 +50,9 @@ def ag_checkpoint(fn, *inputs):
     if not callable(fn):
         raise GGMLError("ag_checkpoint() expects a function as its first argument.")
     if not TAPE.recording():
-        if engine.TRACE is not None:
-            engine.TRACE.checkpoints += 1  # ag_fit leaves a checkpointed model eager, for its memory
+        trace = engine.current_trace()
+        if trace is not None:
+            trace.checkpoints += 1  # ag_fit leaves a checkpointed model eager, for its memory
         return fn(*inputs)
 
     rng_state = grandom.get_rng_state()
@@ -81,31 +83,35 @@ def ag_checkpoint(fn, *inputs):
     return out
 
 
+def _state_now(dc=None) -> tuple:
+    """What the replay must leave as it found it: device, its pass pool's generation, dtype."""
+    dc = STATE.context() if dc is None else dc
+    return dc, dc.pass_pool.gen, STATE.dtype
+
+
 def _check_generations(before) -> None:
-    """INVARIANT 6: the replay must not reset a pool. Checked, not trusted: a later refactor
-    reaching for with_grad_tape() would otherwise hand back gradients from freed memory."""
-    dc = before[0]
-    now = STATE.context()
-    after = (now, now.pass_pool.gen if now is dc else dc.pass_pool.gen,
-             now.persistent.gen if now is dc else dc.persistent.gen)
-    if after != before:
+    """INVARIANT 6: the replay must not reset the pool, nor switch device or dtype. Checked, not
+    trusted: a later refactor reaching for with_grad_tape() would otherwise hand back gradients
+    from freed memory, and a switch would differentiate another computation than the forward's."""
+    dc, now = before[0], STATE.context()
+    after = _state_now(dc)
+    if after != before or now is not dc:
         raise CheckpointReplayError(
-            f"ag_checkpoint() replay reset the ggml memory pools (pass {before[1]} -> {after[1]}, "
-            f"persistent {before[2]} -> {after[2]}"
+            f"ag_checkpoint() replay reset the ggml memory pools or switched device or dtype (pass "
+            f"{before[1]} -> {after[1]}, dtype {DTYPE_NAMES[before[2]]} -> {DTYPE_NAMES[after[2]]}"
             f"{'' if now is dc else f', device {dc.name} -> {now.name}'}). Gradients already accumulated "
-            "would point at freed memory. The segment must not call with_grad_tape() or ag_device().")
+            "would be wrong. The segment must not call with_grad_tape() or ag_device(), nor ag_dtype().")
 
 
 def _replay(fn, inputs, grad_out, rng_state, used_first, grads, leaves):
     """Re-run the segment on a private tape and push `grad_out` back through it."""
     outer_nodes, outer_enabled = TAPE.nodes, TAPE.enabled
-    outer_paused = getattr(TAPE.local, "paused", False)
+    outer_paused = TAPE.paused
     outer_rng = grandom.get_rng_state()
-    dc = STATE.context()
-    before = (dc, dc.pass_pool.gen, dc.persistent.gen)
+    before = _state_now()
     try:
         grandom.set_rng_state(rng_state)
-        TAPE.nodes, TAPE.enabled, TAPE.local.paused = [], True, False
+        TAPE.nodes, TAPE.enabled, TAPE.paused = [], True, False
         with engine.watch_params() as used_replay:
             redone = fn(*inputs)
         seg_nodes = TAPE.nodes
@@ -113,7 +119,7 @@ def _replay(fn, inputs, grad_out, rng_state, used_first, grads, leaves):
         _check_generations(before)
         raise
     finally:
-        TAPE.nodes, TAPE.enabled, TAPE.local.paused = outer_nodes, outer_enabled, outer_paused
+        TAPE.nodes, TAPE.enabled, TAPE.paused = outer_nodes, outer_enabled, outer_paused
         grandom.set_rng_state(outer_rng)
     _check_generations(before)
     if set(used_replay) != set(used_first):

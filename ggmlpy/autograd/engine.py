@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 
 from ..backend.state import STATE
 from ..bindings import lib
@@ -28,8 +29,40 @@ def f32_builder(fwd, params: dict, out_type: int, blas: bool = False):
     return build
 
 
-_watchers: list = []
-TRACE = None  # a Trace while graph_mode.tracing() records every applied primitive
+class _Hooks(threading.local):
+    """Per thread: the Trace while graph_mode.tracing() records every applied primitive, and the
+    parameter watchers of ag_checkpoint. Another thread's ops never reach them."""
+
+    def __init__(self):
+        self.trace = None
+        self.watchers: list = []
+
+
+HOOKS = _Hooks()
+_hooked = [0]  # threads with a trace or a watcher open: apply() skips the thread-local look-up at 0
+_hooked_lock = threading.Lock()
+
+
+def _hook(delta: int) -> None:
+    with _hooked_lock:
+        _hooked[0] += delta
+
+
+def current_trace():
+    """This thread's Trace, or None."""
+    return HOOKS.trace
+
+
+@contextlib.contextmanager
+def trace_into(trace):
+    """Make `trace` this thread's Trace in the block (graph_mode.tracing)."""
+    prev, HOOKS.trace = HOOKS.trace, trace
+    _hook(1)
+    try:
+        yield trace
+    finally:
+        HOOKS.trace = prev
+        _hook(-1)
 
 
 class Trace(list):
@@ -46,11 +79,13 @@ class Trace(list):
 def watch_params():
     """Collect the ids of the trainable leaves the ops in this block read (used by ag_checkpoint)."""
     seen: set = set()
-    _watchers.append(seen)
+    HOOKS.watchers.append(seen)
+    _hook(1)
     try:
         yield seen
     finally:
-        _watchers.remove(seen)
+        HOOKS.watchers.remove(seen)
+        _hook(-1)
 
 
 _SAVED_KEY = tuple(f"x{i}" for i in range(8))  # a rule's c.x(i) reads saved["x{i}"]
@@ -60,10 +95,11 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
     """Run primitive `op` on `inputs` through ggml; record it if any input needs a gradient."""
     rule = RULES[op]
     dc = same_device(*inputs)
-    if _watchers:
+    hooks = HOOKS if _hooked[0] else None
+    if hooks is not None and hooks.watchers:
         for x in inputs:
             if x.is_leaf and x.requires_grad:
-                for w in _watchers:
+                for w in hooks.watchers:
                     w.add(x.id)
     out_type = STATE.dtype
     key = (op, tuple(params.items()), out_type)
@@ -79,8 +115,8 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
                                saved, params, tuple(x.shape for x in inputs)))
     if _fwd.LEVELS:
         _fwd.propagate(rule, out, inputs, params)
-    if TRACE is not None:
-        TRACE.append((op, inputs, params, out))
+    if hooks is not None and hooks.trace is not None:
+        hooks.trace.append((op, inputs, params, out))
     return out
 
 
@@ -153,16 +189,16 @@ def _add_into_grad(leaf: AGTensor, g: AGTensor) -> None:
     later accumulation, as in PyTorch; backward()'s result never does).
 
     A first gradient is not copied: `.grad` starts on the pass-pool memory backward() computed
-    it in, and moves to the persistent pool only if still held when that pool is reset. A
-    training loop that zeroes its gradients before the next tape never pays for the copy."""
+    it in (its own Storage on that memory), and the pool's reset moves it to the persistent
+    pool only if it is still held then. A training loop that zeroes its gradients before the
+    next tape never pays for the copy."""
     cur = leaf.grad
     if cur is None or not cur.st.alive or cur.shape != leaf.shape:
         if g.st.pool is not leaf.dc.pass_pool:  # memory someone else updates: take a copy now
             cur = AGTensor(leaf.dc.persistent.alloc(g.st.type, leaf.shape), leaf.shape, leaf.dc)
             assign(cur, g)
         else:
-            cur = AGTensor(g.st, leaf.shape, leaf.dc)
-            g.st.pool.rescue_on_reset(cur, _to_persistent)
+            cur = AGTensor(g.st.alias(), leaf.shape, leaf.dc)
         leaf.grad = cur
     elif cur.st.pool is leaf.dc.persistent:
         leaf.dc.executor.run(("add_into",), f32_builder(prims.add, {}, cur.st.type),
@@ -172,18 +208,10 @@ def _add_into_grad(leaf: AGTensor, g: AGTensor) -> None:
                                       [cur.st, g.st], leaf.dc.pass_pool.alloc)[0]
 
 
-def _to_persistent(t: AGTensor) -> None:
-    """The pass pool is being reset while `.grad` tensor `t` is held: move it out first."""
-    if t.st.alive and t.st.pool is t.dc.pass_pool:
-        st = t.dc.persistent.alloc(t.st.type, t.shape)
-        t.dc.executor.run(("copy",), f32_builder(prims.copy, {}, st.type), [t.st], None, out=[st])
-        t.st = st
-
-
 def assign(dst: AGTensor, src: AGTensor) -> None:
     """Write src's values into dst's own memory, on the device: how layer state (batch-norm
     running statistics) and optimizer state are updated, seen through every reference."""
-    if TRACE is not None:
+    if HOOKS.trace is not None:
         raise GGMLError("ag_compile: fn updates layer or optimizer state in place (batch-norm running "
                         "statistics?), which a compiled graph would not repeat; use eval mode, or eager mode")
     # (the executor keys in-place graphs on the destination's type too: f16 state is safe)

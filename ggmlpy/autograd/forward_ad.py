@@ -5,11 +5,15 @@ Storage. Every ag tensor that has a tangent owns a `ForwardGrad`: a map from
 level index to tangent (itself an ag tensor, on the device). Setting a tangent
 registers the ForwardGrad with its level; resetting it unregisters it.
 
-Levels. One process-wide registry, so forward AD works across threads; the index
-of a level is its nesting depth, so indices are reused after release. Exiting a
-level clears that level's tangents from every ForwardGrad registered with it,
-and only that level's: a stale index can therefore never reach the tangents of
-a later level with the same number. Only the innermost level may be exited.
+Levels. One process-wide registry of level slots; each thread has its own stack
+of the levels it entered (PyTorch's contract for grad mode, extended to levels:
+one thread's `dual_level()` neither sees nor closes another's). A level's index
+is the first free slot, so in one thread it is its nesting depth, and indices
+are reused after release. Exiting a level clears that level's tangents from
+every ForwardGrad registered with it, and only that level's: a stale index can
+therefore never reach the tangents of a later level with the same number. Only
+the calling thread's innermost level may be exited, and a thread's ops
+propagate only its own levels, outermost first.
 
 Lifetime. A level is "initialised" while the registry holds it; after exit it is
 "about to be cleaned" while some ForwardGrad method still holds an owning
@@ -37,9 +41,16 @@ import weakref
 from ..errors import GGMLError
 from ..tensor import AGTensor
 
-LEVELS: list = []  # the registry's list, index = level; non-empty means forward AD is on
+LEVELS: list = []  # the registry's slots (None: free), index = level; non-empty means forward AD is on
 _registry_lock = threading.Lock()
-_local = threading.local()
+_local = threading.local()  # .stack: this thread's levels, outermost first; .masked: see propagate
+
+
+def _stack() -> list:
+    st = getattr(_local, "stack", None)
+    if st is None:
+        st = _local.stack = []
+    return st
 
 
 class ForwardADLevel:
@@ -106,24 +117,32 @@ def try_get_by_idx(idx: int) -> _Ref | None:
 
 
 def enter_dual_level() -> int:
-    """Open a new (innermost) level and return its index, its nesting depth."""
+    """Open a new (innermost) level in this thread and return its index (in one thread, its
+    nesting depth)."""
     with _registry_lock:
-        idx = len(LEVELS)
-        LEVELS.append(ForwardADLevel(idx))
+        idx = LEVELS.index(None) if None in LEVELS else len(LEVELS)
+        if idx == len(LEVELS):
+            LEVELS.append(None)
+        LEVELS[idx] = ForwardADLevel(idx)
+    _stack().append(idx)
     return idx
 
 
 def exit_dual_level(level: int | None = None) -> None:
-    """Close the innermost level, clearing its tangents from every tensor."""
+    """Close this thread's innermost level, clearing its tangents from every tensor."""
+    stack = _stack()
+    if not stack:
+        raise GGMLError("exit_dual_level: no forward AD level is active in this thread")
+    inner = stack[-1]
+    level = inner if level is None else level
+    if level != inner:
+        raise GGMLError(f"exit_dual_level: trying to exit level {level}, but level {inner} is this thread's "
+                        "innermost; levels must be exited in reverse order of entry")
     with _registry_lock:
-        if not LEVELS:
-            raise GGMLError("exit_dual_level: no forward AD level is active")
-        inner = len(LEVELS) - 1
-        level = inner if level is None else level
-        if level != inner:
-            raise GGMLError(f"exit_dual_level: trying to exit level {level}, but level {inner} is the "
-                            "innermost; levels must be exited in reverse order of entry")
-        lvl = LEVELS.pop()
+        lvl, LEVELS[inner] = LEVELS[inner], None
+        while LEVELS and LEVELS[-1] is None:
+            LEVELS.pop()
+    stack.pop()
     _unref(lvl)
 
 
@@ -192,10 +211,10 @@ def _forward_grad(t: AGTensor) -> ForwardGrad:
 
 
 def _innermost() -> int:
-    with _registry_lock:
-        if not LEVELS:
-            raise GGMLError("no forward AD level is active: use `with dual_level():` first")
-        return len(LEVELS) - 1
+    stack = _stack()
+    if not stack:
+        raise GGMLError("no forward AD level is active in this thread: use `with dual_level():` first")
+    return stack[-1]
 
 
 def _alias(t: AGTensor) -> AGTensor:
@@ -233,8 +252,8 @@ def unpack_dual(t: AGTensor, level: int | None = None):
     if not isinstance(t, AGTensor):
         raise GGMLError(f"unpack_dual: expected an ag tensor, got {type(t).__name__}")
     if level is None:
-        with _registry_lock:
-            level = len(LEVELS) - 1
+        stack = _stack()
+        level = stack[-1] if stack else -1
     tangent = t.fwd_grad.value(level) if t.fwd_grad is not None else None
     if tangent is None:
         return t, None
@@ -279,18 +298,22 @@ def _masked() -> set:
 
 
 def propagate(rule, out: AGTensor, inputs, params) -> None:
-    masked = _masked()
-    levels = set()
+    present = set()
     for x in inputs:
         if x.fwd_grad is not None:
-            levels.update(x.fwd_grad.levels())
-    levels -= masked
+            present.update(x.fwd_grad.levels())
+    if not present:
+        return
+    masked = _masked()
+    # this thread's levels only, outermost first: an inner level's tangent rule may read `out`,
+    # whose outer tangents must already be set (that product is the second derivative)
+    levels = [lv for lv in _stack() if lv in present and lv not in masked]
     if not levels:
         return
     if rule.jvp is None:
         raise GGMLError("this operation has no forward-mode (JVP) rule")
     call = _Call(inputs, out, params)
-    for lv in sorted(levels):
+    for lv in levels:
         tangents = [tangent_of(x, lv) for x in inputs]
         masked.add(lv)
         try:

@@ -54,12 +54,9 @@ def tracing():
     """Record every primitive applied in the block (recorded or not): (op, inputs, params, out)."""
     from . import engine
     from .. import tensor
-    prev, engine.TRACE = engine.TRACE, engine.Trace()
-    prev_reads, tensor.TRACE_READS = tensor.TRACE_READS, engine.TRACE.host_reads
-    try:
-        yield engine.TRACE
-    finally:
-        engine.TRACE, tensor.TRACE_READS = prev, prev_reads
+    trace = engine.Trace()
+    with engine.trace_into(trace), tensor.reads_into(trace.host_reads):
+        yield trace
 
 
 # -- emission: primitives build graph nodes instead of running -------------------------------------------
@@ -162,8 +159,10 @@ class _Plan:
 
     galloc = sched = None
 
-    def __init__(self, builder: Builder, inputs: list, backend, blas=None):
+    def __init__(self, builder: Builder, inputs: list, dc):
+        backend, blas = dc.backend, dc.blas
         self.builder = builder
+        self.dc = dc  # its lock is held while computing: the backend keeps scratch state per compute
         self.inputs = inputs  # placeholder ggml tensors, in call order
         self.backend = backend
         n = lib.ggml_graph_n_nodes(builder.graph)
@@ -193,6 +192,13 @@ class _Plan:
             raise MemoryError("could not allocate the compiled graph")
         self.buffer_size = sum(int(lib.ggml_backend_sched_get_buffer_size(self.sched.ptr, b.ptr))
                                for b in (blas, self.backend))
+
+    def run(self, storages) -> None:
+        """Bind the inputs and compute, holding the device's lock throughout."""
+        with self.dc.lock:
+            self.dc.check_usable()  # a released device's backend is freed
+            self.bind(storages)
+            self.compute()
 
     def bind(self, storages) -> None:
         for leaf, s in zip(self.inputs, storages):
@@ -272,9 +278,8 @@ def ag_backward_graph(loss: AGTensor):
         final = lib.ggml_cpy(b.ctx, gs.t, st.t)  # into pass-pool memory the caller can keep
         lib.ggml_build_forward_expand(b.graph, final)
         outs[tid] = st
-    plan = _Plan(b, placeholders, dc.backend, dc.blas)
-    plan.bind(storages)
-    plan.compute()
+    plan = _Plan(b, placeholders, dc)
+    plan.run(storages)
     result = GradMap()
     for tid, st in outs.items():
         dict.__setitem__(result, tid, AGTensor(st, (int(st.t.ne[0]), int(st.t.ne[1])), dc, is_leaf=False))
@@ -299,18 +304,19 @@ class CompiledStep:
         self.last_backward = None
         self._updater = None  # one per step, not per graph: every graph reads its hyperparameters
         self.checkpoints = 0  # ag_checkpoint segments in fn: compiled, they keep their activations
+        self._lock = threading.RLock()  # calls from several threads run one after another
         self._build(list(example_inputs))
 
     # public: call with AGTensors (or numpy arrays) of the example inputs' shapes
     def __call__(self, *inputs) -> float:
         ins = [x if isinstance(x, AGTensor) else ag_tensor(x) for x in inputs]  # numpy: uploaded once
-        plan = self.plan_for(ins)
-        if self.optimizer is not None:
-            self.optimizer.t += 1
-            self._hyper_update()
-        plan.bind([x.st for x in ins])
-        plan.compute()
-        return _read_scalar(plan.loss)
+        with self._lock:
+            plan = self.plan_for(ins)
+            if self.optimizer is not None:
+                self.optimizer.t += 1
+                self._hyper_update()
+            plan.run([x.st for x in ins])
+            return _read_scalar(plan.loss)
 
     def plan_for(self, ins):
         """The graph for these inputs' shapes and types, traced and compiled on first use (a
@@ -381,7 +387,7 @@ class CompiledStep:
                 raise GGMLError("ag_compile: fn uses no parameters (ag_param) to optimise")
             grads = self._emit_backward(b, entries, syms[out.id], out.id, params)
             self._emit_update(b, params, grads)
-        plan = _Plan(b, [p.t for p in placeholders], dc.backend, dc.blas)
+        plan = _Plan(b, [p.t for p in placeholders], dc)
         plan.loss = loss
         self.plans[tuple((x.shape, x.st.type) for x in ins)] = plan
         return plan

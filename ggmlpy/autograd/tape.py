@@ -34,27 +34,32 @@ class Node:
         return self.saved["out"]
 
 
-class Tape:
+class Tape(threading.local):
+    """The tape of the calling thread (PyTorch's contract: grad mode and the tape are per
+    thread, so one thread's with_grad_tape() neither records nor resets another's ops)."""
+
     def __init__(self):
         self.enabled = False
+        self.paused = False
         self.nodes: list[Node] = []
-        self.local = threading.local()
 
     def recording(self) -> bool:
-        return self.enabled and not getattr(self.local, "paused", False)
+        return self.enabled and not self.paused
 
 
 TAPE = Tape()
 
 
 class with_grad_tape(contextlib.ContextDecorator):
-    """Clear the tape, reset the pass pool (bumping ctx_gen), and record ops in the block.
+    """Clear the tape, reset this thread's pass pool (bumping ctx_gen), and record ops in the block.
 
     Recording stops when the block exits, also when it raises. The recorded nodes
-    stay until the next with_grad_tape(), so backward() can run after the block."""
+    stay until the next with_grad_tape(), so backward() can run after the block.
+    Tensors from earlier tapes that are still referenced keep their values: the reset
+    moves them out of the pass pool (see backend/pool.py)."""
 
     def __enter__(self):
-        TAPE.nodes = []
+        TAPE.nodes = []  # first: the snapshots only the tape held are freed, not moved
         STATE.context().pass_pool.reset()
         TAPE.enabled = True
         return TAPE
@@ -67,12 +72,12 @@ class with_grad_tape(contextlib.ContextDecorator):
 @contextlib.contextmanager
 def no_grad():
     """Run ops without recording them (the tape's nodes are left as they are)."""
-    prev = getattr(TAPE.local, "paused", False)
-    TAPE.local.paused = True
+    prev = TAPE.paused
+    TAPE.paused = True
     try:
         yield
     finally:
-        TAPE.local.paused = prev
+        TAPE.paused = prev
 
 
 def tape_bytes() -> int:

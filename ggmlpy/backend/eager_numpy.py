@@ -8,8 +8,14 @@ pointed at the numpy inputs' own memory and whose output is pointed at a fresh
 numpy array: no copies in or out. This is safe because the CPU backend reads
 tensors through their data pointers only, and the arrays are held for exactly
 the duration of the call. Layout rule: numpy shape (d1, d0) is ggml ne [d0, d1].
+
+Each thread has its own engine (cached graphs and a CPU backend): a cached graph
+is re-pointed per call, so two threads sharing one would compute on each
+other's arrays.
 """
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -106,14 +112,14 @@ def _check_shapes(op: str, shapes) -> None:
             raise GGMLError(f"eager_numpy.{op}: shape {shapes[1]} does not broadcast to {shapes[0]}")
 
 
-_ENGINE: EagerNumpy | None = None
+_local = threading.local()  # .engine: this thread's EagerNumpy
 
 
 def run(op: str, *arrays, **params) -> np.ndarray:
-    global _ENGINE
-    if _ENGINE is None:
-        _ENGINE = EagerNumpy()
-    return _ENGINE.run(op, arrays, **params)
+    eng = getattr(_local, "engine", None)
+    if eng is None:
+        eng = _local.engine = EagerNumpy()
+    return eng.run(op, arrays, **params)
 
 
 def _binary(op: str):
@@ -123,7 +129,7 @@ def _binary(op: str):
     compute = lib.ggml_backend_graph_compute
 
     def f(x, y) -> np.ndarray:
-        eng = _ENGINE
+        eng = getattr(_local, "engine", None)
         if (eng is not None and type(x) is np.ndarray and type(y) is np.ndarray and x.dtype is _F32
                 and y.dtype is _F32 and x.flags.c_contiguous and y.flags.c_contiguous):
             plan = eng.plans.get((op, (), x.shape, y.shape))

@@ -6,9 +6,14 @@ is built once per (op, parameters, input shapes and types) and cached. A run
 only re-points the graph's leaf tensors at the inputs' memory, points the
 outputs at fresh pool memory (or at a given destination, for in-place
 updates), and computes. Intermediates live in the graph's own allocator buffer.
+
+Re-pointing a cached graph and computing it must not interleave with another
+thread doing the same: an executor is used by one thread (the CPU device gives
+each thread its own), or holds `lock` for the whole of a run (other devices).
 """
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 
 from ..bindings import ffi, lib
@@ -79,8 +84,10 @@ class Executor:
     SMALL = 32768            # output elements of an element-wise node
     SMALL_MATMUL = 1 << 21   # multiply-adds of a matrix product
 
-    def __init__(self, backend, capacity: int = 512, small_backend=None, blas=None, asynchronous: bool = False):
+    def __init__(self, backend, capacity: int = 512, small_backend=None, blas=None, asynchronous: bool = False,
+                 lock=None):
         self.backend = backend
+        self.lock = lock if lock is not None else contextlib.nullcontext()
         self.small_backend = small_backend or backend
         self.blas = blas  # ggml's BLAS backend, which runs graphs of OUT_PROD products
         self.capacity = capacity
@@ -96,8 +103,9 @@ class Executor:
     def sync(self) -> None:
         """Wait for the ops queued so far (asynchronous devices; a no-op elsewhere)."""
         if self.pending:
-            lib.ggml_backend_synchronize(self.backend.ptr)
-            self.pending = False
+            with self.lock:
+                lib.ggml_backend_synchronize(self.backend.ptr)
+                self.pending = False
 
     def run(self, key, build, inputs: list[Storage], alloc, out=None) -> list[Storage]:
         """Run `build(ctx, *leaf_tensors) -> ggml tensor(s)` on `inputs`.
@@ -108,6 +116,10 @@ class Executor:
         for s in inputs:
             if s.gen != s.pool.gen:
                 s.check()  # raises StaleTensorError
+        with self.lock:
+            return self._run(key, build, inputs, alloc, out)
+
+    def _run(self, key, build, inputs, alloc, out):
         sig = (key, *[s.spec for s in inputs])
         if out is not None:  # an in-place destination's type and shape are part of the graph
             sig += tuple(("out",) + s.spec for s in out)

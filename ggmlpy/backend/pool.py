@@ -4,18 +4,32 @@ Two kinds, as in ggmlR's gpu path:
 
 * the **pass pool** holds one tape's activations, snapshots and gradients. It
   is a bump allocator over chunks of device memory; `with_grad_tape()` resets
-  it in O(1) and bumps its generation (`ctx_gen`). A chunk whose tensors have
-  all been dropped is recycled early, so eager use outside a tape stays flat.
+  it and bumps its generation (`ctx_gen`). A chunk whose tensors have all been
+  dropped is recycled early, so eager use outside a tape stays flat. Each
+  thread has its own (DeviceContext.pass_pool), so one thread's tape never
+  resets another's tensors.
+* **Held values survive a reset.** The tape is dropped first, so what is still
+  alive then is held by the user (a loss kept for logging, predictions, a
+  gradient map): those tensors are copied to the persistent pool, in place
+  (every handle sees the move), before their memory is reused. Nothing held
+  is ever invalidated; only what nothing references is reclaimed.
 * the **persistent pool** holds parameters, user tensors and optimizer state.
-  Each tensor gets its own buffer, freed with its last handle. A device or
-  dtype change resets it and bumps `p_ctx_gen`.
+  Each tensor gets its own buffer, freed with its last handle. Nothing resets
+  it: a device or dtype switch only changes where new tensors go.
 
 Every `Storage` records its pool's generation when it was made. Touching one
 from an older generation raises StaleTensorError instead of reading memory that
-now belongs to someone else.
+now belongs to someone else (a raw header kept past a reset; checkpoint replays
+check the counters themselves).
+
+Threads. A pool's bookkeeping is guarded by its own re-entrant lock: a tensor
+made in one thread may be dropped (and its memory released) in another, or by
+the garbage collector in the middle of an allocation. The locks are leaves:
+nothing that takes another lock runs while one is held.
 """
 from __future__ import annotations
 
+import threading
 import weakref
 
 from ..bindings import ffi, lib
@@ -103,6 +117,22 @@ class Storage:
     def alive(self) -> bool:
         return self.gen == self.pool.gen
 
+    def alias(self) -> "Storage":
+        """A second Storage on the same memory: a reset then moves each on its own (a leaf's
+        `.grad` and backward()'s result start on the same memory, and must part later)."""
+        chunk = self.chunk
+        chunk.adopt(self.gen)
+        s = Storage(self._t, self.pool, self.gen, chunk, self.nbytes, self.spec, self.data, self.buffer)
+        if isinstance(chunk, _Chunk):
+            chunk.refs.append(weakref.ref(s))
+        return s
+
+    def _become(self, other: "Storage") -> None:
+        """Take over `other`'s memory (other is then forgotten without releasing it)."""
+        self._t, self.pool, self.gen, self.chunk = other._t, other.pool, other.gen, other.chunk
+        self.data, self.buffer = other.data, other.buffer
+        other.chunk = None
+
     def __del__(self):
         chunk = self.chunk
         if chunk is not None:
@@ -113,7 +143,7 @@ class _Chunk:
     """One backend buffer with its own metadata context, bump-allocated."""
 
     __slots__ = ("pool", "buffer", "base", "size", "offset", "meta", "capacity", "count", "live",
-                 "gen", "dedicated", "headers")
+                 "gen", "dedicated", "headers", "refs")
 
     def __init__(self, pool, size: int, capacity: int, dedicated: bool):
         self.pool, self.size, self.capacity, self.dedicated = pool, size, capacity, dedicated
@@ -124,6 +154,7 @@ class _Chunk:
         self.meta = _meta_context(capacity)
         self.offset = self.count = self.live = self.headers = 0
         self.gen = pool.gen
+        self.refs: list = []  # weak references to the chunk's Storages: a reset moves the live ones
 
     def fits(self, nbytes: int) -> bool:
         return self.offset + nbytes <= self.size and self.count < self.capacity
@@ -133,7 +164,15 @@ class _Chunk:
         self.offset += padded
         self.count += 1  # a header's room in `meta` is kept for it
         self.live += 1
-        return Storage(None, self.pool, gen, self, nbytes, (ggml_type, tuple(ne)), addr, self.buffer)
+        s = Storage(None, self.pool, gen, self, nbytes, (ggml_type, tuple(ne)), addr, self.buffer)
+        self.refs.append(weakref.ref(s))
+        return s
+
+    def adopt(self, gen: int) -> None:
+        """One more Storage on memory already taken (Storage.alias)."""
+        with self.pool.lock:
+            if gen == self.gen:
+                self.live += 1
 
     def header(self, s: Storage):
         """The ggml tensor header of `s`, made on first use (Storage.t)."""
@@ -153,13 +192,18 @@ class _Chunk:
             lib.ggml_reset(self.meta)
         self.offset = self.count = self.live = self.headers = 0
         self.gen = self.pool.gen
+        self.refs = []
+
+    def live_storages(self) -> list:
+        return [s for s in (r() for r in self.refs) if s is not None and s.chunk is self and s.gen == self.gen]
 
     def release(self, gen: int) -> None:
-        if gen != self.gen:
-            return  # the chunk was already rewound by a reset
-        self.live -= 1
-        if self.live == 0:
-            self.pool._chunk_empty(self)
+        with self.pool.lock:
+            if gen != self.gen:
+                return  # the chunk was already rewound by a reset
+            self.live -= 1
+            if self.live == 0:
+                self.pool._chunk_empty(self)
 
     def free(self) -> None:
         if self.buffer is not None:
@@ -167,17 +211,23 @@ class _Chunk:
             lib.ggml_free(self.meta)
             self.buffer = None
 
+    __del__ = free  # a thread's pool goes with its thread; chunks its tensors kept go with them
+
 
 class PassPool:
-    """Bump allocation over recycled chunks; reset() is O(1) and bumps the generation (ctx_gen)."""
+    """Bump allocation over recycled chunks; reset() bumps the generation (ctx_gen)."""
 
     kind = "pass"
 
     # Small chunks, and a chunk of its own for any tensor of 1/8 chunk or more: memory comes
     # back as soon as its tensors die (a checkpoint's replayed activations, say), not only
     # at the next reset. Every bookkeeping step is O(1): this runs on every eager op.
-    def __init__(self, backend, chunk_bytes: int = 2 << 20, chunk_tensors: int = 512):
+    def __init__(self, backend, chunk_bytes: int = 2 << 20, chunk_tensors: int = 512, keep=None):
         self.backend = backend
+        self.lock = threading.RLock()
+        # keep(storage): moves a tensor still held at a reset out of this pool (DeviceContext
+        # copies it to the persistent pool); None: a reset makes held tensors stale
+        self.keep = keep
         self.host = backend.is_host
         self.align = max(64, backend.alignment)
         self.chunk_bytes, self.chunk_tensors = chunk_bytes, chunk_tensors
@@ -187,20 +237,20 @@ class PassPool:
         self.spare_shared: list = []
         self.spare_dedicated: dict = {}  # exact size -> chunks
         self.in_use = self.spare_bytes = self.peak_bytes = 0
-        self._rescues: dict = {}  # id -> (weakref, fn): see rescue_on_reset
 
     def alloc(self, ggml_type: int, ne) -> Storage:
         nbytes = _nbytes(ggml_type, ne)
         padded = max(self.align, -(-nbytes // self.align) * self.align)
-        c = self.current
-        if padded >= self.chunk_bytes // 8:
-            c = self._dedicated(padded)
-        elif c is None or not c.fits(padded):
-            c = self._next_shared()
-        self.in_use += padded
-        if self.in_use > self.peak_bytes:
-            self.peak_bytes = self.in_use
-        return c.take(ggml_type, ne, nbytes, padded, self.gen)
+        with self.lock:
+            c = self.current
+            if padded >= self.chunk_bytes // 8:
+                c = self._dedicated(padded)
+            elif c is None or not c.fits(padded):
+                c = self._next_shared()
+            self.in_use += padded
+            if self.in_use > self.peak_bytes:
+                self.peak_bytes = self.in_use
+            return c.take(ggml_type, ne, nbytes, padded, self.gen)
 
     def _dedicated(self, padded: int) -> _Chunk:
         pool = self.spare_dedicated.get(padded)
@@ -253,27 +303,28 @@ class PassPool:
             self.spare_bytes -= c.size
             c.free()
 
-    def rescue_on_reset(self, obj, fn) -> None:
-        """Call fn(obj) at the next reset, before this generation's memory is reused, if obj is
-        still alive then: it moves what obj holds elsewhere (a leaf's `.grad`: engine.py)."""
-        self._rescues[id(obj)] = (weakref.ref(obj), fn)
+    def held(self) -> list:
+        """The Storages of this generation that something still references."""
+        with self.lock:
+            chunks = list(self.full) + ([self.current] if self.current is not None else [])
+            return [s for c in chunks if c.live for s in c.live_storages()]
 
     def reset(self) -> None:
-        """Forget every tensor of this generation and bump the generation counter."""
-        rescues, self._rescues = self._rescues, {}
-        for ref, fn in rescues.values():
-            obj = ref()
-            if obj is not None:
-                fn(obj)
-        self.gen += 1
-        chunks = list(self.full) + ([self.current] if self.current is not None else [])
-        self.full, self.current = set(), None
-        for c in chunks:
-            c.rewind()
-            self._to_spare(c)
-        self.in_use = 0
-        if self.spare_bytes > self.peak_bytes:
-            self._trim()
+        """Move the tensors still held out (`keep`), then forget this generation's memory and
+        bump the generation counter. Drop the tape before: its snapshots are not "held"."""
+        if self.keep is not None:
+            for s in self.held():
+                self.keep(s)
+        with self.lock:
+            self.gen += 1
+            chunks = list(self.full) + ([self.current] if self.current is not None else [])
+            self.full, self.current = set(), None
+            for c in chunks:
+                c.rewind()
+                self._to_spare(c)
+            self.in_use = 0
+            if self.spare_bytes > self.peak_bytes:
+                self._trim()
 
     def bytes_in_use(self) -> int:
         return self.in_use
@@ -287,12 +338,13 @@ class PassPool:
         return self.in_use + self.spare_bytes  # approximately: shared chunks' unused tails not counted
 
     def free(self) -> None:
-        chunks = list(self.full) + self.spare_shared + [c for cs in self.spare_dedicated.values() for c in cs]
-        for c in chunks + ([self.current] if self.current is not None else []):
-            c.free()
-        self.full, self.spare_shared, self.spare_dedicated, self.current = set(), [], {}, None
-        self.in_use = self.spare_bytes = 0
-        self.gen += 1
+        with self.lock:
+            chunks = list(self.full) + self.spare_shared + [c for cs in self.spare_dedicated.values() for c in cs]
+            for c in chunks + ([self.current] if self.current is not None else []):
+                c.free()
+            self.full, self.spare_shared, self.spare_dedicated, self.current = set(), [], {}, None
+            self.in_use = self.spare_bytes = 0
+            self.gen += 1
 
 
 class _Owned:
@@ -308,13 +360,16 @@ class _Owned:
             self.pool._recycle(self, gen)
             self.buffer = None
 
+    def adopt(self, gen: int) -> None:
+        raise AssertionError("persistent tensors are never aliased")
+
     def free(self) -> None:
         lib.ggml_backend_buffer_free(self.buffer)
         lib.ggml_free(self.meta)
 
 
 class PersistentPool:
-    """One buffer per tensor. reset() bumps p_ctx_gen.
+    """One buffer per tensor, freed (or kept as a spare) with its last handle.
 
     A buffer whose last handle is gone is kept for the next tensor of the same type and
     shape (up to SPARE_BYTES in all): a training loop that drops its `.grad` tensors every
@@ -325,6 +380,7 @@ class PersistentPool:
 
     def __init__(self, backend):
         self.backend = backend
+        self.lock = threading.RLock()
         self.gen = 1
         self.live_bytes = 0
         self.spare: dict = {}  # spec -> [_Owned]
@@ -333,12 +389,13 @@ class PersistentPool:
     def alloc(self, ggml_type: int, ne) -> Storage:
         nbytes = _nbytes(ggml_type, ne)
         spec = (ggml_type, tuple(ne))
-        spares = self.spare.get(spec)
-        if spares:
-            owned = spares.pop()
-            self.spare_bytes -= nbytes
-            t = owned.t
-            return Storage(t, self, self.gen, owned, nbytes, spec, t.data, owned.buffer)
+        with self.lock:
+            spares = self.spare.get(spec)
+            if spares:
+                owned = spares.pop()
+                self.spare_bytes -= nbytes
+                t = owned.t
+                return Storage(t, self, self.gen, owned, nbytes, spec, t.data, owned.buffer)
         meta = _meta_context(1)
         t = _new_header(meta, ggml_type, ne)
         buffer = lib.ggml_backend_buft_alloc_buffer(self.backend.buft, max(nbytes, 1))
@@ -353,18 +410,16 @@ class PersistentPool:
         t = owned.t
         spec = (int(t.type), shape_of(t))
         nbytes = _nbytes(*spec)
-        if gen != self.gen or self.spare_bytes + nbytes > self.SPARE_BYTES:
-            owned.free()
-            return
-        kept = _Owned(self, owned.buffer, owned.meta, t)  # the old one is marked released
-        self.spare.setdefault(spec, []).append(kept)
-        self.spare_bytes += nbytes
+        with self.lock:
+            if gen != self.gen or self.spare_bytes + nbytes > self.SPARE_BYTES:
+                owned.free()
+                return
+            kept = _Owned(self, owned.buffer, owned.meta, t)  # the old one is marked released
+            self.spare.setdefault(spec, []).append(kept)
+            self.spare_bytes += nbytes
 
     def free_spare(self) -> None:
-        for owned in (o for lst in self.spare.values() for o in lst):
-            owned.free()
-        self.spare, self.spare_bytes = {}, 0
-
-    def reset(self) -> None:
-        self.free_spare()
-        self.gen += 1
+        with self.lock:
+            for owned in (o for lst in self.spare.values() for o in lst):
+                owned.free()
+            self.spare, self.spare_bytes = {}, 0

@@ -2,7 +2,15 @@
 
 ggmlR keeps these in `.ag_device_state`: `ctx_gen` counts resets of the pass
 pool, `p_ctx_gen` resets of the persistent pool. `ag_device()` and `ag_dtype()`
-switch them; switching resets the persistent pool (its tensors become stale).
+switch the defaults for new tensors; tensors already made keep their device,
+dtype and values (ggmlR invalidates them; a value the user holds must keep it).
+
+Threads (PyTorch's contract): the selected device and dtype are process-wide;
+each thread has its own pass pool (so its own tape's resets) and, on the CPU,
+its own executor with its own ggml CPU backends, so independent eager work in
+several threads runs in parallel. Other devices have one executor, and every
+graph compute on a device (eager ops there, compiled steps everywhere) holds
+the device's lock: ggml backends keep per-backend scratch state.
 """
 from __future__ import annotations
 
@@ -10,7 +18,7 @@ import threading
 import warnings
 
 from ..bindings import ffi, lib
-from ..errors import GGMLError
+from ..errors import DeviceError, GGMLError
 from .device import Backend, _resolve, blas_backend, forget_backend, get_backend
 from .executor import Executor
 from .pool import PassPool, PersistentPool
@@ -26,24 +34,68 @@ class DeviceContext:
         self.spec = spec
         self.backend: Backend = get_backend(spec)
         self.name = self.backend.device_name
-        self.pass_pool = PassPool(self.backend)
         self.persistent = PersistentPool(self.backend)
+        self.lock = threading.RLock()  # held by every graph compute on a shared backend
+        self.released = False
+        self._local = threading.local()  # per thread: pass pool; on the CPU, executor
         self.blas = blas_backend(self.backend.n_threads) if self.backend.is_cpu else None
         # CUDA queues ops on its stream: measured on an H200, a 4-layer 256-wide Adam step took
         # 2.7 ms waiting for each op, 2.1 ms queued. Host transfers call sync() first. Vulkan
         # stays synchronous: queued that way, ggml's Vulkan backend crashed on lavapipe.
-        self.executor = Executor(self.backend, small_backend=self._single_threaded(), blas=self.blas,
-                                 asynchronous=self.name.startswith("CUDA"))
+        self._shared_executor = None if self.backend.is_cpu else Executor(
+            self.backend, asynchronous=self.name.startswith("CUDA"), lock=self.lock)
+
+    @property
+    def pass_pool(self) -> PassPool:
+        """This thread's pass pool on the device."""
+        try:
+            return self._local.pass_pool
+        except AttributeError:
+            pool = self._local.pass_pool = PassPool(self.backend, keep=self._keep)
+            return pool
+
+    @property
+    def executor(self) -> Executor:
+        """The compiled-op cache this thread runs eager ops through."""
+        if self.released:
+            self.check_usable()
+        ex = self._shared_executor
+        if ex is not None:
+            return ex
+        try:
+            return self._local.executor
+        except AttributeError:
+            ex = self._local.executor = self._cpu_executor()
+            return ex
+
+    def _cpu_executor(self) -> Executor:
+        """CPU backends of this thread's own: ggml's CPU backend keeps its work buffer per backend."""
+        n = self.backend.n_threads
+        main = Backend(lib.ggml_backend_dev_init(self.backend.dev, ffi.NULL), self.name)
+        main.set_n_threads(n)
+        small = Backend(lib.ggml_backend_dev_init(self.backend.dev, ffi.NULL), self.name).single_threaded()
+        return Executor(main, small_backend=small, blas=blas_backend(n) if self.blas is not None else None)
+
+    def check_usable(self) -> None:
+        if self.released:
+            raise DeviceError(f"device {self.name} was released (release_device): its tensors can still be "
+                              "read, or moved with ag_to_device(), but nothing computes there any more")
+
+    def _keep(self, s) -> None:
+        """A pass-pool tensor still held at a reset: copy it to the persistent pool, in place."""
+        new = self.persistent.alloc(*s.spec)
+        self.sync()
+        if self.backend.is_host:
+            ffi.memmove(new.data, s.data, s.nbytes)
+        else:
+            lib.ggml_backend_tensor_copy(s.t, new.t)
+        s._become(new)
 
     def sync(self) -> None:
         """Wait for this device's queued ops: before the host reads or writes device memory."""
-        self.executor.sync()
-
-    def _single_threaded(self):
-        """A second CPU backend with one thread, for graphs too small to share."""
-        if not self.backend.is_cpu:
-            return None
-        return Backend(lib.ggml_backend_dev_init(self.backend.dev, ffi.NULL), self.name).single_threaded()
+        ex = self._shared_executor or getattr(self._local, "executor", None)
+        if ex is not None:
+            ex.sync()
 
     def __repr__(self):
         return f"<device {self.name}>"
@@ -90,38 +142,44 @@ def ag_device(spec: str | None = None) -> str:
     """Select the device for new tensors and ops: "cpu", "gpu" (best available), "vulkan",
     "vulkan:1", "cuda", "cuda:0", "rpc://host:port". Returns the device name in use.
 
-    Changing device resets the persistent pool (p_ctx_gen), as ggmlR does."""
+    Tensors already made stay where they are, with their values (ggmlR makes them stale);
+    an op mixing devices raises, and ag_to_device() moves a tensor."""
     if spec is None:
         return STATE.context().name
+    if not isinstance(spec, str):
+        raise GGMLError(f"ag_device: expected a device name such as 'cpu' or 'vulkan', got {spec!r}")
     with STATE.lock:
         dc = STATE._get(spec)
         if STATE.current is not dc:
             if STATE.current is not None:
-                STATE.current.persistent.reset()
+                STATE.current.persistent.free_spare()
             STATE.current = dc
             _check_dtype(dc, STATE.dtype)
         return dc.name
 
 
 def release_device(spec: str) -> None:
-    """Free what ggmlpy holds on a device: its cached op graphs, pass pool and shared backend
+    """Free what ggmlpy holds on a device: its cached op graphs, pass pools and shared backend
     (an RPC connection closes once nothing uses it). Selected, it hands over to "cpu" first.
-    Tensors still alive on it keep their own buffers until they are dropped; drop them first
-    (the gradient tape keeps the last tape's tensors: an empty ``with with_grad_tape(): pass``
-    clears it), above all before stopping an RPC server: ggml aborts the process when a
-    buffer's server is gone."""
+    Tensors still alive on it keep their memory and can be read, but any op on them raises
+    DeviceError: move them first (ag_to_device). Drop them before stopping an RPC server:
+    ggml aborts the process when a buffer's server is gone."""
+    if not isinstance(spec, str):
+        raise GGMLError(f"release_device: expected a device name, got {spec!r}")
     with STATE.lock:
         name = _resolve(spec)  # no new connection: the server may be gone already
         dc = STATE.contexts.pop(name, None)
         if dc is None:
             return
-        if STATE.current is dc:
-            STATE.current = None
-            ag_device("cpu")
-        dc.persistent.reset()
-        dc.executor.clear()
-        dc.pass_pool.free()
-        forget_backend(name)
+        with dc.lock:
+            dc.released = True
+            if STATE.current is dc:
+                STATE.current = None
+                ag_device("cpu")
+            dc.persistent.free_spare()
+            if dc._shared_executor is not None:
+                dc._shared_executor.clear()
+            forget_backend(name)
 
 
 def ag_default_device() -> str:
@@ -130,7 +188,7 @@ def ag_default_device() -> str:
 
 def ag_dtype(dtype: str | None = None) -> str:
     """Select the storage dtype of new tensors: "f32" (default), "f16" or "bf16".
-    Ops compute in f32. Changing it resets the persistent pool (p_ctx_gen)."""
+    Ops compute in f32. Tensors already made keep their dtype and values."""
     if dtype is None:
         return DTYPE_NAMES[STATE.dtype]
     if dtype not in DTYPES:
@@ -138,7 +196,7 @@ def ag_dtype(dtype: str | None = None) -> str:
     with STATE.lock:
         want = _check_dtype(STATE.context(), DTYPES[dtype])
         if want != STATE.dtype:
-            STATE.context().persistent.reset()
+            STATE.context().persistent.free_spare()
             STATE.dtype = want
         return DTYPE_NAMES[STATE.dtype]
 

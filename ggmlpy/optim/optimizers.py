@@ -9,6 +9,7 @@ the kernel, take the composed per-parameter path.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -40,14 +41,24 @@ class Optimizer:
         self._fused_ok = True
         self._hyper = None  # f32 hyper-parameter vector read by the fused graphs
         self._token = None
+        self._stepping = threading.Lock()
 
     def step(self, grads=None) -> None:
-        """Update every parameter that has a gradient in `grads` (backward()'s result) or in `.grad`."""
-        self.t += 1
-        with no_grad():
-            todo = [(i, p, g) for i, p in enumerate(self.params) if (g := _grad_of(grads, p)) is not None]
-            if todo:
-                self._step(todo)
+        """Update every parameter that has a gradient in `grads` (backward()'s result) or in `.grad`.
+
+        One optimizer is stepped by one thread at a time: a second thread stepping it while a
+        step runs gets a GGMLError (two interleaved steps would mix their moment updates)."""
+        if not self._stepping.acquire(blocking=False):
+            raise GGMLError(f"{type(self).__name__}.step() is already running in another thread; "
+                            "step an optimizer from one thread at a time")
+        try:
+            self.t += 1
+            with no_grad():
+                todo = [(i, p, g) for i, p in enumerate(self.params) if (g := _grad_of(grads, p)) is not None]
+                if todo:
+                    self._step(todo)
+        finally:
+            self._stepping.release()
 
     def _step(self, todo) -> None:
         """The composed path: one parameter at a time. Subclasses fuse what they can."""
