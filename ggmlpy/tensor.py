@@ -52,6 +52,16 @@ def reads_into(lst: list):
         _reads.list = prev
 
 
+def _check_int32(arr) -> None:
+    """i32 storage takes integers in int32's range: anything else would wrap or truncate silently."""
+    a = np.asarray(arr)
+    if a.dtype.kind == "f":
+        if not np.isfinite(a).all() or (a != np.round(a)).any():
+            raise GGMLError("i32 tensor: values must be whole numbers (got a fraction, NaN or infinity)")
+    if a.size and (a.min() < -2**31 or a.max() > 2**31 - 1):
+        raise GGMLError(f"i32 tensor: values must lie in [-2^31, 2^31 - 1], got {a.min()} .. {a.max()}")
+
+
 class AGTensor:
     """A [nrow, ncol] tensor on a device, optionally tracked by the gradient tape."""
 
@@ -84,6 +94,8 @@ class AGTensor:
     def _write(self, arr: np.ndarray) -> None:
         t = self.st.ptr
         typ = self.st.type
+        if typ == I32:
+            _check_int32(arr)
         # one pass to the element type in column-major (ggml) order; f16/bf16 go through f32
         flat = np.asarray(arr).astype(np.int32 if typ == I32 else np.float32, order="F").ravel(order="F")
         raw = np.ascontiguousarray(_to_storage(flat, typ))
@@ -226,6 +238,8 @@ def ag_tensor(data, device=None, dtype=None, requires_grad=False) -> AGTensor:
 
 def ag_param(data, device=None, dtype=None) -> AGTensor:
     """A trainable tensor: ag_tensor with requires_grad=True."""
+    if dtype in ("i32", "int32", np.int32):
+        raise GGMLError("ag_param: parameters must be floating point (f32, f16 or bf16), not i32")
     return ag_tensor(data, device, dtype, requires_grad=True)
 
 

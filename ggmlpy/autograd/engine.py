@@ -14,13 +14,22 @@ from .rules import RULES
 from .tape import TAPE, Node, no_grad
 
 F32 = lib.GGML_TYPE_F32
+I32 = lib.GGML_TYPE_I32
 _LOW = (lib.GGML_TYPE_F16, lib.GGML_TYPE_BF16)
 
 
-def f32_builder(fwd, params: dict, out_type: int, blas: bool = False):
+def f32_builder(fwd, params: dict, out_type: int, blas: bool = False, index_inputs: tuple = (), op: str = ""):
     """A graph builder computing in f32 whatever the storage dtype, and storing in `out_type`.
-    With `blas` (the device has ggml's BLAS backend) an all-f32 product is built for it."""
+    With `blas` (the device has ggml's BLAS backend) an all-f32 product is built for it.
+
+    Inputs are checked here, once per cached graph: ggml's float kernels abort the process on
+    an i32 operand, and its row-gathering ones on float indices."""
     def build(ctx, *xs):
+        for i, x in enumerate(xs):
+            if (x.type == I32) != (i in index_inputs):
+                what = "i32 indices" if i in index_inputs else "a floating-point tensor (f32, f16 or bf16)"
+                raise GGMLError(f"{op or 'op'}: input {i + 1} must be {what}, got "
+                                f"{'i32' if x.type == I32 else 'a float tensor'}")
         cast = out_type != F32 or any(x.type in _LOW for x in xs)
         xs = [lib.ggml_cast(ctx, x, F32) if x.type in _LOW else x for x in xs]
         with prims.blas_products(blas and not cast):  # BLAS runs whole graphs of products only
@@ -103,8 +112,8 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
                     w.add(x.id)
     out_type = STATE.dtype
     key = (op, tuple(params.items()), out_type)
-    st = dc.executor.run(key, f32_builder(rule.fwd, params, out_type, dc.blas is not None), [x.st for x in inputs],
-                         dc.pass_pool.alloc)[0]
+    st = dc.executor.run(key, f32_builder(rule.fwd, params, out_type, dc.blas is not None, rule.index_inputs, op),
+                         [x.st for x in inputs], dc.pass_pool.alloc)[0]
     out = AGTensor(st, st.spec[1], dc, is_leaf=False)  # the spec's ne: no reads through cffi
     if TAPE.recording() and any(x.requires_grad for x in inputs) and rule.vjp is not None:
         out.requires_grad = True
@@ -154,6 +163,16 @@ def backward(loss: AGTensor, grad: AGTensor | None = None, retain_all: bool = Fa
     `retain_all` keeps every one (ggmlR keeps all)."""
     if not isinstance(loss, AGTensor):
         raise GGMLError(f"backward: expected an ag tensor, got {type(loss).__name__}")
+    if grad is not None:
+        if not isinstance(grad, AGTensor):
+            from ..tensor import ag_tensor
+            grad = ag_tensor(grad, device=loss.dc.spec)
+        if grad.shape != loss.shape:
+            raise GGMLError(f"backward: grad has shape {list(grad.shape)}, but the output has shape "
+                            f"{list(loss.shape)}; they must match")
+        same_device(loss, grad)
+        if grad.st.type == I32:
+            raise GGMLError("backward: grad must be a floating-point tensor, got i32")
     grads = GradMap()
     leaves = {}
     with no_grad():

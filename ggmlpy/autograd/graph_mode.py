@@ -71,23 +71,44 @@ class Sym:
         self.dc = dc
 
 
+class GraphFull(GGMLError):
+    """The builder's context has no room left; the caller retries with a bigger one."""
+
+
 class Builder:
-    def __init__(self, dc, n_nodes: int = 1 << 14, grads: bool = False, blas: bool = True):
+    """A graph under construction, sized from what will be emitted into it.
+
+    ggml aborts when a context runs out of room for tensor headers, or a graph out of node
+    slots. Every node of the graph is a tensor of this context or one of `n_external` tensors
+    that live elsewhere (parameters, optimizer state), so a graph of n_tensors + n_external
+    slots cannot overflow, and `room()` is checked before anything is emitted: a full builder
+    raises GraphFull, and the caller starts again with a bigger one."""
+
+    def __init__(self, dc, n_tensors: int = 4096, grads: bool = False, blas: bool = True, n_external: int = 0):
         self.dc = dc
         self.blas = blas and dc.blas is not None  # ggml's own backward has no rule for OUT_PROD
-        params = ffi.new("struct ggml_init_params *", {
-            "mem_size": 3 * n_nodes * _OVERHEAD + int(lib.ggml_graph_overhead_custom(n_nodes, grads)) + 4096,
-            "mem_buffer": _NULL, "no_alloc": True})
+        self.n_nodes = n_tensors + n_external + 64
+        self.mem_size = n_tensors * _OVERHEAD + int(lib.ggml_graph_overhead_custom(self.n_nodes, grads)) + 4096
+        params = ffi.new("struct ggml_init_params *", {"mem_size": self.mem_size, "mem_buffer": _NULL,
+                                                       "no_alloc": True})
         self.ctx = lib.ggml_init(params[0])
-        self.graph = lib.ggml_new_graph_custom(self.ctx, n_nodes, grads)
-        self.n_nodes = n_nodes
+        if self.ctx == _NULL:
+            raise MemoryError(f"could not allocate {self.mem_size} bytes for a graph of {n_tensors} tensors")
+        self.graph = lib.ggml_new_graph_custom(self.ctx, self.n_nodes, grads)
+
+    def room(self, n_tensors: int) -> None:
+        """Raise GraphFull unless `n_tensors` more headers fit in the context."""
+        if lib.ggml_used_mem(self.ctx) + n_tensors * _OVERHEAD > self.mem_size - 1024:
+            raise GraphFull("the graph needs a bigger context")
 
     def emit(self, op: str, xs, params) -> Sym:
+        self.room(64)  # more than any primitive makes (erf, with f32 casts, makes about 20)
         blas = self.blas and all(x.t.type == F32 for x in xs)
         with prims.blas_products(blas):  # _Plan gives the products to BLAS with a scheduler
             return Sym(RULES[op].fwd(self.ctx, *[x.t for x in xs], **params), self.dc)
 
     def placeholder(self, ggml_type: int, shape) -> Sym:
+        self.room(1)
         t = lib.ggml_new_tensor_2d(self.ctx, ggml_type, shape[0], shape[1])
         lib.ggml_set_input(t)
         return Sym(t, self.dc)
@@ -240,14 +261,41 @@ def _check_no_checkpoint(nodes) -> None:
                         "is Python code, not a rule. Use backward() for this tape.")
 
 
+def _sized(build, n_prims: int, n_inputs: int):
+    """build(n_tensors, n_external) with a builder sized for n_prims primitives, four times
+    bigger while it reports GraphFull (a rule that emits more than the estimate)."""
+    n_tensors = 48 * n_prims + 1024
+    for _ in range(6):
+        try:
+            return build(n_tensors, 5 * n_inputs + 64)
+        except GraphFull:
+            n_tensors *= 4
+    raise GGMLError(f"ag_compile: the graph needs more than {n_tensors} tensors")
+
+
 # -- ag_backward_graph: the backward of a recorded tape, as one graph ---------------------------------------
 def ag_backward_graph(loss: AGTensor):
     """Like backward(loss), but the whole backward pass runs as one ggml graph."""
     from .engine import GradMap, _add_into_grad
     nodes = TAPE.nodes
     _check_no_checkpoint(nodes)
+    plan, outs, leaves = _sized(lambda n, ext: _backward_plan(loss, nodes, n, ext), len(nodes),
+                                sum(len(n.inputs) for n in nodes))
     dc = loss.dc
-    b = Builder(dc)
+    result = GradMap()
+    for tid, st in outs.items():
+        dict.__setitem__(result, tid, AGTensor(st, (int(st.t.ne[0]), int(st.t.ne[1])), dc, is_leaf=False))
+    with no_grad():
+        for tid, leaf in leaves.items():
+            if tid in result:
+                _add_into_grad(leaf, result[tid])
+    return result
+
+
+def _backward_plan(loss, nodes, n_tensors, n_external):
+    """The backward graph of `nodes`, computed: (plan, {leaf id: gradient storage}, leaves)."""
+    dc = loss.dc
+    b = Builder(dc, n_tensors, n_external=n_external)
     syms, leaves, storages, placeholders = {}, {}, [], []
 
     def sym_of(t: AGTensor) -> Sym:  # a snapshot: bound as an input of the graph
@@ -274,20 +322,14 @@ def ag_backward_graph(loss: AGTensor):
     grads = emit_backward(b, entries, seed, loss.id, wanted)
     outs = {}
     for tid, gs in grads.items():
+        b.room(2)
         st = dc.pass_pool.alloc(F32, gs.shape)
         final = lib.ggml_cpy(b.ctx, gs.t, st.t)  # into pass-pool memory the caller can keep
         lib.ggml_build_forward_expand(b.graph, final)
         outs[tid] = st
     plan = _Plan(b, placeholders, dc)
     plan.run(storages)
-    result = GradMap()
-    for tid, st in outs.items():
-        dict.__setitem__(result, tid, AGTensor(st, (int(st.t.ne[0]), int(st.t.ne[1])), dc, is_leaf=False))
-    with no_grad():
-        for tid, leaf in leaves.items():
-            if tid in result:
-                _add_into_grad(leaf, result[tid])
-    return result
+    return plan, outs, leaves
 
 
 # -- ag_compile: forward, backward and the optimizer step as one graph --------------------------------------------
@@ -305,11 +347,13 @@ class CompiledStep:
         self._updater = None  # one per step, not per graph: every graph reads its hyperparameters
         self.checkpoints = 0  # ag_checkpoint segments in fn: compiled, they keep their activations
         self._lock = threading.RLock()  # calls from several threads run one after another
-        self._build(list(example_inputs))
+        if isinstance(example_inputs, AGTensor) or not isinstance(example_inputs, (list, tuple)):
+            raise GGMLError("ag_compile: example_inputs must be a list of tensors (or numpy arrays)")
+        self._build(_as_inputs(example_inputs))
 
     # public: call with AGTensors (or numpy arrays) of the example inputs' shapes
     def __call__(self, *inputs) -> float:
-        ins = [x if isinstance(x, AGTensor) else ag_tensor(x) for x in inputs]  # numpy: uploaded once
+        ins = _as_inputs(inputs)
         with self._lock:
             plan = self.plan_for(ins)
             if self.optimizer is not None:
@@ -329,6 +373,10 @@ class CompiledStep:
         return max((p.buffer_size for p in self.plans.values()), default=0)
 
     def _build(self, ins):
+        # The same tensor passed twice is traced as two inputs: each argument its own placeholder.
+        seen: set = set()
+        ins = [x if x.id not in seen and not seen.add(x.id) else AGTensor(x.st, x.shape, x.dc, x.requires_grad)
+               for x in ins]
         dc = ins[0].dc if ins else STATE.context()
         start_id = next(tensor_ids)  # tensors made from here on were created by fn while tracing
         rng = grandom.get_rng_state()
@@ -344,9 +392,16 @@ class CompiledStep:
                             "graph. Keep such code out of fn, or run it eagerly.")
         if not isinstance(out, AGTensor) or out.shape != (1, 1):
             raise GGMLError("ag_compile: fn must return a [1, 1] loss tensor")
+        plan = _sized(lambda n, ext: self._emit(ins, trace, out, start_id, dc, n, ext), len(trace),
+                      sum(len(inputs) for _, inputs, _, _ in trace))
+        self.plans[tuple((x.shape, x.st.type) for x in ins)] = plan
+        return plan
+
+    def _emit(self, ins, trace, out, start_id, dc, n_tensors, n_external):
+        """The traced step as one graph: forward, backward, optimizer update."""
         in_ids = {x.id: i for i, x in enumerate(ins)}
         trained = {p.id for p in self.optimizer.params} if self.optimizer is not None else set()
-        b = Builder(dc, grads=True, blas=self.backward_mode != "ggml")
+        b = Builder(dc, n_tensors, grads=True, blas=self.backward_mode != "ggml", n_external=n_external)
         placeholders = [b.placeholder(x.st.type, x.shape) for x in ins]
         syms, params = {}, {}
 
@@ -389,7 +444,6 @@ class CompiledStep:
             self._emit_update(b, params, grads)
         plan = _Plan(b, [p.t for p in placeholders], dc)
         plan.loss = loss
-        self.plans[tuple((x.shape, x.st.type) for x in ins)] = plan
         return plan
 
     def _emit_backward(self, b, entries, loss_sym, loss_id, params):
@@ -418,10 +472,16 @@ class CompiledStep:
         for tid, p in params.items():
             g = grads.get(tid)
             if g is not None:
+                b.room(16)
                 lib.ggml_build_forward_expand(b.graph, self._updater.emit(b, p, g))
 
     def _hyper_update(self):
         self._updater.write_hyper()
+
+
+def _as_inputs(xs) -> list:
+    """Tensors as they are; numpy arrays (and numbers) uploaded once."""
+    return [x if isinstance(x, AGTensor) else ag_tensor(x) for x in xs]
 
 
 class _GraphOptimizer:
@@ -506,6 +566,7 @@ def _ggml_backward(b: Builder, loss_sym: Sym, params: dict) -> dict:
     """ggml's own reverse mode over the forward graph built so far."""
     lib.ggml_set_loss(loss_sym.t)
     n = lib.ggml_graph_n_nodes(b.graph)
+    b.room(12 * n + 64)  # ggml's backward makes a few tensors per node (gradients, accumulators)
     accs = ffi.new("struct ggml_tensor *[]", n)
     one = b.dc.persistent.alloc(F32, (1, 1))  # d loss / d loss, kept alive by the builder
     b.dc.sync()  # a recycled buffer: queued ops may still read it

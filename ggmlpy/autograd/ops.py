@@ -204,8 +204,11 @@ def ag_slice(x, rows=None, cols=None):
     def bounds(s, n, name):
         if s is None:
             return 0, n
-        if isinstance(s, int):
-            s = slice(s, s + 1)
+        if isinstance(s, (int, np.integer)) and not isinstance(s, bool):
+            i = int(s) + (n if s < 0 else 0)  # Python's negative indices count from the end
+            if not 0 <= i < n:
+                raise GGMLError(f"ag_slice: {name} index {int(s)} is out of range for {n} {name}")
+            s = slice(i, i + 1)
         if not isinstance(s, slice) or s.step not in (None, 1):
             raise GGMLError(f"ag_slice: {name} must be None, an int or a slice with step 1")
         lo, hi, _ = s.indices(n)

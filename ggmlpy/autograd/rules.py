@@ -29,6 +29,7 @@ class Rule:
     jvp: object = None
     saves: tuple = ()
     saves_out: bool = False
+    index_inputs: tuple = ()  # inputs that hold i32 indices; every other input must be floating point
 
 
 apply_eagerly = None  # engine.apply; engine imports this module, and sets it
@@ -238,10 +239,11 @@ RULES = {
                         lambda t, c: ap("pad_into", t, **c.params)),
     "concat": Rule(P.concat, lambda g, c: _concat_vjp(g, c), lambda t, c: _concat_jvp(t, c)),
     "get_cols": Rule(P.get_cols, lambda g, c: (ap("get_cols_back", g, c.x(1), vocab=c.in_shapes[0][1]), None),
-                     lambda t, c: None if t[0] is None else ap("get_cols", t[0], c.x(1)), saves=(1,)),
+                     lambda t, c: None if t[0] is None else ap("get_cols", t[0], c.x(1)), saves=(1,),
+                     index_inputs=(1,)),
     "get_cols_back": Rule(P.get_cols_back, lambda g, c: (ap("get_cols", g, c.x(1)), None),
                           lambda t, c: None if t[0] is None else ap("get_cols_back", t[0], c.x(1), **c.params),
-                          saves=(1,)),
+                          saves=(1,), index_inputs=(1,)),
     # Losses, with ggmlR's definitions and gradients (see prims.py): the target gets no gradient.
     "mse": Rule(P.mse, lambda g, c: (mul(scale(ap("sub", c.x(0), c.x(1)), 2.0 / _n(c.in_shapes[0])), g), None),
                 lambda t, c: None if t[0] is None else ap("sum_all", mul(

@@ -36,13 +36,22 @@ def type_name(t: int) -> str:
     return TYPE_NAMES.get(t) or ffi.string(lib.ggml_type_name(t)).decode()
 
 
+_MEM_ALIGN = 64  # >= ggml's GGML_MEM_ALIGN (16), and a cache line
+_alloc_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
+
+
 class Context:
     """A ggml context: a fixed arena for tensor metadata and, unless no_alloc, their data."""
 
     def __init__(self, mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False):
         mem_size = int(mem_size)
         check(mem_size > 0, f"ggml_init: mem_size must be positive, got {mem_size}")
-        params = ffi.new("struct ggml_init_params *", {"mem_size": mem_size, "mem_buffer": ffi.NULL,
+        # ggml asserts (aborting the process) when its own malloc of the arena fails: the arena
+        # is allocated here instead, where a failure is a MemoryError, and aligned as ggml wants.
+        # Not cleared: pages are only touched when tensors are written, as with ggml's malloc.
+        self._arena = _alloc_uncleared("char[]", mem_size + _MEM_ALIGN)
+        base = -int(ffi.cast("uintptr_t", self._arena)) % _MEM_ALIGN
+        params = ffi.new("struct ggml_init_params *", {"mem_size": mem_size, "mem_buffer": self._arena + base,
                                                        "no_alloc": bool(no_alloc)})
         ptr = lib.ggml_init(params[0])
         if ptr == ffi.NULL:

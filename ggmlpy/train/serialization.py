@@ -9,8 +9,10 @@ ggml itself would use. Metadata: `general.architecture = "ggmlpy"`,
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 
 import numpy as np
 
@@ -51,19 +53,58 @@ def ag_save_model(model, path, metadata: dict | None = None) -> str:
         if len(name.encode()) > _MAX_NAME:
             raise GGMLError(f"ag_save_model: tensor name {name!r} is longer than GGUF's {_MAX_NAME} bytes")
     path = os.fspath(path)
-    writer = gguf.GGUFWriter(path, ARCH)
-    try:
-        writer.add_string("ggmlpy.version", __version__)
-        writer.add_string("ggmlpy.metadata", meta_json)
-        for name, value in state.items():
-            # numpy (ncol, nrow) in C order = ggml ne [nrow, ncol], column-major data
-            writer.add_tensor(name, np.ascontiguousarray(np.asarray(value).T, dtype=np.float32))
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-    finally:
-        writer.close()
+    with atomic_write(path) as tmp:
+        writer = gguf.GGUFWriter(tmp, ARCH)
+        try:
+            writer.add_string("ggmlpy.version", __version__)
+            writer.add_string("ggmlpy.metadata", meta_json)
+            for name, value in state.items():
+                # numpy (ncol, nrow) in C order = ggml ne [nrow, ncol], column-major data
+                writer.add_tensor(name, np.ascontiguousarray(np.asarray(value).T, dtype=np.float32))
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file()
+        finally:
+            writer.close()
     return path
+
+
+def _file_mode(path: str) -> int:
+    """The mode the replaced file had, or what a new file gets under the current umask."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+@contextlib.contextmanager
+def atomic_write(path: str):
+    """Yield a temporary path beside `path`; when the block succeeds, its file (flushed to disk)
+    replaces `path` in one rename. A failure, a full disk or a killed process leaves the old
+    file as it was, and a failure (not a kill) leaves no temporary file behind."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, _file_mode(path))  # mkstemp made it private
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise GGMLError(f"could not write {path}: {e}; the previous file, if any, is unchanged") from e
+        raise
+    with contextlib.suppress(OSError):  # the rename itself, on disk (not possible everywhere)
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
 
 
 def _field_string(field) -> str:
@@ -86,9 +127,12 @@ def read_gguf(path) -> tuple[dict, dict]:
     arch = _field_string(fields["general.architecture"]) if "general.architecture" in fields else None
     if arch != ARCH:
         raise GGMLError(f"{path}: GGUF architecture is {arch!r}, not {ARCH!r}: not a ggmlpy model file")
-    info = {"architecture": arch,
-            "version": _field_string(fields["ggmlpy.version"]) if "ggmlpy.version" in fields else None,
-            "metadata": json.loads(_field_string(fields["ggmlpy.metadata"])) if "ggmlpy.metadata" in fields else {}}
+    try:
+        info = {"architecture": arch,
+                "version": _field_string(fields["ggmlpy.version"]) if "ggmlpy.version" in fields else None,
+                "metadata": json.loads(_field_string(fields["ggmlpy.metadata"])) if "ggmlpy.metadata" in fields else {}}
+    except (ValueError, UnicodeDecodeError) as e:
+        raise GGMLError(f"{path}: the ggmlpy.metadata entry is not valid JSON text: {e}") from None
     tensors = {}
     for t in reader.tensors:
         if int(t.tensor_type) != int(gguf.GGMLQuantizationType.F32):
