@@ -16,7 +16,7 @@ from . import backend  # noqa: F401
 from .backend import eager_numpy, graph_alloc  # noqa: F401
 from .info import info
 from .backend.device import enable_software_vulkan, software_vulkan_enabled
-from .backend.state import ag_default_device, ag_device, ag_dtype, release_device
+from .backend.state import ag_default_device, ag_device, ag_dtype, release_device, set_cache_limits
 from .tensor import AGTensor, ag_param, ag_tensor, ag_to_device
 from .autograd import *  # noqa: F401,F403
 from .autograd import ag_ops as _ag_ops
@@ -37,4 +37,4 @@ __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "Stal
                              "dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual",
                              "jvp", "hvp", "jacfwd", "ag_compile", "ag_backward_graph",
                              "get_rng_state", "set_rng_state", "enable_software_vulkan",
-                             "software_vulkan_enabled", "release_device"] + _ag_ops + _nn_all + _optim_all + _train_all
+                             "software_vulkan_enabled", "release_device", "set_cache_limits"] + _ag_ops + _nn_all + _optim_all + _train_all

@@ -185,3 +185,37 @@ def test_bad_metadata_json_is_a_ggml_error(tmp_path):
     w.close()
     with pytest.raises(g.GGMLError, match="not valid JSON"):
         g.ag_load_model(g.ag_sequential(g.ag_linear(2, 3)), path)
+
+
+# -- NaN propagates (ggml's relu and clamp turn it into a number) ---------------------------------------------
+SPECIALS = np.array([[np.nan, -np.inf, -2.0, 0.0, 3.0, np.inf]])
+
+
+def test_relu_and_clamp_keep_nan_and_infinities():
+    x = g.ag_tensor(SPECIALS)
+    np.testing.assert_array_equal(g.ag_relu(x).numpy(), [[np.nan, 0.0, 0.0, 0.0, 3.0, np.inf]])
+    np.testing.assert_array_equal(g.ag_clamp(x, -1.0, 1.0).numpy(), [[np.nan, -1.0, -1.0, 0.0, 1.0, 1.0]])
+    lin = g.ag_linear(1, 1, "relu")
+    lin.W.data, lin.b.data = np.ones((1, 1)), np.zeros((1, 1))
+    np.testing.assert_array_equal(lin(g.ag_tensor(SPECIALS)).numpy(), [[np.nan, 0.0, 0.0, 0.0, 3.0, np.inf]])
+
+
+@pytest.mark.parametrize("backward", ["rules", "ggml"])
+def test_compiled_relu_keeps_nan(backward):
+    w = g.ag_param(np.ones((1, 2)))
+    x = g.ag_tensor(np.array([[np.nan, 2.0]]))
+    step = g.ag_compile(lambda a: g.ag_sum(g.ag_relu(g.ag_mul(a, w))), [x], optimizer=g.optimizer_sgd([w], 0.1),
+                        backward=backward)
+    assert np.isnan(step(x))
+
+
+def test_graph_caches_are_bounded_by_bytes():
+    ex = g.backend.state.STATE.context().executor
+    before = g.set_cache_limits(graph_cache_bytes=1 << 20)
+    try:
+        for n in range(1, 60):
+            g.ag_tanh(g.ag_tensor(np.ones((3, n))))
+            assert ex.bytes <= 1 << 20 or len(ex.cache) == 1
+        assert 1 < len(ex.cache) < 59
+    finally:
+        g.set_cache_limits(**before)

@@ -84,9 +84,11 @@ class Builder:
     slots cannot overflow, and `room()` is checked before anything is emitted: a full builder
     raises GraphFull, and the caller starts again with a bigger one."""
 
-    def __init__(self, dc, n_tensors: int = 4096, grads: bool = False, blas: bool = True, n_external: int = 0):
+    def __init__(self, dc, n_tensors: int = 4096, grads: bool = False, blas: bool = True, n_external: int = 0,
+                 ggml_backward: bool = False):
         self.dc = dc
         self.blas = blas and dc.blas is not None  # ggml's own backward has no rule for OUT_PROD
+        self.ggml_backward = ggml_backward  # build only ops ggml's own backward can differentiate
         self.n_nodes = n_tensors + n_external + 64
         self.mem_size = n_tensors * _OVERHEAD + int(lib.ggml_graph_overhead_custom(self.n_nodes, grads)) + 4096
         params = ffi.new("struct ggml_init_params *", {"mem_size": self.mem_size, "mem_buffer": _NULL,
@@ -104,7 +106,8 @@ class Builder:
     def emit(self, op: str, xs, params) -> Sym:
         self.room(64)  # more than any primitive makes (erf, with f32 casts, makes about 20)
         blas = self.blas and all(x.t.type == F32 for x in xs)
-        with prims.blas_products(blas):  # _Plan gives the products to BLAS with a scheduler
+        with prims.blas_products(blas), prims.ggml_differentiable(self.ggml_backward):
+            # (_Plan gives the products to BLAS with a scheduler)
             return Sym(RULES[op].fwd(self.ctx, *[x.t for x in xs], **params), self.dc)
 
     def placeholder(self, ggml_type: int, shape) -> Sym:
@@ -401,7 +404,9 @@ class CompiledStep:
         """The traced step as one graph: forward, backward, optimizer update."""
         in_ids = {x.id: i for i, x in enumerate(ins)}
         trained = {p.id for p in self.optimizer.params} if self.optimizer is not None else set()
-        b = Builder(dc, n_tensors, grads=True, blas=self.backward_mode != "ggml", n_external=n_external)
+        may_use_ggml = self.backward_mode == "ggml" or (self.backward_mode == "auto" and not dc.backend.is_cpu)
+        b = Builder(dc, n_tensors, grads=True, blas=self.backward_mode != "ggml", n_external=n_external,
+                    ggml_backward=may_use_ggml and self.optimizer is not None)
         placeholders = [b.placeholder(x.st.type, x.shape) for x in ins]
         syms, params = {}, {}
 

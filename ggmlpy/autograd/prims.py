@@ -18,14 +18,23 @@ _local = threading.local()
 
 
 @contextlib.contextmanager
-def blas_products(enabled: bool = True):
-    """Build products for ggml's BLAS backend: see matmul()."""
-    old = getattr(_local, "blas", False)
-    _local.blas = enabled
+def _flag(name: str, enabled: bool):
+    old = getattr(_local, name, False)
+    setattr(_local, name, enabled)
     try:
         yield
     finally:
-        _local.blas = old
+        setattr(_local, name, old)
+
+
+def blas_products(enabled: bool = True):
+    """Build products for ggml's BLAS backend: see matmul()."""
+    return _flag("blas", enabled)
+
+
+def ggml_differentiable(enabled: bool = True):
+    """Build only ops ggml's own backward (ggml_build_backward_expand) handles: see relu()."""
+    return _flag("ggml_diff", enabled)
 
 
 def _t(ctx, x):
@@ -91,9 +100,20 @@ def unary(ctx, x, fn):
     return getattr(L, "ggml_" + fn)(ctx, x)
 
 
+def relu(ctx, x):
+    """max(x, 0), keeping NaN as PyTorch does (ggml's relu turns NaN into 0, a silent wrong value).
+    elu(x) is x for x > 0, NaN for NaN and within (-1, 0] otherwise; times step(x) (0 for NaN
+    and x <= 0, -inf included) that leaves x, NaN or 0. For ggml's own backward, which has no
+    rule for elu: relu(x) + 0 * exp(-|x|), the second term 0 for every number and NaN for NaN."""
+    if getattr(_local, "ggml_diff", False):
+        return L.ggml_add(ctx, L.ggml_relu(ctx, x),
+                          L.ggml_scale(ctx, L.ggml_exp(ctx, L.ggml_neg(ctx, L.ggml_abs(ctx, x))), 0.0))
+    return L.ggml_mul(ctx, L.ggml_elu(ctx, x), L.ggml_step(ctx, x))
+
+
 def add_relu(ctx, a, b):
     """relu(a + b), b broadcast: a linear layer's bias and relu as one graph (one eager launch)."""
-    return L.ggml_relu(ctx, add(ctx, a, b))
+    return relu(ctx, add(ctx, a, b))
 
 
 def where_positive(ctx, g, y):
@@ -119,7 +139,9 @@ def pow_(ctx, x, p):
 
 
 def clamp(ctx, x, lo, hi):
-    return L.ggml_clamp(ctx, x, lo, hi)
+    """ggml's clamp turns NaN into hi; adding 0 * tanh(x) (0 for every number, infinities
+    included, NaN for NaN) keeps NaN, as PyTorch does."""
+    return L.ggml_add(ctx, L.ggml_clamp(ctx, x, lo, hi), L.ggml_scale(ctx, L.ggml_tanh(ctx, x), 0.0))
 
 
 def inside(ctx, x, lo, hi):

@@ -194,7 +194,7 @@ RULES = {
     "copy": _linear(P.copy, lambda g, c: g, lambda t, c: t),
     # relu keeps its output, not its input (x > 0 iff relu(x) > 0): the next layer keeps it
     # anyway, so the tape holds one tensor where it would hold two.
-    "relu": Rule(_unary("relu"), vjp=lambda g, c: (ap("where_positive", g, c.out),),
+    "relu": Rule(P.relu, vjp=lambda g, c: (ap("where_positive", g, c.out),),
                  jvp=lambda t, c: ap("where_positive", t[0], c.out), saves_out=True),
     "add_relu": Rule(P.add_relu, _add_relu_vjp, _add_relu_jvp, saves_out=True),
     # linear in g; y only selects, so it gets no gradient

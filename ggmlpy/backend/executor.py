@@ -14,6 +14,7 @@ each thread its own), or holds `lock` for the whole of a run (other devices).
 from __future__ import annotations
 
 import contextlib
+import os
 from collections import OrderedDict
 
 from ..bindings import ffi, lib
@@ -28,13 +29,12 @@ _OVERHEAD = int(lib.ggml_tensor_overhead())
 class _Compiled:
     """One cached graph: leaf headers to re-point, output headers, and the views between them."""
 
-    __slots__ = ("ctx", "graph", "nodes", "leaves", "outs", "views", "galloc", "out_specs", "backend_ptr")
+    __slots__ = ("ctx", "graph", "nodes", "leaves", "outs", "views", "galloc", "out_specs", "backend_ptr", "nbytes")
 
     def __init__(self, backend, build, in_specs, inputs, outs_into):
         n_nodes = 256
-        params = ffi.new("struct ggml_init_params *", {
-            "mem_size": n_nodes * _OVERHEAD + int(lib.ggml_graph_overhead_custom(n_nodes, False)) + 1024,
-            "mem_buffer": _NULL, "no_alloc": True})
+        mem_size = n_nodes * _OVERHEAD + int(lib.ggml_graph_overhead_custom(n_nodes, False)) + 1024
+        params = ffi.new("struct ggml_init_params *", {"mem_size": mem_size, "mem_buffer": _NULL, "no_alloc": True})
         self.ctx = lib.ggml_init(params[0])
         ctx = self.ctx
         self.leaves = [lib.ggml_new_tensor(ctx, t, len(ne), ffi.new("int64_t[]", list(ne)))
@@ -59,6 +59,7 @@ class _Compiled:
         self.galloc = lib.ggml_gallocr_new(backend.buft)
         if not lib.ggml_gallocr_alloc_graph(self.galloc, self.graph):
             raise MemoryError("could not allocate an op graph's intermediates")
+        self.nbytes = mem_size + int(lib.ggml_gallocr_get_buffer_size(self.galloc, 0))
 
     def free(self):
         if getattr(self, "ctx", None) is not None:
@@ -75,8 +76,12 @@ def _point(dst, s) -> None:
     dst.buffer = s.buffer
 
 
+GRAPH_CACHE_BYTES = int(os.environ.get("GGMLPY_GRAPH_CACHE_BYTES", 32 << 20))
+
+
 class Executor:
-    """Per-device cache of compiled op graphs."""
+    """A cache of compiled op graphs, bounded by the bytes they hold (GGMLPY_GRAPH_CACHE_BYTES,
+    default 32 MiB, or ggmlpy.set_cache_limits): the least recently used are freed first."""
 
     # A graph this small runs on one thread: waking a second costs more than it saves
     # (64x64 add: 1.3 vs 2.3 us), and on a busy machine two threads that wait on each
@@ -84,14 +89,13 @@ class Executor:
     SMALL = 32768            # output elements of an element-wise node
     SMALL_MATMUL = 1 << 21   # multiply-adds of a matrix product
 
-    def __init__(self, backend, capacity: int = 512, small_backend=None, blas=None, asynchronous: bool = False,
-                 lock=None):
+    def __init__(self, backend, small_backend=None, blas=None, asynchronous: bool = False, lock=None):
         self.backend = backend
         self.lock = lock if lock is not None else contextlib.nullcontext()
         self.small_backend = small_backend or backend
         self.blas = blas  # ggml's BLAS backend, which runs graphs of OUT_PROD products
-        self.capacity = capacity
         self.cache: OrderedDict = OrderedDict()
+        self.bytes = 0  # held by the cached graphs: metadata and intermediates
         self.runs = 0
         # Asynchronous: an op is queued on the device's stream and the next one follows without
         # waiting; sync() waits, and every host read or write of device memory calls it first.
@@ -127,6 +131,7 @@ class Executor:
         if c is None:
             c, outs = self._compile(sig, build, [s.t for s in inputs], inputs, alloc, out)
         else:
+            self.cache.move_to_end(sig)
             for leaf, s in zip(c.leaves, inputs):
                 leaf.data = s.data
                 leaf.buffer = s.buffer
@@ -158,8 +163,10 @@ class Executor:
         self._check_supported(c)
         c.backend_ptr = self._backend_for(c).ptr
         self.cache[sig] = c
-        if len(self.cache) > self.capacity:
+        self.bytes += c.nbytes
+        while self.bytes > GRAPH_CACHE_BYTES and len(self.cache) > 1:
             _, old = self.cache.popitem(last=False)
+            self.bytes -= old.nbytes
             old.free()
         return c, outs
 
@@ -192,6 +199,7 @@ class Executor:
         for c in self.cache.values():
             c.free()
         self.cache.clear()
+        self.bytes = 0
 
 
 def _output_specs(build, in_specs):

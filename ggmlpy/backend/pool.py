@@ -29,6 +29,7 @@ nothing that takes another lock runs while one is held.
 """
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 
@@ -376,7 +377,7 @@ class PersistentPool:
     step (zero_grad) would otherwise allocate and page in fresh buffers every step."""
 
     kind = "persistent"
-    SPARE_BYTES = 64 << 20
+    SPARE_BYTES = int(os.environ.get("GGMLPY_SPARE_BYTES", 64 << 20))  # ggmlpy.set_cache_limits
 
     def __init__(self, backend):
         self.backend = backend

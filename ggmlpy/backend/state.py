@@ -182,6 +182,28 @@ def release_device(spec: str) -> None:
             forget_backend(name)
 
 
+def set_cache_limits(graph_cache_bytes: int | None = None, spare_bytes: int | None = None) -> dict:
+    """Bound the memory ggmlpy keeps to go faster; returns the limits in force before.
+
+    graph_cache_bytes: compiled op graphs, per executor (each thread on the CPU has one); the
+      least recently used are freed beyond it. Default 32 MiB (GGMLPY_GRAPH_CACHE_BYTES).
+    spare_bytes: freed persistent buffers kept for reuse by a tensor of the same type and shape
+      (a training loop's gradients), per device. Default 64 MiB (GGMLPY_SPARE_BYTES).
+    Lowering a limit frees what is above it at the next allocation."""
+    from . import executor as ex_mod
+    before = {"graph_cache_bytes": ex_mod.GRAPH_CACHE_BYTES, "spare_bytes": PersistentPool.SPARE_BYTES}
+    for name, value in (("graph_cache_bytes", graph_cache_bytes), ("spare_bytes", spare_bytes)):
+        if value is not None and (not isinstance(value, int) or value < 0):
+            raise GGMLError(f"set_cache_limits: {name} must be a non-negative int, got {value!r}")
+    if graph_cache_bytes is not None:
+        ex_mod.GRAPH_CACHE_BYTES = graph_cache_bytes
+    if spare_bytes is not None:
+        PersistentPool.SPARE_BYTES = spare_bytes
+        for dc in list(STATE.contexts.values()):
+            dc.persistent.free_spare()
+    return before
+
+
 def ag_default_device() -> str:
     return STATE.context().name
 
