@@ -25,17 +25,28 @@ def f32_builder(fwd, params: dict, out_type: int, blas: bool = False, index_inpu
     Inputs are checked here, once per cached graph: ggml's float kernels abort the process on
     an i32 operand, and its row-gathering ones on float indices."""
     def build(ctx, *xs):
-        for i, x in enumerate(xs):
-            if (x.type == I32) != (i in index_inputs):
-                what = "i32 indices" if i in index_inputs else "a floating-point tensor (f32, f16 or bf16)"
-                raise GGMLError(f"{op or 'op'}: input {i + 1} must be {what}, got "
-                                f"{'i32' if x.type == I32 else 'a float tensor'}")
+        check_operands(op, xs, index_inputs)
         cast = out_type != F32 or any(x.type in _LOW for x in xs)
-        xs = [lib.ggml_cast(ctx, x, F32) if x.type in _LOW else x for x in xs]
+        xs = as_f32(ctx, xs)
         with prims.blas_products(blas and not cast):  # BLAS runs whole graphs of products only
             y = fwd(ctx, *xs, **params)
         return lib.ggml_cast(ctx, y, out_type) if out_type != F32 else y
     return build
+
+
+def check_operands(op: str, xs, index_inputs: tuple) -> None:
+    """Float tensors where the rule computes, i32 where it takes indices: ggml's kernels abort
+    the process on anything else."""
+    for i, x in enumerate(xs):
+        if (x.type == I32) != (i in index_inputs):
+            what = "i32 indices" if i in index_inputs else "a floating-point tensor (f32, f16 or bf16)"
+            raise GGMLError(f"{op or 'op'}: input {i + 1} must be {what}, got "
+                            f"{'i32' if x.type == I32 else 'a float tensor'}")
+
+
+def as_f32(ctx, xs) -> list:
+    """Operands in f32: ops compute in f32 whatever the storage dtype."""
+    return [lib.ggml_cast(ctx, x, F32) if x.type in _LOW else x for x in xs]
 
 
 class _Hooks(threading.local):

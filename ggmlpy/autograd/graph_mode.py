@@ -105,10 +105,14 @@ class Builder:
 
     def emit(self, op: str, xs, params) -> Sym:
         self.room(64)  # more than any primitive makes (erf, with f32 casts, makes about 20)
-        blas = self.blas and all(x.t.type == F32 for x in xs)
+        from .engine import as_f32, check_operands
+        rule = RULES[op]
+        ts = [x.t for x in xs]
+        check_operands(op, ts, rule.index_inputs)
+        blas = self.blas and all(t.type == F32 for t in ts)
         with prims.blas_products(blas), prims.ggml_differentiable(self.ggml_backward):
             # (_Plan gives the products to BLAS with a scheduler)
-            return Sym(RULES[op].fwd(self.ctx, *[x.t for x in xs], **params), self.dc)
+            return Sym(rule.fwd(self.ctx, *as_f32(self.ctx, ts), **params), self.dc)
 
     def placeholder(self, ggml_type: int, shape) -> Sym:
         self.room(1)
@@ -330,6 +334,8 @@ def _backward_plan(loss, nodes, n_tensors, n_external):
         final = lib.ggml_cpy(b.ctx, gs.t, st.t)  # into pass-pool memory the caller can keep
         lib.ggml_build_forward_expand(b.graph, final)
         outs[tid] = st
+    if not outs:  # no leaf gets a gradient: an empty graph (ggml would compute it from freed memory)
+        return None, outs, leaves
     plan = _Plan(b, placeholders, dc)
     plan.run(storages)
     return plan, outs, leaves

@@ -1,0 +1,107 @@
+"""Fuzz the ag_* API as a hostile user would: every public ag_* function, layer, optimizer and
+the tape and forward-AD entry points, called with random tensors of every dtype (i32 included),
+mis-shaped tensors, numbers, arrays, None and strings, with devices released and switched and
+tapes reset in between. Any Python exception is a clear refusal; only a dead process is a failure.
+
+    python scripts/fuzz_ag.py [--calls N] [--seed S]
+
+Prints `calls N, refused R, crashes 0` and a count per exception type. Run it in a child process
+(tests/test_fuzz_ag.py does) so that an abort is counted, not fatal.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import warnings
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import ggmlpy as g  # noqa: E402
+
+SKIP = {"ag_fit", "ag_save_model", "ag_load_model", "ag_evaluate"}  # files and loops: covered elsewhere
+DTYPES = ["f32", "f32", "f32", "f16", "bf16", "i32"]
+
+
+def fuzz(calls: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    g.manual_seed(seed)
+    fns = sorted(n for n in g.__all__ if n.startswith("ag_") and n not in SKIP) + [
+        "backward", "with_grad_tape", "make_dual", "jvp", "hvp", "optimizer_sgd", "optimizer_adam",
+        "clip_grad_norm", "zero_grad", "release_device", "ag_device"]
+    pool: list = []
+
+    def tensor():
+        if pool and rng.random() < 0.5:
+            return pool[rng.integers(len(pool))]
+        shape = tuple(int(d) for d in rng.integers(1, 5, size=2))
+        dtype = DTYPES[rng.integers(len(DTYPES))]
+        t = g.ag_tensor(rng.normal(size=shape) * 3 if dtype != "i32" else rng.integers(-3, 9, size=shape),
+                        dtype=dtype, requires_grad=dtype != "i32" and bool(rng.random() < 0.5))
+        pool.append(t)
+        del pool[:-12]
+        return t
+
+    def arg():
+        r = rng.random()
+        if r < 0.55:
+            return tensor()
+        if r < 0.65:
+            return float(rng.normal())
+        if r < 0.72:
+            return int(rng.integers(-2, 5))
+        if r < 0.8:
+            return rng.normal(size=tuple(int(d) for d in rng.integers(1, 4, size=rng.integers(1, 3))))
+        if r < 0.85:
+            return None
+        if r < 0.9:
+            return ["relu", "cpu", "f16", "x"][rng.integers(4)]
+        if r < 0.95:
+            return [tensor() for _ in range(rng.integers(0, 3))]
+        return lambda *a: a[0] if a else None
+
+    refused: collections.Counter = collections.Counter()
+    for i in range(calls):
+        name = fns[rng.integers(len(fns))]
+        fn = getattr(g, name)
+        args = [arg() for _ in range(rng.integers(0, 4))]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if name == "with_grad_tape":
+                    with g.with_grad_tape():
+                        out = tensor()
+                        for _ in range(3):
+                            out = getattr(g, fns[rng.integers(len(fns))])(out, *[arg() for _ in range(rng.integers(0, 2))])
+                elif name == "release_device":
+                    g.release_device("cpu")
+                elif name == "ag_device":
+                    g.ag_device("cpu" if rng.random() < 0.8 else args[0] if args else None)
+                else:
+                    out = fn(*args)
+                    if callable(out) and not isinstance(out, type) and rng.random() < 0.5:  # layers
+                        out = out(*[arg() for _ in range(rng.integers(1, 3))])
+                    if isinstance(out, g.AGTensor):
+                        out.numpy()
+                        pool.append(out)
+        except Exception as e:  # a refusal, with a message: what a bad call must get
+            refused[type(e).__name__] += 1
+    return {"calls": calls, "refused": sum(refused.values()), "by_type": dict(refused)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    r = fuzz(args.calls, args.seed)
+    print(f"calls {r['calls']}, refused {r['refused']}, crashes 0")
+    for k, v in sorted(r["by_type"].items(), key=lambda kv: -kv[1]):
+        print(f"  {k}: {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
