@@ -1,6 +1,6 @@
 """Gradient checkpointing: run a segment without recording it, replay it during backward.
 
-The specification is ggmlR's `ag_checkpoint` design (shared/seeds/ag_checkpoint.R.txt).
+The specification is ggmlR's `ag_checkpoint` design (docs/design.md).
 Why a wrapper and not a tape analysis: a node names its *backward* rule, not the
 function that produced it, so nothing on the tape can be re-run; the segment is
 handed in as a Python callable, as torch.utils.checkpoint does.
