@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -37,7 +38,9 @@ def ag_matmul(a, b):
     """a %*% b."""
     a, b = _ag(a, "ag_matmul", "a"), _ag(b, "ag_matmul", "b")
     if a.ncol != b.nrow:
-        raise GGMLError(f"ag_matmul: non-conformable arguments: [{a.nrow}, {a.ncol}] %*% [{b.nrow}, {b.ncol}]")
+        hint = (f"; b looks like PyTorch's [batch, features] layout: ggmlpy's ag_* API takes samples as "
+                f"columns, [features, batch], so pass b.T" if a.ncol == b.ncol else "")
+        raise GGMLError(f"ag_matmul: non-conformable arguments: [{a.nrow}, {a.ncol}] %*% [{b.nrow}, {b.ncol}]{hint}")
     return apply("matmul", a, b, ta=False, tb=False)
 
 
@@ -101,6 +104,7 @@ def ag_scale(x, scalar):
 
 
 def ag_neg(x):
+    """-x."""
     return apply("neg", _ag(x, "ag_neg"))
 
 
@@ -169,6 +173,7 @@ def ag_mean(x, dim=None, keepdim=False):
 
 
 def ag_transpose(x):
+    """R's t(x): [nrow, ncol] -> [ncol, nrow] (also `x.T`)."""
     return apply("transpose", _ag(x, "ag_transpose"))
 
 
@@ -204,8 +209,10 @@ def ag_slice(x, rows=None, cols=None):
     def bounds(s, n, name):
         if s is None:
             return 0, n
-        if isinstance(s, int):
-            s = slice(s, s + 1)
+        if isinstance(s, (int, np.integer)) and not isinstance(s, bool):
+            if not -n <= s < n:
+                raise GGMLError(f"ag_slice: {name} index {s} is out of range for {n} {name}")
+            s = slice(s % n, s % n + 1)  # -1 is the last one, as in Python
         if not isinstance(s, slice) or s.step not in (None, 1):
             raise GGMLError(f"ag_slice: {name} must be None, an int or a slice with step 1")
         lo, hi, _ = s.indices(n)
@@ -233,17 +240,21 @@ def ag_layer_norm(x, eps=1e-5, gamma=None, beta=None):
 
 
 def ag_zeros(nrow, ncol, device=None):
+    """A [nrow, ncol] tensor of zeros (a constant, on `device` or the current one)."""
     return ag_tensor(np.zeros((nrow, ncol)), device=device)
 
 
 def ag_ones(nrow, ncol, device=None):
+    """A [nrow, ncol] tensor of ones (a constant, on `device` or the current one)."""
     return ag_tensor(np.ones((nrow, ncol)), device=device)
 
 
 # -- losses -----------------------------------------------------------------------------------------------
 def _same_shape(what, p, t):
     if p.shape != t.shape:
-        raise GGMLError(f"{what}: pred {list(p.shape)} and target {list(t.shape)} differ in shape")
+        hint = (" (one of them is transposed: ggmlpy's ag_* API takes samples as columns, [features, batch]; "
+                "use .T on the [batch, features] one)" if p.shape == t.shape[::-1] else "")
+        raise GGMLError(f"{what}: pred {list(p.shape)} and target {list(t.shape)} differ in shape{hint}")
 
 
 def ag_mse_loss(pred, target):
@@ -266,6 +277,11 @@ def ag_softmax_cross_entropy_loss(logits, target):
     `target` is one-hot [classes, ncol], or 0-based class indices: a [1, ncol]
     tensor (when logits have more than one row) or an integer vector."""
     logits = _ag(logits, "ag_softmax_cross_entropy_loss", "logits")
+    if logits.nrow == 1:
+        warnings.warn("ag_softmax_cross_entropy_loss: the logits have one row, i.e. one class; a softmax over "
+                      "one class is always 1, so this loss is always 0 and trains nothing. Classes are rows "
+                      "(samples are columns: transpose [batch, classes] logits with .T); for a binary target "
+                      "use ag_sigmoid with ag_cross_entropy_loss, or two rows.", RuntimeWarning, stacklevel=2)
     target = _one_hot_target(logits, target)
     _same_shape("ag_softmax_cross_entropy_loss", logits, target)
     return apply("softmax_ce", logits, target)
@@ -282,7 +298,9 @@ def _one_hot_target(logits, target):
             raise GGMLError("ag_softmax_cross_entropy_loss: target must be an ag tensor or integer class indices")
         idx = idx.ravel()
     if idx.size != logits.ncol:
-        raise GGMLError(f"ag_softmax_cross_entropy_loss: {idx.size} class indices for {logits.ncol} columns")
+        hint = (" (the logits look like [batch, classes]: ggmlpy's ag_* API takes samples as columns, so "
+                "pass logits.T)" if idx.size == logits.nrow else "")
+        raise GGMLError(f"ag_softmax_cross_entropy_loss: {idx.size} class indices for {logits.ncol} columns{hint}")
     cls = idx.astype(np.int64)
     if np.any(cls != idx) or cls.min() < 0 or cls.max() >= logits.nrow:
         raise GGMLError(f"ag_softmax_cross_entropy_loss: class indices must be integers in 0..{logits.nrow - 1}")
