@@ -76,6 +76,51 @@ class Module:
         for child in self.children():
             child.set_training(mode)
 
+    def train(self, mode: bool = True) -> "Module":
+        """Training mode (dropout drops, batch norm uses batch statistics), recursively, as
+        ag_train(); `train(False)` is eval(). Returns the model."""
+        self.set_training(bool(mode))
+        return self
+
+    def eval(self) -> "Module":
+        """Eval mode (dropout is the identity, batch norm uses running statistics), recursively,
+        as ag_eval(). Returns the model."""
+        self.set_training(False)
+        return self
+
+    def num_parameters(self) -> int:
+        """How many trainable numbers the model holds (all its parameters' elements)."""
+        return sum(p.shape[0] * p.shape[1] for p in self.parameters())
+
+    def extra_repr(self) -> str:
+        """The layer's settings, shown inside its repr's parentheses."""
+        return ""
+
+    def __repr__(self) -> str:
+        lines = self._repr_lines()
+        n = self.num_parameters()
+        if self.children():
+            lines.append(f"total: {n:,} trainable parameters in {len(self.parameters())} tensors")
+        return "\n".join(lines)
+
+    def _repr_lines(self) -> list:
+        head = f"{type(self).__name__}({self.extra_repr()}"
+        own = [(name, v) for name, v in self.__dict__.items() if isinstance(v, AGTensor) and v.requires_grad]
+        note = ""
+        if own:
+            shapes = ", ".join(f"{name} {v.shape[0]}x{v.shape[1]}" for name, v in own)
+            note = f"  [{shapes}: {sum(v.shape[0] * v.shape[1] for _, v in own):,} parameters]"
+        children = self.children()
+        if not children:
+            return [head + ")" + note]
+        lines = [head + ("" if head.endswith("(") else ",") + note]
+        for i, child in enumerate(children, 1):  # named as in named_parameters(): layer{i}_...
+            sub = child._repr_lines()
+            lines.append(f"  (layer{i}): {sub[0]}")
+            lines.extend("  " + line for line in sub[1:])
+        lines.append(")")
+        return lines
+
 
 def _uniform(shape, limit):
     return grandom.generator().uniform(-limit, limit, size=shape)
@@ -105,6 +150,10 @@ class ag_linear(Module):
         act = _ACTIVATIONS[self.activation]
         return act(y) if act else y
 
+    def extra_repr(self) -> str:
+        act = f", activation={self.activation!r}" if self.activation else ""
+        return f"{self.W.shape[1]}, {self.W.shape[0]}{act}"
+
 
 class ag_dropout(Module):
     """Inverted dropout: in training mode multiply by (U > rate) / (1 - rate); identity otherwise."""
@@ -120,6 +169,9 @@ class ag_dropout(Module):
             return x
         keep = (grandom.generator().uniform(size=x.shape) > self.rate) / (1.0 - self.rate)
         return F.ag_mul(x, ag_tensor(keep, device=x.dc.spec))
+
+    def extra_repr(self) -> str:
+        return f"rate={self.rate}"
 
 
 class ag_batch_norm(Module):
@@ -155,6 +207,9 @@ class ag_batch_norm(Module):
         y = F.ag_mul(xc, F.ag_pow(F.ag_add(var, self.eps), -0.5))
         return F.ag_add(F.ag_mul(y, self.gamma), self.beta)
 
+    def extra_repr(self) -> str:
+        return f"{self.gamma.shape[0]}, eps={self.eps}, momentum={self.momentum}"
+
 
 class ag_embedding(Module):
     """weight [dim, vocab] ~ U(-sqrt(1/vocab), sqrt(1/vocab)); forward(idx) = weight[, idx + 1] (0-based idx)."""
@@ -172,6 +227,9 @@ class ag_embedding(Module):
             raise GGMLError(f"ag_embedding: indices must be integers in 0..{self.vocab_size - 1}")
         ids = ag_tensor(cls.reshape(-1, 1), device=self.weight.dc.spec, dtype="i32")
         return apply("get_cols", self.weight, ids)
+
+    def extra_repr(self) -> str:
+        return f"{self.vocab_size}, {self.dim}"
 
 
 class ag_multihead_attention(Module):
@@ -205,6 +263,9 @@ class ag_multihead_attention(Module):
             head = F.ag_matmul(vh, F.ag_softmax(st))
             heads = head if heads is None else F.ag_concat(heads, head, dim=1)
         return F.ag_add(F.ag_matmul(self.W_o, heads), self.b_o)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, causal={self.causal}"
 
 
 def _causal_mask(n_kv: int, n_q: int, device):
@@ -242,6 +303,9 @@ class ag_layer_norm_layer(Module):
     def forward(self, x):
         return F.ag_layer_norm(x, self.eps, self.gamma, self.beta)
 
+    def extra_repr(self) -> str:
+        return f"{self.gamma.shape[0]}, eps={self.eps}"
+
 
 class ag_activation(Module):
     """An activation as a layer: "relu", "sigmoid", "tanh", "softmax", "gelu" or "silu"."""
@@ -254,6 +318,9 @@ class ag_activation(Module):
 
     def forward(self, x):
         return _ACTIVATIONS[self.name](x)
+
+    def extra_repr(self) -> str:
+        return repr(self.name)
 
 
 def ag_gelu_layer():

@@ -31,6 +31,9 @@ def _grad_of(grads, p: AGTensor):
 
 
 class Optimizer:
+    """Base optimizer. `params`: a model (its parameters() are taken), a list of ag tensors, or
+    a dict of them (a state dict's values)."""
+
     def __init__(self, params, lr: float):
         self.params = _param_list(params)
         if lr <= 0:
@@ -73,6 +76,7 @@ class Optimizer:
             self._update(i, p, g)
 
     def zero_grad(self) -> None:
+        """Forget every parameter's `.grad` (the next backward() starts them afresh)."""
         for p in self.params:
             p.grad = None
 
@@ -107,12 +111,15 @@ def _group_by_device(items) -> dict:
 
 
 def _param_list(params):
+    """A list of ag tensors from a model (anything with .parameters()), a dict or an iterable."""
+    if callable(getattr(params, "parameters", None)):
+        params = params.parameters()
     if isinstance(params, dict):
         params = list(params.values())
     params = list(params)
     for p in params:
         if not isinstance(p, AGTensor):
-            raise GGMLError(f"optimizer params must be ag tensors, got {type(p).__name__}")
+            raise GGMLError(f"optimizer params must be a model or ag tensors, got {type(p).__name__}")
     return params
 
 
