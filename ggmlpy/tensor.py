@@ -61,6 +61,7 @@ class AGTensor:
     # -- construction ------------------------------------------------------------------------
     @classmethod
     def from_numpy(cls, data, device=None, dtype=None, requires_grad=False) -> "AGTensor":
+        """A tensor holding `data` (numbers; a vector becomes a column) in the persistent pool: ag_tensor() is the usual way."""
         arr = _as_matrix(data)
         dc = STATE.context(device)
         t = _storage_type(dtype, arr)

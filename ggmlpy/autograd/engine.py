@@ -200,5 +200,6 @@ def assign(dst: AGTensor, src: AGTensor) -> None:
 
 
 def zero_grad(params) -> None:
+    """Forget the `.grad` of every tensor in `params` (a list, or a model's parameters())."""
     for p in params:
         p.grad = None

@@ -125,6 +125,7 @@ def release_device(spec: str) -> None:
 
 
 def ag_default_device() -> str:
+    """The name of the device new ag tensors and ops use now."""
     return STATE.context().name
 
 

@@ -39,6 +39,7 @@ class Graph:
         self._keep: list = []   # Tensor handles, so their contexts outlive the graph's use
 
     def n_nodes(self) -> int:
+        """The number of nodes (computed tensors) in the graph."""
         return int(lib.ggml_graph_n_nodes(self.ptr))
 
     def expand(self, t: Tensor) -> None:
@@ -93,6 +94,7 @@ def _collect(root, seen: set):
 
 
 def ggml_new_graph(ctx: Context, size: int = GGML_DEFAULT_GRAPH_SIZE, grads: bool = False) -> Graph:
+    """A new graph in ctx with room for `size` nodes (`grads`: room for a backward pass)."""
     return Graph(ctx, size, grads)
 
 
@@ -232,6 +234,7 @@ def _cpu_backend(n_threads: int):
 
 
 def ggml_graph_n_nodes(graph: Graph) -> int:
+    """The number of nodes (computed tensors) in the graph."""
     if not isinstance(graph, Graph):
         raise GGMLError(f"ggml_graph_n_nodes: expected a Graph, got {type(graph).__name__}")
     return graph.n_nodes()

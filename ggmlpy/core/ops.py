@@ -154,6 +154,7 @@ for _n in _UNARY_OPS:
 
 
 def ggml_leaky_relu(ctx, a, negative_slope=0.01, inplace=False):
+    """max(a, 0) + negative_slope * min(a, 0), element-wise (inplace=True is refused)."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_leaky_relu")
     _types(a, CPU_FLOAT, "ggml_leaky_relu")
@@ -163,6 +164,7 @@ def ggml_leaky_relu(ctx, a, negative_slope=0.01, inplace=False):
 
 
 def ggml_scale(ctx, a, s):
+    """a * s for a number s (a densely packed f32 tensor)."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_scale")
     _types(a, (F32,), "ggml_scale")
@@ -175,6 +177,7 @@ def ggml_scale(ctx, a, s):
 
 
 def ggml_clamp(ctx, a, min_val, max_val):
+    """a clamped element-wise to [min_val, max_val]."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_clamp")
     _types(a, CPU_FLOAT, "ggml_clamp")
@@ -301,6 +304,7 @@ def ggml_rms_norm_back(ctx, a, b, eps=1e-5):
 
 
 def ggml_group_norm(ctx, a, n_groups, eps=1e-5):
+    """Normalise a in n_groups groups along ne2 (channels), each to zero mean and unit variance."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_group_norm")
     _types(a, (F32,), "ggml_group_norm")
@@ -312,6 +316,7 @@ def ggml_group_norm(ctx, a, n_groups, eps=1e-5):
 
 # -- reductions ---------------------------------------------------------------------------------------
 def ggml_sum(ctx, a):
+    """The sum of all elements of a, as a one-element tensor."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_sum")
     _types(a, CPU_FLOAT, "ggml_sum")
@@ -380,23 +385,27 @@ def _reshape(ctx, what, a, ne, call):
 
 
 def ggml_reshape_1d(ctx, a, ne0):
+    """A view of contiguous a as ne = [ne0]."""
     ctx, a = _ctx(ctx), _t(a, "ggml_reshape_1d")
     return _reshape(ctx, "ggml_reshape_1d", a, [int(ne0)], lambda: lib.ggml_reshape_1d(ctx.ptr, a.ptr, int(ne0)))
 
 
 def ggml_reshape_2d(ctx, a, ne0, ne1):
+    """A view of contiguous a as ne = [ne0, ne1] (ne0 is the fastest-changing axis)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_reshape_2d")
     ne = [int(ne0), int(ne1)]
     return _reshape(ctx, "ggml_reshape_2d", a, ne, lambda: lib.ggml_reshape_2d(ctx.ptr, a.ptr, *ne))
 
 
 def ggml_reshape_3d(ctx, a, ne0, ne1, ne2):
+    """A view of contiguous a as ne = [ne0, ne1, ne2]."""
     ctx, a = _ctx(ctx), _t(a, "ggml_reshape_3d")
     ne = [int(ne0), int(ne1), int(ne2)]
     return _reshape(ctx, "ggml_reshape_3d", a, ne, lambda: lib.ggml_reshape_3d(ctx.ptr, a.ptr, *ne))
 
 
 def ggml_reshape_4d(ctx, a, ne0, ne1, ne2, ne3):
+    """A view of contiguous a as ne = [ne0, ne1, ne2, ne3]."""
     ctx, a = _ctx(ctx), _t(a, "ggml_reshape_4d")
     ne = [int(ne0), int(ne1), int(ne2), int(ne3)]
     return _reshape(ctx, "ggml_reshape_4d", a, ne, lambda: lib.ggml_reshape_4d(ctx.ptr, a.ptr, *ne))
@@ -422,22 +431,26 @@ def _view(what, ctx, a, ne, nbs, offset, call):
 
 
 def ggml_view_1d(ctx, a, ne0, offset=0):
+    """A view of ne0 elements of a, starting `offset` bytes in."""
     return _view("ggml_view_1d", ctx, a, [ne0], [], offset,
                  lambda c, t: lib.ggml_view_1d(c.ptr, t.ptr, int(ne0), int(offset)))
 
 
 def ggml_view_2d(ctx, a, ne0, ne1, nb1, offset=0):
+    """A view of a as [ne0, ne1] with row stride nb1 bytes, starting `offset` bytes in."""
     return _view("ggml_view_2d", ctx, a, [ne0, ne1], [nb1], offset,
                  lambda c, t: lib.ggml_view_2d(c.ptr, t.ptr, int(ne0), int(ne1), int(nb1), int(offset)))
 
 
 def ggml_view_3d(ctx, a, ne0, ne1, ne2, nb1, nb2, offset=0):
+    """A view of a as [ne0, ne1, ne2] with strides nb1, nb2 bytes, starting `offset` bytes in."""
     return _view("ggml_view_3d", ctx, a, [ne0, ne1, ne2], [nb1, nb2], offset,
                  lambda c, t: lib.ggml_view_3d(c.ptr, t.ptr, int(ne0), int(ne1), int(ne2),
                                                int(nb1), int(nb2), int(offset)))
 
 
 def ggml_view_4d(ctx, a, ne0, ne1, ne2, ne3, nb1, nb2, nb3, offset=0):
+    """A view of a as [ne0, ne1, ne2, ne3] with strides nb1, nb2, nb3 bytes, starting `offset` bytes in."""
     return _view("ggml_view_4d", ctx, a, [ne0, ne1, ne2, ne3], [nb1, nb2, nb3], offset,
                  lambda c, t: lib.ggml_view_4d(c.ptr, t.ptr, int(ne0), int(ne1), int(ne2), int(ne3),
                                                int(nb1), int(nb2), int(nb3), int(offset)))
@@ -470,6 +483,7 @@ def ggml_cont(ctx, a):
 
 
 def ggml_dup(ctx, a):
+    """A copy of a (same type and shape)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_dup")
     return _same(ctx, "ggml_dup", a, lambda: lib.ggml_dup(ctx.ptr, a.ptr))
 
@@ -488,6 +502,7 @@ def ggml_cpy(ctx, a, b):
 
 
 def ggml_cast(ctx, a, type):
+    """a converted to `type` (GGML_TYPE_F32, _F16 or _BF16)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_cast")
     _types(a, FLOAT, "ggml_cast")
     check(type in FLOAT, "ggml_cast: target type must be f32, f16 or bf16")
@@ -496,6 +511,7 @@ def ggml_cast(ctx, a, type):
 
 # -- assembling tensors ------------------------------------------------------------------------------
 def ggml_concat(ctx, a, b, dim=0):
+    """a and b joined along axis `dim` (0..3, ggml's ne order); the other axes must match."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_concat", "a"), _t(b, "ggml_concat", "b")
     _types(a, (F32, F16, I32), "ggml_concat", "a")
@@ -655,6 +671,7 @@ def _pool_op(op):
 
 
 def ggml_pool_1d(ctx, a, op, k0, s0, p0=0):
+    """1-D pooling along ne0: op "max"/"avg" (or GGML_OP_POOL_*), kernel k0, stride s0, padding p0."""
     ctx, a = _ctx(ctx), _t(a, "ggml_pool_1d")
     _types(a, (F32, F16), "ggml_pool_1d")
     _contiguous(a, "ggml_pool_1d")  # the kernel steps through rows by nb1 alone
@@ -667,6 +684,7 @@ def ggml_pool_1d(ctx, a, op, k0, s0, p0=0):
 
 
 def ggml_pool_2d(ctx, a, op, k0, k1, s0, s1, p0=0.0, p1=0.0):
+    """2-D pooling over ne0 and ne1: op "max"/"avg", kernel k0 x k1, strides s0, s1, padding p0, p1."""
     ctx, a = _ctx(ctx), _t(a, "ggml_pool_2d")
     _types(a, (F32, F16), "ggml_pool_2d")
     _contiguous(a, "ggml_pool_2d")  # it walks planes by nb2 to the end of a's bytes: more planes than dst has

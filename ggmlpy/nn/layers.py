@@ -33,6 +33,7 @@ class Module:
         return out
 
     def named_parameters(self, prefix: str = ""):
+        """(name, tensor) for every trainable tensor, this layer's first, then its sub-layers' as layer{i}_{name}."""
         for name, value in self.__dict__.items():
             if isinstance(value, AGTensor) and value.requires_grad:
                 yield prefix + name, value
@@ -40,6 +41,7 @@ class Module:
             yield from child.named_parameters(f"{prefix}layer{i}_")
 
     def parameters(self):
+        """The trainable tensors, in named_parameters() order."""
         return [p for _, p in self.named_parameters()]
 
     def params(self):
@@ -57,11 +59,13 @@ class Module:
             yield from child.named_buffers(f"{prefix}layer{i}_")
 
     def state_dict(self) -> dict:
+        """Parameters and buffers as {name: numpy array} (a copy)."""
         out = {n: p.numpy() for n, p in self.named_parameters()}
         out.update({n: b.numpy() for n, b in self.named_buffers()})
         return out
 
     def load_state_dict(self, state: dict) -> None:
+        """Write the values of a state_dict() into the model's tensors, in place."""
         own = dict(self.named_parameters())
         own.update(dict(self.named_buffers()))
         missing = set(own) - set(state)
@@ -143,6 +147,7 @@ class ag_linear(Module):
         self.activation = activation
 
     def forward(self, x):
+        """W %*% x + b, then the activation; x is [in_features, batch]."""
         z = F.ag_matmul(self.W, x)
         if self.activation == "relu":  # bias and relu as one primitive: one eager launch, not two
             return apply("add_relu", z, self.b)
@@ -165,6 +170,7 @@ class ag_dropout(Module):
         self.rate = float(rate)
 
     def forward(self, x):
+        """x with a fresh random mask in training mode; x itself in eval mode."""
         if not self.training or self.rate == 0:
             return x
         keep = (grandom.generator().uniform(size=x.shape) > self.rate) / (1.0 - self.rate)
@@ -193,6 +199,7 @@ class ag_batch_norm(Module):
         return [(prefix + "running_mean", self.running_mean), (prefix + "running_var", self.running_var)]
 
     def forward(self, x):
+        """x [features, batch] normalised per row; updates the running statistics in training mode."""
         if self.training:
             mean = F.ag_mean(x, 1)
             xc = F.ag_sub(x, mean)
@@ -220,6 +227,7 @@ class ag_embedding(Module):
         self.weight = ag_param(_uniform((dim, vocab_size), math.sqrt(1.0 / vocab_size)))
 
     def forward(self, idx):
+        """The columns of the weight for 0-based indices idx: [dim, n]."""
         raw = idx.numpy() if isinstance(idx, AGTensor) else np.asarray(idx)
         flat = np.asarray(raw, dtype=np.float64).ravel(order="F")
         cls = flat.astype(np.int64)
@@ -246,6 +254,7 @@ class ag_multihead_attention(Module):
         self.b_o = ag_param(np.zeros((d_model, 1)))
 
     def forward(self, query, key=None, value=None, causal_mask=None):
+        """Attention of query's columns (tokens) over key/value's: [d_model, seq] -> [d_model, seq]."""
         key = query if key is None else key
         value = key if value is None else value
         causal = self.causal if causal_mask is None else bool(causal_mask)
@@ -286,6 +295,7 @@ class ag_sequential(Module):
         return [m for m in self.layers if isinstance(m, Module)]
 
     def forward(self, x):
+        """The layers applied in order."""
         for layer in self.layers:
             x = layer(x)
         return x
@@ -301,6 +311,7 @@ class ag_layer_norm_layer(Module):
         self.beta = ag_param(np.zeros((num_features, 1)))
 
     def forward(self, x):
+        """Layer norm of each column, then * gamma + beta."""
         return F.ag_layer_norm(x, self.eps, self.gamma, self.beta)
 
     def extra_repr(self) -> str:
@@ -317,6 +328,7 @@ class ag_activation(Module):
         self.name = name
 
     def forward(self, x):
+        """The activation applied element-wise (softmax: per column)."""
         return _ACTIVATIONS[self.name](x)
 
     def extra_repr(self) -> str:
@@ -324,10 +336,12 @@ class ag_activation(Module):
 
 
 def ag_gelu_layer():
+    """A GELU activation layer (ag_activation("gelu"))."""
     return ag_activation("gelu")
 
 
 def ag_silu_layer():
+    """A SiLU activation layer (ag_activation("silu"))."""
     return ag_activation("silu")
 
 
