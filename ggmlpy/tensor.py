@@ -11,6 +11,7 @@ import itertools
 import numbers
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .backend.state import DTYPE_NAMES, DTYPES, STATE, DeviceContext
 from .bindings import ffi, lib
@@ -60,7 +61,8 @@ class AGTensor:
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def from_numpy(cls, data, device=None, dtype=None, requires_grad=False) -> "AGTensor":
+    def from_numpy(cls, data: ArrayLike, device: str | None = None, dtype: str | None = None,
+                   requires_grad: bool = False) -> "AGTensor":
         """A tensor holding `data` (numbers; a vector becomes a column) in the persistent pool: ag_tensor() is the usual way."""
         arr = _as_matrix(data)
         dc = STATE.context(device)
@@ -99,7 +101,7 @@ class AGTensor:
         return self.numpy().astype(np.float64)
 
     @data.setter
-    def data(self, values) -> None:
+    def data(self, values: ArrayLike) -> None:
         arr = _as_matrix(values)
         if arr.shape != self.shape:
             raise GGMLError(f"cannot assign {arr.shape} values to a {self.shape} tensor")
@@ -111,7 +113,7 @@ class AGTensor:
             raise GGMLError(f"item() needs a [1, 1] tensor, got {list(self.shape)}")
         return float(self.numpy()[0, 0])
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
         """np.asarray(t): the values, in the tensor's own dtype unless `dtype` is given."""
         a = self.numpy()
         return a.astype(dtype) if dtype is not None else a
@@ -295,14 +297,15 @@ def _storage_type(dtype, arr: np.ndarray) -> int:
     return DTYPES[dtype]
 
 
-def ag_tensor(data, device=None, dtype=None, requires_grad=False) -> AGTensor:
+def ag_tensor(data: ArrayLike | AGTensor, device: str | None = None, dtype: str | None = None,
+              requires_grad: bool = False) -> AGTensor:
     """A tensor holding `data` (a vector becomes a column [n, 1]), in the persistent pool."""
     if isinstance(data, AGTensor):
         data = data.numpy()
     return AGTensor.from_numpy(data, device, dtype, requires_grad)
 
 
-def ag_param(data, device=None, dtype=None) -> AGTensor:
+def ag_param(data: ArrayLike | AGTensor, device: str | None = None, dtype: str | None = None) -> AGTensor:
     """A trainable tensor: ag_tensor with requires_grad=True."""
     return ag_tensor(data, device, dtype, requires_grad=True)
 

@@ -39,3 +39,30 @@ def test_every_public_callable_has_a_docstring():
     assert len(api) > 300  # the API is all there (functions, classes and their members)
     undocumented = [name for name, obj in api if not (_own_doc(name, obj) or "").strip()]
     assert not undocumented, f"{len(undocumented)} public callables without a docstring: {undocumented}"
+
+
+# Modules whose signatures are still to be annotated (their owner is changing them): shrink this set.
+_UNANNOTATED_MODULES = {"ggmlpy.autograd.tape", "ggmlpy.autograd.engine", "ggmlpy.autograd.forward_ad",
+                        "ggmlpy.autograd.graph_mode", "ggmlpy.backend.sched", "ggmlpy.backend.graph_alloc"}
+
+
+def test_public_functions_have_type_hints():
+    missing = []
+    for name in ggmlpy.__all__:
+        obj = getattr(ggmlpy, name)
+        if not inspect.isfunction(obj) or obj.__module__ in _UNANNOTATED_MODULES:
+            continue
+        sig = inspect.signature(obj)
+        bare = [p.name for p in sig.parameters.values()
+                if p.annotation is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if bare or sig.return_annotation is inspect.Signature.empty:
+            missing.append(f"{name}{'' if not bare else ' ' + str(bare)}")
+    assert not missing, f"public functions without type hints: {missing}"
+
+
+def test_the_package_says_it_is_typed():
+    from pathlib import Path
+    assert (Path(ggmlpy.__file__).parent / "py.typed").is_file()
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert '"ggmlpy" = ["py.typed"]' in pyproject                # shipped as package data
+    assert '\nlicense = "MIT"\n' in pyproject                    # an SPDX expression, not a table

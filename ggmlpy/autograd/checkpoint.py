@@ -31,6 +31,7 @@ The contract, point by point (each has a test in tests/test_checkpoint.py):
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 from .. import random as grandom
 from .._frames import user_location, user_stacklevel
@@ -45,7 +46,7 @@ class CheckpointReplayError(GGMLError):
     """The segment reset a memory pool (or switched device) while being replayed."""
 
 
-def ag_checkpoint(fn, *inputs):
+def ag_checkpoint(fn: Callable[..., AGTensor], *inputs: AGTensor) -> AGTensor:
     """Run `fn(*inputs)` without storing its activations; recompute them during backward()."""
     if not callable(fn):
         raise GGMLError("ag_checkpoint() expects a function as its first argument.")

@@ -34,7 +34,7 @@ def _fits(small, big) -> bool:
     return (r, c) == (R, C) or (r, c) in ((R, 1), (1, C), (1, 1))
 
 
-def ag_matmul(a, b):
+def ag_matmul(a: AGTensor, b: AGTensor) -> AGTensor:
     """a %*% b."""
     a, b = _ag(a, "ag_matmul", "a"), _ag(b, "ag_matmul", "b")
     if a.ncol != b.nrow:
@@ -53,7 +53,7 @@ def _second_broadcasts(what, a, b):
     raise GGMLError(f"{what}: shapes {list(a.shape)} and {list(b.shape)} do not broadcast")
 
 
-def ag_add(a, b):
+def ag_add(a: AGTensor, b: AGTensor | float) -> AGTensor:
     """a + b; b may be a column [m,1], a row [1,n], a [1,1] or a number."""
     a = _ag(a, "ag_add", "a")
     if _num(b):
@@ -63,7 +63,7 @@ def ag_add(a, b):
     return apply("add", a, b)
 
 
-def ag_sub(a, b):
+def ag_sub(a: AGTensor, b: AGTensor | float) -> AGTensor:
     """a - b; b may be a column [m,1], a row [1,n], a [1,1] or a number."""
     a = _ag(a, "ag_sub", "a")
     if _num(b):
@@ -73,7 +73,7 @@ def ag_sub(a, b):
     return apply("sub", a, b)
 
 
-def ag_mul(a, b):
+def ag_mul(a: AGTensor, b: AGTensor) -> AGTensor:
     """Element-wise a * b; either may broadcast. A plain number is an error, as in ggmlR: use ag_scale."""
     a = _ag(a, "ag_mul", "a")
     if _num(b):
@@ -84,7 +84,7 @@ def ag_mul(a, b):
     return apply("mul", a, b)
 
 
-def ag_div(a, b):
+def ag_div(a: AGTensor, b: AGTensor | float) -> AGTensor:
     """Element-wise a / b; either may broadcast; b may be a number."""
     a = _ag(a, "ag_div", "a")
     if _num(b):
@@ -95,7 +95,7 @@ def ag_div(a, b):
     return apply("div", a, b)
 
 
-def ag_scale(x, scalar):
+def ag_scale(x: AGTensor, scalar: float) -> AGTensor:
     """x * scalar (the scalar is a constant, not tracked)."""
     x = _ag(x, "ag_scale")
     if not _num(scalar):
@@ -103,13 +103,13 @@ def ag_scale(x, scalar):
     return apply("scale", x, s=float(scalar))
 
 
-def ag_neg(x):
+def ag_neg(x: AGTensor) -> AGTensor:
     """-x."""
     return apply("neg", _ag(x, "ag_neg"))
 
 
 def _unary(op, doc):
-    def f(x):
+    def f(x: AGTensor) -> AGTensor:
         return apply(op, _ag(x, f"ag_{op}"))
     f.__name__ = f"ag_{op}"
     f.__doc__ = doc
@@ -127,12 +127,12 @@ ag_gelu = _unary("gelu", "Exact GELU, x * Phi(x) (erf form, as PyTorch's default
 ag_silu = _unary("silu", "x * sigmoid(x).")
 
 
-def ag_softmax(x):
+def ag_softmax(x: AGTensor) -> AGTensor:
     """Column-wise softmax: each column (sample) sums to 1."""
     return apply("softmax", _ag(x, "ag_softmax"))
 
 
-def ag_pow(x, p):
+def ag_pow(x: AGTensor, p: float) -> AGTensor:
     """x ^ p for a constant p; gradient p * x^(p-1)."""
     x = _ag(x, "ag_pow")
     if not _num(p):
@@ -140,7 +140,7 @@ def ag_pow(x, p):
     return apply("pow", x, p=float(p))
 
 
-def ag_clamp(x, lo=-math.inf, hi=math.inf):
+def ag_clamp(x: AGTensor, lo: float = -math.inf, hi: float = math.inf) -> AGTensor:
     """Clamp to [lo, hi]; the gradient passes where lo < x < hi (strictly), as in ggmlR."""
     x = _ag(x, "ag_clamp")
     lo, hi = float(lo), float(hi)
@@ -157,14 +157,14 @@ def _dim(dim, what):
     return int(dim)
 
 
-def ag_sum(x, dim=None, keepdim=False):
+def ag_sum(x: AGTensor, dim: int | None = None, keepdim: bool = False) -> AGTensor:
     """dim=None: [1,1]; dim=1: rowSums [nrow,1]; dim=2: colSums [1,ncol]. keepdim is ignored (as in ggmlR)."""
     x = _ag(x, "ag_sum")
     dim = _dim(dim, "ag_sum")
     return apply({None: "sum_all", 1: "row_sums", 2: "col_sums"}[dim], x)
 
 
-def ag_mean(x, dim=None, keepdim=False):
+def ag_mean(x: AGTensor, dim: int | None = None, keepdim: bool = False) -> AGTensor:
     """dim=None: [1,1]; dim=1: rowMeans [nrow,1]; dim=2: colMeans [1,ncol]."""
     x = _ag(x, "ag_mean")
     dim = _dim(dim, "ag_mean")
@@ -172,12 +172,12 @@ def ag_mean(x, dim=None, keepdim=False):
     return apply("scale", ag_sum(x, dim), s=1.0 / n)
 
 
-def ag_transpose(x):
+def ag_transpose(x: AGTensor) -> AGTensor:
     """R's t(x): [nrow, ncol] -> [ncol, nrow] (also `x.T`)."""
     return apply("transpose", _ag(x, "ag_transpose"))
 
 
-def ag_reshape(x, nrow, ncol):
+def ag_reshape(x: AGTensor, nrow: int, ncol: int) -> AGTensor:
     """R's matrix(x, nrow, ncol): column-major; one of nrow/ncol may be -1 (inferred)."""
     x = _ag(x, "ag_reshape")
     n = x.nrow * x.ncol
@@ -191,7 +191,7 @@ def ag_reshape(x, nrow, ncol):
     return apply("reshape", x, nrow=nrow, ncol=ncol)
 
 
-def ag_concat(a, b, dim=1):
+def ag_concat(a: AGTensor, b: AGTensor, dim: int = 1) -> AGTensor:
     """Stack along R dim 1 (rows, rbind) or 2 (columns, cbind)."""
     a, b = _ag(a, "ag_concat", "a"), _ag(b, "ag_concat", "b")
     if dim not in (1, 2):
@@ -202,7 +202,7 @@ def ag_concat(a, b, dim=1):
     return apply("concat", a, b, dim=dim - 1)
 
 
-def ag_slice(x, rows=None, cols=None):
+def ag_slice(x: AGTensor, rows: int | slice | None = None, cols: int | slice | None = None) -> AGTensor:
     """x[rows, cols] with 0-based Python slices (step 1), e.g. ag_slice(x, slice(0, 2), None)."""
     x = _ag(x, "ag_slice")
 
@@ -225,7 +225,8 @@ def ag_slice(x, rows=None, cols=None):
     return apply("slice", x, r0=r0, r1=r1, c0=c0, c1=c1)
 
 
-def ag_layer_norm(x, eps=1e-5, gamma=None, beta=None):
+def ag_layer_norm(x: AGTensor, eps: float = 1e-5, gamma: AGTensor | None = None,
+                  beta: AGTensor | None = None) -> AGTensor:
     """Normalise each column (sample) to zero mean, unit variance (biased); then * gamma + beta ([F,1])."""
     x = _ag(x, "ag_layer_norm")
     mu = ag_mean(x, 2)
@@ -239,12 +240,12 @@ def ag_layer_norm(x, eps=1e-5, gamma=None, beta=None):
     return y
 
 
-def ag_zeros(nrow, ncol, device=None):
+def ag_zeros(nrow: int, ncol: int, device: str | None = None) -> AGTensor:
     """A [nrow, ncol] tensor of zeros (a constant, on `device` or the current one)."""
     return ag_tensor(np.zeros((nrow, ncol)), device=device)
 
 
-def ag_ones(nrow, ncol, device=None):
+def ag_ones(nrow: int, ncol: int, device: str | None = None) -> AGTensor:
     """A [nrow, ncol] tensor of ones (a constant, on `device` or the current one)."""
     return ag_tensor(np.ones((nrow, ncol)), device=device)
 
@@ -257,21 +258,21 @@ def _same_shape(what, p, t):
         raise GGMLError(f"{what}: pred {list(p.shape)} and target {list(t.shape)} differ in shape{hint}")
 
 
-def ag_mse_loss(pred, target):
+def ag_mse_loss(pred: AGTensor, target: AGTensor) -> AGTensor:
     """sum((pred - target)^2) / length(pred); the gradient flows to pred only (as in ggmlR)."""
     pred, target = _ag(pred, "ag_mse_loss", "pred"), _ag(target, "ag_mse_loss", "target")
     _same_shape("ag_mse_loss", pred, target)
     return apply("mse", pred, target)
 
 
-def ag_cross_entropy_loss(pred, target):
+def ag_cross_entropy_loss(pred: AGTensor, target: AGTensor) -> AGTensor:
     """-sum(target * log(clamp(pred, 1e-7, 1 - 1e-7))) / ncol, for probabilities `pred`."""
     pred, target = _ag(pred, "ag_cross_entropy_loss", "pred"), _ag(target, "ag_cross_entropy_loss", "target")
     _same_shape("ag_cross_entropy_loss", pred, target)
     return apply("cross_entropy", pred, target)
 
 
-def ag_softmax_cross_entropy_loss(logits, target):
+def ag_softmax_cross_entropy_loss(logits: AGTensor, target: AGTensor | np.ndarray) -> AGTensor:
     """Softmax (per column) then cross-entropy with log(max(p, 1e-7)), averaged over columns.
 
     `target` is one-hot [classes, ncol], or 0-based class indices: a [1, ncol]

@@ -10,7 +10,10 @@
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..backend.device import Backend, backends, devices, get_backend
 from ..backend.sched import Scheduler, ggml_backend_sched_graph_compute, ggml_backend_sched_new
@@ -60,7 +63,7 @@ def ggml_used_mem(ctx: Context) -> int:
 
 
 # -- tensors ----------------------------------------------------------------------------------------
-def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne) -> Tensor:
+def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne: Sequence[int]) -> Tensor:
     """A new tensor of `type` with n_dims dims ne (ne[0] fastest-changing) in ctx."""
     if not isinstance(ctx, Context):
         raise GGMLError("ggml_new_tensor: first argument must be a Context")
@@ -77,27 +80,27 @@ def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne) -> Tensor:
     return wrap(lib.ggml_new_tensor(ctx.ptr, type, n_dims, ffi.new("int64_t[]", ne)), ctx)
 
 
-def ggml_new_tensor_1d(ctx, type, ne0):
+def ggml_new_tensor_1d(ctx: Context, type: int, ne0: int) -> Tensor:
     """A new tensor with ne = [ne0]."""
     return ggml_new_tensor(ctx, type, 1, [ne0])
 
 
-def ggml_new_tensor_2d(ctx, type, ne0, ne1):
+def ggml_new_tensor_2d(ctx: Context, type: int, ne0: int, ne1: int) -> Tensor:
     """A new tensor with ne = [ne0, ne1]: ne0 rows of an R matrix, ne1 columns."""
     return ggml_new_tensor(ctx, type, 2, [ne0, ne1])
 
 
-def ggml_new_tensor_3d(ctx, type, ne0, ne1, ne2):
+def ggml_new_tensor_3d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int) -> Tensor:
     """A new tensor with ne = [ne0, ne1, ne2]."""
     return ggml_new_tensor(ctx, type, 3, [ne0, ne1, ne2])
 
 
-def ggml_new_tensor_4d(ctx, type, ne0, ne1, ne2, ne3):
+def ggml_new_tensor_4d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
     """A new tensor with ne = [ne0, ne1, ne2, ne3]."""
     return ggml_new_tensor(ctx, type, 4, [ne0, ne1, ne2, ne3])
 
 
-def ggml_new_from_numpy(ctx: Context, array, type: int | None = None) -> Tensor:
+def ggml_new_from_numpy(ctx: Context, array: ArrayLike, type: int | None = None) -> Tensor:
     """A tensor holding `array`: numpy shape (d3, d2, d1, d0) becomes ggml ne [d0, d1, d2, d3]."""
     arr = np.asarray(array)
     check(1 <= arr.ndim <= 4, f"ggml_new_from_numpy: need 1 to 4 dims, got {arr.ndim}")
@@ -137,7 +140,7 @@ def ggml_set_output(t: Tensor) -> Tensor:
     return t
 
 
-def ggml_set_f32(t: Tensor, values) -> Tensor:
+def ggml_set_f32(t: Tensor, values: ArrayLike) -> Tensor:
     """Write values (numpy or a sequence) into t, casting to t's type. Memory order = ggml order."""
     _tensor(t, "ggml_set_f32")
     set_data(t, values, np.float32 if t.type != GGML_TYPE_I32 else np.int32, "ggml_set_f32")
@@ -150,7 +153,7 @@ def ggml_get_f32(t: Tensor) -> np.ndarray:
     return get_data(t, np.float32, "ggml_get_f32")
 
 
-def ggml_set_i32(t: Tensor, values) -> Tensor:
+def ggml_set_i32(t: Tensor, values: ArrayLike) -> Tensor:
     """Write integer values into t (numpy or a sequence, in ggml order); returns t."""
     _tensor(t, "ggml_set_i32")
     arr = np.asarray(values)
@@ -298,7 +301,7 @@ def ggml_backend_alloc_ctx_tensors(ctx: Context, backend: Backend) -> BackendBuf
     return buf
 
 
-def ggml_backend_tensor_set(t: Tensor, values) -> None:
+def ggml_backend_tensor_set(t: Tensor, values: ArrayLike) -> None:
     """Write values into t, wherever its buffer lives (as ggml_set_f32)."""
     ggml_set_f32(t, values)
 

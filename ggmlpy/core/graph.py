@@ -98,7 +98,7 @@ def ggml_new_graph(ctx: Context, size: int = GGML_DEFAULT_GRAPH_SIZE, grads: boo
     return Graph(ctx, size, grads)
 
 
-def ggml_build_forward_expand(ctx_or_graph, tensor: Tensor) -> Graph:
+def ggml_build_forward_expand(ctx_or_graph: Context | Graph, tensor: Tensor) -> Graph:
     """ggmlR style `ggml_build_forward_expand(ctx, t)` returns a new graph sized to fit;
     C style `ggml_build_forward_expand(graph, t)` expands an existing one."""
     if not isinstance(tensor, Tensor):
@@ -199,7 +199,7 @@ def _read_i32(t) -> np.ndarray:
 
 
 # -- compute ------------------------------------------------------------------------------------------
-def ggml_graph_compute(ctx_or_graph, graph: Graph | None = None, n_threads: int | None = None) -> None:
+def ggml_graph_compute(ctx_or_graph: Context | Graph, graph: Graph | None = None, n_threads: int | None = None) -> None:
     """Compute a graph of host tensors on the CPU. ggmlR: ggml_graph_compute(ctx, graph)."""
     if graph is None:
         graph = ctx_or_graph

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -19,10 +20,10 @@ class Module:
     def __init__(self):
         self.training = True
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args, **kwargs) -> AGTensor:
         return self.forward(*args, **kwargs)
 
-    def children(self):
+    def children(self) -> list:
         """Sub-layers: by default the Module-valued attributes (and lists of Modules), in order."""
         out = []
         for value in self.__dict__.values():
@@ -32,7 +33,7 @@ class Module:
                 out.extend(v for v in value if isinstance(v, Module))
         return out
 
-    def named_parameters(self, prefix: str = ""):
+    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, AGTensor]]:
         """(name, tensor) for every trainable tensor, this layer's first, then its sub-layers' as layer{i}_{name}."""
         for name, value in self.__dict__.items():
             if isinstance(value, AGTensor) and value.requires_grad:
@@ -40,19 +41,19 @@ class Module:
         for i, child in enumerate(self.children(), 1):
             yield from child.named_parameters(f"{prefix}layer{i}_")
 
-    def parameters(self):
+    def parameters(self) -> list[AGTensor]:
         """The trainable tensors, in named_parameters() order."""
         return [p for _, p in self.named_parameters()]
 
-    def params(self):
+    def params(self) -> list[AGTensor]:
         """ggmlR's `$params()`."""
         return self.parameters()
 
-    def buffers(self, prefix: str = ""):
+    def buffers(self, prefix: str = "") -> list[tuple[str, AGTensor]]:
         """This layer's own state that is not trained (e.g. running statistics): (name, tensor) pairs."""
         return []
 
-    def named_buffers(self, prefix: str = ""):
+    def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, AGTensor]]:
         """Buffers of this layer and, recursively, its sub-layers, named like named_parameters()."""
         yield from self.buffers(prefix)
         for i, child in enumerate(self.children(), 1):
@@ -146,7 +147,7 @@ class ag_linear(Module):
         self.b = ag_param(np.zeros((out_features, 1)))
         self.activation = activation
 
-    def forward(self, x):
+    def forward(self, x: AGTensor) -> AGTensor:
         """W %*% x + b, then the activation; x is [in_features, batch]."""
         z = F.ag_matmul(self.W, x)
         if self.activation == "relu":  # bias and relu as one primitive: one eager launch, not two
@@ -169,7 +170,7 @@ class ag_dropout(Module):
             raise GGMLError(f"ag_dropout: rate must be in [0, 1), got {rate}")
         self.rate = float(rate)
 
-    def forward(self, x):
+    def forward(self, x: AGTensor) -> AGTensor:
         """x with a fresh random mask in training mode; x itself in eval mode."""
         if not self.training or self.rate == 0:
             return x
@@ -195,10 +196,10 @@ class ag_batch_norm(Module):
         self.running_mean = ag_tensor(np.zeros((num_features, 1)))
         self.running_var = ag_tensor(np.ones((num_features, 1)))
 
-    def buffers(self, prefix: str = ""):
+    def buffers(self, prefix: str = "") -> list[tuple[str, AGTensor]]:
         return [(prefix + "running_mean", self.running_mean), (prefix + "running_var", self.running_var)]
 
-    def forward(self, x):
+    def forward(self, x: AGTensor) -> AGTensor:
         """x [features, batch] normalised per row; updates the running statistics in training mode."""
         if self.training:
             mean = F.ag_mean(x, 1)
@@ -226,7 +227,7 @@ class ag_embedding(Module):
         self.vocab_size, self.dim = int(vocab_size), int(dim)
         self.weight = ag_param(_uniform((dim, vocab_size), math.sqrt(1.0 / vocab_size)))
 
-    def forward(self, idx):
+    def forward(self, idx) -> AGTensor:
         """The columns of the weight for 0-based indices idx: [dim, n]."""
         raw = idx.numpy() if isinstance(idx, AGTensor) else np.asarray(idx)
         flat = np.asarray(raw, dtype=np.float64).ravel(order="F")
@@ -253,7 +254,8 @@ class ag_multihead_attention(Module):
             setattr(self, name, ag_param(_uniform((d_model, d_model), limit)))
         self.b_o = ag_param(np.zeros((d_model, 1)))
 
-    def forward(self, query, key=None, value=None, causal_mask=None):
+    def forward(self, query: AGTensor, key: AGTensor | None = None, value: AGTensor | None = None,
+                causal_mask: bool | None = None) -> AGTensor:
         """Attention of query's columns (tokens) over key/value's: [d_model, seq] -> [d_model, seq]."""
         key = query if key is None else key
         value = key if value is None else value
@@ -291,10 +293,10 @@ class ag_sequential(Module):
             layers = tuple(layers[0])
         self.layers = list(layers)
 
-    def children(self):
+    def children(self) -> list:
         return [m for m in self.layers if isinstance(m, Module)]
 
-    def forward(self, x):
+    def forward(self, x: AGTensor) -> AGTensor:
         """The layers applied in order."""
         for layer in self.layers:
             x = layer(x)
@@ -310,7 +312,7 @@ class ag_layer_norm_layer(Module):
         self.gamma = ag_param(np.ones((num_features, 1)))
         self.beta = ag_param(np.zeros((num_features, 1)))
 
-    def forward(self, x):
+    def forward(self, x: AGTensor) -> AGTensor:
         """Layer norm of each column, then * gamma + beta."""
         return F.ag_layer_norm(x, self.eps, self.gamma, self.beta)
 
@@ -327,7 +329,7 @@ class ag_activation(Module):
             raise GGMLError(f"ag_activation: unknown activation {name!r}")
         self.name = name
 
-    def forward(self, x):
+    def forward(self, x: AGTensor) -> AGTensor:
         """The activation applied element-wise (softmax: per column)."""
         return _ACTIVATIONS[self.name](x)
 
@@ -335,12 +337,12 @@ class ag_activation(Module):
         return repr(self.name)
 
 
-def ag_gelu_layer():
+def ag_gelu_layer() -> ag_activation:
     """A GELU activation layer (ag_activation("gelu"))."""
     return ag_activation("gelu")
 
 
-def ag_silu_layer():
+def ag_silu_layer() -> ag_activation:
     """A SiLU activation layer (ag_activation("silu"))."""
     return ag_activation("silu")
 

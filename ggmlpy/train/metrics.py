@@ -1,7 +1,10 @@
 """Predictions and accuracy for the common case: a model on [features, n] data, samples as columns."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..autograd.ops import ag_slice
 from ..autograd.tape import no_grad
@@ -21,7 +24,7 @@ def _columns(x, what: str):
     return arr, arr.shape[1]
 
 
-def ag_predict(model, x, batch_size: int = 1024) -> np.ndarray:
+def ag_predict(model: Callable[[AGTensor], AGTensor], x: ArrayLike | AGTensor, batch_size: int = 1024) -> np.ndarray:
     """The model's outputs for `x` ([features, n]: samples are columns; a numpy array or an ag
     tensor), as a numpy array [outputs, n] in the output's dtype. Runs in eval mode (no
     dropout, batch norm's running statistics) without recording, `batch_size` columns at a
@@ -50,7 +53,8 @@ def ag_predict(model, x, batch_size: int = 1024) -> np.ndarray:
     return np.concatenate(outs, axis=1)
 
 
-def ag_accuracy(model, x, y, batch_size: int = 1024) -> float:
+def ag_accuracy(model: Callable[[AGTensor], AGTensor], x: ArrayLike | AGTensor, y: ArrayLike | AGTensor,
+                batch_size: int = 1024) -> float:
     """The fraction of samples (columns of `x`) the model classifies correctly.
 
     `y`: 0-based class labels (n integers, or a [1, n] matrix or ag tensor), or one-hot

@@ -15,6 +15,7 @@ import os
 import numpy as np
 
 from ..errors import GGMLError
+from ..nn.layers import Module
 
 ARCH = "ggmlpy"
 _MAX_NAME = 63  # GGML_MAX_NAME (64) including the terminating zero
@@ -34,7 +35,7 @@ def _state_of(model) -> dict:
     return model.state_dict()
 
 
-def ag_save_model(model, path, metadata: dict | None = None) -> str:
+def ag_save_model(model: Module, path: str | os.PathLike, metadata: dict | None = None) -> str:
     """Write the model's parameters and buffers to a GGUF file at `path`; returns the path.
 
     `metadata` is any JSON-serialisable dict, returned by ag_load_model."""
@@ -103,7 +104,7 @@ def read_gguf(path) -> tuple[dict, dict]:
     return tensors, info
 
 
-def ag_load_model(model, path, strict: bool = True) -> dict:
+def ag_load_model(model: Module, path: str | os.PathLike, strict: bool = True) -> dict:
     """Load weights saved by ag_save_model into `model`, an already constructed model of the
     same architecture. Checks every name and shape before writing anything. Returns the
     metadata dict that was saved with it.
