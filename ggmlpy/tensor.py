@@ -63,7 +63,8 @@ class AGTensor:
     @classmethod
     def from_numpy(cls, data: ArrayLike, device: str | None = None, dtype: str | None = None,
                    requires_grad: bool = False) -> "AGTensor":
-        """A tensor holding `data` (numbers; a vector becomes a column) in the persistent pool: ag_tensor() is the usual way."""
+        """A tensor holding `data` (numbers; a vector becomes a column) in the persistent pool;
+        ag_tensor() is the usual way to make one."""
         arr = _as_matrix(data)
         dc = STATE.context(device)
         t = _storage_type(dtype, arr)

@@ -10,4 +10,5 @@ from .ops import __dict__ as _ops_ns
 from .tape import no_grad, tape_bytes, tape_report, with_grad_tape
 
 # the ag_* functions ops.py defines (not those it imports, such as ag_tensor)
-ag_ops = sorted(n for n, v in _ops_ns.items() if n.startswith("ag_") and getattr(v, "__module__", None) == __name__ + ".ops")
+ag_ops = sorted(n for n, v in _ops_ns.items()
+                if n.startswith("ag_") and getattr(v, "__module__", None) == __name__ + ".ops")

@@ -5,5 +5,5 @@ from .fit import ag_evaluate, ag_fit
 from .metrics import ag_accuracy, ag_predict
 from .serialization import ag_load_model, ag_save_model
 
-__all__ = ["ag_accuracy", "ag_dataloader", "ag_evaluate", "ag_fit", "ag_load_model", "ag_predict", "ag_save_model", "early_stopping",
-           "scheduler_step"]
+__all__ = ["ag_accuracy", "ag_dataloader", "ag_evaluate", "ag_fit", "ag_load_model", "ag_predict", "ag_save_model",
+           "early_stopping", "scheduler_step"]

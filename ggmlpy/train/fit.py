@@ -16,6 +16,7 @@ from ..tensor import AGTensor
 
 Model = Callable[[AGTensor], AGTensor]          # a layer, or any function of the input batch
 LossFn = Callable[[AGTensor, AGTensor], AGTensor]  # (prediction, target) -> [1, 1] loss
+Batches = Iterable[tuple[AGTensor, AGTensor]]      # (x, y) batches: an ag_dataloader
 
 
 def _set_training(model, mode: bool) -> None:
@@ -23,7 +24,7 @@ def _set_training(model, mode: bool) -> None:
         (ag_train if mode else ag_eval)(model)
 
 
-def ag_evaluate(model: Model, loss_fn: LossFn, loader: Iterable[tuple[AGTensor, AGTensor]]) -> float:
+def ag_evaluate(model: Model, loss_fn: LossFn, loader: Batches) -> float:
     """Mean loss over `loader` in eval mode, without recording (per sample, so a short last batch
     weighs what it holds). The model's training flag is restored afterwards."""
     was_training = getattr(model, "training", None)
@@ -42,8 +43,8 @@ def ag_evaluate(model: Model, loss_fn: LossFn, loader: Iterable[tuple[AGTensor, 
     return total / count
 
 
-def ag_fit(model: Model, loss_fn: LossFn, optimizer: Optimizer, loader: Iterable[tuple[AGTensor, AGTensor]], epochs: int,
-           val_loader: Iterable[tuple[AGTensor, AGTensor]] | None = None, callbacks: Sequence = (), progress: bool = True,
+def ag_fit(model: Model, loss_fn: LossFn, optimizer: Optimizer, loader: Batches, epochs: int,
+           val_loader: Batches | None = None, callbacks: Sequence = (), progress: bool = True,
            clip_grad: float | None = None, compile: bool | str = "auto") -> dict:
     """Train `model` for `epochs` passes over `loader`; return the history.
 
