@@ -42,3 +42,16 @@ def test_readme_python_blocks_run_in_order(tmp_path):
                           capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "--- all blocks ran" in proc.stdout, out[-6000:]
+
+
+def test_ci_runs_exactly_the_quick_start_commands():
+    """The README's quick start is the whole set-up, and CI (.ci/run) runs it as written."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Quick start"):]
+    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.split("#")[0].strip()]
+    assert len(commands) == 2, commands
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    for cmd in commands:
+        assert cmd in ci, f".ci/run does not run the README's `{cmd}`"
+    assert ci.index(commands[0]) < ci.index(commands[1])
