@@ -344,17 +344,47 @@ def vulkan_include_dir(cache: Path) -> Path | None:
 
 # ---- configure / build -----------------------------------------------------------
 
-def run(cmd: list[str], cwd: Path | None = None) -> None:
-    """Stream a command's output; on failure raise with its tail."""
-    tail = collections.deque(maxlen=40)
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace")
-    for line in proc.stdout:
-        print(line, end="", file=LOG, flush=True)
-        tail.append(line)
-    if proc.wait() != 0:
-        raise BuildError(f"command failed ({proc.returncode}): {' '.join(cmd)}\n--- last output ---\n"
-                         + "".join(tail))
+# The full output of every command a build runs goes to <cache>/builds/<key>/build.log (ggml's own
+# sources give ~14 600 lines and some 800 compiler warnings); the terminal gets one line per stage,
+# a percentage while compiling, and the log's tail when a command fails.
+BUILD_LOG: Path | None = None  # set per build by build_or_hit; None: <cache>/build.log
+TAIL_LINES = 40
+_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]|^\[\s*(\d+)%\]")  # ninja "[12/345]", make "[ 40%]"
+
+
+def _open_log(cmd: list[str], cwd: Path | None):
+    path = BUILD_LOG or cache_dir() / "build.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = open(path, "a", errors="replace")
+    f.write(f"\n$ {' '.join(map(str, cmd))}" + (f"   (in {cwd})" if cwd else "") + "\n")
+    return path, f
+
+
+def run(cmd: list[str], cwd: Path | None = None, progress: bool = False) -> None:
+    """Run a command with its output appended to the build log; on failure raise with its tail.
+
+    progress: print a line at every tenth of the way through a ninja or make build."""
+    tail = collections.deque(maxlen=TAIL_LINES)
+    path, f = _open_log(cmd, cwd)
+    shown = 0
+    with f:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace")
+        for line in proc.stdout:
+            f.write(line)
+            tail.append(line)
+            m = _PROGRESS.match(line) if progress else None
+            if m:
+                pct = (100 * int(m.group(1)) // max(int(m.group(2)), 1)) if m.group(2) else int(m.group(3))
+                if pct >= shown + 10:
+                    shown = pct - pct % 10
+                    done = f" ({m.group(1)}/{m.group(2)})" if m.group(2) else ""
+                    log(f"  {shown:3d}%{done}")
+        code = proc.wait()
+    if code != 0:
+        raise BuildError(f"command failed ({code}): {' '.join(map(str, cmd))}\n"
+                         f"--- last {len(tail)} lines of the build log ---\n" + "".join(tail)
+                         + f"--- full log: {path}")
 
 
 def default_cuda_arch() -> str:
@@ -408,10 +438,11 @@ def build(args, backends: set[str], root: Path, cache: Path) -> dict:
     for d in (build_dir, install):
         shutil.rmtree(d, ignore_errors=True)  # stale trees from failed or forced builds
     t0 = time.monotonic()
-    log(f"configuring: cmake {' '.join(flags)}")
+    log(f"configuring ({'+'.join(sorted(backends))}; log: {BUILD_LOG})")
     run(["cmake", "-S", str(VENDOR), "-B", str(build_dir), *flags])
-    log(f"building with {args.jobs} jobs")
-    run(["cmake", "--build", str(build_dir), "--parallel", str(args.jobs)])
+    log(f"compiling with {args.jobs} jobs")
+    run(["cmake", "--build", str(build_dir), "--parallel", str(args.jobs)], progress=True)
+    log("installing")
     run(["cmake", "--install", str(build_dir)])
     if "rpc" in backends:
         build_rpc_server(install)
@@ -441,10 +472,13 @@ def build_or_hit(args, backends: set[str], cache: Path) -> dict:
         log(f"cache hit: {root.name}")
         return info
     preflight(backends)
+    global BUILD_LOG
+    root.mkdir(parents=True, exist_ok=True)
+    BUILD_LOG = root / "build.log"
+    BUILD_LOG.write_text(f"build_ggml.py: {root.name}, {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
     if not (VENDOR / f".unpacked-{SDIST_SHA256[:12]}").exists():  # offline machines: carry vendor/ggml
         unpack(ensure_sdist(cache))
     patches = apply_patches(backends)
-    root.mkdir(parents=True, exist_ok=True)
     marker.unlink(missing_ok=True)
     info = build(args, backends, root, cache)
     info["patches"] = patches
@@ -474,10 +508,16 @@ def list_builds(cache: Path) -> int:
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description="Build ggml 0.25.3 shared libraries for ggmlpy.")
+    p = argparse.ArgumentParser(
+        description="Build ggml 0.25.3 shared libraries for ggmlpy (cached; a second run is a cache hit).",
+        epilog="Environment: GGMLPY_CACHE_DIR sets the cache folder (default $XDG_CACHE_HOME/ggmlpy, else "
+               "~/.cache/ggmlpy); the runtime loader reads the same variable, so set it for both. "
+               "GGMLPY_LIB_DIR makes the runtime load the libggml in that folder instead. Each build keeps "
+               "its full log in <cache>/builds/<key>/build.log; the terminal shows one line per stage.")
     p.add_argument("--backend", action="append", choices=BACKENDS + (AUTO,), default=[],
-                   help="extra backend (repeatable); cpu is always built. 'auto': rpc, plus vulkan "
-                        "when glslc/libvulkan-dev/spirv-headers are installed (falls back to cpu+rpc)")
+                   help="extra backend (repeatable); cpu is always built. 'auto': rpc, plus blas when "
+                        "OpenBLAS is installed (libopenblas-openmp-dev), plus vulkan when glslc, libvulkan-dev "
+                        "and spirv-headers are installed (falls back to cpu+rpc(+blas) if Vulkan fails)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compile jobs")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--native", dest="native", action="store_true", default=True,
@@ -485,7 +525,9 @@ def parse_args(argv):
     mode.add_argument("--portable", dest="native", action="store_false",
                       help="all CPU variants as loadable modules, picked at run time")
     p.add_argument("--cuda-arch", help='CMAKE_CUDA_ARCHITECTURES (default: "native" with a GPU, else "80;90")')
-    p.add_argument("--cache-dir", type=Path, default=None)
+    p.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
+                   help="build cache (default: $GGMLPY_CACHE_DIR, else $XDG_CACHE_HOME/ggmlpy, else "
+                        "~/.cache/ggmlpy); ggmlpy finds a build there only with GGMLPY_CACHE_DIR=DIR")
     p.add_argument("--force", action="store_true", help="rebuild even if cached")
     p.add_argument("--print-lib-dir", action="store_true", help="print only the lib dir on stdout")
     p.add_argument("--list", action="store_true", help="list cached builds and the active one, then exit")

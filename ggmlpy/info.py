@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import os
+from typing import TextIO
 
 from .backend.device import (backends, devices, is_software_device, rpc_server_binary, software_vulkan_enabled,
                              vulkan_physical_devices)
 from .bindings import ffi, found, lib
 
 
-def info(file=None) -> dict:
+def info(file: TextIO | None = None) -> dict:
     """Print (and return) the library path and source, ggml version, backends and devices."""
     devs = devices()
     built = backends()

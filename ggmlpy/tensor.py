@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import numbers
 import threading
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .backend.state import DTYPE_NAMES, DTYPES, STATE, DeviceContext
 from .bindings import ffi, lib
@@ -82,7 +84,10 @@ class AGTensor:
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def from_numpy(cls, data, device=None, dtype=None, requires_grad=False) -> "AGTensor":
+    def from_numpy(cls, data: ArrayLike, device: str | None = None, dtype: str | None = None,
+                   requires_grad: bool = False) -> "AGTensor":
+        """A tensor holding `data` (numbers; a vector becomes a column) in the persistent pool;
+        ag_tensor() is the usual way to make one."""
         arr = _as_matrix(data)
         dc = STATE.context(device)
         t = _storage_type(dtype, arr)
@@ -104,7 +109,9 @@ class AGTensor:
 
     # -- reading -------------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
-        """The values as a float64 numpy array of R shape (nrow, ncol)."""
+        """A copy of the values as a numpy array of R shape (nrow, ncol), in the tensor's own dtype:
+        float32 for f32, float16 for f16, int32 for i32; bf16 (which numpy lacks) as float32.
+        `.data` gives float64, as ggmlR's `$data` (an R double matrix) does."""
         t = self.st.ptr  # raises StaleTensorError for a tensor of a reset pool
         reads = getattr(_reads, "list", None)
         if reads is not None:
@@ -113,27 +120,28 @@ class AGTensor:
         raw = np.empty(self.shape[0] * self.shape[1], dtype=NP_DTYPES[typ])
         self.dc.sync()  # queued ops may still be writing it
         lib.ggml_backend_tensor_get(t, ffi.from_buffer(raw), 0, raw.nbytes)
-        vals = _from_storage(raw, typ).astype(np.float64)
-        return vals.reshape(self.shape, order="F")
+        return _from_storage(raw, typ).reshape(self.shape, order="F")
 
     @property
     def data(self) -> np.ndarray:
-        """ggmlR's `$data`: the values as an R-shaped numpy matrix. Assigning writes in place."""
-        return self.numpy()
+        """ggmlR's `$data`: the values as an R-shaped float64 numpy matrix. Assigning writes in place."""
+        return self.numpy().astype(np.float64)
 
     @data.setter
-    def data(self, values) -> None:
+    def data(self, values: ArrayLike) -> None:
         arr = _as_matrix(values)
         if arr.shape != self.shape:
             raise GGMLError(f"cannot assign {arr.shape} values to a {self.shape} tensor")
         self._write(arr)
 
     def item(self) -> float:
+        """The value of a [1, 1] tensor as a Python float."""
         if self.shape != (1, 1):
             raise GGMLError(f"item() needs a [1, 1] tensor, got {list(self.shape)}")
         return float(self.numpy()[0, 0])
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """np.asarray(t): the values, in the tensor's own dtype unless `dtype` is given."""
         a = self.numpy()
         return a.astype(dtype) if dtype is not None else a
 
@@ -143,74 +151,161 @@ class AGTensor:
     # -- attributes -------------------------------------------------------------------------------
     @property
     def device(self) -> str:
+        """The name of the device the tensor lives on ("CPU", "Vulkan0", ...)."""
         return self.dc.name
 
     @property
     def dtype(self) -> str:
+        """The storage type: "f32", "f16", "bf16" or "i32"."""
         t = self.st.type
         return "i32" if t == I32 else DTYPE_NAMES[t]
 
     @property
     def nrow(self) -> int:
+        """R's nrow(): the first dimension (features, for activations)."""
         return self.shape[0]
 
     @property
     def ncol(self) -> int:
+        """R's ncol(): the second dimension (samples, for activations)."""
         return self.shape[1]
 
     @property
     def T(self) -> "AGTensor":
+        """The transpose (ag_transpose), tracked by the tape."""
         from .autograd.ops import ag_transpose
         return ag_transpose(self)
 
     def nbytes(self) -> int:
+        """Bytes of device memory the values take."""
         return self.st.nbytes
 
-    def __len__(self):
+    def backward(self, grad: "AGTensor | None" = None, retain_all: bool = False):
+        """`loss.backward()`: the same as `backward(loss)` (gradients into the leaves' `.grad`;
+        returns the gradient map)."""
+        from .autograd.engine import backward
+        return backward(self, grad, retain_all)
+
+    # -- rows, indexing -------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        """The number of rows, as for a numpy matrix."""
         return self.shape[0]
 
-    def __repr__(self):
-        flags = " requires_grad" if self.requires_grad else ""
+    def __iter__(self):
+        """The rows, each a [1, ncol] tensor (ag tensors are always matrices)."""
+        for i in range(self.shape[0]):
+            yield self[i]
+
+    def __getitem__(self, key) -> "AGTensor":
+        """`t[i]` (row i, as [1, ncol]), `t[i, j]` ([1, 1]), `t[:, 1:3]`, `t[-1]`: numpy's rules for
+        ints and step-1 slices, but the result stays a matrix. Tracked by the tape (ag_slice)."""
+        if not isinstance(key, tuple):
+            key = (key, slice(None))
+        if len(key) != 2:
+            raise IndexError(f"an ag tensor has 2 dimensions, got {len(key)} indices")
+        rows, cols = (_index(k, n, axis) for k, n, axis in zip(key, self.shape, ("row", "column")))
+        if rows == slice(0, self.shape[0]) and cols == slice(0, self.shape[1]):
+            return self
+        return _ops().ag_slice(self, rows, cols)
+
+    def __repr__(self) -> str:
+        prefix = "ag_tensor("
         try:
-            body = np.array2string(self.numpy(), precision=4, threshold=20, edgeitems=2)
+            body = np.array2string(self.numpy(), prefix=prefix, separator=", ", precision=4)
         except Exception as e:  # stale or freed: say so rather than fail in repr
-            body = f"<{type(e).__name__}>"
-        return f"ag_tensor [{self.shape[0]}, {self.shape[1]}] {self.dtype} on {self.device}{flags}\n{body}"
+            body = f"<{type(e).__name__}: {e}>"
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        return (f"{prefix}{body},\n{' ' * len(prefix)}shape=[{self.shape[0]}, {self.shape[1]}], "
+                f"dtype={self.dtype}, device={self.device}{grad})")
 
     # -- Python operators, on top of the ag_* functions -------------------------------------------------
+    # The other operand may be an ag tensor, a number or a numpy array (see _operand for the rule).
     def __add__(self, o):
-        return _ops().ag_add(self, o)
+        return _ops().ag_add(self, _operand(o, self))
 
-    __radd__ = __add__
+    __radd__ = __add__  # a + b == b + a, and ag_add broadcasts its second argument
 
     def __sub__(self, o):
-        return _ops().ag_sub(self, o)
+        return _ops().ag_sub(self, _operand(o, self))
 
     def __rsub__(self, o):
         F = _ops()
-        return F.ag_add(F.ag_neg(self), o)
+        return F.ag_add(F.ag_neg(self), _operand(o, self))
 
     def __mul__(self, o):
         F = _ops()
-        return F.ag_scale(self, o) if isinstance(o, (int, float)) else F.ag_mul(self, o)
+        o = _operand(o, self)
+        return F.ag_scale(self, o) if _is_number(o) else F.ag_mul(self, o)
 
     __rmul__ = __mul__
 
     def __truediv__(self, o):
         F = _ops()
-        return F.ag_scale(self, 1.0 / o) if isinstance(o, (int, float)) else F.ag_div(self, o)
+        o = _operand(o, self)
+        return F.ag_scale(self, 1.0 / o) if _is_number(o) else F.ag_div(self, o)
+
+    def __rtruediv__(self, o):
+        o = _operand(o, self)
+        if _is_number(o):  # c / t: a constant tensor of c's, divided element-wise
+            o = ag_tensor(np.full(self.shape, float(o)), device=self.dc.spec, dtype=_like_dtype(self))
+        return _ops().ag_div(o, self)
 
     def __neg__(self):
         return _ops().ag_neg(self)
 
     def __matmul__(self, o):
-        return _ops().ag_matmul(self, o)
+        return _ops().ag_matmul(self, _operand(o, self))
 
     def __rmatmul__(self, o):
-        return _ops().ag_matmul(o, self)
+        return _ops().ag_matmul(_operand(o, self), self)
 
     def __pow__(self, p):
         return _ops().ag_pow(self, p)
+
+
+def _index(k, n: int, axis: str) -> slice:
+    """One index of t[rows, cols] as a step-1 slice within range (numpy's rules)."""
+    if isinstance(k, (bool, np.bool_)):
+        raise IndexError(f"boolean {axis} index: ag tensors take ints and step-1 slices")
+    if isinstance(k, (int, np.integer)):
+        i = int(k)
+        if not -n <= i < n:
+            raise IndexError(f"{axis} index {i} is out of range for {n} {axis}s")
+        i %= n
+        return slice(i, i + 1)
+    if isinstance(k, slice):
+        lo, hi, step = k.indices(n)
+        if step != 1:
+            raise IndexError(f"{axis} slice {k}: only step 1 is supported")
+        if hi <= lo:
+            raise IndexError(f"{axis} slice {k} selects nothing from {n} {axis}s")
+        return slice(lo, hi)
+    raise IndexError(f"{axis} index of type {type(k).__name__}: ag tensors take ints and step-1 slices "
+                     "(use ag_slice, or gather with ag_embedding for index lists)")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+
+
+def _like_dtype(t: AGTensor):
+    return None if t.dtype == "i32" else t.dtype
+
+
+def _operand(o, like: AGTensor):
+    """The other operand of a Python operator on ag tensor `like`.
+
+    Rule: an ag tensor is used as it is; a real number stays a number (a constant); anything
+    else array-like (numpy arrays of any real or bool dtype, lists, 0-d arrays) becomes a constant
+    ag tensor on `like`'s device, stored in `like`'s dtype: float64 values round to the nearest
+    float32 (or f16/bf16), int64 values convert to float (exact up to 2**24 in f32), a 1-D array
+    becomes a column [n, 1] and a 0-d array a [1, 1], as ag_tensor() does. It never needs a
+    gradient. Shapes then broadcast by ggmlR's rules (a column [m, 1], a row [1, n] or a [1, 1])."""
+    if isinstance(o, AGTensor) or _is_number(o):
+        return o
+    if isinstance(o, (np.ndarray, list, tuple, np.generic)):
+        return ag_tensor(np.asarray(o), device=like.dc.spec, dtype=_like_dtype(like))
+    return o  # let the ag_* function name the bad type
 
 
 def _ops():
@@ -229,14 +324,15 @@ def _storage_type(dtype, arr: np.ndarray) -> int:
     return DTYPES[dtype]
 
 
-def ag_tensor(data, device=None, dtype=None, requires_grad=False) -> AGTensor:
+def ag_tensor(data: ArrayLike | AGTensor, device: str | None = None, dtype: str | None = None,
+              requires_grad: bool = False) -> AGTensor:
     """A tensor holding `data` (a vector becomes a column [n, 1]), in the persistent pool."""
     if isinstance(data, AGTensor):
         data = data.numpy()
     return AGTensor.from_numpy(data, device, dtype, requires_grad)
 
 
-def ag_param(data, device=None, dtype=None) -> AGTensor:
+def ag_param(data: ArrayLike | AGTensor, device: str | None = None, dtype: str | None = None) -> AGTensor:
     """A trainable tensor: ag_tensor with requires_grad=True."""
     if dtype in ("i32", "int32", np.int32):
         raise GGMLError("ag_param: parameters must be floating point (f32, f16 or bf16), not i32")

@@ -1,9 +1,20 @@
 #!/usr/bin/env bash
-# Quick start, command 1: install ggmlpy and its build tools, build the pinned libggml
-# (CPU + RPC, BLAS on OpenBLAS, and Vulkan when its toolchain is installed; a cache hit
-# takes 0.1 s), and run the main job.
+# Quick start, command 1: make a virtual environment (.venv/, unless one is active), install
+# ggmlpy into it with its build tools, build the pinned libggml (CPU + RPC, BLAS on OpenBLAS,
+# and Vulkan when its toolchain is installed; a cache hit takes 0.1 s), and run the main job.
+# Command 2 is then `.venv/bin/python -m pytest -q tests`.
+#
+# Why a venv of our own: stock Debian 12 has no `python` command, and its system pip refuses to
+# install (PEP 668, externally-managed-environment). When a venv is already active, ggmlpy goes
+# into that one and .venv is made a link to it, so command 2 stays the same.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+say() { echo "quickstart: $*" >&2; }
+as_root_apt() { [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; }
+apt_install() {
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
 
 # The compiler and cmake that build_ggml.py needs, and OpenBLAS, which ggml's BLAS backend uses
 # for the CPU device's transposed matrix products (as root on Debian; otherwise say what to install).
@@ -11,19 +22,42 @@ missing=()
 for tool in cmake c++; do command -v "$tool" >/dev/null || missing+=("$tool"); done
 blas=$(ls /usr/include/*/openblas*/cblas.h /usr/include/openblas/cblas.h 2>/dev/null | head -1 || true)
 if ((${#missing[@]})) || [[ -z $blas ]]; then
-  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake build-essential ninja-build \
-      libopenblas-openmp-dev >/dev/null
+  if as_root_apt; then
+    apt_install cmake build-essential ninja-build libopenblas-openmp-dev
   elif ((${#missing[@]})); then
-    echo "quickstart: missing ${missing[*]}: sudo apt-get install cmake build-essential ninja-build" >&2
+    say "missing ${missing[*]}: sudo apt-get install cmake build-essential ninja-build"
     exit 2
   else
-    echo "quickstart: no OpenBLAS, building without ggml's BLAS backend" \
-      "(sudo apt-get install libopenblas-openmp-dev for faster matrix products)" >&2
+    say "no OpenBLAS, building without ggml's BLAS backend" \
+      "(sudo apt-get install libopenblas-openmp-dev for faster matrix products)"
   fi
 fi
-python -m pip install -q -e ".[test,demo]"
-python build_ggml.py --backend auto
-python -m ggmlpy info
-python -m ggmlpy demo
+
+# The virtual environment.
+if [[ -n ${VIRTUAL_ENV:-} && $(realpath -m .venv) != $(realpath -m "$VIRTUAL_ENV") ]]; then
+  if [[ -e .venv && ! -L .venv ]]; then
+    say "a venv is active ($VIRTUAL_ENV) but .venv/ is another one: deactivate, or remove .venv/"
+    exit 2
+  fi
+  ln -sfn "$VIRTUAL_ENV" .venv
+  say "using the active virtual environment $VIRTUAL_ENV (.venv links to it)"
+elif [[ ! -x .venv/bin/python ]]; then
+  py=$(command -v python3 || command -v python || true)
+  if [[ -z $py ]]; then
+    if as_root_apt; then apt_install python3 python3-venv; py=$(command -v python3);
+    else say "no python3: sudo apt-get install python3 python3-venv"; exit 2; fi
+  fi
+  say "creating the virtual environment .venv/ with $py"
+  if ! "$py" -m venv .venv 2>/dev/null; then
+    # Debian splits venv's pip bootstrap off into python3-venv.
+    rm -rf .venv
+    if as_root_apt; then apt_install python3-venv; "$py" -m venv .venv;
+    else say "$py -m venv failed: sudo apt-get install python3-venv, then rerun"; exit 2; fi
+  fi
+fi
+PY=.venv/bin/python
+
+"$PY" -m pip install -q -e ".[test,demo]"
+"$PY" build_ggml.py --backend auto
+"$PY" -m ggmlpy info
+"$PY" -m ggmlpy demo

@@ -1,4 +1,4 @@
-"""ag_checkpoint: one test (at least) per invariant of the seed (shared/seeds/ag_checkpoint.R.txt)."""
+"""ag_checkpoint: one test (at least) per invariant of the seed (docs/design.md)."""
 import functools
 import warnings
 

@@ -1,4 +1,4 @@
-"""Forward-mode AD: the level registry's invariants (shared/seeds/forward_grad.h.txt), JVP rules, nesting."""
+"""Forward-mode AD: the level registry's invariants (docs/design.md), JVP rules, nesting."""
 import gc
 import threading
 

@@ -9,4 +9,6 @@ from .ops import *  # noqa: F401,F403
 from .ops import __dict__ as _ops_ns
 from .tape import no_grad, tape_bytes, tape_report, with_grad_tape
 
-ag_ops = sorted(n for n in _ops_ns if n.startswith("ag_"))
+# the ag_* functions ops.py defines (not those it imports, such as ag_tensor)
+ag_ops = sorted(n for n, v in _ops_ns.items()
+                if n.startswith("ag_") and getattr(v, "__module__", None) == __name__ + ".ops")

@@ -1,6 +1,6 @@
 """Gradient checkpointing: run a segment without recording it, replay it during backward.
 
-The specification is ggmlR's `ag_checkpoint` design (shared/seeds/ag_checkpoint.R.txt).
+The specification is ggmlR's `ag_checkpoint` design (docs/design.md).
 Why a wrapper and not a tape analysis: a node names its *backward* rule, not the
 function that produced it, so nothing on the tape can be re-run; the segment is
 handed in as a Python callable, as torch.utils.checkpoint does.
@@ -32,8 +32,10 @@ The contract, point by point (each has a test in tests/test_checkpoint.py):
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 from .. import random as grandom
+from .._frames import user_location, user_stacklevel
 from ..backend.state import DTYPE_NAMES, STATE
 from ..errors import GGMLError, StaleTensorError
 from ..tensor import AGTensor
@@ -45,7 +47,7 @@ class CheckpointReplayError(GGMLError):
     """The segment reset a memory pool (or switched device) while being replayed."""
 
 
-def ag_checkpoint(fn, *inputs):
+def ag_checkpoint(fn: Callable[..., AGTensor], *inputs: AGTensor) -> AGTensor:
     """Run `fn(*inputs)` without storing its activations; recompute them during backward()."""
     if not callable(fn):
         raise GGMLError("ag_checkpoint() expects a function as its first argument.")
@@ -74,8 +76,10 @@ def ag_checkpoint(fn, *inputs):
     forward_ad.copy_tangents(out_val, out)  # tangents of the forward run carry over (forward AD)
     ag_inputs = [x for x in inputs if isinstance(x, AGTensor)]
 
+    where = user_location()  # named by the loop-variable warning, which backward() gives
+
     def replay(grad_out, grads, leaves):
-        return _replay(fn, inputs, grad_out, rng_state, used_first, grads, leaves)
+        return _replay(fn, inputs, grad_out, rng_state, used_first, grads, leaves, where)
 
     TAPE.nodes.append(Node(None, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in ag_inputs],
                            {f"x{i}": x for i, x in enumerate(ag_inputs)}, {}, tuple(x.shape for x in ag_inputs),
@@ -103,7 +107,7 @@ def _check_generations(before) -> None:
             "would be wrong. The segment must not call with_grad_tape() or ag_device(), nor ag_dtype().")
 
 
-def _replay(fn, inputs, grad_out, rng_state, used_first, grads, leaves):
+def _replay(fn, inputs, grad_out, rng_state, used_first, grads, leaves, where="<unknown>"):
     """Re-run the segment on a private tape and push `grad_out` back through it."""
     outer_nodes, outer_enabled = TAPE.nodes, TAPE.enabled
     outer_paused = TAPE.paused
@@ -124,10 +128,14 @@ def _replay(fn, inputs, grad_out, rng_state, used_first, grads, leaves):
     _check_generations(before)
     if set(used_replay) != set(used_first):
         warnings.warn(
-            "ag_checkpoint: the segment used different parameters when replayed than in its forward pass "
-            f"({len(used_first)} then {len(used_replay)}). A closure over a loop variable sees the last "
-            "layer at replay time; bind it per iteration (lambda h, lyr=lyr: lyr(h), or functools.partial).",
-            RuntimeWarning, stacklevel=4)
+            f"ag_checkpoint (the segment made at {where}): backward() re-ran the segment and it used "
+            f"different parameters than in its forward run ({len(used_first)} parameter tensors, then "
+            f"{len(used_replay)}). Its function most likely closes over a loop variable, such as `lyr` in "
+            "`for lyr in layers: h = ag_checkpoint(lambda t: lyr(t), h)`: Python looks the variable up when "
+            "the function runs, so at backward() time every such segment runs the loop's last layer, and "
+            "the earlier layers get no gradient while the loss looks normal. Bind the value per iteration: "
+            "`lambda t, lyr=lyr: lyr(t)` or `functools.partial(lyr.forward)`.",
+            RuntimeWarning, stacklevel=user_stacklevel())
 
     seg_grads, seg_leaves = {redone.id: grad_out}, {}
     engine.walk(seg_nodes, seg_grads, seg_leaves)

@@ -174,6 +174,15 @@ def backward(loss: AGTensor, grad: AGTensor | None = None, retain_all: bool = Fa
     `retain_all` keeps every one (ggmlR keeps all)."""
     if not isinstance(loss, AGTensor):
         raise GGMLError(f"backward: expected an ag tensor, got {type(loss).__name__}")
+    # Nothing recorded leads to this loss: ggmlR would return {loss: 1} and leave every .grad
+    # unset, which looks like training and is not. Say why instead.
+    if not loss.requires_grad:
+        raise GGMLError("backward: nothing was recorded for this loss, so no gradient can reach any "
+                        "parameter. Compute it inside `with with_grad_tape():` (not under no_grad()), from "
+                        "tensors that need gradients (ag_param, or requires_grad=True)")
+    if not loss.is_leaf and not any(n.out_id == loss.id for n in TAPE.nodes):
+        raise GGMLError("backward: this loss was recorded on an earlier tape, which a later "
+                        "with_grad_tape() has cleared; call backward() before starting the next tape")
     if grad is not None:
         if not isinstance(grad, AGTensor):
             from ..tensor import ag_tensor
@@ -249,5 +258,6 @@ def assign(dst: AGTensor, src: AGTensor) -> None:
 
 
 def zero_grad(params) -> None:
+    """Forget the `.grad` of every tensor in `params` (a list, or a model's parameters())."""
     for p in params:
         p.grad = None

@@ -1,5 +1,5 @@
 """Forward-mode AD with nested levels, after PyTorch's ForwardGrad / ForwardADLevel design
-(shared/seeds/forward_grad.h.txt), but with real nesting (as HIPS autograd and JAX have).
+(docs/design.md), but with real nesting (as HIPS autograd and JAX have).
 
 Storage. Every ag tensor that has a tangent owns a `ForwardGrad`: a map from
 level index to tangent (itself an ag tensor, on the device). Setting a tangent

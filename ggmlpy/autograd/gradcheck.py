@@ -1,9 +1,12 @@
 """ag_gradcheck: analytic gradients against central finite differences."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 
 from ..errors import GGMLError
+from ..tensor import AGTensor
 from .engine import backward
 from .tape import no_grad, with_grad_tape
 
@@ -22,7 +25,8 @@ def _step_floor(x) -> float:
     return next((s for prefix, s in F32_STEP_ON.items() if x.dc.name.startswith(prefix)), F32_STEP)
 
 
-def ag_gradcheck(fn, inputs, eps=1e-5, atol=1e-4, return_errors=False):
+def ag_gradcheck(fn: Callable[[], AGTensor], inputs: Sequence[AGTensor], eps: float = 1e-5, atol: float = 1e-4,
+                 return_errors: bool = False) -> bool | tuple[bool, dict[int, float]]:
     """True iff max |analytic - numeric| < atol for every input with requires_grad.
 
     `fn()` runs the computation and returns a scalar loss; `inputs` lists the
@@ -32,13 +36,13 @@ def ag_gradcheck(fn, inputs, eps=1e-5, atol=1e-4, return_errors=False):
     if loss.shape != (1, 1):
         raise GGMLError(f"ag_gradcheck: fn() must return a [1, 1] loss, got {list(loss.shape)}")
     grads = backward(loss)
-    analytic = {x.id: (grads[x].numpy() if x in grads else np.zeros(x.shape)) for x in inputs if x.requires_grad}
+    analytic = {x.id: (grads[x].data if x in grads else np.zeros(x.shape)) for x in inputs if x.requires_grad}
     errors = {}
     with no_grad():
         for x in inputs:
             if not x.requires_grad:
                 continue
-            base = x.numpy()
+            base = x.data  # float64, so finite differences are not rounded to the storage type
             num = np.zeros_like(base)
             floor = _step_floor(x)
             for idx in np.ndindex(base.shape):

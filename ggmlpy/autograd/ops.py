@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -33,11 +34,13 @@ def _fits(small, big) -> bool:
     return (r, c) == (R, C) or (r, c) in ((R, 1), (1, C), (1, 1))
 
 
-def ag_matmul(a, b):
+def ag_matmul(a: AGTensor, b: AGTensor) -> AGTensor:
     """a %*% b."""
     a, b = _ag(a, "ag_matmul", "a"), _ag(b, "ag_matmul", "b")
     if a.ncol != b.nrow:
-        raise GGMLError(f"ag_matmul: non-conformable arguments: [{a.nrow}, {a.ncol}] %*% [{b.nrow}, {b.ncol}]")
+        hint = (f"; b looks like PyTorch's [batch, features] layout: ggmlpy's ag_* API takes samples as "
+                f"columns, [features, batch], so pass b.T" if a.ncol == b.ncol else "")
+        raise GGMLError(f"ag_matmul: non-conformable arguments: [{a.nrow}, {a.ncol}] %*% [{b.nrow}, {b.ncol}]{hint}")
     return apply("matmul", a, b, ta=False, tb=False)
 
 
@@ -50,7 +53,7 @@ def _second_broadcasts(what, a, b):
     raise GGMLError(f"{what}: shapes {list(a.shape)} and {list(b.shape)} do not broadcast")
 
 
-def ag_add(a, b):
+def ag_add(a: AGTensor, b: AGTensor | float) -> AGTensor:
     """a + b; b may be a column [m,1], a row [1,n], a [1,1] or a number."""
     a = _ag(a, "ag_add", "a")
     if _num(b):
@@ -60,7 +63,7 @@ def ag_add(a, b):
     return apply("add", a, b)
 
 
-def ag_sub(a, b):
+def ag_sub(a: AGTensor, b: AGTensor | float) -> AGTensor:
     """a - b; b may be a column [m,1], a row [1,n], a [1,1] or a number."""
     a = _ag(a, "ag_sub", "a")
     if _num(b):
@@ -70,7 +73,7 @@ def ag_sub(a, b):
     return apply("sub", a, b)
 
 
-def ag_mul(a, b):
+def ag_mul(a: AGTensor, b: AGTensor) -> AGTensor:
     """Element-wise a * b; either may broadcast. A plain number is an error, as in ggmlR: use ag_scale."""
     a = _ag(a, "ag_mul", "a")
     if _num(b):
@@ -81,7 +84,7 @@ def ag_mul(a, b):
     return apply("mul", a, b)
 
 
-def ag_div(a, b):
+def ag_div(a: AGTensor, b: AGTensor | float) -> AGTensor:
     """Element-wise a / b; either may broadcast; b may be a number."""
     a = _ag(a, "ag_div", "a")
     if _num(b):
@@ -92,7 +95,7 @@ def ag_div(a, b):
     return apply("div", a, b)
 
 
-def ag_scale(x, scalar):
+def ag_scale(x: AGTensor, scalar: float) -> AGTensor:
     """x * scalar (the scalar is a constant, not tracked)."""
     x = _ag(x, "ag_scale")
     if not _num(scalar):
@@ -100,12 +103,13 @@ def ag_scale(x, scalar):
     return apply("scale", x, s=float(scalar))
 
 
-def ag_neg(x):
+def ag_neg(x: AGTensor) -> AGTensor:
+    """-x."""
     return apply("neg", _ag(x, "ag_neg"))
 
 
 def _unary(op, doc):
-    def f(x):
+    def f(x: AGTensor) -> AGTensor:
         return apply(op, _ag(x, f"ag_{op}"))
     f.__name__ = f"ag_{op}"
     f.__doc__ = doc
@@ -123,12 +127,12 @@ ag_gelu = _unary("gelu", "Exact GELU, x * Phi(x) (erf form, as PyTorch's default
 ag_silu = _unary("silu", "x * sigmoid(x).")
 
 
-def ag_softmax(x):
+def ag_softmax(x: AGTensor) -> AGTensor:
     """Column-wise softmax: each column (sample) sums to 1."""
     return apply("softmax", _ag(x, "ag_softmax"))
 
 
-def ag_pow(x, p):
+def ag_pow(x: AGTensor, p: float) -> AGTensor:
     """x ^ p for a constant p; gradient p * x^(p-1)."""
     x = _ag(x, "ag_pow")
     if not _num(p):
@@ -136,7 +140,7 @@ def ag_pow(x, p):
     return apply("pow", x, p=float(p))
 
 
-def ag_clamp(x, lo=-math.inf, hi=math.inf):
+def ag_clamp(x: AGTensor, lo: float = -math.inf, hi: float = math.inf) -> AGTensor:
     """Clamp to [lo, hi]; the gradient passes where lo < x < hi (strictly), as in ggmlR."""
     x = _ag(x, "ag_clamp")
     lo, hi = float(lo), float(hi)
@@ -153,14 +157,14 @@ def _dim(dim, what):
     return int(dim)
 
 
-def ag_sum(x, dim=None, keepdim=False):
+def ag_sum(x: AGTensor, dim: int | None = None, keepdim: bool = False) -> AGTensor:
     """dim=None: [1,1]; dim=1: rowSums [nrow,1]; dim=2: colSums [1,ncol]. keepdim is ignored (as in ggmlR)."""
     x = _ag(x, "ag_sum")
     dim = _dim(dim, "ag_sum")
     return apply({None: "sum_all", 1: "row_sums", 2: "col_sums"}[dim], x)
 
 
-def ag_mean(x, dim=None, keepdim=False):
+def ag_mean(x: AGTensor, dim: int | None = None, keepdim: bool = False) -> AGTensor:
     """dim=None: [1,1]; dim=1: rowMeans [nrow,1]; dim=2: colMeans [1,ncol]."""
     x = _ag(x, "ag_mean")
     dim = _dim(dim, "ag_mean")
@@ -168,11 +172,12 @@ def ag_mean(x, dim=None, keepdim=False):
     return apply("scale", ag_sum(x, dim), s=1.0 / n)
 
 
-def ag_transpose(x):
+def ag_transpose(x: AGTensor) -> AGTensor:
+    """R's t(x): [nrow, ncol] -> [ncol, nrow] (also `x.T`)."""
     return apply("transpose", _ag(x, "ag_transpose"))
 
 
-def ag_reshape(x, nrow, ncol):
+def ag_reshape(x: AGTensor, nrow: int, ncol: int) -> AGTensor:
     """R's matrix(x, nrow, ncol): column-major; one of nrow/ncol may be -1 (inferred)."""
     x = _ag(x, "ag_reshape")
     n = x.nrow * x.ncol
@@ -186,7 +191,7 @@ def ag_reshape(x, nrow, ncol):
     return apply("reshape", x, nrow=nrow, ncol=ncol)
 
 
-def ag_concat(a, b, dim=1):
+def ag_concat(a: AGTensor, b: AGTensor, dim: int = 1) -> AGTensor:
     """Stack along R dim 1 (rows, rbind) or 2 (columns, cbind)."""
     a, b = _ag(a, "ag_concat", "a"), _ag(b, "ag_concat", "b")
     if dim not in (1, 2):
@@ -197,7 +202,7 @@ def ag_concat(a, b, dim=1):
     return apply("concat", a, b, dim=dim - 1)
 
 
-def ag_slice(x, rows=None, cols=None):
+def ag_slice(x: AGTensor, rows: int | slice | None = None, cols: int | slice | None = None) -> AGTensor:
     """x[rows, cols] with 0-based Python slices (step 1), e.g. ag_slice(x, slice(0, 2), None)."""
     x = _ag(x, "ag_slice")
 
@@ -205,10 +210,9 @@ def ag_slice(x, rows=None, cols=None):
         if s is None:
             return 0, n
         if isinstance(s, (int, np.integer)) and not isinstance(s, bool):
-            i = int(s) + (n if s < 0 else 0)  # Python's negative indices count from the end
-            if not 0 <= i < n:
-                raise GGMLError(f"ag_slice: {name} index {int(s)} is out of range for {n} {name}")
-            s = slice(i, i + 1)
+            if not -n <= s < n:
+                raise GGMLError(f"ag_slice: {name} index {s} is out of range for {n} {name}")
+            s = slice(s % n, s % n + 1)  # -1 is the last one, as in Python
         if not isinstance(s, slice) or s.step not in (None, 1):
             raise GGMLError(f"ag_slice: {name} must be None, an int or a slice with step 1")
         lo, hi, _ = s.indices(n)
@@ -221,7 +225,8 @@ def ag_slice(x, rows=None, cols=None):
     return apply("slice", x, r0=r0, r1=r1, c0=c0, c1=c1)
 
 
-def ag_layer_norm(x, eps=1e-5, gamma=None, beta=None):
+def ag_layer_norm(x: AGTensor, eps: float = 1e-5, gamma: AGTensor | None = None,
+                  beta: AGTensor | None = None) -> AGTensor:
     """Normalise each column (sample) to zero mean, unit variance (biased); then * gamma + beta ([F,1])."""
     x = _ag(x, "ag_layer_norm")
     mu = ag_mean(x, 2)
@@ -235,40 +240,49 @@ def ag_layer_norm(x, eps=1e-5, gamma=None, beta=None):
     return y
 
 
-def ag_zeros(nrow, ncol, device=None):
+def ag_zeros(nrow: int, ncol: int, device: str | None = None) -> AGTensor:
+    """A [nrow, ncol] tensor of zeros (a constant, on `device` or the current one)."""
     return ag_tensor(np.zeros((nrow, ncol)), device=device)
 
 
-def ag_ones(nrow, ncol, device=None):
+def ag_ones(nrow: int, ncol: int, device: str | None = None) -> AGTensor:
+    """A [nrow, ncol] tensor of ones (a constant, on `device` or the current one)."""
     return ag_tensor(np.ones((nrow, ncol)), device=device)
 
 
 # -- losses -----------------------------------------------------------------------------------------------
 def _same_shape(what, p, t):
     if p.shape != t.shape:
-        raise GGMLError(f"{what}: pred {list(p.shape)} and target {list(t.shape)} differ in shape")
+        hint = (" (one of them is transposed: ggmlpy's ag_* API takes samples as columns, [features, batch]; "
+                "use .T on the [batch, features] one)" if p.shape == t.shape[::-1] else "")
+        raise GGMLError(f"{what}: pred {list(p.shape)} and target {list(t.shape)} differ in shape{hint}")
 
 
-def ag_mse_loss(pred, target):
+def ag_mse_loss(pred: AGTensor, target: AGTensor) -> AGTensor:
     """sum((pred - target)^2) / length(pred); the gradient flows to pred only (as in ggmlR)."""
     pred, target = _ag(pred, "ag_mse_loss", "pred"), _ag(target, "ag_mse_loss", "target")
     _same_shape("ag_mse_loss", pred, target)
     return apply("mse", pred, target)
 
 
-def ag_cross_entropy_loss(pred, target):
+def ag_cross_entropy_loss(pred: AGTensor, target: AGTensor) -> AGTensor:
     """-sum(target * log(clamp(pred, 1e-7, 1 - 1e-7))) / ncol, for probabilities `pred`."""
     pred, target = _ag(pred, "ag_cross_entropy_loss", "pred"), _ag(target, "ag_cross_entropy_loss", "target")
     _same_shape("ag_cross_entropy_loss", pred, target)
     return apply("cross_entropy", pred, target)
 
 
-def ag_softmax_cross_entropy_loss(logits, target):
+def ag_softmax_cross_entropy_loss(logits: AGTensor, target: AGTensor | np.ndarray) -> AGTensor:
     """Softmax (per column) then cross-entropy with log(max(p, 1e-7)), averaged over columns.
 
     `target` is one-hot [classes, ncol], or 0-based class indices: a [1, ncol]
     tensor (when logits have more than one row) or an integer vector."""
     logits = _ag(logits, "ag_softmax_cross_entropy_loss", "logits")
+    if logits.nrow == 1:
+        warnings.warn("ag_softmax_cross_entropy_loss: the logits have one row, i.e. one class; a softmax over "
+                      "one class is always 1, so this loss is always 0 and trains nothing. Classes are rows "
+                      "(samples are columns: transpose [batch, classes] logits with .T); for a binary target "
+                      "use ag_sigmoid with ag_cross_entropy_loss, or two rows.", RuntimeWarning, stacklevel=2)
     target = _one_hot_target(logits, target)
     _same_shape("ag_softmax_cross_entropy_loss", logits, target)
     return apply("softmax_ce", logits, target)
@@ -285,7 +299,9 @@ def _one_hot_target(logits, target):
             raise GGMLError("ag_softmax_cross_entropy_loss: target must be an ag tensor or integer class indices")
         idx = idx.ravel()
     if idx.size != logits.ncol:
-        raise GGMLError(f"ag_softmax_cross_entropy_loss: {idx.size} class indices for {logits.ncol} columns")
+        hint = (" (the logits look like [batch, classes]: ggmlpy's ag_* API takes samples as columns, so "
+                "pass logits.T)" if idx.size == logits.nrow else "")
+        raise GGMLError(f"ag_softmax_cross_entropy_loss: {idx.size} class indices for {logits.ncol} columns{hint}")
     cls = idx.astype(np.int64)
     if np.any(cls != idx) or cls.min() < 0 or cls.max() >= logits.nrow:
         raise GGMLError(f"ag_softmax_cross_entropy_loss: class indices must be integers in 0..{logits.nrow - 1}")

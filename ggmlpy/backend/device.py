@@ -250,6 +250,7 @@ def _check_vulkan_took(value: str) -> None:
 
 
 def software_vulkan_enabled() -> bool:
+    """True if software Vulkan devices (Mesa's lavapipe) were requested for this process."""
     return bool(_software_vk["requested"])
 
 
@@ -363,6 +364,7 @@ class Backend:
             self.set_n_threads(_default_threads())
 
     def set_n_threads(self, n: int) -> None:
+        """Set how many threads this CPU backend computes with (DeviceError for other backends)."""
         if not self.is_cpu:
             raise DeviceError(f"{self.name} is not a CPU backend; it has no thread count")
         n = int(n)
@@ -386,9 +388,11 @@ class Backend:
         return self
 
     def supports_op(self, p) -> bool:
+        """True if this backend has a kernel for the ggml tensor (op node) `p`."""
         return bool(lib.ggml_backend_supports_op(self.ptr, p))
 
     def free(self) -> None:
+        """Free the backend now (also done when the object is collected)."""
         self._free()
 
     def __repr__(self):

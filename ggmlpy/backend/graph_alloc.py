@@ -8,6 +8,9 @@ from ..errors import GGMLError
 
 
 class GraphAllocator:
+    """ggml's graph allocator for one backend: computed tensors of a graph get memory in one
+    buffer, reused between tensors whose lifetimes do not overlap. A context manager."""
+
     def __init__(self, backend):
         self.backend = backend
         self.contexts = weakref.WeakSet()
@@ -29,6 +32,7 @@ class GraphAllocator:
         graph.ctx._allocators = getattr(graph.ctx, "_allocators", []) + [self]
 
     def buffer_size(self) -> int:
+        """The size in bytes of the allocator's buffer (0 once freed)."""
         return int(lib.ggml_gallocr_get_buffer_size(self.ptr, 0)) if self.ptr is not None else 0
 
     def free(self) -> None:
@@ -52,13 +56,16 @@ class GraphAllocator:
 
 
 def ggml_gallocr_new(backend) -> GraphAllocator:
+    """A graph allocator for `backend`'s buffer type."""
     return GraphAllocator(backend)
 
 
 def ggml_gallocr_alloc_graph(galloc: GraphAllocator, graph) -> bool:
+    """Give every unallocated tensor of `graph` memory in the allocator's buffer; True on success."""
     galloc.alloc(graph)
     return True
 
 
 def ggml_gallocr_get_buffer_size(galloc: GraphAllocator, buffer_id: int = 0) -> int:
+    """The size in bytes of the allocator's buffer (there is one: buffer_id is ggml's, always 0)."""
     return galloc.buffer_size()

@@ -63,13 +63,16 @@ class Scheduler:
         self.graph = graph  # its intermediates live in the scheduler's buffers until the next compute
 
     def n_splits(self) -> int:
+        """How many pieces the last computed graph was split into across the backends."""
         return int(lib.ggml_backend_sched_get_n_splits(self.ptr))
 
     def tensor_backend(self, t) -> str:
+        """The name of the backend the scheduler placed tensor `t` on ("" if none)."""
         b = lib.ggml_backend_sched_get_tensor_backend(self.ptr, t.ptr)
         return ffi.string(lib.ggml_backend_name(b)).decode() if b != ffi.NULL else ""
 
     def free(self) -> None:
+        """Free the scheduler and its buffers now."""
         if self.ptr is not None:
             lib.ggml_backend_sched_free(self.ptr)
             self.ptr = None
@@ -78,8 +81,10 @@ class Scheduler:
 
 
 def ggml_backend_sched_new(backends, graph_size: int = 2048, parallel: bool = False) -> Scheduler:
+    """A scheduler over `backends` (the last must be the CPU) for graphs of up to graph_size nodes."""
     return Scheduler(backends, graph_size, parallel)
 
 
 def ggml_backend_sched_graph_compute(sched: Scheduler, graph) -> None:
+    """Compute the graph with the scheduler, each op on a backend that has its kernel."""
     sched.compute(graph)

@@ -205,6 +205,7 @@ def set_cache_limits(graph_cache_bytes: int | None = None, spare_bytes: int | No
 
 
 def ag_default_device() -> str:
+    """The name of the device new ag tensors and ops use now."""
     return STATE.context().name
 
 

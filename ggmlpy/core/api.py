@@ -10,7 +10,10 @@
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..backend.device import Backend, backends, devices, get_backend
 from ..backend.sched import Scheduler, ggml_backend_sched_graph_compute, ggml_backend_sched_new
@@ -35,6 +38,7 @@ _CREATABLE = (GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_I32, GGML_
 
 
 def ggml_version() -> str:
+    """The version string of the loaded libggml ("0.25.3")."""
     return ffi.string(lib.ggml_version()).decode()
 
 
@@ -44,19 +48,23 @@ def ggml_init(mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False) -> Conte
 
 
 def ggml_free(ctx: Context) -> None:
+    """Free a context and its memory; its tensors can no longer be used."""
     _context(ctx, "ggml_free").free()
 
 
 def ggml_tensor_overhead() -> int:
+    """Bytes of context memory one tensor's metadata takes."""
     return int(lib.ggml_tensor_overhead())
 
 
 def ggml_used_mem(ctx: Context) -> int:
+    """Bytes of the context's memory in use."""
     return _context(ctx, "ggml_used_mem").used_mem()
 
 
 # -- tensors ----------------------------------------------------------------------------------------
-def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne) -> Tensor:
+def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne: Sequence[int]) -> Tensor:
+    """A new tensor of `type` with n_dims dims ne (ne[0] fastest-changing) in ctx."""
     if not isinstance(ctx, Context):
         raise GGMLError("ggml_new_tensor: first argument must be a Context")
     ctx.ensure_alive()
@@ -72,23 +80,27 @@ def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne) -> Tensor:
     return wrap(lib.ggml_new_tensor(ctx.ptr, type, n_dims, ffi.new("int64_t[]", ne)), ctx)
 
 
-def ggml_new_tensor_1d(ctx, type, ne0):
+def ggml_new_tensor_1d(ctx: Context, type: int, ne0: int) -> Tensor:
+    """A new tensor with ne = [ne0]."""
     return ggml_new_tensor(ctx, type, 1, [ne0])
 
 
-def ggml_new_tensor_2d(ctx, type, ne0, ne1):
+def ggml_new_tensor_2d(ctx: Context, type: int, ne0: int, ne1: int) -> Tensor:
+    """A new tensor with ne = [ne0, ne1]: ne0 rows of an R matrix, ne1 columns."""
     return ggml_new_tensor(ctx, type, 2, [ne0, ne1])
 
 
-def ggml_new_tensor_3d(ctx, type, ne0, ne1, ne2):
+def ggml_new_tensor_3d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int) -> Tensor:
+    """A new tensor with ne = [ne0, ne1, ne2]."""
     return ggml_new_tensor(ctx, type, 3, [ne0, ne1, ne2])
 
 
-def ggml_new_tensor_4d(ctx, type, ne0, ne1, ne2, ne3):
+def ggml_new_tensor_4d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
+    """A new tensor with ne = [ne0, ne1, ne2, ne3]."""
     return ggml_new_tensor(ctx, type, 4, [ne0, ne1, ne2, ne3])
 
 
-def ggml_new_from_numpy(ctx: Context, array, type: int | None = None) -> Tensor:
+def ggml_new_from_numpy(ctx: Context, array: ArrayLike, type: int | None = None) -> Tensor:
     """A tensor holding `array`: numpy shape (d3, d2, d1, d0) becomes ggml ne [d0, d1, d2, d3]."""
     arr = np.asarray(array)
     check(1 <= arr.ndim <= 4, f"ggml_new_from_numpy: need 1 to 4 dims, got {arr.ndim}")
@@ -101,6 +113,7 @@ def ggml_new_from_numpy(ctx: Context, array, type: int | None = None) -> Tensor:
 
 
 def ggml_set_name(t: Tensor, name: str) -> Tensor:
+    """Name the tensor (at most 63 bytes); returns it."""
     _tensor(t, "ggml_set_name")
     raw = str(name).encode()
     check(len(raw) < 64, "ggml_set_name: names are at most 63 bytes")
@@ -109,6 +122,7 @@ def ggml_set_name(t: Tensor, name: str) -> Tensor:
 
 
 def ggml_get_name(t: Tensor) -> str:
+    """The tensor's name ("" if none)."""
     return _tensor(t, "ggml_get_name").name
 
 
@@ -126,7 +140,7 @@ def ggml_set_output(t: Tensor) -> Tensor:
     return t
 
 
-def ggml_set_f32(t: Tensor, values) -> Tensor:
+def ggml_set_f32(t: Tensor, values: ArrayLike) -> Tensor:
     """Write values (numpy or a sequence) into t, casting to t's type. Memory order = ggml order."""
     _tensor(t, "ggml_set_f32")
     set_data(t, values, np.float32 if t.type != GGML_TYPE_I32 else np.int32, "ggml_set_f32")
@@ -139,7 +153,8 @@ def ggml_get_f32(t: Tensor) -> np.ndarray:
     return get_data(t, np.float32, "ggml_get_f32")
 
 
-def ggml_set_i32(t: Tensor, values) -> Tensor:
+def ggml_set_i32(t: Tensor, values: ArrayLike) -> Tensor:
+    """Write integer values into t (numpy or a sequence, in ggml order); returns t."""
     _tensor(t, "ggml_set_i32")
     arr = np.asarray(values)
     if arr.dtype.kind == "f" and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
@@ -149,6 +164,7 @@ def ggml_set_i32(t: Tensor, values) -> Tensor:
 
 
 def ggml_get_i32(t: Tensor) -> np.ndarray:
+    """t's values as int32, numpy shape = ggml ne reversed."""
     _tensor(t, "ggml_get_i32")
     return get_data(t, np.int32, "ggml_get_i32")
 
@@ -173,26 +189,32 @@ def _context(ctx, what) -> Context:
 
 
 def ggml_nelements(t: Tensor) -> int:
+    """The number of elements of t."""
     return _tensor(t, "ggml_nelements").nelements()
 
 
 def ggml_nbytes(t: Tensor) -> int:
+    """The bytes t's data takes."""
     return _tensor(t, "ggml_nbytes").nbytes()
 
 
 def ggml_n_dims(t: Tensor) -> int:
+    """The number of dims of t, ignoring trailing dims of size 1 (at least 1)."""
     return _tensor(t, "ggml_n_dims").n_dims
 
 
 def ggml_nrows(t: Tensor) -> int:
+    """The number of rows of t in ggml's sense: ne1 * ne2 * ne3."""
     return int(lib.ggml_nrows(_tensor(t, "ggml_nrows").ptr))
 
 
 def ggml_is_contiguous(t: Tensor) -> bool:
+    """True if t's elements are packed in ggml order without gaps."""
     return _tensor(t, "ggml_is_contiguous").is_contiguous()
 
 
 def ggml_type_name(type: int) -> str:
+    """ggml's name of a type constant ("f32", "f16", "q4_0", ...)."""
     return type_name(type)
 
 
@@ -203,6 +225,7 @@ def ggml_backend_cpu_init() -> Backend:
 
 
 def ggml_backend_init_by_name(name: str, params: str | None = None) -> Backend:
+    """A backend for the device named `name` (see devices()), e.g. "CPU" or "Vulkan0"."""
     names = [d.name for d in devices()]
     if name not in names:
         raise GGMLError(f"ggml_backend_init_by_name: no device {name!r}; available: {', '.join(names)}")
@@ -210,18 +233,22 @@ def ggml_backend_init_by_name(name: str, params: str | None = None) -> Backend:
 
 
 def ggml_backend_init_best() -> Backend:
+    """A backend for the best device ggml finds (a GPU if there is one, else the CPU)."""
     return Backend(lib.ggml_backend_init_best(), "best")
 
 
 def ggml_backend_cpu_set_n_threads(backend: Backend, n_threads: int) -> None:
+    """Set how many threads a CPU backend computes with."""
     backend.set_n_threads(n_threads)
 
 
 def ggml_backend_name(backend: Backend) -> str:
+    """The backend's name."""
     return backend.name
 
 
 def ggml_backend_free(backend: Backend) -> None:
+    """Free a backend (also done when the object is collected)."""
     backend.free()
 
 
@@ -232,9 +259,11 @@ class BackendBuffer:
         self.ptr, self.ctx, self.backend = ptr, ctx, backend
 
     def size(self) -> int:
+        """The buffer's size in bytes (0 once freed)."""
         return int(lib.ggml_backend_buffer_get_size(self.ptr)) if self.ptr is not None else 0
 
     def free(self):
+        """Free the buffer now; the context whose tensors it holds is freed with it."""
         if self.ptr is not None:
             # Tensors pointing into this buffer would dangle: retire their context too.
             self.ctx.free()
@@ -272,15 +301,18 @@ def ggml_backend_alloc_ctx_tensors(ctx: Context, backend: Backend) -> BackendBuf
     return buf
 
 
-def ggml_backend_tensor_set(t: Tensor, values) -> None:
+def ggml_backend_tensor_set(t: Tensor, values: ArrayLike) -> None:
+    """Write values into t, wherever its buffer lives (as ggml_set_f32)."""
     ggml_set_f32(t, values)
 
 
 def ggml_backend_tensor_get(t: Tensor) -> np.ndarray:
+    """t's values as float32 numpy, wherever its buffer lives (as ggml_get_f32)."""
     return ggml_get_f32(t)
 
 
 def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
+    """Compute the graph on the backend (its tensors must be in buffers the backend can use)."""
     if not isinstance(backend, Backend) or not isinstance(graph, Graph):
         raise GGMLError("ggml_backend_graph_compute(backend, graph) expects a Backend and a Graph")
     check_graph(graph, device=backend.dev, need_buffers=not backend.is_host,
@@ -291,6 +323,7 @@ def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
 
 
 def ggml_backend_dev_count() -> int:
+    """The number of devices the loaded backends report."""
     return len(devices())
 
 

@@ -89,6 +89,7 @@ class Context:
         self.free()
 
     def ensure_alive(self) -> None:
+        """Raise GGMLError if the context has been freed."""
         if not self.alive:
             raise GGMLError("this ggml context has been freed; its tensors can no longer be used")
 
@@ -104,6 +105,7 @@ class Context:
 
     # -- memory accounting (ggml aborts when the arena runs out, so we check first) --
     def used_mem(self) -> int:
+        """Bytes of the context's memory in use."""
         self.ensure_alive()
         return int(lib.ggml_used_mem(self.ptr))
 
@@ -115,6 +117,7 @@ class Context:
                             f"has {self.mem_size}. Pass a larger mem_size to ggml_init().")
 
     def reserve_tensor(self, ggml_type: int, ne, what: str, view: bool = False) -> None:
+        """Check, before ggml would assert, that a tensor of this type and shape fits in the context."""
         n = int(ne[0])
         for d in ne[1:]:  # as ggml counts: a later 0 does not excuse an overflow before it
             n *= int(d) if int(d) > 1 else 1
@@ -148,6 +151,7 @@ class Tensor:
 
     @property
     def ptr(self):
+        """The cffi pointer to the ggml tensor (raises if its context was freed)."""
         if not self.ctx.alive:
             raise GGMLError("tensor belongs to a freed ggml context")
         return self._ptr
@@ -155,14 +159,17 @@ class Tensor:
     # -- introspection --------------------------------------------------------------
     @property
     def ne(self) -> tuple:
+        """Elements per dim, ggml order (ne[0] fastest-changing), 4 entries."""
         return tuple(int(x) for x in self.ptr.ne)
 
     @property
     def nb(self) -> tuple:
+        """Byte strides per dim, ggml order, 4 entries."""
         return tuple(int(x) for x in self.ptr.nb)
 
     @property
     def n_dims(self) -> int:
+        """The number of dims, ignoring trailing dims of size 1 (at least 1)."""
         return int(lib.ggml_n_dims(self.ptr))
 
     @property
@@ -172,31 +179,39 @@ class Tensor:
 
     @property
     def type(self) -> int:
+        """The ggml type constant (GGML_TYPE_F32, ...)."""
         return int(self.ptr.type)
 
     @property
     def type_name(self) -> str:
+        """ggml's name of the type ("f32", ...)."""
         return type_name(self.type)
 
     @property
     def name(self) -> str:
+        """The tensor's name ("" if none)."""
         return ffi.string(self.ptr.name).decode()
 
     @property
     def op(self) -> int:
+        """The ggml op constant that computes it (GGML_OP_NONE for data)."""
         return int(self.ptr.op)
 
     def nelements(self) -> int:
+        """The number of elements."""
         return int(lib.ggml_nelements(self.ptr))
 
     def nbytes(self) -> int:
+        """The bytes the tensor's data takes."""
         return int(lib.ggml_nbytes(self.ptr))
 
     def is_contiguous(self) -> bool:
+        """True if the elements are packed in ggml order without gaps."""
         return bool(lib.ggml_is_contiguous(self.ptr))
 
     @property
     def is_allocated(self) -> bool:
+        """True if the tensor has memory for its data."""
         return self.ptr.data != ffi.NULL
 
     @property

@@ -39,6 +39,7 @@ class Graph:
         self._keep: list = []   # Tensor handles, so their contexts outlive the graph's use
 
     def n_nodes(self) -> int:
+        """The number of nodes (computed tensors) in the graph."""
         return int(lib.ggml_graph_n_nodes(self.ptr))
 
     def expand(self, t: Tensor) -> None:
@@ -93,10 +94,11 @@ def _collect(root, seen: set):
 
 
 def ggml_new_graph(ctx: Context, size: int = GGML_DEFAULT_GRAPH_SIZE, grads: bool = False) -> Graph:
+    """A new graph in ctx with room for `size` nodes (`grads`: room for a backward pass)."""
     return Graph(ctx, size, grads)
 
 
-def ggml_build_forward_expand(ctx_or_graph, tensor: Tensor) -> Graph:
+def ggml_build_forward_expand(ctx_or_graph: Context | Graph, tensor: Tensor) -> Graph:
     """ggmlR style `ggml_build_forward_expand(ctx, t)` returns a new graph sized to fit;
     C style `ggml_build_forward_expand(graph, t)` expands an existing one."""
     if not isinstance(tensor, Tensor):
@@ -197,7 +199,7 @@ def _read_i32(t) -> np.ndarray:
 
 
 # -- compute ------------------------------------------------------------------------------------------
-def ggml_graph_compute(ctx_or_graph, graph: Graph | None = None, n_threads: int | None = None) -> None:
+def ggml_graph_compute(ctx_or_graph: Context | Graph, graph: Graph | None = None, n_threads: int | None = None) -> None:
     """Compute a graph of host tensors on the CPU. ggmlR: ggml_graph_compute(ctx, graph)."""
     if graph is None:
         graph = ctx_or_graph
@@ -232,6 +234,7 @@ def _cpu_backend(n_threads: int):
 
 
 def ggml_graph_n_nodes(graph: Graph) -> int:
+    """The number of nodes (computed tensors) in the graph."""
     if not isinstance(graph, Graph):
         raise GGMLError(f"ggml_graph_n_nodes: expected a Graph, got {type(graph).__name__}")
     return graph.n_nodes()

@@ -103,7 +103,7 @@ def _binary(cname: str):
     fn = getattr(lib, cname)
     what = cname
 
-    def op(ctx, a, b):
+    def op(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         ctx = _ctx(ctx)
         a, b = _t(a, what, "a"), _t(b, what, "b")
         _types(a, CPU_FLOAT, what, "a")
@@ -130,7 +130,7 @@ ggml_div = _binary("ggml_div")
 def _unary(cname: str, types=CPU_FLOAT):
     fn = getattr(lib, cname)
 
-    def op(ctx, a):
+    def op(ctx: Context, a: Tensor) -> Tensor:
         ctx = _ctx(ctx)
         a = _t(a, cname)
         _types(a, types, cname)
@@ -153,7 +153,8 @@ for _n in _UNARY_OPS:
     globals()[f"ggml_{_n}"] = _unary(f"ggml_{_n}")
 
 
-def ggml_leaky_relu(ctx, a, negative_slope=0.01, inplace=False):
+def ggml_leaky_relu(ctx: Context, a: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    """max(a, 0) + negative_slope * min(a, 0), element-wise (inplace=True is refused)."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_leaky_relu")
     _types(a, CPU_FLOAT, "ggml_leaky_relu")
@@ -162,7 +163,8 @@ def ggml_leaky_relu(ctx, a, negative_slope=0.01, inplace=False):
     return _same(ctx, "ggml_leaky_relu", a, lambda: lib.ggml_leaky_relu(ctx.ptr, a.ptr, float(negative_slope), False))
 
 
-def ggml_scale(ctx, a, s):
+def ggml_scale(ctx: Context, a: Tensor, s: float) -> Tensor:
+    """a * s for a number s (a densely packed f32 tensor)."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_scale")
     _types(a, (F32,), "ggml_scale")
@@ -174,7 +176,8 @@ def ggml_scale(ctx, a, s):
     return _same(ctx, "ggml_scale", a, lambda: lib.ggml_scale(ctx.ptr, a.ptr, float(s)))
 
 
-def ggml_clamp(ctx, a, min_val, max_val):
+def ggml_clamp(ctx: Context, a: Tensor, min_val: float, max_val: float) -> Tensor:
+    """a clamped element-wise to [min_val, max_val]."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_clamp")
     _types(a, CPU_FLOAT, "ggml_clamp")
@@ -183,7 +186,7 @@ def ggml_clamp(ctx, a, min_val, max_val):
     return _same(ctx, "ggml_clamp", a, lambda: lib.ggml_clamp(ctx.ptr, a.ptr, float(min_val), float(max_val)))
 
 
-def ggml_silu_back(ctx, a, b):
+def ggml_silu_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """Gradient of silu: a = upstream gradient dy, b = the silu input x (ggml's argument order)."""
     return _same_shape_pair("ggml_silu_back", ctx, a, b, lib.ggml_silu_back)
 
@@ -201,7 +204,7 @@ def _same_shape_pair(what, ctx, a, b, fn, *args):
 
 
 # -- matrix products ------------------------------------------------------------------------
-def ggml_mul_mat(ctx, a, b):
+def ggml_mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """a [K, M, ...] x b [K, N, ...] -> [M, N, ...]: in R terms t(a) %*% b."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_mul_mat", "a"), _t(b, "ggml_mul_mat", "b")
@@ -221,7 +224,7 @@ def ggml_mul_mat(ctx, a, b):
                  lambda: lib.ggml_mul_mat(ctx.ptr, a.ptr, b.ptr))
 
 
-def ggml_out_prod(ctx, a, b):
+def ggml_out_prod(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """a [M, K] (x) b [N, K] -> [M, N]: in R terms a %*% t(b)."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_out_prod", "a"), _t(b, "ggml_out_prod", "b")
@@ -239,12 +242,13 @@ def ggml_out_prod(ctx, a, b):
 
 
 # -- softmax ------------------------------------------------------------------------------------
-def ggml_soft_max(ctx, a):
+def ggml_soft_max(ctx: Context, a: Tensor) -> Tensor:
     """Softmax along ne0 (per R column)."""
     return ggml_soft_max_ext(ctx, a, None, 1.0, 0.0)
 
 
-def ggml_soft_max_ext(ctx, a, mask=None, scale=1.0, max_bias=0.0):
+def ggml_soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None = None, scale: float = 1.0,
+                      max_bias: float = 0.0) -> Tensor:
     """softmax(a * scale + mask) along ne0; mask (f32/f16) has a's ne0 and at least its ne1 rows."""
     what = "ggml_soft_max_ext"
     ctx = _ctx(ctx)
@@ -266,7 +270,8 @@ def ggml_soft_max_ext(ctx, a, mask=None, scale=1.0, max_bias=0.0):
     return _same(ctx, what, a, lambda: lib.ggml_soft_max_ext(ctx.ptr, a.ptr, mp, float(scale), float(max_bias)))
 
 
-def ggml_soft_max_ext_back(ctx, a, b, scale=1.0, max_bias=0.0):
+def ggml_soft_max_ext_back(ctx: Context, a: Tensor, b: Tensor, scale: float = 1.0,
+                           max_bias: float = 0.0) -> Tensor:
     """Gradient of softmax: a = upstream gradient, b = the softmax output."""
     check(max_bias == 0, "ggml_soft_max_ext_back: the CPU backend supports only max_bias = 0")
     return _same_shape_pair("ggml_soft_max_ext_back", ctx, a, b, lib.ggml_soft_max_ext_back,
@@ -277,7 +282,7 @@ def ggml_soft_max_ext_back(ctx, a, b, scale=1.0, max_bias=0.0):
 def _norm(cname: str):
     fn = getattr(lib, cname)
 
-    def op(ctx, a, eps=1e-5):
+    def op(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
         ctx = _ctx(ctx)
         a = _t(a, cname)
         _types(a, (F32,), cname)
@@ -295,12 +300,13 @@ ggml_rms_norm = _norm("ggml_rms_norm")
 ggml_l2_norm = _norm("ggml_l2_norm")
 
 
-def ggml_rms_norm_back(ctx, a, b, eps=1e-5):
+def ggml_rms_norm_back(ctx: Context, a: Tensor, b: Tensor, eps: float = 1e-5) -> Tensor:
     """Gradient of rms_norm: a = upstream gradient, b = the rms_norm input x."""
     return _same_shape_pair("ggml_rms_norm_back", ctx, a, b, lib.ggml_rms_norm_back, float(eps))
 
 
-def ggml_group_norm(ctx, a, n_groups, eps=1e-5):
+def ggml_group_norm(ctx: Context, a: Tensor, n_groups: int, eps: float = 1e-5) -> Tensor:
+    """Normalise a in n_groups groups along ne2 (channels), each to zero mean and unit variance."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_group_norm")
     _types(a, (F32,), "ggml_group_norm")
@@ -311,7 +317,8 @@ def ggml_group_norm(ctx, a, n_groups, eps=1e-5):
 
 
 # -- reductions ---------------------------------------------------------------------------------------
-def ggml_sum(ctx, a):
+def ggml_sum(ctx: Context, a: Tensor) -> Tensor:
+    """The sum of all elements of a, as a one-element tensor."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_sum")
     _types(a, CPU_FLOAT, "ggml_sum")
@@ -319,7 +326,7 @@ def ggml_sum(ctx, a):
     return _make(ctx, "ggml_sum", [1, 1, 1, 1], a.type, lambda: lib.ggml_sum(ctx.ptr, a.ptr))
 
 
-def ggml_sum_rows(ctx, a):
+def ggml_sum_rows(ctx: Context, a: Tensor) -> Tensor:
     """Sum along ne0: [ne0, ne1, ...] -> [1, ne1, ...] (R colSums)."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_sum_rows")
@@ -328,7 +335,7 @@ def ggml_sum_rows(ctx, a):
     return _make(ctx, "ggml_sum_rows", [1] + _ne(a)[1:], a.type, lambda: lib.ggml_sum_rows(ctx.ptr, a.ptr))
 
 
-def ggml_mean(ctx, a):
+def ggml_mean(ctx: Context, a: Tensor) -> Tensor:
     """Mean along ne0: [ne0, ne1, ...] -> [1, ne1, ...] (R colMeans)."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_mean")
@@ -337,7 +344,7 @@ def ggml_mean(ctx, a):
     return _make(ctx, "ggml_mean", [1] + _ne(a)[1:], F32, lambda: lib.ggml_mean(ctx.ptr, a.ptr))
 
 
-def ggml_argmax(ctx, a):
+def ggml_argmax(ctx: Context, a: Tensor) -> Tensor:
     """Index of the maximum along ne0 of a matrix: [ne0, ne1] -> i32 [ne1]."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_argmax")
@@ -347,7 +354,7 @@ def ggml_argmax(ctx, a):
     return _make(ctx, "ggml_argmax", [_ne(a)[1], 1, 1, 1], I32, lambda: lib.ggml_argmax(ctx.ptr, a.ptr))
 
 
-def ggml_count_equal(ctx, a, b):
+def ggml_count_equal(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """Number of equal elements of two i32 tensors of the same shape (an i64 scalar)."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_count_equal", "a"), _t(b, "ggml_count_equal", "b")
@@ -364,7 +371,7 @@ def ggml_count_equal(ctx, a, b):
 
 
 # -- views, reshapes and copies -------------------------------------------------------------------------
-def ggml_reshape(ctx, a, b):
+def ggml_reshape(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """Reshape contiguous a to b's shape (a view)."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_reshape", "a"), _t(b, "ggml_reshape", "b")
@@ -379,24 +386,28 @@ def _reshape(ctx, what, a, ne, call):
     return _make(ctx, what, ne, a.type, call, view=True)
 
 
-def ggml_reshape_1d(ctx, a, ne0):
+def ggml_reshape_1d(ctx: Context, a: Tensor, ne0: int) -> Tensor:
+    """A view of contiguous a as ne = [ne0]."""
     ctx, a = _ctx(ctx), _t(a, "ggml_reshape_1d")
     return _reshape(ctx, "ggml_reshape_1d", a, [int(ne0)], lambda: lib.ggml_reshape_1d(ctx.ptr, a.ptr, int(ne0)))
 
 
-def ggml_reshape_2d(ctx, a, ne0, ne1):
+def ggml_reshape_2d(ctx: Context, a: Tensor, ne0: int, ne1: int) -> Tensor:
+    """A view of contiguous a as ne = [ne0, ne1] (ne0 is the fastest-changing axis)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_reshape_2d")
     ne = [int(ne0), int(ne1)]
     return _reshape(ctx, "ggml_reshape_2d", a, ne, lambda: lib.ggml_reshape_2d(ctx.ptr, a.ptr, *ne))
 
 
-def ggml_reshape_3d(ctx, a, ne0, ne1, ne2):
+def ggml_reshape_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int) -> Tensor:
+    """A view of contiguous a as ne = [ne0, ne1, ne2]."""
     ctx, a = _ctx(ctx), _t(a, "ggml_reshape_3d")
     ne = [int(ne0), int(ne1), int(ne2)]
     return _reshape(ctx, "ggml_reshape_3d", a, ne, lambda: lib.ggml_reshape_3d(ctx.ptr, a.ptr, *ne))
 
 
-def ggml_reshape_4d(ctx, a, ne0, ne1, ne2, ne3):
+def ggml_reshape_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
+    """A view of contiguous a as ne = [ne0, ne1, ne2, ne3]."""
     ctx, a = _ctx(ctx), _t(a, "ggml_reshape_4d")
     ne = [int(ne0), int(ne1), int(ne2), int(ne3)]
     return _reshape(ctx, "ggml_reshape_4d", a, ne, lambda: lib.ggml_reshape_4d(ctx.ptr, a.ptr, *ne))
@@ -421,29 +432,35 @@ def _view(what, ctx, a, ne, nbs, offset, call):
     return _make(ctx, what, ne + [1] * (4 - len(ne)), a.type, lambda: call(ctx, a), view=True)
 
 
-def ggml_view_1d(ctx, a, ne0, offset=0):
+def ggml_view_1d(ctx: Context, a: Tensor, ne0: int, offset: int = 0) -> Tensor:
+    """A view of ne0 elements of a, starting `offset` bytes in."""
     return _view("ggml_view_1d", ctx, a, [ne0], [], offset,
                  lambda c, t: lib.ggml_view_1d(c.ptr, t.ptr, int(ne0), int(offset)))
 
 
-def ggml_view_2d(ctx, a, ne0, ne1, nb1, offset=0):
+def ggml_view_2d(ctx: Context, a: Tensor, ne0: int, ne1: int, nb1: int, offset: int = 0) -> Tensor:
+    """A view of a as [ne0, ne1] with row stride nb1 bytes, starting `offset` bytes in."""
     return _view("ggml_view_2d", ctx, a, [ne0, ne1], [nb1], offset,
                  lambda c, t: lib.ggml_view_2d(c.ptr, t.ptr, int(ne0), int(ne1), int(nb1), int(offset)))
 
 
-def ggml_view_3d(ctx, a, ne0, ne1, ne2, nb1, nb2, offset=0):
+def ggml_view_3d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, nb1: int, nb2: int,
+                 offset: int = 0) -> Tensor:
+    """A view of a as [ne0, ne1, ne2] with strides nb1, nb2 bytes, starting `offset` bytes in."""
     return _view("ggml_view_3d", ctx, a, [ne0, ne1, ne2], [nb1, nb2], offset,
                  lambda c, t: lib.ggml_view_3d(c.ptr, t.ptr, int(ne0), int(ne1), int(ne2),
                                                int(nb1), int(nb2), int(offset)))
 
 
-def ggml_view_4d(ctx, a, ne0, ne1, ne2, ne3, nb1, nb2, nb3, offset=0):
+def ggml_view_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, nb1: int, nb2: int, nb3: int,
+                 offset: int = 0) -> Tensor:
+    """A view of a as [ne0, ne1, ne2, ne3] with strides nb1, nb2, nb3 bytes, starting `offset` bytes in."""
     return _view("ggml_view_4d", ctx, a, [ne0, ne1, ne2, ne3], [nb1, nb2, nb3], offset,
                  lambda c, t: lib.ggml_view_4d(c.ptr, t.ptr, int(ne0), int(ne1), int(ne2), int(ne3),
                                                int(nb1), int(nb2), int(nb3), int(offset)))
 
 
-def ggml_permute(ctx, a, axis0, axis1, axis2, axis3):
+def ggml_permute(ctx: Context, a: Tensor, axis0: int, axis1: int, axis2: int, axis3: int) -> Tensor:
     """Axis i of a becomes axis `axis_i` of the result (a view)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_permute")
     axes = [int(axis0), int(axis1), int(axis2), int(axis3)]
@@ -455,7 +472,7 @@ def ggml_permute(ctx, a, axis0, axis1, axis2, axis3):
     return _make(ctx, "ggml_permute", ne, a.type, lambda: lib.ggml_permute(ctx.ptr, a.ptr, *axes), view=True)
 
 
-def ggml_transpose(ctx, a):
+def ggml_transpose(ctx: Context, a: Tensor) -> Tensor:
     """Swap ne0 and ne1 (a view; ggml_cont() materialises it)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_transpose")
     n = _ne(a)
@@ -463,18 +480,19 @@ def ggml_transpose(ctx, a):
                  lambda: lib.ggml_transpose(ctx.ptr, a.ptr), view=True)
 
 
-def ggml_cont(ctx, a):
+def ggml_cont(ctx: Context, a: Tensor) -> Tensor:
     """A contiguous copy of a (materialises views)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_cont")
     return _same(ctx, "ggml_cont", a, lambda: lib.ggml_cont(ctx.ptr, a.ptr))
 
 
-def ggml_dup(ctx, a):
+def ggml_dup(ctx: Context, a: Tensor) -> Tensor:
+    """A copy of a (same type and shape)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_dup")
     return _same(ctx, "ggml_dup", a, lambda: lib.ggml_dup(ctx.ptr, a.ptr))
 
 
-def ggml_cpy(ctx, a, b):
+def ggml_cpy(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """Copy a into b (converting the type); the result is a view of b."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_cpy", "a"), _t(b, "ggml_cpy", "b")
@@ -487,7 +505,8 @@ def ggml_cpy(ctx, a, b):
     return _make(ctx, "ggml_cpy", _ne(b), b.type, lambda: lib.ggml_cpy(ctx.ptr, a.ptr, b.ptr), view=True)
 
 
-def ggml_cast(ctx, a, type):
+def ggml_cast(ctx: Context, a: Tensor, type: int) -> Tensor:
+    """a converted to `type` (GGML_TYPE_F32, _F16 or _BF16)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_cast")
     _types(a, FLOAT, "ggml_cast")
     check(type in FLOAT, "ggml_cast: target type must be f32, f16 or bf16")
@@ -495,7 +514,8 @@ def ggml_cast(ctx, a, type):
 
 
 # -- assembling tensors ------------------------------------------------------------------------------
-def ggml_concat(ctx, a, b, dim=0):
+def ggml_concat(ctx: Context, a: Tensor, b: Tensor, dim: int = 0) -> Tensor:
+    """a and b joined along axis `dim` (0..3, ggml's ne order); the other axes must match."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_concat", "a"), _t(b, "ggml_concat", "b")
     _types(a, (F32, F16, I32), "ggml_concat", "a")
@@ -512,7 +532,7 @@ def ggml_concat(ctx, a, b, dim=0):
     return _make(ctx, "ggml_concat", ne, a.type, lambda: lib.ggml_concat(ctx.ptr, a.ptr, b.ptr, dim))
 
 
-def ggml_get_rows(ctx, a, b):
+def ggml_get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """Rows of a (along ne1) picked by the i32 indices in b: [ne0, len(b)]."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_get_rows", "a"), _t(b, "ggml_get_rows", "b")
@@ -527,7 +547,7 @@ def ggml_get_rows(ctx, a, b):
                  lambda: lib.ggml_get_rows(ctx.ptr, a.ptr, b.ptr))
 
 
-def ggml_get_rows_back(ctx, a, b, c):
+def ggml_get_rows_back(ctx: Context, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
     """Gradient of get_rows: scatter-add rows of a into a tensor shaped like c."""
     ctx = _ctx(ctx)
     a, b, c = (_t(a, "ggml_get_rows_back", "a"), _t(b, "ggml_get_rows_back", "b"),
@@ -541,7 +561,7 @@ def ggml_get_rows_back(ctx, a, b, c):
     return _make(ctx, "ggml_get_rows_back", _ne(c), F32, lambda: lib.ggml_get_rows_back(ctx.ptr, a.ptr, b.ptr, c.ptr))
 
 
-def ggml_repeat(ctx, a, b):
+def ggml_repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """Tile a to b's shape (each of a's dims must divide b's)."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_repeat", "a"), _t(b, "ggml_repeat", "b")
@@ -551,7 +571,7 @@ def ggml_repeat(ctx, a, b):
     return _make(ctx, "ggml_repeat", _ne(b), a.type, lambda: lib.ggml_repeat(ctx.ptr, a.ptr, b.ptr))
 
 
-def ggml_repeat_back(ctx, a, b):
+def ggml_repeat_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """Sum a's tiles down to b's shape (the gradient of repeat)."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_repeat_back", "a"), _t(b, "ggml_repeat_back", "b")
@@ -561,7 +581,7 @@ def ggml_repeat_back(ctx, a, b):
     return _make(ctx, "ggml_repeat_back", _ne(b), a.type, lambda: lib.ggml_repeat_back(ctx.ptr, a.ptr, b.ptr))
 
 
-def ggml_pad(ctx, a, p0=0, p1=0, p2=0, p3=0):
+def ggml_pad(ctx: Context, a: Tensor, p0: int = 0, p1: int = 0, p2: int = 0, p3: int = 0) -> Tensor:
     """Zero-pad at the end of each dim."""
     ctx, a = _ctx(ctx), _t(a, "ggml_pad")
     _types(a, (F32,), "ggml_pad")
@@ -571,7 +591,7 @@ def ggml_pad(ctx, a, p0=0, p1=0, p2=0, p3=0):
     return _make(ctx, "ggml_pad", ne, F32, lambda: lib.ggml_pad(ctx.ptr, a.ptr, *ps))
 
 
-def ggml_acc(ctx, a, b, nb1, nb2, nb3, offset):
+def ggml_acc(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int) -> Tensor:
     """a with b added into the view (nb1, nb2, nb3, offset) of it."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_acc", "a"), _t(b, "ggml_acc", "b")
@@ -596,7 +616,8 @@ def _conv_out(ins, ks, s, p, d):
     return (ins + 2 * p - d * (ks - 1) - 1) // s + 1
 
 
-def ggml_im2col(ctx, a, b, s0, s1, p0, p1, d0, d1, is_2D=True, dst_type=F32):
+def ggml_im2col(ctx: Context, a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int,
+                is_2D: bool = True, dst_type: int = F32) -> Tensor:
     """Unfold b [W, H, C, N] into columns for kernel a [KW, KH, C, OC]."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_im2col", "a"), _t(b, "ggml_im2col", "b")
@@ -621,7 +642,8 @@ def ggml_im2col(ctx, a, b, s0, s1, p0, p1, d0, d1, is_2D=True, dst_type=F32):
                  lambda: lib.ggml_im2col(ctx.ptr, a.ptr, b.ptr, s0, s1, p0, p1, d0, d1, bool(is_2D), dst_type))
 
 
-def ggml_conv_2d(ctx, a, b, s0=1, s1=1, p0=0, p1=0, d0=1, d1=1):
+def ggml_conv_2d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p0: int = 0, p1: int = 0,
+                 d0: int = 1, d1: int = 1) -> Tensor:
     """2-d convolution of b [W, H, C, N] with kernel a [KW, KH, C, OC] -> [OW, OH, OC, N]."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_conv_2d", "a"), _t(b, "ggml_conv_2d", "b")
@@ -654,7 +676,8 @@ def _pool_op(op):
     return int(op)
 
 
-def ggml_pool_1d(ctx, a, op, k0, s0, p0=0):
+def ggml_pool_1d(ctx: Context, a: Tensor, op: int | str, k0: int, s0: int, p0: int = 0) -> Tensor:
+    """1-D pooling along ne0: op "max"/"avg" (or GGML_OP_POOL_*), kernel k0, stride s0, padding p0."""
     ctx, a = _ctx(ctx), _t(a, "ggml_pool_1d")
     _types(a, (F32, F16), "ggml_pool_1d")
     _contiguous(a, "ggml_pool_1d")  # the kernel steps through rows by nb1 alone
@@ -666,7 +689,9 @@ def ggml_pool_1d(ctx, a, op, k0, s0, p0=0):
     return _make(ctx, "ggml_pool_1d", [o0] + n[1:], F32, lambda: lib.ggml_pool_1d(ctx.ptr, a.ptr, op, k0, s0, p0))
 
 
-def ggml_pool_2d(ctx, a, op, k0, k1, s0, s1, p0=0.0, p1=0.0):
+def ggml_pool_2d(ctx: Context, a: Tensor, op: int | str, k0: int, k1: int, s0: int, s1: int, p0: float = 0.0,
+                 p1: float = 0.0) -> Tensor:
+    """2-D pooling over ne0 and ne1: op "max"/"avg", kernel k0 x k1, strides s0, s1, padding p0, p1."""
     ctx, a = _ctx(ctx), _t(a, "ggml_pool_2d")
     _types(a, (F32, F16), "ggml_pool_2d")
     _contiguous(a, "ggml_pool_2d")  # it walks planes by nb2 to the end of a's bytes: more planes than dst has
@@ -680,7 +705,7 @@ def ggml_pool_2d(ctx, a, op, k0, k1, s0, s1, p0=0.0, p1=0.0):
                  lambda: lib.ggml_pool_2d(ctx.ptr, a.ptr, op, k0, k1, s0, s1, float(p0), float(p1)))
 
 
-def ggml_upscale(ctx, a, scale_factor, mode=0):
+def ggml_upscale(ctx: Context, a: Tensor, scale_factor: int, mode: int = 0) -> Tensor:
     """Nearest (mode 0) or bilinear (mode 1) upscaling of dims 0 and 1 by an integer factor."""
     ctx, a = _ctx(ctx), _t(a, "ggml_upscale")
     _types(a, (F32,), "ggml_upscale")
@@ -693,7 +718,7 @@ def ggml_upscale(ctx, a, scale_factor, mode=0):
 
 
 # -- attention ---------------------------------------------------------------------------------------------
-def ggml_diag_mask_inf(ctx, a, n_past=0):
+def ggml_diag_mask_inf(ctx: Context, a: Tensor, n_past: int = 0) -> Tensor:
     """Set a[i, j] = -inf for i > n_past + j (causal masking of a [keys, queries] score matrix)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_diag_mask_inf")
     _types(a, (F32,), "ggml_diag_mask_inf")
@@ -703,8 +728,10 @@ def ggml_diag_mask_inf(ctx, a, n_past=0):
     return _same(ctx, "ggml_diag_mask_inf", a, lambda: lib.ggml_diag_mask_inf(ctx.ptr, a.ptr, int(n_past)))
 
 
-def ggml_rope_ext(ctx, a, b, c=None, n_dims=None, mode=0, n_ctx_orig=0, freq_base=10000.0,
-                  freq_scale=1.0, ext_factor=0.0, attn_factor=1.0, beta_fast=32.0, beta_slow=1.0):
+def ggml_rope_ext(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None = None, n_dims: int | None = None,
+                  mode: int = 0, n_ctx_orig: int = 0, freq_base: float = 10000.0, freq_scale: float = 1.0,
+                  ext_factor: float = 0.0, attn_factor: float = 1.0, beta_fast: float = 32.0,
+                  beta_slow: float = 1.0) -> Tensor:
     """Rotary position embedding of a [head_dim, n_head, n_tokens] at i32 positions b [n_tokens]."""
     what = "ggml_rope_ext"
     ctx = _ctx(ctx)
@@ -729,7 +756,8 @@ def ggml_rope_ext(ctx, a, b, c=None, n_dims=None, mode=0, n_ctx_orig=0, freq_bas
         float(ext_factor), float(attn_factor), float(beta_fast), float(beta_slow)))
 
 
-def ggml_flash_attn_ext(ctx, q, k, v, mask=None, scale=1.0, max_bias=0.0, logit_softcap=0.0):
+def ggml_flash_attn_ext(ctx: Context, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                        scale: float = 1.0, max_bias: float = 0.0, logit_softcap: float = 0.0) -> Tensor:
     """Fused attention: q [D, n_q, H, B], k [D, n_kv, H_kv, B], v [Dv, n_kv, H_kv, B] -> [Dv, H, n_q, B]."""
     what = "ggml_flash_attn_ext"
     ctx = _ctx(ctx)
@@ -759,7 +787,7 @@ def ggml_flash_attn_ext(ctx, q, k, v, mask=None, scale=1.0, max_bias=0.0, logit_
 
 
 # -- sorting ---------------------------------------------------------------------------------------------
-def ggml_argsort(ctx, a, order=0):
+def ggml_argsort(ctx: Context, a: Tensor, order: int = 0) -> Tensor:
     """i32 indices that sort each row (along ne0); order 0 ascending, 1 descending."""
     ctx, a = _ctx(ctx), _t(a, "ggml_argsort")
     _types(a, (F32,), "ggml_argsort")
@@ -768,7 +796,7 @@ def ggml_argsort(ctx, a, order=0):
     return _make(ctx, "ggml_argsort", _ne(a), I32, lambda: lib.ggml_argsort(ctx.ptr, a.ptr, int(order)))
 
 
-def ggml_top_k(ctx, a, k):
+def ggml_top_k(ctx: Context, a: Tensor, k: int) -> Tensor:
     """i32 indices of the k largest entries of each row (order within the k is unspecified)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_top_k")
     _types(a, (F32,), "ggml_top_k")

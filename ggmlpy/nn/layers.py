@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -19,10 +20,10 @@ class Module:
     def __init__(self):
         self.training = True
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args, **kwargs) -> AGTensor:
         return self.forward(*args, **kwargs)
 
-    def children(self):
+    def children(self) -> list:
         """Sub-layers: by default the Module-valued attributes (and lists of Modules), in order."""
         out = []
         for value in self.__dict__.values():
@@ -32,36 +33,40 @@ class Module:
                 out.extend(v for v in value if isinstance(v, Module))
         return out
 
-    def named_parameters(self, prefix: str = ""):
+    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, AGTensor]]:
+        """(name, tensor) for every trainable tensor, this layer's first, then its sub-layers' as layer{i}_{name}."""
         for name, value in self.__dict__.items():
             if isinstance(value, AGTensor) and value.requires_grad:
                 yield prefix + name, value
         for i, child in enumerate(self.children(), 1):
             yield from child.named_parameters(f"{prefix}layer{i}_")
 
-    def parameters(self):
+    def parameters(self) -> list[AGTensor]:
+        """The trainable tensors, in named_parameters() order."""
         return [p for _, p in self.named_parameters()]
 
-    def params(self):
+    def params(self) -> list[AGTensor]:
         """ggmlR's `$params()`."""
         return self.parameters()
 
-    def buffers(self, prefix: str = ""):
+    def buffers(self, prefix: str = "") -> list[tuple[str, AGTensor]]:
         """This layer's own state that is not trained (e.g. running statistics): (name, tensor) pairs."""
         return []
 
-    def named_buffers(self, prefix: str = ""):
+    def named_buffers(self, prefix: str = "") -> Iterator[tuple[str, AGTensor]]:
         """Buffers of this layer and, recursively, its sub-layers, named like named_parameters()."""
         yield from self.buffers(prefix)
         for i, child in enumerate(self.children(), 1):
             yield from child.named_buffers(f"{prefix}layer{i}_")
 
     def state_dict(self) -> dict:
+        """Parameters and buffers as {name: numpy array} (a copy)."""
         out = {n: p.numpy() for n, p in self.named_parameters()}
         out.update({n: b.numpy() for n, b in self.named_buffers()})
         return out
 
     def load_state_dict(self, state: dict) -> None:
+        """Write the values of a state_dict() into the model's tensors, in place."""
         own = dict(self.named_parameters())
         own.update(dict(self.named_buffers()))
         missing = set(own) - set(state)
@@ -75,6 +80,51 @@ class Module:
         self.training = mode
         for child in self.children():
             child.set_training(mode)
+
+    def train(self, mode: bool = True) -> "Module":
+        """Training mode (dropout drops, batch norm uses batch statistics), recursively, as
+        ag_train(); `train(False)` is eval(). Returns the model."""
+        self.set_training(bool(mode))
+        return self
+
+    def eval(self) -> "Module":
+        """Eval mode (dropout is the identity, batch norm uses running statistics), recursively,
+        as ag_eval(). Returns the model."""
+        self.set_training(False)
+        return self
+
+    def num_parameters(self) -> int:
+        """How many trainable numbers the model holds (all its parameters' elements)."""
+        return sum(p.shape[0] * p.shape[1] for p in self.parameters())
+
+    def extra_repr(self) -> str:
+        """The layer's settings, shown inside its repr's parentheses."""
+        return ""
+
+    def __repr__(self) -> str:
+        lines = self._repr_lines()
+        n = self.num_parameters()
+        if self.children():
+            lines.append(f"total: {n:,} trainable parameters in {len(self.parameters())} tensors")
+        return "\n".join(lines)
+
+    def _repr_lines(self) -> list:
+        head = f"{type(self).__name__}({self.extra_repr()}"
+        own = [(name, v) for name, v in self.__dict__.items() if isinstance(v, AGTensor) and v.requires_grad]
+        note = ""
+        if own:
+            shapes = ", ".join(f"{name} {v.shape[0]}x{v.shape[1]}" for name, v in own)
+            note = f"  [{shapes}: {sum(v.shape[0] * v.shape[1] for _, v in own):,} parameters]"
+        children = self.children()
+        if not children:
+            return [head + ")" + note]
+        lines = [head + ("" if head.endswith("(") else ",") + note]
+        for i, child in enumerate(children, 1):  # named as in named_parameters(): layer{i}_...
+            sub = child._repr_lines()
+            lines.append(f"  (layer{i}): {sub[0]}")
+            lines.extend("  " + line for line in sub[1:])
+        lines.append(")")
+        return lines
 
 
 def _uniform(shape, limit):
@@ -97,13 +147,18 @@ class ag_linear(Module):
         self.b = ag_param(np.zeros((out_features, 1)))
         self.activation = activation
 
-    def forward(self, x):
+    def forward(self, x: AGTensor) -> AGTensor:
+        """W %*% x + b, then the activation; x is [in_features, batch]."""
         z = F.ag_matmul(self.W, x)
         if self.activation == "relu":  # bias and relu as one primitive: one eager launch, not two
             return apply("add_relu", z, self.b)
         y = F.ag_add(z, self.b)
         act = _ACTIVATIONS[self.activation]
         return act(y) if act else y
+
+    def extra_repr(self) -> str:
+        act = f", activation={self.activation!r}" if self.activation else ""
+        return f"{self.W.shape[1]}, {self.W.shape[0]}{act}"
 
 
 class ag_dropout(Module):
@@ -115,11 +170,15 @@ class ag_dropout(Module):
             raise GGMLError(f"ag_dropout: rate must be in [0, 1), got {rate}")
         self.rate = float(rate)
 
-    def forward(self, x):
+    def forward(self, x: AGTensor) -> AGTensor:
+        """x with a fresh random mask in training mode; x itself in eval mode."""
         if not self.training or self.rate == 0:
             return x
         keep = (grandom.generator().uniform(size=x.shape) > self.rate) / (1.0 - self.rate)
         return F.ag_mul(x, ag_tensor(keep, device=x.dc.spec))
+
+    def extra_repr(self) -> str:
+        return f"rate={self.rate}"
 
 
 class ag_batch_norm(Module):
@@ -137,10 +196,11 @@ class ag_batch_norm(Module):
         self.running_mean = ag_tensor(np.zeros((num_features, 1)))
         self.running_var = ag_tensor(np.ones((num_features, 1)))
 
-    def buffers(self, prefix: str = ""):
+    def buffers(self, prefix: str = "") -> list[tuple[str, AGTensor]]:
         return [(prefix + "running_mean", self.running_mean), (prefix + "running_var", self.running_var)]
 
-    def forward(self, x):
+    def forward(self, x: AGTensor) -> AGTensor:
+        """x [features, batch] normalised per row; updates the running statistics in training mode."""
         if self.training:
             mean = F.ag_mean(x, 1)
             xc = F.ag_sub(x, mean)
@@ -155,6 +215,9 @@ class ag_batch_norm(Module):
         y = F.ag_mul(xc, F.ag_pow(F.ag_add(var, self.eps), -0.5))
         return F.ag_add(F.ag_mul(y, self.gamma), self.beta)
 
+    def extra_repr(self) -> str:
+        return f"{self.gamma.shape[0]}, eps={self.eps}, momentum={self.momentum}"
+
 
 class ag_embedding(Module):
     """weight [dim, vocab] ~ U(-sqrt(1/vocab), sqrt(1/vocab)); forward(idx) = weight[, idx + 1] (0-based idx)."""
@@ -164,7 +227,8 @@ class ag_embedding(Module):
         self.vocab_size, self.dim = int(vocab_size), int(dim)
         self.weight = ag_param(_uniform((dim, vocab_size), math.sqrt(1.0 / vocab_size)))
 
-    def forward(self, idx):
+    def forward(self, idx) -> AGTensor:
+        """The columns of the weight for 0-based indices idx: [dim, n]."""
         raw = idx.numpy() if isinstance(idx, AGTensor) else np.asarray(idx)
         flat = np.asarray(raw, dtype=np.float64).ravel(order="F")
         cls = flat.astype(np.int64)
@@ -172,6 +236,9 @@ class ag_embedding(Module):
             raise GGMLError(f"ag_embedding: indices must be integers in 0..{self.vocab_size - 1}")
         ids = ag_tensor(cls.reshape(-1, 1), device=self.weight.dc.spec, dtype="i32")
         return apply("get_cols", self.weight, ids)
+
+    def extra_repr(self) -> str:
+        return f"{self.vocab_size}, {self.dim}"
 
 
 class ag_multihead_attention(Module):
@@ -187,7 +254,9 @@ class ag_multihead_attention(Module):
             setattr(self, name, ag_param(_uniform((d_model, d_model), limit)))
         self.b_o = ag_param(np.zeros((d_model, 1)))
 
-    def forward(self, query, key=None, value=None, causal_mask=None):
+    def forward(self, query: AGTensor, key: AGTensor | None = None, value: AGTensor | None = None,
+                causal_mask: bool | None = None) -> AGTensor:
+        """Attention of query's columns (tokens) over key/value's: [d_model, seq] -> [d_model, seq]."""
         key = query if key is None else key
         value = key if value is None else value
         causal = self.causal if causal_mask is None else bool(causal_mask)
@@ -206,6 +275,9 @@ class ag_multihead_attention(Module):
             heads = head if heads is None else F.ag_concat(heads, head, dim=1)
         return F.ag_add(F.ag_matmul(self.W_o, heads), self.b_o)
 
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, causal={self.causal}"
+
 
 def _causal_mask(n_kv: int, n_q: int, device):
     j, i = np.meshgrid(np.arange(n_kv), np.arange(n_q), indexing="ij")
@@ -221,10 +293,11 @@ class ag_sequential(Module):
             layers = tuple(layers[0])
         self.layers = list(layers)
 
-    def children(self):
+    def children(self) -> list:
         return [m for m in self.layers if isinstance(m, Module)]
 
-    def forward(self, x):
+    def forward(self, x: AGTensor) -> AGTensor:
+        """The layers applied in order."""
         for layer in self.layers:
             x = layer(x)
         return x
@@ -239,8 +312,12 @@ class ag_layer_norm_layer(Module):
         self.gamma = ag_param(np.ones((num_features, 1)))
         self.beta = ag_param(np.zeros((num_features, 1)))
 
-    def forward(self, x):
+    def forward(self, x: AGTensor) -> AGTensor:
+        """Layer norm of each column, then * gamma + beta."""
         return F.ag_layer_norm(x, self.eps, self.gamma, self.beta)
+
+    def extra_repr(self) -> str:
+        return f"{self.gamma.shape[0]}, eps={self.eps}"
 
 
 class ag_activation(Module):
@@ -252,15 +329,21 @@ class ag_activation(Module):
             raise GGMLError(f"ag_activation: unknown activation {name!r}")
         self.name = name
 
-    def forward(self, x):
+    def forward(self, x: AGTensor) -> AGTensor:
+        """The activation applied element-wise (softmax: per column)."""
         return _ACTIVATIONS[self.name](x)
 
+    def extra_repr(self) -> str:
+        return repr(self.name)
 
-def ag_gelu_layer():
+
+def ag_gelu_layer() -> ag_activation:
+    """A GELU activation layer (ag_activation("gelu"))."""
     return ag_activation("gelu")
 
 
-def ag_silu_layer():
+def ag_silu_layer() -> ag_activation:
+    """A SiLU activation layer (ag_activation("silu"))."""
     return ag_activation("silu")
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
@@ -21,7 +23,12 @@ from ..errors import GGMLError
 from ..tensor import AGTensor, ag_tensor, same_device
 from . import fused
 
+if TYPE_CHECKING:
+    from ..nn.layers import Module
+
 F32 = lib.GGML_TYPE_F32
+# what optimizers take: a model (its parameters()), a list of ag tensors, or a dict of them
+Params = Union["Module", Iterable[AGTensor], dict]
 
 
 def _grad_of(grads, p: AGTensor):
@@ -32,7 +39,10 @@ def _grad_of(grads, p: AGTensor):
 
 
 class Optimizer:
-    def __init__(self, params, lr: float):
+    """Base optimizer. `params`: a model (its parameters() are taken), a list of ag tensors, or
+    a dict of them (a state dict's values)."""
+
+    def __init__(self, params: Params, lr: float):
         self.params = _param_list(params)
         if lr <= 0:
             raise GGMLError(f"learning rate must be positive, got {lr}")
@@ -43,7 +53,7 @@ class Optimizer:
         self._token = None
         self._stepping = threading.Lock()
 
-    def step(self, grads=None) -> None:
+    def step(self, grads: dict | None = None) -> None:
         """Update every parameter that has a gradient in `grads` (backward()'s result) or in `.grad`.
 
         One optimizer is stepped by one thread at a time: a second thread stepping it while a
@@ -84,6 +94,7 @@ class Optimizer:
             self._update(i, p, g)
 
     def zero_grad(self) -> None:
+        """Forget every parameter's `.grad` (the next backward() starts them afresh)."""
         for p in self.params:
             p.grad = None
 
@@ -118,19 +129,22 @@ def _group_by_device(items) -> dict:
 
 
 def _param_list(params):
+    """A list of ag tensors from a model (anything with .parameters()), a dict or an iterable."""
+    if callable(getattr(params, "parameters", None)):
+        params = params.parameters()
     if isinstance(params, dict):
         params = list(params.values())
     params = list(params)
     for p in params:
         if not isinstance(p, AGTensor):
-            raise GGMLError(f"optimizer params must be ag tensors, got {type(p).__name__}")
+            raise GGMLError(f"optimizer params must be a model or ag tensors, got {type(p).__name__}")
     return params
 
 
 class optimizer_sgd(Optimizer):
     """p -= lr * g; with momentum: v = momentum * v + g; p -= lr * v. Optional (coupled) weight_decay."""
 
-    def __init__(self, params, lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0):
+    def __init__(self, params: Params, lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0):
         super().__init__(params, lr)
         self.momentum, self.weight_decay = float(momentum), float(weight_decay)
         self.velocity = {}
@@ -164,7 +178,7 @@ class optimizer_adam(Optimizer):
 
     decoupled = False
 
-    def __init__(self, params, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+    def __init__(self, params: Params, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
                  weight_decay: float = 0.0):
         super().__init__(params, lr)
         self.beta1, self.beta2, self.eps, self.weight_decay = float(beta1), float(beta2), float(eps), float(weight_decay)
@@ -201,7 +215,7 @@ class optimizer_adam(Optimizer):
 class optimizer_adamw(optimizer_adam):
     """Adam with decoupled weight decay (Loshchilov and Hutter): p -= lr * (adam_step + wd * p)."""
 
-    def __init__(self, params, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+    def __init__(self, params: Params, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
                  weight_decay: float = 0.01):
         super().__init__(params, lr, beta1, beta2, eps, weight_decay)
 
@@ -214,7 +228,7 @@ def _sum_of_squares(ctx, *gs):
     return total
 
 
-def clip_grad_norm(params, grads, max_norm: float) -> float:
+def clip_grad_norm(params: Params, grads: dict, max_norm: float) -> float:
     """Global L2 norm of the params' gradients; if above max_norm, scale every one by
     max_norm / (norm + 1e-6), in place in `grads`. Returns the norm before clipping.
     The squares are summed in one graph, read once: one wait on a GPU, not one per tensor."""

@@ -32,6 +32,7 @@ class early_stopping:
         return value > self.best + self.min_delta
 
     def on_epoch_end(self, epoch: int, history: dict) -> bool:
+        """Record the epoch's value; True (stop training) after `patience` epochs without improvement."""
         values = history.get(self.monitor)
         if not values:
             raise GGMLError(f"early_stopping: monitors {self.monitor!r}, but the history has only "
@@ -57,5 +58,6 @@ class scheduler_step:
         self.scheduler = scheduler
 
     def on_epoch_end(self, epoch: int, history: dict) -> bool:
+        """Step the scheduler; never stops training."""
         self.scheduler.step()
         return False

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Sequence
 
 from tqdm import tqdm
 
@@ -10,7 +11,12 @@ from ..autograd.graph_mode import ag_compile
 from ..autograd.tape import no_grad, with_grad_tape
 from ..errors import GGMLError
 from ..nn.layers import ag_eval, ag_train
-from ..optim.optimizers import clip_grad_norm
+from ..optim.optimizers import Optimizer, clip_grad_norm
+from ..tensor import AGTensor
+
+Model = Callable[[AGTensor], AGTensor]          # a layer, or any function of the input batch
+LossFn = Callable[[AGTensor, AGTensor], AGTensor]  # (prediction, target) -> [1, 1] loss
+Batches = Iterable[tuple[AGTensor, AGTensor]]      # (x, y) batches: an ag_dataloader
 
 
 def _set_training(model, mode: bool) -> None:
@@ -18,7 +24,7 @@ def _set_training(model, mode: bool) -> None:
         (ag_train if mode else ag_eval)(model)
 
 
-def ag_evaluate(model, loss_fn, loader) -> float:
+def ag_evaluate(model: Model, loss_fn: LossFn, loader: Batches) -> float:
     """Mean loss over `loader` in eval mode, without recording (per sample, so a short last batch
     weighs what it holds). The model's training flag is restored afterwards."""
     was_training = getattr(model, "training", None)
@@ -37,8 +43,9 @@ def ag_evaluate(model, loss_fn, loader) -> float:
     return total / count
 
 
-def ag_fit(model, loss_fn, optimizer, loader, epochs: int, val_loader=None, callbacks=(), progress: bool = True,
-           clip_grad: float | None = None, compile="auto") -> dict:
+def ag_fit(model: Model, loss_fn: LossFn, optimizer: Optimizer, loader: Batches, epochs: int,
+           val_loader: Batches | None = None, callbacks: Sequence = (), progress: bool = True,
+           clip_grad: float | None = None, compile: bool | str = "auto") -> dict:
     """Train `model` for `epochs` passes over `loader`; return the history.
 
     Per batch: `with with_grad_tape(): loss = loss_fn(model(xb), yb)`, `backward`,

@@ -17,6 +17,7 @@ import tempfile
 import numpy as np
 
 from ..errors import GGMLError
+from ..nn.layers import Module
 
 ARCH = "ggmlpy"
 _MAX_NAME = 63  # GGML_MAX_NAME (64) including the terminating zero
@@ -36,7 +37,7 @@ def _state_of(model) -> dict:
     return model.state_dict()
 
 
-def ag_save_model(model, path, metadata: dict | None = None) -> str:
+def ag_save_model(model: Module, path: str | os.PathLike, metadata: dict | None = None) -> str:
     """Write the model's parameters and buffers to a GGUF file at `path`; returns the path.
 
     `metadata` is any JSON-serialisable dict, returned by ag_load_model."""
@@ -147,7 +148,7 @@ def read_gguf(path) -> tuple[dict, dict]:
     return tensors, info
 
 
-def ag_load_model(model, path, strict: bool = True) -> dict:
+def ag_load_model(model: Module, path: str | os.PathLike, strict: bool = True) -> dict:
     """Load weights saved by ag_save_model into `model`, an already constructed model of the
     same architecture. Checks every name and shape before writing anything. Returns the
     metadata dict that was saved with it.

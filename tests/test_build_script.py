@@ -1,0 +1,54 @@
+"""build_ggml.py's output: a short line per stage on the terminal, the full log in the cache, its
+tail on failure. (No build runs here: run() is driven with small shell commands.)"""
+import importlib.util
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def bg(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("build_ggml_under_test", ROOT / "build_ggml.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "LOG", io.StringIO())
+    monkeypatch.setattr(mod, "BUILD_LOG", tmp_path / "build.log")
+    return mod
+
+
+def _ninja_script(n, fail=False):
+    lines = "".join(f"echo '[{i}/{n}] Building C object ggml-cpu/ops{i}.c.o'; echo 'warning: noise {i}'; "
+                    for i in range(1, n + 1))
+    return ["sh", "-c", lines + ("echo 'error: the real problem' >&2; exit 3" if fail else "")]
+
+
+def test_build_output_goes_to_log_and_progress_is_short(bg):
+    bg.run(_ninja_script(200), progress=True)
+    shown = bg.LOG.getvalue().splitlines()
+    assert len(shown) == 10                       # one line per tenth, not 400 lines
+    assert shown[-1].endswith("100% (200/200)")
+    logged = bg.BUILD_LOG.read_text()
+    assert "warning: noise 137" in logged and "[200/200]" in logged
+
+
+def test_failure_prints_the_logs_tail_and_names_the_log(bg):
+    with pytest.raises(bg.BuildError) as e:
+        bg.run(_ninja_script(100, fail=True))
+    msg = str(e.value)
+    assert "error: the real problem" in msg and "failed (3)" in msg
+    assert f"full log: {bg.BUILD_LOG}" in msg
+    assert "noise 1\n" not in msg                  # only the tail
+    assert len(msg.splitlines()) <= bg.TAIL_LINES + 3
+    assert bg.LOG.getvalue() == ""                 # no progress asked for, nothing shown
+
+
+def test_help_documents_auto_blas_and_the_cache(bg, capsys):
+    with pytest.raises(SystemExit):
+        bg.parse_args(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "plus blas when OpenBLAS is installed" in out
+    assert "GGMLPY_CACHE_DIR" in out and "--cache-dir DIR" in out
