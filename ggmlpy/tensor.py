@@ -341,6 +341,8 @@ def ag_param(data: ArrayLike | AGTensor, device: str | None = None, dtype: str |
 
 def ag_to_device(x: AGTensor, device: str) -> AGTensor:
     """A copy of x on another device (moving between devices is always explicit)."""
+    if not isinstance(x, AGTensor):
+        raise GGMLError(f"ag_to_device: expected an ag tensor, got {type(x).__name__}")
     out = ag_tensor(x.numpy(), device=device, dtype=x.dtype if x.dtype != "i32" else "i32",
                     requires_grad=x.requires_grad)
     return out

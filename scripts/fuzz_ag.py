@@ -5,7 +5,9 @@ tapes reset in between. Any Python exception is a clear refusal; only a dead pro
 
     python scripts/fuzz_ag.py [--calls N] [--seed S]
 
-Prints `calls N, refused R, crashes 0` and a count per exception type. Run it in a child process
+Prints `calls N, refused R, crashes 0, unchecked inputs U` and a count per exception type; an
+AttributeError, IndexError or KeyError counts as an unchecked input (the refusal says nothing
+useful). Run it in a child process
 (tests/test_fuzz_ag.py does) so that an abort is counted, not fatal.
 """
 from __future__ import annotations
@@ -21,6 +23,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import ggmlpy as g  # noqa: E402
 
+# Exceptions that mean "nobody checked this input": a refusal should say what was wrong.
+UNCHECKED = ("AttributeError", "IndexError", "KeyError", "ZeroDivisionError", "UnboundLocalError", "NameError")
 SKIP = {"ag_fit", "ag_save_model", "ag_load_model", "ag_evaluate"}  # files and loops: covered elsewhere
 DTYPES = ["f32", "f32", "f32", "f16", "bf16", "i32"]
 
@@ -63,6 +67,7 @@ def fuzz(calls: int, seed: int) -> dict:
         return lambda *a: a[0] if a else None
 
     refused: collections.Counter = collections.Counter()
+    unchecked: list = []
     for i in range(calls):
         name = fns[rng.integers(len(fns))]
         fn = getattr(g, name)
@@ -88,7 +93,9 @@ def fuzz(calls: int, seed: int) -> dict:
                         pool.append(out)
         except Exception as e:  # a refusal, with a message: what a bad call must get
             refused[type(e).__name__] += 1
-    return {"calls": calls, "refused": sum(refused.values()), "by_type": dict(refused)}
+            if type(e).__name__ in UNCHECKED:
+                unchecked.append(f"{name}: {type(e).__name__}: {e}")
+    return {"calls": calls, "refused": sum(refused.values()), "by_type": dict(refused), "unchecked": unchecked}
 
 
 def main(argv=None) -> int:
@@ -97,9 +104,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     r = fuzz(args.calls, args.seed)
-    print(f"calls {r['calls']}, refused {r['refused']}, crashes 0")
+    print(f"calls {r['calls']}, refused {r['refused']}, crashes 0, unchecked inputs {len(r['unchecked'])}")
     for k, v in sorted(r["by_type"].items(), key=lambda kv: -kv[1]):
         print(f"  {k}: {v}")
+    for line in r["unchecked"][:20]:
+        print("  unchecked:", line)
     return 0
 
 

@@ -259,5 +259,9 @@ def assign(dst: AGTensor, src: AGTensor) -> None:
 
 def zero_grad(params) -> None:
     """Forget the `.grad` of every tensor in `params` (a list, or a model's parameters())."""
+    params = list(params.parameters() if hasattr(params, "parameters") else params)
+    for p in params:
+        if not isinstance(p, AGTensor):
+            raise GGMLError(f"zero_grad: expected ag tensors, got {type(p).__name__}")
     for p in params:
         p.grad = None

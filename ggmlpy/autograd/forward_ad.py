@@ -352,6 +352,8 @@ def hvp(fn, x: AGTensor, v):
     Runs its own with_grad_tape() (which resets the pass pool)."""
     from .engine import backward
     from .tape import with_grad_tape
+    if not isinstance(x, AGTensor) or not callable(fn):
+        raise GGMLError("hvp: expected a function and an ag tensor, hvp(fn, x, v)")
     leaf = AGTensor(x.st, x.shape, x.dc, requires_grad=True)
     with dual_level() as lv:
         with with_grad_tape():

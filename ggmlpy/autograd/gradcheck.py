@@ -31,10 +31,12 @@ def ag_gradcheck(fn: Callable[[], AGTensor], inputs: Sequence[AGTensor], eps: fl
 
     `fn()` runs the computation and returns a scalar loss; `inputs` lists the
     tensors to check. Each element is perturbed in place and restored."""
+    if not callable(fn) or isinstance(inputs, AGTensor) or not all(isinstance(x, AGTensor) for x in inputs):
+        raise GGMLError("ag_gradcheck: expected a function fn() and a list of ag tensors")
     with with_grad_tape():
         loss = fn()
-    if loss.shape != (1, 1):
-        raise GGMLError(f"ag_gradcheck: fn() must return a [1, 1] loss, got {list(loss.shape)}")
+    if not isinstance(loss, AGTensor) or loss.shape != (1, 1):
+        raise GGMLError(f"ag_gradcheck: fn() must return a [1, 1] loss tensor, got {getattr(loss, 'shape', loss)!r}")
     grads = backward(loss)
     analytic = {x.id: (grads[x].data if x in grads else np.zeros(x.shape)) for x in inputs if x.requires_grad}
     errors = {}

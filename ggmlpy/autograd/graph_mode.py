@@ -284,6 +284,8 @@ def _sized(build, n_prims: int, n_inputs: int):
 def ag_backward_graph(loss: AGTensor):
     """Like backward(loss), but the whole backward pass runs as one ggml graph."""
     from .engine import GradMap, _add_into_grad
+    if not isinstance(loss, AGTensor):
+        raise GGMLError(f"ag_backward_graph: expected an ag tensor, got {type(loss).__name__}")
     nodes = TAPE.nodes
     _check_no_checkpoint(nodes)
     plan, outs, leaves = _sized(lambda n, ext: _backward_plan(loss, nodes, n, ext), len(nodes),

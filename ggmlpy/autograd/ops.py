@@ -88,7 +88,7 @@ def ag_div(a: AGTensor, b: AGTensor | float) -> AGTensor:
     """Element-wise a / b; either may broadcast; b may be a number."""
     a = _ag(a, "ag_div", "a")
     if _num(b):
-        return apply("scale", a, s=1.0 / float(b))
+        return apply("scale", a, s=float(np.float64(1.0) / np.float64(b)) if b else float("inf"))
     b = _ag(b, "ag_div", "b")
     if not (_fits(b.shape, a.shape) or _fits(a.shape, b.shape)):
         raise GGMLError(f"ag_div: shapes {list(a.shape)} and {list(b.shape)} do not broadcast")

@@ -468,6 +468,8 @@ _cache: dict[str, Backend] = {}
 
 def _resolve(spec: str) -> str:
     """Map ggmlpy's device spellings to a ggml device name."""
+    if not isinstance(spec, str):
+        raise GGMLError(f"expected a device name such as 'cpu', 'gpu' or 'vulkan:0', got {spec!r}")
     s = spec.strip()
     low = s.lower()
     devs = _all_devs()

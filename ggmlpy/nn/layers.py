@@ -172,6 +172,7 @@ class ag_dropout(Module):
 
     def forward(self, x: AGTensor) -> AGTensor:
         """x with a fresh random mask in training mode; x itself in eval mode."""
+        x = F._ag(x, "ag_dropout")
         if not self.training or self.rate == 0:
             return x
         keep = (grandom.generator().uniform(size=x.shape) > self.rate) / (1.0 - self.rate)
@@ -347,13 +348,19 @@ def ag_silu_layer() -> ag_activation:
     return ag_activation("silu")
 
 
+def _module(model, what: str) -> Module:
+    if not isinstance(model, Module):
+        raise GGMLError(f"{what}: expected a model (an ag_* layer or ag_sequential), got {type(model).__name__}")
+    return model
+
+
 def ag_train(model: Module) -> Module:
     """Training mode, recursively (ggmlR reaches only one level down)."""
-    model.set_training(True)
+    _module(model, "ag_train").set_training(True)
     return model
 
 
 def ag_eval(model: Module) -> Module:
     """Eval mode, recursively."""
-    model.set_training(False)
+    _module(model, "ag_eval").set_training(False)
     return model
