@@ -113,12 +113,14 @@ def _check_shapes(op: str, shapes) -> None:
 
 
 _local = threading.local()  # .engine: this thread's EagerNumpy
+_free: list = []  # engines of threads that have ended, for the next new thread
 
 
 def run(op: str, *arrays, **params) -> np.ndarray:
     eng = getattr(_local, "engine", None)
     if eng is None:
-        eng = _local.engine = EagerNumpy()
+        from .state import lease
+        eng = lease(_local, "engine", _free, EagerNumpy)
     return eng.run(op, arrays, **params)
 
 
