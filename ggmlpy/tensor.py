@@ -7,7 +7,6 @@ update is seen through every reference.
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import numbers
 import threading
@@ -15,6 +14,7 @@ import threading
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ._threadlocal import bound
 from .backend.state import DTYPE_NAMES, DTYPES, STATE, DeviceContext
 from .bindings import ffi, lib
 from .core.context import NP_DTYPES, _from_storage, _to_storage
@@ -43,15 +43,9 @@ def _as_matrix(data) -> np.ndarray:
 _reads = threading.local()  # .list while graph mode traces in this thread: values read on the host
 
 
-@contextlib.contextmanager
 def reads_into(lst: list):
     """Record the tensors whose values this thread reads on the host (ag_compile refuses those)."""
-    prev = getattr(_reads, "list", None)
-    _reads.list = lst
-    try:
-        yield lst
-    finally:
-        _reads.list = prev
+    return bound(_reads, "list", lst)
 
 
 def _check_int32(arr) -> None:
