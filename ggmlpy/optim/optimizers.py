@@ -134,6 +134,8 @@ def _param_list(params):
         params = params.parameters()
     if isinstance(params, dict):
         params = list(params.values())
+    if isinstance(params, AGTensor) or not hasattr(params, "__iter__"):
+        raise GGMLError(f"optimizer params must be a model or a list of ag tensors, got {type(params).__name__}")
     params = list(params)
     for p in params:
         if not isinstance(p, AGTensor):
