@@ -20,6 +20,8 @@ from ..errors import GGMLError, check
 from .context import Context, Tensor, get_data, numpy_view, set_data, type_name, wrap
 from .graph import Graph, check_graph, ggml_build_forward_expand, ggml_graph_compute, ggml_graph_n_nodes, ggml_new_graph
 from .ops import *  # noqa: F401,F403  (every ggml_* op constructor)
+from .ops_ext import *  # noqa: F401,F403  (GLU, RoPE variants, more convolutions, the *_inplace table)
+from .utils import *  # noqa: F401,F403  (tensor, context, graph, thread and time utilities)
 
 GGML_TYPE_F32 = lib.GGML_TYPE_F32
 GGML_TYPE_F16 = lib.GGML_TYPE_F16

@@ -51,6 +51,7 @@ class Context:
         self.mem_size = mem_size
         self.no_alloc = bool(no_alloc)
         self.alive = True
+        self.gen = 0  # bumped by ggml_reset(): tensors made before a reset are unusable after it
         # numpy views into this context's memory; the C arena is released only when
         # free() was asked for *and* no view is left, so a view never dangles.
         self._views = weakref.WeakSet()
@@ -131,16 +132,19 @@ def _nbytes(ggml_type: int, ne) -> int:
 class Tensor:
     """A handle on a ggml tensor. Keeps its context alive; refuses use after the context is freed."""
 
-    __slots__ = ("_ptr", "ctx", "__weakref__")
+    __slots__ = ("_ptr", "ctx", "_gen", "__weakref__")
 
     def __init__(self, ptr, ctx: Context):
         self._ptr = ptr
         self.ctx = ctx
+        self._gen = ctx.gen
 
     @property
     def ptr(self):
         if not self.ctx.alive:
             raise GGMLError("tensor belongs to a freed ggml context")
+        if self._gen != self.ctx.gen:
+            raise GGMLError("tensor was created before ggml_reset() of its context; its memory has been reused")
         return self._ptr
 
     # -- introspection --------------------------------------------------------------
