@@ -51,7 +51,11 @@ class GraphAllocator:
         self.free()
 
 
-def ggml_gallocr_new(backend) -> GraphAllocator:
+def ggml_gallocr_new(backend=None) -> GraphAllocator:
+    """A graph allocator for `backend`'s buffer type (default: the CPU, as ggmlR's ggml_gallocr_new())."""
+    if backend is None:
+        from .device import get_backend
+        backend = get_backend("cpu")
     return GraphAllocator(backend)
 
 

@@ -249,7 +249,8 @@ def set_data(t: Tensor, values, np_dtype, what: str) -> None:
         raise GGMLError(f"{what}: expected numbers, got an array of dtype {arr.dtype}")
     n = t.nelements()
     if arr.size != n:
-        raise GGMLError(f"{what}: tensor has {n} elements {list(t.shape)}, got {arr.size} values {arr.shape}")
+        raise GGMLError(f"{what}: data length ({arr.size}) does not match tensor size ({n} elements, "
+                        f"ne={list(t.shape)})")
     if arr.ndim > 1 and _squeeze_lead(arr.shape) != _squeeze_lead(_np_shape(t)):
         raise GGMLError(f"{what}: array shape {arr.shape} does not match the tensor's numpy shape "
                         f"{_np_shape(t)} (ggml ne={list(t.shape)}, reversed)")

@@ -654,3 +654,44 @@ def ggml_test() -> bool:
 
 
 __all__ = sorted(n for n in globals() if n.startswith("ggml_"))
+
+
+def ggml_graph_view(graph: Graph, i0: int, i1: int) -> Graph:
+    """The graph's nodes i0..i1-1 as a graph of their own (their inputs stay where they are): computing
+    it runs only those nodes, e.g. to run a graph in parts."""
+    graph = _graph_arg(graph, "ggml_graph_view")
+    n, i0, i1 = graph.n_nodes(), int(i0), int(i1)
+    check(0 <= i0 <= i1 <= n, f"ggml_graph_view: need 0 <= i0 <= i1 <= {n}, got {i0}, {i1}")
+    view = Graph(graph.ctx, max(1, i1 - i0))
+    for p in graph.nodes[i0:i1]:
+        lib.ggml_graph_add_node(view.ptr, p)
+    view.nodes = list(graph.nodes[i0:i1])
+    view._seen = {int(ffi.cast("uintptr_t", p)) for p in view.nodes}
+    view._keep = list(graph._keep)
+    return view
+
+
+def _host_binary(a, b, what, op):
+    from .api import ggml_add, ggml_get_f32, ggml_init, ggml_mul, ggml_new_from_numpy
+    a, b = _tensor(a, what), _tensor(b, what)
+    check(a.type == lib.GGML_TYPE_F32 and b.type == lib.GGML_TYPE_F32, f"{what}: Both tensors must be F32")
+    check(a.nelements() == b.nelements(), f"{what}: Tensors must have same number of elements")
+    xa, xb = get_data(a, np.float32, what).ravel(), get_data(b, np.float32, what).ravel()
+    with ggml_init(4 * (xa.size * 3) + 8 * int(lib.ggml_tensor_overhead()) + int(lib.ggml_graph_overhead()) + (1 << 16)) as ctx:
+        ta, tb = ggml_new_from_numpy(ctx, xa), ggml_new_from_numpy(ctx, xb)
+        y = (ggml_add if op == "add" else ggml_mul)(ctx, ta, tb)
+        _graph.ggml_graph_compute(ctx, _graph.ggml_build_forward_expand(ctx, y), n_threads=1)
+        return ggml_get_f32(y).astype(np.float64)
+
+
+def ggml_cpu_add(a: Tensor, b: Tensor) -> np.ndarray:
+    """a + b of two f32 tensors with the same number of elements, computed now on the CPU: a flat vector."""
+    return _host_binary(a, b, "ggml_cpu_add", "add")
+
+
+def ggml_cpu_mul(a: Tensor, b: Tensor) -> np.ndarray:
+    """a * b of two f32 tensors with the same number of elements, computed now on the CPU: a flat vector."""
+    return _host_binary(a, b, "ggml_cpu_mul", "mul")
+
+
+__all__ = sorted(n for n in globals() if n.startswith("ggml_"))

@@ -161,9 +161,14 @@ def expect_identical(actual, expected):
         np.testing.assert_array_equal(np.ravel(actual), np.ravel(expected))
 
 
+def _is_num(x):
+    return isinstance(x, (float, int, np.floating, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
 _R_TYPES = {
-    "double": lambda x: isinstance(x, (float, int, np.floating, np.integer)) and not isinstance(x, bool)
-    or (isinstance(x, np.ndarray) and x.dtype.kind in "fiu"),
+    "double": lambda x: _is_num(x) or (isinstance(x, np.ndarray) and x.dtype.kind in "fiu")
+    or (isinstance(x, (list, tuple)) and all(_is_num(v) for v in x))
+    or (isinstance(x, dict) and all(_is_num(v) for v in x.values())),  # an R named numeric vector
     "integer": lambda x: isinstance(x, (int, np.integer)) and not isinstance(x, bool)
     or (isinstance(x, np.ndarray) and x.dtype.kind in "iu"),
     "character": lambda x: isinstance(x, str) or (isinstance(x, (list, tuple)) and all(isinstance(s, str) for s in x)),
@@ -201,3 +206,8 @@ def rev(x):
 def which_max(x):
     """R's which.max: 1-based."""
     return int(np.argmax(np.ravel(x))) + 1
+
+
+def rlist(*xs, **kw):
+    """R's list(): positional -> a Python list, named -> a dict."""
+    return dict(kw) if kw else list(xs)

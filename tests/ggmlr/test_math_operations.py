@@ -204,9 +204,9 @@ def test_sin_2_cos_2_1_identity_holds():
     ggml_set_f32(a, c(0, 0.5, 1, 1.5, 2))
 
     s = ggml_sin(ctx, a)
-    c = ggml_cos(ctx, a)
+    c_ = ggml_cos(ctx, a)
     s2 = ggml_sqr(ctx, s)
-    c2 = ggml_sqr(ctx, c)
+    c2 = ggml_sqr(ctx, c_)
     sum_sc = ggml_add(ctx, s2, c2)
 
     graph = ggml_build_forward_expand(ctx, sum_sc)
@@ -378,7 +378,7 @@ def test_floor_ceil_and_round_is_between_them():
 
     f = ggml_floor(ctx, a)
     r = ggml_round(ctx, a)
-    c = ggml_ceil(ctx, a)
+    c_ = ggml_ceil(ctx, a)
 
     # Build and compute each operation separately
     graph_f = ggml_build_forward_expand(ctx, f)
@@ -389,14 +389,14 @@ def test_floor_ceil_and_round_is_between_them():
     ggml_graph_compute(ctx, graph_r)
     round_result = ggml_get_f32(r).ravel()
 
-    graph_c = ggml_build_forward_expand(ctx, c)
+    graph_c = ggml_build_forward_expand(ctx, c_)
     ggml_graph_compute(ctx, graph_c)
-    ceil_result = ggml_get_f32(c).ravel()
+    ceil_result = ggml_get_f32(c_).ravel()
 
     # floor <= ceil always
     assert all(floor_result <= ceil_result)
     # round is always between floor and ceil (inclusive)
-    assert all(round_result >= floor_result & round_result <= ceil_result)
+    assert all((round_result >= floor_result) & (round_result <= ceil_result))
 
     ggml_free(ctx)
 

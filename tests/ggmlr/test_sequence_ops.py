@@ -19,7 +19,7 @@ def test_ggml_pad_works_correctly_for_1d():
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 3)
     ggml_set_f32(a, c(1, 2, 3))
     b = ggml_pad(ctx, a, 2)  # pad 2 on right
-    expect_equal(ggml_tensor_shape(b)[1], 5)
+    expect_equal(ggml_tensor_shape(b)[0], 5)
 
     graph = ggml_build_forward_expand(ctx, b)
     ggml_graph_compute(ctx, graph)

@@ -54,10 +54,8 @@ def test_tensor_size_mismatch_gives_error():
     ctx = ggml_init(1024 * 1024)
     tensor = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
 
-    expect_error(
-      ggml_set_f32(tensor, c(1, 2, 3)),  # Wrong size
-      "does not match"
-    )
+    with pytest.raises(GGMLError, match="does not match"):
+        ggml_set_f32(tensor, c(1, 2, 3))  # Wrong size
 
     ggml_free(ctx)
 
