@@ -282,7 +282,8 @@ def ggml_backend_tensor_get(t: Tensor) -> np.ndarray:
     return ggml_get_f32(t)
 
 
-def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
+def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> int:
+    """Compute the graph on `backend`; returns ggml's status (0, GGML_STATUS_SUCCESS; failures raise)."""
     if not isinstance(backend, Backend) or not isinstance(graph, Graph):
         raise GGMLError("ggml_backend_graph_compute(backend, graph) expects a Backend and a Graph")
     check_graph(graph, device=backend.dev, need_buffers=not backend.is_host,
@@ -290,6 +291,7 @@ def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
     status = lib.ggml_backend_graph_compute(backend.ptr, graph.ptr)
     if status != lib.GGML_STATUS_SUCCESS:
         raise GGMLError(f"ggml_backend_graph_compute failed with status {status}")
+    return int(status)
 
 
 def ggml_backend_dev_count() -> int:

@@ -38,7 +38,7 @@ def seq_len(n):
 def seq(from_, to, by=None, length_out=None):
     if length_out is not None:
         return np.linspace(from_, to, int(length_out))
-    by = 1 if by is None else by
+    by = (1 if to >= from_ else -1) if by is None else by
     return np.arange(from_, to + by * 1e-9, by)
 
 
@@ -57,7 +57,7 @@ def nchar(s):
 
 
 def as_numeric(x):
-    return np.ravel(np.asarray(x, dtype=float))
+    return _r_vector(x)
 
 
 def as_integer(x):
@@ -104,14 +104,37 @@ def runif(n, min=0.0, max=1.0):
     return _rng.uniform(min, max, int(n))
 
 
-def matrix(data, nrow=None, ncol=None):
-    """R's column-major matrix(): numpy (nrow, ncol)."""
+def matrix(data, nrow=None, ncol=None, byrow=False):
+    """R's matrix(): numpy (nrow, ncol), filled by column unless byrow."""
     v = np.ravel(np.asarray(data, dtype=float))
     if nrow is None:
         nrow = v.size // ncol
     if ncol is None:
         ncol = v.size // nrow
-    return np.resize(v, nrow * ncol).reshape((nrow, ncol), order="F")
+    return np.resize(v, nrow * ncol).reshape((nrow, ncol), order="C" if byrow else "F").view(RMatrix)
+
+
+class RMatrix(np.ndarray):
+    """An R matrix: its vector form (what ggmlR's flat results compare with) is column-major."""
+
+
+def _r_vector(x):
+    a = np.asarray(x, dtype=float)
+    return np.ravel(a, order="F") if isinstance(x, RMatrix) else np.ravel(a)
+
+
+def outer(x, y):
+    """R's outer(x, y): the (len(x), len(y)) matrix x_i * y_j."""
+    return np.outer(np.ravel(x), np.ravel(y)).view(RMatrix)
+
+
+def ifelse(cond, yes, no):
+    return np.where(cond, yes, no)
+
+
+def as_vector(m):
+    """R's as.vector: a matrix's column-major order."""
+    return _r_vector(m)
 
 
 def all_equal(actual, expected, tolerance):
@@ -145,8 +168,8 @@ def expect_equal(actual, expected, tolerance=None):
             expect_equal(actual[k], expected[k], tolerance)
         return
     a, e = np.asarray(actual, dtype=float), np.asarray(expected, dtype=float)
-    if a.size == e.size:  # R vectors carry no shape: compare in memory order
-        a, e = a.ravel(), e.ravel()
+    if a.size == e.size:  # R vectors carry no shape: compare in memory order (an R matrix's is column-major)
+        a, e = _r_vector(actual), _r_vector(expected)
     assert a.shape == e.shape, f"lengths differ: {a.shape} vs {e.shape}"
     if tolerance is None:
         np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5)
