@@ -746,4 +746,6 @@ def ggml_cpu_features() -> dict:
     return out
 
 
+from .vulkan import *  # noqa: F401,F403,E402  (ggml_vulkan_*: device information through the registry)
+
 __all__ = sorted(n for n in globals() if n.startswith("ggml_")) + ["Device", "Registry", "Event", "GraphPlan", "MultiBuffer"]
