@@ -446,11 +446,13 @@ def ggml_print_mem_status(ctx: Context) -> dict:
     return {"total": total, "used": used, "free": total - used}
 
 
-def ggml_init_auto(*shapes, extra_mb: float = 10, type: int = lib.GGML_TYPE_F32, no_alloc: bool = False) -> Context:
-    """A context sized for tensors of the given shapes (each a sequence of 1 to 4 dims) plus extra_mb."""
+def ggml_init_auto(*shapes, extra_mb: float = 10, type: int = lib.GGML_TYPE_F32, no_alloc: bool = False,
+                   **named_shapes) -> Context:
+    """A context sized for tensors of the given shapes (each a number or a sequence of 1 to 4 dims,
+    positional or named as in ggmlR's ggml_init_auto(vec = 1000, mat = c(100, 100))) plus extra_mb."""
     from .api import ggml_init
     total = 0
-    for s in shapes:
+    for s in list(shapes) + list(named_shapes.values()):
         dims = [int(d) for d in np.ravel(s)]
         check(1 <= len(dims) <= 4, f"ggml_init_auto: a shape has 1 to 4 dims, got {dims}")
         total += ggml_estimate_memory(type, *dims)
@@ -479,21 +481,23 @@ def _op_index(index, what) -> int:
     return i
 
 
-def ggml_get_op_params(t: Tensor) -> np.ndarray:
-    """t's 16 int32 op parameters (ggml keeps floats there by their bits)."""
+def ggml_get_op_params(t: Tensor) -> bytes:
+    """t's raw op parameters: GGML_MAX_OP_PARAMS (64) bytes, as ggmlR's raw vector."""
     t = _tensor(t, "ggml_get_op_params")
-    return np.frombuffer(ffi.buffer(t.ptr.op_params), dtype=np.int32).copy()
+    return bytes(ffi.buffer(t.ptr.op_params))
 
 
 def ggml_set_op_params(t: Tensor, params) -> Tensor:
-    """Overwrite t's first len(params) int32 op parameters."""
+    """Overwrite t's first len(params) op-parameter bytes (bytes, or ints 0..255 as R's as.raw)."""
     t = _tensor(t, "ggml_set_op_params")
-    arr = np.asarray(params)
-    if arr.dtype.kind == "f":
-        check(np.all(arr == np.round(arr)), "ggml_set_op_params: params are int32 values")
-    arr = arr.astype(np.int32).ravel()
-    check(arr.size <= _N_OP_PARAMS, f"ggml_set_op_params: at most {_N_OP_PARAMS} values, got {arr.size}")
-    ffi.memmove(t.ptr.op_params, ffi.from_buffer(arr), arr.nbytes)
+    if isinstance(params, (bytes, bytearray, memoryview)):
+        raw = bytes(params)
+    else:
+        vals = [int(v) for v in np.ravel(params)]
+        check(all(0 <= v <= 255 for v in vals), "ggml_set_op_params: params are raw bytes, 0..255")
+        raw = bytes(vals)
+    check(len(raw) <= 4 * _N_OP_PARAMS, f"ggml_set_op_params: at most {4 * _N_OP_PARAMS} bytes, got {len(raw)}")
+    ffi.memmove(t.ptr.op_params, raw, len(raw))
     return t
 
 
@@ -610,6 +614,42 @@ def ggml_set_omp_threads(n: int) -> int:
     check(n >= 1, "ggml_set_omp_threads: Number of threads must be at least 1")
     os.environ["OMP_NUM_THREADS"] = str(n)
     return ggml_set_n_threads(n)
+
+
+# -- ggml's log and abort handlers ----------------------------------------------------------------------------------
+def ggml_log_set_default() -> None:
+    """Send ggml's log to stderr, ggml's own default (ggmlpy normally routes it into Python's logging,
+    logger "ggmlpy.ggml"; ggml_log_set_python() restores that)."""
+    lib.ggml_log_set(_NULL, _NULL)
+    _LOG["python"] = False
+
+
+def ggml_log_set_python() -> None:
+    """Route ggml's log into Python's logging (logger "ggmlpy.ggml"): ggmlpy's default, ggmlR's
+    ggml_log_set_r() in Python."""
+    from ..backend import device as _device
+    check(_device._LOG_CALLBACK is not None, "ggml_log_set_python: this system gives cffi no callbacks")
+    lib.ggml_log_set(_device._LOG_CALLBACK, _NULL)
+    _LOG["python"] = True
+
+
+def ggml_log_is_python_enabled() -> bool:
+    """Whether ggml's log goes into Python's logging (ggmlR's ggml_log_is_r_enabled())."""
+    return _LOG["python"]
+
+
+def _initial_log_state() -> bool:
+    from ..backend import device as _device
+    return _device._LOG_CALLBACK is not None
+
+
+_LOG = {"python": _initial_log_state()}
+
+
+def ggml_set_abort_callback_default() -> None:
+    """ggml's default abort handler (print and abort). ggmlpy installs no other: it validates every
+    call so that ggml never aborts, rather than trying to survive an abort."""
+    lib.ggml_set_abort_callback(_NULL)
 
 
 def ggml_time_init() -> None:

@@ -43,6 +43,8 @@ def seq(from_, to, by=None, length_out=None):
 
 
 def length(x):
+    if isinstance(x, (bytes, bytearray)):
+        return len(x)
     if isinstance(x, (dict, list, tuple, str)):
         return 1 if isinstance(x, str) else len(x)
     return int(np.size(x))
