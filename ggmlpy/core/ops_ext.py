@@ -129,6 +129,7 @@ def ggml_rope_multi(ctx, a, b, c=None, n_dims=None, sections=(0, 0, 0, 0), mode=
     a, b, cp, n_dims = _rope_check(what, a, b, c, n_dims, mode, mrope)
     if mrope:
         check(any(s > 0 for s in sec[:3]), f"{what}: at least one of the first three sections must be > 0")
+        check(sum(sec) <= _ne(a)[0], f"{what}: the sections add up to {sum(sec)}, more than ne0 = {_ne(a)[0]}")
     if mode == GGML_ROPE_TYPE_VISION:
         check(n_dims == _ne(a)[0] // 2, f"{what}: vision mode needs n_dims == ne0/2 = {_ne(a)[0] // 2}, got {n_dims}")
     sp = ffi.new("int[4]", sec)
@@ -361,8 +362,13 @@ def ggml_conv_1d(ctx, a, b, s0=1, p0=0, d0=1):
     col = _ops.ggml_im2col(ctx, a, b, s0, 1, p0, 0, d0, 1, False, F32)  # [IC*K, OL, N]
     nc = _ne(col)
     y = _ops.ggml_mul_mat(ctx, _ops.ggml_reshape_2d(ctx, col, nc[0], nc[2] * nc[1]),
-                          _ops.ggml_reshape_2d(ctx, a, na[0] * na[1], na[2]))  # [N*OL, OC]
-    return _ops.ggml_reshape_3d(ctx, y, nc[1], na[2], nc[2])
+                          _ops.ggml_reshape_2d(ctx, a, na[0] * na[1], na[2]))  # [OL*N, OC]
+    if nc[2] == 1:
+        return _ops.ggml_reshape_3d(ctx, y, nc[1], na[2], 1)
+    # [OL*N, OC] holds batch n's outputs at OL*n..: ggml's own conv_1d reshapes this straight to
+    # [OL, OC, N], which mixes batches for N > 1 (ggmlR inherits that); put OC before N instead.
+    y = _ops.ggml_reshape_3d(ctx, y, nc[1], nc[2], na[2])
+    return _ops.ggml_cont(ctx, _ops.ggml_permute(ctx, y, 0, 2, 1, 3))
 
 
 def ggml_conv_1d_dw(ctx, a, b, s0=1, p0=0, d0=1):
@@ -486,6 +492,33 @@ def ggml_conv_transpose_2d_p0(ctx, a, b, stride=1):
                  lambda: lib.ggml_conv_transpose_2d_p0(ctx.ptr, a.ptr, b.ptr, stride))
 
 
+# -- attention gradient ----------------------------------------------------------------------------------
+def ggml_flash_attn_back(ctx, q, k, v, d, masked=True):
+    """ggml's fused attention gradient (q [D, N, H, B], k [D, M, H_kv, B], v transposed [M, D, H_kv, B],
+    d [D, N, H, B]). The inputs are checked as ggml would, then a GGMLError says that ggml 0.25.3 has no
+    implementation: its builder aborts the process (ggmlR's own test skips it for that reason)."""
+    what = "ggml_flash_attn_back"
+    ctx = _ctx(ctx)
+    q, k, v, d = _t(q, what, "q"), _t(k, what, "k"), _t(v, what, "v"), _t(d, what, "d")
+    for x, arg in ((q, "q"), (k, "k"), (v, "v"), (d, "d")):
+        _types(x, (F32,), what, arg)
+        _dense0(x, what, arg)
+    nq, nk, nv, nd = _ne(q), _ne(k), _ne(v), _ne(d)
+    D, N, M = nq[0], nq[1], nk[1]
+    check(nk[0] == D and nd[0] == D and nd[1] == N, f"{what}: q, k and d must share ne0 = D = {D}, d ne1 = N = {N}")
+    check(nv[0] == M and nv[1] == D, f"{what}: v must be transposed, [M = {M}, D = {D}, ...], got {_shape_str(v)}")
+    check(M >= N, f"{what}: k needs at least as many positions (M = {M}) as q (N = {N})")
+    check(nv[2] == nk[2] and nv[3] == nk[3] == nq[3] and nd[2] == nq[2] and nd[3] == nq[3],
+          f"{what}: head and batch dims of q {_shape_str(q)}, k {_shape_str(k)}, v {_shape_str(v)}, "
+          f"d {_shape_str(d)} do not fit")
+    check(nk[2] > 0 and nq[2] % nk[2] == 0, f"{what}: k's heads ({nk[2]}) must divide q's ({nq[2]})")
+
+    # ggml 0.25.3's builder aborts unconditionally ("TODO: adapt to ggml_flash_attn_ext() changes"):
+    # after the checks above, say so instead of letting the process die.
+    raise GGMLError(f"{what}: ggml 0.25.3 does not implement it (its builder aborts: 'TODO: adapt to "
+                    "ggml_flash_attn_ext() changes'); differentiate attention with the ag_* autograd instead")
+
+
 # -- in-place variants: one table ---------------------------------------------------------------------------
 # name -> the checked op it shares with; its `_inplace=True` form calls ggml's `*_inplace` twin, whose
 # result is a view of the first input (the graph writes into that input's memory).
@@ -514,3 +547,4 @@ for _name in _INPLACE:
     globals()[f"ggml_{_name}_inplace"] = _make_inplace(_name)
 
 __all__ = sorted(n for n in globals() if n.startswith(("ggml_", "GGML_")))
+OPS = sorted(n for n in __all__ if n.startswith("ggml_"))  # every op constructor here (the fuzz test covers them)

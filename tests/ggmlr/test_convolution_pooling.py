@@ -179,11 +179,23 @@ def test_ggml_pool_1d_average_pooling_works():
 
 
 def test_ggml_pool_1d_with_overlapping_windows():
-    """ggml_pool_1d with overlapping windows"""
-    pytest.skip("Overlapping pooling requires specific tensor layout - tested in 2D pooling")
+    """ggml_pool_1d with overlapping windows
 
-    # Note: 1D pooling with stride < kernel may require
-    # different tensor dimensions for proper operation.
+    ggmlR skips this block ("requires specific tensor layout"); ggmlpy's pool_1d handles stride < kernel
+    on a plain 1-D tensor, so the port tests it against numpy."""
+    ctx = ggml_init(16 * 1024 * 1024)
+    x = c(1, 5, 2, 8, 3, 7)
+    input = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 6)
+    ggml_set_f32(input, x)
+    mx = ggml_pool_1d(ctx, input, GGML_OP_POOL_MAX, k0 = 3, s0 = 1, p0 = 0)
+    av = ggml_pool_1d(ctx, input, GGML_OP_POOL_AVG, k0 = 3, s0 = 1, p0 = 0)
+    graph = ggml_build_forward_expand(ctx, mx)
+    ggml_build_forward_expand(graph, av)
+    ggml_graph_compute(ctx, graph)
+    win = np.lib.stride_tricks.sliding_window_view(x, 3)
+    expect_equal(ggml_get_f32(mx).ravel(), win.max(axis=1), tolerance = 1e-6)
+    expect_equal(ggml_get_f32(av).ravel(), win.mean(axis=1), tolerance = 1e-6)
+    ggml_free(ctx)
 
 # ============================================================================
 # 2D Pooling

@@ -55,6 +55,20 @@ def test_ggml_graph_print_runs_without_error():
 
 
 def test_ggml_graph_reset_runs_without_error():
-    """ggml_graph_reset runs without error"""
-    pytest.skip("ggml_graph_reset requires a backward graph with gradients allocated")
+    """ggml_graph_reset runs without error
+
+    ggmlR skips this block (a graph needs gradients); ggmlpy's graphs built with grads=True have them,
+    and a graph without them gets a clear error instead of ggml's assertion."""
+    ctx = ggml_init(16 * 1024 * 1024)
+    a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
+    ggml_set_f32(a, c(1, -2, 3, -4))
+    r = ggml_relu(ctx, a)
+    graph = ggml_new_graph(ctx, 64, True)
+    ggml_build_forward_expand(graph, r)
+    ggml_graph_reset(graph)
+    ggml_graph_compute(ctx, graph)
+    expect_equal(ggml_get_f32(r).ravel(), c(1, 0, 3, 0))
+    with pytest.raises(GGMLError, match="no gradients"):
+        ggml_graph_reset(ggml_build_forward_expand(ctx, r))
+    ggml_free(ctx)
 
