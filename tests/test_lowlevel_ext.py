@@ -512,3 +512,40 @@ def test_cpu_feature_table():
     import platform
     if platform.machine() == "x86_64":
         assert feats["sse3"] and not feats["neon"]
+
+
+def test_scheduler_family():
+    cpu = g.ggml_backend_cpu_init()
+    s = g.ggml_backend_sched_new([cpu])
+    ctx = g.ggml_init(1 << 20, no_alloc=True)
+    a = g.ggml_new_tensor_2d(ctx, F32, 3, 2)
+    g.ggml_backend_alloc_ctx_tensors(ctx, cpu)
+    x = RNG.normal(size=(2, 3)).astype(np.float32)
+    g.ggml_backend_tensor_set_data(a, x)
+    cctx = g.ggml_init(1 << 20, no_alloc=True)
+    y = g.ggml_sqr(cctx, g.ggml_scale(cctx, a, 2.0))
+    gf = g.ggml_build_forward_expand(cctx, y)
+    assert g.ggml_backend_sched_get_n_backends(s) == 1 and g.ggml_backend_sched_get_backend(s, 0) is cpu
+    assert g.ggml_backend_sched_reserve(s, gf)
+    assert g.ggml_backend_sched_alloc_graph(s, gf)
+    assert g.ggml_backend_sched_get_tensor_backend(s, y) is cpu
+    assert g.ggml_backend_sched_get_n_splits(s) == 1 and g.ggml_backend_sched_get_n_copies(s) == 1
+    assert g.ggml_backend_sched_graph_compute_async(s, gf) == 0
+    g.ggml_backend_sched_synchronize(s)
+    close(g.ggml_get_f32(y), (2 * x) ** 2)
+    g.ggml_backend_sched_reset(s)
+    with pytest.raises(GGMLError, match="not one of"):
+        g.ggml_backend_sched_set_tensor_backend(s, y, g.ggml_backend_cpu_init())
+    with pytest.raises(GGMLError, match="out of range"):
+        g.ggml_backend_sched_get_backend(s, 1)
+    g.ggml_backend_sched_free(s)
+    with pytest.raises(GGMLError, match="live Scheduler"):
+        g.ggml_backend_sched_get_n_splits(s)
+
+
+def test_set_param_flags_leaves_only(ctx):
+    a = g.ggml_new_f32(ctx, 1.0)
+    g.ggml_set_param(a)
+    assert a.ptr.flags & g.core.api.lib.GGML_TENSOR_FLAG_PARAM
+    with pytest.raises(GGMLError, match="leaf"):
+        g.ggml_set_param(g.ggml_sqr(ctx, a))

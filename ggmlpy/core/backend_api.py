@@ -696,6 +696,114 @@ def ggml_gallocr_free(galloc: GraphAllocator) -> None:
         galloc.free()
 
 
+# -- the scheduler (ggmlpy.backend.sched.Scheduler) ----------------------------------------------------------------
+def _sched(s, what):
+    from ..backend.sched import Scheduler
+    if not isinstance(s, Scheduler) or s.ptr is None:
+        raise GGMLError(f"{what}: expected a live Scheduler (ggml_backend_sched_new)")
+    return s
+
+
+def _sched_graph(s, graph, what):
+    s = _sched(s, what)
+    if not isinstance(graph, Graph):
+        raise GGMLError(f"{what}: expected a Graph")
+    s.check(graph)
+    return s
+
+
+def ggml_backend_sched_free(sched) -> None:
+    """Free the scheduler (and the buffers it allocated graphs in)."""
+    from ..backend.sched import Scheduler
+    if isinstance(sched, Scheduler):
+        sched.free()
+
+
+def ggml_backend_sched_get_n_backends(sched) -> int:
+    """How many backends the scheduler distributes over."""
+    return int(lib.ggml_backend_sched_get_n_backends(_sched(sched, "ggml_backend_sched_get_n_backends").ptr))
+
+
+def ggml_backend_sched_get_backend(sched, i: int) -> Backend:
+    """Backend i (0-based, priority order) of the scheduler."""
+    s = _sched(sched, "ggml_backend_sched_get_backend")
+    return s.backends[_index(i, len(s.backends), "ggml_backend_sched_get_backend")]
+
+
+def ggml_backend_sched_get_n_splits(sched) -> int:
+    """Into how many per-backend pieces the last graph was split."""
+    return int(lib.ggml_backend_sched_get_n_splits(_sched(sched, "ggml_backend_sched_get_n_splits").ptr))
+
+
+def ggml_backend_sched_get_n_copies(sched) -> int:
+    """How many copies of the inputs the scheduler keeps (more than 1 with parallel=True)."""
+    return int(lib.ggml_backend_sched_get_n_copies(_sched(sched, "ggml_backend_sched_get_n_copies").ptr))
+
+
+def ggml_backend_sched_get_tensor_backend(sched, t: Tensor):
+    """The backend the scheduler assigned `t` to, or None."""
+    s = _sched(sched, "ggml_backend_sched_get_tensor_backend")
+    if not isinstance(t, Tensor):
+        raise GGMLError("ggml_backend_sched_get_tensor_backend: expected a Tensor")
+    p = lib.ggml_backend_sched_get_tensor_backend(s.ptr, t.ptr)
+    return next((b for b in s.backends if b.ptr == p), None)
+
+
+def ggml_backend_sched_set_tensor_backend(sched, t: Tensor, backend: Backend) -> None:
+    """Pin `t` (a node of the next graph) to one of the scheduler's backends."""
+    s = _sched(sched, "ggml_backend_sched_set_tensor_backend")
+    if not isinstance(t, Tensor):
+        raise GGMLError("ggml_backend_sched_set_tensor_backend: expected a Tensor")
+    b = _backend(backend, "ggml_backend_sched_set_tensor_backend")
+    check(any(x is b for x in s.backends), "ggml_backend_sched_set_tensor_backend: the backend is not one of the "
+          "scheduler's")  # ggml asserts it
+    check(b.supports_op(t.ptr) or t.ptr.op == lib.GGML_OP_NONE,
+          f"ggml_backend_sched_set_tensor_backend: {b.name} has no kernel for this op")
+    lib.ggml_backend_sched_set_tensor_backend(s.ptr, t.ptr, b.ptr)
+
+
+def ggml_backend_sched_reserve(sched, graph: Graph) -> bool:
+    """Size the scheduler's buffers for graphs like `graph` (nothing is computed)."""
+    s = _sched_graph(sched, graph, "ggml_backend_sched_reserve")
+    return bool(lib.ggml_backend_sched_reserve(s.ptr, graph.ptr))
+
+
+def ggml_backend_sched_alloc_graph(sched, graph: Graph) -> bool:
+    """Split the graph across the backends and give its unallocated tensors memory."""
+    s = _sched_graph(sched, graph, "ggml_backend_sched_alloc_graph")
+    lib.ggml_backend_sched_reset(s.ptr)
+    ok = bool(lib.ggml_backend_sched_alloc_graph(s.ptr, graph.ptr))
+    if ok:
+        s.graph = graph
+    return ok
+
+
+def ggml_backend_sched_reset(sched) -> None:
+    """Forget the last graph's placement (its intermediates' memory is reused by the next one)."""
+    s = _sched(sched, "ggml_backend_sched_reset")
+    lib.ggml_backend_sched_reset(s.ptr)
+    s.graph = None
+
+
+def ggml_backend_sched_graph_compute_async(sched, graph: Graph) -> int:
+    """Start computing a graph (allocated first if needed); ggml_backend_sched_synchronize waits."""
+    s = _sched_graph(sched, graph, "ggml_backend_sched_graph_compute_async")
+    if getattr(s, "graph", None) is not graph:
+        lib.ggml_backend_sched_reset(s.ptr)
+        if not lib.ggml_backend_sched_alloc_graph(s.ptr, graph.ptr):
+            raise MemoryError("the scheduler could not allocate the graph")
+        s.graph = graph
+    status = lib.ggml_backend_sched_graph_compute_async(s.ptr, graph.ptr)
+    if status != lib.GGML_STATUS_SUCCESS:
+        raise GGMLError(f"ggml_backend_sched_graph_compute_async failed (status {status})")
+    return int(status)
+
+
+def ggml_backend_sched_synchronize(sched) -> None:
+    """Wait for the scheduler's backends to finish."""
+    lib.ggml_backend_sched_synchronize(_sched(sched, "ggml_backend_sched_synchronize").ptr)
+
+
 # -- CPU feature queries: one table -----------------------------------------------------------------------------------
 _CPU_FEATURES = ["sse3", "ssse3", "avx", "avx_vnni", "avx2", "bmi2", "f16c", "fma", "avx512", "avx512_vbmi",
                  "avx512_vnni", "avx512_bf16", "amx_int8", "neon", "arm_fma", "fp16_va", "dotprod", "matmul_int8",

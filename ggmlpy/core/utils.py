@@ -236,6 +236,14 @@ def ggml_view_tensor(ctx: Context, t: Tensor) -> Tensor:
     return wrap(lib.ggml_view_tensor(ctx.ptr, t.ptr), ctx)
 
 
+def ggml_set_param(t: Tensor) -> Tensor:
+    """Mark t as a trainable parameter (GGML_TENSOR_FLAG_PARAM): ggml's backward pass makes its gradient."""
+    t = _tensor(t, "ggml_set_param")
+    check(t.ptr.op == lib.GGML_OP_NONE, "ggml_set_param: only leaf tensors (not op results) can be parameters")
+    lib.ggml_set_param(t.ptr)
+    return t
+
+
 # -- reading and writing data --------------------------------------------------------------------------------
 def ggml_set_zero(t: Tensor) -> Tensor:
     """Fill t with zeros."""
