@@ -343,7 +343,7 @@ def main(n_examples: int, seed: int) -> None:
                         [x, b, 4 * d(1, 6), 4 * self.dim(0, 12)] if name == "set_2d" else
                         [x, b, 4 * d(1, 6), 4 * d(4, 36), 4 * d(4, 36), 4 * self.dim(0, 12)])
             elif name == "window":
-                C, W, H, w = d(1, 3), d(1, 6), d(1, 6), d(1, 3)
+                C, W, H = d(1, 3), d(1, 6), d(1, 6)
                 name = self.pick(["win_part", "roll", "pad_reflect_1d", "timestep_embedding"], "win-op")
                 x = self.mk([C, W, H])
                 args = ([x, self.dim(-1, 4)] if name == "win_part" else

@@ -9,6 +9,7 @@ Naming and argument order follow ggml's C API (and so ggmlR's R functions):
 """
 from __future__ import annotations
 
+import functools
 import math
 import threading
 
@@ -98,6 +99,7 @@ def _same(ctx, what, a: Tensor, call, out_type=None, view=False):
     return _make(ctx, what, _ne(a), a.type if out_type is None else out_type, call, view=view)
 
 
+@functools.lru_cache(maxsize=None)
 def _c(cname: str, inplace: bool):
     """ggml's C function, or its `_inplace` twin (whose result is a view of the first input)."""
     return getattr(lib, cname + "_inplace" if inplace else cname)
@@ -105,7 +107,6 @@ def _c(cname: str, inplace: bool):
 
 # -- element-wise binary ------------------------------------------------------------------
 def _binary(cname: str):
-    fn = getattr(lib, cname)
     what = cname
 
     def op(ctx, a, b, *, _inplace=False):
@@ -133,7 +134,6 @@ ggml_div = _binary("ggml_div")
 
 # -- element-wise unary -------------------------------------------------------------------
 def _unary(cname: str, types=CPU_FLOAT):
-    fn = getattr(lib, cname)
 
     def op(ctx, a, *, _inplace=False):
         ctx = _ctx(ctx)
@@ -283,7 +283,6 @@ def ggml_soft_max_ext_back(ctx, a, b, scale=1.0, max_bias=0.0, *, _inplace=False
 
 # -- norms ------------------------------------------------------------------------------------------
 def _norm(cname: str):
-    fn = getattr(lib, cname)
 
     def op(ctx, a, eps=1e-5, *, _inplace=False):
         ctx = _ctx(ctx)

@@ -6,16 +6,14 @@ that touch data check indices and types first, since ggml's accessors assert.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
-import time
 
 import numpy as np
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 from . import graph as _graph
-from .context import Context, Tensor, get_data, set_data, type_name, wrap
+from .context import Context, Tensor, get_data, set_data, wrap
 from .graph import Graph
 
 _NULL = ffi.NULL
@@ -557,7 +555,7 @@ def ggml_graph_get_tensor(graph: Graph, name: str):
 
 
 def _graph_lines(graph: Graph) -> list:
-    lines = [f"=== GRAPH ===", f"n_nodes = {graph.n_nodes()}"]
+    lines = ["=== GRAPH ===", f"n_nodes = {graph.n_nodes()}"]
     for k, p in enumerate(graph.nodes):
         ne = [int(p.ne[d]) for d in range(4)]
         lines.append(f" - {k:3d}: [{ne[0]:5d}, {ne[1]:5d}, {ne[2]:5d}] {ffi.string(lib.ggml_op_desc(p)).decode():>16} "

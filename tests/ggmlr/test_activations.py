@@ -1,13 +1,13 @@
 """Port of ggmlR's tests/testthat/test-activations.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
-# Tests for activation functions
 
+# Tests for activation functions
 
 
 def test_relu_produces_correct_output():
@@ -25,7 +25,6 @@ def test_relu_produces_correct_output():
     expect_equal(result, c(0, 0, 0, 1, 2), tolerance = 1e-5)
 
     ggml_free(ctx)
-
 
 
 def test_sigmoid_produces_values_in_0_1():
@@ -49,7 +48,6 @@ def test_sigmoid_produces_values_in_0_1():
     expect_equal(result[2], 0.5, tolerance = 1e-5)
 
     ggml_free(ctx)
-
 
 
 def test_tanh_produces_values_in_1_1():
@@ -78,7 +76,6 @@ def test_tanh_produces_values_in_1_1():
     ggml_free(ctx)
 
 
-
 def test_gelu_produces_expected_pattern():
     """gelu produces expected pattern"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -99,7 +96,6 @@ def test_gelu_produces_expected_pattern():
     assert result[3] < result[4]
 
     ggml_free(ctx)
-
 
 
 def test_gelu_quick_produces_similar_results_to_gelu():
@@ -129,7 +125,6 @@ def test_gelu_quick_produces_similar_results_to_gelu():
     ggml_free(ctx)
 
 
-
 def test_silu_produces_expected_pattern():
     """silu produces expected pattern"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -150,7 +145,6 @@ def test_silu_produces_expected_pattern():
     assert result[4] > 1.5
 
     ggml_free(ctx)
-
 
 
 def test_softmax_produces_valid_probability_distribution():
@@ -178,11 +172,9 @@ def test_softmax_produces_valid_probability_distribution():
     ggml_free(ctx)
 
 
-
 def test_ggml_elu_produces_correct_output():
     """ggml_elu produces correct output"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(-2, -1, 0, 1))
@@ -199,11 +191,9 @@ def test_ggml_elu_produces_correct_output():
     assert output[1] < 0
 
 
-
 def test_ggml_leaky_relu_produces_correct_output():
     """ggml_leaky_relu produces correct output"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(-2, -1, 0, 1))
@@ -218,11 +208,9 @@ def test_ggml_leaky_relu_produces_correct_output():
     expect_equal(output[3], 1, tolerance = 1e-5)
 
 
-
 def test_ggml_hardswish_produces_correct_output():
     """ggml_hardswish produces correct output"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(-4, -3, 0, 3, 4))
@@ -240,11 +228,9 @@ def test_ggml_hardswish_produces_correct_output():
     expect_equal(output[4], 4, tolerance = 1e-5)  # x >= 3
 
 
-
 def test_ggml_hardsigmoid_produces_correct_output():
     """ggml_hardsigmoid produces correct output"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(-4, -3, 0, 3, 4))
@@ -260,11 +246,9 @@ def test_ggml_hardsigmoid_produces_correct_output():
     expect_equal(output[4], 1, tolerance = 1e-5)  # x >= 3
 
 
-
 def test_ggml_softplus_produces_correct_output():
     """ggml_softplus produces correct output"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 3)
     ggml_set_f32(a, c(-1, 0, 1))
@@ -279,11 +263,9 @@ def test_ggml_softplus_produces_correct_output():
     assert all(output > 0)
 
 
-
 def test_ggml_gelu_erf_produces_correct_output():
     """ggml_gelu_erf produces correct output"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 3)
     ggml_set_f32(a, c(-1, 0, 1))

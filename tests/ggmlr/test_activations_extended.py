@@ -1,11 +1,12 @@
 """Port of ggmlR's tests/testthat/test-activations-extended.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
+
 # Extended tests for Activation Functions
 
 # ============================================================================
@@ -13,11 +14,9 @@ from .rlike import *  # noqa: F401,F403
 # ============================================================================
 
 
-
 def test_ggml_sigmoid_computes_sigmoid_correctly():
     """ggml_sigmoid computes sigmoid correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(-2, -1, 0, 1, 2))
@@ -33,11 +32,9 @@ def test_ggml_sigmoid_computes_sigmoid_correctly():
     expect_equal(output, expected, tolerance = 1e-4)
 
 
-
 def test_ggml_sigmoid_0_0_5():
     """ggml_sigmoid(0) = 0.5"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1)
     ggml_set_f32(a, 0)
@@ -50,11 +47,9 @@ def test_ggml_sigmoid_0_0_5():
     expect_equal(output, 0.5, tolerance = 1e-5)
 
 
-
 def test_ggml_sigmoid_output_is_in_0_1():
     """ggml_sigmoid output is in (0, 1)"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 100)
     ggml_set_f32(a, seq(-10, 10, length_out = 100))
@@ -72,11 +67,9 @@ def test_ggml_sigmoid_output_is_in_0_1():
 # ============================================================================
 
 
-
 def test_ggml_tanh_computes_tanh_correctly():
     """ggml_tanh computes tanh correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(-2, -1, 0, 1, 2))
@@ -90,11 +83,9 @@ def test_ggml_tanh_computes_tanh_correctly():
     expect_equal(output, expected, tolerance = 1e-4)
 
 
-
 def test_ggml_tanh_0_0():
     """ggml_tanh(0) = 0"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1)
     ggml_set_f32(a, 0)
@@ -107,11 +98,9 @@ def test_ggml_tanh_0_0():
     expect_equal(output, 0, tolerance = 1e-5)
 
 
-
 def test_ggml_tanh_output_is_in_1_1():
     """ggml_tanh output is in [-1, 1]"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 100)
     ggml_set_f32(a, seq(-10, 10, length_out = 100))
@@ -130,11 +119,9 @@ def test_ggml_tanh_output_is_in_1_1():
 # ============================================================================
 
 
-
 def test_ggml_elu_computes_elu_correctly():
     """ggml_elu computes ELU correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(-2, -1, 0, 1, 2))
@@ -151,11 +138,9 @@ def test_ggml_elu_computes_elu_correctly():
     expect_equal(output, expected, tolerance = 1e-4)
 
 
-
 def test_ggml_elu_0_0():
     """ggml_elu(0) = 0"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1)
     ggml_set_f32(a, 0)
@@ -172,11 +157,9 @@ def test_ggml_elu_0_0():
 # ============================================================================
 
 
-
 def test_ggml_leaky_relu_computes_correctly():
     """ggml_leaky_relu computes correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(-2, -1, 0, 1, 2))
@@ -192,11 +175,9 @@ def test_ggml_leaky_relu_computes_correctly():
     expect_equal(output, expected, tolerance = 1e-4)
 
 
-
 def test_ggml_leaky_relu_with_different_slopes():
     """ggml_leaky_relu with different slopes"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 3)
     ggml_set_f32(a, c(-2, 0, 2))
@@ -213,11 +194,9 @@ def test_ggml_leaky_relu_with_different_slopes():
 # ============================================================================
 
 
-
 def test_ggml_hardswish_computes_correctly():
     """ggml_hardswish computes correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 7)
     ggml_set_f32(a, c(-4, -3, -1, 0, 1, 3, 4))
@@ -234,11 +213,9 @@ def test_ggml_hardswish_computes_correctly():
     expect_equal(output, expected, tolerance = 1e-4)
 
 
-
 def test_ggml_hardswish_0_0():
     """ggml_hardswish(0) = 0"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1)
     ggml_set_f32(a, 0)
@@ -255,11 +232,9 @@ def test_ggml_hardswish_0_0():
 # ============================================================================
 
 
-
 def test_ggml_hardsigmoid_computes_correctly():
     """ggml_hardsigmoid computes correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 7)
     ggml_set_f32(a, c(-4, -3, -1, 0, 1, 3, 4))
@@ -276,11 +251,9 @@ def test_ggml_hardsigmoid_computes_correctly():
     expect_equal(output, expected, tolerance = 1e-4)
 
 
-
 def test_ggml_hardsigmoid_output_is_in_0_1():
     """ggml_hardsigmoid output is in [0, 1]"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 100)
     ggml_set_f32(a, seq(-10, 10, length_out = 100))
@@ -298,11 +271,9 @@ def test_ggml_hardsigmoid_output_is_in_0_1():
 # ============================================================================
 
 
-
 def test_ggml_softplus_computes_correctly():
     """ggml_softplus computes correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(-2, -1, 0, 1, 2))
@@ -318,11 +289,9 @@ def test_ggml_softplus_computes_correctly():
     expect_equal(output, expected, tolerance = 1e-4)
 
 
-
 def test_ggml_softplus_is_always_positive():
     """ggml_softplus is always positive"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 100)
     ggml_set_f32(a, seq(-10, 10, length_out = 100))
@@ -335,11 +304,9 @@ def test_ggml_softplus_is_always_positive():
     assert all(output > 0)
 
 
-
 def test_ggml_softplus_0_log_2():
     """ggml_softplus(0) = log(2)"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1)
     ggml_set_f32(a, 0)
@@ -356,11 +323,9 @@ def test_ggml_softplus_0_log_2():
 # ============================================================================
 
 
-
 def test_ggml_gelu_quick_computes_fast_gelu():
     """ggml_gelu_quick computes fast GELU"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(-2, -1, 0, 1, 2))
@@ -382,11 +347,9 @@ def test_ggml_gelu_quick_computes_fast_gelu():
 # ============================================================================
 
 
-
 def test_gelu_and_gelu_quick_produce_similar_results():
     """gelu and gelu_quick produce similar results"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a1 = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     a2 = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)

@@ -1,13 +1,13 @@
 """Port of ggmlR's tests/testthat/test-backend.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
-# Tests for extended backend functions
 
+# Tests for extended backend functions
 
 
 def test_device_type_constants_work():
@@ -21,13 +21,11 @@ def test_device_type_constants_work():
     expect_equal(ggml_backend_device_type_cpu(), 0)
 
 
-
 def test_buffer_usage_constants_work():
     """buffer usage constants work"""
     expect_type(ggml_backend_buffer_usage_any(), "integer")
     expect_type(ggml_backend_buffer_usage_weights(), "integer")
     expect_type(ggml_backend_buffer_usage_compute(), "integer")
-
 
 
 def test_device_enumeration_works():
@@ -47,7 +45,6 @@ def test_device_enumeration_works():
     # Get by type (CPU)
     dev_cpu2 = ggml_backend_dev_by_type(ggml_backend_device_type_cpu())
     assert not ((dev_cpu2 is None))
-
 
 
 def test_device_properties_work():
@@ -83,7 +80,6 @@ def test_device_properties_work():
     assert "description"  in  names(props)
 
 
-
 def test_backend_registry_works():
     """backend registry works"""
     count = ggml_backend_reg_count()
@@ -114,7 +110,6 @@ def test_backend_registry_works():
     assert not ((reg_cpu is None))
 
 
-
 def test_backend_initialization_works():
     """backend initialization works"""
     # Init by name
@@ -137,7 +132,6 @@ def test_backend_initialization_works():
     ggml_backend_free(backend_cpu)
 
 
-
 def test_init_by_type_works():
     """init by type works"""
     backend = ggml_backend_init_by_type(ggml_backend_device_type_cpu())
@@ -145,13 +139,11 @@ def test_init_by_type_works():
     ggml_backend_free(backend)
 
 
-
 def test_init_best_works():
     """init best works"""
     backend = ggml_backend_init_best()
     assert not ((backend is None))
     ggml_backend_free(backend)
-
 
 
 def test_device_init_works():
@@ -163,7 +155,6 @@ def test_device_init_works():
     backend = ggml_backend_dev_init(dev)
     assert not ((backend is None))
     ggml_backend_free(backend)
-
 
 
 def test_buffer_management_works():
@@ -215,7 +206,6 @@ def test_buffer_management_works():
     ggml_backend_free(backend)
 
 
-
 def test_tensor_data_operations_work():
     """tensor data operations work"""
     backend = ggml_backend_cpu_init()
@@ -244,7 +234,6 @@ def test_tensor_data_operations_work():
     ggml_backend_free(backend)
 
 
-
 def test_device_supports_operation_check_works():
     """device supports operation check works"""
     dev = ggml_backend_dev_get(0)
@@ -263,12 +252,10 @@ def test_device_supports_operation_check_works():
     ggml_free(ctx)
 
 
-
 def test_load_all_backends_works():
     """load all backends works"""
     # Should not error
     ggml_backend_load_all()
-
 
 
 def test_event_functions_exist():
@@ -281,13 +268,11 @@ def test_event_functions_exist():
     assert callable(ggml_backend_event_wait)
 
 
-
 def test_graph_plan_functions_exist():
     """graph plan functions exist"""
     assert callable(ggml_backend_graph_plan_create)
     assert callable(ggml_backend_graph_plan_free)
     assert callable(ggml_backend_graph_plan_compute)
-
 
 
 def test_async_functions_exist():

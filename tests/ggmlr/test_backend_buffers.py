@@ -1,17 +1,17 @@
 """Port of ggmlR's tests/testthat/test-backend-buffers.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
+
 # Tests for Backend Buffer Operations
 
 # ============================================================================
 # Backend Buffer Management
 # ============================================================================
-
 
 
 def test_ggml_backend_alloc_ctx_tensors_allocates_buffer():
@@ -32,7 +32,6 @@ def test_ggml_backend_alloc_ctx_tensors_allocates_buffer():
     ggml_free(ctx)
 
 
-
 def test_ggml_backend_buffer_name_returns_buffer_name():
     """ggml_backend_buffer_name returns buffer name"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -50,7 +49,6 @@ def test_ggml_backend_buffer_name_returns_buffer_name():
     ggml_backend_buffer_free(buffer)
     ggml_backend_free(backend)
     ggml_free(ctx)
-
 
 
 def test_ggml_backend_buffer_get_size_returns_positive_size():
@@ -73,7 +71,6 @@ def test_ggml_backend_buffer_get_size_returns_positive_size():
     ggml_free(ctx)
 
 
-
 def test_ggml_backend_buffer_free_works_without_error():
     """ggml_backend_buffer_free works without error"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -92,7 +89,6 @@ def test_ggml_backend_buffer_free_works_without_error():
 # ============================================================================
 # Backend Tensor Data Operations
 # ============================================================================
-
 
 
 def test_ggml_backend_tensor_set_data_and_get_data_roundtrip():
@@ -116,7 +112,6 @@ def test_ggml_backend_tensor_set_data_and_get_data_roundtrip():
     ggml_free(ctx)
 
 
-
 def test_ggml_backend_tensor_set_data_handles_large_tensors():
     """ggml_backend_tensor_set_data handles large tensors"""
     ctx = ggml_init(64 * 1024 * 1024)
@@ -137,7 +132,6 @@ def test_ggml_backend_tensor_set_data_handles_large_tensors():
     ggml_backend_buffer_free(buffer)
     ggml_backend_free(backend)
     ggml_free(ctx)
-
 
 
 def test_ggml_backend_tensor_set_data_handles_2d_tensors():
@@ -165,7 +159,6 @@ def test_ggml_backend_tensor_set_data_handles_2d_tensors():
 # ============================================================================
 
 
-
 def test_ggml_gallocr_new_creates_allocator():
     """ggml_gallocr_new creates allocator"""
     galloc = ggml_gallocr_new()
@@ -175,11 +168,9 @@ def test_ggml_gallocr_new_creates_allocator():
     ggml_gallocr_free(galloc)
 
 
-
 def test_ggml_gallocr_reserve_and_alloc_graph_work():
     """ggml_gallocr_reserve and alloc_graph work"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 100)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 100)
@@ -200,11 +191,9 @@ def test_ggml_gallocr_reserve_and_alloc_graph_work():
     ggml_gallocr_free(galloc)
 
 
-
 def test_ggml_gallocr_get_buffer_size_returns_size():
     """ggml_gallocr_get_buffer_size returns size"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1000)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1000)
@@ -222,7 +211,6 @@ def test_ggml_gallocr_get_buffer_size_returns_size():
     ggml_gallocr_free(galloc)
 
 
-
 def test_ggml_gallocr_free_is_safe_to_call():
     """ggml_gallocr_free is safe to call"""
     galloc = ggml_gallocr_new()
@@ -231,7 +219,6 @@ def test_ggml_gallocr_free_is_safe_to_call():
 # ============================================================================
 # Multiple Buffers
 # ============================================================================
-
 
 
 def test_multiple_buffers_can_be_allocated():

@@ -1,20 +1,19 @@
 """Port of ggmlR's tests/testthat/test-backend-extended.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
-# Tests for extended backend and graph introspection functions
 
+# Tests for extended backend and graph introspection functions
 
 
 def test_async_graph_compute_works():
     """async graph compute works"""
 
     ctx = ggml_init(16 * 1024 * 1024, no_alloc = True)
-    # on.exit(ggml_free(ctx))
 
     # Create simple computation
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
@@ -28,11 +27,9 @@ def test_async_graph_compute_works():
     backend = ggml_backend_cpu_init()
     if (backend is None):
         pytest.skip("CPU backend not available")
-    # on.exit(ggml_backend_free(backend), add = TRUE)
 
     # Allocate tensors (requires no_alloc = TRUE context)
     buffer = ggml_backend_alloc_ctx_tensors(ctx, backend)
-    # on.exit(ggml_backend_buffer_free(buffer), add = TRUE)
 
     # Set data
     ggml_backend_tensor_set_data(a, c(1, 2, 3, 4))
@@ -50,26 +47,22 @@ def test_async_graph_compute_works():
     expect_equal(result, c(6, 8, 10, 12), tolerance = 1e-5)
 
 
-
 def test_multi_buffer_functions_work():
     """multi-buffer functions work"""
 
     backend = ggml_backend_cpu_init()
     if (backend is None):
         pytest.skip("CPU backend not available")
-    # on.exit(ggml_backend_free(backend), add = TRUE)
 
     # This test checks if the functions exist and work at basic level
     # Creating actual multi-buffers requires lower-level buffer allocation
 
     # Test is_multi_buffer on regular buffer
     ctx = ggml_init(1024 * 1024, no_alloc = True)
-    # on.exit(ggml_free(ctx), add = TRUE)
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     # Allocate tensors (requires no_alloc = TRUE context)
     buffer = ggml_backend_alloc_ctx_tensors(ctx, backend)
-    # on.exit(ggml_backend_buffer_free(buffer), add = TRUE)
 
     # Regular buffer should not be multi-buffer
     is_multi = ggml_backend_buffer_is_multi_buffer(buffer)
@@ -77,11 +70,9 @@ def test_multi_buffer_functions_work():
     assert not (is_multi)
 
 
-
 def test_graph_view_works():
     """graph_view works"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Create a chain of operations
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
@@ -102,7 +93,6 @@ def test_graph_view_works():
       assert not ((view is None))
 
 
-
 def test_op_can_inplace_works():
     """op_can_inplace works"""
     # Test some known operations
@@ -116,11 +106,9 @@ def test_op_can_inplace_works():
     expect_type(result, "logical")
 
 
-
 def test_are_same_layout_works():
     """are_same_layout works"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Same shape and type -> same layout
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 4)
@@ -141,7 +129,6 @@ def test_are_same_layout_works():
     assert ggml_are_same_layout(e, f)
 
 
-
 def test_backend_register_and_device_register_exist():
     """backend_register and device_register exist"""
     # These are advanced functions that require registry/device pointers
@@ -152,7 +139,6 @@ def test_backend_register_and_device_register_exist():
     assert callable(ggml_backend_device_register)
 
 
-
 def test_ggml_backend_load_returns_null_for_a_missing_shared_object():
     """ggml_backend_load returns NULL for a missing shared object"""
     # Loading a non-existent backend plugin must not crash; it warns and
@@ -161,19 +147,15 @@ def test_ggml_backend_load_returns_null_for_a_missing_shared_object():
     assert res is None
 
 
-
 def test_ggml_backend_multi_buffer_alloc_buffer_wraps_real_buffers():
     """ggml_backend_multi_buffer_alloc_buffer wraps real buffers"""
 
     backend = ggml_backend_cpu_init()
     if (backend is None):
         pytest.skip("CPU backend not available")
-    # on.exit(ggml_backend_free(backend), add = TRUE)
 
     ctx1 = ggml_init(1024 * 1024, no_alloc = True)
-    # on.exit(ggml_free(ctx1), add = TRUE)
     ctx2 = ggml_init(1024 * 1024, no_alloc = True)
-    # on.exit(ggml_free(ctx2), add = TRUE)
 
     ggml_new_tensor_1d(ctx1, GGML_TYPE_F32, 10)
     ggml_new_tensor_1d(ctx2, GGML_TYPE_F32, 20)
@@ -182,12 +164,10 @@ def test_ggml_backend_multi_buffer_alloc_buffer_wraps_real_buffers():
     buf2 = ggml_backend_alloc_ctx_tensors(ctx2, backend)
 
     multi = ggml_backend_multi_buffer_alloc_buffer(rlist(buf1, buf2))
-    # on.exit(ggml_backend_buffer_free(multi), add = TRUE)
 
     assert not ((multi is None))
     # The wrapper around several backend buffers must report as a multi-buffer.
     assert ggml_backend_buffer_is_multi_buffer(multi)
-
 
 
 def test_ggml_backend_multi_buffer_set_usage_runs_on_a_multi_buffer():
@@ -196,15 +176,12 @@ def test_ggml_backend_multi_buffer_set_usage_runs_on_a_multi_buffer():
     backend = ggml_backend_cpu_init()
     if (backend is None):
         pytest.skip("CPU backend not available")
-    # on.exit(ggml_backend_free(backend), add = TRUE)
 
     ctx = ggml_init(1024 * 1024, no_alloc = True)
-    # on.exit(ggml_free(ctx), add = TRUE)
     ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 16)
     buf = ggml_backend_alloc_ctx_tensors(ctx, backend)
 
     multi = ggml_backend_multi_buffer_alloc_buffer(rlist(buf))
-    # on.exit(ggml_backend_buffer_free(multi), add = TRUE)
 
     # Setting usage on every wrapped buffer must succeed silently.
     ggml_backend_multi_buffer_set_usage(multi, ggml_backend_buffer_usage_weights())

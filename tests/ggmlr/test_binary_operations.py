@@ -1,11 +1,12 @@
 """Port of ggmlR's tests/testthat/test-binary-operations.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
+
 # Tests for Binary Operations (add, sub, mul, div)
 
 # ============================================================================
@@ -13,11 +14,9 @@ from .rlike import *  # noqa: F401,F403
 # ============================================================================
 
 
-
 def test_ggml_sub_subtracts_element_wise():
     """ggml_sub subtracts element-wise"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
@@ -32,11 +31,9 @@ def test_ggml_sub_subtracts_element_wise():
     expect_equal(output, c(9, 18, 27, 36, 45), tolerance = 1e-5)
 
 
-
 def test_ggml_sub_with_negative_result():
     """ggml_sub with negative result"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
@@ -51,11 +48,9 @@ def test_ggml_sub_with_negative_result():
     expect_equal(output, c(-4, -3, -2, -1), tolerance = 1e-5)
 
 
-
 def test_ggml_sub_a_a_0():
     """ggml_sub a - a = 0"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(1, 2, 3, 4, 5))
@@ -68,11 +63,9 @@ def test_ggml_sub_a_a_0():
     expect_equal(output, rep(0, 5), tolerance = 1e-5)
 
 
-
 def test_ggml_sub_on_2d_tensors():
     """ggml_sub on 2D tensors"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 2)
     b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 2)
@@ -91,11 +84,9 @@ def test_ggml_sub_on_2d_tensors():
 # ============================================================================
 
 
-
 def test_ggml_div_divides_element_wise():
     """ggml_div divides element-wise"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
@@ -110,11 +101,9 @@ def test_ggml_div_divides_element_wise():
     expect_equal(output, c(5, 5, 6, 5, 5), tolerance = 1e-5)
 
 
-
 def test_ggml_div_a_a_1():
     """ggml_div a / a = 1"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(1, 2, 3, 4, 5))
@@ -127,11 +116,9 @@ def test_ggml_div_a_a_1():
     expect_equal(output, rep(1, 5), tolerance = 1e-5)
 
 
-
 def test_ggml_div_with_fractional_results():
     """ggml_div with fractional results"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
@@ -146,11 +133,9 @@ def test_ggml_div_with_fractional_results():
     expect_equal(output, c(0.5, 1/3, 0.25, 0.2), tolerance = 1e-5)
 
 
-
 def test_ggml_div_on_2d_tensors():
     """ggml_div on 2D tensors"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 2, 3)
     b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 2, 3)
@@ -169,11 +154,9 @@ def test_ggml_div_on_2d_tensors():
 # ============================================================================
 
 
-
 def test_a_b_b_a():
     """(a + b) - b = a"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
@@ -189,11 +172,9 @@ def test_a_b_b_a():
     expect_equal(output, c(1, 2, 3, 4, 5), tolerance = 1e-5)
 
 
-
 def test_a_b_b_a_2():
     """(a * b) / b = a"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
@@ -209,11 +190,9 @@ def test_a_b_b_a_2():
     expect_equal(output, c(1, 2, 3, 4, 5), tolerance = 1e-4)
 
 
-
 def test_a_b_b_a_3():
     """a / b * b = a"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
@@ -233,11 +212,9 @@ def test_a_b_b_a_3():
 # ============================================================================
 
 
-
 def test_ggml_add1_adds_scalar_to_tensor():
     """ggml_add1 adds scalar to tensor"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     scalar = ggml_new_f32(ctx, 10)
@@ -251,11 +228,9 @@ def test_ggml_add1_adds_scalar_to_tensor():
     expect_equal(output, c(11, 12, 13, 14, 15), tolerance = 1e-5)
 
 
-
 def test_ggml_scale_multiplies_by_scalar():
     """ggml_scale multiplies by scalar"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(1, 2, 3, 4, 5))

@@ -1,9 +1,9 @@
 """Port of ggmlR's tests/testthat/test-context.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
@@ -15,12 +15,10 @@ def test_context_initialization_works():
     ggml_free(ctx)
 
 
-
 def test_context_can_be_freed():
     """context can be freed"""
     ctx = ggml_init(1024 * 1024)
     ggml_free(ctx)
-
 
 
 def test_context_can_be_reset():
@@ -38,7 +36,6 @@ def test_context_can_be_reset():
     ggml_free(ctx)
 
 
-
 def test_multiple_contexts_can_coexist():
     """multiple contexts can coexist"""
     ctx1 = ggml_init(1024 * 1024)
@@ -52,7 +49,6 @@ def test_multiple_contexts_can_coexist():
 
     ggml_free(ctx1)
     ggml_free(ctx2)
-
 
 
 def test_ggml_set_n_threads_and_ggml_get_n_threads_work():

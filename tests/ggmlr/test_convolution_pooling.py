@@ -1,11 +1,12 @@
 """Port of ggmlR's tests/testthat/test-convolution-pooling.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
+
 # Tests for Convolution and Pooling Operations
 
 # ============================================================================
@@ -13,11 +14,9 @@ from .rlike import *  # noqa: F401,F403
 # ============================================================================
 
 
-
 def test_ggml_conv_1d_creates_convolution_operation():
     """ggml_conv_1d creates convolution operation"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Kernel: [kernel_size, in_channels, out_channels] = [3, 1, 1]
     kernel = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 1)
@@ -33,11 +32,9 @@ def test_ggml_conv_1d_creates_convolution_operation():
     assert not ((result is None))
 
 
-
 def test_ggml_conv_1d_with_stride():
     """ggml_conv_1d with stride"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     kernel = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 1)
     input = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 10, 1)
@@ -51,11 +48,9 @@ def test_ggml_conv_1d_with_stride():
     expect_type(result, "externalptr")
 
 
-
 def test_ggml_conv_1d_with_padding():
     """ggml_conv_1d with padding"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     kernel = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 1)
     input = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 10, 1)
@@ -73,11 +68,9 @@ def test_ggml_conv_1d_with_padding():
 # ============================================================================
 
 
-
 def test_ggml_conv_2d_creates_2d_convolution_operation():
     """ggml_conv_2d creates 2D convolution operation"""
     ctx = ggml_init(32 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Kernel: [KW, KH, IC, OC] = [3, 3, 1, 1]
     kernel = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 3, 3, 1, 1)
@@ -93,11 +86,9 @@ def test_ggml_conv_2d_creates_2d_convolution_operation():
     assert not ((result is None))
 
 
-
 def test_ggml_conv_2d_with_stride_and_padding():
     """ggml_conv_2d with stride and padding"""
     ctx = ggml_init(32 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     kernel = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 3, 3, 1, 1)
     input = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 8, 8, 1, 1)
@@ -115,11 +106,9 @@ def test_ggml_conv_2d_with_stride_and_padding():
 # ============================================================================
 
 
-
 def test_ggml_conv_transpose_1d_creates_deconvolution_operation():
     """ggml_conv_transpose_1d creates deconvolution operation"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     kernel = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 1)
     input = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 5, 1)
@@ -137,11 +126,9 @@ def test_ggml_conv_transpose_1d_creates_deconvolution_operation():
 # ============================================================================
 
 
-
 def test_ggml_pool_1d_max_pooling_works():
     """ggml_pool_1d max pooling works"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     input = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 8)
     ggml_set_f32(input, c(1, 3, 2, 4, 5, 2, 8, 1))
@@ -157,11 +144,9 @@ def test_ggml_pool_1d_max_pooling_works():
     expect_equal(output, c(3, 4, 5, 8), tolerance = 1e-5)
 
 
-
 def test_ggml_pool_1d_average_pooling_works():
     """ggml_pool_1d average pooling works"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     input = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 8)
     ggml_set_f32(input, c(2, 4, 6, 8, 10, 12, 14, 16))
@@ -175,7 +160,6 @@ def test_ggml_pool_1d_average_pooling_works():
     output = ggml_get_f32(result).ravel()
     # Expected: avg of [2,4]=3, [6,8]=7, [10,12]=11, [14,16]=15
     expect_equal(output, c(3, 7, 11, 15), tolerance = 1e-5)
-
 
 
 def test_ggml_pool_1d_with_overlapping_windows():
@@ -202,11 +186,9 @@ def test_ggml_pool_1d_with_overlapping_windows():
 # ============================================================================
 
 
-
 def test_ggml_pool_2d_max_pooling_works():
     """ggml_pool_2d max pooling works"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # 4x4 input
     input = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 4)
@@ -228,11 +210,9 @@ def test_ggml_pool_2d_max_pooling_works():
     assert length(output) == 4
 
 
-
 def test_ggml_pool_2d_average_pooling_works():
     """ggml_pool_2d average pooling works"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     input = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 4)
     ggml_set_f32(input, rep(4, 16))  # All 4s
@@ -252,11 +232,9 @@ def test_ggml_pool_2d_average_pooling_works():
 # ============================================================================
 
 
-
 def test_ggml_im2col_creates_im2col_operation():
     """ggml_im2col creates im2col operation"""
     ctx = ggml_init(32 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Kernel defines the patch size
     kernel = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 3, 3, 1, 1)
@@ -274,7 +252,6 @@ def test_ggml_im2col_creates_im2col_operation():
 # ============================================================================
 # Pooling Constants
 # ============================================================================
-
 
 
 def test_pooling_constants_are_defined_correctly():

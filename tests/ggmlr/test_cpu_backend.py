@@ -1,17 +1,17 @@
 """Port of ggmlR's tests/testthat/test-cpu-backend.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
+
 # Tests for CPU Backend
 
 # ============================================================================
 # Basic CPU Backend Tests
 # ============================================================================
-
 
 
 def test_ggml_backend_cpu_init_creates_cpu_backend():
@@ -24,28 +24,23 @@ def test_ggml_backend_cpu_init_creates_cpu_backend():
     ggml_backend_free(backend)
 
 
-
 def test_ggml_backend_name_returns_cpu_for_cpu_backend():
     """ggml_backend_name returns 'CPU' for CPU backend"""
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend))
 
     name = ggml_backend_name(backend)
     expect_type(name, "character")
     expect_equal(name, "CPU")
 
 
-
 def test_ggml_backend_cpu_set_n_threads_works():
     """ggml_backend_cpu_set_n_threads works"""
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend))
 
     # Should not error with valid thread counts
     ggml_backend_cpu_set_n_threads(backend, 1)
     ggml_backend_cpu_set_n_threads(backend, 4)
     ggml_backend_cpu_set_n_threads(backend, 8)
-
 
 
 def test_ggml_backend_free_works_without_error():
@@ -56,7 +51,6 @@ def test_ggml_backend_free_works_without_error():
 # ============================================================================
 # CPU Backend Graph Computation Tests
 # ============================================================================
-
 
 
 def test_cpu_backend_computes_simple_addition():
@@ -92,7 +86,6 @@ def test_cpu_backend_computes_simple_addition():
     ggml_free(ctx)
 
 
-
 def test_cpu_backend_computes_subtraction():
     """CPU backend computes subtraction"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -121,7 +114,6 @@ def test_cpu_backend_computes_subtraction():
     ggml_free(ctx)
 
 
-
 def test_cpu_backend_computes_multiplication():
     """CPU backend computes multiplication"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -148,7 +140,6 @@ def test_cpu_backend_computes_multiplication():
     ggml_backend_buffer_free(buffer)
     ggml_backend_free(backend)
     ggml_free(ctx)
-
 
 
 def test_cpu_backend_computes_division():
@@ -181,7 +172,6 @@ def test_cpu_backend_computes_division():
 # ============================================================================
 # CPU Backend with Multiple Threads
 # ============================================================================
-
 
 
 def test_cpu_backend_computation_with_multiple_threads():
@@ -222,7 +212,6 @@ def test_cpu_backend_computation_with_multiple_threads():
 # ============================================================================
 
 
-
 def test_cpu_backend_computes_chained_operations():
     """CPU backend computes chained operations"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -250,7 +239,6 @@ def test_cpu_backend_computes_chained_operations():
     ggml_backend_buffer_free(buffer)
     ggml_backend_free(backend)
     ggml_free(ctx)
-
 
 
 def test_cpu_backend_computes_matrix_multiplication():
@@ -288,7 +276,6 @@ def test_cpu_backend_computes_matrix_multiplication():
     ggml_free(ctx)
 
 
-
 def test_cpu_backend_computes_rms_normalization():
     """CPU backend computes RMS normalization"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -318,7 +305,6 @@ def test_cpu_backend_computes_rms_normalization():
     ggml_backend_buffer_free(buffer)
     ggml_backend_free(backend)
     ggml_free(ctx)
-
 
 
 def test_cpu_backend_computes_softmax():
@@ -359,7 +345,6 @@ def test_cpu_backend_computes_softmax():
 # ============================================================================
 
 
-
 def test_cpu_backend_computes_on_2d_tensors():
     """CPU backend computes on 2D tensors"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -386,7 +371,6 @@ def test_cpu_backend_computes_on_2d_tensors():
     ggml_backend_buffer_free(buffer)
     ggml_backend_free(backend)
     ggml_free(ctx)
-
 
 
 def test_cpu_backend_computes_transpose():
@@ -420,7 +404,6 @@ def test_cpu_backend_computes_transpose():
 # ============================================================================
 # CPU Backend Activation Functions
 # ============================================================================
-
 
 
 def test_cpu_backend_computes_gelu():
@@ -458,7 +441,6 @@ def test_cpu_backend_computes_gelu():
     ggml_free(ctx)
 
 
-
 def test_cpu_backend_computes_silu_swish():
     """CPU backend computes SILU (SwiSH)"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -491,7 +473,6 @@ def test_cpu_backend_computes_silu_swish():
     ggml_free(ctx)
 
 
-
 def test_cpu_backend_computes_relu():
     """CPU backend computes ReLU"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -521,7 +502,6 @@ def test_cpu_backend_computes_relu():
 # ============================================================================
 # CPU Backend vs Standard Computation Comparison
 # ============================================================================
-
 
 
 def test_cpu_backend_produces_same_results_as_ggml_graph_compute():
@@ -563,7 +543,6 @@ def test_cpu_backend_produces_same_results_as_ggml_graph_compute():
 # ============================================================================
 
 
-
 def test_cpu_backend_computes_swiglu():
     """CPU backend computes SwiGLU"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -597,7 +576,6 @@ def test_cpu_backend_computes_swiglu():
 # ============================================================================
 # Error Handling
 # ============================================================================
-
 
 
 def test_cpu_backend_handles_empty_graph_gracefully():

@@ -1,13 +1,13 @@
 """Port of ggmlR's tests/testthat/test-cpu-features.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
-# Test CPU Feature Detection and Tensor Layout Functions
 
+# Test CPU Feature Detection and Tensor Layout Functions
 
 
 def test_cpu_feature_detection_functions_work():
@@ -28,7 +28,6 @@ def test_cpu_feature_detection_functions_work():
     expect_type(ggml_cpu_has_amx_int8(), "logical")
 
 
-
 def test_arm_feature_detection_functions_work():
     """ARM feature detection functions work"""
     expect_type(ggml_cpu_has_neon(), "logical")
@@ -41,7 +40,6 @@ def test_arm_feature_detection_functions_work():
     expect_type(ggml_cpu_has_sme(), "logical")
 
 
-
 def test_other_architecture_feature_detection_works():
     """Other architecture feature detection works"""
     expect_type(ggml_cpu_has_riscv_v(), "logical")
@@ -50,7 +48,6 @@ def test_other_architecture_feature_detection_works():
     expect_type(ggml_cpu_has_vxe(), "logical")
     expect_type(ggml_cpu_has_wasm_simd(), "logical")
     expect_type(ggml_cpu_has_llamafile(), "logical")
-
 
 
 def test_ggml_cpu_features_returns_all_features():
@@ -64,7 +61,6 @@ def test_ggml_cpu_features_returns_all_features():
     assert "llamafile"  in  names(features)
     # Should have 28 features total
     assert length(features) >= 25
-
 
 
 def test_tensor_contiguity_functions_work():
@@ -89,7 +85,6 @@ def test_tensor_contiguity_functions_work():
     ggml_free(ctx)
 
 
-
 def test_tensor_stride_comparison_works():
     """Tensor stride comparison works"""
     ctx = ggml_init(1024 * 1024)
@@ -107,7 +102,6 @@ def test_tensor_stride_comparison_works():
     ggml_free(ctx)
 
 
-
 def test_ggml_can_repeat_works():
     """ggml_can_repeat works"""
     ctx = ggml_init(1024 * 1024)
@@ -123,7 +117,6 @@ def test_ggml_can_repeat_works():
     assert not (ggml_can_repeat(wrong, large))
 
     ggml_free(ctx)
-
 
 
 def test_ggml_count_equal_creates_graph_operation():

@@ -1,13 +1,13 @@
 """Port of ggmlR's tests/testthat/test-glu.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
-# Tests for GLU (Gated Linear Unit) operations
 
+# Tests for GLU (Gated Linear Unit) operations
 
 
 def test_glu_constants_are_defined_correctly():
@@ -18,7 +18,6 @@ def test_glu_constants_are_defined_correctly():
     expect_equal(GGML_GLU_OP_SWIGLU_OAI, 3)
     expect_equal(GGML_GLU_OP_GEGLU_ERF, 4)
     expect_equal(GGML_GLU_OP_GEGLU_QUICK, 5)
-
 
 
 def test_reglu_computes_correctly_for_1d_input():
@@ -44,7 +43,6 @@ def test_reglu_computes_correctly_for_1d_input():
     ggml_free(ctx)
 
 
-
 def test_geglu_computes_correctly_for_1d_input():
     """geglu computes correctly for 1D input"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -66,7 +64,6 @@ def test_geglu_computes_correctly_for_1d_input():
     assert result[1] > 0
 
     ggml_free(ctx)
-
 
 
 def test_swiglu_computes_correctly_for_1d_input():
@@ -92,7 +89,6 @@ def test_swiglu_computes_correctly_for_1d_input():
     ggml_free(ctx)
 
 
-
 def test_glu_generic_function_works_with_different_ops():
     """glu generic function works with different ops"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -110,7 +106,6 @@ def test_glu_generic_function_works_with_different_ops():
     expect_equal(result[0], 0, tolerance = 1e-5)
 
     ggml_free(ctx)
-
 
 
 def test_reglu_split_computes_correctly():
@@ -138,7 +133,6 @@ def test_reglu_split_computes_correctly():
     ggml_free(ctx)
 
 
-
 def test_geglu_split_computes_correctly():
     """geglu_split computes correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -159,7 +153,6 @@ def test_geglu_split_computes_correctly():
     assert result[1] > 0
 
     ggml_free(ctx)
-
 
 
 def test_swiglu_split_computes_correctly():
@@ -184,7 +177,6 @@ def test_swiglu_split_computes_correctly():
     ggml_free(ctx)
 
 
-
 def test_glu_split_generic_function_works():
     """glu_split generic function works"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -204,7 +196,6 @@ def test_glu_split_generic_function_works():
     expect_equal(result, c(0, 4, 6), tolerance = 1e-5)
 
     ggml_free(ctx)
-
 
 
 def test_glu_works_with_2d_tensors():
@@ -230,7 +221,6 @@ def test_glu_works_with_2d_tensors():
     expect_equal(length(result), 6)
 
     ggml_free(ctx)
-
 
 
 def test_geglu_quick_produces_similar_results_to_geglu():
@@ -261,7 +251,6 @@ def test_geglu_quick_produces_similar_results_to_geglu():
     ggml_free(ctx)
 
 
-
 def test_glu_output_shape_is_correct():
     """GLU output shape is correct"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -276,7 +265,6 @@ def test_glu_output_shape_is_correct():
     expect_equal(shape[0], 4)  # First dim halved
 
     ggml_free(ctx)
-
 
 
 def test_glu_split_output_shape_matches_input():

@@ -1,13 +1,13 @@
 """Port of ggmlR's tests/testthat/test-graph-extended.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
-# Tests for extended graph operations
 
+# Tests for extended graph operations
 
 
 def test_graph_overhead_returns_positive_value():
@@ -15,7 +15,6 @@ def test_graph_overhead_returns_positive_value():
     overhead = ggml_graph_overhead()
     expect_type(overhead, "double")
     assert overhead > 0
-
 
 
 def test_graph_n_nodes_counts_operations_correctly():
@@ -41,7 +40,6 @@ def test_graph_n_nodes_counts_operations_correctly():
     assert ggml_graph_n_nodes(graph2) >= 2
 
     ggml_free(ctx)
-
 
 
 def test_graph_node_retrieves_correct_node():

@@ -1,19 +1,18 @@
 """Port of ggmlR's tests/testthat/test-graph-utils.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
-# Tests for graph utility functions
 
+# Tests for graph utility functions
 
 
 def test_ggml_graph_get_tensor_finds_tensor_by_name():
     """ggml_graph_get_tensor finds tensor by name"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_name(a, "my_tensor")
@@ -36,11 +35,9 @@ def test_ggml_graph_get_tensor_finds_tensor_by_name():
     expect_equal(ggml_get_name(found), "my_tensor")
 
 
-
 def test_ggml_graph_print_runs_without_error():
     """ggml_graph_print runs without error"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(1, 2, 3, 4))
@@ -51,7 +48,6 @@ def test_ggml_graph_print_runs_without_error():
 
     graph = ggml_build_forward_expand(ctx, r)
     (ggml_graph_print(graph))
-
 
 
 def test_ggml_graph_reset_runs_without_error():

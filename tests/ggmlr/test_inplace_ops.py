@@ -1,19 +1,18 @@
 """Port of ggmlR's tests/testthat/test-inplace-ops.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
-# Tests for inplace tensor operations
 
+# Tests for inplace tensor operations
 
 
 def test_ggml_abs_inplace_computes_absolute_value():
     """ggml_abs_inplace computes absolute value"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(-1, 2, -3, 4))
@@ -23,7 +22,6 @@ def test_ggml_abs_inplace_computes_absolute_value():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)
@@ -79,7 +77,6 @@ def test_inplace_op_works(op_name, input, expected, tol=1e-4):
 def test_ggml_mul_inplace_works():
     """ggml_mul_inplace works"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
@@ -92,7 +89,6 @@ def test_ggml_mul_inplace_works():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)
@@ -101,11 +97,9 @@ def test_ggml_mul_inplace_works():
     expect_equal(result, c(2, 6, 12, 20), tolerance = 1e-5)
 
 
-
 def test_ggml_div_inplace_works():
     """ggml_div_inplace works"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
@@ -118,7 +112,6 @@ def test_ggml_div_inplace_works():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)
@@ -127,11 +120,9 @@ def test_ggml_div_inplace_works():
     expect_equal(result, c(5, 5, 6, 5), tolerance = 1e-5)
 
 
-
 def test_ggml_sub_inplace_works():
     """ggml_sub_inplace works"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
@@ -144,7 +135,6 @@ def test_ggml_sub_inplace_works():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)
@@ -153,11 +143,9 @@ def test_ggml_sub_inplace_works():
     expect_equal(result, c(9, 18, 27, 36), tolerance = 1e-5)
 
 
-
 def test_ggml_dup_inplace_works():
     """ggml_dup_inplace works"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(1, 2, 3, 4))
@@ -167,7 +155,6 @@ def test_ggml_dup_inplace_works():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)
@@ -176,11 +163,9 @@ def test_ggml_dup_inplace_works():
     expect_equal(result, c(1, 2, 3, 4), tolerance = 1e-5)
 
 
-
 def test_ggml_scale_inplace_works():
     """ggml_scale_inplace works"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(1, 2, 3, 4))
@@ -190,7 +175,6 @@ def test_ggml_scale_inplace_works():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)
@@ -199,11 +183,9 @@ def test_ggml_scale_inplace_works():
     expect_equal(result, c(3, 6, 9, 12), tolerance = 1e-5)
 
 
-
 def test_ggml_soft_max_inplace_works():
     """ggml_soft_max_inplace works"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(1, 2, 3, 4))
@@ -213,7 +195,6 @@ def test_ggml_soft_max_inplace_works():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)
@@ -223,11 +204,9 @@ def test_ggml_soft_max_inplace_works():
     assert all(diff(result) > 0)
 
 
-
 def test_ggml_elu_inplace_works():
     """ggml_elu_inplace works"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(-1, 0, 1, 2))
@@ -237,7 +216,6 @@ def test_ggml_elu_inplace_works():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)
@@ -248,11 +226,9 @@ def test_ggml_elu_inplace_works():
     assert result[0] < 0
 
 
-
 def test_ggml_softplus_inplace_works():
     """ggml_softplus_inplace works"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(0, 1, 2, 3))
@@ -262,7 +238,6 @@ def test_ggml_softplus_inplace_works():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)
@@ -272,11 +247,9 @@ def test_ggml_softplus_inplace_works():
     expect_equal(result, expected, tolerance = 1e-4)
 
 
-
 def test_ggml_diag_mask_inf_inplace_works():
     """ggml_diag_mask_inf_inplace works"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 3)
     ggml_set_f32(a, rep(1.0, 9))
@@ -286,7 +259,6 @@ def test_ggml_diag_mask_inf_inplace_works():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)
@@ -297,11 +269,9 @@ def test_ggml_diag_mask_inf_inplace_works():
     assert is_infinite(result[1])  and  result[1] < 0
 
 
-
 def test_ggml_norm_inplace_works():
     """ggml_norm_inplace works"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(1, 2, 3, 4))
@@ -311,7 +281,6 @@ def test_ggml_norm_inplace_works():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)
@@ -320,11 +289,9 @@ def test_ggml_norm_inplace_works():
     expect_equal(mean(result), 0.0, tolerance = 1e-4)
 
 
-
 def test_ggml_rms_norm_inplace_works():
     """ggml_rms_norm_inplace works"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(1, 2, 3, 4))
@@ -334,7 +301,6 @@ def test_ggml_rms_norm_inplace_works():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)
@@ -343,11 +309,9 @@ def test_ggml_rms_norm_inplace_works():
     expect_equal(sqrt(mean(result**2)), 1.0, tolerance = 1e-3)
 
 
-
 def test_ggml_l2_norm_inplace_works():
     """ggml_l2_norm_inplace works"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(3, 0, 4, 0))
@@ -357,7 +321,6 @@ def test_ggml_l2_norm_inplace_works():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)
@@ -366,11 +329,9 @@ def test_ggml_l2_norm_inplace_works():
     expect_equal(sqrt(sum(result**2)), 1.0, tolerance = 1e-4)
 
 
-
 def test_ggml_rope_inplace_works():
     """ggml_rope_inplace works"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # rope requires 3D+ tensor: ne[2] == b->ne[0] (n_positions)
     a = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 4, 2, 1)
@@ -385,7 +346,6 @@ def test_ggml_rope_inplace_works():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)

@@ -1,13 +1,13 @@
 """Port of ggmlR's tests/testthat/test-logging.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
-# Tests for logging and debugging functions
 
+# Tests for logging and debugging functions
 
 
 def test_logging_functions_exist_and_work():
@@ -34,7 +34,6 @@ def test_abort_callback_functions_exist_and_work():
 def test_op_params_functions_work():
     """op_params functions work"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Create a tensor
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
@@ -63,11 +62,9 @@ def test_op_params_functions_work():
     assert retrieved[0:4] == bytes([1, 2, 3, 4])
 
 
-
 def test_op_params_index_bounds_are_checked():
     """op_params index bounds are checked"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
 

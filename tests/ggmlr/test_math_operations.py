@@ -1,13 +1,13 @@
 """Port of ggmlR's tests/testthat/test-math-operations.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
-# Tests for mathematical operations
 
+# Tests for mathematical operations
 
 
 def test_sqr_squares_elements_correctly():
@@ -27,7 +27,6 @@ def test_sqr_squares_elements_correctly():
     ggml_free(ctx)
 
 
-
 def test_sqr_handles_negative_numbers():
     """sqr handles negative numbers"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -43,7 +42,6 @@ def test_sqr_handles_negative_numbers():
     expect_equal(result, c(9, 0, 9), tolerance = 1e-5)
 
     ggml_free(ctx)
-
 
 
 def test_sqrt_computes_square_root_correctly():
@@ -63,7 +61,6 @@ def test_sqrt_computes_square_root_correctly():
     ggml_free(ctx)
 
 
-
 def test_log_computes_natural_logarithm_correctly():
     """log computes natural logarithm correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -81,7 +78,6 @@ def test_log_computes_natural_logarithm_correctly():
     ggml_free(ctx)
 
 
-
 def test_exp_computes_exponential_correctly():
     """exp computes exponential correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -97,7 +93,6 @@ def test_exp_computes_exponential_correctly():
     expect_equal(result, c(1, exp(1), exp(2), exp(3)), tolerance = 1e-4)
 
     ggml_free(ctx)
-
 
 
 def test_exp_and_log_are_inverse_operations():
@@ -121,7 +116,6 @@ def test_exp_and_log_are_inverse_operations():
     ggml_free(ctx)
 
 
-
 def test_abs_computes_absolute_value_correctly():
     """abs computes absolute value correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -139,7 +133,6 @@ def test_abs_computes_absolute_value_correctly():
     ggml_free(ctx)
 
 
-
 def test_neg_negates_values_correctly():
     """neg negates values correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -155,7 +148,6 @@ def test_neg_negates_values_correctly():
     expect_equal(result, c(2, 1, 0, -1, -2), tolerance = 1e-5)
 
     ggml_free(ctx)
-
 
 
 def test_sin_computes_sine_correctly():
@@ -176,7 +168,6 @@ def test_sin_computes_sine_correctly():
     ggml_free(ctx)
 
 
-
 def test_cos_computes_cosine_correctly():
     """cos computes cosine correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -193,7 +184,6 @@ def test_cos_computes_cosine_correctly():
     expect_equal(result, expected, tolerance = 1e-4)
 
     ggml_free(ctx)
-
 
 
 def test_sin_2_cos_2_1_identity_holds():
@@ -218,7 +208,6 @@ def test_sin_2_cos_2_1_identity_holds():
     ggml_free(ctx)
 
 
-
 def test_scale_multiplies_by_scalar_correctly():
     """scale multiplies by scalar correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -234,7 +223,6 @@ def test_scale_multiplies_by_scalar_correctly():
     expect_equal(result, c(2.5, 5, 7.5, 10, 12.5), tolerance = 1e-5)
 
     ggml_free(ctx)
-
 
 
 def test_scale_by_zero_produces_zeros():
@@ -254,7 +242,6 @@ def test_scale_by_zero_produces_zeros():
     ggml_free(ctx)
 
 
-
 def test_scale_by_negative_inverts_sign():
     """scale by negative inverts sign"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -270,7 +257,6 @@ def test_scale_by_negative_inverts_sign():
     expect_equal(result, c(-1, -2, -3), tolerance = 1e-5)
 
     ggml_free(ctx)
-
 
 
 def test_clamp_restricts_values_to_range():
@@ -290,7 +276,6 @@ def test_clamp_restricts_values_to_range():
     ggml_free(ctx)
 
 
-
 def test_clamp_with_min_max_produces_constant():
     """clamp with min=max produces constant"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -306,7 +291,6 @@ def test_clamp_with_min_max_produces_constant():
     expect_equal(result, rep(3, 5), tolerance = 1e-5)
 
     ggml_free(ctx)
-
 
 
 def test_floor_rounds_down_correctly():
@@ -326,7 +310,6 @@ def test_floor_rounds_down_correctly():
     ggml_free(ctx)
 
 
-
 def test_ceil_rounds_up_correctly():
     """ceil rounds up correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -342,7 +325,6 @@ def test_ceil_rounds_up_correctly():
     expect_equal(result, c(-1, -1, 0, 1, 2, 2), tolerance = 1e-5)
 
     ggml_free(ctx)
-
 
 
 def test_round_rounds_to_nearest_integer():
@@ -364,7 +346,6 @@ def test_round_rounds_to_nearest_integer():
     expect_equal(result[5], 2, tolerance = 1e-5)
 
     ggml_free(ctx)
-
 
 
 def test_floor_ceil_and_round_is_between_them():
@@ -401,7 +382,6 @@ def test_floor_ceil_and_round_is_between_them():
     ggml_free(ctx)
 
 
-
 def test_2d_tensor_math_operations_work_correctly():
     """2D tensor math operations work correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -417,7 +397,6 @@ def test_2d_tensor_math_operations_work_correctly():
     expect_equal(result, c(1, 4, 9, 16, 25, 36), tolerance = 1e-5)
 
     ggml_free(ctx)
-
 
 
 def test_chained_math_operations_work_correctly():
@@ -439,11 +418,9 @@ def test_chained_math_operations_work_correctly():
     ggml_free(ctx)
 
 
-
 def test_ggml_sgn_returns_sign_of_elements():
     """ggml_sgn returns sign of elements"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(-5, -0.1, 0, 0.1, 5))
@@ -456,11 +433,9 @@ def test_ggml_sgn_returns_sign_of_elements():
     expect_equal(output, c(-1, -1, 0, 1, 1))
 
 
-
 def test_ggml_step_returns_step_function():
     """ggml_step returns step function"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(-2, -0.5, 0, 0.5, 2))
@@ -474,11 +449,9 @@ def test_ggml_step_returns_step_function():
     expect_equal(output, c(0, 0, 0, 1, 1))
 
 
-
 def test_ggml_add1_adds_scalar_to_tensor():
     """ggml_add1 adds scalar to tensor"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(1, 2, 3, 4))
@@ -493,11 +466,9 @@ def test_ggml_add1_adds_scalar_to_tensor():
     expect_equal(output, c(11, 12, 13, 14))
 
 
-
 def test_ggml_dup_duplicates_tensor_in_graph():
     """ggml_dup duplicates tensor in graph"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(1, 2, 3, 4, 5))
@@ -510,11 +481,9 @@ def test_ggml_dup_duplicates_tensor_in_graph():
     expect_equal(result, c(1, 2, 3, 4, 5))
 
 
-
 def test_ggml_rms_norm_normalizes_correctly():
     """ggml_rms_norm normalizes correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(1, 2, 3, 4))
@@ -530,11 +499,9 @@ def test_ggml_rms_norm_normalizes_correctly():
     expect_equal(output, expected, tolerance = 1e-4)
 
 
-
 def test_ggml_cpu_mul_multiplies_element_wise():
     """ggml_cpu_mul multiplies element-wise"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)

@@ -1,11 +1,12 @@
 """Port of ggmlR's tests/testthat/test-matrix-ops.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
+
 # Tests for Matrix Operations
 
 # ============================================================================
@@ -13,11 +14,9 @@ from .rlike import *  # noqa: F401,F403
 # ============================================================================
 
 
-
 def test_ggml_out_prod_computes_outer_product():
     """ggml_out_prod computes outer product"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 3)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
@@ -38,11 +37,9 @@ def test_ggml_out_prod_computes_outer_product():
     expect_equal(output, expected, tolerance = 1e-5)
 
 
-
 def test_ggml_out_prod_with_single_elements():
     """ggml_out_prod with single elements"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1)
@@ -61,11 +58,9 @@ def test_ggml_out_prod_with_single_elements():
 # ============================================================================
 
 
-
 def test_ggml_diag_creates_diagonal_matrix():
     """ggml_diag creates diagonal matrix"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 3)
     ggml_set_f32(a, c(1, 2, 3))
@@ -83,11 +78,9 @@ def test_ggml_diag_creates_diagonal_matrix():
     expect_equal(output, expected, tolerance = 1e-5)
 
 
-
 def test_ggml_diag_with_zeros():
     """ggml_diag with zeros"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 2)
     ggml_set_f32(a, c(0, 0))
@@ -104,11 +97,9 @@ def test_ggml_diag_with_zeros():
 # ============================================================================
 
 
-
 def test_ggml_concat_along_dimension_0():
     """ggml_concat along dimension 0"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 2, 3)
     b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 2, 3)
@@ -124,11 +115,9 @@ def test_ggml_concat_along_dimension_0():
     expect_equal(shape[1], 3)
 
 
-
 def test_ggml_concat_along_dimension_1():
     """ggml_concat along dimension 1"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 2)
     b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 3)
@@ -148,11 +137,9 @@ def test_ggml_concat_along_dimension_1():
 # ============================================================================
 
 
-
 def test_ggml_get_rows_extracts_rows_by_index():
     """ggml_get_rows extracts rows by index"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Embedding table: 4 tokens, 3-dim embeddings
     embeddings = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 4)
@@ -173,11 +160,9 @@ def test_ggml_get_rows_extracts_rows_by_index():
     expect_equal(output, c(1, 2, 3, 7, 8, 9), tolerance = 1e-5)
 
 
-
 def test_ggml_get_rows_with_single_index():
     """ggml_get_rows with single index"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     embeddings = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 5)
     ggml_set_f32(embeddings, as_numeric(rng(1, 20)))
@@ -195,11 +180,9 @@ def test_ggml_get_rows_with_single_index():
     expect_equal(output, c(13, 14, 15, 16), tolerance = 1e-5)
 
 
-
 def test_ggml_get_rows_with_repeated_indices():
     """ggml_get_rows with repeated indices"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     embeddings = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 2, 3)
     ggml_set_f32(embeddings, c(1, 2, 3, 4, 5, 6))
@@ -221,11 +204,9 @@ def test_ggml_get_rows_with_repeated_indices():
 # ============================================================================
 
 
-
 def test_ggml_transpose_transposes_2d_matrix():
     """ggml_transpose transposes 2D matrix"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # 3x2 matrix
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 2)
@@ -240,11 +221,9 @@ def test_ggml_transpose_transposes_2d_matrix():
     expect_equal(shape[1], 3)
 
 
-
 def test_double_transpose_returns_original_shape():
     """double transpose returns original shape"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 5)
 
@@ -260,11 +239,9 @@ def test_double_transpose_returns_original_shape():
 # ============================================================================
 
 
-
 def test_ggml_mul_mat_computes_matrix_multiplication():
     """ggml_mul_mat computes matrix multiplication"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # In GGML: ggml_mul_mat(a, b) where a[k,n] and b[k,m] -> result[n,m]
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 3)  # k=4, n=3
@@ -283,11 +260,9 @@ def test_ggml_mul_mat_computes_matrix_multiplication():
     expect_equal(output, rep(4, 6), tolerance = 1e-5)
 
 
-
 def test_ggml_mul_mat_with_identity_like_matrix():
     """ggml_mul_mat with identity-like matrix"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Create matrices where result is predictable
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 2, 2)  # 2x2
@@ -308,11 +283,9 @@ def test_ggml_mul_mat_with_identity_like_matrix():
 # ============================================================================
 
 
-
 def test_ggml_cpy_copies_tensor_data():
     """ggml_cpy copies tensor data"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)

@@ -1,9 +1,9 @@
 """Port of ggmlR's tests/testthat/test-memory.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
@@ -16,7 +16,6 @@ def test_ggml_tensor_overhead_returns_positive_value():
     assert overhead < 10000
 
 
-
 def test_ggml_get_mem_size_returns_context_size():
     """ggml_get_mem_size returns context size"""
     size = 16 * 1024 * 1024
@@ -27,7 +26,6 @@ def test_ggml_get_mem_size_returns_context_size():
     expect_equal(mem_size, size, tolerance = 1000)
 
     ggml_free(ctx)
-
 
 
 def test_ggml_used_mem_tracks_memory_usage():
@@ -49,7 +47,6 @@ def test_ggml_used_mem_tracks_memory_usage():
     ggml_free(ctx)
 
 
-
 def test_ggml_estimate_memory_gives_reasonable_estimates():
     """ggml_estimate_memory gives reasonable estimates"""
     # Для 1D тензора
@@ -64,7 +61,6 @@ def test_ggml_estimate_memory_gives_reasonable_estimates():
     # Для 3D тензора
     est_3d = ggml_estimate_memory(GGML_TYPE_F32, 10, 10, 10)
     assert est_3d >= 1000 * 4
-
 
 
 def test_ggml_print_mem_status_works():

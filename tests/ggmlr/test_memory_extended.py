@@ -1,13 +1,13 @@
 """Port of ggmlR's tests/testthat/test-memory-extended.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
-# Tests for extended memory management functions
 
+# Tests for extended memory management functions
 
 
 def test_set_no_alloc_and_get_no_alloc_work_correctly():
@@ -28,7 +28,6 @@ def test_set_no_alloc_and_get_no_alloc_work_correctly():
     ggml_free(ctx)
 
 
-
 def test_get_max_tensor_size_returns_reasonable_value():
     """get_max_tensor_size returns reasonable value"""
     ctx = ggml_init(4 * 1024 * 1024)
@@ -43,7 +42,6 @@ def test_get_max_tensor_size_returns_reasonable_value():
     ggml_free(ctx)
 
 
-
 def test_print_objects_runs_without_error():
     """print_objects runs without error"""
     ctx = ggml_init(4 * 1024 * 1024)
@@ -56,7 +54,6 @@ def test_print_objects_runs_without_error():
     ggml_print_objects(ctx)
 
     ggml_free(ctx)
-
 
 
 def test_print_mem_status_shows_correct_info():

@@ -1,11 +1,12 @@
 """Port of ggmlR's tests/testthat/test-misc-ops.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
+
 # Tests for miscellaneous operations not covered elsewhere
 
 # ============================================================================
@@ -13,11 +14,9 @@ from .rlike import *  # noqa: F401,F403
 # ============================================================================
 
 
-
 def test_ggml_timestep_embedding_works():
     """ggml_timestep_embedding works"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     timesteps = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 2)
     ggml_set_f32(timesteps, c(1.0, 10.0))
@@ -27,7 +26,6 @@ def test_ggml_timestep_embedding_works():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)
@@ -41,11 +39,9 @@ def test_ggml_timestep_embedding_works():
 # ============================================================================
 
 
-
 def test_ggml_repeat_back_works():
     """ggml_repeat_back works"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 2)
     ggml_set_f32(a, c(0, 0))
@@ -59,7 +55,6 @@ def test_ggml_repeat_back_works():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)
@@ -73,11 +68,9 @@ def test_ggml_repeat_back_works():
 # ============================================================================
 
 
-
 def test_ggml_flash_attn_back_returns_externalptr():
     """ggml_flash_attn_back returns externalptr"""
     ctx = ggml_init(4 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     d = 8
     n = 4
@@ -100,11 +93,9 @@ def test_ggml_flash_attn_back_returns_externalptr():
 # ============================================================================
 
 
-
 def test_ggml_rms_norm_back_computes_gradient():
     """ggml_rms_norm_back computes gradient"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
@@ -117,7 +108,6 @@ def test_ggml_rms_norm_back_computes_gradient():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)
@@ -131,11 +121,9 @@ def test_ggml_rms_norm_back_computes_gradient():
 # ============================================================================
 
 
-
 def test_ggml_silu_back_computes_gradient():
     """ggml_silu_back computes gradient"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
@@ -149,7 +137,6 @@ def test_ggml_silu_back_computes_gradient():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)
@@ -164,11 +151,9 @@ def test_ggml_silu_back_computes_gradient():
 # ============================================================================
 
 
-
 def test_ggml_group_norm_inplace_works():
     """ggml_group_norm_inplace works"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 2)
     ggml_set_f32(a, c(1, 2, 3, 4, 5, 6, 7, 8))
@@ -178,7 +163,6 @@ def test_ggml_group_norm_inplace_works():
     ggml_set_output(r)
 
     backend = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(backend), add = TRUE)
     ggml_backend_cpu_set_n_threads(backend, 2)
 
     graph = ggml_build_forward_expand(ctx, r)

@@ -1,19 +1,18 @@
 """Port of ggmlR's tests/testthat/test-new-functions.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
-# Tests for newly added functions
 
+# Tests for newly added functions
 
 
 def test_ggml_new_i32_creates_scalar_i32_tensor():
     """ggml_new_i32 creates scalar i32 tensor"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     scalar = ggml_new_i32(ctx, 42)
     assert not ((scalar is None))
@@ -23,11 +22,9 @@ def test_ggml_new_i32_creates_scalar_i32_tensor():
     expect_equal(prod(shape), 1)
 
 
-
 def test_ggml_new_f32_creates_scalar_f32_tensor():
     """ggml_new_f32 creates scalar f32 tensor"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     scalar = ggml_new_f32(ctx, 3.14)
     assert not ((scalar is None))
@@ -37,11 +34,9 @@ def test_ggml_new_f32_creates_scalar_f32_tensor():
     expect_equal(prod(shape), 1)
 
 
-
 def test_ggml_view_1d_creates_1d_view_with_offset():
     """ggml_view_1d creates 1D view with offset"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Create source tensor
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 100)
@@ -55,11 +50,9 @@ def test_ggml_view_1d_creates_1d_view_with_offset():
     expect_equal(shape[0], 10)
 
 
-
 def test_ggml_view_2d_creates_2d_view_with_offset():
     """ggml_view_2d creates 2D view with offset"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Create source tensor
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 100)
@@ -75,11 +68,9 @@ def test_ggml_view_2d_creates_2d_view_with_offset():
     expect_equal(shape[1], 4)
 
 
-
 def test_ggml_view_3d_creates_3d_view_with_offset():
     """ggml_view_3d creates 3D view with offset"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 120)
     assert not ((a is None))
@@ -95,11 +86,9 @@ def test_ggml_view_3d_creates_3d_view_with_offset():
     expect_equal(shape[2], 6)
 
 
-
 def test_ggml_view_4d_creates_4d_view_with_offset():
     """ggml_view_4d creates 4D view with offset"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 240)
     assert not ((a is None))
@@ -116,11 +105,9 @@ def test_ggml_view_4d_creates_4d_view_with_offset():
     expect_equal(shape[3], 5)
 
 
-
 def test_ggml_cpy_creates_copy_operation():
     """ggml_cpy creates copy operation"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
@@ -131,11 +118,9 @@ def test_ggml_cpy_creates_copy_operation():
     assert not ((result is None))
 
 
-
 def test_ggml_set_1d_creates_set_operation():
     """ggml_set_1d creates set operation"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 100)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
@@ -147,11 +132,9 @@ def test_ggml_set_1d_creates_set_operation():
     assert not ((result is None))
 
 
-
 def test_ggml_set_2d_creates_2d_set_operation():
     """ggml_set_2d creates 2D set operation"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 10, 10)
     b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 5, 5)
@@ -163,11 +146,9 @@ def test_ggml_set_2d_creates_2d_set_operation():
     assert not ((result is None))
 
 
-
 def test_ggml_out_prod_creates_outer_product_operation():
     """ggml_out_prod creates outer product operation"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 3)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
@@ -183,11 +164,9 @@ def test_ggml_out_prod_creates_outer_product_operation():
     expect_equal(shape[1], 4)
 
 
-
 def test_ggml_diag_creates_diagonal_matrix():
     """ggml_diag creates diagonal matrix"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     assert not ((a is None))
@@ -196,11 +175,9 @@ def test_ggml_diag_creates_diagonal_matrix():
     assert not ((result is None))
 
 
-
 def test_ggml_concat_concatenates_tensors():
     """ggml_concat concatenates tensors"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 3)
     b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 2)
@@ -217,11 +194,9 @@ def test_ggml_concat_concatenates_tensors():
     expect_equal(shape[1], 5)
 
 
-
 def test_ggml_mul_mat_id_creates_moe_matmul_operation():
     """ggml_mul_mat_id creates MoE matmul operation"""
     ctx = ggml_init(4 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Create stacked expert weights: 8x16x4 (4 experts, each 8x16)
     experts = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 8, 16, 4)
@@ -238,11 +213,9 @@ def test_ggml_mul_mat_id_creates_moe_matmul_operation():
     assert not ((result is None))
 
 
-
 def test_ggml_silu_back_creates_silu_backward_operation():
     """ggml_silu_back creates SiLU backward operation"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
@@ -253,11 +226,9 @@ def test_ggml_silu_back_creates_silu_backward_operation():
     assert not ((result is None))
 
 
-
 def test_ggml_get_rows_back_creates_get_rows_backward_operation():
     """ggml_get_rows_back creates get_rows backward operation"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Gradient tensor
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 3)
@@ -274,11 +245,9 @@ def test_ggml_get_rows_back_creates_get_rows_backward_operation():
     assert not ((result is None))
 
 
-
 def test_ggml_soft_max_ext_back_creates_softmax_backward_operation():
     """ggml_soft_max_ext_back creates softmax backward operation"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 10, 5)
     b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 10, 5)
@@ -289,11 +258,9 @@ def test_ggml_soft_max_ext_back_creates_softmax_backward_operation():
     assert not ((result is None))
 
 
-
 def test_ggml_rope_ext_back_creates_rope_backward_operation():
     """ggml_rope_ext_back creates RoPE backward operation"""
     ctx = ggml_init(2 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Gradient tensor: [head_dim, n_heads, seq_len, batch]
     a = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 64, 8, 16, 1)

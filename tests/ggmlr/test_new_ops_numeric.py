@@ -1,11 +1,12 @@
 """Port of ggmlR's tests/testthat/test-new-ops-numeric.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
+
 # Numeric tests for the op bindings added to mirror upstream ggml tests:
 # arange, roll, pad_reflect_1d (cf. test-backend-ops.cpp) and
 # get_rel_pos / add_rel_pos / win_part / win_unpart (cf. test-rel-pos.c).
@@ -29,7 +30,6 @@ def test_arange_produces_start_stop_with_step():
     expect_equal(compute_f32(ctx, ggml_arange(ctx, 0, 5, 1)), c(0, 1, 2, 3, 4))
 
 
-
 def test_arange_honours_non_unit_step():
     """arange honours non-unit step"""
     ctx = ggml_init(1024 * 1024)
@@ -45,7 +45,6 @@ def test_roll_circularly_shifts_along_dim_0():
     ggml_set_f32(a, c(1, 2, 3, 4, 5)); ggml_set_input(a)
     expect_equal(compute_f32(ctx, ggml_roll(ctx, a, 1, 0, 0, 0)),
                  c(5, 1, 2, 3, 4))  # shift +1
-
 
 
 def test_roll_handles_negative_shift():
@@ -92,7 +91,6 @@ def test_get_rel_pos_add_rel_pos_match_upstream_reference_values():
     """get_rel_pos + add_rel_pos match upstream reference values"""
     ctx = ggml_init(8 * 1024 * 1024)
     ggml_set_no_alloc(ctx, True)
-    # on.exit(ggml_free(ctx), add = TRUE)
 
     t  = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, 3, 3)
     t2 = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, 3, 3)
@@ -104,7 +102,6 @@ def test_get_rel_pos_add_rel_pos_match_upstream_reference_values():
     out = ggml_add_rel_pos(ctx, inp, rwf, rhf)
 
     be = ggml_backend_cpu_init()
-    # on.exit(ggml_backend_free(be), add = TRUE)
     ggml_backend_cpu_set_n_threads(be, 2)
     ggml_backend_alloc_ctx_tensors(ctx, be)
 

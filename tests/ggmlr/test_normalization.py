@@ -1,11 +1,12 @@
 """Port of ggmlR's tests/testthat/test-normalization.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
+
 # Tests for Normalization Functions
 
 # ============================================================================
@@ -13,11 +14,9 @@ from .rlike import *  # noqa: F401,F403
 # ============================================================================
 
 
-
 def test_ggml_norm_computes_layer_normalization():
     """ggml_norm computes layer normalization"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(1, 2, 3, 4))
@@ -37,11 +36,9 @@ def test_ggml_norm_computes_layer_normalization():
     expect_equal(output, expected, tolerance = 1e-4)
 
 
-
 def test_ggml_norm_inplace_works():
     """ggml_norm_inplace works"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(1, 2, 3, 4))
@@ -57,11 +54,9 @@ def test_ggml_norm_inplace_works():
     expect_equal(sd(output) * sqrt(3/4), 1, tolerance = 1e-4)  # adjust for population std
 
 
-
 def test_ggml_norm_on_2d_tensor_normalizes_along_first_dimension():
     """ggml_norm on 2D tensor normalizes along first dimension"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # 4x2 tensor
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 2)
@@ -80,11 +75,9 @@ def test_ggml_norm_on_2d_tensor_normalizes_along_first_dimension():
 # ============================================================================
 
 
-
 def test_ggml_rms_norm_computes_rms_normalization():
     """ggml_rms_norm computes RMS normalization"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(1, 2, 3, 4))
@@ -103,11 +96,9 @@ def test_ggml_rms_norm_computes_rms_normalization():
     expect_equal(output, expected, tolerance = 1e-4)
 
 
-
 def test_ggml_rms_norm_inplace_works():
     """ggml_rms_norm_inplace works"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(1, 2, 3, 4))
@@ -123,11 +114,9 @@ def test_ggml_rms_norm_inplace_works():
     expect_equal(rms_output, 1, tolerance = 1e-4)
 
 
-
 def test_ggml_rms_norm_with_different_epsilon_values():
     """ggml_rms_norm with different epsilon values"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(0.001, 0.002, 0.003, 0.004))  # Small values
@@ -146,11 +135,9 @@ def test_ggml_rms_norm_with_different_epsilon_values():
 # ============================================================================
 
 
-
 def test_ggml_group_norm_computes_group_normalization():
     """ggml_group_norm computes group normalization"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # For group norm, tensor should be at least 2D
     # Shape: [4, 8] with 2 groups means each group has 4 channels
@@ -167,11 +154,9 @@ def test_ggml_group_norm_computes_group_normalization():
     assert not (any(is_infinite(output)))
 
 
-
 def test_ggml_group_norm_inplace_works():
     """ggml_group_norm_inplace works"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 8)
     ggml_set_f32(a, rnorm(32))
@@ -189,11 +174,9 @@ def test_ggml_group_norm_inplace_works():
 # ============================================================================
 
 
-
 def test_ggml_l2_norm_normalizes_to_unit_length():
     """ggml_l2_norm normalizes to unit length"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(3, 0, 4, 0))  # L2 norm = 5
@@ -212,11 +195,9 @@ def test_ggml_l2_norm_normalizes_to_unit_length():
     expect_equal(output, c(0.6, 0, 0.8, 0), tolerance = 1e-4)
 
 
-
 def test_ggml_l2_norm_inplace_works():
     """ggml_l2_norm_inplace works"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(1, 2, 2, 4))  # L2 norm = 5
@@ -232,11 +213,9 @@ def test_ggml_l2_norm_inplace_works():
     expect_equal(l2_norm, 1, tolerance = 1e-4)
 
 
-
 def test_ggml_l2_norm_handles_near_zero_vectors_with_epsilon():
     """ggml_l2_norm handles near-zero vectors with epsilon"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(0.0001, 0.0001, 0.0001, 0.0001))  # Very small
@@ -254,11 +233,9 @@ def test_ggml_l2_norm_handles_near_zero_vectors_with_epsilon():
 # ============================================================================
 
 
-
 def test_ggml_rms_norm_back_computes_gradient():
     """ggml_rms_norm_back computes gradient"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Forward input
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
@@ -282,11 +259,9 @@ def test_ggml_rms_norm_back_computes_gradient():
 # ============================================================================
 
 
-
 def test_normalization_handles_single_element():
     """normalization handles single element"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1)
     ggml_set_f32(a, 5)
@@ -300,11 +275,9 @@ def test_normalization_handles_single_element():
     assert not (is_na(output))
 
 
-
 def test_normalization_handles_large_tensors():
     """normalization handles large tensors"""
     ctx = ggml_init(64 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     n = 4096  # Typical hidden size
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n)

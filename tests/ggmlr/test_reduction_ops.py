@@ -1,11 +1,12 @@
 """Port of ggmlR's tests/testthat/test-reduction-ops.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
+
 # Tests for Reduction Operations (sum, mean, argmax, etc.)
 
 # ============================================================================
@@ -13,11 +14,9 @@ from .rlike import *  # noqa: F401,F403
 # ============================================================================
 
 
-
 def test_ggml_sum_computes_total_sum():
     """ggml_sum computes total sum"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(1, 2, 3, 4, 5))
@@ -30,11 +29,9 @@ def test_ggml_sum_computes_total_sum():
     expect_equal(output, 15, tolerance = 1e-5)
 
 
-
 def test_ggml_sum_on_2d_tensor():
     """ggml_sum on 2D tensor"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 4)
     ggml_set_f32(a, as_numeric(rng(1, 12)))
@@ -47,11 +44,9 @@ def test_ggml_sum_on_2d_tensor():
     expect_equal(output, sum(rng(1, 12)), tolerance = 1e-5)
 
 
-
 def test_ggml_sum_of_zeros():
     """ggml_sum of zeros"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     ggml_set_f32(a, rep(0, 10))
@@ -64,11 +59,9 @@ def test_ggml_sum_of_zeros():
     expect_equal(output, 0, tolerance = 1e-5)
 
 
-
 def test_ggml_sum_handles_negative_numbers():
     """ggml_sum handles negative numbers"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(-5, -3, 3, 5))
@@ -85,11 +78,9 @@ def test_ggml_sum_handles_negative_numbers():
 # ============================================================================
 
 
-
 def test_ggml_sum_rows_computes_row_sums():
     """ggml_sum_rows computes row sums"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # 3x2 matrix (column-major: each column is a "row" in ggml terms)
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 2)
@@ -110,11 +101,9 @@ def test_ggml_sum_rows_computes_row_sums():
 # ============================================================================
 
 
-
 def test_ggml_mean_computes_average():
     """ggml_mean computes average"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(2, 4, 6, 8, 10))
@@ -127,11 +116,9 @@ def test_ggml_mean_computes_average():
     expect_equal(output, 6, tolerance = 1e-5)  # mean = 30/5 = 6
 
 
-
 def test_ggml_mean_on_2d_tensor_computes_row_wise_mean():
     """ggml_mean on 2D tensor computes row-wise mean"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # ggml_mean computes mean along first dimension (per column)
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 3)
@@ -146,11 +133,9 @@ def test_ggml_mean_on_2d_tensor_computes_row_wise_mean():
     expect_equal(output, c(2.5, 6.5, 10.5), tolerance = 1e-5)
 
 
-
 def test_ggml_mean_of_constant_tensor():
     """ggml_mean of constant tensor"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 100)
     ggml_set_f32(a, rep(7.5, 100))
@@ -167,11 +152,9 @@ def test_ggml_mean_of_constant_tensor():
 # ============================================================================
 
 
-
 def test_ggml_argmax_finds_index_of_maximum():
     """ggml_argmax finds index of maximum"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(1, 5, 3, 2, 4))
@@ -184,11 +167,9 @@ def test_ggml_argmax_finds_index_of_maximum():
     expect_equal(output, 1)  # Index 1 has value 5 (0-indexed)
 
 
-
 def test_ggml_argmax_with_first_element_max():
     """ggml_argmax with first element max"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(10, 5, 3, 1))
@@ -201,11 +182,9 @@ def test_ggml_argmax_with_first_element_max():
     expect_equal(output, 0)  # Index 0 has maximum
 
 
-
 def test_ggml_argmax_with_last_element_max():
     """ggml_argmax with last element max"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(1, 3, 5, 10))
@@ -218,11 +197,9 @@ def test_ggml_argmax_with_last_element_max():
     expect_equal(output, 3)  # Index 3 has maximum
 
 
-
 def test_ggml_argmax_handles_negative_values():
     """ggml_argmax handles negative values"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(-10, -5, -1, -3))
@@ -239,11 +216,9 @@ def test_ggml_argmax_handles_negative_values():
 # ============================================================================
 
 
-
 def test_sum_and_mean_are_consistent():
     """sum and mean are consistent"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     n = 10
     a1 = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n)
@@ -270,11 +245,9 @@ def test_sum_and_mean_are_consistent():
 # ============================================================================
 
 
-
 def test_ggml_repeat_replicates_tensor():
     """ggml_repeat replicates tensor"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Source tensor 1x2
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, 2)

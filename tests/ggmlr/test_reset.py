@@ -1,9 +1,9 @@
 """Port of ggmlR's tests/testthat/test-reset.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
@@ -29,7 +29,6 @@ def test_ggml_reset_clears_context_memory():
     ggml_free(ctx)
 
 
-
 def test_ggml_reset_allows_reusing_context():
     """ggml_reset allows reusing context"""
     ctx = ggml_init(50 * 1024 * 1024)
@@ -51,7 +50,6 @@ def test_ggml_reset_allows_reusing_context():
     ggml_free(ctx)
 
 
-
 def test_ggml_reset_works_multiple_times():
     """ggml_reset works multiple times"""
     ctx = ggml_init(50 * 1024 * 1024)
@@ -67,7 +65,6 @@ def test_ggml_reset_works_multiple_times():
       expect_equal(ggml_used_mem(ctx), 0)
 
     ggml_free(ctx)
-
 
 
 def test_ggml_reset_enables_memory_reuse():
@@ -95,7 +92,6 @@ def test_ggml_reset_enables_memory_reuse():
     ggml_free(ctx)
 
 
-
 def test_ggml_reset_with_data_operations():
     """ggml_reset with data operations"""
     ctx = ggml_init(50 * 1024 * 1024)
@@ -116,7 +112,6 @@ def test_ggml_reset_with_data_operations():
     expect_equal(data2, rng(101, 200))
 
     ggml_free(ctx)
-
 
 
 def test_ggml_reset_works_with_large_matrices():

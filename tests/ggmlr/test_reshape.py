@@ -1,13 +1,13 @@
 """Port of ggmlR's tests/testthat/test-reshape.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
-# Tests for reshape and view operations
 
+# Tests for reshape and view operations
 
 
 def test_reshape_1d_works():
@@ -22,7 +22,6 @@ def test_reshape_1d_works():
     expect_equal(ggml_n_dims(t1d), 1)
 
     ggml_free(ctx)
-
 
 
 def test_reshape_2d_works():
@@ -41,7 +40,6 @@ def test_reshape_2d_works():
     ggml_free(ctx)
 
 
-
 def test_reshape_3d_works():
     """reshape_3d works"""
     ctx = ggml_init(4 * 1024 * 1024)
@@ -56,7 +54,6 @@ def test_reshape_3d_works():
     expect_equal(shape[2], 6)
 
     ggml_free(ctx)
-
 
 
 def test_reshape_4d_works():
@@ -76,7 +73,6 @@ def test_reshape_4d_works():
     ggml_free(ctx)
 
 
-
 def test_view_tensor_creates_view_sharing_data():
     """view_tensor creates view sharing data"""
     ctx = ggml_init(4 * 1024 * 1024)
@@ -91,7 +87,6 @@ def test_view_tensor_creates_view_sharing_data():
     expect_equal(ggml_get_f32(view).ravel(), rng(1, 10))
 
     ggml_free(ctx)
-
 
 
 def test_permute_changes_tensor_dimensions():
@@ -109,7 +104,6 @@ def test_permute_changes_tensor_dimensions():
     ggml_free(ctx)
 
 
-
 def test_cont_makes_tensor_contiguous():
     """cont makes tensor contiguous"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -123,11 +117,9 @@ def test_cont_makes_tensor_contiguous():
     ggml_free(ctx)
 
 
-
 def test_ggml_view_1d_creates_view_with_offset():
     """ggml_view_1d creates view with offset"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     ggml_set_f32(a, rng(1, 10))
@@ -137,11 +129,9 @@ def test_ggml_view_1d_creates_view_with_offset():
     expect_equal(ggml_nelements(v), 5)
 
 
-
 def test_ggml_view_2d_creates_2d_view():
     """ggml_view_2d creates 2D view"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 12)
     ggml_set_f32(a, rng(1, 12))
@@ -153,11 +143,9 @@ def test_ggml_view_2d_creates_2d_view():
     expect_equal(shape[1], 4)
 
 
-
 def test_ggml_view_3d_creates_3d_view():
     """ggml_view_3d creates 3D view"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 24)
     ggml_set_f32(a, rng(1, 24))
@@ -170,11 +158,9 @@ def test_ggml_view_3d_creates_3d_view():
     expect_equal(shape[2], 4)
 
 
-
 def test_ggml_view_4d_creates_4d_view():
     """ggml_view_4d creates 4D view"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 48)
     ggml_set_f32(a, rng(1, 48))

@@ -1,15 +1,15 @@
 """Port of ggmlR's tests/testthat/test-rope-multi.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
+
 # Tests for ggml_rope_multi (multi-dimensional / M-RoPE, new in 0.11.0).
 # Exported with only constant checks; the operation itself had no functional
 # test coverage. M-RoPE is used by multimodal models (Qwen2-VL etc.).
-
 
 
 def test_m_rope_vision_rope_type_constants_are_defined():
@@ -18,11 +18,9 @@ def test_m_rope_vision_rope_type_constants_are_defined():
     expect_equal(GGML_ROPE_TYPE_VISION, 24)
 
 
-
 def test_ggml_rope_multi_computes_m_rope_and_changes_the_tensor():
     """ggml_rope_multi computes M-RoPE and changes the tensor"""
     ctx = ggml_init(64 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     head_dim = 16  # n_dims; M-RoPE splits across 4 sections
     n_head   = 2
@@ -60,11 +58,9 @@ def test_ggml_rope_multi_computes_m_rope_and_changes_the_tensor():
     assert sd(out) > 0
 
 
-
 def test_ggml_rope_multi_preserves_tensor_shape():
     """ggml_rope_multi preserves tensor shape"""
     ctx = ggml_init(64 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     head_dim = 8
     seq_len  = 3

@@ -1,20 +1,19 @@
 """Port of ggmlR's tests/testthat/test-sequence-ops.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
+
 # Tests for Sequence/Token Operations
 # pad, argsort, top_k
-
 
 
 def test_ggml_pad_works_correctly_for_1d():
     """ggml_pad works correctly for 1D"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 3)
     ggml_set_f32(a, c(1, 2, 3))
@@ -27,11 +26,9 @@ def test_ggml_pad_works_correctly_for_1d():
     expect_equal(result, c(1, 2, 3, 0, 0))
 
 
-
 def test_ggml_pad_works_for_2d_tensors():
     """ggml_pad works for 2D tensors"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 2, 2)
     ggml_set_f32(a, c(1, 2, 3, 4))
@@ -42,11 +39,9 @@ def test_ggml_pad_works_for_2d_tensors():
     expect_equal(shape[1], 3)
 
 
-
 def test_ggml_argsort_ascending_works():
     """ggml_argsort ascending works"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(3, 1, 4, 1, 5))
@@ -61,11 +56,9 @@ def test_ggml_argsort_ascending_works():
     expect_equal(result[4], 4)  # Largest at index 4
 
 
-
 def test_ggml_argsort_descending_works():
     """ggml_argsort descending works"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(10, 30, 20, 40))
@@ -79,11 +72,9 @@ def test_ggml_argsort_descending_works():
     expect_equal(result[3], 0)  # Smallest (10) at index 0
 
 
-
 def test_ggml_top_k_returns_correct_indices():
     """ggml_top_k returns correct indices"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 6)
     ggml_set_f32(a, c(1, 6, 2, 5, 3, 4))
@@ -95,7 +86,6 @@ def test_ggml_top_k_returns_correct_indices():
     result = sort(ggml_get_i32(top3))
     # Top 3 values: 6(idx1), 5(idx3), 4(idx5)
     expect_equal(result, c(1, 3, 5))
-
 
 
 def test_sort_order_constants_are_defined():

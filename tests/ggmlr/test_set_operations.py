@@ -1,11 +1,12 @@
 """Port of ggmlR's tests/testthat/test-set-operations.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
+
 # Tests for Set Operations (ggml_set, ggml_set_1d, ggml_set_2d)
 
 # ============================================================================
@@ -13,11 +14,9 @@ from .rlike import *  # noqa: F401,F403
 # ============================================================================
 
 
-
 def test_ggml_set_1d_copies_tensor_at_offset():
     """ggml_set_1d copies tensor at offset"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Destination tensor
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
@@ -38,11 +37,9 @@ def test_ggml_set_1d_copies_tensor_at_offset():
     expect_equal(output, expected, tolerance = 1e-5)
 
 
-
 def test_ggml_set_1d_at_beginning():
     """ggml_set_1d at beginning"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, rep(0, 5))
@@ -63,11 +60,9 @@ def test_ggml_set_1d_at_beginning():
 # ============================================================================
 
 
-
 def test_ggml_set_2d_copies_tensor_with_stride():
     """ggml_set_2d copies tensor with stride"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Destination: 4x3 matrix
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 3)
@@ -91,11 +86,9 @@ def test_ggml_set_2d_copies_tensor_with_stride():
 # ============================================================================
 
 
-
 def test_ggml_set_copies_tensor_with_full_control():
     """ggml_set copies tensor with full control"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Destination: 4x4 matrix
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 4)
@@ -122,11 +115,9 @@ def test_ggml_set_copies_tensor_with_full_control():
 # ============================================================================
 
 
-
 def test_ggml_set_zero_zeros_all_elements():
     """ggml_set_zero zeros all elements"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     ggml_set_f32(t, as_numeric(rng(1, 10)))
@@ -141,11 +132,9 @@ def test_ggml_set_zero_zeros_all_elements():
     expect_equal(output, rep(0, 10), tolerance = 1e-10)
 
 
-
 def test_ggml_set_zero_on_2d_tensor():
     """ggml_set_zero on 2D tensor"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 5)
     ggml_set_f32(t, rnorm(20))
@@ -160,11 +149,9 @@ def test_ggml_set_zero_on_2d_tensor():
 # ============================================================================
 
 
-
 def test_ggml_set_f32_and_ggml_get_f32_roundtrip():
     """ggml_set_f32 and ggml_get_f32 roundtrip"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     data = c(1.1, 2.2, 3.3, 4.4, 5.5)
@@ -175,11 +162,9 @@ def test_ggml_set_f32_and_ggml_get_f32_roundtrip():
     expect_equal(output, data, tolerance = 1e-6)
 
 
-
 def test_ggml_set_f32_handles_negative_values():
     """ggml_set_f32 handles negative values"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     data = c(-10.5, -0.001, 0.001, 10.5)
@@ -194,11 +179,9 @@ def test_ggml_set_f32_handles_negative_values():
 # ============================================================================
 
 
-
 def test_ggml_set_i32_and_ggml_get_i32_roundtrip():
     """ggml_set_i32 and ggml_get_i32 roundtrip"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 5)
     data = c(1, 2, 3, 4, 5)
@@ -209,11 +192,9 @@ def test_ggml_set_i32_and_ggml_get_i32_roundtrip():
     expect_equal(output, data)
 
 
-
 def test_ggml_set_i32_handles_negative_values():
     """ggml_set_i32 handles negative values"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 4)
     data = c(-100, -1, 0, 100)
@@ -228,11 +209,9 @@ def test_ggml_set_i32_handles_negative_values():
 # ============================================================================
 
 
-
 def test_ggml_new_i32_creates_scalar_integer_tensor():
     """ggml_new_i32 creates scalar integer tensor"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     scalar = ggml_new_i32(ctx, 42)
 
@@ -241,11 +220,9 @@ def test_ggml_new_i32_creates_scalar_integer_tensor():
     expect_equal(ggml_get_i32(scalar), 42)
 
 
-
 def test_ggml_new_f32_creates_scalar_float_tensor():
     """ggml_new_f32 creates scalar float tensor"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     scalar = ggml_new_f32(ctx, 3.14159)
 
@@ -254,22 +231,18 @@ def test_ggml_new_f32_creates_scalar_float_tensor():
     expect_equal(ggml_get_f32(scalar).ravel(), 3.14159, tolerance = 1e-5)
 
 
-
 def test_ggml_new_i32_with_negative_value():
     """ggml_new_i32 with negative value"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     scalar = ggml_new_i32(ctx, -999)
 
     expect_equal(ggml_get_i32(scalar), -999)
 
 
-
 def test_ggml_new_f32_with_zero():
     """ggml_new_f32 with zero"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     scalar = ggml_new_f32(ctx, 0)
 

@@ -1,11 +1,12 @@
 """Port of ggmlR's tests/testthat/test-softmax.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
+
 # Tests for Softmax Operations
 
 # ============================================================================
@@ -13,11 +14,9 @@ from .rlike import *  # noqa: F401,F403
 # ============================================================================
 
 
-
 def test_ggml_soft_max_computes_softmax_correctly():
     """ggml_soft_max computes softmax correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(1, 2, 3, 4, 5))
@@ -34,11 +33,9 @@ def test_ggml_soft_max_computes_softmax_correctly():
     expect_equal(sum(output), 1, tolerance = 1e-5)
 
 
-
 def test_ggml_soft_max_outputs_sum_to_1():
     """ggml_soft_max outputs sum to 1"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 100)
     ggml_set_f32(a, rnorm(100))
@@ -51,11 +48,9 @@ def test_ggml_soft_max_outputs_sum_to_1():
     expect_equal(sum(output), 1, tolerance = 1e-5)
 
 
-
 def test_ggml_soft_max_preserves_order():
     """ggml_soft_max preserves order"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(1, 2, 3, 4, 5))
@@ -70,11 +65,9 @@ def test_ggml_soft_max_preserves_order():
     assert all(diff(output) > 0)
 
 
-
 def test_ggml_soft_max_with_uniform_input_gives_uniform_output():
     """ggml_soft_max with uniform input gives uniform output"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     n = 5
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n)
@@ -90,11 +83,9 @@ def test_ggml_soft_max_with_uniform_input_gives_uniform_output():
     expect_equal(output, rep(1/n, n), tolerance = 1e-5)
 
 
-
 def test_ggml_soft_max_handles_negative_inputs():
     """ggml_soft_max handles negative inputs"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(-5, -3, -1, 0, 1))
@@ -113,11 +104,9 @@ def test_ggml_soft_max_handles_negative_inputs():
 # ============================================================================
 
 
-
 def test_ggml_soft_max_inplace_computes_in_place():
     """ggml_soft_max_inplace computes in-place"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(1, 2, 3, 4, 5))
@@ -136,11 +125,9 @@ def test_ggml_soft_max_inplace_computes_in_place():
 # ============================================================================
 
 
-
 def test_ggml_soft_max_ext_with_scale_1_matches_basic_softmax():
     """ggml_soft_max_ext with scale=1 matches basic softmax"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a1 = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     a2 = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
@@ -161,11 +148,9 @@ def test_ggml_soft_max_ext_with_scale_1_matches_basic_softmax():
     expect_equal(out1, out2, tolerance = 1e-5)
 
 
-
 def test_ggml_soft_max_ext_with_scale_1_produces_flatter_distribution():
     """ggml_soft_max_ext with scale < 1 produces flatter distribution"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a1 = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     a2 = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
@@ -187,11 +172,9 @@ def test_ggml_soft_max_ext_with_scale_1_produces_flatter_distribution():
     assert max(out2) < max(out1)
 
 
-
 def test_ggml_soft_max_ext_with_scale_1_produces_sharper_distribution():
     """ggml_soft_max_ext with scale > 1 produces sharper distribution"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a1 = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     a2 = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
@@ -217,11 +200,9 @@ def test_ggml_soft_max_ext_with_scale_1_produces_sharper_distribution():
 # ============================================================================
 
 
-
 def test_ggml_soft_max_on_2d_tensor():
     """ggml_soft_max on 2D tensor"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # 4x3 tensor
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 3)
@@ -242,11 +223,9 @@ def test_ggml_soft_max_on_2d_tensor():
 # ============================================================================
 
 
-
 def test_ggml_soft_max_handles_large_values():
     """ggml_soft_max handles large values"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(100, 200, 300, 400, 500))
@@ -263,11 +242,9 @@ def test_ggml_soft_max_handles_large_values():
     expect_equal(sum(output), 1, tolerance = 1e-4)
 
 
-
 def test_ggml_soft_max_handles_very_negative_values():
     """ggml_soft_max handles very negative values"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(-500, -400, -300, -200, -100))

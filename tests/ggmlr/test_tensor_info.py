@@ -1,17 +1,17 @@
 """Port of ggmlR's tests/testthat/test-tensor-info.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
+
 # Tests for Tensor Information Functions
 
 # ============================================================================
 # Type Size
 # ============================================================================
-
 
 
 def test_ggml_type_size_returns_correct_sizes():
@@ -30,21 +30,17 @@ def test_ggml_type_size_returns_correct_sizes():
 # ============================================================================
 
 
-
 def test_ggml_element_size_returns_element_size_for_f32_tensor():
     """ggml_element_size returns element size for F32 tensor"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     expect_equal(ggml_element_size(t), 4)
 
 
-
 def test_ggml_element_size_returns_element_size_for_i32_tensor():
     """ggml_element_size returns element size for I32 tensor"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 10)
     expect_equal(ggml_element_size(t), 4)
@@ -54,11 +50,9 @@ def test_ggml_element_size_returns_element_size_for_i32_tensor():
 # ============================================================================
 
 
-
 def test_ggml_nrows_returns_correct_number_of_rows():
     """ggml_nrows returns correct number of rows"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # 1D tensor - 1 row
     t1d = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
@@ -77,11 +71,9 @@ def test_ggml_nrows_returns_correct_number_of_rows():
 # ============================================================================
 
 
-
 def test_ggml_are_same_shape_detects_same_shapes():
     """ggml_are_same_shape detects same shapes"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 5)
     b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 5)
@@ -89,11 +81,9 @@ def test_ggml_are_same_shape_detects_same_shapes():
     assert ggml_are_same_shape(a, b)
 
 
-
 def test_ggml_are_same_shape_detects_different_shapes():
     """ggml_are_same_shape detects different shapes"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 5)
     b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 5, 4)
@@ -101,11 +91,9 @@ def test_ggml_are_same_shape_detects_different_shapes():
     assert not (ggml_are_same_shape(a, b))
 
 
-
 def test_ggml_are_same_shape_with_different_dimensions():
     """ggml_are_same_shape with different dimensions"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 20)
     b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 5)
@@ -117,11 +105,9 @@ def test_ggml_are_same_shape_with_different_dimensions():
 # ============================================================================
 
 
-
 def test_ggml_set_name_and_ggml_get_name_work():
     """ggml_set_name and ggml_get_name work"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     ggml_set_name(t, "my_tensor")
@@ -130,11 +116,9 @@ def test_ggml_set_name_and_ggml_get_name_work():
     expect_equal(name, "my_tensor")
 
 
-
 def test_ggml_set_name_with_empty_string_returns_null_or_empty():
     """ggml_set_name with empty string returns NULL or empty"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     ggml_set_name(t, "")
@@ -148,11 +132,9 @@ def test_ggml_set_name_with_empty_string_returns_null_or_empty():
 # ============================================================================
 
 
-
 def test_ggml_tensor_shape_returns_correct_shape_for_1d():
     """ggml_tensor_shape returns correct shape for 1D"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     shape = ggml_tensor_shape(t)
@@ -164,11 +146,9 @@ def test_ggml_tensor_shape_returns_correct_shape_for_1d():
     expect_equal(shape[3], 1)
 
 
-
 def test_ggml_tensor_shape_returns_correct_shape_for_2d():
     """ggml_tensor_shape returns correct shape for 2D"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 5, 7)
     shape = ggml_tensor_shape(t)
@@ -177,11 +157,9 @@ def test_ggml_tensor_shape_returns_correct_shape_for_2d():
     expect_equal(shape[1], 7)
 
 
-
 def test_ggml_tensor_shape_returns_correct_shape_for_3d():
     """ggml_tensor_shape returns correct shape for 3D"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 3, 4, 5)
     shape = ggml_tensor_shape(t)
@@ -191,11 +169,9 @@ def test_ggml_tensor_shape_returns_correct_shape_for_3d():
     expect_equal(shape[2], 5)
 
 
-
 def test_ggml_tensor_shape_returns_correct_shape_for_4d():
     """ggml_tensor_shape returns correct shape for 4D"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 2, 3, 4, 5)
     shape = ggml_tensor_shape(t)
@@ -210,11 +186,9 @@ def test_ggml_tensor_shape_returns_correct_shape_for_4d():
 # ============================================================================
 
 
-
 def test_ggml_tensor_type_returns_correct_type():
     """ggml_tensor_type returns correct type"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t_f32 = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     expect_equal(ggml_tensor_type(t_f32), GGML_TYPE_F32)
@@ -227,11 +201,9 @@ def test_ggml_tensor_type_returns_correct_type():
 # ============================================================================
 
 
-
 def test_ggml_nelements_returns_correct_count():
     """ggml_nelements returns correct count"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t1d = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     expect_equal(ggml_nelements(t1d), 10)
@@ -246,11 +218,9 @@ def test_ggml_nelements_returns_correct_count():
     expect_equal(ggml_nelements(t4d), 120)
 
 
-
 def test_ggml_nbytes_returns_correct_byte_count():
     """ggml_nbytes returns correct byte count"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     expect_equal(ggml_nbytes(t), 40)  # 10 * 4 bytes
@@ -260,11 +230,9 @@ def test_ggml_nbytes_returns_correct_byte_count():
 # ============================================================================
 
 
-
 def test_ggml_n_dims_returns_correct_dimension_count():
     """ggml_n_dims returns correct dimension count"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t1d = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     expect_equal(ggml_n_dims(t1d), 1)
@@ -283,11 +251,9 @@ def test_ggml_n_dims_returns_correct_dimension_count():
 # ============================================================================
 
 
-
 def test_ggml_is_contiguous_returns_true_for_new_tensors():
     """ggml_is_contiguous returns true for new tensors"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 5)
     assert ggml_is_contiguous(t)
@@ -297,11 +263,9 @@ def test_ggml_is_contiguous_returns_true_for_new_tensors():
 # ============================================================================
 
 
-
 def test_ggml_is_transposed_returns_false_for_new_tensors():
     """ggml_is_transposed returns false for new tensors"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 5)
     assert not (ggml_is_transposed(t))
@@ -311,11 +275,9 @@ def test_ggml_is_transposed_returns_false_for_new_tensors():
 # ============================================================================
 
 
-
 def test_ggml_is_permuted_returns_false_for_new_tensors():
     """ggml_is_permuted returns false for new tensors"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 5)
     assert not (ggml_is_permuted(t))
@@ -325,11 +287,9 @@ def test_ggml_is_permuted_returns_false_for_new_tensors():
 # ============================================================================
 
 
-
 def test_ggml_new_tensor_creates_tensor_with_arbitrary_dims():
     """ggml_new_tensor creates tensor with arbitrary dims"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # 3D tensor
     t = ggml_new_tensor(ctx, GGML_TYPE_F32, n_dims = 3, ne = c(4, 5, 6))
@@ -345,11 +305,9 @@ def test_ggml_new_tensor_creates_tensor_with_arbitrary_dims():
 # ============================================================================
 
 
-
 def test_ggml_dup_tensor_creates_tensor_with_same_shape():
     """ggml_dup_tensor creates tensor with same shape"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     original = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 5)
     duplicate = ggml_dup_tensor(ctx, original)

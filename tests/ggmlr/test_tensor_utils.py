@@ -1,19 +1,18 @@
 """Port of ggmlR's tests/testthat/test-tensor-utils.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
-# Tests for tensor utility functions
 
+# Tests for tensor utility functions
 
 
 def test_ggml_tensor_nb_returns_stride_info():
     """ggml_tensor_nb returns stride info"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 3)
     nb = ggml_tensor_nb(t)
@@ -24,11 +23,9 @@ def test_ggml_tensor_nb_returns_stride_info():
     expect_equal(nb[1], 16)  # 4 elements * 4 bytes
 
 
-
 def test_ggml_tensor_num_counts_tensors_in_context():
     """ggml_tensor_num counts tensors in context"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     expect_equal(ggml_tensor_num(ctx), 0)
 
@@ -39,11 +36,9 @@ def test_ggml_tensor_num_counts_tensors_in_context():
     expect_equal(ggml_tensor_num(ctx), 2)
 
 
-
 def test_ggml_tensor_copy_copies_data_between_tensors():
     """ggml_tensor_copy copies data between tensors"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     src = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     dst = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
@@ -55,11 +50,9 @@ def test_ggml_tensor_copy_copies_data_between_tensors():
     expect_equal(result, c(1, 2, 3, 4), tolerance = 1e-6)
 
 
-
 def test_ggml_tensor_set_f32_scalar_sets_all_elements():
     """ggml_tensor_set_f32_scalar sets all elements"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_tensor_set_f32_scalar(t, 42.0)
@@ -67,11 +60,9 @@ def test_ggml_tensor_set_f32_scalar_sets_all_elements():
     expect_equal(result, rep(42.0, 4), tolerance = 1e-6)
 
 
-
 def test_ggml_get_f32_nd_and_ggml_set_f32_nd_work_for_2d():
     """ggml_get_f32_nd and ggml_set_f32_nd work for 2D"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 2)
     ggml_set_f32(t, c(1, 2, 3, 4, 5, 6))
@@ -86,11 +77,9 @@ def test_ggml_get_f32_nd_and_ggml_set_f32_nd_work_for_2d():
     expect_equal(ggml_get_f32_nd(t, 1, 0), 99.0, tolerance = 1e-6)
 
 
-
 def test_ggml_get_i32_nd_and_ggml_set_i32_nd_work():
     """ggml_get_i32_nd and ggml_set_i32_nd work"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 4)
     ggml_set_i32(t, c(10, 20, 30, 40))
@@ -102,11 +91,9 @@ def test_ggml_get_i32_nd_and_ggml_set_i32_nd_work():
     expect_equal(ggml_get_i32_nd(t, 1), 99)
 
 
-
 def test_ggml_get_first_tensor_and_ggml_get_next_tensor_iterate():
     """ggml_get_first_tensor and ggml_get_next_tensor iterate"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t1 = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_name(t1, "first")
@@ -122,11 +109,9 @@ def test_ggml_get_first_tensor_and_ggml_get_next_tensor_iterate():
     expect_equal(ggml_get_name(second), "second")
 
 
-
 def test_ggml_backend_tensor_get_f32_first_returns_first_element():
     """ggml_backend_tensor_get_f32_first returns first element"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(t, c(3.14, 2.0, 1.0, 0.5))

@@ -1,9 +1,9 @@
 """Port of ggmlR's tests/testthat/test-tensors.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
@@ -20,7 +20,6 @@ def test_1d_tensor_creation_works():
     ggml_free(ctx)
 
 
-
 def test_2d_tensor_creation_works():
     """2D tensor creation works"""
     ctx = ggml_init(1024 * 1024)
@@ -31,7 +30,6 @@ def test_2d_tensor_creation_works():
     expect_equal(ggml_nbytes(tensor), 20 * 4)
 
     ggml_free(ctx)
-
 
 
 def test_tensor_data_access_works():
@@ -48,7 +46,6 @@ def test_tensor_data_access_works():
     ggml_free(ctx)
 
 
-
 def test_tensor_size_mismatch_gives_error():
     """tensor size mismatch gives error"""
     ctx = ggml_init(1024 * 1024)
@@ -60,11 +57,9 @@ def test_tensor_size_mismatch_gives_error():
     ggml_free(ctx)
 
 
-
 def test_ggml_new_i32_creates_scalar_tensor():
     """ggml_new_i32 creates scalar tensor"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     scalar = ggml_new_i32(ctx, 42)
     expect_equal(ggml_nelements(scalar), 1)
@@ -75,11 +70,9 @@ def test_ggml_new_i32_creates_scalar_tensor():
     expect_equal(result, 42)
 
 
-
 def test_ggml_new_f32_creates_scalar_tensor():
     """ggml_new_f32 creates scalar tensor"""
     ctx = ggml_init(1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     scalar = ggml_new_f32(ctx, 3.14)
     expect_equal(ggml_nelements(scalar), 1)

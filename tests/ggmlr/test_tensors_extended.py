@@ -1,13 +1,13 @@
 """Port of ggmlR's tests/testthat/test-tensors-extended.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
-# Tests for extended tensor functions (3D, 4D, dup, info)
 
+# Tests for extended tensor functions (3D, 4D, dup, info)
 
 
 def test_3d_tensor_creation_works():
@@ -28,7 +28,6 @@ def test_3d_tensor_creation_works():
     ggml_free(ctx)
 
 
-
 def test_4d_tensor_creation_works():
     """4D tensor creation works"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -47,7 +46,6 @@ def test_4d_tensor_creation_works():
     ggml_free(ctx)
 
 
-
 def test_dup_tensor_creates_copy_with_same_shape():
     """dup_tensor creates copy with same shape"""
     ctx = ggml_init(4 * 1024 * 1024)
@@ -60,7 +58,6 @@ def test_dup_tensor_creates_copy_with_same_shape():
     expect_equal(ggml_tensor_type(duplicate), ggml_tensor_type(original))
 
     ggml_free(ctx)
-
 
 
 def test_tensor_info_functions_work_correctly():
@@ -84,7 +81,6 @@ def test_tensor_info_functions_work_correctly():
     expect_equal(ggml_tensor_type(tensor), GGML_TYPE_F32)
 
     ggml_free(ctx)
-
 
 
 def test_tensor_shape_returns_correct_dimensions():

@@ -1,20 +1,19 @@
 """Port of ggmlR's tests/testthat/test-transformer-ops.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
+
 # Tests for Transformer Operations
 # RoPE, Flash Attention, Causal Masking, Get Rows
-
 
 
 def test_ggml_set_i32_and_ggml_get_i32_work_correctly():
     """ggml_set_i32 and ggml_get_i32 work correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Create I32 tensor
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 5)
@@ -28,11 +27,9 @@ def test_ggml_set_i32_and_ggml_get_i32_work_correctly():
     expect_equal(result, c(10, 20, 30, 40, 50))
 
 
-
 def test_ggml_get_rows_extracts_embeddings_by_indices():
     """ggml_get_rows extracts embeddings by indices"""
     ctx = ggml_init(32 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Create embedding matrix: 4-dim embeddings, 10 tokens
     embeddings = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 10)
@@ -66,11 +63,9 @@ def test_ggml_get_rows_extracts_embeddings_by_indices():
     expect_equal(shape[1], 3)  # number of selected rows
 
 
-
 def test_ggml_diag_mask_inf_creates_causal_mask():
     """ggml_diag_mask_inf creates causal mask"""
     ctx = ggml_init(32 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Create 4x4 matrix of ones
     m = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 4)
@@ -98,11 +93,9 @@ def test_ggml_diag_mask_inf_creates_causal_mask():
           assert is_infinite(out_mat[i - 1, j - 1])  and  out_mat[i - 1, j - 1] < 0
 
 
-
 def test_ggml_diag_mask_zero_creates_zero_mask():
     """ggml_diag_mask_zero creates zero mask"""
     ctx = ggml_init(32 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Create 3x3 matrix of ones
     m = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 3)
@@ -128,11 +121,9 @@ def test_ggml_diag_mask_zero_creates_zero_mask():
           expect_equal(out_mat[i - 1, j - 1], 0.0)
 
 
-
 def test_ggml_rope_applies_rotary_position_embedding():
     """ggml_rope applies rotary position embedding"""
     ctx = ggml_init(64 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     # Create input tensor: [head_dim=8, n_head=2, seq_len=4, batch=1]
     head_dim = 8
@@ -173,11 +164,9 @@ def test_ggml_rope_applies_rotary_position_embedding():
     expect_equal(shape[2], seq_len)
 
 
-
 def test_ggml_rope_ext_works_with_frequency_scaling():
     """ggml_rope_ext works with frequency scaling"""
     ctx = ggml_init(64 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     head_dim = 8
     n_head = 2
@@ -210,11 +199,9 @@ def test_ggml_rope_ext_works_with_frequency_scaling():
     assert sd(out) > 0
 
 
-
 def test_ggml_flash_attn_ext_computes_attention():
     """ggml_flash_attn_ext computes attention"""
     ctx = ggml_init(128 * 1024 * 1024)
-    # on.exit(ggml_free(ctx))
 
     head_dim = 8
     n_head = 2
@@ -255,7 +242,6 @@ def test_ggml_flash_attn_ext_computes_attention():
     expect_equal(shape[0], head_dim)
     # Total elements should match
     expect_equal(prod(shape), head_dim * n_head * seq_len)
-
 
 
 def test_rope_type_constants_are_defined():

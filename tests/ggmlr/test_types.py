@@ -1,9 +1,9 @@
 """Port of ggmlR's tests/testthat/test-types.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
@@ -11,7 +11,6 @@ from .rlike import *  # noqa: F401,F403
 def test_ggml_type_f32_constant_is_defined():
     """GGML_TYPE_F32 constant is defined"""
     expect_equal(GGML_TYPE_F32, 0)
-
 
 
 def test_type_size_calculation_works():

@@ -1,14 +1,14 @@
 """Port of ggmlR's tests/testthat/test-upscale.R (ggmlR 0.8.2)."""
-import numpy as np
-import pytest
+import numpy as np  # noqa: F401
+import pytest  # noqa: F401
 
 from ggmlpy import *  # noqa: F401,F403
-from ggmlpy import GGMLError
+from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
+
 # Tests for ggml_upscale and scale-mode constants (C2: 0.11.0 new BICUBIC mode).
 # Previously exported without any functional test coverage.
-
 
 
 def test_scale_mode_constants_are_defined_correctly():
@@ -16,7 +16,6 @@ def test_scale_mode_constants_are_defined_correctly():
     expect_equal(GGML_SCALE_MODE_NEAREST, 0)
     expect_equal(GGML_SCALE_MODE_BILINEAR, 1)
     expect_equal(GGML_SCALE_MODE_BICUBIC, 2)
-
 
 
 def test_ggml_upscale_nearest_doubles_spatial_dims():
@@ -42,7 +41,6 @@ def test_ggml_upscale_nearest_doubles_spatial_dims():
     ggml_free(ctx)
 
 
-
 def test_ggml_upscale_bilinear_produces_interpolated_non_replicated_values():
     """ggml_upscale bilinear produces interpolated (non-replicated) values"""
     ctx = ggml_init(16 * 1024 * 1024)
@@ -60,7 +58,6 @@ def test_ggml_upscale_bilinear_produces_interpolated_non_replicated_values():
     assert not (all(np.isin(res, c(0, 4, 8, 12))))
 
     ggml_free(ctx)
-
 
 
 def test_ggml_upscale_bicubic_0_11_0_new_mode_runs_and_is_finite():
@@ -81,7 +78,6 @@ def test_ggml_upscale_bicubic_0_11_0_new_mode_runs_and_is_finite():
     assert all(is_finite(res))
 
     ggml_free(ctx)
-
 
 
 def test_ggml_upscale_default_mode_equals_explicit_nearest():
