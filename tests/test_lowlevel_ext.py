@@ -373,9 +373,13 @@ def test_inplace_variant_equals_base_op(name):
 
 
 def test_every_ggmlr_inplace_name_exists():
-    names = [n.strip() for n in open("/work/shared/ggmlR/exports.txt") if n.strip().endswith("_inplace")] \
-        if __import__("os").path.exists("/work/shared/ggmlR/exports.txt") else []
-    missing = [n for n in names if n != "ggml_op_can_inplace" and not hasattr(g, n)]
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "ggmlR", "exports.txt")
+    if not os.path.exists(path):
+        pytest.skip("ggmlR's export list (shared/ggmlR/exports.txt) is not next to this checkout")
+    names = [n.strip() for n in open(path) if n.strip().endswith("_inplace")]
+    assert len(names) == 34  # 33 ops and ggml_op_can_inplace
+    missing = [n for n in names if not hasattr(g, n)]
     assert not missing
 
 
