@@ -553,3 +553,12 @@ def test_set_param_flags_leaves_only(ctx):
     assert a.ptr.flags & g.core.api.lib.GGML_TENSOR_FLAG_PARAM
     with pytest.raises(GGMLError, match="leaf"):
         g.ggml_set_param(g.ggml_sqr(ctx, a))
+
+
+def test_type_combinations_the_cpu_kernels_lack_are_refused(ctx):
+    """Kernels that would abort (swiglu_oai in f16) or misread (add1 of f32 with an f16 scalar)."""
+    h = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F16, 4, 2)
+    with pytest.raises(GGMLError, match="SWIGLU_OAI"):
+        g.ggml_glu(ctx, h, g.GGML_GLU_OP_SWIGLU_OAI)
+    with pytest.raises(GGMLError, match="b has type f16"):
+        g.ggml_add1(ctx, T(ctx, np.ones(3)), g.ggml_new_tensor_1d(ctx, g.GGML_TYPE_F16, 1))

@@ -64,6 +64,8 @@ def _glu(ctx, a, b, op, swapped, what):
     _types(a, (F32, F16), what, "a")
     op = int(op)
     check(op in _GLU_OPS, f"{what}: op must be a GGML_GLU_OP_* constant, got {op}")
+    if op == GGML_GLU_OP_SWIGLU_OAI:  # its CPU kernel has no f16 case (it would abort)
+        _types(a, (F32,), f"{what} (SWIGLU_OAI)", "a")
     check(bool(lib.ggml_is_contiguous_1(a.ptr)) and int(a.ptr.nb[0]) == int(lib.ggml_type_size(a.type)),
           f"{what}: a must have contiguous rows; use ggml_cont() first")
     ne = _ne(a)
@@ -146,7 +148,8 @@ def ggml_add1(ctx, a, b, *, _inplace=False):
     ctx = _ctx(ctx)
     a, b = _t(a, what, "a"), _t(b, what, "b")
     _types(a, (F32, F16), what, "a")
-    _types(b, (F32, F16), what, "b")
+    # the f32 kernel reads b as f32 whatever its type: an f16 b would be read as garbage
+    _types(b, (F32,) if a.type == F32 else (F32, F16), what, "b")
     check(bool(lib.ggml_is_scalar(b.ptr)), f"{what}: b must be a scalar (one element), got {_shape_str(b)}")
     ne, nb = _ne(a), [int(v) for v in a.ptr.nb]
     check(nb[0] == lib.ggml_type_size(a.type) and nb[2] == nb[1] * ne[1] and nb[3] == nb[2] * ne[2],
