@@ -8,6 +8,8 @@ from ..errors import GGMLError
 
 
 class GraphAllocator:
+    """ggml's graph allocator for one backend's buffer type (ggml_gallocr_new)."""
+
     def __init__(self, backend):
         self.backend = backend
         self.contexts = weakref.WeakSet()
@@ -60,9 +62,11 @@ def ggml_gallocr_new(backend=None) -> GraphAllocator:
 
 
 def ggml_gallocr_alloc_graph(galloc: GraphAllocator, graph) -> bool:
+    """Give every unallocated tensor of the graph memory in the allocator's buffer."""
     galloc.alloc(graph)
     return True
 
 
 def ggml_gallocr_get_buffer_size(galloc: GraphAllocator, buffer_id: int = 0) -> int:
+    """Bytes of the allocator's buffer."""
     return galloc.buffer_size()

@@ -84,8 +84,10 @@ class Scheduler:
 
 
 def ggml_backend_sched_new(backends, graph_size: int = 2048, parallel: bool = False) -> Scheduler:
+    """A scheduler over `backends` in priority order (the last one must be a CPU backend)."""
     return Scheduler(backends, graph_size, parallel)
 
 
 def ggml_backend_sched_graph_compute(sched: Scheduler, graph) -> None:
+    """Split the graph across the scheduler's backends, allocate and compute it."""
     sched.compute(graph)

@@ -37,6 +37,7 @@ _CREATABLE = (GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_I32, GGML_
 
 
 def ggml_version() -> str:
+    """The loaded libggml's version string."""
     return ffi.string(lib.ggml_version()).decode()
 
 
@@ -46,19 +47,23 @@ def ggml_init(mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False) -> Conte
 
 
 def ggml_free(ctx: Context) -> None:
+    """Free the context; its tensors can no longer be used."""
     _context(ctx, "ggml_free").free()
 
 
 def ggml_tensor_overhead() -> int:
+    """Arena bytes one tensor's metadata takes."""
     return int(lib.ggml_tensor_overhead())
 
 
 def ggml_used_mem(ctx: Context) -> int:
+    """Bytes of the context's arena in use."""
     return _context(ctx, "ggml_used_mem").used_mem()
 
 
 # -- tensors ----------------------------------------------------------------------------------------
 def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne) -> Tensor:
+    """A new tensor of `type` with n_dims dims ne in ctx (checked against ctx's free memory)."""
     if not isinstance(ctx, Context):
         raise GGMLError("ggml_new_tensor: first argument must be a Context")
     ctx.ensure_alive()
@@ -75,18 +80,22 @@ def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne) -> Tensor:
 
 
 def ggml_new_tensor_1d(ctx, type, ne0):
+    """A new 1-d tensor [ne0]."""
     return ggml_new_tensor(ctx, type, 1, [ne0])
 
 
 def ggml_new_tensor_2d(ctx, type, ne0, ne1):
+    """A new 2-d tensor [ne0, ne1] (an R matrix: ne0 rows, ne1 columns)."""
     return ggml_new_tensor(ctx, type, 2, [ne0, ne1])
 
 
 def ggml_new_tensor_3d(ctx, type, ne0, ne1, ne2):
+    """A new 3-d tensor [ne0, ne1, ne2]."""
     return ggml_new_tensor(ctx, type, 3, [ne0, ne1, ne2])
 
 
 def ggml_new_tensor_4d(ctx, type, ne0, ne1, ne2, ne3):
+    """A new 4-d tensor [ne0, ne1, ne2, ne3]."""
     return ggml_new_tensor(ctx, type, 4, [ne0, ne1, ne2, ne3])
 
 
@@ -103,6 +112,7 @@ def ggml_new_from_numpy(ctx: Context, array, type: int | None = None) -> Tensor:
 
 
 def ggml_set_name(t: Tensor, name: str) -> Tensor:
+    """Name t (at most 63 bytes); returns t."""
     _tensor(t, "ggml_set_name")
     raw = str(name).encode()
     check(len(raw) < 64, "ggml_set_name: names are at most 63 bytes")
@@ -111,6 +121,7 @@ def ggml_set_name(t: Tensor, name: str) -> Tensor:
 
 
 def ggml_get_name(t: Tensor) -> str:
+    """t's name ("" when unnamed)."""
     return _tensor(t, "ggml_get_name").name
 
 
@@ -142,6 +153,7 @@ def ggml_get_f32(t: Tensor) -> np.ndarray:
 
 
 def ggml_set_i32(t: Tensor, values) -> Tensor:
+    """Write integer values into t (memory order = ggml order)."""
     _tensor(t, "ggml_set_i32")
     arr = np.asarray(values)
     if arr.dtype.kind == "f" and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
@@ -151,6 +163,7 @@ def ggml_set_i32(t: Tensor, values) -> Tensor:
 
 
 def ggml_get_i32(t: Tensor) -> np.ndarray:
+    """t's values as int32 numpy (shape = ne reversed)."""
     _tensor(t, "ggml_get_i32")
     return get_data(t, np.int32, "ggml_get_i32")
 
@@ -175,26 +188,32 @@ def _context(ctx, what) -> Context:
 
 
 def ggml_nelements(t: Tensor) -> int:
+    """t's number of elements."""
     return _tensor(t, "ggml_nelements").nelements()
 
 
 def ggml_nbytes(t: Tensor) -> int:
+    """Bytes of t's data."""
     return _tensor(t, "ggml_nbytes").nbytes()
 
 
 def ggml_n_dims(t: Tensor) -> int:
+    """t's number of dims (trailing ne = 1 not counted; at least 1)."""
     return _tensor(t, "ggml_n_dims").n_dims
 
 
 def ggml_nrows(t: Tensor) -> int:
+    """Rows of t: ne1 * ne2 * ne3."""
     return int(lib.ggml_nrows(_tensor(t, "ggml_nrows").ptr))
 
 
 def ggml_is_contiguous(t: Tensor) -> bool:
+    """Whether t's elements are packed in ggml order."""
     return _tensor(t, "ggml_is_contiguous").is_contiguous()
 
 
 def ggml_type_name(type: int) -> str:
+    """ggml's name of a type code ("f32", "q4_0", ...)."""
     return type_name(type)
 
 
@@ -205,6 +224,7 @@ def ggml_backend_cpu_init() -> Backend:
 
 
 def ggml_backend_init_by_name(name: str, params: str | None = None) -> Backend:
+    """A backend on the device called `name` ("CPU", "Vulkan0", ...)."""
     names = [d.name for d in devices()]
     if name not in names:
         raise GGMLError(f"ggml_backend_init_by_name: no device {name!r}; available: {', '.join(names)}")
@@ -212,18 +232,22 @@ def ggml_backend_init_by_name(name: str, params: str | None = None) -> Backend:
 
 
 def ggml_backend_init_best() -> Backend:
+    """A backend on the best device there is (a GPU if any, else the CPU)."""
     return Backend(lib.ggml_backend_init_best(), "best")
 
 
 def ggml_backend_cpu_set_n_threads(backend: Backend, n_threads: int) -> None:
+    """Threads the CPU backend uses for its graphs."""
     backend.set_n_threads(n_threads)
 
 
 def ggml_backend_name(backend: Backend) -> str:
+    """The backend's name."""
     return backend.name
 
 
 def ggml_backend_free(backend: Backend) -> None:
+    """Free a backend."""
     backend.free()
 
 
@@ -275,10 +299,12 @@ def ggml_backend_alloc_ctx_tensors(ctx: Context, backend: Backend) -> BackendBuf
 
 
 def ggml_backend_tensor_set(t: Tensor, values) -> None:
+    """Write values into a tensor on any backend (as ggml_set_f32)."""
     ggml_set_f32(t, values)
 
 
 def ggml_backend_tensor_get(t: Tensor) -> np.ndarray:
+    """A tensor's values as float32 numpy, from any backend (as ggml_get_f32)."""
     return ggml_get_f32(t)
 
 
@@ -295,6 +321,7 @@ def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> int:
 
 
 def ggml_backend_dev_count() -> int:
+    """How many devices the loaded backends report."""
     return len(devices())
 
 

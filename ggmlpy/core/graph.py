@@ -106,6 +106,7 @@ def _collect(root, seen: set):
 
 
 def ggml_new_graph(ctx: Context, size: int = GGML_DEFAULT_GRAPH_SIZE, grads: bool = False) -> Graph:
+    """An empty graph with room for `size` nodes (grads=True: with gradient slots)."""
     return Graph(ctx, size, grads)
 
 
@@ -248,6 +249,7 @@ def _cpu_backend(n_threads: int):
 
 
 def ggml_graph_n_nodes(graph: Graph) -> int:
+    """How many nodes (computed tensors) the graph holds."""
     if not isinstance(graph, Graph):
         raise GGMLError(f"ggml_graph_n_nodes: expected a Graph, got {type(graph).__name__}")
     return graph.n_nodes()

@@ -159,6 +159,7 @@ for _n in _UNARY_OPS:
 
 
 def ggml_leaky_relu(ctx, a, negative_slope=0.01, inplace=False):
+    """max(a, 0) + negative_slope * min(a, 0), element-wise (inplace: into a's memory)."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_leaky_relu")
     _types(a, CPU_FLOAT, "ggml_leaky_relu")
@@ -168,6 +169,7 @@ def ggml_leaky_relu(ctx, a, negative_slope=0.01, inplace=False):
 
 
 def ggml_scale(ctx, a, s, *, _inplace=False):
+    """a * s (inplace: into a's memory)."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_scale")
     _types(a, (F32,), "ggml_scale")
@@ -180,6 +182,7 @@ def ggml_scale(ctx, a, s, *, _inplace=False):
 
 
 def ggml_clamp(ctx, a, min_val, max_val):
+    """a with every element clamped to [min_val, max_val]."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_clamp")
     _types(a, CPU_FLOAT, "ggml_clamp")
@@ -324,6 +327,7 @@ def ggml_group_norm(ctx, a, n_groups, eps=1e-5, *, _inplace=False):
 
 # -- reductions ---------------------------------------------------------------------------------------
 def ggml_sum(ctx, a):
+    """The sum of all of a's elements (a one-element tensor)."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_sum")
     _types(a, CPU_FLOAT, "ggml_sum")
@@ -392,23 +396,27 @@ def _reshape(ctx, what, a, ne, call):
 
 
 def ggml_reshape_1d(ctx, a, ne0):
+    """Contiguous a viewed as [ne0]."""
     ctx, a = _ctx(ctx), _t(a, "ggml_reshape_1d")
     return _reshape(ctx, "ggml_reshape_1d", a, [int(ne0)], lambda: lib.ggml_reshape_1d(ctx.ptr, a.ptr, int(ne0)))
 
 
 def ggml_reshape_2d(ctx, a, ne0, ne1):
+    """Contiguous a viewed as [ne0, ne1]."""
     ctx, a = _ctx(ctx), _t(a, "ggml_reshape_2d")
     ne = [int(ne0), int(ne1)]
     return _reshape(ctx, "ggml_reshape_2d", a, ne, lambda: lib.ggml_reshape_2d(ctx.ptr, a.ptr, *ne))
 
 
 def ggml_reshape_3d(ctx, a, ne0, ne1, ne2):
+    """Contiguous a viewed as [ne0, ne1, ne2]."""
     ctx, a = _ctx(ctx), _t(a, "ggml_reshape_3d")
     ne = [int(ne0), int(ne1), int(ne2)]
     return _reshape(ctx, "ggml_reshape_3d", a, ne, lambda: lib.ggml_reshape_3d(ctx.ptr, a.ptr, *ne))
 
 
 def ggml_reshape_4d(ctx, a, ne0, ne1, ne2, ne3):
+    """Contiguous a viewed as [ne0, ne1, ne2, ne3]."""
     ctx, a = _ctx(ctx), _t(a, "ggml_reshape_4d")
     ne = [int(ne0), int(ne1), int(ne2), int(ne3)]
     return _reshape(ctx, "ggml_reshape_4d", a, ne, lambda: lib.ggml_reshape_4d(ctx.ptr, a.ptr, *ne))
@@ -434,22 +442,26 @@ def _view(what, ctx, a, ne, nbs, offset, call):
 
 
 def ggml_view_1d(ctx, a, ne0, offset=0):
+    """A view of ne0 elements of a from byte `offset`."""
     return _view("ggml_view_1d", ctx, a, [ne0], [], offset,
                  lambda c, t: lib.ggml_view_1d(c.ptr, t.ptr, int(ne0), int(offset)))
 
 
 def ggml_view_2d(ctx, a, ne0, ne1, nb1, offset=0):
+    """A view [ne0, ne1] of a, rows nb1 bytes apart, from byte `offset`."""
     return _view("ggml_view_2d", ctx, a, [ne0, ne1], [nb1], offset,
                  lambda c, t: lib.ggml_view_2d(c.ptr, t.ptr, int(ne0), int(ne1), int(nb1), int(offset)))
 
 
 def ggml_view_3d(ctx, a, ne0, ne1, ne2, nb1, nb2, offset=0):
+    """A view [ne0, ne1, ne2] of a with strides nb1, nb2, from byte `offset`."""
     return _view("ggml_view_3d", ctx, a, [ne0, ne1, ne2], [nb1, nb2], offset,
                  lambda c, t: lib.ggml_view_3d(c.ptr, t.ptr, int(ne0), int(ne1), int(ne2),
                                                int(nb1), int(nb2), int(offset)))
 
 
 def ggml_view_4d(ctx, a, ne0, ne1, ne2, ne3, nb1, nb2, nb3, offset=0):
+    """A view [ne0, ne1, ne2, ne3] of a with strides nb1..nb3, from byte `offset`."""
     return _view("ggml_view_4d", ctx, a, [ne0, ne1, ne2, ne3], [nb1, nb2, nb3], offset,
                  lambda c, t: lib.ggml_view_4d(c.ptr, t.ptr, int(ne0), int(ne1), int(ne2), int(ne3),
                                                int(nb1), int(nb2), int(nb3), int(offset)))
@@ -501,6 +513,7 @@ def ggml_cpy(ctx, a, b):
 
 
 def ggml_cast(ctx, a, type):
+    """a converted to `type` (f32, f16 or bf16)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_cast")
     _types(a, FLOAT, "ggml_cast")
     check(type in FLOAT, "ggml_cast: target type must be f32, f16 or bf16")
@@ -509,6 +522,7 @@ def ggml_cast(ctx, a, type):
 
 # -- assembling tensors ------------------------------------------------------------------------------
 def ggml_concat(ctx, a, b, dim=0):
+    """a and b joined along `dim` (their other dims must match)."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_concat", "a"), _t(b, "ggml_concat", "b")
     _types(a, (F32, F16, I32), "ggml_concat", "a")
@@ -668,6 +682,7 @@ def _pool_op(op):
 
 
 def ggml_pool_1d(ctx, a, op, k0, s0, p0=0):
+    """1-d max or average pooling along ne0 (op "max"/"avg" or GGML_OP_POOL_*)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_pool_1d")
     _types(a, (F32, F16), "ggml_pool_1d")
     _contiguous(a, "ggml_pool_1d")  # the kernel steps through rows by nb1 alone
@@ -680,6 +695,7 @@ def ggml_pool_1d(ctx, a, op, k0, s0, p0=0):
 
 
 def ggml_pool_2d(ctx, a, op, k0, k1, s0, s1, p0=0.0, p1=0.0):
+    """2-d max or average pooling over ne0 and ne1."""
     ctx, a = _ctx(ctx), _t(a, "ggml_pool_2d")
     _types(a, (F32, F16), "ggml_pool_2d")
     _contiguous(a, "ggml_pool_2d")  # it walks planes by nb2 to the end of a's bytes: more planes than dst has
