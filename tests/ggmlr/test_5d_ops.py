@@ -19,20 +19,14 @@ _NO_5D = "ggmlR's ggml fork has 5-D tensors; ggml 0.25.3 has GGML_MAX_DIMS = 4"
 @pytest.mark.parametrize("op", ["relu", "silu", "gelu", "abs", "neg", "sqrt"])
 def test_5d_unary_covers_ne_4(op):
     """5D unary <op> covers ne[4]"""
-
-
 @pytest.mark.skip(reason=_NO_5D)
 @pytest.mark.parametrize("op", ["add", "mul", "sub", "div"])
 def test_5d_binary_covers_ne_4(op):
     """5D binary <op> covers ne[4]"""
-
-
 @pytest.mark.skip(reason=_NO_5D)
 @pytest.mark.parametrize("axis", [0, 1, 2, 3, 4])
 def test_5d_concat_axis_covers_ne_4(axis):
     """5D concat axis <ax> covers ne[4]"""
-
-
 def test_5d_tensors_are_refused_clearly():
     """ggmlpy: a 5-D tensor request raises, naming the limit (ggml would assert)."""
     ctx = ggml_init(32 * 1024 * 1024, no_alloc=True)

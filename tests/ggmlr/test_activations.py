@@ -7,8 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for activation functions
-
 
 def test_relu_produces_correct_output():
     """relu produces correct output"""
@@ -40,11 +38,9 @@ def test_sigmoid_produces_values_in_0_1():
 
     result = ggml_get_f32(s).ravel()
 
-    # All values should be between 0 and 1
     assert all(result > 0)
     assert all(result < 1)
 
-    # sigmoid(0) should be 0.5
     expect_equal(result[2], 0.5, tolerance = 1e-5)
 
     ggml_free(ctx)
@@ -63,14 +59,11 @@ def test_tanh_produces_values_in_1_1():
 
     result = ggml_get_f32(t).ravel()
 
-    # All values should be between -1 and 1 (inclusive for large inputs)
     assert all(result >= -1)
     assert all(result <= 1)
 
-    # tanh(0) should be 0
     expect_equal(result[2], 0, tolerance = 1e-5)
 
-    # tanh is odd function: tanh(-x) = -tanh(x)
     expect_equal(result[0], -result[4], tolerance = 1e-5)
 
     ggml_free(ctx)
@@ -89,10 +82,8 @@ def test_gelu_produces_expected_pattern():
 
     result = ggml_get_f32(g).ravel()
 
-    # GELU(0) should be 0
     expect_equal(result[2], 0, tolerance = 1e-5)
 
-    # GELU should be monotonically increasing for positive values
     assert result[3] < result[4]
 
     ggml_free(ctx)
@@ -119,7 +110,6 @@ def test_gelu_quick_produces_similar_results_to_gelu():
     ggml_graph_compute(ctx, graph2)
     quick_result = ggml_get_f32(gq).ravel()
 
-    # Results should be similar (within 10% for reasonable inputs)
     expect_equal(quick_result[2], gelu_result[2], tolerance = 0.1)
 
     ggml_free(ctx)
@@ -138,10 +128,8 @@ def test_silu_produces_expected_pattern():
 
     result = ggml_get_f32(s).ravel()
 
-    # SiLU(0) = 0 * sigmoid(0) = 0
     expect_equal(result[2], 0, tolerance = 1e-5)
 
-    # SiLU(x) = x * sigmoid(x), so SiLU(2) ~ 2 * 0.88 ~ 1.76
     assert result[4] > 1.5
 
     ggml_free(ctx)
@@ -160,13 +148,10 @@ def test_softmax_produces_valid_probability_distribution():
 
     result = ggml_get_f32(s).ravel()
 
-    # All values should be positive
     assert all(result > 0)
 
-    # Sum should be approximately 1
     expect_equal(sum(result), 1, tolerance = 1e-5)
 
-    # Values should be monotonically increasing (same as input)
     assert all(diff(result) > 0)
 
     ggml_free(ctx)
@@ -184,7 +169,6 @@ def test_ggml_elu_produces_correct_output():
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # ELU: x if x > 0, alpha*(exp(x)-1) if x <= 0 (alpha=1)
     expect_equal(output[2], 0, tolerance = 1e-5)
     expect_equal(output[3], 1, tolerance = 1e-5)
     assert output[0] < 0
@@ -198,7 +182,6 @@ def test_ggml_leaky_relu_produces_correct_output():
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(-2, -1, 0, 1))
 
-    # negative_slope = 0.01
     result = ggml_leaky_relu(ctx, a, 0.01, False)
     graph = ggml_build_forward_expand(ctx, result)
     ggml_graph_compute(ctx, graph)
@@ -220,12 +203,11 @@ def test_ggml_hardswish_produces_correct_output():
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # hardswish(x) = x * min(max(0, x+3), 6) / 6
-    expect_equal(output[0], 0, tolerance = 1e-5)  # x <= -3
-    expect_equal(output[1], 0, tolerance = 1e-5)  # x = -3
-    expect_equal(output[2], 0, tolerance = 1e-5)  # x = 0
-    expect_equal(output[3], 3, tolerance = 1e-5)  # x = 3
-    expect_equal(output[4], 4, tolerance = 1e-5)  # x >= 3
+    expect_equal(output[0], 0, tolerance = 1e-5)
+    expect_equal(output[1], 0, tolerance = 1e-5)
+    expect_equal(output[2], 0, tolerance = 1e-5)
+    expect_equal(output[3], 3, tolerance = 1e-5)
+    expect_equal(output[4], 4, tolerance = 1e-5)
 
 
 def test_ggml_hardsigmoid_produces_correct_output():
@@ -240,10 +222,9 @@ def test_ggml_hardsigmoid_produces_correct_output():
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # hardsigmoid(x) = min(max(0, x+3), 6) / 6
-    expect_equal(output[0], 0, tolerance = 1e-5)  # x <= -3
-    expect_equal(output[2], 0.5, tolerance = 1e-5)  # x = 0
-    expect_equal(output[4], 1, tolerance = 1e-5)  # x >= 3
+    expect_equal(output[0], 0, tolerance = 1e-5)
+    expect_equal(output[2], 0.5, tolerance = 1e-5)
+    expect_equal(output[4], 1, tolerance = 1e-5)
 
 
 def test_ggml_softplus_produces_correct_output():
@@ -258,8 +239,7 @@ def test_ggml_softplus_produces_correct_output():
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # softplus(x) = log(1 + exp(x))
-    expect_equal(output[1], log(2), tolerance = 1e-4)  # softplus(0) = ln(2)
+    expect_equal(output[1], log(2), tolerance = 1e-4)
     assert all(output > 0)
 
 
@@ -275,9 +255,7 @@ def test_ggml_gelu_erf_produces_correct_output():
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # GELU(0) = 0
     expect_equal(output[1], 0, tolerance = 1e-5)
-    # GELU is asymmetric
     assert output[0] < 0
     assert output[2] > 0
 

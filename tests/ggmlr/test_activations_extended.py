@@ -7,12 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Extended tests for Activation Functions
-
-# ============================================================================
-# Sigmoid
-# ============================================================================
-
 
 def test_ggml_sigmoid_computes_sigmoid_correctly():
     """ggml_sigmoid computes sigmoid correctly"""
@@ -27,7 +21,6 @@ def test_ggml_sigmoid_computes_sigmoid_correctly():
 
     output = ggml_get_f32(result).ravel()
 
-    # sigmoid(x) = 1 / (1 + exp(-x))
     expected = 1 / (1 + exp(-c(-2, -1, 0, 1, 2)))
     expect_equal(output, expected, tolerance = 1e-4)
 
@@ -61,10 +54,6 @@ def test_ggml_sigmoid_output_is_in_0_1():
     output = ggml_get_f32(result).ravel()
     assert all(output > 0)
     assert all(output < 1)
-
-# ============================================================================
-# Tanh
-# ============================================================================
 
 
 def test_ggml_tanh_computes_tanh_correctly():
@@ -110,13 +99,8 @@ def test_ggml_tanh_output_is_in_1_1():
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # tanh can reach exactly -1 or 1 at extreme values
     assert all(output >= -1)
     assert all(output <= 1)
-
-# ============================================================================
-# ELU
-# ============================================================================
 
 
 def test_ggml_elu_computes_elu_correctly():
@@ -132,7 +116,6 @@ def test_ggml_elu_computes_elu_correctly():
 
     output = ggml_get_f32(result).ravel()
 
-    # ELU(x) = x if x > 0, else exp(x) - 1
     input = c(-2, -1, 0, 1, 2)
     expected = ifelse(input > 0, input, exp(input) - 1)
     expect_equal(output, expected, tolerance = 1e-4)
@@ -152,10 +135,6 @@ def test_ggml_elu_0_0():
     output = ggml_get_f32(result).ravel()
     expect_equal(output, 0, tolerance = 1e-5)
 
-# ============================================================================
-# Leaky ReLU
-# ============================================================================
-
 
 def test_ggml_leaky_relu_computes_correctly():
     """ggml_leaky_relu computes correctly"""
@@ -170,7 +149,6 @@ def test_ggml_leaky_relu_computes_correctly():
 
     output = ggml_get_f32(result).ravel()
 
-    # LeakyReLU(x) = x if x > 0, else 0.1 * x
     expected = c(-0.2, -0.1, 0, 1, 2)
     expect_equal(output, expected, tolerance = 1e-4)
 
@@ -189,10 +167,6 @@ def test_ggml_leaky_relu_with_different_slopes():
     output = ggml_get_f32(result).ravel()
     expect_equal(output, c(-0.4, 0, 2), tolerance = 1e-4)
 
-# ============================================================================
-# Hard Swish
-# ============================================================================
-
 
 def test_ggml_hardswish_computes_correctly():
     """ggml_hardswish computes correctly"""
@@ -207,7 +181,6 @@ def test_ggml_hardswish_computes_correctly():
 
     output = ggml_get_f32(result).ravel()
 
-    # HardSwish(x) = x * clip(x+3, 0, 6) / 6
     input = c(-4, -3, -1, 0, 1, 3, 4)
     expected = input * pmin(pmax(input + 3, 0), 6) / 6
     expect_equal(output, expected, tolerance = 1e-4)
@@ -227,10 +200,6 @@ def test_ggml_hardswish_0_0():
     output = ggml_get_f32(result).ravel()
     expect_equal(output, 0, tolerance = 1e-5)
 
-# ============================================================================
-# Hard Sigmoid
-# ============================================================================
-
 
 def test_ggml_hardsigmoid_computes_correctly():
     """ggml_hardsigmoid computes correctly"""
@@ -245,7 +214,6 @@ def test_ggml_hardsigmoid_computes_correctly():
 
     output = ggml_get_f32(result).ravel()
 
-    # HardSigmoid(x) = clip(x+3, 0, 6) / 6
     input = c(-4, -3, -1, 0, 1, 3, 4)
     expected = pmin(pmax(input + 3, 0), 6) / 6
     expect_equal(output, expected, tolerance = 1e-4)
@@ -266,10 +234,6 @@ def test_ggml_hardsigmoid_output_is_in_0_1():
     assert all(output >= 0)
     assert all(output <= 1)
 
-# ============================================================================
-# Softplus
-# ============================================================================
-
 
 def test_ggml_softplus_computes_correctly():
     """ggml_softplus computes correctly"""
@@ -284,7 +248,6 @@ def test_ggml_softplus_computes_correctly():
 
     output = ggml_get_f32(result).ravel()
 
-    # Softplus(x) = log(1 + exp(x))
     expected = log(1 + exp(c(-2, -1, 0, 1, 2)))
     expect_equal(output, expected, tolerance = 1e-4)
 
@@ -318,10 +281,6 @@ def test_ggml_softplus_0_log_2():
     output = ggml_get_f32(result).ravel()
     expect_equal(output, log(2), tolerance = 1e-5)
 
-# ============================================================================
-# GELU Quick
-# ============================================================================
-
 
 def test_ggml_gelu_quick_computes_fast_gelu():
     """ggml_gelu_quick computes fast GELU"""
@@ -336,15 +295,9 @@ def test_ggml_gelu_quick_computes_fast_gelu():
 
     output = ggml_get_f32(result).ravel()
 
-    # GELU(0) = 0
     expect_equal(output[2], 0, tolerance = 1e-5)
-    # GELU is smooth and bounded
     assert not (any(is_na(output)))
     assert not (any(is_infinite(output)))
-
-# ============================================================================
-# Comparison: GELU vs GELU Quick
-# ============================================================================
 
 
 def test_gelu_and_gelu_quick_produce_similar_results():
@@ -367,6 +320,5 @@ def test_gelu_and_gelu_quick_produce_similar_results():
     ggml_graph_compute(ctx, graph2)
     out2 = ggml_get_f32(r2).ravel()
 
-    # Should be within reasonable tolerance
     expect_equal(out1, out2, tolerance = 0.05)
 

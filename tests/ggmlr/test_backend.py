@@ -7,8 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for extended backend functions
-
 
 def test_device_type_constants_work():
     """device type constants work"""
@@ -17,7 +15,6 @@ def test_device_type_constants_work():
     expect_type(ggml_backend_device_type_igpu(), "integer")
     expect_type(ggml_backend_device_type_accel(), "integer")
 
-    # CPU type should be 0
     expect_equal(ggml_backend_device_type_cpu(), 0)
 
 
@@ -34,15 +31,12 @@ def test_device_enumeration_works():
     expect_type(count, "double")
     assert count >= 1
 
-    # Get first device
     dev = ggml_backend_dev_get(0)
     assert not ((dev is None))
 
-    # Get by name
     dev_cpu = ggml_backend_dev_by_name("CPU")
     assert not ((dev_cpu is None))
 
-    # Get by type (CPU)
     dev_cpu2 = ggml_backend_dev_by_type(ggml_backend_device_type_cpu())
     assert not ((dev_cpu2 is None))
 
@@ -53,27 +47,22 @@ def test_device_properties_work():
     if (dev is None):
         pytest.skip("No device available")
 
-    # Device name
     name = ggml_backend_dev_name(dev)
     expect_type(name, "character")
     assert nchar(name) > 0
 
-    # Device description
     desc = ggml_backend_dev_description(dev)
     expect_type(desc, "character")
 
-    # Device memory
     mem = ggml_backend_dev_memory(dev)
     expect_type(mem, "double")
     assert length(mem) == 2
     assert "free"  in  names(mem)
     assert "total"  in  names(mem)
 
-    # Device type
     dtype = ggml_backend_dev_type(dev)
     expect_type(dtype, "integer")
 
-    # Device properties
     props = ggml_backend_dev_get_props(dev)
     expect_type(props, "list")
     assert "name"  in  names(props)
@@ -86,11 +75,9 @@ def test_backend_registry_works():
     expect_type(count, "double")
     assert count >= 1
 
-    # Get first registry
     reg = ggml_backend_reg_get(0)
     assert not ((reg is None))
 
-    # Get registry name
     name = ggml_backend_reg_name(reg)
     expect_type(name, "character")
 
@@ -101,34 +88,27 @@ def test_backend_registry_works():
     expect_type(dev_count, "double")
     assert dev_count >= 1
 
-    # Get device from registry
     dev = ggml_backend_reg_dev_get(reg, 0)
     assert not ((dev is None))
 
-    # Get registry by name
     reg_cpu = ggml_backend_reg_by_name("CPU")
     assert not ((reg_cpu is None))
 
 
 def test_backend_initialization_works():
     """backend initialization works"""
-    # Init by name
     backend_cpu = ggml_backend_init_by_name("CPU")
     assert not ((backend_cpu is None))
 
-    # Get backend name
     name = ggml_backend_name(backend_cpu)
     expect_type(name, "character")
     expect_equal(name, "CPU")
 
-    # Get device from backend
     dev = ggml_backend_get_device(backend_cpu)
     assert not ((dev is None))
 
-    # Synchronize
     ggml_backend_synchronize(backend_cpu)
 
-    # Free backend
     ggml_backend_free(backend_cpu)
 
 
@@ -163,7 +143,6 @@ def test_buffer_management_works():
     if (backend is None):
         pytest.skip("Could not initialize CPU backend")
 
-    # Create context with no_alloc = TRUE for backend allocation
     ctx = ggml_init(16 * 1024, no_alloc = True)
     tensor = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
 
@@ -171,36 +150,28 @@ def test_buffer_management_works():
     if (buffer is None):
         pytest.skip("Could not allocate buffer")
 
-    # Buffer name
     name = ggml_backend_buffer_name(buffer)
     expect_type(name, "character")
 
-    # Buffer size
     size = ggml_backend_buffer_get_size(buffer)
     expect_type(size, "double")
     assert size > 0
 
-    # Is host memory
     is_host = ggml_backend_buffer_is_host(buffer)
     expect_type(is_host, "logical")
     assert is_host
 
-    # Buffer usage
     usage = ggml_backend_buffer_get_usage(buffer)
     expect_type(usage, "integer")
 
-    # Set usage
     ggml_backend_buffer_set_usage(buffer, ggml_backend_buffer_usage_weights())
     usage2 = ggml_backend_buffer_get_usage(buffer)
     expect_equal(usage2, ggml_backend_buffer_usage_weights())
 
-    # Clear buffer
     ggml_backend_buffer_clear(buffer, 0)
 
-    # Reset buffer
     ggml_backend_buffer_reset(buffer)
 
-    # Free resources
     ggml_backend_buffer_free(buffer)
     ggml_free(ctx)
     ggml_backend_free(backend)
@@ -212,7 +183,6 @@ def test_tensor_data_operations_work():
     if (backend is None):
         pytest.skip("Could not initialize CPU backend")
 
-    # Create context with no_alloc = TRUE for backend allocation
     ctx = ggml_init(16 * 1024, no_alloc = True)
     tensor = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
 
@@ -220,15 +190,12 @@ def test_tensor_data_operations_work():
     if (buffer is None):
         pytest.skip("Could not allocate buffer")
 
-    # Set data first
     data_in = as_numeric(rng(1, 10))
     ggml_backend_tensor_set_data(tensor, data_in)
 
-    # Get data - default offset=0, n_elements=NULL (all)
     data_out = ggml_backend_tensor_get_data(tensor)
     expect_equal(data_out, data_in)
 
-    # Free resources
     ggml_backend_buffer_free(buffer)
     ggml_free(ctx)
     ggml_backend_free(backend)
@@ -245,7 +212,6 @@ def test_device_supports_operation_check_works():
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     c = ggml_add(ctx, a, b)
 
-    # Check support (should be TRUE for CPU and basic ops)
     supports = ggml_backend_dev_supports_op(dev, c)
     expect_type(supports, "logical")
 
@@ -254,13 +220,11 @@ def test_device_supports_operation_check_works():
 
 def test_load_all_backends_works():
     """load all backends works"""
-    # Should not error
     ggml_backend_load_all()
 
 
 def test_event_functions_exist():
     """event functions exist"""
-    # Just verify functions exist - events may not work for CPU
     assert callable(ggml_backend_event_new)
     assert callable(ggml_backend_event_free)
     assert callable(ggml_backend_event_record)

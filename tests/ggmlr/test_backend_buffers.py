@@ -7,12 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for Backend Buffer Operations
-
-# ============================================================================
-# Backend Buffer Management
-# ============================================================================
-
 
 def test_ggml_backend_alloc_ctx_tensors_allocates_buffer():
     """ggml_backend_alloc_ctx_tensors allocates buffer"""
@@ -63,7 +57,6 @@ def test_ggml_backend_buffer_get_size_returns_positive_size():
 
     size = ggml_backend_buffer_get_size(buffer)
     assert size > 0
-    # Should be at least 1000 * 4 bytes
     assert size >= 4000
 
     ggml_backend_buffer_free(buffer)
@@ -85,10 +78,6 @@ def test_ggml_backend_buffer_free_works_without_error():
 
     ggml_backend_free(backend)
     ggml_free(ctx)
-
-# ============================================================================
-# Backend Tensor Data Operations
-# ============================================================================
 
 
 def test_ggml_backend_tensor_set_data_and_get_data_roundtrip():
@@ -154,10 +143,6 @@ def test_ggml_backend_tensor_set_data_handles_2d_tensors():
     ggml_backend_free(backend)
     ggml_free(ctx)
 
-# ============================================================================
-# Graph Allocator
-# ============================================================================
-
 
 def test_ggml_gallocr_new_creates_allocator():
     """ggml_gallocr_new creates allocator"""
@@ -180,11 +165,9 @@ def test_ggml_gallocr_reserve_and_alloc_graph_work():
 
     galloc = ggml_gallocr_new()
 
-    # Reserve based on graph
     success = ggml_gallocr_reserve(galloc, graph)
     assert success
 
-    # Allocate graph
     result = ggml_gallocr_alloc_graph(galloc, graph)
     assert result
 
@@ -215,10 +198,6 @@ def test_ggml_gallocr_free_is_safe_to_call():
     """ggml_gallocr_free is safe to call"""
     galloc = ggml_gallocr_new()
     ggml_gallocr_free(galloc)
-
-# ============================================================================
-# Multiple Buffers
-# ============================================================================
 
 
 def test_multiple_buffers_can_be_allocated():

@@ -7,64 +7,47 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for extended backend and graph introspection functions
-
 
 def test_async_graph_compute_works():
     """async graph compute works"""
-
     ctx = ggml_init(16 * 1024 * 1024, no_alloc = True)
 
-    # Create simple computation
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     c_ = ggml_add(ctx, a, b)
 
-    # Build graph
     graph = ggml_build_forward_expand(ctx, c_)
 
-    # Get CPU backend
     backend = ggml_backend_cpu_init()
     if (backend is None):
         pytest.skip("CPU backend not available")
 
-    # Allocate tensors (requires no_alloc = TRUE context)
     buffer = ggml_backend_alloc_ctx_tensors(ctx, backend)
 
-    # Set data
     ggml_backend_tensor_set_data(a, c(1, 2, 3, 4))
     ggml_backend_tensor_set_data(b, c(5, 6, 7, 8))
 
-    # Async compute
     status = ggml_backend_graph_compute_async(backend, graph)
     expect_type(status, "integer")
 
-    # Synchronize
     ggml_backend_synchronize(backend)
 
-    # Check result
     result = ggml_backend_tensor_get_data(c_)
     expect_equal(result, c(6, 8, 10, 12), tolerance = 1e-5)
 
 
 def test_multi_buffer_functions_work():
     """multi-buffer functions work"""
-
     backend = ggml_backend_cpu_init()
     if (backend is None):
         pytest.skip("CPU backend not available")
 
-    # This test checks if the functions exist and work at basic level
-    # Creating actual multi-buffers requires lower-level buffer allocation
 
-    # Test is_multi_buffer on regular buffer
     ctx = ggml_init(1024 * 1024, no_alloc = True)
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
-    # Allocate tensors (requires no_alloc = TRUE context)
     buffer = ggml_backend_alloc_ctx_tensors(ctx, backend)
 
-    # Regular buffer should not be multi-buffer
     is_multi = ggml_backend_buffer_is_multi_buffer(buffer)
     expect_type(is_multi, "logical")
     assert not (is_multi)
@@ -74,20 +57,16 @@ def test_graph_view_works():
     """graph_view works"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # Create a chain of operations
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     b = ggml_add(ctx, a, a)
     c = ggml_mul(ctx, b, b)
     d = ggml_sqrt(ctx, c)
 
-    # Build graph
     graph = ggml_build_forward_expand(ctx, d)
 
-    # Check graph has nodes
     n_nodes = ggml_graph_n_nodes(graph)
     assert n_nodes >= 3
 
-    # Create view of first 2 nodes
     if n_nodes >= 2:
       view = ggml_graph_view(graph, 0, 2)
       assert not ((view is None))
@@ -95,14 +74,10 @@ def test_graph_view_works():
 
 def test_op_can_inplace_works():
     """op_can_inplace works"""
-    # Test some known operations
-    # ADD operation (op code 1) can typically be inplace
-    # We test that the function returns logical values
-
-    result = ggml_op_can_inplace(1)  # GGML_OP_ADD
+    result = ggml_op_can_inplace(1)
     expect_type(result, "logical")
 
-    result = ggml_op_can_inplace(0)  # GGML_OP_NONE
+    result = ggml_op_can_inplace(0)
     expect_type(result, "logical")
 
 
@@ -110,20 +85,16 @@ def test_are_same_layout_works():
     """are_same_layout works"""
     ctx = ggml_init(1024 * 1024)
 
-    # Same shape and type -> same layout
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 4)
     b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 4)
     assert ggml_are_same_layout(a, b)
 
-    # Different shape -> different layout
     c = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 8)
     assert not (ggml_are_same_layout(a, c))
 
-    # Different type -> different layout
     d = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, 4, 4)
     assert not (ggml_are_same_layout(a, d))
 
-    # 1D tensors with same size
     e = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 16)
     f = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 16)
     assert ggml_are_same_layout(e, f)
@@ -131,25 +102,18 @@ def test_are_same_layout_works():
 
 def test_backend_register_and_device_register_exist():
     """backend_register and device_register exist"""
-    # These are advanced functions that require registry/device pointers
-
-    # We just check that they exist and are callable
-
     assert callable(ggml_backend_register)
     assert callable(ggml_backend_device_register)
 
 
 def test_ggml_backend_load_returns_null_for_a_missing_shared_object():
     """ggml_backend_load returns NULL for a missing shared object"""
-    # Loading a non-existent backend plugin must not crash; it warns and
-    # returns NULL (the C dlopen fails).
     res = ggml_backend_load("/nonexistent/libggml-doesnotexist.so")
     assert res is None
 
 
 def test_ggml_backend_multi_buffer_alloc_buffer_wraps_real_buffers():
     """ggml_backend_multi_buffer_alloc_buffer wraps real buffers"""
-
     backend = ggml_backend_cpu_init()
     if (backend is None):
         pytest.skip("CPU backend not available")
@@ -166,13 +130,11 @@ def test_ggml_backend_multi_buffer_alloc_buffer_wraps_real_buffers():
     multi = ggml_backend_multi_buffer_alloc_buffer(rlist(buf1, buf2))
 
     assert not ((multi is None))
-    # The wrapper around several backend buffers must report as a multi-buffer.
     assert ggml_backend_buffer_is_multi_buffer(multi)
 
 
 def test_ggml_backend_multi_buffer_set_usage_runs_on_a_multi_buffer():
     """ggml_backend_multi_buffer_set_usage runs on a multi-buffer"""
-
     backend = ggml_backend_cpu_init()
     if (backend is None):
         pytest.skip("CPU backend not available")
@@ -183,7 +145,6 @@ def test_ggml_backend_multi_buffer_set_usage_runs_on_a_multi_buffer():
 
     multi = ggml_backend_multi_buffer_alloc_buffer(rlist(buf))
 
-    # Setting usage on every wrapped buffer must succeed silently.
     ggml_backend_multi_buffer_set_usage(multi, ggml_backend_buffer_usage_weights())
     assert all(ggml_backend_buffer_get_usage(b) == ggml_backend_buffer_usage_weights() for b in multi.parts)
 

@@ -7,12 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for Binary Operations (add, sub, mul, div)
-
-# ============================================================================
-# Subtraction
-# ============================================================================
-
 
 def test_ggml_sub_subtracts_element_wise():
     """ggml_sub subtracts element-wise"""
@@ -78,10 +72,6 @@ def test_ggml_sub_on_2d_tensors():
 
     output = ggml_get_f32(result).ravel()
     expect_equal(output, c(9, 18, 27, 36, 45, 54), tolerance = 1e-5)
-
-# ============================================================================
-# Division
-# ============================================================================
 
 
 def test_ggml_div_divides_element_wise():
@@ -149,10 +139,6 @@ def test_ggml_div_on_2d_tensors():
     output = ggml_get_f32(result).ravel()
     expect_equal(output, c(2, 2, 3, 2, 2, 2), tolerance = 1e-5)
 
-# ============================================================================
-# Combined Operations
-# ============================================================================
-
 
 def test_a_b_b_a():
     """(a + b) - b = a"""
@@ -206,10 +192,6 @@ def test_a_b_b_a_3():
 
     output = ggml_get_f32(result).ravel()
     expect_equal(output, c(10, 20, 30, 40, 50), tolerance = 1e-4)
-
-# ============================================================================
-# Scalar Operations
-# ============================================================================
 
 
 def test_ggml_add1_adds_scalar_to_tensor():

@@ -25,11 +25,9 @@ def test_context_can_be_reset():
     """context can be reset"""
     ctx = ggml_init(10 * 1024 * 1024)
 
-    # Создать тензор
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10000)
     assert ggml_used_mem(ctx) > 0
 
-    # Reset
     ggml_reset(ctx)
     expect_equal(ggml_used_mem(ctx), 0)
 
@@ -56,13 +54,10 @@ def test_ggml_set_n_threads_and_ggml_get_n_threads_work():
     original = ggml_get_n_threads()
     assert original >= 1
 
-    # Set to specific value - function should not error
     result = ggml_set_n_threads(2)
     assert result >= 1
 
-    # get_n_threads returns at least 1
     assert ggml_get_n_threads() >= 1
 
-    # Restore original
     ggml_set_n_threads(original)
 

@@ -7,23 +7,15 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for Convolution and Pooling Operations
-
-# ============================================================================
-# 1D Convolution
-# ============================================================================
-
 
 def test_ggml_conv_1d_creates_convolution_operation():
     """ggml_conv_1d creates convolution operation"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # Kernel: [kernel_size, in_channels, out_channels] = [3, 1, 1]
     kernel = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 1)
-    # Input: [length, in_channels] = [10, 1]
     input = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 10, 1)
 
-    ggml_set_f32(kernel, c(1, 1, 1))  # Averaging kernel
+    ggml_set_f32(kernel, c(1, 1, 1))
     ggml_set_f32(input, as_numeric(rng(1, 10)))
 
     result = ggml_conv_1d(ctx, kernel, input, s0 = 1, p0 = 0, d0 = 1)
@@ -42,7 +34,6 @@ def test_ggml_conv_1d_with_stride():
     ggml_set_f32(kernel, c(1, 1, 1))
     ggml_set_f32(input, as_numeric(rng(1, 10)))
 
-    # Stride 2 should produce smaller output
     result = ggml_conv_1d(ctx, kernel, input, s0 = 2, p0 = 0, d0 = 1)
 
     expect_type(result, "externalptr")
@@ -58,26 +49,19 @@ def test_ggml_conv_1d_with_padding():
     ggml_set_f32(kernel, c(1, 1, 1))
     ggml_set_f32(input, as_numeric(rng(1, 10)))
 
-    # Padding 1 on each side
     result = ggml_conv_1d(ctx, kernel, input, s0 = 1, p0 = 1, d0 = 1)
 
     expect_type(result, "externalptr")
-
-# ============================================================================
-# 2D Convolution
-# ============================================================================
 
 
 def test_ggml_conv_2d_creates_2d_convolution_operation():
     """ggml_conv_2d creates 2D convolution operation"""
     ctx = ggml_init(32 * 1024 * 1024)
 
-    # Kernel: [KW, KH, IC, OC] = [3, 3, 1, 1]
     kernel = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 3, 3, 1, 1)
-    # Input: [W, H, C, N] = [8, 8, 1, 1]
     input = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 8, 8, 1, 1)
 
-    ggml_set_f32(kernel, rep(1/9, 9))  # Averaging kernel
+    ggml_set_f32(kernel, rep(1/9, 9))
     ggml_set_f32(input, rnorm(64))
 
     result = ggml_conv_2d(ctx, kernel, input)
@@ -96,14 +80,9 @@ def test_ggml_conv_2d_with_stride_and_padding():
     ggml_set_f32(kernel, rep(1/9, 9))
     ggml_set_f32(input, rnorm(64))
 
-    # Stride 2, Padding 1
     result = ggml_conv_2d(ctx, kernel, input, s0 = 2, s1 = 2, p0 = 1, p1 = 1)
 
     expect_type(result, "externalptr")
-
-# ============================================================================
-# Transposed 1D Convolution
-# ============================================================================
 
 
 def test_ggml_conv_transpose_1d_creates_deconvolution_operation():
@@ -121,10 +100,6 @@ def test_ggml_conv_transpose_1d_creates_deconvolution_operation():
     expect_type(result, "externalptr")
     assert not ((result is None))
 
-# ============================================================================
-# 1D Pooling
-# ============================================================================
-
 
 def test_ggml_pool_1d_max_pooling_works():
     """ggml_pool_1d max pooling works"""
@@ -133,14 +108,12 @@ def test_ggml_pool_1d_max_pooling_works():
     input = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 8)
     ggml_set_f32(input, c(1, 3, 2, 4, 5, 2, 8, 1))
 
-    # Max pool with kernel size 2
     result = ggml_pool_1d(ctx, input, GGML_OP_POOL_MAX, k0 = 2, s0 = 2, p0 = 0)
 
     graph = ggml_build_forward_expand(ctx, result)
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # Expected: max of [1,3]=3, [2,4]=4, [5,2]=5, [8,1]=8
     expect_equal(output, c(3, 4, 5, 8), tolerance = 1e-5)
 
 
@@ -151,14 +124,12 @@ def test_ggml_pool_1d_average_pooling_works():
     input = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 8)
     ggml_set_f32(input, c(2, 4, 6, 8, 10, 12, 14, 16))
 
-    # Avg pool with kernel size 2
     result = ggml_pool_1d(ctx, input, GGML_OP_POOL_AVG, k0 = 2, s0 = 2, p0 = 0)
 
     graph = ggml_build_forward_expand(ctx, result)
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # Expected: avg of [2,4]=3, [6,8]=7, [10,12]=11, [14,16]=15
     expect_equal(output, c(3, 7, 11, 15), tolerance = 1e-5)
 
 
@@ -181,16 +152,11 @@ def test_ggml_pool_1d_with_overlapping_windows():
     expect_equal(ggml_get_f32(av).ravel(), win.mean(axis=1), tolerance = 1e-6)
     ggml_free(ctx)
 
-# ============================================================================
-# 2D Pooling
-# ============================================================================
-
 
 def test_ggml_pool_2d_max_pooling_works():
     """ggml_pool_2d max pooling works"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # 4x4 input
     input = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 4)
     ggml_set_f32(input, c(
       1, 2, 3, 4,
@@ -199,14 +165,12 @@ def test_ggml_pool_2d_max_pooling_works():
       13, 14, 15, 16
     ))
 
-    # 2x2 max pool with stride 2
     result = ggml_pool_2d(ctx, input, GGML_OP_POOL_MAX, k0 = 2, k1 = 2, s0 = 2, s1 = 2)
 
     graph = ggml_build_forward_expand(ctx, result)
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # Result should be 2x2
     assert length(output) == 4
 
 
@@ -215,30 +179,22 @@ def test_ggml_pool_2d_average_pooling_works():
     ctx = ggml_init(16 * 1024 * 1024)
 
     input = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 4)
-    ggml_set_f32(input, rep(4, 16))  # All 4s
+    ggml_set_f32(input, rep(4, 16))
 
-    # 2x2 avg pool
     result = ggml_pool_2d(ctx, input, GGML_OP_POOL_AVG, k0 = 2, k1 = 2, s0 = 2, s1 = 2)
 
     graph = ggml_build_forward_expand(ctx, result)
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # Average of all 4s should be 4
     expect_equal(output, rep(4, 4), tolerance = 1e-5)
-
-# ============================================================================
-# Im2Col
-# ============================================================================
 
 
 def test_ggml_im2col_creates_im2col_operation():
     """ggml_im2col creates im2col operation"""
     ctx = ggml_init(32 * 1024 * 1024)
 
-    # Kernel defines the patch size
     kernel = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 3, 3, 1, 1)
-    # Input image
     input = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 8, 8, 1, 1)
 
     ggml_set_f32(kernel, rep(1, 9))
@@ -248,10 +204,6 @@ def test_ggml_im2col_creates_im2col_operation():
 
     expect_type(result, "externalptr")
     assert not ((result is None))
-
-# ============================================================================
-# Pooling Constants
-# ============================================================================
 
 
 def test_pooling_constants_are_defined_correctly():

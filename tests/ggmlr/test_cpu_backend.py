@@ -7,12 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for CPU Backend
-
-# ============================================================================
-# Basic CPU Backend Tests
-# ============================================================================
-
 
 def test_ggml_backend_cpu_init_creates_cpu_backend():
     """ggml_backend_cpu_init creates CPU backend"""
@@ -37,7 +31,6 @@ def test_ggml_backend_cpu_set_n_threads_works():
     """ggml_backend_cpu_set_n_threads works"""
     backend = ggml_backend_cpu_init()
 
-    # Should not error with valid thread counts
     ggml_backend_cpu_set_n_threads(backend, 1)
     ggml_backend_cpu_set_n_threads(backend, 4)
     ggml_backend_cpu_set_n_threads(backend, 8)
@@ -47,10 +40,6 @@ def test_ggml_backend_free_works_without_error():
     """ggml_backend_free works without error"""
     backend = ggml_backend_cpu_init()
     ggml_backend_free(backend)
-
-# ============================================================================
-# CPU Backend Graph Computation Tests
-# ============================================================================
 
 
 def test_cpu_backend_computes_simple_addition():
@@ -62,25 +51,20 @@ def test_cpu_backend_computes_simple_addition():
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     result = ggml_add(ctx, a, b)
 
-    # Setup CPU backend
     backend = ggml_backend_cpu_init()
     buffer = ggml_backend_alloc_ctx_tensors(ctx, backend)
 
-    # Set data
     ggml_backend_tensor_set_data(a, c(1, 2, 3, 4, 5))
     ggml_backend_tensor_set_data(b, c(10, 20, 30, 40, 50))
 
-    # Compute
     graph = ggml_build_forward_expand(ctx, result)
     status = ggml_backend_graph_compute(backend, graph)
 
     expect_equal(status, 0)
 
-    # Get result
     output = ggml_backend_tensor_get_data(result)
     expect_equal(output, c(11, 22, 33, 44, 55), tolerance = 1e-5)
 
-    # Cleanup
     ggml_backend_buffer_free(buffer)
     ggml_backend_free(backend)
     ggml_free(ctx)
@@ -169,17 +153,12 @@ def test_cpu_backend_computes_division():
     ggml_backend_free(backend)
     ggml_free(ctx)
 
-# ============================================================================
-# CPU Backend with Multiple Threads
-# ============================================================================
-
 
 def test_cpu_backend_computation_with_multiple_threads():
     """CPU backend computation with multiple threads"""
     ctx = ggml_init(64 * 1024 * 1024)
     ggml_set_no_alloc(ctx, True)
 
-    # Larger tensor for multi-threaded computation
     n = 10000
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n)
@@ -200,16 +179,11 @@ def test_cpu_backend_computation_with_multiple_threads():
     expect_equal(status, 0)
 
     output = ggml_backend_tensor_get_data(result)
-    # All sums should be n + 1
     expect_equal(output, rep(n + 1, n), tolerance = 1e-4)
 
     ggml_backend_buffer_free(buffer)
     ggml_backend_free(backend)
     ggml_free(ctx)
-
-# ============================================================================
-# CPU Backend with Complex Operations
-# ============================================================================
 
 
 def test_cpu_backend_computes_chained_operations():
@@ -219,7 +193,6 @@ def test_cpu_backend_computes_chained_operations():
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
 
-    # Chain: sqrt(sqr(a)) = |a|
     sqr_a = ggml_sqr(ctx, a)
     result = ggml_sqrt(ctx, sqr_a)
 
@@ -246,18 +219,15 @@ def test_cpu_backend_computes_matrix_multiplication():
     ctx = ggml_init(16 * 1024 * 1024)
     ggml_set_no_alloc(ctx, True)
 
-    # In GGML mul_mat: a[k,n] @ b[k,m] -> result[n,m]
-    # First dimension (k) must match
-    a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 3)  # k=4, n=3
-    b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 2)  # k=4, m=2
-    result = ggml_mul_mat(ctx, a, b)  # result: [3, 2]
+    a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 3)
+    b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 2)
+    result = ggml_mul_mat(ctx, a, b)
 
     backend = ggml_backend_cpu_init()
     buffer = ggml_backend_alloc_ctx_tensors(ctx, backend)
 
-    # Set simple data
-    ggml_backend_tensor_set_data(a, rep(1, 12))  # 4*3 = 12
-    ggml_backend_tensor_set_data(b, rep(1, 8))  # 4*2 = 8
+    ggml_backend_tensor_set_data(a, rep(1, 12))
+    ggml_backend_tensor_set_data(b, rep(1, 8))
 
     graph = ggml_build_forward_expand(ctx, result)
     status = ggml_backend_graph_compute(backend, graph)
@@ -265,10 +235,8 @@ def test_cpu_backend_computes_matrix_multiplication():
     expect_equal(status, 0)
 
     output = ggml_backend_tensor_get_data(result)
-    # Result should be 3x2 = 6 elements
     assert length(output) == 6
     assert not (any(is_na(output)))
-    # With all ones: each element = dot product of 4 ones = 4
     expect_equal(output, rep(4, 6), tolerance = 1e-5)
 
     ggml_backend_buffer_free(buffer)
@@ -297,7 +265,6 @@ def test_cpu_backend_computes_rms_normalization():
 
     output = ggml_backend_tensor_get_data(result)
 
-    # RMS = sqrt(mean(x^2))
     rms = sqrt(mean(input**2))
     expected = input / rms
     expect_equal(output, expected, tolerance = 1e-4)
@@ -328,21 +295,15 @@ def test_cpu_backend_computes_softmax():
 
     output = ggml_backend_tensor_get_data(result)
 
-    # Softmax properties
     assert all(output >= 0)
     assert all(output <= 1)
     expect_equal(sum(output), 1, tolerance = 1e-5)
 
-    # Larger input -> larger softmax output
     assert all(diff(output) > 0)
 
     ggml_backend_buffer_free(buffer)
     ggml_backend_free(backend)
     ggml_free(ctx)
-
-# ============================================================================
-# CPU Backend with 2D/3D Tensors
-# ============================================================================
 
 
 def test_cpu_backend_computes_on_2d_tensors():
@@ -378,7 +339,6 @@ def test_cpu_backend_computes_transpose():
     ctx = ggml_init(16 * 1024 * 1024)
     ggml_set_no_alloc(ctx, True)
 
-    # 3x4 matrix
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 4)
     result = ggml_transpose(ctx, a)
 
@@ -392,7 +352,6 @@ def test_cpu_backend_computes_transpose():
 
     expect_equal(status, 0)
 
-    # Check shape changed
     shape = ggml_tensor_shape(result)
     expect_equal(shape[0], 4)
     expect_equal(shape[1], 3)
@@ -400,10 +359,6 @@ def test_cpu_backend_computes_transpose():
     ggml_backend_buffer_free(buffer)
     ggml_backend_free(backend)
     ggml_free(ctx)
-
-# ============================================================================
-# CPU Backend Activation Functions
-# ============================================================================
 
 
 def test_cpu_backend_computes_gelu():
@@ -427,12 +382,9 @@ def test_cpu_backend_computes_gelu():
 
     output = ggml_backend_tensor_get_data(result)
 
-    # GELU properties
     assert not (any(is_na(output)))
     assert not (any(is_infinite(output)))
-    # GELU(0) = 0
     expect_equal(output[2], 0, tolerance = 1e-5)
-    # GELU is approximately monotonic for x > -2 (positive values increase)
     assert output[4] > output[3]
     assert output[3] > output[2]
 
@@ -462,10 +414,7 @@ def test_cpu_backend_computes_silu_swish():
 
     output = ggml_backend_tensor_get_data(result)
 
-    # SILU(x) = x * sigmoid(x)
-    # SILU(0) = 0
     expect_equal(output[2], 0, tolerance = 1e-5)
-    # SILU is not strictly monotonic but should be smooth
     assert not (any(is_na(output)))
 
     ggml_backend_buffer_free(buffer)
@@ -499,14 +448,9 @@ def test_cpu_backend_computes_relu():
     ggml_backend_free(backend)
     ggml_free(ctx)
 
-# ============================================================================
-# CPU Backend vs Standard Computation Comparison
-# ============================================================================
-
 
 def test_cpu_backend_produces_same_results_as_ggml_graph_compute():
     """CPU backend produces same results as ggml_graph_compute"""
-    # Test with ggml_graph_compute (context-based)
     ctx1 = ggml_init(16 * 1024 * 1024)
     a1 = ggml_new_tensor_1d(ctx1, GGML_TYPE_F32, 5)
     ggml_set_f32(a1, c(1, 2, 3, 4, 5))
@@ -516,7 +460,6 @@ def test_cpu_backend_produces_same_results_as_ggml_graph_compute():
     result1 = ggml_get_f32(r1).ravel()
     ggml_free(ctx1)
 
-    # Test with CPU backend
     ctx2 = ggml_init(16 * 1024 * 1024)
     ggml_set_no_alloc(ctx2, True)
     a2 = ggml_new_tensor_1d(ctx2, GGML_TYPE_F32, 5)
@@ -534,13 +477,8 @@ def test_cpu_backend_produces_same_results_as_ggml_graph_compute():
     ggml_backend_free(backend)
     ggml_free(ctx2)
 
-    # Results should match
     expect_equal(result1, result2, tolerance = 1e-6)
     expect_equal(result1, c(1, 4, 9, 16, 25))
-
-# ============================================================================
-# CPU Backend GLU Operations
-# ============================================================================
 
 
 def test_cpu_backend_computes_swiglu():
@@ -548,7 +486,6 @@ def test_cpu_backend_computes_swiglu():
     ctx = ggml_init(16 * 1024 * 1024)
     ggml_set_no_alloc(ctx, True)
 
-    # SwiGLU expects input of size 2*hidden_dim
     x = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 256)
     result = ggml_swiglu(ctx, x)
 
@@ -573,26 +510,19 @@ def test_cpu_backend_computes_swiglu():
     ggml_backend_free(backend)
     ggml_free(ctx)
 
-# ============================================================================
-# Error Handling
-# ============================================================================
-
 
 def test_cpu_backend_handles_empty_graph_gracefully():
     """CPU backend handles empty graph gracefully"""
     ctx = ggml_init(1024 * 1024)
     ggml_set_no_alloc(ctx, True)
 
-    # Create a tensor but don't add operations
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
 
     backend = ggml_backend_cpu_init()
     buffer = ggml_backend_alloc_ctx_tensors(ctx, backend)
 
-    # Build graph with just the input tensor
     graph = ggml_build_forward_expand(ctx, a)
 
-    # This should still work (no-op computation)
     status = ggml_backend_graph_compute(backend, graph)
     expect_equal(status, 0)
 

@@ -7,12 +7,9 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Test CPU Feature Detection and Tensor Layout Functions
-
 
 def test_cpu_feature_detection_functions_work():
     """CPU feature detection functions work"""
-    # All functions should return logical or integer values without error
     expect_type(ggml_cpu_has_sse3(), "logical")
     expect_type(ggml_cpu_has_ssse3(), "logical")
     expect_type(ggml_cpu_has_avx(), "logical")
@@ -59,7 +56,6 @@ def test_ggml_cpu_features_returns_all_features():
     assert "neon"  in  names(features)
     assert "riscv_v"  in  names(features)
     assert "llamafile"  in  names(features)
-    # Should have 28 features total
     assert length(features) >= 25
 
 
@@ -67,18 +63,15 @@ def test_tensor_contiguity_functions_work():
     """Tensor contiguity functions work"""
     ctx = ggml_init(1024 * 1024)
 
-    # Create a contiguous tensor
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 8)
     ggml_set_f32(a, rnorm(32))
 
-    # Contiguous tensor tests
     assert ggml_is_contiguous_0(a)
     assert ggml_is_contiguous_1(a)
     assert ggml_is_contiguous_2(a)
     assert ggml_is_contiguously_allocated(a)
     assert ggml_is_contiguous_rows(a)
 
-    # Create a transposed tensor (view, not contiguous at dim 0)
     b = ggml_transpose(ctx, a)
     assert not (ggml_is_contiguous_0(b))
 
@@ -93,10 +86,8 @@ def test_tensor_stride_comparison_works():
     b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 8)
     c = ggml_transpose(ctx, a)
 
-    # Same shape tensors have same stride
     assert ggml_are_same_stride(a, b)
 
-    # Transposed tensor has different stride
     assert not (ggml_are_same_stride(a, c))
 
     ggml_free(ctx)
@@ -106,13 +97,11 @@ def test_ggml_can_repeat_works():
     """ggml_can_repeat works"""
     ctx = ggml_init(1024 * 1024)
 
-    # Small tensor can be repeated to match larger tensor
     small = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     large = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 8)
 
     assert ggml_can_repeat(small, large)
 
-    # Cannot repeat if dimensions don't align
     wrong = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     assert not (ggml_can_repeat(wrong, large))
 
@@ -126,7 +115,6 @@ def test_ggml_count_equal_creates_graph_operation():
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 10)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 10)
 
-    # Should create a tensor for the count_equal operation
     result = ggml_count_equal(ctx, a, b)
     assert not ((result is None))
 

@@ -57,7 +57,7 @@ def test_training_history_long_format_reshapes_to_epoch_metric_split_value():
     assert all(n in _names(hl) for n in ("epoch", "metric", "split", "value"))
     assert set(_col(hl, "metric").tolist()) == {"loss", "accuracy"}
     assert set(_col(hl, "split").tolist()) == {"train"}  # no validation split
-    assert len(_col(hl, "epoch")) == 6  # 3 epochs x 2 metrics x 1 split
+    assert len(_col(hl, "epoch")) == 6
 
 
 def test_training_history_includes_val_columns_when_validation_split_0():
@@ -83,7 +83,7 @@ def test_model_backend_reports_cpu_and_full_detail_list():
     assert info["requested"] == "cpu"
     assert info["used"] == "cpu"
     assert info["device"] == "cpu"
-    assert not info["fallback"]  # cpu requested -> cpu used, not a fallback
+    assert not info["fallback"]
 
 
 def test_model_backend_errors_on_uncompiled_model():

@@ -7,8 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for extended graph operations
-
 
 def test_graph_overhead_returns_positive_value():
     """graph_overhead returns positive value"""
@@ -24,14 +22,12 @@ def test_graph_n_nodes_counts_operations_correctly():
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
 
-    # Single operation
     c = ggml_add(ctx, a, b)
     graph = ggml_build_forward_expand(ctx, c)
     expect_equal(ggml_graph_n_nodes(graph), 1)
 
     ggml_reset(ctx)
 
-    # Chain of operations
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     c = ggml_add(ctx, a, b)
@@ -52,13 +48,9 @@ def test_graph_node_retrieves_correct_node():
 
     graph = ggml_build_forward_expand(ctx, c)
 
-    # Get last node (index -1 or n_nodes-1)
     node = ggml_graph_node(graph, 0)
     expect_type(node, "externalptr")
 
     ggml_free(ctx)
 
-# Note: ggml_graph_reset requires gradients to be enabled (for backprop)
-# which we don't support yet, so we skip this test
-# test_that("graph_reset works without error", { ... })
 

@@ -7,8 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for graph utility functions
-
 
 def test_ggml_graph_get_tensor_finds_tensor_by_name():
     """ggml_graph_get_tensor finds tensor by name"""

@@ -7,8 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for inplace tensor operations
-
 
 def test_ggml_abs_inplace_computes_absolute_value():
     """ggml_abs_inplace computes absolute value"""
@@ -69,9 +67,6 @@ def test_inplace_op_works(op_name, input, expected, tol=1e-4):
     expect_equal(result, expected, tolerance = tol)
     # in place: the input's own memory holds the result
     expect_equal(ggml_get_f32(a).ravel(), expected, tolerance = tol)
-
-
-# Binary inplace ops need two input tensors
 
 
 def test_ggml_mul_inplace_works():
@@ -264,7 +259,6 @@ def test_ggml_diag_mask_inf_inplace_works():
     graph = ggml_build_forward_expand(ctx, r)
     ggml_backend_graph_compute(backend, graph)
     result = ggml_get_f32(r).ravel()
-    # n_past=0: mask where i > j, so (i=1,j=0) at index 2 is -Inf
     expect_equal(result[0], 1.0, tolerance = 1e-5)
     assert is_infinite(result[1])  and  result[1] < 0
 
@@ -333,7 +327,6 @@ def test_ggml_rope_inplace_works():
     """ggml_rope_inplace works"""
     ctx = ggml_init(1024 * 1024)
 
-    # rope requires 3D+ tensor: ne[2] == b->ne[0] (n_positions)
     a = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 4, 2, 1)
     ggml_set_f32(a, rep(1.0, 8))
     ggml_set_input(a)
@@ -352,6 +345,5 @@ def test_ggml_rope_inplace_works():
     ggml_backend_graph_compute(backend, graph)
     result = ggml_get_f32(r).ravel()
     assert length(result) == 8
-    # pos=0: no rotation applied
     expect_equal(result[0:4], rep(1.0, 4), tolerance = 1e-4)
 

@@ -7,8 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for logging and debugging functions
-
 
 def test_logging_functions_exist_and_work():
     """logging functions exist and work
@@ -29,33 +27,26 @@ def test_logging_functions_exist_and_work():
                          "ggmlpy validates every call so ggml never aborts")
 def test_abort_callback_functions_exist_and_work():
     """abort callback functions exist and work"""
-
-
 def test_op_params_functions_work():
     """op_params functions work"""
     ctx = ggml_init(1024 * 1024)
 
-    # Create a tensor
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
 
-    # Get raw op_params
     params = ggml_get_op_params(a)
     assert isinstance(params, bytes)  # R's raw vector
-    assert length(params) == 64  # GGML_MAX_OP_PARAMS
+    assert length(params) == 64
 
-    # Set/get integer parameter
     ggml_set_op_params_i32(a, 0, 42)
     expect_equal(ggml_get_op_params_i32(a, 0), 42)
 
     ggml_set_op_params_i32(a, 1, -100)
     expect_equal(ggml_get_op_params_i32(a, 1), -100)
 
-    # Set/get float parameter
     ggml_set_op_params_f32(a, 2, 3.14)
     result = ggml_get_op_params_f32(a, 2)
     expect_equal(result, 3.14, tolerance = 1e-5)
 
-    # Set raw params
     new_params = bytes([1, 2, 3, 4] + [0] * 60)
     ggml_set_op_params(a, new_params)
     retrieved = ggml_get_op_params(a)
@@ -68,7 +59,6 @@ def test_op_params_index_bounds_are_checked():
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
 
-    # These should error with out-of-range indices
     with pytest.raises(GGMLError):
         ggml_get_op_params_i32(a, -1)
     with pytest.raises(GGMLError):

@@ -7,8 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for mathematical operations
-
 
 def test_sqr_squares_elements_correctly():
     """sqr squares elements correctly"""
@@ -104,7 +102,6 @@ def test_exp_and_log_are_inverse_operations():
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, original)
 
-    # exp then log
     e = ggml_exp(ctx, a)
     l = ggml_log(ctx, e)
     graph = ggml_build_forward_expand(ctx, l)
@@ -339,7 +336,6 @@ def test_round_rounds_to_nearest_integer():
     ggml_graph_compute(ctx, graph)
 
     result = ggml_get_f32(r).ravel()
-    # Note: rounding of 0.5 depends on implementation (banker's vs standard)
     expect_equal(result[0], -2, tolerance = 1e-5)
     expect_equal(result[1], -1, tolerance = 1e-5)
     expect_equal(result[4], 1, tolerance = 1e-5)
@@ -361,7 +357,6 @@ def test_floor_ceil_and_round_is_between_them():
     r = ggml_round(ctx, a)
     c_ = ggml_ceil(ctx, a)
 
-    # Build and compute each operation separately
     graph_f = ggml_build_forward_expand(ctx, f)
     ggml_graph_compute(ctx, graph_f)
     floor_result = ggml_get_f32(f).ravel()
@@ -374,9 +369,7 @@ def test_floor_ceil_and_round_is_between_them():
     ggml_graph_compute(ctx, graph_c)
     ceil_result = ggml_get_f32(c_).ravel()
 
-    # floor <= ceil always
     assert all(floor_result <= ceil_result)
-    # round is always between floor and ceil (inclusive)
     assert all((round_result >= floor_result) & (round_result <= ceil_result))
 
     ggml_free(ctx)
@@ -403,7 +396,6 @@ def test_chained_math_operations_work_correctly():
     """chained math operations work correctly"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # Compute sqrt(sqr(x)) = |x|
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
     ggml_set_f32(a, c(-3, -1, 0, 1, 3))
 
@@ -445,7 +437,6 @@ def test_ggml_step_returns_step_function():
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # step(x) = 0 if x <= 0, 1 if x > 0
     expect_equal(output, c(0, 0, 0, 1, 1))
 
 
@@ -493,7 +484,6 @@ def test_ggml_rms_norm_normalizes_correctly():
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # RMS norm: x / sqrt(mean(x^2) + eps)
     rms = sqrt(mean(c(1, 2, 3, 4)**2))
     expected = c(1, 2, 3, 4) / rms
     expect_equal(output, expected, tolerance = 1e-4)

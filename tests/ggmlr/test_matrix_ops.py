@@ -7,12 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for Matrix Operations
-
-# ============================================================================
-# Outer Product
-# ============================================================================
-
 
 def test_ggml_out_prod_computes_outer_product():
     """ggml_out_prod computes outer product"""
@@ -28,11 +22,8 @@ def test_ggml_out_prod_computes_outer_product():
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # Outer product: a * b^T
-    # Result shape: 3x4 = 12 elements
     assert length(output) == 12
 
-    # Column-major: first column = a * b[1], etc.
     expected = as_vector(outer(c(1, 2, 3), c(1, 2, 3, 4)))
     expect_equal(output, expected, tolerance = 1e-5)
 
@@ -53,10 +44,6 @@ def test_ggml_out_prod_with_single_elements():
     output = ggml_get_f32(result).ravel()
     expect_equal(output, 12, tolerance = 1e-5)
 
-# ============================================================================
-# Diagonal Matrix
-# ============================================================================
-
 
 def test_ggml_diag_creates_diagonal_matrix():
     """ggml_diag creates diagonal matrix"""
@@ -70,10 +57,8 @@ def test_ggml_diag_creates_diagonal_matrix():
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # Result should be 3x3 diagonal matrix
     assert length(output) == 9
 
-    # Check diagonal elements (column-major)
     expected = c(1, 0, 0, 0, 2, 0, 0, 0, 3)
     expect_equal(output, expected, tolerance = 1e-5)
 
@@ -92,10 +77,6 @@ def test_ggml_diag_with_zeros():
     output = ggml_get_f32(result).ravel()
     expect_equal(output, rep(0, 4), tolerance = 1e-5)
 
-# ============================================================================
-# Concatenation
-# ============================================================================
-
 
 def test_ggml_concat_along_dimension_0():
     """ggml_concat along dimension 0"""
@@ -111,7 +92,7 @@ def test_ggml_concat_along_dimension_0():
     ggml_graph_compute(ctx, graph)
 
     shape = ggml_tensor_shape(result)
-    expect_equal(shape[0], 4)  # 2 + 2
+    expect_equal(shape[0], 4)
     expect_equal(shape[1], 3)
 
 
@@ -130,32 +111,24 @@ def test_ggml_concat_along_dimension_1():
 
     shape = ggml_tensor_shape(result)
     expect_equal(shape[0], 4)
-    expect_equal(shape[1], 5)  # 2 + 3
-
-# ============================================================================
-# Get Rows (Embedding Lookup)
-# ============================================================================
+    expect_equal(shape[1], 5)
 
 
 def test_ggml_get_rows_extracts_rows_by_index():
     """ggml_get_rows extracts rows by index"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # Embedding table: 4 tokens, 3-dim embeddings
     embeddings = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 4)
-    # Row 0: [1,2,3], Row 1: [4,5,6], Row 2: [7,8,9], Row 3: [10,11,12]
     ggml_set_f32(embeddings, c(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12))
 
-    # Indices to look up
     indices = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 2)
-    ggml_set_i32(indices, c(0, 2))  # Get rows 0 and 2
+    ggml_set_i32(indices, c(0, 2))
 
     result = ggml_get_rows(ctx, embeddings, indices)
     graph = ggml_build_forward_expand(ctx, result)
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # Should get rows 0 and 2: [1,2,3] and [7,8,9]
     assert length(output) == 6
     expect_equal(output, c(1, 2, 3, 7, 8, 9), tolerance = 1e-5)
 
@@ -176,7 +149,6 @@ def test_ggml_get_rows_with_single_index():
 
     output = ggml_get_f32(result).ravel()
     assert length(output) == 4
-    # Row 3 (0-indexed): [13, 14, 15, 16]
     expect_equal(output, c(13, 14, 15, 16), tolerance = 1e-5)
 
 
@@ -188,7 +160,7 @@ def test_ggml_get_rows_with_repeated_indices():
     ggml_set_f32(embeddings, c(1, 2, 3, 4, 5, 6))
 
     indices = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 3)
-    ggml_set_i32(indices, c(0, 0, 1))  # Row 0 twice, row 1 once
+    ggml_set_i32(indices, c(0, 0, 1))
 
     result = ggml_get_rows(ctx, embeddings, indices)
     graph = ggml_build_forward_expand(ctx, result)
@@ -196,19 +168,13 @@ def test_ggml_get_rows_with_repeated_indices():
 
     output = ggml_get_f32(result).ravel()
     assert length(output) == 6
-    # [1,2], [1,2], [3,4]
     expect_equal(output, c(1, 2, 1, 2, 3, 4), tolerance = 1e-5)
-
-# ============================================================================
-# Transpose
-# ============================================================================
 
 
 def test_ggml_transpose_transposes_2d_matrix():
     """ggml_transpose transposes 2D matrix"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # 3x2 matrix
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 2)
     ggml_set_f32(a, as_numeric(rng(1, 6)))
 
@@ -234,18 +200,13 @@ def test_double_transpose_returns_original_shape():
     expect_equal(shape[0], 4)
     expect_equal(shape[1], 5)
 
-# ============================================================================
-# Matrix Multiplication
-# ============================================================================
-
 
 def test_ggml_mul_mat_computes_matrix_multiplication():
     """ggml_mul_mat computes matrix multiplication"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # In GGML: ggml_mul_mat(a, b) where a[k,n] and b[k,m] -> result[n,m]
-    a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 3)  # k=4, n=3
-    b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 2)  # k=4, m=2
+    a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 3)
+    b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 2)
     ggml_set_f32(a, rep(1, 12))
     ggml_set_f32(b, rep(1, 8))
 
@@ -254,8 +215,6 @@ def test_ggml_mul_mat_computes_matrix_multiplication():
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # Result shape: [3, 2] = 6 elements
-    # Each element = dot product of 4 ones = 4
     assert length(output) == 6
     expect_equal(output, rep(4, 6), tolerance = 1e-5)
 
@@ -264,10 +223,8 @@ def test_ggml_mul_mat_with_identity_like_matrix():
     """ggml_mul_mat with identity-like matrix"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # Create matrices where result is predictable
-    a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 2, 2)  # 2x2
-    b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 2, 3)  # 2x3
-    # a = [[1,0], [0,1]] (identity-ish for this operation)
+    a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 2, 2)
+    b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 2, 3)
     ggml_set_f32(a, c(1, 0, 0, 1))
     ggml_set_f32(b, c(1, 2, 3, 4, 5, 6))
 
@@ -277,10 +234,6 @@ def test_ggml_mul_mat_with_identity_like_matrix():
 
     output = ggml_get_f32(result).ravel()
     assert length(output) == 6
-
-# ============================================================================
-# Copy Operation
-# ============================================================================
 
 
 def test_ggml_cpy_copies_tensor_data():

@@ -32,15 +32,12 @@ def test_ggml_used_mem_tracks_memory_usage():
     """ggml_used_mem tracks memory usage"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # Начальное использование должно быть 0
     used_initial = ggml_used_mem(ctx)
     expect_equal(used_initial, 0)
 
-    # Создать тензор
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1000)
     used_after = ggml_used_mem(ctx)
 
-    # Память должна увеличиться
     assert used_after > used_initial
     assert used_after >= 1000 * 4
 
@@ -49,16 +46,13 @@ def test_ggml_used_mem_tracks_memory_usage():
 
 def test_ggml_estimate_memory_gives_reasonable_estimates():
     """ggml_estimate_memory gives reasonable estimates"""
-    # Для 1D тензора
     est_1d = ggml_estimate_memory(GGML_TYPE_F32, 1000)
     assert est_1d >= 1000 * 4
     assert est_1d < 1000 * 4 + 1000
 
-    # Для 2D тензора
     est_2d = ggml_estimate_memory(GGML_TYPE_F32, 100, 100)
     assert est_2d >= 10000 * 4
 
-    # Для 3D тензора
     est_3d = ggml_estimate_memory(GGML_TYPE_F32, 10, 10, 10)
     assert est_3d >= 1000 * 4
 
@@ -67,7 +61,6 @@ def test_ggml_print_mem_status_works():
     """ggml_print_mem_status works"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # Должна вернуть список с информацией
     info = ggml_print_mem_status(ctx)
     expect_type(info, "list")
     assert list(info) == ["total", "used", "free"]

@@ -7,12 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for miscellaneous operations not covered elsewhere
-
-# ============================================================================
-# ggml_timestep_embedding
-# ============================================================================
-
 
 def test_ggml_timestep_embedding_works():
     """ggml_timestep_embedding works"""
@@ -33,10 +27,6 @@ def test_ggml_timestep_embedding_works():
     result = ggml_get_f32(r).ravel()
     assert length(result) == 16
     assert all(is_finite(result))
-
-# ============================================================================
-# ggml_repeat_back
-# ============================================================================
 
 
 def test_ggml_repeat_back_works():
@@ -63,10 +53,6 @@ def test_ggml_repeat_back_works():
     assert length(result) == 2
     expect_equal(result, c(4, 6), tolerance = 1e-5)
 
-# ============================================================================
-# ggml_flash_attn_back
-# ============================================================================
-
 
 def test_ggml_flash_attn_back_returns_externalptr():
     """ggml_flash_attn_back returns externalptr"""
@@ -87,10 +73,6 @@ def test_ggml_flash_attn_back_returns_externalptr():
     ggml_set_input(v)
 
     pytest.skip("ggml_flash_attn_back not implemented (TODO in ggml.c)")
-
-# ============================================================================
-# ggml_rms_norm_back
-# ============================================================================
 
 
 def test_ggml_rms_norm_back_computes_gradient():
@@ -116,10 +98,6 @@ def test_ggml_rms_norm_back_computes_gradient():
     assert length(result) == 4
     assert all(is_finite(result))
 
-# ============================================================================
-# ggml_silu_back
-# ============================================================================
-
 
 def test_ggml_silu_back_computes_gradient():
     """ggml_silu_back computes gradient"""
@@ -132,7 +110,6 @@ def test_ggml_silu_back_computes_gradient():
     ggml_set_input(a)
     ggml_set_input(b)
 
-    # ggml_silu_back(ctx, grad, x): first arg is upstream gradient, second is input
     r = ggml_silu_back(ctx, b, a)
     ggml_set_output(r)
 
@@ -145,10 +122,6 @@ def test_ggml_silu_back_computes_gradient():
     assert length(result) == 4
     assert all(is_finite(result))
     expect_equal(result[0], 0.5, tolerance = 1e-4)
-
-# ============================================================================
-# ggml_group_norm_inplace
-# ============================================================================
 
 
 def test_ggml_group_norm_inplace_works():

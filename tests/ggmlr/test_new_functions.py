@@ -7,8 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for newly added functions
-
 
 def test_ggml_new_i32_creates_scalar_i32_tensor():
     """ggml_new_i32 creates scalar i32 tensor"""
@@ -17,7 +15,6 @@ def test_ggml_new_i32_creates_scalar_i32_tensor():
     scalar = ggml_new_i32(ctx, 42)
     assert not ((scalar is None))
 
-    # Check shape is scalar (1 element)
     shape = ggml_tensor_shape(scalar)
     expect_equal(prod(shape), 1)
 
@@ -29,7 +26,6 @@ def test_ggml_new_f32_creates_scalar_f32_tensor():
     scalar = ggml_new_f32(ctx, 3.14)
     assert not ((scalar is None))
 
-    # Check shape is scalar (1 element)
     shape = ggml_tensor_shape(scalar)
     expect_equal(prod(shape), 1)
 
@@ -38,11 +34,9 @@ def test_ggml_view_1d_creates_1d_view_with_offset():
     """ggml_view_1d creates 1D view with offset"""
     ctx = ggml_init(1024 * 1024)
 
-    # Create source tensor
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 100)
     assert not ((a is None))
 
-    # Create view of 10 elements starting at offset 40 bytes (10 floats * 4 bytes)
     v = ggml_view_1d(ctx, a, 10, 40)
     assert not ((v is None))
 
@@ -54,12 +48,9 @@ def test_ggml_view_2d_creates_2d_view_with_offset():
     """ggml_view_2d creates 2D view with offset"""
     ctx = ggml_init(1024 * 1024)
 
-    # Create source tensor
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 100)
     assert not ((a is None))
 
-    # Create 2D view: 5x4 starting at offset 0
-    # nb1 = 5 * 4 = 20 bytes (stride for dimension 1)
     v = ggml_view_2d(ctx, a, 5, 4, 20, 0)
     assert not ((v is None))
 
@@ -75,8 +66,6 @@ def test_ggml_view_3d_creates_3d_view_with_offset():
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 120)
     assert not ((a is None))
 
-    # Create 3D view: 4x5x6
-    # nb1 = 4 * 4 = 16, nb2 = 4 * 5 * 4 = 80
     v = ggml_view_3d(ctx, a, 4, 5, 6, 16, 80, 0)
     assert not ((v is None))
 
@@ -93,8 +82,6 @@ def test_ggml_view_4d_creates_4d_view_with_offset():
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 240)
     assert not ((a is None))
 
-    # Create 4D view: 2x3x4x5
-    # nb1=8, nb2=24, nb3=96
     v = ggml_view_4d(ctx, a, 2, 3, 4, 5, 8, 24, 96, 0)
     assert not ((v is None))
 
@@ -127,7 +114,6 @@ def test_ggml_set_1d_creates_set_operation():
     assert not ((a is None))
     assert not ((b is None))
 
-    # Set b into a at offset 0
     result = ggml_set_1d(ctx, a, b, 0)
     assert not ((result is None))
 
@@ -141,7 +127,6 @@ def test_ggml_set_2d_creates_2d_set_operation():
     assert not ((a is None))
     assert not ((b is None))
 
-    # nb1 = 5 * 4 = 20
     result = ggml_set_2d(ctx, a, b, 20, 0)
     assert not ((result is None))
 
@@ -158,7 +143,6 @@ def test_ggml_out_prod_creates_outer_product_operation():
     result = ggml_out_prod(ctx, a, b)
     assert not ((result is None))
 
-    # Result should be 3x4 matrix
     shape = ggml_tensor_shape(result)
     expect_equal(shape[0], 3)
     expect_equal(shape[1], 4)
@@ -184,11 +168,9 @@ def test_ggml_concat_concatenates_tensors():
     assert not ((a is None))
     assert not ((b is None))
 
-    # Concatenate along dimension 1
     result = ggml_concat(ctx, a, b, 1)
     assert not ((result is None))
 
-    # Result should be 4x5
     shape = ggml_tensor_shape(result)
     expect_equal(shape[0], 4)
     expect_equal(shape[1], 5)
@@ -198,11 +180,8 @@ def test_ggml_mul_mat_id_creates_moe_matmul_operation():
     """ggml_mul_mat_id creates MoE matmul operation"""
     ctx = ggml_init(4 * 1024 * 1024)
 
-    # Create stacked expert weights: 8x16x4 (4 experts, each 8x16)
     experts = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 8, 16, 4)
-    # Input tensor
     input = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 2)
-    # Expert indices
     ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 2)
 
     assert not ((experts is None))
@@ -230,11 +209,8 @@ def test_ggml_get_rows_back_creates_get_rows_backward_operation():
     """ggml_get_rows_back creates get_rows backward operation"""
     ctx = ggml_init(1024 * 1024)
 
-    # Gradient tensor
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 3)
-    # Index tensor
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 3)
-    # Reference tensor for output shape
     c = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 10)
 
     assert not ((a is None))
@@ -262,9 +238,7 @@ def test_ggml_rope_ext_back_creates_rope_backward_operation():
     """ggml_rope_ext_back creates RoPE backward operation"""
     ctx = ggml_init(2 * 1024 * 1024)
 
-    # Gradient tensor: [head_dim, n_heads, seq_len, batch]
     a = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 64, 8, 16, 1)
-    # Position tensor
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 16)
 
     assert not ((a is None))
@@ -277,9 +251,4 @@ def test_ggml_rope_ext_back_creates_rope_backward_operation():
                                  beta_fast = 32.0, beta_slow = 1.0)
     assert not ((result is None))
 
-# NOTE: ggml_flash_attn_back is not implemented in current GGML version
-# The function exists in header but contains GGML_ABORT("TODO: adapt to ggml_flash_attn_ext() changes")
-# test_that("ggml_flash_attn_back creates flash attention backward operation", {
-#   skip("ggml_flash_attn_back not implemented in current GGML version")
-# })
 

@@ -7,12 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for Normalization Functions
-
-# ============================================================================
-# Layer Normalization
-# ============================================================================
-
 
 def test_ggml_norm_computes_layer_normalization():
     """ggml_norm computes layer normalization"""
@@ -27,10 +21,9 @@ def test_ggml_norm_computes_layer_normalization():
 
     output = ggml_get_f32(result).ravel()
 
-    # Layer norm: (x - mean) / sqrt(var + eps)
     input = c(1, 2, 3, 4)
     m = mean(input)
-    v = var(input) * (length(input) - 1) / length(input)  # population variance
+    v = var(input) * (length(input) - 1) / length(input)
     expected = (input - m) / sqrt(v + 1e-5)
 
     expect_equal(output, expected, tolerance = 1e-4)
@@ -49,16 +42,14 @@ def test_ggml_norm_inplace_works():
 
     output = ggml_get_f32(result).ravel()
 
-    # Result should be normalized (mean ~ 0, std ~ 1)
     expect_equal(mean(output), 0, tolerance = 1e-4)
-    expect_equal(sd(output) * sqrt(3/4), 1, tolerance = 1e-4)  # adjust for population std
+    expect_equal(sd(output) * sqrt(3/4), 1, tolerance = 1e-4)
 
 
 def test_ggml_norm_on_2d_tensor_normalizes_along_first_dimension():
     """ggml_norm on 2D tensor normalizes along first dimension"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # 4x2 tensor
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 2)
     ggml_set_f32(a, c(1, 2, 3, 4, 5, 6, 7, 8))
 
@@ -69,10 +60,6 @@ def test_ggml_norm_on_2d_tensor_normalizes_along_first_dimension():
     output = ggml_get_f32(result).ravel()
     assert length(output) == 8
     assert not (any(is_na(output)))
-
-# ============================================================================
-# RMS Normalization
-# ============================================================================
 
 
 def test_ggml_rms_norm_computes_rms_normalization():
@@ -88,7 +75,6 @@ def test_ggml_rms_norm_computes_rms_normalization():
 
     output = ggml_get_f32(result).ravel()
 
-    # RMS norm: x / sqrt(mean(x^2) + eps)
     input = c(1, 2, 3, 4)
     rms = sqrt(mean(input**2) + 1e-5)
     expected = input / rms
@@ -109,7 +95,6 @@ def test_ggml_rms_norm_inplace_works():
 
     output = ggml_get_f32(result).ravel()
 
-    # After RMS norm, sqrt(mean(output^2)) should be ~1
     rms_output = sqrt(mean(output**2))
     expect_equal(rms_output, 1, tolerance = 1e-4)
 
@@ -119,9 +104,8 @@ def test_ggml_rms_norm_with_different_epsilon_values():
     ctx = ggml_init(16 * 1024 * 1024)
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
-    ggml_set_f32(a, c(0.001, 0.002, 0.003, 0.004))  # Small values
+    ggml_set_f32(a, c(0.001, 0.002, 0.003, 0.004))
 
-    # With larger epsilon, normalization is more stable
     result = ggml_rms_norm(ctx, a, eps = 1e-3)
     graph = ggml_build_forward_expand(ctx, result)
     ggml_graph_compute(ctx, graph)
@@ -130,17 +114,11 @@ def test_ggml_rms_norm_with_different_epsilon_values():
     assert not (any(is_na(output)))
     assert not (any(is_infinite(output)))
 
-# ============================================================================
-# Group Normalization
-# ============================================================================
-
 
 def test_ggml_group_norm_computes_group_normalization():
     """ggml_group_norm computes group normalization"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # For group norm, tensor should be at least 2D
-    # Shape: [4, 8] with 2 groups means each group has 4 channels
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 8)
     ggml_set_f32(a, rnorm(32))
 
@@ -169,17 +147,13 @@ def test_ggml_group_norm_inplace_works():
     assert length(output) == 32
     assert not (any(is_na(output)))
 
-# ============================================================================
-# L2 Normalization
-# ============================================================================
-
 
 def test_ggml_l2_norm_normalizes_to_unit_length():
     """ggml_l2_norm normalizes to unit length"""
     ctx = ggml_init(16 * 1024 * 1024)
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
-    ggml_set_f32(a, c(3, 0, 4, 0))  # L2 norm = 5
+    ggml_set_f32(a, c(3, 0, 4, 0))
 
     result = ggml_l2_norm(ctx, a, eps = 1e-5)
     graph = ggml_build_forward_expand(ctx, result)
@@ -187,11 +161,9 @@ def test_ggml_l2_norm_normalizes_to_unit_length():
 
     output = ggml_get_f32(result).ravel()
 
-    # L2 norm of output should be 1
     l2_norm = sqrt(sum(output**2))
     expect_equal(l2_norm, 1, tolerance = 1e-4)
 
-    # Check values
     expect_equal(output, c(0.6, 0, 0.8, 0), tolerance = 1e-4)
 
 
@@ -200,7 +172,7 @@ def test_ggml_l2_norm_inplace_works():
     ctx = ggml_init(16 * 1024 * 1024)
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
-    ggml_set_f32(a, c(1, 2, 2, 4))  # L2 norm = 5
+    ggml_set_f32(a, c(1, 2, 2, 4))
 
     result = ggml_l2_norm_inplace(ctx, a, eps = 1e-5)
     graph = ggml_build_forward_expand(ctx, result)
@@ -208,7 +180,6 @@ def test_ggml_l2_norm_inplace_works():
 
     output = ggml_get_f32(result).ravel()
 
-    # L2 norm of output should be 1
     l2_norm = sqrt(sum(output**2))
     expect_equal(l2_norm, 1, tolerance = 1e-4)
 
@@ -218,7 +189,7 @@ def test_ggml_l2_norm_handles_near_zero_vectors_with_epsilon():
     ctx = ggml_init(16 * 1024 * 1024)
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
-    ggml_set_f32(a, c(0.0001, 0.0001, 0.0001, 0.0001))  # Very small
+    ggml_set_f32(a, c(0.0001, 0.0001, 0.0001, 0.0001))
 
     result = ggml_l2_norm(ctx, a, eps = 1e-5)
     graph = ggml_build_forward_expand(ctx, result)
@@ -228,22 +199,16 @@ def test_ggml_l2_norm_handles_near_zero_vectors_with_epsilon():
     assert not (any(is_na(output)))
     assert not (any(is_infinite(output)))
 
-# ============================================================================
-# RMS Norm Backward (for training)
-# ============================================================================
-
 
 def test_ggml_rms_norm_back_computes_gradient():
     """ggml_rms_norm_back computes gradient"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # Forward input
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
     ggml_set_f32(a, c(1, 2, 3, 4))
 
-    # Upstream gradient
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
-    ggml_set_f32(b, c(1, 1, 1, 1))  # All ones for simplicity
+    ggml_set_f32(b, c(1, 1, 1, 1))
 
     result = ggml_rms_norm_back(ctx, a, b, eps = 1e-5)
     graph = ggml_build_forward_expand(ctx, result)
@@ -254,10 +219,6 @@ def test_ggml_rms_norm_back_computes_gradient():
     assert not (any(is_na(output)))
     assert not (any(is_infinite(output)))
 
-# ============================================================================
-# Edge Cases
-# ============================================================================
-
 
 def test_normalization_handles_single_element():
     """normalization handles single element"""
@@ -266,7 +227,6 @@ def test_normalization_handles_single_element():
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 1)
     ggml_set_f32(a, 5)
 
-    # RMS norm of single element
     result = ggml_rms_norm(ctx, a, eps = 1e-5)
     graph = ggml_build_forward_expand(ctx, result)
     ggml_graph_compute(ctx, graph)
@@ -279,7 +239,7 @@ def test_normalization_handles_large_tensors():
     """normalization handles large tensors"""
     ctx = ggml_init(64 * 1024 * 1024)
 
-    n = 4096  # Typical hidden size
+    n = 4096
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n)
     ggml_set_f32(a, rnorm(n))
 

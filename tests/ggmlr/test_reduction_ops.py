@@ -7,12 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for Reduction Operations (sum, mean, argmax, etc.)
-
-# ============================================================================
-# Sum
-# ============================================================================
-
 
 def test_ggml_sum_computes_total_sum():
     """ggml_sum computes total sum"""
@@ -73,18 +67,12 @@ def test_ggml_sum_handles_negative_numbers():
     output = ggml_get_f32(result).ravel()
     expect_equal(output, 0, tolerance = 1e-5)
 
-# ============================================================================
-# Sum Rows
-# ============================================================================
-
 
 def test_ggml_sum_rows_computes_row_sums():
     """ggml_sum_rows computes row sums"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # 3x2 matrix (column-major: each column is a "row" in ggml terms)
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 2)
-    # Column 1: [1, 2, 3], Column 2: [4, 5, 6]
     ggml_set_f32(a, c(1, 2, 3, 4, 5, 6))
 
     result = ggml_sum_rows(ctx, a)
@@ -92,13 +80,8 @@ def test_ggml_sum_rows_computes_row_sums():
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # Sum along first dimension: [1+2+3, 4+5+6] = [6, 15]
     assert length(output) == 2
     expect_equal(output, c(6, 15), tolerance = 1e-5)
-
-# ============================================================================
-# Mean
-# ============================================================================
 
 
 def test_ggml_mean_computes_average():
@@ -113,23 +96,21 @@ def test_ggml_mean_computes_average():
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    expect_equal(output, 6, tolerance = 1e-5)  # mean = 30/5 = 6
+    expect_equal(output, 6, tolerance = 1e-5)
 
 
 def test_ggml_mean_on_2d_tensor_computes_row_wise_mean():
     """ggml_mean on 2D tensor computes row-wise mean"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # ggml_mean computes mean along first dimension (per column)
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 3)
-    ggml_set_f32(a, as_numeric(rng(1, 12)))  # [1,2,3,4; 5,6,7,8; 9,10,11,12] column-major
+    ggml_set_f32(a, as_numeric(rng(1, 12)))
 
     result = ggml_mean(ctx, a)
     graph = ggml_build_forward_expand(ctx, result)
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # Mean of each column: mean([1,2,3,4])=2.5, mean([5,6,7,8])=6.5, mean([9,10,11,12])=10.5
     expect_equal(output, c(2.5, 6.5, 10.5), tolerance = 1e-5)
 
 
@@ -147,10 +128,6 @@ def test_ggml_mean_of_constant_tensor():
     output = ggml_get_f32(result).ravel()
     expect_equal(output, 7.5, tolerance = 1e-5)
 
-# ============================================================================
-# Argmax
-# ============================================================================
-
 
 def test_ggml_argmax_finds_index_of_maximum():
     """ggml_argmax finds index of maximum"""
@@ -164,7 +141,7 @@ def test_ggml_argmax_finds_index_of_maximum():
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_i32(result)
-    expect_equal(output, 1)  # Index 1 has value 5 (0-indexed)
+    expect_equal(output, 1)
 
 
 def test_ggml_argmax_with_first_element_max():
@@ -179,7 +156,7 @@ def test_ggml_argmax_with_first_element_max():
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_i32(result)
-    expect_equal(output, 0)  # Index 0 has maximum
+    expect_equal(output, 0)
 
 
 def test_ggml_argmax_with_last_element_max():
@@ -194,7 +171,7 @@ def test_ggml_argmax_with_last_element_max():
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_i32(result)
-    expect_equal(output, 3)  # Index 3 has maximum
+    expect_equal(output, 3)
 
 
 def test_ggml_argmax_handles_negative_values():
@@ -209,11 +186,7 @@ def test_ggml_argmax_handles_negative_values():
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_i32(result)
-    expect_equal(output, 2)  # Index 2 has -1 (largest)
-
-# ============================================================================
-# Combined Reduction Tests
-# ============================================================================
+    expect_equal(output, 2)
 
 
 def test_sum_and_mean_are_consistent():
@@ -240,20 +213,14 @@ def test_sum_and_mean_are_consistent():
 
     expect_equal(sum_val / n, mean_val, tolerance = 1e-4)
 
-# ============================================================================
-# Repeat
-# ============================================================================
-
 
 def test_ggml_repeat_replicates_tensor():
     """ggml_repeat replicates tensor"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # Source tensor 1x2
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1, 2)
     ggml_set_f32(a, c(1, 2))
 
-    # Target shape 3x2 (repeat 3 times along first dim)
     b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 2)
 
     result = ggml_repeat(ctx, a, b)
@@ -262,6 +229,5 @@ def test_ggml_repeat_replicates_tensor():
 
     output = ggml_get_f32(result).ravel()
     assert length(output) == 6
-    # Pattern should repeat: [1,1,1, 2,2,2]
     expect_equal(output, c(1, 1, 1, 2, 2, 2), tolerance = 1e-5)
 

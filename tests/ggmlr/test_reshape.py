@@ -7,14 +7,11 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for reshape and view operations
-
 
 def test_reshape_1d_works():
     """reshape_1d works"""
     ctx = ggml_init(4 * 1024 * 1024)
 
-    # Create 2D tensor and reshape to 1D
     t2d = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 10, 10)
     t1d = ggml_reshape_1d(ctx, t2d, 100)
 
@@ -28,7 +25,6 @@ def test_reshape_2d_works():
     """reshape_2d works"""
     ctx = ggml_init(4 * 1024 * 1024)
 
-    # Create 1D tensor and reshape to 2D
     t1d = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 100)
     t2d = ggml_reshape_2d(ctx, t1d, 10, 10)
 
@@ -93,7 +89,6 @@ def test_permute_changes_tensor_dimensions():
     """permute changes tensor dimensions"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # Create 2D tensor (3x4) and permute to (4x3)
     t2d = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 4)
     t_perm = ggml_permute(ctx, t2d, 1, 0, 2, 3)
 
@@ -124,8 +119,7 @@ def test_ggml_view_1d_creates_view_with_offset():
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     ggml_set_f32(a, rng(1, 10))
 
-    # View of 5 elements starting at offset 2*sizeof(float) = 8 bytes
-    v = ggml_view_1d(ctx, a, 5, 2 * 4)  # 2 elements * 4 bytes
+    v = ggml_view_1d(ctx, a, 5, 2 * 4)
     expect_equal(ggml_nelements(v), 5)
 
 
@@ -136,8 +130,7 @@ def test_ggml_view_2d_creates_2d_view():
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 12)
     ggml_set_f32(a, rng(1, 12))
 
-    # Create 3x4 view
-    v = ggml_view_2d(ctx, a, 3, 4, 3 * 4, 0)  # ne0=3, ne1=4, nb1=12, offset=0
+    v = ggml_view_2d(ctx, a, 3, 4, 3 * 4, 0)
     shape = ggml_tensor_shape(v)
     expect_equal(shape[0], 3)
     expect_equal(shape[1], 4)
@@ -150,7 +143,6 @@ def test_ggml_view_3d_creates_3d_view():
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 24)
     ggml_set_f32(a, rng(1, 24))
 
-    # Create 2x3x4 view
     v = ggml_view_3d(ctx, a, 2, 3, 4, 2 * 4, 6 * 4, 0)
     shape = ggml_tensor_shape(v)
     expect_equal(shape[0], 2)
@@ -165,7 +157,6 @@ def test_ggml_view_4d_creates_4d_view():
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 48)
     ggml_set_f32(a, rng(1, 48))
 
-    # Create 2x2x3x4 view
     v = ggml_view_4d(ctx, a, 2, 2, 3, 4, 2 * 4, 4 * 4, 12 * 4, 0)
     shape = ggml_tensor_shape(v)
     expect_equal(shape[0], 2)

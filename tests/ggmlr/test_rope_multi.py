@@ -7,10 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for ggml_rope_multi (multi-dimensional / M-RoPE, new in 0.11.0).
-# Exported with only constant checks; the operation itself had no functional
-# test coverage. M-RoPE is used by multimodal models (Qwen2-VL etc.).
-
 
 def test_m_rope_vision_rope_type_constants_are_defined():
     """M-RoPE / VISION rope-type constants are defined"""
@@ -22,18 +18,16 @@ def test_ggml_rope_multi_computes_m_rope_and_changes_the_tensor():
     """ggml_rope_multi computes M-RoPE and changes the tensor"""
     ctx = ggml_init(64 * 1024 * 1024)
 
-    head_dim = 16  # n_dims; M-RoPE splits across 4 sections
+    head_dim = 16
     n_head   = 2
     seq_len  = 4
 
     a = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, head_dim, n_head, seq_len, 1)
     ggml_set_f32(a, rep(1.0, head_dim * n_head * seq_len))
 
-    # M-RoPE position tensor: 4 position components per token (t, h, w, extra)
     pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, seq_len * 4)
     ggml_set_i32(pos, rep(rng(0, seq_len - 1), times = 4))
 
-    # sections sum to n_dims/2 (= 8): split rotary dims across the 4 axes
     sec = c(2, 2, 2, 2)
 
     r = ggml_rope_multi(ctx, a, pos, None,
@@ -54,7 +48,6 @@ def test_ggml_rope_multi_computes_m_rope_and_changes_the_tensor():
     out = ggml_get_f32(r).ravel()
     expect_equal(length(out), head_dim * n_head * seq_len)
     assert all(is_finite(out))
-    # rotation must actually alter the constant input
     assert sd(out) > 0
 
 

@@ -7,9 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for Sequence/Token Operations
-# pad, argsort, top_k
-
 
 def test_ggml_pad_works_correctly_for_1d():
     """ggml_pad works correctly for 1D"""
@@ -17,7 +14,7 @@ def test_ggml_pad_works_correctly_for_1d():
 
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 3)
     ggml_set_f32(a, c(1, 2, 3))
-    b = ggml_pad(ctx, a, 2)  # pad 2 on right
+    b = ggml_pad(ctx, a, 2)
     expect_equal(ggml_tensor_shape(b)[0], 5)
 
     graph = ggml_build_forward_expand(ctx, b)
@@ -32,7 +29,7 @@ def test_ggml_pad_works_for_2d_tensors():
 
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 2, 2)
     ggml_set_f32(a, c(1, 2, 3, 4))
-    b = ggml_pad(ctx, a, 1, 1)  # pad 1 on dim0, 1 on dim1
+    b = ggml_pad(ctx, a, 1, 1)
 
     shape = ggml_tensor_shape(b)
     expect_equal(shape[0], 3)
@@ -51,9 +48,8 @@ def test_ggml_argsort_ascending_works():
     ggml_graph_compute(ctx, graph)
 
     result = ggml_get_i32(indices)
-    # Sorted values: 1, 1, 3, 4, 5 at positions 1, 3, 0, 2, 4
-    expect_equal(result[0], 1)  # First smallest at index 1
-    expect_equal(result[4], 4)  # Largest at index 4
+    expect_equal(result[0], 1)
+    expect_equal(result[4], 4)
 
 
 def test_ggml_argsort_descending_works():
@@ -68,8 +64,8 @@ def test_ggml_argsort_descending_works():
     ggml_graph_compute(ctx, graph)
 
     result = ggml_get_i32(indices)
-    expect_equal(result[0], 3)  # Largest (40) at index 3
-    expect_equal(result[3], 0)  # Smallest (10) at index 0
+    expect_equal(result[0], 3)
+    expect_equal(result[3], 0)
 
 
 def test_ggml_top_k_returns_correct_indices():
@@ -84,7 +80,6 @@ def test_ggml_top_k_returns_correct_indices():
     ggml_graph_compute(ctx, graph)
 
     result = sort(ggml_get_i32(top3))
-    # Top 3 values: 6(idx1), 5(idx3), 4(idx5)
     expect_equal(result, c(1, 3, 5))
 
 

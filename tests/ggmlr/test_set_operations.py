@@ -7,32 +7,22 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for Set Operations (ggml_set, ggml_set_1d, ggml_set_2d)
-
-# ============================================================================
-# Set 1D
-# ============================================================================
-
 
 def test_ggml_set_1d_copies_tensor_at_offset():
     """ggml_set_1d copies tensor at offset"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # Destination tensor
     a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     ggml_set_f32(a, rep(0, 10))
 
-    # Source tensor
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 3)
     ggml_set_f32(b, c(1, 2, 3))
 
-    # Set b into a at offset 2*4 = 8 bytes (position 2)
     result = ggml_set_1d(ctx, a, b, offset = 2 * 4)
     graph = ggml_build_forward_expand(ctx, result)
     ggml_graph_compute(ctx, graph)
 
     output = ggml_get_f32(result).ravel()
-    # Expected: [0, 0, 1, 2, 3, 0, 0, 0, 0, 0]
     expected = c(0, 0, 1, 2, 3, 0, 0, 0, 0, 0)
     expect_equal(output, expected, tolerance = 1e-5)
 
@@ -47,7 +37,6 @@ def test_ggml_set_1d_at_beginning():
     b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 2)
     ggml_set_f32(b, c(7, 8))
 
-    # Set at offset 0
     result = ggml_set_1d(ctx, a, b, offset = 0)
     graph = ggml_build_forward_expand(ctx, result)
     ggml_graph_compute(ctx, graph)
@@ -55,25 +44,17 @@ def test_ggml_set_1d_at_beginning():
     output = ggml_get_f32(result).ravel()
     expect_equal(output, c(7, 8, 0, 0, 0), tolerance = 1e-5)
 
-# ============================================================================
-# Set 2D
-# ============================================================================
-
 
 def test_ggml_set_2d_copies_tensor_with_stride():
     """ggml_set_2d copies tensor with stride"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # Destination: 4x3 matrix
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 3)
     ggml_set_f32(a, rep(0, 12))
 
-    # Source: 2x2 matrix
     b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 2, 2)
     ggml_set_f32(b, c(1, 2, 3, 4))
 
-    # Set b into a with proper stride
-    # nb1 = stride for dimension 1 = 4 * sizeof(float) = 16 bytes
     result = ggml_set_2d(ctx, a, b, nb1 = 4 * 4, offset = 0)
     graph = ggml_build_forward_expand(ctx, result)
     ggml_graph_compute(ctx, graph)
@@ -81,27 +62,17 @@ def test_ggml_set_2d_copies_tensor_with_stride():
     output = ggml_get_f32(result).ravel()
     assert length(output) == 12
 
-# ============================================================================
-# Set (General)
-# ============================================================================
-
 
 def test_ggml_set_copies_tensor_with_full_control():
     """ggml_set copies tensor with full control"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # Destination: 4x4 matrix
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 4)
     ggml_set_f32(a, rep(0, 16))
 
-    # Source: 2x2 matrix
     b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 2, 2)
     ggml_set_f32(b, c(1, 2, 3, 4))
 
-    # Set with explicit strides
-    # nb1 = stride for dim 1 = 4 * 4 = 16
-    # nb2 = stride for dim 2 (not used for 2D)
-    # nb3 = stride for dim 3 (not used for 2D)
     result = ggml_set(ctx, a, b, nb1 = 4 * 4, nb2 = 16 * 4, nb3 = 64 * 4, offset = 0)
     graph = ggml_build_forward_expand(ctx, result)
     ggml_graph_compute(ctx, graph)
@@ -109,10 +80,6 @@ def test_ggml_set_copies_tensor_with_full_control():
     output = ggml_get_f32(result).ravel()
     assert length(output) == 16
     assert not (any(is_na(output)))
-
-# ============================================================================
-# Set Zero
-# ============================================================================
 
 
 def test_ggml_set_zero_zeros_all_elements():
@@ -122,10 +89,8 @@ def test_ggml_set_zero_zeros_all_elements():
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     ggml_set_f32(t, as_numeric(rng(1, 10)))
 
-    # Verify non-zero
     assert any(ggml_get_f32(t).ravel() != 0)
 
-    # Set to zero
     ggml_set_zero(t)
 
     output = ggml_get_f32(t).ravel()
@@ -143,10 +108,6 @@ def test_ggml_set_zero_on_2d_tensor():
 
     output = ggml_get_f32(t).ravel()
     expect_equal(output, rep(0, 20), tolerance = 1e-10)
-
-# ============================================================================
-# Set/Get F32 Data
-# ============================================================================
 
 
 def test_ggml_set_f32_and_ggml_get_f32_roundtrip():
@@ -174,10 +135,6 @@ def test_ggml_set_f32_handles_negative_values():
 
     expect_equal(output, data, tolerance = 1e-6)
 
-# ============================================================================
-# Set/Get I32 Data
-# ============================================================================
-
 
 def test_ggml_set_i32_and_ggml_get_i32_roundtrip():
     """ggml_set_i32 and ggml_get_i32 roundtrip"""
@@ -203,10 +160,6 @@ def test_ggml_set_i32_handles_negative_values():
     output = ggml_get_i32(t)
 
     expect_equal(output, data)
-
-# ============================================================================
-# Scalar Tensor Creation
-# ============================================================================
 
 
 def test_ggml_new_i32_creates_scalar_integer_tensor():

@@ -7,12 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for Softmax Operations
-
-# ============================================================================
-# Basic Softmax
-# ============================================================================
-
 
 def test_ggml_soft_max_computes_softmax_correctly():
     """ggml_soft_max computes softmax correctly"""
@@ -27,7 +21,6 @@ def test_ggml_soft_max_computes_softmax_correctly():
 
     output = ggml_get_f32(result).ravel()
 
-    # Softmax properties
     assert all(output > 0)
     assert all(output < 1)
     expect_equal(sum(output), 1, tolerance = 1e-5)
@@ -61,7 +54,6 @@ def test_ggml_soft_max_preserves_order():
 
     output = ggml_get_f32(result).ravel()
 
-    # Larger input -> larger softmax output
     assert all(diff(output) > 0)
 
 
@@ -79,7 +71,6 @@ def test_ggml_soft_max_with_uniform_input_gives_uniform_output():
 
     output = ggml_get_f32(result).ravel()
 
-    # All equal -> uniform 1/n
     expect_equal(output, rep(1/n, n), tolerance = 1e-5)
 
 
@@ -99,10 +90,6 @@ def test_ggml_soft_max_handles_negative_inputs():
     assert all(output > 0)
     expect_equal(sum(output), 1, tolerance = 1e-5)
 
-# ============================================================================
-# Softmax In-place
-# ============================================================================
-
 
 def test_ggml_soft_max_inplace_computes_in_place():
     """ggml_soft_max_inplace computes in-place"""
@@ -119,10 +106,6 @@ def test_ggml_soft_max_inplace_computes_in_place():
 
     assert all(output > 0)
     expect_equal(sum(output), 1, tolerance = 1e-5)
-
-# ============================================================================
-# Extended Softmax (with scale)
-# ============================================================================
 
 
 def test_ggml_soft_max_ext_with_scale_1_matches_basic_softmax():
@@ -158,7 +141,7 @@ def test_ggml_soft_max_ext_with_scale_1_produces_flatter_distribution():
     ggml_set_f32(a2, c(1, 2, 3, 4, 5))
 
     r1 = ggml_soft_max_ext(ctx, a1, scale = 1.0)
-    r2 = ggml_soft_max_ext(ctx, a2, scale = 0.5)  # Lower temp = flatter
+    r2 = ggml_soft_max_ext(ctx, a2, scale = 0.5)
 
     g1 = ggml_build_forward_expand(ctx, r1)
     ggml_graph_compute(ctx, g1)
@@ -168,7 +151,6 @@ def test_ggml_soft_max_ext_with_scale_1_produces_flatter_distribution():
     ggml_graph_compute(ctx, g2)
     out2 = ggml_get_f32(r2).ravel()
 
-    # Lower scale -> flatter distribution (max is smaller)
     assert max(out2) < max(out1)
 
 
@@ -182,7 +164,7 @@ def test_ggml_soft_max_ext_with_scale_1_produces_sharper_distribution():
     ggml_set_f32(a2, c(1, 2, 3, 4, 5))
 
     r1 = ggml_soft_max_ext(ctx, a1, scale = 1.0)
-    r2 = ggml_soft_max_ext(ctx, a2, scale = 2.0)  # Higher temp = sharper
+    r2 = ggml_soft_max_ext(ctx, a2, scale = 2.0)
 
     g1 = ggml_build_forward_expand(ctx, r1)
     ggml_graph_compute(ctx, g1)
@@ -192,19 +174,13 @@ def test_ggml_soft_max_ext_with_scale_1_produces_sharper_distribution():
     ggml_graph_compute(ctx, g2)
     out2 = ggml_get_f32(r2).ravel()
 
-    # Higher scale -> sharper distribution (max is larger)
     assert max(out2) > max(out1)
-
-# ============================================================================
-# 2D Softmax
-# ============================================================================
 
 
 def test_ggml_soft_max_on_2d_tensor():
     """ggml_soft_max on 2D tensor"""
     ctx = ggml_init(16 * 1024 * 1024)
 
-    # 4x3 tensor
     a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 3)
     ggml_set_f32(a, as_numeric(rng(1, 12)))
 
@@ -214,13 +190,8 @@ def test_ggml_soft_max_on_2d_tensor():
 
     output = ggml_get_f32(result).ravel()
 
-    # All values should be positive
     assert all(output > 0)
     assert all(output < 1)
-
-# ============================================================================
-# Numerical Stability
-# ============================================================================
 
 
 def test_ggml_soft_max_handles_large_values():
@@ -236,7 +207,6 @@ def test_ggml_soft_max_handles_large_values():
 
     output = ggml_get_f32(result).ravel()
 
-    # Should not overflow
     assert not (any(is_na(output)))
     assert not (any(is_infinite(output)))
     expect_equal(sum(output), 1, tolerance = 1e-4)
@@ -255,7 +225,6 @@ def test_ggml_soft_max_handles_very_negative_values():
 
     output = ggml_get_f32(result).ravel()
 
-    # Should not underflow to zero
     assert not (any(is_na(output)))
     expect_equal(sum(output), 1, tolerance = 1e-4)
 

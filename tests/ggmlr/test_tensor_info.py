@@ -7,27 +7,14 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for Tensor Information Functions
-
-# ============================================================================
-# Type Size
-# ============================================================================
-
 
 def test_ggml_type_size_returns_correct_sizes():
     """ggml_type_size returns correct sizes"""
-    # F32 = 4 bytes
     expect_equal(ggml_type_size(GGML_TYPE_F32), 4)
 
-    # F16 = 2 bytes
     expect_equal(ggml_type_size(GGML_TYPE_F16), 2)
 
-    # I32 = 4 bytes
     expect_equal(ggml_type_size(GGML_TYPE_I32), 4)
-
-# ============================================================================
-# Element Size
-# ============================================================================
 
 
 def test_ggml_element_size_returns_element_size_for_f32_tensor():
@@ -45,30 +32,19 @@ def test_ggml_element_size_returns_element_size_for_i32_tensor():
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 10)
     expect_equal(ggml_element_size(t), 4)
 
-# ============================================================================
-# Number of Rows
-# ============================================================================
-
 
 def test_ggml_nrows_returns_correct_number_of_rows():
     """ggml_nrows returns correct number of rows"""
     ctx = ggml_init(1024 * 1024)
 
-    # 1D tensor - 1 row
     t1d = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
     expect_equal(ggml_nrows(t1d), 1)
 
-    # 2D tensor - ne1 rows
     t2d = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 5, 3)
     expect_equal(ggml_nrows(t2d), 3)
 
-    # 3D tensor - ne1 * ne2 rows
     t3d = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 4, 3, 2)
-    expect_equal(ggml_nrows(t3d), 6)  # 3 * 2
-
-# ============================================================================
-# Same Shape Check
-# ============================================================================
+    expect_equal(ggml_nrows(t3d), 6)
 
 
 def test_ggml_are_same_shape_detects_same_shapes():
@@ -100,10 +76,6 @@ def test_ggml_are_same_shape_with_different_dimensions():
 
     assert not (ggml_are_same_shape(a, b))
 
-# ============================================================================
-# Tensor Name
-# ============================================================================
-
 
 def test_ggml_set_name_and_ggml_get_name_work():
     """ggml_set_name and ggml_get_name work"""
@@ -124,12 +96,7 @@ def test_ggml_set_name_with_empty_string_returns_null_or_empty():
     ggml_set_name(t, "")
 
     name = ggml_get_name(t)
-    # Empty name may return NULL or ""
     assert (name is None)  or  name == ""
-
-# ============================================================================
-# Tensor Shape
-# ============================================================================
 
 
 def test_ggml_tensor_shape_returns_correct_shape_for_1d():
@@ -181,10 +148,6 @@ def test_ggml_tensor_shape_returns_correct_shape_for_4d():
     expect_equal(shape[2], 4)
     expect_equal(shape[3], 5)
 
-# ============================================================================
-# Tensor Type
-# ============================================================================
-
 
 def test_ggml_tensor_type_returns_correct_type():
     """ggml_tensor_type returns correct type"""
@@ -195,10 +158,6 @@ def test_ggml_tensor_type_returns_correct_type():
 
     t_i32 = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 10)
     expect_equal(ggml_tensor_type(t_i32), GGML_TYPE_I32)
-
-# ============================================================================
-# Number of Elements and Bytes
-# ============================================================================
 
 
 def test_ggml_nelements_returns_correct_count():
@@ -223,11 +182,7 @@ def test_ggml_nbytes_returns_correct_byte_count():
     ctx = ggml_init(1024 * 1024)
 
     t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 10)
-    expect_equal(ggml_nbytes(t), 40)  # 10 * 4 bytes
-
-# ============================================================================
-# Number of Dimensions
-# ============================================================================
+    expect_equal(ggml_nbytes(t), 40)
 
 
 def test_ggml_n_dims_returns_correct_dimension_count():
@@ -246,10 +201,6 @@ def test_ggml_n_dims_returns_correct_dimension_count():
     t4d = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 2, 3, 4, 5)
     expect_equal(ggml_n_dims(t4d), 4)
 
-# ============================================================================
-# Contiguous Check
-# ============================================================================
-
 
 def test_ggml_is_contiguous_returns_true_for_new_tensors():
     """ggml_is_contiguous returns true for new tensors"""
@@ -257,10 +208,6 @@ def test_ggml_is_contiguous_returns_true_for_new_tensors():
 
     t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 5)
     assert ggml_is_contiguous(t)
-
-# ============================================================================
-# Transposed Check
-# ============================================================================
 
 
 def test_ggml_is_transposed_returns_false_for_new_tensors():
@@ -270,10 +217,6 @@ def test_ggml_is_transposed_returns_false_for_new_tensors():
     t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 5)
     assert not (ggml_is_transposed(t))
 
-# ============================================================================
-# Permuted Check
-# ============================================================================
-
 
 def test_ggml_is_permuted_returns_false_for_new_tensors():
     """ggml_is_permuted returns false for new tensors"""
@@ -282,16 +225,11 @@ def test_ggml_is_permuted_returns_false_for_new_tensors():
     t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 5)
     assert not (ggml_is_permuted(t))
 
-# ============================================================================
-# Generic Tensor Creation
-# ============================================================================
-
 
 def test_ggml_new_tensor_creates_tensor_with_arbitrary_dims():
     """ggml_new_tensor creates tensor with arbitrary dims"""
     ctx = ggml_init(1024 * 1024)
 
-    # 3D tensor
     t = ggml_new_tensor(ctx, GGML_TYPE_F32, n_dims = 3, ne = c(4, 5, 6))
     shape = ggml_tensor_shape(t)
 
@@ -299,10 +237,6 @@ def test_ggml_new_tensor_creates_tensor_with_arbitrary_dims():
     expect_equal(shape[1], 5)
     expect_equal(shape[2], 6)
     expect_equal(ggml_nelements(t), 120)
-
-# ============================================================================
-# Duplicate Tensor
-# ============================================================================
 
 
 def test_ggml_dup_tensor_creates_tensor_with_same_shape():

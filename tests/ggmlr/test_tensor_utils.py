@@ -7,8 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for tensor utility functions
-
 
 def test_ggml_tensor_nb_returns_stride_info():
     """ggml_tensor_nb returns stride info"""
@@ -19,8 +17,8 @@ def test_ggml_tensor_nb_returns_stride_info():
     expect_type(nb, "double")
     # ggmlR's ggml fork has GGML_MAX_DIMS = 5; the pinned ggml 0.25.3 has 4 strides
     assert length(nb) == GGML_MAX_DIMS == 4
-    expect_equal(nb[0], 4)  # F32 = 4 bytes per element
-    expect_equal(nb[1], 16)  # 4 elements * 4 bytes
+    expect_equal(nb[0], 4)
+    expect_equal(nb[1], 16)
 
 
 def test_ggml_tensor_num_counts_tensors_in_context():
@@ -67,12 +65,9 @@ def test_ggml_get_f32_nd_and_ggml_set_f32_nd_work_for_2d():
     t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 2)
     ggml_set_f32(t, c(1, 2, 3, 4, 5, 6))
 
-    # Read element [0,0] (0-based)
     expect_equal(ggml_get_f32_nd(t, 0, 0), 1.0, tolerance = 1e-6)
-    # Read element [2,1] (col-major: index 5)
     expect_equal(ggml_get_f32_nd(t, 2, 1), 6.0, tolerance = 1e-6)
 
-    # Write element [1,0]
     ggml_set_f32_nd(t, 1, 0, value = 99.0)
     expect_equal(ggml_get_f32_nd(t, 1, 0), 99.0, tolerance = 1e-6)
 

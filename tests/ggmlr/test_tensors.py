@@ -15,7 +15,7 @@ def test_1d_tensor_creation_works():
 
     expect_type(tensor, "externalptr")
     expect_equal(ggml_nelements(tensor), 10)
-    expect_equal(ggml_nbytes(tensor), 10 * 4)  # 4 bytes per F32
+    expect_equal(ggml_nbytes(tensor), 10 * 4)
 
     ggml_free(ctx)
 
@@ -52,7 +52,7 @@ def test_tensor_size_mismatch_gives_error():
     tensor = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 5)
 
     with pytest.raises(GGMLError, match="does not match"):
-        ggml_set_f32(tensor, c(1, 2, 3))  # Wrong size
+        ggml_set_f32(tensor, c(1, 2, 3))
 
     ggml_free(ctx)
 
@@ -65,7 +65,6 @@ def test_ggml_new_i32_creates_scalar_tensor():
     expect_equal(ggml_nelements(scalar), 1)
     expect_equal(ggml_tensor_type(scalar), GGML_TYPE_I32)
 
-    # The value should be set
     result = ggml_get_i32(scalar)
     expect_equal(result, 42)
 

@@ -7,8 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for extended tensor functions (3D, 4D, dup, info)
-
 
 def test_3d_tensor_creation_works():
     """3D tensor creation works"""
@@ -65,19 +63,14 @@ def test_tensor_info_functions_work_correctly():
     ctx = ggml_init(4 * 1024 * 1024)
     tensor = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 10, 20)
 
-    # n_dims
     expect_equal(ggml_n_dims(tensor), 2)
 
-    # is_contiguous (new tensor should be contiguous)
     assert ggml_is_contiguous(tensor)
 
-    # is_transposed (new tensor should not be transposed)
     assert not (ggml_is_transposed(tensor))
 
-    # is_permuted (new tensor should not be permuted)
     assert not (ggml_is_permuted(tensor))
 
-    # tensor_type
     expect_equal(ggml_tensor_type(tensor), GGML_TYPE_F32)
 
     ggml_free(ctx)
@@ -87,13 +80,11 @@ def test_tensor_shape_returns_correct_dimensions():
     """tensor_shape returns correct dimensions"""
     ctx = ggml_init(4 * 1024 * 1024)
 
-    # 1D
     t1 = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 100)
     shape1 = ggml_tensor_shape(t1)
     expect_equal(shape1[0], 100)
     expect_equal(shape1[1], 1)
 
-    # 2D
     t2 = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 10, 20)
     shape2 = ggml_tensor_shape(t2)
     expect_equal(shape2[0], 10)

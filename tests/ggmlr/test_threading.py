@@ -7,8 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for threading functions
-
 
 @pytest.fixture(autouse=True)
 def _restore_threads():
@@ -34,6 +32,5 @@ def test_ggml_set_omp_threads_accepts_1_thread():
     """ggml_set_omp_threads accepts 1 thread"""
     ggml_set_omp_threads(1)
     assert ggml_get_n_threads() == 1
-    # Restore to 2 for CRAN compliance
     ggml_set_omp_threads(2)
 

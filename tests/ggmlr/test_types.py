@@ -15,11 +15,10 @@ def test_ggml_type_f32_constant_is_defined():
 
 def test_type_size_calculation_works():
     """type size calculation works"""
-    # F32 должен быть 4 байта
     ctx = ggml_init(1024 * 1024)
     tensor = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 100)
 
-    expect_equal(ggml_nbytes(tensor), 400)  # 100 * 4
+    expect_equal(ggml_nbytes(tensor), 400)
 
     ggml_free(ctx)
 

@@ -7,9 +7,6 @@ from ggmlpy import GGMLError  # noqa: F401
 
 from .rlike import *  # noqa: F401,F403
 
-# Tests for ggml_upscale and scale-mode constants (C2: 0.11.0 new BICUBIC mode).
-# Previously exported without any functional test coverage.
-
 
 def test_scale_mode_constants_are_defined_correctly():
     """scale-mode constants are defined correctly"""
@@ -21,7 +18,6 @@ def test_scale_mode_constants_are_defined_correctly():
 def test_ggml_upscale_nearest_doubles_spatial_dims():
     """ggml_upscale nearest doubles spatial dims"""
     ctx = ggml_init(16 * 1024 * 1024)
-    # 2x2 single-channel single-batch image
     a = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 2, 2, 1, 1)
     ggml_set_f32(a, c(1, 2, 3, 4))
 
@@ -29,13 +25,11 @@ def test_ggml_upscale_nearest_doubles_spatial_dims():
     graph = ggml_build_forward_expand(ctx, up)
     ggml_graph_compute(ctx, graph)
 
-    # nearest 2x upscale of 2x2 -> 4x4
     shape = ggml_tensor_shape(up)
     expect_equal(shape[0], 4)
     expect_equal(shape[1], 4)
     res = ggml_get_f32(up).ravel()
     expect_equal(length(res), 16)
-    # nearest: each source pixel replicated into a 2x2 block; corner stays = 1
     expect_equal(res[0], 1, tolerance = 1e-5)
 
     ggml_free(ctx)
@@ -54,7 +48,6 @@ def test_ggml_upscale_bilinear_produces_interpolated_non_replicated_values():
     res = ggml_get_f32(up).ravel()
     expect_equal(length(res), 16)
     assert all(is_finite(res))
-    # interpolation must produce at least one value not present in the source
     assert not (all(np.isin(res, c(0, 4, 8, 12))))
 
     ggml_free(ctx)
