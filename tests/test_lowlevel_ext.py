@@ -562,3 +562,12 @@ def test_type_combinations_the_cpu_kernels_lack_are_refused(ctx):
         g.ggml_glu(ctx, h, g.GGML_GLU_OP_SWIGLU_OAI)
     with pytest.raises(GGMLError, match="b has type f16"):
         g.ggml_add1(ctx, T(ctx, np.ones(3)), g.ggml_new_tensor_1d(ctx, g.GGML_TYPE_F16, 1))
+
+
+def test_backend_load_and_unload_guard():
+    assert g.ggml_backend_load("/nonexistent/libggml-nothing.so") is None
+    cpu = g.ggml_backend_reg_by_name("CPU")
+    with pytest.raises(GGMLError, match="only modules loaded"):
+        g.ggml_backend_unload(cpu)
+    d = g.ggml_backend_dev_by_type(g.ggml_backend_device_type_cpu())
+    assert g.ggml_backend_dev_name(d) == "CPU" and g.ggml_backend_reg_name(cpu) == "CPU"

@@ -21,6 +21,17 @@ from .graph import Graph, check_graph
 
 _NULL = ffi.NULL
 
+# Resolve now the C functions that __del__ methods call. cffi resolves a library attribute under a
+# lock on first use; a garbage collection that runs a __del__ in the middle of such a first use
+# (it allocates) and needs another unresolved function waits on that same lock forever.
+for _fn in ("ggml_backend_buffer_free", "ggml_gallocr_free", "ggml_free", "ggml_backend_free",
+            "ggml_threadpool_free", "ggml_backend_event_free", "ggml_backend_graph_plan_free",
+            "ggml_backend_sched_free"):
+    try:
+        getattr(lib, _fn)
+    except AttributeError:  # not in this build
+        pass
+
 
 def _s(p) -> str:
     return ffi.string(p).decode() if p != _NULL else ""
@@ -67,13 +78,19 @@ _DEV_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
 
 
 # -- devices and registries ------------------------------------------------------------------------------
-class Device:
-    """A ggml device (ggml_backend_dev_t). Devices live as long as the process."""
+_LOADED: set = set()    # registries this process loaded with ggml_backend_load (int addresses)
+_UNLOADED: set = set()  # ... and later unloaded: their devices are gone
 
-    __slots__ = ("ptr",)
+
+class Device:
+    """A ggml device (ggml_backend_dev_t). Devices live as long as the process, unless their backend
+    module is unloaded (ggml_backend_unload), after which the handle refuses to be used."""
+
+    __slots__ = ("ptr", "reg")
 
     def __init__(self, ptr):
         self.ptr = ptr
+        self.reg = int(ffi.cast("uintptr_t", lib.ggml_backend_dev_backend_reg(ptr)))
 
     @property
     def name(self) -> str:
@@ -114,12 +131,16 @@ class Registry:
 def _dev(d, what) -> Device:
     if not isinstance(d, Device):
         raise GGMLError(f"{what}: expected a Device (ggml_backend_dev_get), got {type(d).__name__}")
+    if d.reg in _UNLOADED:
+        raise GGMLError(f"{what}: the device's backend module has been unloaded")
     return d
 
 
 def _reg(r, what) -> Registry:
     if not isinstance(r, Registry):
         raise GGMLError(f"{what}: expected a Registry (ggml_backend_reg_get), got {type(r).__name__}")
+    if int(ffi.cast("uintptr_t", r.ptr)) in _UNLOADED:
+        raise GGMLError(f"{what}: the backend module has been unloaded")
     return r
 
 
@@ -307,13 +328,20 @@ def ggml_backend_load(path: str):
     if not os.path.isfile(str(path)):
         return None
     p = lib.ggml_backend_load(str(path).encode())
-    return None if p == _NULL else Registry(p)
+    if p == _NULL:
+        return None
+    _LOADED.add(int(ffi.cast("uintptr_t", p)))
+    return Registry(p)
 
 
 def ggml_backend_unload(reg: Registry) -> None:
-    """Unregister and unload a backend module loaded with ggml_backend_load."""
+    """Unregister and unload a backend module that ggml_backend_load loaded (others are in use by
+    ggmlpy's own pools). Its Device and Registry handles refuse to be used afterwards."""
     reg = _reg(reg, "ggml_backend_unload")
-    check(reg.name != "CPU", "ggml_backend_unload: ggmlpy's own pools use the CPU backend")
+    addr = int(ffi.cast("uintptr_t", reg.ptr))
+    check(addr in _LOADED, "ggml_backend_unload: only modules loaded with ggml_backend_load can be unloaded")
+    _UNLOADED.add(addr)
+    _LOADED.discard(addr)
     lib.ggml_backend_unload(reg.ptr)
 
 
