@@ -571,3 +571,23 @@ def test_backend_load_and_unload_guard():
         g.ggml_backend_unload(cpu)
     d = g.ggml_backend_dev_by_type(g.ggml_backend_device_type_cpu())
     assert g.ggml_backend_dev_name(d) == "CPU" and g.ggml_backend_reg_name(cpu) == "CPU"
+
+
+def test_vulkan_information(capsys):
+    """ggml_vulkan_*: consistent with the registry whether or not a Vulkan device is visible
+    (GGMLPY_SOFTWARE_VULKAN=1 shows lavapipe)."""
+    n = g.ggml_vulkan_device_count()
+    devs = g.ggml_vulkan_list_devices()
+    assert len(devs) == n and g.ggml_vulkan_available() == (n > 0)
+    g.ggml_vulkan_status()
+    assert ("AVAILABLE" in capsys.readouterr().out)
+    assert not g.ggml_vulkan_is_backend(g.ggml_backend_cpu_init())
+    if n == 0:
+        with pytest.raises(GGMLError, match="does not exist"):
+            g.ggml_vulkan_init(0)
+        return
+    assert g.ggml_vulkan_device_description(0) == devs[0]["name"]
+    assert g.ggml_vulkan_device_memory(0)["total"] == devs[0]["total_memory"]
+    be = g.ggml_vulkan_init(0)
+    assert g.ggml_vulkan_is_backend(be) and g.ggml_vulkan_backend_name(be).startswith("Vulkan")
+    g.ggml_vulkan_free(be)
