@@ -159,15 +159,10 @@ def _index(i, n, what) -> int:
     return i
 
 
-def ggml_backend_dev_count() -> int:
-    """How many devices the loaded backends report."""
-    _device._ensure_backends()
-    return int(lib.ggml_backend_dev_count())
-
-
 def ggml_backend_dev_get(i: int) -> Device:
     """Device i (0-based)."""
-    n = ggml_backend_dev_count()
+    _device._ensure_backends()
+    n = int(lib.ggml_backend_dev_count())
     return Device(lib.ggml_backend_dev_get(_index(i, n, "ggml_backend_dev_get")))
 
 
