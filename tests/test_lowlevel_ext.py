@@ -591,3 +591,15 @@ def test_vulkan_information(capsys):
     be = g.ggml_vulkan_init(0)
     assert g.ggml_vulkan_is_backend(be) and g.ggml_vulkan_backend_name(be).startswith("Vulkan")
     g.ggml_vulkan_free(be)
+
+
+def test_utilities_survive_garbage():
+    """tests/garbage_utilities.py feeds wrong types, indices, freed and reset objects to the utilities
+    and backend functions in a child process: ggml must never abort it."""
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.run([sys.executable, os.path.join(here, "garbage_utilities.py")], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, GGML_NO_BACKTRACE="1"))
+    assert proc.returncode == 0 and "survived" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
