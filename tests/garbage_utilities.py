@@ -8,7 +8,7 @@ def tryit(f, *a, **k):
     global ok, bad
     print("  ", getattr(f,'__name__',f), [type(x).__name__ for x in a], flush=True)
     try: f(*a, **k); ok+=1
-    except (g.GGMLError, ValueError, TypeError, MemoryError, OverflowError, IndexError): bad+=1
+    except (g.GGMLError, ValueError, TypeError, MemoryError, OverflowError, IndexError, OSError): bad += 1
 ctx=g.ggml_init(1<<20); na=g.ggml_init(1<<20, no_alloc=True)
 t=g.ggml_new_tensor_2d(ctx,0,4,3); u=g.ggml_new_tensor_2d(na,0,4,3); i=g.ggml_new_tensor_1d(ctx,26,4)
 h=g.ggml_new_tensor_1d(ctx,1,4); q=g.ggml_transpose(ctx,t)
@@ -28,7 +28,7 @@ for v in [0,1,-1,5,-9,"a",None,2**40]:
     tryit(g.ggml_type_size, v); tryit(g.ggml_op_name, v); tryit(g.ggml_unary_op_name, v); tryit(g.ggml_glu_op_name, v); tryit(g.ggml_backend_dev_get, v)
     tryit(g.ggml_backend_reg_get, v); tryit(g.ggml_backend_dev_by_type, v); tryit(g.ggml_set_n_threads, v); tryit(g.ggml_estimate_memory, v, 3)
     tryit(g.ggml_vulkan_device_description, v); tryit(g.ggml_backend_buffer_clear, v, v)
-tryit(g.ggml_graph_reset, gf); tryit(g.ggml_graph_print, gf); tryit(g.ggml_graph_dump_dot, gf, None, "/nonexistent/x.dot")
+tryit(g.ggml_graph_reset, gf); tryit(g.ggml_graph_print, gf); tryit(g.ggml_graph_dump_dot, gf, None, "/nonexistent/x.dot"); tryit(g.ggml_graph_dump_dot, gf, None, "/proc/x.dot"); tryit(g.ggml_graph_dump_dot, gf, None, "/tmp")
 be=g.ggml_backend_cpu_init()
 buf=g.ggml_backend_alloc_ctx_tensors(na, be)
 for v in [-1, 0, 256, 7, "x"]:
