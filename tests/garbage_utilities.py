@@ -41,3 +41,16 @@ tryit(g.ggml_reset, ctx); tryit(g.ggml_get_f32, t); tryit(g.ggml_graph_compute, 
 ctx2=g.ggml_init(1<<20); v=g.ggml_tensor_view(g.ggml_new_f32(ctx2, 1.0)); tryit(g.ggml_reset, ctx2)
 s=g.ggml_backend_sched_new([be]); tryit(g.ggml_backend_sched_alloc_graph, s, gf); tryit(g.ggml_backend_sched_set_tensor_backend, s, t, be)
 print("survived", ok, bad)
+ctx3 = g.ggml_init(1 << 20)
+host = g.ggml_new_tensor_1d(ctx3, 0, 4)
+hv = g.ggml_view_1d(ctx3, host, 2, 0)
+for x in (host, hv):
+    tryit(g.ggml_backend_tensor_set_async, be, x, np.ones(4)); tryit(g.ggml_backend_tensor_get_async, be, x)
+    tryit(g.ggml_backend_tensor_copy_async, be, be, x, host)
+blas = [g.ggml_backend_dev_get(i) for i in range(g.ggml_backend_dev_count())]
+for d in blas:
+    if g.ggml_backend_dev_name(d) != "CPU":
+        ob = g.ggml_backend_dev_init(d)
+        tryit(g.ggml_backend_graph_plan_create, ob, gf)
+        tryit(g.ggml_backend_event_new, d)
+print("survived", ok, bad)

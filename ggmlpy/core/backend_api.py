@@ -543,7 +543,9 @@ def ggml_backend_tensor_get_data(tensor: Tensor, offset: int = 0, n_elements: in
 def _async_check(backend, t, what):
     b = _backend(backend, what)
     t = _data_tensor(t, what)
-    check(t.ptr.buffer != _NULL or t.ptr.view_src != _NULL,
+    p = t.ptr
+    buf = p.view_src.buffer if p.view_src != _NULL else p.buffer  # the buffer ggml asserts on
+    check(buf != _NULL and p.data != _NULL,
           f"{what}: the tensor is not in a backend buffer; allocate it with ggml_backend_alloc_ctx_tensors")
     return b, t
 
@@ -584,7 +586,8 @@ def ggml_backend_tensor_copy_async(backend_src: Backend, backend_dst: Backend, s
     """Queue a copy of src into dst (same layout) between backends."""
     bs, s = _async_check(backend_src, src, "ggml_backend_tensor_copy_async")
     bd, d = _async_check(backend_dst, dst, "ggml_backend_tensor_copy_async")
-    check(s.type == d.type and s.ne == d.ne, "ggml_backend_tensor_copy_async: src and dst must have the same type and shape")
+    check(s.type == d.type and s.ne == d.ne and s.nb == d.nb,
+          "ggml_backend_tensor_copy_async: src and dst must have the same layout (type, shape and strides)")
     lib.ggml_backend_tensor_copy_async(bs.ptr, bd.ptr, s.ptr, d.ptr)
 
 
@@ -677,6 +680,8 @@ def ggml_backend_graph_plan_create(backend: Backend, graph: Graph) -> GraphPlan:
     b = _backend(backend, "ggml_backend_graph_plan_create")
     if not isinstance(graph, Graph):
         raise GGMLError("ggml_backend_graph_plan_create: expected a Graph")
+    # only the CPU backend implements plans; ggml asserts on the others
+    check(b.is_cpu, f"ggml_backend_graph_plan_create: backend {b.name} has no graph plans (only the CPU backend has)")
     check_graph(graph, device=b.dev, need_buffers=not b.is_host)
     p = lib.ggml_backend_graph_plan_create(b.ptr, graph.ptr)
     if p == _NULL:
@@ -689,7 +694,7 @@ def ggml_backend_graph_plan_compute(backend: Backend, plan: GraphPlan) -> None:
     b = _backend(backend, "ggml_backend_graph_plan_compute")
     if not isinstance(plan, GraphPlan) or plan.ptr is None:
         raise GGMLError("ggml_backend_graph_plan_compute: expected a live GraphPlan")
-    check(plan.backend is b, "ggml_backend_graph_plan_compute: the plan was made for another backend")
+    check(plan.backend is b and b.is_cpu, "ggml_backend_graph_plan_compute: the plan was made for another backend")
     check_graph(plan.graph, device=b.dev, need_buffers=not b.is_host)
     status = lib.ggml_backend_graph_plan_compute(b.ptr, plan.ptr)
     if status != lib.GGML_STATUS_SUCCESS:
