@@ -38,3 +38,6 @@ __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "Stal
                              "jvp", "hvp", "jacfwd", "ag_compile", "ag_backward_graph",
                              "get_rng_state", "set_rng_state", "enable_software_vulkan",
                              "software_vulkan_enabled", "release_device", "set_cache_limits"] + _ag_ops + _nn_all + _optim_all + _train_all
+from .core import backend_api  # noqa: E402
+from .core.backend_api import *  # noqa: F401,F403,E402
+__all__ += backend_api.__all__

@@ -23,6 +23,8 @@ from ..errors import GGMLError, check
 from .context import Context, Tensor, get_data, numpy_view, set_data, type_name, wrap
 from .graph import Graph, check_graph, ggml_build_forward_expand, ggml_graph_compute, ggml_graph_n_nodes, ggml_new_graph
 from .ops import *  # noqa: F401,F403  (every ggml_* op constructor)
+from .ops_ext import *  # noqa: F401,F403  (GLU, RoPE variants, more convolutions, the *_inplace table)
+from .utils import *  # noqa: F401,F403  (tensor, context, graph, thread and time utilities)
 
 GGML_TYPE_F32 = lib.GGML_TYPE_F32
 GGML_TYPE_F16 = lib.GGML_TYPE_F16
@@ -86,17 +88,17 @@ def ggml_new_tensor_1d(ctx: Context, type: int, ne0: int) -> Tensor:
 
 
 def ggml_new_tensor_2d(ctx: Context, type: int, ne0: int, ne1: int) -> Tensor:
-    """A new tensor with ne = [ne0, ne1]: ne0 rows of an R matrix, ne1 columns."""
+    """A new 2-d tensor [ne0, ne1] (an R matrix: ne0 rows, ne1 columns)."""
     return ggml_new_tensor(ctx, type, 2, [ne0, ne1])
 
 
 def ggml_new_tensor_3d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int) -> Tensor:
-    """A new tensor with ne = [ne0, ne1, ne2]."""
+    """A new 3-d tensor [ne0, ne1, ne2]."""
     return ggml_new_tensor(ctx, type, 3, [ne0, ne1, ne2])
 
 
 def ggml_new_tensor_4d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
-    """A new tensor with ne = [ne0, ne1, ne2, ne3]."""
+    """A new 4-d tensor [ne0, ne1, ne2, ne3]."""
     return ggml_new_tensor(ctx, type, 4, [ne0, ne1, ne2, ne3])
 
 
@@ -307,7 +309,7 @@ def ggml_backend_tensor_set(t: Tensor, values: ArrayLike) -> None:
 
 
 def ggml_backend_tensor_get(t: Tensor) -> np.ndarray:
-    """t's values as float32 numpy, wherever its buffer lives (as ggml_get_f32)."""
+    """A tensor's values as float32 numpy, from any backend (as ggml_get_f32)."""
     return ggml_get_f32(t)
 
 
@@ -320,6 +322,7 @@ def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
     status = lib.ggml_backend_graph_compute(backend.ptr, graph.ptr)
     if status != lib.GGML_STATUS_SUCCESS:
         raise GGMLError(f"ggml_backend_graph_compute failed with status {status}")
+    return int(status)
 
 
 def ggml_backend_dev_count() -> int:

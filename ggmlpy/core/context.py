@@ -60,6 +60,7 @@ class Context:
         self.mem_size = mem_size
         self.no_alloc = bool(no_alloc)
         self.alive = True
+        self.gen = 0  # bumped by ggml_reset(): tensors made before a reset are unusable after it
         # numpy views into this context's memory; the C arena is released only when
         # free() was asked for *and* no view is left, so a view never dangles.
         self._views = weakref.WeakSet()
@@ -143,17 +144,20 @@ def _nbytes(ggml_type: int, ne) -> int:
 class Tensor:
     """A handle on a ggml tensor. Keeps its context alive; refuses use after the context is freed."""
 
-    __slots__ = ("_ptr", "ctx", "__weakref__")
+    __slots__ = ("_ptr", "ctx", "_gen", "__weakref__")
 
     def __init__(self, ptr, ctx: Context):
         self._ptr = ptr
         self.ctx = ctx
+        self._gen = ctx.gen
 
     @property
     def ptr(self):
         """The cffi pointer to the ggml tensor (raises if its context was freed)."""
         if not self.ctx.alive:
             raise GGMLError("tensor belongs to a freed ggml context")
+        if self._gen != self.ctx.gen:
+            raise GGMLError("tensor was created before ggml_reset() of its context; its memory has been reused")
         return self._ptr
 
     # -- introspection --------------------------------------------------------------
@@ -269,7 +273,8 @@ def set_data(t: Tensor, values, np_dtype, what: str) -> None:
         raise GGMLError(f"{what}: expected numbers, got an array of dtype {arr.dtype}")
     n = t.nelements()
     if arr.size != n:
-        raise GGMLError(f"{what}: tensor has {n} elements {list(t.shape)}, got {arr.size} values {arr.shape}")
+        raise GGMLError(f"{what}: data length ({arr.size}) does not match tensor size ({n} elements, "
+                        f"ne={list(t.shape)})")
     if arr.ndim > 1 and _squeeze_lead(arr.shape) != _squeeze_lead(_np_shape(t)):
         raise GGMLError(f"{what}: array shape {arr.shape} does not match the tensor's numpy shape "
                         f"{_np_shape(t)} (ggml ne={list(t.shape)}, reversed)")
