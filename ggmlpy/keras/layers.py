@@ -1,0 +1,595 @@
+"""Layer objects of the Keras-like API: shape inference, ggmlR's initialisers, ggml graph building.
+
+Shapes here are ggml shapes of ONE sample (ne without the batch axis): flat features `(F,)`,
+sequences `(C, T)`, images `(W, H, C)`, token ids `(T,)`. Users give R/Keras shapes
+(`(T, C)`, `(H, W, C)`); `r_to_ggml_shape` converts. Weights are numpy float32 arrays
+whose shape is the ggml ne reversed (so `arr.ravel()` is ggml memory order).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..bindings import lib
+from ..errors import GGMLError
+from .builder import ACTIVATIONS, NO_BACKWARD
+
+_counters: dict[str, int] = {}
+
+
+def r_to_ggml_shape(shape) -> tuple:
+    """An R/Keras per-sample shape to ggml order: (F,), (T, C) -> (C, T), (H, W, C) -> (W, H, C)."""
+    s = tuple(int(v) for v in np.atleast_1d(shape))
+    if any(v <= 0 for v in s):
+        raise GGMLError(f"shape must be positive, got {s}")
+    if len(s) == 1:
+        return s
+    if len(s) == 2:
+        return (s[1], s[0])
+    if len(s) == 3:
+        return (s[1], s[0], s[2])
+    raise GGMLError(f"input shapes have 1 to 3 axes, got {s}")
+
+
+def ggml_to_r_shape(shape) -> tuple:
+    s = tuple(shape)
+    if len(s) == 1:
+        return s
+    if len(s) == 2:
+        return (s[1], s[0])
+    return (s[1], s[0], s[2])
+
+
+def _pair(v, what):
+    v = [int(a) for a in np.atleast_1d(v)]
+    if len(v) == 1:
+        v = v * 2
+    if len(v) != 2 or min(v) < 1:
+        raise GGMLError(f"{what} must be one or two positive integers, got {v}")
+    return v
+
+
+def _check_activation(a):
+    if a not in ACTIVATIONS:
+        raise GGMLError(f"unknown activation {a!r}; one of {sorted(x for x in ACTIVATIONS if x)}")
+    return a
+
+
+def _glorot(rng, fan_in, fan_out, shape):
+    lim = math.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-lim, lim, size=shape).astype(np.float32)
+
+
+def _zigzag(shape):
+    """ggmlR's fixed recurrent-kernel initialiser: ((i - 1) %% 20 - 10) / 1000 in memory order."""
+    n = int(np.prod(shape))
+    return ((np.arange(n) % 20 - 10) / 1000.0).astype(np.float32).reshape(shape)
+
+
+class Layer:
+    """Base layer: a name, a trainable flag, weights (numpy) and a config."""
+
+    kind = "layer"
+    has_weights = False
+
+    def __init__(self, name=None, trainable=True, input_shape=None):
+        if name is None:
+            _counters[self.kind] = _counters.get(self.kind, 0) + 1
+            name = f"{self.kind}_{_counters[self.kind]}"
+        self.name = str(name)
+        self.trainable = bool(trainable)
+        self.input_shape = None if input_shape is None else r_to_ggml_shape(input_shape)
+        self.weights: dict[str, np.ndarray] = {}
+        self.in_shape = None
+        self.out_shape = None
+
+    # -- to override -------------------------------------------------------------------------------
+    def infer(self, in_shapes: list) -> tuple:
+        return in_shapes[0]
+
+    def param_shapes(self) -> dict:
+        return {}
+
+    def init_weights(self, rng) -> dict:
+        return {}
+
+    def build(self, b, xs, W, batch, ctx):
+        raise NotImplementedError
+
+    def config(self) -> dict:
+        return {}
+
+    # -- shared ------------------------------------------------------------------------------------
+    def setup(self, in_shapes: list, rng) -> tuple:
+        """Infer the output shape; create (or check) the weights for these input shapes."""
+        out = self.infer([tuple(s) for s in in_shapes])
+        if self.in_shape is not None and self.has_weights and tuple(in_shapes[0]) != self.in_shape:
+            raise GGMLError(f"layer {self.name!r} is shared between inputs of shapes "
+                            f"{self.in_shape} and {tuple(in_shapes[0])}")
+        self.in_shape = tuple(in_shapes[0])
+        self.out_shape = tuple(out)
+        shapes = self.param_shapes()
+        if set(self.weights) != set(shapes) or any(self.weights[k].shape != s for k, s in shapes.items()):
+            self.weights = {k: v.astype(np.float32) for k, v in self.init_weights(rng).items()}
+        return self.out_shape
+
+    def n_params(self) -> int:
+        return int(sum(v.size for v in self.weights.values()))
+
+    def tensors(self, b):
+        return {k: b.weight((id(self), k), v, self.trainable) for k, v in self.weights.items()}
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name}: {self.in_shape} -> {self.out_shape}>"
+
+
+class Dense(Layer):
+    kind = "dense"
+    has_weights = True
+
+    def __init__(self, units, activation=None, name=None, trainable=True, input_shape=None):
+        super().__init__(name, trainable, input_shape)
+        self.units = int(units)
+        if self.units < 1:
+            raise GGMLError(f"dense: units must be >= 1, got {units}")
+        self.activation = _check_activation(activation)
+
+    def infer(self, s):
+        if len(s[0]) != 1:
+            raise GGMLError(f"dense {self.name!r} needs flat input, got shape {ggml_to_r_shape(s[0])}: "
+                            "add a flatten layer first")
+        return (self.units,)
+
+    def param_shapes(self):
+        return {"weight": (self.units, self.in_shape[0]), "bias": (self.units,)}
+
+    def init_weights(self, rng):
+        f = self.in_shape[0]
+        return {"weight": _glorot(rng, f, self.units, (self.units, f)), "bias": np.zeros(self.units, np.float32)}
+
+    def build(self, b, xs, W, batch, ctx):
+        y = b.add(b.matmul(W["weight"], xs[0]), W["bias"])
+        return b.activation(y, self.activation)
+
+    def config(self):
+        return {"units": self.units, "activation": self.activation}
+
+
+class Flatten(Layer):
+    kind = "flatten"
+
+    def infer(self, s):
+        return (int(np.prod(s[0])),)
+
+    def build(self, b, xs, W, batch, ctx):
+        return b.reshape(xs[0], [self.out_shape[0], batch])
+
+
+class Conv2D(Layer):
+    kind = "conv_2d"
+    has_weights = True
+
+    def __init__(self, filters, kernel_size, activation=None, strides=(1, 1), padding="valid",
+                 name=None, trainable=True, input_shape=None):
+        super().__init__(name, trainable, input_shape)
+        self.filters = int(filters)
+        self.kernel_size = _pair(kernel_size, "kernel_size")   # (height, width)
+        self.strides = _pair(strides, "strides")
+        if padding not in ("valid", "same"):
+            raise GGMLError(f"padding must be 'valid' or 'same', got {padding!r}")
+        self.padding = padding
+        self.activation = _check_activation(activation)
+
+    def _pads(self):
+        kh, kw = self.kernel_size
+        if self.padding == "valid":
+            return 0, 0, 0, 0
+        # ggmlR: floor(K/2) on both sides. For an even kernel that gives one row/column too many;
+        # the first is cropped (Keras' "same": the extra padding goes after), stride 1 only.
+        crop_h, crop_w = int(kh % 2 == 0), int(kw % 2 == 0)
+        if (crop_h or crop_w) and self.strides != [1, 1]:
+            raise GGMLError("conv_2d: padding='same' with an even kernel needs strides 1")
+        return kh // 2, kw // 2, crop_h, crop_w
+
+    def infer(self, s):
+        if len(s[0]) != 3:
+            raise GGMLError(f"conv_2d {self.name!r} needs image input (H, W, C), got {ggml_to_r_shape(s[0])}")
+        w, h, c = s[0]
+        kh, kw = self.kernel_size
+        sh, sw = self.strides
+        ph, pw, ch, cw = self._pads()
+        oh, ow = (h + 2 * ph - kh) // sh + 1 - ch, (w + 2 * pw - kw) // sw + 1 - cw
+        if oh < 1 or ow < 1:
+            raise GGMLError(f"conv_2d {self.name!r}: kernel {self.kernel_size} larger than the input {h}x{w}")
+        return (ow, oh, self.filters)
+
+    def param_shapes(self):
+        kh, kw = self.kernel_size
+        return {"kernel": (self.filters, self.in_shape[2], kh, kw), "bias": (self.filters,)}
+
+    def init_weights(self, rng):
+        kh, kw = self.kernel_size
+        c = self.in_shape[2]
+        lim = math.sqrt(6.0 / (kh * kw * c))
+        return {"kernel": rng.uniform(-lim, lim, (self.filters, c, kh, kw)).astype(np.float32),
+                "bias": np.zeros(self.filters, np.float32)}
+
+    def build(self, b, xs, W, batch, ctx):
+        sh, sw = self.strides
+        ph, pw, ch, cw = self._pads()
+        # ggml_conv_2d's im2col is F16 in this ggml; ggmlR's (and ours) stays F32
+        k = W["kernel"]
+        col = lib.ggml_im2col(b.ctx, k, b.cont(xs[0]), sw, sh, pw, ph, 1, 1, True, lib.GGML_TYPE_F32)
+        n_col = int(col.ne[1] * col.ne[2] * col.ne[3])
+        y = b.matmul(b.reshape(col, [int(col.ne[0]), n_col]), b.reshape(k, [int(k.ne[0] * k.ne[1] * k.ne[2]), int(k.ne[3])]))
+        y = b.reshape(y, [int(col.ne[1]), int(col.ne[2]), int(col.ne[3]), int(k.ne[3])])
+        y = lib.ggml_permute(b.ctx, y, 0, 1, 3, 2)
+        if ch or cw:
+            ow, oh, oc = self.out_shape
+            y = b.cont(y)
+            y = lib.ggml_view_4d(b.ctx, y, ow, oh, oc, batch, y.nb[1], y.nb[2], y.nb[3], ch * y.nb[1] + cw * y.nb[0])
+        bias = b.reshape(W["bias"], [1, 1, self.filters, 1])
+        return b.activation(b.add(b.cont(y), bias), self.activation)
+
+    def config(self):
+        return {"filters": self.filters, "kernel_size": self.kernel_size, "strides": self.strides,
+                "padding": self.padding, "activation": self.activation}
+
+
+class Conv1D(Layer):
+    """1-d convolution over a sequence (C, L) -> (filters, L_out); kernel ne [K, C, filters]."""
+
+    kind = "conv_1d"
+    has_weights = True
+
+    def __init__(self, filters, kernel_size, activation=None, strides=1, padding="valid",
+                 name=None, trainable=True, input_shape=None):
+        super().__init__(name, trainable, input_shape)
+        self.filters = int(filters)
+        self.kernel_size = int(np.atleast_1d(kernel_size)[0])
+        self.strides = int(np.atleast_1d(strides)[0])
+        if padding not in ("valid", "same"):
+            raise GGMLError(f"padding must be 'valid' or 'same', got {padding!r}")
+        if padding == "same" and self.kernel_size % 2 == 0:
+            raise GGMLError("conv_1d: padding='same' needs an odd kernel_size")
+        self.padding = padding
+        self.activation = _check_activation(activation)
+
+    def infer(self, s):
+        if len(s[0]) != 2:
+            raise GGMLError(f"conv_1d {self.name!r} needs sequence input (L, C), got {ggml_to_r_shape(s[0])}")
+        c, L = s[0]
+        p = self.kernel_size // 2 if self.padding == "same" else 0
+        ol = (L + 2 * p - self.kernel_size) // self.strides + 1
+        if ol < 1:
+            raise GGMLError(f"conv_1d {self.name!r}: kernel {self.kernel_size} longer than the sequence ({L})")
+        return (self.filters, ol)
+
+    def param_shapes(self):
+        return {"kernel": (self.filters, self.in_shape[0], self.kernel_size), "bias": (self.filters,)}
+
+    def init_weights(self, rng):
+        c = self.in_shape[0]
+        lim = math.sqrt(6.0 / (self.kernel_size * c))
+        return {"kernel": rng.uniform(-lim, lim, self.param_shapes()["kernel"]).astype(np.float32),
+                "bias": np.zeros(self.filters, np.float32)}
+
+    def build(self, b, xs, W, batch, ctx):
+        c, L = self.in_shape
+        oc, ol = self.out_shape
+        p = self.kernel_size // 2 if self.padding == "same" else 0
+        x = b.cont(lib.ggml_permute(b.ctx, xs[0], 1, 0, 2, 3))            # [C, L, N] -> [L, C, N]
+        col = lib.ggml_im2col(b.ctx, W["kernel"], x, self.strides, 0, p, 0, 1, 0, False, lib.GGML_TYPE_F32)
+        col = b.reshape(col, [c * self.kernel_size, ol * batch])           # [C*K, OL*N]
+        k = b.reshape(W["kernel"], [self.kernel_size * c, oc])             # [K*C, OC]
+        y = b.matmul(col, k)                                               # [OL*N, OC]
+        y = b.reshape(y, [ol, batch, oc])
+        y = b.cont(lib.ggml_permute(b.ctx, y, 1, 2, 0, 3))                 # [OC, OL, N]
+        return b.activation(b.add(y, b.reshape(W["bias"], [oc, 1, 1])), self.activation)
+
+    def config(self):
+        return {"filters": self.filters, "kernel_size": self.kernel_size, "strides": self.strides,
+                "padding": self.padding, "activation": self.activation}
+
+
+class MaxPooling2D(Layer):
+    kind = "max_pooling_2d"
+
+    def __init__(self, pool_size=(2, 2), strides=None, name=None, trainable=True):
+        super().__init__(name, trainable)
+        self.pool_size = _pair(pool_size, "pool_size")
+        self.strides = self.pool_size if strides is None else _pair(strides, "strides")
+
+    def infer(self, s):
+        if len(s[0]) != 3:
+            raise GGMLError(f"max_pooling_2d {self.name!r} needs image input, got {ggml_to_r_shape(s[0])}")
+        w, h, c = s[0]
+        (ph, pw), (sh, sw) = self.pool_size, self.strides
+        if ph > h or pw > w:
+            raise GGMLError(f"max_pooling_2d {self.name!r}: pool {self.pool_size} larger than {h}x{w}")
+        return ((w - pw) // sw + 1, (h - ph) // sh + 1, c)
+
+    def build(self, b, xs, W, batch, ctx):
+        (ph, pw), (sh, sw) = self.pool_size, self.strides
+        return lib.ggml_pool_2d(b.ctx, b.cont(xs[0]), lib.GGML_OP_POOL_MAX, pw, ph, sw, sh, 0.0, 0.0)
+
+    def config(self):
+        return {"pool_size": self.pool_size, "strides": self.strides}
+
+
+class _GlobalPool(Layer):
+    op = None
+
+    def infer(self, s):
+        if len(s[0]) != 3:
+            raise GGMLError(f"{self.kind} {self.name!r} needs image input, got {ggml_to_r_shape(s[0])}")
+        return (s[0][2],)
+
+    def build(self, b, xs, W, batch, ctx):
+        w, h, c = self.in_shape
+        y = lib.ggml_pool_2d(b.ctx, b.cont(xs[0]), getattr(lib, self.op), w, h, w, h, 0.0, 0.0)
+        return b.reshape(y, [c, batch])
+
+
+class GlobalAveragePooling2D(_GlobalPool):
+    kind = "global_average_pooling_2d"
+    op = "GGML_OP_POOL_AVG"
+
+
+class GlobalMaxPooling2D(_GlobalPool):
+    kind = "global_max_pooling_2d"
+    op = "GGML_OP_POOL_MAX"
+
+
+class BatchNorm(Layer):
+    """ggmlR's `batch_norm`: an RMS norm along ggml's first axis with learned per-feature
+    (per-channel for images) scale and shift: no batch statistics, no running averages, so
+    training and inference compute the same."""
+
+    kind = "batch_norm"
+    has_weights = True
+
+    def __init__(self, eps=1e-5, name=None, trainable=True):
+        super().__init__(name, trainable)
+        self.eps = float(eps)
+        if not self.eps > 0:
+            raise GGMLError(f"batch_norm eps must be > 0, got {eps}")
+
+    def _nf(self):
+        return self.in_shape[2] if len(self.in_shape) == 3 else self.in_shape[0]
+
+    def param_shapes(self):
+        return {"gamma": (self._nf(),), "beta": (self._nf(),)}
+
+    def init_weights(self, rng):
+        n = self._nf()
+        return {"gamma": np.ones(n, np.float32), "beta": np.zeros(n, np.float32)}
+
+    def build(self, b, xs, W, batch, ctx):
+        y = lib.ggml_rms_norm(b.ctx, b.cont(xs[0]), self.eps)
+        if len(self.in_shape) == 3:
+            g, be = b.reshape(W["gamma"], [1, 1, self._nf(), 1]), b.reshape(W["beta"], [1, 1, self._nf(), 1])
+        elif len(self.in_shape) == 2:
+            g, be = b.reshape(W["gamma"], [self._nf(), 1, 1]), b.reshape(W["beta"], [self._nf(), 1, 1])
+        else:
+            g, be = W["gamma"], W["beta"]
+        return b.add(b.mul(y, g), be)
+
+    def config(self):
+        return {"eps": self.eps}
+
+
+class Dropout(Layer):
+    """ggmlR's dropout: inference is the identity; training multiplies by (1 - rate), except a
+    Functional `stochastic=True` layer, which applies a 0/1 mask drawn once per epoch, scaled by
+    1/(1 - rate)."""
+
+    kind = "dropout"
+
+    def __init__(self, rate, stochastic=False, name=None, trainable=False):
+        super().__init__(name, trainable)
+        self.rate = float(rate)
+        if not 0 <= self.rate < 1:
+            raise GGMLError(f"dropout rate must be in [0, 1), got {rate}")
+        self.stochastic = bool(stochastic)
+
+    def build(self, b, xs, W, batch, ctx):
+        x = xs[0]
+        if not b.training or self.rate == 0:
+            return x
+        if self.stochastic and ctx.get("functional"):
+            mask = b.zeros(list(self.in_shape) + [batch])
+            ctx.setdefault("masks", []).append((self, mask))
+            return b.scale(b.mul(b.cont(x), mask), 1.0 / (1.0 - self.rate))
+        return b.scale(x, 1.0 - self.rate)
+
+    def config(self):
+        return {"rate": self.rate, "stochastic": self.stochastic}
+
+
+class Embedding(Layer):
+    """Token ids (T,) (int, 0-based) -> vectors (dim, T); weight ne [dim, vocab]."""
+
+    kind = "embedding"
+    has_weights = True
+    int_input = True
+
+    def __init__(self, vocab_size, dim, name=None, trainable=True, input_shape=None):
+        super().__init__(name, trainable, input_shape)
+        self.vocab_size, self.dim = int(vocab_size), int(dim)
+
+    def infer(self, s):
+        if len(s[0]) != 1:
+            raise GGMLError(f"embedding {self.name!r} needs token ids of shape (T,), got {s[0]}")
+        return (self.dim, s[0][0])
+
+    def param_shapes(self):
+        return {"weight": (self.vocab_size, self.dim)}
+
+    def init_weights(self, rng):
+        return {"weight": rng.uniform(-0.05, 0.05, (self.vocab_size, self.dim)).astype(np.float32)}
+
+    def build(self, b, xs, W, batch, ctx):
+        t = self.in_shape[0]
+        ids = b.reshape(xs[0], [t * batch])
+        ctx.setdefault("ids", []).append((ids, self.vocab_size))
+        y = lib.ggml_get_rows(b.ctx, W["weight"], ids)                # [dim, T*N]
+        return b.reshape(y, [self.dim, t, batch])
+
+    def config(self):
+        return {"vocab_size": self.vocab_size, "dim": self.dim}
+
+
+class _Recurrent(Layer):
+    has_weights = True
+
+    def __init__(self, units, return_sequences=False, activation="tanh", recurrent_activation="sigmoid",
+                 name=None, trainable=True, input_shape=None):
+        super().__init__(name, trainable, input_shape)
+        self.units = int(units)
+        self.return_sequences = bool(return_sequences)
+        self.activation = _check_activation(activation)
+        self.recurrent_activation = _check_activation(recurrent_activation)
+        for a in (self.activation, self.recurrent_activation):
+            if a == "softmax":
+                raise GGMLError("softmax is not a recurrent activation")
+
+    def infer(self, s):
+        if len(s[0]) != 2:
+            raise GGMLError(f"{self.kind} {self.name!r} needs sequence input (T, C), got {ggml_to_r_shape(s[0])}")
+        return (self.units, s[0][1]) if self.return_sequences else (self.units,)
+
+    def init_weights(self, rng):
+        return {k: (np.zeros(s, np.float32) if k.startswith("b_") else _zigzag(s))
+                for k, s in self.param_shapes().items()}
+
+    def _steps(self, b, x, batch):
+        c, t = self.in_shape
+        x = b.cont(lib.ggml_permute(b.ctx, x, 0, 2, 1, 3))  # [C, T, N] -> [C, N, T]
+        return [lib.ggml_view_2d(b.ctx, x, c, batch, x.nb[1], i * x.nb[2]) for i in range(t)]
+
+    def _gate(self, b, g, k, batch):
+        u = self.units
+        return lib.ggml_cont(b.ctx, lib.ggml_view_2d(b.ctx, g, u, batch, g.nb[1], k * u * g.nb[0]))
+
+    def _finish(self, b, hs, batch):
+        if not self.return_sequences:
+            return hs[-1]
+        return b.reshape(b.concat([b.reshape(h, [self.units, 1, batch]) for h in hs], 1), [self.units, len(hs), batch])
+
+    def config(self):
+        return {"units": self.units, "return_sequences": self.return_sequences, "activation": self.activation,
+                "recurrent_activation": self.recurrent_activation}
+
+
+class LSTM(_Recurrent):
+    kind = "lstm"
+
+    def param_shapes(self):
+        c, u = self.in_shape[0], self.units
+        return {"W_gates": (4 * u, c), "U_gates": (4 * u, u), "b_gates": (4 * u,)}
+
+    def build(self, b, xs, W, batch, ctx):
+        h = cell = None
+        hs = []
+        for xt in self._steps(b, xs[0], batch):
+            g = b.add(b.matmul(W["W_gates"], xt), W["b_gates"])
+            if h is not None:
+                g = b.add(g, b.matmul(W["U_gates"], h))
+            i = b.activation(self._gate(b, g, 0, batch), self.recurrent_activation)
+            f = b.activation(self._gate(b, g, 1, batch), self.recurrent_activation)
+            cand = b.activation(self._gate(b, g, 2, batch), self.activation)
+            o = b.activation(self._gate(b, g, 3, batch), self.recurrent_activation)
+            cell = b.mul(i, cand) if cell is None else b.add(b.mul(f, cell), b.mul(i, cand))
+            h = b.mul(o, b.activation(cell, self.activation))
+            hs.append(h)
+        return self._finish(b, hs, batch)
+
+
+class GRU(_Recurrent):
+    kind = "gru"
+
+    def param_shapes(self):
+        c, u = self.in_shape[0], self.units
+        return {"W_zh": (2 * u, c), "U_zh": (2 * u, u), "b_zh": (2 * u,),
+                "W_n": (u, c), "U_n": (u, u), "b_n": (u,)}
+
+    def build(self, b, xs, W, batch, ctx):
+        h = None
+        hs = []
+        for xt in self._steps(b, xs[0], batch):
+            zr = b.add(b.matmul(W["W_zh"], xt), W["b_zh"])
+            if h is not None:
+                zr = b.add(zr, b.matmul(W["U_zh"], h))
+            z = b.activation(self._gate(b, zr, 0, batch), self.recurrent_activation)
+            r = b.activation(self._gate(b, zr, 1, batch), self.recurrent_activation)
+            n = b.add(b.matmul(W["W_n"], xt), W["b_n"])
+            if h is not None:
+                n = b.add(n, b.matmul(W["U_n"], b.mul(r, h)))
+            n = b.activation(n, self.activation)
+            h = b.mul(z, n) if h is None else b.add(h, b.mul(z, b.sub(n, h)))
+            hs.append(h)
+        return self._finish(b, hs, batch)
+
+
+class Add(Layer):
+    kind = "add"
+
+    def infer(self, s):
+        if len(s) < 2 or any(x != s[0] for x in s):
+            raise GGMLError(f"add {self.name!r} needs two or more inputs of one shape, got "
+                            f"{[ggml_to_r_shape(x) for x in s]}")
+        return s[0]
+
+    def build(self, b, xs, W, batch, ctx):
+        y = xs[0]
+        for x in xs[1:]:
+            y = b.add(y, x)
+        return y
+
+
+class Concatenate(Layer):
+    """Concatenation along a 0-based ggml axis (ggmlR's convention; negative counts from the end)."""
+
+    kind = "concatenate"
+
+    def __init__(self, axis=0, name=None, trainable=True):
+        super().__init__(name, trainable)
+        self.axis = int(axis)
+
+    def _axis(self, nd):
+        a = self.axis + nd if self.axis < 0 else self.axis
+        if not 0 <= a < nd:
+            raise GGMLError(f"concatenate {self.name!r}: axis {self.axis} out of range for {nd}-d samples")
+        return a
+
+    def infer(self, s):
+        nd = len(s[0])
+        a = self._axis(nd)
+        if len(s) < 2 or any(len(x) != nd or any(x[i] != s[0][i] for i in range(nd) if i != a) for x in s):
+            raise GGMLError(f"concatenate {self.name!r}: shapes {s} differ off axis {self.axis}")
+        out = list(s[0])
+        out[a] = sum(x[a] for x in s)
+        return tuple(out)
+
+    def build(self, b, xs, W, batch, ctx):
+        return b.concat(xs, self._axis(len(self.in_shapes_all[0])))
+
+    def setup(self, in_shapes, rng):
+        self.in_shapes_all = [tuple(s) for s in in_shapes]
+        return super().setup(in_shapes, rng)
+
+    def config(self):
+        return {"axis": self.axis}
+
+
+LAYER_TYPES = {c.kind: c for c in (Dense, Flatten, Conv2D, Conv1D, MaxPooling2D, GlobalAveragePooling2D,
+                                   GlobalMaxPooling2D, BatchNorm, Dropout, Embedding, LSTM, GRU, Add, Concatenate)}
+
+
+def check_trainable_activations(layer):
+    for a in (getattr(layer, "activation", None), getattr(layer, "recurrent_activation", None)):
+        if a in NO_BACKWARD:
+            raise GGMLError(f"layer {layer.name!r}: ggml has no backward for {a!r}, so this model "
+                            "cannot be trained (it can predict)")
