@@ -8,7 +8,13 @@ from .callbacks import (ggml_callback_early_stopping, ggml_schedule_cosine_decay
 from .history import ggml_history, ggml_training_history  # noqa: F401
 from .layers import (GRU, LSTM, Add, BatchNorm, Concatenate, Conv1D, Conv2D, Dense, Dropout,  # noqa: F401
                      Embedding, Flatten, GlobalAveragePooling2D, GlobalMaxPooling2D, Layer, MaxPooling2D)
-from .model import Functional, Node, Sequential  # noqa: F401
+from .io import ggml_load_model, ggml_load_weights, ggml_save_model, ggml_save_weights  # noqa: F401
+from .opt import *  # noqa: F401,F403
+from .opt import __all__ as _opt_all
+from .model import CE_LOSSES, MSE_LOSSES, Functional, Node, Sequential  # noqa: F401
+from ..errors import GGMLError  # noqa: F401
+
+KNOWN_LOSSES = CE_LOSSES | MSE_LOSSES
 
 __all__ = [
     "ggml_model_sequential", "ggml_layer_dense", "ggml_layer_conv_2d", "ggml_layer_conv_1d",
@@ -24,4 +30,5 @@ __all__ = [
     "Sequential", "Functional", "Node", "Layer", "Dense", "Conv1D", "Conv2D", "MaxPooling2D",
     "GlobalAveragePooling2D", "GlobalMaxPooling2D", "Flatten", "BatchNorm", "Dropout", "Embedding", "LSTM", "GRU",
     "Add", "Concatenate",
-]
+    "ggml_save_weights", "ggml_load_weights", "ggml_save_model", "ggml_load_model",
+] + _opt_all

@@ -74,6 +74,7 @@ class Layer:
     has_weights = False
 
     def __init__(self, name=None, trainable=True, input_shape=None):
+        self.auto_named = name is None
         if name is None:
             _counters[self.kind] = _counters.get(self.kind, 0) + 1
             name = f"{self.kind}_{_counters[self.kind]}"

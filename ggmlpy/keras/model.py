@@ -338,6 +338,8 @@ class Sequential(_Model):
         """Append a layer (returns the model, so calls chain)."""
         if not isinstance(layer, Layer):
             raise GGMLError(f"expected a layer, got {type(layer).__name__}")
+        if layer.auto_named:  # ggmlR numbers auto names per type within the model: dense_1, dense_2, ...
+            layer.name = f"{layer.kind}_{sum(l.kind == layer.kind for l in self.layers) + 1}"
         if any(l.name == layer.name for l in self.layers):
             raise GGMLError(f"the model already has a layer named {layer.name!r}")
         self.layers.append(layer)

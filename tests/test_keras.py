@@ -1,0 +1,367 @@
+"""The Keras-like model API (ggmlpy.keras): every layer's forward pass against the numpy
+reference (scripts/keras_reference.py), its gradients against finite differences (one
+optimizer step of ggml_fit against train_reference), save/load, callbacks, ggml_opt_*,
+and bad input."""
+import math
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+from ggmlpy.errors import GGMLError
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "scripts"))
+import keras_reference as ref  # noqa: E402
+import parity_keras as pk  # noqa: E402
+
+RNG = np.random.default_rng(7)
+
+
+def _seq(*layers, input_shape):
+    m = g.ggml_model_sequential()
+    for i, (fn, kw) in enumerate(layers):
+        if i == 0:
+            kw = dict(kw, input_shape=input_shape)
+        m = fn(m, **kw)
+    return m
+
+
+def _randomize(model, scale=0.5):
+    """Non-trivial weights (biases, gammas and recurrent kernels included)."""
+    for l in model._all_layers():
+        for k, v in l.weights.items():
+            l.weights[k] = (RNG.uniform(-scale, scale, v.shape) + (1.0 if k == "gamma" else 0.0)).astype(np.float32)
+
+
+IMG = (6, 5, 2)   # H, W, C
+SEQ = (4, 3)      # T, C
+LAYER_CASES = {
+    "dense_relu": ([(g.ggml_layer_dense, dict(units=4, activation="relu"))], (5,)),
+    "dense_sigmoid": ([(g.ggml_layer_dense, dict(units=3, activation="sigmoid"))], (5,)),
+    "dense_tanh": ([(g.ggml_layer_dense, dict(units=3, activation="tanh"))], (5,)),
+    "dense_softmax": ([(g.ggml_layer_dense, dict(units=3, activation="softmax"))], (5,)),
+    "dense_silu": ([(g.ggml_layer_dense, dict(units=3, activation="silu"))], (5,)),
+    "dense_linear": ([(g.ggml_layer_dense, dict(units=3))], (5,)),
+    "batch_norm": ([(g.ggml_layer_dense, dict(units=4)), (g.ggml_layer_batch_norm, dict(eps=1e-3)),
+                    (g.ggml_layer_dense, dict(units=2))], (3,)),
+    "dropout": ([(g.ggml_layer_dense, dict(units=4)), (g.ggml_layer_dropout, dict(rate=0.3)),
+                 (g.ggml_layer_dense, dict(units=2))], (3,)),
+    "conv_2d_valid": ([(g.ggml_layer_conv_2d, dict(filters=3, kernel_size=(3, 2), activation="relu")),
+                       (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], IMG),
+    "conv_2d_same_strided": ([(g.ggml_layer_conv_2d, dict(filters=2, kernel_size=3, strides=2, padding="same")),
+                              (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], IMG),
+    "conv_2d_same_even_kernel": ([(g.ggml_layer_conv_2d, dict(filters=2, kernel_size=2, padding="same")),
+                                  (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], IMG),
+    "max_pooling": ([(g.ggml_layer_conv_2d, dict(filters=2, kernel_size=2)),
+                     (g.ggml_layer_max_pooling_2d, dict(pool_size=2)), (g.ggml_layer_flatten, {}),
+                     (g.ggml_layer_dense, dict(units=2))], IMG),
+    "global_avg": ([(g.ggml_layer_conv_2d, dict(filters=3, kernel_size=2)),
+                    (g.ggml_layer_global_average_pooling_2d, {}), (g.ggml_layer_dense, dict(units=2))], IMG),
+    "global_max": ([(g.ggml_layer_conv_2d, dict(filters=3, kernel_size=2)),
+                    (g.ggml_layer_global_max_pooling_2d, {}), (g.ggml_layer_dense, dict(units=2))], IMG),
+    "image_batch_norm": ([(g.ggml_layer_conv_2d, dict(filters=2, kernel_size=2)), (g.ggml_layer_batch_norm, {}),
+                          (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], IMG),
+    "conv_1d": ([(g.ggml_layer_conv_1d, dict(filters=3, kernel_size=2, activation="relu")),
+                 (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], (6, 2)),
+    "conv_1d_same": ([(g.ggml_layer_conv_1d, dict(filters=2, kernel_size=3, padding="same")),
+                      (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], (5, 3)),
+    "lstm": ([(g.ggml_layer_lstm, dict(units=3)), (g.ggml_layer_dense, dict(units=2))], SEQ),
+    "lstm_seq": ([(g.ggml_layer_lstm, dict(units=2, return_sequences=True)), (g.ggml_layer_flatten, {}),
+                  (g.ggml_layer_dense, dict(units=2))], SEQ),
+    "gru": ([(g.ggml_layer_gru, dict(units=3)), (g.ggml_layer_dense, dict(units=2))], SEQ),
+    "gru_relu_seq": ([(g.ggml_layer_gru, dict(units=2, activation="relu", return_sequences=True)),
+                      (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], SEQ),
+}
+
+
+def _data(shape, n=5):
+    return RNG.uniform(-1, 1, (n,) + tuple(shape))
+
+
+@pytest.mark.parametrize("name", sorted(LAYER_CASES))
+def test_layer_forward_matches_numpy(name):
+    layers, shape = LAYER_CASES[name]
+    m = g.ggml_compile(_seq(*layers, input_shape=shape), loss="mse")
+    _randomize(m)
+    x = _data(shape)
+    got = g.ggml_predict(m, x, batch_size=3)   # a zero-padded remainder batch too
+    np.testing.assert_allclose(got, pk.reference_predict(m, x)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(LAYER_CASES))
+@pytest.mark.parametrize("loss,optimizer", [("mse", "sgd"), ("categorical_crossentropy", "adam")])
+def test_layer_gradients_match_finite_differences(name, loss, optimizer):
+    """Two epochs of full-batch ggml_fit against the same steps with finite-difference gradients."""
+    layers, shape = LAYER_CASES[name]
+    m = g.ggml_compile(_seq(*layers, input_shape=shape), loss=loss, optimizer=optimizer, lr=0.05)
+    _randomize(m)
+    x = _data(shape, 4)
+    k = int(np.prod(m._output_shapes()[0]))
+    y = np.eye(k)[RNG.integers(0, k, 4)]
+    before = m.get_weights()
+    m._record_order = True
+    h = m.fit(x, y, epochs=2, batch_size=4)
+
+    def forward(W, xb):
+        return pk.reference_predict(m, xb, W, training=True)[-1]
+    rows, W = ref.train_reference(forward, before, list(before), x, y, h.batch_order, 4, 4, 2,
+                                  m.fit_loss, m.ggml_optimizer, lr=0.05)
+    np.testing.assert_allclose(h["train_loss"], [r[0] for r in rows], rtol=1e-4, atol=1e-5)
+    after = m.get_weights()
+    for ln, ps in W.items():
+        for k, v in ps.items():
+            np.testing.assert_allclose(after[ln][k], v, rtol=1e-3, atol=2e-5, err_msg=f"{ln}.{k}")
+
+
+def _functional_model():
+    a = g.ggml_input(shape=3, name="a")
+    b = g.ggml_input(shape=2, name="b")
+    shared = g.ggml_dense(3, activation="tanh", name="shared")
+    ha = g.ggml_apply(g.ggml_layer_dense(a, 2, name="pa"), shared)
+    hb = g.ggml_apply(g.ggml_layer_dense(b, 2, name="pb"), shared)
+    s = g.ggml_layer_add([ha, hb], name="sum")
+    c = g.ggml_layer_concatenate([s, ha], axis=0, name="cat")
+    out = g.ggml_layer_dense(c, 2, activation="softmax", name="out")
+    return g.ggml_model([a, b], out)
+
+
+def test_functional_shared_layer_gradients_add_up():
+    m = g.ggml_compile(_functional_model(), optimizer="sgd", lr=0.1)
+    _randomize(m)
+    xa, xb = _data((3,), 6), _data((2,), 6)
+    y = np.eye(2)[RNG.integers(0, 2, 6)]
+    np.testing.assert_allclose(g.ggml_predict(m, [xa, xb], 3), pk.reference_predict(m, [xa, xb])[0],
+                               rtol=1e-5, atol=1e-6)
+    before = m.get_weights()
+    m._record_order = True
+    h = m.fit([xa, xb], y, epochs=3, batch_size=3)
+    assert h.fit_path == "multi_input" and h.batch_order[0] == list(range(6))
+
+    def forward(W, xb_):
+        return pk.reference_predict(m, xb_, W, training=True)[-1]
+    rows, W = ref.train_reference(forward, before, list(before), [xa, xb], y, h.batch_order, 3, 6, 3,
+                                  "cross_entropy", "sgd", lr=0.1)
+    np.testing.assert_allclose(h["train_loss"], [r[0] for r in rows], rtol=1e-4, atol=1e-5)
+    for ln, ps in W.items():
+        for k, v in ps.items():
+            np.testing.assert_allclose(m.get_weights()[ln][k], v, rtol=1e-3, atol=2e-5)
+
+
+def test_multi_output_predicts_every_output():
+    x = g.ggml_input(shape=3)
+    t = g.ggml_layer_dense(x, 4, activation="relu", name="trunk")
+    h1 = g.ggml_layer_dense(t, 2, activation="softmax", name="h1")
+    h2 = g.ggml_layer_dense(t, 1, name="h2")
+    m = g.ggml_compile(g.ggml_model(x, [h1, h2]), loss="mse")
+    xs = _data((3,), 4)
+    p1, p2 = g.ggml_predict(m, xs, 4)
+    r1, r2 = pk.reference_predict(m, xs)
+    np.testing.assert_allclose(p1, r1, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(p2, r2, rtol=1e-5, atol=1e-6)
+
+
+def test_embedding_sequential_and_bad_ids():
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_embedding(m, vocab_size=7, dim=3, input_shape=4)
+    m = g.ggml_layer_flatten(m)
+    m = g.ggml_layer_dense(m, 2)
+    g.ggml_compile(m, loss="mse")
+    ids = RNG.integers(0, 7, (5, 4))
+    np.testing.assert_allclose(g.ggml_predict(m, ids, 2), pk.reference_predict(m, ids)[0], rtol=1e-5, atol=1e-6)
+    with pytest.raises(GGMLError, match="token ids"):
+        g.ggml_predict(m, ids + 7)
+
+
+def test_save_load_continues_the_same_loss_curve(tmp_path):
+    x = _data((4,), 32)
+    y = np.eye(3)[RNG.integers(0, 3, 32)]
+
+    def fresh():
+        m = _seq((g.ggml_layer_dense, dict(units=8, activation="relu")),
+                 (g.ggml_layer_dense, dict(units=3, activation="softmax")), input_shape=(4,))
+        return g.ggml_compile(m, optimizer="sgd", lr=0.05)
+    a = fresh()
+    g.ggml_fit(a, x, y, epochs=2, batch_size=32, verbose=0)
+    path = tmp_path / "model.npz"
+    g.ggml_save_model(a, path)
+    b = g.ggml_load_model(path)
+    np.testing.assert_array_equal(g.ggml_predict(a, x), g.ggml_predict(b, x))
+    # full-batch SGD has no optimizer state: both go on along the same curve
+    ha = a.fit(x, y, epochs=3, batch_size=32)
+    hb = b.fit(x, y, epochs=3, batch_size=32)
+    np.testing.assert_array_equal(ha["train_loss"], hb["train_loss"])
+    # weights alone into a rebuilt model
+    g.ggml_save_weights(a, tmp_path / "w.npz")
+    c = fresh()
+    g.ggml_load_weights(c, tmp_path / "w.npz")
+    np.testing.assert_array_equal(g.ggml_predict(a, x), g.ggml_predict(c, x))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_loaded_weights_do_not_override_training(tmp_path):
+    """ggmlR keeps predicting with loaded weights after a fit (its defect 1); ggmlpy trains them."""
+    m = g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,)), loss="mse", optimizer="sgd",
+                       lr=0.1)
+    g.ggml_save_weights(m, tmp_path / "w.npz")
+    g.ggml_load_weights(m, tmp_path / "w.npz")
+    x, y = _data((3,), 8), _data((2,), 8)
+    before = g.ggml_predict(m, x)
+    g.ggml_fit(m, x, y, epochs=5, batch_size=8, verbose=0)
+    assert np.abs(g.ggml_predict(m, x) - before).max() > 1e-3
+
+
+def test_load_model_functional_round_trip(tmp_path):
+    m = g.ggml_compile(_functional_model())
+    _randomize(m)
+    g.ggml_save_model(m, tmp_path / "f.npz")
+    m2 = g.ggml_load_model(tmp_path / "f.npz")
+    xs = [_data((3,), 4), _data((2,), 4)]
+    np.testing.assert_array_equal(g.ggml_predict(m, xs, 4), g.ggml_predict(m2, xs, 4))
+    with pytest.raises(GGMLError):
+        g.ggml_load_model(tmp_path / "missing.npz")
+
+
+def test_callbacks_early_stopping_and_schedules():
+    x, y = _data((3,), 16), _data((2,), 16)
+    m = g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,)), loss="mse", optimizer="sgd",
+                       lr=1e-9)  # nothing improves: early stopping must fire
+    es = g.ggml_callback_early_stopping(monitor="train_loss", patience=2, min_delta=1e-3)
+    h = m.fit(x, y, epochs=20, batch_size=16, callbacks=[es])
+    assert len(h["train_loss"]) == 3 and es.stopped_epoch == 3
+    seen = []
+
+    class Probe:
+        def on_epoch_begin(self, epoch, logs, state):
+            seen.append(state.lr)
+    m.compile(loss="mse", optimizer="sgd", lr=0.1)
+    m.fit(x, y, epochs=5, batch_size=16, callbacks=[g.ggml_schedule_step_decay(step_size=2, gamma=0.5), Probe()])
+    np.testing.assert_allclose(seen, [0.1, 0.1, 0.05, 0.05, 0.025])
+    seen.clear()
+    m.fit(x, y, epochs=3, batch_size=16, callbacks=[g.ggml_schedule_cosine_decay(eta_min=0.0), Probe()])
+    np.testing.assert_allclose(seen, [0.1, 0.075, 0.025], rtol=1e-6)
+    seen.clear()
+    m.compile(loss="mse", optimizer="sgd", lr=1e-9)
+    m.fit(x, y, epochs=4, batch_size=16,
+          callbacks=[g.ggml_schedule_reduce_on_plateau(monitor="train_loss", patience=1, factor=0.5, min_lr=1e-12),
+                     Probe()])
+    assert seen[-1] < 1e-9
+
+
+def test_callback_exception_propagates():
+    m = g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,)), loss="mse")
+
+    class Boom:
+        def on_epoch_end(self, epoch, logs, state):
+            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"):
+        m.fit(_data((3,), 4), _data((2,), 4), epochs=2, batch_size=4, callbacks=[Boom()])
+
+
+def test_history_plot_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    m = g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2, activation="softmax")), input_shape=(3,)))
+    g.ggml_fit(m, _data((3,), 8), np.eye(2)[RNG.integers(0, 2, 8)], epochs=2, batch_size=4, validation_split=0.5,
+               verbose=0)
+    h = g.ggml_training_history(m)
+    assert h["val_loss"][0] is not None and "Training History (2 epochs)" in repr(h)
+    p = h.plot(tmp_path / "h.png")
+    assert pathlib.Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_true_validation_data_stays_out_of_training():
+    m = g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,)), loss="mse", optimizer="sgd")
+    m._record_order = True
+    h = m.fit(_data((3,), 8), _data((2,), 8), epochs=3, batch_size=4,
+              validation_data=(_data((3,), 4), _data((2,), 4)))
+    assert h.n_train == 8 and h.n_used == 12
+    for order in h.batch_order:
+        assert sorted(order[:8]) == list(range(8)) and order[8:] == [8, 9, 10, 11]
+
+
+@pytest.mark.parametrize("bad", [
+    lambda: g.ggml_layer_dense(g.ggml_model_sequential(), 0, input_shape=3),
+    lambda: g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,)), loss="hinge"),
+    lambda: g.ggml_predict(g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,))),
+                           np.zeros((4, 5))),
+    lambda: g.ggml_fit(g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,))),
+                       np.zeros((4, 3)), np.zeros((4, 3)), verbose=0, batch_size=4),
+    lambda: g.ggml_fit(g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,))),
+                       np.zeros((4, 3)), np.zeros((4, 2)), batch_size=8, verbose=0),
+    lambda: g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), (g.ggml_layer_conv_2d,
+                                                                      dict(filters=1, kernel_size=2)),
+                                input_shape=(3,))),
+    lambda: g.ggml_fit(g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2, activation="gelu")),
+                                           input_shape=(3,)), loss="mse"),
+                       np.zeros((4, 3)), np.zeros((4, 2)), batch_size=4, verbose=0),
+    lambda: g.ggml_predict(g.ggml_model_sequential(), np.zeros((2, 2))),
+])
+def test_bad_input_raises(bad):
+    with pytest.raises(GGMLError):
+        bad()
+
+
+def test_ggml_opt_low_level_loop():
+    """ggml_opt_* by hand: y = 2x - 1 learned by one weight and one bias."""
+    ctx_w = g.ggml_init(1 << 20, no_alloc=True)
+    w = g.ggml_new_tensor_2d(ctx_w, g.GGML_TYPE_F32, 1, 1)
+    bias = g.ggml_new_tensor_1d(ctx_w, g.GGML_TYPE_F32, 1)
+    inp = g.ggml_new_tensor_2d(ctx_w, g.GGML_TYPE_F32, 1, 8)
+    from ggmlpy.bindings import lib
+    lib.ggml_set_param(w.ptr)
+    lib.ggml_set_param(bias.ptr)
+    cpu = g.ggml_backend_cpu_init()
+    buf = g.ggml_backend_alloc_ctx_tensors(ctx_w, cpu)  # noqa: F841  (keeps the weights alive)
+    g.ggml_backend_tensor_set(w, np.array([[0.1]], np.float32))
+    g.ggml_backend_tensor_set(bias, np.array([0.0], np.float32))
+    ctx = g.ggml_init(64 << 20, no_alloc=True)
+    out = g.ggml_add(ctx, g.ggml_mul_mat(ctx, w, inp), bias)
+    sched = g.ggml_backend_sched_new([cpu])
+    opt = g.ggml_opt_init(sched, ctx, inp, out, g.ggml_opt_loss_type_mse(), g.ggml_opt_optimizer_type_sgd(), lr=0.1)
+    assert g.ggml_opt_static_graphs(opt) and g.ggml_opt_optimizer_name(g.ggml_opt_context_optimizer_type(opt)) == "sgd"
+    ds = g.ggml_opt_dataset_init(g.GGML_TYPE_F32, g.GGML_TYPE_F32, 1, 1, 32)
+    xs = np.linspace(-1, 1, 32, dtype=np.float32)
+    g.ggml_opt_dataset_data(ds)[:, 0] = xs
+    g.ggml_opt_dataset_labels(ds)[:, 0] = 2 * xs - 1
+    assert g.ggml_opt_dataset_ndata(ds) == 32
+    bx, by = g.ggml_opt_dataset_get_batch(ds, 8, 1)
+    np.testing.assert_array_equal(bx[:, 0], xs[8:16])
+    res = g.ggml_opt_result_init()
+    calls = []
+    losses = []
+    for _ in range(60):
+        g.ggml_opt_result_reset(res)
+        g.ggml_opt_epoch(opt, ds, res, None, -1, lambda train, i, n: calls.append((train, i, n)))
+        losses.append(g.ggml_opt_result_loss(res)[0])
+    assert calls[:4] == [(True, 1, 4), (True, 2, 4), (True, 3, 4), (True, 4, 4)]
+    assert losses[-1] < 1e-3 < losses[0]
+    assert g.ggml_opt_result_ndata(res) == 32 and math.isnan(g.ggml_opt_result_accuracy(res)[0])
+    np.testing.assert_allclose(g.ggml_backend_tensor_get(w).ravel(), [2.0], atol=0.05)
+    g.ggml_opt_set_lr(opt, 0.01)
+    assert g.ggml_opt_get_lr(opt) == pytest.approx(0.01)
+
+    def boom(train, i, n):
+        raise ValueError("from a callback")
+    with pytest.raises(ValueError, match="from a callback"):
+        g.ggml_opt_epoch(opt, ds, res, None, -1, boom)
+    with pytest.raises(GGMLError):
+        g.ggml_opt_epoch(opt, ds, res, None, 12)          # split not a multiple of the batch
+    with pytest.raises(GGMLError):
+        g.ggml_opt_dataset_get_batch(ds, 8, 4)
+    with pytest.raises(GGMLError):
+        g.ggml_opt_dataset_init(g.GGML_TYPE_F32, g.GGML_TYPE_F32, 0, 1, 32)
+    with pytest.raises(GGMLError):
+        g.ggml_opt_loss_type_weighted_mse()
+    g.ggml_opt_free(opt)
+    g.ggml_opt_dataset_free(ds)
+
+
+def test_summary_and_default_mlp():
+    m = g.ggml_default_mlp(4, 3, hidden_layers=(8,), dropout=0.1)
+    text = g.ggml_model_summary(m, print_fn=None)
+    assert "Total params: 67" in text and "dropout" in text
+    assert m.count_params() == 4 * 8 + 8 + 8 * 3 + 3
+    assert g.ggml_get_layer(m, index=3).units == 3
+    g.ggml_pop_layer(m)
+    assert len(m.layers) == 2
