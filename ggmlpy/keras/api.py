@@ -155,6 +155,8 @@ def ggml_apply(tensor, layer):
     """Apply a layer object to a node (or a list of nodes); every application shares its weights."""
     if not isinstance(layer, L.Layer):
         raise GGMLError(f"ggml_apply needs a layer object, got {type(layer).__name__}")
+    if not isinstance(tensor, (Node, list, tuple)):
+        raise GGMLError(f"ggml_apply needs a node (ggml_input or a layer output), got {type(tensor).__name__}")
     return _attach(tensor if isinstance(tensor, Node) else list(tensor), layer)
 
 
