@@ -365,3 +365,23 @@ def test_summary_and_default_mlp():
     assert g.ggml_get_layer(m, index=3).units == 3
     g.ggml_pop_layer(m)
     assert len(m.layers) == 2
+
+
+def test_softmax_ce_exact_trains_on_the_true_cross_entropy():
+    """softmax_ce="exact": the epoch loss is CE(softmax(z)) = ggml_evaluate's loss for the same
+    weights (ggmlR's default trains on CE(softmax(softmax(z))) instead)."""
+    x = _data((4,), 12)
+    y = np.eye(3)[RNG.integers(0, 3, 12)]
+    for mode, same in (("exact", True), ("ggmlr", False)):
+        m = _seq((g.ggml_layer_dense, dict(units=3, activation="softmax")), input_shape=(4,))
+        m = g.ggml_compile(m, loss="categorical_crossentropy", optimizer="sgd", softmax_ce=mode)
+        before = g.ggml_evaluate(m, x, y, batch_size=12)["loss"]
+        h = m.fit(x, y, epochs=1, batch_size=12)
+        assert (abs(h["train_loss"][0] - before) < 1e-5) == same
+
+
+def test_keras_demo_digits_cnn_reaches_97_percent():
+    pytest.importorskip("sklearn")
+    from ggmlpy.keras.demo import digits_cnn
+    r = digits_cnn(epochs=20)
+    assert r["test_accuracy"] >= 0.97

@@ -143,6 +143,8 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
     b = Builder(training=True)
     sched = opt = ds = r_train = r_val = None
     ctx = {"functional": model.functional}
+    if loss == "cross_entropy" and getattr(model, "softmax_ce", "ggmlr") == "exact":
+        ctx["logits_of"] = id(model._output_layers()[-1])
     try:
         inp = b.new_w([ne_dp, batch], dtype)
         xs, _ = _split_inputs(b, inp, specs, batch, extra=1)

@@ -47,11 +47,17 @@ class _Model:
 
     # -- compile -----------------------------------------------------------------------------------
     def compile(self, optimizer="adam", loss="categorical_crossentropy", metrics=("accuracy",), backend="cpu",
-                lr=None, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0):
+                lr=None, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, softmax_ce="ggmlr"):
         """ggmlR's ggml_compile. `optimizer`: "sgd", or anything else = ggml's AdamW (ggmlR's rule).
         `loss`: categorical_crossentropy (also crossentropy, cross_entropy) or mse
         (mean_squared_error). ggmlR fixes lr = 1e-3, beta1 .9, beta2 .999, eps 1e-8, no weight
-        decay; the keyword arguments change them. `backend`: "cpu", "auto" or a ggmlpy device."""
+        decay; the keyword arguments change them. `backend`: "cpu", "auto" or a ggmlpy device.
+        `softmax_ce`: with a softmax output layer and cross-entropy, ggmlR ("ggmlr", the default,
+        for its numbers) trains on CE(softmax(softmax(z))) because ggml's loss applies log-softmax
+        itself; "exact" trains on the true CE(softmax(z)) by handing ggml the logits."""
+        if softmax_ce not in ("ggmlr", "exact"):
+            raise GGMLError(f"softmax_ce must be 'ggmlr' or 'exact', got {softmax_ce!r}")
+        self.softmax_ce = softmax_ce
         if loss not in CE_LOSSES | MSE_LOSSES:
             raise GGMLError(f"unknown loss {loss!r}: one of {sorted(CE_LOSSES | MSE_LOSSES)}")
         self._build()
@@ -357,6 +363,9 @@ class Sequential(_Model):
     def _output_shapes(self):
         return [self.layers[-1].out_shape]
 
+    def _output_layers(self):
+        return [self.layers[-1]]
+
     def _build(self):
         if not self.layers:
             raise GGMLError("Model has no layers. Add layers before compiling.")
@@ -444,6 +453,9 @@ class Functional(_Model):
     def _output_shapes(self):
         self._build()
         return [self._shapes[id(o)] for o in self.outputs]
+
+    def _output_layers(self):
+        return [o.layer for o in self.outputs]
 
     def _build(self):
         if self._built:
