@@ -208,8 +208,10 @@ def _select(model, from_, to, layer_names):
     n = len(layers)
     from_ = 1 if from_ is None else int(from_)
     to = n if to is None else int(to)
+    if n == 0:
+        raise GGMLError("Model has no layers.")
     if not 1 <= from_ <= to <= n:
-        raise GGMLError(f"from/to must satisfy 1 <= from <= to <= {n}, got {from_}, {to}")
+        raise GGMLError(f"Invalid range: from={from_} to={to} (model has {n} layers).")
     return layers[from_ - 1:to]
 
 
@@ -259,6 +261,8 @@ def ggml_pop_layer(model):
         raise GGMLError("Model has no layers to remove.")
     model.layers.pop()
     model._built_for = None
+    if not model.layers:
+        model.input_shape = None
     return model
 
 

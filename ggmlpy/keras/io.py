@@ -81,6 +81,10 @@ def _install(model, arrays):
         if k.startswith("w/"):
             _, lname, p = k.split("/", 2)
             weights.setdefault(lname, {})[p] = a
+    have = {n: {p: a.shape for p, a in ps.items()} for n, ps in model.get_weights().items()}
+    got = {n: {p: a.shape for p, a in ps.items()} for n, ps in weights.items()}
+    if have != got:
+        raise GGMLError(f"architecture mismatch: the file holds {got}, the model has {have}")
     model.set_weights(weights)
 
 

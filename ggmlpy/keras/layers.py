@@ -115,6 +115,16 @@ class Layer:
             self.weights = {k: v.astype(np.float32) for k, v in self.init_weights(rng).items()}
         return self.out_shape
 
+    @property
+    def type(self) -> str:
+        """ggmlR's layer$type (the kind: "dense", "conv_2d", ...)."""
+        return self.kind
+
+    @property
+    def output_shape(self):
+        """One sample's output shape in R order ((H, W, C), (L, C), (F,)); None before building."""
+        return None if self.out_shape is None else tuple(ggml_to_r_shape(self.out_shape))
+
     def n_params(self) -> int:
         return int(sum(v.size for v in self.weights.values()))
 

@@ -84,7 +84,15 @@ class _Model:
 
     def _need_compiled(self, what):
         if not self.compiled:
-            raise GGMLError(f"{what}: compile the model first (ggml_compile)")
+            raise GGMLError(f"{what}: the model is not compiled; call ggml_compile first")
+
+    @property
+    def compilation(self) -> dict | None:
+        """ggmlR's model$compilation: optimizer, loss, metrics, backend (None before compile)."""
+        if not self.compiled:
+            return None
+        return {"optimizer": self.optimizer, "loss": self.loss, "metrics": list(self.metrics),
+                "backend": self.device, **self.opt_settings}
 
     # -- data --------------------------------------------------------------------------------------
     def _pack_x(self, x) -> np.ndarray:
@@ -190,9 +198,11 @@ class _Model:
     def _sample_weights(y, sample_weight, class_weight):
         w = np.ones(y.shape[0])
         if sample_weight is not None:
+            if class_weight is not None:
+                raise GGMLError("give sample_weight or class_weight, not both")
             sw = np.asarray(sample_weight, dtype=np.float64).ravel()
             if sw.size != y.shape[0]:
-                raise GGMLError(f"sample_weight has {sw.size} values for {y.shape[0]} samples")
+                raise GGMLError(f"sample_weight has length {sw.size}; there are {y.shape[0]} samples")
             w = w * sw
         if class_weight is not None:
             cw = {int(k): float(v) for k, v in dict(class_weight).items()}
@@ -232,6 +242,8 @@ class _Model:
         if validation_data is not None:
             if v:
                 raise GGMLError("give validation_split or validation_data, not both")
+            if not isinstance(validation_data, (list, tuple)) or len(validation_data) != 2:
+                raise GGMLError("validation_data must be a list (or tuple) of (x, y)")
             xv, yv = validation_data
             pv = self._pack_x(xv)
             yv = self._pack_y(yv, pv.shape[0])
@@ -315,9 +327,12 @@ class _Model:
         lines = ["  ".join(c.ljust(wd) for c, wd in zip(r, widths)) for r in rows]
         total = self.count_params()
         trainable = sum(l.n_params() for l in self._all_layers() if l.trainable)
+        ins = [tuple(ggml_to_r_shape(s)) for s, _ in self._input_specs()]
         lines.insert(1, "-" * len(lines[0]))
-        lines += ["-" * len(lines[0]), f"Total params: {total}", f"Trainable params: {trainable}",
-                  f"Non-trainable params: {total - trainable}"]
+        lines = [f"Model Summary ({type(self).__name__})", f"Input shape: {ins[0] if len(ins) == 1 else ins}"] + lines
+        lines += ["-" * len(lines[2]), f"Total params: {total}", f"Trainable params: {trainable}",
+                  f"Non-trainable params: {total - trainable}",
+                  f"Weight memory: {total * 4} bytes (float32)"]
         text = "\n".join(lines)
         if print_fn is not None:
             print_fn(text)
@@ -344,6 +359,8 @@ class Sequential(_Model):
         """Append a layer (returns the model, so calls chain)."""
         if not isinstance(layer, Layer):
             raise GGMLError(f"expected a layer, got {type(layer).__name__}")
+        if not self.layers and layer.input_shape is not None and self.input_shape is None:
+            self.input_shape = tuple(ggml_to_r_shape(layer.input_shape))
         if layer.auto_named:  # ggmlR numbers auto names per type within the model: dense_1, dense_2, ...
             layer.name = f"{layer.kind}_{sum(l.kind == layer.kind for l in self.layers) + 1}"
         if any(l.name == layer.name for l in self.layers):
@@ -354,6 +371,22 @@ class Sequential(_Model):
 
     def _all_layers(self):
         return list(self.layers)
+
+    def __repr__(self):
+        if not self.layers:
+            return "Sequential Model (no layers)"
+        lines = ["Sequential Model", "----------------"]
+        try:
+            self._build()
+            built = True
+        except GGMLError:
+            built = False
+        for i, l in enumerate(self.layers, 1):
+            shape = f" -> {l.output_shape}" if built else ""
+            lines.append(f"  {i}. {l.name} ({l.kind}){shape}  params: {l.n_params() if built else '?'}")
+        lines.append(f"Total parameters: {self.count_params() if built else '? (no input_shape yet)'}")
+        lines.append("compiled" if self.compiled else "not compiled")
+        return "\n".join(lines)
 
     def _input_specs(self):
         self._build()
