@@ -106,7 +106,7 @@ def ggml_input(shape, name=None, dtype="float32"):
     dtype "int32" for token ids."""
     if dtype not in ("float32", "int32"):
         raise GGMLError(f"dtype must be 'float32' or 'int32', got {dtype!r}")
-    return Node(None, [], r_to_ggml_shape(shape), dtype, name or "input")
+    return Node(None, [], r_to_ggml_shape(shape), dtype, name)
 
 
 def ggml_model(inputs, outputs):
@@ -114,14 +114,22 @@ def ggml_model(inputs, outputs):
     return Functional(inputs, outputs)
 
 
+def _node_list(tensors, what):
+    if not isinstance(tensors, (list, tuple)) or not all(isinstance(t, Node) for t in tensors):
+        raise GGMLError(f"{what} needs a list of nodes")
+    if len(tensors) < 2:
+        raise GGMLError(f"{what} needs at least 2 nodes, got {len(tensors)}")
+    return list(tensors)
+
+
 def ggml_layer_add(tensors, name=None):
     """Element-wise sum of same-shape nodes."""
-    return _attach(list(tensors), L.Add(name))
+    return _attach(_node_list(tensors, "ggml_layer_add"), L.Add(name))
 
 
 def ggml_layer_concatenate(tensors, axis=0, name=None):
     """Concatenate nodes along a 0-based ggml axis (0 = features for flat nodes)."""
-    return _attach(list(tensors), L.Concatenate(axis, name))
+    return _attach(_node_list(tensors, "ggml_layer_concatenate"), L.Concatenate(axis, name))
 
 
 def ggml_dense(units, activation=None, name=None, trainable=True):

@@ -146,7 +146,10 @@ def ggml_save_model(model, path):
 def ggml_load_model(path, backend=None):
     """A model saved by ggml_save_model, compiled again if it was (on `backend` if given)."""
     arrays = _read(path)
-    if str(arrays.get("__format__", "")) != FORMAT + "-model":
+    fmt = str(arrays.get("__format__", ""))
+    if fmt == FORMAT + "-weights":
+        raise GGMLError(f"{path} holds weights only (ggml_save_weights): build the model, then ggml_load_weights")
+    if fmt != FORMAT + "-model":
         raise GGMLError(f"{path} is not a ggmlpy model file")
     arch = json.loads(str(arrays["__architecture__"]))
     if arch["type"] == "sequential":

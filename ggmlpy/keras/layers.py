@@ -551,7 +551,7 @@ class Add(Layer):
 
     def infer(self, s):
         if len(s) < 2 or any(x != s[0] for x in s):
-            raise GGMLError(f"add {self.name!r} needs two or more inputs of one shape, got "
+            raise GGMLError(f"add {self.name!r}: shape mismatch, it needs two or more inputs of one shape, got "
                             f"{[ggml_to_r_shape(x) for x in s]}")
         return s[0]
 

@@ -424,12 +424,32 @@ class Sequential(_Model):
 class Node:
     """A symbolic tensor of the Functional API: an input, or a layer applied to parent nodes."""
 
+    _ids = 0
+    _inputs = 0
+
     def __init__(self, layer, parents, shape=None, dtype="float32", name=None):
+        Node._ids += 1
+        self.id = Node._ids
         self.layer = layer
         self.parents = list(parents)
         self.shape = shape    # ggml per-sample shape for inputs
         self.dtype = dtype
-        self.name = name or (layer.name if layer is not None else None)
+        if layer is None and name is None:
+            Node._inputs += 1
+            name = f"input_{Node._inputs}"
+        self.name = name or layer.name
+
+    @property
+    def node_type(self) -> str:
+        """ggmlR's node$node_type: "input" or the layer's kind."""
+        return "input" if self.layer is None else self.layer.kind
+
+    @property
+    def config(self) -> dict:
+        """ggmlR's node$config: the layer's settings and name (inputs: shape, dtype, name)."""
+        if self.layer is None:
+            return {"shape": tuple(ggml_to_r_shape(self.shape)), "dtype": self.dtype, "name": self.name}
+        return {**self.layer.config(), "name": self.layer.name}
 
     def __repr__(self):
         return f"<Node {self.name}>"
@@ -445,13 +465,31 @@ class Functional(_Model):
         self.inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
         self.outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
         for n in self.inputs:
-            if not isinstance(n, Node) or n.layer is not None:
-                raise GGMLError("ggml_model: inputs must be ggml_input() nodes")
+            if not isinstance(n, Node):
+                raise GGMLError(f"ggml_model: inputs must be nodes (ggml_tensor_node), got {type(n).__name__}")
+            if n.layer is not None:
+                raise GGMLError(f"ggml_model: input {n.name!r} has node_type {n.node_type!r}, not an "
+                                "input: inputs must be ggml_input() nodes")
         self.order = self._toposort()
+        self._share_by_name()
         missing = [n.name for n in self.order if n.layer is None and n not in self.inputs]
         if missing:
             raise GGMLError(f"ggml_model: the outputs depend on inputs not listed: {missing}")
         self._built = False
+
+    def _share_by_name(self):
+        """ggmlR shares weights between layers of the same name: two applications of
+        ggml_layer_dense(..., name = "enc") use one weight set. Both must be the same layer."""
+        by_name = {}
+        for n in self.order:
+            if n.layer is None:
+                continue
+            first = by_name.setdefault(n.layer.name, n.layer)
+            if first is not n.layer:
+                if first.kind != n.layer.kind or first.config() != n.layer.config():
+                    raise GGMLError(f"two different layers are named {n.layer.name!r} "
+                                    f"({first.kind} {first.config()} and {n.layer.kind} {n.layer.config()})")
+                n.layer = first
 
     def _toposort(self):
         order, seen = [], set()
@@ -465,7 +503,7 @@ class Functional(_Model):
             order.append(n)
         for o in self.outputs:
             if not isinstance(o, Node):
-                raise GGMLError("ggml_model: outputs must be nodes")
+                raise GGMLError(f"ggml_model: outputs must be nodes (ggml_tensor_node), got {type(o).__name__}")
             visit(o)
         return order
 
