@@ -150,6 +150,12 @@ def layer_forward(kind, cfg, w, xs, training=False):
         return x.mean(axis=(1, 2))
     if kind == "global_max_pooling_2d":
         return x.max(axis=(1, 2))
+    if kind == "batch_norm" and cfg.get("mode") == "batch":   # a true batch norm (flat inputs)
+        if training:
+            mu, var = x.mean(axis=0), x.var(axis=0)
+        else:
+            mu, var = w["running_mean"], w["running_var"]
+        return (x - mu) / np.sqrt(var + cfg["eps"]) * w["gamma"] + w["beta"]
     if kind == "batch_norm":
         return rms_batch_norm(x, w["gamma"], w["beta"], cfg["eps"])
     if kind == "dropout":
@@ -201,14 +207,15 @@ def ggml_opt_loss(out, y, loss, w=None):
 
 
 def train_reference(forward, weights, trainable, x, y, order, batch, n_train, epochs, loss, optimizer,
-                    lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, sample_weight=None):
+                    lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, sample_weight=None, only=None):
     """What ggml_opt computes, by finite differences: per epoch, batches of `batch` rows of
     order[e][:n_train] take one optimizer step each (batch loss before the step recorded), the
     remaining rows are validation batches. forward(W, x_rows) -> outputs [B, K] (training mode);
     x may be a list of inputs. Only layers named in `trainable` move.
     Returns ([(train_loss, val_loss)] per epoch, final weights)."""
     W = {n: {k: np.asarray(v, np.float64).copy() for k, v in weights[n].items()} for n in weights}
-    T = {n: W[n] for n in trainable}
+    # the arrays that train: every weight of the trainable layers, or those named in `only`
+    T = {n: {k: W[n][k] for k in (only[n] if only is not None else W[n])} for n in trainable}
     m = {n: {k: np.zeros_like(v) for k, v in T[n].items()} for n in T}
     v = {n: {k: np.zeros_like(v) for k, v in T[n].items()} for n in T}
     sw = None if sample_weight is None else np.asarray(sample_weight, np.float64)

@@ -70,9 +70,10 @@ def ggml_layer_flatten(model, name=None, trainable=True):
     return _attach(model, L.Flatten(name, trainable))
 
 
-def ggml_layer_batch_norm(model, eps=1e-5, name=None, trainable=True):
-    """ggmlR's batch_norm: per-sample RMS norm with learned gamma/beta (see BatchNorm)."""
-    return _attach(model, L.BatchNorm(eps, name, trainable))
+def ggml_layer_batch_norm(model, eps=1e-5, name=None, trainable=True, mode="rms", momentum=0.1):
+    """ggmlR's batch_norm: per-sample RMS norm with learned gamma/beta; mode="batch" is a true
+    batch norm with running averages (see BatchNorm)."""
+    return _attach(model, L.BatchNorm(eps, name, trainable, mode, momentum))
 
 
 def ggml_layer_dropout(model, rate, stochastic=False, name=None, trainable=False):
@@ -137,9 +138,9 @@ def ggml_dense(units, activation=None, name=None, trainable=True):
     return L.Dense(units, activation, name, trainable)
 
 
-def ggml_batch_norm(eps=1e-5, name=None, trainable=True):
+def ggml_batch_norm(eps=1e-5, name=None, trainable=True, mode="rms", momentum=0.1):
     """A reusable batch_norm layer object."""
-    return L.BatchNorm(eps, name, trainable)
+    return L.BatchNorm(eps, name, trainable, mode, momentum)
 
 
 def ggml_embedding(vocab_size, dim, name=None, trainable=True):

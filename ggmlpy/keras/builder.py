@@ -115,6 +115,9 @@ class Builder:
         return lib.ggml_mul(self.ctx, a, b)
 
     def sub(self, a, b):
+        # ggml's SUB backward does not reduce a broadcast b (its build aborts): a + (-b) does
+        if not lib.ggml_are_same_shape(a, b):
+            return lib.ggml_add(self.ctx, a, lib.ggml_neg(self.ctx, b))
         return lib.ggml_sub(self.ctx, a, b)
 
     def scale(self, a, s, bias=0.0):

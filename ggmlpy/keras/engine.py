@@ -154,6 +154,8 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
             raise GGMLError(f"y has {k} columns but the model's (last) output has "
                             f"{int(lib.ggml_nelements(out)) // batch} values per sample")
         out = b.reshape(out, [k, batch])
+        for a in ctx.get("anchors", []):   # side computations (batch-norm statistics) with weight 0
+            out = b.add(out, b.scale(lib.ggml_sum(b.ctx, a), 0.0))
         if loss == "weighted_mse":
             y = b.view_rows(inp, f_x, k)
             w = b.reshape(b.view_rows(inp, f_x + k, 1), [1, batch])
@@ -192,6 +194,9 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         if shuffle_all and batch < n_used:
             lib.ggml_opt_dataset_shuffle(opt, ds, -1)
         cb = lib.ggml_opt_epoch_callback_progress_bar if verbose else ffi.NULL
+        cb_train, errors = cb, []
+        if ctx.get("bn_stats"):
+            cb_train = _stats_callback(ctx["bn_stats"], verbose, errors)
         history, orders = [], []
         for epoch in range(1, epochs + 1):
             if shuffle_train and batch < n_train:
@@ -207,7 +212,9 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
             lib.ggml_opt_result_reset(r_val)
             if verbose:
                 print(f"Epoch {epoch}/{epochs}", flush=True)
-            lib.ggml_opt_epoch(opt, ds, r_train, r_val, n_train, cb, cb)
+            lib.ggml_opt_epoch(opt, ds, r_train, r_val, n_train, cb_train, cb)
+            if errors:
+                raise errors[0]
             tl, ta = _result(r_train)
             vl, va = _result(r_val)
             history.append((tl, ta, vl, va))
@@ -228,6 +235,27 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         if sched is not None:
             sched.free()
         b.free()
+
+
+def _stats_callback(stats, verbose, errors):
+    """A ggml_opt epoch callback (called after every training batch) that folds the batch
+    statistics of true batch-norm layers into their running averages. Python exceptions are
+    kept and raised after ggml_opt_epoch returns: they must not unwind through C."""
+    def on_batch(train, opt_ctx, dataset, result, ibatch, ibatch_max, t0):
+        if errors:
+            return
+        try:
+            for layer, t_mean, t_var in stats:
+                n = int(t_mean.ne[0])
+                mean, var = np.empty(n, np.float32), np.empty(n, np.float32)
+                lib.ggml_backend_tensor_get(t_mean, ffi.from_buffer(mean), 0, mean.nbytes)
+                lib.ggml_backend_tensor_get(t_var, ffi.from_buffer(var), 0, var.nbytes)
+                layer.update_running(mean, var)
+            if verbose:
+                lib.ggml_opt_epoch_callback_progress_bar(train, opt_ctx, dataset, result, ibatch, ibatch_max, t0)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+    return ffi.callback("ggml_opt_epoch_callback", on_batch)
 
 
 def ne_shape(t):

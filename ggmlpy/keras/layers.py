@@ -356,31 +356,61 @@ class GlobalMaxPooling2D(_GlobalPool):
 
 
 class BatchNorm(Layer):
-    """ggmlR's `batch_norm`: an RMS norm along ggml's first axis with learned per-feature
-    (per-channel for images) scale and shift: no batch statistics, no running averages, so
-    training and inference compute the same."""
+    """ggmlR's `batch_norm` (mode="rms", the default): an RMS norm along ggml's first axis with
+    learned per-feature (per-channel for images) scale and shift: no batch statistics, no
+    running averages, so training and inference compute the same.
+
+    mode="batch" is a true batch norm for flat inputs: in training, each feature is
+    normalised with its batch mean and biased batch variance (gradients flow through both),
+    and running averages are updated after every training batch,
+    `running = (1 - momentum) * running + momentum * batch` (ggmlR's ag_batch_norm rule);
+    inference uses the running averages."""
 
     kind = "batch_norm"
     has_weights = True
 
-    def __init__(self, eps=1e-5, name=None, trainable=True):
+    def __init__(self, eps=1e-5, name=None, trainable=True, mode="rms", momentum=0.1):
         super().__init__(name, trainable)
         self.eps = float(eps)
         if not self.eps > 0:
             raise GGMLError(f"batch_norm eps must be > 0, got {eps}")
+        if mode not in ("rms", "batch"):
+            raise GGMLError(f"batch_norm mode must be 'rms' (ggmlR's) or 'batch', got {mode!r}")
+        if not 0 <= float(momentum) <= 1:
+            raise GGMLError(f"batch_norm momentum must be in [0, 1], got {momentum}")
+        self.mode, self.momentum = mode, float(momentum)
+
+    def infer(self, s):
+        if self.mode == "batch" and len(s[0]) != 1:
+            raise GGMLError(f"batch_norm {self.name!r}: mode='batch' needs flat inputs (add a flatten first)")
+        return s[0]
 
     def _nf(self):
         return self.in_shape[2] if len(self.in_shape) == 3 else self.in_shape[0]
 
     def param_shapes(self):
-        return {"gamma": (self._nf(),), "beta": (self._nf(),)}
+        shapes = {"gamma": (self._nf(),), "beta": (self._nf(),)}
+        if self.mode == "batch":
+            shapes.update(running_mean=(self._nf(),), running_var=(self._nf(),))
+        return shapes
 
     def init_weights(self, rng):
         n = self._nf()
-        return {"gamma": np.ones(n, np.float32), "beta": np.zeros(n, np.float32)}
+        w = {"gamma": np.ones(n, np.float32), "beta": np.zeros(n, np.float32)}
+        if self.mode == "batch":
+            w.update(running_mean=np.zeros(n, np.float32), running_var=np.ones(n, np.float32))
+        return w
+
+    def tensors(self, b):
+        # running averages are state, never ggml params (the optimizer must not touch them)
+        return {k: b.weight((id(self), k), v, self.trainable and k in ("gamma", "beta"))
+                for k, v in self.weights.items()}
 
     def build(self, b, xs, W, batch, ctx):
-        y = lib.ggml_rms_norm(b.ctx, b.cont(xs[0]), self.eps)
+        x = b.cont(xs[0])
+        if self.mode == "batch":
+            return self._build_batch(b, x, W, batch, ctx)
+        y = lib.ggml_rms_norm(b.ctx, x, self.eps)
         if len(self.in_shape) == 3:
             g, be = b.reshape(W["gamma"], [1, 1, self._nf(), 1]), b.reshape(W["beta"], [1, 1, self._nf(), 1])
         elif len(self.in_shape) == 2:
@@ -389,8 +419,42 @@ class BatchNorm(Layer):
             g, be = W["gamma"], W["beta"]
         return b.add(b.mul(y, g), be)
 
+    def _build_batch(self, b, x, W, batch, ctx):
+        c = b.ctx
+        f = self._nf()
+        if not b.training:
+            inv = (1.0 / np.sqrt(self.weights["running_var"].astype(np.float64) + self.eps)).astype(np.float32)
+            y = b.mul(b.sub(x, W["running_mean"]), b.const(inv))
+            return b.add(b.mul(y, W["gamma"]), W["beta"])
+        # batch means as an average pool over the batch axis ([F, N] -> [F, 1]): no transposes
+        # (ggml's backward of a transpose hands non-contiguous gradients to ops that need
+        # contiguous rows) and no MEAN (its backward only handles a scalar result)
+        def batch_mean(t):
+            return lib.ggml_pool_2d(c, t, lib.GGML_OP_POOL_AVG, 1, batch, 1, batch, 0.0, 0.0)
+        mean = batch_mean(x)                                            # [F, 1]
+        xc = b.sub(x, mean)
+        var = batch_mean(lib.ggml_sqr(c, xc))                          # biased, [F, 1]
+        # 1/sqrt(var + eps) as exp(-log(var + eps)/2): ggml's DIV backward cannot broadcast
+        inv_std = lib.ggml_exp(c, b.scale(lib.ggml_log(c, b.scale(var, 1.0, self.eps)), -0.5))
+        y = b.mul(xc, inv_std)
+        # the batch statistics are copied into the weight buffer, where the per-batch callback
+        # reads them; the copies are tied into the loss with weight 0 so ggml_opt computes them
+        stats = [b.new_w([f]), b.new_w([f])]
+        copies = [lib.ggml_cpy(c, b.reshape(t, [f]), s) for t, s in ((mean, stats[0]), (var, stats[1]))]
+        ctx.setdefault("bn_stats", []).append((self, stats[0], stats[1]))
+        ctx.setdefault("anchors", []).extend(copies)
+        return b.add(b.mul(y, W["gamma"]), W["beta"])
+
+    def update_running(self, mean, var):
+        m = self.momentum
+        self.weights["running_mean"] = ((1 - m) * self.weights["running_mean"] + m * mean).astype(np.float32)
+        self.weights["running_var"] = ((1 - m) * self.weights["running_var"] + m * var).astype(np.float32)
+
     def config(self):
-        return {"eps": self.eps}
+        cfg = {"eps": self.eps}
+        if self.mode != "rms":
+            cfg.update(mode=self.mode, momentum=self.momentum)
+        return cfg
 
 
 class Dropout(Layer):
