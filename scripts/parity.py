@@ -383,6 +383,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     global DEVICE
     DEVICE = args.device
+    if args.device:
+        import parity_keras
+        parity_keras.DEVICE = args.device
     if args.f32_tol:
         TOL_F32.update(rtol=args.f32_tol[0], atol=args.f32_tol[1])
     suites = args.suite or ["ggml", "ag", "train", "keras"]

@@ -27,6 +27,9 @@ class CaseFailure(Exception):
     pass
 
 
+DEVICE = "cpu"   # parity.py --device sets it: the keras cases then compile for that device
+
+
 # step index -> why ggmlpy's result differs from ggmlR's there (checked against numpy instead)
 DEFECT_STEPS = {
     "keras_seq_validation_data_mixed_by_shuffle": {
@@ -331,7 +334,7 @@ def run_keras_case(case, tol=None):
     model = build_model(case)
     c = case["compile"]
     try:
-        K.ggml_compile(model, optimizer=c["optimizer"], loss=c["loss"], metrics=c.get("metrics"), backend="cpu")
+        K.ggml_compile(model, optimizer=c["optimizer"], loss=c["loss"], metrics=c.get("metrics"), backend=DEVICE)
     except K.GGMLError as e:
         if case.get("ggmlr_defect") and c["loss"] not in K.KNOWN_LOSSES:
             return  # ggmlR silently trains an unknown loss name as cross-entropy; ggmlpy refuses it

@@ -544,7 +544,8 @@ class _Recurrent(Layer):
     def _steps(self, b, x, batch):
         c, t = self.in_shape
         x = b.cont(lib.ggml_permute(b.ctx, x, 0, 2, 1, 3))  # [C, T, N] -> [C, N, T]
-        return [lib.ggml_view_2d(b.ctx, x, c, batch, x.nb[1], i * x.nb[2]) for i in range(t)]
+        # each step copied out (GPU backends refuse matmul operands at unaligned offsets)
+        return [lib.ggml_cont(b.ctx, lib.ggml_view_2d(b.ctx, x, c, batch, x.nb[1], i * x.nb[2])) for i in range(t)]
 
     def _gate(self, b, g, k, batch):
         u = self.units
