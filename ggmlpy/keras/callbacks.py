@@ -61,6 +61,7 @@ class ggml_callback_early_stopping(_Monitor):
         self.stopped_epoch = None
 
     def on_epoch_end(self, epoch, logs, state):
+        """Ask ggml_fit to stop when the monitored value stalled for `patience` epochs."""
         if self._stalled(logs):
             state.stop = True
             self.stopped_epoch = epoch
@@ -75,6 +76,7 @@ class ggml_schedule_step_decay:
             raise GGMLError("step_size must be >= 1")
 
     def on_epoch_begin(self, epoch, logs, state):
+        """Decay the learning rate at every step_size-th epoch."""
         if epoch > 1 and (epoch - 1) % self.step_size == 0:
             state.lr = state.lr * self.gamma
 
@@ -86,6 +88,7 @@ class ggml_schedule_cosine_decay:
         self.eta_min, self.T_max, self.eta_max = float(eta_min), T_max, None
 
     def on_epoch_begin(self, epoch, logs, state):
+        """Set this epoch's learning rate on the cosine curve."""
         if self.eta_max is None:
             self.eta_max = state.lr
         t_max = self.T_max if self.T_max is not None else state.nepoch
@@ -101,6 +104,7 @@ class ggml_schedule_reduce_on_plateau(_Monitor):
         self.factor, self.min_lr = float(factor), float(min_lr)
 
     def on_epoch_end(self, epoch, logs, state):
+        """Reduce the learning rate when the monitored value stalled for `patience` epochs."""
         if self._stalled(logs):
             state.lr = max(state.lr * self.factor, self.min_lr)
             self.wait = 0

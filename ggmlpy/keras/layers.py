@@ -87,18 +87,23 @@ class Layer:
 
     # -- to override -------------------------------------------------------------------------------
     def infer(self, in_shapes: list) -> tuple:
+        """One sample's output shape (ggml order) for these input shapes; GGMLError if they do not fit."""
         return in_shapes[0]
 
     def param_shapes(self) -> dict:
+        """{weight name: numpy shape (ggml ne reversed)} for the current input shape."""
         return {}
 
     def init_weights(self, rng) -> dict:
+        """Fresh weights with ggmlR's initialisers, drawn from numpy Generator `rng`."""
         return {}
 
     def build(self, b, xs, W, batch, ctx):
+        """The layer's ggml ops on input tensors `xs` ([*sample shape, batch]) with weight tensors `W`."""
         raise NotImplementedError
 
     def config(self) -> dict:
+        """The constructor settings (ggmlR's layer$config), enough to rebuild the layer."""
         return {}
 
     # -- shared ------------------------------------------------------------------------------------
@@ -126,9 +131,11 @@ class Layer:
         return None if self.out_shape is None else tuple(ggml_to_r_shape(self.out_shape))
 
     def n_params(self) -> int:
+        """Number of weight values (running averages included)."""
         return int(sum(v.size for v in self.weights.values()))
 
     def tensors(self, b):
+        """The layer's weights as tensors of builder `b` (ggml params when trainable)."""
         return {k: b.weight((id(self), k), v, self.trainable) for k, v in self.weights.items()}
 
     def __repr__(self):
@@ -136,6 +143,8 @@ class Layer:
 
 
 class Dense(Layer):
+    """Fully connected: act(W^T x + b); weight ne [in, units], Glorot uniform; bias zeros."""
+
     kind = "dense"
     has_weights = True
 
@@ -170,6 +179,8 @@ class Dense(Layer):
 
 
 class Flatten(Layer):
+    """Each sample to a flat vector in ggml order."""
+
     kind = "flatten"
 
     def infer(self, s):
@@ -180,6 +191,8 @@ class Flatten(Layer):
 
 
 class Conv2D(Layer):
+    """2-d cross-correlation over images (W, H, C); kernel ne [KW, KH, C, filters], He uniform."""
+
     kind = "conv_2d"
     has_weights = True
 
@@ -307,6 +320,8 @@ class Conv1D(Layer):
 
 
 class MaxPooling2D(Layer):
+    """Max over pool_size windows, no padding; strides default to pool_size."""
+
     kind = "max_pooling_2d"
 
     def __init__(self, pool_size=(2, 2), strides=None, name=None, trainable=True):
@@ -346,11 +361,15 @@ class _GlobalPool(Layer):
 
 
 class GlobalAveragePooling2D(_GlobalPool):
+    """Mean over H and W per channel."""
+
     kind = "global_average_pooling_2d"
     op = "GGML_OP_POOL_AVG"
 
 
 class GlobalMaxPooling2D(_GlobalPool):
+    """Max over H and W per channel."""
+
     kind = "global_max_pooling_2d"
     op = "GGML_OP_POOL_MAX"
 
@@ -402,6 +421,7 @@ class BatchNorm(Layer):
         return w
 
     def tensors(self, b):
+        """The layer's weights as tensors of builder `b` (ggml params when trainable)."""
         # running averages are state, never ggml params (the optimizer must not touch them)
         return {k: b.weight((id(self), k), v, self.trainable and k in ("gamma", "beta"))
                 for k, v in self.weights.items()}
@@ -446,6 +466,7 @@ class BatchNorm(Layer):
         return b.add(b.mul(y, W["gamma"]), W["beta"])
 
     def update_running(self, mean, var):
+        """Fold one training batch's statistics into the running averages."""
         m = self.momentum
         self.weights["running_mean"] = ((1 - m) * self.weights["running_mean"] + m * mean).astype(np.float32)
         self.weights["running_var"] = ((1 - m) * self.weights["running_var"] + m * var).astype(np.float32)
@@ -562,6 +583,8 @@ class _Recurrent(Layer):
 
 
 class LSTM(_Recurrent):
+    """LSTM with gate blocks i, f, g, o (ggmlR's layout); h0 = c0 = 0."""
+
     kind = "lstm"
 
     def param_shapes(self):
@@ -586,6 +609,8 @@ class LSTM(_Recurrent):
 
 
 class GRU(_Recurrent):
+    """ggmlR's GRU: z, r gates; h = h + z (n - h) (z weights the new state); h0 = 0."""
+
     kind = "gru"
 
     def param_shapes(self):
@@ -612,6 +637,8 @@ class GRU(_Recurrent):
 
 
 class Add(Layer):
+    """Element-wise sum of two or more same-shape inputs."""
+
     kind = "add"
 
     def infer(self, s):
@@ -655,6 +682,7 @@ class Concatenate(Layer):
         return b.concat(xs, self._axis(len(self.in_shapes_all[0])))
 
     def setup(self, in_shapes, rng):
+        """Remember every input shape (the axis check needs them all), then the usual setup."""
         self.in_shapes_all = [tuple(s) for s in in_shapes]
         return super().setup(in_shapes, rng)
 

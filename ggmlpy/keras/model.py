@@ -313,6 +313,7 @@ class _Model:
                 layer.weights[k] = arr.reshape(layer.weights[k].shape).copy()
 
     def count_params(self) -> int:
+        """Total number of weight values."""
         self._build()
         return sum(l.n_params() for l in self._all_layers())
 
