@@ -7,16 +7,15 @@ PyTorch backend and a plain PyTorch loop, same models, same data, same thread co
 Models: a 784-256-256-10 MLP (relu, softmax; Adam, cross-entropy, batch 128, 9984 synthetic
 samples = 78 full batches, since ggml_opt drops a remainder) and the digits CNN of
 `python -m ggmlpy demo --keras` (batch 32). Each figure is the median over R epochs (each a
-fit(epochs=1) call, set-up included, after one warm-up call). Needs torch; Keras is optional
-(pip install keras).
+fit(epochs=1) call, set-up included, after one warm-up call), timed in interleaved rounds
+(one epoch of each framework in turn) so that the machine's drifting speed hits all alike.
+Needs torch; Keras is optional (pip install keras).
 """
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--threads", type=int, default=1)
@@ -28,6 +27,7 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ggmlpy as g  # noqa: E402
 
 import torch  # noqa: E402
@@ -37,16 +37,6 @@ try:
     import keras  # noqa: E402
 except Exception:  # noqa: BLE001  (Keras without a usable backend)
     keras = None
-
-
-def median_time(fn, repeats):
-    fn()
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def mlp_data():
@@ -122,21 +112,23 @@ def torch_epoch(model, opt, x, y, batch):
 
 
 def run(name, data, ggml_model, keras_model, torch_model, channels_first=False):
+    from benchlib import interleaved
     x, y, batch = data
-    res = {}
+    fns = {}
     m = ggml_model()
-    res["ggmlpy ggml_fit"] = median_time(lambda: m.fit(x, y, epochs=1, batch_size=batch), args.repeats)
+    fns["ggmlpy ggml_fit"] = (lambda: m.fit(x, y, epochs=1, batch_size=batch), 1)
     if keras is not None:
         km = keras_model()
-        res["Keras 3 (torch)"] = median_time(lambda: km.fit(x, y, epochs=1, batch_size=batch, verbose=0),
-                                             args.repeats)
+        fns["Keras 3 (torch)"] = (lambda: km.fit(x, y, epochs=1, batch_size=batch, verbose=0), 1)
     tm = torch_model()
     opt = torch.optim.Adam(tm.parameters(), lr=1e-3)
     tx = torch.from_numpy(x.transpose(0, 3, 1, 2).copy() if channels_first else x)
     ty = torch.from_numpy(y.argmax(1))
-    res["PyTorch loop"] = median_time(lambda: torch_epoch(tm, opt, tx, ty, batch), args.repeats)
+    fns["PyTorch loop"] = (lambda: torch_epoch(tm, opt, tx, ty, batch), 1)
+    res = interleaved(fns, repeats=args.repeats, warmup=1)
     base = res["PyTorch loop"]
-    print(f"\n{name}: one epoch ({len(x)} samples, batch {batch}), {args.threads} thread(s)")
+    print(f"\n{name}: one epoch ({len(x)} samples, batch {batch}), {args.threads} thread(s), "
+          f"median of {args.repeats} interleaved rounds")
     for k, v in res.items():
         print(f"  {k:18s} {v * 1000:9.1f} ms   {v / base:5.2f}x PyTorch")
     return res

@@ -11,15 +11,30 @@ import math
 
 import numpy as np
 
-from ..backend.device import get_backend
+from ..backend.device import blas_backend, get_backend
 from ..backend.sched import Scheduler
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from .builder import F32, GRAPH_SIZE, I32, MAX_FORWARD_NODES, Builder
 
 
-def make_scheduler(backend):
-    bs = [backend] if backend.is_cpu else [backend, get_backend("cpu")]
+_blas = {}
+
+
+def make_scheduler(backend, blas=False):
+    """The scheduler ggml_opt runs on. On the CPU, with `blas`, ggml's BLAS backend takes the
+    products it supports (ggml's backward computes weight gradients as OUT_PROD, which ggml's
+    CPU kernel runs far slower than OpenBLAS)."""
+    if backend.is_cpu:
+        bs = [backend]
+        if blas:
+            key = backend.n_threads
+            if key not in _blas:
+                _blas[key] = blas_backend(backend.n_threads)
+            if _blas[key] is not None:
+                bs = [_blas[key], backend]
+    else:
+        bs = [backend, get_backend("cpu")]
     return Scheduler(bs, graph_size=GRAPH_SIZE * 8)
 
 
@@ -172,7 +187,7 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         if not any(t.flags & lib.GGML_TENSOR_FLAG_PARAM for t in b.param_tensors.values()):
             raise GGMLError("the model has no trainable weights (all layers are frozen)")
         b.allocate(backend)
-        sched = make_scheduler(backend)
+        sched = make_scheduler(backend, blas=True)
         params = lib.ggml_opt_default_params(sched.ptr, loss_type)
         params.ctx_compute = b.ctx
         params.inputs = inp
