@@ -197,10 +197,13 @@ def fd_grad(loss_fn, W, h=1e-6):
 
 def ggml_opt_loss(out, y, loss, w=None):
     """ggml_opt's batch losses: mse = sum((out - y)^2)/(B K) (weighted per sample when w is
-    given); cross_entropy = -(1/B) sum y * log_softmax(out)."""
+    given); cross_entropy = -(1/B) sum y * log_softmax(out); cross_entropy_of_probabilities =
+    -(1/B) sum y * log(out), for a softmax output (what ggml computes from its logits)."""
     if loss == "mse":
         w = np.ones(len(out)) if w is None else w
         return float(np.sum(w[:, None] * (out - y) ** 2) / out.size)
+    if loss == "cross_entropy_of_probabilities":   # `out` is a softmax output: the true CE
+        return float(-np.sum(y * np.log(out)) / len(out))
     ls = out - out.max(axis=1, keepdims=True)
     ls = ls - np.log(np.exp(ls).sum(axis=1, keepdims=True))
     return float(-np.sum(y * ls) / len(out))

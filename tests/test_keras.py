@@ -79,6 +79,13 @@ LAYER_CASES = {
 }
 
 
+def ref_loss(m):
+    """The loss ggml_fit trains, for train_reference: on a softmax output the true CE."""
+    if m.fit_loss == "cross_entropy" and getattr(m._output_layers()[-1], "activation", None) == "softmax":
+        return "cross_entropy_of_probabilities"
+    return m.fit_loss
+
+
 def _data(shape, n=5):
     return RNG.uniform(-1, 1, (n,) + tuple(shape))
 
@@ -111,7 +118,7 @@ def test_layer_gradients_match_finite_differences(name, loss, optimizer):
         return pk.reference_predict(m, xb, W, training=True)[-1]
     trainable = {ln: {k: v for k, v in ps.items() if not k.startswith("running_")} for ln, ps in before.items()}
     rows, W = ref.train_reference(forward, before, list(before), x, y, h.batch_order, 4, 4, 2,
-                                  m.fit_loss, m.ggml_optimizer, lr=0.05, only=trainable)
+                                  ref_loss(m), m.ggml_optimizer, lr=0.05, only=trainable)
     np.testing.assert_allclose(h["train_loss"], [r[0] for r in rows], rtol=1e-4, atol=1e-5)
     after = m.get_weights()
     for ln, ps in W.items():
@@ -152,7 +159,7 @@ def test_functional_shared_layer_gradients_add_up():
     def forward(W, xb_):
         return pk.reference_predict(m, xb_, W, training=True)[-1]
     rows, W = ref.train_reference(forward, before, list(before), [xa, xb], y, h.batch_order, 3, 6, 3,
-                                  "cross_entropy", "sgd", lr=0.1)
+                                  ref_loss(m), "sgd", lr=0.1)
     np.testing.assert_allclose(h["train_loss"], [r[0] for r in rows], rtol=1e-4, atol=1e-5)
     for ln, ps in W.items():
         for k, v in ps.items():
@@ -447,3 +454,44 @@ def test_true_batch_norm_running_averages():
     np.testing.assert_allclose(bn.weights["running_mean"], rm, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(bn.weights["running_var"], rv, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(g.ggml_predict(m, x), pk.reference_predict(m, x)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["dense_relu", "conv_2d_valid", "lstm", "true_batch_norm"])
+def test_predict_does_not_depend_on_batch_size(name):
+    """Zero-padded and remainder batches, and a batch of one sample (ggmlR's flatten aborts on it)."""
+    layers, shape = LAYER_CASES[name]
+    m = g.ggml_compile(_seq(*layers, input_shape=shape), loss="mse")
+    _randomize(m)
+    x = _data(shape, 7)
+    full = g.ggml_predict(m, x, batch_size=7)
+    for bs in (1, 3, 32):
+        np.testing.assert_allclose(g.ggml_predict(m, x, batch_size=bs), full, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(g.ggml_predict(m, x[:1], batch_size=1), full[:1], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("weights", ["sample", "class"])
+def test_weighted_cross_entropy_gradient_matches_finite_differences(weights):
+    """ggmlR weights CE by scaling the labels, which ggml's CE gradient gets wrong; the default
+    here weights each sample's loss."""
+    m = _seq((g.ggml_layer_dense, dict(units=4, activation="tanh")),
+             (g.ggml_layer_dense, dict(units=3, activation="softmax")), input_shape=(3,))
+    m = g.ggml_compile(m, optimizer="sgd", lr=0.2)
+    _randomize(m)
+    x = _data((3,), 6)
+    y = np.eye(3)[RNG.integers(0, 3, 6)]
+    sw = RNG.uniform(0.2, 3.0, 6)
+    kw = {"sample_weight": sw} if weights == "sample" else {"class_weight": {0: 0.5, 1: 2.0, 2: 3.0}}
+    w = sw if weights == "sample" else np.array([0.5, 2.0, 3.0])[y.argmax(1)]
+    before = m.get_weights()
+    m._record_order = True
+    h = m.fit(x, y, epochs=3, batch_size=6, **kw)
+
+    def forward(W, xb):
+        return pk.reference_predict(m, xb, W, training=True)[-1]
+    rows, W = ref.train_reference(forward, before, list(before), x, y * w[:, None], h.batch_order, 6, 6, 3,
+                                  "cross_entropy_of_probabilities", "sgd", lr=0.2)
+    np.testing.assert_allclose(h["train_loss"], [r[0] for r in rows], rtol=1e-4, atol=1e-6)
+    for ln, ps in W.items():
+        for k, v in ps.items():
+            np.testing.assert_allclose(m.get_weights()[ln][k], v, rtol=1e-3, atol=2e-5, err_msg=f"{ln}.{k}")
+    assert 0 <= h["train_accuracy"][-1] <= 1

@@ -139,17 +139,20 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
           opt_params, backend, loss, verbose, mask_fn, hooks, record_order):
     """ggml_opt over `packed` rows [n_used, F] (training rows first, then validation rows).
 
-    loss: "cross_entropy" | "mse" | "weighted_mse" (weights [n_used] packed with the labels).
+    loss: "cross_entropy" | "mse" | "weighted_mse" | "weighted_ce" (weights [n_used] packed with
+    the labels: ggml's cross-entropy backward assumes labels that sum to 1, so scaled labels
+    would give a wrong gradient; "weighted_ce" builds -sum w y log softmax(z) / B itself).
     Returns per-epoch train/val (loss, accuracy) and, if asked, each epoch's batch order."""
     specs = model._input_specs()
     dtype = I32 if specs[0][1] == "int32" else F32
-    if dtype == I32 and loss == "weighted_mse":
-        raise GGMLError("sample weights with mse need float inputs")
+    weighted = loss in ("weighted_mse", "weighted_ce")
+    if dtype == I32 and weighted:
+        raise GGMLError("sample or class weights need float inputs")
     f_x = packed.shape[1]
     k = labels.shape[1]
     # the packed row: inputs, [labels, weight for weighted mse], sample index (ignored by the graph)
     cols = [packed.astype(np.float32 if dtype == F32 else np.int32)]
-    if loss == "weighted_mse":
+    if weighted:
         cols += [labels.astype(np.float32), weights.reshape(-1, 1).astype(np.float32)]
     cols.append(np.arange(n_used).reshape(-1, 1))
     data = np.ascontiguousarray(np.concatenate(cols, axis=1), dtype=np.float32 if dtype == F32 else np.int32)
@@ -158,7 +161,7 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
     b = Builder(training=True)
     sched = opt = ds = r_train = r_val = None
     ctx = {"functional": model.functional}
-    if loss == "cross_entropy" and getattr(model, "softmax_ce", "ggmlr") == "exact":
+    if loss in ("cross_entropy", "weighted_ce") and getattr(model, "softmax_ce", "exact") == "exact":
         ctx["logits_of"] = id(model._output_layers()[-1])
     try:
         inp = b.new_w([ne_dp, batch], dtype)
@@ -175,6 +178,12 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
             y = b.view_rows(inp, f_x, k)
             w = b.reshape(b.view_rows(inp, f_x + k, 1), [1, batch])
             out = b.mul(lib.ggml_sqr(b.ctx, b.sub(out, y)), w)
+            loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN
+        elif loss == "weighted_ce":
+            y = b.view_rows(inp, f_x, k)
+            w = b.reshape(b.view_rows(inp, f_x + k, 1), [1, batch])
+            logp = lib.ggml_log(b.ctx, lib.ggml_soft_max(b.ctx, out))
+            out = b.scale(b.mul(b.mul(logp, y), w), -float(k))   # MEAN divides by K*B
             loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN
         elif loss == "mse":
             loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR
@@ -198,7 +207,7 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         params.optimizer = (lib.GGML_OPT_OPTIMIZER_TYPE_SGD if opt_params.optimizer == "sgd"
                             else lib.GGML_OPT_OPTIMIZER_TYPE_ADAMW)
         opt = lib.ggml_opt_init(params)
-        lab = labels if loss != "weighted_mse" else None
+        lab = None if weighted else labels
         ds = lib.ggml_opt_dataset_init(dtype, F32, ne_dp, 0 if lab is None else k, n_used, 1)
         t_data = lib.ggml_opt_dataset_data(ds)
         ffi.memmove(t_data.data, ffi.from_buffer(data), data.nbytes)
@@ -232,6 +241,8 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
                 raise errors[0]
             tl, ta = _result(r_train)
             vl, va = _result(r_val)
+            if loss == "weighted_ce":  # ggml_opt counts correct predictions for its own CE loss only
+                ta, va = _accuracies(model, b, packed, labels, n_train, n_used, backend)
             history.append((tl, ta, vl, va))
             if record_order:
                 orders.append(_batch_order(ds, data.shape, batch, n_used, dtype, 0 if lab is None else k))
@@ -250,6 +261,14 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         if sched is not None:
             sched.free()
         b.free()
+
+
+def _accuracies(model, b, packed, labels, n_train, n_used, backend):
+    """Accuracy of the weights as they stand, on the training and the validation rows."""
+    _read_back(model, b)
+    p = predict_packed(model, packed[:n_used], min(256, n_used), backend)[-1]
+    hit = np.argmax(p, axis=1) == np.argmax(labels[:n_used], axis=1)
+    return float(hit[:n_train].mean()), (float(hit[n_train:].mean()) if n_used > n_train else None)
 
 
 def _stats_callback(stats, verbose, errors):

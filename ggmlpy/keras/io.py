@@ -130,7 +130,8 @@ def _architecture(model) -> dict:
                 "inputs": [nodes[id(n)] for n in model.inputs], "outputs": [nodes[id(n)] for n in model.outputs]}
     if model.compiled:
         arch["compile"] = {"optimizer": model.optimizer, "loss": model.loss, "metrics": model.metrics,
-                           "backend": model.device, **{k: v for k, v in model.opt_settings.items()}}
+                           "backend": model.device, "softmax_ce": model.softmax_ce,
+                           **{k: v for k, v in model.opt_settings.items()}}
     return arch
 
 
@@ -169,6 +170,7 @@ def ggml_load_model(path, backend=None):
     c = arch.get("compile")
     if c:
         model.compile(c["optimizer"], c["loss"], c["metrics"], backend or c["backend"], lr=c["lr"],
-                      beta1=c["beta1"], beta2=c["beta2"], eps=c["eps"], weight_decay=c["wd"])
+                      beta1=c["beta1"], beta2=c["beta2"], eps=c["eps"], weight_decay=c["wd"],
+                      softmax_ce=c.get("softmax_ce", "exact"))
     _install(model, arrays)
     return model

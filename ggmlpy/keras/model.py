@@ -47,14 +47,16 @@ class _Model:
 
     # -- compile -----------------------------------------------------------------------------------
     def compile(self, optimizer="adam", loss="categorical_crossentropy", metrics=("accuracy",), backend="cpu",
-                lr=None, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, softmax_ce="ggmlr"):
+                lr=None, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, softmax_ce="exact"):
         """ggmlR's ggml_compile. `optimizer`: "sgd", or anything else = ggml's AdamW (ggmlR's rule).
         `loss`: categorical_crossentropy (also crossentropy, cross_entropy) or mse
         (mean_squared_error). ggmlR fixes lr = 1e-3, beta1 .9, beta2 .999, eps 1e-8, no weight
         decay; the keyword arguments change them. `backend`: "cpu", "auto" or a ggmlpy device.
-        `softmax_ce`: with a softmax output layer and cross-entropy, ggmlR ("ggmlr", the default,
-        for its numbers) trains on CE(softmax(softmax(z))) because ggml's loss applies log-softmax
-        itself; "exact" trains on the true CE(softmax(z)) by handing ggml the logits."""
+        `softmax_ce`: "exact" (the default) trains a dense softmax output layer with
+        cross-entropy on the true CE(softmax(z)), by handing ggml's loss (which applies
+        log-softmax itself) the logits, and weights samples (sample_weight, class_weight) in
+        the loss. "ggmlr" reproduces ggmlR's training: CE(softmax(softmax(z))), and weights as
+        scaled labels, whose gradient in ggml is wrong (ggml assumes labels summing to 1)."""
         if softmax_ce not in ("ggmlr", "exact"):
             raise GGMLError(f"softmax_ce must be 'ggmlr' or 'exact', got {softmax_ce!r}")
         self.softmax_ce = softmax_ce
@@ -234,8 +236,11 @@ class _Model:
         w = self._sample_weights(yy, sample_weight, class_weight)
         loss = self.fit_loss
         weighted = sample_weight is not None or class_weight is not None
-        if loss == "cross_entropy":
-            yy = yy * w[:, None]  # CE is linear in the labels: scaling a row weights its sample
+        if loss == "cross_entropy" and weighted:
+            if self.softmax_ce == "ggmlr":
+                yy = yy * w[:, None]  # ggmlR scales the labels (ggml's gradient then assumes they sum to 1)
+            else:
+                loss = "weighted_ce"
         elif weighted:
             loss = "weighted_mse"
         path = self._fit_path()
