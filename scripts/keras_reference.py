@@ -41,14 +41,15 @@ def flatten(h):
 
 
 def conv2d(x, kernel, bias, strides, pads, a):
-    """x (N, H, W, C); kernel numpy (OC, C, KH, KW) = ggml [KW, KH, C, OC]; pads (ph, pw)."""
+    """x (N, H, W, C); kernel numpy (OC, C, KH, KW) = ggml [KW, KH, C, OC];
+    pads (top, bottom, left, right) of zeros."""
     n, hh, ww, c = x.shape
     oc, _, kh, kw = kernel.shape
     sh, sw = strides
-    ph, pw = pads
-    xp = np.zeros((n, hh + 2 * ph, ww + 2 * pw, c))
-    xp[:, ph:ph + hh, pw:pw + ww] = x
-    oh, ow = (hh + 2 * ph - kh) // sh + 1, (ww + 2 * pw - kw) // sw + 1
+    pt, pb, pl, pr = pads
+    xp = np.zeros((n, hh + pt + pb, ww + pl + pr, c))
+    xp[:, pt:pt + hh, pl:pl + ww] = x
+    oh, ow = (hh + pt + pb - kh) // sh + 1, (ww + pl + pr - kw) // sw + 1
     out = np.zeros((n, oh, ow, oc))
     for i in range(oh):
         for j in range(ow):
@@ -135,12 +136,14 @@ def layer_forward(kind, cfg, w, xs, training=False):
     if kind == "flatten":
         return flatten(x)
     if kind == "conv_2d":
-        kh, kw = cfg["kernel_size"]
-        pads = (kh // 2, kw // 2) if cfg.get("padding") == "same" else (0, 0)
-        out = conv2d(x, w["kernel"], w["bias"], cfg["strides"], pads, cfg.get("activation"))
-        if cfg.get("padding") == "same":  # Keras' "same" for even kernels: drop the extra first row/col
-            out = out[:, int(kh % 2 == 0):, int(kw % 2 == 0):]
-        return out
+        pads = [0, 0, 0, 0]
+        if cfg.get("padding") == "same":
+            # ggmlR's floor(K/2) each side for odd kernels; Keras' padding for even ones
+            pads = []
+            for k, n, st in zip(cfg["kernel_size"], x.shape[1:3], cfg["strides"]):
+                total = max((int(np.ceil(n / st)) - 1) * st + k - n, 0)
+                pads += [k // 2, k // 2] if k % 2 else [total // 2, total - total // 2]
+        return conv2d(x, w["kernel"], w["bias"], cfg["strides"], pads, cfg.get("activation"))
     if kind == "conv_1d":
         pad = cfg["kernel_size"] // 2 if cfg.get("padding") == "same" else 0
         return conv1d(x, w["kernel"], w["bias"], cfg["strides"], pad, cfg.get("activation"))

@@ -207,16 +207,21 @@ class Conv2D(Layer):
         self.padding = padding
         self.activation = _check_activation(activation)
 
-    def _pads(self):
+    def _pads(self, h, w):
+        """(top, bottom, left, right) zero padding. "same": ggmlR's floor(K/2) on both sides for
+        odd kernels; for an even kernel that is one row/column too many (ggmlR's output is
+        (H+1)x(W+1)), so it uses Keras' padding: ceil(H/s) outputs, the extra row/column after."""
         kh, kw = self.kernel_size
         if self.padding == "valid":
             return 0, 0, 0, 0
-        # ggmlR: floor(K/2) on both sides. For an even kernel that gives one row/column too many;
-        # the first is cropped (Keras' "same": the extra padding goes after), stride 1 only.
-        crop_h, crop_w = int(kh % 2 == 0), int(kw % 2 == 0)
-        if (crop_h or crop_w) and self.strides != [1, 1]:
-            raise GGMLError("conv_2d: padding='same' with an even kernel needs strides 1")
-        return kh // 2, kw // 2, crop_h, crop_w
+        pads = []
+        for k, n, st in ((kh, h, self.strides[0]), (kw, w, self.strides[1])):
+            if k % 2:
+                pads += [k // 2, k // 2]
+            else:
+                total = max((-(-n // st) - 1) * st + k - n, 0)
+                pads += [total // 2, total - total // 2]
+        return tuple(pads)
 
     def infer(self, s):
         if len(s[0]) != 3:
@@ -224,8 +229,8 @@ class Conv2D(Layer):
         w, h, c = s[0]
         kh, kw = self.kernel_size
         sh, sw = self.strides
-        ph, pw, ch, cw = self._pads()
-        oh, ow = (h + 2 * ph - kh) // sh + 1 - ch, (w + 2 * pw - kw) // sw + 1 - cw
+        pt, pb, pl, pr = self._pads(h, w)
+        oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
         if oh < 1 or ow < 1:
             raise GGMLError(f"conv_2d {self.name!r}: kernel {self.kernel_size} larger than the input {h}x{w}")
         return (ow, oh, self.filters)
@@ -243,27 +248,28 @@ class Conv2D(Layer):
 
     def build(self, b, xs, W, batch, ctx):
         sh, sw = self.strides
-        ph, pw, ch, cw = self._pads()
+        w_in, h_in, c_in = self.in_shape
+        pt, pb, pl, pr = self._pads(h_in, w_in)
+        x = b.cont(xs[0])
+        if pt != pb or pl != pr:   # asymmetric: pad explicitly (an acc into zeros has a backward)
+            zeros = b.zeros([w_in + pl + pr, h_in + pt + pb, c_in, batch])
+            x = lib.ggml_acc(b.ctx, zeros, x, zeros.nb[1], zeros.nb[2], zeros.nb[3], pl * zeros.nb[0] + pt * zeros.nb[1])
+            ph = pw = 0
+        else:
+            ph, pw = pt, pl
         # ggml_conv_2d's im2col is F16 in this ggml; ggmlR's (and ours) stays F32
         k = W["kernel"]
-        col = lib.ggml_im2col(b.ctx, k, b.cont(xs[0]), sw, sh, pw, ph, 1, 1, True, lib.GGML_TYPE_F32)
+        col = lib.ggml_im2col(b.ctx, k, x, sw, sh, pw, ph, 1, 1, True, lib.GGML_TYPE_F32)
         n_col = int(col.ne[1] * col.ne[2] * col.ne[3])
         y = b.matmul(b.reshape(col, [int(col.ne[0]), n_col]), b.reshape(k, [int(k.ne[0] * k.ne[1] * k.ne[2]), int(k.ne[3])]))
         # bias and activation on the [OW*OH*N, OC] product, before the one permute to [OW, OH, OC, N]:
         # a broadcast along ne0 reduces (in the backward pass) far faster than one over a 4-d image
         y = b.add(y, b.reshape(W["bias"], [1, self.filters]))
-        if not (ch or cw) and self.activation != "softmax":
+        if self.activation != "softmax":   # element-wise: before the permute is as good as after
             y = b.activation(y, self.activation)
-            act_done = True
-        else:
-            act_done = False
         y = b.reshape(y, [int(col.ne[1]), int(col.ne[2]), int(col.ne[3]), int(k.ne[3])])
         y = b.cont(lib.ggml_permute(b.ctx, y, 0, 1, 3, 2))
-        if ch or cw:
-            ow, oh, oc = self.out_shape
-            y = b.cont(lib.ggml_view_4d(b.ctx, y, ow, oh, oc, batch, y.nb[1], y.nb[2], y.nb[3],
-                                        ch * y.nb[1] + cw * y.nb[0]))
-        return y if act_done else b.activation(y, self.activation)
+        return b.activation(y, "softmax") if self.activation == "softmax" else y
 
     def config(self):
         return {"filters": self.filters, "kernel_size": self.kernel_size, "strides": self.strides,
