@@ -498,3 +498,60 @@ def test_weighted_cross_entropy_gradient_matches_finite_differences(weights):
         for k, v in ps.items():
             np.testing.assert_allclose(m.get_weights()[ln][k], v, rtol=1e-3, atol=2e-5, err_msg=f"{ln}.{k}")
     assert 0 <= h["train_accuracy"][-1] <= 1
+
+
+def _linear_problem(batch=8):
+    """y = 2x - 1 with one weight and one bias: (sched, ctx, inputs, outputs, dataset, w)."""
+    from ggmlpy.bindings import lib
+    ctx_w = g.ggml_init(1 << 20, no_alloc=True)
+    w = g.ggml_new_tensor_2d(ctx_w, g.GGML_TYPE_F32, 1, 1)
+    bias = g.ggml_new_tensor_1d(ctx_w, g.GGML_TYPE_F32, 1)
+    inp = g.ggml_new_tensor_2d(ctx_w, g.GGML_TYPE_F32, 1, batch)
+    lib.ggml_set_param(w.ptr)
+    lib.ggml_set_param(bias.ptr)
+    cpu = g.ggml_backend_cpu_init()
+    buf = g.ggml_backend_alloc_ctx_tensors(ctx_w, cpu)
+    g.ggml_backend_tensor_set(w, np.array([[0.1]], np.float32))
+    g.ggml_backend_tensor_set(bias, np.array([0.0], np.float32))
+    ctx = g.ggml_init(64 << 20, no_alloc=True)
+    out = g.ggml_add(ctx, g.ggml_mul_mat(ctx, w, inp), bias)
+    ds = g.ggml_opt_dataset_init(g.GGML_TYPE_F32, g.GGML_TYPE_F32, 1, 1, 32)
+    xs = np.linspace(-1, 1, 32, dtype=np.float32)
+    g.ggml_opt_dataset_data(ds)[:, 0] = xs
+    g.ggml_opt_dataset_labels(ds)[:, 0] = 2 * xs - 1
+    return g.ggml_backend_sched_new([cpu]), ctx, inp, out, ds, w, (ctx_w, buf, cpu)
+
+
+def test_ggml_fit_opt_history_and_callbacks():
+    sched, ctx, inp, out, ds, w, _keep = _linear_problem()
+    es = g.ggml_callback_early_stopping(monitor="train_loss", patience=1, min_delta=10.0)
+    hist = g.ggml_fit_opt(sched, ctx, inp, out, ds, g.ggml_opt_loss_type_mse(), g.ggml_opt_optimizer_type_sgd(),
+                          nepoch=50, nbatch_logical=8, val_split=0.25, callbacks=[es], silent=True, lr=0.1)
+    assert len(hist["train_loss"]) == 2 and es.stopped_epoch == 2   # min_delta 10: never "improves" twice
+    assert hist["val_loss"][0] is not None and np.isnan(hist["train_accuracy"][0])
+    with pytest.raises(GGMLError):
+        g.ggml_fit_opt(sched, ctx, inp, out, ds, nbatch_logical=12)
+
+
+def test_ggml_opt_alloc_eval_by_hand():
+    sched, ctx, inp, out, ds, w, _keep = _linear_problem()
+    opt = g.ggml_opt_init_for_fit(sched, g.ggml_opt_loss_type_mse(), g.ggml_opt_optimizer_type_sgd(),
+                                  ctx_compute=ctx, inputs=inp, outputs=out, lr=0.5)
+    res = g.ggml_opt_result_init()
+    with pytest.raises(GGMLError, match="ggml_opt_alloc first"):
+        g.ggml_opt_eval(opt, res)
+    lab = g.ggml_opt_labels(opt)
+    for step in range(200):
+        xb, yb = g.ggml_opt_dataset_get_batch(ds, 8, step % 4)
+        g.ggml_opt_alloc(opt, True)
+        g.ggml_backend_tensor_set(inp, xb)           # [batch, ne] numpy = ggml [ne, batch]
+        g.ggml_backend_tensor_set(lab, yb)
+        g.ggml_opt_eval(opt, res)
+    np.testing.assert_allclose(g.ggml_backend_tensor_get(w).ravel(), [2.0], atol=1e-3)
+    assert g.ggml_opt_grad_acc(opt, out) is None   # accumulators exist only with opt_period > 1 (and for the loss)
+    assert g.ggml_opt_default_params(sched, g.ggml_opt_loss_type_mse())["adamw"]["alpha"] == 1e-3
+    with pytest.raises(GGMLError):
+        g.ggml_opt_prepare_alloc(opt)
+    with pytest.raises(GGMLError):
+        g.ggml_opt_dataset_weights(ds)
+    g.ggml_opt_free(opt)

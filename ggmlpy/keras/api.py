@@ -301,3 +301,15 @@ def ggml_default_mlp(n_features, n_out, task_type="classif", hidden_layers=(128,
             m = ggml_layer_dropout(m, float(dropout))
     return ggml_layer_dense(m, int(n_out), "softmax" if task_type == "classif" else None,
                             input_shape=(int(n_features),) if first else None)
+
+
+def ggml_model_backend(model, verbose=False):
+    """The device a compiled model trains and predicts on: "cpu", "vulkan", ... (verbose: a dict
+    with the requested and the used backend and the device name)."""
+    from ..backend.device import get_backend
+    _model(model, "ggml_model_backend")._need_compiled("ggml_model_backend")
+    b = get_backend(model.device)
+    used = "cpu" if b.is_cpu else b.name.lower().rstrip("0123456789")
+    if not verbose:
+        return used
+    return {"requested": model.device, "used": used, "device": b.device_name}

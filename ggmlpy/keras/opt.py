@@ -410,4 +410,108 @@ def ggml_opt_fit(sched, ctx_compute, inputs, outputs, dataset, loss_type=None, o
                      bool(silent))
 
 
-__all__ = [n for n in dir() if n.startswith("ggml_opt_")]
+def ggml_opt_default_params(sched=None, loss_type=None) -> dict:
+    """ggml's defaults for ggml_opt_init: loss type, build type (optimizer step), opt_period 1,
+    AdamW, and the optimizer settings (lr 1e-3, betas 0.9/0.999, eps 1e-8, no weight decay)."""
+    return {"loss_type": lib.GGML_OPT_LOSS_TYPE_MEAN if loss_type is None else int(loss_type),
+            "build_type": int(lib.GGML_OPT_BUILD_TYPE_OPT), "opt_period": 1,
+            "optimizer": int(lib.GGML_OPT_OPTIMIZER_TYPE_ADAMW),
+            "adamw": {"alpha": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "wd": 0.0},
+            "sgd": {"alpha": 1e-3, "wd": 0.0}}
+
+
+def ggml_opt_init_for_fit(sched, loss_type, optimizer=None, opt_period=1, ctx_compute=None, inputs=None,
+                          outputs=None, lr=1e-3):
+    """ggmlR's ggml_opt_init_for_fit: an optimizer context over (inputs, outputs) in ctx_compute."""
+    if ctx_compute is None or inputs is None or outputs is None:
+        raise GGMLError("ggml_opt_init_for_fit: ggmlpy's optimizer contexts use static graphs: give "
+                        "ctx_compute, inputs (allocated) and outputs")
+    return ggml_opt_init(sched, ctx_compute, inputs, outputs, loss_type, optimizer, opt_period, lr)
+
+
+def ggml_opt_prepare_alloc(opt_ctx, ctx_compute=None, gf=None, inputs=None, outputs=None):
+    """Only for contexts without static graphs, which ggmlpy does not create."""
+    raise GGMLError("ggml_opt_prepare_alloc is for contexts without static graphs; ggmlpy's "
+                    "ggml_opt_init always builds static graphs")
+
+
+def ggml_opt_dataset_weights(dataset):
+    """Per-sample weights exist only in ggmlR's patched ggml; use ggml_fit(sample_weight=...)."""
+    raise GGMLError("ggml_opt_dataset_weights exists only in ggmlR's patched ggml; "
+                    "use ggml_fit(sample_weight=...)")
+
+
+def ggml_opt_alloc(opt_ctx, backward: bool = True) -> None:
+    """Allocate the graph for the next ggml_opt_eval (backward: a training step)."""
+    opt = _opt(opt_ctx)
+    if getattr(opt_ctx, "eval_ready", False):
+        raise GGMLError("ggml_opt_alloc: the previous allocation was not evaluated (ggml_opt_eval)")
+    lib.ggml_opt_alloc(opt, bool(backward))
+    opt_ctx.eval_ready = True
+
+
+def ggml_opt_eval(opt_ctx, result=None) -> None:
+    """Run the allocated graph on the current inputs (one optimizer step after a backward alloc)."""
+    opt = _opt(opt_ctx)
+    if not getattr(opt_ctx, "eval_ready", False):
+        raise GGMLError("ggml_opt_eval: call ggml_opt_alloc first")
+    lib.ggml_opt_eval(opt, result.ptr if result is not None else ffi.NULL)
+    opt_ctx.eval_ready = False
+
+
+def ggml_opt_grad_acc(opt_ctx, node):
+    """The gradient accumulator of a forward-graph node (None when it has none)."""
+    p = lib.ggml_opt_grad_acc(_opt(opt_ctx), node.ptr)
+    return None if p == ffi.NULL else wrap(p, opt_ctx.ctx)
+
+
+def ggml_fit_opt(sched, ctx_compute, inputs, outputs, dataset, loss_type=None, optimizer=None, nepoch=10,
+                 nbatch_logical=32, val_split=0.0, callbacks=(), silent=False, lr=1e-3):
+    """ggmlR's ggml_fit_opt: ggml_opt_fit's loop (shuffle once, shuffle the training part every
+    epoch, train and validate) run epoch by epoch so that it returns the history
+    (train_loss, train_accuracy, val_loss, val_accuracy) and runs callbacks between epochs."""
+    from .callbacks import run_callbacks
+    loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR if loss_type is None else loss_type
+    n, b = dataset.shape[0], int(inputs.ptr.ne[1])
+    nbatch_logical = int(nbatch_logical)
+    if nbatch_logical < 1 or n % nbatch_logical or nbatch_logical % b:
+        raise GGMLError(f"ggml_fit_opt: {n} samples must be a multiple of nbatch_logical {nbatch_logical}, "
+                        f"itself a multiple of the inputs' batch {b}")
+    if not 0 <= float(val_split) < 1 or int(nepoch) < 1:
+        raise GGMLError("ggml_fit_opt: need 0 <= val_split < 1 and nepoch >= 1")
+    period = nbatch_logical // b
+    from .engine import n_train_opt_fit
+    idata_split = n_train_opt_fit(n // nbatch_logical, val_split) * period * b
+    opt = ggml_opt_init(sched, ctx_compute, inputs, outputs, loss_type, optimizer, period, lr)
+    r_train, r_val = OptResult(), OptResult()
+    begin, end = run_callbacks(list(callbacks or ()), int(nepoch))
+    hist = {"train_loss": [], "train_accuracy": [], "val_loss": [], "val_accuracy": []}
+    try:
+        _check_dataset(opt, dataset)
+        if nbatch_logical < n:
+            ggml_opt_dataset_shuffle(opt, dataset, -1)
+        for epoch in range(1, int(nepoch) + 1):
+            if nbatch_logical < idata_split:
+                ggml_opt_dataset_shuffle(opt, dataset, idata_split)
+            begin(epoch, opt.pars)
+            ggml_opt_result_reset(r_train)
+            ggml_opt_result_reset(r_val)
+            ggml_opt_epoch(opt, dataset, r_train, r_val, idata_split, not silent, not silent)
+            row = []
+            for r in (r_train, r_val):
+                if ggml_opt_result_ndata(r):
+                    row += [ggml_opt_result_loss(r)[0], ggml_opt_result_accuracy(r)[0]]
+                else:
+                    row += [None, None]
+            for k, v in zip(("train_loss", "train_accuracy", "val_loss", "val_accuracy"), row):
+                hist[k].append(v)
+            if end(epoch, tuple(row), opt.pars):
+                break
+    finally:
+        opt.free()
+        r_train.free()
+        r_val.free()
+    return hist
+
+
+__all__ = [n for n in dir() if n.startswith("ggml_opt_")] + ["ggml_fit_opt"]
