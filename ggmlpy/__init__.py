@@ -39,5 +39,4 @@ __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "Stal
                              "get_rng_state", "set_rng_state", "enable_software_vulkan",
                              "software_vulkan_enabled", "release_device"] + _ag_ops + _nn_all + _optim_all + _train_all
 from .keras import *  # noqa: F401,F403,E402
-from . import keras as _keras  # noqa: E402
-__all__ += _keras.__all__
+__all__ += keras.__all__  # noqa: F405
