@@ -339,7 +339,9 @@ def double_softmax_case(case) -> bool:
         last = spec["layers"][-1]
     else:
         last = next(n for n in spec["nodes"] if n["out"] == spec["outputs"][-1])
-    return last["fn"] in ("ggml_layer_dense", "ggml_dense") and last["args"].get("activation") == "softmax"
+        if last["fn"] == "ggml_apply":   # a shared layer object: its settings are on the object's node
+            last = next(n for n in spec["nodes"] if n["out"] == last["layer"])
+    return last["fn"] in ("ggml_layer_dense", "ggml_dense") and last.get("args", {}).get("activation") == "softmax"
 
 
 def run_keras_case(case, tol=None):

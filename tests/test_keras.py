@@ -314,9 +314,8 @@ def test_history_plot_png(tmp_path):
 
 def test_true_validation_data_stays_out_of_training():
     m = g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,)), loss="mse", optimizer="sgd")
-    m._record_order = True
     h = m.fit(_data((3,), 8), _data((2,), 8), epochs=3, batch_size=4,
-              validation_data=(_data((3,), 4), _data((2,), 4)))
+              validation_data=(_data((3,), 4), _data((2,), 4)), record_batch_order=True)
     assert h.n_train == 8 and h.n_used == 12
     for order in h.batch_order:
         assert sorted(order[:8]) == list(range(8)) and order[8:] == [8, 9, 10, 11]

@@ -216,10 +216,13 @@ class _Model:
 
     # -- fit ---------------------------------------------------------------------------------------
     def fit(self, x, y, epochs=1, batch_size=32, validation_split=0.0, validation_data=None,
-            class_weight=None, sample_weight=None, callbacks=(), verbose=0, dropout_masks=None):
+            class_weight=None, sample_weight=None, callbacks=(), verbose=0, dropout_masks=None,
+            record_batch_order=False):
         """Train on ggml's ggml_opt loop: one optimizer step per batch of `batch_size` rows (a
         remainder smaller than a batch is dropped, as ggml_opt does), a fresh optimizer per call.
-        Returns the ggml_history (also kept as `model.history`)."""
+        Returns the ggml_history (also kept as `model.history`). `dropout_masks(name, epoch,
+        shape)` supplies stochastic dropout masks (default: numpy's RNG);
+        `record_batch_order` keeps each epoch's sample order in `history.batch_order`."""
         from .callbacks import run_callbacks
         self._need_compiled("ggml_fit")
         for layer in self._all_layers():
@@ -287,7 +290,7 @@ class _Model:
         hooks = run_callbacks(list(callbacks or ()), epochs)
         hist, orders = engine.train(self, packed[:n_used], yy[:n_used], w[:n_used], batch, n_train, n_used,
                                     epochs, shuffle_all, shuffle_train, opt, get_backend(self.device), loss,
-                                    bool(verbose), masks, hooks, getattr(self, "_record_order", False))
+                                    bool(verbose), masks, hooks, record_batch_order or getattr(self, "_record_order", False))
         from .history import ggml_history
         self.history = ggml_history(hist, n_used=n_used, n_train=n_train, fit_path=path, batch_order=orders)
         return self.history
