@@ -153,9 +153,10 @@ def layer_forward(kind, cfg, w, xs, training=False):
         return x.mean(axis=(1, 2))
     if kind == "global_max_pooling_2d":
         return x.max(axis=(1, 2))
-    if kind == "batch_norm" and cfg.get("mode") == "batch":   # a true batch norm (flat inputs)
+    if kind == "batch_norm" and cfg.get("mode") == "batch":   # a true batch norm (per feature/channel)
         if training:
-            mu, var = x.mean(axis=0), x.var(axis=0)
+            axes = tuple(range(x.ndim - 1))
+            mu, var = x.mean(axis=axes), x.var(axis=axes)
         else:
             mu, var = w["running_mean"], w["running_var"]
         return (x - mu) / np.sqrt(var + cfg["eps"]) * w["gamma"] + w["beta"]

@@ -71,8 +71,9 @@ class BatchNorm(Layer):
     learned per-feature (per-channel for images) scale and shift: no batch statistics, no
     running averages, so training and inference compute the same.
 
-    mode="batch" is a true batch norm for flat inputs: in training, each feature is
-    normalised with its batch mean and biased batch variance (gradients flow through both),
+    mode="batch" is a true batch norm for flat and image inputs: in training, each feature
+    (channel, for images: over the samples and H x W) is normalised with its batch mean and
+    biased batch variance (gradients flow through both),
     and running averages are updated after every training batch,
     `running = (1 - momentum) * running + momentum * batch` (ggmlR's ag_batch_norm rule);
     inference uses the running averages."""
@@ -92,8 +93,8 @@ class BatchNorm(Layer):
         self.mode, self.momentum = mode, float(momentum)
 
     def infer(self, s):
-        if self.mode == "batch" and len(s[0]) != 1:
-            raise GGMLError(f"batch_norm {self.name!r}: mode='batch' needs flat inputs (add a flatten first)")
+        if self.mode == "batch" and len(s[0]) not in (1, 3):
+            raise GGMLError(f"batch_norm {self.name!r}: mode='batch' needs flat or image inputs")
         return s[0]
 
     def _nf(self):
@@ -134,18 +135,28 @@ class BatchNorm(Layer):
     def _build_batch(self, b, x, W, batch, ctx):
         c = b.ctx
         f = self._nf()
+        image = len(self.in_shape) == 3
+        shape = [1, 1, f, 1] if image else [f, 1]   # statistics broadcast over the samples
+
+        def per_feature(t):
+            return b.reshape(t, shape)
         if not b.training:
             inv = (1.0 / np.sqrt(self.weights["running_var"].astype(np.float64) + self.eps)).astype(np.float32)
-            y = b.mul(b.sub(x, W["running_mean"]), b.const(inv))
-            return b.add(b.mul(y, W["gamma"]), W["beta"])
-        # batch means as an average pool over the batch axis ([F, N] -> [F, 1]): no transposes
-        # (ggml's backward of a transpose hands non-contiguous gradients to ops that need
-        # contiguous rows) and no MEAN (its backward only handles a scalar result)
+            y = b.mul(b.sub(x, per_feature(W["running_mean"])), per_feature(b.const(inv)))
+            return b.add(b.mul(y, per_feature(W["gamma"])), per_feature(W["beta"]))
+
+        # Means by average pooling, which has a backward and needs no transposes (ggml's backward
+        # of a transpose hands non-contiguous gradients to ops that need contiguous rows; its
+        # MEAN backward only handles a scalar): flat [F, N] pools over N; images [W, H, C, N]
+        # pool over W x H, then over N (equal group sizes: the mean of means is the mean).
         def batch_mean(t):
-            return lib.ggml_pool_2d(c, t, lib.GGML_OP_POOL_AVG, 1, batch, 1, batch, 0.0, 0.0)
-        mean = batch_mean(x)                                            # [F, 1]
+            if image:
+                w, h = self.in_shape[0], self.in_shape[1]
+                t = b.reshape(lib.ggml_pool_2d(c, t, lib.GGML_OP_POOL_AVG, w, h, w, h, 0.0, 0.0), [f, batch])
+            return per_feature(lib.ggml_pool_2d(c, t, lib.GGML_OP_POOL_AVG, 1, batch, 1, batch, 0.0, 0.0))
+        mean = batch_mean(x)
         xc = b.sub(x, mean)
-        var = batch_mean(lib.ggml_sqr(c, xc))                          # biased, [F, 1]
+        var = batch_mean(lib.ggml_sqr(c, xc))                          # biased
         # 1/sqrt(var + eps) as exp(-log(var + eps)/2): ggml's DIV backward cannot broadcast
         inv_std = lib.ggml_exp(c, b.scale(lib.ggml_log(c, b.scale(var, 1.0, self.eps)), -0.5))
         y = b.mul(xc, inv_std)
@@ -155,7 +166,7 @@ class BatchNorm(Layer):
         copies = [lib.ggml_cpy(c, b.reshape(t, [f]), s) for t, s in ((mean, stats[0]), (var, stats[1]))]
         ctx.setdefault("bn_stats", []).append((self, stats[0], stats[1]))
         ctx.setdefault("anchors", []).extend(copies)
-        return b.add(b.mul(y, W["gamma"]), W["beta"])
+        return b.add(b.mul(y, per_feature(W["gamma"])), per_feature(W["beta"]))
 
     def update_running(self, mean, var):
         """Fold one training batch's statistics into the running averages."""
