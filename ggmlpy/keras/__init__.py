@@ -11,7 +11,9 @@ from .layers import (GRU, LSTM, Add, BatchNorm, Concatenate, Conv1D, Conv2D, Den
 from .io import ggml_load_model, ggml_load_weights, ggml_save_model, ggml_save_weights  # noqa: F401
 from .opt import *  # noqa: F401,F403
 from .opt import __all__ as _opt_all
-from .model import CE_LOSSES, MSE_LOSSES, Functional, Node, Sequential  # noqa: F401
+from .functional import Functional, Node  # noqa: F401
+from .model import CE_LOSSES, MSE_LOSSES  # noqa: F401
+from .sequential import Sequential  # noqa: F401
 from ..errors import GGMLError  # noqa: F401
 
 KNOWN_LOSSES = CE_LOSSES | MSE_LOSSES

@@ -10,7 +10,9 @@ from __future__ import annotations
 from ..errors import GGMLError
 from . import layers as L
 from .history import ggml_training_history  # noqa: F401
-from .model import Functional, Node, Sequential, _Model
+from .functional import Functional, Node
+from .model import _Model
+from .sequential import Sequential
 from .layers import r_to_ggml_shape
 
 

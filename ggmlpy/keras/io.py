@@ -16,7 +16,8 @@ import numpy as np
 
 from ..errors import GGMLError
 from .layers import LAYER_TYPES, ggml_to_r_shape
-from .model import Functional, Node, Sequential
+from .functional import Functional, Node
+from .sequential import Sequential
 
 FORMAT = "ggmlpy-keras-1"
 
