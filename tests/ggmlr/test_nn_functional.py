@@ -509,9 +509,7 @@ def test_globalmaxpooling2d_output_shape_inference_h_w_c_c():
     assert m._output_shapes() == [(2,)] and y.layer.output_shape == (8,)
 
 
-@pytest.mark.parametrize("pool,seed", [("global_max_pooling_2d", 21), ("global_average_pooling_2d", 22)])
-def test_global_pooling_functional_model_fits_without_error(pool, seed):
-    """Both `GlobalMaxPooling2D functional model fits` and `GlobalAveragePooling2D ...` blocks."""
+def _global_pool_fit(pool, seed):
     rng = np.random.default_rng(seed)
     x = rng.uniform(size=(32, 4, 4, 8))
     y = np.zeros((32, 2))
@@ -522,14 +520,28 @@ def test_global_pooling_functional_model_fits_without_error(pool, seed):
     assert np.all(np.isfinite(m.history["train_loss"]))
 
 
+def test_globalmaxpooling2d_functional_model_fits_without_error():
+    _global_pool_fit("global_max_pooling_2d", 21)
+
+
+def test_globalaveragepooling2d_functional_model_fits_without_error():
+    _global_pool_fit("global_average_pooling_2d", 22)
+
+
 # -- LSTM / GRU --------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kind", ["lstm", "gru"])
-def test_recurrent_layer_on_tensor_node_returns_tensor_node(kind):
-    """Both `ggml_layer_lstm on tensor node` and `ggml_layer_gru on tensor node` blocks."""
+def _recurrent_node(kind):
     y = getattr(g, "ggml_layer_" + kind)(g.ggml_input(shape=(10, 8)), 16)
     assert isinstance(y, g.Node)
     assert y.node_type == kind
     assert y.config["units"] == 16
+
+
+def test_ggml_layer_lstm_on_tensor_node_returns_tensor_node():
+    _recurrent_node("lstm")
+
+
+def test_ggml_layer_gru_on_tensor_node_returns_tensor_node():
+    _recurrent_node("gru")
 
 
 def test_lstm_output_shape_without_return_sequences_units():
@@ -540,15 +552,21 @@ def test_lstm_output_shape_without_return_sequences_units():
     assert y.layer.output_shape == (8,)
 
 
-@pytest.mark.parametrize("kind", ["lstm", "gru"])
-def test_recurrent_functional_model_fits_without_error(kind):
-    """Both `LSTM functional model fits` and `GRU functional model fits` blocks."""
+def _recurrent_fit(kind):
     x, y = seq_data(32)
     inp = g.ggml_input(shape=(5, 4))
     out = g.ggml_layer_dense(getattr(g, "ggml_layer_" + kind)(inp, 8, return_sequences=False), 2,
                              activation="softmax")
     m = g.ggml_fit(compiled(inp, out), x, y, epochs=2, batch_size=16, verbose=0)
     assert np.all(np.isfinite(m.history["train_loss"]))
+
+
+def test_lstm_functional_model_fits_without_error():
+    _recurrent_fit("lstm")
+
+
+def test_gru_functional_model_fits_without_error():
+    _recurrent_fit("gru")
 
 
 def test_lstm_predict_is_deterministic():

@@ -521,14 +521,20 @@ def test_ggml_layer_gru_adds_gru_layer_to_sequential_model():
     assert model.layers[0].type == "gru"
 
 
-@pytest.mark.parametrize("kind", ["lstm", "gru"])
-def test_sequential_recurrent_model_fits_without_error(kind):
-    """Both `sequential LSTM model fits` and `sequential GRU model fits` blocks."""
+def _recurrent_fit(kind):
     x, y = _seq_data()
     model = seq(L(kind, 8, input_shape=(5, 4)), L("dense", 2, activation="softmax"))
     model = g.ggml_compile(model, loss="categorical_crossentropy")
     model = g.ggml_fit(model, x, y, epochs=2, batch_size=16, verbose=0)
     assert np.all(np.isfinite(model.history["train_loss"]))
+
+
+def test_sequential_lstm_model_fits_without_error():
+    _recurrent_fit("lstm")
+
+
+def test_sequential_gru_model_fits_without_error():
+    _recurrent_fit("gru")
 
 
 def test_ggml_layer_global_max_pooling_2d_adds_layer_to_sequential_model():
