@@ -59,15 +59,15 @@ def conv2d(x, kernel, bias, strides, pads, a):
 
 
 def conv1d(x, kernel, bias, stride, pad, a):
-    """x (N, L, C); kernel numpy (OC, C, K) = ggml [K, C, OC]; cross-correlation."""
+    """x (N, L, C); kernel numpy (OC, K, C) = ggml [C, K, OC]; cross-correlation."""
     n, L, c = x.shape
-    oc, _, k = kernel.shape
+    oc, k, _ = kernel.shape
     xp = np.zeros((n, L + 2 * pad, c))
     xp[:, pad:pad + L] = x
     ol = (L + 2 * pad - k) // stride + 1
     out = np.zeros((n, ol, oc))
     for i in range(ol):
-        out[:, i, :] = np.einsum("nkc,ock->no", xp[:, i * stride:i * stride + k, :], kernel)
+        out[:, i, :] = np.einsum("nkc,okc->no", xp[:, i * stride:i * stride + k, :], kernel)
     return act(out + bias, a)
 
 

@@ -97,7 +97,8 @@ class Conv2D(Layer):
 
 
 class Conv1D(Layer):
-    """1-d convolution over a sequence (C, L) -> (filters, L_out); kernel ne [K, C, filters]."""
+    """1-d convolution over a sequence (C, L) -> (filters, L_out); kernel ne [C, K, filters]
+    (kernel[c, k, o] multiplies x[c, l*s + k - p]), He uniform."""
 
     kind = "conv_1d"
     has_weights = True
@@ -126,7 +127,7 @@ class Conv1D(Layer):
         return (self.filters, ol)
 
     def param_shapes(self):
-        return {"kernel": (self.filters, self.in_shape[0], self.kernel_size), "bias": (self.filters,)}
+        return {"kernel": (self.filters, self.kernel_size, self.in_shape[0]), "bias": (self.filters,)}
 
     def init_weights(self, rng):
         c = self.in_shape[0]
@@ -135,17 +136,25 @@ class Conv1D(Layer):
                 "bias": np.zeros(self.filters, np.float32)}
 
     def build(self, b, xs, W, batch, ctx):
+        # The sequence [C, L, N] is a one-channel image of width C: a (C x K) kernel slides along
+        # L only. The input is not permuted: ggml's backward of a permute hands non-contiguous
+        # gradients to the layer below, and several ops' backward refuse them (an abort).
         c, L = self.in_shape
         oc, ol = self.out_shape
         p = self.kernel_size // 2 if self.padding == "same" else 0
-        x = b.cont(lib.ggml_permute(b.ctx, xs[0], 1, 0, 2, 3))            # [C, L, N] -> [L, C, N]
-        col = lib.ggml_im2col(b.ctx, W["kernel"], x, self.strides, 0, p, 0, 1, 0, False, lib.GGML_TYPE_F32)
-        col = b.reshape(col, [c * self.kernel_size, ol * batch])           # [C*K, OL*N]
-        k = b.reshape(W["kernel"], [self.kernel_size * c, oc])             # [K*C, OC]
-        y = b.matmul(col, k)                                               # [OL*N, OC]
-        y = b.reshape(y, [ol, batch, oc])
-        y = b.cont(lib.ggml_permute(b.ctx, y, 1, 2, 0, 3))                 # [OC, OL, N]
-        return b.activation(b.add(y, b.reshape(W["bias"], [oc, 1, 1])), self.activation)
+        x = b.reshape(xs[0], [c, L, 1, batch])
+        k4 = b.reshape(W["kernel"], [c, self.kernel_size, 1, oc])
+        col = lib.ggml_im2col(b.ctx, k4, x, 1, self.strides, 0, p, 1, 1, True, lib.GGML_TYPE_F32)
+        col = b.reshape(col, [c * self.kernel_size, ol * batch])            # [C*K, OL*N]
+        # bias and activation before the one permute
+        # the product's kernel is a view of k4: ggml's backward needs a gradient for im2col's
+        # kernel operand by the time it reaches im2col, or its build crashes
+        y = b.matmul(col, b.reshape(k4, [c * self.kernel_size, oc]))       # [OL*N, OC]
+        y = b.add(y, b.reshape(W["bias"], [1, oc]))
+        if self.activation != "softmax":
+            y = b.activation(y, self.activation)
+        y = b.cont(lib.ggml_permute(b.ctx, b.reshape(y, [ol, batch, oc]), 1, 2, 0, 3))   # [OC, OL, N]
+        return b.activation(y, "softmax") if self.activation == "softmax" else y
 
     def config(self):
         return {"filters": self.filters, "kernel_size": self.kernel_size, "strides": self.strides,

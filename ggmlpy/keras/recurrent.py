@@ -32,10 +32,12 @@ class _Recurrent(Layer):
                 for k, s in self.param_shapes().items()}
 
     def _steps(self, b, x, batch):
+        """x_t = x[:, t, :] for every t, each copied out of the strided view: no permute (ggml's
+        backward of a permute hands non-contiguous gradients to the layer below, which some ops'
+        backward refuse), and no unaligned matmul operand (GPU backends refuse those)."""
         c, t = self.in_shape
-        x = b.cont(lib.ggml_permute(b.ctx, x, 0, 2, 1, 3))  # [C, T, N] -> [C, N, T]
-        # each step copied out (GPU backends refuse matmul operands at unaligned offsets)
-        return [lib.ggml_cont(b.ctx, lib.ggml_view_2d(b.ctx, x, c, batch, x.nb[1], i * x.nb[2])) for i in range(t)]
+        x = b.cont(x)
+        return [lib.ggml_cont(b.ctx, lib.ggml_view_2d(b.ctx, x, c, batch, x.nb[2], i * x.nb[1])) for i in range(t)]
 
     def _gate(self, b, g, k, batch):
         u = self.units
