@@ -41,3 +41,5 @@ __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "Stal
 from .core import backend_api  # noqa: E402
 from .core.backend_api import *  # noqa: F401,F403,E402
 __all__ += backend_api.__all__
+from .keras import *  # noqa: F401,F403,E402
+__all__ += keras.__all__  # noqa: F405

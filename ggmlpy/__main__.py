@@ -50,7 +50,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ggmlpy")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("info", help="library path, ggml version, backends and devices")
-    sub.add_parser("demo", help="a small graph and a short autograd training run")
+    demo = sub.add_parser("demo", help="a small graph and a short autograd training run")
+    demo.add_argument("--keras", action="store_true", help="a Sequential CNN on the digits, trained by ggml_fit")
     rpc = sub.add_parser("rpc-server", help="run ggml's RPC server (no authentication: loopback or a private "
                                             "network only); clients use ag_device('rpc://host:port')")
     rpc.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -71,6 +72,9 @@ def main(argv=None) -> int:
         return 0
     if args.cmd == "rpc-server":
         return rpc_server(args)
+    if getattr(args, "keras", False):
+        from .keras.demo import run as run_keras
+        return run_keras()
     from .demo import run
     return run()
 
