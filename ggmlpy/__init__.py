@@ -38,3 +38,4 @@ __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "Stal
                              "jvp", "hvp", "jacfwd", "ag_compile", "ag_backward_graph",
                              "get_rng_state", "set_rng_state", "enable_software_vulkan",
                              "software_vulkan_enabled", "release_device"] + _ag_ops + _nn_all + _optim_all + _train_all
+from .quant import *; from .quant import __all__ as _quant_all; __all__ += [n for n in _quant_all if n not in __all__]  # noqa: F401,F403,E402,E702
