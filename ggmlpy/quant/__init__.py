@@ -4,5 +4,7 @@ from .types import __all__ as _types_all
 from .kernels import *  # noqa: F401,F403
 from .kernels import __all__ as _kernels_all
 from .kernels import dequantize, quantize  # noqa: F401
+from .gguf_file import *  # noqa: F401,F403
+from .gguf_file import __all__ as _gguf_all
 
-__all__ = list(_types_all) + list(_kernels_all)
+__all__ = list(_types_all) + list(_kernels_all) + list(_gguf_all)

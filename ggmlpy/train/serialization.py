@@ -1,4 +1,5 @@
-"""Saving and loading a model's weights as GGUF, through llama.cpp's own `gguf` package.
+"""Saving and loading a model's weights as GGUF: written with llama.cpp's own `gguf` package,
+read back through ggmlpy's validating GGUF parser (ggmlpy/quant/gguf_file.py).
 
 Every entry of `model.state_dict()` (parameters by their `named_parameters()`
 names, then buffers such as batch norm's running statistics) becomes one f32
@@ -66,40 +67,42 @@ def ag_save_model(model, path, metadata: dict | None = None) -> str:
     return path
 
 
-def _field_string(field) -> str:
-    if hasattr(field, "contents"):
-        return field.contents()
-    return bytes(field.parts[field.data[0]]).decode()  # older gguf releases
-
-
 def read_gguf(path) -> tuple[dict, dict]:
-    """(tensors {name: R-shaped float64 matrix}, info {"version", "metadata", "architecture"})."""
-    gguf = _gguf()
+    """(tensors {name: R-shaped float64 matrix}, info {"version", "metadata", "architecture"}).
+
+    The file goes through ggmlpy's validating GGUF parser (magic, version, counts, types,
+    tensor offsets: aligned, inside the file, not overlapping) before any tensor is read."""
+    from ..quant.gguf_file import GGUFFile
     path = os.fspath(path)
     if not os.path.exists(path):
         raise GGMLError(f"no such model file: {path}")
     try:
-        reader = gguf.GGUFReader(path)
-    except Exception as e:  # the gguf package raises ValueError and friends on a bad file
+        f = GGUFFile(path)
+    except GGMLError as e:
         raise GGMLError(f"{path} is not a readable GGUF file: {e}") from None
-    fields = reader.fields
-    arch = _field_string(fields["general.architecture"]) if "general.architecture" in fields else None
-    if arch != ARCH:
-        raise GGMLError(f"{path}: GGUF architecture is {arch!r}, not {ARCH!r}: not a ggmlpy model file")
-    info = {"architecture": arch,
-            "version": _field_string(fields["ggmlpy.version"]) if "ggmlpy.version" in fields else None,
-            "metadata": json.loads(_field_string(fields["ggmlpy.metadata"])) if "ggmlpy.metadata" in fields else {}}
-    tensors = {}
-    for t in reader.tensors:
-        if int(t.tensor_type) != int(gguf.GGMLQuantizationType.F32):
-            raise GGMLError(f"{path}: tensor {t.name!r} is {t.tensor_type.name}, expected F32")
-        ne = [int(d) for d in t.shape]
-        nrow, ncol = (ne + [1, 1])[:2]
-        if len(ne) > 2 and any(d != 1 for d in ne[2:]):
-            raise GGMLError(f"{path}: tensor {t.name!r} has {len(ne)} dims {ne}; ggmlpy models hold matrices")
-        # data comes as numpy (ncol, nrow) C order; .T gives R's [nrow, ncol]
-        tensors[t.name] = np.array(t.data, dtype=np.float64).reshape(ncol, nrow).T
-    del reader  # drop the memory map
+    with f:
+        meta = f.metadata
+        arch = meta.get("general.architecture")
+        if arch != ARCH:
+            raise GGMLError(f"{path}: GGUF architecture is {arch!r}, not {ARCH!r}: not a ggmlpy model file")
+        for key in ("ggmlpy.version", "ggmlpy.metadata"):
+            if key in meta and f.metadata_types[key] != "string":
+                raise GGMLError(f"{path}: {key} must be a string, is {f.metadata_types[key]}")
+        try:
+            user_meta = json.loads(meta["ggmlpy.metadata"]) if "ggmlpy.metadata" in meta else {}
+        except ValueError as e:
+            raise GGMLError(f"{path}: ggmlpy.metadata is not valid JSON: {e}") from None
+        info = {"architecture": arch, "version": meta.get("ggmlpy.version"), "metadata": user_meta}
+        tensors = {}
+        for name, t in f.tensors.items():
+            if t.type_name != "f32":
+                raise GGMLError(f"{path}: tensor {name!r} is {t.type_name}, expected f32")
+            ne = list(t.ne)
+            nrow, ncol = (ne + [1, 1])[:2]
+            if len(ne) > 2 and any(d != 1 for d in ne[2:]):
+                raise GGMLError(f"{path}: tensor {name!r} has {len(ne)} dims {ne}; ggmlpy models hold matrices")
+            # data come as numpy (ncol, nrow) C order; .T gives R's [nrow, ncol]
+            tensors[name] = np.array(f.data(name), dtype=np.float64).reshape(ncol, nrow).T
     return tensors, info
 
 
