@@ -7,4 +7,6 @@ from .kernels import dequantize, quantize  # noqa: F401
 from .gguf_file import *  # noqa: F401,F403
 from .gguf_file import __all__ as _gguf_all
 
-__all__ = list(_types_all) + list(_kernels_all) + list(_gguf_all)
+from .ag import ag_quantize  # noqa: F401
+
+__all__ = list(_types_all) + list(_kernels_all) + list(_gguf_all) + ["ag_quantize"]
