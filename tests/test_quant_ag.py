@@ -118,6 +118,30 @@ def test_state_dict_and_gguf_round_trip(tmp_path):
     np.testing.assert_array_equal(fresh(g.ag_tensor(x)).numpy(), out)
 
 
+@pytest.mark.parametrize("qtype", ["q4_K", "iq4_xs", "q2_0"])
+def test_ag_save_model_writes_the_blocks(tmp_path, qtype):
+    def make(seed):
+        g.manual_seed(seed)
+        return g.ag_quantize(g.ag_sequential(g.ag_linear(256, 256, "relu"), g.ag_embedding(10, 256)), qtype)
+    model = make(0)
+    path = g.ag_save_model(model, tmp_path / "q.gguf")
+    with g.gguf_load(path) as f:
+        info = g.gguf_tensor_info(f, "layer1_Wt")
+        # q2_0 is newer than the gguf package's type list: written as f32 values
+        assert info["type"] == (qtype if qtype != "q2_0" else "f32") and info["shape"] == [256, 256]
+        if qtype != "q2_0":
+            blocks = g.gguf_tensor_data(f, "layer1_Wt", raw=True).reshape(-1)
+            w = model.layers[0].Wt
+            assert np.array_equal(dequantize(qtype, blocks).reshape(256, 256).T, w.numpy())
+    fresh = make(5)
+    g.ag_load_model(fresh, path)
+    a, b = model.state_dict(), fresh.state_dict()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    if qtype != "q2_0":  # a float model cannot take quantized weights: the error says what to do
+        with pytest.raises(g.GGMLError, match=rf"quantize the model the same way \(ag_quantize\(model, '{qtype}'"):
+            g.ag_load_model(g.ag_sequential(g.ag_linear(256, 256, "relu"), g.ag_embedding(10, 256)), path)
+
+
 def test_what_cannot_be_quantized():
     model, _ = model_and_input()
     with pytest.warns(UserWarning, match=r"ag_linear\(64, 10\) kept in floating point"):
