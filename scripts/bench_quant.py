@@ -16,7 +16,6 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 
 import numpy as np
 

@@ -33,11 +33,23 @@ def run_graph(use_gpu: bool, make, inputs: dict) -> np.ndarray:
     else:
         backend = g.ggml_backend_cpu_init()
         g.ggml_backend_cpu_set_n_threads(backend, 2)
-    g.ggml_backend_alloc_ctx_tensors(ctx, backend)
-    for name, values in inputs.items():
-        g.ggml_backend_tensor_set(tensors[name], values)
-    gf = g.ggml_build_forward_expand(ctx, out)
-    g.ggml_backend_graph_compute(backend, gf)
-    res = g.ggml_backend_tensor_get(out).ravel()
-    g.ggml_free(ctx)
-    return res
+    missing_kernel = None
+    try:
+        g.ggml_backend_alloc_ctx_tensors(ctx, backend)
+        for name, values in inputs.items():
+            g.ggml_backend_tensor_set(tensors[name], values)
+        gf = g.ggml_build_forward_expand(ctx, out)
+        try:
+            g.ggml_backend_graph_compute(backend, gf)
+        except g.GGMLError as e:
+            # ggmlR ships patched Vulkan shaders; the pinned ggml 0.25.3 lacks some quantized kernels
+            # (flash attention with q4_K K/V). ggmlpy refuses such a graph before ggml would abort.
+            if not (use_gpu and "has no kernel" in str(e)):
+                raise
+            missing_kernel = str(e)
+        else:
+            return g.ggml_backend_tensor_get(out).ravel()
+    finally:
+        g.ggml_free(ctx)
+        g.ggml_backend_free(backend)
+    pytest.skip(f"the pinned ggml's Vulkan backend: {missing_kernel}")
