@@ -43,3 +43,4 @@ from .core.backend_api import *  # noqa: F401,F403,E402
 __all__ += backend_api.__all__
 from .keras import *  # noqa: F401,F403,E402
 __all__ += keras.__all__  # noqa: F405
+from .quant import *; from .quant import __all__ as _quant_all; __all__ += [n for n in _quant_all if n not in __all__]  # noqa: F401,F403,E402,E702

@@ -37,6 +37,9 @@ GGML_OP_POOL_AVG = lib.GGML_OP_POOL_AVG
 GGML_SORT_ORDER_ASC = 0
 GGML_SORT_ORDER_DESC = 1
 _CREATABLE = (GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_I32, GGML_TYPE_I16, GGML_TYPE_I8)
+# block-quantized types (q4_0, q4_K, iq2_xxs, ...): rows must be whole blocks
+_QUANTIZED = tuple(t for t in range(int(lib.GGML_TYPE_COUNT))
+                   if lib.ggml_type_size(t) and lib.ggml_is_quantized(t))
 
 
 def ggml_version() -> str:
@@ -70,7 +73,7 @@ def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne: Sequence[int]) -> 
     if not isinstance(ctx, Context):
         raise GGMLError("ggml_new_tensor: first argument must be a Context")
     ctx.ensure_alive()
-    if type not in _CREATABLE:
+    if type not in _CREATABLE and type not in _QUANTIZED:
         raise GGMLError(f"ggml_new_tensor: unsupported type {type} ({type_name(type) if 0 <= type < 43 else '?'})")
     n_dims = int(n_dims)
     ne = [int(d) for d in ne]
@@ -78,6 +81,9 @@ def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne: Sequence[int]) -> 
     check(len(ne) == n_dims, f"ggml_new_tensor: expected {n_dims} dims, got {len(ne)}")
     check(all(d >= 0 for d in ne), f"ggml_new_tensor: dims must be >= 0, got {ne}")
     check(all(d < 2**40 for d in ne), f"ggml_new_tensor: dims too large: {ne}")
+    blck = int(lib.ggml_blck_size(type))
+    check(ne[0] % blck == 0, f"ggml_new_tensor: a {type_name(type)} row (ne0 = {ne[0]}) must be a whole number "
+                             f"of blocks of {blck}")  # ggml asserts it
     ctx.reserve_tensor(type, ne, "ggml_new_tensor")
     return wrap(lib.ggml_new_tensor(ctx.ptr, type, n_dims, ffi.new("int64_t[]", ne)), ctx)
 
@@ -143,14 +149,17 @@ def ggml_set_output(t: Tensor) -> Tensor:
 
 
 def ggml_set_f32(t: Tensor, values: ArrayLike) -> Tensor:
-    """Write values (numpy or a sequence) into t, casting to t's type. Memory order = ggml order."""
+    """Write values (numpy or a sequence) into t, casting to t's type. Memory order = ggml order.
+
+    A quantized tensor takes either float values (quantized row by row with ggml_quantize_chunk)
+    or its encoded blocks: a uint8 array (or bytes) of exactly ggml_nbytes(t)."""
     _tensor(t, "ggml_set_f32")
     set_data(t, values, np.float32 if t.type != GGML_TYPE_I32 else np.int32, "ggml_set_f32")
     return t
 
 
 def ggml_get_f32(t: Tensor) -> np.ndarray:
-    """t's values as float32, numpy shape = ggml ne reversed."""
+    """t's values as float32, numpy shape = ggml ne reversed (quantized tensors dequantized)."""
     _tensor(t, "ggml_get_f32")
     return get_data(t, np.float32, "ggml_get_f32")
 
@@ -172,7 +181,8 @@ def ggml_get_i32(t: Tensor) -> np.ndarray:
 
 
 def ggml_tensor_view(t: Tensor) -> np.ndarray:
-    """Zero-copy numpy view of a host tensor (writes go straight into ggml's memory)."""
+    """Zero-copy numpy view of a host tensor (writes go straight into ggml's memory).
+    A quantized tensor shows its encoded blocks: uint8, numpy shape (..., ne1, bytes per row)."""
     _tensor(t, "ggml_tensor_view")
     return numpy_view(t)
 

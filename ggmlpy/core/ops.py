@@ -20,6 +20,9 @@ from .context import Context, Tensor, type_name, wrap
 F32, F16, BF16, I32 = lib.GGML_TYPE_F32, lib.GGML_TYPE_F16, lib.GGML_TYPE_BF16, lib.GGML_TYPE_I32
 FLOAT = (F32, F16, BF16)
 CPU_FLOAT = (F32, F16)  # kernels the CPU backend has for most element-wise ops
+# block-quantized types: weights for mul_mat, get_rows and flash attention's K/V (whether a device
+# has the kernel for a given type is checked with ggml_backend_dev_supports_op before compute)
+QUANTIZED = tuple(t for t in range(int(lib.GGML_TYPE_COUNT)) if lib.ggml_type_size(t) and lib.ggml_is_quantized(t))
 N_OVERHEAD = int(lib.ggml_tensor_overhead())
 
 
@@ -213,7 +216,7 @@ def ggml_mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """a [K, M, ...] x b [K, N, ...] -> [M, N, ...]: in R terms t(a) %*% b."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_mul_mat", "a"), _t(b, "ggml_mul_mat", "b")
-    _types(a, FLOAT, "ggml_mul_mat", "a")
+    _types(a, FLOAT + QUANTIZED, "ggml_mul_mat", "a")
     _types(b, (F32,), "ggml_mul_mat", "b")
     na, nb_ = _ne(a), _ne(b)
     if na[0] != nb_[0]:
@@ -547,7 +550,7 @@ def ggml_get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """Rows of a (along ne1) picked by the i32 indices in b: [ne0, len(b)]."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_get_rows", "a"), _t(b, "ggml_get_rows", "b")
-    _types(a, (F32, F16, BF16, I32), "ggml_get_rows", "a")
+    _types(a, (F32, F16, BF16, I32) + QUANTIZED, "ggml_get_rows", "a")
     _types(b, (I32,), "ggml_get_rows", "b")
     _dense0(a, "ggml_get_rows", "a")
     na, nb_ = _ne(a), _ne(b)
@@ -789,8 +792,8 @@ def ggml_flash_attn_ext(ctx: Context, q: Tensor, k: Tensor, v: Tensor, mask: Ten
     ctx = _ctx(ctx)
     q, k, v = _t(q, what, "q"), _t(k, what, "k"), _t(v, what, "v")
     _types(q, (F32,), what, "q")
-    _types(k, (F32, F16), what, "k")
-    _types(v, (F32, F16), what, "v")
+    _types(k, (F32, F16) + QUANTIZED, what, "k")
+    _types(v, (F32, F16) + QUANTIZED, what, "v")
     for x, arg in ((q, "q"), (k, "k"), (v, "v")):
         _dense0(x, what, arg)
     nq, nk, nv = _ne(q), _ne(k), _ne(v)
