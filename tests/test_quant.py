@@ -1,4 +1,5 @@
 """Quantization through ggml's kernels, checked against the gguf package's numpy implementations."""
+import os
 import subprocess
 import sys
 import textwrap
@@ -198,10 +199,13 @@ def test_grid_magnitude_limit_is_safe_in_ggml():
                                                   ffi.from_buffer("float[]", w))
         print("survived")
     """)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's ggmlpy
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
     ok = subprocess.run([sys.executable, "-c", code, "1.0", "iq2_xxs,iq2_xs,iq2_s,iq3_xxs,iq3_s,iq1_s,iq1_m"],
-                        capture_output=True, text=True, timeout=600)
+                        capture_output=True, text=True, timeout=600, env=env)
     assert ok.returncode == 0 and "survived" in ok.stdout, ok.stderr[-2000:]
-    beyond = subprocess.run([sys.executable, "-c", code, "1e6", "iq2_xs"], capture_output=True, text=True, timeout=600)
+    beyond = subprocess.run([sys.executable, "-c", code, "1e6", "iq2_xs"], capture_output=True, text=True,
+                            timeout=600, env=env)
     assert beyond.returncode != 0  # the guard guards something real
 
 
