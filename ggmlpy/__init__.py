@@ -38,3 +38,6 @@ __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "Stal
                              "jvp", "hvp", "jacfwd", "ag_compile", "ag_backward_graph",
                              "get_rng_state", "set_rng_state", "enable_software_vulkan",
                              "software_vulkan_enabled", "release_device"] + _ag_ops + _nn_all + _optim_all + _train_all
+from .onnx import *  # noqa: F401,F403,E402
+from .onnx import __all__ as _onnx_all  # noqa: E402
+__all__ += _onnx_all
