@@ -81,9 +81,16 @@ def const(arr, dtype: int | None = None) -> Val:
     return Val(arr.shape, dtype, const=arr)
 
 
+def compact(shape) -> tuple:
+    """A shape of more than 4 dimensions without its size-one axes (the same memory layout)."""
+    shape = tuple(int(d) for d in shape)
+    return shape if len(shape) <= MAX_RANK else tuple(d for d in shape if d != 1)
+
+
 def ne_of(shape) -> list[int]:
-    """ggml ne of an ONNX shape: reversed, padded with ones."""
-    ne = [int(d) for d in reversed(shape)]
+    """ggml ne of an ONNX shape: reversed, padded with ones. Above rank 4, size-one axes are dropped
+    (OnnxLimitation in Builder.new_tensor and the layout helpers when that is not enough)."""
+    ne = [int(d) for d in reversed(compact(shape))]
     return ne + [1] * (MAX_RANK - len(ne))
 
 
@@ -149,7 +156,7 @@ class Builder:
 
     # -- tensors ------------------------------------------------------------------------------------
     def new_tensor(self, ctx, ggml_type: int, shape):
-        self.limit(len(shape) <= MAX_RANK, f"rank {len(shape)} tensors are not supported (ggml has at most "
+        self.limit(len(compact(shape)) <= MAX_RANK, f"rank {len(shape)} tensors are not supported (ggml has at most "
                                           f"{MAX_RANK} dimensions); shape {list(shape)}")
         self.limit(all(d > 0 for d in shape), f"empty tensors are not supported (shape {list(shape)})")
         ne = ffi.new("int64_t[4]", ne_of(shape))

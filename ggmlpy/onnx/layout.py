@@ -12,11 +12,24 @@ from .safe import lib
 from .graph import F32, MAX_RANK, ne_of
 
 
+def squeeze_for(b, shape, axes=()):
+    """Above rank 4: drop the size-one axes not in `axes`. Returns (shape, axes remapped, kept)."""
+    shape = tuple(shape)
+    if len(shape) <= MAX_RANK:
+        return shape, list(axes), list(range(len(shape)))
+    kept = [k for k, d in enumerate(shape) if d != 1 or k in axes]
+    b.limit(len(kept) <= MAX_RANK, f"rank {len(shape)} tensors are not supported (ggml has at most "
+                                   f"{MAX_RANK} dimensions); shape {list(shape)}")
+    return tuple(shape[k] for k in kept), [kept.index(a) for a in axes], kept
+
+
 def cont(b, t):
     return t if lib.ggml_is_contiguous(t) else lib.ggml_cont(b.ctx, t)
 
 
 def reshape(b, t, shape):
+    b.limit(len(ne_of(shape)) == MAX_RANK, f"rank {len(shape)} tensors are not supported (ggml has at most "
+                                           f"{MAX_RANK} dimensions); shape {list(shape)}")
     t = cont(b, t)
     ne = ne_of(shape)
     if [int(t.ne[i]) for i in range(MAX_RANK)] == ne:
@@ -24,8 +37,11 @@ def reshape(b, t, shape):
     return lib.ggml_reshape_4d(b.ctx, t, *ne)
 
 
-def permute(b, t, perm):
-    """ONNX Transpose: out.shape[i] = in.shape[perm[i]] (contiguous result)."""
+def permute(b, t, perm, shape=None):
+    """ONNX Transpose: out.shape[i] = in.shape[perm[i]] (contiguous result). Give `shape` above rank 4."""
+    if len(perm) > MAX_RANK:
+        _, _, kept = squeeze_for(b, shape)
+        perm = [kept.index(p) for p in perm if p in kept]
     r = len(perm)
     if list(perm) == list(range(r)):
         return t
@@ -56,14 +72,20 @@ def binary(b, fn, va, vb, commutative=False):
     """fn(ctx, x, y) with ONNX (numpy) broadcasting. ggml broadcasts only its second operand,
     so the first is repeated to the output shape when it is the smaller one."""
     shape = broadcast_shape(b, va.shape, vb.shape)
-    ta, tb = cont(b, b.tensor(va)), cont(b, b.tensor(vb))
     r = len(shape)
-    ta, tb = reshape(b, ta, (1,) * (r - va.rank) + va.shape), reshape(b, tb, (1,) * (r - vb.rank) + vb.shape)
-    if tuple((1,) * (r - va.rank) + va.shape) != shape:
-        if commutative and tuple((1,) * (r - vb.rank) + vb.shape) == shape:
+    sa, sb = (1,) * (r - va.rank) + va.shape, (1,) * (r - vb.rank) + vb.shape
+    work = shape
+    if r > MAX_RANK:  # drop the axes where the result has size one (both operands do too)
+        keep = [k for k in range(r) if shape[k] != 1]
+        b.limit(len(keep) <= MAX_RANK, f"rank {r} tensors are not supported (ggml has at most {MAX_RANK} "
+                                       f"dimensions); shape {list(shape)}")
+        sa, sb, work = (tuple(s[k] for k in keep) for s in (sa, sb, shape))
+    ta, tb = reshape(b, b.tensor(va), sa), reshape(b, b.tensor(vb), sb)
+    if sa != work:
+        if commutative and sb == work:
             ta, tb = tb, ta
         else:
-            ta = repeat_to(b, ta, shape)
+            ta = repeat_to(b, ta, work)
     return fn(b.ctx, ta, tb), shape
 
 
@@ -91,17 +113,19 @@ def take(b, t, shape, axis, idx):
 
 def slice_axis(b, t, shape, axis, start, stop):
     """A contiguous range [start, stop) of one axis, as a view then a copy."""
-    shape = tuple(shape)
-    if start == 0 and stop == shape[axis]:
-        return t, shape
+    full = tuple(shape)
+    if start == 0 and stop == full[axis]:
+        return t, full
+    b.limit(stop > start, "slices to an empty tensor are not supported (ggml has no empty tensors)")
     t = cont(b, t)
-    r = len(shape)
-    g = r - 1 - axis
-    ne = ne_of(shape)
+    small, (ax,), _ = squeeze_for(b, full, [axis])
+    r = len(small)
+    g = r - 1 - ax
+    ne = ne_of(small)
     ne[g] = stop - start
     offs = start * int(t.nb[g])
     v = lib.ggml_view_4d(b.ctx, t, ne[0], ne[1], ne[2], ne[3], t.nb[1], t.nb[2], t.nb[3], offs)
-    out = shape[:axis] + (stop - start,) + shape[axis + 1:]
+    out = full[:axis] + (stop - start,) + full[axis + 1:]
     return lib.ggml_cont(b.ctx, v), out
 
 
@@ -123,7 +147,7 @@ def to_rows(b, t, shape, axes):
     r = len(shape)
     keep = [k for k in range(r) if k not in axes]
     perm = keep + sorted(axes)
-    x = permute(b, t, perm)
+    x = permute(b, t, perm, shape)
     R = int(np.prod([shape[k] for k in axes], dtype=np.int64))
     K = int(np.prod([shape[k] for k in keep], dtype=np.int64))
     return reshape(b, x, (K, R)), keep, perm

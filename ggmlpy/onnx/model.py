@@ -194,7 +194,10 @@ class OnnxModel:
         for name, x in inputs.items():
             a = np.asarray(x)
             if a.dtype.kind not in "fiub":
-                raise OnnxError(f"onnx_run: input '{name}' has dtype {a.dtype}; numeric arrays only")
+                try:  # bfloat16 and other ml_dtypes convert to float32; strings and objects do not
+                    a = a.astype(np.float32)
+                except (TypeError, ValueError):
+                    raise OnnxError(f"onnx_run: input '{name}' has dtype {a.dtype}; numeric arrays only") from None
             decl = self.input_info[name][1]
             fixed = self.input_shapes[name]
             if a.shape != fixed and (len(decl) != a.ndim or any(d >= 0 and d != s for d, s in zip(decl, a.shape))):

@@ -13,7 +13,7 @@ from onnx import TensorProto
 from .safe import lib
 from .graph import FLOAT_TYPES, Val, const, np_dtype
 from .layout import (binary, broadcast_shape, cont, permute, repeat_to, reshape, scalar_f32, slice_axis,
-                     take)
+                     squeeze_for, take)
 
 OPS: dict = {}
 CONST_INPUTS: dict = {}
@@ -260,12 +260,12 @@ OPS["Xor"] = _bin(lambda c, x, y: lib.ggml_step(c, lib.ggml_abs(c, lib.ggml_sub(
 OPS["Not"] = _unary(lambda b, x, at: _not(b.ctx, x))
 
 
-def _max2(c, x, y):  # max(x, y) = y + relu(x - y)
-    return lib.ggml_add(c, y, lib.ggml_relu(c, lib.ggml_sub(c, x, y)))
+def _max2(c, x, y):  # max(x, y) = x + relu(y - x); x is the full-shape operand
+    return lib.ggml_add(c, x, lib.ggml_relu(c, lib.ggml_neg(c, lib.ggml_sub(c, x, y))))
 
 
-def _min2(c, x, y):
-    return lib.ggml_sub(c, y, lib.ggml_relu(c, lib.ggml_sub(c, y, x)))
+def _min2(c, x, y):  # min(x, y) = x - relu(x - y)
+    return lib.ggml_sub(c, x, lib.ggml_relu(c, lib.ggml_sub(c, x, y)))
 
 
 def _variadic(fn, post=None):
@@ -500,7 +500,7 @@ def _transpose(b, node, ins, at):
     moved = [p for p in perm if x.shape[p] != 1]
     if moved == sorted(moved):
         return [_relayout(b, x, shape)]
-    return [b.out(permute(b, b.tensor(x), perm), shape, x.dtype)]
+    return [b.out(permute(b, b.tensor(x), perm, x.shape), shape, x.dtype)]
 
 
 @op("Concat")
@@ -512,9 +512,13 @@ def _concat(b, node, ins, at):
         b.need(v.rank == r and all(v.shape[k] == vals[0].shape[k] for k in range(r) if k != axis),
                f"cannot concatenate shapes {[list(v.shape) for v in vals]} along axis {axis}")
     shape = list(vals[0].shape)
-    t = f(b, vals[0])
+    small, (ax,), kept = squeeze_for(b, shape, [axis])
+
+    def piece(v):  # above rank 4: the same compacted layout for every piece
+        return reshape(b, b.tensor(v), tuple(v.shape[k] for k in kept)) if r > 4 else f(b, v)
+    t = piece(vals[0])
     for v in vals[1:]:
-        t = lib.ggml_concat(b.ctx, t, f(b, v), r - 1 - axis)
+        t = lib.ggml_concat(b.ctx, t, piece(v), len(small) - 1 - ax)
         shape[axis] += v.shape[axis]
     return [b.out(t, tuple(shape), vals[0].dtype)]
 
@@ -564,7 +568,7 @@ def _slice(b, node, ins, at):
         b.need(st != 0, "slice step 0")
         idx = np.arange(shape[a])[slice(*slice(s, e, st).indices(shape[a]))] if True else None
         # numpy's clamping is ONNX's: starts/ends beyond the axis clamp, negatives count from the end
-        b.need(len(idx) > 0, "slices to an empty tensor are not supported")
+        b.limit(len(idx) > 0, "slices to an empty tensor are not supported (ggml has no empty tensors)")
         if st == 1:
             t, shape = slice_axis(b, t, shape, a, int(idx[0]), int(idx[-1]) + 1)
         else:
@@ -644,4 +648,5 @@ def _eyelike(b, node, ins, at):
     x = ins[0]
     dt = int(at.get("dtype", x.dtype))
     b.need(x.rank == 2, "EyeLike needs a 2-D input")
+    b.limit(np_dtype(dt).kind in "fiub", f"EyeLike of type {dt}")
     return [const(np.eye(x.shape[0], x.shape[1], k=int(at.get("k", 0)), dtype=np_dtype(dt)), dt)]

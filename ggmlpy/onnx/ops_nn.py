@@ -195,13 +195,13 @@ def _dilate(b, t, shape, axis, s):
     return slice_axis(b, x, pre + (L * s,) + post, axis, 0, L * s - (s - 1))
 
 
-@op("ConvTranspose")
+@op("ConvTranspose", const_inputs=(1,))
 def _conv_transpose(b, node, ins, at):
     """A transposed convolution is a convolution of the zero-dilated input with the flipped kernel."""
     x, w = ins[0], ins[1]
     bias = ins[2] if len(ins) > 2 else None
     nd = x.rank - 2
-    b.need(w.is_const, "ConvTranspose weights must be constant")
+    b.need(w.is_const, "ConvTranspose weights must be known at load time (an initializer or constant)")
     group = int(at.get("group", 1))
     xt, xs = _as_2d(b, x)
     W = np.asarray(w.const, dtype=np.float32)
@@ -389,14 +389,20 @@ def _argext(sign):
     def build(b, node, ins, at):
         x = ins[0]
         axis = norm_axis(b, at.get("axis", 0), x.rank)
-        b.need(not int(at.get("select_last_index", 0)), "select_last_index=1 is not supported")
-        rows, kept, _ = to_rows(b, b.tensor(x), x.shape, [axis])
+        last = int(at.get("select_last_index", 0))
+        t, shp = b.tensor(x), x.shape
+        L = x.shape[axis]
+        if not last:  # ggml's argmax keeps the last of equal maxima: search the reversed axis
+            t, shp = take(b, t, shp, axis, np.arange(L)[::-1])
+        rows, kept, _ = to_rows(b, t, shp, [axis])
         if sign < 0:
             rows = lib.ggml_neg(b.ctx, rows)
         y = lib.ggml_argmax(b.ctx, lib.ggml_reshape_2d(b.ctx, rows, int(rows.ne[0]), int(rows.ne[1])))
+        y = lib.ggml_cast(b.ctx, y, lib.GGML_TYPE_F32)
+        if not last:
+            y = lib.ggml_scale_bias(b.ctx, y, -1.0, float(L - 1))
         shape = tuple(1 if k == axis else d for k, d in enumerate(x.shape)) if int(at.get("keepdims", 1)) else \
             tuple(d for k, d in enumerate(x.shape) if k != axis)
-        y = lib.ggml_cast(b.ctx, y, lib.GGML_TYPE_F32)
         return [b.out(reshape(b, y, shape), shape, I64)]
     return build
 
@@ -545,7 +551,7 @@ def _lpnorm(b, node, ins, at):
     rows, _, perm = to_rows(b, b.tensor(x), x.shape, [axis])
     c = b.ctx
     n = lib.ggml_sum_rows(c, lib.ggml_abs(c, rows)) if p == 1 else lib.ggml_sqrt(c, lib.ggml_sum_rows(c, lib.ggml_sqr(c, rows)))
-    y = lib.ggml_div(c, rows, n)
+    y = lib.ggml_div(c, rows, lib.ggml_clamp(c, n, 1e-30, FLT_MAX))  # a zero vector stays zero
     moved = tuple(x.shape[q] for q in perm)
     return [b.out(permute(b, reshape(b, y, moved), list(np.argsort(perm))), x.shape, x.dtype)]
 

@@ -144,7 +144,7 @@ def _resize(b, x, scales, sizes, at, roi=None, axes=None):
             M, inside = axis_matrix(x.shape[a], outs[a], sc[a], at, rois.get(a, (0.0, 1.0)))
         except ValueError as e:
             raise b.fail(str(e)) from None
-        if np.array_equal(M, np.eye(M.shape[0], M.shape[1])) and inside.all():
+        if M.shape[0] == M.shape[1] and np.array_equal(M, np.eye(M.shape[0])) and inside.all():
             continue
         t, shape = apply_axis(b, t, shape, a, M)
         if not inside.all():
