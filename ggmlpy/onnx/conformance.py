@@ -24,6 +24,7 @@ UNSUPPORTED_TYPES = {
     TensorProto.DOUBLE: "float64 (ggml computes in float32)",
     TensorProto.STRING: "string tensors",
     TensorProto.COMPLEX64: "complex numbers", TensorProto.COMPLEX128: "complex numbers",
+    TensorProto.BFLOAT16: "bfloat16 (computed in float32; the reference rounds every step to bfloat16)",
     TensorProto.UINT64: "uint64 beyond float32's exact range", TensorProto.UINT32: "uint32 beyond float32's exact range",
 }
 for _n in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4", "INT4", "FLOAT4E2M1",

@@ -187,12 +187,12 @@ def _dilate(b, t, shape, axis, s):
     """Insert s-1 zeros between the elements of one axis (the input of a transposed convolution)."""
     if s == 1:
         return t, shape
-    r = len(shape)
     pre, L, post = shape[:axis], shape[axis], shape[axis + 1:]
-    x = reshape(b, t, pre + (L, 1) + post)
-    x, sh = pad_zero(b, x, pre + (L, 1) + post, [0] * (r + 1), [0] * (axis + 1) + [s - 1] + [0] * (r - axis - 1))
-    x = reshape(b, x, pre + (L * s,) + post)
-    return slice_axis(b, x, pre + (L * s,) + post, axis, 0, L * s - (s - 1))
+    P, Q = int(np.prod(pre, dtype=np.int64)), int(np.prod(post, dtype=np.int64))
+    x, sh = pad_zero(b, reshape(b, t, (P, L, 1, Q)), (P, L, 1, Q), [0, 0, 0, 0], [0, 0, s - 1, 0])
+    x, sh = slice_axis(b, reshape(b, x, (P, L * s, Q)), (P, L * s, Q), 1, 0, L * s - (s - 1))
+    out = pre + (L * s - (s - 1),) + post
+    return reshape(b, x, out), out
 
 
 @op("ConvTranspose", const_inputs=(1,))
@@ -220,8 +220,8 @@ def _conv_transpose(b, node, ins, at):
         oshape = ([1] + oshape) if nd == 1 else oshape
         total = [full[i] - oshape[i] for i in range(2)]
         auto = at.get("auto_pad", b"NOTSET")
-        lower = (auto.decode() if isinstance(auto, bytes) else auto) == "SAME_LOWER"
-        pb = [t - t // 2 if lower else t // 2 for t in total]
+        upper = (auto.decode() if isinstance(auto, bytes) else auto) == "SAME_UPPER"
+        pb = [t // 2 if upper else t - t // 2 for t in total]
         pe = [t - p for t, p in zip(total, pb)]
     else:
         auto = at.get("auto_pad", b"NOTSET")

@@ -33,8 +33,8 @@ def source_coords(mode, O, L, scale, roi=(0.0, 1.0)):
         return center * (1 - adj) + (i + 0.5) / scale - 0.5
     if mode == "pytorch_half_pixel":
         return (i + 0.5) / scale - 0.5 if O > 1 else np.zeros(O)
-    if mode == "align_corners":
-        return i * (L - 1) / (O - 1) if O > 1 else np.zeros(O)
+    if mode == "align_corners":  # ONNX divides by the unrounded output length, scale * L
+        return i * (L - 1) / (scale * L - 1) if O > 1 else np.zeros(O)
     if mode == "asymmetric":
         return i / scale
     if mode == "tf_crop_and_resize":
