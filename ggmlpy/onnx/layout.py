@@ -63,6 +63,8 @@ def broadcast_shape(b, *shapes):
 
 def repeat_to(b, t, shape):
     ne = ne_of(shape)
+    b.limit(len(ne) == MAX_RANK, f"rank {len(shape)} tensors are not supported (ggml has at most {MAX_RANK} "
+                                 f"dimensions); shape {list(shape)}")
     if [int(t.ne[i]) for i in range(MAX_RANK)] == ne:
         return t
     return lib.ggml_repeat_4d(b.ctx, cont(b, t), *ne)

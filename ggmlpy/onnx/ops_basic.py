@@ -608,8 +608,14 @@ def _expand(b, node, ins, at):
     x = ins[0]
     target = tuple(int(d) for d in cval(b, ins[1], "shape").reshape(-1))
     shape = broadcast_shape(b, x.shape, target)
-    t = reshape(b, b.tensor(x), (1,) * (len(shape) - x.rank) + x.shape)
-    return [b.out(repeat_to(b, t, shape), shape, x.dtype)]
+    src = (1,) * (len(shape) - x.rank) + x.shape
+    work = shape
+    if len(shape) > 4:  # keep the axes where the result is not one (the input has one there too)
+        keep = [k for k in range(len(shape)) if shape[k] != 1]
+        b.limit(len(keep) <= 4, f"rank {len(shape)} tensors are not supported (ggml has at most 4 dimensions)")
+        src, work = tuple(src[k] for k in keep), tuple(shape[k] for k in keep)
+    t = reshape(b, b.tensor(x), src)
+    return [b.out(repeat_to(b, t, work), shape, x.dtype)]
 
 
 @op("Tile", const_inputs=(1,))
