@@ -29,6 +29,9 @@ KNOWN_FAILURES = {
     "test_resize_downsample_sizes_cubic_antialias": "Resize antialias=1",
     "test_mod_float_edge_cases_fmod_0_float16": "Mod of infinities and NaN",
     "test_mod_float_edge_cases_fmod_0_float32": "Mod of infinities and NaN",
+    "test_dequantizelinear_blocked": "blocked quantization (block_size)",
+    "test_quantizelinear_blocked_asymmetric": "blocked quantization (block_size)",
+    "test_quantizelinear_blocked_symmetric": "blocked quantization (block_size)",
     "test_cast_FLOAT_to_FLOAT16": "the case feeds an object array",
     "test_cast_FLOAT16_to_FLOAT": "the case feeds an object array",
     "test_cast_FLOAT_to_BFLOAT16": "the case feeds an object array",
@@ -77,7 +80,9 @@ def test_function_expanded_cases():
     assert not failed, "\n".join(failed[:20])
 
 
-# Expanded cases that fail: attention with fully masked rows (-inf everywhere: ONNX wants zeros or a
-# mode-3 output ggml's softmax does not give), and CenterCropPad, whose pads come from a Max over data
-# ggmlpy does not fold.
-EXPANDED_KNOWN = ("fullymasked", "softmax_precision", "center_crop_pad")
+# Expanded cases that fail: attention whose masks put -inf on whole rows or poison them with NaN
+# (ONNX wants zeros there; Where turns a constant -inf into -FLT_MAX, see ops_basic._where);
+# CenterCropPad, the window functions and NegativeLogLikelihoodLoss, whose pads, Range bounds or
+# GatherElements indices are computed from input data.
+EXPANDED_KNOWN = ("fullymasked", "softmax_precision", "nan_robustness", "structural_empty",
+                  "flexattention_causal_mask", "center_crop_pad", "window", "nllloss")
