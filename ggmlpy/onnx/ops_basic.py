@@ -352,16 +352,19 @@ def _mod(b, node, ins, at):
 @op("Where")
 def _where(b, node, ins, at):
     cnd, x, y = ins
-    shape = broadcast_shape(b, cnd.shape, x.shape, y.shape)
+    broadcast_shape(b, cnd.shape, x.shape, y.shape)  # all three must broadcast together
 
     def finite(v):  # 0 * inf is NaN: a constant infinity becomes the largest float (exp(-FLT_MAX) is 0 too)
         if v.is_const and np.issubdtype(v.const.dtype, np.floating) and np.isinf(v.const).any():
             return const(np.clip(v.const, -FLT_MAX, FLT_MAX).astype(np.float32), v.dtype)
         return v
     x, y = finite(x), finite(y)
-    d, dshape = binary(b, lambda c, p, q: lib.ggml_sub(c, p, q), x, y)  # y + c * (x - y)
-    m, mshape = binary(b, lambda c, p, q: lib.ggml_mul(c, p, q), Val(dshape, x.dtype, t=d), cnd, True)
-    t, shape2 = binary(b, lambda c, p, q: lib.ggml_add(c, p, q), Val(mshape, x.dtype, t=m), y, True)
+    # c * x + (1 - c) * y: exact for any finite x and y (y + c * (x - y) loses x next to a huge y)
+    cx, sx = binary(b, lambda c, p, q: lib.ggml_mul(c, p, q), x, cnd, True)
+    notc = Val(cnd.shape, cnd.dtype, t=lib.ggml_scale_bias(b.ctx, f(b, cnd), -1.0, 1.0))
+    cy, sy = binary(b, lambda c, p, q: lib.ggml_mul(c, p, q), y, notc, True)
+    t, shape2 = binary(b, lambda c, p, q: lib.ggml_add(c, p, q), Val(sx, x.dtype, t=cx), Val(sy, x.dtype, t=cy),
+                       True)
     return [b.out(t, shape2, x.dtype)]
 
 
