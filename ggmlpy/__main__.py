@@ -102,6 +102,13 @@ def onnx_cmd(args) -> int:
         print(f"  output {name}: {list(y.shape)} {y.dtype}  mean {float(np.mean(y)):.6g}")
     print(f"  load {t_load * 1e3:.1f} ms; run: first {times[0] * 1e3:.2f} ms"
           + (f", best of {len(times) - 1} more {min(times[1:]) * 1e3:.2f} ms" if len(times) > 1 else ""))
+    if args.profile:
+        from .onnx import onnx_profile
+        prof = onnx_profile(model, feeds)
+        total = sum(r[1] for r in prof) or 1.0
+        print("  time per ggml op (each node timed alone):")
+        for op, ms, n in prof[:12]:
+            print(f"    {op:<16} {ms:9.3f} ms  {n:5d} nodes  {100 * ms / total:5.1f}%")
     return 0
 
 
@@ -127,6 +134,7 @@ def main(argv=None) -> int:
     ox.add_argument("--threads", type=int, default=None, help="CPU threads")
     ox.add_argument("--dtype", default="f32", choices=["f32", "f16"], help="weight precision")
     ox.add_argument("--runs", type=int, default=5, help="timed runs (default 5)")
+    ox.add_argument("--profile", action="store_true", help="also print the time per ggml op type")
     args = ap.parse_args(argv)
     try:
         import ggmlpy

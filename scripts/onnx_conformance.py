@@ -10,9 +10,12 @@ The last line is `N passed, M failed`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections import Counter
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv=None) -> int:

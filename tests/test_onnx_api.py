@@ -161,3 +161,16 @@ def test_shape_input_must_be_constant():
                           [helper.make_tensor_value_info("y", T.FLOAT, [3, 2])])
     with pytest.raises(go.OnnxError, match="node 'rs' \\(Reshape\\): input 'shape' must be known at load time"):
         go.onnx_load(helper.make_model(g), device="cpu")
+
+
+def test_profile_and_cli(tiny, capsys):
+    path, _, _ = tiny
+    model = go.onnx_load(path, device="cpu")
+    prof = go.onnx_profile(model, {"x": np.ones((2, 4), np.float32)}, runs=2)
+    ops = {op for op, _, _ in prof}
+    assert "MUL_MAT" in ops and all(ms >= 0 and n >= 1 for _, ms, n in prof)
+    from ggmlpy.__main__ import main
+    assert main(["onnx", path, "--device", "cpu", "--runs", "2", "--profile"]) == 0
+    out = capsys.readouterr().out
+    assert "ONNX model: tiny" in out and "output y: [2, 3] float32" in out and "MUL_MAT" in out
+    assert main(["onnx", path + ".missing"]) == 1

@@ -1,5 +1,5 @@
 """ONNX import: run ONNX models on ggml (ggmlR's onnx_load / onnx_run / onnx_summary / onnx_inputs)."""
 from .graph import OnnxError
-from .model import OnnxModel, onnx_inputs, onnx_load, onnx_run, onnx_summary, supported_ops
+from .model import OnnxModel, onnx_inputs, onnx_load, onnx_profile, onnx_run, onnx_summary, supported_ops
 
-__all__ = ["onnx_load", "onnx_run", "onnx_summary", "onnx_inputs", "OnnxModel", "OnnxError"]
+__all__ = ["onnx_load", "onnx_run", "onnx_summary", "onnx_inputs", "onnx_profile", "OnnxModel", "OnnxError"]

@@ -233,7 +233,7 @@ class _Plan:
 
     galloc = sched = wbuf = None
 
-    def __init__(self, model: OnnxModel, shapes: dict):
+    def __init__(self, model: OnnxModel, shapes: dict, sched=None):
         from onnx import helper
         g = model.proto.graph
         b = self.builder = Builder(len(g.node), f16_weights=model.dtype == "f16")
@@ -290,7 +290,7 @@ class _Plan:
             self.outputs.append((name, v, t))
             out_ts.append(t)
         self._build_graph(out_ts)
-        self._allocate(model)
+        self._allocate(model, sched)
 
     def _build_graph(self, out_ts):
         b = self.builder
@@ -303,7 +303,7 @@ class _Plan:
             lib.ggml_build_forward_expand(self.graph, t)
         self.n_nodes = int(lib.ggml_graph_n_nodes(self.graph))
 
-    def _allocate(self, model):
+    def _allocate(self, model, sched=None):
         b = self.builder
         backend = model.backend
         if b.weights:
@@ -312,6 +312,12 @@ class _Plan:
                 raise MemoryError(f"could not allocate the model's weights on {backend.device_name}")
             for t, arr in b.weights:
                 lib.ggml_backend_tensor_set(t, ffi.from_buffer(arr), 0, arr.nbytes)
+        if sched is not None:  # onnx_profile's scheduler (it does not own it: no free here)
+            self.cpu_fallback = []
+            self.sched, self._borrowed = sched, True
+            if not lib.ggml_backend_sched_alloc_graph(sched.ptr, self.graph):
+                raise MemoryError("could not allocate the model's graph")
+            return
         nodes = [lib.ggml_graph_node(self.graph, i) for i in range(self.n_nodes)]
         unsupported = [p for p in nodes if not lib.ggml_backend_supports_op(backend.ptr, p)]
         self.cpu_fallback = sorted({ffi.string(lib.ggml_op_desc(p)).decode() for p in unsupported})
@@ -365,7 +371,8 @@ class _Plan:
             lib.ggml_gallocr_free(self.galloc)
             self.galloc = None
         if self.sched is not None:
-            self.sched.free()
+            if not getattr(self, "_borrowed", False):
+                self.sched.free()
             self.sched = None
         if self.wbuf is not None:
             lib.ggml_backend_buffer_free(self.wbuf)
@@ -430,3 +437,45 @@ def onnx_inputs(model: OnnxModel) -> dict:
         raise TypeError("onnx_inputs: model must come from onnx_load()")
     return {n: list(s) for n, s in model.input_shapes.items()}
 
+
+
+def onnx_profile(model: OnnxModel, inputs, runs: int = 3) -> list:
+    """Time per ggml op type for one set of inputs: [(op, ms per run, node count)], slowest first.
+
+    Runs the model's graph through ggml's scheduler with an evaluation callback after every node,
+    so each node is timed alone (a few microseconds of overhead each; the total exceeds onnx_run's)."""
+    import time
+    from collections import defaultdict
+
+    from ..backend.sched import Scheduler
+    arrays = {n: np.asarray(v) for n, v in (inputs.items() if isinstance(inputs, dict)
+                                             else zip(model.input_info, inputs))}
+    model.run(arrays)  # builds (or finds) the plan and checks the inputs
+    plan = model._plan({n: a.shape for n, a in arrays.items()})
+    sched = Scheduler([model.backend] if model.backend is model.cpu else [model.backend, model.cpu],
+                      graph_size=max(2048, plan.n_nodes + 64))
+    totals, counts = defaultdict(float), defaultdict(int)
+    last = [0.0]
+
+    def cb(t, ask, _ud):
+        if ask:
+            return True
+        now = time.perf_counter()
+        name = ffi.string(lib.ggml_op_desc(t)).decode()
+        totals[name] += now - last[0]
+        counts[name] += 1
+        last[0] = now
+        return True
+    c_cb = ffi.callback("ggml_backend_sched_eval_callback", cb)
+    lib.ggml_backend_sched_set_eval_callback(sched.ptr, c_cb, _NULL)
+    # the plan's allocator owns the graph's memory: a second placement would clash, so build a fresh plan
+    fresh = _Plan(model, {n: a.shape for n, a in arrays.items()}, sched=sched)
+    try:
+        for _ in range(runs):
+            last[0] = time.perf_counter()
+            fresh.run(arrays)
+    finally:
+        fresh.free()
+        sched.free()
+    n = max(1, runs)
+    return sorted(((k, v * 1e3 / n, counts[k] // n) for k, v in totals.items()), key=lambda r: -r[1])

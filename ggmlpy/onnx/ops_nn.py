@@ -4,11 +4,12 @@ from __future__ import annotations
 import numpy as np
 
 from .safe import lib
-from .graph import FLOAT_TYPES, Val, const
+from .graph import Val, const
 from .layout import binary, cont, pad_zero, permute, reshape, scalar_f32, slice_axis, take, to_rows
 from .ops_basic import FLT_MAX, I64, cval, f, norm_axis, op
 
 POOL_MAX, POOL_AVG = lib.GGML_OP_POOL_MAX, lib.GGML_OP_POOL_AVG
+COLUMNS_FIRST = True  # conv product order (see conv2d)
 
 
 # -- products -------------------------------------------------------------------------------------------
@@ -137,9 +138,17 @@ def conv2d(b, x, x_shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, 
         kk = Cg * kH * kW
         cols2 = lib.ggml_reshape_2d(b.ctx, cols, kk, OW * OH * N)
         w2 = lib.ggml_reshape_2d(b.ctx, wg, kk, Mg)
-        y = lib.ggml_mul_mat(b.ctx, w2, cols2)  # ne [Mg, OW*OH*N]
-        y = lib.ggml_reshape_4d(b.ctx, y, Mg, OW, OH, N)
-        y = lib.ggml_cont(b.ctx, lib.ggml_permute(b.ctx, y, 2, 0, 1, 3))  # ne [OW, OH, Mg, N]
+        if wg.type == lib.GGML_TYPE_F32 and COLUMNS_FIRST:  # columns first: the product comes out as ne [OW*OH*N, Mg]
+            y = lib.ggml_mul_mat(b.ctx, cols2, w2)
+            y = lib.ggml_reshape_4d(b.ctx, y, OW, OH, N, Mg)
+            if N > 1:  # to ne [OW, OH, Mg, N]; with one image that is a reshape
+                y = lib.ggml_cont(b.ctx, lib.ggml_permute(b.ctx, y, 0, 1, 3, 2))
+            else:
+                y = lib.ggml_reshape_4d(b.ctx, y, OW, OH, Mg, 1)
+        else:  # f16 weights must be the first operand of ggml_mul_mat
+            y = lib.ggml_mul_mat(b.ctx, w2, cols2)  # ne [Mg, OW*OH*N]
+            y = lib.ggml_reshape_4d(b.ctx, y, Mg, OW, OH, N)
+            y = lib.ggml_cont(b.ctx, lib.ggml_permute(b.ctx, y, 2, 0, 1, 3))  # ne [OW, OH, Mg, N]
         outs.append(y)
     y = outs[0]
     for o in outs[1:]:
@@ -276,6 +285,14 @@ def _pool(b, node, ins, at, kind):
         outs.append(o)
         extra.append(max(0, (o - 1) * strides[i] + ks[i] - (sizes[i] + pb[i] + pe[i])))
     pad_e = [pe[i] + extra[i] for i in range(2)]
+    if pb == pad_e and kind == "max":  # ggml's own padding: out-of-range cells never enter a max
+        y = lib.ggml_pool_2d(b.ctx, cont(b, xt), POOL_MAX, ks[1], ks[0], strides[1], strides[0],
+                             float(pb[1]), float(pb[0]))
+        shape = (xs[0], xs[1], outs[0], outs[1])
+        if nd == 1:
+            shape = (xs[0], xs[1], outs[1])
+            y = reshape(b, y, shape)
+        return [b.out(y, shape, x.dtype)]
     t, shape = pad_zero(b, xt, xs, [0, 0] + pb, [0, 0] + pad_e)
     Hp, Wp = shape[2], shape[3]
     if kind == "max" and (any(pb) or any(pad_e)):
