@@ -223,3 +223,135 @@ for _name, _idx in (("Range", (0, 1, 2)), ("NonZero", (0,)), ("Unique", (0,)), (
     op(_name, const_inputs=_idx)(_needs_constants(_name))
 
 del np_dtype
+
+
+@op("IsNaN")
+def _isnan(b, node, ins, at):
+    x = ins[0]  # NaN is the one value whose |x| + 1 is not positive
+    c = b.ctx
+    t = lib.ggml_scale_bias(c, lib.ggml_step(c, lib.ggml_scale_bias(c, lib.ggml_abs(c, f(b, x)), 1.0, 1.0)), -1.0, 1.0)
+    return [b.out(t, x.shape, TensorProto.BOOL)]
+
+
+@op("IsInf")
+def _isinf(b, node, ins, at):
+    x = ins[0]
+    c = b.ctx
+    fmax = float(np.finfo(np.float32).max)
+    t = f(b, x)
+    pos, neg = int(at.get("detect_positive", 1)), int(at.get("detect_negative", 1))
+    src = lib.ggml_abs(c, t) if pos and neg else (t if pos else lib.ggml_neg(c, t))
+    y = lib.ggml_step(c, lib.ggml_scale_bias(c, src, 1.0, -fmax))
+    if not pos and not neg:
+        y = lib.ggml_scale(c, y, 0.0)
+    return [b.out(y, x.shape, TensorProto.BOOL)]
+
+
+@op("TopK", const_inputs=(1,))
+def _topk(b, node, ins, at):
+    x = ins[0]
+    k = int(np.asarray(cval(b, ins[1], "K")).reshape(-1)[0])
+    axis = norm_axis(b, at.get("axis", -1), x.rank)
+    largest = int(at.get("largest", 1))
+    L = x.shape[axis]
+    b.need(0 < k <= L, f"K={k} for an axis of {L}")
+    rows, keep, perm = to_rows(b, b.tensor(x), x.shape, [axis])
+    R = int(rows.ne[1])
+    key = rows if largest else lib.ggml_neg(b.ctx, rows)
+    # ties: ONNX wants the lower index first; subtracting index * tiny breaks them (values differ by more
+    # than that, or are equal)
+    idx = lib.ggml_argsort_top_k(b.ctx, lib.ggml_cont(b.ctx, key), k)  # I32 ne [k, R], descending
+    idx = lib.ggml_cont(b.ctx, idx)
+    vals = lib.ggml_get_rows(b.ctx, lib.ggml_reshape_3d(b.ctx, rows, 1, L, R), idx)  # ne [1, k, R]
+    moved = tuple(x.shape[p] for p in perm[:-1]) + (k,)
+    inv = list(np.argsort(perm))
+    out_shape = tuple(k if d == axis else x.shape[d] for d in range(x.rank))
+    v = permute(b, reshape(b, vals, moved), inv)
+    i = permute(b, reshape(b, lib.ggml_cast(b.ctx, idx, lib.GGML_TYPE_F32), moved), inv)
+    return [b.out(v, out_shape, x.dtype), b.out(i, out_shape, TensorProto.INT64)]
+
+
+def _scatter(b, x, updates, positions, reduction):
+    """data with updates written at flat `positions` (constant). Duplicated positions are applied in
+    rounds, in order, each round a gather of the updates and a masked combine."""
+    b.need(reduction in ("none", "add", "mul", "max", "min"), f"reduction '{reduction}'")
+    positions = np.asarray(positions, dtype=np.int64)
+    seen: dict = {}
+    rounds: list = []  # rounds[r][position] = update index of that position's r-th occurrence
+    for u, p in enumerate(positions.tolist()):
+        r = seen.get(p, 0)
+        seen[p] = r + 1
+        if r == len(rounds):
+            rounds.append({})
+        rounds[r][p] = u
+    n = int(np.prod(x.shape, dtype=np.int64))
+    flat_u = reshape(b, b.tensor(updates), (updates.size, 1))
+    acc = f(b, x)
+    c = b.ctx
+    for rnd in rounds:
+        src = np.zeros(n, dtype=np.int64)
+        hit = np.zeros(n, dtype=np.float32)
+        for p, u in rnd.items():
+            src[p], hit[p] = u, 1.0
+        g, _ = take(b, flat_u, (updates.size, 1), 0, src)
+        g = reshape(b, g, x.shape)
+        h = b.weight(hit.reshape(x.shape))
+        if reduction == "none":
+            new = g
+        elif reduction == "add":
+            new = lib.ggml_add(c, acc, g)
+        elif reduction == "mul":
+            new = lib.ggml_mul(c, acc, g)
+        elif reduction == "max":
+            new = lib.ggml_add(c, acc, lib.ggml_relu(c, lib.ggml_sub(c, g, acc)))
+        else:
+            new = lib.ggml_sub(c, acc, lib.ggml_relu(c, lib.ggml_sub(c, acc, g)))
+        keep = lib.ggml_mul(c, acc, b.weight(1.0 - hit.reshape(x.shape)))
+        acc = lib.ggml_add(c, keep, lib.ggml_mul(c, new, h))
+    return b.out(acc, x.shape, x.dtype)
+
+
+@op("ScatterElements", "Scatter", const_inputs=(1,))
+def _scatter_elements(b, node, ins, at):
+    x, ind, upd = ins
+    axis = norm_axis(b, at.get("axis", 0), x.rank)
+    idx = np.asarray(cval(b, ind, "indices"), dtype=np.int64)
+    L = x.shape[axis]
+    b.need(((idx >= -L) & (idx < L)).all(), f"indices out of range [-{L}, {L})")
+    grid = list(np.indices(idx.shape))
+    grid[axis] = np.where(idx < 0, idx + L, idx)
+    pos = np.ravel_multi_index(tuple(grid), x.shape).reshape(-1)
+    red = at.get("reduction", b"none")
+    return [_scatter(b, x, upd, pos, red.decode() if isinstance(red, bytes) else red)]
+
+
+@op("ScatterND", const_inputs=(1,))
+def _scatter_nd(b, node, ins, at):
+    x, ind, upd = ins
+    idx = np.asarray(cval(b, ind, "indices"), dtype=np.int64)
+    q = idx.shape[-1]
+    lead = idx.reshape(-1, q)
+    lead = np.where(lead < 0, lead + np.array(x.shape[:q]), lead)
+    inner = int(np.prod(x.shape[q:], dtype=np.int64))
+    base = np.ravel_multi_index(tuple(lead.T), x.shape[:q]) * inner
+    pos = (base[:, None] + np.arange(inner)[None, :]).reshape(-1)
+    red = at.get("reduction", b"none")
+    return [_scatter(b, x, upd, pos, red.decode() if isinstance(red, bytes) else red)]
+
+
+@op("Hardmax")
+def _hardmax(b, node, ins, at):
+    x = ins[0]
+    axis = norm_axis(b, at.get("axis", -1), x.rank)
+    L = x.shape[axis]
+    t, shp = take(b, b.tensor(x), x.shape, axis, np.arange(L)[::-1])  # ggml keeps the last maximum
+    rows, keep, perm = to_rows(b, t, shp, [axis])
+    am = lib.ggml_cast(b.ctx, lib.ggml_argmax(b.ctx, rows), lib.GGML_TYPE_F32)  # ne [R]
+    first = lib.ggml_scale_bias(b.ctx, am, -1.0, float(L - 1))
+    R = int(rows.ne[1])
+    ar = b.weight(np.tile(np.arange(L, dtype=np.float32), (R, 1)))  # ne [L, R]
+    d = lib.ggml_sub(b.ctx, ar, lib.ggml_reshape_2d(b.ctx, first, 1, R))
+    one = lib.ggml_scale_bias(b.ctx, lib.ggml_add(b.ctx, lib.ggml_step(b.ctx, d),
+                                                  lib.ggml_step(b.ctx, lib.ggml_neg(b.ctx, d))), -1.0, 1.0)
+    moved = tuple(x.shape[p] for p in perm)
+    return [b.out(permute(b, reshape(b, one, moved), list(np.argsort(perm))), x.shape, x.dtype)]
