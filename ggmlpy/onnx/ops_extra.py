@@ -9,7 +9,7 @@ from onnx import TensorProto
 from .graph import Val, const, np_dtype
 from .layout import binary, permute, reshape, take, to_rows
 from .ops_basic import OPS, _round_even, _unary, cval, f, norm_axis, op
-from .ops_nn import _conv, _matmul_op
+from .ops_nn import _conv, _matmul_op, arg_rows
 from .safe import lib
 
 QRANGE = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127), TensorProto.UINT16: (0, 65535),
@@ -344,10 +344,8 @@ def _hardmax(b, node, ins, at):
     x = ins[0]
     axis = norm_axis(b, at.get("axis", -1), x.rank)
     L = x.shape[axis]
-    t, shp = take(b, b.tensor(x), x.shape, axis, np.arange(L)[::-1])  # ggml keeps the last maximum
-    rows, keep, perm = to_rows(b, t, shp, [axis])
-    am = lib.ggml_cast(b.ctx, lib.ggml_argmax(b.ctx, rows), lib.GGML_TYPE_F32)  # ne [R]
-    first = lib.ggml_scale_bias(b.ctx, am, -1.0, float(L - 1))
+    rows, keep, perm = to_rows(b, b.tensor(x), x.shape, [axis])
+    first = arg_rows(b, rows)
     R = int(rows.ne[1])
     ar = b.weight(np.tile(np.arange(L, dtype=np.float32), (R, 1)))  # ne [L, R]
     d = lib.ggml_sub(b.ctx, ar, lib.ggml_reshape_2d(b.ctx, first, 1, R))

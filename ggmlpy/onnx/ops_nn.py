@@ -402,22 +402,31 @@ for _name in ROW_REDUCE:
     op(_name, const_inputs=(1,))(_reduce(_name))
 
 
+def arg_rows(b, rows, last=False):
+    """Index of the maximum of each row (ggml ne0), the first (or last) of equal maxima, as F32 ne [1, R].
+    Computed from the row maximum and a mask, not with ggml_argmax, whose choice among equal maxima
+    differs between backends (the CPU keeps the last, Vulkan the first)."""
+    c = b.ctx
+    L, R = int(rows.ne[0]), int(rows.ne[1])
+    rows = cont(b, rows)
+    m = _row_max(b, rows)
+    d = lib.ggml_sub(c, rows, m)  # 0 at the maxima, negative elsewhere
+    eq = lib.ggml_scale_bias(c, lib.ggml_step(c, lib.ggml_neg(c, d)), -1.0, 1.0)
+    if last:  # max over (i + 1) * eq, minus one
+        w = np.arange(1, L + 1, dtype=np.float32)
+        return lib.ggml_scale_bias(c, _row_max(b, lib.ggml_mul(c, eq, b.weight(w))), 1.0, -1.0)
+    w = np.arange(L, 0, -1, dtype=np.float32)  # L - i: the first maximum scores highest
+    return lib.ggml_scale_bias(c, _row_max(b, lib.ggml_mul(c, eq, b.weight(w))), -1.0, float(L))
+
+
 def _argext(sign):
     def build(b, node, ins, at):
         x = ins[0]
         axis = norm_axis(b, at.get("axis", 0), x.rank)
-        last = int(at.get("select_last_index", 0))
-        t, shp = b.tensor(x), x.shape
-        L = x.shape[axis]
-        if not last:  # ggml's argmax keeps the last of equal maxima: search the reversed axis
-            t, shp = take(b, t, shp, axis, np.arange(L)[::-1])
-        rows, kept, _ = to_rows(b, t, shp, [axis])
+        rows, kept, _ = to_rows(b, b.tensor(x), x.shape, [axis])
         if sign < 0:
             rows = lib.ggml_neg(b.ctx, rows)
-        y = lib.ggml_argmax(b.ctx, lib.ggml_reshape_2d(b.ctx, rows, int(rows.ne[0]), int(rows.ne[1])))
-        y = lib.ggml_cast(b.ctx, y, lib.GGML_TYPE_F32)
-        if not last:
-            y = lib.ggml_scale_bias(b.ctx, y, -1.0, float(L - 1))
+        y = arg_rows(b, rows, bool(int(at.get("select_last_index", 0))))
         shape = tuple(1 if k == axis else d for k, d in enumerate(x.shape)) if int(at.get("keepdims", 1)) else \
             tuple(d for k, d in enumerate(x.shape) if k != axis)
         return [b.out(reshape(b, y, shape), shape, I64)]
