@@ -189,3 +189,25 @@ def test_f16_weights(tmp_path):
     p = export(m, (x,), tmp_path / "mlp16.onnx", ["x"])
     # half-precision weights: products accumulate in f32, weights carry 2**-11 relative rounding
     check(p, {"x": x.numpy()}, rtol=1e-2, atol=2e-3, dtype="f16")
+
+
+class Tagger(nn.Module):
+    """A bidirectional two-layer LSTM over embeddings, then a linear layer per step."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(40, 16)
+        self.lstm = nn.LSTM(16, 24, num_layers=2, bidirectional=True)
+        self.out = nn.Linear(48, 5)
+
+    def forward(self, ids):
+        y, _ = self.lstm(self.emb(ids))
+        return self.out(y)
+
+
+def test_lstm(tmp_path, device):
+    m = Tagger()
+    ids = torch.randint(0, 40, (12, 3))  # (seq, batch)
+    p = export(m, (ids,), tmp_path / "lstm.onnx", ["ids"])
+    model, _ = check(p, {"ids": ids.numpy()}, device=device)
+    assert "LSTM" in go.onnx_summary(model)["ops"]

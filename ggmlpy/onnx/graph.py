@@ -139,9 +139,7 @@ class Builder:
 
     # -- errors -------------------------------------------------------------------------------------
     def fail(self, msg: str) -> OnnxError:
-        n = self.node
-        where = f"node '{n.name or n.output[0]}' ({n.op_type}): " if n is not None else ""
-        return OnnxError(where + msg)
+        return OnnxError(self.where() + msg)
 
     def need(self, cond, msg: str) -> None:
         if not cond:
@@ -150,9 +148,13 @@ class Builder:
     def limit(self, cond, msg: str) -> None:
         """Like need, for what ggml cannot represent at all."""
         if not cond:
-            n = self.node
-            where = f"node '{n.name or n.output[0]}' ({n.op_type}): " if n is not None else ""
-            raise OnnxLimitation(where + msg)
+            raise OnnxLimitation(self.where() + msg)
+
+    def where(self) -> str:
+        n = self.node
+        if n is None:
+            return ""
+        return f"node '{n.name or next((o for o in n.output if o), '?')}' ({n.op_type}): "
 
     # -- tensors ------------------------------------------------------------------------------------
     def new_tensor(self, ctx, ggml_type: int, shape):

@@ -38,7 +38,7 @@ _SELF_FOLDING = {"Constant", "Shape", "Size", "Identity", "Reshape", "Flatten", 
 
 def supported_ops() -> list[str]:
     """The ONNX operator types onnx_load can build (default domain)."""
-    from . import ops_extra, ops_nn, ops_resize  # noqa: F401  (register their builders)
+    from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (register their builders)
     return sorted(OPS)
 
 
@@ -86,7 +86,7 @@ class OnnxModel:
 
     def __init__(self, proto, path, device, input_shapes, n_threads, dtype):
         from onnx import numpy_helper
-        from . import ops_extra, ops_nn, ops_resize  # noqa: F401
+        from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401
         self.proto = proto
         self.path = str(path)
         g = proto.graph
