@@ -174,3 +174,25 @@ def test_profile_and_cli(tiny, capsys):
     out = capsys.readouterr().out
     assert "ONNX model: tiny" in out and "output y: [2, 3] float32" in out and "MUL_MAT" in out
     assert main(["onnx", path + ".missing"]) == 1
+
+
+def test_gelu_pattern_fused():
+    """Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5 becomes one ggml_gelu_erf; a pattern whose
+    intermediate value is also an output is left alone (and computes the same)."""
+    import math
+    c = onnx.numpy_helper.from_array
+    inits = [c(np.array(math.sqrt(2), np.float32), "s2"), c(np.array(1, np.float32), "one"),
+             c(np.array(0.5, np.float32), "half")]
+    nodes = [helper.make_node("Div", ["x", "s2"], ["a"]), helper.make_node("Erf", ["a"], ["b"]),
+             helper.make_node("Add", ["b", "one"], ["c"]), helper.make_node("Mul", ["x", "c"], ["d"]),
+             helper.make_node("Mul", ["d", "half"], ["y"])]
+    x = np.linspace(-4, 4, 24, dtype=np.float32).reshape(4, 6)
+    want = 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+    for extra_out in (False, True):
+        outs = [helper.make_tensor_value_info("y", T.FLOAT, [4, 6])]
+        if extra_out:
+            outs.append(helper.make_tensor_value_info("b", T.FLOAT, [4, 6]))
+        g = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info("x", T.FLOAT, [4, 6])], outs, inits)
+        model = go.onnx_load(helper.make_model(g), device="cpu")
+        assert next(iter(model._plans.values())).n_fused == (0 if extra_out else 1)
+        np.testing.assert_allclose(go.onnx_run(model, {"x": x})["y"], want, rtol=1e-5, atol=1e-6)

@@ -66,6 +66,7 @@ def test_mlp(tmp_path, device):
     got2 = go.onnx_run(model, {"x": x.numpy()})
     np.testing.assert_array_equal(got["y"], got2["y"])
     assert len(model._plans) == 1
+    assert next(iter(model._plans.values())).n_fused == 1  # the exported GELU runs as ggml_gelu_erf
 
 
 class Block(nn.Module):

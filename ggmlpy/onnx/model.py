@@ -250,8 +250,18 @@ class _Plan:
             vals[name] = Val(shp, et, t=t)
         b.input_by_ptr = {int(ffi.cast("uintptr_t", t)): n for n, (t, _, _) in self.input_tensors.items()}
         self.n_folded = 0
-        for node in g.node:
+        from .fusion import find_gelu
+        gelu, skipped = find_gelu(g, model.initializers)
+        self.n_fused = len(gelu)
+        for k, node in enumerate(g.node):
             b.node = node
+            if k in skipped:  # inside a fused pattern: its value is never read
+                continue
+            if k in gelu:
+                x = vals[gelu[k]]
+                from .ops_basic import f as _f
+                vals[node.output[0]] = b.out(lib.ggml_gelu_erf(b.ctx, _f(b, x)), x.shape, x.dtype)
+                continue
             if b.headroom() < 4096:
                 raise b.fail("the graph outgrew its context (a builder made far more ggml tensors than expected)")
             try:
