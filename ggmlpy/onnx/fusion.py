@@ -29,7 +29,6 @@ def find_gelu(graph, initializers) -> tuple[dict, set]:
     skipped holds the indices of the other nodes of each pattern."""
     vals = _const_values(graph, initializers)
     nodes = list(graph.node)
-    producer = {o: i for i, n in enumerate(nodes) for o in n.output}
     uses = defaultdict(int)
     for n in nodes:
         for i in n.input:

@@ -20,7 +20,9 @@ from ..backend.device import Backend, get_backend
 from ..bindings import ffi, lib
 from ..errors import DeviceError
 from .graph import F32, NUMERIC_TYPES, Builder, OnnxError, Val, const, np_dtype, type_name
-from .ops_basic import CONST_INPUTS, OPS
+from .fusion import find_gelu
+from .ops_basic import OPS
+from .ops_basic import f as contiguous_f32
 
 _NULL = ffi.NULL
 _OVERHEAD = int(lib.ggml_tensor_overhead())
@@ -250,7 +252,6 @@ class _Plan:
             vals[name] = Val(shp, et, t=t)
         b.input_by_ptr = {int(ffi.cast("uintptr_t", t)): n for n, (t, _, _) in self.input_tensors.items()}
         self.n_folded = 0
-        from .fusion import find_gelu
         gelu, skipped = find_gelu(g, model.initializers)
         self.n_fused = len(gelu)
         for k, node in enumerate(g.node):
@@ -259,8 +260,7 @@ class _Plan:
                 continue
             if k in gelu:
                 x = vals[gelu[k]]
-                from .ops_basic import f as _f
-                vals[node.output[0]] = b.out(lib.ggml_gelu_erf(b.ctx, _f(b, x)), x.shape, x.dtype)
+                vals[node.output[0]] = b.out(lib.ggml_gelu_erf(b.ctx, contiguous_f32(b, x)), x.shape, x.dtype)
                 continue
             if b.headroom() < 4096:
                 raise b.fail("the graph outgrew its context (a builder made far more ggml tensors than expected)")

@@ -338,10 +338,7 @@ def _mod(b, node, ins, at):
     fmod = int(at.get("fmod", 0))
     rnd = lib.ggml_trunc if fmod else lib.ggml_floor
 
-    def fn(c, x, y):
-        q = rnd(c, lib.ggml_div(c, x, y))
-        return lib.ggml_sub(c, x, lib.ggml_mul(c, q, y) if int(y.ne[0]) == int(q.ne[0]) else lib.ggml_mul(c, q, y))
-    va, vb = ins
+    va, vb = ins  # a - b * round(a / b), with trunc (fmod) or floor (Python's %)
     t, shape = binary(b, lambda c, x, y: lib.ggml_div(c, x, y), va, vb)
     q = rnd(b.ctx, t)
     qy, _ = binary(b, lambda c, x, y: lib.ggml_mul(c, x, y), Val(shape, va.dtype, t=q), vb, True)

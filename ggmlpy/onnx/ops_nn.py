@@ -407,7 +407,7 @@ def arg_rows(b, rows, last=False):
     Computed from the row maximum and a mask, not with ggml_argmax, whose choice among equal maxima
     differs between backends (the CPU keeps the last, Vulkan the first)."""
     c = b.ctx
-    L, R = int(rows.ne[0]), int(rows.ne[1])
+    L = int(rows.ne[0])
     rows = cont(b, rows)
     m = _row_max(b, rows)
     d = lib.ggml_sub(c, rows, m)  # 0 at the maxima, negative elsewhere
