@@ -212,3 +212,45 @@ def test_lstm(tmp_path, device):
     p = export(m, (ids,), tmp_path / "lstm.onnx", ["ids"])
     model, _ = check(p, {"ids": ids.numpy()}, device=device)
     assert "LSTM" in go.onnx_summary(model)["ops"]
+
+
+class _Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(16 * 8 * 8, 10) * 0.05)
+
+    def forward(self, x):
+        return torch.matmul(x, self.w)  # a MatMul (a Linear would become com.microsoft's QGemm)
+
+
+def test_statically_quantized_cnn(tmp_path):
+    """onnxruntime's static quantizer (QOperator format): QuantizeLinear, QLinearConv, MaxPool on
+    uint8 values, QLinearMatMul, DequantizeLinear. Outputs agree to within one output quantum."""
+    quant = pytest.importorskip("onnxruntime.quantization")
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=1),
+                      nn.ReLU(), nn.Flatten(), _Head())
+    x = torch.randn(2, 3, 16, 16)
+    fp = export(m, (x,), tmp_path / "cnn.onnx", ["x"])
+    rng = np.random.default_rng(0)
+
+    class Reader(quant.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"x": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.it, None)
+    qp = str(tmp_path / "qcnn.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quant.quantize_static(fp, qp, Reader(), quant_format=quant.QuantFormat.QOperator,
+                              activation_type=quant.QuantType.QUInt8, weight_type=quant.QuantType.QInt8)
+    import onnx
+    q = onnx.load(qp)
+    ops = {n.op_type for n in q.graph.node}
+    assert {"QLinearConv", "QLinearMatMul", "QuantizeLinear", "DequantizeLinear"} <= ops
+    y_scale = float(next(onnx.numpy_helper.to_array(i) for i in q.graph.initializer if i.name == "y_scale"))
+    feeds = {"x": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)}
+    got = go.onnx_run(go.onnx_load(qp, device="cpu"), feeds)["y"]
+    want = reference(qp, feeds)["y"]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1.01 * y_scale)
+    assert (got == want).mean() >= 0.9
