@@ -214,6 +214,14 @@ def test_lstm(tmp_path, device):
     assert "LSTM" in go.onnx_summary(model)["ops"]
 
 
+def test_gru(tmp_path):
+    m = nn.GRU(10, 16, batch_first=True)
+    x = torch.randn(2, 7, 10)
+    p = export(m, (x,), tmp_path / "gru.onnx", ["x"], output_names=("y", "h"))
+    model, _ = check(p, {"x": x.numpy()})
+    assert "GRU" in go.onnx_summary(model)["ops"]
+
+
 class _Head(nn.Module):
     def __init__(self):
         super().__init__()
