@@ -41,6 +41,13 @@ def test_load_run_summary(tiny):
     out = ggmlpy.onnx_run(model, {"x": x})
     np.testing.assert_allclose(out["y"], np.maximum(x @ W + B, 0), rtol=1e-5, atol=1e-6)
     out2 = ggmlpy.onnx_run(model, [x])  # a list in input order
+    from ggmlpy.backend.device import get_backend, is_software_device
+    try:  # the default device: a hardware GPU when there is one (a software Vulkan device is none), else the CPU
+        gpu = get_backend("gpu").device_name
+        expected = "CPU" if is_software_device(gpu) else gpu
+    except ggmlpy.DeviceError:
+        expected = "CPU"
+    assert ggmlpy.onnx_load(path).device == expected
     np.testing.assert_array_equal(out["y"], out2["y"])
     assert len(model._plans) == 1
     s = ggmlpy.onnx_summary(model)

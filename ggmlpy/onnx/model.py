@@ -16,7 +16,7 @@ from collections import Counter
 
 import numpy as np
 
-from ..backend.device import Backend, get_backend
+from ..backend.device import Backend, get_backend, is_software_device
 from ..bindings import ffi, lib
 from ..errors import DeviceError
 from .graph import F32, NUMERIC_TYPES, Builder, OnnxError, Val, const, np_dtype, type_name
@@ -158,10 +158,9 @@ class OnnxModel:
 
     def _devices(self, device, n_threads):
         cpu_dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
-        if device is None:  # ggmlR: a GPU when there is one, else the CPU
+        if device is None:  # ggmlR: a GPU when there is one, else the CPU (a software Vulkan device is no GPU)
             try:
-                get_backend("gpu")
-                device = "gpu"
+                device = "cpu" if is_software_device(get_backend("gpu").device_name) else "gpu"
             except DeviceError:
                 device = "cpu"
         self.cpu = Backend(lib.ggml_backend_dev_init(cpu_dev, _NULL), "CPU")  # private: its threads are ours
