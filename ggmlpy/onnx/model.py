@@ -239,7 +239,7 @@ class _Plan:
         g = model.proto.graph
         b = self.builder = Builder(len(g.node), f16_weights=model.dtype == "f16")
         b.opset = model.opset
-        self.model = model
+        self.backend = model.backend  # not the model itself: no reference cycle, freed as soon as dropped
         self.input_tensors = {}
         vals = {n: const(a, init.data_type) for (n, a), init in zip(model.initializers.items(), g.initializer)}
         for name, (et, _) in model.input_info.items():
@@ -359,7 +359,7 @@ class _Plan:
         if self.sched is not None:
             status = lib.ggml_backend_sched_graph_compute(self.sched.ptr, self.graph)
         else:
-            status = lib.ggml_backend_graph_compute(self.model.backend.ptr, self.graph)
+            status = lib.ggml_backend_graph_compute(self.backend.ptr, self.graph)
         if status != lib.GGML_STATUS_SUCCESS:
             raise OnnxError(f"onnx_run: graph compute failed (status {status})")
         out = {}
