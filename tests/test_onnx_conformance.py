@@ -53,7 +53,7 @@ def _cases():
     return collect()
 
 
-@pytest.mark.parametrize("op", supported_ops())
+@pytest.mark.parametrize("op", [o for o in supported_ops() if ":" not in o])  # ONNX's own domain
 def test_operator(op):
     cases = [c for c in _cases() if case_op(c) == op]
     if not cases:

@@ -233,10 +233,11 @@ class _Head(nn.Module):
 
 def test_statically_quantized_cnn(tmp_path):
     """onnxruntime's static quantizer (QOperator format): QuantizeLinear, QLinearConv, MaxPool on
-    uint8 values, QLinearMatMul, DequantizeLinear. Outputs agree to within one output quantum."""
+    uint8 values, QLinearMatMul, its contrib QGemm (com.microsoft), DequantizeLinear. Outputs agree to
+    within one output quantum."""
     quant = pytest.importorskip("onnxruntime.quantization")
     m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=1),
-                      nn.ReLU(), nn.Flatten(), _Head())
+                      nn.ReLU(), nn.Flatten(), _Head(), nn.ReLU(), nn.Linear(10, 6))
     x = torch.randn(2, 3, 16, 16)
     fp = export(m, (x,), tmp_path / "cnn.onnx", ["x"])
     rng = np.random.default_rng(0)
@@ -255,7 +256,7 @@ def test_statically_quantized_cnn(tmp_path):
     import onnx
     q = onnx.load(qp)
     ops = {n.op_type for n in q.graph.node}
-    assert {"QLinearConv", "QLinearMatMul", "QuantizeLinear", "DequantizeLinear"} <= ops
+    assert {"QLinearConv", "QLinearMatMul", "QGemm", "QuantizeLinear", "DequantizeLinear"} <= ops
     y_scale = float(next(onnx.numpy_helper.to_array(i) for i in q.graph.initializer if i.name == "y_scale"))
     feeds = {"x": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)}
     got = go.onnx_run(go.onnx_load(qp, device="cpu"), feeds)["y"]

@@ -66,7 +66,7 @@ def run_case(case, device="cpu", verbose=False) -> Result:
         print("...", case.name, flush=True)
     ops = {n.op_type for n in model.graph.node}
     known = set(supported_ops())
-    if not ops <= known or any(n.domain not in ("", "ai.onnx") for n in model.graph.node):
+    if not ops <= known or any(n.domain not in ("", "ai.onnx") for n in model.graph.node):  # ONNX's own only
         return Result(case.name, op, "unsupported", ", ".join(sorted(ops - known)))
     for t in _types_in(model):
         if t == -1:

@@ -38,8 +38,13 @@ _SELF_FOLDING = {"Constant", "Shape", "Size", "Identity", "Reshape", "Flatten", 
                  "Cast", "CastLike", "ConstantOfShape", "EyeLike", "Split", "Dropout"}
 
 
+def op_key(node) -> str:
+    """The operator table's key: the op type, prefixed by its domain outside the standard one."""
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
+
+
 def supported_ops() -> list[str]:
-    """The ONNX operator types onnx_load can build (default domain)."""
+    """The ONNX operator types onnx_load can build (others' domains as "com.microsoft:QGemm")."""
     from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (register their builders)
     return sorted(OPS)
 
@@ -148,7 +153,7 @@ class OnnxModel:
     def _check_ops(self):
         bad = []
         for n in self.proto.graph.node:
-            if n.domain not in ("", "ai.onnx") or n.op_type not in OPS:
+            if op_key(n) not in OPS:
                 bad.append(f"'{n.op_type}'" + (f" (domain {n.domain})" if n.domain not in ("", "ai.onnx") else "")
                            + f" at node '{n.name or n.output[0]}'")
         if bad:
@@ -269,14 +274,15 @@ class _Plan:
                 raise b.fail(f"input {e} is neither a graph input, an initializer nor an earlier node's output")
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             present = [v for v in ins if v is not None]
-            if present and all(v.is_const for v in present) and node.op_type not in _SELF_FOLDING:
+            if (present and all(v.is_const for v in present) and node.op_type not in _SELF_FOLDING
+                    and node.domain in ("", "ai.onnx")):
                 try:
                     outs = _fold(model, node, ins)
                 except Exception as e:
                     raise b.fail(f"constant folding failed: {e}") from None
                 self.n_folded += 1
             else:
-                outs = OPS[node.op_type](b, node, ins, attrs)
+                outs = OPS[op_key(node)](b, node, ins, attrs)
             for name, v in zip(node.output, outs):
                 if name:
                     vals[name] = v

@@ -353,3 +353,79 @@ def _hardmax(b, node, ins, at):
                                                   lib.ggml_step(b.ctx, lib.ggml_neg(b.ctx, d))), -1.0, 1.0)
     moved = tuple(x.shape[p] for p in perm)
     return [b.out(permute(b, reshape(b, one, moved), list(np.argsort(perm))), x.shape, x.dtype)]
+
+
+# -- onnxruntime's quantized contrib operators (domain com.microsoft), as written by its static quantizer ----
+MS = "com.microsoft:"
+
+
+def _qbinary(fn):
+    def build(b, node, ins, at):
+        a, sa, za, x, sx, zx, sy, zy = (list(ins) + [None] * 8)[:8]
+        A = dequantize(b, a, sa, za, 0)
+        X = dequantize(b, x, sx, zx, 0)
+        t, shape = binary(b, fn, A, X, True)
+        return [quantize(b, Val(shape, TensorProto.FLOAT, t=t), sy, zy, 0, zy.dtype if zy is not None else TensorProto.UINT8)]
+    return build
+
+
+OPS[MS + "QLinearAdd"] = _qbinary(lambda c, p, q: lib.ggml_add(c, p, q))
+OPS[MS + "QLinearMul"] = _qbinary(lambda c, p, q: lib.ggml_mul(c, p, q))
+
+
+def _qunary(fn):
+    def build(b, node, ins, at):
+        x, sx, zx, sy, zy = (list(ins) + [None] * 5)[:5]
+        X = dequantize(b, x, sx, zx, 0)
+        y = fn(b, f(b, X), at)
+        return [quantize(b, Val(x.shape, TensorProto.FLOAT, t=y), sy, zy, 0,
+                         zy.dtype if zy is not None else TensorProto.UINT8)]
+    return build
+
+
+OPS[MS + "QLinearSigmoid"] = _qunary(lambda b, t, at: lib.ggml_sigmoid(b.ctx, t))
+OPS[MS + "QLinearLeakyRelu"] = _qunary(lambda b, t, at: lib.ggml_leaky_relu(b.ctx, t, float(at.get("alpha", 0.01)), False))
+
+
+def _qgap(b, node, ins, at):
+    from .ops_nn import _global
+    x, sx, zx, sy, zy = ins[:5]
+    b.need(not int(at.get("channels_last", 0)), "QLinearGlobalAveragePool with channels_last")
+    y = _global(b, dequantize(b, x, sx, zx, 0), "avg")[0]
+    return [quantize(b, y, sy, zy, 0, zy.dtype)]
+
+
+OPS[MS + "QLinearGlobalAveragePool"] = _qgap
+
+
+def _qconcat(b, node, ins, at):
+    from .ops_basic import _concat
+    sy, zy = ins[0], ins[1]
+    parts = [dequantize(b, ins[k], ins[k + 1], ins[k + 2], 0) for k in range(2, len(ins), 3)]
+    y = _concat(b, node, parts, at)[0]
+    return [quantize(b, y, sy, zy, 0, zy.dtype)]
+
+
+OPS[MS + "QLinearConcat"] = _qconcat
+
+
+def _qgemm(b, node, ins, at):
+    from .ops_nn import _gemm
+    a, sa, za, w, sw, zw = ins[:6]
+    C = ins[6] if len(ins) > 6 else None
+    sy = ins[7] if len(ins) > 7 else None
+    zy = ins[8] if len(ins) > 8 else None
+    A = dequantize(b, a, sa, za, 0)
+    W = dequantize(b, w, sw, zw, 0 if int(at.get("transB", 0)) else 1)
+    args = [A, W]
+    if C is not None:  # int32 bias in units of a_scale * b_scale * alpha
+        b.need(C.is_const and sa.is_const and sw.is_const, "QGemm's bias and scales must be constant")
+        args.append(const((C.const.astype(np.float64) * sa.const.reshape(-1) * sw.const.reshape(-1)
+                           * float(at.get("alpha", 1.0))).astype(np.float32)))
+    y = _gemm(b, node, args, {k: v for k, v in at.items() if k != "beta"})[0]
+    if sy is None:
+        return [y]
+    return [quantize(b, y, sy, zy, 0, zy.dtype if zy is not None else TensorProto.UINT8)]
+
+
+OPS[MS + "QGemm"] = _qgemm
