@@ -203,3 +203,17 @@ def test_gelu_pattern_fused():
         model = go.onnx_load(helper.make_model(g), device="cpu")
         assert next(iter(model._plans.values())).n_fused == (0 if extra_out else 1)
         np.testing.assert_allclose(go.onnx_run(model, {"x": x})["y"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_device_info_and_print(tiny, device):
+    path, _, _ = tiny
+    model = go.onnx_load(path, device=device)
+    di = go.onnx_device_info(model)
+    assert di["n_nodes"] >= 3 and di["gpu_ops"] + di["cpu_ops"] == di["n_nodes"]
+    if device == "cpu":
+        assert di["backends"] == ["CPU"] and di["n_backends"] == 1 and di["n_splits"] == 1 and di["gpu_ops"] == 0
+    else:
+        assert di["n_backends"] == 2 and di["backends"][-1] == "CPU" and di["gpu_ops"] > 0
+        assert sum(di["cpu_only_ops"].values()) == di["cpu_ops"]
+    text = str(model)
+    assert text.splitlines()[0] == "ONNX Model: tiny" and "Ops: MatMul, Add, Relu" in text

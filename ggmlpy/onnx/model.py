@@ -212,6 +212,15 @@ class OnnxModel:
             arrays[name], shapes[name] = a, a.shape
         return self._plan(shapes).run(arrays)
 
+    def __str__(self):  # ggmlR's print.onnx_model
+        lines = [f"ONNX Model: {self.graph_name}", f"  Producer: {self.producer}",
+                 f"  IR version: {self.ir_version} / Opset: {self.opset}",
+                 f"  Nodes: {self.n_nodes} / Weights: {self.n_weights}"]
+        if self.dtype != "f32":
+            lines.append(f"  Weight dtype: {self.dtype.upper()}")
+        lines.append(f"  Ops: {', '.join(self.ops)}")
+        return "\n".join(lines)
+
     def __repr__(self):
         return (f"<OnnxModel '{self.graph_name}' from {os.path.basename(self.path)}: {self.n_nodes} nodes, "
                 f"opset {self.opset}, on {self.device}>")
@@ -494,3 +503,26 @@ def onnx_profile(model: OnnxModel, inputs, runs: int = 3) -> list:
         sched.free()
     n = max(1, runs)
     return sorted(((k, v * 1e3 / n, counts[k] // n) for k, v in totals.items()), key=lambda r: -r[1])
+
+
+def onnx_device_info(model: OnnxModel) -> dict:
+    """ggmlR's placement diagnostics: backends, n_backends, n_splits (1: one backend computes it all),
+    n_nodes (ggml nodes), gpu_ops and cpu_ops (node counts), cpu_only_ops (op -> count of the nodes the
+    device has no kernel for, which run on the CPU)."""
+    if not isinstance(model, OnnxModel):
+        raise TypeError("onnx_device_info: model must come from onnx_load()")
+    plan = next(iter(model._plans.values()))
+    on_cpu = model.backend is model.cpu
+    nodes = [lib.ggml_graph_node(plan.graph, i) for i in range(plan.n_nodes)]
+    cpu_only: dict = {}
+    n_dev = 0
+    for p in nodes:
+        if not on_cpu and lib.ggml_backend_supports_op(model.backend.ptr, p):
+            n_dev += 1
+        elif not on_cpu:
+            name = ffi.string(lib.ggml_op_name(p.op)).decode()
+            cpu_only[name] = cpu_only.get(name, 0) + 1
+    backends = ([model.backend.name] if not on_cpu else []) + [model.cpu.name]
+    splits = int(lib.ggml_backend_sched_get_n_splits(plan.sched.ptr)) if plan.sched is not None else 1
+    return {"backends": backends, "n_backends": len(backends), "n_splits": splits, "n_nodes": plan.n_nodes,
+            "gpu_ops": n_dev, "cpu_ops": plan.n_nodes - n_dev, "cpu_only_ops": cpu_only}
