@@ -44,3 +44,6 @@ __all__ += backend_api.__all__
 from .keras import *  # noqa: F401,F403,E402
 __all__ += keras.__all__  # noqa: F405
 from .quant import *; from .quant import __all__ as _quant_all; __all__ += [n for n in _quant_all if n not in __all__]  # noqa: F401,F403,E402,E702
+from .onnx import *  # noqa: F401,F403,E402
+from .onnx import __all__ as _onnx_all  # noqa: E402
+__all__ += _onnx_all

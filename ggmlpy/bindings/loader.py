@@ -95,6 +95,16 @@ class Lib:
         self._modules = []
         self.dl_build = self._find("ggml_backend_cpu_reg", handles) is None
 
+    def resolve_declared(self) -> None:
+        """Look every declared symbol up now. cffi looks a symbol up under a non-reentrant lock,
+        so a finalizer (__del__ freeing a buffer) that needed its first look-up while another
+        was in progress hung the process. Symbols of modules ggml loads later (portable
+        builds, backend modules) stay lazy."""
+        for name in dir(self._handles[0]):
+            fn = self._find(name, self._handles)
+            if fn is not None:
+                setattr(self, name, fn)
+
     def __getattr__(self, name):
         fn = self._find(name, self._handles)
         if fn is None and self.dl_build:
@@ -174,6 +184,7 @@ def load(ffi: cffi.FFI) -> tuple[Lib, Found]:
                 handles.append(ffi.dlopen(str(p), flags))
     lib = Lib(ffi, handles[::-1], d)
     check(ffi, lib, found)
+    lib.resolve_declared()
     return lib, found
 
 
