@@ -126,12 +126,13 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
     st = dc.executor.run(key, f32_builder(rule.fwd, params, out_type, dc.blas is not None, rule.index_inputs, op),
                          [x.st for x in inputs], dc.pass_pool.alloc)[0]
     out = AGTensor(st, st.spec[1], dc, is_leaf=False)  # the spec's ne: no reads through cffi
-    if TAPE.recording() and any(x.requires_grad for x in inputs) and rule.vjp is not None:
+    tape = TAPE  # this thread's (a threading.local): read it once
+    if tape.enabled and not tape.paused and rule.vjp is not None and any(x.requires_grad for x in inputs):
         out.requires_grad = True
         saved = {_SAVED_KEY[i]: inputs[i] for i in rule.saves}
         if rule.saves_out:
             saved["out"] = out
-        TAPE.nodes.append(Node(op, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in inputs],
+        tape.nodes.append(Node(op, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in inputs],
                                saved, params, tuple(x.shape for x in inputs)))
     if _fwd.LEVELS:
         _fwd.propagate(rule, out, inputs, params)

@@ -91,7 +91,7 @@ class Executor:
 
     def __init__(self, backend, small_backend=None, blas=None, asynchronous: bool = False, lock=None):
         self.backend = backend
-        self.lock = lock if lock is not None else contextlib.nullcontext()
+        self.lock = lock  # None: one thread uses this executor (the CPU device's, per thread)
         self.small_backend = small_backend or backend
         self.blas = blas  # ggml's BLAS backend, which runs graphs of OUT_PROD products
         self.cache: OrderedDict = OrderedDict()
@@ -107,7 +107,7 @@ class Executor:
     def sync(self) -> None:
         """Wait for the ops queued so far (asynchronous devices; a no-op elsewhere)."""
         if self.pending:
-            with self.lock:
+            with self.lock or contextlib.nullcontext():
                 lib.ggml_backend_synchronize(self.backend.ptr)
                 self.pending = False
 
@@ -120,6 +120,8 @@ class Executor:
         for s in inputs:
             if s.gen != s.pool.gen:
                 s.check()  # raises StaleTensorError
+        if self.lock is None:
+            return self._run(key, build, inputs, alloc, out)
         with self.lock:
             return self._run(key, build, inputs, alloc, out)
 
