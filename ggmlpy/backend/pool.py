@@ -189,7 +189,7 @@ class _Chunk:
         return t
 
     def rewind(self) -> None:
-        if self.headers:  # most chunks never made one (Storage.t)
+        if self.headers and self.buffer is not None:  # most chunks never made one (Storage.t)
             lib.ggml_reset(self.meta)
         self.offset = self.count = self.live = self.headers = 0
         self.gen = self.pool.gen
@@ -200,8 +200,8 @@ class _Chunk:
 
     def release(self, gen: int) -> None:
         with self.pool.lock:
-            if gen != self.gen:
-                return  # the chunk was already rewound by a reset
+            if gen != self.gen or self.buffer is None:
+                return  # rewound by a reset since, or freed (at interpreter exit, in any order)
             self.live -= 1
             if self.live == 0:
                 self.pool._chunk_empty(self)
@@ -210,9 +210,12 @@ class _Chunk:
         if self.buffer is not None:
             lib.ggml_backend_buffer_free(self.buffer)
             lib.ggml_free(self.meta)
-            self.buffer = None
+            self.buffer = self.meta = None
 
-    __del__ = free  # a thread's pool goes with its thread; chunks its tensors kept go with them
+    # A thread's pool goes with its thread, and chunks its tensors kept go with them. The pool
+    # and its chunks form reference cycles, which the collector may finalize in any order: a
+    # freed chunk ignores later releases and rewinds (see release, rewind).
+    __del__ = free
 
 
 class PassPool:
