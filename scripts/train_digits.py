@@ -127,7 +127,7 @@ def train(epochs: int = 20, batch: int = 32, lr: float = 2e-3, seed: int = 0, pr
               "history": history, "plot": save_loss_curve(history, plot) if plot else None}
     if verbose:
         print(f"digits: {x_train.shape[1]} train / {x_test.shape[1]} test images, MLP 64-128-128-128-10, "
-              f"{epochs} epochs of Adam, batch {batch}, on {g.ag_default_device()}")
+              f"{epochs} epochs of Adam, batch {batch}, on {g.ag_device_name()}")
         print(f"test accuracy  {result['test_accuracy']:.2%}   (train {result['train_accuracy']:.2%})")
         print(f"tape for one batch of {batch}: {with_ckpt / 1024:.1f} KiB with the middle blocks checkpointed, "
               f"{without / 1024:.1f} KiB without")
