@@ -40,3 +40,5 @@ __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "Stal
                              "software_vulkan_enabled", "release_device", "set_cache_limits"] + _ag_ops + _nn_all + _optim_all + _train_all
 from .backend.state import ag_default_dtype, ag_device_name  # noqa: E402  (ggmlR's calling conventions, issue 16)
 __all__ += ["ag_default_dtype", "ag_device_name"]
+from .params import ParamList  # noqa: E402
+__all__ += ["ParamList"]

@@ -11,6 +11,7 @@ from ..autograd import ops as F
 from ..autograd.engine import apply, assign
 from ..autograd.tape import no_grad
 from ..errors import GGMLError
+from ..params import ParamList
 from ..tensor import AGTensor, ag_param, ag_tensor
 
 
@@ -41,12 +42,13 @@ class Module:
         for i, child in enumerate(self.children(), 1):
             yield from child.named_parameters(f"{prefix}layer{i}_")
 
-    def parameters(self) -> list[AGTensor]:
-        """The trainable tensors, in named_parameters() order."""
-        return [p for _, p in self.named_parameters()]
+    def parameters(self) -> ParamList:
+        """The trainable tensors, in named_parameters() order: a list that also answers by name,
+        as ggmlR's named list (`parameters()["W"]`; names as named_parameters())."""
+        return ParamList.from_pairs(self.named_parameters())
 
-    def params(self) -> list[AGTensor]:
-        """ggmlR's `$params()`."""
+    def params(self) -> ParamList:
+        """ggmlR's `$params()`: the same as parameters()."""
         return self.parameters()
 
     def buffers(self, prefix: str = "") -> list[tuple[str, AGTensor]]:

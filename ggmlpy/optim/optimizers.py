@@ -20,6 +20,7 @@ from ..autograd.engine import assign, f32_builder
 from ..autograd.tape import no_grad
 from ..bindings import lib
 from ..errors import GGMLError
+from ..params import ParamList
 from ..tensor import AGTensor, ag_tensor, same_device
 from . import fused
 
@@ -40,7 +41,7 @@ def _grad_of(grads, p: AGTensor):
 
 class Optimizer:
     """Base optimizer. `params`: a model (its parameters() are taken), a list of ag tensors, or
-    a dict of them (a state dict's values)."""
+    a dict of them (ggmlR's named list). `self.params` keeps the names: `opt.params["W"]`."""
 
     def __init__(self, params: Params, lr: float):
         self.params = _param_list(params)
@@ -128,13 +129,12 @@ def _group_by_device(items) -> dict:
     return out
 
 
-def _param_list(params):
-    """A list of ag tensors from a model (anything with .parameters()), a dict or an iterable."""
+def _param_list(params) -> ParamList:
+    """The ag tensors of a model (anything with .parameters()), a dict or an iterable, keeping
+    their names where they have them (ggmlR's named list: `opt.params["W"]`)."""
     if callable(getattr(params, "parameters", None)):
         params = params.parameters()
-    if isinstance(params, dict):
-        params = list(params.values())
-    params = list(params)
+    params = ParamList(params if isinstance(params, (dict, ParamList)) else list(params))
     for p in params:
         if not isinstance(p, AGTensor):
             raise GGMLError(f"optimizer params must be a model or ag tensors, got {type(p).__name__}")
