@@ -42,3 +42,5 @@ from .backend.state import ag_default_dtype, ag_device_name  # noqa: E402  (ggml
 __all__ += ["ag_default_dtype", "ag_device_name"]
 from .params import ParamList  # noqa: E402
 __all__ += ["ParamList"]
+from .train.data import Batch  # noqa: E402
+__all__ += ["Batch"]

@@ -112,7 +112,7 @@ def train(epochs: int = 20, batch: int = 32, lr: float = 2e-3, seed: int = 0, pr
     x_train, y_train, x_test, y_test = load_digits_split(seed)
     model = DigitsMLP(checkpoint=checkpoint)
     opt = g.optimizer_adam(model.parameters(), lr=lr)
-    sched = g.lr_scheduler_cosine(opt, T_max=epochs, eta_min=lr / 20)
+    sched = g.lr_scheduler_cosine(opt, T_max=epochs, lr_min=lr / 20)
     train_loader = g.ag_dataloader(x_train, y_train, batch_size=batch, shuffle=True)
     test_loader = g.ag_dataloader(x_test, y_test, batch_size=256, shuffle=False)
     history = g.ag_fit(model, g.ag_softmax_cross_entropy_loss, opt, train_loader, epochs,
