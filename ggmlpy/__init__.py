@@ -44,3 +44,5 @@ from .params import ParamList  # noqa: E402
 __all__ += ["ParamList"]
 from .train.data import Batch  # noqa: E402
 __all__ += ["Batch"]
+from .random import ggml_set_seed  # noqa: E402
+__all__ += ["ggml_set_seed"]
