@@ -46,3 +46,5 @@ from .train.data import Batch  # noqa: E402
 __all__ += ["Batch"]
 from .random import ggml_set_seed  # noqa: E402
 __all__ += ["ggml_set_seed"]
+from .train.parallel import dp_train  # noqa: E402
+__all__ += ["dp_train"]
