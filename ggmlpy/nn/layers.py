@@ -107,7 +107,8 @@ class Module:
         lines = self._repr_lines()
         n = self.num_parameters()
         if self.children():
-            lines.append(f"total: {n:,} trainable parameters in {len(self.parameters())} tensors")
+            layers = f"{len(self.layers)} layers, " if isinstance(self, ag_sequential) else ""
+            lines.append(f"total: {layers}{n:,} trainable parameters in {len(self.parameters())} tensors")
         return "\n".join(lines)
 
     def _repr_lines(self) -> list:

@@ -94,6 +94,15 @@ class Optimizer:
         for i, p, g in todo:
             self._update(i, p, g)
 
+    def __repr__(self) -> str:
+        kind = {"optimizer_sgd": "SGD", "optimizer_adam": "Adam", "optimizer_adamw": "AdamW"}.get(type(self).__name__,
+                                                                                             type(self).__name__)
+        extra = "".join(f" | {k} = {v:g}" for k, v in self._repr_fields())
+        return f"{kind} optimizer | lr = {self.lr:g}{extra} | {len(self.params)} params | step {self.t}"
+
+    def _repr_fields(self) -> list:
+        return []
+
     def zero_grad(self) -> None:
         """Forget every parameter's `.grad` (the next backward() starts them afresh)."""
         for p in self.params:
@@ -172,6 +181,9 @@ class optimizer_sgd(Optimizer):
                     group = group[n:]
         self._fused_or_composed(todo, fusable, run)
 
+    def _repr_fields(self) -> list:
+        return [("momentum", self.momentum)] + ([("weight_decay", self.weight_decay)] if self.weight_decay else [])
+
 
 class optimizer_adam(Optimizer):
     """ggmlR's Adam: m, v moments; p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)."""
@@ -210,6 +222,10 @@ class optimizer_adam(Optimizer):
                     done.extend(group[:n])
                     group = group[n:]
         self._fused_or_composed(todo, fusable, run)
+
+    def _repr_fields(self) -> list:
+        return [("beta1", self.beta1), ("beta2", self.beta2), ("eps", self.eps)] + (
+            [("weight_decay", self.weight_decay)] if self.weight_decay else [])
 
 
 class optimizer_adamw(optimizer_adam):

@@ -29,6 +29,13 @@ class _Scheduler:
         self.optimizer.lr = self._lr_at(self.last_epoch)
         return self.optimizer.lr
 
+    def __repr__(self) -> str:
+        fields = " | ".join(f"{k}={v}" for k, v in self._repr_fields())
+        return f"{type(self).__name__} | {fields} | epoch={self.last_epoch} | lr={self.get_lr():.6g}"
+
+    def _repr_fields(self) -> list:
+        return []
+
     def get_lr(self) -> float:
         """The learning rate now in force."""
         return float(self.optimizer.lr)
@@ -54,6 +61,9 @@ class lr_scheduler_step(_Scheduler):
         if gamma <= 0:
             raise GGMLError(f"lr_scheduler_step: gamma must be positive, got {gamma}")
         self.step_size, self.gamma = int(step_size), float(gamma)
+
+    def _repr_fields(self) -> list:
+        return [("step_size", self.step_size), ("gamma", self.gamma)]
 
     def _lr_at(self, epoch: int) -> float:
         return self.base_lr * self.gamma ** (epoch // self.step_size)
@@ -96,6 +106,9 @@ class lr_scheduler_cosine(_Scheduler):
     def lr_max(self) -> float:
         """The lr the optimizer had when the scheduler was made: the top of the curve."""
         return self.base_lr
+
+    def _repr_fields(self) -> list:
+        return [("T_max", self.T_max), ("lr_max", self.lr_max), ("lr_min", self.lr_min), ("restart", self.restart)]
 
     def _lr_at(self, epoch: int) -> float:
         if self.restart:

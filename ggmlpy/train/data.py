@@ -145,6 +145,10 @@ class ag_dataloader:
         self._order: np.ndarray | None = None  # drawn on first use, so making a loader draws nothing
         self.pos = 0
 
+    def __repr__(self) -> str:
+        return (f"ag_dataloader | n={self.n} | batch_size={self.batch_size} | n_batches={self.n_batches()} | "
+                f"shuffle={self.shuffle}")
+
     def __len__(self) -> int:
         if self.drop_last:
             return self.n // self.batch_size
