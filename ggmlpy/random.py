@@ -31,7 +31,7 @@ def set_rng_state(state: dict) -> None:
     _gen.bit_generator.state = state
 
 
-def ggml_set_seed(seed) -> int | None:
+def ggml_set_seed(seed: int | float | None) -> int | None:
     """ggmlR's ggml_set_seed: seed every random draw ggmlpy makes (weight initialisation, dropout
     masks, shuffling), as manual_seed does. Returns the seed as an int; None does nothing and
     returns None. Anything but a single integer value raises a GGMLError ("a single ... integer")."""

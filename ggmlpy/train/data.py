@@ -9,7 +9,6 @@ kept from an earlier iteration is never overwritten by a later one.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 
@@ -75,11 +74,24 @@ def _is_label_vector(y) -> bool:
     return arr.ndim == 1 and (arr.dtype.kind in "iub" or (arr.dtype.kind == "f" and np.all(arr == np.round(arr))))
 
 
-class Batch(NamedTuple):
+class Batch(tuple):
     """One mini-batch: `x` and `y` (None without targets). Unpacks as `xb, yb = batch`, and
     answers by name as ggmlR's list does: `batch.x` or `batch["x"]` (R's `batch$x`)."""
-    x: AGTensor
-    y: AGTensor | None
+    __slots__ = ()
+    _fields = ("x", "y")
+
+    def __new__(cls, x: AGTensor, y: AGTensor | None = None) -> "Batch":
+        return super().__new__(cls, (x, y))
+
+    @property
+    def x(self) -> AGTensor:
+        """The inputs [features, batch]."""
+        return tuple.__getitem__(self, 0)
+
+    @property
+    def y(self) -> AGTensor | None:
+        """The targets (None without them)."""
+        return tuple.__getitem__(self, 1)
 
     def __getitem__(self, key):
         if isinstance(key, str):
@@ -87,6 +99,9 @@ class Batch(NamedTuple):
                 raise KeyError(key)
             return getattr(self, key)
         return tuple.__getitem__(self, key)
+
+    def __repr__(self) -> str:
+        return f"Batch(x={self.x!r}, y={self.y!r})"
 
 
 def _transposed(data):

@@ -188,8 +188,9 @@ def read_gguf(path) -> tuple[dict, dict]:
     return tensors, info
 
 
-def ag_load_model(model_or_path, path=None, strict: bool = True, model_fn: Callable[[], Module] | None = None,
-                  device: str | None = None):
+def ag_load_model(model_or_path: Module | str | os.PathLike, path: str | os.PathLike | None = None,
+                  strict: bool = True, model_fn: Callable[[], Module] | None = None,
+                  device: str | None = None) -> dict | Module:
     """Load weights saved by ag_save_model. Two forms:
 
     * `ag_load_model(model, path, strict=True)`: into `model`, an already built model of the
