@@ -38,6 +38,15 @@ __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "Stal
                              "jvp", "hvp", "jacfwd", "ag_compile", "ag_backward_graph",
                              "get_rng_state", "set_rng_state", "enable_software_vulkan",
                              "software_vulkan_enabled", "release_device", "set_cache_limits"] + _ag_ops + _nn_all + _optim_all + _train_all
+from .core import backend_api  # noqa: E402
+from .core.backend_api import *  # noqa: F401,F403,E402
+__all__ += backend_api.__all__
+from .keras import *  # noqa: F401,F403,E402
+__all__ += keras.__all__  # noqa: F405
+from .quant import *; from .quant import __all__ as _quant_all; __all__ += [n for n in _quant_all if n not in __all__]  # noqa: F401,F403,E402,E702
+from .onnx import *  # noqa: F401,F403,E402
+from .onnx import __all__ as _onnx_all  # noqa: E402
+__all__ += _onnx_all
 from .backend.state import ag_default_dtype, ag_device_name  # noqa: E402  (ggmlR's calling conventions, issue 16)
 __all__ += ["ag_default_dtype", "ag_device_name"]
 from .params import ParamList  # noqa: E402

@@ -7,7 +7,6 @@ update is seen through every reference.
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import numbers
 import threading
@@ -16,6 +15,7 @@ import warnings
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ._threadlocal import bound
 from .backend.state import DTYPE_NAMES, DTYPES, STATE, DeviceContext
 from .bindings import ffi, lib
 from .core.context import NP_DTYPES, _from_storage, _to_storage
@@ -44,15 +44,9 @@ def _as_matrix(data) -> np.ndarray:
 _reads = threading.local()  # .list while graph mode traces in this thread: values read on the host
 
 
-@contextlib.contextmanager
 def reads_into(lst: list):
     """Record the tensors whose values this thread reads on the host (ag_compile refuses those)."""
-    prev = getattr(_reads, "list", None)
-    _reads.list = lst
-    try:
-        yield lst
-    finally:
-        _reads.list = prev
+    return bound(_reads, "list", lst)
 
 
 def _check_int32(arr) -> None:
@@ -102,6 +96,12 @@ class AGTensor:
         typ = self.st.type
         if typ == I32:
             _check_int32(arr)
+        if lib.ggml_is_quantized(typ):  # a frozen quantized weight (ag_quantize): each column quantized
+            from .quant.kernels import ggml_quantize_chunk
+            raw = ggml_quantize_chunk(typ, np.asarray(arr, np.float32).T, self.shape[1], self.shape[0])
+            self.dc.sync()
+            lib.ggml_backend_tensor_set(t, ffi.from_buffer(raw), 0, raw.nbytes)
+            return
         # one pass to the element type in column-major (ggml) order; f16/bf16 go through f32
         flat = np.asarray(arr).astype(np.int32 if typ == I32 else np.float32, order="F").ravel(order="F")
         raw = np.ascontiguousarray(_to_storage(flat, typ))
@@ -118,9 +118,14 @@ class AGTensor:
         if reads is not None:
             reads.append(self)
         typ = self.st.type
-        raw = np.empty(self.shape[0] * self.shape[1], dtype=NP_DTYPES[typ])
+        quantized = bool(lib.ggml_is_quantized(typ))
+        raw = np.empty(self.st.nbytes if quantized else self.shape[0] * self.shape[1],
+                       dtype=np.uint8 if quantized else NP_DTYPES[typ])
         self.dc.sync()  # queued ops may still be writing it
         lib.ggml_backend_tensor_get(t, ffi.from_buffer(raw), 0, raw.nbytes)
+        if quantized:
+            from .quant.kernels import dequantize
+            return dequantize(typ, raw).reshape(self.shape, order="F")  # float32, as ggml dequantizes
         return _from_storage(raw, typ).reshape(self.shape, order="F")
 
     @property
@@ -165,7 +170,9 @@ class AGTensor:
     def dtype(self) -> str:
         """The storage type: "f32", "f16", "bf16" or "i32"."""
         t = self.st.type
-        return "i32" if t == I32 else DTYPE_NAMES[t]
+        if t == I32:
+            return "i32"
+        return DTYPE_NAMES.get(t) or ffi.string(lib.ggml_type_name(t)).decode()  # quantized: "q4_K"
 
     @property
     def nrow(self) -> int:

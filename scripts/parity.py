@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run ggmlR's recorded parity cases against ggmlpy.
 
-    python scripts/parity.py [FIXTURE_DIR ...] [--suite ggml|ag|train] [-v]
+    python scripts/parity.py [FIXTURE_DIR ...] [--suite ggml|ag|train|keras] [-v]
 
 FIXTURE_DIR defaults to tests/parity (the reference outputs recorded from ggmlR 0.8.2). Every case is a small program; this
 interprets it by mapping each op name to ggmlpy's function of the same name
@@ -340,7 +340,9 @@ def _compare_grads(label, wants, prog, grads):
 
 
 # -- driver -------------------------------------------------------------------------------------------
-RUNNERS = {"ggml": run_ggml_case, "ag": run_ag_case, "train": run_train_case}
+from parity_keras import run_keras_case  # noqa: E402  (the keras suite lives in its own module)
+
+RUNNERS = {"ggml": run_ggml_case, "ag": run_ag_case, "train": run_train_case, "keras": run_keras_case}
 
 
 def load_cases(dirs, suites):
@@ -372,7 +374,7 @@ def run_case(suite: str, case: dict) -> str | None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dirs", nargs="*", default=[str(DEFAULT_DIR)])
-    ap.add_argument("--suite", action="append", choices=["ggml", "ag", "train"])
+    ap.add_argument("--suite", action="append", choices=["ggml", "ag", "train", "keras"])
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--f32-tol", nargs=2, type=float, metavar=("RTOL", "ATOL"),
                     help="tolerance for ggmlpy's float32 against ggmlR's doubles (default 1e-4 1e-5)")
@@ -381,9 +383,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     global DEVICE
     DEVICE = args.device
+    if args.device:
+        import parity_keras
+        parity_keras.DEVICE = args.device
     if args.f32_tol:
         TOL_F32.update(rtol=args.f32_tol[0], atol=args.f32_tol[1])
-    suites = args.suite or ["ggml", "ag", "train"]
+    suites = args.suite or ["ggml", "ag", "train", "keras"]
     passed = failed = 0
     for suite, case in load_cases(args.dirs, suites):
         why = run_case(suite, case)

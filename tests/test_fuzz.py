@@ -21,6 +21,8 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if __name__ == "__main__":
+    sys.path.insert(0, ROOT)  # this checkout's ggmlpy, not an installed one (SPECS imports it)
 MARKER = "FUZZ-COMPLETE"
 N_EXAMPLES = int(os.environ.get("GGMLPY_FUZZ_EXAMPLES", 1000))  # about 15 s
 SEED = int(os.environ.get("GGMLPY_FUZZ_SEED", 20250325))
@@ -45,12 +47,26 @@ SPECS = {
     "ggml_im2col": "TTiiiiiib", "ggml_conv_2d": "TTiiiiii", "ggml_pool_1d": "Tpiii", "ggml_pool_2d": "Tpiiiiii",
     "ggml_upscale": "Tii", "ggml_diag_mask_inf": "Ti", "ggml_rope_ext": "TTOii",
     "ggml_flash_attn_ext": "TTTOf", "ggml_argsort": "Ti", "ggml_top_k": "Ti",
+    # ops_ext: GLU, RoPE variants, convolutions, small ops (s: a list of 4 rope sections, often wrong)
+    "ggml_glu": "Tib", "ggml_glu_split": "TTi",
+    **{f"ggml_{n}": "T" for n in ["reglu", "geglu", "swiglu", "geglu_erf", "geglu_quick", "diag"]},
+    **{f"ggml_{n}_split": "TT" for n in ["reglu", "geglu", "swiglu", "geglu_erf", "geglu_quick"]},
+    "ggml_rope": "TTii", "ggml_rope_ext_back": "TTOii", "ggml_rope_multi": "TTOisi",
+    "ggml_add1": "TT", "ggml_diag_mask_zero": "Ti", "ggml_arange": "fff", "ggml_timestep_embedding": "Tii",
+    "ggml_roll": "Tiiii", "ggml_pad_reflect_1d": "Tii", "ggml_win_part": "Ti", "ggml_win_unpart": "Tiii",
+    "ggml_get_rel_pos": "Tii", "ggml_add_rel_pos": "TTT", "ggml_mul_mat_id": "TTT",
+    "ggml_set": "TTnnnn", "ggml_set_1d": "TTn", "ggml_set_2d": "TTnn",
+    **{f"ggml_{n}": "TTiii" for n in ["conv_1d", "conv_1d_dw", "conv_transpose_1d"]},
+    **{f"ggml_{n}": "TTiiiiii" for n in ["conv_2d_dw", "conv_2d_dw_direct", "conv_2d_direct"]},
+    "ggml_conv_transpose_2d_p0": "TTi", "ggml_flash_attn_back": "TTTTb",
 }
+from ggmlpy.core.ops_ext import _INPLACE  # noqa: E402  (every *_inplace variant takes its base op's arguments)
+SPECS.update({f"ggml_{n}_inplace": SPECS[f"ggml_{n}"] for n in _INPLACE})
 
 
 def test_specs_cover_every_op():
-    from ggmlpy.core import ops
-    assert set(SPECS) == set(ops.OPS)
+    from ggmlpy.core import ops, ops_ext
+    assert set(SPECS) == set(ops.OPS) | set(ops_ext.OPS)
 
 
 def test_fuzz_never_aborts():
@@ -142,6 +158,7 @@ def main(n_examples: int, seed: int) -> None:
             return {"T": self.tensor, "O": lambda: self.tensor(True), "i": self.int_, "n": self.nbytes,
                     "a": lambda: self.draw(st.integers(-1, 4), "axis"), "f": self.float_,
                     "y": lambda: self.pick(types + [999], "type"), "b": lambda: self.odds(4) is False,
+                    "s": lambda: [self.draw(st.integers(-1, 4), "sec") for _ in range(self.pick([4, 4, 4, 3], "n-sec"))],
                     "p": lambda: self.pick(["max", "avg", 0, 1, 9, "sum"], "pool-op")}[kind]()
 
         def ctx(self):
@@ -228,7 +245,8 @@ def main(n_examples: int, seed: int) -> None:
             d, c0 = self.dim, self.ctxs[0]
             f16 = g.GGML_TYPE_F16 if self.odds(3) else None
             name = self.pick(["get_rows", "get_rows_back", "rope_ext", "flash_attn_ext", "conv", "pool", "mul_mat",
-                              "soft_max_ext", "reshape", "view", "top_k", "repeat_back", "acc"], "recipe")
+                              "soft_max_ext", "reshape", "view", "top_k", "repeat_back", "acc",
+                              "glu", "rope_multi", "conv1", "conv_dw", "mul_mat_id", "set", "window", "roll"], "recipe")
             if name == "get_rows":
                 n0, n1, n2, k = d(), d(), d(1, 2), d()
                 args = [self.mk([n0, n1, n2], f16), self.idx(k, n1, [k, n2] if n2 > 1 else None)]
@@ -279,9 +297,66 @@ def main(n_examples: int, seed: int) -> None:
             elif name == "repeat_back":
                 s = [d(1, 3), d(1, 3)]
                 args = [self.mk([s[0] * d(1, 2), s[1] * d(1, 2)]), self.mk(s)]
-            else:  # acc
+            elif name == "acc":
                 x = self.mk([d(2, 6), d(2, 6)])
                 args = [x, self.mk([d(1, 2), d(1, 2)]), 4 * d(2, 6), 4 * d(4, 36), 4 * d(4, 36), 4 * self.dim(0, 8)]
+            elif name == "glu":
+                n0, n1 = 2 * d(1, 4), d()
+                name = self.pick(["swiglu", "geglu_split", "glu", "reglu_inplace" if False else "reglu"], "glu-op")
+                a = self.mk([n0 + (1 if self.odds(6) else 0), n1], f16)
+                args = ([a, self.mk([n0, n1], f16)] if name.endswith("split") else [a] if name != "glu"
+                        else [a, self.pick([0, 1, 2, 3, 4, 5, 6, -1], "glu-kind"), self.odds(2)])
+            elif name == "rope_multi":
+                hd, t = 4 * d(1, 3), d()
+                mode = self.pick([8, 24, 0, 2, 40, 1], "mode")
+                args = [self.mk([hd, d(), t], f16), self.idx(4 * t if mode & 8 else t, 50), None,
+                        self.pick([hd, hd // 2, 2, hd + 2], "n_dims"),
+                        self.pick([[1, 1, 0, 0], [0, 0, 0, 0], [hd // 4, hd // 4, 0, 0], [9, 9, 9, 9]], "sections"), mode]
+            elif name == "conv1":
+                K, IC, L = d(1, 3), d(1, 3), d(1, 8)
+                name = self.pick(["conv_1d", "conv_transpose_1d", "conv_1d_dw"], "conv1-op")
+                if name == "conv_1d":
+                    args = [self.mk([K, IC, d()]), self.mk([L, IC, d(1, 2)])]
+                elif name == "conv_transpose_1d":
+                    args = [self.mk([K, d(), IC], f16), self.mk([L, IC])]
+                else:
+                    args = [self.mk([K, 1, IC]), self.mk([L, IC])]
+                args += [self.dim(-1, 3), self.dim(-1, 2), self.dim(0, 2)]
+            elif name == "conv_dw":
+                C, k0, k1 = d(1, 3), d(1, 3), d(1, 3)
+                name = self.pick(["conv_2d_dw", "conv_2d_dw_direct", "conv_2d_direct", "conv_transpose_2d_p0"], "dw-op")
+                x = self.mk([d(1, 8), d(1, 8), C, d(1, 2)])
+                if name == "conv_2d_direct":
+                    args = [self.mk([k0, k1, C, d()], f16), x] + [self.dim(-1, 3) for _ in range(6)]
+                elif name == "conv_transpose_2d_p0":
+                    args = [self.mk([k0, k1, d(), C], g.GGML_TYPE_F16), x, self.dim(-1, 3)]
+                else:
+                    args = [self.mk([k0, k1, 1, C]), x] + [self.dim(-1, 3) for _ in range(6)]
+            elif name == "mul_mat_id":
+                K, M, ne, nu, nt = d(), d(), d(1, 3), d(1, 2), d(1, 3)
+                args = [self.mk([K, M, ne], f16), self.mk([K, self.pick([1, nu], "nb1"), nt]), self.idx(nu, ne, [nu, nt])]
+            elif name == "set":
+                x = self.mk([d(2, 6), d(2, 6)])
+                name = self.pick(["set_1d", "set_2d", "set", "set_1d_inplace"], "set-op")
+                b = self.mk([d(1, 3), d(1, 2)])
+                args = ([x, b, 4 * self.dim(0, 12)] if name.startswith("set_1d") else
+                        [x, b, 4 * d(1, 6), 4 * self.dim(0, 12)] if name == "set_2d" else
+                        [x, b, 4 * d(1, 6), 4 * d(4, 36), 4 * d(4, 36), 4 * self.dim(0, 12)])
+            elif name == "window":
+                C, W, H = d(1, 3), d(1, 6), d(1, 6)
+                name = self.pick(["win_part", "roll", "pad_reflect_1d", "timestep_embedding"], "win-op")
+                x = self.mk([C, W, H])
+                args = ([x, self.dim(-1, 4)] if name == "win_part" else
+                        [x] + [self.dim(-3, 3) for _ in range(4)] if name == "roll" else
+                        [x, self.dim(-1, 3), self.dim(-1, 3)] if name == "pad_reflect_1d" else
+                        [self.mk([d()]), self.dim(-1, 6), self.pick([10000, 0, -1], "period")])
+            else:  # roll / add1 / diag
+                name = self.pick(["add1", "diag", "diag_mask_zero", "add_inplace", "scale_inplace"], "small-op")
+                x = self.mk([d(), d(), d(1, 2)])
+                args = ([x, self.mk([1] if self.odds(2) else [d()])] if name == "add1" else
+                        [self.mk([d(), self.pick([1, 1, 2], "n1")])] if name == "diag" else
+                        [x, self.dim(-1, 3)] if name == "diag_mask_zero" else
+                        [x, self.mk([d(), 1])] if name == "add_inplace" else [x, self.float_()])
             if self.odds(4):  # spoil one argument: a strided view, or any tensor at all
                 i = self.draw(st.integers(0, len(args) - 1), "spoil")
                 x = args[i]

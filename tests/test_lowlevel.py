@@ -234,7 +234,8 @@ BAD_NEW = {
     "huge": (F32, 1, [2**41]),
     "unknown_type": (999, 1, [3]),
     "negative_type": (-1, 1, [3]),
-    "quantized_type": (2, 1, [32]),  # Q4_0: not creatable from numpy
+    "quantized_partial_block": (2, 1, [48]),  # Q4_0 rows are whole blocks of 32 (ggml asserts it)
+    "removed_type": (31, 1, [32]),  # ggml dropped Q4_0_4_4 (31): its size is 0
 }
 
 

@@ -9,7 +9,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import parity  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "parity"
-CASES = list(parity.load_cases([FIXTURES], ["ggml", "ag", "train"]))
+CASES = list(parity.load_cases([FIXTURES], ["ggml", "ag", "train", "keras"]))
 
 
 @pytest.mark.parametrize("suite,case", CASES, ids=[f"{s}/{c['name']}" for s, c in CASES])

@@ -219,3 +219,21 @@ def test_graph_caches_are_bounded_by_bytes():
         assert 1 < len(ex.cache) < 59
     finally:
         g.set_cache_limits(**before)
+
+
+# -- busy machines: OpenMP spinning --------------------------------------------------------------------------
+def test_openmp_spin_default_is_set_only_while_loading_and_never_over_the_users():
+    from ggmlpy.bindings.loader import OMP_SPINCOUNT, omp_spin_default
+    out = run_child("import os, ggmlpy; print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))")
+    assert out.stdout.split() == ["None", "None"], out.stdout + out.stderr
+    env = dict(os.environ, GOMP_SPINCOUNT="5")
+    out = subprocess.run([sys.executable, "-c", "import os, ggmlpy; print(os.environ['GOMP_SPINCOUNT'])"],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert out.stdout.strip() == "5"
+    saved = {k: os.environ.pop(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY") if k in os.environ}
+    try:
+        with omp_spin_default():
+            assert os.environ["GOMP_SPINCOUNT"] == OMP_SPINCOUNT
+        assert "GOMP_SPINCOUNT" not in os.environ
+    finally:
+        os.environ.update(saved)

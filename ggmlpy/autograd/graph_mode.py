@@ -25,6 +25,7 @@ import threading
 import numpy as np
 
 from .. import random as grandom
+from .._threadlocal import bound
 from ..backend.state import STATE
 from ..bindings import ffi, lib
 from ..errors import GGMLError
@@ -128,16 +129,10 @@ class Builder:
     __del__ = free
 
 
-@contextlib.contextmanager
 def emitting(builder: Builder):
     """Inside this block, rules.ap() emits graph nodes into `builder` instead of computing."""
     from .rules import _emit_local
-    prev = getattr(_emit_local, "builder", None)
-    _emit_local.builder = builder
-    try:
-        yield builder
-    finally:
-        _emit_local.builder = prev
+    return bound(_emit_local, "builder", builder)
 
 
 class _Call:

@@ -7,9 +7,9 @@ them, and graph mode (later) emits them into one big graph.
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 
+from .._threadlocal import bound
 from ..bindings import lib
 
 L = lib
@@ -17,24 +17,14 @@ F32 = lib.GGML_TYPE_F32
 _local = threading.local()
 
 
-@contextlib.contextmanager
-def _flag(name: str, enabled: bool):
-    old = getattr(_local, name, False)
-    setattr(_local, name, enabled)
-    try:
-        yield
-    finally:
-        setattr(_local, name, old)
-
-
 def blas_products(enabled: bool = True):
     """Build products for ggml's BLAS backend: see matmul()."""
-    return _flag("blas", enabled)
+    return bound(_local, "blas", enabled)
 
 
 def ggml_differentiable(enabled: bool = True):
     """Build only ops ggml's own backward (ggml_build_backward_expand) handles: see relu()."""
-    return _flag("ggml_diff", enabled)
+    return bound(_local, "ggml_diff", enabled)
 
 
 def _t(ctx, x):

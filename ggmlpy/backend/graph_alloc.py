@@ -5,6 +5,7 @@ import weakref
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError
+from .device import Backend
 
 
 class GraphAllocator:
@@ -55,8 +56,11 @@ class GraphAllocator:
         self.free()
 
 
-def ggml_gallocr_new(backend) -> GraphAllocator:
-    """A graph allocator for `backend`'s buffer type."""
+def ggml_gallocr_new(backend: "Backend | None" = None) -> GraphAllocator:
+    """A graph allocator for `backend`'s buffer type (default: the CPU, as ggmlR's ggml_gallocr_new())."""
+    if backend is None:
+        from .device import get_backend
+        backend = get_backend("cpu")
     return GraphAllocator(backend)
 
 

@@ -338,14 +338,12 @@ class PassPool:
     def bytes_reserved(self) -> int:
         return self.in_use + self.spare_bytes  # approximately: shared chunks' unused tails not counted
 
-    def free(self) -> None:
+    def free_spare(self) -> None:
+        """Free the chunks no tensor uses (those in use go with their last tensor)."""
         with self.lock:
-            chunks = list(self.full) + self.spare_shared + [c for cs in self.spare_dedicated.values() for c in cs]
-            for c in chunks + ([self.current] if self.current is not None else []):
+            for c in self.spare_shared + [c for cs in self.spare_dedicated.values() for c in cs]:
                 c.free()
-            self.full, self.spare_shared, self.spare_dedicated, self.current = set(), [], {}, None
-            self.in_use = self.spare_bytes = 0
-            self.gen += 1
+            self.spare_shared, self.spare_dedicated, self.spare_bytes = [], {}, 0
 
 
 class _Owned:

@@ -36,6 +36,18 @@ class Scheduler:
 
     def compute(self, graph) -> None:
         """Split `graph` across the backends, allocate what is unallocated, and compute it."""
+        self.check(graph)
+        lib.ggml_backend_sched_reset(self.ptr)
+        if not lib.ggml_backend_sched_alloc_graph(self.ptr, graph.ptr):
+            raise MemoryError("the scheduler could not allocate the graph")
+        status = lib.ggml_backend_sched_graph_compute(self.ptr, graph.ptr)
+        if status != lib.GGML_STATUS_SUCCESS:
+            raise GGMLError(f"ggml_backend_sched_graph_compute failed (status {status})")
+        lib.ggml_backend_sched_synchronize(self.ptr)
+        self.graph = graph  # its intermediates live in the scheduler's buffers until the next compute
+
+    def check(self, graph) -> None:
+        """Raise for anything in `graph` that would make ggml's scheduler assert."""
         from ..core.graph import _check_row_indices
         if self.ptr is None:
             raise GGMLError("scheduler already freed")
@@ -53,14 +65,8 @@ class Scheduler:
                 raise GGMLError(f"no backend of this scheduler has a kernel for {ffi.string(lib.ggml_op_desc(p)).decode()}")
             if p.op == lib.GGML_OP_GET_ROWS:
                 _check_row_indices(graph, p.src[1], int(p.src[0].ne[1]), "ggml_get_rows", None)
-        lib.ggml_backend_sched_reset(self.ptr)
-        if not lib.ggml_backend_sched_alloc_graph(self.ptr, graph.ptr):
-            raise MemoryError("the scheduler could not allocate the graph")
-        status = lib.ggml_backend_sched_graph_compute(self.ptr, graph.ptr)
-        if status != lib.GGML_STATUS_SUCCESS:
-            raise GGMLError(f"ggml_backend_sched_graph_compute failed (status {status})")
-        lib.ggml_backend_sched_synchronize(self.ptr)
-        self.graph = graph  # its intermediates live in the scheduler's buffers until the next compute
+            elif p.op == lib.GGML_OP_MUL_MAT_ID:
+                _check_row_indices(graph, p.src[2], int(p.src[0].ne[2]), "ggml_mul_mat_id", None)
 
     def n_splits(self) -> int:
         """How many pieces the last computed graph was split into across the backends."""

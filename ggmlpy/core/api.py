@@ -23,6 +23,8 @@ from ..errors import GGMLError, check
 from .context import Context, Tensor, get_data, numpy_view, set_data, type_name, wrap
 from .graph import Graph, check_graph, ggml_build_forward_expand, ggml_graph_compute, ggml_graph_n_nodes, ggml_new_graph
 from .ops import *  # noqa: F401,F403  (every ggml_* op constructor)
+from .ops_ext import *  # noqa: F401,F403  (GLU, RoPE variants, more convolutions, the *_inplace table)
+from .utils import *  # noqa: F401,F403  (tensor, context, graph, thread and time utilities)
 
 GGML_TYPE_F32 = lib.GGML_TYPE_F32
 GGML_TYPE_F16 = lib.GGML_TYPE_F16
@@ -35,6 +37,9 @@ GGML_OP_POOL_AVG = lib.GGML_OP_POOL_AVG
 GGML_SORT_ORDER_ASC = 0
 GGML_SORT_ORDER_DESC = 1
 _CREATABLE = (GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_I32, GGML_TYPE_I16, GGML_TYPE_I8)
+# block-quantized types (q4_0, q4_K, iq2_xxs, ...): rows must be whole blocks
+_QUANTIZED = tuple(t for t in range(int(lib.GGML_TYPE_COUNT))
+                   if lib.ggml_type_size(t) and lib.ggml_is_quantized(t))
 
 
 def ggml_version() -> str:
@@ -68,7 +73,7 @@ def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne: Sequence[int]) -> 
     if not isinstance(ctx, Context):
         raise GGMLError("ggml_new_tensor: first argument must be a Context")
     ctx.ensure_alive()
-    if type not in _CREATABLE:
+    if type not in _CREATABLE and type not in _QUANTIZED:
         raise GGMLError(f"ggml_new_tensor: unsupported type {type} ({type_name(type) if 0 <= type < 43 else '?'})")
     n_dims = int(n_dims)
     ne = [int(d) for d in ne]
@@ -76,6 +81,9 @@ def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne: Sequence[int]) -> 
     check(len(ne) == n_dims, f"ggml_new_tensor: expected {n_dims} dims, got {len(ne)}")
     check(all(d >= 0 for d in ne), f"ggml_new_tensor: dims must be >= 0, got {ne}")
     check(all(d < 2**40 for d in ne), f"ggml_new_tensor: dims too large: {ne}")
+    blck = int(lib.ggml_blck_size(type))
+    check(ne[0] % blck == 0, f"ggml_new_tensor: a {type_name(type)} row (ne0 = {ne[0]}) must be a whole number "
+                             f"of blocks of {blck}")  # ggml asserts it
     ctx.reserve_tensor(type, ne, "ggml_new_tensor")
     return wrap(lib.ggml_new_tensor(ctx.ptr, type, n_dims, ffi.new("int64_t[]", ne)), ctx)
 
@@ -86,17 +94,17 @@ def ggml_new_tensor_1d(ctx: Context, type: int, ne0: int) -> Tensor:
 
 
 def ggml_new_tensor_2d(ctx: Context, type: int, ne0: int, ne1: int) -> Tensor:
-    """A new tensor with ne = [ne0, ne1]: ne0 rows of an R matrix, ne1 columns."""
+    """A new 2-d tensor [ne0, ne1] (an R matrix: ne0 rows, ne1 columns)."""
     return ggml_new_tensor(ctx, type, 2, [ne0, ne1])
 
 
 def ggml_new_tensor_3d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int) -> Tensor:
-    """A new tensor with ne = [ne0, ne1, ne2]."""
+    """A new 3-d tensor [ne0, ne1, ne2]."""
     return ggml_new_tensor(ctx, type, 3, [ne0, ne1, ne2])
 
 
 def ggml_new_tensor_4d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
-    """A new tensor with ne = [ne0, ne1, ne2, ne3]."""
+    """A new 4-d tensor [ne0, ne1, ne2, ne3]."""
     return ggml_new_tensor(ctx, type, 4, [ne0, ne1, ne2, ne3])
 
 
@@ -141,14 +149,17 @@ def ggml_set_output(t: Tensor) -> Tensor:
 
 
 def ggml_set_f32(t: Tensor, values: ArrayLike) -> Tensor:
-    """Write values (numpy or a sequence) into t, casting to t's type. Memory order = ggml order."""
+    """Write values (numpy or a sequence) into t, casting to t's type. Memory order = ggml order.
+
+    A quantized tensor takes either float values (quantized row by row with ggml_quantize_chunk)
+    or its encoded blocks: a uint8 array (or bytes) of exactly ggml_nbytes(t)."""
     _tensor(t, "ggml_set_f32")
     set_data(t, values, np.float32 if t.type != GGML_TYPE_I32 else np.int32, "ggml_set_f32")
     return t
 
 
 def ggml_get_f32(t: Tensor) -> np.ndarray:
-    """t's values as float32, numpy shape = ggml ne reversed."""
+    """t's values as float32, numpy shape = ggml ne reversed (quantized tensors dequantized)."""
     _tensor(t, "ggml_get_f32")
     return get_data(t, np.float32, "ggml_get_f32")
 
@@ -170,7 +181,8 @@ def ggml_get_i32(t: Tensor) -> np.ndarray:
 
 
 def ggml_tensor_view(t: Tensor) -> np.ndarray:
-    """Zero-copy numpy view of a host tensor (writes go straight into ggml's memory)."""
+    """Zero-copy numpy view of a host tensor (writes go straight into ggml's memory).
+    A quantized tensor shows its encoded blocks: uint8, numpy shape (..., ne1, bytes per row)."""
     _tensor(t, "ggml_tensor_view")
     return numpy_view(t)
 
@@ -307,7 +319,7 @@ def ggml_backend_tensor_set(t: Tensor, values: ArrayLike) -> None:
 
 
 def ggml_backend_tensor_get(t: Tensor) -> np.ndarray:
-    """t's values as float32 numpy, wherever its buffer lives (as ggml_get_f32)."""
+    """A tensor's values as float32 numpy, from any backend (as ggml_get_f32)."""
     return ggml_get_f32(t)
 
 
@@ -320,6 +332,7 @@ def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
     status = lib.ggml_backend_graph_compute(backend.ptr, graph.ptr)
     if status != lib.GGML_STATUS_SUCCESS:
         raise GGMLError(f"ggml_backend_graph_compute failed with status {status}")
+    return int(status)
 
 
 def ggml_backend_dev_count() -> int:

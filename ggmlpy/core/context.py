@@ -60,6 +60,7 @@ class Context:
         self.mem_size = mem_size
         self.no_alloc = bool(no_alloc)
         self.alive = True
+        self.gen = 0  # bumped by ggml_reset(): tensors made before a reset are unusable after it
         # numpy views into this context's memory; the C arena is released only when
         # free() was asked for *and* no view is left, so a view never dangles.
         self._views = weakref.WeakSet()
@@ -143,17 +144,20 @@ def _nbytes(ggml_type: int, ne) -> int:
 class Tensor:
     """A handle on a ggml tensor. Keeps its context alive; refuses use after the context is freed."""
 
-    __slots__ = ("_ptr", "ctx", "__weakref__")
+    __slots__ = ("_ptr", "ctx", "_gen", "__weakref__")
 
     def __init__(self, ptr, ctx: Context):
         self._ptr = ptr
         self.ctx = ctx
+        self._gen = ctx.gen
 
     @property
     def ptr(self):
         """The cffi pointer to the ggml tensor (raises if its context was freed)."""
         if not self.ctx.alive:
             raise GGMLError("tensor belongs to a freed ggml context")
+        if self._gen != self.ctx.gen:
+            raise GGMLError("tensor was created before ggml_reset() of its context; its memory has been reused")
         return self._ptr
 
     # -- introspection --------------------------------------------------------------
@@ -262,6 +266,8 @@ def _squeeze_lead(shape: tuple) -> tuple:
 
 def set_data(t: Tensor, values, np_dtype, what: str) -> None:
     _require_data(t, what)
+    if lib.ggml_is_quantized(t.type):
+        return _write_raw(t, _quantized_storage(t, values, np_dtype, what))
     if NP_DTYPES.get(t.type) is None:
         raise GGMLError(f"{what}: cannot write {t.type_name} tensors")
     arr = np.asarray(values)
@@ -269,29 +275,66 @@ def set_data(t: Tensor, values, np_dtype, what: str) -> None:
         raise GGMLError(f"{what}: expected numbers, got an array of dtype {arr.dtype}")
     n = t.nelements()
     if arr.size != n:
-        raise GGMLError(f"{what}: tensor has {n} elements {list(t.shape)}, got {arr.size} values {arr.shape}")
+        raise GGMLError(f"{what}: data length ({arr.size}) does not match tensor size ({n} elements, "
+                        f"ne={list(t.shape)})")
     if arr.ndim > 1 and _squeeze_lead(arr.shape) != _squeeze_lead(_np_shape(t)):
         raise GGMLError(f"{what}: array shape {arr.shape} does not match the tensor's numpy shape "
                         f"{_np_shape(t)} (ggml ne={list(t.shape)}, reversed)")
     src = np.ascontiguousarray(arr, dtype=np_dtype).ravel()
-    raw = _to_storage(src, t.type)
+    _write_raw(t, _to_storage(src, t.type))
+
+
+def _write_raw(t: Tensor, raw: np.ndarray) -> None:
     if t.on_host:
         ffi.memmove(t.ptr.data, ffi.from_buffer(raw), raw.nbytes)
     else:
         lib.ggml_backend_tensor_set(t.ptr, ffi.from_buffer(raw), 0, raw.nbytes)
 
 
+def _quantized_storage(t: Tensor, values, np_dtype, what: str) -> np.ndarray:
+    """A quantized tensor's bytes: given as its encoded blocks, or quantized from float values."""
+    from ..quant.kernels import ggml_quantize_chunk
+    nbytes = t.nbytes()
+    if isinstance(values, (bytes, bytearray, memoryview)):
+        values = np.frombuffer(values, dtype=np.uint8)
+    arr = np.asarray(values)
+    if arr.dtype == np.uint8 and arr.size == nbytes:  # no quantized type has as many bytes as values
+        return np.ascontiguousarray(arr).ravel()
+    if np.dtype(np_dtype).kind != "f":
+        raise GGMLError(f"{what}: a {t.type_name} tensor holds floats")
+    n, ne0 = t.nelements(), t.ne[0]
+    if arr.dtype.kind not in "biuf" or arr.size != n:
+        raise GGMLError(f"{what}: a {t.type_name} tensor of {n} elements {list(t.shape)} takes {n} float values "
+                        f"or its {nbytes} bytes of blocks (uint8); got {arr.size} values of dtype {arr.dtype}")
+    if arr.ndim > 1 and _squeeze_lead(arr.shape) != _squeeze_lead(_np_shape(t)):
+        raise GGMLError(f"{what}: array shape {arr.shape} does not match the tensor's numpy shape {_np_shape(t)}")
+    return ggml_quantize_chunk(t.type, arr, n // ne0, ne0)
+
+
 def get_data(t: Tensor, np_dtype, what: str) -> np.ndarray:
     _require_data(t, what)
+    if lib.ggml_is_quantized(t.type):
+        from ..quant.kernels import dequantize
+        if np.dtype(np_dtype).kind != "f":
+            raise GGMLError(f"{what}: a {t.type_name} tensor holds floats")
+        raw = np.empty(t.nbytes(), dtype=np.uint8)
+        _read_raw(t, raw)
+        return dequantize(t.type, raw).astype(np_dtype, copy=False).reshape(_np_shape(t))
     store = NP_DTYPES.get(t.type)
     if store is None:
         raise GGMLError(f"{what}: cannot read {t.type_name} tensors")
     raw = np.empty(t.nelements(), dtype=store)
+    _read_raw(t, raw)
+    return _from_storage(raw, t.type).astype(np_dtype, copy=False).reshape(_np_shape(t))
+
+
+def _read_raw(t: Tensor, raw: np.ndarray) -> None:
+    if not raw.nbytes:
+        return
     if t.on_host:
         ffi.memmove(ffi.from_buffer(raw), t.ptr.data, raw.nbytes)
     else:
         lib.ggml_backend_tensor_get(t.ptr, ffi.from_buffer(raw), 0, raw.nbytes)
-    return _from_storage(raw, t.type).astype(np_dtype, copy=False).reshape(_np_shape(t))
 
 
 def _to_storage(src: np.ndarray, ggml_type: int) -> np.ndarray:
@@ -313,9 +356,12 @@ def numpy_view(t: Tensor) -> np.ndarray:
     if not t.on_host:
         raise GGMLError("ggml_tensor_view: tensor lives in device memory; use ggml_get_f32() to copy it")
     store = NP_DTYPES.get(t.type)
-    if store is None or t.type == lib.GGML_TYPE_BF16:
+    shape = None
+    if lib.ggml_is_quantized(t.type):  # the encoded blocks, one row of bytes per ggml row
+        store, shape = np.dtype(np.uint8), _np_shape(t)[:-1] + (int(t.ptr.nb[1]),)
+    elif store is None or t.type == lib.GGML_TYPE_BF16:
         raise GGMLError(f"ggml_tensor_view: no numpy dtype for {t.type_name}")
-    holder = _ViewHolder(t, store)
+    holder = _ViewHolder(t, store, shape)
     t.ctx._views.add(holder)
     # numpy keeps `holder` as the array's base, and with it the context's memory.
     return np.asarray(holder)
@@ -326,10 +372,10 @@ class _ViewHolder:
 
     __slots__ = ("ctx", "__array_interface__", "__weakref__")
 
-    def __init__(self, t: Tensor, store: np.dtype):
+    def __init__(self, t: Tensor, store: np.dtype, shape=None):
         self.ctx = t.ctx
         self.__array_interface__ = {
-            "version": 3, "shape": _np_shape(t), "typestr": store.str,
+            "version": 3, "shape": shape or _np_shape(t), "typestr": store.str,
             "data": (int(ffi.cast("uintptr_t", t.ptr.data)), False),
         }
 

@@ -18,7 +18,12 @@ GGML_DEFAULT_GRAPH_SIZE = 2048
 _NULL = ffi.NULL
 
 
+_N_THREADS = None  # ggml_set_n_threads(); None: every core this process may use
+
+
 def default_threads() -> int:
+    if _N_THREADS is not None:
+        return _N_THREADS
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
@@ -32,6 +37,8 @@ class Graph:
         ctx.reserve(int(lib.ggml_graph_overhead_custom(size, bool(grads))) + 16, "ggml_new_graph")
         self.ptr = lib.ggml_new_graph_custom(ctx.ptr, size, bool(grads))
         self.ctx = ctx
+        self.grads = bool(grads)
+        self.gen = ctx.gen  # a ggml_reset() of ctx reuses the graph's memory
         self.size = size
         self.nodes: list = []   # cdata pointers, in ggml's order
         self.leafs: list = []
@@ -44,7 +51,8 @@ class Graph:
 
     def expand(self, t: Tensor) -> None:
         """ggml_build_forward_expand, after checking the graph has room for what it adds."""
-        self.ctx.ensure_alive()
+        self.check_alive()
+        t.ptr  # raises for a tensor of a freed or reset context
         t.ctx.check_deps()  # walking t's sources reads every context they live in
         new_nodes, new_leafs = _collect(t._ptr, self._seen)
         if any(lib.ggml_nelements(p) == 0 for p in new_nodes + new_leafs):
@@ -60,6 +68,12 @@ class Graph:
         self.nodes += new_nodes
         self.leafs += new_leafs
         self._keep.append(t)
+
+    def check_alive(self) -> None:
+        """Raise GGMLError if the graph's context was freed or reset since the graph was built."""
+        self.ctx.ensure_alive()
+        if self.gen != self.ctx.gen:
+            raise GGMLError("this graph was built before ggml_reset() of its context; build it again")
 
     def __repr__(self):
         return f"<ggml Graph {len(self.nodes)} nodes, {len(self.leafs)} leafs, size {self.size}>"
@@ -131,8 +145,9 @@ def check_graph(graph: Graph, device=None, need_buffers: bool = False, run=None)
 
     `run(subgraph)` computes a part of the graph: row indices computed by the graph itself can
     only be range-checked after the nodes that compute them have run."""
-    graph.ctx.ensure_alive()
+    graph.check_alive()
     for t in graph._keep:
+        t.ptr
         t.ctx.check_deps()  # every context the graph reaches into is still alive
     dev = device if device is not None else _cpu_device()
     for p in graph.leafs + graph.nodes:
@@ -153,6 +168,8 @@ def check_graph(graph: Graph, device=None, need_buffers: bool = False, run=None)
             _check_row_indices(graph, p.src[1], int(p.src[0].ne[1]), "ggml_get_rows", run)
         elif p.op == lib.GGML_OP_GET_ROWS_BACK:  # its kernel asserts the same
             _check_row_indices(graph, p.src[1], int(p.ne[1]), "ggml_get_rows_back", run)
+        elif p.op == lib.GGML_OP_MUL_MAT_ID:  # expert ids must name one of src0's ne2 matrices
+            _check_row_indices(graph, p.src[2], int(p.src[0].ne[2]), "ggml_mul_mat_id", run)
 
 
 def _op_name(p) -> str:

@@ -9,6 +9,7 @@ Naming and argument order follow ggml's C API (and so ggmlR's R functions):
 """
 from __future__ import annotations
 
+import functools
 import math
 import threading
 
@@ -19,6 +20,9 @@ from .context import Context, Tensor, type_name, wrap
 F32, F16, BF16, I32 = lib.GGML_TYPE_F32, lib.GGML_TYPE_F16, lib.GGML_TYPE_BF16, lib.GGML_TYPE_I32
 FLOAT = (F32, F16, BF16)
 CPU_FLOAT = (F32, F16)  # kernels the CPU backend has for most element-wise ops
+# block-quantized types: weights for mul_mat, get_rows and flash attention's K/V (whether a device
+# has the kernel for a given type is checked with ggml_backend_dev_supports_op before compute)
+QUANTIZED = tuple(t for t in range(int(lib.GGML_TYPE_COUNT)) if lib.ggml_type_size(t) and lib.ggml_is_quantized(t))
 N_OVERHEAD = int(lib.ggml_tensor_overhead())
 
 
@@ -94,16 +98,21 @@ def _make(ctx: Context, what: str, ne, out_type: int, call, *, view=False, extra
     return wrap(call(), ctx)
 
 
-def _same(ctx, what, a: Tensor, call, out_type=None):
-    return _make(ctx, what, _ne(a), a.type if out_type is None else out_type, call)
+def _same(ctx, what, a: Tensor, call, out_type=None, view=False):
+    return _make(ctx, what, _ne(a), a.type if out_type is None else out_type, call, view=view)
+
+
+@functools.lru_cache(maxsize=None)
+def _c(cname: str, inplace: bool):
+    """ggml's C function, or its `_inplace` twin (whose result is a view of the first input)."""
+    return getattr(lib, cname + "_inplace" if inplace else cname)
 
 
 # -- element-wise binary ------------------------------------------------------------------
 def _binary(cname: str):
-    fn = getattr(lib, cname)
     what = cname
 
-    def op(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
+    def op(ctx: Context, a: Tensor, b: Tensor, *, _inplace: bool = False) -> Tensor:
         ctx = _ctx(ctx)
         a, b = _t(a, what, "a"), _t(b, what, "b")
         _types(a, CPU_FLOAT, what, "a")
@@ -113,7 +122,7 @@ def _binary(cname: str):
         if not can_repeat(b, a):
             raise GGMLError(f"{what}: b {_shape_str(b)} cannot be broadcast to a {_shape_str(a)}; "
                             "ggml broadcasts only the second operand, and each of its dims must divide a's")
-        return _same(ctx, what, a, lambda: fn(ctx.ptr, a.ptr, b.ptr))
+        return _same(ctx, what, a, lambda: _c(cname, _inplace)(ctx.ptr, a.ptr, b.ptr), view=_inplace)
 
     op.__name__ = cname
     op.__doc__ = f"{cname}(ctx, a, b): element-wise; b broadcasts to a's shape (ggml's rule)."
@@ -128,14 +137,13 @@ ggml_div = _binary("ggml_div")
 
 # -- element-wise unary -------------------------------------------------------------------
 def _unary(cname: str, types=CPU_FLOAT):
-    fn = getattr(lib, cname)
 
-    def op(ctx: Context, a: Tensor) -> Tensor:
+    def op(ctx: Context, a: Tensor, *, _inplace: bool = False) -> Tensor:
         ctx = _ctx(ctx)
         a = _t(a, cname)
         _types(a, types, cname)
         _dense0(a, cname)  # every CPU unary kernel asserts it, whatever ne0
-        return _same(ctx, cname, a, lambda: fn(ctx.ptr, a.ptr))
+        return _same(ctx, cname, a, lambda: _c(cname, _inplace)(ctx.ptr, a.ptr), view=_inplace)
 
     op.__name__ = cname
     op.__doc__ = f"{cname}(ctx, a): element-wise, same shape as a."
@@ -154,17 +162,17 @@ for _n in _UNARY_OPS:
 
 
 def ggml_leaky_relu(ctx: Context, a: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
-    """max(a, 0) + negative_slope * min(a, 0), element-wise (inplace=True is refused)."""
+    """max(a, 0) + negative_slope * min(a, 0), element-wise (inplace: into a's memory)."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_leaky_relu")
     _types(a, CPU_FLOAT, "ggml_leaky_relu")
     _contiguous(a, "ggml_leaky_relu")  # the kernel steps through rows by nb1 alone
-    check(not inplace, "ggml_leaky_relu: inplace is not supported by ggmlpy")
-    return _same(ctx, "ggml_leaky_relu", a, lambda: lib.ggml_leaky_relu(ctx.ptr, a.ptr, float(negative_slope), False))
+    return _same(ctx, "ggml_leaky_relu", a,
+                 lambda: lib.ggml_leaky_relu(ctx.ptr, a.ptr, float(negative_slope), bool(inplace)), view=bool(inplace))
 
 
-def ggml_scale(ctx: Context, a: Tensor, s: float) -> Tensor:
-    """a * s for a number s (a densely packed f32 tensor)."""
+def ggml_scale(ctx: Context, a: Tensor, s: float, *, _inplace: bool = False) -> Tensor:
+    """a * s (inplace: into a's memory)."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_scale")
     _types(a, (F32,), "ggml_scale")
@@ -173,7 +181,7 @@ def ggml_scale(ctx: Context, a: Tensor, s: float) -> Tensor:
     # ggml asserts ggml_is_padded_1d, stricter than contiguous about the strides of size-1 dims
     check(nb[0] == lib.ggml_type_size(a.type) and nb[2] == nb[1] * ne[1] and nb[3] == nb[2] * ne[2],
           "ggml_scale: a must be densely packed (a view with size-1 dims can fail this); use ggml_cont() first")
-    return _same(ctx, "ggml_scale", a, lambda: lib.ggml_scale(ctx.ptr, a.ptr, float(s)))
+    return _same(ctx, "ggml_scale", a, lambda: _c("ggml_scale", _inplace)(ctx.ptr, a.ptr, float(s)), view=_inplace)
 
 
 def ggml_clamp(ctx: Context, a: Tensor, min_val: float, max_val: float) -> Tensor:
@@ -191,7 +199,7 @@ def ggml_silu_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     return _same_shape_pair("ggml_silu_back", ctx, a, b, lib.ggml_silu_back)
 
 
-def _same_shape_pair(what, ctx, a, b, fn, *args):
+def _same_shape_pair(what, ctx, a, b, fn, *args, view=False):
     ctx = _ctx(ctx)
     a, b = _t(a, what, "a"), _t(b, what, "b")
     _types(a, (F32,), what, "a")
@@ -200,7 +208,7 @@ def _same_shape_pair(what, ctx, a, b, fn, *args):
         raise GGMLError(f"{what}: a {_shape_str(a)} and b {_shape_str(b)} must have the same shape")
     _contiguous(a, what, "a")
     _contiguous(b, what, "b")
-    return _same(ctx, what, a, lambda: fn(ctx.ptr, a.ptr, b.ptr, *args))
+    return _same(ctx, what, a, lambda: fn(ctx.ptr, a.ptr, b.ptr, *args), view=view)
 
 
 # -- matrix products ------------------------------------------------------------------------
@@ -208,7 +216,7 @@ def ggml_mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """a [K, M, ...] x b [K, N, ...] -> [M, N, ...]: in R terms t(a) %*% b."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_mul_mat", "a"), _t(b, "ggml_mul_mat", "b")
-    _types(a, FLOAT, "ggml_mul_mat", "a")
+    _types(a, FLOAT + QUANTIZED, "ggml_mul_mat", "a")
     _types(b, (F32,), "ggml_mul_mat", "b")
     na, nb_ = _ne(a), _ne(b)
     if na[0] != nb_[0]:
@@ -242,13 +250,13 @@ def ggml_out_prod(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
 
 # -- softmax ------------------------------------------------------------------------------------
-def ggml_soft_max(ctx: Context, a: Tensor) -> Tensor:
+def ggml_soft_max(ctx: Context, a: Tensor, *, _inplace: bool = False) -> Tensor:
     """Softmax along ne0 (per R column)."""
-    return ggml_soft_max_ext(ctx, a, None, 1.0, 0.0)
+    return ggml_soft_max_ext(ctx, a, None, 1.0, 0.0, _inplace=_inplace)
 
 
 def ggml_soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None = None, scale: float = 1.0,
-                      max_bias: float = 0.0) -> Tensor:
+                      max_bias: float = 0.0, *, _inplace: bool = False) -> Tensor:
     """softmax(a * scale + mask) along ne0; mask (f32/f16) has a's ne0 and at least its ne1 rows."""
     what = "ggml_soft_max_ext"
     ctx = _ctx(ctx)
@@ -267,28 +275,30 @@ def ggml_soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None = None, scale
         mp = mask.ptr
     check(max_bias >= 0, f"{what}: max_bias must be >= 0")
     check(max_bias == 0 or mask is not None, f"{what}: max_bias > 0 needs a mask")
-    return _same(ctx, what, a, lambda: lib.ggml_soft_max_ext(ctx.ptr, a.ptr, mp, float(scale), float(max_bias)))
+    if _inplace and mask is None and scale == 1.0:
+        return _same(ctx, what, a, lambda: lib.ggml_soft_max_inplace(ctx.ptr, a.ptr), view=True)
+    return _same(ctx, what, a, lambda: _c("ggml_soft_max_ext", _inplace)(ctx.ptr, a.ptr, mp, float(scale),
+                                                                         float(max_bias)), view=_inplace)
 
 
 def ggml_soft_max_ext_back(ctx: Context, a: Tensor, b: Tensor, scale: float = 1.0,
-                           max_bias: float = 0.0) -> Tensor:
+                           max_bias: float = 0.0, *, _inplace: bool = False) -> Tensor:
     """Gradient of softmax: a = upstream gradient, b = the softmax output."""
     check(max_bias == 0, "ggml_soft_max_ext_back: the CPU backend supports only max_bias = 0")
-    return _same_shape_pair("ggml_soft_max_ext_back", ctx, a, b, lib.ggml_soft_max_ext_back,
-                            float(scale), float(max_bias))
+    return _same_shape_pair("ggml_soft_max_ext_back", ctx, a, b, _c("ggml_soft_max_ext_back", _inplace),
+                            float(scale), float(max_bias), view=_inplace)
 
 
 # -- norms ------------------------------------------------------------------------------------------
 def _norm(cname: str):
-    fn = getattr(lib, cname)
 
-    def op(ctx: Context, a: Tensor, eps: float = 1e-5) -> Tensor:
+    def op(ctx: Context, a: Tensor, eps: float = 1e-5, *, _inplace: bool = False) -> Tensor:
         ctx = _ctx(ctx)
         a = _t(a, cname)
         _types(a, (F32,), cname)
         _dense0(a, cname)
         check(eps >= 0, f"{cname}: eps must be >= 0")
-        return _same(ctx, cname, a, lambda: fn(ctx.ptr, a.ptr, float(eps)))
+        return _same(ctx, cname, a, lambda: _c(cname, _inplace)(ctx.ptr, a.ptr, float(eps)), view=_inplace)
 
     op.__name__ = cname
     op.__doc__ = f"{cname}(ctx, a, eps=1e-5): normalise along ne0 (per R column)."
@@ -305,15 +315,19 @@ def ggml_rms_norm_back(ctx: Context, a: Tensor, b: Tensor, eps: float = 1e-5) ->
     return _same_shape_pair("ggml_rms_norm_back", ctx, a, b, lib.ggml_rms_norm_back, float(eps))
 
 
-def ggml_group_norm(ctx: Context, a: Tensor, n_groups: int, eps: float = 1e-5) -> Tensor:
-    """Normalise a in n_groups groups along ne2 (channels), each to zero mean and unit variance."""
+def ggml_group_norm(ctx: Context, a: Tensor, n_groups: int, eps: float = 1e-5, *, _inplace: bool = False) -> Tensor:
+    """Normalise groups of channels (ne2): ggml splits ne2 into n_groups groups of
+    ceil(ne2 / n_groups) channels; with n_groups > ne2 every channel is its own group.
+    ggmlR refuses n_groups > ne2, which ggml handles."""
     ctx = _ctx(ctx)
     a = _t(a, "ggml_group_norm")
     _types(a, (F32,), "ggml_group_norm")
     _dense0(a, "ggml_group_norm")
     n_groups = int(n_groups)
-    check(0 < n_groups <= _ne(a)[2], f"ggml_group_norm: n_groups must be in 1..ne2={_ne(a)[2]}, got {n_groups}")
-    return _same(ctx, "ggml_group_norm", a, lambda: lib.ggml_group_norm(ctx.ptr, a.ptr, n_groups, float(eps)))
+    check(n_groups > 0, f"ggml_group_norm: n_groups must be positive, got {n_groups}")
+    check(eps >= 0, "ggml_group_norm: eps must be >= 0")
+    return _same(ctx, "ggml_group_norm", a, lambda: _c("ggml_group_norm", _inplace)(ctx.ptr, a.ptr, n_groups, float(eps)),
+                 view=_inplace)
 
 
 # -- reductions ---------------------------------------------------------------------------------------
@@ -486,10 +500,10 @@ def ggml_cont(ctx: Context, a: Tensor) -> Tensor:
     return _same(ctx, "ggml_cont", a, lambda: lib.ggml_cont(ctx.ptr, a.ptr))
 
 
-def ggml_dup(ctx: Context, a: Tensor) -> Tensor:
-    """A copy of a (same type and shape)."""
+def ggml_dup(ctx: Context, a: Tensor, *, _inplace: bool = False) -> Tensor:
+    """A copy of a (ggml_dup_inplace: a view of a that the graph copies onto itself)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_dup")
-    return _same(ctx, "ggml_dup", a, lambda: lib.ggml_dup(ctx.ptr, a.ptr))
+    return _same(ctx, "ggml_dup", a, lambda: _c("ggml_dup", _inplace)(ctx.ptr, a.ptr), view=_inplace)
 
 
 def ggml_cpy(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
@@ -536,7 +550,7 @@ def ggml_get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """Rows of a (along ne1) picked by the i32 indices in b: [ne0, len(b)]."""
     ctx = _ctx(ctx)
     a, b = _t(a, "ggml_get_rows", "a"), _t(b, "ggml_get_rows", "b")
-    _types(a, (F32, F16, BF16, I32), "ggml_get_rows", "a")
+    _types(a, (F32, F16, BF16, I32) + QUANTIZED, "ggml_get_rows", "a")
     _types(b, (I32,), "ggml_get_rows", "b")
     _dense0(a, "ggml_get_rows", "a")
     na, nb_ = _ne(a), _ne(b)
@@ -711,49 +725,64 @@ def ggml_upscale(ctx: Context, a: Tensor, scale_factor: int, mode: int = 0) -> T
     _types(a, (F32,), "ggml_upscale")
     sf = int(scale_factor)
     check(sf > 1, f"ggml_upscale: scale_factor must be > 1, got {scale_factor}")
-    check(int(mode) in (0, 1), "ggml_upscale: mode must be 0 (nearest) or 1 (bilinear)")
+    check(int(mode) in (0, 1, 2), "ggml_upscale: mode must be 0 (nearest), 1 (bilinear) or 2 (bicubic)")
     n = _ne(a)
     return _make(ctx, "ggml_upscale", [n[0] * sf, n[1] * sf, n[2], n[3]], F32,
                  lambda: lib.ggml_upscale(ctx.ptr, a.ptr, sf, int(mode)))
 
 
 # -- attention ---------------------------------------------------------------------------------------------
-def ggml_diag_mask_inf(ctx: Context, a: Tensor, n_past: int = 0) -> Tensor:
+def ggml_diag_mask_inf(ctx: Context, a: Tensor, n_past: int = 0, *, _inplace: bool = False) -> Tensor:
     """Set a[i, j] = -inf for i > n_past + j (causal masking of a [keys, queries] score matrix)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_diag_mask_inf")
     _types(a, (F32,), "ggml_diag_mask_inf")
     n_past = int(n_past)
     check(n_past >= 0, f"ggml_diag_mask_inf: n_past must be >= 0, got {n_past}")  # the kernel asserts it
     _contiguous(a, "ggml_diag_mask_inf")
-    return _same(ctx, "ggml_diag_mask_inf", a, lambda: lib.ggml_diag_mask_inf(ctx.ptr, a.ptr, int(n_past)))
+    return _same(ctx, "ggml_diag_mask_inf", a, lambda: _c("ggml_diag_mask_inf", _inplace)(ctx.ptr, a.ptr, int(n_past)),
+                 view=_inplace)
 
 
-def ggml_rope_ext(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None = None, n_dims: int | None = None,
-                  mode: int = 0, n_ctx_orig: int = 0, freq_base: float = 10000.0, freq_scale: float = 1.0,
-                  ext_factor: float = 0.0, attn_factor: float = 1.0, beta_fast: float = 32.0,
-                  beta_slow: float = 1.0) -> Tensor:
-    """Rotary position embedding of a [head_dim, n_head, n_tokens] at i32 positions b [n_tokens]."""
-    what = "ggml_rope_ext"
-    ctx = _ctx(ctx)
+def _rope_check(what, a, b, c, n_dims, mode, mrope):
+    """ggml's rope asserts, and its CPU kernel's: positions i32, one (four for mrope) per ne2 row."""
     a, b = _t(a, what, "a"), _t(b, what, "b")
     _types(a, (F32, F16), what, "a")
     _types(b, (I32,), what, "b")
     _dense0(a, what, "a")  # the kernel asserts nb0 == nb00 == element size
     n_dims = _ne(a)[0] if n_dims is None else int(n_dims)
-    mode = int(mode)
-    check(mode in (0, 2), f"{what}: ggmlpy supports mode 0 (normal) and 2 (neox), got {mode}")
-    check(0 < n_dims <= _ne(a)[0] and n_dims % 2 == 0, f"{what}: n_dims must be even and <= ne0")
-    check(bool(lib.ggml_is_vector(b.ptr)) and _ne(b)[0] == _ne(a)[2],
-          f"{what}: positions b must be a vector of ne2={_ne(a)[2]} entries, got {_shape_str(b)}")
+    check(mode & 1 == 0, f"{what}: odd modes are no longer supported by ggml, got {mode}")
+    check(0 < n_dims <= _ne(a)[0] and n_dims % 2 == 0, f"{what}: n_dims must be even and in 1..ne0={_ne(a)[0]}, got {n_dims}")
+    per_token = 4 if mrope else 1
+    check(bool(lib.ggml_is_vector(b.ptr)) and _ne(b)[0] == per_token * _ne(a)[2],
+          f"{what}: positions b must be a vector of {per_token} x ne2 = {per_token * _ne(a)[2]} entries, "
+          f"got {_shape_str(b)}")
     cp = ffi.NULL
     if c is not None:
         c = _t(c, what, "c")
         _types(c, (F32,), what, "c")
         check(_ne(c)[0] >= n_dims // 2, f"{what}: freq factors c need at least n_dims/2 entries")
         cp = c.ptr
-    return _same(ctx, what, a, lambda: lib.ggml_rope_ext(
-        ctx.ptr, a.ptr, b.ptr, cp, n_dims, mode, int(n_ctx_orig), float(freq_base), float(freq_scale),
-        float(ext_factor), float(attn_factor), float(beta_fast), float(beta_slow)))
+    return a, b, cp, n_dims
+
+
+_PLAIN_ROPE_MODES = (0, 2)  # GGML_ROPE_TYPE_NORMAL, GGML_ROPE_TYPE_NEOX; MROPE/VISION/IMROPE go through rope_multi
+
+
+def ggml_rope_ext(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None = None, n_dims: int | None = None,
+                  mode: int = 0, n_ctx_orig: int = 0, freq_base: float = 10000.0, freq_scale: float = 1.0,
+                  ext_factor: float = 0.0, attn_factor: float = 1.0, beta_fast: float = 32.0,
+                  beta_slow: float = 1.0, *, _inplace: bool = False, _back: bool = False) -> Tensor:
+    """Rotary position embedding of a [head_dim, n_head, n_tokens] at i32 positions b [n_tokens]."""
+    what = "ggml_rope_ext_back" if _back else "ggml_rope_ext"
+    ctx = _ctx(ctx)
+    mode = int(mode)
+    check(mode in _PLAIN_ROPE_MODES, f"{what}: mode must be 0 (normal) or 2 (neox), got {mode}; "
+          "multi-section modes (GGML_ROPE_TYPE_MROPE, _VISION) need ggml_rope_multi")
+    a, b, cp, n_dims = _rope_check(what, a, b, c, n_dims, mode, False)
+    args = (int(n_ctx_orig), float(freq_base), float(freq_scale), float(ext_factor), float(attn_factor),
+            float(beta_fast), float(beta_slow))
+    fn = lib.ggml_rope_ext_back if _back else _c("ggml_rope_ext", _inplace)
+    return _same(ctx, what, a, lambda: fn(ctx.ptr, a.ptr, b.ptr, cp, n_dims, mode, *args), view=_inplace)
 
 
 def ggml_flash_attn_ext(ctx: Context, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
@@ -763,8 +792,8 @@ def ggml_flash_attn_ext(ctx: Context, q: Tensor, k: Tensor, v: Tensor, mask: Ten
     ctx = _ctx(ctx)
     q, k, v = _t(q, what, "q"), _t(k, what, "k"), _t(v, what, "v")
     _types(q, (F32,), what, "q")
-    _types(k, (F32, F16), what, "k")
-    _types(v, (F32, F16), what, "v")
+    _types(k, (F32, F16) + QUANTIZED, what, "k")
+    _types(v, (F32, F16) + QUANTIZED, what, "v")
     for x, arg in ((q, "q"), (k, "k"), (v, "v")):
         _dense0(x, what, arg)
     nq, nk, nv = _ne(q), _ne(k), _ne(v)

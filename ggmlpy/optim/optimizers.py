@@ -143,6 +143,8 @@ def _param_list(params) -> ParamList:
     their names where they have them (ggmlR's named list: `opt.params["W"]`)."""
     if callable(getattr(params, "parameters", None)):
         params = params.parameters()
+    if isinstance(params, AGTensor) or not hasattr(params, "__iter__"):
+        raise GGMLError(f"optimizer params must be a model or a list of ag tensors, got {type(params).__name__}")
     params = ParamList(params if isinstance(params, (dict, ParamList)) else list(params))
     for p in params:
         if not isinstance(p, AGTensor):

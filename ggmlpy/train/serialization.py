@@ -1,4 +1,5 @@
-"""Saving and loading a model's weights as GGUF, through llama.cpp's own `gguf` package.
+"""Saving and loading a model's weights as GGUF: written with llama.cpp's own `gguf` package,
+read back through ggmlpy's validating GGUF parser (ggmlpy/quant/gguf_file.py).
 
 Every entry of `model.state_dict()` (parameters by their `named_parameters()`
 names, then buffers such as batch norm's running statistics) becomes one f32
@@ -39,6 +40,22 @@ def _state_of(model) -> dict:
     return model.state_dict()
 
 
+def _quantized_tensors(model) -> dict:
+    """{state name: AGTensor} of the model's entries stored in a quantized type (ag_quantize)."""
+    from ..bindings import lib
+    own = dict(model.named_parameters()) if hasattr(model, "named_parameters") else {}
+    own.update(dict(model.named_buffers()) if hasattr(model, "named_buffers") else {})
+    return {n: t for n, t in own.items() if hasattr(t, "st") and lib.ggml_is_quantized(t.st.type)}
+
+
+def _blocks_of(t) -> np.ndarray:
+    from ..bindings import ffi, lib
+    raw = np.empty(t.st.nbytes, dtype=np.uint8)
+    t.dc.sync()
+    lib.ggml_backend_tensor_get(t.st.ptr, ffi.from_buffer(raw), 0, raw.nbytes)
+    return raw
+
+
 def _model_fn_name(model_fn) -> str:
     """'module:qualname' of a module-level function, the reference ag_load_model imports again."""
     module, qualname = getattr(model_fn, "__module__", None), getattr(model_fn, "__qualname__", "")
@@ -70,7 +87,8 @@ def ag_save_model(model: Module, path: str | os.PathLike, metadata: dict | None 
                   model_fn: Callable[[], Module] | None = None) -> str:
     """Write the model's parameters and buffers to a GGUF file at `path`; returns the path.
 
-    `metadata` is any JSON-serialisable dict, returned by ag_load_model(model, path).
+    `metadata` is any JSON-serialisable dict, returned by ag_load_model(model, path). Weights
+    quantized with ag_quantize are written as their blocks, in their quantized type.
     `model_fn` (ggmlR's): a function of no arguments that builds the architecture again; it is
     stored by name (module and qualified name, so it must be importable: ggmlR stores the R
     closure itself), and ag_load_model(path) then rebuilds the model without being told how."""
@@ -97,7 +115,13 @@ def ag_save_model(model: Module, path: str | os.PathLike, metadata: dict | None 
             writer.add_string("ggmlpy.metadata", meta_json)
             if fn_ref is not None:
                 writer.add_string("ggmlpy.model_fn", fn_ref)
+            quantized = _quantized_tensors(model)
             for name, value in state.items():
+                qtype = _gguf_qtype(gguf, quantized[name].st.type) if name in quantized else None
+                if qtype is not None:  # the blocks as they are: ggml rows = the R matrix's columns
+                    blocks = _blocks_of(quantized[name])
+                    writer.add_tensor(name, blocks.reshape(np.shape(value)[1], -1), raw_dtype=qtype)
+                    continue
                 # numpy (ncol, nrow) in C order = ggml ne [nrow, ncol], column-major data
                 writer.add_tensor(name, np.ascontiguousarray(np.asarray(value).T, dtype=np.float32))
             writer.write_header_to_file()
@@ -146,45 +170,59 @@ def atomic_write(path: str):
             os.close(dfd)
 
 
-def _field_string(field) -> str:
-    if hasattr(field, "contents"):
-        return field.contents()
-    return bytes(field.parts[field.data[0]]).decode()  # older gguf releases
+def _type_name(ggml_type: int) -> str:
+    from ..quant.types import TYPE_NAMES
+    return TYPE_NAMES[ggml_type]
+
+
+def _gguf_qtype(gguf, ggml_type: int):
+    try:
+        return gguf.GGMLQuantizationType(int(ggml_type))
+    except ValueError:  # a type newer than the gguf package: written as f32 values instead
+        return None
 
 
 def read_gguf(path) -> tuple[dict, dict]:
-    """(tensors {name: R-shaped float64 matrix}, info {"version", "metadata", "architecture"})."""
-    gguf = _gguf()
+    """(tensors {name: R-shaped float64 matrix}, info {"version", "metadata", "architecture"}).
+
+    The file goes through ggmlpy's validating GGUF parser (magic, version, counts, types,
+    tensor offsets: aligned, inside the file, not overlapping) before any tensor is read."""
+    from ..bindings import lib
+    from ..quant.gguf_file import GGUFFile
     path = os.fspath(path)
     if not os.path.exists(path):
         raise GGMLError(f"no such model file: {path}")
     try:
-        reader = gguf.GGUFReader(path)
-    except Exception as e:  # the gguf package raises ValueError and friends on a bad file
+        f = GGUFFile(path)
+    except GGMLError as e:
         raise GGMLError(f"{path} is not a readable GGUF file (not a ggmlpy model container): {e}") from None
-    fields = reader.fields
-    arch = _field_string(fields["general.architecture"]) if "general.architecture" in fields else None
-    if arch != ARCH:
-        raise GGMLError(f"{path}: GGUF architecture is {arch!r}, not {ARCH!r}: not a ggmlpy model file "
-                        "(container)")
-    try:
-        info = {"architecture": arch,
-                "version": _field_string(fields["ggmlpy.version"]) if "ggmlpy.version" in fields else None,
-                "metadata": json.loads(_field_string(fields["ggmlpy.metadata"])) if "ggmlpy.metadata" in fields else {},
-                "model_fn": _field_string(fields["ggmlpy.model_fn"]) if "ggmlpy.model_fn" in fields else None}
-    except (ValueError, UnicodeDecodeError) as e:
-        raise GGMLError(f"{path}: the ggmlpy.metadata entry is not valid JSON text: {e}") from None
-    tensors = {}
-    for t in reader.tensors:
-        if int(t.tensor_type) != int(gguf.GGMLQuantizationType.F32):
-            raise GGMLError(f"{path}: tensor {t.name!r} is {t.tensor_type.name}, expected F32")
-        ne = [int(d) for d in t.shape]
-        nrow, ncol = (ne + [1, 1])[:2]
-        if len(ne) > 2 and any(d != 1 for d in ne[2:]):
-            raise GGMLError(f"{path}: tensor {t.name!r} has {len(ne)} dims {ne}; ggmlpy models hold matrices")
-        # data comes as numpy (ncol, nrow) C order; .T gives R's [nrow, ncol]
-        tensors[t.name] = np.array(t.data, dtype=np.float64).reshape(ncol, nrow).T
-    del reader  # drop the memory map
+    with f:
+        meta = f.metadata
+        arch = meta.get("general.architecture")
+        if arch != ARCH:
+            raise GGMLError(f"{path}: GGUF architecture is {arch!r}, not {ARCH!r}: not a ggmlpy model file "
+                           "(container)")
+        for key in ("ggmlpy.version", "ggmlpy.metadata", "ggmlpy.model_fn"):
+            if key in meta and f.metadata_types[key] != "string":
+                raise GGMLError(f"{path}: {key} must be a string, is {f.metadata_types[key]}")
+        try:
+            user_meta = json.loads(meta["ggmlpy.metadata"]) if "ggmlpy.metadata" in meta else {}
+        except ValueError as e:
+            raise GGMLError(f"{path}: ggmlpy.metadata is not valid JSON: {e}") from None
+        info = {"architecture": arch, "version": meta.get("ggmlpy.version"), "metadata": user_meta,
+                "blocks": {}, "model_fn": meta.get("ggmlpy.model_fn")}
+        tensors = {}
+        for name, t in f.tensors.items():
+            if t.type_name != "f32" and not lib.ggml_is_quantized(t.type):
+                raise GGMLError(f"{path}: tensor {name!r} is {t.type_name}, expected f32 or a quantized type")
+            if lib.ggml_is_quantized(t.type):  # ag_quantize'd weights: kept as blocks too
+                info["blocks"][name] = (t.type, np.array(f.data(name, raw=True)).reshape(-1))
+            ne = list(t.ne)
+            nrow, ncol = (ne + [1, 1])[:2]
+            if len(ne) > 2 and any(d != 1 for d in ne[2:]):
+                raise GGMLError(f"{path}: tensor {name!r} has {len(ne)} dims {ne}; ggmlpy models hold matrices")
+            # data come as numpy (ncol, nrow) C order; .T gives R's [nrow, ncol]
+            tensors[name] = np.array(f.data(name), dtype=np.float64).reshape(ncol, nrow).T
     return tensors, info
 
 
@@ -206,11 +244,11 @@ def ag_load_model(model_or_path: Module | str | os.PathLike, path: str | os.Path
     if path is None:
         raise GGMLError("ag_load_model: expected ag_load_model(model, path) or ag_load_model(path, model_fn=...)")
     tensors, info = read_gguf(path)
-    _load_into(model_or_path, tensors, path, strict)
-    return info["metadata"]
+    return _load_into(model_or_path, tensors, info, path, strict)
 
 
-def _load_into(model, tensors: dict, path, strict: bool) -> None:
+def _load_into(model, tensors: dict, info: dict, path, strict: bool) -> dict:
+    from ..bindings import lib
     state = _state_of(model)
     missing = [n for n in state if n not in tensors]
     unexpected = [n for n in tensors if n not in state]
@@ -224,9 +262,23 @@ def _load_into(model, tensors: dict, path, strict: bool) -> None:
             problems.append(f"{name}: the file has shape {list(tensors[name].shape)}, "
                             f"the model {list(np.shape(value))}")
     if problems:
+        hint = "Was it saved from a model of the same architecture?"
+        if info["blocks"] and not _quantized_tensors(model):
+            types = sorted({_type_name(t) for t, _ in info["blocks"].values()})
+            hint = f"The file holds weights quantized with ag_quantize ({', '.join(types)}): quantize the model " \
+                   f"the same way (ag_quantize(model, {types[0]!r})) before loading."
         raise GGMLError(f"ag_load_model: {os.fspath(path)} does not fit this model (parameter mismatch: "
-                        + "; ".join(problems) + "). Was it saved from a model of the same architecture?")
+                        + "; ".join(problems) + "). " + hint)
     model.load_state_dict({n: tensors[n] for n in state})
+    # a quantized weight of the same type takes the file's blocks as they are (re-quantizing the
+    # dequantized values is not exact for every type)
+    from ..bindings import ffi
+    for name, t in _quantized_tensors(model).items():
+        ftype, blocks = info["blocks"].get(name, (None, None))
+        if ftype == t.st.type and blocks.size == t.st.nbytes:
+            t.dc.sync()
+            lib.ggml_backend_tensor_set(t.st.ptr, ffi.from_buffer(blocks), 0, blocks.size)
+    return info["metadata"]
 
 
 def _load_rebuilt(path, model_fn, device):
@@ -248,6 +300,6 @@ def _load_rebuilt(path, model_fn, device):
     if not isinstance(model, Module):
         raise GGMLError(f"ag_load_model: model_fn must return an ag_sequential or ag_* layer, "
                         f"got {type(model).__name__}")
-    _load_into(model, tensors, path, strict=True)
+    _load_into(model, tensors, info, path, strict=True)
     model.eval()
     return model

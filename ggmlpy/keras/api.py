@@ -1,0 +1,319 @@
+"""ggmlR's Keras-like functions, same names and arguments.
+
+R's `model |> ggml_layer_dense(16, activation = "relu")` is
+`model = ggml_layer_dense(model, 16, activation="relu")`; the first argument may also be a
+Functional node (`ggml_input(...)`, or a list of nodes for add/concatenate), which returns a
+new node. Methods chain too: `Sequential().add(Dense(16)).compile(...)`.
+"""
+from __future__ import annotations
+
+from ..errors import GGMLError
+from . import layers as L
+from .history import ggml_training_history  # noqa: F401
+from .functional import Functional, Node
+from .model import _Model
+from .sequential import Sequential
+from .layers import r_to_ggml_shape
+
+
+def ggml_model_sequential(layers=()):
+    """An empty Sequential model (optionally with `layers`)."""
+    return Sequential(layers)
+
+
+def _attach(target, layer):
+    if isinstance(target, Sequential):
+        if target.compiled:
+            target.compiled = False  # a new layer changes the graph: compile again
+        return target.add(layer)
+    if isinstance(target, Node):
+        if layer.input_shape is not None:
+            raise GGMLError("input_shape belongs to ggml_input() in the Functional API")
+        return Node(layer, [target])
+    if isinstance(target, (list, tuple)) and target and all(isinstance(t, Node) for t in target):
+        return Node(layer, list(target))
+    raise GGMLError(f"expected a Sequential model or a Functional node, got {type(target).__name__}")
+
+
+def ggml_layer_dense(model, units, activation=None, input_shape=None, name=None, trainable=True):
+    """Fully connected layer: act(x W + b), Glorot-uniform W, zero b."""
+    return _attach(model, L.Dense(units, activation, name, trainable, input_shape))
+
+
+def ggml_layer_conv_2d(model, filters, kernel_size, activation=None, input_shape=None, strides=(1, 1),
+                       padding="valid", name=None, trainable=True):
+    """2-d convolution over images [N, H, W, C]; kernel_size and strides are (height, width)."""
+    return _attach(model, L.Conv2D(filters, kernel_size, activation, strides, padding, name, trainable, input_shape))
+
+
+def ggml_layer_conv_1d(model, filters, kernel_size, activation=None, input_shape=None, strides=1,
+                       padding="valid", name=None, trainable=True):
+    """1-d convolution over sequences [N, L, C] -> [N, L_out, filters]."""
+    return _attach(model, L.Conv1D(filters, kernel_size, activation, strides, padding, name, trainable, input_shape))
+
+
+def ggml_layer_max_pooling_2d(model, pool_size=(2, 2), strides=None, name=None, trainable=True):
+    """Max pooling, no padding; strides default to pool_size."""
+    return _attach(model, L.MaxPooling2D(pool_size, strides, name, trainable))
+
+
+def ggml_layer_global_average_pooling_2d(model, name=None, trainable=True):
+    """Mean over H and W for each channel."""
+    return _attach(model, L.GlobalAveragePooling2D(name, trainable))
+
+
+def ggml_layer_global_max_pooling_2d(model, name=None, trainable=True):
+    """Max over H and W for each channel."""
+    return _attach(model, L.GlobalMaxPooling2D(name, trainable))
+
+
+def ggml_layer_flatten(model, name=None, trainable=True):
+    """Flatten each sample in ggml order (image element (h, w, c) -> w + W*(h + H*c))."""
+    return _attach(model, L.Flatten(name, trainable))
+
+
+def ggml_layer_batch_norm(model, eps=1e-5, name=None, trainable=True, mode="rms", momentum=0.1):
+    """ggmlR's batch_norm: per-sample RMS norm with learned gamma/beta; mode="batch" is a true
+    batch norm with running averages (see BatchNorm)."""
+    return _attach(model, L.BatchNorm(eps, name, trainable, mode, momentum))
+
+
+def ggml_layer_dropout(model, rate, stochastic=False, name=None, trainable=False):
+    """ggmlR's dropout (see Dropout): identity in inference."""
+    return _attach(model, L.Dropout(rate, stochastic, name, trainable))
+
+
+def ggml_layer_embedding(model, vocab_size, dim, input_shape=None, name=None, trainable=True):
+    """Token ids [N, T] (0-based) -> vectors [N, T, dim]. Works in Sequential models too
+    (ggmlR aborts there); give input_shape = T for the first layer."""
+    return _attach(model, L.Embedding(vocab_size, dim, name, trainable, input_shape))
+
+
+def ggml_layer_lstm(model, units, return_sequences=False, activation="tanh", recurrent_activation="sigmoid",
+                    input_shape=None, name=None, trainable=True):
+    """LSTM over sequences [N, T, C]: the last state [N, units], or all states [N, T, units]."""
+    return _attach(model, L.LSTM(units, return_sequences, activation, recurrent_activation, name, trainable,
+                                 input_shape))
+
+
+def ggml_layer_gru(model, units, return_sequences=False, activation="tanh", recurrent_activation="sigmoid",
+                   input_shape=None, name=None, trainable=True):
+    """GRU (ggmlR's: h = h + z (n - h), z weighting the new state) over sequences [N, T, C]."""
+    return _attach(model, L.GRU(units, return_sequences, activation, recurrent_activation, name, trainable,
+                                input_shape))
+
+
+# -- Functional API ----------------------------------------------------------------------------------
+def ggml_input(shape, name=None, dtype="float32"):
+    """A model input: `shape` is one sample's R shape ((F,), (T, C) or (H, W, C));
+    dtype "int32" for token ids."""
+    if dtype not in ("float32", "int32"):
+        raise GGMLError(f"dtype must be 'float32' or 'int32', got {dtype!r}")
+    return Node(None, [], r_to_ggml_shape(shape), dtype, name)
+
+
+def ggml_model(inputs, outputs):
+    """A Functional model from input nodes to output nodes."""
+    return Functional(inputs, outputs)
+
+
+def _node_list(tensors, what):
+    if not isinstance(tensors, (list, tuple)) or not all(isinstance(t, Node) for t in tensors):
+        raise GGMLError(f"{what} needs a list of nodes")
+    if len(tensors) < 2:
+        raise GGMLError(f"{what} needs at least 2 nodes, got {len(tensors)}")
+    return list(tensors)
+
+
+def ggml_layer_add(tensors, name=None):
+    """Element-wise sum of same-shape nodes."""
+    return _attach(_node_list(tensors, "ggml_layer_add"), L.Add(name))
+
+
+def ggml_layer_concatenate(tensors, axis=0, name=None):
+    """Concatenate nodes along a 0-based ggml axis (0 = features for flat nodes)."""
+    return _attach(_node_list(tensors, "ggml_layer_concatenate"), L.Concatenate(axis, name))
+
+
+def ggml_dense(units, activation=None, name=None, trainable=True):
+    """A reusable dense layer object (apply it with ggml_apply; applications share weights)."""
+    return L.Dense(units, activation, name, trainable)
+
+
+def ggml_batch_norm(eps=1e-5, name=None, trainable=True, mode="rms", momentum=0.1):
+    """A reusable batch_norm layer object."""
+    return L.BatchNorm(eps, name, trainable, mode, momentum)
+
+
+def ggml_embedding(vocab_size, dim, name=None, trainable=True):
+    """A reusable embedding layer object."""
+    return L.Embedding(vocab_size, dim, name, trainable)
+
+
+def ggml_lstm(units, return_sequences=False, activation="tanh", recurrent_activation="sigmoid", name=None,
+              trainable=True):
+    """A reusable LSTM layer object."""
+    return L.LSTM(units, return_sequences, activation, recurrent_activation, name, trainable)
+
+
+def ggml_gru(units, return_sequences=False, activation="tanh", recurrent_activation="sigmoid", name=None,
+             trainable=True):
+    """A reusable GRU layer object."""
+    return L.GRU(units, return_sequences, activation, recurrent_activation, name, trainable)
+
+
+def ggml_apply(tensor, layer):
+    """Apply a layer object to a node (or a list of nodes); every application shares its weights."""
+    if not isinstance(layer, L.Layer):
+        raise GGMLError(f"ggml_apply needs a layer object, got {type(layer).__name__}")
+    if not isinstance(tensor, (Node, list, tuple)):
+        raise GGMLError(f"ggml_apply needs a node (ggml_input or a layer output), got {type(tensor).__name__}")
+    return _attach(tensor if isinstance(tensor, Node) else list(tensor), layer)
+
+
+# -- training ----------------------------------------------------------------------------------------
+def _model(m, what):
+    if not isinstance(m, _Model):
+        raise GGMLError(f"{what}: expected a model, got {type(m).__name__}")
+    return m
+
+
+def ggml_compile(model, optimizer="adam", loss="categorical_crossentropy", metrics=("accuracy",), backend="cpu",
+                 **options):
+    """Configure training (see _Model.compile); returns the model."""
+    return _model(model, "ggml_compile").compile(optimizer, loss, metrics, backend, **options)
+
+
+def ggml_fit(model, x, y, epochs=1, batch_size=32, validation_split=0.0, validation_data=None,
+             class_weight=None, sample_weight=None, callbacks=(), verbose=1, **options):
+    """Train with ggml_opt (see _Model.fit); returns the model, its history in model.history."""
+    _model(model, "ggml_fit").fit(x, y, epochs, batch_size, validation_split, validation_data, class_weight,
+                                  sample_weight, callbacks, verbose, **options)
+    return model
+
+
+def ggml_evaluate(model, x, y, batch_size=32, sample_weight=None, class_weight=None):
+    """dict(loss, accuracy, n_samples[, mae, mse, rmse])."""
+    return _model(model, "ggml_evaluate").evaluate(x, y, batch_size, sample_weight, class_weight)
+
+
+def ggml_predict(model, x, batch_size=32):
+    """Predictions, samples as rows (a list for multi-output models)."""
+    return _model(model, "ggml_predict").predict(x, batch_size)
+
+
+def ggml_predict_classes(model, x, batch_size=32):
+    """1-based class of each row (which.max)."""
+    return _model(model, "ggml_predict_classes").predict_classes(x, batch_size)
+
+
+def _select(model, from_, to, layer_names):
+    layers = model._all_layers()
+    if layer_names is not None:
+        names = [layer_names] if isinstance(layer_names, str) else list(layer_names)
+        known = {l.name for l in layers}
+        bad = [n for n in names if n not in known]
+        if bad:
+            raise GGMLError(f"no layer named {bad}")
+        return [l for l in layers if l.name in names]
+    n = len(layers)
+    from_ = 1 if from_ is None else int(from_)
+    to = n if to is None else int(to)
+    if n == 0:
+        raise GGMLError("Model has no layers.")
+    if not 1 <= from_ <= to <= n:
+        raise GGMLError(f"Invalid range: from={from_} to={to} (model has {n} layers).")
+    return layers[from_ - 1:to]
+
+
+def ggml_freeze_weights(model, from_=None, to=None, layer_names=None, **kw):
+    """Mark layers not trainable (1-based from/to inclusive, or layer_names; default all)."""
+    from_ = kw.pop("from", from_)
+    if kw:
+        raise TypeError(f"unexpected arguments {sorted(kw)}")
+    for l in _select(model, from_, to, layer_names):
+        l.trainable = False
+    return model
+
+
+def ggml_unfreeze_weights(model, from_=None, to=None, layer_names=None, **kw):
+    """Mark layers trainable again (same selection as ggml_freeze_weights)."""
+    from_ = kw.pop("from", from_)
+    if kw:
+        raise TypeError(f"unexpected arguments {sorted(kw)}")
+    for l in _select(model, from_, to, layer_names):
+        if not isinstance(l, L.Dropout):
+            l.trainable = True
+    return model
+
+
+def ggml_get_layer(model, index=None, name=None):
+    """A layer by 1-based index or by name."""
+    if (index is None) == (name is None):
+        raise GGMLError("Provide either index or name, not both." if index is not None else "Provide either index or name.")
+    layers = model._all_layers()
+    if index is not None:
+        if not 1 <= int(index) <= len(layers):
+            raise GGMLError(f"Layer index {index} out of range (model has {len(layers)} layers).")
+        return layers[int(index) - 1]
+    for l in layers:
+        if l.name == name:
+            return l
+    raise GGMLError(f"No layer with name '{name}'.")
+
+
+def ggml_pop_layer(model):
+    """Remove the last layer of an uncompiled Sequential model."""
+    if not isinstance(model, Sequential):
+        raise GGMLError("ggml_pop_layer works on Sequential models")
+    if model.compiled:
+        raise GGMLError("Cannot pop layers from a compiled model.")
+    if not model.layers:
+        raise GGMLError("Model has no layers to remove.")
+    model.layers.pop()
+    model._built_for = None
+    if not model.layers:
+        model.input_shape = None
+    return model
+
+
+def ggml_model_summary(model, print_fn=print):
+    """Layers, output shapes and parameter counts."""
+    return model.summary(print_fn)
+
+
+def ggml_default_mlp(n_features, n_out, task_type="classif", hidden_layers=(128, 64), activation="relu",
+                     dropout=0.2):
+    """ggmlR's ready-made MLP: dense(h, activation) [+ dropout] per hidden size, then a softmax
+    (classif) or linear (regr) output layer. Uncompiled."""
+    if task_type not in ("classif", "regr"):
+        raise GGMLError("task_type must be 'classif' or 'regr'")
+    if int(n_features) < 1 or int(n_out) < 1:
+        raise GGMLError("`n_features` and `n_out` must be positive integers.")
+    if any(int(h) < 1 for h in hidden_layers):
+        raise GGMLError("`hidden_layers` must contain positive integers.")
+    if not 0 <= float(dropout) < 1:
+        raise GGMLError("`dropout` must be a single numeric in [0, 1).")
+    m = ggml_model_sequential()
+    first = True
+    for h in hidden_layers:
+        m = ggml_layer_dense(m, int(h), activation, input_shape=(int(n_features),) if first else None)
+        first = False
+        if dropout > 0:
+            m = ggml_layer_dropout(m, float(dropout))
+    return ggml_layer_dense(m, int(n_out), "softmax" if task_type == "classif" else None,
+                            input_shape=(int(n_features),) if first else None)
+
+
+def ggml_model_backend(model, verbose=False):
+    """The device a compiled model trains and predicts on: "cpu", "vulkan", ... (verbose: a dict
+    with the requested and the used backend and the device name)."""
+    from ..backend.device import get_backend
+    _model(model, "ggml_model_backend")._need_compiled("ggml_model_backend")
+    b = get_backend(model.device)
+    used = "cpu" if b.is_cpu else b.name.lower().rstrip("0123456789")
+    if not verbose:
+        return used
+    requested = str(model.device).lower()
+    return {"requested": requested, "used": used, "device": "cpu" if b.is_cpu else b.device_name,
+            "fallback": used == "cpu" and requested not in ("cpu",)}

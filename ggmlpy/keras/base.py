@@ -1,0 +1,141 @@
+"""The layer base class and the shape and initialiser helpers every layer uses.
+
+Shapes here are ggml shapes of ONE sample (ne without the batch axis): flat features `(F,)`,
+sequences `(C, T)`, images `(W, H, C)`, token ids `(T,)`. Users give R/Keras shapes
+(`(T, C)`, `(H, W, C)`); `r_to_ggml_shape` converts. Weights are numpy float32 arrays
+whose shape is the ggml ne reversed (so `arr.ravel()` is ggml memory order).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import GGMLError
+from .builder import ACTIVATIONS
+
+_counters: dict[str, int] = {}
+
+
+def r_to_ggml_shape(shape) -> tuple:
+    """An R/Keras per-sample shape to ggml order: (F,), (T, C) -> (C, T), (H, W, C) -> (W, H, C)."""
+    s = tuple(int(v) for v in np.atleast_1d(shape))
+    if any(v <= 0 for v in s):
+        raise GGMLError(f"shape must be positive, got {s}")
+    if len(s) == 1:
+        return s
+    if len(s) == 2:
+        return (s[1], s[0])
+    if len(s) == 3:
+        return (s[1], s[0], s[2])
+    raise GGMLError(f"input shapes have 1 to 3 axes, got {s}")
+
+
+def ggml_to_r_shape(shape) -> tuple:
+    s = tuple(shape)
+    if len(s) == 1:
+        return s
+    if len(s) == 2:
+        return (s[1], s[0])
+    return (s[1], s[0], s[2])
+
+
+def _pair(v, what):
+    v = [int(a) for a in np.atleast_1d(v)]
+    if len(v) == 1:
+        v = v * 2
+    if len(v) != 2 or min(v) < 1:
+        raise GGMLError(f"{what} must be one or two positive integers, got {v}")
+    return v
+
+
+def _check_activation(a):
+    if a not in ACTIVATIONS:
+        raise GGMLError(f"unknown activation {a!r}; one of {sorted(x for x in ACTIVATIONS if x)}")
+    return a
+
+
+def _glorot(rng, fan_in, fan_out, shape):
+    lim = math.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-lim, lim, size=shape).astype(np.float32)
+
+
+def _zigzag(shape):
+    """ggmlR's fixed recurrent-kernel initialiser: ((i - 1) %% 20 - 10) / 1000 in memory order."""
+    n = int(np.prod(shape))
+    return ((np.arange(n) % 20 - 10) / 1000.0).astype(np.float32).reshape(shape)
+
+
+class Layer:
+    """Base layer: a name, a trainable flag, weights (numpy) and a config."""
+
+    kind = "layer"
+    has_weights = False
+
+    def __init__(self, name=None, trainable=True, input_shape=None):
+        self.auto_named = name is None
+        if name is None:
+            _counters[self.kind] = _counters.get(self.kind, 0) + 1
+            name = f"{self.kind}_{_counters[self.kind]}"
+        self.name = str(name)
+        self.trainable = bool(trainable)
+        self.input_shape = None if input_shape is None else r_to_ggml_shape(input_shape)
+        self.weights: dict[str, np.ndarray] = {}
+        self.in_shape = None
+        self.out_shape = None
+
+    # -- to override -------------------------------------------------------------------------------
+    def infer(self, in_shapes: list) -> tuple:
+        """One sample's output shape (ggml order) for these input shapes; GGMLError if they do not fit."""
+        return in_shapes[0]
+
+    def param_shapes(self) -> dict:
+        """{weight name: numpy shape (ggml ne reversed)} for the current input shape."""
+        return {}
+
+    def init_weights(self, rng) -> dict:
+        """Fresh weights with ggmlR's initialisers, drawn from numpy Generator `rng`."""
+        return {}
+
+    def build(self, b, xs, W, batch, ctx):
+        """The layer's ggml ops on input tensors `xs` ([*sample shape, batch]) with weight tensors `W`."""
+        raise NotImplementedError
+
+    def config(self) -> dict:
+        """The constructor settings (ggmlR's layer$config), enough to rebuild the layer."""
+        return {}
+
+    # -- shared ------------------------------------------------------------------------------------
+    def setup(self, in_shapes: list, rng) -> tuple:
+        """Infer the output shape; create (or check) the weights for these input shapes."""
+        out = self.infer([tuple(s) for s in in_shapes])
+        if self.in_shape is not None and self.has_weights and tuple(in_shapes[0]) != self.in_shape:
+            raise GGMLError(f"layer {self.name!r} is shared between inputs of shapes "
+                            f"{self.in_shape} and {tuple(in_shapes[0])}")
+        self.in_shape = tuple(in_shapes[0])
+        self.out_shape = tuple(out)
+        shapes = self.param_shapes()
+        if set(self.weights) != set(shapes) or any(self.weights[k].shape != s for k, s in shapes.items()):
+            self.weights = {k: v.astype(np.float32) for k, v in self.init_weights(rng).items()}
+        return self.out_shape
+
+    @property
+    def type(self) -> str:
+        """ggmlR's layer$type (the kind: "dense", "conv_2d", ...)."""
+        return self.kind
+
+    @property
+    def output_shape(self):
+        """One sample's output shape in R order ((H, W, C), (L, C), (F,)); None before building."""
+        return None if self.out_shape is None else tuple(ggml_to_r_shape(self.out_shape))
+
+    def n_params(self) -> int:
+        """Number of weight values (running averages included)."""
+        return int(sum(v.size for v in self.weights.values()))
+
+    def tensors(self, b):
+        """The layer's weights as tensors of builder `b` (ggml params when trainable)."""
+        return {k: b.weight((id(self), k), v, self.trainable) for k, v in self.weights.items()}
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name}: {self.in_shape} -> {self.out_shape}>"

@@ -1,0 +1,139 @@
+"""ggml_fit callbacks (ggmlR's callbacks.R): early stopping and learning-rate schedules.
+
+A callback is any object with `on_epoch_begin(epoch, logs, state)` and/or
+`on_epoch_end(epoch, logs, state)`. `logs` holds train_loss, train_accuracy, val_loss,
+val_accuracy (and the Keras names loss, accuracy); `state` has `lr` (read/write: the
+optimizer's learning rate, applied from the next step), `nepoch` and `stop` (set True to end
+training after this epoch). ggmlR accepts but ignores callbacks for Sequential models; here
+they run for every model.
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import GGMLError
+
+
+class FitState:
+    def __init__(self, nepoch, opt):
+        self.nepoch, self.stop, self._opt = nepoch, False, opt
+
+    @property
+    def lr(self):
+        return self._opt.lr
+
+    @lr.setter
+    def lr(self, v):
+        self._opt.lr = float(v)
+
+
+def _mode(mode, monitor):
+    if mode == "auto":
+        return "min" if "loss" in monitor else "max"
+    if mode not in ("min", "max"):
+        raise GGMLError(f"mode must be 'auto', 'min' or 'max', got {mode!r}")
+    return mode
+
+
+class _Monitor:
+    def __init__(self, monitor, min_delta, mode, patience):
+        self.monitor, self.min_delta, self.mode, self.patience = monitor, float(min_delta), _mode(mode, monitor), int(patience)
+        self.best = math.inf if self.mode == "min" else -math.inf
+        self.wait = 0
+
+    def _stalled(self, logs) -> bool:
+        val = logs.get(self.monitor)
+        if val is None or (isinstance(val, float) and math.isnan(val)):
+            return False
+        better = val < self.best - self.min_delta if self.mode == "min" else val > self.best + self.min_delta
+        if better:
+            self.best, self.wait = val, 0
+            return False
+        self.wait += 1
+        return self.wait >= self.patience
+
+
+class ggml_callback_early_stopping(_Monitor):
+    """Stop when `monitor` has not improved by more than min_delta for `patience` epochs."""
+
+    def __init__(self, monitor="val_loss", patience=5, min_delta=0, mode="auto"):
+        super().__init__(monitor, min_delta, mode, patience)
+        self.stopped_epoch = None
+
+    def on_epoch_end(self, epoch, logs, state):
+        """Ask ggml_fit to stop when the monitored value stalled for `patience` epochs."""
+        if self._stalled(logs):
+            state.stop = True
+            self.stopped_epoch = epoch
+
+
+class ggml_schedule_step_decay:
+    """Multiply the learning rate by `gamma` every `step_size` epochs."""
+
+    def __init__(self, step_size=10, gamma=0.1):
+        self.step_size, self.gamma = int(step_size), float(gamma)
+        if self.step_size < 1:
+            raise GGMLError("step_size must be >= 1")
+
+    def on_epoch_begin(self, epoch, logs, state):
+        """Decay the learning rate at every step_size-th epoch."""
+        if epoch > 1 and (epoch - 1) % self.step_size == 0:
+            state.lr = state.lr * self.gamma
+
+
+class ggml_schedule_cosine_decay:
+    """lr = eta_min + (eta_max - eta_min)(1 + cos(pi (epoch - 1) / T_max)) / 2, eta_max the initial lr."""
+
+    def __init__(self, eta_min=0.0, T_max=None):
+        self.eta_min, self.T_max, self.eta_max = float(eta_min), T_max, None
+
+    def on_epoch_begin(self, epoch, logs, state):
+        """Set this epoch's learning rate on the cosine curve."""
+        if self.eta_max is None:
+            self.eta_max = state.lr
+        t_max = self.T_max if self.T_max is not None else state.nepoch
+        lr = self.eta_min + 0.5 * (self.eta_max - self.eta_min) * (1 + math.cos(math.pi * (epoch - 1) / t_max))
+        state.lr = max(lr, 1e-12)  # ggml_opt asserts a positive rate
+
+
+class ggml_schedule_reduce_on_plateau(_Monitor):
+    """Multiply the learning rate by `factor` (not below min_lr) after `patience` epochs without improvement."""
+
+    def __init__(self, monitor="val_loss", factor=0.5, patience=5, min_lr=1e-7, min_delta=1e-4, mode="auto"):
+        super().__init__(monitor, min_delta, mode, patience)
+        self.factor, self.min_lr = float(factor), float(min_lr)
+
+    def on_epoch_end(self, epoch, logs, state):
+        """Reduce the learning rate when the monitored value stalled for `patience` epochs."""
+        if self._stalled(logs):
+            state.lr = max(state.lr * self.factor, self.min_lr)
+            self.wait = 0
+
+
+def logs_of(row):
+    tl, ta, vl, va = row
+    return {"train_loss": tl, "train_accuracy": ta, "val_loss": vl, "val_accuracy": va,
+            "loss": tl, "accuracy": ta}
+
+
+def run_callbacks(callbacks, nepoch):
+    """Hooks for engine.train: (begin(epoch, opt), end(epoch, row, opt) -> stop)."""
+    state = {}
+
+    def st(opt):
+        if "s" not in state:
+            state["s"] = FitState(nepoch, opt)
+        return state["s"]
+
+    def begin(epoch, opt):
+        for cb in callbacks:
+            if hasattr(cb, "on_epoch_begin"):
+                cb.on_epoch_begin(epoch, {}, st(opt))
+
+    def end(epoch, row, opt):
+        s = st(opt)
+        for cb in callbacks:
+            if hasattr(cb, "on_epoch_end"):
+                cb.on_epoch_end(epoch, logs_of(row), s)
+        return s.stop
+    return begin, end

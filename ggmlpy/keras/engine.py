@@ -1,0 +1,325 @@
+"""Running a model's graph: prediction batches, and training on ggml's own `ggml_opt` loop.
+
+Every call builds its ggml graph for one batch size (`Builder`), uploads the weights (numpy,
+the source of truth between calls) into one backend buffer, and reads trained weights back.
+Samples are packed into one matrix `[ne_per_sample, N]` (several inputs side by side, plus a
+sample-index column so the order ggml_opt's shuffle chose can be reported).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..backend.device import blas_backend, get_backend
+from ..backend.sched import Scheduler
+from ..bindings import ffi, lib
+from ..errors import GGMLError
+from .builder import F32, GRAPH_SIZE, I32, MAX_FORWARD_NODES, Builder
+
+
+_blas = {}
+
+
+def make_scheduler(backend, blas=False):
+    """The scheduler ggml_opt runs on. On the CPU, with `blas`, ggml's BLAS backend takes the
+    products it supports (ggml's backward computes weight gradients as OUT_PROD, which ggml's
+    CPU kernel runs far slower than OpenBLAS)."""
+    if backend.is_cpu:
+        bs = [backend]
+        if blas:
+            key = backend.n_threads
+            if key not in _blas:
+                _blas[key] = blas_backend(backend.n_threads)
+            if _blas[key] is not None:
+                bs = [_blas[key], backend]
+    else:
+        bs = [backend, get_backend("cpu")]
+    return Scheduler(bs, graph_size=GRAPH_SIZE * 8)
+
+
+def _split_inputs(b, inp, specs, batch, extra=0):
+    """Views of the packed input: one tensor per model input, in its per-sample shape."""
+    xs, off = [], 0
+    for shape, _ in specs:
+        n = int(np.prod(shape))
+        if len(specs) == 1 and extra == 0:
+            v = inp
+        else:
+            v = b.view_rows(inp, off, n)
+        xs.append(b.reshape(v, list(shape) + [batch]))
+        off += n
+    return xs, off
+
+
+def _graph_nodes(b, out) -> int:
+    g = lib.ggml_new_graph_custom(b.ctx, GRAPH_SIZE * 8, False)
+    lib.ggml_build_forward_expand(g, out)
+    return int(lib.ggml_graph_n_nodes(g))
+
+
+def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
+    """Forward pass (inference mode) over `packed` [N, F] in batches of `batch` (the last
+    one zero-padded). Returns one numpy array [N, out_size] per model output."""
+    n = packed.shape[0]
+    specs = model._input_specs()
+    dtype = I32 if specs[0][1] == "int32" else F32
+    b = Builder(training=False)
+    sched = None
+    try:
+        inp = b.new_w([packed.shape[1], batch], dtype)
+        xs, _ = _split_inputs(b, inp, specs, batch)
+        outs = model._forward(b, xs, batch, {"functional": model.functional})
+        graph = lib.ggml_new_graph_custom(b.ctx, GRAPH_SIZE * 8, False)
+        for o in outs:
+            lib.ggml_set_output(o)
+            lib.ggml_build_forward_expand(graph, o)
+        b.allocate(backend)
+        sched = make_scheduler(backend)
+        if not lib.ggml_backend_sched_alloc_graph(sched.ptr, graph):
+            raise MemoryError("the scheduler could not allocate the prediction graph")
+        sizes = [int(lib.ggml_nelements(o)) // batch for o in outs]
+        results = [np.empty((n, s), np.float32) for s in sizes]
+        np_dtype = np.int32 if dtype == I32 else np.float32
+        chunk = np.zeros((batch, packed.shape[1]), np_dtype)
+        for start in range(0, n, batch):
+            m = min(batch, n - start)
+            chunk[:m] = packed[start:start + m]
+            chunk[m:] = 0
+            lib.ggml_backend_tensor_set(inp, ffi.from_buffer(chunk), 0, chunk.nbytes)
+            if lib.ggml_backend_sched_graph_compute(sched.ptr, graph) != lib.GGML_STATUS_SUCCESS:
+                raise GGMLError("ggml_backend_sched_graph_compute failed")
+            for o, r, s in zip(outs, results, sizes):
+                buf = np.empty((batch, s), np.float32)
+                lib.ggml_backend_tensor_get(o, ffi.from_buffer(buf), 0, buf.nbytes)
+                r[start:start + m] = buf[:m]
+        return results
+    finally:
+        if sched is not None:
+            sched.free()
+        b.free()
+
+
+class OptParams:
+    """The struct ggml_opt reads its optimizer settings from each step
+    (`ggml_opt_get_constant_optimizer_params`): changing `lr` between epochs is a schedule."""
+
+    def __init__(self, optimizer: str, lr: float, beta1=0.9, beta2=0.999, eps=1e-8, wd=0.0):
+        self.struct = ffi.new("struct ggml_opt_optimizer_params *")
+        self.optimizer = optimizer
+        a = self.struct.adamw
+        a.alpha, a.beta1, a.beta2, a.eps, a.wd = lr, beta1, beta2, eps, wd
+        self.struct.sgd.alpha, self.struct.sgd.wd = lr, wd
+
+    @property
+    def lr(self) -> float:
+        return float(self.struct.adamw.alpha if self.optimizer == "adamw" else self.struct.sgd.alpha)
+
+    @lr.setter
+    def lr(self, v: float) -> None:
+        if not v > 0:
+            raise GGMLError(f"learning rate must be > 0, got {v}")
+        self.struct.adamw.alpha = v
+        self.struct.sgd.alpha = v
+
+
+def _result(res):
+    nd = ffi.new("int64_t *")
+    lib.ggml_opt_result_ndata(res, nd)
+    if nd[0] == 0:
+        return None, None
+    loss, unc = ffi.new("double *"), ffi.new("double *")
+    lib.ggml_opt_result_loss(res, loss, unc)
+    acc = ffi.new("double *")
+    lib.ggml_opt_result_accuracy(res, acc, unc)
+    return float(loss[0]), float(acc[0])
+
+
+def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffle_all, shuffle_train,
+          opt_params, backend, loss, verbose, mask_fn, hooks, record_order):
+    """ggml_opt over `packed` rows [n_used, F] (training rows first, then validation rows).
+
+    loss: "cross_entropy" | "mse" | "weighted_mse" | "weighted_ce" (weights [n_used] packed with
+    the labels: ggml's cross-entropy backward assumes labels that sum to 1, so scaled labels
+    would give a wrong gradient; "weighted_ce" builds -sum w y log softmax(z) / B itself).
+    Returns per-epoch train/val (loss, accuracy) and, if asked, each epoch's batch order."""
+    specs = model._input_specs()
+    dtype = I32 if specs[0][1] == "int32" else F32
+    weighted = loss in ("weighted_mse", "weighted_ce")
+    if dtype == I32 and weighted:
+        raise GGMLError("sample or class weights need float inputs")
+    f_x = packed.shape[1]
+    k = labels.shape[1]
+    # the packed row: inputs, [labels, weight for weighted mse], sample index (ignored by the graph)
+    cols = [packed.astype(np.float32 if dtype == F32 else np.int32)]
+    if weighted:
+        cols += [labels.astype(np.float32), weights.reshape(-1, 1).astype(np.float32)]
+    cols.append(np.arange(n_used).reshape(-1, 1))
+    data = np.ascontiguousarray(np.concatenate(cols, axis=1), dtype=np.float32 if dtype == F32 else np.int32)
+    ne_dp = data.shape[1]
+
+    b = Builder(training=True)
+    sched = opt = ds = r_train = r_val = None
+    ctx = {"functional": model.functional}
+    if loss in ("cross_entropy", "weighted_ce") and getattr(model, "softmax_ce", "exact") == "exact":
+        ctx["logits_of"] = id(model._output_layers()[-1])
+    try:
+        inp = b.new_w([ne_dp, batch], dtype)
+        xs, _ = _split_inputs(b, inp, specs, batch, extra=1)
+        outs = model._forward(b, xs, batch, ctx)
+        out = outs[-1]
+        if int(lib.ggml_nelements(out)) != k * batch:
+            raise GGMLError(f"y has {k} columns but the model's (last) output has "
+                            f"{int(lib.ggml_nelements(out)) // batch} values per sample")
+        out = b.reshape(out, [k, batch])
+        for a in ctx.get("anchors", []):   # side computations (batch-norm statistics) with weight 0
+            out = b.add(out, b.scale(lib.ggml_sum(b.ctx, a), 0.0))
+        if loss == "weighted_mse":
+            y = b.view_rows(inp, f_x, k)
+            w = b.reshape(b.view_rows(inp, f_x + k, 1), [1, batch])
+            out = b.mul(lib.ggml_sqr(b.ctx, b.sub(out, y)), w)
+            loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN
+        elif loss == "weighted_ce":
+            y = b.view_rows(inp, f_x, k)
+            w = b.reshape(b.view_rows(inp, f_x + k, 1), [1, batch])
+            logp = lib.ggml_log(b.ctx, lib.ggml_soft_max(b.ctx, out))
+            out = b.scale(b.mul(b.mul(logp, y), w), -float(k))   # MEAN divides by K*B
+            loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN
+        elif loss == "mse":
+            loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR
+        else:
+            loss_type = lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY
+        n_nodes = _graph_nodes(b, out)
+        if n_nodes > MAX_FORWARD_NODES:
+            raise GGMLError(f"the training graph has {n_nodes} forward nodes; ggml_opt's graphs hold "
+                            f"{GRAPH_SIZE} nodes with the backward pass (at most {MAX_FORWARD_NODES} forward)")
+        if not any(t.flags & lib.GGML_TENSOR_FLAG_PARAM for t in b.param_tensors.values()):
+            raise GGMLError("the model has no trainable weights (all layers are frozen)")
+        b.allocate(backend)
+        sched = make_scheduler(backend, blas=True)
+        params = lib.ggml_opt_default_params(sched.ptr, loss_type)
+        params.ctx_compute = b.ctx
+        params.inputs = inp
+        params.outputs = out
+        params.opt_period = 1
+        params.get_opt_pars = lib.ggml_opt_get_constant_optimizer_params
+        params.get_opt_pars_ud = opt_params.struct
+        params.optimizer = (lib.GGML_OPT_OPTIMIZER_TYPE_SGD if opt_params.optimizer == "sgd"
+                            else lib.GGML_OPT_OPTIMIZER_TYPE_ADAMW)
+        opt = lib.ggml_opt_init(params)
+        lab = None if weighted else labels
+        ds = lib.ggml_opt_dataset_init(dtype, F32, ne_dp, 0 if lab is None else k, n_used, 1)
+        t_data = lib.ggml_opt_dataset_data(ds)
+        ffi.memmove(t_data.data, ffi.from_buffer(data), data.nbytes)
+        if lab is not None:
+            lab = np.ascontiguousarray(lab, dtype=np.float32)
+            ffi.memmove(lib.ggml_opt_dataset_labels(ds).data, ffi.from_buffer(lab), lab.nbytes)
+        r_train, r_val = lib.ggml_opt_result_init(), lib.ggml_opt_result_init()
+        if shuffle_all and batch < n_used:
+            lib.ggml_opt_dataset_shuffle(opt, ds, -1)
+        cb = lib.ggml_opt_epoch_callback_progress_bar if verbose else ffi.NULL
+        cb_train, errors = cb, []
+        if ctx.get("bn_stats"):
+            cb_train = _stats_callback(ctx["bn_stats"], verbose, errors)
+        history, orders = [], []
+        for epoch in range(1, epochs + 1):
+            if shuffle_train and batch < n_train:
+                lib.ggml_opt_dataset_shuffle(opt, ds, n_train)
+            hooks[0](epoch, opt_params)
+            for layer, mask in ctx.get("masks", []):
+                shape = tuple(ne_shape(mask))
+                m = np.ascontiguousarray(mask_fn(layer, epoch, shape), dtype=np.float32)
+                if m.shape != shape:
+                    raise GGMLError(f"dropout mask for {layer.name!r} has shape {m.shape}, expected {shape}")
+                lib.ggml_backend_tensor_set(mask, ffi.from_buffer(m), 0, m.nbytes)
+            lib.ggml_opt_result_reset(r_train)
+            lib.ggml_opt_result_reset(r_val)
+            if verbose:
+                print(f"Epoch {epoch}/{epochs}", flush=True)
+            lib.ggml_opt_epoch(opt, ds, r_train, r_val, n_train, cb_train, cb)
+            if errors:
+                raise errors[0]
+            tl, ta = _result(r_train)
+            vl, va = _result(r_val)
+            if loss == "weighted_ce":  # ggml_opt counts correct predictions for its own CE loss only
+                ta, va = _accuracies(model, b, packed, labels, n_train, n_used, backend)
+            history.append((tl, ta, vl, va))
+            if record_order:
+                orders.append(_batch_order(ds, data.shape, batch, n_used, dtype, 0 if lab is None else k))
+            if hooks[1](epoch, history[-1], opt_params):
+                break
+        _read_back(model, b)
+        return history, orders
+    finally:
+        for res in (r_train, r_val):
+            if res is not None:
+                lib.ggml_opt_result_free(res)
+        if ds is not None:
+            lib.ggml_opt_dataset_free(ds)
+        if opt is not None:
+            lib.ggml_opt_free(opt)
+        if sched is not None:
+            sched.free()
+        b.free()
+
+
+def _accuracies(model, b, packed, labels, n_train, n_used, backend):
+    """Accuracy of the weights as they stand, on the training and the validation rows."""
+    _read_back(model, b)
+    p = predict_packed(model, packed[:n_used], min(256, n_used), backend)[-1]
+    hit = np.argmax(p, axis=1) == np.argmax(labels[:n_used], axis=1)
+    return float(hit[:n_train].mean()), (float(hit[n_train:].mean()) if n_used > n_train else None)
+
+
+def _stats_callback(stats, verbose, errors):
+    """A ggml_opt epoch callback (called after every training batch) that folds the batch
+    statistics of true batch-norm layers into their running averages. Python exceptions are
+    kept and raised after ggml_opt_epoch returns: they must not unwind through C."""
+    def on_batch(train, opt_ctx, dataset, result, ibatch, ibatch_max, t0):
+        if errors:
+            return
+        try:
+            for layer, t_mean, t_var in stats:
+                n = int(t_mean.ne[0])
+                mean, var = np.empty(n, np.float32), np.empty(n, np.float32)
+                lib.ggml_backend_tensor_get(t_mean, ffi.from_buffer(mean), 0, mean.nbytes)
+                lib.ggml_backend_tensor_get(t_var, ffi.from_buffer(var), 0, var.nbytes)
+                layer.update_running(mean, var)
+            if verbose:
+                lib.ggml_opt_epoch_callback_progress_bar(train, opt_ctx, dataset, result, ibatch, ibatch_max, t0)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+    return ffi.callback("ggml_opt_epoch_callback", on_batch)
+
+
+def ne_shape(t):
+    return [int(t.ne[i]) for i in range(max(lib.ggml_n_dims(t), 1))][::-1]
+
+
+def _batch_order(ds, shape, batch, n_used, dtype, k):
+    """The sample order of the epoch just run, read from the index column of each batch."""
+    npt = np.int32 if dtype == I32 else np.float32
+    buf = np.empty((batch, shape[1]), npt)
+    labels = np.empty((batch, k), np.float32) if k else None
+    lp = ffi.from_buffer(labels) if k else ffi.NULL
+    order = []
+    for ib in range(n_used // batch):
+        lib.ggml_opt_dataset_get_batch_host(ds, ffi.from_buffer(buf), buf.nbytes, lp, ib)
+        order += [int(v) for v in buf[:, -1]]
+    return order
+
+
+def _read_back(model, b) -> None:
+    for layer in model._all_layers():
+        for k, arr in layer.weights.items():
+            t = b.param_tensors.get((id(layer), k))
+            if t is not None and (t.flags & lib.GGML_TENSOR_FLAG_PARAM):
+                out = np.empty_like(arr)
+                lib.ggml_backend_tensor_get(t, ffi.from_buffer(out), 0, out.nbytes)
+                layer.weights[k] = out
+
+
+def n_train_opt_fit(n_batches: int, v: float) -> int:
+    """ggml_opt_fit's split, computed in float32 as ggml does."""
+    f = np.float32(np.float32(1.0) - np.float32(v)) * np.float32(n_batches)
+    return int(math.trunc(float(np.float32(f))))

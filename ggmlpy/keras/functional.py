@@ -1,0 +1,155 @@
+"""ggmlR's Functional models: nodes (inputs, layers applied to nodes) wired into a DAG."""
+from __future__ import annotations
+
+from ..errors import GGMLError
+from .layers import ggml_to_r_shape
+from .model import _Model
+
+
+class Node:
+    """A symbolic tensor of the Functional API: an input, or a layer applied to parent nodes."""
+
+    _ids = 0
+    _inputs = 0
+
+    def __init__(self, layer, parents, shape=None, dtype="float32", name=None):
+        Node._ids += 1
+        self.id = Node._ids
+        self.layer = layer
+        self.parents = list(parents)
+        self.shape = shape    # ggml per-sample shape for inputs
+        self.dtype = dtype
+        if layer is None and name is None:
+            Node._inputs += 1
+            name = f"input_{Node._inputs}"
+        self.name = name or layer.name
+
+    @property
+    def node_type(self) -> str:
+        """ggmlR's node$node_type: "input" or the layer's kind."""
+        return "input" if self.layer is None else self.layer.kind
+
+    @property
+    def config(self) -> dict:
+        """ggmlR's node$config: the layer's settings and name (inputs: shape, dtype, name)."""
+        if self.layer is None:
+            return {"shape": tuple(ggml_to_r_shape(self.shape)), "dtype": self.dtype, "name": self.name}
+        return {**self.layer.config(), "name": self.layer.name}
+
+    def __repr__(self):
+        return f"<Node {self.name}>"
+
+
+class Functional(_Model):
+    """ggmlR's ggml_model(inputs, outputs): a DAG of layers; shared layer objects share weights."""
+
+    functional = True
+
+    def __init__(self, inputs, outputs):
+        super().__init__()
+        self.inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        self.outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        for n in self.inputs:
+            if not isinstance(n, Node):
+                raise GGMLError(f"ggml_model: inputs must be nodes (ggml_tensor_node), got {type(n).__name__}")
+            if n.layer is not None:
+                raise GGMLError(f"ggml_model: input {n.name!r} has node_type {n.node_type!r}, not an "
+                                "input: inputs must be ggml_input() nodes")
+        self.order = self._toposort()
+        self._share_by_name()
+        missing = [n.name for n in self.order if n.layer is None and n not in self.inputs]
+        if missing:
+            raise GGMLError(f"ggml_model: the outputs depend on inputs not listed: {missing}")
+        self._built = False
+
+    def _share_by_name(self):
+        """ggmlR shares weights between layers of the same name: two applications of
+        ggml_layer_dense(..., name = "enc") use one weight set. Both must be the same layer."""
+        by_name = {}
+        for n in self.order:
+            if n.layer is None:
+                continue
+            first = by_name.setdefault(n.layer.name, n.layer)
+            if first is not n.layer:
+                if first.kind != n.layer.kind or first.config() != n.layer.config():
+                    raise GGMLError(f"two different layers are named {n.layer.name!r} "
+                                    f"({first.kind} {first.config()} and {n.layer.kind} {n.layer.config()})")
+                n.layer = first
+
+    def _toposort(self):
+        order, seen = [], set()
+
+        def visit(n):
+            if id(n) in seen:
+                return
+            seen.add(id(n))
+            for p in n.parents:
+                visit(p)
+            order.append(n)
+        for o in self.outputs:
+            if not isinstance(o, Node):
+                raise GGMLError(f"ggml_model: outputs must be nodes (ggml_tensor_node), got {type(o).__name__}")
+            visit(o)
+        return order
+
+    def _all_layers(self):
+        out, seen = [], set()
+        for n in self.order:
+            if n.layer is not None and id(n.layer) not in seen:
+                seen.add(id(n.layer))
+                out.append(n.layer)
+        return out
+
+    def _summary_layers(self):
+        return self._all_layers()
+
+    def _input_specs(self):
+        return [(n.shape, n.dtype) for n in self.inputs]
+
+    def _output_shapes(self):
+        self._build()
+        return [self._shapes[id(o)] for o in self.outputs]
+
+    def _output_layers(self):
+        return [o.layer for o in self.outputs]
+
+    def _build(self):
+        if self._built:
+            return
+        shapes = {}
+        for n in self.order:
+            if n.layer is None:
+                shapes[id(n)] = n.shape
+            else:
+                n.layer.in_shape_cache = None
+                shapes[id(n)] = self._setup(n, [shapes[id(p)] for p in n.parents])
+        self._shapes = shapes
+        self._built = True
+
+    def _setup(self, n, in_shapes):
+        layer = n.layer
+        if layer.has_weights and layer.in_shape is not None and layer.weights and tuple(in_shapes[0]) != layer.in_shape:
+            raise GGMLError(f"shared layer {layer.name!r} applied to shapes {layer.in_shape} and {in_shapes[0]}")
+        return layer.setup(in_shapes, self._rng)
+
+    def _forward(self, b, xs, batch, ctx):
+        self._build()
+        vals = {id(n): x for n, x in zip(self.inputs, xs)}
+        tensors = {}
+        for n in self.order:
+            if n.layer is None:
+                continue
+            layer = n.layer
+            # shape-dependent state (concat axes, in_shape) is per application: re-setup
+            layer.setup([self._shapes[id(p)] for p in n.parents], self._rng)
+            if id(layer) not in tensors:
+                tensors[id(layer)] = layer.tensors(b)
+            vals[id(n)] = layer.build(b, [vals[id(p)] for p in n.parents], tensors[id(layer)], batch, ctx)
+        return [vals[id(o)] for o in self.outputs]
+
+    def _fit_path(self):
+        if any(getattr(l, "stochastic", False) and l.rate > 0 for l in self._all_layers()):
+            return "stochastic_dropout"
+        if len(self.inputs) > 1:
+            return "multi_input"
+        return "opt_fit"

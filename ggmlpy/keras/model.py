@@ -1,0 +1,355 @@
+"""The model base class shared by Sequential and Functional: compile, fit (ggml_opt),
+evaluate, predict, weights and summary.
+
+Data have samples as rows (R's Keras convention): x `[N, F]`, sequences `[N, T, C]`,
+images `[N, H, W, C]`, y `[N, K]` (one-hot for classification).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend.device import get_backend
+from ..errors import GGMLError
+from . import engine
+from .layers import Embedding, check_trainable_activations, ggml_to_r_shape
+
+CE_LOSSES = {"categorical_crossentropy", "crossentropy", "cross_entropy"}
+MSE_LOSSES = {"mse", "mean_squared_error"}
+
+
+def rows_to_ggml(x: np.ndarray, shape: tuple) -> np.ndarray:
+    """Samples-as-rows data for one input of ggml per-sample shape `shape` -> [N, prod(shape)]
+    in ggml memory order (images [N, H, W, C] -> ggml [W, H, C, N])."""
+    x = np.asarray(x)
+    r_shape = ggml_to_r_shape(shape)
+    if x.ndim == 1 and len(shape) == 1 and shape[0] == 1:
+        x = x.reshape(-1, 1)
+    if tuple(x.shape[1:]) != tuple(r_shape):
+        if x.ndim == 2 and x.shape[1] == int(np.prod(shape)) and len(shape) > 1:
+            return x  # already flat, ggml order
+        raise GGMLError(f"x has sample shape {tuple(x.shape[1:])}; the model's input is {r_shape}")
+    if x.ndim == 4:
+        x = x.transpose(0, 3, 1, 2)
+    return x.reshape(x.shape[0], -1)
+
+
+class _Model:
+    functional = False
+
+    def __init__(self):
+        self.compiled = False
+        self.history = None
+        self.optimizer = "adam"
+        self.loss = "categorical_crossentropy"
+        self.metrics = ["accuracy"]
+        self.device = "cpu"
+        self.seed = None
+        self._rng = np.random.default_rng()
+
+    # -- compile -----------------------------------------------------------------------------------
+    def compile(self, optimizer="adam", loss="categorical_crossentropy", metrics=("accuracy",), backend="cpu",
+                lr=None, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, softmax_ce="exact"):
+        """ggmlR's ggml_compile. `optimizer`: "sgd", or anything else = ggml's AdamW (ggmlR's rule).
+        `loss`: categorical_crossentropy (also crossentropy, cross_entropy) or mse
+        (mean_squared_error). ggmlR fixes lr = 1e-3, beta1 .9, beta2 .999, eps 1e-8, no weight
+        decay; the keyword arguments change them. `backend`: "cpu", "auto" or a ggmlpy device.
+        `softmax_ce`: "exact" (the default) trains a dense softmax output layer with
+        cross-entropy on the true CE(softmax(z)), by handing ggml's loss (which applies
+        log-softmax itself) the logits, and weights samples (sample_weight, class_weight) in
+        the loss. "ggmlr" reproduces ggmlR's training: CE(softmax(softmax(z))), and weights as
+        scaled labels, whose gradient in ggml is wrong (ggml assumes labels summing to 1)."""
+        if softmax_ce not in ("ggmlr", "exact"):
+            raise GGMLError(f"softmax_ce must be 'ggmlr' or 'exact', got {softmax_ce!r}")
+        self.softmax_ce = softmax_ce
+        if loss not in CE_LOSSES | MSE_LOSSES:
+            raise GGMLError(f"unknown loss {loss!r}: one of {sorted(CE_LOSSES | MSE_LOSSES)}")
+        self._build()
+        self.optimizer = str(optimizer)
+        self.loss = loss
+        self.metrics = list(metrics) if metrics is not None else []
+        self.device = "cpu" if backend in ("cpu", None) else backend
+        if backend == "auto":
+            from ..backend.state import ag_default_device
+            self.device = ag_default_device() if callable(ag_default_device) else "cpu"
+        get_backend(self.device)  # fail here, not in fit, on a bad device
+        self.opt_settings = dict(lr=1e-3 if lr is None else float(lr), beta1=beta1, beta2=beta2, eps=eps,
+                                 wd=weight_decay)
+        self.compiled = True
+        return self
+
+    @property
+    def fit_loss(self) -> str:
+        return "mse" if self.loss in MSE_LOSSES else "cross_entropy"
+
+    @property
+    def ggml_optimizer(self) -> str:
+        return "sgd" if self.optimizer == "sgd" else "adamw"
+
+    def _need_compiled(self, what):
+        if not self.compiled:
+            raise GGMLError(f"{what}: the model is not compiled; call ggml_compile first")
+
+    @property
+    def compilation(self) -> dict | None:
+        """ggmlR's model$compilation: optimizer, loss, metrics, backend (None before compile)."""
+        if not self.compiled:
+            return None
+        return {"optimizer": self.optimizer, "loss": self.loss, "metrics": list(self.metrics),
+                "backend": self.device, **self.opt_settings}
+
+    # -- data --------------------------------------------------------------------------------------
+    def _pack_x(self, x) -> np.ndarray:
+        specs = self._input_specs()
+        xs = list(x) if isinstance(x, (list, tuple)) else [x]
+        if len(xs) != len(specs):
+            raise GGMLError(f"the model has {len(specs)} inputs; got {len(xs)} arrays")
+        cols = []
+        for xi, (shape, dtype) in zip(xs, specs):
+            xi = np.asarray(xi)
+            if dtype == "int32":
+                if not np.all(np.asarray(xi) == np.round(xi)):
+                    raise GGMLError("token ids must be integers")
+                xi = xi.astype(np.int64)
+            cols.append(rows_to_ggml(xi, shape))
+        n = {c.shape[0] for c in cols}
+        if len(n) != 1:
+            raise GGMLError(f"inputs have different numbers of samples: {sorted(n)}")
+        if specs[0][1] == "int32":
+            if any(d != "int32" for _, d in specs):
+                raise GGMLError("a model mixing integer and float inputs is not supported")
+            packed = np.concatenate(cols, axis=1)
+            self._check_ids(packed)
+            return packed.astype(np.int32)
+        return np.ascontiguousarray(np.concatenate(cols, axis=1), dtype=np.float32)
+
+    def _check_ids(self, packed):
+        vocab = min((l.vocab_size for l in self._all_layers() if isinstance(l, Embedding)), default=None)
+        if vocab is not None and (packed.min() < 0 or packed.max() >= vocab):
+            raise GGMLError(f"token ids must be in [0, {vocab}); got {packed.min()}..{packed.max()}")
+
+    def _pack_y(self, y, n) -> np.ndarray:
+        y = np.asarray(y, dtype=np.float64)
+        if y.ndim == 1:
+            y = y.reshape(-1, 1)
+        if y.ndim != 2 or y.shape[0] != n:
+            raise GGMLError(f"y must be [N, K] with N = {n} samples, got shape {y.shape}")
+        return y
+
+    # -- predict -----------------------------------------------------------------------------------
+    def predict(self, x, batch_size=32):
+        """Outputs for x, samples as rows ([N, units]; a list for multi-output models)."""
+        self._need_compiled("ggml_predict")
+        packed = self._pack_x(x)
+        n = packed.shape[0]
+        batch_size = int(batch_size)
+        if batch_size < 1:
+            raise GGMLError(f"batch_size must be >= 1, got {batch_size}")
+        if n == 0:
+            raise GGMLError("x has no samples")
+        if self.functional and n < batch_size:
+            raise GGMLError(f"Not enough samples ({n}) for batch_size={batch_size}")
+        batch = min(batch_size, n)
+        outs = engine.predict_packed(self, packed, batch, get_backend(self.device))
+        res = [self._out_rows(o, s) for o, s in zip(outs, self._output_shapes())]
+        return res if len(res) > 1 else res[0]
+
+    @staticmethod
+    def _out_rows(o, shape):
+        if len(shape) == 1:
+            return o.astype(np.float64)
+        g = o.reshape((o.shape[0],) + tuple(shape[::-1]))
+        if len(shape) == 3:
+            g = g.transpose(0, 2, 3, 1)
+        return g.astype(np.float64)
+
+    def predict_classes(self, x, batch_size=32):
+        """1-based index of each row's largest output (ggmlR's which.max), first maximum wins."""
+        p = self.predict(x, batch_size)
+        if isinstance(p, list):
+            p = p[0]
+        return np.argmax(p.reshape(p.shape[0], -1), axis=1) + 1
+
+    # -- evaluate ----------------------------------------------------------------------------------
+    def evaluate(self, x, y, batch_size=32, sample_weight=None, class_weight=None):
+        """Loss and accuracy (plus mae/mse/rmse when listed in the metrics), in double precision
+        from the predictions. Sample and class weights weight each sample's loss."""
+        p = self.predict(x, batch_size)
+        if isinstance(p, list):
+            p = p[-1]  # the output fit trains
+        p = p.reshape(p.shape[0], -1)
+        y = self._pack_y(y, p.shape[0])
+        if y.shape[1] != p.shape[1]:
+            raise GGMLError(f"y has {y.shape[1]} columns; the model outputs {p.shape[1]}")
+        w = self._sample_weights(y, sample_weight, class_weight)
+        if self.loss in CE_LOSSES:
+            per = -np.sum(y * np.log(np.clip(p, 1e-7, 1 - 1e-7)), axis=1)
+        else:
+            per = np.sum((y - p) ** 2, axis=1) / y.shape[1]
+        out = {"loss": float(np.mean(per * w)),
+               "accuracy": float(np.mean(np.argmax(p, 1) == np.argmax(y, 1))) if y.shape[1] > 1 else None,
+               "n_samples": int(p.shape[0])}
+        for m in self.metrics:
+            if m == "mae":
+                out["mae"] = float(np.mean(np.abs(y - p)))
+            elif m == "mse":
+                out["mse"] = float(np.mean((y - p) ** 2))
+            elif m == "rmse":
+                out["rmse"] = float(np.sqrt(np.mean((y - p) ** 2)))
+        return out
+
+    @staticmethod
+    def _sample_weights(y, sample_weight, class_weight):
+        w = np.ones(y.shape[0])
+        if sample_weight is not None:
+            if class_weight is not None:
+                raise GGMLError("give sample_weight or class_weight, not both")
+            sw = np.asarray(sample_weight, dtype=np.float64).ravel()
+            if sw.size != y.shape[0]:
+                raise GGMLError(f"sample_weight has length {sw.size}; there are {y.shape[0]} samples")
+            w = w * sw
+        if class_weight is not None:
+            cw = {int(k): float(v) for k, v in dict(class_weight).items()}
+            cls = np.argmax(y, axis=1)
+            w = w * np.array([cw.get(int(c), 1.0) for c in cls])
+        if np.any(w < 0) or not np.all(np.isfinite(w)):
+            raise GGMLError("sample and class weights must be finite and >= 0")
+        return w
+
+    # -- fit ---------------------------------------------------------------------------------------
+    def fit(self, x, y, epochs=1, batch_size=32, validation_split=0.0, validation_data=None,
+            class_weight=None, sample_weight=None, callbacks=(), verbose=0, dropout_masks=None,
+            record_batch_order=False):
+        """Train on ggml's ggml_opt loop: one optimizer step per batch of `batch_size` rows (a
+        remainder smaller than a batch is dropped, as ggml_opt does), a fresh optimizer per call.
+        Returns the ggml_history (also kept as `model.history`). `dropout_masks(name, epoch,
+        shape)` supplies stochastic dropout masks (default: numpy's RNG);
+        `record_batch_order` keeps each epoch's sample order in `history.batch_order`."""
+        from .callbacks import run_callbacks
+        self._need_compiled("ggml_fit")
+        for layer in self._all_layers():
+            check_trainable_activations(layer)
+        epochs, batch = int(epochs), int(batch_size)
+        if epochs < 1 or batch < 1:
+            raise GGMLError("epochs and batch_size must be >= 1")
+        v = float(validation_split)
+        if not 0 <= v < 1:
+            raise GGMLError(f"validation_split must be in [0, 1), got {validation_split}")
+        packed = self._pack_x(x)
+        n = packed.shape[0]
+        yy = self._pack_y(y, n)
+        w = self._sample_weights(yy, sample_weight, class_weight)
+        loss = self.fit_loss
+        weighted = sample_weight is not None or class_weight is not None
+        if loss == "cross_entropy" and weighted:
+            if self.softmax_ce == "ggmlr":
+                yy = yy * w[:, None]  # ggmlR scales the labels (ggml's gradient then assumes they sum to 1)
+            else:
+                loss = "weighted_ce"
+        elif weighted:
+            loss = "weighted_mse"
+        path = self._fit_path()
+        if validation_data is not None:
+            if v:
+                raise GGMLError("give validation_split or validation_data, not both")
+            if not isinstance(validation_data, (list, tuple)) or len(validation_data) != 2:
+                raise GGMLError("validation_data must be a list (or tuple) of (x, y)")
+            xv, yv = validation_data
+            pv = self._pack_x(xv)
+            yv = self._pack_y(yv, pv.shape[0])
+            n_train = (n // batch) * batch
+            n_val = (pv.shape[0] // batch) * batch
+            if n_train == 0:
+                raise GGMLError(f"batch_size {batch} is larger than the {n} training samples")
+            packed = np.concatenate([packed[:n_train], pv[:n_val]])
+            yy = np.concatenate([yy[:n_train], yv[:n_val]])
+            w = np.concatenate([w[:n_train], np.ones(n_val)])
+            n_used, shuffle_all = n_train + n_val, False
+        else:
+            n_used = (n // batch) * batch
+            if n_used == 0:
+                raise GGMLError(f"batch_size {batch} is larger than the {n} samples")
+            nb = n_used // batch
+            if path == "opt_fit":
+                n_train = engine.n_train_opt_fit(nb, v) * batch
+            else:
+                n_train = int(np.floor((1 - v) * nb)) * batch
+                if path == "multi_input" and n_train == 0:
+                    n_train = n_used
+            if n_train == 0:
+                raise GGMLError(f"validation_split {v} leaves no training batch")
+            shuffle_all = path == "opt_fit"
+        shuffle_train = path == "opt_fit"
+        opt = engine.OptParams(self.ggml_optimizer, self.opt_settings["lr"], self.opt_settings["beta1"],
+                               self.opt_settings["beta2"], self.opt_settings["eps"], self.opt_settings["wd"])
+        rng = self._rng
+
+        def masks(layer, epoch, shape):
+            if dropout_masks is not None:
+                return dropout_masks(layer.name, epoch, shape)
+            return (rng.random(shape) < 1 - layer.rate).astype(np.float32)
+
+        hooks = run_callbacks(list(callbacks or ()), epochs)
+        hist, orders = engine.train(self, packed[:n_used], yy[:n_used], w[:n_used], batch, n_train, n_used,
+                                    epochs, shuffle_all, shuffle_train, opt, get_backend(self.device), loss,
+                                    bool(verbose), masks, hooks, record_batch_order or getattr(self, "_record_order", False))
+        from .history import ggml_history
+        self.history = ggml_history(hist, n_used=n_used, n_train=n_train, fit_path=path, batch_order=orders)
+        return self.history
+
+    def _fit_path(self):
+        return "opt_fit"
+
+    # -- weights -----------------------------------------------------------------------------------
+    def get_weights(self) -> dict:
+        """{layer name: {param: numpy array (ggml ne reversed)}} (copies)."""
+        self._build()
+        return {l.name: {k: v.copy() for k, v in l.weights.items()} for l in self._all_layers() if l.weights}
+
+    def set_weights(self, weights: dict) -> None:
+        """Install weights by layer name; every array must have the layer's shape."""
+        self._build()
+        layers = {l.name: l for l in self._all_layers()}
+        for name, params in weights.items():
+            if name not in layers:
+                raise GGMLError(f"no layer named {name!r}")
+            layer = layers[name]
+            for k, arr in params.items():
+                if k not in layer.weights:
+                    raise GGMLError(f"layer {name!r} has no weight {k!r} (it has {sorted(layer.weights)})")
+                arr = np.asarray(arr, dtype=np.float32)
+                if arr.size != layer.weights[k].size:
+                    raise GGMLError(f"{name}.{k}: {arr.size} values, expected {layer.weights[k].shape}")
+                layer.weights[k] = arr.reshape(layer.weights[k].shape).copy()
+
+    def count_params(self) -> int:
+        """Total number of weight values."""
+        self._build()
+        return sum(l.n_params() for l in self._all_layers())
+
+    def summary(self, print_fn=print) -> str:
+        """A table of layers, output shapes (R order, batch first) and parameter counts."""
+        self._build()
+        rows = [("Layer (type)", "Output shape", "Param #", "Trainable")]
+        for l in self._summary_layers():
+            rows.append((f"{l.name} ({l.kind})", str((None,) + tuple(ggml_to_r_shape(l.out_shape))),
+                         str(l.n_params()), "yes" if l.trainable else "no"))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = ["  ".join(c.ljust(wd) for c, wd in zip(r, widths)) for r in rows]
+        total = self.count_params()
+        trainable = sum(l.n_params() for l in self._all_layers() if l.trainable)
+        ins = [tuple(ggml_to_r_shape(s)) for s, _ in self._input_specs()]
+        lines.insert(1, "-" * len(lines[0]))
+        lines = [f"Model Summary ({type(self).__name__})", f"Input shape: {ins[0] if len(ins) == 1 else ins}"] + lines
+        lines += ["-" * len(lines[2]), f"Total params: {total}", f"Trainable params: {trainable}",
+                  f"Non-trainable params: {total - trainable}",
+                  f"Weight memory: {total * 4} bytes (float32)"]
+        text = "\n".join(lines)
+        if print_fn is not None:
+            print_fn(text)
+        return text
+
+    def _summary_layers(self):
+        return self._all_layers()
+
+    def __call__(self, x, batch_size=32):
+        return self.predict(x, batch_size)

@@ -1,0 +1,155 @@
+"""ONNX's own node test cases (shipped in the onnx wheel) run through onnx_load / onnx_run.
+
+Each case is a small model (usually one node) with input data and expected
+outputs. Inputs that fix shapes or op parameters (a Reshape's shape, a Slice's
+starts...) become initializers, since a ggml graph has static shapes; every
+other input stays a graph input, so the op really runs in ggml. A case whose
+outputs were all computed at load time (Shape, Constant...) is counted as
+"folded", not as a ggml pass.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+from onnx import TensorProto, numpy_helper
+
+from .graph import OnnxError, OnnxLimitation
+from .model import _Plan, onnx_load, supported_ops
+from .ops_basic import CONST_INPUTS
+
+# Element types ggml has no place for: the cases using them are skipped with this reason.
+UNSUPPORTED_TYPES = {
+    TensorProto.DOUBLE: "float64 (ggml computes in float32)",
+    TensorProto.STRING: "string tensors",
+    TensorProto.COMPLEX64: "complex numbers", TensorProto.COMPLEX128: "complex numbers",
+    TensorProto.BFLOAT16: "bfloat16 (computed in float32; the reference rounds every step to bfloat16)",
+    TensorProto.UINT64: "uint64 beyond float32's exact range", TensorProto.UINT32: "uint32 beyond float32's exact range",
+}
+for _n in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4", "INT4", "FLOAT4E2M1",
+           "FLOAT8E8M0", "INT2", "UINT2"):
+    if hasattr(TensorProto, _n):
+        UNSUPPORTED_TYPES[getattr(TensorProto, _n)] = "8/4/2-bit float or integer types"
+
+
+@dataclass
+class Result:
+    name: str
+    op: str
+    status: str  # pass, fail, skip, folded, unsupported
+    detail: str = ""
+
+
+def _types_in(model):
+    g = model.graph
+    for vi in list(g.input) + list(g.output):
+        if vi.type.HasField("tensor_type"):
+            yield vi.type.tensor_type.elem_type
+        else:
+            yield -1
+    for n in g.node:
+        for a in n.attribute:
+            if a.name == "to":
+                yield int(a.i)
+
+
+def case_op(case) -> str:
+    nodes = case.model.graph.node
+    return nodes[0].op_type if len(nodes) == 1 else "(multi-node)"
+
+
+def run_case(case, device="cpu", verbose=False) -> Result:
+    model = case.model
+    op = case_op(case)
+    if verbose:
+        print("...", case.name, flush=True)
+    ops = {n.op_type for n in model.graph.node}
+    known = set(supported_ops())
+    if not ops <= known or any(n.domain not in ("", "ai.onnx") for n in model.graph.node):  # ONNX's own only
+        return Result(case.name, op, "unsupported", ", ".join(sorted(ops - known)))
+    for t in _types_in(model):
+        if t == -1:
+            return Result(case.name, op, "skip", "sequence/optional values")
+        if t in UNSUPPORTED_TYPES:
+            return Result(case.name, op, "skip", UNSUPPORTED_TYPES[t])
+    const_idx = {}
+    for n in model.graph.node:
+        for i in CONST_INPUTS.get(n.op_type, ()):
+            if i < len(n.input) and n.input[i]:
+                const_idx[n.input[i]] = True
+    status, detail, folded = "pass", "", True
+    for inputs, expected in case.data_sets:
+        m = type(model)()
+        m.CopyFrom(model)
+        g = m.graph
+        names = [vi.name for vi in model.graph.input]
+        feeds = {}
+        for vi, arr in zip(model.graph.input, inputs):
+            if vi.name in const_idx:
+                g.initializer.append(numpy_helper.from_array(np.asarray(arr), vi.name))
+            else:
+                feeds[vi.name] = arr
+        keep = [vi for vi in g.input if vi.name not in const_idx]
+        del g.input[:]
+        g.input.extend(keep)
+        del names
+        try:
+            mod = onnx_load(m, device=device)
+            plan = next(iter(mod._plans.values()))
+            assert isinstance(plan, _Plan)
+            if plan.n_nodes:
+                folded = False
+            got = mod.run(feeds)
+        except OnnxLimitation as e:
+            return Result(case.name, op, "skip", str(e))
+        except OnnxError as e:
+            return Result(case.name, op, "fail", f"OnnxError: {e}")
+        except Exception as e:  # a builder bug: report it, keep going
+            return Result(case.name, op, "fail", f"{type(e).__name__}: {e}")
+        for vi, want in zip(model.graph.output, expected):
+            y = got[vi.name]
+            want = np.asarray(want)
+            if y.shape != want.shape:
+                return Result(case.name, op, "fail", f"{vi.name}: shape {y.shape}, expected {want.shape}")
+            if want.dtype.kind in "biu":
+                if not np.array_equal(y, want):
+                    return Result(case.name, op, "fail", f"{vi.name}: values differ")
+            else:
+                try:
+                    np.testing.assert_allclose(y.astype(np.float64), want.astype(np.float64),
+                                               rtol=case.rtol, atol=case.atol)
+                except AssertionError as e:
+                    lines = [ln for ln in str(e).splitlines() if "Max" in ln]
+                    return Result(case.name, op, "fail", f"{vi.name}: " + "; ".join(lines))
+    if folded:
+        return Result(case.name, op, "folded", "computed at load time")
+    return Result(case.name, op, status, detail)
+
+
+@dataclass
+class Table:
+    results: list = field(default_factory=list)
+
+    def by_op(self):
+        rows = defaultdict(lambda: defaultdict(int))
+        for r in self.results:
+            rows[r.op][r.status] += 1
+        return rows
+
+    def totals(self):
+        tot = defaultdict(int)
+        for r in self.results:
+            tot[r.status] += 1
+        return tot
+
+
+def collect(filter_ops=None):
+    from onnx.backend.test.case.node import collect_testcases
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = collect_testcases(None)
+    if filter_ops:
+        cases = [c for c in cases if case_op(c) in filter_ops]
+    return cases

@@ -1,0 +1,73 @@
+"""Graph patterns built as one ggml op instead of node by node.
+
+Exporters write GELU as Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5 (five ONNX nodes, and
+Erf alone is a fifteen-op polynomial here); ggml has the exact op, ggml_gelu_erf.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+from onnx import numpy_helper
+
+
+def _const_values(graph, initializers):
+    vals = dict(initializers)
+    for n in graph.node:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+            vals[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    return vals
+
+
+def _scalar(vals, name, want, tol=1e-6):
+    v = vals.get(name)
+    return v is not None and np.size(v) == 1 and abs(float(np.asarray(v).reshape(-1)[0]) - want) <= tol * abs(want)
+
+
+def find_gelu(graph, initializers) -> tuple[dict, set]:
+    """(fused, skipped): fused maps the index of a pattern's last node to the name of its input x;
+    skipped holds the indices of the other nodes of each pattern."""
+    vals = _const_values(graph, initializers)
+    nodes = list(graph.node)
+    uses = defaultdict(int)
+    for n in nodes:
+        for i in n.input:
+            uses[i] += 1
+    for o in graph.output:
+        uses[o.name] += 100  # a graph output is never folded away
+
+    def other(n, name):
+        ins = list(n.input)
+        if len(ins) != 2 or name not in ins:
+            return None
+        return ins[1] if ins[0] == name else ins[0]
+
+    def single_consumer(name, op):
+        if uses[name] != 1:
+            return None
+        for j, n in enumerate(nodes):
+            if name in n.input:
+                return (j, n) if n.op_type == op else None
+        return None
+
+    fused, skipped = {}, set()
+    for i, n in enumerate(nodes):
+        if n.op_type == "Div" and _scalar(vals, n.input[1], np.sqrt(2.0)):
+            x = n.input[0]
+        elif n.op_type == "Mul" and len(n.input) == 2 and any(_scalar(vals, k, 1 / np.sqrt(2.0)) for k in n.input):
+            x = n.input[0] if _scalar(vals, n.input[1], 1 / np.sqrt(2.0)) else n.input[1]
+        else:
+            continue
+        erf = single_consumer(n.output[0], "Erf")
+        add = erf and single_consumer(erf[1].output[0], "Add")
+        if not add or not _scalar(vals, other(add[1], erf[1].output[0]), 1.0):
+            continue
+        mul = single_consumer(add[1].output[0], "Mul")
+        if not mul or other(mul[1], add[1].output[0]) != x:
+            continue
+        half = single_consumer(mul[1].output[0], "Mul")
+        if not half or not _scalar(vals, other(half[1], mul[1].output[0]), 0.5):
+            continue
+        fused[half[0]] = x
+        skipped |= {i, erf[0], add[0], mul[0]}
+    return fused, skipped

@@ -1,0 +1,216 @@
+"""The graph under construction: ONNX values as ggml tensors or load-time constants.
+
+ONNX is row-major (NCHW): an ONNX tensor of shape (N, C, H, W) is the ggml
+tensor ne = [W, H, C, N] over the same memory, with no copy. Every value keeps
+its ONNX shape and ONNX element type; in the graph, numbers are F32 (integers
+and booleans included: exact below 2**24) and indices I32.
+
+A value whose inputs are all known at load time (initializers, Constant nodes,
+shapes) stays a numpy array: Shape -> Gather -> Concat -> Reshape chains are
+folded before any ggml tensor exists, and a constant becomes a ggml weight only
+when a ggml op reads it.
+"""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper
+
+from ..bindings import ffi, lib
+from ..errors import GGMLError
+
+F32, F16, I32 = lib.GGML_TYPE_F32, lib.GGML_TYPE_F16, lib.GGML_TYPE_I32
+_OVERHEAD = int(lib.ggml_tensor_overhead())
+MAX_RANK = 4  # GGML_MAX_DIMS
+
+FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
+INT_TYPES = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
+             TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
+NUMERIC_TYPES = FLOAT_TYPES | INT_TYPES | {TensorProto.BOOL}
+
+
+class OnnxError(GGMLError):
+    """A model ggmlpy cannot load or run, with the node or input it concerns."""
+
+
+class OnnxLimitation(OnnxError):
+    """What ggml itself cannot represent (more than 4 dimensions, empty tensors, float64...)."""
+
+
+def np_dtype(onnx_type: int):
+    if onnx_type == TensorProto.BFLOAT16:
+        return np.dtype(np.float32)
+    return np.dtype(helper.tensor_dtype_to_np_dtype(onnx_type))
+
+
+def type_name(onnx_type: int) -> str:
+    return TensorProto.DataType.Name(onnx_type).lower()
+
+
+class Val:
+    """One ONNX value: a numpy constant (`const`) or a ggml tensor (`t`), with ONNX shape and type."""
+
+    __slots__ = ("shape", "dtype", "const", "t")
+
+    def __init__(self, shape, dtype: int, const=None, t=None):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = int(dtype)
+        self.const = const
+        self.t = t
+
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __repr__(self):
+        kind = "const" if self.is_const else "tensor"
+        return f"<Val {kind} {type_name(self.dtype)}{list(self.shape)}>"
+
+
+def const(arr, dtype: int | None = None) -> Val:
+    arr = np.asarray(arr)
+    if dtype is None:
+        dtype = helper.np_dtype_to_tensor_dtype(arr.dtype)
+    return Val(arr.shape, dtype, const=arr)
+
+
+def compact(shape) -> tuple:
+    """A shape of more than 4 dimensions without its size-one axes (the same memory layout)."""
+    shape = tuple(int(d) for d in shape)
+    return shape if len(shape) <= MAX_RANK else tuple(d for d in shape if d != 1)
+
+
+def ne_of(shape) -> list[int]:
+    """ggml ne of an ONNX shape: reversed, padded with ones. Above rank 4, size-one axes are dropped
+    (OnnxLimitation in Builder.new_tensor and the layout helpers when that is not enough)."""
+    ne = [int(d) for d in reversed(compact(shape))]
+    return ne + [1] * (MAX_RANK - len(ne))
+
+
+class Builder:
+    """ggml contexts for one model graph: op nodes (no_alloc, placed by the graph allocator)
+    and weights (constants a ggml op reads, placed in a buffer of their own)."""
+
+    def __init__(self, n_onnx_nodes: int, f16_weights: bool = False):
+        self.capacity = 200 * n_onnx_nodes + 4096  # tensor headers; checked before every node
+        self.ctx = self._context(self.capacity)
+        self.wctx = self._context(4 * n_onnx_nodes + 1024)
+        self.w_capacity = 4 * n_onnx_nodes + 1024
+        self.weights: list = []  # (ggml tensor, numpy array in the tensor's type)
+        self._const_cache: dict = {}
+        self.f16_weights = f16_weights
+        self.node = None  # the ONNX node being built, for error messages
+        self.opset = 0
+        self.input_by_ptr: dict = {}  # ggml input tensor address -> input name
+        self.index_inputs: dict = {}  # input name -> smallest axis it indexes (checked at run time)
+
+    def note_index_input(self, v: "Val", L: int) -> None:
+        """`v` indexes an axis of length L: when it is a graph input, onnx_run checks its range."""
+        name = self.input_by_ptr.get(int(ffi.cast("uintptr_t", v.t))) if v.t is not None else None
+        if name is not None:
+            prev = self.index_inputs.get(name)
+            self.index_inputs[name] = L if prev is None else min(prev, L)
+
+    @staticmethod
+    def _context(n_tensors: int):
+        params = ffi.new("struct ggml_init_params *", {
+            "mem_size": n_tensors * _OVERHEAD + 4096, "mem_buffer": ffi.NULL, "no_alloc": True})
+        ctx = lib.ggml_init(params[0])
+        if ctx == ffi.NULL:
+            raise MemoryError("ggml_init failed")
+        return ctx
+
+    def headroom(self) -> int:
+        return (self.capacity * _OVERHEAD - int(lib.ggml_used_mem(self.ctx))) // _OVERHEAD
+
+    def free(self) -> None:
+        for name in ("ctx", "wctx"):
+            c = getattr(self, name, None)
+            if c is not None:
+                lib.ggml_free(c)
+                setattr(self, name, None)
+
+    # -- errors -------------------------------------------------------------------------------------
+    def fail(self, msg: str) -> OnnxError:
+        return OnnxError(self.where() + msg)
+
+    def need(self, cond, msg: str) -> None:
+        if not cond:
+            raise self.fail(msg)
+
+    def limit(self, cond, msg: str) -> None:
+        """Like need, for what ggml cannot represent at all."""
+        if not cond:
+            raise OnnxLimitation(self.where() + msg)
+
+    def where(self) -> str:
+        n = self.node
+        if n is None:
+            return ""
+        return f"node '{n.name or next((o for o in n.output if o), '?')}' ({n.op_type}): "
+
+    # -- tensors ------------------------------------------------------------------------------------
+    def new_tensor(self, ctx, ggml_type: int, shape):
+        self.limit(len(compact(shape)) <= MAX_RANK, f"rank {len(shape)} tensors are not supported (ggml has at most "
+                                          f"{MAX_RANK} dimensions); shape {list(shape)}")
+        self.limit(all(d > 0 for d in shape), f"empty tensors are not supported (shape {list(shape)})")
+        ne = ffi.new("int64_t[4]", ne_of(shape))
+        return lib.ggml_new_tensor(ctx, ggml_type, MAX_RANK, ne)
+
+    def weight(self, arr: np.ndarray, ggml_type: int = F32):
+        """A ggml tensor holding `arr` (ONNX layout), loaded into the weight buffer after the build."""
+        arr = np.ascontiguousarray(arr)
+        key = (id(arr), arr.shape, ggml_type)
+        hit = self._const_cache.get(key)
+        if hit is not None and hit[1] is arr:
+            return hit[0]
+        if len(self.weights) >= self.w_capacity - 1:
+            raise self.fail("too many constants for the weight context")
+        shape = arr.shape if arr.ndim else (1,)
+        t = self.new_tensor(self.wctx, ggml_type, shape)
+        np_t = {F32: np.float32, F16: np.float16, I32: np.int32}[ggml_type]
+        self.weights.append((t, np.ascontiguousarray(arr, dtype=np_t).reshape(shape)))
+        self._const_cache[key] = (t, arr)
+        return t
+
+    def tensor(self, v: Val, f16_ok: bool = False):
+        """The ggml tensor of value `v` in F32 (a constant becomes a weight; I32 is converted)."""
+        if v.is_const:
+            arr = v.const
+            self.need(arr.dtype.kind in "fiub", f"{arr.dtype} constants cannot go into a ggml graph")
+            if (arr.dtype.kind in "iub" and arr.size and
+                    np.abs(arr.astype(np.float64)).max() > 2 ** 24):
+                raise self.fail("an integer constant above 2**24 would lose precision in float32")
+            big = f16_ok and self.f16_weights and arr.size >= 256
+            t = self.weight(arr, F16 if big else F32)
+            self.set_shape(t, v.shape)
+            return t
+        if v.t.type == I32:
+            return lib.ggml_cast(self.ctx, v.t, F32)
+        return v.t
+
+    def indices(self, v: Val):
+        """The ggml I32 tensor of an index value."""
+        if v.is_const:
+            return self.weight(v.const.astype(np.int64), I32)
+        if v.t.type == I32:
+            return v.t
+        return lib.ggml_cast(self.ctx, v.t, I32)
+
+    def set_shape(self, t, shape) -> None:
+        """Check that ggml's ne agrees with the ONNX shape: a mismatch is a builder bug, never data."""
+        want = ne_of(shape)
+        got = [int(t.ne[i]) for i in range(MAX_RANK)]
+        if want != got:
+            raise self.fail(f"internal shape mismatch: ONNX shape {list(shape)} is ne {want}, ggml made {got}")
+
+    def out(self, t, shape, dtype: int) -> Val:
+        self.set_shape(t, shape)
+        return Val(shape, dtype, t=t)

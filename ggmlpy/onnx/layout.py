@@ -1,0 +1,169 @@
+"""Layout helpers shared by the operator builders: reshape, permute, broadcast, take along an axis.
+
+Every helper takes and returns ggml tensors together with their ONNX shapes;
+ONNX axis k of a rank-r value is ggml axis r-1-k.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..bindings import ffi
+from .safe import lib
+from .graph import F32, MAX_RANK, ne_of
+
+
+def squeeze_for(b, shape, axes=()):
+    """Above rank 4: drop the size-one axes not in `axes`. Returns (shape, axes remapped, kept)."""
+    shape = tuple(shape)
+    if len(shape) <= MAX_RANK:
+        return shape, list(axes), list(range(len(shape)))
+    kept = [k for k, d in enumerate(shape) if d != 1 or k in axes]
+    b.limit(len(kept) <= MAX_RANK, f"rank {len(shape)} tensors are not supported (ggml has at most "
+                                   f"{MAX_RANK} dimensions); shape {list(shape)}")
+    return tuple(shape[k] for k in kept), [kept.index(a) for a in axes], kept
+
+
+def cont(b, t):
+    return t if lib.ggml_is_contiguous(t) else lib.ggml_cont(b.ctx, t)
+
+
+def reshape(b, t, shape):
+    b.limit(len(ne_of(shape)) == MAX_RANK, f"rank {len(shape)} tensors are not supported (ggml has at most "
+                                           f"{MAX_RANK} dimensions); shape {list(shape)}")
+    t = cont(b, t)
+    ne = ne_of(shape)
+    if [int(t.ne[i]) for i in range(MAX_RANK)] == ne:
+        return t
+    return lib.ggml_reshape_4d(b.ctx, t, *ne)
+
+
+def permute(b, t, perm, shape=None):
+    """ONNX Transpose: out.shape[i] = in.shape[perm[i]] (contiguous result). Give `shape` above rank 4."""
+    if len(perm) > MAX_RANK:
+        _, _, kept = squeeze_for(b, shape)
+        perm = [kept.index(p) for p in perm if p in kept]
+    r = len(perm)
+    if list(perm) == list(range(r)):
+        return t
+    pos = list(range(MAX_RANK))
+    for i, p in enumerate(perm):
+        pos[r - 1 - p] = r - 1 - i  # ggml axis r-1-p of the source lands at ggml axis r-1-i
+    return lib.ggml_cont(b.ctx, lib.ggml_permute(b.ctx, t, *pos))
+
+
+def broadcast_shape(b, *shapes):
+    r = max(len(s) for s in shapes)
+    out = []
+    for i in range(r):
+        dims = {s[len(s) - r + i] for s in shapes if len(s) - r + i >= 0} - {1}
+        b.need(len(dims) <= 1, f"shapes {[list(s) for s in shapes]} do not broadcast")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def repeat_to(b, t, shape):
+    ne = ne_of(shape)
+    b.limit(len(ne) == MAX_RANK, f"rank {len(shape)} tensors are not supported (ggml has at most {MAX_RANK} "
+                                 f"dimensions); shape {list(shape)}")
+    if [int(t.ne[i]) for i in range(MAX_RANK)] == ne:
+        return t
+    return lib.ggml_repeat_4d(b.ctx, cont(b, t), *ne)
+
+
+def binary(b, fn, va, vb, commutative=False):
+    """fn(ctx, x, y) with ONNX (numpy) broadcasting. ggml broadcasts only its second operand,
+    so the first is repeated to the output shape when it is the smaller one."""
+    shape = broadcast_shape(b, va.shape, vb.shape)
+    r = len(shape)
+    sa, sb = (1,) * (r - va.rank) + va.shape, (1,) * (r - vb.rank) + vb.shape
+    work = shape
+    if r > MAX_RANK:  # drop the axes where the result has size one (both operands do too)
+        keep = [k for k in range(r) if shape[k] != 1]
+        b.limit(len(keep) <= MAX_RANK, f"rank {r} tensors are not supported (ggml has at most {MAX_RANK} "
+                                       f"dimensions); shape {list(shape)}")
+        sa, sb, work = (tuple(s[k] for k in keep) for s in (sa, sb, shape))
+    ta, tb = reshape(b, b.tensor(va), sa), reshape(b, b.tensor(vb), sb)
+    if sa != work:
+        if commutative and sb == work:
+            ta, tb = tb, ta
+        else:
+            ta = repeat_to(b, ta, work)
+    return fn(b.ctx, ta, tb), shape
+
+
+def take(b, t, shape, axis, idx):
+    """t.take(idx, axis) for constant indices: ggml_get_rows over the axis moved to rows."""
+    idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+    shape = tuple(shape)
+    L = shape[axis]
+    if len(idx) == L and np.array_equal(idx, np.arange(L)):
+        return t, shape
+    pre, post = shape[:axis], shape[axis + 1:]
+    P, Q = int(np.prod(pre, dtype=np.int64)), int(np.prod(post, dtype=np.int64))
+    x = reshape(b, t, (P, L, Q))
+    if P > 1:
+        x = permute(b, x, (1, 0, 2))
+    x = reshape(b, x, (L, P * Q))
+    rows = lib.ggml_get_rows(b.ctx, x, b.weight(idx, lib.GGML_TYPE_I32))  # ne [P*Q, n]
+    n = len(idx)
+    y = reshape(b, rows, (n, P, Q))
+    if P > 1:
+        y = permute(b, y, (1, 0, 2))
+    out_shape = pre + (n,) + post
+    return reshape(b, y, out_shape), out_shape
+
+
+def slice_axis(b, t, shape, axis, start, stop):
+    """A contiguous range [start, stop) of one axis, as a view then a copy."""
+    full = tuple(shape)
+    if start == 0 and stop == full[axis]:
+        return t, full
+    b.limit(stop > start, "slices to an empty tensor are not supported (ggml has no empty tensors)")
+    t = cont(b, t)
+    small, (ax,), _ = squeeze_for(b, full, [axis])
+    r = len(small)
+    g = r - 1 - ax
+    ne = ne_of(small)
+    ne[g] = stop - start
+    offs = start * int(t.nb[g])
+    v = lib.ggml_view_4d(b.ctx, t, ne[0], ne[1], ne[2], ne[3], t.nb[1], t.nb[2], t.nb[3], offs)
+    out = full[:axis] + (stop - start,) + full[axis + 1:]
+    return lib.ggml_cont(b.ctx, v), out
+
+
+def pad_zero(b, t, shape, pads_begin, pads_end):
+    """Zero padding of every axis (non-negative amounts) with ggml_pad_ext."""
+    r = len(shape)
+    if not any(pads_begin) and not any(pads_end):
+        return t, tuple(shape)
+    lp, rp = [0] * MAX_RANK, [0] * MAX_RANK
+    for k in range(r):
+        lp[r - 1 - k], rp[r - 1 - k] = int(pads_begin[k]), int(pads_end[k])
+    args = [x for pair in zip(lp, rp) for x in pair]
+    out = tuple(s + pb + pe for s, pb, pe in zip(shape, pads_begin, pads_end))
+    return lib.ggml_pad_ext(b.ctx, cont(b, t), *args), out
+
+
+def to_rows(b, t, shape, axes):
+    """Move `axes` last and flatten: ggml [prod(axes), prod(rest)], plus the kept shape."""
+    r = len(shape)
+    keep = [k for k in range(r) if k not in axes]
+    perm = keep + sorted(axes)
+    x = permute(b, t, perm, shape)
+    R = int(np.prod([shape[k] for k in axes], dtype=np.int64))
+    K = int(np.prod([shape[k] for k in keep], dtype=np.int64))
+    return reshape(b, x, (K, R)), keep, perm
+
+
+def scalar_f32(b, value, shape=(1,)):
+    return b.weight(np.full(shape, value, dtype=np.float32))
+
+
+def fill_like(b, t, value):
+    """A tensor shaped like t, filled with value (a broadcast constant)."""
+    one = scalar_f32(b, value)
+    return lib.ggml_repeat(b.ctx, one, t)
+
+
+__all__ = ["cont", "reshape", "permute", "broadcast_shape", "repeat_to", "binary", "take", "slice_axis",
+           "pad_zero", "to_rows", "scalar_f32", "fill_like", "F32", "ffi"]

@@ -1,0 +1,530 @@
+"""onnx_load / onnx_run / onnx_summary / onnx_inputs: ONNX models as one ggml graph (ggmlR's API).
+
+The file is parsed by the `onnx` package. For each set of input shapes the
+whole model becomes ONE ggml graph: weights in a backend buffer of their own,
+intermediates placed by ggml's graph allocator (they share memory), inputs
+uploaded and outputs read back per call. On a device other than the CPU, ops
+the device has no kernel for run on the CPU through ggml's scheduler (as in
+ggmlR). Everything that can fail is checked before ggml sees it: unsupported
+operators are reported with their node before anything is built.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from collections import Counter
+
+import numpy as np
+
+from ..backend.device import Backend, get_backend, is_software_device
+from ..bindings import ffi, lib
+from ..errors import DeviceError
+from .graph import F32, NUMERIC_TYPES, Builder, OnnxError, Val, const, np_dtype, type_name
+from .fusion import find_gelu
+from .ops_basic import OPS
+from .ops_basic import f as contiguous_f32
+
+_NULL = ffi.NULL
+_OVERHEAD = int(lib.ggml_tensor_overhead())
+# Resolve now what the finalizers call: cffi resolves a symbol under a lock of its own, and a
+# finalizer run by the garbage collector during another resolution would wait on it forever.
+for _sym in ("ggml_backend_free", "ggml_gallocr_free", "ggml_backend_buffer_free", "ggml_free",
+             "ggml_backend_sched_free"):
+    getattr(lib, _sym)
+DTYPES = {"f32": "f32", "f16": "f16", "fp16": "f16", "float16": "f16"}
+
+# Builders that turn constant inputs into constant outputs themselves (cheap, no ggml tensor).
+_SELF_FOLDING = {"Constant", "Shape", "Size", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                 "Cast", "CastLike", "ConstantOfShape", "EyeLike", "Split", "Dropout"}
+
+
+def op_key(node) -> str:
+    """The operator table's key: the op type, prefixed by its domain outside the standard one."""
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
+
+
+def supported_ops() -> list[str]:
+    """The ONNX operator types onnx_load can build (others' domains as "com.microsoft:QGemm")."""
+    from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (register their builders)
+    return sorted(OPS)
+
+
+def _read_model(path):
+    import onnx
+    from google.protobuf.message import DecodeError
+    if isinstance(path, onnx.ModelProto):
+        model = path
+        try:
+            onnx.checker.check_model(model)
+        except onnx.checker.ValidationError as e:
+            raise OnnxError(f"onnx_load: not a valid ONNX model: {' '.join(str(e).strip().splitlines()[:3])}") from None
+        return model
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"onnx_load: no such file: '{path}'")
+    if os.path.getsize(path) == 0:
+        raise OnnxError(f"onnx_load: '{path}' is empty")
+    try:
+        model = onnx.load(path)
+    except DecodeError as e:
+        raise OnnxError(f"onnx_load: '{path}' is not an ONNX model (protobuf parse failed: {e}); "
+                        "the file may be truncated or of another format") from None
+    except Exception as e:  # external data missing, unreadable
+        raise OnnxError(f"onnx_load: cannot read '{path}': {e}") from None
+    if not model.graph.node and not model.graph.output:
+        raise OnnxError(f"onnx_load: '{path}' holds no ONNX graph (not an ONNX file, or truncated)")
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        msg = str(e).strip().splitlines()
+        raise OnnxError(f"onnx_load: '{path}' is not a valid ONNX model: {' '.join(msg[:3])}") from None
+    return model
+
+
+def _dims(vi):
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return [int(d.dim_value) if d.HasField("dim_value") else -1 for d in tt.shape.dim]
+
+
+class OnnxModel:
+    """A loaded ONNX model: the parsed file, its device, and one built ggml graph per input-shape set."""
+
+    def __init__(self, proto, path, device, input_shapes, n_threads, dtype):
+        from onnx import numpy_helper
+        from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401
+        self.proto = proto
+        self.path = str(path)
+        g = proto.graph
+        self.ir_version = int(proto.ir_version)
+        self.opset = next((int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+        self.producer = proto.producer_name
+        self.graph_name = g.name
+        self.n_nodes = len(g.node)
+        self.n_weights = len(g.initializer)
+        self.ops = list(dict.fromkeys(n.op_type for n in g.node))
+        self.op_counts = dict(Counter(n.op_type for n in g.node))
+        self.dtype = dtype
+        self._check_ops()
+        self.initializers = {}
+        for init in g.initializer:
+            try:
+                self.initializers[init.name] = numpy_helper.to_array(init)
+            except Exception as e:
+                raise OnnxError(f"onnx_load: initializer '{init.name}' cannot be read: {e}") from None
+        self.input_info = {}   # name -> (onnx elem type, declared dims with -1 for dynamic)
+        for vi in g.input:
+            if vi.name in self.initializers:
+                continue
+            et = vi.type.tensor_type.elem_type
+            if not vi.type.HasField("tensor_type") or et not in NUMERIC_TYPES:
+                raise OnnxError(f"onnx_load: input '{vi.name}' has type {type_name(et) if et else 'non-tensor'}; "
+                                "only numeric tensors are supported")
+            dims = _dims(vi)
+            if dims is None:
+                raise OnnxError(f"onnx_load: input '{vi.name}' has no shape: give it with input_shapes")
+            self.input_info[vi.name] = (et, dims)
+        self.output_names = [o.name for o in g.output]
+        shapes = {n: list(d) for n, (_, d) in self.input_info.items()}
+        for name, shp in (input_shapes or {}).items():
+            if name not in shapes:
+                warnings.warn(f"onnx_load: input_shapes names an unknown input '{name}'", stacklevel=3)
+                continue
+            shp = [int(s) for s in shp]
+            decl = self.input_info[name][1]
+            if len(shp) != len(decl) or any(d >= 0 and d != s for d, s in zip(decl, shp)):
+                raise OnnxError(f"onnx_load: input_shapes gives '{name}' the shape {shp}, but the model declares "
+                                f"{_fmt(decl)}")
+            shapes[name] = shp
+        for name, shp in shapes.items():
+            if any(s < 0 for s in shp):
+                dims = "x".join("?" if s < 0 else str(s) for s in shp)
+                example = ", ".join(str(s if s >= 0 else 1) for s in shp)
+                raise OnnxError(f"Input '{name}' has dynamic shape [{dims}]. Specify fixed shape via input_shapes "
+                                f"parameter, e.g. onnx_load(\"{os.path.basename(self.path)}\", input_shapes="
+                                f"{{'{name}': ({example})}}). Alternatively, re-export the model with static shapes.")
+        self.input_shapes = {n: tuple(s) for n, s in shapes.items()}
+        self._devices(device, n_threads)
+        self._plans = {}
+        self._plan(self.input_shapes)  # build now: errors surface at load, as in ggmlR
+
+    # -- set-up ---------------------------------------------------------------------------------------
+    def _check_ops(self):
+        bad = []
+        for n in self.proto.graph.node:
+            if op_key(n) not in OPS:
+                bad.append(f"'{n.op_type}'" + (f" (domain {n.domain})" if n.domain not in ("", "ai.onnx") else "")
+                           + f" at node '{n.name or n.output[0]}'")
+        if bad:
+            more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+            raise OnnxError("onnx_load: unsupported ONNX operator " + "; ".join(bad[:5]) + more +
+                            ". ggmlpy.onnx.supported_ops() lists the supported ones.")
+
+    def _devices(self, device, n_threads):
+        cpu_dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
+        if device is None:  # ggmlR: a GPU when there is one, else the CPU (a software Vulkan device is no GPU)
+            try:
+                device = "cpu" if is_software_device(get_backend("gpu").device_name) else "gpu"
+            except DeviceError:
+                device = "cpu"
+        self.cpu = Backend(lib.ggml_backend_dev_init(cpu_dev, _NULL), "CPU")  # private: its threads are ours
+        if n_threads is not None:
+            self.cpu.set_n_threads(int(n_threads))
+        self.backend = self.cpu if str(device).strip().lower() == "cpu" else get_backend(device)
+        self.device = self.backend.device_name
+
+    # -- building -------------------------------------------------------------------------------------
+    def _plan(self, shapes: dict):
+        key = tuple(sorted((n, tuple(s)) for n, s in shapes.items()))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = _Plan(self, shapes)
+        return plan
+
+    def run(self, inputs: "dict | list") -> dict:
+        """onnx_run(self, inputs): numpy inputs by name (or in order) in, outputs by name out."""
+        if isinstance(inputs, (list, tuple)):
+            if len(inputs) != len(self.input_info):
+                raise OnnxError(f"onnx_run: the model has {len(self.input_info)} inputs "
+                                f"({', '.join(self.input_info)}), got {len(inputs)} arrays")
+            inputs = dict(zip(self.input_info, inputs))
+        if not isinstance(inputs, dict):
+            raise TypeError("onnx_run: inputs must be a dict name -> array (or a list in input order)")
+        unknown = [n for n in inputs if n not in self.input_info]
+        if unknown:
+            raise OnnxError(f"onnx_run: unknown input(s) {unknown}; the model's inputs are {list(self.input_info)}")
+        missing = [n for n in self.input_info if n not in inputs]
+        if missing:
+            raise OnnxError(f"onnx_run: missing input(s) {missing}")
+        arrays, shapes = {}, {}
+        for name, x in inputs.items():
+            a = np.asarray(x)
+            if a.dtype.kind not in "fiub":
+                try:  # bfloat16 and other ml_dtypes convert to float32; strings and objects do not
+                    a = a.astype(np.float32)
+                except (TypeError, ValueError):
+                    raise OnnxError(f"onnx_run: input '{name}' has dtype {a.dtype}; numeric arrays only") from None
+            decl = self.input_info[name][1]
+            fixed = self.input_shapes[name]
+            if a.shape != fixed and (len(decl) != a.ndim or any(d >= 0 and d != s for d, s in zip(decl, a.shape))):
+                raise OnnxError(f"onnx_run: input '{name}' has shape {list(a.shape)}, the model expects "
+                                f"{_fmt(decl) if list(decl) != list(fixed) else list(fixed)}")
+            arrays[name], shapes[name] = a, a.shape
+        return self._plan(shapes).run(arrays)
+
+    def __str__(self):  # ggmlR's print.onnx_model
+        lines = [f"ONNX Model: {self.graph_name}", f"  Producer: {self.producer}",
+                 f"  IR version: {self.ir_version} / Opset: {self.opset}",
+                 f"  Nodes: {self.n_nodes} / Weights: {self.n_weights}"]
+        if self.dtype != "f32":
+            lines.append(f"  Weight dtype: {self.dtype.upper()}")
+        lines.append(f"  Ops: {', '.join(self.ops)}")
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return (f"<OnnxModel '{self.graph_name}' from {os.path.basename(self.path)}: {self.n_nodes} nodes, "
+                f"opset {self.opset}, on {self.device}>")
+
+
+def _fmt(dims):
+    return "[" + ", ".join("?" if d < 0 else str(d) for d in dims) + "]"
+
+
+def _fold(model: OnnxModel, node, ins):
+    """Evaluate a node whose inputs are all constants, with onnx's reference implementation."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+    vis = [helper.make_tensor_value_info(n, v.dtype, None) for n, v in zip(node.input, ins) if n]
+    outs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
+    g = helper.make_graph([node], "fold", vis, outs)
+    m = helper.make_model(g, opset_imports=model.proto.opset_import, ir_version=model.proto.ir_version)
+    feeds = {n: v.const for n, v in zip(node.input, ins) if n}
+    res = ReferenceEvaluator(m).run(None, feeds)
+    return [const(np.asarray(r)) for r in res]
+
+
+class _Plan:
+    """One model graph for one set of input shapes: built, allocated, ready to compute."""
+
+    galloc = sched = wbuf = None
+
+    def __init__(self, model: OnnxModel, shapes: dict, sched=None):
+        from onnx import helper
+        g = model.proto.graph
+        b = self.builder = Builder(len(g.node), f16_weights=model.dtype == "f16")
+        b.opset = model.opset
+        self.backend = model.backend  # not the model itself: no reference cycle, freed as soon as dropped
+        self.input_tensors = {}
+        vals = {n: const(a, init.data_type) for (n, a), init in zip(model.initializers.items(), g.initializer)}
+        for name, (et, _) in model.input_info.items():
+            shp = tuple(shapes[name])
+            t = b.new_tensor(b.ctx, F32, shp)
+            lib.ggml_set_input(t)
+            lib.ggml_set_name(t, name.encode()[:63])
+            self.input_tensors[name] = (t, shp, et)
+            vals[name] = Val(shp, et, t=t)
+        b.input_by_ptr = {int(ffi.cast("uintptr_t", t)): n for n, (t, _, _) in self.input_tensors.items()}
+        self.n_folded = 0
+        gelu, skipped = find_gelu(g, model.initializers)
+        self.n_fused = len(gelu)
+        for k, node in enumerate(g.node):
+            b.node = node
+            if k in skipped:  # inside a fused pattern: its value is never read
+                continue
+            if k in gelu:
+                x = vals[gelu[k]]
+                vals[node.output[0]] = b.out(lib.ggml_gelu_erf(b.ctx, contiguous_f32(b, x)), x.shape, x.dtype)
+                continue
+            if b.headroom() < 4096:
+                raise b.fail("the graph outgrew its context (a builder made far more ggml tensors than expected)")
+            try:
+                ins = [vals[n] if n else None for n in node.input]
+            except KeyError as e:
+                raise b.fail(f"input {e} is neither a graph input, an initializer nor an earlier node's output")
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            present = [v for v in ins if v is not None]
+            if (present and all(v.is_const for v in present) and node.op_type not in _SELF_FOLDING
+                    and node.domain in ("", "ai.onnx")):
+                try:
+                    outs = _fold(model, node, ins)
+                except Exception as e:
+                    raise b.fail(f"constant folding failed: {e}") from None
+                self.n_folded += 1
+            else:
+                outs = OPS[op_key(node)](b, node, ins, attrs)
+            for name, v in zip(node.output, outs):
+                if name:
+                    vals[name] = v
+        b.node = None
+        self.outputs = []  # (name, Val, ggml tensor or None)
+        out_ts = []
+        for name in model.output_names:
+            if name not in vals:
+                raise OnnxError(f"onnx_load: graph output '{name}' is produced by no node")
+            v = vals[name]
+            if v.is_const:
+                self.outputs.append((name, v, None))
+                continue
+            t = v.t
+            if t.type != F32:
+                t = lib.ggml_cast(b.ctx, t, F32)
+            if t.view_src != _NULL or t.op == lib.GGML_OP_NONE or not lib.ggml_is_contiguous(t):
+                t = lib.ggml_cont(b.ctx, t)
+            lib.ggml_set_output(t)
+            self.outputs.append((name, v, t))
+            out_ts.append(t)
+        self._build_graph(out_ts)
+        self._allocate(model, sched)
+
+    def _build_graph(self, out_ts):
+        b = self.builder
+        size = int(lib.ggml_used_mem(b.ctx)) // _OVERHEAD + len(b.weights) + 64
+        params = ffi.new("struct ggml_init_params *", {
+            "mem_size": int(lib.ggml_graph_overhead_custom(size, False)) + 4096, "mem_buffer": _NULL, "no_alloc": True})
+        self.gctx = lib.ggml_init(params[0])
+        self.graph = lib.ggml_new_graph_custom(self.gctx, size, False)
+        for t in out_ts:
+            lib.ggml_build_forward_expand(self.graph, t)
+        self.n_nodes = int(lib.ggml_graph_n_nodes(self.graph))
+
+    def _allocate(self, model, sched=None):
+        b = self.builder
+        backend = model.backend
+        if b.weights:
+            self.wbuf = lib.ggml_backend_alloc_ctx_tensors(b.wctx, backend.ptr)
+            if self.wbuf == _NULL:
+                raise MemoryError(f"could not allocate the model's weights on {backend.device_name}")
+            for t, arr in b.weights:
+                lib.ggml_backend_tensor_set(t, ffi.from_buffer(arr), 0, arr.nbytes)
+        if sched is not None:  # onnx_profile's scheduler (it does not own it: no free here)
+            self.cpu_fallback = []
+            self.sched, self._borrowed = sched, True
+            if not lib.ggml_backend_sched_alloc_graph(sched.ptr, self.graph):
+                raise MemoryError("could not allocate the model's graph")
+            return
+        nodes = [lib.ggml_graph_node(self.graph, i) for i in range(self.n_nodes)]
+        unsupported = [p for p in nodes if not lib.ggml_backend_supports_op(backend.ptr, p)]
+        self.cpu_fallback = sorted({ffi.string(lib.ggml_op_desc(p)).decode() for p in unsupported})
+        if not unsupported:
+            self.galloc = lib.ggml_gallocr_new(backend.buft)
+            if not lib.ggml_gallocr_alloc_graph(self.galloc, self.graph):
+                raise MemoryError(f"could not allocate the model's graph on {backend.device_name}")
+            return
+        if backend is model.cpu:
+            raise OnnxError(f"the CPU backend has no kernel for {', '.join(self.cpu_fallback)}")
+        from ..backend.sched import Scheduler  # ops the device lacks run on the CPU, as in ggmlR
+        self.sched = Scheduler([backend, model.cpu], graph_size=max(2048, self.n_nodes + 64))
+        if not lib.ggml_backend_sched_alloc_graph(self.sched.ptr, self.graph):
+            raise MemoryError(f"could not allocate the model's graph on {backend.device_name} + CPU")
+
+    # -- running --------------------------------------------------------------------------------------
+    def run(self, arrays: dict) -> dict:
+        for name, (t, shp, et) in self.input_tensors.items():
+            if t.buffer == _NULL:  # an input no output depends on: not in the graph
+                continue
+            a = arrays[name]
+            L = self.builder.index_inputs.get(name)
+            if L is not None:  # indices from the caller: ggml would abort on one out of range
+                ai = np.asarray(a, dtype=np.int64)
+                if ai.size and (ai.min() < -L or ai.max() >= L):
+                    raise OnnxError(f"onnx_run: input '{name}' holds indices outside [-{L}, {L})")
+                a = np.where(ai < 0, ai + L, ai)
+            a = np.ascontiguousarray(a, dtype=np.float32)
+            lib.ggml_backend_tensor_set(t, ffi.from_buffer(a), 0, a.nbytes)
+        if self.sched is not None:
+            status = lib.ggml_backend_sched_graph_compute(self.sched.ptr, self.graph)
+        else:
+            status = lib.ggml_backend_graph_compute(self.backend.ptr, self.graph)
+        if status != lib.GGML_STATUS_SUCCESS:
+            raise OnnxError(f"onnx_run: graph compute failed (status {status})")
+        out = {}
+        for name, v, t in self.outputs:
+            if t is None:
+                out[name] = np.array(v.const, copy=True)
+                continue
+            y = np.empty(v.shape, dtype=np.float32)
+            lib.ggml_backend_tensor_get(t, ffi.from_buffer(y), 0, y.nbytes)
+            dt = np_dtype(v.dtype)
+            if dt.kind in "iu":
+                y = np.rint(y)
+            out[name] = y.astype(dt) if dt != np.float32 else y
+        return out
+
+    def free(self):
+        if self.galloc is not None:
+            lib.ggml_gallocr_free(self.galloc)
+            self.galloc = None
+        if self.sched is not None:
+            if not getattr(self, "_borrowed", False):
+                self.sched.free()
+            self.sched = None
+        if self.wbuf is not None:
+            lib.ggml_backend_buffer_free(self.wbuf)
+            self.wbuf = None
+        if getattr(self, "gctx", None) is not None:
+            lib.ggml_free(self.gctx)
+            self.gctx = None
+        if getattr(self, "builder", None) is not None:
+            self.builder.free()
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:
+            pass
+
+
+# -- ggmlR's API ----------------------------------------------------------------------------------------
+def onnx_load(path: "str | os.PathLike", device: str | None = None,
+              input_shapes: dict | None = None, n_threads: int | None = None, dtype: str = "f32") -> OnnxModel:
+    """Load an ONNX model (a file path, or an onnx.ModelProto) and build it as one ggml graph on `device`.
+
+    device: "cpu", "vulkan", "vulkan:1", "cuda", "gpu", "rpc://host:port"; None takes a GPU when one is
+    available, else the CPU (ggmlR's default). input_shapes: {input name: full shape} fixing dynamic
+    dimensions (required when the model has any). n_threads: CPU threads (default: GGMLPY_N_THREADS or
+    all cores). dtype: "f32", or "f16" to store the weights of MatMul, Gemm and Conv with at least 256
+    elements in half precision (inputs, outputs and arithmetic stay f32)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"onnx_load: dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if input_shapes is not None and not isinstance(input_shapes, dict):
+        raise TypeError("onnx_load: input_shapes must be a dict {input name: shape}")
+    proto = _read_model(path)
+    where = "<ModelProto>" if not isinstance(path, (str, bytes, os.PathLike)) else os.path.abspath(os.fspath(path))
+    return OnnxModel(proto, where, device, input_shapes, n_threads, DTYPES[dtype])
+
+
+def onnx_run(model: OnnxModel, inputs: "dict | list") -> dict:
+    """Run the model: a dict name -> numpy array (or a list in input order) in, a dict of outputs
+    (numpy, ONNX's row-major layout and element types) out. The graph built for these input shapes
+    is reused; new shapes (for dynamic dimensions) build and keep another."""
+    if not isinstance(model, OnnxModel):
+        raise TypeError("onnx_run: model must come from onnx_load()")
+    return model.run(inputs)
+
+
+def onnx_summary(model: OnnxModel) -> dict:
+    """ggmlR's summary: ir_version, opset_version, producer, graph_name, n_nodes, n_initializers,
+    ops (unique, in order of appearance); plus op_counts (a histogram), inputs, outputs and device."""
+    if not isinstance(model, OnnxModel):
+        raise TypeError("onnx_summary: model must come from onnx_load()")
+    plan = next(iter(model._plans.values()))
+    outs = {name: list(v.shape) for name, v, _ in plan.outputs}
+    return {"ir_version": model.ir_version, "opset_version": model.opset, "producer": model.producer,
+            "graph_name": model.graph_name, "n_nodes": model.n_nodes, "n_initializers": model.n_weights,
+            "ops": list(model.ops), "op_counts": dict(model.op_counts), "inputs": onnx_inputs(model),
+            "outputs": outs, "device": model.device, "dtype": model.dtype, "ggml_nodes": plan.n_nodes,
+            "cpu_fallback_ops": list(plan.cpu_fallback)}
+
+
+def onnx_inputs(model: OnnxModel) -> dict:
+    """The model's inputs (initializers excluded): name -> shape as fixed at load (ONNX order)."""
+    if not isinstance(model, OnnxModel):
+        raise TypeError("onnx_inputs: model must come from onnx_load()")
+    return {n: list(s) for n, s in model.input_shapes.items()}
+
+
+
+def onnx_profile(model: OnnxModel, inputs: "dict | list", runs: int = 3) -> list:
+    """Time per ggml op type for one set of inputs: [(op, ms per run, node count)], slowest first.
+
+    Runs the model's graph through ggml's scheduler with an evaluation callback after every node,
+    so each node is timed alone (a few microseconds of overhead each; the total exceeds onnx_run's)."""
+    import time
+    from collections import defaultdict
+
+    from ..backend.sched import Scheduler
+    arrays = {n: np.asarray(v) for n, v in (inputs.items() if isinstance(inputs, dict)
+                                             else zip(model.input_info, inputs))}
+    model.run(arrays)  # builds (or finds) the plan and checks the inputs
+    plan = model._plan({n: a.shape for n, a in arrays.items()})
+    sched = Scheduler([model.backend] if model.backend is model.cpu else [model.backend, model.cpu],
+                      graph_size=max(2048, plan.n_nodes + 64))
+    totals, counts = defaultdict(float), defaultdict(int)
+    last = [0.0]
+
+    def cb(t, ask, _ud):
+        if ask:
+            return True
+        now = time.perf_counter()
+        name = ffi.string(lib.ggml_op_desc(t)).decode()
+        totals[name] += now - last[0]
+        counts[name] += 1
+        last[0] = now
+        return True
+    c_cb = ffi.callback("ggml_backend_sched_eval_callback", cb)
+    lib.ggml_backend_sched_set_eval_callback(sched.ptr, c_cb, _NULL)
+    # the plan's allocator owns the graph's memory: a second placement would clash, so build a fresh plan
+    fresh = _Plan(model, {n: a.shape for n, a in arrays.items()}, sched=sched)
+    try:
+        for _ in range(runs):
+            last[0] = time.perf_counter()
+            fresh.run(arrays)
+    finally:
+        fresh.free()
+        sched.free()
+    n = max(1, runs)
+    return sorted(((k, v * 1e3 / n, counts[k] // n) for k, v in totals.items()), key=lambda r: -r[1])
+
+
+def onnx_device_info(model: OnnxModel) -> dict:
+    """ggmlR's placement diagnostics: backends, n_backends, n_splits (1: one backend computes it all),
+    n_nodes (ggml nodes), gpu_ops and cpu_ops (node counts), cpu_only_ops (op -> count of the nodes the
+    device has no kernel for, which run on the CPU)."""
+    if not isinstance(model, OnnxModel):
+        raise TypeError("onnx_device_info: model must come from onnx_load()")
+    plan = next(iter(model._plans.values()))
+    on_cpu = model.backend is model.cpu
+    nodes = [lib.ggml_graph_node(plan.graph, i) for i in range(plan.n_nodes)]
+    cpu_only: dict = {}
+    n_dev = 0
+    for p in nodes:
+        if not on_cpu and lib.ggml_backend_supports_op(model.backend.ptr, p):
+            n_dev += 1
+        elif not on_cpu:
+            name = ffi.string(lib.ggml_op_name(p.op)).decode()
+            cpu_only[name] = cpu_only.get(name, 0) + 1
+    backends = ([model.backend.name] if not on_cpu else []) + [model.cpu.name]
+    splits = int(lib.ggml_backend_sched_get_n_splits(plan.sched.ptr)) if plan.sched is not None else 1
+    return {"backends": backends, "n_backends": len(backends), "n_splits": splits, "n_nodes": plan.n_nodes,
+            "gpu_ops": n_dev, "cpu_ops": plan.n_nodes - n_dev, "cpu_only_ops": cpu_only}

@@ -1,0 +1,658 @@
+"""ONNX operators, element-wise and shape: one builder per op type in OPS.
+
+A builder gets (b, node, ins, at): the graph Builder, the NodeProto, the input
+values (None for an omitted optional input) and the attributes as a dict, and
+returns the output values. `CONST_INPUTS[op]` names the inputs that must be
+known at load time (they fix shapes or ggml op parameters).
+"""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from .safe import lib
+from .graph import FLOAT_TYPES, Val, const, np_dtype
+from .layout import (binary, broadcast_shape, cont, permute, repeat_to, reshape, scalar_f32, slice_axis,
+                     squeeze_for, take)
+
+OPS: dict = {}
+CONST_INPUTS: dict = {}
+BOOL, I64, FLOAT = TensorProto.BOOL, TensorProto.INT64, TensorProto.FLOAT
+FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def op(*names, const_inputs=()):
+    def deco(fn):
+        for n in names:
+            OPS[n] = fn
+            if const_inputs:
+                CONST_INPUTS[n] = tuple(const_inputs)
+        return fn
+    return deco
+
+
+def cval(b, v: Val, what: str):
+    """A value that must be a load-time constant (a shape, axes, a scale...)."""
+    if v is None:
+        return None
+    b.need(v.is_const, f"input '{what}' must be known at load time (an initializer or constant: ggml graphs "
+                       f"have static shapes and parameters)")
+    return v.const
+
+
+def norm_axis(b, axis, rank):
+    axis = int(axis)
+    b.need(-rank <= axis < max(rank, 1), f"axis {axis} out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def ctx(b):
+    return b.ctx
+
+
+def f(b, v):
+    """A value's contiguous F32 ggml tensor."""
+    return cont(b, b.tensor(v))
+
+
+# -- element-wise: one input ----------------------------------------------------------------------------
+def _unary(fn):
+    def build(b, node, ins, at):
+        x = ins[0]
+        return [b.out(fn(b, f(b, x), at), x.shape, x.dtype)]
+    return build
+
+
+def _erf(b, x):
+    """erf(x) = sgn(x) (1 - t p(t) exp(-x^2)), t = 1/(1 + 0.3275911 |x|): Abramowitz & Stegun 7.1.26,
+    absolute error below 1.5e-7 (ggml has no erf kernel)."""
+    c = b.ctx
+    ax = lib.ggml_abs(c, x)
+    t = lib.ggml_div(c, lib.ggml_repeat(c, scalar_f32(b, 1.0), ax), lib.ggml_scale_bias(c, ax, 0.3275911, 1.0))
+    poly = scalar_f32(b, 1.061405429)
+    p = lib.ggml_repeat(c, poly, t)
+    for coef in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        p = lib.ggml_scale_bias(c, lib.ggml_mul(c, p, t), 1.0, coef)
+    p = lib.ggml_mul(c, p, t)
+    e = lib.ggml_exp(c, lib.ggml_neg(c, lib.ggml_sqr(c, x)))
+    y = lib.ggml_scale_bias(c, lib.ggml_mul(c, p, e), -1.0, 1.0)
+    return lib.ggml_mul(c, y, lib.ggml_sgn(c, x))
+
+
+def _round_even(b, x):
+    """Round half to even, as ONNX Round: adding and removing 1.5 * 2**23 lets float32 addition round
+    (exact for |x| < 2**22; larger floats are integers already)."""
+    c = b.ctx
+    magic = 12582912.0
+    big = lib.ggml_scale_bias(c, x, 1.0, magic)
+    r = lib.ggml_scale_bias(c, big, 1.0, -magic)
+    # |x| >= 2**22: keep x (already integral, or closer to it than the trick's granularity)
+    small = lib.ggml_step(c, lib.ggml_scale_bias(c, lib.ggml_abs(c, x), -1.0, 4194304.0))
+    return lib.ggml_add(c, lib.ggml_mul(c, small, lib.ggml_sub(c, r, x)), x)
+
+
+def _elu_alpha(b, x, alpha):
+    c = b.ctx
+    if alpha == 1.0:
+        return lib.ggml_elu(c, x)
+    r = lib.ggml_relu(c, x)  # relu(x) + alpha * (elu(x) - relu(x))
+    return lib.ggml_add(c, r, lib.ggml_scale(c, lib.ggml_sub(c, lib.ggml_elu(c, x), r), alpha))
+
+
+def _recip(b, x):
+    return lib.ggml_div(b.ctx, lib.ggml_repeat(b.ctx, scalar_f32(b, 1.0), x), x)
+
+
+def _gelu_tanh(b, x):
+    c = b.ctx
+    inner = lib.ggml_mul(c, x, lib.ggml_scale_bias(c, lib.ggml_sqr(c, x), 0.044715, 1.0))
+    th = lib.ggml_tanh(c, lib.ggml_scale(c, inner, float(np.sqrt(2.0 / np.pi))))
+    return lib.ggml_mul(c, lib.ggml_scale(c, x, 0.5), lib.ggml_scale_bias(c, th, 1.0, 1.0))
+
+
+UNARY = {
+    "Abs": lambda b, x, at: lib.ggml_abs(b.ctx, x),
+    "Neg": lambda b, x, at: lib.ggml_neg(b.ctx, x),
+    "Exp": lambda b, x, at: lib.ggml_exp(b.ctx, x),
+    "Log": lambda b, x, at: lib.ggml_log(b.ctx, x),
+    "Sqrt": lambda b, x, at: lib.ggml_sqrt(b.ctx, x),
+    "Relu": lambda b, x, at: lib.ggml_relu(b.ctx, x),
+    "Sigmoid": lambda b, x, at: lib.ggml_sigmoid(b.ctx, x),
+    "Tanh": lambda b, x, at: lib.ggml_tanh(b.ctx, x),
+    "Sin": lambda b, x, at: lib.ggml_sin(b.ctx, x),
+    "Cos": lambda b, x, at: lib.ggml_cos(b.ctx, x),
+    "Floor": lambda b, x, at: lib.ggml_floor(b.ctx, x),
+    "Ceil": lambda b, x, at: lib.ggml_ceil(b.ctx, x),
+    "Round": lambda b, x, at: _round_even(b, x),
+    "Sign": lambda b, x, at: lib.ggml_sgn(b.ctx, x),
+    "Reciprocal": lambda b, x, at: _recip(b, x),
+    "Erf": lambda b, x, at: _erf(b, x),
+    "Softplus": lambda b, x, at: lib.ggml_softplus(b.ctx, x),
+    "Softsign": lambda b, x, at: lib.ggml_div(b.ctx, x, lib.ggml_scale_bias(b.ctx, lib.ggml_abs(b.ctx, x), 1.0, 1.0)),
+    "Elu": lambda b, x, at: _elu_alpha(b, x, float(at.get("alpha", 1.0))),
+    "Selu": lambda b, x, at: lib.ggml_scale(b.ctx, _elu_alpha(b, x, float(at.get("alpha", 1.67326319217681884765625))),
+                                            float(at.get("gamma", 1.05070102214813232421875))),
+    "Celu": lambda b, x, at: lib.ggml_scale(b.ctx, lib.ggml_elu(b.ctx, lib.ggml_scale(b.ctx, x, 1.0 / float(at.get("alpha", 1.0)))),
+                                            float(at.get("alpha", 1.0))),
+    "LeakyRelu": lambda b, x, at: lib.ggml_leaky_relu(b.ctx, x, float(at.get("alpha", 0.01)), False),
+    "HardSigmoid": lambda b, x, at: lib.ggml_clamp(b.ctx, lib.ggml_scale_bias(b.ctx, x, float(at.get("alpha", 0.2)),
+                                                                              float(at.get("beta", 0.5))), 0.0, 1.0),
+    "HardSwish": lambda b, x, at: lib.ggml_mul(b.ctx, x, lib.ggml_clamp(b.ctx, lib.ggml_scale_bias(b.ctx, x, 1 / 6, 0.5), 0.0, 1.0)),
+    "Mish": lambda b, x, at: lib.ggml_mul(b.ctx, x, lib.ggml_tanh(b.ctx, lib.ggml_softplus(b.ctx, x))),
+    "Swish": lambda b, x, at: lib.ggml_mul(b.ctx, x, lib.ggml_sigmoid(b.ctx, lib.ggml_scale(b.ctx, x, float(at.get("alpha", 1.0))))),
+    "ThresholdedRelu": lambda b, x, at: lib.ggml_mul(b.ctx, x, lib.ggml_step(b.ctx, lib.ggml_scale_bias(
+        b.ctx, x, 1.0, -float(at.get("alpha", 1.0))))),
+    "Gelu": lambda b, x, at: _gelu_tanh(b, x) if at.get("approximate", b"none") in (b"tanh", "tanh")
+    else lib.ggml_gelu_erf(b.ctx, x),
+    "Shrink": lambda b, x, at: _shrink(b, x, float(at.get("lambd", 0.5)), float(at.get("bias", 0.0))),
+}
+
+
+def _shrink(b, x, lambd, bias):
+    c = b.ctx
+    hi = lib.ggml_step(c, lib.ggml_scale_bias(c, x, 1.0, -lambd))
+    lo = lib.ggml_step(c, lib.ggml_scale_bias(c, x, -1.0, -lambd))
+    return lib.ggml_add(c, lib.ggml_mul(c, hi, lib.ggml_scale_bias(c, x, 1.0, -bias)),
+                        lib.ggml_mul(c, lo, lib.ggml_scale_bias(c, x, 1.0, bias)))
+
+
+for _name, _fn in UNARY.items():
+    OPS[_name] = _unary(_fn)
+
+# Activations ggml computes with lookup tables or fast approximations only in f16 storage: f32 is exact.
+
+
+@op("Identity")
+def _identity(b, node, ins, at):
+    return [ins[0]]
+
+
+@op("Dropout")
+def _dropout(b, node, ins, at):
+    x = ins[0]
+    training = ins[2] if len(ins) > 2 else None
+    if training is not None:
+        b.need(training.is_const and not bool(np.asarray(training.const)),
+               "training_mode must be a constant false (inference only)")
+    outs = [x]
+    if len(node.output) > 1:
+        outs.append(const(np.ones(x.shape, dtype=bool), BOOL))
+    return outs
+
+
+@op("Clip", const_inputs=(1, 2))
+def _clip(b, node, ins, at):
+    x = ins[0]
+    lo = cval(b, ins[1], "min") if len(ins) > 1 else None
+    hi = cval(b, ins[2], "max") if len(ins) > 2 else None
+    lo = float(at.get("min", -FLT_MAX)) if lo is None else float(lo)
+    hi = float(at.get("max", FLT_MAX)) if hi is None else float(hi)
+    t = f(b, x)
+    if lo > hi:  # ONNX: every element becomes max
+        return [b.out(lib.ggml_repeat(b.ctx, scalar_f32(b, hi), t), x.shape, x.dtype)]
+    return [b.out(lib.ggml_clamp(b.ctx, t, lo, hi), x.shape, x.dtype)]
+
+
+# -- element-wise: two or more inputs --------------------------------------------------------------------
+def _bin(fn, commutative=False, out_type=None):
+    def build(b, node, ins, at):
+        va, vb = ins[0], ins[1]
+        t, shape = binary(b, fn, va, vb, commutative)
+        return [b.out(t, shape, out_type if out_type is not None else va.dtype)]
+    return build
+
+
+def _div(c, x, y):
+    return lib.ggml_div(c, x, y)
+
+
+def _int_div(c, x, y):  # ONNX integer Div truncates toward zero
+    return lib.ggml_trunc(c, lib.ggml_div(c, x, y))
+
+
+@op("Add")
+def _add(b, node, ins, at):
+    return _bin(lambda c, x, y: lib.ggml_add(c, x, y), True)(b, node, ins, at)
+
+
+@op("Sub")
+def _sub(b, node, ins, at):
+    return _bin(lambda c, x, y: lib.ggml_sub(c, x, y))(b, node, ins, at)
+
+
+@op("Mul")
+def _mul(b, node, ins, at):
+    return _bin(lambda c, x, y: lib.ggml_mul(c, x, y), True)(b, node, ins, at)
+
+
+@op("Div")
+def _divop(b, node, ins, at):
+    integer = ins[0].dtype not in FLOAT_TYPES
+    return _bin(_int_div if integer else _div)(b, node, ins, at)
+
+
+def _cmp_gt(c, x, y):  # x > y
+    return lib.ggml_step(c, lib.ggml_sub(c, x, y))
+
+
+def _cmp_lt(c, x, y):
+    return lib.ggml_step(c, lib.ggml_neg(c, lib.ggml_sub(c, x, y)))
+
+
+def _cmp_eq(c, x, y):
+    d = lib.ggml_sub(c, x, y)
+    ne = lib.ggml_add(c, lib.ggml_step(c, d), lib.ggml_step(c, lib.ggml_neg(c, d)))
+    return lib.ggml_scale_bias(c, ne, -1.0, 1.0)
+
+
+def _not(c, x):
+    return lib.ggml_scale_bias(c, x, -1.0, 1.0)
+
+
+OPS["Greater"] = _bin(_cmp_gt, out_type=BOOL)
+OPS["Less"] = _bin(_cmp_lt, out_type=BOOL)
+OPS["Equal"] = _bin(_cmp_eq, True, out_type=BOOL)
+OPS["GreaterOrEqual"] = _bin(lambda c, x, y: _not(c, _cmp_lt(c, x, y)), out_type=BOOL)
+OPS["LessOrEqual"] = _bin(lambda c, x, y: _not(c, _cmp_gt(c, x, y)), out_type=BOOL)
+OPS["And"] = _bin(lambda c, x, y: lib.ggml_mul(c, x, y), True, out_type=BOOL)
+OPS["Or"] = _bin(lambda c, x, y: lib.ggml_step(c, lib.ggml_add(c, x, y)), True, out_type=BOOL)
+OPS["Xor"] = _bin(lambda c, x, y: lib.ggml_step(c, lib.ggml_abs(c, lib.ggml_sub(c, x, y))), True, out_type=BOOL)
+OPS["Not"] = _unary(lambda b, x, at: _not(b.ctx, x))
+
+
+def _max2(c, x, y):  # max(x, y) = x + relu(y - x); x is the full-shape operand
+    return lib.ggml_add(c, x, lib.ggml_relu(c, lib.ggml_neg(c, lib.ggml_sub(c, x, y))))
+
+
+def _min2(c, x, y):  # min(x, y) = x - relu(x - y)
+    return lib.ggml_sub(c, x, lib.ggml_relu(c, lib.ggml_sub(c, x, y)))
+
+
+def _variadic(fn, post=None):
+    def build(b, node, ins, at):
+        vals = [v for v in ins if v is not None]
+        acc = vals[0]
+        if len(vals) == 1:
+            t = f(b, acc)
+            shape = acc.shape
+        for v in vals[1:]:
+            t, shape = binary(b, fn, acc, v, True)
+            acc = Val(shape, vals[0].dtype, t=t)
+        if post is not None:
+            t = post(b, t, len(vals))
+        return [b.out(t, shape, vals[0].dtype)]
+    return build
+
+
+OPS["Max"] = _variadic(_max2)
+OPS["Min"] = _variadic(_min2)
+OPS["Sum"] = _variadic(lambda c, x, y: lib.ggml_add(c, x, y))
+OPS["Mean"] = _variadic(lambda c, x, y: lib.ggml_add(c, x, y), post=lambda b, t, n: lib.ggml_scale(b.ctx, t, 1.0 / n))
+
+
+@op("Pow")
+def _pow(b, node, ins, at):
+    x, y = ins
+    if y.is_const and y.size == 1:
+        e = float(np.asarray(y.const).reshape(-1)[0])
+        t = f(b, x)
+        c = b.ctx
+        shape = broadcast_shape(b, x.shape, y.shape)
+        r = None
+        if e == 1.0:
+            r = t
+        elif e == 2.0:
+            r = lib.ggml_sqr(c, t)
+        elif e == 0.5:
+            r = lib.ggml_sqrt(c, t)
+        elif e == 3.0:
+            r = lib.ggml_mul(c, lib.ggml_sqr(c, t), t)
+        elif e == 0.0:
+            r = lib.ggml_repeat(c, scalar_f32(b, 1.0), t)
+        elif e == -1.0:
+            r = _recip(b, t)
+        if r is not None:
+            return [b.out(reshape(b, r, shape), shape, x.dtype)]
+    # exp(y log x): x > 0, or x < 0 with an integer exponent (sign restored for odd ones)
+    t, shape = binary(b, lambda c, lx, yy: lib.ggml_exp(c, lib.ggml_mul(c, lx, yy)),
+                      Val(x.shape, x.dtype, t=lib.ggml_log(b.ctx, lib.ggml_abs(b.ctx, f(b, x)))), y)
+    if not (x.is_const and (x.const >= 0).all()):
+        # sign: -1 where x < 0 and y is odd: 1 - 2 * step(-x) * (|y| mod 2)
+        c = b.ctx
+        neg = Val(x.shape, x.dtype, t=lib.ggml_step(c, lib.ggml_neg(c, f(b, x))))
+        if y.is_const:
+            odd = const((np.abs(np.asarray(y.const, dtype=np.float64)) % 2 == 1).astype(np.float32))
+        else:
+            ay = lib.ggml_abs(c, f(b, y))
+            half = lib.ggml_scale(c, ay, 0.5)
+            odd = Val(y.shape, y.dtype, t=lib.ggml_scale(c, lib.ggml_sub(c, half, lib.ggml_floor(c, half)), 2.0))
+        s, _ = binary(b, lambda c_, p, q: lib.ggml_mul(c_, p, q), neg, odd, True)
+        sign = lib.ggml_scale_bias(c, s, -2.0, 1.0)
+        t, shape = binary(b, lambda c_, p, q: lib.ggml_mul(c_, p, q), Val(shape, x.dtype, t=t),
+                          Val(shape, x.dtype, t=reshape(b, sign, shape)), True)
+    return [b.out(t, shape, x.dtype)]
+
+
+@op("Mod")
+def _mod(b, node, ins, at):
+    fmod = int(at.get("fmod", 0))
+    rnd = lib.ggml_trunc if fmod else lib.ggml_floor
+
+    va, vb = ins  # a - b * round(a / b), with trunc (fmod) or floor (Python's %)
+    t, shape = binary(b, lambda c, x, y: lib.ggml_div(c, x, y), va, vb)
+    q = rnd(b.ctx, t)
+    qy, _ = binary(b, lambda c, x, y: lib.ggml_mul(c, x, y), Val(shape, va.dtype, t=q), vb, True)
+    r, _ = binary(b, lambda c, x, y: lib.ggml_sub(c, x, y), va, Val(shape, va.dtype, t=qy))
+    return [b.out(r, shape, va.dtype)]
+
+
+@op("Where")
+def _where(b, node, ins, at):
+    cnd, x, y = ins
+    broadcast_shape(b, cnd.shape, x.shape, y.shape)  # all three must broadcast together
+
+    def finite(v):  # 0 * inf is NaN: a constant infinity becomes the largest float (exp(-FLT_MAX) is 0 too)
+        if v.is_const and np.issubdtype(v.const.dtype, np.floating) and np.isinf(v.const).any():
+            return const(np.clip(v.const, -FLT_MAX, FLT_MAX).astype(np.float32), v.dtype)
+        return v
+    x, y = finite(x), finite(y)
+    # c * x + (1 - c) * y: exact for any finite x and y (y + c * (x - y) loses x next to a huge y)
+    cx, sx = binary(b, lambda c, p, q: lib.ggml_mul(c, p, q), x, cnd, True)
+    notc = Val(cnd.shape, cnd.dtype, t=lib.ggml_scale_bias(b.ctx, f(b, cnd), -1.0, 1.0))
+    cy, sy = binary(b, lambda c, p, q: lib.ggml_mul(c, p, q), y, notc, True)
+    t, shape2 = binary(b, lambda c, p, q: lib.ggml_add(c, p, q), Val(sx, x.dtype, t=cx), Val(sy, x.dtype, t=cy),
+                       True)
+    return [b.out(t, shape2, x.dtype)]
+
+
+@op("PRelu")
+def _prelu(b, node, ins, at):
+    x, slope = ins
+    c = b.ctx
+    t = f(b, x)
+    neg = Val(x.shape, x.dtype, t=lib.ggml_neg(c, lib.ggml_relu(c, lib.ggml_neg(c, t))))  # min(x, 0)
+    m, shape = binary(b, lambda c_, p, q: lib.ggml_mul(c_, p, q), neg, slope, True)
+    r, shape = binary(b, lambda c_, p, q: lib.ggml_add(c_, p, q), Val(shape, x.dtype, t=m),
+                      Val(x.shape, x.dtype, t=lib.ggml_relu(c, t)), True)
+    return [b.out(r, shape, x.dtype)]
+
+
+# -- casts ------------------------------------------------------------------------------------------------
+def _cast_to(b, x: Val, to: int):
+    if x.is_const:
+        return const(x.const.astype(np_dtype(to)), to)
+    b.need(to != TensorProto.STRING, "casts to string are not supported")
+    t = f(b, x)
+    c = b.ctx
+    if to == BOOL:
+        t = lib.ggml_step(c, lib.ggml_abs(c, t))
+    elif to not in FLOAT_TYPES and x.dtype in FLOAT_TYPES:
+        t = lib.ggml_trunc(c, t)
+    elif to == TensorProto.FLOAT16 and x.dtype != TensorProto.FLOAT16:  # round through half precision
+        t = lib.ggml_cast(c, lib.ggml_cast(c, t, lib.GGML_TYPE_F16), lib.GGML_TYPE_F32)
+    elif to == TensorProto.BFLOAT16 and x.dtype != TensorProto.BFLOAT16:
+        t = lib.ggml_cast(c, lib.ggml_cast(c, t, lib.GGML_TYPE_BF16), lib.GGML_TYPE_F32)
+    return b.out(t, x.shape, to)
+
+
+@op("Cast")
+def _cast(b, node, ins, at):
+    return [_cast_to(b, ins[0], int(at["to"]))]
+
+
+@op("CastLike")
+def _castlike(b, node, ins, at):
+    return [_cast_to(b, ins[0], ins[1].dtype)]
+
+
+# -- shapes -----------------------------------------------------------------------------------------------
+@op("Shape")
+def _shape(b, node, ins, at):
+    s = np.array(ins[0].shape, dtype=np.int64)
+    r = len(s)
+    start, end = int(at.get("start", 0)), at.get("end", None)
+    start = min(max(start + r if start < 0 else start, 0), r)
+    end = r if end is None else int(end)
+    end = min(max(end + r if end < 0 else end, 0), r)
+    return [const(s[start:end], I64)]
+
+
+@op("Size")
+def _size(b, node, ins, at):
+    return [const(np.array(ins[0].size, dtype=np.int64), I64)]
+
+
+def _relayout(b, x: Val, shape):
+    """The same elements under another shape (row-major order kept)."""
+    if x.is_const:
+        return const(x.const.reshape(shape), x.dtype)
+    return b.out(reshape(b, b.tensor(x), shape), tuple(shape), x.dtype)
+
+
+@op("Reshape", const_inputs=(1,))
+def _reshape(b, node, ins, at):
+    x = ins[0]
+    target = [int(d) for d in cval(b, ins[1], "shape").reshape(-1)]
+    allowzero = int(at.get("allowzero", 0))
+    out = []
+    for i, d in enumerate(target):
+        if d == 0 and not allowzero:
+            b.need(i < x.rank, f"shape {target}: a 0 at position {i} copies a dimension the input lacks")
+            d = x.shape[i]
+        out.append(d)
+    if out.count(-1):
+        b.need(out.count(-1) == 1, f"shape {target} has more than one -1")
+        known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
+        b.need(known > 0 and x.size % known == 0, f"cannot reshape {list(x.shape)} to {target}")
+        out[out.index(-1)] = x.size // known
+    b.need(int(np.prod(out, dtype=np.int64)) == x.size, f"cannot reshape {list(x.shape)} to {target}")
+    return [_relayout(b, x, tuple(out))]
+
+
+@op("Flatten")
+def _flatten(b, node, ins, at):
+    x = ins[0]
+    axis = int(at.get("axis", 1))
+    axis = axis + x.rank if axis < 0 else axis
+    b.need(0 <= axis <= x.rank, f"axis {axis} out of range")
+    return [_relayout(b, x, (int(np.prod(x.shape[:axis], dtype=np.int64)), int(np.prod(x.shape[axis:], dtype=np.int64))))]
+
+
+def _axes(b, node, ins, at, idx=1):
+    if len(ins) > idx and ins[idx] is not None:
+        return [int(a) for a in cval(b, ins[idx], "axes").reshape(-1)]
+    if "axes" in at:
+        return [int(a) for a in at["axes"]]
+    return None
+
+
+@op("Squeeze", const_inputs=(1,))
+def _squeeze(b, node, ins, at):
+    x = ins[0]
+    axes = _axes(b, node, ins, at)
+    if axes is None:
+        axes = [k for k, d in enumerate(x.shape) if d == 1]
+    axes = [norm_axis(b, a, x.rank) for a in axes]
+    for a in axes:
+        b.need(x.shape[a] == 1, f"cannot squeeze axis {a} of size {x.shape[a]}")
+    return [_relayout(b, x, tuple(d for k, d in enumerate(x.shape) if k not in axes))]
+
+
+@op("Unsqueeze", const_inputs=(1,))
+def _unsqueeze(b, node, ins, at):
+    x = ins[0]
+    axes = _axes(b, node, ins, at)
+    r = x.rank + len(axes)
+    axes = sorted(norm_axis(b, a, r) for a in axes)
+    shape = list(x.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    return [_relayout(b, x, tuple(shape))]
+
+
+@op("Transpose")
+def _transpose(b, node, ins, at):
+    x = ins[0]
+    perm = [int(p) for p in at.get("perm", list(range(x.rank))[::-1])]
+    b.need(sorted(perm) == list(range(x.rank)), f"perm {perm} is not a permutation of rank {x.rank}")
+    shape = tuple(x.shape[p] for p in perm)
+    # axes of size one move for free: a reshape when the order of the others is kept
+    moved = [p for p in perm if x.shape[p] != 1]
+    if moved == sorted(moved):
+        return [_relayout(b, x, shape)]
+    return [b.out(permute(b, b.tensor(x), perm, x.shape), shape, x.dtype)]
+
+
+@op("Concat")
+def _concat(b, node, ins, at):
+    vals = [v for v in ins if v is not None and v.size > 0]
+    r = vals[0].rank
+    axis = norm_axis(b, at["axis"], r)
+    for v in vals:
+        b.need(v.rank == r and all(v.shape[k] == vals[0].shape[k] for k in range(r) if k != axis),
+               f"cannot concatenate shapes {[list(v.shape) for v in vals]} along axis {axis}")
+    shape = list(vals[0].shape)
+    small, (ax,), kept = squeeze_for(b, shape, [axis])
+
+    def piece(v):  # above rank 4: the same compacted layout for every piece
+        return reshape(b, b.tensor(v), tuple(v.shape[k] for k in kept)) if r > 4 else f(b, v)
+    t = piece(vals[0])
+    for v in vals[1:]:
+        t = lib.ggml_concat(b.ctx, t, piece(v), len(small) - 1 - ax)
+        shape[axis] += v.shape[axis]
+    return [b.out(t, tuple(shape), vals[0].dtype)]
+
+
+@op("Split", const_inputs=(1,))
+def _split(b, node, ins, at):
+    x = ins[0]
+    axis = norm_axis(b, at.get("axis", 0), x.rank)
+    n = len(node.output)
+    sizes = None
+    if len(ins) > 1 and ins[1] is not None:
+        sizes = [int(s) for s in cval(b, ins[1], "split")]
+    elif "split" in at:
+        sizes = [int(s) for s in at["split"]]
+    L = x.shape[axis]
+    if sizes is None:
+        k = int(at.get("num_outputs", n))
+        chunk = -(-L // k)
+        sizes = [chunk] * (k - 1) + [L - chunk * (k - 1)]
+    b.need(sum(sizes) == L and len(sizes) == n, f"split sizes {sizes} do not fit axis {axis} of size {L}")
+    outs, start = [], 0
+    t = b.tensor(x)
+    for s in sizes:
+        if x.is_const:
+            outs.append(const(np.take(x.const, np.arange(start, start + s), axis=axis), x.dtype))
+        else:
+            tt, shape = slice_axis(b, t, x.shape, axis, start, start + s)
+            outs.append(b.out(tt, shape, x.dtype))
+        start += s
+    return outs
+
+
+@op("Slice", const_inputs=(1, 2, 3, 4))
+def _slice(b, node, ins, at):
+    x = ins[0]
+    if len(ins) > 1:
+        starts = [int(v) for v in cval(b, ins[1], "starts")]
+        ends = [int(v) for v in cval(b, ins[2], "ends")]
+        axes = [int(v) for v in cval(b, ins[3], "axes")] if len(ins) > 3 and ins[3] is not None else None
+        steps = [int(v) for v in cval(b, ins[4], "steps")] if len(ins) > 4 and ins[4] is not None else None
+    else:
+        starts, ends, axes, steps = list(at["starts"]), list(at["ends"]), at.get("axes"), None
+    axes = list(range(len(starts))) if axes is None else [norm_axis(b, a, x.rank) for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    t, shape = b.tensor(x), x.shape
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        b.need(st != 0, "slice step 0")
+        idx = np.arange(shape[a])[slice(*slice(s, e, st).indices(shape[a]))] if True else None
+        # numpy's clamping is ONNX's: starts/ends beyond the axis clamp, negatives count from the end
+        b.limit(len(idx) > 0, "slices to an empty tensor are not supported (ggml has no empty tensors)")
+        if st == 1:
+            t, shape = slice_axis(b, t, shape, a, int(idx[0]), int(idx[-1]) + 1)
+        else:
+            t, shape = take(b, t, shape, a, idx)
+    return [b.out(t, shape, x.dtype)]
+
+
+@op("Gather")
+def _gather(b, node, ins, at):
+    x, ind = ins
+    axis = norm_axis(b, at.get("axis", 0), x.rank)
+    L = x.shape[axis]
+    out_shape = x.shape[:axis] + ind.shape + x.shape[axis + 1:]
+    if ind.is_const:
+        idx = np.asarray(ind.const, dtype=np.int64)
+        b.need(((idx >= -L) & (idx < L)).all(), f"indices out of range [-{L}, {L})")
+        idx = np.where(idx < 0, idx + L, idx)
+        t, shape = take(b, b.tensor(x), x.shape, axis, idx.reshape(-1))
+        return [b.out(reshape(b, t, out_shape), out_shape, x.dtype)]
+    b.note_index_input(ind, L)
+    pre, post = x.shape[:axis], x.shape[axis + 1:]
+    P, Q = int(np.prod(pre, dtype=np.int64)), int(np.prod(post, dtype=np.int64))
+    xt = reshape(b, b.tensor(x), (P, L, Q))
+    if P > 1:
+        xt = permute(b, xt, (1, 0, 2))
+    xt = reshape(b, xt, (L, P * Q))
+    idx = reshape(b, b.indices(ind), (ind.size,))
+    rows = lib.ggml_get_rows(b.ctx, xt, idx)
+    y = reshape(b, rows, (ind.size, P, Q))
+    if P > 1:
+        y = permute(b, y, (1, 0, 2))
+    return [b.out(reshape(b, y, out_shape), out_shape, x.dtype)]
+
+
+@op("Expand", const_inputs=(1,))
+def _expand(b, node, ins, at):
+    x = ins[0]
+    target = tuple(int(d) for d in cval(b, ins[1], "shape").reshape(-1))
+    shape = broadcast_shape(b, x.shape, target)
+    src = (1,) * (len(shape) - x.rank) + x.shape
+    work = shape
+    if len(shape) > 4:  # keep the axes where the result is not one (the input has one there too)
+        keep = [k for k in range(len(shape)) if shape[k] != 1]
+        b.limit(len(keep) <= 4, f"rank {len(shape)} tensors are not supported (ggml has at most 4 dimensions)")
+        src, work = tuple(src[k] for k in keep), tuple(shape[k] for k in keep)
+    t = reshape(b, b.tensor(x), src)
+    return [b.out(repeat_to(b, t, work), shape, x.dtype)]
+
+
+@op("Tile", const_inputs=(1,))
+def _tile(b, node, ins, at):
+    x = ins[0]
+    reps = [int(r) for r in cval(b, ins[1], "repeats").reshape(-1)]
+    b.need(len(reps) == x.rank, f"repeats {reps} do not match rank {x.rank}")
+    shape = tuple(d * r for d, r in zip(x.shape, reps))
+    return [b.out(repeat_to(b, cont(b, b.tensor(x)), shape), shape, x.dtype)]
+
+
+@op("Constant")
+def _constant(b, node, ins, at):
+    from onnx import numpy_helper
+    if "value" in at:
+        arr = numpy_helper.to_array(at["value"])
+        return [const(arr, at["value"].data_type)]
+    for key, dt in (("value_float", np.float32), ("value_floats", np.float32), ("value_int", np.int64),
+                    ("value_ints", np.int64)):
+        if key in at:
+            return [const(np.array(at[key], dtype=dt))]
+    raise b.fail("Constant without a supported value attribute (sparse and string values are not supported)")
+
+
+@op("ConstantOfShape", const_inputs=(0,))
+def _constant_of_shape(b, node, ins, at):
+    from onnx import numpy_helper
+    shape = tuple(int(d) for d in cval(b, ins[0], "input").reshape(-1))
+    val = numpy_helper.to_array(at["value"]).reshape(-1) if "value" in at else np.zeros(1, np.float32)
+    dt = at["value"].data_type if "value" in at else FLOAT
+    return [const(np.full(shape, val[0], dtype=val.dtype), dt)]
+
+
+@op("EyeLike")
+def _eyelike(b, node, ins, at):
+    x = ins[0]
+    dt = int(at.get("dtype", x.dtype))
+    b.need(x.rank == 2, "EyeLike needs a 2-D input")
+    b.limit(np_dtype(dt).kind in "fiub", f"EyeLike of type {dt}")
+    return [const(np.eye(x.shape[0], x.shape[1], k=int(at.get("k", 0)), dtype=np_dtype(dt)), dt)]

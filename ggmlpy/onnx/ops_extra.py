@@ -1,0 +1,431 @@
+"""ONNX operators: quantization (QuantizeLinear, DequantizeLinear, QLinearMatMul, QLinearConv),
+cumulative sums, triangles, a few more element-wise functions, and data-dependent shapes
+(Range, NonZero...), which ggml graphs can only hold as load-time constants."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from .graph import Val, const, np_dtype
+from .layout import binary, permute, reshape, take, to_rows
+from .ops_basic import OPS, _round_even, _unary, cval, f, norm_axis, op
+from .ops_nn import _conv, _matmul_op, arg_rows
+from .safe import lib
+
+QRANGE = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127), TensorProto.UINT16: (0, 65535),
+          TensorProto.INT16: (-32768, 32767), TensorProto.INT32: (-2 ** 31, 2 ** 31 - 1)}
+
+
+def _along(b, v: Val, axis, rank):
+    """A per-axis (1-D) or per-tensor parameter, shaped to broadcast against a rank-`rank` tensor."""
+    if v is None:
+        return None
+    if v.size == 1 or v.rank == rank:
+        return v
+    shape = [1] * rank
+    shape[axis] = v.size
+    return const(v.const.reshape(shape), v.dtype) if v.is_const else Val(tuple(shape), v.dtype,
+                                                                        t=reshape(b, b.tensor(v), tuple(shape)))
+
+
+def _mul(b, x, y):
+    t, shape = binary(b, lambda c, p, q: lib.ggml_mul(c, p, q), x, y, True)
+    return Val(shape, x.dtype, t=t)
+
+
+def _sub(b, x, y):
+    t, shape = binary(b, lambda c, p, q: lib.ggml_sub(c, p, q), x, y)
+    return Val(shape, x.dtype, t=t)
+
+
+def _add(b, x, y):
+    t, shape = binary(b, lambda c, p, q: lib.ggml_add(c, p, q), x, y, True)
+    return Val(shape, x.dtype, t=t)
+
+
+def _div(b, x, y):
+    t, shape = binary(b, lambda c, p, q: lib.ggml_div(c, p, q), x, y)
+    return Val(shape, x.dtype, t=t)
+
+
+def dequantize(b, x, scale, zp, axis, out_type=TensorProto.FLOAT):
+    axis = norm_axis(b, axis, x.rank) if scale.size > 1 else 0  # the axis matters for per-axis scales only
+    scale, zp = _along(b, scale, axis, x.rank), _along(b, zp, axis, x.rank)
+    if x.is_const and scale.is_const and (zp is None or zp.is_const):
+        y = (x.const.astype(np.float64) - (0 if zp is None else zp.const.astype(np.float64))) * scale.const
+        return const(y.astype(np.float32), out_type)
+    v = x if zp is None else _sub(b, Val(x.shape, TensorProto.FLOAT, t=f(b, x)), zp)
+    y = _mul(b, Val(v.shape, TensorProto.FLOAT, t=f(b, v) if v.t is None else v.t), scale)
+    return b.out(y.t, y.shape, out_type)
+
+
+def quantize(b, x, scale, zp, axis, out_type):
+    axis = norm_axis(b, axis, x.rank) if scale.size > 1 else 0
+    scale, zp = _along(b, scale, axis, x.rank), _along(b, zp, axis, x.rank)
+    lo, hi = QRANGE.get(out_type, (None, None))
+    b.need(lo is not None, f"quantization to {TensorProto.DataType.Name(out_type)}")
+    q = _div(b, Val(x.shape, x.dtype, t=f(b, x)), scale)
+    t = _round_even(b, q.t)
+    v = Val(q.shape, x.dtype, t=t)
+    if zp is not None:
+        v = _add(b, v, zp)
+    return b.out(lib.ggml_clamp(b.ctx, v.t, float(lo), float(hi)), v.shape, out_type)
+
+
+@op("DequantizeLinear")
+def _dequantize(b, node, ins, at):
+    x, scale = ins[0], ins[1]
+    zp = ins[2] if len(ins) > 2 else None
+    b.need(int(at.get("block_size", 0)) == 0, "blocked quantization (block_size)")
+    out_type = int(at.get("output_dtype", 0)) or scale.dtype
+    return [dequantize(b, x, scale, zp, at.get("axis", 1), out_type)]
+
+
+@op("QuantizeLinear")
+def _quantize(b, node, ins, at):
+    x, scale = ins[0], ins[1]
+    zp = ins[2] if len(ins) > 2 else None
+    b.need(int(at.get("block_size", 0)) == 0, "blocked quantization (block_size)")
+    out_type = zp.dtype if zp is not None else int(at.get("output_dtype", 0)) or TensorProto.UINT8
+    return [quantize(b, x, scale, zp, at.get("axis", 1), out_type)]
+
+
+@op("QLinearMatMul")
+def _qlinear_matmul(b, node, ins, at):
+    a, sa, za, w, sw, zw, sy, zy = ins
+    A = dequantize(b, a, sa, za, -2 if a.rank > 1 else 0)  # per-row scales for a, per-column for b
+    W = dequantize(b, w, sw, zw, -1)
+    y = _matmul_op(b, node, [A, W], {})[0]
+    return [quantize(b, y, sy, zy, -1, zy.dtype)]
+
+
+@op("QLinearConv")
+def _qlinear_conv(b, node, ins, at):
+    x, sx, zx, w, sw, zw, sy, zy = ins[:8]
+    bias = ins[8] if len(ins) > 8 else None
+    X = dequantize(b, x, sx, zx, 1)
+    W = dequantize(b, w, sw, zw, 0)
+    args = [X, W]
+    if bias is not None:  # int32 bias in units of x_scale * w_scale
+        b.need(bias.is_const and sx.is_const and sw.is_const, "QLinearConv's bias and scales must be constant")
+        args.append(const((bias.const.astype(np.float64) * sx.const.reshape(-1) * sw.const.reshape(-1))
+                          .astype(np.float32)))
+    y = _conv(b, node, args, at)[0]
+    return [quantize(b, y, sy, zy, 1, zy.dtype)]
+
+
+@op("CumSum", const_inputs=(1,))
+def _cumsum(b, node, ins, at):
+    x = ins[0]
+    axis = norm_axis(b, int(np.asarray(cval(b, ins[1], "axis")).reshape(-1)[0]), x.rank)
+    rev, excl = int(at.get("reverse", 0)), int(at.get("exclusive", 0))
+    t, shape = b.tensor(x), x.shape
+    L = shape[axis]
+    if rev:
+        t, shape = take(b, t, shape, axis, np.arange(L)[::-1])
+    rows, keep, perm = to_rows(b, t, shape, [axis])
+    y = lib.ggml_cumsum(b.ctx, rows)
+    if excl:  # shift by one: the running sum before each element
+        y = lib.ggml_sub(b.ctx, y, rows)
+    moved = tuple(shape[p] for p in perm)
+    y = permute(b, reshape(b, y, moved), list(np.argsort(perm)))
+    if rev:
+        y, shape = take(b, y, shape, axis, np.arange(L)[::-1])
+    return [b.out(y, x.shape, x.dtype)]
+
+
+@op("Trilu", const_inputs=(1,))
+def _trilu(b, node, ins, at):
+    x = ins[0]
+    k = int(np.asarray(cval(b, ins[1], "k")).reshape(-1)[0]) if len(ins) > 1 and ins[1] is not None else 0
+    upper = int(at.get("upper", 1))
+    n, m = x.shape[-2:]
+    mask = np.triu(np.ones((n, m), np.float32), k) if upper else np.tril(np.ones((n, m), np.float32), k)
+    return [b.out(lib.ggml_mul(b.ctx, f(b, x), b.weight(mask)), x.shape, x.dtype)]
+
+
+def _exp_pair(b, x, sign):
+    c = b.ctx
+    e, en = lib.ggml_exp(c, x), lib.ggml_exp(c, lib.ggml_neg(c, x))
+    return lib.ggml_scale(c, lib.ggml_add(c, e, en) if sign > 0 else lib.ggml_sub(c, e, en), 0.5)
+
+
+OPS["Sinh"] = _unary(lambda b, x, at: _exp_pair(b, x, -1))
+OPS["Cosh"] = _unary(lambda b, x, at: _exp_pair(b, x, 1))
+OPS["Tan"] = _unary(lambda b, x, at: lib.ggml_div(b.ctx, lib.ggml_sin(b.ctx, x), lib.ggml_cos(b.ctx, x)))
+
+
+@op("MeanVarianceNormalization")
+def _mvn(b, node, ins, at):
+    x = ins[0]
+    axes = sorted({norm_axis(b, a, x.rank) for a in at.get("axes", [0, 2, 3])})
+    rows, keep, perm = to_rows(b, b.tensor(x), x.shape, axes)
+    c = b.ctx
+    mean = lib.ggml_mean(c, rows)
+    d = lib.ggml_sub(c, rows, mean)
+    sd = lib.ggml_sqrt(c, lib.ggml_mean(c, lib.ggml_sqr(c, d)))
+    y = lib.ggml_div(c, d, lib.ggml_scale_bias(c, sd, 1.0, 1e-9))
+    moved = tuple(x.shape[p] for p in perm)
+    return [b.out(permute(b, reshape(b, y, moved), list(np.argsort(perm))), x.shape, x.dtype)]
+
+
+@op("DepthToSpace", "SpaceToDepth")
+def _depth_space(b, node, ins, at):
+    """The six-dimensional reshape-transpose of these ops, as one constant gather over the flat tensor."""
+    x = ins[0]
+    bs = int(at["blocksize"])
+    N, C, H, W = x.shape
+    idx = np.arange(x.size).reshape(x.shape)
+    if node.op_type == "DepthToSpace":
+        mode = at.get("mode", b"DCR")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        if mode == "DCR":
+            t = idx.reshape(N, bs, bs, C // bs ** 2, H, W).transpose(0, 3, 4, 1, 5, 2)
+        else:
+            t = idx.reshape(N, C // bs ** 2, bs, bs, H, W).transpose(0, 1, 4, 2, 5, 3)
+        out = (N, C // bs ** 2, H * bs, W * bs)
+    else:
+        mode = at.get("mode", b"DCR")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+        t = idx.reshape(N, C, H // bs, bs, W // bs, bs).transpose(*perm)
+        out = (N, C * bs * bs, H // bs, W // bs)
+    flat = reshape(b, b.tensor(x), (x.size, 1))
+    y, _ = take(b, flat, (x.size, 1), 0, t.reshape(-1))
+    return [b.out(reshape(b, y, out), out, x.dtype)]
+
+
+@op("GatherElements", const_inputs=(1,))
+def _gather_elements(b, node, ins, at):
+    x, ind = ins
+    axis = norm_axis(b, at.get("axis", 0), x.rank)
+    idx = np.asarray(cval(b, ind, "indices"), dtype=np.int64)
+    L = x.shape[axis]
+    b.need(((idx >= -L) & (idx < L)).all(), f"indices out of range [-{L}, {L})")
+    idx = np.where(idx < 0, idx + L, idx)
+    grid = list(np.indices(idx.shape))
+    grid[axis] = idx
+    flat_idx = np.ravel_multi_index(tuple(grid), x.shape)
+    flat = reshape(b, b.tensor(x), (x.size, 1))
+    y, _ = take(b, flat, (x.size, 1), 0, flat_idx.reshape(-1))
+    return [b.out(reshape(b, y, idx.shape), idx.shape, x.dtype)]
+
+
+def _needs_constants(name):
+    def build(b, node, ins, at):
+        raise b.fail(f"{name}'s output shape depends on its input values: ggml graphs have static shapes, so its "
+                     "inputs must be known at load time")
+    return build
+
+
+for _name, _idx in (("Range", (0, 1, 2)), ("NonZero", (0,)), ("Unique", (0,)), ("Compress", (0, 1)),
+                    ("OneHot", (0, 1, 2))):
+    op(_name, const_inputs=_idx)(_needs_constants(_name))
+
+del np_dtype
+
+
+@op("IsNaN")
+def _isnan(b, node, ins, at):
+    x = ins[0]  # NaN is the one value whose |x| + 1 is not positive
+    c = b.ctx
+    t = lib.ggml_scale_bias(c, lib.ggml_step(c, lib.ggml_scale_bias(c, lib.ggml_abs(c, f(b, x)), 1.0, 1.0)), -1.0, 1.0)
+    return [b.out(t, x.shape, TensorProto.BOOL)]
+
+
+@op("IsInf")
+def _isinf(b, node, ins, at):
+    x = ins[0]
+    c = b.ctx
+    fmax = float(np.finfo(np.float32).max)
+    t = f(b, x)
+    pos, neg = int(at.get("detect_positive", 1)), int(at.get("detect_negative", 1))
+    src = lib.ggml_abs(c, t) if pos and neg else (t if pos else lib.ggml_neg(c, t))
+    y = lib.ggml_step(c, lib.ggml_scale_bias(c, src, 1.0, -fmax))
+    if not pos and not neg:
+        y = lib.ggml_scale(c, y, 0.0)
+    return [b.out(y, x.shape, TensorProto.BOOL)]
+
+
+@op("TopK", const_inputs=(1,))
+def _topk(b, node, ins, at):
+    x = ins[0]
+    k = int(np.asarray(cval(b, ins[1], "K")).reshape(-1)[0])
+    axis = norm_axis(b, at.get("axis", -1), x.rank)
+    largest = int(at.get("largest", 1))
+    L = x.shape[axis]
+    b.need(0 < k <= L, f"K={k} for an axis of {L}")
+    rows, keep, perm = to_rows(b, b.tensor(x), x.shape, [axis])
+    R = int(rows.ne[1])
+    key = rows if largest else lib.ggml_neg(b.ctx, rows)
+    # ties: ONNX wants the lower index first; subtracting index * tiny breaks them (values differ by more
+    # than that, or are equal)
+    idx = lib.ggml_argsort_top_k(b.ctx, lib.ggml_cont(b.ctx, key), k)  # I32 ne [k, R], descending
+    idx = lib.ggml_cont(b.ctx, idx)
+    vals = lib.ggml_get_rows(b.ctx, lib.ggml_reshape_3d(b.ctx, rows, 1, L, R), idx)  # ne [1, k, R]
+    moved = tuple(x.shape[p] for p in perm[:-1]) + (k,)
+    inv = list(np.argsort(perm))
+    out_shape = tuple(k if d == axis else x.shape[d] for d in range(x.rank))
+    v = permute(b, reshape(b, vals, moved), inv)
+    i = permute(b, reshape(b, lib.ggml_cast(b.ctx, idx, lib.GGML_TYPE_F32), moved), inv)
+    return [b.out(v, out_shape, x.dtype), b.out(i, out_shape, TensorProto.INT64)]
+
+
+def _scatter(b, x, updates, positions, reduction):
+    """data with updates written at flat `positions` (constant). Duplicated positions are applied in
+    rounds, in order, each round a gather of the updates and a masked combine."""
+    b.need(reduction in ("none", "add", "mul", "max", "min"), f"reduction '{reduction}'")
+    positions = np.asarray(positions, dtype=np.int64)
+    seen: dict = {}
+    rounds: list = []  # rounds[r][position] = update index of that position's r-th occurrence
+    for u, p in enumerate(positions.tolist()):
+        r = seen.get(p, 0)
+        seen[p] = r + 1
+        if r == len(rounds):
+            rounds.append({})
+        rounds[r][p] = u
+    n = int(np.prod(x.shape, dtype=np.int64))
+    flat_u = reshape(b, b.tensor(updates), (updates.size, 1))
+    acc = f(b, x)
+    c = b.ctx
+    for rnd in rounds:
+        src = np.zeros(n, dtype=np.int64)
+        hit = np.zeros(n, dtype=np.float32)
+        for p, u in rnd.items():
+            src[p], hit[p] = u, 1.0
+        g, _ = take(b, flat_u, (updates.size, 1), 0, src)
+        g = reshape(b, g, x.shape)
+        h = b.weight(hit.reshape(x.shape))
+        if reduction == "none":
+            new = g
+        elif reduction == "add":
+            new = lib.ggml_add(c, acc, g)
+        elif reduction == "mul":
+            new = lib.ggml_mul(c, acc, g)
+        elif reduction == "max":
+            new = lib.ggml_add(c, acc, lib.ggml_relu(c, lib.ggml_sub(c, g, acc)))
+        else:
+            new = lib.ggml_sub(c, acc, lib.ggml_relu(c, lib.ggml_sub(c, acc, g)))
+        keep = lib.ggml_mul(c, acc, b.weight(1.0 - hit.reshape(x.shape)))
+        acc = lib.ggml_add(c, keep, lib.ggml_mul(c, new, h))
+    return b.out(acc, x.shape, x.dtype)
+
+
+@op("ScatterElements", "Scatter", const_inputs=(1,))
+def _scatter_elements(b, node, ins, at):
+    x, ind, upd = ins
+    axis = norm_axis(b, at.get("axis", 0), x.rank)
+    idx = np.asarray(cval(b, ind, "indices"), dtype=np.int64)
+    L = x.shape[axis]
+    b.need(((idx >= -L) & (idx < L)).all(), f"indices out of range [-{L}, {L})")
+    grid = list(np.indices(idx.shape))
+    grid[axis] = np.where(idx < 0, idx + L, idx)
+    pos = np.ravel_multi_index(tuple(grid), x.shape).reshape(-1)
+    red = at.get("reduction", b"none")
+    return [_scatter(b, x, upd, pos, red.decode() if isinstance(red, bytes) else red)]
+
+
+@op("ScatterND", const_inputs=(1,))
+def _scatter_nd(b, node, ins, at):
+    x, ind, upd = ins
+    idx = np.asarray(cval(b, ind, "indices"), dtype=np.int64)
+    q = idx.shape[-1]
+    lead = idx.reshape(-1, q)
+    lead = np.where(lead < 0, lead + np.array(x.shape[:q]), lead)
+    inner = int(np.prod(x.shape[q:], dtype=np.int64))
+    base = np.ravel_multi_index(tuple(lead.T), x.shape[:q]) * inner
+    pos = (base[:, None] + np.arange(inner)[None, :]).reshape(-1)
+    red = at.get("reduction", b"none")
+    return [_scatter(b, x, upd, pos, red.decode() if isinstance(red, bytes) else red)]
+
+
+@op("Hardmax")
+def _hardmax(b, node, ins, at):
+    x = ins[0]
+    axis = norm_axis(b, at.get("axis", -1), x.rank)
+    L = x.shape[axis]
+    rows, keep, perm = to_rows(b, b.tensor(x), x.shape, [axis])
+    first = arg_rows(b, rows)
+    R = int(rows.ne[1])
+    ar = b.weight(np.tile(np.arange(L, dtype=np.float32), (R, 1)))  # ne [L, R]
+    d = lib.ggml_sub(b.ctx, ar, lib.ggml_reshape_2d(b.ctx, first, 1, R))
+    one = lib.ggml_scale_bias(b.ctx, lib.ggml_add(b.ctx, lib.ggml_step(b.ctx, d),
+                                                  lib.ggml_step(b.ctx, lib.ggml_neg(b.ctx, d))), -1.0, 1.0)
+    moved = tuple(x.shape[p] for p in perm)
+    return [b.out(permute(b, reshape(b, one, moved), list(np.argsort(perm))), x.shape, x.dtype)]
+
+
+# -- onnxruntime's quantized contrib operators (domain com.microsoft), as written by its static quantizer ----
+MS = "com.microsoft:"
+
+
+def _qbinary(fn):
+    def build(b, node, ins, at):
+        a, sa, za, x, sx, zx, sy, zy = (list(ins) + [None] * 8)[:8]
+        A = dequantize(b, a, sa, za, 0)
+        X = dequantize(b, x, sx, zx, 0)
+        t, shape = binary(b, fn, A, X, True)
+        return [quantize(b, Val(shape, TensorProto.FLOAT, t=t), sy, zy, 0, zy.dtype if zy is not None else TensorProto.UINT8)]
+    return build
+
+
+OPS[MS + "QLinearAdd"] = _qbinary(lambda c, p, q: lib.ggml_add(c, p, q))
+OPS[MS + "QLinearMul"] = _qbinary(lambda c, p, q: lib.ggml_mul(c, p, q))
+
+
+def _qunary(fn):
+    def build(b, node, ins, at):
+        x, sx, zx, sy, zy = (list(ins) + [None] * 5)[:5]
+        X = dequantize(b, x, sx, zx, 0)
+        y = fn(b, f(b, X), at)
+        return [quantize(b, Val(x.shape, TensorProto.FLOAT, t=y), sy, zy, 0,
+                         zy.dtype if zy is not None else TensorProto.UINT8)]
+    return build
+
+
+OPS[MS + "QLinearSigmoid"] = _qunary(lambda b, t, at: lib.ggml_sigmoid(b.ctx, t))
+OPS[MS + "QLinearLeakyRelu"] = _qunary(lambda b, t, at: lib.ggml_leaky_relu(b.ctx, t, float(at.get("alpha", 0.01)), False))
+
+
+def _qgap(b, node, ins, at):
+    from .ops_nn import _global
+    x, sx, zx, sy, zy = ins[:5]
+    b.need(not int(at.get("channels_last", 0)), "QLinearGlobalAveragePool with channels_last")
+    y = _global(b, dequantize(b, x, sx, zx, 0), "avg")[0]
+    return [quantize(b, y, sy, zy, 0, zy.dtype)]
+
+
+OPS[MS + "QLinearGlobalAveragePool"] = _qgap
+
+
+def _qconcat(b, node, ins, at):
+    from .ops_basic import _concat
+    sy, zy = ins[0], ins[1]
+    parts = [dequantize(b, ins[k], ins[k + 1], ins[k + 2], 0) for k in range(2, len(ins), 3)]
+    y = _concat(b, node, parts, at)[0]
+    return [quantize(b, y, sy, zy, 0, zy.dtype)]
+
+
+OPS[MS + "QLinearConcat"] = _qconcat
+
+
+def _qgemm(b, node, ins, at):
+    from .ops_nn import _gemm
+    a, sa, za, w, sw, zw = ins[:6]
+    C = ins[6] if len(ins) > 6 else None
+    sy = ins[7] if len(ins) > 7 else None
+    zy = ins[8] if len(ins) > 8 else None
+    A = dequantize(b, a, sa, za, 0)
+    W = dequantize(b, w, sw, zw, 0 if int(at.get("transB", 0)) else 1)
+    args = [A, W]
+    if C is not None:  # int32 bias in units of a_scale * b_scale * alpha
+        b.need(C.is_const and sa.is_const and sw.is_const, "QGemm's bias and scales must be constant")
+        args.append(const((C.const.astype(np.float64) * sa.const.reshape(-1) * sw.const.reshape(-1)
+                           * float(at.get("alpha", 1.0))).astype(np.float32)))
+    y = _gemm(b, node, args, {k: v for k, v in at.items() if k != "beta"})[0]
+    if sy is None:
+        return [y]
+    return [quantize(b, y, sy, zy, 0, zy.dtype if zy is not None else TensorProto.UINT8)]
+
+
+OPS[MS + "QGemm"] = _qgemm

@@ -1,0 +1,624 @@
+"""ONNX operators: products, convolutions, pooling, normalisations, reductions, softmax, resize, pad."""
+from __future__ import annotations
+
+import numpy as np
+
+from .safe import lib
+from .graph import Val, const
+from .layout import binary, cont, pad_zero, permute, reshape, scalar_f32, slice_axis, take, to_rows
+from .ops_basic import FLT_MAX, I64, cval, f, norm_axis, op
+
+POOL_MAX, POOL_AVG = lib.GGML_OP_POOL_MAX, lib.GGML_OP_POOL_AVG
+COLUMNS_FIRST = True  # conv product order (see conv2d)
+
+
+# -- products -------------------------------------------------------------------------------------------
+def _matmul(b, a: Val, bt, b_shape, out_batch=None):
+    """A (..., M, K) @ B: `bt` is B transposed to ggml ne [K, N, ...]; returns tensor, ONNX shape."""
+    K, N = b_shape[-2], b_shape[-1]
+    b.need(a.shape[-1] == K, f"matmul shapes {list(a.shape)} and {list(b_shape)} do not match")
+    M = a.shape[-2]
+    ab, bb = a.shape[:-2], tuple(b_shape[:-2])
+    from .layout import broadcast_shape, repeat_to
+    batch = broadcast_shape(b, ab, bb) if (ab or bb) else ()
+    b.need(len(batch) <= 2, "matmul with more than two batch dimensions")
+    ta = reshape(b, f(b, a), batch and ((1,) * (len(batch) - len(ab)) + ab + (M, K)) or (M, K))
+    if tuple((1,) * (len(batch) - len(ab)) + ab) != batch:
+        ta = repeat_to(b, ta, batch + (M, K))
+    bt = reshape(b, bt, ((1,) * (len(batch) - len(bb)) + bb + (N, K)) if batch else (N, K))
+    return lib.ggml_mul_mat(b.ctx, bt, ta), batch + (M, N)
+
+
+def _transposed_b(b, v: Val):
+    """B (..., K, N) as ggml ne [K, N, ...] (numpy shape (..., N, K)): free for constants."""
+    if v.is_const:
+        arr = np.swapaxes(np.asarray(v.const, dtype=np.float32), -1, -2)
+        return cont(b, b.tensor(const(np.ascontiguousarray(arr)), f16_ok=True))
+    perm = list(range(v.rank))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    return permute(b, b.tensor(v), perm)
+
+
+@op("MatMul")
+def _matmul_op(b, node, ins, at):
+    a, w = ins
+    squeeze = []
+    if a.rank == 1:
+        a = Val((1,) + a.shape, a.dtype, a.const, a.t)
+        squeeze.append(-2)
+    if w.rank == 1:
+        w = Val(w.shape + (1,), w.dtype, None if w.const is None else w.const.reshape(-1, 1), w.t)
+        squeeze.append(-1)
+    t, shape = _matmul(b, a, _transposed_b(b, w), w.shape)
+    if squeeze:
+        shape = tuple(d for k, d in enumerate(shape) if k - len(shape) not in squeeze)
+        t = reshape(b, t, shape)
+    return [b.out(t, shape, a.dtype)]
+
+
+@op("Gemm")
+def _gemm(b, node, ins, at):
+    A, B = ins[0], ins[1]
+    C = ins[2] if len(ins) > 2 else None
+    alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
+    if int(at.get("transA", 0)):
+        A = Val(A.shape[::-1], A.dtype, t=permute(b, b.tensor(A), (1, 0)))
+    if int(at.get("transB", 0)):  # B given as (N, K): already ggml's [K, N]
+        bt = cont(b, b.tensor(B, f16_ok=True))
+        b_shape = B.shape[::-1]
+    else:
+        bt, b_shape = _transposed_b(b, B), B.shape
+    t, shape = _matmul(b, A, bt, b_shape)
+    if alpha != 1.0:
+        t = lib.ggml_scale(b.ctx, t, alpha)
+    if C is not None and beta != 0.0:
+        if beta != 1.0:
+            C = Val(C.shape, C.dtype, t=lib.ggml_scale(b.ctx, f(b, C), beta))
+        t, shape = binary(b, lambda c, x, y: lib.ggml_add(c, x, y), Val(shape, A.dtype, t=t), C, True)
+    return [b.out(t, shape, A.dtype)]
+
+
+# -- convolution ----------------------------------------------------------------------------------------
+def _conv_pads(b, at, in_sizes, k_sizes, strides, dils):
+    nd = len(in_sizes)
+    auto = at.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads_b, pads_e = [], []
+        for i in range(nd):
+            out = -(-in_sizes[i] // strides[i])
+            total = max(0, (out - 1) * strides[i] + (k_sizes[i] - 1) * dils[i] + 1 - in_sizes[i])
+            small, big = total // 2, total - total // 2
+            pads_b.append(small if auto == "SAME_UPPER" else big)
+            pads_e.append(big if auto == "SAME_UPPER" else small)
+        return pads_b, pads_e
+    if auto == "VALID":
+        return [0] * nd, [0] * nd
+    pads = [int(p) for p in at.get("pads", [0] * (2 * nd))]
+    return pads[:nd], pads[nd:]
+
+
+def conv2d(b, x, x_shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, group):
+    """NCHW conv of ggml tensor x with weights (M, C/group, kH, kW); returns tensor, shape."""
+    N, C, H, W = x_shape
+    M, Cg, kH, kW = w_shape
+    b.need(C == Cg * group and M % group == 0, f"conv: {C} input channels, weights {list(w_shape)}, group {group}")
+    # negative pads crop the input
+    crop_b = [max(0, -p) for p in pads_b]
+    crop_e = [max(0, -p) for p in pads_e]
+    pads_b = [max(0, p) for p in pads_b]
+    pads_e = [max(0, p) for p in pads_e]
+    shape = (N, C, H, W)
+    for ax in (0, 1):
+        if crop_b[ax] or crop_e[ax]:
+            x, shape = slice_axis(b, x, shape, 2 + ax, crop_b[ax], shape[2 + ax] - crop_e[ax])
+    if pads_b != pads_e:
+        x, shape = pad_zero(b, x, shape, [0, 0] + pads_b, [0, 0] + pads_e)
+        p = [0, 0]
+    else:
+        p = pads_b
+    _, _, H, W = shape
+    OH = (H + 2 * p[0] - dils[0] * (kH - 1) - 1) // strides[0] + 1
+    OW = (W + 2 * p[1] - dils[1] * (kW - 1) - 1) // strides[1] + 1
+    b.need(OH > 0 and OW > 0, "conv output would be empty")
+    x = cont(b, x)
+    is_const = isinstance(w_arr_or_val, np.ndarray)
+    outs = []
+    Mg = M // group
+    for g in range(group):
+        xg = x if group == 1 else slice_axis(b, x, shape, 1, g * Cg, (g + 1) * Cg)[0]
+        if is_const:
+            wg = b.weight(np.ascontiguousarray(w_arr_or_val[g * Mg:(g + 1) * Mg], dtype=np.float32),
+                          lib.GGML_TYPE_F16 if (b.f16_weights and w_arr_or_val.size >= 256) else lib.GGML_TYPE_F32)
+        else:
+            wg = cont(b, w_arr_or_val) if group == 1 else slice_axis(b, w_arr_or_val, w_shape, 0, g * Mg, (g + 1) * Mg)[0]
+        # im2col in f32 (ggml_conv_2d's default is f16 columns: 1e-3 off), then one product
+        cols = lib.ggml_im2col(b.ctx, wg, xg, strides[1], strides[0], p[1], p[0], dils[1], dils[0], True,
+                               lib.GGML_TYPE_F32)  # ne [Cg*kH*kW, OW, OH, N]
+        kk = Cg * kH * kW
+        cols2 = lib.ggml_reshape_2d(b.ctx, cols, kk, OW * OH * N)
+        w2 = lib.ggml_reshape_2d(b.ctx, wg, kk, Mg)
+        if wg.type == lib.GGML_TYPE_F32 and COLUMNS_FIRST:  # columns first: the product comes out as ne [OW*OH*N, Mg]
+            y = lib.ggml_mul_mat(b.ctx, cols2, w2)
+            y = lib.ggml_reshape_4d(b.ctx, y, OW, OH, N, Mg)
+            if N > 1:  # to ne [OW, OH, Mg, N]; with one image that is a reshape
+                y = lib.ggml_cont(b.ctx, lib.ggml_permute(b.ctx, y, 0, 1, 3, 2))
+            else:
+                y = lib.ggml_reshape_4d(b.ctx, y, OW, OH, Mg, 1)
+        else:  # f16 weights must be the first operand of ggml_mul_mat
+            y = lib.ggml_mul_mat(b.ctx, w2, cols2)  # ne [Mg, OW*OH*N]
+            y = lib.ggml_reshape_4d(b.ctx, y, Mg, OW, OH, N)
+            y = lib.ggml_cont(b.ctx, lib.ggml_permute(b.ctx, y, 2, 0, 1, 3))  # ne [OW, OH, Mg, N]
+        outs.append(y)
+    y = outs[0]
+    for o in outs[1:]:
+        y = lib.ggml_concat(b.ctx, y, o, 2)
+    return y, (N, M, OH, OW)
+
+
+def _as_2d(b, x: Val):
+    """(N, C, L) as (N, C, 1, L); 2-D spatial as it is."""
+    b.need(x.rank in (3, 4), f"only 1-D and 2-D convolution and pooling are supported (input rank {x.rank})")
+    if x.rank == 3:
+        return reshape(b, b.tensor(x), (x.shape[0], x.shape[1], 1, x.shape[2])), (x.shape[0], x.shape[1], 1, x.shape[2])
+    return b.tensor(x), x.shape
+
+
+def _ints2(at, key, nd, default):
+    v = [int(a) for a in at.get(key, [default] * nd)]
+    return ([1] + v) if nd == 1 and key in ("strides", "dilations", "kernel_shape") else v
+
+
+@op("Conv")
+def _conv(b, node, ins, at):
+    x, w = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    nd = x.rank - 2
+    xt, xs = _as_2d(b, x)
+    ks = list(w.shape[2:])
+    strides = [int(s) for s in at.get("strides", [1] * nd)]
+    dils = [int(d) for d in at.get("dilations", [1] * nd)]
+    pb, pe = _conv_pads(b, at, list(x.shape[2:]), ks, strides, dils)
+    if nd == 1:
+        strides, dils, pb, pe, ks = [1] + strides, [1] + dils, [0] + pb, [0] + pe, [1] + ks
+    w_shape = (w.shape[0], w.shape[1], ks[0], ks[1])
+    wsrc = np.asarray(w.const, dtype=np.float32).reshape(w_shape) if w.is_const else reshape(b, b.tensor(w), w_shape)
+    y, shape = conv2d(b, xt, xs, wsrc, w_shape, strides, pb, pe, dils, int(at.get("group", 1)))
+    if bias is not None:
+        y = lib.ggml_add(b.ctx, y, reshape(b, b.tensor(bias), (1, bias.size, 1, 1)))
+    if nd == 1:
+        shape = (shape[0], shape[1], shape[3])
+        y = reshape(b, y, shape)
+    return [b.out(y, shape, x.dtype)]
+
+
+def _dilate(b, t, shape, axis, s):
+    """Insert s-1 zeros between the elements of one axis (the input of a transposed convolution)."""
+    if s == 1:
+        return t, shape
+    pre, L, post = shape[:axis], shape[axis], shape[axis + 1:]
+    P, Q = int(np.prod(pre, dtype=np.int64)), int(np.prod(post, dtype=np.int64))
+    x, sh = pad_zero(b, reshape(b, t, (P, L, 1, Q)), (P, L, 1, Q), [0, 0, 0, 0], [0, 0, s - 1, 0])
+    x, sh = slice_axis(b, reshape(b, x, (P, L * s, Q)), (P, L * s, Q), 1, 0, L * s - (s - 1))
+    out = pre + (L * s - (s - 1),) + post
+    return reshape(b, x, out), out
+
+
+@op("ConvTranspose", const_inputs=(1,))
+def _conv_transpose(b, node, ins, at):
+    """A transposed convolution is a convolution of the zero-dilated input with the flipped kernel."""
+    x, w = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    nd = x.rank - 2
+    b.need(w.is_const, "ConvTranspose weights must be known at load time (an initializer or constant)")
+    group = int(at.get("group", 1))
+    xt, xs = _as_2d(b, x)
+    W = np.asarray(w.const, dtype=np.float32)
+    if nd == 1:
+        W = W[:, :, None, :]
+    C, Mg, kH, kW = W.shape
+    strides = _ints2(at, "strides", nd, 1)
+    dils = _ints2(at, "dilations", nd, 1)
+    outpad = [int(p) for p in at.get("output_padding", [0] * nd)]
+    outpad = ([0] + outpad) if nd == 1 else outpad
+    ins_sp = list(xs[2:])
+    ks = [kH, kW]
+    full = [strides[i] * (ins_sp[i] - 1) + outpad[i] + (ks[i] - 1) * dils[i] + 1 for i in range(2)]
+    if "output_shape" in at:
+        oshape = [int(v) for v in at["output_shape"]][-nd:]
+        oshape = ([1] + oshape) if nd == 1 else oshape
+        total = [full[i] - oshape[i] for i in range(2)]
+        auto = at.get("auto_pad", b"NOTSET")
+        upper = (auto.decode() if isinstance(auto, bytes) else auto) == "SAME_UPPER"
+        pb = [t // 2 if upper else t - t // 2 for t in total]
+        pe = [t - p for t, p in zip(total, pb)]
+    else:
+        auto = at.get("auto_pad", b"NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            total = [full[i] - ins_sp[i] * strides[i] for i in range(2)]
+            pb = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+            pe = [t - p for t, p in zip(total, pb)]
+        else:
+            pads = [int(p) for p in at.get("pads", [0] * (2 * nd))]
+            pb, pe = pads[:nd], pads[nd:]
+            if nd == 1:
+                pb, pe = [0] + pb, [0] + pe
+    t, shape = xt, xs
+    for ax in (0, 1):
+        t, shape = _dilate(b, t, shape, 2 + ax, strides[ax])
+    Cg = C // group
+    Wc = np.concatenate([np.transpose(W[g * Cg:(g + 1) * Cg], (1, 0, 2, 3)) for g in range(group)], axis=0)
+    Wc = np.ascontiguousarray(Wc[:, :, ::-1, ::-1])  # (Mg * group, Cg, kH, kW)
+    cpb = [dils[i] * (ks[i] - 1) - pb[i] for i in range(2)]
+    cpe = [dils[i] * (ks[i] - 1) - pe[i] + outpad[i] for i in range(2)]
+    y, oshape = conv2d(b, t, shape, Wc, Wc.shape, [1, 1], cpb, cpe, dils, group)
+    if bias is not None:
+        y = lib.ggml_add(b.ctx, y, reshape(b, b.tensor(bias), (1, bias.size, 1, 1)))
+    if nd == 1:
+        oshape = (oshape[0], oshape[1], oshape[3])
+        y = reshape(b, y, oshape)
+    return [b.out(y, oshape, x.dtype)]
+
+
+# -- pooling --------------------------------------------------------------------------------------------
+def _pool(b, node, ins, at, kind):
+    x = ins[0]
+    nd = x.rank - 2
+    b.need(len(node.output) == 1 or not node.output[1], "MaxPool's Indices output is not supported")
+    xt, xs = _as_2d(b, x)
+    ks = [int(k) for k in at["kernel_shape"]]
+    strides = [int(s) for s in at.get("strides", [1] * nd)]
+    dils = [int(d) for d in at.get("dilations", [1] * nd)]
+    b.need(all(d == 1 for d in dils), "pooling with dilations is not supported (ggml's pool has none)")
+    pb, pe = _conv_pads(b, at, list(x.shape[2:]), ks, strides, dils)
+    if nd == 1:
+        ks, strides, pb, pe = [1] + ks, [1] + strides, [0] + pb, [0] + pe
+    sizes = list(xs[2:])
+    ceil = int(at.get("ceil_mode", 0))
+    outs, extra = [], []
+    for i in range(2):
+        span = sizes[i] + pb[i] + pe[i] - ks[i]
+        o = (-(-span // strides[i]) if ceil else span // strides[i]) + 1
+        if ceil and (o - 1) * strides[i] >= sizes[i] + pb[i]:
+            o -= 1  # the last window must start inside the input or the left padding
+        outs.append(o)
+        extra.append(max(0, (o - 1) * strides[i] + ks[i] - (sizes[i] + pb[i] + pe[i])))
+    pad_e = [pe[i] + extra[i] for i in range(2)]
+    if pb == pad_e and kind == "max":  # ggml's own padding: out-of-range cells never enter a max
+        y = lib.ggml_pool_2d(b.ctx, cont(b, xt), POOL_MAX, ks[1], ks[0], strides[1], strides[0],
+                             float(pb[1]), float(pb[0]))
+        shape = (xs[0], xs[1], outs[0], outs[1])
+        if nd == 1:
+            shape = (xs[0], xs[1], outs[1])
+            y = reshape(b, y, shape)
+        return [b.out(y, shape, x.dtype)]
+    t, shape = pad_zero(b, xt, xs, [0, 0] + pb, [0, 0] + pad_e)
+    Hp, Wp = shape[2], shape[3]
+    if kind == "max" and (any(pb) or any(pad_e)):
+        mask = np.zeros((Hp, Wp), dtype=np.float32)  # padding never wins a max
+        mask[:pb[0], :] = mask[Hp - pad_e[0]:, :] = -FLT_MAX
+        mask[:, :pb[1]] = mask[:, Wp - pad_e[1]:] = -FLT_MAX
+        t = lib.ggml_add(b.ctx, t, b.weight(mask))
+    y = lib.ggml_pool_2d(b.ctx, cont(b, t), POOL_MAX if kind == "max" else POOL_AVG,
+                         ks[1], ks[0], strides[1], strides[0], 0.0, 0.0)
+    if kind == "avg":
+        # ggml divides by the window size; ONNX by the cells inside the input (and its pads if asked)
+        incl = int(at.get("count_include_pad", 0))
+        counts = []
+        for i in range(2):
+            lo, hi = (-pb[i], sizes[i] + pe[i]) if incl else (0, sizes[i])
+            st = np.arange(outs[i]) * strides[i] - pb[i]
+            counts.append(np.minimum(st + ks[i], hi) - np.maximum(st, lo))
+        div = np.outer(counts[0], counts[1]).astype(np.float64)
+        scale = (ks[0] * ks[1] / div).astype(np.float32)
+        if not np.all(scale == 1.0):
+            y = lib.ggml_mul(b.ctx, y, b.weight(scale))
+    shape = (xs[0], xs[1], outs[0], outs[1])
+    if nd == 1:
+        shape = (xs[0], xs[1], outs[1])
+        y = reshape(b, y, shape)
+    return [b.out(y, shape, x.dtype)]
+
+
+@op("MaxPool")
+def _maxpool(b, node, ins, at):
+    return _pool(b, node, ins, at, "max")
+
+
+@op("AveragePool")
+def _avgpool(b, node, ins, at):
+    return _pool(b, node, ins, at, "avg")
+
+
+def _global(b, x, kind):
+    b.need(x.rank >= 3, "global pooling needs (N, C, spatial...)")
+    N, C = x.shape[:2]
+    S = int(np.prod(x.shape[2:], dtype=np.int64))
+    t = reshape(b, b.tensor(x), (N * C, S))
+    y = lib.ggml_mean(b.ctx, t) if kind == "avg" else lib.ggml_pool_1d(b.ctx, t, POOL_MAX, S, S, 0)
+    shape = (N, C) + (1,) * (x.rank - 2)
+    return [b.out(reshape(b, y, shape), shape, x.dtype)]
+
+
+@op("GlobalAveragePool")
+def _gap(b, node, ins, at):
+    return _global(b, ins[0], "avg")
+
+
+@op("GlobalMaxPool")
+def _gmp(b, node, ins, at):
+    return _global(b, ins[0], "max")
+
+
+# -- reductions -----------------------------------------------------------------------------------------
+def _row_max(b, t):
+    R = int(t.ne[0])
+    return lib.ggml_pool_1d(b.ctx, cont(b, t), POOL_MAX, R, R, 0)
+
+
+ROW_REDUCE = {
+    "ReduceSum": lambda b, t: lib.ggml_sum_rows(b.ctx, t),
+    "ReduceMean": lambda b, t: lib.ggml_mean(b.ctx, t),
+    "ReduceMax": _row_max,
+    "ReduceMin": lambda b, t: lib.ggml_neg(b.ctx, _row_max(b, lib.ggml_neg(b.ctx, t))),
+    "ReduceSumSquare": lambda b, t: lib.ggml_sum_rows(b.ctx, lib.ggml_sqr(b.ctx, t)),
+    "ReduceL1": lambda b, t: lib.ggml_sum_rows(b.ctx, lib.ggml_abs(b.ctx, t)),
+    "ReduceL2": lambda b, t: lib.ggml_sqrt(b.ctx, lib.ggml_sum_rows(b.ctx, lib.ggml_sqr(b.ctx, t))),
+    "ReduceLogSum": lambda b, t: lib.ggml_log(b.ctx, lib.ggml_sum_rows(b.ctx, t)),
+    "ReduceLogSumExp": lambda b, t: _logsumexp(b, t),
+}
+
+
+def _logsumexp(b, t):
+    m = _row_max(b, t)
+    s = lib.ggml_sum_rows(b.ctx, lib.ggml_exp(b.ctx, lib.ggml_sub(b.ctx, t, m)))
+    return lib.ggml_add(b.ctx, lib.ggml_log(b.ctx, s), m)
+
+
+def _reduce(name):
+    def build(b, node, ins, at):
+        x = ins[0]
+        axes = None
+        if len(ins) > 1 and ins[1] is not None:
+            axes = [int(a) for a in cval(b, ins[1], "axes").reshape(-1)]
+        elif "axes" in at:
+            axes = [int(a) for a in at["axes"]]
+        keep = int(at.get("keepdims", 1))
+        if not axes:
+            if int(at.get("noop_with_empty_axes", 0)):
+                return [x]
+            axes = list(range(x.rank))
+        axes = sorted({norm_axis(b, a, x.rank) for a in axes})
+        rows, kept, _ = to_rows(b, b.tensor(x), x.shape, axes)
+        y = ROW_REDUCE[name](b, rows)
+        shape = tuple(1 if k in axes else d for k, d in enumerate(x.shape)) if keep else \
+            tuple(d for k, d in enumerate(x.shape) if k not in axes)
+        return [b.out(reshape(b, y, shape), shape, x.dtype)]
+    return build
+
+
+for _name in ROW_REDUCE:
+    op(_name, const_inputs=(1,))(_reduce(_name))
+
+
+def arg_rows(b, rows, last=False):
+    """Index of the maximum of each row (ggml ne0), the first (or last) of equal maxima, as F32 ne [1, R].
+    Computed from the row maximum and a mask, not with ggml_argmax, whose choice among equal maxima
+    differs between backends (the CPU keeps the last, Vulkan the first)."""
+    c = b.ctx
+    L = int(rows.ne[0])
+    rows = cont(b, rows)
+    m = _row_max(b, rows)
+    d = lib.ggml_sub(c, rows, m)  # 0 at the maxima, negative elsewhere
+    eq = lib.ggml_scale_bias(c, lib.ggml_step(c, lib.ggml_neg(c, d)), -1.0, 1.0)
+    if last:  # max over (i + 1) * eq, minus one
+        w = np.arange(1, L + 1, dtype=np.float32)
+        return lib.ggml_scale_bias(c, _row_max(b, lib.ggml_mul(c, eq, b.weight(w))), 1.0, -1.0)
+    w = np.arange(L, 0, -1, dtype=np.float32)  # L - i: the first maximum scores highest
+    return lib.ggml_scale_bias(c, _row_max(b, lib.ggml_mul(c, eq, b.weight(w))), -1.0, float(L))
+
+
+def _argext(sign):
+    def build(b, node, ins, at):
+        x = ins[0]
+        axis = norm_axis(b, at.get("axis", 0), x.rank)
+        rows, kept, _ = to_rows(b, b.tensor(x), x.shape, [axis])
+        if sign < 0:
+            rows = lib.ggml_neg(b.ctx, rows)
+        y = arg_rows(b, rows, bool(int(at.get("select_last_index", 0))))
+        shape = tuple(1 if k == axis else d for k, d in enumerate(x.shape)) if int(at.get("keepdims", 1)) else \
+            tuple(d for k, d in enumerate(x.shape) if k != axis)
+        return [b.out(reshape(b, y, shape), shape, I64)]
+    return build
+
+
+op("ArgMax")(_argext(1))
+op("ArgMin")(_argext(-1))
+
+
+# -- softmax --------------------------------------------------------------------------------------------
+def _softmax_rows(b, x, axis, opset, log):
+    if opset < 13:  # the input is coerced to 2-D at axis
+        R = int(np.prod(x.shape[axis:], dtype=np.int64))
+        rows = reshape(b, b.tensor(x), (x.size // R, R))
+        perm = None
+    else:
+        rows, _, perm = to_rows(b, b.tensor(x), x.shape, [axis])
+    if log:
+        m = _row_max(b, rows)
+        z = lib.ggml_sub(b.ctx, rows, m)
+        y = lib.ggml_sub(b.ctx, z, lib.ggml_log(b.ctx, lib.ggml_sum_rows(b.ctx, lib.ggml_exp(b.ctx, z))))
+    else:
+        y = lib.ggml_soft_max(b.ctx, rows)
+    if perm is None:
+        return reshape(b, y, x.shape)
+    moved = tuple(x.shape[p] for p in perm)
+    inv = list(np.argsort(perm))
+    return permute(b, reshape(b, y, moved), inv)
+
+
+def _softmax(log):
+    def build(b, node, ins, at):
+        x = ins[0]
+        opset = b.opset
+        axis = norm_axis(b, at.get("axis", -1 if opset >= 13 else 1), x.rank)
+        return [b.out(_softmax_rows(b, x, axis, opset, log), x.shape, x.dtype)]
+    return build
+
+
+op("Softmax")(_softmax(False))
+op("LogSoftmax")(_softmax(True))
+
+
+# -- normalisations -------------------------------------------------------------------------------------
+def _channel(b, v: Val, C, rank):
+    return reshape(b, b.tensor(v), (1, C) + (1,) * (rank - 2))
+
+
+@op("BatchNormalization")
+def _batchnorm(b, node, ins, at):
+    x, scale, bias, mean, var = ins[:5]
+    b.need(not int(at.get("training_mode", 0)), "training_mode=1 is not supported (inference only)")
+    eps = float(at.get("epsilon", 1e-5))
+    C = x.shape[1]
+    if all(v.is_const for v in (scale, bias, mean, var)):  # one multiply and one add
+        s = (scale.const.astype(np.float64) / np.sqrt(var.const.astype(np.float64) + eps))
+        sh = bias.const.astype(np.float64) - mean.const.astype(np.float64) * s
+        y = lib.ggml_mul(b.ctx, f(b, x), b.weight(s.astype(np.float32).reshape((1, C) + (1,) * (x.rank - 2))))
+        y = lib.ggml_add(b.ctx, y, b.weight(sh.astype(np.float32).reshape((1, C) + (1,) * (x.rank - 2))))
+    else:
+        c = b.ctx
+        inv = lib.ggml_sqrt(c, lib.ggml_scale_bias(c, _channel(b, var, C, x.rank), 1.0, eps))
+        y = lib.ggml_div(c, lib.ggml_sub(c, f(b, x), _channel(b, mean, C, x.rank)), inv)
+        y = lib.ggml_add(c, lib.ggml_mul(c, y, _channel(b, scale, C, x.rank)), _channel(b, bias, C, x.rank))
+    return [b.out(y, x.shape, x.dtype)]
+
+
+def _affine(b, y, shape, scale, bias, dtype):
+    v = Val(shape, dtype, t=y)
+    if scale is not None:
+        t, shp = binary(b, lambda c, p, q: lib.ggml_mul(c, p, q), v, scale, True)
+        v = Val(shp, dtype, t=t)
+    if bias is not None:
+        t, shp = binary(b, lambda c, p, q: lib.ggml_add(c, p, q), v, bias, True)
+        v = Val(shp, dtype, t=t)
+    return b.out(v.t, v.shape, dtype)
+
+
+@op("LayerNormalization")
+def _layernorm(b, node, ins, at):
+    x, scale = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    axis = norm_axis(b, at.get("axis", -1), x.rank)
+    eps = float(at.get("epsilon", 1e-5))
+    R = int(np.prod(x.shape[axis:], dtype=np.int64))
+    rows = reshape(b, b.tensor(x), (x.size // R, R))
+    y = reshape(b, lib.ggml_norm(b.ctx, rows, eps), x.shape)
+    outs = [_affine(b, y, x.shape, scale, bias, x.dtype)]
+    if len(node.output) > 1:
+        sshape = x.shape[:axis] + (1,) * (x.rank - axis)
+        mean = lib.ggml_mean(b.ctx, rows)
+        var = lib.ggml_mean(b.ctx, lib.ggml_sqr(b.ctx, lib.ggml_sub(b.ctx, rows, mean)))
+        inv = lib.ggml_sqrt(b.ctx, lib.ggml_scale_bias(b.ctx, var, 1.0, eps))
+        inv = lib.ggml_div(b.ctx, lib.ggml_repeat(b.ctx, scalar_f32(b, 1.0), inv), inv)
+        outs += [b.out(reshape(b, mean, sshape), sshape, x.dtype), b.out(reshape(b, inv, sshape), sshape, x.dtype)]
+    return outs[:len(node.output)]
+
+
+@op("RMSNormalization")
+def _rmsnorm(b, node, ins, at):
+    x, scale = ins[0], ins[1]
+    axis = norm_axis(b, at.get("axis", -1), x.rank)
+    eps = float(at.get("epsilon", 1e-5))
+    R = int(np.prod(x.shape[axis:], dtype=np.int64))
+    rows = reshape(b, b.tensor(x), (x.size // R, R))
+    y = reshape(b, lib.ggml_rms_norm(b.ctx, rows, eps), x.shape)
+    return [_affine(b, y, x.shape, scale, None, x.dtype)]
+
+
+@op("InstanceNormalization")
+def _instancenorm(b, node, ins, at):
+    x, scale, bias = ins
+    eps = float(at.get("epsilon", 1e-5))
+    N, C = x.shape[:2]
+    S = x.size // (N * C)
+    y = reshape(b, lib.ggml_norm(b.ctx, reshape(b, b.tensor(x), (N * C, S)), eps), x.shape)
+    y = lib.ggml_mul(b.ctx, y, _channel(b, scale, C, x.rank))
+    y = lib.ggml_add(b.ctx, y, _channel(b, bias, C, x.rank))
+    return [b.out(y, x.shape, x.dtype)]
+
+
+@op("GroupNormalization")
+def _groupnorm(b, node, ins, at):
+    x, scale, bias = ins
+    G = int(at["num_groups"])
+    eps = float(at.get("epsilon", 1e-5))
+    N, C = x.shape[:2]
+    b.need(C % G == 0, f"{C} channels do not split into {G} groups")
+    S = x.size // (N * C)
+    rows = reshape(b, b.tensor(x), (N * G, (C // G) * S))
+    y = reshape(b, lib.ggml_norm(b.ctx, rows, eps), x.shape)
+    if scale.size == G and G != C:  # opset 18: one scale and bias per group
+        b.need(scale.is_const and bias.is_const, "per-group scale and bias must be constant")
+        scale = const(np.repeat(scale.const, C // G), scale.dtype)
+        bias = const(np.repeat(bias.const, C // G), bias.dtype)
+    y = lib.ggml_mul(b.ctx, y, _channel(b, scale, C, x.rank))
+    y = lib.ggml_add(b.ctx, y, _channel(b, bias, C, x.rank))
+    return [b.out(y, x.shape, x.dtype)]
+
+
+@op("LpNormalization")
+def _lpnorm(b, node, ins, at):
+    x = ins[0]
+    axis = norm_axis(b, at.get("axis", -1), x.rank)
+    p = int(at.get("p", 2))
+    b.need(p in (1, 2), f"p={p}")
+    rows, _, perm = to_rows(b, b.tensor(x), x.shape, [axis])
+    c = b.ctx
+    n = lib.ggml_sum_rows(c, lib.ggml_abs(c, rows)) if p == 1 else lib.ggml_sqrt(c, lib.ggml_sum_rows(c, lib.ggml_sqr(c, rows)))
+    y = lib.ggml_div(c, rows, lib.ggml_clamp(c, n, 1e-30, FLT_MAX))  # a zero vector stays zero
+    moved = tuple(x.shape[q] for q in perm)
+    return [b.out(permute(b, reshape(b, y, moved), list(np.argsort(perm))), x.shape, x.dtype)]
+
+
+# -- pad ------------------------------------------------------------------------------------------------
+@op("Pad", const_inputs=(1, 2, 3))
+def _pad(b, node, ins, at):
+    x = ins[0]
+    r = x.rank
+    if len(ins) > 1 and ins[1] is not None:
+        pads = [int(p) for p in cval(b, ins[1], "pads")]
+        value = float(cval(b, ins[2], "constant_value").reshape(-1)[0]) if len(ins) > 2 and ins[2] is not None else 0.0
+        axes = [norm_axis(b, a, r) for a in cval(b, ins[3], "axes")] if len(ins) > 3 and ins[3] is not None else list(range(r))
+    else:
+        pads = [int(p) for p in at["pads"]]
+        value = float(at.get("value", 0.0))
+        axes = list(range(r))
+    mode = at.get("mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    na = len(axes)
+    pb, pe = [0] * r, [0] * r
+    for i, a in enumerate(axes):
+        pb[a], pe[a] = pads[i], pads[na + i]
+    t, shape = b.tensor(x), x.shape
+    if mode == "constant":
+        for a in range(r):  # negative pads crop
+            if pb[a] < 0 or pe[a] < 0:
+                t, shape = slice_axis(b, t, shape, a, max(0, -pb[a]), shape[a] - max(0, -pe[a]))
+        pbp, pep = [max(0, p) for p in pb], [max(0, p) for p in pe]
+        inner = shape
+        t, shape = pad_zero(b, t, shape, pbp, pep)
+        if value != 0.0 and (any(pbp) or any(pep)):
+            mask = np.full(shape, value, dtype=np.float32)
+            mask[tuple(slice(p, p + s) for p, s in zip(pbp, inner))] = 0.0
+            t = lib.ggml_add(b.ctx, t, b.weight(mask))
+        return [b.out(t, shape, x.dtype)]
+    npmode = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}.get(mode)
+    b.need(npmode is not None, f"pad mode '{mode}'")
+    for a in range(r):
+        if pb[a] or pe[a]:
+            b.need(pb[a] >= 0 and pe[a] >= 0, "negative pads with mode " + mode)
+            idx = np.pad(np.arange(shape[a]), (pb[a], pe[a]), mode=npmode)
+            t, shape = take(b, t, shape, a, idx)
+    return [b.out(t, shape, x.dtype)]

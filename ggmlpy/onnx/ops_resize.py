@@ -1,0 +1,194 @@
+"""Resize and Upsample as separable per-axis linear maps.
+
+Every ONNX interpolation (nearest, linear, cubic; each coordinate transform) is,
+along one axis, a constant matrix M (out x in): output = M @ input along that
+axis. M is computed in numpy from ONNX's formulas at load time and applied with
+one ggml_mul_mat per resized axis, so every mode and coordinate transform is
+exact, with no special kernel. tf_crop_and_resize's extrapolation value is added
+with a constant mask.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .graph import Val
+from .layout import permute, reshape
+from .ops_basic import cval, op
+from .safe import lib
+
+
+def _s(v, default):
+    if v is None:
+        return default
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def source_coords(mode, O, L, scale, roi=(0.0, 1.0)):
+    i = np.arange(O, dtype=np.float64)
+    if mode == "half_pixel":
+        return (i + 0.5) / scale - 0.5
+    if mode == "half_pixel_symmetric":
+        adj = O / (scale * L)
+        center = L / 2.0
+        return center * (1 - adj) + (i + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (i + 0.5) / scale - 0.5 if O > 1 else np.zeros(O)
+    if mode == "align_corners":  # ONNX divides by the unrounded output length, scale * L
+        return i * (L - 1) / (scale * L - 1) if O > 1 else np.zeros(O)
+    if mode == "asymmetric":
+        return i / scale
+    if mode == "tf_crop_and_resize":
+        start, end = roi
+        if O > 1:
+            return start * (L - 1) + i * (end - start) * (L - 1) / (O - 1)
+        return np.full(O, 0.5 * (start + end) * (L - 1))
+    raise ValueError(f"coordinate_transformation_mode '{mode}'")
+
+
+def _cubic_weights(t, a):
+    t = np.asarray(t)
+    return np.stack([((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+                     ((a + 2) * t - (a + 3)) * t * t + 1,
+                     ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+                     ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a], axis=-1)
+
+
+def axis_matrix(L, O, scale, at, roi=(0.0, 1.0)):
+    """(M, inside): M is (O, L); inside marks outputs within the input (tf_crop_and_resize)."""
+    mode = _s(at.get("mode"), "nearest")
+    ctm = _s(at.get("coordinate_transformation_mode"), "half_pixel")
+    x = source_coords(ctm, O, L, scale, roi)
+    M = np.zeros((O, L), dtype=np.float64)
+    rows = np.arange(O)
+    inside = np.ones(O, dtype=bool)
+    if ctm == "tf_crop_and_resize":
+        inside = (x >= 0) & (x <= L - 1)
+    if mode == "nearest":
+        nm = _s(at.get("nearest_mode"), "round_prefer_floor")
+        idx = {"round_prefer_floor": np.ceil(x - 0.5), "round_prefer_ceil": np.floor(x + 0.5),
+               "floor": np.floor(x), "ceil": np.ceil(x)}[nm]
+        idx = np.clip(idx, 0, L - 1).astype(np.int64)
+        M[rows, idx] = 1.0
+    elif mode == "linear":
+        x0 = np.floor(x)
+        t = x - x0
+        for off, w in ((0, 1 - t), (1, t)):
+            j = np.clip(x0 + off, 0, L - 1).astype(np.int64)
+            np.add.at(M, (rows, j), w)
+    elif mode == "cubic":
+        a = float(at.get("cubic_coeff_a", -0.75))
+        x0 = np.floor(x)
+        w = _cubic_weights(x - x0, a)
+        js = np.stack([x0 - 1, x0, x0 + 1, x0 + 2], axis=-1)
+        if int(at.get("exclude_outside", 0)):
+            w = np.where((js >= 0) & (js <= L - 1), w, 0.0)
+            w = w / w.sum(axis=-1, keepdims=True)
+        js = np.clip(js, 0, L - 1).astype(np.int64)
+        for k in range(4):
+            np.add.at(M, (rows, js[:, k]), w[:, k])
+    else:
+        raise ValueError(f"mode '{mode}'")
+    M[~inside] = 0.0
+    return M, inside
+
+
+def apply_axis(b, t, shape, axis, M):
+    """Multiply along one ONNX axis by the constant M (out x in)."""
+    r = len(shape)
+    perm = [k for k in range(r) if k != axis] + [axis]
+    x = permute(b, t, perm)
+    moved = tuple(shape[k] for k in perm)
+    rest = int(np.prod(moved[:-1], dtype=np.int64))
+    x = reshape(b, x, (rest, shape[axis]))
+    y = lib.ggml_mul_mat(b.ctx, b.weight(M.astype(np.float32)), x)  # ne [O, rest]
+    O = M.shape[0]
+    y = reshape(b, y, moved[:-1] + (O,))
+    out_shape = tuple(O if k == axis else d for k, d in enumerate(shape))
+    return permute(b, y, list(np.argsort(perm))), out_shape
+
+
+def _resize(b, x, scales, sizes, at, roi=None, axes=None):
+    r = x.rank
+    b.need(not int(at.get("antialias", 0)), "antialias=1 is not supported")
+    axes = list(range(r)) if axes is None else [a + r if a < 0 else a for a in axes]
+    outs = list(x.shape)
+    sc = [1.0] * r
+    if sizes is not None:
+        sizes = [int(s) for s in sizes]
+        policy = _s(at.get("keep_aspect_ratio_policy"), "stretch")
+        if policy == "stretch":
+            for a, s in zip(axes, sizes):
+                outs[a], sc[a] = s, s / x.shape[a]
+        else:
+            ratios = [s / x.shape[a] for a, s in zip(axes, sizes)]
+            k = min(ratios) if policy == "not_larger" else max(ratios)
+            for a in axes:
+                outs[a] = int(np.floor(k * x.shape[a] + 0.5))
+                sc[a] = k
+    else:
+        for a, s in zip(axes, scales):
+            sc[a] = float(s)
+            outs[a] = int(np.floor(x.shape[a] * float(s)))
+    rois = {}
+    if roi is not None and len(roi):
+        roi = [float(v) for v in roi]
+        n = len(roi) // 2
+        for i, a in enumerate(axes if n == len(axes) else range(r)):
+            rois[a] = (roi[i], roi[n + i])
+    t, shape = b.tensor(x), x.shape
+    inside_all = None
+    for a in range(r):
+        if outs[a] == x.shape[a] and sc[a] == 1.0 and a not in rois:
+            continue
+        try:
+            M, inside = axis_matrix(x.shape[a], outs[a], sc[a], at, rois.get(a, (0.0, 1.0)))
+        except ValueError as e:
+            raise b.fail(str(e)) from None
+        if M.shape[0] == M.shape[1] and np.array_equal(M, np.eye(M.shape[0])) and inside.all():
+            continue
+        t, shape = apply_axis(b, t, shape, a, M)
+        if not inside.all():
+            m = inside.reshape([-1 if k == a else 1 for k in range(r)])
+            inside_all = m if inside_all is None else inside_all & m
+    if inside_all is not None:
+        ev = float(at.get("extrapolation_value", 0.0))
+        if ev != 0.0:
+            mask = np.broadcast_to(np.where(inside_all, 0.0, ev), tuple(outs)).astype(np.float32)
+            t = lib.ggml_add(b.ctx, t, b.weight(np.ascontiguousarray(mask)))
+    if tuple(shape) == tuple(x.shape) and t is b.tensor(x):
+        return x
+    return b.out(t, tuple(outs), x.dtype)
+
+
+@op("Resize", const_inputs=(1, 2, 3))
+def _resize_op(b, node, ins, at):
+    x = ins[0]
+    if b.opset < 11:  # Resize-10: (X, scales), Upsample's coordinates
+        at = dict(at)
+        at.setdefault("coordinate_transformation_mode", "asymmetric")
+        at.setdefault("nearest_mode", "floor")
+        return [_resize(b, x, [float(s) for s in cval(b, ins[1], "scales")], None, at)]
+    roi = cval(b, ins[1], "roi") if len(ins) > 1 and ins[1] is not None else None
+    scales = cval(b, ins[2], "scales") if len(ins) > 2 and ins[2] is not None else None
+    sizes = cval(b, ins[3], "sizes") if len(ins) > 3 and ins[3] is not None else None
+    if scales is not None and scales.size == 0:
+        scales = None
+    b.need(scales is not None or sizes is not None, "Resize needs scales or sizes")
+    axes = [int(a) for a in at["axes"]] if "axes" in at else None
+    return [_resize(b, x, None if scales is None else scales.reshape(-1), None if sizes is None else sizes.reshape(-1),
+                    at, None if roi is None else roi.reshape(-1), axes)]
+
+
+@op("Upsample", const_inputs=(1,))
+def _upsample(b, node, ins, at):
+    x = ins[0]
+    scales = cval(b, ins[1], "scales") if len(ins) > 1 else np.asarray(at["scales"])
+    at = dict(at)
+    mode = _s(at.get("mode"), "nearest")
+    at["mode"] = "linear" if mode in ("linear", "bilinear") else mode
+    at["coordinate_transformation_mode"] = "asymmetric"
+    at["nearest_mode"] = "floor"
+    return [_resize(b, x, [float(s) for s in np.asarray(scales).reshape(-1)], None, at)]
+
+
+__all__ = ["axis_matrix", "apply_axis", "Val"]

@@ -1,0 +1,142 @@
+"""Quantized weights in the ag_* API: `ag_quantize(model, "q4_K")` freezes ag_linear and
+ag_embedding weights into a quantized type for inference.
+
+A quantized ag_linear keeps t(W) as an [in, out] tensor of the quantized type (ggml's rows are
+the reduced dimension, as its dot-product kernels need), and runs W %*% x as ggml_mul_mat over
+it. Its backward gives the activations their gradient, t(W) %*% g, through ggml_out_prod with
+the quantized weight (the CPU backend dequantizes row by row); the weight itself gets none: it
+is frozen. A quantized ag_embedding looks its columns up with ggml_get_rows, which dequantizes.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ..autograd.engine import apply
+from ..autograd.rules import RULES, Rule, ap
+from ..bindings import ffi, lib
+from ..errors import GGMLError
+from ..nn.layers import Module, ag_embedding, ag_linear
+from ..tensor import AGTensor
+from .kernels import ggml_quantize_chunk
+from .types import TYPE_NAMES, type_id
+
+
+# -- primitives -----------------------------------------------------------------------------------
+def _matmul_q(ctx, wq, x):
+    """t(Wq) %*% x for Wq [in, out] quantized, x [in, n] f32: W %*% x, [out, n]."""
+    return lib.ggml_mul_mat(ctx, wq, x)
+
+
+def _matmul_q_t(ctx, wq, g):
+    """Wq %*% g for Wq [in, out] quantized, g [out, n]: t(W) %*% g, [in, n]."""
+    return lib.ggml_out_prod(ctx, wq, lib.ggml_cont(ctx, lib.ggml_transpose(ctx, g)))
+
+
+RULES["matmul_q"] = Rule(_matmul_q, lambda g, c: (None, ap("matmul_q_t", c.x(0), g)),
+                         lambda t, c: None if t[1] is None else ap("matmul_q", c.x(0), t[1]), saves=(0,))
+RULES["matmul_q_t"] = Rule(_matmul_q_t, lambda g, c: (None, ap("matmul_q", c.x(0), g)),
+                           lambda t, c: None if t[1] is None else ap("matmul_q_t", c.x(0), t[1]), saves=(0,))
+
+
+# -- quantized layers -------------------------------------------------------------------------------
+def quantized_tensor(values, type, device=None) -> AGTensor:
+    """A frozen AGTensor of R shape values.shape stored as `type`: each column (ggml row) is
+    quantized, so nrow must be a whole number of blocks."""
+    from ..backend.state import STATE
+    t = type_id(type, "quantized_tensor")
+    if not lib.ggml_is_quantized(t):
+        raise GGMLError(f"quantized_tensor: {TYPE_NAMES[t]} is not a quantized type")
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 2:
+        raise GGMLError(f"quantized_tensor: expected a matrix, got shape {arr.shape}")
+    nrow, ncol = arr.shape
+    blocks = ggml_quantize_chunk(t, np.ascontiguousarray(arr.T, dtype=np.float32), ncol, nrow)
+    dc = STATE.context(device)
+    st = dc.persistent.alloc(t, (nrow, ncol))
+    dc.sync()
+    lib.ggml_backend_tensor_set(st.ptr, ffi.from_buffer(blocks), 0, blocks.size)
+    return AGTensor(st, (nrow, ncol), dc, requires_grad=False)
+
+
+class QuantizedLinear(ag_linear):
+    """An ag_linear whose weight is frozen in a quantized type (`ag_quantize`). `Wt` holds t(W)."""
+
+    def forward(self, x):
+        from ..autograd import ops as F
+        z = apply("matmul_q", self.Wt, F._ag(x, "ag_linear", "x"))
+        y = F.ag_add(z, self.b)
+        act = {"relu": F.ag_relu, "sigmoid": F.ag_sigmoid, "tanh": F.ag_tanh, "softmax": F.ag_softmax,
+               "gelu": F.ag_gelu, "silu": F.ag_silu}.get(self.activation)
+        return act(y) if act else y
+
+    def buffers(self, prefix: str = ""):
+        return [(prefix + "Wt", self.Wt)]
+
+    @property
+    def qtype(self) -> str:
+        return TYPE_NAMES[self.Wt.st.type]
+
+
+class QuantizedEmbedding(ag_embedding):
+    """An ag_embedding whose table is frozen in a quantized type (`ag_quantize`)."""
+
+    def buffers(self, prefix: str = ""):
+        return [(prefix + "weight", self.weight)]
+
+    @property
+    def qtype(self) -> str:
+        return TYPE_NAMES[self.weight.st.type]
+
+
+def _modules(model):
+    yield model
+    for child in model.children():
+        yield from _modules(child)
+
+
+def ag_quantize(model, type="q4_K", linear: bool = True, embedding: bool = True):
+    """Freeze the weights of every ag_linear and ag_embedding in `model` into a quantized ggml type
+    for inference (in place; returns the model). Forward passes run ggml's quantized kernels and
+    gradients still reach the activations; quantized weights are no longer parameters. Biases stay
+    f32. A layer whose reduced dimension (ag_linear: in_features, ag_embedding: dim) is not a whole
+    number of blocks stays as it is, with a warning."""
+    if not isinstance(model, Module):
+        raise GGMLError(f"ag_quantize: expected a model (an ag_* layer), got {model.__class__.__name__}")
+    t = type_id(type, "ag_quantize")
+    name = TYPE_NAMES[t]
+    if not lib.ggml_is_quantized(t):
+        raise GGMLError(f"ag_quantize: {name} is not a quantized type")
+    if lib.ggml_quantize_requires_imatrix(t):
+        raise GGMLError(f"ag_quantize: {name} needs an importance matrix; quantize with ggml_quantize_chunk")
+    blck = int(lib.ggml_blck_size(t))
+    skipped, done = [], 0
+    for m in _modules(model):
+        if isinstance(m, (QuantizedLinear, QuantizedEmbedding)):
+            continue
+        if linear and isinstance(m, ag_linear):
+            n_in = m.W.shape[1]
+            if n_in % blck:
+                skipped.append(f"ag_linear({n_in}, {m.W.shape[0]})")
+                continue
+            m.Wt = quantized_tensor(m.W.numpy().T, t, m.W.dc.spec)
+            del m.W
+            m.__class__ = QuantizedLinear
+            done += 1
+        elif embedding and isinstance(m, ag_embedding):
+            if m.dim % blck:
+                skipped.append(f"ag_embedding({m.vocab_size}, {m.dim})")
+                continue
+            m.weight = quantized_tensor(m.weight.numpy(), t, m.weight.dc.spec)
+            m.__class__ = QuantizedEmbedding
+            done += 1
+    if skipped:
+        warnings.warn(f"ag_quantize: {', '.join(skipped)} kept in floating point: {name} needs the reduced "
+                      f"dimension to be a multiple of {blck}", stacklevel=2)
+    if not done and not skipped:
+        raise GGMLError("ag_quantize: the model has no ag_linear or ag_embedding layer to quantize")
+    return model
+
+
+__all__ = ["ag_quantize"]

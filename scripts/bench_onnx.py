@@ -1,0 +1,119 @@
+"""ggmlpy's ONNX import against onnxruntime (CPU provider), same thread count, one process.
+
+    python scripts/bench_onnx.py [--threads 2] [--batch 1 8] [--seq 128] [--reps 10]
+
+Models are exported from PyTorch with random weights (no downloads): ResNet-18 at 224x224 and a
+BERT-style encoder (4 layers, d=256, 4 heads, FFN 1024) at sequence 128. Prints ms per inference
+(best of --reps after a warm-up) and the ratio ggmlpy / onnxruntime.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def resnet18():
+    import torch.nn as nn
+
+    class Basic(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.c1, self.b1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout)
+            self.c2, self.b2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
+            self.down = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+                         if stride != 1 or cin != cout else nn.Identity())
+
+        def forward(self, x):
+            y = self.b2(self.c2(self.b1(self.c1(x)).relu()))
+            return (y + self.down(x)).relu()
+
+    layers, cin = [], 64
+    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        layers += [Basic(cin, cout, stride), Basic(cout, cout, 1)]
+        cin = cout
+    return nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1),
+                         *layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000))
+
+
+def encoder(seq):
+    import torch
+    import torch.nn as nn
+
+    class Enc(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(1000, 256)
+            self.pos = nn.Parameter(torch.randn(1, seq, 256) * 0.02)
+            layer = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, activation="gelu", batch_first=True)
+            self.enc = nn.TransformerEncoder(layer, 4, enable_nested_tensor=False)
+
+        def forward(self, ids, mask):
+            return self.enc(self.tok(ids) + self.pos, src_key_padding_mask=mask == 0)
+    return Enc()
+
+
+def best(fn, reps):
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return min(ts) * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=10)
+    args = ap.parse_args()
+    import onnxruntime as ort
+    import torch
+
+    import ggmlpy as g
+    torch.manual_seed(0)
+    tmp = tempfile.mkdtemp()
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    so.inter_op_num_threads = 1
+    print(f"threads {args.threads}; loadavg {open('/proc/loadavg').read().split()[:3]}")
+    cases = []
+    net = resnet18().eval()
+    for bn in net.modules():
+        if isinstance(bn, torch.nn.BatchNorm2d):
+            bn.running_var.uniform_(0.5, 2.0)
+    for bsz in args.batch:
+        x = torch.randn(bsz, 3, 224, 224)
+        cases.append((f"ResNet-18 batch {bsz}", net, (x,), ["image"], {"image": x.numpy()}))
+    enc = encoder(args.seq).eval()
+    ids = torch.randint(0, 1000, (1, args.seq))
+    mask = torch.ones(1, args.seq, dtype=torch.int64)
+    cases.append((f"BERT-style encoder seq {args.seq}", enc, (ids, mask), ["ids", "mask"],
+                  {"ids": ids.numpy(), "mask": mask.numpy()}))
+    print(f"{'model':<28} {'ggmlpy ms':>10} {'onnxruntime ms':>15} {'ratio':>6}  max |diff|")
+    for name, model, inputs, names, feeds in cases:
+        path = os.path.join(tmp, name.replace(" ", "_") + ".onnx")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(model, inputs, path, dynamo=False, input_names=names, output_names=["y"], opset_version=17)
+        m = g.onnx_load(path, device="cpu", n_threads=args.threads)
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        t_g = best(lambda: g.onnx_run(m, feeds), args.reps)
+        t_o = best(lambda: sess.run(None, feeds), args.reps)
+        diff = float(np.abs(g.onnx_run(m, feeds)["y"] - sess.run(None, feeds)[0]).max())
+        print(f"{name:<28} {t_g:>10.2f} {t_o:>15.2f} {t_g / t_o:>6.2f}  {diff:.2e}")
+    print(f"loadavg after {open('/proc/loadavg').read().split()[:3]}")
+
+
+if __name__ == "__main__":
+    main()

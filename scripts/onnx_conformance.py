@@ -1,0 +1,63 @@
+"""Run ONNX's own node test cases through ggmlpy's ONNX import and print a per-operator table.
+
+    python scripts/onnx_conformance.py [--device cpu] [--op Conv --op Relu] [--failures]
+
+Columns: passed / run (run = passed + failed), then skipped (a documented ggml limitation:
+float64, strings, more than 4 dimensions...) and folded (the outputs were computed at load
+time, so ggml ran nothing). Operators ggmlpy does not support are listed at the end.
+The last line is `N passed, M failed`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import Counter
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--op", action="append", help="only cases of this operator (repeatable)")
+    ap.add_argument("--verbose", action="store_true", help="name each case before running it")
+    ap.add_argument("--failures", action="store_true", help="print every failed or skipped case with its reason")
+    args = ap.parse_args(argv)
+    from ggmlpy.onnx.conformance import Table, collect, run_case
+    t0 = time.time()
+    cases = collect(set(args.op) if args.op else None)
+    table = Table()
+    if args.verbose:  # a case that hangs shows where
+        import faulthandler
+        faulthandler.dump_traceback_later(60, repeat=True)
+    for c in cases:
+        table.results.append(run_case(c, args.device, args.verbose))
+    rows = table.by_op()
+    print(f"{'operator':<28} {'passed/run':>10} {'skipped':>8} {'folded':>7}")
+    unsupported = Counter()
+    for op in sorted(rows):
+        r = rows[op]
+        run = r["pass"] + r["fail"]
+        if run == 0 and r["skip"] == 0 and r["folded"] == 0:
+            unsupported[op] += r["unsupported"]
+            continue
+        flag = "" if r["fail"] == 0 else "  <-"
+        print(f"{op:<28} {r['pass']:>4}/{run:<5} {r['skip']:>8} {r['folded']:>7}{flag}")
+    if args.failures:
+        print()
+        for res in table.results:
+            if res.status in ("fail", "skip"):
+                print(f"{res.status:5} {res.name}: {res.detail[:200]}")
+    tot = table.totals()
+    if unsupported:
+        print(f"\nnot supported ({sum(unsupported.values())} cases): " + ", ".join(sorted(unsupported)))
+    print(f"\n{len(cases)} cases in {time.time() - t0:.0f} s: {tot['skip']} skipped (ggml limitation), "
+          f"{tot['folded']} folded at load time, {tot['unsupported']} of unsupported operators")
+    print(f"{tot['pass']} passed, {tot['fail']} failed")
+    return 1 if tot["fail"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

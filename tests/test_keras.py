@@ -1,0 +1,571 @@
+"""The Keras-like model API (ggmlpy.keras): every layer's forward pass against the numpy
+reference (scripts/keras_reference.py), its gradients against finite differences (one
+optimizer step of ggml_fit against train_reference), save/load, callbacks, ggml_opt_*,
+and bad input."""
+import math
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+from ggmlpy.errors import GGMLError
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "scripts"))
+import keras_reference as ref  # noqa: E402
+import parity_keras as pk  # noqa: E402
+
+RNG = np.random.default_rng(7)
+
+
+def _seq(*layers, input_shape):
+    m = g.ggml_model_sequential()
+    for i, (fn, kw) in enumerate(layers):
+        if i == 0:
+            kw = dict(kw, input_shape=input_shape)
+        m = fn(m, **kw)
+    return m
+
+
+def _randomize(model, scale=0.5):
+    """Non-trivial weights (biases, gammas, running variances and recurrent kernels included)."""
+    for l in model._all_layers():
+        for k, v in l.weights.items():
+            shift = 1.0 if k in ("gamma", "running_var") else 0.0
+            l.weights[k] = (RNG.uniform(-scale, scale, v.shape) + shift).astype(np.float32)
+
+
+IMG = (6, 5, 2)   # H, W, C
+SEQ = (4, 3)      # T, C
+LAYER_CASES = {
+    "dense_relu": ([(g.ggml_layer_dense, dict(units=4, activation="relu"))], (5,)),
+    "dense_sigmoid": ([(g.ggml_layer_dense, dict(units=3, activation="sigmoid"))], (5,)),
+    "dense_tanh": ([(g.ggml_layer_dense, dict(units=3, activation="tanh"))], (5,)),
+    "dense_softmax": ([(g.ggml_layer_dense, dict(units=3, activation="softmax"))], (5,)),
+    "dense_silu": ([(g.ggml_layer_dense, dict(units=3, activation="silu"))], (5,)),
+    "dense_linear": ([(g.ggml_layer_dense, dict(units=3))], (5,)),
+    "batch_norm": ([(g.ggml_layer_dense, dict(units=4)), (g.ggml_layer_batch_norm, dict(eps=1e-3)),
+                    (g.ggml_layer_dense, dict(units=2))], (3,)),
+    "true_batch_norm": ([(g.ggml_layer_dense, dict(units=4)), (g.ggml_layer_batch_norm, dict(mode="batch")),
+                         (g.ggml_layer_dense, dict(units=2))], (3,)),
+    "true_batch_norm_image": ([(g.ggml_layer_conv_2d, dict(filters=2, kernel_size=2)),
+                               (g.ggml_layer_batch_norm, dict(mode="batch")), (g.ggml_layer_flatten, {}),
+                               (g.ggml_layer_dense, dict(units=2))], IMG),
+    "dropout": ([(g.ggml_layer_dense, dict(units=4)), (g.ggml_layer_dropout, dict(rate=0.3)),
+                 (g.ggml_layer_dense, dict(units=2))], (3,)),
+    "conv_2d_valid": ([(g.ggml_layer_conv_2d, dict(filters=3, kernel_size=(3, 2), activation="relu")),
+                       (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], IMG),
+    "conv_2d_same_strided": ([(g.ggml_layer_conv_2d, dict(filters=2, kernel_size=3, strides=2, padding="same")),
+                              (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], IMG),
+    "conv_2d_same_even_kernel_strided": ([(g.ggml_layer_conv_2d, dict(filters=2, kernel_size=(2, 4), strides=(2, 3),
+                                                                         padding="same")),
+                                          (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], IMG),
+    "conv_2d_same_even_kernel": ([(g.ggml_layer_conv_2d, dict(filters=2, kernel_size=2, padding="same")),
+                                  (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], IMG),
+    "max_pooling": ([(g.ggml_layer_conv_2d, dict(filters=2, kernel_size=2)),
+                     (g.ggml_layer_max_pooling_2d, dict(pool_size=2)), (g.ggml_layer_flatten, {}),
+                     (g.ggml_layer_dense, dict(units=2))], IMG),
+    "global_avg": ([(g.ggml_layer_conv_2d, dict(filters=3, kernel_size=2)),
+                    (g.ggml_layer_global_average_pooling_2d, {}), (g.ggml_layer_dense, dict(units=2))], IMG),
+    "global_max": ([(g.ggml_layer_conv_2d, dict(filters=3, kernel_size=2)),
+                    (g.ggml_layer_global_max_pooling_2d, {}), (g.ggml_layer_dense, dict(units=2))], IMG),
+    "image_batch_norm": ([(g.ggml_layer_conv_2d, dict(filters=2, kernel_size=2)), (g.ggml_layer_batch_norm, {}),
+                          (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], IMG),
+    "conv_1d": ([(g.ggml_layer_conv_1d, dict(filters=3, kernel_size=2, activation="relu")),
+                 (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], (6, 2)),
+    "conv_1d_same": ([(g.ggml_layer_conv_1d, dict(filters=2, kernel_size=3, padding="same")),
+                      (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], (5, 3)),
+    "conv_1d_stacked": ([(g.ggml_layer_conv_1d, dict(filters=3, kernel_size=2, activation="tanh")),
+                         (g.ggml_layer_conv_1d, dict(filters=2, kernel_size=2, strides=2)),
+                         (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], (7, 2)),
+    "conv_2d_stacked": ([(g.ggml_layer_conv_2d, dict(filters=2, kernel_size=2, activation="relu")),
+                         (g.ggml_layer_max_pooling_2d, dict(pool_size=2)),
+                         (g.ggml_layer_conv_2d, dict(filters=3, kernel_size=(1, 2), padding="same")),
+                         (g.ggml_layer_global_average_pooling_2d, {}), (g.ggml_layer_dense, dict(units=2))], IMG),
+    "conv_1d_then_lstm": ([(g.ggml_layer_conv_1d, dict(filters=3, kernel_size=2, activation="tanh")),
+                           (g.ggml_layer_lstm, dict(units=2)), (g.ggml_layer_dense, dict(units=2))], (5, 2)),
+    "stacked_recurrent": ([(g.ggml_layer_lstm, dict(units=3, return_sequences=True)),
+                           (g.ggml_layer_gru, dict(units=2)), (g.ggml_layer_dense, dict(units=2))], SEQ),
+    "lstm": ([(g.ggml_layer_lstm, dict(units=3)), (g.ggml_layer_dense, dict(units=2))], SEQ),
+    "lstm_seq": ([(g.ggml_layer_lstm, dict(units=2, return_sequences=True)), (g.ggml_layer_flatten, {}),
+                  (g.ggml_layer_dense, dict(units=2))], SEQ),
+    "gru": ([(g.ggml_layer_gru, dict(units=3)), (g.ggml_layer_dense, dict(units=2))], SEQ),
+    "gru_relu_seq": ([(g.ggml_layer_gru, dict(units=2, activation="relu", return_sequences=True)),
+                      (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], SEQ),
+}
+
+
+def ref_loss(m):
+    """The loss ggml_fit trains, for train_reference: on a softmax output the true CE."""
+    if m.fit_loss == "cross_entropy" and getattr(m._output_layers()[-1], "activation", None) == "softmax":
+        return "cross_entropy_of_probabilities"
+    return m.fit_loss
+
+
+def _data(shape, n=5):
+    return RNG.uniform(-1, 1, (n,) + tuple(shape))
+
+
+@pytest.mark.parametrize("name", sorted(LAYER_CASES))
+def test_layer_forward_matches_numpy(name):
+    layers, shape = LAYER_CASES[name]
+    m = g.ggml_compile(_seq(*layers, input_shape=shape), loss="mse")
+    _randomize(m)
+    x = _data(shape)
+    got = g.ggml_predict(m, x, batch_size=3)   # a zero-padded remainder batch too
+    np.testing.assert_allclose(got, pk.reference_predict(m, x)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(LAYER_CASES))
+@pytest.mark.parametrize("loss,optimizer", [("mse", "sgd"), ("categorical_crossentropy", "adam")])
+def test_layer_gradients_match_finite_differences(name, loss, optimizer):
+    """Two epochs of full-batch ggml_fit against the same steps with finite-difference gradients."""
+    layers, shape = LAYER_CASES[name]
+    m = g.ggml_compile(_seq(*layers, input_shape=shape), loss=loss, optimizer=optimizer, lr=0.05)
+    _randomize(m)
+    x = _data(shape, 4)
+    k = int(np.prod(m._output_shapes()[0]))
+    y = np.eye(k)[RNG.integers(0, k, 4)]
+    before = m.get_weights()
+    m._record_order = True
+    h = m.fit(x, y, epochs=2, batch_size=4)
+
+    def forward(W, xb):
+        return pk.reference_predict(m, xb, W, training=True)[-1]
+    trainable = {ln: {k: v for k, v in ps.items() if not k.startswith("running_")} for ln, ps in before.items()}
+    rows, W = ref.train_reference(forward, before, list(before), x, y, h.batch_order, 4, 4, 2,
+                                  ref_loss(m), m.ggml_optimizer, lr=0.05, only=trainable)
+    np.testing.assert_allclose(h["train_loss"], [r[0] for r in rows], rtol=1e-4, atol=1e-5)
+    after = m.get_weights()
+    for ln, ps in W.items():
+        for k, v in ps.items():
+            if k.startswith("running_"):   # state, checked in test_true_batch_norm_running_averages
+                continue
+            if name.startswith("true_batch_norm") and optimizer == "adam" and k == "bias" \
+                    and ln in ("dense_1", "conv_2d_1"):
+                # a bias before a true batch norm has gradient 0 exactly (the batch mean removes
+                # it): Adam normalises whatever rounding noise both sides see. SGD checks it.
+                continue
+            np.testing.assert_allclose(after[ln][k], v, rtol=1e-3, atol=2e-5, err_msg=f"{ln}.{k}")
+
+
+def _functional_model():
+    a = g.ggml_input(shape=3, name="a")
+    b = g.ggml_input(shape=2, name="b")
+    shared = g.ggml_dense(3, activation="tanh", name="shared")
+    ha = g.ggml_apply(g.ggml_layer_dense(a, 2, name="pa"), shared)
+    hb = g.ggml_apply(g.ggml_layer_dense(b, 2, name="pb"), shared)
+    s = g.ggml_layer_add([ha, hb], name="sum")
+    c = g.ggml_layer_concatenate([s, ha], axis=0, name="cat")
+    out = g.ggml_layer_dense(c, 2, activation="softmax", name="out")
+    return g.ggml_model([a, b], out)
+
+
+def test_functional_shared_layer_gradients_add_up():
+    m = g.ggml_compile(_functional_model(), optimizer="sgd", lr=0.1)
+    _randomize(m)
+    xa, xb = _data((3,), 6), _data((2,), 6)
+    y = np.eye(2)[RNG.integers(0, 2, 6)]
+    np.testing.assert_allclose(g.ggml_predict(m, [xa, xb], 3), pk.reference_predict(m, [xa, xb])[0],
+                               rtol=1e-5, atol=1e-6)
+    before = m.get_weights()
+    m._record_order = True
+    h = m.fit([xa, xb], y, epochs=3, batch_size=3)
+    assert h.fit_path == "multi_input" and h.batch_order[0] == list(range(6))
+
+    def forward(W, xb_):
+        return pk.reference_predict(m, xb_, W, training=True)[-1]
+    rows, W = ref.train_reference(forward, before, list(before), [xa, xb], y, h.batch_order, 3, 6, 3,
+                                  ref_loss(m), "sgd", lr=0.1)
+    np.testing.assert_allclose(h["train_loss"], [r[0] for r in rows], rtol=1e-4, atol=1e-5)
+    for ln, ps in W.items():
+        for k, v in ps.items():
+            np.testing.assert_allclose(m.get_weights()[ln][k], v, rtol=1e-3, atol=2e-5)
+
+
+def test_multi_output_predicts_every_output():
+    x = g.ggml_input(shape=3)
+    t = g.ggml_layer_dense(x, 4, activation="relu", name="trunk")
+    h1 = g.ggml_layer_dense(t, 2, activation="softmax", name="h1")
+    h2 = g.ggml_layer_dense(t, 1, name="h2")
+    m = g.ggml_compile(g.ggml_model(x, [h1, h2]), loss="mse")
+    xs = _data((3,), 4)
+    p1, p2 = g.ggml_predict(m, xs, 4)
+    r1, r2 = pk.reference_predict(m, xs)
+    np.testing.assert_allclose(p1, r1, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(p2, r2, rtol=1e-5, atol=1e-6)
+
+
+def test_embedding_sequential_and_bad_ids():
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_embedding(m, vocab_size=7, dim=3, input_shape=4)
+    m = g.ggml_layer_flatten(m)
+    m = g.ggml_layer_dense(m, 2)
+    g.ggml_compile(m, loss="mse")
+    ids = RNG.integers(0, 7, (5, 4))
+    np.testing.assert_allclose(g.ggml_predict(m, ids, 2), pk.reference_predict(m, ids)[0], rtol=1e-5, atol=1e-6)
+    with pytest.raises(GGMLError, match="token ids"):
+        g.ggml_predict(m, ids + 7)
+
+
+def test_embedding_gradients_match_finite_differences():
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_embedding(m, vocab_size=6, dim=3, input_shape=4)
+    m = g.ggml_layer_lstm(m, 2)
+    m = g.ggml_compile(g.ggml_layer_dense(m, 2), loss="mse", optimizer="sgd", lr=0.1)
+    _randomize(m)
+    ids = RNG.integers(0, 6, (5, 4))
+    ids[0] = [1, 1, 1, 2]   # repeated ids: their gradients add up
+    y = _data((2,), 5)
+    before = m.get_weights()
+    m._record_order = True
+    h = m.fit(ids, y, epochs=2, batch_size=5)
+
+    def forward(W, xb):
+        return pk.reference_predict(m, xb, W, training=True)[-1]
+    rows, W = ref.train_reference(forward, before, list(before), ids, y, h.batch_order, 5, 5, 2, "mse", "sgd", lr=0.1)
+    np.testing.assert_allclose(h["train_loss"], [r[0] for r in rows], rtol=1e-4, atol=1e-6)
+    for ln, ps in W.items():
+        for k, v in ps.items():
+            np.testing.assert_allclose(m.get_weights()[ln][k], v, rtol=1e-3, atol=2e-5, err_msg=f"{ln}.{k}")
+
+
+def test_save_load_continues_the_same_loss_curve(tmp_path):
+    x = _data((4,), 32)
+    y = np.eye(3)[RNG.integers(0, 3, 32)]
+
+    def fresh():
+        m = _seq((g.ggml_layer_dense, dict(units=8, activation="relu")),
+                 (g.ggml_layer_dense, dict(units=3, activation="softmax")), input_shape=(4,))
+        return g.ggml_compile(m, optimizer="adam", lr=0.01)
+    a = fresh()
+    g.ggml_fit(a, x, y, epochs=2, batch_size=8, verbose=0)
+    path = tmp_path / "model.npz"
+    g.ggml_save_model(a, path)
+    b = g.ggml_load_model(path)
+    np.testing.assert_array_equal(g.ggml_predict(a, x), g.ggml_predict(b, x))
+    # every fit starts a fresh optimizer and shuffle RNG (ggmlR's rule): both go on along the same curve
+    ha = a.fit(x, y, epochs=3, batch_size=8)
+    hb = b.fit(x, y, epochs=3, batch_size=8)
+    np.testing.assert_array_equal(ha["train_loss"], hb["train_loss"])
+    # weights alone into a rebuilt model
+    g.ggml_save_weights(a, tmp_path / "w.npz")
+    c = fresh()
+    g.ggml_load_weights(c, tmp_path / "w.npz")
+    np.testing.assert_array_equal(g.ggml_predict(a, x), g.ggml_predict(c, x))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_loaded_weights_do_not_override_training(tmp_path):
+    """ggmlR keeps predicting with loaded weights after a fit (its defect 1); ggmlpy trains them."""
+    m = g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,)), loss="mse", optimizer="sgd",
+                       lr=0.1)
+    g.ggml_save_weights(m, tmp_path / "w.npz")
+    g.ggml_load_weights(m, tmp_path / "w.npz")
+    x, y = _data((3,), 8), _data((2,), 8)
+    before = g.ggml_predict(m, x)
+    g.ggml_fit(m, x, y, epochs=5, batch_size=8, verbose=0)
+    assert np.abs(g.ggml_predict(m, x) - before).max() > 1e-3
+
+
+def test_load_model_functional_round_trip(tmp_path):
+    m = g.ggml_compile(_functional_model())
+    _randomize(m)
+    g.ggml_save_model(m, tmp_path / "f.npz")
+    m2 = g.ggml_load_model(tmp_path / "f.npz")
+    xs = [_data((3,), 4), _data((2,), 4)]
+    np.testing.assert_array_equal(g.ggml_predict(m, xs, 4), g.ggml_predict(m2, xs, 4))
+    with pytest.raises(GGMLError):
+        g.ggml_load_model(tmp_path / "missing.npz")
+
+
+def test_callbacks_early_stopping_and_schedules():
+    x, y = _data((3,), 16), _data((2,), 16)
+    m = g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,)), loss="mse", optimizer="sgd",
+                       lr=1e-9)  # nothing improves: early stopping must fire
+    es = g.ggml_callback_early_stopping(monitor="train_loss", patience=2, min_delta=1e-3)
+    h = m.fit(x, y, epochs=20, batch_size=16, callbacks=[es])
+    assert len(h["train_loss"]) == 3 and es.stopped_epoch == 3
+    seen = []
+
+    class Probe:
+        def on_epoch_begin(self, epoch, logs, state):
+            seen.append(state.lr)
+    m.compile(loss="mse", optimizer="sgd", lr=0.1)
+    m.fit(x, y, epochs=5, batch_size=16, callbacks=[g.ggml_schedule_step_decay(step_size=2, gamma=0.5), Probe()])
+    np.testing.assert_allclose(seen, [0.1, 0.1, 0.05, 0.05, 0.025])
+    seen.clear()
+    m.fit(x, y, epochs=3, batch_size=16, callbacks=[g.ggml_schedule_cosine_decay(eta_min=0.0), Probe()])
+    np.testing.assert_allclose(seen, [0.1, 0.075, 0.025], rtol=1e-6)
+    seen.clear()
+    m.compile(loss="mse", optimizer="sgd", lr=1e-9)
+    m.fit(x, y, epochs=4, batch_size=16,
+          callbacks=[g.ggml_schedule_reduce_on_plateau(monitor="train_loss", patience=1, factor=0.5, min_lr=1e-12),
+                     Probe()])
+    assert seen[-1] < 1e-9
+
+
+def test_callback_exception_propagates():
+    m = g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,)), loss="mse")
+
+    class Boom:
+        def on_epoch_end(self, epoch, logs, state):
+            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"):
+        m.fit(_data((3,), 4), _data((2,), 4), epochs=2, batch_size=4, callbacks=[Boom()])
+
+
+def test_history_plot_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    m = g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2, activation="softmax")), input_shape=(3,)))
+    g.ggml_fit(m, _data((3,), 8), np.eye(2)[RNG.integers(0, 2, 8)], epochs=2, batch_size=4, validation_split=0.5,
+               verbose=0)
+    h = g.ggml_training_history(m)
+    assert h["val_loss"][0] is not None and "Training History (2 epochs)" in repr(h)
+    p = h.plot(tmp_path / "h.png")
+    assert pathlib.Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_true_validation_data_stays_out_of_training():
+    m = g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,)), loss="mse", optimizer="sgd")
+    h = m.fit(_data((3,), 8), _data((2,), 8), epochs=3, batch_size=4,
+              validation_data=(_data((3,), 4), _data((2,), 4)), record_batch_order=True)
+    assert h.n_train == 8 and h.n_used == 12
+    for order in h.batch_order:
+        assert sorted(order[:8]) == list(range(8)) and order[8:] == [8, 9, 10, 11]
+
+
+@pytest.mark.parametrize("bad", [
+    lambda: g.ggml_layer_dense(g.ggml_model_sequential(), 0, input_shape=3),
+    lambda: g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,)), loss="hinge"),
+    lambda: g.ggml_predict(g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,))),
+                           np.zeros((4, 5))),
+    lambda: g.ggml_fit(g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,))),
+                       np.zeros((4, 3)), np.zeros((4, 3)), verbose=0, batch_size=4),
+    lambda: g.ggml_fit(g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,))),
+                       np.zeros((4, 3)), np.zeros((4, 2)), batch_size=8, verbose=0),
+    lambda: g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), (g.ggml_layer_conv_2d,
+                                                                      dict(filters=1, kernel_size=2)),
+                                input_shape=(3,))),
+    lambda: g.ggml_fit(g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2, activation="gelu")),
+                                           input_shape=(3,)), loss="mse"),
+                       np.zeros((4, 3)), np.zeros((4, 2)), batch_size=4, verbose=0),
+    lambda: g.ggml_predict(g.ggml_model_sequential(), np.zeros((2, 2))),
+])
+def test_bad_input_raises(bad):
+    with pytest.raises(GGMLError):
+        bad()
+
+
+def test_ggml_opt_low_level_loop():
+    """ggml_opt_* by hand: y = 2x - 1 learned by one weight and one bias."""
+    ctx_w = g.ggml_init(1 << 20, no_alloc=True)
+    w = g.ggml_new_tensor_2d(ctx_w, g.GGML_TYPE_F32, 1, 1)
+    bias = g.ggml_new_tensor_1d(ctx_w, g.GGML_TYPE_F32, 1)
+    inp = g.ggml_new_tensor_2d(ctx_w, g.GGML_TYPE_F32, 1, 8)
+    from ggmlpy.bindings import lib
+    lib.ggml_set_param(w.ptr)
+    lib.ggml_set_param(bias.ptr)
+    cpu = g.ggml_backend_cpu_init()
+    buf = g.ggml_backend_alloc_ctx_tensors(ctx_w, cpu)  # noqa: F841  (keeps the weights alive)
+    g.ggml_backend_tensor_set(w, np.array([[0.1]], np.float32))
+    g.ggml_backend_tensor_set(bias, np.array([0.0], np.float32))
+    ctx = g.ggml_init(64 << 20, no_alloc=True)
+    out = g.ggml_add(ctx, g.ggml_mul_mat(ctx, w, inp), bias)
+    sched = g.ggml_backend_sched_new([cpu])
+    opt = g.ggml_opt_init(sched, ctx, inp, out, g.ggml_opt_loss_type_mse(), g.ggml_opt_optimizer_type_sgd(), lr=0.1)
+    assert g.ggml_opt_static_graphs(opt) and g.ggml_opt_optimizer_name(g.ggml_opt_context_optimizer_type(opt)) == "sgd"
+    ds = g.ggml_opt_dataset_init(g.GGML_TYPE_F32, g.GGML_TYPE_F32, 1, 1, 32)
+    xs = np.linspace(-1, 1, 32, dtype=np.float32)
+    g.ggml_opt_dataset_data(ds)[:, 0] = xs
+    g.ggml_opt_dataset_labels(ds)[:, 0] = 2 * xs - 1
+    assert g.ggml_opt_dataset_ndata(ds) == 32
+    bx, by = g.ggml_opt_dataset_get_batch(ds, 8, 1)
+    np.testing.assert_array_equal(bx[:, 0], xs[8:16])
+    res = g.ggml_opt_result_init()
+    calls = []
+    losses = []
+    for _ in range(60):
+        g.ggml_opt_result_reset(res)
+        g.ggml_opt_epoch(opt, ds, res, None, -1, lambda train, i, n: calls.append((train, i, n)))
+        losses.append(g.ggml_opt_result_loss(res)[0])
+    assert calls[:4] == [(True, 1, 4), (True, 2, 4), (True, 3, 4), (True, 4, 4)]
+    assert losses[-1] < 1e-3 < losses[0]
+    assert g.ggml_opt_result_ndata(res) == 32 and math.isnan(g.ggml_opt_result_accuracy(res)[0])
+    np.testing.assert_allclose(g.ggml_backend_tensor_get(w).ravel(), [2.0], atol=0.05)
+    g.ggml_opt_set_lr(opt, 0.01)
+    assert g.ggml_opt_get_lr(opt) == pytest.approx(0.01)
+
+    def boom(train, i, n):
+        raise ValueError("from a callback")
+    with pytest.raises(ValueError, match="from a callback"):
+        g.ggml_opt_epoch(opt, ds, res, None, -1, boom)
+    with pytest.raises(GGMLError):
+        g.ggml_opt_epoch(opt, ds, res, None, 12)          # split not a multiple of the batch
+    with pytest.raises(GGMLError):
+        g.ggml_opt_dataset_get_batch(ds, 8, 4)
+    with pytest.raises(GGMLError):
+        g.ggml_opt_dataset_init(g.GGML_TYPE_F32, g.GGML_TYPE_F32, 0, 1, 32)
+    with pytest.raises(GGMLError):
+        g.ggml_opt_loss_type_weighted_mse()
+    g.ggml_opt_free(opt)
+    g.ggml_opt_dataset_free(ds)
+
+
+def test_summary_and_default_mlp():
+    m = g.ggml_default_mlp(4, 3, hidden_layers=(8,), dropout=0.1)
+    text = g.ggml_model_summary(m, print_fn=None)
+    assert "Total params: 67" in text and "dropout" in text
+    assert m.count_params() == 4 * 8 + 8 + 8 * 3 + 3
+    assert g.ggml_get_layer(m, index=3).units == 3
+    g.ggml_pop_layer(m)
+    assert len(m.layers) == 2
+
+
+def test_softmax_ce_exact_trains_on_the_true_cross_entropy():
+    """softmax_ce="exact": the epoch loss is CE(softmax(z)) = ggml_evaluate's loss for the same
+    weights (ggmlR's default trains on CE(softmax(softmax(z))) instead)."""
+    x = _data((4,), 12)
+    y = np.eye(3)[RNG.integers(0, 3, 12)]
+    for mode, same in (("exact", True), ("ggmlr", False)):
+        m = _seq((g.ggml_layer_dense, dict(units=3, activation="softmax")), input_shape=(4,))
+        m = g.ggml_compile(m, loss="categorical_crossentropy", optimizer="sgd", softmax_ce=mode)
+        before = g.ggml_evaluate(m, x, y, batch_size=12)["loss"]
+        h = m.fit(x, y, epochs=1, batch_size=12)
+        assert (abs(h["train_loss"][0] - before) < 1e-5) == same
+
+
+def test_keras_demo_digits_cnn_reaches_97_percent():
+    pytest.importorskip("sklearn")
+    from ggmlpy.backend.device import get_backend
+    from ggmlpy.keras.demo import digits_cnn
+    cpu = get_backend("cpu")
+    threads = cpu.n_threads
+    cpu.set_n_threads(1)   # tiny batches: one thread is fastest, and this machine is shared
+    try:
+        r = digits_cnn(epochs=20)
+    finally:
+        cpu.set_n_threads(threads)
+    assert r["test_accuracy"] >= 0.97
+
+
+def test_true_batch_norm_running_averages():
+    """mode="batch": after each training batch, running = 0.9 running + 0.1 batch statistic
+    (biased variance); validation batches leave them alone; inference uses them."""
+    m = _seq((g.ggml_layer_dense, dict(units=3)), (g.ggml_layer_batch_norm, dict(mode="batch", momentum=0.1)),
+             input_shape=(2,))
+    m = g.ggml_compile(m, loss="mse", optimizer="sgd", lr=1e-12)   # the dense layer stays put
+    _randomize(m)
+    w, w0 = m.get_weights()["dense_1"], m.get_weights()["batch_norm_1"]
+    x, y = _data((2,), 12), _data((3,), 12)
+    m._record_order = True
+    h = m.fit(x, y, epochs=1, batch_size=4, validation_split=0.3)
+    assert h.n_train == 8
+    z = x @ w["weight"].T.astype(np.float64) + w["bias"]
+    rm, rv = w0["running_mean"].astype(np.float64), w0["running_var"].astype(np.float64)
+    for i in range(2):
+        zb = z[h.batch_order[0][4 * i:4 * i + 4]]
+        rm, rv = 0.9 * rm + 0.1 * zb.mean(0), 0.9 * rv + 0.1 * zb.var(0)
+    bn = m.layers[1]
+    np.testing.assert_allclose(bn.weights["running_mean"], rm, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(bn.weights["running_var"], rv, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(g.ggml_predict(m, x), pk.reference_predict(m, x)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["dense_relu", "conv_2d_valid", "lstm", "true_batch_norm"])
+def test_predict_does_not_depend_on_batch_size(name):
+    """Zero-padded and remainder batches, and a batch of one sample (ggmlR's flatten aborts on it)."""
+    layers, shape = LAYER_CASES[name]
+    m = g.ggml_compile(_seq(*layers, input_shape=shape), loss="mse")
+    _randomize(m)
+    x = _data(shape, 7)
+    full = g.ggml_predict(m, x, batch_size=7)
+    for bs in (1, 3, 32):
+        np.testing.assert_allclose(g.ggml_predict(m, x, batch_size=bs), full, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(g.ggml_predict(m, x[:1], batch_size=1), full[:1], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("weights", ["sample", "class"])
+def test_weighted_cross_entropy_gradient_matches_finite_differences(weights):
+    """ggmlR weights CE by scaling the labels, which ggml's CE gradient gets wrong; the default
+    here weights each sample's loss."""
+    m = _seq((g.ggml_layer_dense, dict(units=4, activation="tanh")),
+             (g.ggml_layer_dense, dict(units=3, activation="softmax")), input_shape=(3,))
+    m = g.ggml_compile(m, optimizer="sgd", lr=0.2)
+    _randomize(m)
+    x = _data((3,), 6)
+    y = np.eye(3)[RNG.integers(0, 3, 6)]
+    sw = RNG.uniform(0.2, 3.0, 6)
+    kw = {"sample_weight": sw} if weights == "sample" else {"class_weight": {0: 0.5, 1: 2.0, 2: 3.0}}
+    w = sw if weights == "sample" else np.array([0.5, 2.0, 3.0])[y.argmax(1)]
+    before = m.get_weights()
+    m._record_order = True
+    h = m.fit(x, y, epochs=3, batch_size=6, **kw)
+
+    def forward(W, xb):
+        return pk.reference_predict(m, xb, W, training=True)[-1]
+    rows, W = ref.train_reference(forward, before, list(before), x, y * w[:, None], h.batch_order, 6, 6, 3,
+                                  "cross_entropy_of_probabilities", "sgd", lr=0.2)
+    np.testing.assert_allclose(h["train_loss"], [r[0] for r in rows], rtol=1e-4, atol=1e-6)
+    for ln, ps in W.items():
+        for k, v in ps.items():
+            np.testing.assert_allclose(m.get_weights()[ln][k], v, rtol=1e-3, atol=2e-5, err_msg=f"{ln}.{k}")
+    assert 0 <= h["train_accuracy"][-1] <= 1
+
+
+def _linear_problem(batch=8):
+    """y = 2x - 1 with one weight and one bias: (sched, ctx, inputs, outputs, dataset, w)."""
+    from ggmlpy.bindings import lib
+    ctx_w = g.ggml_init(1 << 20, no_alloc=True)
+    w = g.ggml_new_tensor_2d(ctx_w, g.GGML_TYPE_F32, 1, 1)
+    bias = g.ggml_new_tensor_1d(ctx_w, g.GGML_TYPE_F32, 1)
+    inp = g.ggml_new_tensor_2d(ctx_w, g.GGML_TYPE_F32, 1, batch)
+    lib.ggml_set_param(w.ptr)
+    lib.ggml_set_param(bias.ptr)
+    cpu = g.ggml_backend_cpu_init()
+    buf = g.ggml_backend_alloc_ctx_tensors(ctx_w, cpu)
+    g.ggml_backend_tensor_set(w, np.array([[0.1]], np.float32))
+    g.ggml_backend_tensor_set(bias, np.array([0.0], np.float32))
+    ctx = g.ggml_init(64 << 20, no_alloc=True)
+    out = g.ggml_add(ctx, g.ggml_mul_mat(ctx, w, inp), bias)
+    ds = g.ggml_opt_dataset_init(g.GGML_TYPE_F32, g.GGML_TYPE_F32, 1, 1, 32)
+    xs = np.linspace(-1, 1, 32, dtype=np.float32)
+    g.ggml_opt_dataset_data(ds)[:, 0] = xs
+    g.ggml_opt_dataset_labels(ds)[:, 0] = 2 * xs - 1
+    return g.ggml_backend_sched_new([cpu]), ctx, inp, out, ds, w, (ctx_w, buf, cpu)
+
+
+def test_ggml_fit_opt_history_and_callbacks():
+    sched, ctx, inp, out, ds, w, _keep = _linear_problem()
+    es = g.ggml_callback_early_stopping(monitor="train_loss", patience=1, min_delta=10.0)
+    hist = g.ggml_fit_opt(sched, ctx, inp, out, ds, g.ggml_opt_loss_type_mse(), g.ggml_opt_optimizer_type_sgd(),
+                          nepoch=50, nbatch_logical=8, val_split=0.25, callbacks=[es], silent=True, lr=0.1)
+    assert len(hist["train_loss"]) == 2 and es.stopped_epoch == 2   # min_delta 10: never "improves" twice
+    assert hist["val_loss"][0] is not None and np.isnan(hist["train_accuracy"][0])
+    with pytest.raises(GGMLError):
+        g.ggml_fit_opt(sched, ctx, inp, out, ds, nbatch_logical=12)
+
+
+def test_ggml_opt_alloc_eval_by_hand():
+    sched, ctx, inp, out, ds, w, _keep = _linear_problem()
+    opt = g.ggml_opt_init_for_fit(sched, g.ggml_opt_loss_type_mse(), g.ggml_opt_optimizer_type_sgd(),
+                                  ctx_compute=ctx, inputs=inp, outputs=out, lr=0.5)
+    res = g.ggml_opt_result_init()
+    with pytest.raises(GGMLError, match="ggml_opt_alloc first"):
+        g.ggml_opt_eval(opt, res)
+    lab = g.ggml_opt_labels(opt)
+    for step in range(200):
+        xb, yb = g.ggml_opt_dataset_get_batch(ds, 8, step % 4)
+        g.ggml_opt_alloc(opt, True)
+        g.ggml_backend_tensor_set(inp, xb)           # [batch, ne] numpy = ggml [ne, batch]
+        g.ggml_backend_tensor_set(lab, yb)
+        g.ggml_opt_eval(opt, res)
+    np.testing.assert_allclose(g.ggml_backend_tensor_get(w).ravel(), [2.0], atol=1e-3)
+    assert g.ggml_opt_grad_acc(opt, out) is None   # accumulators exist only with opt_period > 1 (and for the loss)
+    assert g.ggml_opt_default_params(sched, g.ggml_opt_loss_type_mse())["adamw"]["alpha"] == 1e-3
+    with pytest.raises(GGMLError):
+        g.ggml_opt_prepare_alloc(opt)
+    with pytest.raises(GGMLError):
+        g.ggml_opt_dataset_weights(ds)
+    g.ggml_opt_free(opt)
