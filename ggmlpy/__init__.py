@@ -47,3 +47,13 @@ from .quant import *; from .quant import __all__ as _quant_all; __all__ += [n fo
 from .onnx import *  # noqa: F401,F403,E402
 from .onnx import __all__ as _onnx_all  # noqa: E402
 __all__ += _onnx_all
+from .backend.state import ag_default_dtype, ag_device_name  # noqa: E402  (ggmlR's calling conventions, issue 16)
+__all__ += ["ag_default_dtype", "ag_device_name"]
+from .params import ParamList  # noqa: E402
+__all__ += ["ParamList"]
+from .train.data import Batch  # noqa: E402
+__all__ += ["Batch"]
+from .random import ggml_set_seed  # noqa: E402
+__all__ += ["ggml_set_seed"]
+from .train.parallel import dp_train  # noqa: E402
+__all__ += ["dp_train"]

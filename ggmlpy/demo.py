@@ -34,7 +34,7 @@ def xor_mlp() -> None:
                     progress=False)
     pred = model(g.ag_tensor(x)).numpy().argmax(axis=0)
     print(f"xor-of-signs MLP: loss {hist['loss'][-1]:.4f}, train accuracy {np.mean(pred == labels):.1%}, "
-          f"{time.perf_counter() - t0:.2f} s on {g.ag_default_device()}")
+          f"{time.perf_counter() - t0:.2f} s on {g.ag_device_name()}")
 
 
 def run() -> int:

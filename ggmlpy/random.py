@@ -29,3 +29,25 @@ def get_rng_state() -> dict:
 def set_rng_state(state: dict) -> None:
     """Restore a state from get_rng_state(): the next draws repeat."""
     _gen.bit_generator.state = state
+
+
+def ggml_set_seed(seed: int | float | None) -> int | None:
+    """ggmlR's ggml_set_seed: seed every random draw ggmlpy makes (weight initialisation, dropout
+    masks, shuffling), as manual_seed does. Returns the seed as an int; None does nothing and
+    returns None. Anything but a single integer value raises a GGMLError ("a single ... integer")."""
+    from .errors import GGMLError
+    if seed is None:
+        return None
+    value = seed
+    if isinstance(value, (list, tuple, np.ndarray)):
+        flat = np.asarray(value, dtype=object).ravel()
+        if flat.size != 1:
+            raise GGMLError(f"ggml_set_seed: seed must be a single non-NA integer (or None), got {seed!r}")
+        value = flat[0]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise GGMLError(f"ggml_set_seed: seed must be a single non-NA integer (or None), got {seed!r}")
+    if isinstance(value, (float, np.floating)) and (not np.isfinite(value) or value != int(value)):
+        raise GGMLError(f"ggml_set_seed: seed must be a single non-NA integer (or None), got {seed!r}")
+    value = int(value)
+    manual_seed(value if value >= 0 else value % 2**32)  # R's seeds may be negative; numpy's may not
+    return value

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import numbers
 import threading
+import warnings
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -83,7 +84,7 @@ class AGTensor:
         """A tensor holding `data` (numbers; a vector becomes a column) in the persistent pool;
         ag_tensor() is the usual way to make one."""
         arr = _as_matrix(data)
-        dc = STATE.context(device)
+        dc = STATE.context(_fallback(device) if isinstance(device, str) else device)
         t = _storage_type(dtype, arr)
         st = dc.persistent.alloc(t, (arr.shape[0], arr.shape[1]))
         out = cls(st, arr.shape, dc, requires_grad)
@@ -156,7 +157,13 @@ class AGTensor:
     # -- attributes -------------------------------------------------------------------------------
     @property
     def device(self) -> str:
-        """The name of the device the tensor lives on ("CPU", "Vulkan0", ...)."""
+        """Where the tensor lives, labelled as ggmlR does: "cpu" or "gpu" (a Vulkan or CUDA device);
+        an RPC device by its ggml name. `device_name` gives the ggml name ("CPU", "Vulkan0", ...)."""
+        return device_label(self.dc)
+
+    @property
+    def device_name(self) -> str:
+        """The ggml name of the device the tensor lives on ("CPU", "Vulkan0", "CUDA0", "RPC0[...]")."""
         return self.dc.name
 
     @property
@@ -346,13 +353,36 @@ def ag_param(data: ArrayLike | AGTensor, device: str | None = None, dtype: str |
     return ag_tensor(data, device, dtype, requires_grad=True)
 
 
+def device_label(dc: DeviceContext) -> str:
+    """ggmlR's label for a device: "cpu", "gpu" for a local GPU (Vulkan, CUDA), else the ggml name."""
+    if dc.backend.is_cpu:
+        return "cpu"
+    dev = dc.backend.dev
+    if dev != ffi.NULL and lib.ggml_backend_dev_type(dev) in (lib.GGML_BACKEND_DEVICE_TYPE_GPU,
+                                                             lib.GGML_BACKEND_DEVICE_TYPE_IGPU):
+        return "gpu"
+    return dc.name
+
+
 def ag_to_device(x: AGTensor, device: str) -> AGTensor:
-    """A copy of x on another device (moving between devices is always explicit)."""
+    """x on another device: a copy there, or x itself when it is already on that device (as ggmlR).
+    Moving between devices is always explicit."""
     if not isinstance(x, AGTensor):
         raise GGMLError(f"ag_to_device: expected an ag tensor, got {type(x).__name__}")
+    if isinstance(device, str) and STATE.context(_fallback(device)) is x.dc:
+        return x
     out = ag_tensor(x.numpy(), device=device, dtype=x.dtype if x.dtype != "i32" else "i32",
                     requires_grad=x.requires_grad)
     return out
+
+
+def _fallback(spec: str) -> str:
+    """ag_device("gpu")'s fallback: "gpu" names the CPU where there is no GPU."""
+    from .backend.state import _has_gpu
+    if spec.strip().lower() == "gpu" and not _has_gpu():
+        warnings.warn("device 'gpu': no GPU here; using the CPU", RuntimeWarning, stacklevel=3)
+        return "cpu"
+    return spec
 
 
 def same_device(*xs: AGTensor) -> DeviceContext:

@@ -14,7 +14,7 @@ from benchlib import g, ggml_mlp, interleaved, mlp_data, row, torch_mlp, torch_o
 def main():
     torch = torch_or_none()
     threads = g.get_backend("cpu").n_threads
-    print(f"ggmlpy on {g.ag_default_device()}, {threads} threads; PyTorch {torch.__version__ if torch else 'absent'}")
+    print(f"ggmlpy on {g.ag_device_name()}, {threads} threads; PyTorch {torch.__version__ if torch else 'absent'}")
 
     weights, x, y = mlp_data()
     ws, _, _, forward = ggml_mlp(weights, x, y)

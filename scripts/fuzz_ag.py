@@ -34,7 +34,8 @@ def fuzz(calls: int, seed: int) -> dict:
     g.manual_seed(seed)
     fns = sorted(n for n in g.__all__ if n.startswith("ag_") and n not in SKIP) + [
         "backward", "with_grad_tape", "make_dual", "jvp", "hvp", "optimizer_sgd", "optimizer_adam",
-        "clip_grad_norm", "zero_grad", "release_device", "ag_device"]
+        "clip_grad_norm", "zero_grad", "release_device", "ag_device", "dp_train", "ggml_set_seed",
+        "lr_scheduler_cosine"]
     pool: list = []
 
     def tensor():

@@ -112,7 +112,7 @@ def train(epochs: int = 20, batch: int = 32, lr: float = 2e-3, seed: int = 0, pr
     x_train, y_train, x_test, y_test = load_digits_split(seed)
     model = DigitsMLP(checkpoint=checkpoint)
     opt = g.optimizer_adam(model.parameters(), lr=lr)
-    sched = g.lr_scheduler_cosine(opt, T_max=epochs, eta_min=lr / 20)
+    sched = g.lr_scheduler_cosine(opt, T_max=epochs, lr_min=lr / 20)
     train_loader = g.ag_dataloader(x_train, y_train, batch_size=batch, shuffle=True)
     test_loader = g.ag_dataloader(x_test, y_test, batch_size=256, shuffle=False)
     history = g.ag_fit(model, g.ag_softmax_cross_entropy_loss, opt, train_loader, epochs,
@@ -127,7 +127,7 @@ def train(epochs: int = 20, batch: int = 32, lr: float = 2e-3, seed: int = 0, pr
               "history": history, "plot": save_loss_curve(history, plot) if plot else None}
     if verbose:
         print(f"digits: {x_train.shape[1]} train / {x_test.shape[1]} test images, MLP 64-128-128-128-10, "
-              f"{epochs} epochs of Adam, batch {batch}, on {g.ag_default_device()}")
+              f"{epochs} epochs of Adam, batch {batch}, on {g.ag_device_name()}")
         print(f"test accuracy  {result['test_accuracy']:.2%}   (train {result['train_accuracy']:.2%})")
         print(f"tape for one batch of {batch}: {with_ckpt / 1024:.1f} KiB with the middle blocks checkpointed, "
               f"{without / 1024:.1f} KiB without")

@@ -14,7 +14,7 @@ needs_blas = pytest.mark.skipif(not HAS_BLAS, reason="this libggml has no BLAS b
 def test_blas_is_not_a_device_to_compute_on():
     with pytest.raises(g.DeviceError, match="use ag_device\\('cpu'\\)"):
         g.ag_device("BLAS")
-    assert g.ag_default_device() == "CPU"
+    assert g.ag_device_name() == "CPU"
 
 
 def _graphs_on_blas():

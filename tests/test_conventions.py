@@ -166,7 +166,7 @@ def test_model_repr_lists_layers_shapes_and_parameter_counts():
     assert "(layer1): ag_linear(4, 8, activation='relu')  [W 8x4, b 8x1: 40 parameters]" in text
     assert "(layer2): ag_dropout(rate=0.25)" in text
     assert "(layer3): ag_linear(8, 3)  [W 3x8, b 3x1: 27 parameters]" in text
-    assert text.splitlines()[-1] == "total: 67 trainable parameters in 4 tensors"
+    assert text.splitlines()[-1] == "total: 3 layers, 67 trainable parameters in 4 tensors"
     assert model.num_parameters() == 67
 
 

@@ -112,11 +112,12 @@ def test_mlp_training_matches_cpu(dev, opt_name):
 def test_to_device_round_trip(dev):
     a = np.random.default_rng(2).normal(size=(9, 4))
     x = g.ag_tensor(a)
-    assert x.device == "CPU"
+    assert x.device == "cpu" and x.device_name == "CPU"
     y = g.ag_to_device(x, dev)
-    assert y.device == dev and y.shape == x.shape
+    assert y.device_name == dev and y.shape == x.shape
+    assert (y is x) == (dev == "CPU")  # as ggmlR: already there, the same tensor
     z = g.ag_to_device(y, "cpu")
-    assert z.device == "CPU"
+    assert z.device == "cpu" and z.device_name == "CPU"
     np.testing.assert_array_equal(z.numpy(), x.numpy())  # copies are exact
     ids = g.ag_to_device(g.ag_tensor(np.arange(6).reshape(2, 3), dtype="i32"), dev)
     assert ids.dtype == "i32"
@@ -147,16 +148,19 @@ def test_unavailable_devices_say_what_is_there_and_how_to_build():
             assert "GGMLPY_SOFTWARE_VULKAN=1" in msg, msg
     with pytest.raises(g.DeviceError, match="cuda:<index>"):
         g.ag_device("cuda:first")
-    assert g.ag_device() == "CPU"  # a failed switch leaves the device as it was
+    assert g.ag_device() == "cpu" and g.ag_device_name() == "CPU"  # a failed switch leaves the device as it was
 
 
 def test_gpu_spec_prefers_hardware():
     local_gpus = [d for d in g.devices() if d.type in ("gpu", "igpu") and d.backend in ("Vulkan", "CUDA")]
-    if not local_gpus:
-        with pytest.raises(g.DeviceError, match="available devices"):
-            g.ag_device("gpu")
+    if not local_gpus:  # as ggmlR: "gpu" falls back to the CPU, with a warning
+        with pytest.warns(RuntimeWarning, match="no GPU"):
+            assert g.ag_device("gpu") == "cpu"  # the previous setting
+        assert g.ag_default_device() == "gpu" and g.ag_device_name() == "CPU"
+        g.ag_device("cpu")
         return
-    name = g.ag_device("gpu")
+    g.ag_device("gpu")
+    name = g.ag_device_name()
     hardware = [d.name for d in local_gpus if not D.is_software_device(d.name)]
     assert name == (hardware[0] if hardware else local_gpus[0].name) or name in hardware
 
@@ -182,7 +186,8 @@ def test_cuda_device():
     cuda = [n for n in LOCAL if n.startswith("CUDA")]
     if not cuda:
         pytest.skip("the CUDA backend is built but sees no GPU")
-    assert g.ag_device("cuda") == "CUDA0" and g.ag_device("cuda:0") == "CUDA0"
+    g.ag_device("cuda")
+    assert g.ag_device_name() == "CUDA0" and g.ag_device("cuda:0") == "cuda" and g.ag_device_name() == "CUDA0"
     ref, got = on("cpu", ops_case), on("cuda", ops_case)
     assert all(rel_err(ref[k], got[k]) <= tol("CUDA") for k in ref)
 

@@ -84,7 +84,7 @@ def test_compiled_steps_follow_the_eager_trajectory(opt_name, make_opt, backward
         p.data = v
     step = g.ag_compile(loss_fn, [x, y], optimizer=make_opt(params), backward=backward)
     got = [step(x, y) for _ in range(4)]
-    if backward == "rules" and "BLAS" in g.backends() and g.ag_default_device() == "CPU":
+    if backward == "rules" and "BLAS" in g.backends() and g.ag_device_name() == "CPU":
         assert all(p.sched is not None for p in step.plans.values())  # products on BLAS, the rest on CPU
     np.testing.assert_allclose(got, want, rtol=1e-5)
     for p, v in zip(params, final):
@@ -100,7 +100,7 @@ def test_auto_backward_is_ggml_where_it_is_supported_and_faster_and_rules_otherw
         return g.ag_compile(lambda a, b: g.ag_mse_loss(act(g.ag_matmul(w, a)), b), [x, y],
                             optimizer=g.optimizer_sgd([w]), backward=backward)
     # the CPU backend runs ggml's OUT_PROD-based backward 1.4x slower: auto keeps the rules there
-    want = "rules" if g.ag_default_device() == "CPU" else "ggml"
+    want = "rules" if g.ag_device_name() == "CPU" else "ggml"
     assert compiled(g.ag_relu).last_backward == want
     assert compiled(g.ag_relu, backward="ggml").last_backward == "ggml"
     assert compiled(g.ag_tanh).last_backward == "rules"

@@ -99,7 +99,8 @@ out = {}
 for opt_name in ("sgd", "adam"):
     g.ag_device("cpu")
     out["cpu_" + opt_name] = mlp(opt_name)
-    out["device"] = g.ag_device("rpc://" + endpoint)
+    g.ag_device("rpc://" + endpoint)
+    out["device"] = g.ag_device_name()
     out["rpc_" + opt_name] = mlp(opt_name)
     g.ag_device("cpu")
 info = [d for d in g.devices() if d.description == endpoint]

@@ -38,10 +38,14 @@ def test_step_scheduler_matches_closed_form():
 
 def test_cosine_scheduler_matches_closed_form():
     opt = dummy_optimizer(0.1)
-    seq = lr_sequence(g.lr_scheduler_cosine(opt, T_max=5, eta_min=0.01), 12)
+    seq = lr_sequence(g.lr_scheduler_cosine(opt, T_max=5, eta_min=0.01, hold=False), 12)  # PyTorch's form
     expect = [0.01 + 0.09 * (1 + math.cos(math.pi * e / 5)) / 2 for e in range(13)]
     np.testing.assert_allclose(seq, expect, rtol=1e-12)
     assert seq[5] == pytest.approx(0.01) and seq[10] == pytest.approx(0.1)
+    held = lr_sequence(g.lr_scheduler_cosine(dummy_optimizer(0.1), T_max=5, lr_min=0.01), 12)  # ggmlR's default
+    np.testing.assert_allclose(held, expect[:6] + [0.01] * 7, rtol=1e-12)
+    restarts = lr_sequence(g.lr_scheduler_cosine(dummy_optimizer(0.1), T_max=5, lr_min=0.01, restart=True), 12)
+    np.testing.assert_allclose(restarts, expect[:6] + expect[1:6] + expect[1:3], rtol=1e-12)
 
 
 def test_schedulers_match_pytorch():
@@ -49,9 +53,9 @@ def test_schedulers_match_pytorch():
     for ours_cls, theirs_cls, kw in ((g.lr_scheduler_step, torch.optim.lr_scheduler.StepLR,
                                       {"step_size": 2, "gamma": 0.3}),
                                      (g.lr_scheduler_cosine, torch.optim.lr_scheduler.CosineAnnealingLR,
-                                      {"T_max": 4, "eta_min": 0.001})):
+                                      {"T_max": 4, "eta_min": 0.001, "hold": False})):
         opt_t = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.05)
-        sched_t = theirs_cls(opt_t, **kw)
+        sched_t = theirs_cls(opt_t, **{k: v for k, v in kw.items() if k != "hold"})
         theirs = [opt_t.param_groups[0]["lr"]]
         for _ in range(9):
             opt_t.step()

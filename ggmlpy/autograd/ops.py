@@ -258,16 +258,30 @@ def _same_shape(what, p, t):
         raise GGMLError(f"{what}: pred {list(p.shape)} and target {list(t.shape)} differ in shape{hint}")
 
 
-def ag_mse_loss(pred: AGTensor, target: AGTensor) -> AGTensor:
-    """sum((pred - target)^2) / length(pred); the gradient flows to pred only (as in ggmlR)."""
-    pred, target = _ag(pred, "ag_mse_loss", "pred"), _ag(target, "ag_mse_loss", "target")
+def _target(target, pred: AGTensor, what: str) -> AGTensor:
+    """A loss target: an ag tensor as it is, or (as in ggmlR) a plain matrix, made a constant on pred's device."""
+    if isinstance(target, (np.ndarray, list, tuple)) or _num(target):
+        arr = np.asarray(target)
+        if arr.dtype.kind not in "biuf":
+            raise GGMLError(f"{what}: target must be an ag tensor or a numeric matrix, got dtype {arr.dtype}")
+        return ag_tensor(arr, device=pred.dc.spec, dtype=None if pred.dtype == "i32" else pred.dtype)
+    return _ag(target, what, "target")
+
+
+def ag_mse_loss(pred: AGTensor, target: AGTensor | np.ndarray) -> AGTensor:
+    """sum((pred - target)^2) / length(pred); the gradient flows to pred only (as in ggmlR).
+    `target` may be an ag tensor or a plain numpy matrix of pred's shape."""
+    pred = _ag(pred, "ag_mse_loss", "pred")
+    target = _target(target, pred, "ag_mse_loss")
     _same_shape("ag_mse_loss", pred, target)
     return apply("mse", pred, target)
 
 
-def ag_cross_entropy_loss(pred: AGTensor, target: AGTensor) -> AGTensor:
-    """-sum(target * log(clamp(pred, 1e-7, 1 - 1e-7))) / ncol, for probabilities `pred`."""
-    pred, target = _ag(pred, "ag_cross_entropy_loss", "pred"), _ag(target, "ag_cross_entropy_loss", "target")
+def ag_cross_entropy_loss(pred: AGTensor, target: AGTensor | np.ndarray) -> AGTensor:
+    """-sum(target * log(clamp(pred, 1e-7, 1 - 1e-7))) / ncol, for probabilities `pred`.
+    `target` may be an ag tensor or a plain numpy matrix of pred's shape."""
+    pred = _ag(pred, "ag_cross_entropy_loss", "pred")
+    target = _target(target, pred, "ag_cross_entropy_loss")
     _same_shape("ag_cross_entropy_loss", pred, target)
     return apply("cross_entropy", pred, target)
 
@@ -275,8 +289,9 @@ def ag_cross_entropy_loss(pred: AGTensor, target: AGTensor) -> AGTensor:
 def ag_softmax_cross_entropy_loss(logits: AGTensor, target: AGTensor | np.ndarray) -> AGTensor:
     """Softmax (per column) then cross-entropy with log(max(p, 1e-7)), averaged over columns.
 
-    `target` is one-hot [classes, ncol], or 0-based class indices: a [1, ncol]
-    tensor (when logits have more than one row) or an integer vector."""
+    `target` is one-hot [classes, ncol] (an ag tensor or a plain numpy matrix), or 0-based
+    class indices: a [1, ncol] tensor or matrix (when logits have more than one row) or an
+    integer vector."""
     logits = _ag(logits, "ag_softmax_cross_entropy_loss", "logits")
     if logits.nrow == 1:
         warnings.warn("ag_softmax_cross_entropy_loss: the logits have one row, i.e. one class; a softmax over "
@@ -295,6 +310,8 @@ def _one_hot_target(logits, target):
         idx = target.numpy().ravel()
     else:
         idx = np.asarray(target)
+        if idx.ndim == 2 and idx.shape == logits.shape and logits.nrow > 1:
+            return _target(idx, logits, "ag_softmax_cross_entropy_loss")  # a one-hot (or soft) target matrix
         if idx.dtype.kind not in "iu" and not (idx.dtype.kind == "f" and np.all(idx == np.round(idx))):
             raise GGMLError("ag_softmax_cross_entropy_loss: target must be an ag tensor or integer class indices")
         idx = idx.ravel()

@@ -139,6 +139,7 @@ class _State:
         self.contexts: dict[str, DeviceContext] = {}
         self.current: DeviceContext | None = None
         self.dtype = lib.GGML_TYPE_F32
+        self.label: str | None = None  # the device setting as given to ag_device() (ggmlR's "cpu"/"gpu")
         self._warned_bf16 = False
 
     def context(self, spec: str | None = None) -> DeviceContext:
@@ -170,24 +171,44 @@ class _State:
 STATE = _State()
 
 
+def _has_gpu() -> bool:
+    from .device import devices
+    return any(d.type in ("gpu", "igpu") and d.backend in ("Vulkan", "CUDA") for d in devices())
+
+
 def ag_device(spec: str | None = None) -> str:
     """Select the device for new tensors and ops: "cpu", "gpu" (best available), "vulkan",
-    "vulkan:1", "cuda", "cuda:0", "rpc://host:port". Returns the device name in use.
+    "vulkan:1", "cuda", "cuda:0", "rpc://host:port". Returns the *previous* setting, as ggmlR
+    does (so `prev = ag_device("gpu"); ...; ag_device(prev)` restores it); with no argument,
+    the current one (ag_default_device()).
 
-    Tensors already made stay where they are, with their values (ggmlR makes them stale);
-    an op mixing devices raises, and ag_to_device() moves a tensor."""
+    "gpu" with no GPU falls back to the CPU with a warning, as ggmlR's does (its
+    ggml_backend_init_best() returns the CPU backend). Tensors already made stay where they
+    are, with their values (ggmlR makes them stale); an op mixing devices raises, and
+    ag_to_device() moves a tensor."""
     if spec is None:
-        return STATE.context().name
+        return ag_default_device()
     if not isinstance(spec, str):
         raise GGMLError(f"ag_device: expected a device name such as 'cpu' or 'vulkan', got {spec!r}")
     with STATE.lock:
-        dc = STATE._get(spec)
+        previous = ag_default_device()
+        target = spec
+        if spec.strip().lower() == "gpu" and not _has_gpu():
+            warnings.warn("ag_device('gpu'): no GPU here; computing on the CPU", RuntimeWarning, stacklevel=2)
+            target = "cpu"
+        dc = STATE._get(target)
         if STATE.current is not dc:
             if STATE.current is not None:
                 STATE.current.persistent.free_spare()
             STATE.current = dc
             _check_dtype(dc, STATE.dtype)
-        return dc.name
+        STATE.label = spec
+        return previous
+
+
+def ag_device_name() -> str:
+    """The ggml name of the device new tensors and ops use now ("CPU", "Vulkan0", "CUDA0", ...)."""
+    return STATE.context().name
 
 
 def release_device(spec: str) -> None:
@@ -239,23 +260,34 @@ def set_cache_limits(graph_cache_bytes: int | None = None, spare_bytes: int | No
 
 
 def ag_default_device() -> str:
-    """The name of the device new ag tensors and ops use now."""
-    return STATE.context().name
+    """The device setting, as it was given to ag_device(): "cpu" (the default), "gpu", "vulkan:1", ...
+    (ag_device_name() gives the ggml device it resolved to)."""
+    with STATE.lock:
+        if STATE.current is None or STATE.label is None:
+            return "cpu" if STATE.context().backend.is_cpu else STATE.context().name
+        return STATE.label
+
+
+def ag_default_dtype() -> str:
+    """The storage dtype new tensors get now: "f32" (the default), "f16" or "bf16"."""
+    return DTYPE_NAMES[STATE.dtype]
 
 
 def ag_dtype(dtype: str | None = None) -> str:
-    """Select the storage dtype of new tensors: "f32" (default), "f16" or "bf16".
+    """Select the storage dtype of new tensors: "f32" (default), "f16" or "bf16". Returns the
+    *previous* setting, as ggmlR does; with no argument, the current one (ag_default_dtype()).
     Ops compute in f32. Tensors already made keep their dtype and values."""
     if dtype is None:
-        return DTYPE_NAMES[STATE.dtype]
+        return ag_default_dtype()
     if dtype not in DTYPES:
         raise GGMLError(f"ag_dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
     with STATE.lock:
+        previous = DTYPE_NAMES[STATE.dtype]
         want = _check_dtype(STATE.context(), DTYPES[dtype])
         if want != STATE.dtype:
             STATE.context().persistent.free_spare()
             STATE.dtype = want
-        return DTYPE_NAMES[STATE.dtype]
+        return previous
 
 
 def _check_dtype(dc: DeviceContext, t: int) -> int:

@@ -11,6 +11,7 @@ from ..autograd import ops as F
 from ..autograd.engine import apply, assign
 from ..autograd.tape import no_grad
 from ..errors import GGMLError
+from ..params import ParamList
 from ..tensor import AGTensor, ag_param, ag_tensor
 
 
@@ -41,12 +42,13 @@ class Module:
         for i, child in enumerate(self.children(), 1):
             yield from child.named_parameters(f"{prefix}layer{i}_")
 
-    def parameters(self) -> list[AGTensor]:
-        """The trainable tensors, in named_parameters() order."""
-        return [p for _, p in self.named_parameters()]
+    def parameters(self) -> ParamList:
+        """The trainable tensors, in named_parameters() order: a list that also answers by name,
+        as ggmlR's named list (`parameters()["W"]`; names as named_parameters())."""
+        return ParamList.from_pairs(self.named_parameters())
 
-    def params(self) -> list[AGTensor]:
-        """ggmlR's `$params()`."""
+    def params(self) -> ParamList:
+        """ggmlR's `$params()`: the same as parameters()."""
         return self.parameters()
 
     def buffers(self, prefix: str = "") -> list[tuple[str, AGTensor]]:
@@ -105,7 +107,8 @@ class Module:
         lines = self._repr_lines()
         n = self.num_parameters()
         if self.children():
-            lines.append(f"total: {n:,} trainable parameters in {len(self.parameters())} tensors")
+            layers = f"{len(self.layers)} layers, " if isinstance(self, ag_sequential) else ""
+            lines.append(f"total: {layers}{n:,} trainable parameters in {len(self.parameters())} tensors")
         return "\n".join(lines)
 
     def _repr_lines(self) -> list:
@@ -243,17 +246,30 @@ class ag_embedding(Module):
 
 
 class ag_multihead_attention(Module):
-    """ggmlR's multi-head attention over columns (tokens): x [d_model, seq] -> [d_model, seq]."""
+    """ggmlR's multi-head attention over columns (tokens): x [d_model, seq] -> [d_model, seq].
 
-    def __init__(self, d_model: int, n_heads: int, causal: bool = False):
+    W_q, W_k, W_v, W_o [d_model, d_model] Glorot-uniform; b_o [d_model, 1] zeros unless
+    `bias=False`. `dropout` drops attention weights in training mode (inverted, like
+    ag_dropout). `causal=True` masks future tokens by default (forward's `causal_mask` overrides).
+    Fields as ggmlR's: d_model, n_heads, d_k, d_v, scale, dropout, training."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True, causal: bool = False):
         super().__init__()
+        if int(d_model) != d_model or int(n_heads) != n_heads or n_heads < 1 or d_model < 1:
+            raise GGMLError(f"ag_multihead_attention: d_model and n_heads must be positive integers, "
+                            f"got {d_model!r}, {n_heads!r}")
         if d_model % n_heads:
             raise GGMLError(f"ag_multihead_attention: d_model {d_model} is not divisible by n_heads {n_heads}")
+        if not 0 <= dropout < 1:
+            raise GGMLError(f"ag_multihead_attention: dropout must be in [0, 1), got {dropout}")
         self.d_model, self.n_heads, self.causal = int(d_model), int(n_heads), bool(causal)
+        self.d_k = self.d_v = self.d_model // self.n_heads
+        self.scale = 1.0 / math.sqrt(self.d_k)
+        self.dropout = float(dropout)
         limit = math.sqrt(6.0 / (2 * d_model))
         for name in ("W_q", "W_k", "W_v", "W_o"):
             setattr(self, name, ag_param(_uniform((d_model, d_model), limit)))
-        self.b_o = ag_param(np.zeros((d_model, 1)))
+        self.b_o = ag_param(np.zeros((d_model, 1))) if bias else None
 
     def forward(self, query: AGTensor, key: AGTensor | None = None, value: AGTensor | None = None,
                 causal_mask: bool | None = None) -> AGTensor:
@@ -262,22 +278,28 @@ class ag_multihead_attention(Module):
         value = key if value is None else value
         causal = self.causal if causal_mask is None else bool(causal_mask)
         q, k, v = F.ag_matmul(self.W_q, query), F.ag_matmul(self.W_k, key), F.ag_matmul(self.W_v, value)
-        dk = self.d_model // self.n_heads
+        dk = self.d_k
         mask = _causal_mask(k.ncol, q.ncol, q.dc.spec) if causal else None
         heads = None
         for h in range(self.n_heads):
             rows = slice(h * dk, (h + 1) * dk)
             qh, kh, vh = F.ag_slice(q, rows), F.ag_slice(k, rows), F.ag_slice(v, rows)
             # scores^T [seq_kv, seq_q]: a column-wise softmax of it is the row-wise softmax over keys
-            st = F.ag_scale(apply("matmul", kh, qh, ta=True, tb=False), 1.0 / math.sqrt(dk))
+            st = F.ag_scale(apply("matmul", kh, qh, ta=True, tb=False), self.scale)
             if mask is not None:
                 st = F.ag_add(st, mask)
-            head = F.ag_matmul(vh, F.ag_softmax(st))
+            attn = F.ag_softmax(st)
+            if self.training and self.dropout > 0:
+                keep = (grandom.generator().uniform(size=attn.shape) > self.dropout) / (1.0 - self.dropout)
+                attn = F.ag_mul(attn, ag_tensor(keep, device=attn.dc.spec))
+            head = F.ag_matmul(vh, attn)
             heads = head if heads is None else F.ag_concat(heads, head, dim=1)
-        return F.ag_add(F.ag_matmul(self.W_o, heads), self.b_o)
+        out = F.ag_matmul(self.W_o, heads)
+        return out if self.b_o is None else F.ag_add(out, self.b_o)
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, n_heads={self.n_heads}, causal={self.causal}"
+        extra = (f", dropout={self.dropout}" if self.dropout else "") + ("" if self.b_o is not None else ", bias=False")
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, causal={self.causal}{extra}"
 
 
 def _causal_mask(n_kv: int, n_q: int, device):

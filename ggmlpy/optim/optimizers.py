@@ -20,6 +20,7 @@ from ..autograd.engine import assign, f32_builder
 from ..autograd.tape import no_grad
 from ..bindings import lib
 from ..errors import GGMLError
+from ..params import ParamList
 from ..tensor import AGTensor, ag_tensor, same_device
 from . import fused
 
@@ -40,7 +41,7 @@ def _grad_of(grads, p: AGTensor):
 
 class Optimizer:
     """Base optimizer. `params`: a model (its parameters() are taken), a list of ag tensors, or
-    a dict of them (a state dict's values)."""
+    a dict of them (ggmlR's named list). `self.params` keeps the names: `opt.params["W"]`."""
 
     def __init__(self, params: Params, lr: float):
         self.params = _param_list(params)
@@ -93,6 +94,15 @@ class Optimizer:
         for i, p, g in todo:
             self._update(i, p, g)
 
+    def __repr__(self) -> str:
+        kind = {"optimizer_sgd": "SGD", "optimizer_adam": "Adam", "optimizer_adamw": "AdamW"}.get(type(self).__name__,
+                                                                                             type(self).__name__)
+        extra = "".join(f" | {k} = {v:g}" for k, v in self._repr_fields())
+        return f"{kind} optimizer | lr = {self.lr:g}{extra} | {len(self.params)} params | step {self.t}"
+
+    def _repr_fields(self) -> list:
+        return []
+
     def zero_grad(self) -> None:
         """Forget every parameter's `.grad` (the next backward() starts them afresh)."""
         for p in self.params:
@@ -128,15 +138,14 @@ def _group_by_device(items) -> dict:
     return out
 
 
-def _param_list(params):
-    """A list of ag tensors from a model (anything with .parameters()), a dict or an iterable."""
+def _param_list(params) -> ParamList:
+    """The ag tensors of a model (anything with .parameters()), a dict or an iterable, keeping
+    their names where they have them (ggmlR's named list: `opt.params["W"]`)."""
     if callable(getattr(params, "parameters", None)):
         params = params.parameters()
-    if isinstance(params, dict):
-        params = list(params.values())
     if isinstance(params, AGTensor) or not hasattr(params, "__iter__"):
         raise GGMLError(f"optimizer params must be a model or a list of ag tensors, got {type(params).__name__}")
-    params = list(params)
+    params = ParamList(params if isinstance(params, (dict, ParamList)) else list(params))
     for p in params:
         if not isinstance(p, AGTensor):
             raise GGMLError(f"optimizer params must be a model or ag tensors, got {type(p).__name__}")
@@ -173,6 +182,9 @@ class optimizer_sgd(Optimizer):
                     done.extend(group[:n])
                     group = group[n:]
         self._fused_or_composed(todo, fusable, run)
+
+    def _repr_fields(self) -> list:
+        return [("momentum", self.momentum)] + ([("weight_decay", self.weight_decay)] if self.weight_decay else [])
 
 
 class optimizer_adam(Optimizer):
@@ -212,6 +224,10 @@ class optimizer_adam(Optimizer):
                     done.extend(group[:n])
                     group = group[n:]
         self._fused_or_composed(todo, fusable, run)
+
+    def _repr_fields(self) -> list:
+        return [("beta1", self.beta1), ("beta2", self.beta2), ("eps", self.eps)] + (
+            [("weight_decay", self.weight_decay)] if self.weight_decay else [])
 
 
 class optimizer_adamw(optimizer_adam):

@@ -1,11 +1,12 @@
-"""Learning-rate schedules that set `optimizer.lr`, as PyTorch's StepLR and CosineAnnealingLR.
+"""Learning-rate schedules that set `optimizer.lr`: ggmlR's, close to PyTorch's StepLR and CosineAnnealingLR.
 
 Call `.step()` once per epoch (or once per batch, counting T_max / step_size in
 batches). Each uses the closed form of its schedule from the optimizer's lr at
 construction, so the sequence does not drift with rounding:
 
 * step:   lr_e = lr_0 * gamma ** floor(e / step_size)
-* cosine: lr_e = eta_min + (lr_0 - eta_min) * (1 + cos(pi * e / T_max)) / 2
+* cosine: lr_e = lr_min + (lr_0 - lr_min) * (1 + cos(pi * t / T_max)) / 2, t = min(e, T_max)
+  (held after T_max as in ggmlR; see lr_scheduler_cosine for restarts and PyTorch's form)
 """
 from __future__ import annotations
 
@@ -27,6 +28,13 @@ class _Scheduler:
         self.last_epoch += 1
         self.optimizer.lr = self._lr_at(self.last_epoch)
         return self.optimizer.lr
+
+    def __repr__(self) -> str:
+        fields = " | ".join(f"{k}={v}" for k, v in self._repr_fields())
+        return f"{type(self).__name__} | {fields} | epoch={self.last_epoch} | lr={self.get_lr():.6g}"
+
+    def _repr_fields(self) -> list:
+        return []
 
     def get_lr(self) -> float:
         """The learning rate now in force."""
@@ -54,21 +62,59 @@ class lr_scheduler_step(_Scheduler):
             raise GGMLError(f"lr_scheduler_step: gamma must be positive, got {gamma}")
         self.step_size, self.gamma = int(step_size), float(gamma)
 
+    def _repr_fields(self) -> list:
+        return [("step_size", self.step_size), ("gamma", self.gamma)]
+
     def _lr_at(self, epoch: int) -> float:
         return self.base_lr * self.gamma ** (epoch // self.step_size)
 
 
 class lr_scheduler_cosine(_Scheduler):
-    """Cosine annealing from the initial lr down to `eta_min` over `T_max` steps (then back up,
-    as PyTorch's closed form does past T_max)."""
+    """Cosine annealing from the initial lr (`lr_max`) down to `lr_min` over `T_max` steps:
+    after k steps, lr = lr_min + (lr_max - lr_min) * (1 + cos(pi * t / T_max)) / 2 with
 
-    def __init__(self, optimizer, T_max: int, eta_min: float = 0.0):
+    * t = min(k, T_max) by default: the lr reaches lr_min at step T_max and stays there, as
+      ggmlR's scheduler does;
+    * t = ((k - 1) mod T_max) + 1 with `restart=True` (SGDR-style warm restarts, as ggmlR's):
+      each cycle ends at lr_min and the next step starts again near lr_max;
+    * t = k with `hold=False`: PyTorch's CosineAnnealingLR, which rises again after T_max.
+
+    `eta_min` is PyTorch's name for `lr_min`. ggmlR differs by one step: its k-th step sets the
+    value of step k - 1, so its first step leaves the lr at lr_max and, without restarts, it
+    holds the value of step T_max - 1 and never reaches lr_min, which its documentation
+    promises (README, "Known divergences from ggmlR")."""
+
+    def __init__(self, optimizer, T_max: int, lr_min: float = 0.0, restart: bool = False,
+                 eta_min: float | None = None, hold: bool = True):
         super().__init__(optimizer)
-        if T_max <= 0:
-            raise GGMLError(f"lr_scheduler_cosine: T_max must be positive, got {T_max!r}")
-        if eta_min < 0 or eta_min > self.base_lr:
-            raise GGMLError(f"lr_scheduler_cosine: eta_min must be in [0, lr={self.base_lr}], got {eta_min}")
-        self.T_max, self.eta_min = T_max, float(eta_min)
+        if int(T_max) != T_max or T_max <= 0:
+            raise GGMLError(f"lr_scheduler_cosine: T_max must be a positive integer, got {T_max!r}")
+        lr_min = float(lr_min if eta_min is None else eta_min)
+        if lr_min < 0 or lr_min > self.base_lr:
+            raise GGMLError(f"lr_scheduler_cosine: lr_min (eta_min) must be in [0, lr={self.base_lr}], got {lr_min}")
+        if restart and not hold:
+            raise GGMLError("lr_scheduler_cosine: restart=True and hold=False ask for two different "
+                            "schedules after T_max; choose one")
+        self.T_max, self.lr_min, self.restart, self.hold = int(T_max), lr_min, bool(restart), bool(hold)
+
+    @property
+    def eta_min(self) -> float:
+        """PyTorch's name for lr_min."""
+        return self.lr_min
+
+    @property
+    def lr_max(self) -> float:
+        """The lr the optimizer had when the scheduler was made: the top of the curve."""
+        return self.base_lr
+
+    def _repr_fields(self) -> list:
+        return [("T_max", self.T_max), ("lr_max", self.lr_max), ("lr_min", self.lr_min), ("restart", self.restart)]
 
     def _lr_at(self, epoch: int) -> float:
-        return self.eta_min + (self.base_lr - self.eta_min) * (1 + math.cos(math.pi * epoch / self.T_max)) / 2
+        if self.restart:
+            t = (epoch - 1) % self.T_max + 1 if epoch > 0 else 0
+        elif self.hold:
+            t = min(epoch, self.T_max)
+        else:
+            t = epoch
+        return self.lr_min + (self.base_lr - self.lr_min) * (1 + math.cos(math.pi * t / self.T_max)) / 2

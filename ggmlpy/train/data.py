@@ -74,21 +74,69 @@ def _is_label_vector(y) -> bool:
     return arr.ndim == 1 and (arr.dtype.kind in "iub" or (arr.dtype.kind == "f" and np.all(arr == np.round(arr))))
 
 
+class Batch(tuple):
+    """One mini-batch: `x` and `y` (None without targets). Unpacks as `xb, yb = batch`, and
+    answers by name as ggmlR's list does: `batch.x` or `batch["x"]` (R's `batch$x`)."""
+    __slots__ = ()
+    _fields = ("x", "y")
+
+    def __new__(cls, x: AGTensor, y: AGTensor | None = None) -> "Batch":
+        return super().__new__(cls, (x, y))
+
+    @property
+    def x(self) -> AGTensor:
+        """The inputs [features, batch]."""
+        return tuple.__getitem__(self, 0)
+
+    @property
+    def y(self) -> AGTensor | None:
+        """The targets (None without them)."""
+        return tuple.__getitem__(self, 1)
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            if key not in self._fields:
+                raise KeyError(key)
+            return getattr(self, key)
+        return tuple.__getitem__(self, key)
+
+    def __repr__(self) -> str:
+        return f"Batch(x={self.x!r}, y={self.y!r})"
+
+
+def _transposed(data):
+    if data is None:
+        return None
+    if isinstance(data, AGTensor):
+        return ag_tensor(data.numpy().T, device=data.dc.spec, dtype=data.dtype)
+    arr = np.asarray(data)
+    return arr.T if arr.ndim == 2 else arr
+
+
 class ag_dataloader:
     """Mini-batches `(xb, yb)` of the columns of `x` and `y`.
 
-    x: numpy [features, n] (samples are columns, R's convention) or an ag tensor.
+    x: numpy [features, n] (samples are columns, R's convention) or an ag tensor;
+       with `col_major=False`, [n, features] (rows are samples; y likewise), transposed here.
     y: numpy [k, n] or an ag tensor (targets, batched like x), a 1-d vector of n
        integer class labels (0-based; each batch gets a [1, batch] tensor of them,
        usable directly as ag_softmax_cross_entropy_loss's target), a 1-d vector of
        real-valued targets (batched as [1, batch]), or None.
     Shuffled with ggmlpy's generator (`manual_seed`) at the start of every epoch.
-    `len()` is the number of batches per epoch."""
+    `len()` is the number of batches per epoch (the last one may be smaller unless drop_last).
+
+    ggmlR's iterator API is there too: `n_batches()`, `has_next()`, `next_batch()`,
+    `reset()` (a new order when shuffling), `epoch()` (reset, then the list of all batches)
+    and `order` (this epoch's sample order, 0-based). As in ggmlR, these hand out complete
+    batches only: `n_batches()` is n // batch_size."""
 
     def __init__(self, x, y=None, batch_size: int = 32, shuffle: bool = True, drop_last: bool = False,
-                 device=None):
+                 device=None, col_major: bool = True):
         if int(batch_size) != batch_size or batch_size < 1:
             raise GGMLError(f"ag_dataloader: batch_size must be a positive integer, got {batch_size!r}")
+        if not col_major:
+            x, y = _transposed(x), (y if y is not None and np.ndim(y) == 1 else _transposed(y))
+        self.col_major = bool(col_major)
         if device is None and isinstance(x, AGTensor):
             device = x.dc.spec
         self.x = _Columns(x, device, "x")
@@ -109,19 +157,65 @@ class ag_dataloader:
         if self.y is not None and n_y != self.n:
             raise GGMLError(f"ag_dataloader: x has {self.n} samples (columns) but y has {n_y}")
         self.batch_size, self.shuffle, self.drop_last = int(batch_size), bool(shuffle), bool(drop_last)
+        self._order: np.ndarray | None = None  # drawn on first use, so making a loader draws nothing
+        self.pos = 0
+
+    def __repr__(self) -> str:
+        return (f"ag_dataloader | n={self.n} | batch_size={self.batch_size} | n_batches={self.n_batches()} | "
+                f"shuffle={self.shuffle}")
 
     def __len__(self) -> int:
         if self.drop_last:
             return self.n // self.batch_size
         return math.ceil(self.n / self.batch_size)
 
-    def order(self) -> np.ndarray:
-        """This epoch's sample order (draws from the generator when shuffling)."""
+    def _draw_order(self) -> np.ndarray:
+        """A new sample order (draws from the generator when shuffling)."""
         return grandom.generator().permutation(self.n) if self.shuffle else np.arange(self.n)
 
+    def _batch(self, idx: np.ndarray) -> Batch:
+        return Batch(self.x.batch(idx), self.y.batch(idx) if self.y is not None else None)
+
+    @property
+    def order(self) -> np.ndarray:
+        """This epoch's sample order, 0-based (ggmlR's `$order`, 1-based there)."""
+        if self._order is None:
+            self._order = self._draw_order()
+        return self._order
+
     def __iter__(self):
-        order = self.order()
+        """One epoch of batches, in a new order; the last may be smaller unless drop_last."""
+        order = self._order = self._draw_order()
+        self.pos = self.n
         for b in range(len(self)):
-            idx = order[b * self.batch_size:(b + 1) * self.batch_size]
-            xb = self.x.batch(idx)
-            yield (xb, self.y.batch(idx) if self.y is not None else None)
+            yield self._batch(order[b * self.batch_size:(b + 1) * self.batch_size])
+
+    # -- ggmlR's iterator methods ------------------------------------------------------------------
+    def n_batches(self) -> int:
+        """The number of complete batches per epoch (ggmlR's n %/% batch_size)."""
+        return self.n // self.batch_size
+
+    def reset(self) -> None:
+        """Start a new epoch: back to the first batch, with a new order when shuffling."""
+        self._order = self._draw_order()
+        self.pos = 0
+
+    def has_next(self) -> bool:
+        """Whether another complete batch is left in this epoch."""
+        return self.pos + self.batch_size <= self.n
+
+    def next_batch(self) -> Batch:
+        """The next complete batch of this epoch (a GGMLError when none is left: call reset())."""
+        if not self.has_next():
+            raise GGMLError("ag_dataloader: no more batches; call reset() to start a new epoch")
+        idx = self.order[self.pos:self.pos + self.batch_size]
+        self.pos += self.batch_size
+        return self._batch(idx)
+
+    def epoch(self) -> list:
+        """reset(), then every complete batch of the new epoch, as a list."""
+        self.reset()
+        out = []
+        while self.has_next():
+            out.append(self.next_batch())
+        return out

@@ -11,9 +11,11 @@ ggml itself would use. Metadata: `general.architecture = "ggmlpy"`,
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 
 import numpy as np
 
@@ -34,7 +36,7 @@ def _gguf():
 
 def _state_of(model) -> dict:
     if not hasattr(model, "state_dict"):
-        raise GGMLError(f"expected a model (an ag_* layer or Module), got {type(model).__name__}")
+        raise GGMLError(f"expected a model (an ag_sequential or ag_* layer, a Module), got {type(model).__name__}")
     return model.state_dict()
 
 
@@ -54,17 +56,51 @@ def _blocks_of(t) -> np.ndarray:
     return raw
 
 
-def ag_save_model(model: Module, path: str | os.PathLike, metadata: dict | None = None) -> str:
+def _model_fn_name(model_fn) -> str:
+    """'module:qualname' of a module-level function, the reference ag_load_model imports again."""
+    module, qualname = getattr(model_fn, "__module__", None), getattr(model_fn, "__qualname__", "")
+    if not callable(model_fn) or not module or not qualname or "<" in qualname:
+        raise GGMLError("ag_save_model: model_fn must be a module-level function or class (it is saved by "
+                        f"name, never as code), got {model_fn!r}; or pass model_fn to ag_load_model instead")
+    try:
+        found = _import_model_fn(f"{module}:{qualname}")
+    except GGMLError:
+        found = None
+    if found is not model_fn:
+        raise GGMLError(f"ag_save_model: model_fn {module}:{qualname} cannot be imported again by that name; "
+                        "pass model_fn to ag_load_model instead")
+    return f"{module}:{qualname}"
+
+
+def _import_model_fn(ref: str):
+    module, _, qualname = ref.partition(":")
+    try:
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise GGMLError(f"ag_load_model: cannot import the saved model_fn {ref!r} ({e}); pass model_fn") from None
+    return obj
+
+
+def ag_save_model(model: Module, path: str | os.PathLike, metadata: dict | None = None,
+                  model_fn: Callable[[], Module] | None = None) -> str:
     """Write the model's parameters and buffers to a GGUF file at `path`; returns the path.
 
-    `metadata` is any JSON-serialisable dict, returned by ag_load_model. Weights quantized with
-    ag_quantize are written as their blocks, in their quantized type."""
+    `metadata` is any JSON-serialisable dict, returned by ag_load_model(model, path). Weights
+    quantized with ag_quantize are written as their blocks, in their quantized type.
+    `model_fn` (ggmlR's): a function of no arguments that builds the architecture again; it is
+    stored by name (module and qualified name, so it must be importable: ggmlR stores the R
+    closure itself), and ag_load_model(path) then rebuilds the model without being told how."""
     from .. import __version__
     gguf = _gguf()
+    if not isinstance(model, Module):
+        raise GGMLError(f"ag_save_model: model must be an ag_sequential or ag_* layer, got {type(model).__name__}")
     try:
         meta_json = json.dumps(metadata or {})
     except TypeError as e:
         raise GGMLError(f"ag_save_model: metadata must be JSON-serialisable: {e}") from None
+    fn_ref = _model_fn_name(model_fn) if model_fn is not None else None
     state = _state_of(model)
     if not state:
         raise GGMLError("ag_save_model: the model has no parameters or buffers to save")
@@ -77,6 +113,8 @@ def ag_save_model(model: Module, path: str | os.PathLike, metadata: dict | None 
         try:
             writer.add_string("ggmlpy.version", __version__)
             writer.add_string("ggmlpy.metadata", meta_json)
+            if fn_ref is not None:
+                writer.add_string("ggmlpy.model_fn", fn_ref)
             quantized = _quantized_tensors(model)
             for name, value in state.items():
                 qtype = _gguf_qtype(gguf, quantized[name].st.type) if name in quantized else None
@@ -157,13 +195,14 @@ def read_gguf(path) -> tuple[dict, dict]:
     try:
         f = GGUFFile(path)
     except GGMLError as e:
-        raise GGMLError(f"{path} is not a readable GGUF file: {e}") from None
+        raise GGMLError(f"{path} is not a readable GGUF file (not a ggmlpy model container): {e}") from None
     with f:
         meta = f.metadata
         arch = meta.get("general.architecture")
         if arch != ARCH:
-            raise GGMLError(f"{path}: GGUF architecture is {arch!r}, not {ARCH!r}: not a ggmlpy model file")
-        for key in ("ggmlpy.version", "ggmlpy.metadata"):
+            raise GGMLError(f"{path}: GGUF architecture is {arch!r}, not {ARCH!r}: not a ggmlpy model file "
+                           "(container)")
+        for key in ("ggmlpy.version", "ggmlpy.metadata", "ggmlpy.model_fn"):
             if key in meta and f.metadata_types[key] != "string":
                 raise GGMLError(f"{path}: {key} must be a string, is {f.metadata_types[key]}")
         try:
@@ -171,7 +210,7 @@ def read_gguf(path) -> tuple[dict, dict]:
         except ValueError as e:
             raise GGMLError(f"{path}: ggmlpy.metadata is not valid JSON: {e}") from None
         info = {"architecture": arch, "version": meta.get("ggmlpy.version"), "metadata": user_meta,
-                "blocks": {}}
+                "blocks": {}, "model_fn": meta.get("ggmlpy.model_fn")}
         tensors = {}
         for name, t in f.tensors.items():
             if t.type_name != "f32" and not lib.ggml_is_quantized(t.type):
@@ -187,14 +226,29 @@ def read_gguf(path) -> tuple[dict, dict]:
     return tensors, info
 
 
-def ag_load_model(model: Module, path: str | os.PathLike, strict: bool = True) -> dict:
-    """Load weights saved by ag_save_model into `model`, an already constructed model of the
-    same architecture. Checks every name and shape before writing anything. Returns the
-    metadata dict that was saved with it.
+def ag_load_model(model_or_path: Module | str | os.PathLike, path: str | os.PathLike | None = None,
+                  strict: bool = True, model_fn: Callable[[], Module] | None = None,
+                  device: str | None = None) -> dict | Module:
+    """Load weights saved by ag_save_model. Two forms:
 
-    strict=False ignores tensors in the file that the model does not have."""
-    from ..bindings import lib
+    * `ag_load_model(model, path, strict=True)`: into `model`, an already built model of the
+      same architecture; returns the metadata dict saved with it.
+    * ggmlR's `ag_load_model(path, model_fn=None, device=None)`: builds the model with
+      `model_fn()` (or the model_fn saved in the file), on `device` if given, loads the weights,
+      switches it to eval mode and returns it.
+
+    Every name and shape is checked before anything is written; strict=False ignores tensors
+    in the file that the model does not have."""
+    if isinstance(model_or_path, (str, os.PathLike)) and path is None:
+        return _load_rebuilt(model_or_path, model_fn, device)
+    if path is None:
+        raise GGMLError("ag_load_model: expected ag_load_model(model, path) or ag_load_model(path, model_fn=...)")
     tensors, info = read_gguf(path)
+    return _load_into(model_or_path, tensors, info, path, strict)
+
+
+def _load_into(model, tensors: dict, info: dict, path, strict: bool) -> dict:
+    from ..bindings import lib
     state = _state_of(model)
     missing = [n for n in state if n not in tensors]
     unexpected = [n for n in tensors if n not in state]
@@ -213,7 +267,7 @@ def ag_load_model(model: Module, path: str | os.PathLike, strict: bool = True) -
             types = sorted({_type_name(t) for t, _ in info["blocks"].values()})
             hint = f"The file holds weights quantized with ag_quantize ({', '.join(types)}): quantize the model " \
                    f"the same way (ag_quantize(model, {types[0]!r})) before loading."
-        raise GGMLError(f"ag_load_model: {os.fspath(path)} does not fit this model ("
+        raise GGMLError(f"ag_load_model: {os.fspath(path)} does not fit this model (parameter mismatch: "
                         + "; ".join(problems) + "). " + hint)
     model.load_state_dict({n: tensors[n] for n in state})
     # a quantized weight of the same type takes the file's blocks as they are (re-quantizing the
@@ -225,3 +279,27 @@ def ag_load_model(model: Module, path: str | os.PathLike, strict: bool = True) -
             t.dc.sync()
             lib.ggml_backend_tensor_set(t.st.ptr, ffi.from_buffer(blocks), 0, blocks.size)
     return info["metadata"]
+
+
+def _load_rebuilt(path, model_fn, device):
+    from ..backend.state import ag_device
+    tensors, info = read_gguf(path)
+    if model_fn is None and info["model_fn"] is not None:
+        model_fn = _import_model_fn(info["model_fn"])
+    if model_fn is None:
+        raise GGMLError(f"ag_load_model: {os.fspath(path)} holds no model_fn: pass model_fn= (a function that "
+                        "builds the architecture), or save with ag_save_model(..., model_fn=)")
+    if not callable(model_fn):
+        raise GGMLError(f"ag_load_model: model_fn must be a function, got {type(model_fn).__name__}")
+    previous = ag_device(device) if device is not None else None
+    try:
+        model = model_fn()
+    finally:
+        if previous is not None:
+            ag_device(previous)
+    if not isinstance(model, Module):
+        raise GGMLError(f"ag_load_model: model_fn must return an ag_sequential or ag_* layer, "
+                        f"got {type(model).__name__}")
+    _load_into(model, tensors, info, path, strict=True)
+    model.eval()
+    return model
