@@ -130,6 +130,13 @@ class Module:
         return lines
 
 
+def _sizes(what: str, **dims) -> None:
+    """Layer sizes are positive whole numbers (0 would divide by zero in the initialisation)."""
+    for name, v in dims.items():
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise GGMLError(f"{what}: {name} must be a positive int, got {v!r}")
+
+
 def _uniform(shape, limit):
     return grandom.generator().uniform(-limit, limit, size=shape)
 
@@ -145,6 +152,7 @@ class ag_linear(Module):
         super().__init__()
         if activation not in _ACTIVATIONS:
             raise GGMLError(f"ag_linear: activation must be one of {sorted(a for a in _ACTIVATIONS if a)} or None")
+        _sizes("ag_linear", in_features=in_features, out_features=out_features)
         limit = math.sqrt(6.0 / (in_features + out_features))
         self.W = ag_param(_uniform((out_features, in_features), limit))
         self.b = ag_param(np.zeros((out_features, 1)))
@@ -228,6 +236,7 @@ class ag_embedding(Module):
 
     def __init__(self, vocab_size: int, dim: int):
         super().__init__()
+        _sizes("ag_embedding", vocab_size=vocab_size, dim=dim)
         self.vocab_size, self.dim = int(vocab_size), int(dim)
         self.weight = ag_param(_uniform((dim, vocab_size), math.sqrt(1.0 / vocab_size)))
 
