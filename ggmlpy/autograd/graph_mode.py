@@ -85,11 +85,9 @@ class Builder:
     slots cannot overflow, and `room()` is checked before anything is emitted: a full builder
     raises GraphFull, and the caller starts again with a bigger one."""
 
-    def __init__(self, dc, n_tensors: int = 4096, grads: bool = False, blas: bool = True, n_external: int = 0,
-                 ggml_backward: bool = False):
+    def __init__(self, dc, n_tensors: int = 4096, grads: bool = False, blas: bool = True, n_external: int = 0):
         self.dc = dc
         self.blas = blas and dc.blas is not None  # ggml's own backward has no rule for OUT_PROD
-        self.ggml_backward = ggml_backward  # build only ops ggml's own backward can differentiate
         self.n_nodes = n_tensors + n_external + 64
         self.mem_size = n_tensors * _OVERHEAD + int(lib.ggml_graph_overhead_custom(self.n_nodes, grads)) + 4096
         params = ffi.new("struct ggml_init_params *", {"mem_size": self.mem_size, "mem_buffer": _NULL,
@@ -111,8 +109,7 @@ class Builder:
         ts = [x.t for x in xs]
         check_operands(op, ts, rule.index_inputs)
         blas = self.blas and all(t.type == F32 for t in ts)
-        with prims.blas_products(blas), prims.ggml_differentiable(self.ggml_backward):
-            # (_Plan gives the products to BLAS with a scheduler)
+        with prims.blas_products(blas):  # _Plan gives the products to BLAS with a scheduler
             return Sym(rule.fwd(self.ctx, *as_f32(self.ctx, ts), **params), self.dc)
 
     def placeholder(self, ggml_type: int, shape) -> Sym:
@@ -407,9 +404,7 @@ class CompiledStep:
         """The traced step as one graph: forward, backward, optimizer update."""
         in_ids = {x.id: i for i, x in enumerate(ins)}
         trained = {p.id for p in self.optimizer.params} if self.optimizer is not None else set()
-        may_use_ggml = self.backward_mode == "ggml" or (self.backward_mode == "auto" and not dc.backend.is_cpu)
-        b = Builder(dc, n_tensors, grads=True, blas=self.backward_mode != "ggml", n_external=n_external,
-                    ggml_backward=may_use_ggml and self.optimizer is not None)
+        b = Builder(dc, n_tensors, grads=True, blas=self.backward_mode != "ggml", n_external=n_external)
         placeholders = [b.placeholder(x.st.type, x.shape) for x in ins]
         syms, params = {}, {}
 
