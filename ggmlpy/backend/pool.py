@@ -121,11 +121,10 @@ class Storage:
     def alias(self) -> "Storage":
         """A second Storage on the same memory: a reset then moves each on its own (a leaf's
         `.grad` and backward()'s result start on the same memory, and must part later)."""
-        chunk = self.chunk
+        chunk = self.chunk  # a pass-pool chunk: persistent tensors are never aliased (_Owned.adopt)
         chunk.adopt(self.gen)
         s = Storage(self._t, self.pool, self.gen, chunk, self.nbytes, self.spec, self.data, self.buffer)
-        if isinstance(chunk, _Chunk):
-            chunk.refs.append(weakref.ref(s))
+        chunk.refs.append(weakref.ref(s))
         return s
 
     def _become(self, other: "Storage") -> None:
@@ -359,7 +358,7 @@ class _Owned:
 
     def release(self, gen: int) -> None:
         if self.buffer is not None:
-            self.pool._recycle(self, gen)
+            self.pool._recycle(self)
             self.buffer = None
 
     def adopt(self, gen: int) -> None:
@@ -408,12 +407,12 @@ class PersistentPool:
         lib.ggml_backend_tensor_alloc(buffer, t, base)
         return Storage(t, self, self.gen, _Owned(self, buffer, meta, t), nbytes, spec, t.data, buffer)
 
-    def _recycle(self, owned: _Owned, gen: int) -> None:
+    def _recycle(self, owned: _Owned) -> None:
         t = owned.t
         spec = (int(t.type), shape_of(t))
         nbytes = _nbytes(*spec)
         with self.lock:
-            if gen != self.gen or self.spare_bytes + nbytes > self.SPARE_BYTES:
+            if self.spare_bytes + nbytes > self.SPARE_BYTES:  # (nothing resets this pool: no stale buffers)
                 owned.free()
                 return
             kept = _Owned(self, owned.buffer, owned.meta, t)  # the old one is marked released
