@@ -43,14 +43,13 @@ from ..tensor import AGTensor
 
 LEVELS: list = []  # the registry's slots (None: free), index = level; non-empty means forward AD is on
 _registry_lock = threading.Lock()
-_local = threading.local()  # .stack: this thread's levels, outermost first; .masked: see propagate
+class _PerThread(threading.local):
+    def __init__(self):
+        self.stack: list = []  # this thread's levels, outermost first
+        self.masked: set = set()  # levels whose JVP rule is running (see propagate)
 
 
-def _stack() -> list:
-    st = getattr(_local, "stack", None)
-    if st is None:
-        st = _local.stack = []
-    return st
+_local = _PerThread()
 
 
 class ForwardADLevel:
@@ -124,13 +123,13 @@ def enter_dual_level() -> int:
         if idx == len(LEVELS):
             LEVELS.append(None)
         LEVELS[idx] = ForwardADLevel(idx)
-    _stack().append(idx)
+    _local.stack.append(idx)
     return idx
 
 
 def exit_dual_level(level: int | None = None) -> None:
     """Close this thread's innermost level, clearing its tangents from every tensor."""
-    stack = _stack()
+    stack = _local.stack
     if not stack:
         raise GGMLError("exit_dual_level: no forward AD level is active in this thread")
     inner = stack[-1]
@@ -211,7 +210,7 @@ def _forward_grad(t: AGTensor) -> ForwardGrad:
 
 
 def _innermost() -> int:
-    stack = _stack()
+    stack = _local.stack
     if not stack:
         raise GGMLError("no forward AD level is active in this thread: use `with dual_level():` first")
     return stack[-1]
@@ -252,7 +251,7 @@ def unpack_dual(t: AGTensor, level: int | None = None):
     if not isinstance(t, AGTensor):
         raise GGMLError(f"unpack_dual: expected an ag tensor, got {type(t).__name__}")
     if level is None:
-        stack = _stack()
+        stack = _local.stack
         level = stack[-1] if stack else -1
     tangent = t.fwd_grad.value(level) if t.fwd_grad is not None else None
     if tangent is None:
@@ -290,12 +289,6 @@ class _Call:
         return self.inputs[i]
 
 
-def _masked() -> set:
-    m = getattr(_local, "masked", None)
-    if m is None:
-        m = _local.masked = set()
-    return m
-
 
 def propagate(rule, out: AGTensor, inputs, params) -> None:
     present = set()
@@ -304,10 +297,10 @@ def propagate(rule, out: AGTensor, inputs, params) -> None:
             present.update(x.fwd_grad.levels())
     if not present:
         return
-    masked = _masked()
+    masked = _local.masked
     # this thread's levels only, outermost first: an inner level's tangent rule may read `out`,
     # whose outer tangents must already be set (that product is the second derivative)
-    levels = [lv for lv in _stack() if lv in present and lv not in masked]
+    levels = [lv for lv in _local.stack if lv in present and lv not in masked]
     if not levels:
         return
     if rule.jvp is None:
