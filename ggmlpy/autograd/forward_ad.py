@@ -289,7 +289,6 @@ class _Call:
         return self.inputs[i]
 
 
-
 def propagate(rule, out: AGTensor, inputs, params) -> None:
     present = set()
     for x in inputs:
