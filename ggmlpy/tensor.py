@@ -1,9 +1,13 @@
-"""ag tensors: ggmlR's `ag_tensor` / `ag_param`, an R matrix [nrow, ncol] living on a ggml device.
+"""ag tensors: ggmlR's `ag_tensor` / `ag_param`, an R matrix [nrow, ncol] (or an R array of up to
+4 dims) living on a ggml device.
 
-R's [nrow, ncol] is ggml's ne = [nrow, ncol] (nrow is the contiguous axis), so
-R's column-major data is ggml's memory order, and samples are columns
-(features x batch). Tensors have reference semantics: an optimizer's in-place
-update is seen through every reference.
+R's dims are ggml's ne (the first is the contiguous axis), so R's column-major
+data is ggml's memory order, and samples are columns (features x batch). ggmlR's
+tensors are matrices; ggmlpy's may also have batch and head axes after the first
+two ([d, T, B], [d, T, H, B]), which every op treats as batches. A shape never
+ends in 1s beyond its first two dims ([3, 4, 1] is [3, 4]), as ggml's specs.
+Tensors have reference semantics: an optimizer's in-place update is seen
+through every reference.
 """
 from __future__ import annotations
 
@@ -26,7 +30,18 @@ F32 = lib.GGML_TYPE_F32
 I32 = lib.GGML_TYPE_I32
 
 
-def _as_matrix(data) -> np.ndarray:
+MAX_DIMS = 4  # ggml's
+
+
+def norm_shape(shape) -> tuple:
+    """A shape as tensors carry it: at least 2 dims, no trailing 1s beyond the first two."""
+    shape = [int(d) for d in shape]
+    while len(shape) > 2 and shape[-1] == 1:
+        shape.pop()
+    return tuple(shape + [1] * (2 - len(shape)))
+
+
+def _as_array(data) -> np.ndarray:
     arr = np.asarray(data)
     if arr.dtype.kind not in "biuf":
         raise GGMLError(f"ag_tensor: expected numbers, got dtype {arr.dtype}")
@@ -34,11 +49,14 @@ def _as_matrix(data) -> np.ndarray:
         arr = arr.reshape(1, 1)
     elif arr.ndim == 1:
         arr = arr.reshape(-1, 1)  # as in ggmlR: a vector is a column
-    elif arr.ndim != 2:
-        raise GGMLError(f"ag_tensor: expected a vector or a matrix, got {arr.ndim} dims {arr.shape}")
+    elif arr.ndim > MAX_DIMS:
+        raise GGMLError(f"ag_tensor: at most {MAX_DIMS} dims (ggml's limit), got {arr.ndim} dims {arr.shape}")
     if 0 in arr.shape:
         raise GGMLError(f"ag_tensor: empty shape {arr.shape}")
-    return arr
+    return arr.reshape(norm_shape(arr.shape))
+
+
+_as_matrix = _as_array  # the name other modules know
 
 
 _reads = threading.local()  # .list while graph mode traces in this thread: values read on the host
@@ -60,7 +78,7 @@ def _check_int32(arr) -> None:
 
 
 class AGTensor:
-    """A [nrow, ncol] tensor on a device, optionally tracked by the gradient tape."""
+    """A [nrow, ncol] (or up to 4-D) tensor on a device, optionally tracked by the gradient tape."""
 
     __slots__ = ("id", "st", "shape", "dc", "requires_grad", "grad", "is_leaf", "name", "fwd_grad",
                  "__weakref__")
@@ -69,7 +87,7 @@ class AGTensor:
     def __init__(self, st, shape, dc: DeviceContext, requires_grad=False, is_leaf=True):
         self.id = next(_ids)
         self.st = st
-        self.shape = (int(shape[0]), int(shape[1]))
+        self.shape = shape if type(shape) is tuple and len(shape) == 2 else norm_shape(shape)
         self.dc = dc
         self.requires_grad = bool(requires_grad)
         self.grad = None
@@ -83,10 +101,12 @@ class AGTensor:
                    requires_grad: bool = False) -> "AGTensor":
         """A tensor holding `data` (numbers; a vector becomes a column) in the persistent pool;
         ag_tensor() is the usual way to make one."""
-        arr = _as_matrix(data)
+        arr = _as_array(data)
         dc = STATE.context(_fallback(device) if isinstance(device, str) else device)
         t = _storage_type(dtype, arr)
-        st = dc.persistent.alloc(t, (arr.shape[0], arr.shape[1]))
+        if lib.ggml_is_quantized(t) and arr.ndim != 2:
+            raise GGMLError(f"ag_tensor: a quantized tensor must be a matrix, got shape {arr.shape}")
+        st = dc.persistent.alloc(t, arr.shape)
         out = cls(st, arr.shape, dc, requires_grad)
         out._write(arr)
         return out
@@ -110,16 +130,20 @@ class AGTensor:
 
     # -- reading -------------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
-        """A copy of the values as a numpy array of R shape (nrow, ncol), in the tensor's own dtype:
+        """A copy of the values as a numpy array of R shape (nrow, ncol, ...), in the tensor's own dtype:
         float32 for f32, float16 for f16, int32 for i32; bf16 (which numpy lacks) as float32.
         `.data` gives float64, as ggmlR's `$data` (an R double matrix) does."""
-        t = self.st.ptr  # raises StaleTensorError for a tensor of a reset pool
         reads = getattr(_reads, "list", None)
         if reads is not None:
             reads.append(self)
+        return self._read()
+
+    def _read(self) -> np.ndarray:
+        """The values (numpy()), read for the library's own checks: not recorded as a host read."""
+        t = self.st.ptr  # raises StaleTensorError for a tensor of a reset pool
         typ = self.st.type
         quantized = bool(lib.ggml_is_quantized(typ))
-        raw = np.empty(self.st.nbytes if quantized else self.shape[0] * self.shape[1],
+        raw = np.empty(self.st.nbytes if quantized else self.size,
                        dtype=np.uint8 if quantized else NP_DTYPES[typ])
         self.dc.sync()  # queued ops may still be writing it
         lib.ggml_backend_tensor_get(t, ffi.from_buffer(raw), 0, raw.nbytes)
@@ -135,7 +159,7 @@ class AGTensor:
 
     @data.setter
     def data(self, values: ArrayLike) -> None:
-        arr = _as_matrix(values)
+        arr = _as_array(values)
         if arr.shape != self.shape:
             raise GGMLError(f"cannot assign {arr.shape} values to a {self.shape} tensor")
         self._write(arr)
@@ -145,6 +169,19 @@ class AGTensor:
         if self.shape != (1, 1):
             raise GGMLError(f"item() needs a [1, 1] tensor, got {list(self.shape)}")
         return float(self.numpy()[0, 0])
+
+    @property
+    def ndim(self) -> int:
+        """The number of dims: 2 for ggmlR's matrices, up to 4."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """The number of elements."""
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         """np.asarray(t): the values, in the tensor's own dtype unless `dtype` is given."""
@@ -211,16 +248,19 @@ class AGTensor:
             yield self[i]
 
     def __getitem__(self, key) -> "AGTensor":
-        """`t[i]` (row i, as [1, ncol]), `t[i, j]` ([1, 1]), `t[:, 1:3]`, `t[-1]`: numpy's rules for
-        ints and step-1 slices, but the result stays a matrix. Tracked by the tape (ag_slice)."""
+        """`t[i]` (row i, as [1, ncol]), `t[i, j]` ([1, 1]), `t[:, 1:3]`, `t[-1]`, `t[:, :, b]`: numpy's
+        rules for ints and step-1 slices, but no dim is dropped (an int keeps a dim of 1, so a
+        matrix stays a matrix). Tracked by the tape (ag_slice)."""
         if not isinstance(key, tuple):
-            key = (key, slice(None))
-        if len(key) != 2:
-            raise IndexError(f"an ag tensor has 2 dimensions, got {len(key)} indices")
-        rows, cols = (_index(k, n, axis) for k, n, axis in zip(key, self.shape, ("row", "column")))
-        if rows == slice(0, self.shape[0]) and cols == slice(0, self.shape[1]):
+            key = (key,)
+        if len(key) > self.ndim:
+            raise IndexError(f"an ag tensor of {self.ndim} dims got {len(key)} indices")
+        key = key + (slice(None),) * (self.ndim - len(key))
+        names = ("row", "column", "dim-3", "dim-4")
+        sl = [_index(k, n, axis) for k, n, axis in zip(key, self.shape, names)]
+        if all(s == slice(0, n) for s, n in zip(sl, self.shape)):
             return self
-        return _ops().ag_slice(self, rows, cols)
+        return _ops().ag_slice(self, *sl)
 
     def __repr__(self) -> str:
         prefix = "ag_tensor("
@@ -229,7 +269,7 @@ class AGTensor:
         except Exception as e:  # stale or freed: say so rather than fail in repr
             body = f"<{type(e).__name__}: {e}>"
         grad = ", requires_grad=True" if self.requires_grad else ""
-        return (f"{prefix}{body},\n{' ' * len(prefix)}shape=[{self.shape[0]}, {self.shape[1]}], "
+        return (f"{prefix}{body},\n{' ' * len(prefix)}shape={list(self.shape)}, "
                 f"dtype={self.dtype}, device={self.device}{grad})")
 
     # -- Python operators, on top of the ag_* functions -------------------------------------------------

@@ -44,6 +44,20 @@ def check_operands(op: str, xs, index_inputs: tuple) -> None:
                             f"{'i32' if x.type == I32 else 'a float tensor'}")
 
 
+def check_index_values(op: str, values, bound: int) -> None:
+    """Indices must lie in [0, bound): ggml's gathering kernels read (or abort) out of range."""
+    import numpy as np
+    v = np.asarray(values)
+    if v.size and (v.min() < 0 or v.max() >= bound):
+        raise GGMLError(f"{op}: indices must lie in 0..{bound - 1}, got {int(v.min())} .. {int(v.max())}")
+
+
+def _check_indices(rule, op, inputs, params) -> None:
+    bound = rule.index_bound(params, [x.shape for x in inputs])
+    for i in rule.index_inputs:
+        check_index_values(op, inputs[i]._read() if inputs[i].st.type == I32 else 0, bound)
+
+
 def as_f32(ctx, xs) -> list:
     """Operands in f32: ops compute in f32 whatever the storage dtype."""
     return [lib.ggml_cast(ctx, x, F32) if x.type in _LOW else x for x in xs]
@@ -115,6 +129,8 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
     """Run primitive `op` on `inputs` through ggml; record it if any input needs a gradient."""
     rule = RULES[op]
     dc = same_device(*inputs)
+    if rule.index_bound is not None:
+        _check_indices(rule, op, inputs, params)
     hooks = HOOKS if _hooked[0] else None
     if hooks is not None and hooks.watchers:
         for x in inputs:

@@ -26,12 +26,14 @@ import numpy as np
 
 from .. import random as grandom
 from .._threadlocal import bound
+from ..backend.pool import shape_of
 from ..backend.state import STATE
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from ..tensor import AGTensor, ag_tensor
 from ..tensor import _ids as tensor_ids
 from . import prims
+from .engine import check_index_values
 from .rules import RULES
 from .tape import TAPE, no_grad
 
@@ -68,7 +70,7 @@ class Sym:
 
     def __init__(self, t, dc):
         self.t = t
-        self.shape = (int(t.ne[0]), int(t.ne[1]))
+        self.shape = shape_of(t)
         self.dc = dc
 
 
@@ -114,7 +116,7 @@ class Builder:
 
     def placeholder(self, ggml_type: int, shape) -> Sym:
         self.room(1)
-        t = lib.ggml_new_tensor_2d(self.ctx, ggml_type, shape[0], shape[1])
+        t = lib.ggml_new_tensor(self.ctx, ggml_type, len(shape), ffi.new("int64_t[]", list(shape)))
         lib.ggml_set_input(t)
         return Sym(t, self.dc)
 
@@ -359,6 +361,8 @@ class CompiledStep:
         ins = _as_inputs(inputs)
         with self._lock:
             plan = self.plan_for(ins)
+            for pos, op, bound in plan.index_checks:  # ggml's gathers read out of range: check first
+                check_index_values(op, ins[pos]._read(), bound)
             if self.optimizer is not None:
                 self.optimizer.t += 1
                 self._hyper_update()
@@ -428,8 +432,12 @@ class CompiledStep:
                 lib.ggml_set_param(t.st.t)
             return s
 
-        entries = []
+        entries, index_checks = [], []
         for op, inputs, prm, o in trace:
+            rule = RULES[op]
+            if rule.index_bound is not None:  # indices fed by an input are checked at every call
+                bound = rule.index_bound(prm, [x.shape for x in inputs])
+                index_checks += [(in_ids[inputs[i].id], op, bound) for i in rule.index_inputs if inputs[i].id in in_ids]
             in_syms = [sym_of(x) for x in inputs]
             out_sym = b.emit(op, in_syms, prm)
             syms[o.id] = out_sym
@@ -447,6 +455,7 @@ class CompiledStep:
             self._emit_update(b, params, grads)
         plan = _Plan(b, [p.t for p in placeholders], dc)
         plan.loss = loss
+        plan.index_checks = index_checks
         return plan
 
     def _emit_backward(self, b, entries, loss_sym, loss_id, params):
@@ -483,7 +492,8 @@ class CompiledStep:
 
 
 def _as_inputs(xs) -> list:
-    """Tensors as they are; numpy arrays (and numbers) uploaded once."""
+    """Tensors as they are; numpy arrays (and numbers) uploaded once (in the default float dtype:
+    pass indices as ag_tensor(..., dtype="i32"))."""
     return [x if isinstance(x, AGTensor) else ag_tensor(x) for x in xs]
 
 

@@ -1,8 +1,10 @@
 """ggmlR's ag_* functions, with its shapes, broadcasting rules and error cases.
 
-Shapes are R's [nrow, ncol]; samples are columns. `ag_add`/`ag_sub` broadcast
-only their second argument ([m, 1] across columns, [1, n] across rows, or
-[1, 1]); `ag_mul` broadcasts either. Everything computes through ggml on the
+Shapes are R's [nrow, ncol]; samples are columns; tensors may carry up to two
+batch axes after those ([d, T, B], [d, T, H, B]), which products, softmax and
+the column reductions treat as batches. `ag_add`/`ag_sub` broadcast only their
+second argument ([m, 1] across columns, [1, n] across rows, [1, 1], and for
+batched tensors any dim of 1); `ag_mul` broadcasts either. Everything computes through ggml on the
 inputs' device; see rules.py for the gradients.
 """
 from __future__ import annotations
@@ -28,20 +30,40 @@ def _num(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
+def _pad4(shape) -> tuple:
+    return tuple(shape) + (1,) * (4 - len(shape))
+
+
 def _fits(small, big) -> bool:
-    """ggmlR's broadcast shapes: equal, a column [m,1], a row [1,n], or a scalar [1,1]."""
-    (r, c), (R, C) = small, big
-    return (r, c) == (R, C) or (r, c) in ((R, 1), (1, C), (1, 1))
+    """ggmlR's broadcast shapes (equal, a column [m,1], a row [1,n], or a scalar [1,1]), and for
+    batched tensors: each dim equal or 1."""
+    return all(s in (b, 1) for s, b in zip(_pad4(small), _pad4(big)))
 
 
-def ag_matmul(a: AGTensor, b: AGTensor) -> AGTensor:
-    """a %*% b."""
+def _batch_fits(a, b) -> bool:
+    """One operand's batch axes divide the other's (ggml's mul_mat broadcast)."""
+    ba, bb = _pad4(a.shape)[2:], _pad4(b.shape)[2:]
+    return all(y % x == 0 for x, y in zip(ba, bb)) or all(x % y == 0 for x, y in zip(ba, bb))
+
+
+def ag_matmul(a: AGTensor, b: AGTensor, transpose_a: bool = False, transpose_b: bool = False) -> AGTensor:
+    """a %*% b, batched over the axes past the first two (a [m, k, B...] %*% b [k, n, B...] ->
+    [m, n, B...]; a batch of 1 broadcasts, so a 2-D weight multiplies every sample of a batch).
+    `transpose_a` / `transpose_b` take t(a) / t(b) (per batch) without a transposed copy where
+    ggml can: t(k) %*% q is ggml's native product."""
     a, b = _ag(a, "ag_matmul", "a"), _ag(b, "ag_matmul", "b")
-    if a.ncol != b.nrow:
+    ka = a.nrow if transpose_a else a.ncol
+    kb = b.ncol if transpose_b else b.nrow
+    if ka != kb:
         hint = (f"; b looks like PyTorch's [batch, features] layout: ggmlpy's ag_* API takes samples as "
-                f"columns, [features, batch], so pass b.T" if a.ncol == b.ncol else "")
-        raise GGMLError(f"ag_matmul: non-conformable arguments: [{a.nrow}, {a.ncol}] %*% [{b.nrow}, {b.ncol}]{hint}")
-    return apply("matmul", a, b, ta=False, tb=False)
+                f"columns, [features, batch], so pass b.T" if not transpose_b and a.ncol == b.ncol else "")
+        ta, tb = ("t" if transpose_a else "", "t" if transpose_b else "")
+        raise GGMLError(f"ag_matmul: non-conformable arguments: {ta}[{a.nrow}, {a.ncol}] %*% "
+                        f"{tb}[{b.nrow}, {b.ncol}]{hint}")
+    if not _batch_fits(a, b):
+        raise GGMLError(f"ag_matmul: batch axes {list(a.shape[2:])} and {list(b.shape[2:])} do not broadcast "
+                        "(one must divide the other, axis by axis)")
+    return apply("matmul", a, b, ta=bool(transpose_a), tb=bool(transpose_b))
 
 
 def _second_broadcasts(what, a, b):
@@ -127,9 +149,27 @@ ag_gelu = _unary("gelu", "Exact GELU, x * Phi(x) (erf form, as PyTorch's default
 ag_silu = _unary("silu", "x * sigmoid(x).")
 
 
-def ag_softmax(x: AGTensor) -> AGTensor:
-    """Column-wise softmax: each column (sample) sums to 1."""
-    return apply("softmax", _ag(x, "ag_softmax"))
+def ag_softmax(x: AGTensor, mask: AGTensor | None = None, scale: float = 1.0, causal: bool = False) -> AGTensor:
+    """Column-wise softmax: each column (sample) sums to 1.
+
+    softmax(scale * x + mask) in one ggml kernel: `mask` is additive (0 keeps, -inf drops) and
+    broadcasts: [nrow, ncol] or a column [nrow, 1], with batch axes equal to x's or 1.
+    `causal=True` drops the entries whose row index exceeds the column index (attention scores
+    [keys, queries]: a query sees no later key)."""
+    x = _ag(x, "ag_softmax")
+    if mask is None and scale == 1.0 and not causal:
+        return apply("softmax", x)
+    if not _num(scale) or not scale > 0:
+        raise GGMLError(f"ag_softmax: scale must be a positive number, got {scale!r}")
+    params = {"scale": float(scale), "causal": bool(causal)}
+    if mask is None:
+        return apply("softmax_ext", x, **params)
+    mask = _ag(mask, "ag_softmax", "mask")
+    ms, xs = _pad4(mask.shape), _pad4(x.shape)
+    if ms[0] != xs[0] or ms[1] not in (1, xs[1]) or any(xs[i] % ms[i] for i in (2, 3)):
+        raise GGMLError(f"ag_softmax: mask {list(mask.shape)} does not broadcast to x {list(x.shape)} "
+                        "(it needs x's rows, and 1 or x's size in every other dim)")
+    return apply("softmax_ext", x, mask, **params)
 
 
 def ag_pow(x: AGTensor, p: float) -> AGTensor:
@@ -157,18 +197,33 @@ def _dim(dim, what):
     return int(dim)
 
 
-def ag_sum(x: AGTensor, dim: int | None = None, keepdim: bool = False) -> AGTensor:
-    """dim=None: [1,1]; dim=1: rowSums [nrow,1]; dim=2: colSums [1,ncol]. keepdim is ignored (as in ggmlR)."""
+def _axes(axis, x, what) -> tuple:
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    if not axes or any(not isinstance(a, (int, np.integer)) or not -x.ndim <= a < x.ndim for a in axes):
+        raise GGMLError(f"{what}: axis must be an int or a tuple of ints in [-{x.ndim}, {x.ndim}), got {axis!r}")
+    return tuple(sorted({int(a) % x.ndim for a in axes}))
+
+
+def ag_sum(x: AGTensor, dim: int | None = None, keepdim: bool = False, axis: int | tuple | None = None) -> AGTensor:
+    """dim=None: [1,1]; dim=1: rowSums [nrow,1]; dim=2: colSums [1,ncol] (per batch for a batched
+    tensor). keepdim is ignored (as in ggmlR). `axis` (0-based, numpy's meaning: the axes summed,
+    kept as dims of 1) sums over any axes instead."""
     x = _ag(x, "ag_sum")
+    if axis is not None:
+        axes = _axes(axis, x, "ag_sum")
+        return apply("unbroadcast", x, shape=tuple(1 if i in axes else n for i, n in enumerate(x.shape)))
     dim = _dim(dim, "ag_sum")
     return apply({None: "sum_all", 1: "row_sums", 2: "col_sums"}[dim], x)
 
 
-def ag_mean(x: AGTensor, dim: int | None = None, keepdim: bool = False) -> AGTensor:
-    """dim=None: [1,1]; dim=1: rowMeans [nrow,1]; dim=2: colMeans [1,ncol]."""
+def ag_mean(x: AGTensor, dim: int | None = None, keepdim: bool = False, axis: int | tuple | None = None) -> AGTensor:
+    """dim=None: [1,1]; dim=1: rowMeans [nrow,1]; dim=2: colMeans [1,ncol]; or over `axis` (see ag_sum)."""
     x = _ag(x, "ag_mean")
+    if axis is not None:
+        n = math.prod(x.shape[a] for a in _axes(axis, x, "ag_mean"))
+        return apply("scale", ag_sum(x, axis=axis), s=1.0 / n)
     dim = _dim(dim, "ag_mean")
-    n = {None: x.nrow * x.ncol, 1: x.ncol, 2: x.nrow}[dim]
+    n = {None: x.size, 1: x.ncol, 2: x.nrow}[dim]
     return apply("scale", ag_sum(x, dim), s=1.0 / n)
 
 
@@ -177,34 +232,58 @@ def ag_transpose(x: AGTensor) -> AGTensor:
     return apply("transpose", _ag(x, "ag_transpose"))
 
 
-def ag_reshape(x: AGTensor, nrow: int, ncol: int) -> AGTensor:
-    """R's matrix(x, nrow, ncol): column-major; one of nrow/ncol may be -1 (inferred)."""
+def ag_reshape(x: AGTensor, nrow: int, ncol: int, *more: int) -> AGTensor:
+    """R's matrix(x, nrow, ncol) (or array(x, c(nrow, ncol, ...)), up to 4 dims): column-major;
+    one dim may be -1 (inferred)."""
     x = _ag(x, "ag_reshape")
-    n = x.nrow * x.ncol
-    nrow, ncol = int(nrow), int(ncol)
-    if nrow == -1 and ncol > 0 and n % ncol == 0:
-        nrow = n // ncol
-    elif ncol == -1 and nrow > 0 and n % nrow == 0:
-        ncol = n // nrow
-    if nrow <= 0 or ncol <= 0 or nrow * ncol != n:
-        raise GGMLError(f"ag_reshape: cannot reshape {n} elements [{x.nrow}, {x.ncol}] to [{nrow}, {ncol}]")
-    return apply("reshape", x, nrow=nrow, ncol=ncol)
+    n = x.size
+    dims = [int(d) for d in (nrow, ncol, *more)]
+    if len(dims) > 4:
+        raise GGMLError(f"ag_reshape: at most 4 dims, got {len(dims)}")
+    known = 1
+    for d in dims:
+        known *= d if d != -1 else 1
+    if dims.count(-1) == 1 and known > 0 and n % known == 0:
+        dims[dims.index(-1)] = n // known
+    if any(d <= 0 for d in dims) or known == 0 or math.prod(dims) != n:
+        raise GGMLError(f"ag_reshape: cannot reshape {n} elements {list(x.shape)} to {dims}")
+    from ..tensor import norm_shape
+    shape = norm_shape(dims)
+    return x if shape == x.shape else apply("reshape", x, shape=shape)
+
+
+def ag_permute(x: AGTensor, *perm: int) -> AGTensor:
+    """The axes reordered, as numpy.transpose(x, perm): the result's axis i is x's axis perm[i]
+    (0-based; ag_permute(x, 0, 2, 1, 3) swaps the middle two). Trailing axes may be left out."""
+    x = _ag(x, "ag_permute")
+    perm = tuple(perm[0]) if len(perm) == 1 and isinstance(perm[0], (tuple, list)) else perm
+    nd = max(len(perm), x.ndim)
+    full = tuple(int(p) for p in perm) + tuple(range(len(perm), nd))
+    if sorted(full) != list(range(nd)) or nd > 4:
+        raise GGMLError(f"ag_permute: {list(perm)} is not a permutation of the axes of a {x.ndim}-dim tensor")
+    if full == tuple(range(nd)):
+        return x
+    return apply("permute", x, perm=full)
 
 
 def ag_concat(a: AGTensor, b: AGTensor, dim: int = 1) -> AGTensor:
-    """Stack along R dim 1 (rows, rbind) or 2 (columns, cbind)."""
+    """Stack along R dim 1 (rows, rbind) or 2 (columns, cbind), or 3 / 4 for batched tensors."""
     a, b = _ag(a, "ag_concat", "a"), _ag(b, "ag_concat", "b")
-    if dim not in (1, 2):
-        raise GGMLError(f"ag_concat: dim must be 1 (rows) or 2 (columns), got {dim!r}")
-    other = 1 if dim == 1 else 0
-    if a.shape[other] != b.shape[other]:
+    if dim not in (1, 2, 3, 4):
+        raise GGMLError(f"ag_concat: dim must be 1 (rows), 2 (columns), 3 or 4, got {dim!r}")
+    pa, pb = _pad4(a.shape), _pad4(b.shape)
+    if any(pa[k] != pb[k] for k in range(4) if k != dim - 1):
         raise GGMLError(f"ag_concat: shapes {list(a.shape)} and {list(b.shape)} differ along the kept dim")
     return apply("concat", a, b, dim=dim - 1)
 
 
-def ag_slice(x: AGTensor, rows: int | slice | None = None, cols: int | slice | None = None) -> AGTensor:
-    """x[rows, cols] with 0-based Python slices (step 1), e.g. ag_slice(x, slice(0, 2), None)."""
+def ag_slice(x: AGTensor, rows: int | slice | None = None, cols: int | slice | None = None,
+             *more: int | slice | None) -> AGTensor:
+    """x[rows, cols, ...] with 0-based Python slices (step 1), e.g. ag_slice(x, slice(0, 2), None);
+    batched tensors take one more per batch axis."""
     x = _ag(x, "ag_slice")
+    if len(more) > x.ndim - 2:
+        raise GGMLError(f"ag_slice: {2 + len(more)} ranges for a {x.ndim}-dim tensor")
 
     def bounds(s, n, name):
         if s is None:
@@ -220,9 +299,12 @@ def ag_slice(x: AGTensor, rows: int | slice | None = None, cols: int | slice | N
             raise GGMLError(f"ag_slice: empty {name} range {s}")
         return lo, hi
 
-    r0, r1 = bounds(rows, x.nrow, "rows")
-    c0, c1 = bounds(cols, x.ncol, "cols")
-    return apply("slice", x, r0=r0, r1=r1, c0=c0, c1=c1)
+    ranges = [bounds(s, n, name) for s, n, name in
+              zip((rows, cols, *more) + (None,) * (x.ndim - 2 - len(more)), x.shape, ("rows", "cols", "dim 3", "dim 4"))]
+    start, size = tuple(lo for lo, _ in ranges), tuple(hi - lo for lo, hi in ranges)
+    if size == x.shape:
+        return x
+    return apply("slice", x, start=start, size=size)
 
 
 def ag_layer_norm(x: AGTensor, eps: float = 1e-5, gamma: AGTensor | None = None,
@@ -240,14 +322,14 @@ def ag_layer_norm(x: AGTensor, eps: float = 1e-5, gamma: AGTensor | None = None,
     return y
 
 
-def ag_zeros(nrow: int, ncol: int, device: str | None = None) -> AGTensor:
-    """A [nrow, ncol] tensor of zeros (a constant, on `device` or the current one)."""
-    return ag_tensor(np.zeros((nrow, ncol)), device=device)
+def ag_zeros(nrow: int, ncol: int, *more: int, device: str | None = None) -> AGTensor:
+    """A [nrow, ncol] (or [nrow, ncol, ...]) tensor of zeros (a constant, on `device` or the current one)."""
+    return ag_tensor(np.zeros((nrow, ncol, *more)), device=device)
 
 
-def ag_ones(nrow: int, ncol: int, device: str | None = None) -> AGTensor:
-    """A [nrow, ncol] tensor of ones (a constant, on `device` or the current one)."""
-    return ag_tensor(np.ones((nrow, ncol)), device=device)
+def ag_ones(nrow: int, ncol: int, *more: int, device: str | None = None) -> AGTensor:
+    """A [nrow, ncol] (or [nrow, ncol, ...]) tensor of ones (a constant, on `device` or the current one)."""
+    return ag_tensor(np.ones((nrow, ncol, *more)), device=device)
 
 
 # -- losses -----------------------------------------------------------------------------------------------
@@ -304,24 +386,29 @@ def ag_softmax_cross_entropy_loss(logits: AGTensor, target: AGTensor | np.ndarra
 
 
 def _one_hot_target(logits, target):
+    """The loss's target as a tensor of the logits' shape: a one-hot (or soft) target as given;
+    class indices (one per column) turned one-hot on the device, by the "one_hot" primitive, so
+    that ag_compile can take i32 index tensors as inputs."""
+    cols = logits.size // logits.nrow
     if isinstance(target, AGTensor):
-        if not (target.shape == (1, logits.ncol) and logits.nrow > 1):
+        if target.shape == logits.shape or target.size != cols or logits.nrow == 1:
             return target
-        idx = target.numpy().ravel()
+        if target.dtype == "i32":
+            return apply("one_hot", target, shape=logits.shape)  # checked on the device side (engine)
+        idx = target.numpy().ravel(order="F")
     else:
         idx = np.asarray(target)
-        if idx.ndim == 2 and idx.shape == logits.shape and logits.nrow > 1:
+        if idx.shape == logits.shape and logits.nrow > 1:
             return _target(idx, logits, "ag_softmax_cross_entropy_loss")  # a one-hot (or soft) target matrix
         if idx.dtype.kind not in "iu" and not (idx.dtype.kind == "f" and np.all(idx == np.round(idx))):
             raise GGMLError("ag_softmax_cross_entropy_loss: target must be an ag tensor or integer class indices")
-        idx = idx.ravel()
-    if idx.size != logits.ncol:
+        idx = idx.ravel(order="F")
+    if idx.size != cols:
         hint = (" (the logits look like [batch, classes]: ggmlpy's ag_* API takes samples as columns, so "
                 "pass logits.T)" if idx.size == logits.nrow else "")
-        raise GGMLError(f"ag_softmax_cross_entropy_loss: {idx.size} class indices for {logits.ncol} columns{hint}")
+        raise GGMLError(f"ag_softmax_cross_entropy_loss: {idx.size} class indices for {cols} columns{hint}")
     cls = idx.astype(np.int64)
     if np.any(cls != idx) or cls.min() < 0 or cls.max() >= logits.nrow:
         raise GGMLError(f"ag_softmax_cross_entropy_loss: class indices must be integers in 0..{logits.nrow - 1}")
-    onehot = np.zeros(logits.shape)
-    onehot[cls, np.arange(logits.ncol)] = 1.0
-    return ag_tensor(onehot, device=logits.dc.spec)
+    ids = ag_tensor(cls.reshape(-1, 1), device=logits.dc.spec, dtype="i32")
+    return apply("one_hot", ids, shape=logits.shape)

@@ -1,7 +1,9 @@
 """Forward builders of the differentiable primitives, as ggml graph fragments.
 
 Each builder takes a ggml context and the input tensors (f32, R shapes: ne =
-[nrow, ncol]) and returns the output tensor. They are the only place that knows
+[nrow, ncol], then up to two batch axes) and returns the output tensor. Axes
+past the first two are batches: products, softmax and the reductions act on
+each [nrow, ncol] slice. They are the only place that knows
 how an R-level operation maps onto ggml ops; the executor compiles and caches
 them, and graph mode (later) emits them into one big graph.
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 import threading
 
 from .._threadlocal import bound
-from ..bindings import lib
+from ..bindings import ffi, lib
 
 L = lib
 F32 = lib.GGML_TYPE_F32
@@ -28,16 +30,27 @@ def _t(ctx, x):
 
 
 def matmul(ctx, a, b, ta=False, tb=False):
-    """op(a) %*% op(b). ggml_mul_mat(x, y) computes t(x) %*% y with x, y sharing ne0, so
-    a %*% b costs ggml's CPU kernels a transposed copy of a, and a %*% t(b) two copies
-    (51 us each at 256x256, against 130 us for the product itself).
-    Under blas_products(), those become ggml_out_prod(a, op(b)ᵀ), which ggml's BLAS
+    """op(a) %*% op(b), batched over the axes past the first two. ggml_mul_mat(x, y) computes
+    t(x) %*% y with x, y sharing ne0 (x's batch broadcasting over y's), so a %*% b costs ggml's
+    CPU kernels a transposed copy of a, and a %*% t(b) two copies (51 us each at 256x256,
+    against 130 us for the product itself).
+    Under blas_products(), 2-D products become ggml_out_prod(a, op(b)ᵀ), which ggml's BLAS
     backend computes from the transposed view in place (176 against 235 and 349 us)."""
-    if ta:
-        return L.ggml_mul_mat(ctx, a, _t(ctx, b) if tb else b)
-    if getattr(_local, "blas", False) and min(a.ne[0], a.ne[1], b.ne[0], b.ne[1]) >= 32:
+    batched = _batch(a) != (1, 1) or _batch(b) != (1, 1)
+    if batched and not all(nb % na == 0 for na, nb in zip(_batch(a), _batch(b))):
+        # b's batch broadcasts over a's: compute the transposed product, op(b)ᵀ op(a)ᵀ
+        return _t(ctx, matmul(ctx, b, a, ta=not tb, tb=not ta))
+    if not batched and not ta and getattr(_local, "blas", False) and min(a.ne[0], a.ne[1], b.ne[0], b.ne[1]) >= 32:
         return L.ggml_out_prod(ctx, a, b if tb else L.ggml_transpose(ctx, b))
-    return L.ggml_mul_mat(ctx, _t(ctx, a), _t(ctx, b) if tb else b)
+    if not tb and _batch(a) == (1, 1) and batched and L.ggml_is_contiguous(b):
+        # a 2-D weight times a batch: one product over all the batch's columns
+        out = matmul(ctx, a, L.ggml_reshape_2d(ctx, b, b.ne[0], b.ne[1] * b.ne[2] * b.ne[3]), ta, False)
+        return L.ggml_reshape_4d(ctx, out, out.ne[0], b.ne[1], b.ne[2], b.ne[3])
+    return L.ggml_mul_mat(ctx, a if ta else _t(ctx, a), _t(ctx, b) if tb else b)
+
+
+def _batch(x) -> tuple:
+    return int(x.ne[2]), int(x.ne[3])
 
 
 def add(ctx, a, b):
@@ -55,19 +68,23 @@ def mul(ctx, a, b):
 def div(ctx, a, b):
     if _covers(a, b):
         return L.ggml_div(ctx, a, _widen(ctx, b, a))
-    return L.ggml_div(ctx, L.ggml_repeat_4d(ctx, a, b.ne[0], b.ne[1], 1, 1), b)
+    return L.ggml_div(ctx, L.ggml_repeat_4d(ctx, a, *_ne(b)), b)
+
+
+def _ne(x) -> list:
+    return [int(n) for n in x.ne]
 
 
 def _widen(ctx, small, big):
     """ggml broadcasts a one-element-wide operand one element per call (a 256x256 times a
     1x1 took 116 us against 4 us): repeat it to full rows first, which broadcast at full speed."""
     if small.ne[0] == 1 and big.ne[0] > 1:
-        return L.ggml_repeat_4d(ctx, small, big.ne[0], small.ne[1], 1, 1)
+        return L.ggml_repeat_4d(ctx, small, big.ne[0], small.ne[1], small.ne[2], small.ne[3])
     return small
 
 
 def _covers(a, b) -> bool:
-    return a.ne[0] >= b.ne[0] and a.ne[1] >= b.ne[1]
+    return all(a.ne[i] >= b.ne[i] for i in range(4))
 
 
 def scale(ctx, x, s):
@@ -142,6 +159,16 @@ def softmax(ctx, x):
     return L.ggml_soft_max(ctx, x)  # along ne0: per R column
 
 
+def softmax_ext(ctx, x, mask=None, scale=1.0, causal=False):
+    """softmax(scale * x + mask) per column; `causal` masks entries whose row (key) index exceeds
+    the column (query) index, in one ggml kernel with the scaling. The additive mask broadcasts
+    over columns and the batch axes: ggml's kernel takes it [nrow, ncol] per batch."""
+    if causal:
+        x = L.ggml_diag_mask_inf(ctx, x, 0)
+    if mask is not None and mask.ne[1] < x.ne[1]:
+        mask = L.ggml_repeat_4d(ctx, mask, x.ne[0], x.ne[1], mask.ne[2], mask.ne[3])
+    return L.ggml_soft_max_ext(ctx, x, ffi.NULL if mask is None else mask, scale, 0.0)
+
 def sum_all(ctx, x):
     return L.ggml_reshape_2d(ctx, L.ggml_sum(ctx, x), 1, 1)
 
@@ -151,74 +178,125 @@ def col_sums(ctx, x):
 
 
 def row_sums(ctx, x):
-    """[nrow, ncol] -> [nrow, 1]: repeat_back sums the columns without a transposed copy."""
-    return L.ggml_repeat_back(ctx, x, L.ggml_new_tensor_2d(ctx, F32, x.ne[0], 1))
+    """[nrow, ncol] -> [nrow, 1] (per batch): repeat_back sums the columns without a transposed copy."""
+    return sum_to(ctx, x, (x.ne[0], 1, x.ne[2], x.ne[3]))
+
+
+def sum_to(ctx, x, shape):
+    """x summed over the axes where `shape` has 1 (ggml's repeat_back: the adjoint of repeat)."""
+    return L.ggml_repeat_back(ctx, x, L.ggml_new_tensor(ctx, F32, 4, _ne4(shape)))
+
+
+def _ne4(shape):
+    return ffi.new("int64_t[4]", list(shape) + [1] * (4 - len(shape)))
 
 
 def transpose(ctx, x):
     return _t(ctx, x)
 
 
-def reshape(ctx, x, nrow, ncol):
-    return L.ggml_reshape_2d(ctx, L.ggml_cont(ctx, x), nrow, ncol)
+def permute(ctx, x, perm):
+    """Axes reordered as numpy.transpose(x, perm) does (out's axis i is x's axis perm[i]); ggml's
+    permute takes the inverse (where each of x's axes goes)."""
+    perm = tuple(perm) + tuple(range(len(perm), 4))
+    where = [perm.index(i) for i in range(4)]
+    return L.ggml_cont(ctx, L.ggml_permute(ctx, x, *where))
 
 
-def broadcast(ctx, x, nrow, ncol):
-    return L.ggml_repeat_4d(ctx, x, nrow, ncol, 1, 1)
+def reshape(ctx, x, shape):
+    if not L.ggml_is_contiguous(x):
+        x = L.ggml_cont(ctx, x)
+    return L.ggml_reshape(ctx, x, L.ggml_new_tensor(ctx, F32, 4, _ne4(shape)))
 
 
-def unbroadcast(ctx, g, nrow, ncol):
-    """Sum g down to [nrow, ncol] (the adjoint of broadcast)."""
-    if (g.ne[0], g.ne[1]) == (nrow, ncol):
+def broadcast(ctx, x, shape):
+    return L.ggml_repeat_4d(ctx, x, *(list(shape) + [1] * (4 - len(shape))))
+
+
+def unbroadcast(ctx, g, shape):
+    """Sum g down to `shape` (the adjoint of broadcast)."""
+    shape = tuple(shape) + (1,) * (4 - len(shape))
+    if tuple(_ne(g)) == shape:
         return g
-    if (nrow, ncol) == (1, 1):
+    if shape == (1, 1, 1, 1):
         return sum_all(ctx, g)
-    if nrow == 1:
+    if shape[0] == 1 and tuple(_ne(g))[1:] == shape[1:]:
         return col_sums(ctx, g)
-    return row_sums(ctx, g)
+    return sum_to(ctx, g, shape)
 
 
 def concat(ctx, a, b, dim):
     return L.ggml_concat(ctx, a, b, dim)
 
 
-def slice_(ctx, x, r0, r1, c0, c1):
-    v = L.ggml_view_2d(ctx, x, r1 - r0, c1 - c0, x.nb[1], r0 * x.nb[0] + c0 * x.nb[1])
-    return L.ggml_cont(ctx, v)
+def slice_(ctx, x, start, size):
+    """The block of `size` at `start` (one entry per axis)."""
+    start, size = _four(start, 0), _four(size, 1)
+    offset = sum(int(i) * int(x.nb[k]) for k, i in enumerate(start))
+    return L.ggml_cont(ctx, L.ggml_view_4d(ctx, x, *size, x.nb[1], x.nb[2], x.nb[3], offset))
 
 
-def pad_into(ctx, g, r0, c0, nrow, ncol):
-    """The adjoint of slice_: g placed at (r0, c0) in a zero [nrow, ncol] matrix."""
-    z = L.ggml_scale(ctx, L.ggml_repeat_4d(ctx, L.ggml_view_1d(ctx, g, 1, 0), nrow, ncol, 1, 1), 0.0)
-    return L.ggml_acc(ctx, z, g, z.nb[1], z.nb[2], z.nb[3], r0 * z.nb[0] + c0 * z.nb[1])
+def pad_into(ctx, g, start, shape):
+    """The adjoint of slice_: g at `start` in zeros of `shape`, as one padding kernel (no
+    full-size zero tensor to add into)."""
+    start, shape = _four(start, 0), _four(shape, 1)
+    pads = []
+    for k in range(4):
+        pads += [start[k], shape[k] - start[k] - int(g.ne[k])]
+    return L.ggml_pad_ext(ctx, g, *pads)
+
+
+def _four(v, fill):
+    return list(v) + [fill] * (4 - len(v))
 
 
 def get_cols(ctx, w, idx):
-    """Columns idx (0-based, i32) of w [dim, vocab] -> [dim, n]."""
-    return L.ggml_get_rows(ctx, w, L.ggml_reshape_1d(ctx, idx, idx.ne[0] * idx.ne[1]))
+    """Columns idx (0-based, i32) of w [dim, vocab]: idx [n, 1] or [1, n] -> [dim, n]; idx [T, B] -> [dim, T, B]."""
+    n = L.ggml_nelements(idx)
+    out = L.ggml_get_rows(ctx, w, L.ggml_reshape_1d(ctx, idx, n))  # ggml batches only a batched w
+    if idx.ne[2] == 1 and (idx.ne[0] == 1 or idx.ne[1] == 1):
+        return out
+    return L.ggml_reshape_4d(ctx, out, w.ne[0], idx.ne[0], idx.ne[1], idx.ne[2])
 
 
 def get_cols_back(ctx, g, idx, vocab):
+    n = L.ggml_nelements(idx)
     template = L.ggml_new_tensor_2d(ctx, F32, g.ne[0], vocab)
-    return L.ggml_get_rows_back(ctx, g, L.ggml_reshape_1d(ctx, idx, idx.ne[0] * idx.ne[1]), template)
+    g2 = L.ggml_reshape_2d(ctx, L.ggml_cont(ctx, g), g.ne[0], n)
+    return L.ggml_get_rows_back(ctx, g2, L.ggml_reshape_1d(ctx, idx, n), template)
+
+
+def one_hot(ctx, idx, shape):
+    """A tensor of `shape` [classes, ...] with a 1 in row idx of each column (idx holds one index
+    per column, in column order): columns of an identity made in the graph (from arange, so no
+    host constant), gathered by the indices."""
+    ones = L.ggml_scale_bias(ctx, L.ggml_arange(ctx, 0.0, float(shape[0]), 1.0), 0.0, 1.0)
+    flat = L.ggml_reshape_1d(ctx, idx, L.ggml_nelements(idx))  # i32 storage: contiguous
+    return L.ggml_reshape(ctx, L.ggml_get_rows(ctx, L.ggml_diag(ctx, ones), flat),
+                          L.ggml_new_tensor(ctx, F32, 4, _ne4(shape)))
 
 
 # -- losses, with ggmlR's exact definitions -------------------------------------------------------------
+def _cols(x) -> int:
+    """The number of columns (samples), counting the batch axes."""
+    return int(x.ne[1] * x.ne[2] * x.ne[3])
+
+
 def mse(ctx, p, t):
-    n = p.ne[0] * p.ne[1]
+    n = L.ggml_nelements(p)
     return L.ggml_scale(ctx, sum_all(ctx, L.ggml_sqr(ctx, L.ggml_sub(ctx, p, t))), 1.0 / n)
 
 
 def cross_entropy(ctx, p, t):
     """-sum(t * log(clamp(p, 1e-7, 1 - 1e-7))) / ncol."""
     lp = L.ggml_log(ctx, L.ggml_clamp(ctx, p, 1e-7, 1 - 1e-7))
-    return L.ggml_scale(ctx, sum_all(ctx, L.ggml_mul(ctx, t, lp)), -1.0 / p.ne[1])
+    return L.ggml_scale(ctx, sum_all(ctx, L.ggml_mul(ctx, t, lp)), -1.0 / _cols(p))
 
 
 def softmax_ce(ctx, x, t):
     """-sum(t * log(max(softmax(x), 1e-7))) / ncol."""
     lp = L.ggml_log(ctx, L.ggml_clamp(ctx, L.ggml_soft_max(ctx, x), 1e-7, float("inf")))
-    return L.ggml_scale(ctx, sum_all(ctx, L.ggml_mul(ctx, t, lp)), -1.0 / x.ne[1])
+    return L.ggml_scale(ctx, sum_all(ctx, L.ggml_mul(ctx, t, lp)), -1.0 / _cols(x))
 
 
 def copy(ctx, x):

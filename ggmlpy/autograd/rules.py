@@ -30,6 +30,7 @@ class Rule:
     saves: tuple = ()
     saves_out: bool = False
     index_inputs: tuple = ()  # inputs that hold i32 indices; every other input must be floating point
+    index_bound: object = None  # (params, input shapes) -> n: the indices must lie in [0, n)
 
 
 apply_eagerly = None  # engine.apply; engine imports this module, and sets it
@@ -45,16 +46,22 @@ def ap(op, *xs, **params):
 
 # -- small helpers in terms of primitives ---------------------------------------------------------------
 def unb(g, shape):
-    """Sum a gradient down to `shape` (the adjoint of ggmlR's broadcasting)."""
+    """Sum a gradient down to `shape` (the adjoint of broadcasting)."""
     if g is None or g.shape == tuple(shape):
         return g
-    return ap("unbroadcast", g, nrow=shape[0], ncol=shape[1])
+    return ap("unbroadcast", g, shape=tuple(shape))
 
 
 def bcast(t, shape):
     if t is None or t.shape == tuple(shape):
         return t
-    return ap("broadcast", t, nrow=shape[0], ncol=shape[1])
+    return ap("broadcast", t, shape=tuple(shape))
+
+
+def covers(big, small) -> bool:
+    """Every dim of `big` at least `small`'s (shapes of different lengths padded with 1s)."""
+    n = max(len(big), len(small))
+    return all(a >= b for a, b in zip(tuple(big) + (1,) * (n - len(big)), tuple(small) + (1,) * (n - len(small))))
 
 
 def add(a, b):
@@ -62,7 +69,7 @@ def add(a, b):
         return b
     if b is None:
         return a
-    if a.shape != b.shape and (a.shape[0] < b.shape[0] or a.shape[1] < b.shape[1]):
+    if a.shape != b.shape and not covers(a.shape, b.shape):
         a, b = b, a
     return ap("add", a, b)
 
@@ -90,9 +97,20 @@ def tangent_sum(*terms):
 def _matmul_vjp(g, c):
     ta, tb = c.params["ta"], c.params["tb"]
     a, b = c.x(0), c.x(1)
-    ga = ap("matmul", b, g, ta=tb, tb=True) if ta else ap("matmul", g, b, ta=False, tb=not tb)
+    if len(c.in_shapes[0]) == 2 and len(c.in_shapes[1]) > 2 and not tb:
+        # a 2-D weight times a batch: its gradient contracts g and b over columns and batch at
+        # once, as one 2-D product of the flattened tensors (no per-batch products summed after)
+        g2, b2 = _flat(g), _flat(b)
+        ga = ap("matmul", b2, g2, ta=False, tb=True) if ta else ap("matmul", g2, b2, ta=False, tb=True)
+    else:
+        ga = ap("matmul", b, g, ta=tb, tb=True) if ta else ap("matmul", g, b, ta=False, tb=not tb)
     gb = ap("matmul", g, a, ta=True, tb=ta) if tb else ap("matmul", a, g, ta=not ta, tb=False)
-    return ga, gb
+    return unb(ga, c.in_shapes[0]), unb(gb, c.in_shapes[1])
+
+
+def _flat(x):
+    """[k, n, B...] as the matrix [k, n * B...]."""
+    return ap("reshape", x, shape=(x.shape[0], _n(x.shape) // x.shape[0]))
 
 
 def _matmul_jvp(t, c):
@@ -123,6 +141,20 @@ def _softmax_vjp(g, c):
 def _softmax_jvp(t, c):
     y = c.out
     return mul(y, ap("sub", t[0], ap("col_sums", mul(t[0], y))))
+
+
+def _softmax_ext_vjp(g, c):
+    # y = softmax(s x + m): the mask's gradient is softmax's, x's is s times it; a causally
+    # masked entry has y = 0, so it gets none.
+    inner = _softmax_vjp(g, c)[0]
+    gx = scale(inner, c.params["scale"])
+    return (gx,) if len(c.in_shapes) == 1 else (gx, unb(inner, c.in_shapes[1]))
+
+
+def _softmax_ext_jvp(t, c):
+    tin = tangent_sum(None if t[0] is None else scale(t[0], c.params["scale"]),
+                      bcast(t[1], c.out.shape) if len(t) > 1 else None)
+    return None if tin is None else _softmax_jvp((tin,), c)
 
 
 def _pow_vjp(g, c):
@@ -221,6 +253,7 @@ RULES = {
     "inside": _const(P.inside),
     "fill": _const(P.fill),
     "softmax": Rule(P.softmax, _softmax_vjp, _softmax_jvp, saves_out=True),
+    "softmax_ext": Rule(P.softmax_ext, _softmax_ext_vjp, _softmax_ext_jvp, saves_out=True),
     "sum_all": _linear(P.sum_all, lambda g, c: bcast(g, c.in_shapes[0]), lambda t, c: ap("sum_all", t)),
     "col_sums": _linear(P.col_sums, lambda g, c: bcast(g, c.in_shapes[0]), lambda t, c: ap("col_sums", t)),
     "row_sums": _linear(P.row_sums, lambda g, c: bcast(g, c.in_shapes[0]), lambda t, c: ap("row_sums", t)),
@@ -229,21 +262,23 @@ RULES = {
     "unbroadcast": _linear(P.unbroadcast, lambda g, c: bcast(g, c.in_shapes[0]),
                            lambda t, c: ap("unbroadcast", t, **c.params)),
     "transpose": _linear(P.transpose, lambda g, c: ap("transpose", g), lambda t, c: ap("transpose", t)),
-    "reshape": _linear(P.reshape, lambda g, c: ap("reshape", g, nrow=c.in_shapes[0][0], ncol=c.in_shapes[0][1]),
+    "permute": _linear(P.permute, lambda g, c: ap("permute", g, perm=_inverse(c.params["perm"])),
+                       lambda t, c: ap("permute", t, **c.params)),
+    "reshape": _linear(P.reshape, lambda g, c: ap("reshape", g, shape=c.in_shapes[0]),
                        lambda t, c: ap("reshape", t, **c.params)),
-    "slice": _linear(P.slice_, lambda g, c: ap("pad_into", g, r0=c.params["r0"], c0=c.params["c0"],
-                                                 nrow=c.in_shapes[0][0], ncol=c.in_shapes[0][1]),
+    "slice": _linear(P.slice_, lambda g, c: ap("pad_into", g, start=c.params["start"], shape=c.in_shapes[0]),
                      lambda t, c: ap("slice", t, **c.params)),
-    "pad_into": _linear(P.pad_into, lambda g, c: ap("slice", g, r0=c.params["r0"], r1=c.params["r0"] + c.in_shapes[0][0],
-                                                      c0=c.params["c0"], c1=c.params["c0"] + c.in_shapes[0][1]),
+    "pad_into": _linear(P.pad_into, lambda g, c: ap("slice", g, start=c.params["start"], size=c.in_shapes[0]),
                         lambda t, c: ap("pad_into", t, **c.params)),
     "concat": Rule(P.concat, lambda g, c: _concat_vjp(g, c), lambda t, c: _concat_jvp(t, c)),
     "get_cols": Rule(P.get_cols, lambda g, c: (ap("get_cols_back", g, c.x(1), vocab=c.in_shapes[0][1]), None),
                      lambda t, c: None if t[0] is None else ap("get_cols", t[0], c.x(1)), saves=(1,),
-                     index_inputs=(1,)),
+                     index_inputs=(1,), index_bound=lambda p, shapes: shapes[0][1]),
     "get_cols_back": Rule(P.get_cols_back, lambda g, c: (ap("get_cols", g, c.x(1)), None),
                           lambda t, c: None if t[0] is None else ap("get_cols_back", t[0], c.x(1), **c.params),
-                          saves=(1,), index_inputs=(1,)),
+                          saves=(1,), index_inputs=(1,), index_bound=lambda p, shapes: p["vocab"]),
+    "one_hot": Rule(P.one_hot, lambda g, c: (None,), lambda t, c: None, index_inputs=(0,),
+                    index_bound=lambda p, shapes: p["shape"][0]),
     # Losses, with ggmlR's definitions and gradients (see prims.py): the target gets no gradient.
     "mse": Rule(P.mse, lambda g, c: (mul(scale(ap("sub", c.x(0), c.x(1)), 2.0 / _n(c.in_shapes[0])), g), None),
                 lambda t, c: None if t[0] is None else ap("sum_all", mul(
@@ -258,25 +293,35 @@ RULES = {
 
 
 def _n(shape):
-    return shape[0] * shape[1]
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _cols(shape):
+    """Columns (samples), counting the batch axes."""
+    return _n(shape) // shape[0]
+
+
+def _inverse(perm):
+    return tuple(sorted(range(len(perm)), key=lambda i: perm[i]))
 
 
 def _ce_grad(c):
     p, t = c.x(0), c.x(1)
     pc = ap("clamp", p, lo=1e-7, hi=1 - 1e-7)
-    return scale(ap("div", t, pc), -1.0 / c.in_shapes[0][1])
+    return scale(ap("div", t, pc), -1.0 / _cols(c.in_shapes[0]))
 
 
 def _sce_grad(c):
-    return scale(ap("sub", ap("softmax", c.x(0)), c.x(1)), 1.0 / c.in_shapes[0][1])
+    return scale(ap("sub", ap("softmax", c.x(0)), c.x(1)), 1.0 / _cols(c.in_shapes[0]))
 
 
 def _concat_vjp(g, c):
-    (r, k), dim = c.in_shapes[0], c.params["dim"]
-    r2, k2 = c.in_shapes[1]
-    if dim == 0:
-        return (ap("slice", g, r0=0, r1=r, c0=0, c1=k), ap("slice", g, r0=r, r1=r + r2, c0=0, c1=k))
-    return (ap("slice", g, r0=0, r1=r, c0=0, c1=k), ap("slice", g, r0=0, r1=r, c0=k, c1=k + k2))
+    a, b, dim = c.in_shapes[0], c.in_shapes[1], c.params["dim"]
+    start_b = tuple(a[dim] if k == dim else 0 for k in range(len(b)))
+    return ap("slice", g, start=(0,) * len(a), size=a), ap("slice", g, start=start_b, size=b)
 
 
 def _concat_jvp(t, c):

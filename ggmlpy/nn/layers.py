@@ -241,13 +241,20 @@ class ag_embedding(Module):
         self.weight = ag_param(_uniform((dim, vocab_size), math.sqrt(1.0 / vocab_size)))
 
     def forward(self, idx) -> AGTensor:
-        """The columns of the weight for 0-based indices idx: [dim, n]."""
-        raw = idx.numpy() if isinstance(idx, AGTensor) else np.asarray(idx)
-        flat = np.asarray(raw, dtype=np.float64).ravel(order="F")
-        cls = flat.astype(np.int64)
-        if np.any(cls != flat) or (cls.size and (cls.min() < 0 or cls.max() >= self.vocab_size)):
-            raise GGMLError(f"ag_embedding: indices must be integers in 0..{self.vocab_size - 1}")
-        ids = ag_tensor(cls.reshape(-1, 1), device=self.weight.dc.spec, dtype="i32")
+        """The columns of the weight for 0-based indices idx: a vector (or [n, 1], [1, n]) gives
+        [dim, n]; a [T, B] matrix gives [dim, T, B] (ggmlR flattens it to [dim, T*B]).
+        An i32 ag tensor of indices stays on the device (so ag_compile can take it as an input)."""
+        if isinstance(idx, AGTensor) and idx.dtype == "i32":
+            ids = idx  # checked against the vocabulary where it is gathered (engine)
+        else:
+            raw = idx.numpy() if isinstance(idx, AGTensor) else np.asarray(idx)
+            arr = np.asarray(raw, dtype=np.float64)
+            cls = arr.astype(np.int64)
+            if np.any(cls != arr) or (cls.size and (cls.min() < 0 or cls.max() >= self.vocab_size)):
+                raise GGMLError(f"ag_embedding: indices must be integers in 0..{self.vocab_size - 1}")
+            if cls.ndim > 3:
+                raise GGMLError(f"ag_embedding: indices of at most 3 dims, got shape {cls.shape}")
+            ids = ag_tensor(cls.reshape(-1, 1) if cls.ndim < 2 else cls, device=self.weight.dc.spec, dtype="i32")
         return apply("get_cols", self.weight, ids)
 
     def extra_repr(self) -> str:
