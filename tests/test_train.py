@@ -223,9 +223,21 @@ def test_fit_compiles_a_plain_model_with_the_same_losses(monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
-def test_fit_keeps_dropout_clipping_checkpoints_and_host_reads_eager_and_unchanged(monkeypatch):
-    """Dropout draws a new mask each step, clip_grad needs the eager gradients, ag_checkpoint is
-    there for memory, and a value read on the host may steer the model: "auto" runs them eagerly,
+def test_fit_compiles_gradient_clipping_with_the_eager_losses(monkeypatch):
+    """clip_grad is clipped inside the compiled graph (global norm, then the update)."""
+    want, eager_steps = _fit_losses(small_model, False, monkeypatch, clip_grad=0.05)
+    assert eager_steps == 9
+    unclipped, _ = _fit_losses(small_model, False, monkeypatch)
+    assert not np.allclose(want, unclipped, rtol=1e-3)  # the clip is active
+    for mode in ("auto", True):
+        got, eager_steps = _fit_losses(small_model, mode, monkeypatch, clip_grad=0.05)
+        assert eager_steps == 0
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_fit_keeps_dropout_checkpoints_and_host_reads_eager_and_unchanged(monkeypatch):
+    """Dropout draws a new mask each step, ag_checkpoint is there for memory, and a value read
+    on the host may steer the model: "auto" runs them eagerly,
     and the failed trace leaves the random stream where it was, so the losses are exactly the
     eager ones."""
     class Checkpointed(g.ag_sequential):
@@ -235,7 +247,7 @@ def test_fit_keeps_dropout_clipping_checkpoints_and_host_reads_eager_and_unchang
         def forward(self, x):
             h = g.ag_sequential.forward(self, x)
             return g.ag_scale(h, 2.0) if h.numpy().max() > 100 else h
-    cases = [(lambda: small_model(0.3), None), (small_model, 1.0),
+    cases = [(lambda: small_model(0.3), None), (lambda: small_model(0.3), 1.0),
              (lambda: Checkpointed(g.ag_linear(2, 16, "relu"), g.ag_linear(16, 3)), None),
              (lambda: Peeks(g.ag_linear(2, 16, "relu"), g.ag_linear(16, 3)), None)]
     for model_fn, clip in cases:
@@ -244,8 +256,6 @@ def test_fit_keeps_dropout_clipping_checkpoints_and_host_reads_eager_and_unchang
         assert eager_steps == 6 and got == want
     with pytest.raises(g.GGMLError, match="host data"):
         _fit_losses(lambda: small_model(0.3), True, monkeypatch)
-    with pytest.raises(g.GGMLError, match="clip_grad"):
-        _fit_losses(small_model, True, monkeypatch, clip_grad=1.0)
     with pytest.raises(g.GGMLError, match="compile must be"):
         _fit_losses(small_model, "yes", monkeypatch)
 

@@ -341,12 +341,18 @@ def _backward_plan(loss, nodes, n_tensors, n_external):
 class CompiledStep:
     """A training (or evaluation) step compiled into one ggml graph per input signature."""
 
-    def __init__(self, fn, example_inputs, optimizer=None, backward: str = "auto"):
+    def __init__(self, fn, example_inputs, optimizer=None, backward: str = "auto", clip_grad: float | None = None):
         if not callable(fn):
             raise GGMLError("ag_compile: fn must be callable")
         if backward not in ("auto", "ggml", "rules"):
             raise GGMLError("ag_compile: backward must be 'auto', 'ggml' or 'rules'")
+        if clip_grad is not None and (isinstance(clip_grad, bool) or not isinstance(clip_grad, (int, float))
+                                      or not clip_grad > 0):
+            raise GGMLError(f"ag_compile: clip_grad must be a positive number or None, got {clip_grad!r}")
+        if clip_grad is not None and optimizer is None:
+            raise GGMLError("ag_compile: clip_grad clips the gradients before an optimizer step; give the optimizer")
         self.fn, self.optimizer, self.backward_mode = fn, optimizer, backward
+        self.clip_grad = None if clip_grad is None else float(clip_grad)
         self.plans: dict = {}
         self.last_backward = None
         self._updater = None  # one per step, not per graph: every graph reads its hyperparameters
@@ -481,6 +487,8 @@ class CompiledStep:
         # would read the new value.
         for g in grads.values():
             lib.ggml_build_forward_expand(b.graph, g.t)
+        if self.clip_grad is not None:
+            grads = _clip_by_global_norm(b, grads, self.clip_grad)
         for tid, p in params.items():
             g = grads.get(tid)
             if g is not None:
@@ -489,6 +497,26 @@ class CompiledStep:
 
     def _hyper_update(self):
         self._updater.write_hyper()
+
+
+def _clip_by_global_norm(b: Builder, grads: dict, max_norm: float) -> dict:
+    """Gradients scaled by min(1, max_norm / (norm + 1e-6)), norm their global L2 norm, as graph
+    nodes (clip_grad_norm's rule, and PyTorch's clip_grad_norm_)."""
+    ctx = b.ctx
+    b.room(4 * len(grads) + 8)
+    total = None
+    for g in grads.values():
+        s = lib.ggml_sum(ctx, lib.ggml_sqr(ctx, g.t))
+        total = s if total is None else lib.ggml_add(ctx, total, s)
+    denom = lib.ggml_scale_bias(ctx, lib.ggml_sqrt(ctx, total), 1.0, 1e-6)
+    factor = lib.ggml_clamp(ctx, lib.ggml_div(ctx, lib.ggml_scale_bias(ctx, denom, 0.0, max_norm), denom),
+                            float("-inf"), 1.0)
+    out = {}
+    for tid, g in grads.items():
+        b.room(2)
+        wide = lib.ggml_repeat(ctx, factor, g.t)  # ggml broadcasts a single element slowly: widen it
+        out[tid] = Sym(lib.ggml_mul(ctx, g.t, wide), b.dc)
+    return out
 
 
 def _as_inputs(xs) -> list:
@@ -603,7 +631,9 @@ def _reshape_like(b, t, like):
     return t if list(t.ne) == list(like.ne) else lib.ggml_reshape_4d(b.ctx, t, *[int(x) for x in like.ne])
 
 
-def ag_compile(fn, example_inputs, optimizer=None, backward: str = "auto") -> CompiledStep:
+def ag_compile(fn, example_inputs, optimizer=None, backward: str = "auto",
+               clip_grad: float | None = None) -> CompiledStep:
     """Compile fn (inputs -> [1,1] loss) into one ggml graph: forward, backward and, if an
-    optimizer is given, its update. Returns a callable that runs a step and returns the loss."""
-    return CompiledStep(fn, example_inputs, optimizer, backward)
+    optimizer is given, its update (after clipping the gradients' global L2 norm to `clip_grad`,
+    as clip_grad_norm does, when given). Returns a callable that runs a step and returns the loss."""
+    return CompiledStep(fn, example_inputs, optimizer, backward, clip_grad)

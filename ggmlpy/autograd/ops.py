@@ -311,10 +311,9 @@ def ag_layer_norm(x: AGTensor, eps: float = 1e-5, gamma: AGTensor | None = None,
                   beta: AGTensor | None = None) -> AGTensor:
     """Normalise each column (sample) to zero mean, unit variance (biased); then * gamma + beta ([F,1])."""
     x = _ag(x, "ag_layer_norm")
-    mu = ag_mean(x, 2)
-    xc = ag_sub(x, mu)
-    var = ag_mean(ag_mul(xc, xc), 2)
-    y = ag_div(xc, ag_sqrt(ag_add(var, eps)))
+    if not _num(eps) or eps < 0:
+        raise GGMLError(f"ag_layer_norm: eps must be a non-negative number, got {eps!r}")
+    y = apply("layer_norm", x, eps=float(eps))  # one ggml kernel; the rule table has its gradients
     if gamma is not None:
         y = ag_mul(y, gamma)
     if beta is not None:

@@ -169,6 +169,11 @@ def softmax_ext(ctx, x, mask=None, scale=1.0, causal=False):
         mask = L.ggml_repeat_4d(ctx, mask, x.ne[0], x.ne[1], mask.ne[2], mask.ne[3])
     return L.ggml_soft_max_ext(ctx, x, ffi.NULL if mask is None else mask, scale, 0.0)
 
+def layer_norm(ctx, x, eps):
+    """Each column to zero mean and unit (biased) variance, (x - mean) / sqrt(var + eps): ggml_norm."""
+    return L.ggml_norm(ctx, x, eps)
+
+
 def sum_all(ctx, x):
     return L.ggml_reshape_2d(ctx, L.ggml_sum(ctx, x), 1, 1)
 

@@ -157,6 +157,23 @@ def _softmax_ext_jvp(t, c):
     return None if tin is None else _softmax_jvp((tin,), c)
 
 
+def _col_mean(x):
+    return scale(ap("col_sums", x), 1.0 / x.shape[0])
+
+
+def _layer_norm_vjp(g, c):
+    # y = (x - mean) * r, r = (var + eps)^-1/2 per column: dx = r * (g - mean(g) - y * mean(g * y))
+    x, y = c.x(0), c.out
+    xc = ap("sub", x, _col_mean(x))
+    r = ap("pow", ap("add_scalar", _col_mean(ap("sqr", xc)), c=c.params["eps"]), p=-0.5)
+    inner = ap("sub", ap("sub", g, _col_mean(g)), mul(y, _col_mean(mul(g, y))))
+    return (mul(inner, r),)
+
+
+def _layer_norm_jvp(t, c):
+    return None if t[0] is None else _layer_norm_vjp(t[0], c)[0]  # the Jacobian is symmetric
+
+
 def _pow_vjp(g, c):
     p = c.params["p"]
     return (mul(g, scale(ap("pow", c.x(0), p=p - 1), p)),)
@@ -253,6 +270,7 @@ RULES = {
     "inside": _const(P.inside),
     "fill": _const(P.fill),
     "softmax": Rule(P.softmax, _softmax_vjp, _softmax_jvp, saves_out=True),
+    "layer_norm": Rule(P.layer_norm, _layer_norm_vjp, _layer_norm_jvp, saves=(0,), saves_out=True),
     "softmax_ext": Rule(P.softmax_ext, _softmax_ext_vjp, _softmax_ext_jvp, saves_out=True),
     "sum_all": _linear(P.sum_all, lambda g, c: bcast(g, c.in_shapes[0]), lambda t, c: ap("sum_all", t)),
     "col_sums": _linear(P.col_sums, lambda g, c: bcast(g, c.in_shapes[0]), lambda t, c: ap("col_sums", t)),

@@ -12,7 +12,7 @@ from ..autograd.engine import apply, assign
 from ..autograd.tape import no_grad
 from ..errors import GGMLError
 from ..params import ParamList
-from ..tensor import AGTensor, ag_param, ag_tensor
+from ..tensor import AGTensor, ag_param, ag_tensor, norm_shape
 
 
 class Module:
@@ -262,14 +262,19 @@ class ag_embedding(Module):
 
 
 class ag_multihead_attention(Module):
-    """ggmlR's multi-head attention over columns (tokens): x [d_model, seq] -> [d_model, seq].
+    """ggmlR's multi-head attention over columns (tokens): x [d_model, T] -> [d_model, T], or a batch
+    of sequences [d_model, T, B] -> [d_model, T, B] (each sequence attends only to itself).
 
     W_q, W_k, W_v, W_o [d_model, d_model] Glorot-uniform; b_o [d_model, 1] zeros unless
-    `bias=False`. `dropout` drops attention weights in training mode (inverted, like
-    ag_dropout). `causal=True` masks future tokens by default (forward's `causal_mask` overrides).
+    `bias=False`; `qkv_bias=True` adds b_q, b_k, b_v (PyTorch's in-projection bias; ggmlR has
+    none). `dropout` drops attention weights in training mode (inverted, like ag_dropout).
+    `causal=True` masks future tokens by default (forward's `causal_mask` overrides). All heads
+    and sequences go through a few batched ops: one product for the scores, one softmax kernel
+    (scale, mask and causal masking fused), one product for the values.
     Fields as ggmlR's: d_model, n_heads, d_k, d_v, scale, dropout, training."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True, causal: bool = False):
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True, causal: bool = False,
+                 qkv_bias: bool = False):
         super().__init__()
         if int(d_model) != d_model or int(n_heads) != n_heads or n_heads < 1 or d_model < 1:
             raise GGMLError(f"ag_multihead_attention: d_model and n_heads must be positive integers, "
@@ -285,42 +290,90 @@ class ag_multihead_attention(Module):
         limit = math.sqrt(6.0 / (2 * d_model))
         for name in ("W_q", "W_k", "W_v", "W_o"):
             setattr(self, name, ag_param(_uniform((d_model, d_model), limit)))
+        for name in ("b_q", "b_k", "b_v"):
+            setattr(self, name, ag_param(np.zeros((d_model, 1))) if qkv_bias else None)
         self.b_o = ag_param(np.zeros((d_model, 1))) if bias else None
 
+    def _heads(self, x: AGTensor, W: AGTensor, b: AGTensor | None) -> AGTensor:
+        """W %*% x (+ b), split into heads: [d_model, T, B] -> [d_k, T, n_heads, B]."""
+        y = F.ag_matmul(W, x)
+        if b is not None:
+            y = F.ag_add(y, b)
+        t, batch = x.shape[1], x.shape[2] if x.ndim > 2 else 1
+        y = F.ag_reshape(y, self.d_k, self.n_heads, t, batch)
+        return F.ag_permute(y, 0, 2, 1, 3) if self.n_heads > 1 else y
+
     def forward(self, query: AGTensor, key: AGTensor | None = None, value: AGTensor | None = None,
-                causal_mask: bool | None = None) -> AGTensor:
-        """Attention of query's columns (tokens) over key/value's: [d_model, seq] -> [d_model, seq]."""
-        key = query if key is None else key
-        value = key if value is None else value
+                causal_mask: bool | None = None, attn_mask: AGTensor | None = None,
+                key_padding_mask=None) -> AGTensor:
+        """Attention of query's columns (tokens) over key/value's, per sequence of a batch:
+        [d_model, T] -> [d_model, T], [d_model, T, B] -> [d_model, T, B].
+
+        `attn_mask`: an additive mask (0 keeps, -inf drops) of the scores [T_k, T_q], a column
+        [T_k, 1], or per sequence [T_k, T_q or 1, 1, B]. `key_padding_mask`: [T_k, B] (or [T_k]),
+        true (or nonzero) where a key is padding, as PyTorch's. Masks given as ag tensors can be
+        inputs of ag_compile; numpy ones are uploaded per call."""
+        query = F._ag(query, "ag_multihead_attention", "query")
+        key = query if key is None else F._ag(key, "ag_multihead_attention", "key")
+        value = key if value is None else F._ag(value, "ag_multihead_attention", "value")
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if x.nrow != self.d_model or x.ndim > 3:
+                raise GGMLError(f"ag_multihead_attention: {name} must be [d_model={self.d_model}, T] or "
+                                f"[d_model, T, B], got {list(x.shape)}")
+        if key.shape != value.shape or key.shape[2:] != query.shape[2:]:
+            raise GGMLError(f"ag_multihead_attention: key {list(key.shape)}, value {list(value.shape)} and "
+                            f"query {list(query.shape)} must share the batch (and key/value the length)")
         causal = self.causal if causal_mask is None else bool(causal_mask)
-        q, k, v = F.ag_matmul(self.W_q, query), F.ag_matmul(self.W_k, key), F.ag_matmul(self.W_v, value)
-        dk = self.d_k
-        mask = _causal_mask(k.ncol, q.ncol, q.dc.spec) if causal else None
-        heads = None
-        for h in range(self.n_heads):
-            rows = slice(h * dk, (h + 1) * dk)
-            qh, kh, vh = F.ag_slice(q, rows), F.ag_slice(k, rows), F.ag_slice(v, rows)
-            # scores^T [seq_kv, seq_q]: a column-wise softmax of it is the row-wise softmax over keys
-            st = F.ag_scale(apply("matmul", kh, qh, ta=True, tb=False), self.scale)
-            if mask is not None:
-                st = F.ag_add(st, mask)
-            attn = F.ag_softmax(st)
-            if self.training and self.dropout > 0:
-                keep = (grandom.generator().uniform(size=attn.shape) > self.dropout) / (1.0 - self.dropout)
-                attn = F.ag_mul(attn, ag_tensor(keep, device=attn.dc.spec))
-            head = F.ag_matmul(vh, attn)
-            heads = head if heads is None else F.ag_concat(heads, head, dim=1)
+        if causal and key.ncol > query.ncol:
+            raise GGMLError("ag_multihead_attention: a causal mask needs at most as many keys as queries "
+                            f"(query i sees keys 0..i), got {key.ncol} keys for {query.ncol} queries")
+        q, k, v = (self._heads(query, self.W_q, self.b_q), self._heads(key, self.W_k, self.b_k),
+                   self._heads(value, self.W_v, self.b_v))
+        mask = self._mask(attn_mask, key_padding_mask, key, query)
+        # scores [T_k, T_q, heads, B]: a column-wise softmax of them is the softmax over keys
+        attn = F.ag_softmax(F.ag_matmul(k, q, transpose_a=True), mask=mask, scale=self.scale, causal=causal)
+        if self.training and self.dropout > 0:
+            keep = (grandom.generator().uniform(size=attn.shape) > self.dropout) / (1.0 - self.dropout)
+            attn = F.ag_mul(attn, ag_tensor(keep, device=attn.dc.spec))
+        heads = F.ag_matmul(v, attn)  # [d_k, T_q, heads, B]
+        if self.n_heads > 1:
+            heads = F.ag_permute(heads, 0, 2, 1, 3)
+        heads = F.ag_reshape(heads, self.d_model, *query.shape[1:])
         out = F.ag_matmul(self.W_o, heads)
         return out if self.b_o is None else F.ag_add(out, self.b_o)
 
+    def _mask(self, attn_mask, key_padding_mask, key, query):
+        """One additive mask [T_k, T_q or 1, 1, B or 1] from the two kinds, or None."""
+        tk, batch = key.ncol, (key.shape[2] if key.ndim > 2 else 1)
+        mask = None
+        if attn_mask is not None:
+            mask = attn_mask if isinstance(attn_mask, AGTensor) else \
+                ag_tensor(np.asarray(attn_mask, dtype=np.float64), device=key.dc.spec)
+            if mask.ndim == 3 or (mask.ndim == 4 and mask.shape[2] != 1):
+                raise GGMLError(f"ag_multihead_attention: attn_mask must be [T_k, T_q], [T_k, 1] or "
+                                f"[T_k, T_q or 1, 1, B], got {list(mask.shape)}")
+        if key_padding_mask is not None:
+            if isinstance(key_padding_mask, AGTensor):
+                pad = key_padding_mask  # additive already: 0 keeps, -inf drops
+            else:
+                kp = np.asarray(key_padding_mask).reshape(tk, -1)
+                if kp.shape[1] != batch:
+                    raise GGMLError(f"ag_multihead_attention: key_padding_mask must be [T_k={tk}, B={batch}], "
+                                    f"got {list(np.shape(key_padding_mask))}")
+                pad = ag_tensor(np.where(kp != 0, -np.inf, 0.0).reshape(tk, 1, 1, batch), device=key.dc.spec)
+            if pad.ndim == 2 and batch > 1:
+                pad = F.ag_reshape(pad, tk, 1, 1, batch)
+            if mask is not None:  # both kinds: [T_k, T_q or 1, 1, B]
+                full = norm_shape((tk, mask.shape[1], 1, batch))
+                mask = F.ag_add(pad if pad.shape == full else apply("broadcast", pad, shape=full), mask)
+            else:
+                mask = pad
+        return mask
+
     def extra_repr(self) -> str:
         extra = (f", dropout={self.dropout}" if self.dropout else "") + ("" if self.b_o is not None else ", bias=False")
+        extra += ", qkv_bias=True" if self.b_q is not None else ""
         return f"d_model={self.d_model}, n_heads={self.n_heads}, causal={self.causal}{extra}"
-
-
-def _causal_mask(n_kv: int, n_q: int, device):
-    j, i = np.meshgrid(np.arange(n_kv), np.arange(n_q), indexing="ij")
-    return ag_tensor(np.where(j > i, -np.inf, 0.0), device=device)
 
 
 class ag_sequential(Module):

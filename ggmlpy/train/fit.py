@@ -54,7 +54,7 @@ def ag_fit(model: Model, loss_fn: LossFn, optimizer: Optimizer, loader: Batches,
     and in eval mode (ag_eval) for validation; it is left in the mode it had.
 
     `compile`: "auto" runs that step as one ggml graph (ag_compile: the same numbers,
-    faster) where it can be one: no clip_grad, no dropout or batch norm in training mode
+    faster; clip_grad is clipped inside the graph) where it can be one: no dropout or batch norm in training mode
     (their masks and running statistics change every step), no ag_checkpoint (kept
     eager for the memory it saves), no values read on the host inside the model; other
     steps run eagerly. True insists (a GGMLError says why it cannot), False is always eager.
@@ -106,11 +106,9 @@ class _Steps:
     def __init__(self, model, loss_fn, optimizer, clip_grad, compile):
         if compile not in (True, False, "auto"):
             raise GGMLError(f"ag_fit: compile must be True, False or 'auto', got {compile!r}")
-        if compile is True and clip_grad is not None:
-            raise GGMLError("ag_fit: compile=True cannot clip gradients (clip_grad): that step is eager")
         self.model, self.loss_fn, self.optimizer, self.clip_grad = model, loss_fn, optimizer, clip_grad
         self.required = compile is True
-        self.compiled = None if compile and clip_grad is None else False  # None: not tried yet
+        self.compiled = None if compile else False  # None: not tried yet
 
     def __call__(self, xb, yb) -> float:
         if self.compiled is not False and self._compiles(xb, yb):
@@ -122,7 +120,7 @@ class _Steps:
         try:  # a refusal changes nothing (ag_compile puts back what a traced dropout drew)
             if self.compiled is None:
                 self.compiled = ag_compile(lambda x, y: self.loss_fn(self.model(x), y), [xb, yb],
-                                           optimizer=self.optimizer)
+                                           optimizer=self.optimizer, clip_grad=self.clip_grad)
             else:
                 self.compiled.plan_for([xb, yb])
         except GGMLError:
