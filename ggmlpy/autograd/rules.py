@@ -134,27 +134,42 @@ def _div_jvp(t, c):
 
 
 def _softmax_vjp(g, c):
-    y = c.out
-    return (mul(y, ap("sub", g, ap("col_sums", mul(g, y)))),)
+    return (ap("softmax_back", g, c.out, scale=1.0),)
 
 
 def _softmax_jvp(t, c):
-    y = c.out
-    return mul(y, ap("sub", t[0], ap("col_sums", mul(t[0], y))))
+    return ap("softmax_back", t[0], c.out, scale=1.0)
 
 
 def _softmax_ext_vjp(g, c):
-    # y = softmax(s x + m): the mask's gradient is softmax's, x's is s times it; a causally
-    # masked entry has y = 0, so it gets none.
-    inner = _softmax_vjp(g, c)[0]
-    gx = scale(inner, c.params["scale"])
-    return (gx,) if len(c.in_shapes) == 1 else (gx, unb(inner, c.in_shapes[1]))
+    # y = softmax(s x + m): x's gradient is s times the mask's; a causally masked entry has
+    # y = 0, so it gets none.
+    gx = ap("softmax_back", g, c.out, scale=c.params["scale"])
+    if len(c.in_shapes) == 1:
+        return (gx,)
+    return gx, unb(ap("softmax_back", g, c.out, scale=1.0), c.in_shapes[1])
 
 
 def _softmax_ext_jvp(t, c):
     tin = tangent_sum(None if t[0] is None else scale(t[0], c.params["scale"]),
                       bcast(t[1], c.out.shape) if len(t) > 1 else None)
     return None if tin is None else _softmax_jvp((tin,), c)
+
+
+def _softmax_back_vjp(G, c):
+    # out = s y (g - colSums(g y)) is linear and self-adjoint in g; in y:
+    # d<G, out>/dy = s (G (g - colSums(g y)) - g colSums(G y))
+    g, y, s = c.x(0), c.x(1), c.params["scale"]
+    gy = scale(ap("sub", mul(G, ap("sub", g, ap("col_sums", mul(g, y)))), mul(g, ap("col_sums", mul(G, y)))), s)
+    return ap("softmax_back", G, y, scale=s), gy
+
+
+def _softmax_back_jvp(t, c):
+    g, y, s = c.x(0), c.x(1), c.params["scale"]
+    tg = None if t[0] is None else ap("softmax_back", t[0], y, scale=s)
+    ty = None if t[1] is None else scale(ap("sub", mul(t[1], ap("sub", g, ap("col_sums", mul(g, y)))),
+                                             mul(y, ap("col_sums", mul(g, t[1])))), s)
+    return tangent_sum(tg, ty)
 
 
 def _col_mean(x):
@@ -185,9 +200,13 @@ def _pow_jvp(t, c):
 
 
 def _gelu_deriv(x):
-    # d/dx x*Phi(x) = Phi(x) + x*phi(x), built from primitives so it can be differentiated again
+    # d/dx x*Phi(x) = Phi(x) + x*phi(x), built from primitives so it can be differentiated again.
+    # Phi(x) = gelu(x) / x (ggml's gelu_erf is 0.5 x (1 + erff(x / sqrt 2))), with x = 0 moved to
+    # 1e-30 (where the quotient is 0.5): 11 kernels where erf's polynomial took 25.
+    zero = ap("add_scalar", scale(ap("sgn", ap("abs", x)), -1e-30), c=1e-30)  # 1e-30 where x == 0
+    xs = add(x, zero)
+    cdf = ap("div", ap("gelu", xs), xs)
     phi = scale(ap("exp", scale(ap("sqr", x), -0.5)), 1 / sqrt(2 * pi))
-    cdf = ap("add_scalar", scale(ap("erf", scale(x, 1 / sqrt(2))), 0.5), c=0.5)
     return add(cdf, mul(x, phi))
 
 
@@ -271,6 +290,7 @@ RULES = {
     "fill": _const(P.fill),
     "softmax": Rule(P.softmax, _softmax_vjp, _softmax_jvp, saves_out=True),
     "layer_norm": Rule(P.layer_norm, _layer_norm_vjp, _layer_norm_jvp, saves=(0,), saves_out=True),
+    "softmax_back": Rule(P.softmax_back, _softmax_back_vjp, _softmax_back_jvp, saves=(0, 1)),
     "softmax_ext": Rule(P.softmax_ext, _softmax_ext_vjp, _softmax_ext_jvp, saves_out=True),
     "sum_all": _linear(P.sum_all, lambda g, c: bcast(g, c.in_shapes[0]), lambda t, c: ap("sum_all", t)),
     "col_sums": _linear(P.col_sums, lambda g, c: bcast(g, c.in_shapes[0]), lambda t, c: ap("col_sums", t)),

@@ -300,8 +300,9 @@ class ag_multihead_attention(Module):
         if b is not None:
             y = F.ag_add(y, b)
         t, batch = x.shape[1], x.shape[2] if x.ndim > 2 else 1
-        y = F.ag_reshape(y, self.d_k, self.n_heads, t, batch)
-        return F.ag_permute(y, 0, 2, 1, 3) if self.n_heads > 1 else y
+        if self.n_heads == 1:  # no head axis to move: a reshape puts T second
+            return F.ag_reshape(y, self.d_k, t, 1, batch)
+        return F.ag_permute(F.ag_reshape(y, self.d_k, self.n_heads, t, batch), 0, 2, 1, 3)
 
     def forward(self, query: AGTensor, key: AGTensor | None = None, value: AGTensor | None = None,
                 causal_mask: bool | None = None, attn_mask: AGTensor | None = None,
