@@ -199,14 +199,18 @@ def _pow_jvp(t, c):
     return mul(t[0], scale(ap("pow", c.x(0), p=p - 1), p))
 
 
-def _gelu_deriv(x):
-    # d/dx x*Phi(x) = Phi(x) + x*phi(x), built from primitives so it can be differentiated again.
-    # Phi(x) = gelu(x) / x (ggml's gelu_erf is 0.5 x (1 + erff(x / sqrt 2))), with x = 0 moved to
-    # 1e-30 (where the quotient is 0.5): 11 kernels where erf's polynomial took 25.
-    zero = ap("add_scalar", scale(ap("sgn", ap("abs", x)), -1e-30), c=1e-30)  # 1e-30 where x == 0
-    xs = add(x, zero)
-    cdf = ap("div", ap("gelu", xs), xs)
+def _gelu_deriv(c):
+    # d/dx x*Phi(x) = Phi(x) + x*phi(x), from primitives so it can be differentiated again.
+    x = c.x(0)
     phi = scale(ap("exp", scale(ap("sqr", x), -0.5)), 1 / sqrt(2 * pi))
+    from .forward_ad import LEVELS
+    if LEVELS:  # a forward level may differentiate this again: Phi from erf's polynomial
+        cdf = ap("add_scalar", scale(ap("erf", scale(x, 1 / sqrt(2))), 0.5), c=0.5)
+    else:
+        # nothing differentiates it: Phi(x) = gelu(x) / x from the forward's own output (erff
+        # costs 5 ns an element); x = 0 moves to 1e-30 and its output to 0.5e-30, quotient 0.5
+        zero = ap("add_scalar", scale(ap("sgn", ap("abs", x)), -1e-30), c=1e-30)  # 1e-30 where x == 0
+        cdf = ap("div", add(c.out, scale(zero, 0.5)), add(x, zero))
     return add(cdf, mul(x, phi))
 
 
@@ -278,7 +282,7 @@ RULES = {
     "sqrt": _elementwise(_unary("sqrt"), lambda c: scale(ap("pow", c.out, p=-1.0), 0.5), saves=(), saves_out=True),
     "sqr": _elementwise(_unary("sqr"), lambda c: scale(c.x(0), 2.0)),
     "abs": _elementwise(_unary("abs"), lambda c: ap("sgn", c.x(0))),
-    "gelu": _elementwise(_unary("gelu_erf"), lambda c: _gelu_deriv(c.x(0))),
+    "gelu": _elementwise(_unary("gelu_erf"), _gelu_deriv, saves=(0,), saves_out=True),
     "silu": _elementwise(_unary("silu"), lambda c: _silu_deriv(c.x(0))),
     "erf": _elementwise(lambda ctx, x: P.erf(ctx, x),
                         lambda c: scale(ap("exp", neg(ap("sqr", c.x(0)))), 2 / sqrt(pi))),

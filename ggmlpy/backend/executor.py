@@ -44,10 +44,11 @@ class _Compiled:
             lib.ggml_set_input(leaf)
         outs = build(ctx, *self.leaves)
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-        # An output must own its memory: a view of an input would alias the caller's tensor.
-        self.outs = [lib.ggml_cont(ctx, o) if (o.view_src != _NULL or o.op == lib.GGML_OP_NONE) else o
-                     for o in outs]
-        self.out_specs = [(int(o.type), _shape(o)) for o in self.outs]
+        # An output must own its memory: a view of an input would alias the caller's tensor. A
+        # reshape of a node computed here instead has that node write into the output's memory
+        # (no copy, no intermediate buffer: a batched product's result is reshaped every time).
+        self.out_specs = [(int(o.type), _shape(o)) for o in outs]
+        self.outs = [_writer(ctx, o) for o in outs]
         self.graph = lib.ggml_new_graph_custom(ctx, n_nodes, False)
         for o in self.outs:
             lib.ggml_set_output(o)
@@ -68,6 +69,18 @@ class _Compiled:
             self.ctx = None
 
     __del__ = free
+
+
+def _writer(ctx, o):
+    """The node that writes output `o`'s memory: o, the computed source of a whole-tensor
+    reshape, or a copy (o a view of an input, or an input itself)."""
+    src = o.view_src
+    if src == _NULL and o.op != lib.GGML_OP_NONE:
+        return o
+    if (src != _NULL and o.op == lib.GGML_OP_RESHAPE and src.op != lib.GGML_OP_NONE and o.view_offs == 0
+            and src.type == o.type and lib.ggml_nbytes(src) == lib.ggml_nbytes(o) and lib.ggml_is_contiguous(src)):
+        return src
+    return lib.ggml_cont(ctx, o)
 
 
 def _point(dst, s) -> None:

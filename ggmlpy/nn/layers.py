@@ -240,12 +240,14 @@ class ag_embedding(Module):
         self.vocab_size, self.dim = int(vocab_size), int(dim)
         self.weight = ag_param(_uniform((dim, vocab_size), math.sqrt(1.0 / vocab_size)))
 
-    def forward(self, idx) -> AGTensor:
-        """The columns of the weight for 0-based indices idx: a vector (or [n, 1], [1, n]) gives
-        [dim, n]; a [T, B] matrix gives [dim, T, B] (ggmlR flattens it to [dim, T*B]).
-        An i32 ag tensor of indices stays on the device (so ag_compile can take it as an input)."""
+    def forward(self, idx, batched: bool = False) -> AGTensor:
+        """The columns of the weight for 0-based indices idx: [dim, n] for n indices, a matrix
+        flattened column by column as ggmlR does; `batched=True` keeps the index array's shape
+        after dim instead (idx [T, B] -> [dim, T, B]). An i32 ag tensor of indices stays on the
+        device (so ag_compile can take it as an input); it is checked against the vocabulary
+        where it is gathered."""
         if isinstance(idx, AGTensor) and idx.dtype == "i32":
-            ids = idx  # checked against the vocabulary where it is gathered (engine)
+            ids = idx
         else:
             raw = idx.numpy() if isinstance(idx, AGTensor) else np.asarray(idx)
             arr = np.asarray(raw, dtype=np.float64)
@@ -255,6 +257,9 @@ class ag_embedding(Module):
             if cls.ndim > 3:
                 raise GGMLError(f"ag_embedding: indices of at most 3 dims, got shape {cls.shape}")
             ids = ag_tensor(cls.reshape(-1, 1) if cls.ndim < 2 else cls, device=self.weight.dc.spec, dtype="i32")
+        if not batched and ids.ncol > 1:
+            out = apply("get_cols", self.weight, ids)
+            return F.ag_reshape(out, self.dim, -1)
         return apply("get_cols", self.weight, ids)
 
     def extra_repr(self) -> str:

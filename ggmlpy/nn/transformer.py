@@ -58,7 +58,7 @@ class ag_gpt(Module):
 
     def forward(self, idx) -> AGTensor:
         """Logits [vocab, T, B] for token indices idx [T, B] (or [T])."""
-        x = self.tok(idx)
+        x = self.tok(idx, batched=True)
         t = x.shape[1]
         if t > self.context:
             raise GGMLError(f"ag_gpt: {t} tokens exceed the context of {self.context}")
