@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import random as grandom
 from .._threadlocal import bound
+from ..backend.executor import batched_small
 from ..backend.pool import shape_of
 from ..backend.state import STATE
 from ..bindings import ffi, lib
@@ -193,8 +194,9 @@ class _Plan:
         for p in nodes:
             if p.op != lib.GGML_OP_NONE and not lib.ggml_backend_supports_op(backend.ptr, p):
                 raise GGMLError(f"{backend.device_name} has no kernel for {ffi.string(lib.ggml_op_desc(p)).decode()}")
-        if blas is not None and any(p.op == lib.GGML_OP_OUT_PROD for p in nodes):
-            self._schedule(nodes, blas)
+        single = [p for p in nodes if p.op == lib.GGML_OP_MUL_MAT and batched_small(p)] if backend.is_cpu else []
+        if single or (blas is not None and any(p.op == lib.GGML_OP_OUT_PROD for p in nodes)):
+            self._schedule(nodes, blas if any(p.op == lib.GGML_OP_OUT_PROD for p in nodes) else None, single)
         else:
             self.galloc = lib.ggml_gallocr_new(backend.buft)
             if not lib.ggml_gallocr_alloc_graph(self.galloc, builder.graph):
@@ -202,18 +204,27 @@ class _Plan:
             self.buffer_size = int(lib.ggml_gallocr_get_buffer_size(self.galloc, 0))
         self.n_nodes = n
 
-    def _schedule(self, nodes, blas):
+    def _schedule(self, nodes, blas, single):
         """BLAS takes the OUT_PROD products, the CPU backend the rest (its MUL_MAT is the faster
-        one: 152 against 177 us at 256^3); both work in host memory, so nothing is copied."""
+        one: 152 against 177 us at 256^3), and a one-thread CPU backend the products of many
+        small matrices (executor.batched_small: their per-matrix barriers stall on a busy
+        machine). All work in host memory, so nothing is copied between them."""
         from ..backend.sched import Scheduler
-        self.sched = Scheduler([blas, self.backend], graph_size=max(2048, 2 * len(nodes)))
+        backends = ([blas] if blas is not None else []) + [self.backend]
+        one = None
+        if single:
+            one = self.dc.single_thread_backend()
+            backends.append(one)
+        self.sched = Scheduler(backends, graph_size=max(2048, 2 * len(nodes)))
         for p in nodes:
             if p.op != lib.GGML_OP_OUT_PROD:
                 lib.ggml_backend_sched_set_tensor_backend(self.sched.ptr, p, self.backend.ptr)
+        for p in single:
+            lib.ggml_backend_sched_set_tensor_backend(self.sched.ptr, p, one.ptr)
         if not lib.ggml_backend_sched_alloc_graph(self.sched.ptr, self.builder.graph):
             raise MemoryError("could not allocate the compiled graph")
         self.buffer_size = sum(int(lib.ggml_backend_sched_get_buffer_size(self.sched.ptr, b.ptr))
-                               for b in (blas, self.backend))
+                               for b in backends)
 
     def run(self, storages) -> None:
         """Bind the inputs and compute, holding the device's lock throughout."""

@@ -40,6 +40,10 @@ def matmul(ctx, a, b, ta=False, tb=False):
     if batched and not all(nb % na == 0 for na, nb in zip(_batch(a), _batch(b))):
         # b's batch broadcasts over a's: compute the transposed product, op(b)ᵀ op(a)ᵀ
         return _t(ctx, matmul(ctx, b, a, ta=not tb, tb=not ta))
+    if batched and not ta and tb:
+        # a %*% t(b), batched: ggml's out_prod contracts both operands' second axes, so neither is
+        # copied (attention's gradients: two [64, 64] transposes per head and sequence saved)
+        return L.ggml_out_prod(ctx, a, b)
     if not batched and not ta and getattr(_local, "blas", False) and min(a.ne[0], a.ne[1], b.ne[0], b.ne[1]) >= 32:
         return L.ggml_out_prod(ctx, a, b if tb else L.ggml_transpose(ctx, b))
     if not tb and _batch(a) == (1, 1) and batched and L.ggml_is_contiguous(b):

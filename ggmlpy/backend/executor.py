@@ -71,6 +71,15 @@ class _Compiled:
     __del__ = free
 
 
+def batched_small(p) -> bool:
+    """A product of many small matrices (attention's, per head and sequence). ggml's CPU kernel
+    runs one tiled product per matrix with two thread barriers each; on a busy machine a barrier
+    waits for a descheduled thread's whole time slice, so two threads took 23 ms where one
+    takes about 1 (128 products of 32x64x64)."""
+    batches = int(p.ne[2] * p.ne[3])
+    return batches >= 16 and int(p.ne[0] * p.ne[1] * p.src[0].ne[0]) < (1 << 19)
+
+
 def _writer(ctx, o):
     """The node that writes output `o`'s memory: o, the computed source of a whole-tensor
     reshape, or a copy (o a view of an input, or an input itself)."""
@@ -194,6 +203,8 @@ class Executor:
     def _is_small(self, c: _Compiled) -> bool:
         for p in c.nodes:
             if p.op == lib.GGML_OP_MUL_MAT:
+                if batched_small(p):
+                    return True  # many small products: one thread (see batched_small)
                 work = lib.ggml_nelements(p) * p.src[0].ne[0]
             elif p.op == lib.GGML_OP_OUT_PROD:
                 work = lib.ggml_nelements(p) * p.src[0].ne[1]

@@ -108,6 +108,14 @@ class DeviceContext:
         small = Backend(lib.ggml_backend_dev_init(self.backend.dev, ffi.NULL), self.name).single_threaded()
         return Executor(main, small_backend=small, blas=blas_backend(n) if self.blas is not None else None)
 
+    def single_thread_backend(self) -> Backend:
+        """A one-thread CPU backend of this device, for compiled graphs' nodes that run best on one
+        thread (made once; compiled graphs compute under the device lock)."""
+        b = getattr(self, "_single", None)
+        if b is None:
+            b = self._single = Backend(lib.ggml_backend_dev_init(self.backend.dev, ffi.NULL), self.name).single_threaded()
+        return b
+
     def check_usable(self) -> None:
         if self.released:
             raise DeviceError(f"device {self.name} was released (release_device): its tensors can still be "
