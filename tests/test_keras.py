@@ -76,6 +76,11 @@ LAYER_CASES = {
                  (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], (6, 2)),
     "conv_1d_same": ([(g.ggml_layer_conv_1d, dict(filters=2, kernel_size=3, padding="same")),
                       (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], (5, 3)),
+    "conv_1d_same_even_kernel": ([(g.ggml_layer_conv_1d, dict(filters=2, kernel_size=4, padding="same")),
+                                  (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], (6, 2)),
+    "conv_1d_same_even_kernel_strided": ([(g.ggml_layer_conv_1d, dict(filters=2, kernel_size=2, strides=2,
+                                                                         padding="same")),
+                                          (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], (5, 3)),
     "conv_1d_stacked": ([(g.ggml_layer_conv_1d, dict(filters=3, kernel_size=2, activation="tanh")),
                          (g.ggml_layer_conv_1d, dict(filters=2, kernel_size=2, strides=2)),
                          (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], (7, 2)),
@@ -195,6 +200,26 @@ def test_multi_output_predicts_every_output():
     r1, r2 = pk.reference_predict(m, xs)
     np.testing.assert_allclose(p1, r1, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(p2, r2, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("k,stride,length", [(2, 1, 5), (4, 1, 6), (4, 2, 7), (6, 3, 8)])
+def test_conv_1d_same_even_kernel_pads_like_keras(k, stride, length):
+    """TensorFlow/Keras 'same': ceil(L/s) outputs, total = (out-1)*s + K - L zeros, total//2
+    before the sequence (for stride 1, (K-1)//2) and the rest after. A kernel that picks tap j
+    reads x[i*s + j - before], which shows where the zeros went."""
+    out_len = -(-length // stride)
+    before = max((out_len - 1) * stride + k - length, 0) // 2
+    x = np.arange(1, length + 1, dtype=np.float64).reshape(1, length, 1)
+    for j in range(k):
+        m = g.ggml_compile(_seq((g.ggml_layer_conv_1d, dict(filters=1, kernel_size=k, strides=stride,
+                                                            padding="same")), input_shape=(length, 1)), loss="mse")
+        w = np.zeros((1, k, 1), np.float32)
+        w[0, j, 0] = 1.0
+        m.set_weights({"conv_1d_1": {"kernel": w, "bias": np.zeros(1, np.float32)}})
+        got = g.ggml_predict(m, x).reshape(-1)
+        src = np.arange(out_len) * stride + j - before
+        want = np.where((src >= 0) & (src < length), src + 1, 0)
+        np.testing.assert_array_equal(got, want)
 
 
 def test_embedding_sequential_and_bad_ids():
