@@ -222,6 +222,122 @@ def test_conv_1d_same_even_kernel_pads_like_keras(k, stride, length):
         np.testing.assert_array_equal(got, want)
 
 
+def _two_head_model():
+    x = g.ggml_input(shape=3, name="x")
+    t = g.ggml_layer_dense(x, 4, activation="tanh", name="trunk")
+    h1 = g.ggml_layer_dense(t, 3, activation="softmax", name="h1")
+    h2 = g.ggml_layer_dense(t, 2, name="h2")
+    return g.ggml_model(x, [h1, h2])
+
+
+def _multi_reference_loss(m, W, x, ys, loss_weights, sw):
+    """sum_i w_i * loss_i by the numpy reference: the true CE of the softmax head, the mse of
+    the linear head, each a (sample-weighted) batch mean."""
+    p1, p2 = pk.reference_predict(m, x, W, training=True)
+    l1 = float(np.mean(sw * -np.sum(ys[0] * np.log(p1), axis=1)))
+    l2 = float(np.mean(sw * np.mean((p2 - ys[1]) ** 2, axis=1)))
+    return loss_weights[0] * l1 + loss_weights[1] * l2, (l1, l2)
+
+
+@pytest.mark.parametrize("optimizer,weighted", [("sgd", False), ("adam", False), ("sgd", True)])
+def test_multi_output_fit_trains_every_output(optimizer, weighted):
+    """The loss fit minimises is the weighted sum of every output's loss: two full-batch epochs
+    against the same steps with finite-difference gradients of that sum (numpy forward)."""
+    m = g.ggml_compile(_two_head_model(), optimizer=optimizer, lr=0.05,
+                       loss={"h1": "categorical_crossentropy", "h2": "mse"}, loss_weights={"h1": 1.0, "h2": 0.5})
+    _randomize(m)
+    x = _data((3,), 6)
+    ys = [np.eye(3)[RNG.integers(0, 3, 6)], RNG.uniform(-1, 1, (6, 2))]
+    sw = RNG.uniform(0.5, 2.0, 6) if weighted else np.ones(6)
+    before = m.get_weights()
+    h = m.fit(x, ys, epochs=2, batch_size=6, sample_weight=sw if weighted else None)
+
+    W = {n: {k: v.astype(np.float64) for k, v in ps.items()} for n, ps in before.items()}
+    mom = {n: {k: np.zeros_like(v) for k, v in ps.items()} for n, ps in W.items()}
+    vel = {n: {k: np.zeros_like(v) for k, v in ps.items()} for n, ps in W.items()}
+    totals, heads = [], []
+    for t in range(1, 3):
+        total, per = _multi_reference_loss(m, W, x, ys, (1.0, 0.5), sw)
+        totals.append(total)
+        heads.append(per)
+        grad = ref.fd_grad(lambda W_: _multi_reference_loss(m, W_, x, ys, (1.0, 0.5), sw)[0], W)
+        for n in W:
+            for k in W[n]:
+                if optimizer == "sgd":
+                    W[n][k] -= 0.05 * grad[n][k]
+                else:
+                    mom[n][k] = 0.9 * mom[n][k] + 0.1 * grad[n][k]
+                    vel[n][k] = 0.999 * vel[n][k] + 0.001 * grad[n][k] ** 2
+                    W[n][k] -= 0.05 * (mom[n][k] / (1 - 0.9 ** t)) / (np.sqrt(vel[n][k] / (1 - 0.999 ** t)) + 1e-8)
+    np.testing.assert_allclose(h["train_loss"], totals, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(h["train_h1_loss"], [p[0] for p in heads], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(h["train_h2_loss"], [p[1] for p in heads], rtol=1e-4, atol=1e-6)
+    assert h.outputs == ["h1", "h2"] and h["val_h1_loss"] == [None, None]
+    after = m.get_weights()
+    for n, ps in W.items():
+        for k, v in ps.items():
+            np.testing.assert_allclose(after[n][k], v, rtol=1e-3, atol=2e-5, err_msg=f"{n}.{k}")
+            assert not np.allclose(after[n][k], before[n][k]), f"{n}.{k} did not train"
+
+
+def test_multi_output_evaluate_and_validation():
+    m = g.ggml_compile(_two_head_model(), loss=["categorical_crossentropy", "mse"], loss_weights=[2.0, 1.0])
+    _randomize(m)
+    x = _data((3,), 8)
+    ys = [np.eye(3)[RNG.integers(0, 3, 8)], RNG.uniform(-1, 1, (8, 2))]
+    p1, p2 = pk.reference_predict(m, x)
+    l1 = float(np.mean(-np.sum(ys[0] * np.log(p1), axis=1)))
+    l2 = float(np.mean((p2 - ys[1]) ** 2))
+    e = g.ggml_evaluate(m, x, {"h1": ys[0], "h2": ys[1]}, batch_size=4)
+    assert math.isclose(e["h1_loss"], l1, rel_tol=1e-5) and math.isclose(e["h2_loss"], l2, rel_tol=1e-5)
+    assert math.isclose(e["loss"], 2 * l1 + l2, rel_tol=1e-5)
+    assert e["h1_accuracy"] == float(np.mean(p1.argmax(1) == ys[0].argmax(1))) and e["n_samples"] == 8
+    h = m.fit(x[:4], [y[:4] for y in ys], epochs=2, batch_size=2, validation_data=(x[4:], [y[4:] for y in ys]))
+    for split in ("train", "val"):
+        for e_ in range(2):
+            want = 2 * h[f"{split}_h1_loss"][e_] + h[f"{split}_h2_loss"][e_]
+            assert math.isclose(h[f"{split}_loss"][e_], want, rel_tol=1e-5)
+        assert all(0 <= a <= 1 for a in h[f"{split}_h1_accuracy"])
+    # the validation losses are those of the weights at the end of the epoch
+    e = g.ggml_evaluate(m, x[4:], [y[4:] for y in ys], batch_size=2)
+    assert math.isclose(h["val_loss"][-1], e["loss"], rel_tol=1e-4)
+
+
+def test_multi_output_compile_settings_survive_save_load(tmp_path):
+    m = g.ggml_compile(_two_head_model(), loss={"h1": "categorical_crossentropy", "h2": "mse"},
+                       loss_weights={"h1": 0.25, "h2": 2.0})
+    g.ggml_save_model(m, tmp_path / "m.npz")
+    m2 = g.ggml_load_model(tmp_path / "m.npz")
+    assert m2.output_losses == ["categorical_crossentropy", "mse"] and m2.loss_weights == [0.25, 2.0]
+
+
+def test_multi_output_targets_and_losses():
+    m = g.ggml_compile(_two_head_model(), loss={"h2": "mse"}, optimizer="sgd", lr=0.1)   # h1: no loss
+    x = _data((3,), 4)
+    y2 = RNG.uniform(-1, 1, (4, 2))
+    before = m.get_weights()
+    h = m.fit(x, {"h2": y2}, epochs=1, batch_size=4)
+    after = m.get_weights()
+    assert np.array_equal(after["h1"]["weight"], before["h1"]["weight"])       # untrained head
+    assert not np.array_equal(after["h2"]["weight"], before["h2"]["weight"])
+    assert h.fit_path == "opt_fit" and "train_h2_loss" not in h   # one output: the plain path
+    with pytest.raises(GGMLError, match="no loss"):
+        m.fit(x, [np.eye(3)[[0, 1, 2, 0]], y2], epochs=1, batch_size=4)
+    with pytest.raises(GGMLError, match="no output named"):
+        g.ggml_compile(_two_head_model(), loss={"head": "mse"})
+    with pytest.raises(GGMLError, match="2 outputs"):
+        g.ggml_compile(_two_head_model(), loss=["mse"])
+    with pytest.raises(GGMLError, match="loss_weights"):
+        g.ggml_compile(_two_head_model(), loss="mse", loss_weights=[1.0, -1.0])
+    m = g.ggml_compile(_two_head_model(), loss="mse")
+    with pytest.raises(GGMLError, match="class_weight"):
+        m.fit(x, [RNG.uniform(size=(4, 3)), y2], batch_size=4, class_weight={0: 2.0})
+    with pytest.raises(GGMLError, match="columns"):
+        m.fit(x, [y2, y2], batch_size=4)
+    with pytest.warns(UserWarning, match="only the last output"):
+        m.fit(x, y2, epochs=1, batch_size=4)   # ggmlR's rule, no longer silent
+
+
 def test_embedding_sequential_and_bad_ids():
     m = g.ggml_model_sequential()
     m = g.ggml_layer_embedding(m, vocab_size=7, dim=3, input_shape=4)

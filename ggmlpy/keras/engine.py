@@ -136,16 +136,24 @@ def _result(res):
 
 
 def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffle_all, shuffle_train,
-          opt_params, backend, loss, verbose, mask_fn, hooks, record_order):
+          opt_params, backend, loss, verbose, mask_fn, hooks, record_order, heads=None):
     """ggml_opt over `packed` rows [n_used, F] (training rows first, then validation rows).
 
     loss: "cross_entropy" | "mse" | "weighted_mse" | "weighted_ce" (weights [n_used] packed with
     the labels: ggml's cross-entropy backward assumes labels that sum to 1, so scaled labels
-    would give a wrong gradient; "weighted_ce" builds -sum w y log softmax(z) / B itself).
-    Returns per-epoch train/val (loss, accuracy) and, if asked, each epoch's batch order."""
+    would give a wrong gradient; "weighted_ce" builds -sum w y log softmax(z) / B itself) or
+    "multi": several outputs, `heads` [(output index, "mse" | "cross_entropy", loss weight,
+    columns)] with their targets side by side in `labels`; the graph's loss is
+    sum_i weight_i * loss_i, each loss_i a batch mean (weighted by `weights` per sample).
+    Otherwise `heads` names the one output trained (default: the last).
+    Returns per-epoch train/val (loss, accuracy[, per-output dict]) and, if asked, each
+    epoch's batch order."""
     specs = model._input_specs()
     dtype = I32 if specs[0][1] == "int32" else F32
-    weighted = loss in ("weighted_mse", "weighted_ce")
+    if heads is None:
+        n_out = len(model._output_layers())
+        heads = [(n_out - 1, "mse" if loss in ("mse", "weighted_mse") else "cross_entropy", 1.0, labels.shape[1])]
+    weighted = loss in ("weighted_mse", "weighted_ce", "multi")
     if dtype == I32 and weighted:
         raise GGMLError("sample or class weights need float inputs")
     f_x = packed.shape[1]
@@ -161,20 +169,28 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
     b = Builder(training=True)
     sched = opt = ds = r_train = r_val = None
     ctx = {"functional": model.functional}
-    if loss in ("cross_entropy", "weighted_ce") and getattr(model, "softmax_ce", "exact") == "exact":
-        ctx["logits_of"] = id(model._output_layers()[-1])
+    if getattr(model, "softmax_ce", "exact") == "exact":
+        ce_layers = [model._output_layers()[j] for j, kind, _, _ in heads if kind == "cross_entropy"]
+        ctx["logits_of"] = {id(l) for l in ce_layers if _logits_safe(model, l)}
+    head_losses = []   # multi: (weight tensor in ctx_w holding the batch's loss_i, per batch lists)
     try:
         inp = b.new_w([ne_dp, batch], dtype)
         xs, _ = _split_inputs(b, inp, specs, batch, extra=1)
         outs = model._forward(b, xs, batch, ctx)
-        out = outs[-1]
-        if int(lib.ggml_nelements(out)) != k * batch:
-            raise GGMLError(f"y has {k} columns but the model's (last) output has "
-                            f"{int(lib.ggml_nelements(out)) // batch} values per sample")
-        out = b.reshape(out, [k, batch])
+        if loss == "multi":
+            out = _multi_loss(b, inp, outs, heads, f_x, k, batch, head_losses, ctx)
+            loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN
+        else:
+            out = outs[heads[0][0]]
+            if int(lib.ggml_nelements(out)) != k * batch:
+                raise GGMLError(f"y has {k} columns but the model's output has "
+                                f"{int(lib.ggml_nelements(out)) // batch} values per sample")
+            out = b.reshape(out, [k, batch])
         for a in ctx.get("anchors", []):   # side computations (batch-norm statistics) with weight 0
             out = b.add(out, b.scale(lib.ggml_sum(b.ctx, a), 0.0))
-        if loss == "weighted_mse":
+        if loss == "multi":
+            pass
+        elif loss == "weighted_mse":
             y = b.view_rows(inp, f_x, k)
             w = b.reshape(b.view_rows(inp, f_x + k, 1), [1, batch])
             out = b.mul(lib.ggml_sqr(b.ctx, b.sub(out, y)), w)
@@ -218,9 +234,11 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         if shuffle_all and batch < n_used:
             lib.ggml_opt_dataset_shuffle(opt, ds, -1)
         cb = lib.ggml_opt_epoch_callback_progress_bar if verbose else ffi.NULL
-        cb_train, errors = cb, []
-        if ctx.get("bn_stats"):
-            cb_train = _stats_callback(ctx["bn_stats"], verbose, errors)
+        cb_train, cb_val, errors = cb, cb, []
+        if ctx.get("bn_stats") or head_losses:
+            cb_train = _batch_callback(ctx.get("bn_stats", []), head_losses, verbose, errors)
+        if head_losses:
+            cb_val = cb_train
         history, orders = [], []
         for epoch in range(1, epochs + 1):
             if shuffle_train and batch < n_train:
@@ -236,14 +254,21 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
             lib.ggml_opt_result_reset(r_val)
             if verbose:
                 print(f"Epoch {epoch}/{epochs}", flush=True)
-            lib.ggml_opt_epoch(opt, ds, r_train, r_val, n_train, cb_train, cb)
+            for _, per_batch in head_losses:
+                per_batch["train"].clear()
+                per_batch["val"].clear()
+            lib.ggml_opt_epoch(opt, ds, r_train, r_val, n_train, cb_train, cb_val)
             if errors:
                 raise errors[0]
             tl, ta = _result(r_train)
             vl, va = _result(r_val)
             if loss == "weighted_ce":  # ggml_opt counts correct predictions for its own CE loss only
-                ta, va = _accuracies(model, b, packed, labels, n_train, n_used, backend)
-            history.append((tl, ta, vl, va))
+                ta, va = _accuracies(model, b, packed, labels, n_train, n_used, backend, heads[0][0])
+            if loss == "multi":
+                history.append((tl, None, vl, None, _head_logs(model, b, packed, labels, heads, head_losses,
+                                                               n_train, n_used, backend)))
+            else:
+                history.append((tl, ta, vl, va))
             if record_order:
                 orders.append(_batch_order(ds, data.shape, batch, n_used, dtype, 0 if lab is None else k))
             if hooks[1](epoch, history[-1], opt_params):
@@ -263,23 +288,90 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         b.free()
 
 
-def _accuracies(model, b, packed, labels, n_train, n_used, backend):
+def _accuracies(model, b, packed, labels, n_train, n_used, backend, out_index=-1):
     """Accuracy of the weights as they stand, on the training and the validation rows."""
     _read_back(model, b)
-    p = predict_packed(model, packed[:n_used], min(256, n_used), backend)[-1]
+    p = predict_packed(model, packed[:n_used], min(256, n_used), backend)[out_index]
     hit = np.argmax(p, axis=1) == np.argmax(labels[:n_used], axis=1)
     return float(hit[:n_train].mean()), (float(hit[n_train:].mean()) if n_used > n_train else None)
 
 
-def _stats_callback(stats, verbose, errors):
-    """A ggml_opt epoch callback (called after every training batch) that folds the batch
-    statistics of true batch-norm layers into their running averages. Python exceptions are
-    kept and raised after ggml_opt_epoch returns: they must not unwind through C."""
+def _logits_safe(model, layer) -> bool:
+    """Whether an output layer may hand its logits (not its softmax) to the loss: only when
+    it is applied once and nothing else reads its output."""
+    if not model.functional:
+        return True
+    uses = [n for n in model.order if n.layer is layer]
+    return len(uses) == 1 and not any(uses[0] in n.parents for n in model.order)
+
+
+def _multi_loss(b, inp, outs, heads, f_x, k, batch, head_losses, ctx):
+    """sum_i weight_i * loss_i over the trained outputs, as a [1, 1] tensor. loss_i is the
+    batch mean of the per-sample loss (mse: the mean over the output's columns; cross-entropy:
+    -sum y log softmax(z), z the logits), weighted per sample by the packed weight column.
+    Each loss_i is also copied into a weight-buffer scalar (tied into the total with weight 0,
+    like the batch-norm statistics) that the per-batch callback reads."""
+    c = b.ctx
+    w = b.reshape(b.view_rows(inp, f_x + k, 1), [1, batch])
+    total, off = None, 0
+    for j, kind, weight, kj in heads:
+        o = outs[j]
+        if int(lib.ggml_nelements(o)) != kj * batch:
+            raise GGMLError(f"output {j} has {int(lib.ggml_nelements(o)) // batch} values per sample, y has {kj}")
+        o = b.reshape(o, [kj, batch])
+        y = b.view_rows(inp, f_x + off, kj)
+        off += kj
+        if kind == "mse":
+            li = b.scale(lib.ggml_sum(c, b.mul(lib.ggml_sqr(c, b.sub(o, y)), w)), 1.0 / (kj * batch))
+        else:
+            logp = lib.ggml_log(c, lib.ggml_soft_max(c, o))
+            li = b.scale(lib.ggml_sum(c, b.mul(b.mul(logp, y), w)), -1.0 / batch)
+        dst = b.new_w([1])
+        ctx.setdefault("anchors", []).append(lib.ggml_cpy(c, li, dst))
+        head_losses.append((dst, {"train": [], "val": []}))
+        term = li if weight == 1.0 else b.scale(li, weight)
+        total = term if total is None else b.add(total, term)
+    return b.reshape(total, [1, 1])
+
+
+def _head_logs(model, b, packed, labels, heads, head_losses, n_train, n_used, backend):
+    """One epoch's per-output curves: train_/val_<name>_loss (the means of the batch losses,
+    as ggml_opt reports the total) and, for cross-entropy outputs when "accuracy" is a metric,
+    train_/val_<name>_accuracy from the weights at the end of the epoch."""
+    names = model._output_names()
+    logs = {}
+    for (j, kind, _, _), (_, per_batch) in zip(heads, head_losses):
+        for split in ("train", "val"):
+            v = per_batch[split]
+            logs[f"{split}_{names[j]}_loss"] = float(np.mean(v)) if v else None
+    want_acc = [h for h in heads if h[1] == "cross_entropy" and h[3] > 1]
+    if want_acc and "accuracy" in (model.metrics or []):
+        _read_back(model, b)
+        preds = predict_packed(model, packed[:n_used], min(256, n_used), backend)
+        off = 0
+        for j, kind, _, kj in heads:
+            if (j, kind, _, kj) in want_acc:
+                hit = np.argmax(preds[j], axis=1) == np.argmax(labels[:n_used, off:off + kj], axis=1)
+                logs[f"train_{names[j]}_accuracy"] = float(hit[:n_train].mean())
+                logs[f"val_{names[j]}_accuracy"] = float(hit[n_train:].mean()) if n_used > n_train else None
+            off += kj
+    return logs
+
+
+def _batch_callback(stats, head_losses, verbose, errors):
+    """A ggml_opt epoch callback (called after every batch): after a training batch it folds
+    the batch statistics of true batch-norm layers into their running averages; after every
+    batch it records each output's loss (multi-output fits). Python exceptions are kept and
+    raised after ggml_opt_epoch returns: they must not unwind through C."""
     def on_batch(train, opt_ctx, dataset, result, ibatch, ibatch_max, t0):
         if errors:
             return
         try:
-            for layer, t_mean, t_var in stats:
+            for dst, per_batch in head_losses:
+                v = np.empty(1, np.float32)
+                lib.ggml_backend_tensor_get(dst, ffi.from_buffer(v), 0, v.nbytes)
+                per_batch["train" if train else "val"].append(float(v[0]))
+            for layer, t_mean, t_var in (stats if train else ()):
                 n = int(t_mean.ne[0])
                 mean, var = np.empty(n, np.float32), np.empty(n, np.float32)
                 lib.ggml_backend_tensor_get(t_mean, ffi.from_buffer(mean), 0, mean.nbytes)
