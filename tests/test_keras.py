@@ -122,9 +122,17 @@ def test_layer_forward_matches_numpy(name):
     np.testing.assert_allclose(got, pk.reference_predict(m, x)[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.fixture(params=[False, True], ids=["static_graphs", "caller_graphs"])
+def graphs(request, monkeypatch):
+    """Train on ggml_opt's static graphs, or on the graphs fit builds itself every step (the
+    path of models too big for the static ones), forced here for small models."""
+    monkeypatch.setattr(g.keras.engine, "FORCE_CALLER_GRAPHS", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("name", sorted(LAYER_CASES))
 @pytest.mark.parametrize("loss,optimizer", [("mse", "sgd"), ("categorical_crossentropy", "adam")])
-def test_layer_gradients_match_finite_differences(name, loss, optimizer):
+def test_layer_gradients_match_finite_differences(name, loss, optimizer, graphs):
     """Two epochs of full-batch ggml_fit against the same steps with finite-difference gradients."""
     layers, shape = LAYER_CASES[name]
     m = g.ggml_compile(_seq(*layers, input_shape=shape), loss=loss, optimizer=optimizer, lr=0.05)
@@ -240,7 +248,7 @@ def _multi_reference_loss(m, W, x, ys, loss_weights, sw):
 
 
 @pytest.mark.parametrize("optimizer,weighted", [("sgd", False), ("adam", False), ("sgd", True)])
-def test_multi_output_fit_trains_every_output(optimizer, weighted):
+def test_multi_output_fit_trains_every_output(optimizer, weighted, graphs):
     """The loss fit minimises is the weighted sum of every output's loss: two full-batch epochs
     against the same steps with finite-difference gradients of that sum (numpy forward)."""
     m = g.ggml_compile(_two_head_model(), optimizer=optimizer, lr=0.05,
@@ -710,3 +718,85 @@ def test_ggml_opt_alloc_eval_by_hand():
     with pytest.raises(GGMLError):
         g.ggml_opt_dataset_weights(ds)
     g.ggml_opt_free(opt)
+
+
+# -- graph size: models beyond ggml_opt's static graphs ----------------------------------------------
+def _spy_caller_graphs(monkeypatch):
+    calls = []
+    orig = g.keras.engine._epoch_caller_graphs
+    monkeypatch.setattr(g.keras.engine, "_epoch_caller_graphs", lambda *a: (calls.append(1), orig(*a))[1])
+    return calls
+
+
+def test_deep_dense_trains_beyond_the_static_graphs(monkeypatch):
+    """150 dense layers: 750 forward nodes (the old limit was 500) and a step graph past
+    ggml_opt's 2048-node static graphs. The middle layers are frozen rotations followed by tanh
+    near 0 (nearly linear), so that finite differences stay cheap and the gradient reaches the
+    first layer (at about 0.7 of its size)."""
+    calls = _spy_caller_graphs(monkeypatch)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 2, activation="tanh", input_shape=3)
+    for _ in range(148):
+        m = g.ggml_layer_dense(m, 2, activation="tanh")
+    m = g.ggml_layer_dense(m, 2)
+    m = g.ggml_compile(m, loss="mse", optimizer="sgd", lr=0.5)
+    for l in m._all_layers():
+        a = RNG.uniform(0, 2 * np.pi)
+        rot = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
+        l.weights["weight"] = (rot if l.name != "dense_1" else RNG.uniform(-0.1, 0.1, (2, 3))).astype(np.float32)
+        l.weights["bias"] = np.zeros(2, np.float32)
+    g.ggml_freeze_weights(m, from_=2, to=149)
+    x, y = _data((3,), 4), RNG.uniform(-1, 1, (4, 2))
+    before = m.get_weights()
+    m._record_order = True
+    h = m.fit(x, y, epochs=2, batch_size=4)
+    assert calls, "expected the caller-built graphs"
+
+    def forward(W, xb):
+        return pk.reference_predict(m, xb, W, training=True)[-1]
+    rows, W = ref.train_reference(forward, before, ["dense_1", "dense_150"], x, y, h.batch_order, 4, 4, 2, "mse",
+                                  "sgd", lr=0.5)
+    np.testing.assert_allclose(h["train_loss"], [r[0] for r in rows], rtol=1e-4, atol=1e-6)
+    after = m.get_weights()
+    for ln in ("dense_1", "dense_150"):
+        for k, v in W[ln].items():
+            np.testing.assert_allclose(after[ln][k], v, rtol=1e-3, atol=2e-5, err_msg=f"{ln}.{k}")
+    assert not np.allclose(after["dense_1"]["weight"], before["dense_1"]["weight"])
+    assert np.array_equal(after["dense_70"]["weight"], before["dense_70"]["weight"])
+
+
+def test_deep_cnn_trains_beyond_the_static_graphs(monkeypatch):
+    calls = _spy_caller_graphs(monkeypatch)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_conv_2d(m, 4, 3, activation="relu", padding="same", input_shape=(8, 8, 1))
+    for _ in range(69):   # 70 convolutions: ~2200 nodes in the step graph
+        m = g.ggml_layer_conv_2d(m, 4, 3, activation="relu", padding="same")
+    m = g.ggml_layer_global_average_pooling_2d(m)
+    m = g.ggml_layer_dense(m, 2, activation="softmax")
+    m._rng = np.random.default_rng(0)   # the initial weights (drawn at compile)
+    m = g.ggml_compile(m, lr=3e-3)
+    x = np.random.default_rng(0).uniform(0, 1, (32, 8, 8, 1))
+    y = np.eye(2)[(x.mean(axis=(1, 2, 3)) > 0.5).astype(int)]
+    h = m.fit(x, y, epochs=4, batch_size=8)
+    assert calls and all(np.isfinite(h["train_loss"])) and h["train_loss"][-1] < h["train_loss"][0]
+    # the trained weights came back: predictions match the numpy reference on them
+    np.testing.assert_allclose(g.ggml_predict(m, x[:5]), pk.reference_predict(m, x[:5])[0], rtol=1e-4, atol=1e-5)
+
+
+def test_model_too_big_is_an_error_not_an_abort(monkeypatch):
+    monkeypatch.setattr(g.keras.graphsize, "MAX_GRAPH_NODES", 3000)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 2, activation="tanh", input_shape=3)
+    for _ in range(200):
+        m = g.ggml_layer_dense(m, 2, activation="tanh")
+    m = g.ggml_compile(m, loss="mse")
+    x, y = _data((3,), 4), RNG.uniform(-1, 1, (4, 2))
+    with pytest.raises(GGMLError, match="too big"):
+        m.fit(x, y, batch_size=4)
+    monkeypatch.undo()
+    # a graph that outgrows the builder's context (65536 tensors): a recurrent layer over 20000 steps
+    m = g.ggml_compile(_seq((g.ggml_layer_gru, dict(units=2)), input_shape=(20000, 1)), loss="mse")
+    with pytest.raises(GGMLError, match="too big"):
+        g.ggml_predict(m, np.zeros((1, 20000, 1)))
+    with pytest.raises(GGMLError, match="too big"):
+        m.fit(np.zeros((2, 20000, 1)), np.zeros((2, 2)), batch_size=2)

@@ -15,13 +15,14 @@ from ..backend.device import blas_backend, get_backend
 from ..backend.sched import Scheduler
 from ..bindings import ffi, lib
 from ..errors import GGMLError
-from .builder import F32, GRAPH_SIZE, I32, MAX_FORWARD_NODES, Builder
+from . import graphsize
+from .builder import F32, GRAPH_SIZE, I32, ROOM_PER_LAYER, Builder, _init_ctx
 
 
 _blas = {}
 
 
-def make_scheduler(backend, blas=False):
+def make_scheduler(backend, blas=False, graph_size=GRAPH_SIZE * 8):
     """The scheduler ggml_opt runs on. On the CPU, with `blas`, ggml's BLAS backend takes the
     products it supports (ggml's backward computes weight gradients as OUT_PROD, which ggml's
     CPU kernel runs far slower than OpenBLAS)."""
@@ -35,7 +36,7 @@ def make_scheduler(backend, blas=False):
                 bs = [_blas[key], backend]
     else:
         bs = [backend, get_backend("cpu")]
-    return Scheduler(bs, graph_size=GRAPH_SIZE * 8)
+    return Scheduler(bs, graph_size=max(int(graph_size), GRAPH_SIZE * 8))
 
 
 def _split_inputs(b, inp, specs, batch, extra=0):
@@ -52,12 +53,6 @@ def _split_inputs(b, inp, specs, batch, extra=0):
     return xs, off
 
 
-def _graph_nodes(b, out) -> int:
-    g = lib.ggml_new_graph_custom(b.ctx, GRAPH_SIZE * 8, False)
-    lib.ggml_build_forward_expand(g, out)
-    return int(lib.ggml_graph_n_nodes(g))
-
-
 def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
     """Forward pass (inference mode) over `packed` [N, F] in batches of `batch` (the last
     one zero-padded). Returns one numpy array [N, out_size] per model output."""
@@ -65,17 +60,21 @@ def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
     specs = model._input_specs()
     dtype = I32 if specs[0][1] == "int32" else F32
     b = Builder(training=False)
-    sched = None
+    sched = g_ctx = None
     try:
         inp = b.new_w([packed.shape[1], batch], dtype)
         xs, _ = _split_inputs(b, inp, specs, batch)
         outs = model._forward(b, xs, batch, {"functional": model.functional})
-        graph = lib.ggml_new_graph_custom(b.ctx, GRAPH_SIZE * 8, False)
+        size = graphsize.forward_bound(b) + 16   # every tensor built: the graph cannot overflow
+        if size > graphsize.MAX_GRAPH_NODES:
+            raise graphsize.too_big(size)
+        g_ctx = _init_ctx(lib.ggml_graph_overhead_custom(size, False) + 4096)   # the graph's own context
+        graph = lib.ggml_new_graph_custom(g_ctx, size, False)
         for o in outs:
             lib.ggml_set_output(o)
             lib.ggml_build_forward_expand(graph, o)
         b.allocate(backend)
-        sched = make_scheduler(backend)
+        sched = make_scheduler(backend, graph_size=2 * size)
         if not lib.ggml_backend_sched_alloc_graph(sched.ptr, graph):
             raise MemoryError("the scheduler could not allocate the prediction graph")
         sizes = [int(lib.ggml_nelements(o)) // batch for o in outs]
@@ -97,6 +96,8 @@ def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
     finally:
         if sched is not None:
             sched.free()
+        if g_ctx is not None:
+            lib.ggml_free(g_ctx)
         b.free()
 
 
@@ -168,15 +169,20 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
 
     b = Builder(training=True)
     sched = opt = ds = r_train = r_val = None
-    ctx = {"functional": model.functional}
+    logits_of = set()
     if getattr(model, "softmax_ce", "exact") == "exact":
         ce_layers = [model._output_layers()[j] for j, kind, _, _ in heads if kind == "cross_entropy"]
-        ctx["logits_of"] = {id(l) for l in ce_layers if _logits_safe(model, l)}
-    head_losses = []   # multi: (weight tensor in ctx_w holding the batch's loss_i, per batch lists)
-    try:
-        inp = b.new_w([ne_dp, batch], dtype)
+        logits_of = {id(l) for l in ce_layers if _logits_safe(model, l)}
+
+    def build():
+        """The training graph on `inp`: (tensor handed to ggml_opt as outputs, its loss type,
+        the layers' side tensors, the per-output loss tensors). Called again, after
+        b.restart(), for every step of caller-built graphs."""
+        ctx = {"functional": model.functional, "logits_of": logits_of}
+        head_losses = []   # multi: (weight tensor in ctx_w holding the batch's loss_i, per batch lists)
         xs, _ = _split_inputs(b, inp, specs, batch, extra=1)
         outs = model._forward(b, xs, batch, ctx)
+        b.check_room()
         if loss == "multi":
             out = _multi_loss(b, inp, outs, heads, f_x, k, batch, head_losses, ctx)
             loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN
@@ -205,18 +211,25 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
             loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR
         else:
             loss_type = lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY
-        n_nodes = _graph_nodes(b, out)
-        if n_nodes > MAX_FORWARD_NODES:
-            raise GGMLError(f"the training graph has {n_nodes} forward nodes; ggml_opt's graphs hold "
-                            f"{GRAPH_SIZE} nodes with the backward pass (at most {MAX_FORWARD_NODES} forward)")
-        if not any(t.flags & lib.GGML_TENSOR_FLAG_PARAM for t in b.param_tensors.values()):
+        return out, loss_type, ctx, head_losses
+
+    try:
+        inp = b.new_w([ne_dp, batch], dtype, record=False)
+        out, loss_type, ctx, head_losses = build()
+        params_ = [t for t in b.param_tensors.values() if t.flags & lib.GGML_TENSOR_FLAG_PARAM]
+        if not params_:
             raise GGMLError("the model has no trainable weights (all layers are frozen)")
+        adamw = opt_params.optimizer != "sgd"
+        n_step = graphsize.step_graph_size(b, out, loss_type, len(params_), adamw)
+        # ggml_opt's static graphs when the step fits them; else graphs built here, sized from the model
+        step_size = None if graphsize.fits_static(n_step) and not FORCE_CALLER_GRAPHS else graphsize.dynamic_size(n_step)
         b.allocate(backend)
-        sched = make_scheduler(backend, blas=True)
+        sched = make_scheduler(backend, blas=True, graph_size=2 * (step_size or GRAPH_SIZE))
         params = lib.ggml_opt_default_params(sched.ptr, loss_type)
-        params.ctx_compute = b.ctx
-        params.inputs = inp
-        params.outputs = out
+        if step_size is None:
+            params.ctx_compute = b.ctx
+            params.inputs = inp
+            params.outputs = out
         params.opt_period = 1
         params.get_opt_pars = lib.ggml_opt_get_constant_optimizer_params
         params.get_opt_pars_ud = opt_params.struct
@@ -257,7 +270,11 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
             for _, per_batch in head_losses:
                 per_batch["train"].clear()
                 per_batch["val"].clear()
-            lib.ggml_opt_epoch(opt, ds, r_train, r_val, n_train, cb_train, cb_val)
+            if step_size is None:
+                lib.ggml_opt_epoch(opt, ds, r_train, r_val, n_train, cb_train, cb_val)
+            else:
+                _epoch_caller_graphs(opt, ds, b, build, inp, step_size, r_train, r_val, n_train, n_used // batch,
+                                     cb_train, cb_val)
             if errors:
                 raise errors[0]
             tl, ta = _result(r_train)
@@ -294,6 +311,39 @@ def _accuracies(model, b, packed, labels, n_train, n_used, backend, out_index=-1
     p = predict_packed(model, packed[:n_used], min(256, n_used), backend)[out_index]
     hit = np.argmax(p, axis=1) == np.argmax(labels[:n_used], axis=1)
     return float(hit[:n_train].mean()), (float(hit[n_train:].mean()) if n_used > n_train else None)
+
+
+FORCE_CALLER_GRAPHS = False   # tests: train a small model on caller-built graphs too
+
+
+def _epoch_caller_graphs(opt, ds, b, build, inp, size, r_train, r_val, idata_split, nbatches, cb_train, cb_val):
+    """ggml_opt_epoch for a context without static graphs: every step builds the model's graph
+    again in a fresh compute context (graphs of `size` nodes) and hands it to ggml_opt
+    (ggml_opt_prepare_alloc), which adds the loss, the backward pass and the optimizer step.
+    Such graphs accumulate gradients (ggml_opt keeps one accumulator per parameter) and ggml_opt
+    only clears them between accumulation periods of static graphs, so each training step
+    clears them first (ggml_opt_reset without the optimizer: moments and step count stay)."""
+    batch = int(inp.ne[1])
+    split = idata_split // batch
+    t0 = lib.ggml_time_us()
+    for ib in range(nbatches):
+        train = ib < split
+        if ib == split:
+            t0 = lib.ggml_time_us()
+        b.restart(n_tensors=size + 2 * ROOM_PER_LAYER, graph_size=size)
+        out = build()[0]
+        gf = lib.ggml_new_graph_custom(b.ctx, size, True)
+        lib.ggml_build_forward_expand(gf, out)
+        lib.ggml_opt_prepare_alloc(opt, b.ctx, gf, inp, out)
+        lib.ggml_opt_alloc(opt, train)
+        if train:
+            lib.ggml_opt_reset(opt, False)
+        lib.ggml_opt_dataset_get_batch(ds, inp, lib.ggml_opt_labels(opt), ib)
+        result = r_train if train else r_val
+        lib.ggml_opt_eval(opt, result)
+        cb = cb_train if train else cb_val
+        if cb != ffi.NULL:
+            cb(train, opt, ds, result, (ib if train else ib - split) + 1, split if train else nbatches - split, t0)
 
 
 def _logits_safe(model, layer) -> bool:
