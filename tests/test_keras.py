@@ -344,6 +344,8 @@ def test_multi_output_targets_and_losses():
         m.fit(x, [y2, y2], batch_size=4)
     with pytest.warns(UserWarning, match="only the last output"):
         m.fit(x, y2, epochs=1, batch_size=4)   # ggmlR's rule, no longer silent
+    s = g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,)), loss="mse")
+    assert s.evaluate(x, [y2]) == s.evaluate(x, y2)   # a one-output model takes a list of one target too
 
 
 def test_embedding_sequential_and_bad_ids():

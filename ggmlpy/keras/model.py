@@ -130,7 +130,7 @@ class _Model:
         names = self._output_names()
         if isinstance(y, dict):
             ys = self._per_output(y, what, None)
-        elif isinstance(y, (list, tuple)) and len(names) > 1 and len(y) == len(names) and \
+        elif isinstance(y, (list, tuple)) and len(y) == len(names) and \
                 any(v is None or isinstance(v, np.ndarray) or np.ndim(v) >= 2 for v in y):
             ys = list(y)
         else:
@@ -309,6 +309,9 @@ class _Model:
             record_batch_order=False):
         """Train on ggml's ggml_opt loop: one optimizer step per batch of `batch_size` rows (a
         remainder smaller than a batch is dropped, as ggml_opt does), a fresh optimizer per call.
+        `y` is [N, K]; for several outputs a list (one target per output, None for an output
+        not trained) or a dict by output name: the loss is then the loss_weights-weighted sum of
+        the outputs' losses (see compile) and the history adds each output's curves.
         Returns the ggml_history (also kept as `model.history`). `dropout_masks(name, epoch,
         shape)` supplies stochastic dropout masks (default: numpy's RNG);
         `record_batch_order` keeps each epoch's sample order in `history.batch_order`."""
