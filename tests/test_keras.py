@@ -288,6 +288,40 @@ def test_multi_output_fit_trains_every_output(optimizer, weighted, graphs):
             assert not np.allclose(after[n][k], before[n][k]), f"{n}.{k} did not train"
 
 
+@pytest.mark.parametrize("outputs", ["both", "p_only"])
+def test_cross_entropy_on_a_softmax_output_that_feeds_another_layer(outputs):
+    """A softmax output also read by another layer keeps its softmax for that reader; fit's
+    cross-entropy is still the true -sum y log p (no second softmax), against finite differences."""
+    x = g.ggml_input(shape=3, name="x")
+    p = g.ggml_layer_dense(g.ggml_layer_dense(x, 4, activation="tanh", name="trunk"), 3, activation="softmax", name="p")
+    q = g.ggml_layer_dense(p, 2, name="q")
+    m = g.ggml_compile(g.ggml_model(x, [p, q]), optimizer="sgd", lr=0.1,
+                       loss={"p": "categorical_crossentropy", "q": "mse"} if outputs == "both"
+                       else {"p": "categorical_crossentropy"})
+    _randomize(m)
+    xs = _data((3,), 6)
+    ys = [np.eye(3)[RNG.integers(0, 3, 6)], RNG.uniform(-1, 1, (6, 2))]
+    wq = 1.0 if outputs == "both" else 0.0
+
+    def total(W):
+        pp, qq = pk.reference_predict(m, xs, W, training=True)
+        return float(np.mean(-np.sum(ys[0] * np.log(pp), axis=1))) + wq * float(np.mean((qq - ys[1]) ** 2))
+    W = {n: {k: v.astype(np.float64) for k, v in ps.items()} for n, ps in m.get_weights().items()}
+    losses = []
+    for _ in range(2):
+        losses.append(total(W))
+        grad = ref.fd_grad(total, W)
+        for n in W:
+            for k in W[n]:
+                W[n][k] -= 0.1 * grad[n][k]
+    h = m.fit(xs, ys if outputs == "both" else [ys[0], None], epochs=2, batch_size=6)
+    np.testing.assert_allclose(h["train_loss"], losses, rtol=1e-4, atol=1e-6)
+    after = m.get_weights()
+    for n, ps in W.items():
+        for k, v in ps.items():
+            np.testing.assert_allclose(after[n][k], v, rtol=1e-3, atol=2e-5, err_msg=f"{n}.{k}")
+
+
 def test_multi_output_evaluate_and_validation():
     m = g.ggml_compile(_two_head_model(), loss=["categorical_crossentropy", "mse"], loss_weights=[2.0, 1.0])
     _randomize(m)

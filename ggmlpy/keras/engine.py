@@ -169,10 +169,15 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
 
     b = Builder(training=True)
     sched = opt = ds = r_train = r_val = None
-    logits_of = set()
+    logits_of, log_of = set(), set()
     if getattr(model, "softmax_ce", "exact") == "exact":
         ce_layers = [model._output_layers()[j] for j, kind, _, _ in heads if kind == "cross_entropy"]
         logits_of = {id(l) for l in ce_layers if _logits_safe(model, l)}
+        # a softmax output other layers also read keeps its softmax: the loss takes log(p), the
+        # logits of p itself (softmax(log p) = p), so the cross-entropy is still -sum y log p
+        log_of = {j for j, kind, _, _ in heads if kind == "cross_entropy"
+                  and getattr(model._output_layers()[j], "activation", None) == "softmax"
+                  and id(model._output_layers()[j]) not in logits_of}
 
     def build():
         """The training graph on `inp`: (tensor handed to ggml_opt as outputs, its loss type,
@@ -182,6 +187,7 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         head_losses = []   # multi: (weight tensor in ctx_w holding the batch's loss_i, per batch lists)
         xs, _ = _split_inputs(b, inp, specs, batch, extra=1)
         outs = model._forward(b, xs, batch, ctx)
+        outs = [lib.ggml_log(b.ctx, o) if j in log_of else o for j, o in enumerate(outs)]
         b.check_room()
         if loss == "multi":
             out = _multi_loss(b, inp, outs, heads, f_x, k, batch, head_losses, ctx)
