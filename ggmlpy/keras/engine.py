@@ -200,9 +200,7 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
             out = b.reshape(out, [k, batch])
         for a in ctx.get("anchors", []):   # side computations (batch-norm statistics) with weight 0
             out = b.add(out, b.scale(lib.ggml_sum(b.ctx, a), 0.0))
-        if loss == "multi":
-            pass
-        elif loss == "weighted_mse":
+        if loss == "weighted_mse":
             y = b.view_rows(inp, f_x, k)
             w = b.reshape(b.view_rows(inp, f_x + k, 1), [1, batch])
             out = b.mul(lib.ggml_sqr(b.ctx, b.sub(out, y)), w)
@@ -215,7 +213,7 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
             loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN
         elif loss == "mse":
             loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR
-        else:
+        elif loss != "multi":
             loss_type = lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY
         return out, loss_type, ctx, head_losses
 
