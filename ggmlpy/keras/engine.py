@@ -226,7 +226,8 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         adamw = opt_params.optimizer != "sgd"
         n_step = graphsize.step_graph_size(b, out, loss_type, len(params_), adamw)
         # ggml_opt's static graphs when the step fits them; else graphs built here, sized from the model
-        step_size = None if graphsize.fits_static(n_step) and not FORCE_CALLER_GRAPHS else graphsize.dynamic_size(n_step)
+        static = graphsize.fits_static(n_step) and not FORCE_CALLER_GRAPHS
+        step_size = None if static else graphsize.dynamic_size(n_step)
         b.allocate(backend)
         sched = make_scheduler(backend, blas=True, graph_size=2 * (step_size or GRAPH_SIZE))
         params = lib.ggml_opt_default_params(sched.ptr, loss_type)

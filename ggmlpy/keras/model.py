@@ -255,7 +255,8 @@ class _Model:
         for j in heads:
             pj = ps[j].reshape(n, -1)
             if targets[j].shape[1] != pj.shape[1]:
-                raise GGMLError(f"y for output {names[j]!r} has {targets[j].shape[1]} columns; the output has {pj.shape[1]}")
+                raise GGMLError(f"y for output {names[j]!r} has {targets[j].shape[1]} columns; "
+                                f"the output has {pj.shape[1]}")
             w = self._sample_weights(targets[j], sample_weight, class_weight)
             scores[j] = self._score(pj, targets[j], self.output_losses[j], w)
         if len(heads) == 1:
@@ -392,8 +393,8 @@ class _Model:
         hooks = run_callbacks(list(callbacks or ()), epochs)
         hist, orders = engine.train(self, packed[:n_used], yy[:n_used], w[:n_used], batch, n_train, n_used,
                                     epochs, shuffle_all, shuffle_train, opt, get_backend(self.device), loss,
-                                    bool(verbose), masks, hooks, record_batch_order or getattr(self, "_record_order", False),
-                                    heads=heads)
+                                    bool(verbose), masks, hooks,
+                                    record_batch_order or getattr(self, "_record_order", False), heads=heads)
         from .history import ggml_history
         names = self._output_names()
         self.history = ggml_history(hist, n_used=n_used, n_train=n_train, fit_path=path, batch_order=orders,
