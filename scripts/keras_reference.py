@@ -59,12 +59,14 @@ def conv2d(x, kernel, bias, strides, pads, a):
 
 
 def conv1d(x, kernel, bias, stride, pad, a):
-    """x (N, L, C); kernel numpy (OC, K, C) = ggml [C, K, OC]; cross-correlation."""
+    """x (N, L, C); kernel numpy (OC, K, C) = ggml [C, K, OC]; cross-correlation; pad is the
+    zeros on each side, or (before, after)."""
     n, L, c = x.shape
     oc, k, _ = kernel.shape
-    xp = np.zeros((n, L + 2 * pad, c))
-    xp[:, pad:pad + L] = x
-    ol = (L + 2 * pad - k) // stride + 1
+    pl, pr = (pad, pad) if np.isscalar(pad) else pad
+    xp = np.zeros((n, L + pl + pr, c))
+    xp[:, pl:pl + L] = x
+    ol = (L + pl + pr - k) // stride + 1
     out = np.zeros((n, ol, oc))
     for i in range(ol):
         out[:, i, :] = np.einsum("nkc,okc->no", xp[:, i * stride:i * stride + k, :], kernel)
@@ -145,7 +147,11 @@ def layer_forward(kind, cfg, w, xs, training=False):
                 pads += [k // 2, k // 2] if k % 2 else [total // 2, total - total // 2]
         return conv2d(x, w["kernel"], w["bias"], cfg["strides"], pads, cfg.get("activation"))
     if kind == "conv_1d":
-        pad = cfg["kernel_size"] // 2 if cfg.get("padding") == "same" else 0
+        k, st, L = cfg["kernel_size"], cfg["strides"], x.shape[1]
+        pad = 0
+        if cfg.get("padding") == "same":   # ggmlR's floor(K/2) each side for odd kernels; Keras' for even ones
+            total = max((int(np.ceil(L / st)) - 1) * st + k - L, 0)
+            pad = k // 2 if k % 2 else (total // 2, total - total // 2)
         return conv1d(x, w["kernel"], w["bias"], cfg["strides"], pad, cfg.get("activation"))
     if kind == "max_pooling_2d":
         return maxpool(x, cfg["pool_size"], cfg["strides"])

@@ -76,6 +76,11 @@ LAYER_CASES = {
                  (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], (6, 2)),
     "conv_1d_same": ([(g.ggml_layer_conv_1d, dict(filters=2, kernel_size=3, padding="same")),
                       (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], (5, 3)),
+    "conv_1d_same_even_kernel": ([(g.ggml_layer_conv_1d, dict(filters=2, kernel_size=4, padding="same")),
+                                  (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], (6, 2)),
+    "conv_1d_same_even_kernel_strided": ([(g.ggml_layer_conv_1d, dict(filters=2, kernel_size=2, strides=2,
+                                                                         padding="same")),
+                                          (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], (5, 3)),
     "conv_1d_stacked": ([(g.ggml_layer_conv_1d, dict(filters=3, kernel_size=2, activation="tanh")),
                          (g.ggml_layer_conv_1d, dict(filters=2, kernel_size=2, strides=2)),
                          (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=2))], (7, 2)),
@@ -117,9 +122,17 @@ def test_layer_forward_matches_numpy(name):
     np.testing.assert_allclose(got, pk.reference_predict(m, x)[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.fixture(params=[False, True], ids=["static_graphs", "caller_graphs"])
+def graphs(request, monkeypatch):
+    """Train on ggml_opt's static graphs, or on the graphs fit builds itself every step (the
+    path of models too big for the static ones), forced here for small models."""
+    monkeypatch.setattr(g.keras.engine, "FORCE_CALLER_GRAPHS", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("name", sorted(LAYER_CASES))
 @pytest.mark.parametrize("loss,optimizer", [("mse", "sgd"), ("categorical_crossentropy", "adam")])
-def test_layer_gradients_match_finite_differences(name, loss, optimizer):
+def test_layer_gradients_match_finite_differences(name, loss, optimizer, graphs):
     """Two epochs of full-batch ggml_fit against the same steps with finite-difference gradients."""
     layers, shape = LAYER_CASES[name]
     m = g.ggml_compile(_seq(*layers, input_shape=shape), loss=loss, optimizer=optimizer, lr=0.05)
@@ -195,6 +208,178 @@ def test_multi_output_predicts_every_output():
     r1, r2 = pk.reference_predict(m, xs)
     np.testing.assert_allclose(p1, r1, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(p2, r2, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("k,stride,length", [(2, 1, 5), (4, 1, 6), (4, 2, 7), (6, 3, 8)])
+def test_conv_1d_same_even_kernel_pads_like_keras(k, stride, length):
+    """TensorFlow/Keras 'same': ceil(L/s) outputs, total = (out-1)*s + K - L zeros, total//2
+    before the sequence (for stride 1, (K-1)//2) and the rest after. A kernel that picks tap j
+    reads x[i*s + j - before], which shows where the zeros went."""
+    out_len = -(-length // stride)
+    before = max((out_len - 1) * stride + k - length, 0) // 2
+    x = np.arange(1, length + 1, dtype=np.float64).reshape(1, length, 1)
+    for j in range(k):
+        m = g.ggml_compile(_seq((g.ggml_layer_conv_1d, dict(filters=1, kernel_size=k, strides=stride,
+                                                            padding="same")), input_shape=(length, 1)), loss="mse")
+        w = np.zeros((1, k, 1), np.float32)
+        w[0, j, 0] = 1.0
+        m.set_weights({"conv_1d_1": {"kernel": w, "bias": np.zeros(1, np.float32)}})
+        got = g.ggml_predict(m, x).reshape(-1)
+        src = np.arange(out_len) * stride + j - before
+        want = np.where((src >= 0) & (src < length), src + 1, 0)
+        np.testing.assert_array_equal(got, want)
+
+
+def _two_head_model():
+    x = g.ggml_input(shape=3, name="x")
+    t = g.ggml_layer_dense(x, 4, activation="tanh", name="trunk")
+    h1 = g.ggml_layer_dense(t, 3, activation="softmax", name="h1")
+    h2 = g.ggml_layer_dense(t, 2, name="h2")
+    return g.ggml_model(x, [h1, h2])
+
+
+def _multi_reference_loss(m, W, x, ys, loss_weights, sw):
+    """sum_i w_i * loss_i by the numpy reference: the true CE of the softmax head, the mse of
+    the linear head, each a (sample-weighted) batch mean."""
+    p1, p2 = pk.reference_predict(m, x, W, training=True)
+    l1 = float(np.mean(sw * -np.sum(ys[0] * np.log(p1), axis=1)))
+    l2 = float(np.mean(sw * np.mean((p2 - ys[1]) ** 2, axis=1)))
+    return loss_weights[0] * l1 + loss_weights[1] * l2, (l1, l2)
+
+
+@pytest.mark.parametrize("optimizer,weighted", [("sgd", False), ("adam", False), ("sgd", True)])
+def test_multi_output_fit_trains_every_output(optimizer, weighted, graphs):
+    """The loss fit minimises is the weighted sum of every output's loss: two full-batch epochs
+    against the same steps with finite-difference gradients of that sum (numpy forward)."""
+    m = g.ggml_compile(_two_head_model(), optimizer=optimizer, lr=0.05,
+                       loss={"h1": "categorical_crossentropy", "h2": "mse"}, loss_weights={"h1": 1.0, "h2": 0.5})
+    _randomize(m)
+    x = _data((3,), 6)
+    ys = [np.eye(3)[RNG.integers(0, 3, 6)], RNG.uniform(-1, 1, (6, 2))]
+    sw = RNG.uniform(0.5, 2.0, 6) if weighted else np.ones(6)
+    before = m.get_weights()
+    h = m.fit(x, ys, epochs=2, batch_size=6, sample_weight=sw if weighted else None)
+
+    W = {n: {k: v.astype(np.float64) for k, v in ps.items()} for n, ps in before.items()}
+    mom = {n: {k: np.zeros_like(v) for k, v in ps.items()} for n, ps in W.items()}
+    vel = {n: {k: np.zeros_like(v) for k, v in ps.items()} for n, ps in W.items()}
+    totals, heads = [], []
+    for t in range(1, 3):
+        total, per = _multi_reference_loss(m, W, x, ys, (1.0, 0.5), sw)
+        totals.append(total)
+        heads.append(per)
+        grad = ref.fd_grad(lambda W_: _multi_reference_loss(m, W_, x, ys, (1.0, 0.5), sw)[0], W)
+        for n in W:
+            for k in W[n]:
+                if optimizer == "sgd":
+                    W[n][k] -= 0.05 * grad[n][k]
+                else:
+                    mom[n][k] = 0.9 * mom[n][k] + 0.1 * grad[n][k]
+                    vel[n][k] = 0.999 * vel[n][k] + 0.001 * grad[n][k] ** 2
+                    W[n][k] -= 0.05 * (mom[n][k] / (1 - 0.9 ** t)) / (np.sqrt(vel[n][k] / (1 - 0.999 ** t)) + 1e-8)
+    np.testing.assert_allclose(h["train_loss"], totals, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(h["train_h1_loss"], [p[0] for p in heads], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(h["train_h2_loss"], [p[1] for p in heads], rtol=1e-4, atol=1e-6)
+    assert h.outputs == ["h1", "h2"] and h["val_h1_loss"] == [None, None]
+    after = m.get_weights()
+    for n, ps in W.items():
+        for k, v in ps.items():
+            np.testing.assert_allclose(after[n][k], v, rtol=1e-3, atol=2e-5, err_msg=f"{n}.{k}")
+            assert not np.allclose(after[n][k], before[n][k]), f"{n}.{k} did not train"
+
+
+@pytest.mark.parametrize("outputs", ["both", "p_only"])
+def test_cross_entropy_on_a_softmax_output_that_feeds_another_layer(outputs):
+    """A softmax output also read by another layer keeps its softmax for that reader; fit's
+    cross-entropy is still the true -sum y log p (no second softmax), against finite differences."""
+    x = g.ggml_input(shape=3, name="x")
+    p = g.ggml_layer_dense(g.ggml_layer_dense(x, 4, activation="tanh", name="trunk"), 3, activation="softmax", name="p")
+    q = g.ggml_layer_dense(p, 2, name="q")
+    m = g.ggml_compile(g.ggml_model(x, [p, q]), optimizer="sgd", lr=0.1,
+                       loss={"p": "categorical_crossentropy", "q": "mse"} if outputs == "both"
+                       else {"p": "categorical_crossentropy"})
+    _randomize(m)
+    xs = _data((3,), 6)
+    ys = [np.eye(3)[RNG.integers(0, 3, 6)], RNG.uniform(-1, 1, (6, 2))]
+    wq = 1.0 if outputs == "both" else 0.0
+
+    def total(W):
+        pp, qq = pk.reference_predict(m, xs, W, training=True)
+        return float(np.mean(-np.sum(ys[0] * np.log(pp), axis=1))) + wq * float(np.mean((qq - ys[1]) ** 2))
+    W = {n: {k: v.astype(np.float64) for k, v in ps.items()} for n, ps in m.get_weights().items()}
+    losses = []
+    for _ in range(2):
+        losses.append(total(W))
+        grad = ref.fd_grad(total, W)
+        for n in W:
+            for k in W[n]:
+                W[n][k] -= 0.1 * grad[n][k]
+    h = m.fit(xs, ys if outputs == "both" else [ys[0], None], epochs=2, batch_size=6)
+    np.testing.assert_allclose(h["train_loss"], losses, rtol=1e-4, atol=1e-6)
+    after = m.get_weights()
+    for n, ps in W.items():
+        for k, v in ps.items():
+            np.testing.assert_allclose(after[n][k], v, rtol=1e-3, atol=2e-5, err_msg=f"{n}.{k}")
+
+
+def test_multi_output_evaluate_and_validation():
+    m = g.ggml_compile(_two_head_model(), loss=["categorical_crossentropy", "mse"], loss_weights=[2.0, 1.0])
+    _randomize(m)
+    x = _data((3,), 8)
+    ys = [np.eye(3)[RNG.integers(0, 3, 8)], RNG.uniform(-1, 1, (8, 2))]
+    p1, p2 = pk.reference_predict(m, x)
+    l1 = float(np.mean(-np.sum(ys[0] * np.log(p1), axis=1)))
+    l2 = float(np.mean((p2 - ys[1]) ** 2))
+    e = g.ggml_evaluate(m, x, {"h1": ys[0], "h2": ys[1]}, batch_size=4)
+    assert math.isclose(e["h1_loss"], l1, rel_tol=1e-5) and math.isclose(e["h2_loss"], l2, rel_tol=1e-5)
+    assert math.isclose(e["loss"], 2 * l1 + l2, rel_tol=1e-5)
+    assert e["h1_accuracy"] == float(np.mean(p1.argmax(1) == ys[0].argmax(1))) and e["n_samples"] == 8
+    h = m.fit(x[:4], [y[:4] for y in ys], epochs=2, batch_size=2, validation_data=(x[4:], [y[4:] for y in ys]))
+    for split in ("train", "val"):
+        for e_ in range(2):
+            want = 2 * h[f"{split}_h1_loss"][e_] + h[f"{split}_h2_loss"][e_]
+            assert math.isclose(h[f"{split}_loss"][e_], want, rel_tol=1e-5)
+        assert all(0 <= a <= 1 for a in h[f"{split}_h1_accuracy"])
+    # the validation losses are those of the weights at the end of the epoch
+    e = g.ggml_evaluate(m, x[4:], [y[4:] for y in ys], batch_size=2)
+    assert math.isclose(h["val_loss"][-1], e["loss"], rel_tol=1e-4)
+
+
+def test_multi_output_compile_settings_survive_save_load(tmp_path):
+    m = g.ggml_compile(_two_head_model(), loss={"h1": "categorical_crossentropy", "h2": "mse"},
+                       loss_weights={"h1": 0.25, "h2": 2.0})
+    g.ggml_save_model(m, tmp_path / "m.npz")
+    m2 = g.ggml_load_model(tmp_path / "m.npz")
+    assert m2.output_losses == ["categorical_crossentropy", "mse"] and m2.loss_weights == [0.25, 2.0]
+
+
+def test_multi_output_targets_and_losses():
+    m = g.ggml_compile(_two_head_model(), loss={"h2": "mse"}, optimizer="sgd", lr=0.1)   # h1: no loss
+    x = _data((3,), 4)
+    y2 = RNG.uniform(-1, 1, (4, 2))
+    before = m.get_weights()
+    h = m.fit(x, {"h2": y2}, epochs=1, batch_size=4)
+    after = m.get_weights()
+    assert np.array_equal(after["h1"]["weight"], before["h1"]["weight"])       # untrained head
+    assert not np.array_equal(after["h2"]["weight"], before["h2"]["weight"])
+    assert h.fit_path == "opt_fit" and "train_h2_loss" not in h   # one output: the plain path
+    with pytest.raises(GGMLError, match="no loss"):
+        m.fit(x, [np.eye(3)[[0, 1, 2, 0]], y2], epochs=1, batch_size=4)
+    with pytest.raises(GGMLError, match="no output named"):
+        g.ggml_compile(_two_head_model(), loss={"head": "mse"})
+    with pytest.raises(GGMLError, match="2 outputs"):
+        g.ggml_compile(_two_head_model(), loss=["mse"])
+    with pytest.raises(GGMLError, match="loss_weights"):
+        g.ggml_compile(_two_head_model(), loss="mse", loss_weights=[1.0, -1.0])
+    m = g.ggml_compile(_two_head_model(), loss="mse")
+    with pytest.raises(GGMLError, match="class_weight"):
+        m.fit(x, [RNG.uniform(size=(4, 3)), y2], batch_size=4, class_weight={0: 2.0})
+    with pytest.raises(GGMLError, match="columns"):
+        m.fit(x, [y2, y2], batch_size=4)
+    with pytest.warns(UserWarning, match="only the last output"):
+        m.fit(x, y2, epochs=1, batch_size=4)   # ggmlR's rule, no longer silent
+    s = g.ggml_compile(_seq((g.ggml_layer_dense, dict(units=2)), input_shape=(3,)), loss="mse")
+    assert s.evaluate(x, [y2]) == s.evaluate(x, y2)   # a one-output model takes a list of one target too
 
 
 def test_embedding_sequential_and_bad_ids():
@@ -569,3 +754,85 @@ def test_ggml_opt_alloc_eval_by_hand():
     with pytest.raises(GGMLError):
         g.ggml_opt_dataset_weights(ds)
     g.ggml_opt_free(opt)
+
+
+# -- graph size: models beyond ggml_opt's static graphs ----------------------------------------------
+def _spy_caller_graphs(monkeypatch):
+    calls = []
+    orig = g.keras.engine._epoch_caller_graphs
+    monkeypatch.setattr(g.keras.engine, "_epoch_caller_graphs", lambda *a: (calls.append(1), orig(*a))[1])
+    return calls
+
+
+def test_deep_dense_trains_beyond_the_static_graphs(monkeypatch):
+    """150 dense layers: 750 forward nodes (the old limit was 500) and a step graph past
+    ggml_opt's 2048-node static graphs. The middle layers are frozen rotations followed by tanh
+    near 0 (nearly linear), so that finite differences stay cheap and the gradient reaches the
+    first layer (at about 0.7 of its size)."""
+    calls = _spy_caller_graphs(monkeypatch)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 2, activation="tanh", input_shape=3)
+    for _ in range(148):
+        m = g.ggml_layer_dense(m, 2, activation="tanh")
+    m = g.ggml_layer_dense(m, 2)
+    m = g.ggml_compile(m, loss="mse", optimizer="sgd", lr=0.5)
+    for l in m._all_layers():
+        a = RNG.uniform(0, 2 * np.pi)
+        rot = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
+        l.weights["weight"] = (rot if l.name != "dense_1" else RNG.uniform(-0.1, 0.1, (2, 3))).astype(np.float32)
+        l.weights["bias"] = np.zeros(2, np.float32)
+    g.ggml_freeze_weights(m, from_=2, to=149)
+    x, y = _data((3,), 4), RNG.uniform(-1, 1, (4, 2))
+    before = m.get_weights()
+    m._record_order = True
+    h = m.fit(x, y, epochs=2, batch_size=4)
+    assert calls, "expected the caller-built graphs"
+
+    def forward(W, xb):
+        return pk.reference_predict(m, xb, W, training=True)[-1]
+    rows, W = ref.train_reference(forward, before, ["dense_1", "dense_150"], x, y, h.batch_order, 4, 4, 2, "mse",
+                                  "sgd", lr=0.5)
+    np.testing.assert_allclose(h["train_loss"], [r[0] for r in rows], rtol=1e-4, atol=1e-6)
+    after = m.get_weights()
+    for ln in ("dense_1", "dense_150"):
+        for k, v in W[ln].items():
+            np.testing.assert_allclose(after[ln][k], v, rtol=1e-3, atol=2e-5, err_msg=f"{ln}.{k}")
+    assert not np.allclose(after["dense_1"]["weight"], before["dense_1"]["weight"])
+    assert np.array_equal(after["dense_70"]["weight"], before["dense_70"]["weight"])
+
+
+def test_deep_cnn_trains_beyond_the_static_graphs(monkeypatch):
+    calls = _spy_caller_graphs(monkeypatch)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_conv_2d(m, 4, 3, activation="relu", padding="same", input_shape=(8, 8, 1))
+    for _ in range(69):   # 70 convolutions: ~2200 nodes in the step graph
+        m = g.ggml_layer_conv_2d(m, 4, 3, activation="relu", padding="same")
+    m = g.ggml_layer_global_average_pooling_2d(m)
+    m = g.ggml_layer_dense(m, 2, activation="softmax")
+    m._rng = np.random.default_rng(0)   # the initial weights (drawn at compile)
+    m = g.ggml_compile(m, lr=3e-3)
+    x = np.random.default_rng(0).uniform(0, 1, (32, 8, 8, 1))
+    y = np.eye(2)[(x.mean(axis=(1, 2, 3)) > 0.5).astype(int)]
+    h = m.fit(x, y, epochs=4, batch_size=8)
+    assert calls and all(np.isfinite(h["train_loss"])) and h["train_loss"][-1] < h["train_loss"][0]
+    # the trained weights came back: predictions match the numpy reference on them
+    np.testing.assert_allclose(g.ggml_predict(m, x[:5]), pk.reference_predict(m, x[:5])[0], rtol=1e-4, atol=1e-5)
+
+
+def test_model_too_big_is_an_error_not_an_abort(monkeypatch):
+    monkeypatch.setattr(g.keras.graphsize, "MAX_GRAPH_NODES", 3000)
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, 2, activation="tanh", input_shape=3)
+    for _ in range(200):
+        m = g.ggml_layer_dense(m, 2, activation="tanh")
+    m = g.ggml_compile(m, loss="mse")
+    x, y = _data((3,), 4), RNG.uniform(-1, 1, (4, 2))
+    with pytest.raises(GGMLError, match="too big"):
+        m.fit(x, y, batch_size=4)
+    monkeypatch.undo()
+    # a graph that outgrows the builder's context (65536 tensors): a recurrent layer over 20000 steps
+    m = g.ggml_compile(_seq((g.ggml_layer_gru, dict(units=2)), input_shape=(20000, 1)), loss="mse")
+    with pytest.raises(GGMLError, match="too big"):
+        g.ggml_predict(m, np.zeros((1, 20000, 1)))
+    with pytest.raises(GGMLError, match="too big"):
+        m.fit(np.zeros((2, 20000, 1)), np.zeros((2, 2)), batch_size=2)

@@ -193,7 +193,8 @@ def ggml_fit(model, x, y, epochs=1, batch_size=32, validation_split=0.0, validat
 
 
 def ggml_evaluate(model, x, y, batch_size=32, sample_weight=None, class_weight=None):
-    """dict(loss, accuracy, n_samples[, mae, mse, rmse])."""
+    """dict(loss, accuracy, n_samples[, mae, mse, rmse]); with a target per output (list or dict),
+    loss is the weighted sum and each output adds <name>_loss, <name>_accuracy, ..."""
     return _model(model, "ggml_evaluate").evaluate(x, y, batch_size, sample_weight, class_weight)
 
 

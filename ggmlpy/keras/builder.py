@@ -15,8 +15,9 @@ from ..errors import GGMLError
 
 F32 = lib.GGML_TYPE_F32
 I32 = lib.GGML_TYPE_I32
-GRAPH_SIZE = 2048  # ggml_opt's GGML_DEFAULT_GRAPH_SIZE: forward + backward + optimizer nodes must fit
-MAX_FORWARD_NODES = 500
+GRAPH_SIZE = 2048  # ggml's GGML_DEFAULT_GRAPH_SIZE
+WEIGHT_TENSORS = 65536   # weights, constants and inputs of one model graph
+ROOM_PER_LAYER = 4096    # compute-context tensors kept free before each layer is built
 
 # activations ggml cannot differentiate in any form
 NO_BACKWARD = {"gelu", "hardsigmoid", "hardswish"}
@@ -40,37 +41,100 @@ def ne_of(t) -> tuple:
 
 
 class Builder:
-    """One graph's tensors. `training` selects differentiable forms and dropout scaling."""
+    """One graph's tensors. `training` selects differentiable forms and dropout scaling.
 
-    def __init__(self, training: bool, n_tensors: int = 65536):
+    `restart()` starts a fresh compute context for building the same graph again (ggml_opt's
+    caller-built graphs need one per step): the weight-buffer tensors the layers create
+    (constants, masks, statistics) are then handed back in creation order instead of made anew,
+    so the rebuilt graph reads the same allocated tensors."""
+
+    def __init__(self, training: bool, n_tensors: int = WEIGHT_TENSORS, graph_size: int = GRAPH_SIZE * 8):
         self.training = training
+        self.n_tensors, self.graph_size = int(n_tensors), int(graph_size)
         overhead = lib.ggml_tensor_overhead()
-        self.ctx_w = _init_ctx(overhead * 4096)
-        self.ctx = _init_ctx(overhead * n_tensors + 4 * lib.ggml_graph_overhead_custom(GRAPH_SIZE * 8, True))
+        self.ctx_w = _init_ctx(overhead * WEIGHT_TENSORS)
+        self.ctx = self._compute_ctx()
         self.uploads = []   # (tensor, numpy array) written once ctx_w is allocated
         self.param_tensors = {}  # (owner, pname) -> tensor
         self.buffer = None
+        self.created = []   # weight-buffer tensors made by the layers, in order (replayed by restart)
+        self.replay = None  # index into `created` while rebuilding
+
+    def _compute_ctx(self):
+        return _init_ctx(lib.ggml_tensor_overhead() * self.n_tensors
+                         + 4 * lib.ggml_graph_overhead_custom(self.graph_size, True))
+
+    def restart(self, n_tensors: int = None, graph_size: int = None) -> None:
+        """A fresh compute context (optionally resized); weight-buffer tensors are replayed."""
+        lib.ggml_free(self.ctx)
+        self.ctx = None
+        self.n_tensors = int(n_tensors or self.n_tensors)
+        self.graph_size = int(graph_size or self.graph_size)
+        self.ctx = self._compute_ctx()
+        self.replay = 0
+
+    def room(self) -> int:
+        """Tensors the compute context still holds (ggml aborts past its end)."""
+        free = lib.ggml_get_mem_size(self.ctx) - lib.ggml_used_mem(self.ctx) \
+            - 4 * lib.ggml_graph_overhead_custom(self.graph_size, True)
+        return int(free // lib.ggml_tensor_overhead())
+
+    def check_room(self, need: int = ROOM_PER_LAYER) -> None:
+        """GGMLError, rather than ggml's abort, when the graph outgrows its context."""
+        if self.room() < need:
+            raise GGMLError(f"the model's graph outgrows its context ({self.n_tensors} tensors): the model "
+                            "is too big to build")
 
     # -- tensors in the weight buffer ------------------------------------------------------------
     def weight(self, key, arr: np.ndarray, trainable: bool):
         """A weight tensor holding `arr` (numpy shape = ggml ne reversed); shared per key."""
         if key in self.param_tensors:
             return self.param_tensors[key]
-        t = self.const(arr)
+        t = self._upload(arr, F32)
         if trainable:
             lib.ggml_set_param(t)
         self.param_tensors[key] = t
         return t
 
     def const(self, arr: np.ndarray, dtype=F32):
+        """A tensor of the weight buffer holding `arr` (uploaded once the buffer exists)."""
+        if self.replay is not None:
+            return self._replayed(list(np.shape(arr)[::-1]) or [1], dtype)
+        t = self._upload(arr, dtype)
+        self.created.append(t)
+        return t
+
+    def _upload(self, arr, dtype):
         arr = np.ascontiguousarray(arr, dtype=np.float32 if dtype == F32 else np.int32)
         ne = list(arr.shape[::-1]) or [1]
-        t = self.new_w(ne, dtype)
+        t = self._new_w(ne, dtype)
         self.uploads.append((t, arr))
         return t
 
-    def new_w(self, ne, dtype=F32):
+    def new_w(self, ne, dtype=F32, record=True):
+        """An (uninitialised) tensor of the weight buffer; `record=False` for tensors the caller
+        keeps itself across restarts."""
+        if record and self.replay is not None:
+            return self._replayed(ne, dtype)
+        t = self._new_w(ne, dtype)
+        if record:
+            self.created.append(t)
+        return t
+
+    def _replayed(self, ne, dtype):
+        if self.replay >= len(self.created):
+            raise GGMLError("the rebuilt graph makes more weight-buffer tensors than the first build")
+        t = self.created[self.replay]
+        want = [int(v) for v in ne] + [1] * (4 - len(ne))
+        if t.type != dtype or [int(t.ne[i]) for i in range(4)] != want:
+            raise GGMLError("the rebuilt graph differs from the first build")
+        self.replay += 1
+        return t
+
+    def _new_w(self, ne, dtype):
         ne = [int(v) for v in ne]
+        if lib.ggml_get_mem_size(self.ctx_w) - lib.ggml_used_mem(self.ctx_w) < 2 * lib.ggml_tensor_overhead():
+            raise GGMLError(f"the model has more than {WEIGHT_TENSORS} weight and constant tensors")
         arr = ffi.new("int64_t[]", ne + [1] * (4 - len(ne)))
         return lib.ggml_new_tensor(self.ctx_w, dtype, len(ne), arr)
 

@@ -111,9 +111,13 @@ class ggml_schedule_reduce_on_plateau(_Monitor):
 
 
 def logs_of(row):
-    tl, ta, vl, va = row
-    return {"train_loss": tl, "train_accuracy": ta, "val_loss": vl, "val_accuracy": va,
+    """A history row (train_loss, train_accuracy, val_loss, val_accuracy[, per-output dict])."""
+    tl, ta, vl, va = row[:4]
+    logs = {"train_loss": tl, "train_accuracy": ta, "val_loss": vl, "val_accuracy": va,
             "loss": tl, "accuracy": ta}
+    if len(row) > 4:
+        logs.update(row[4])   # multi-output fits: train_<output>_loss, val_<output>_loss, ...
+    return logs
 
 
 def run_callbacks(callbacks, nepoch):

@@ -111,17 +111,27 @@ class Conv1D(Layer):
         self.strides = int(np.atleast_1d(strides)[0])
         if padding not in ("valid", "same"):
             raise GGMLError(f"padding must be 'valid' or 'same', got {padding!r}")
-        if padding == "same" and self.kernel_size % 2 == 0:
-            raise GGMLError("conv_1d: padding='same' needs an odd kernel_size")
         self.padding = padding
         self.activation = _check_activation(activation)
+
+    def _pads(self, L):
+        """(left, right) zero padding. "same": ggmlR's floor(K/2) on both sides for odd kernels;
+        for an even kernel Keras'/TensorFlow's: ceil(L/s) outputs, (total)//2 before and the
+        rest after (for stride 1, (K-1)//2 before and K//2 after)."""
+        k, st = self.kernel_size, self.strides
+        if self.padding == "valid":
+            return 0, 0
+        if k % 2:
+            return k // 2, k // 2
+        total = max((-(-L // st) - 1) * st + k - L, 0)
+        return total // 2, total - total // 2
 
     def infer(self, s):
         if len(s[0]) != 2:
             raise GGMLError(f"conv_1d {self.name!r} needs sequence input (L, C), got {ggml_to_r_shape(s[0])}")
         c, L = s[0]
-        p = self.kernel_size // 2 if self.padding == "same" else 0
-        ol = (L + 2 * p - self.kernel_size) // self.strides + 1
+        pl, pr = self._pads(L)
+        ol = (L + pl + pr - self.kernel_size) // self.strides + 1
         if ol < 1:
             raise GGMLError(f"conv_1d {self.name!r}: kernel {self.kernel_size} longer than the sequence ({L})")
         return (self.filters, ol)
@@ -141,8 +151,13 @@ class Conv1D(Layer):
         # gradients to the layer below, and several ops' backward refuse them (an abort).
         c, L = self.in_shape
         oc, ol = self.out_shape
-        p = self.kernel_size // 2 if self.padding == "same" else 0
+        pl, pr = self._pads(L)
         x = b.reshape(xs[0], [c, L, 1, batch])
+        p = pl
+        if pl != pr:   # asymmetric (even kernel, "same"): pad explicitly, an acc into zeros has a backward
+            zeros = b.zeros([c, L + pl + pr, 1, batch])
+            x = lib.ggml_acc(b.ctx, zeros, x, zeros.nb[1], zeros.nb[2], zeros.nb[3], pl * zeros.nb[1])
+            p = 0
         k4 = b.reshape(W["kernel"], [c, self.kernel_size, 1, oc])
         col = lib.ggml_im2col(b.ctx, k4, x, 1, self.strides, 0, p, 1, 1, True, lib.GGML_TYPE_F32)
         col = b.reshape(col, [c * self.kernel_size, ol * batch])            # [C*K, OL*N]

@@ -15,13 +15,14 @@ from ..backend.device import blas_backend, get_backend
 from ..backend.sched import Scheduler
 from ..bindings import ffi, lib
 from ..errors import GGMLError
-from .builder import F32, GRAPH_SIZE, I32, MAX_FORWARD_NODES, Builder
+from . import graphsize
+from .builder import F32, GRAPH_SIZE, I32, ROOM_PER_LAYER, Builder, _init_ctx
 
 
 _blas = {}
 
 
-def make_scheduler(backend, blas=False):
+def make_scheduler(backend, blas=False, graph_size=GRAPH_SIZE * 8):
     """The scheduler ggml_opt runs on. On the CPU, with `blas`, ggml's BLAS backend takes the
     products it supports (ggml's backward computes weight gradients as OUT_PROD, which ggml's
     CPU kernel runs far slower than OpenBLAS)."""
@@ -35,7 +36,7 @@ def make_scheduler(backend, blas=False):
                 bs = [_blas[key], backend]
     else:
         bs = [backend, get_backend("cpu")]
-    return Scheduler(bs, graph_size=GRAPH_SIZE * 8)
+    return Scheduler(bs, graph_size=max(int(graph_size), GRAPH_SIZE * 8))
 
 
 def _split_inputs(b, inp, specs, batch, extra=0):
@@ -52,12 +53,6 @@ def _split_inputs(b, inp, specs, batch, extra=0):
     return xs, off
 
 
-def _graph_nodes(b, out) -> int:
-    g = lib.ggml_new_graph_custom(b.ctx, GRAPH_SIZE * 8, False)
-    lib.ggml_build_forward_expand(g, out)
-    return int(lib.ggml_graph_n_nodes(g))
-
-
 def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
     """Forward pass (inference mode) over `packed` [N, F] in batches of `batch` (the last
     one zero-padded). Returns one numpy array [N, out_size] per model output."""
@@ -65,17 +60,21 @@ def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
     specs = model._input_specs()
     dtype = I32 if specs[0][1] == "int32" else F32
     b = Builder(training=False)
-    sched = None
+    sched = g_ctx = None
     try:
         inp = b.new_w([packed.shape[1], batch], dtype)
         xs, _ = _split_inputs(b, inp, specs, batch)
         outs = model._forward(b, xs, batch, {"functional": model.functional})
-        graph = lib.ggml_new_graph_custom(b.ctx, GRAPH_SIZE * 8, False)
+        size = graphsize.forward_bound(b) + 16   # every tensor built: the graph cannot overflow
+        if size > graphsize.MAX_GRAPH_NODES:
+            raise graphsize.too_big(size)
+        g_ctx = _init_ctx(lib.ggml_graph_overhead_custom(size, False) + 4096)   # the graph's own context
+        graph = lib.ggml_new_graph_custom(g_ctx, size, False)
         for o in outs:
             lib.ggml_set_output(o)
             lib.ggml_build_forward_expand(graph, o)
         b.allocate(backend)
-        sched = make_scheduler(backend)
+        sched = make_scheduler(backend, graph_size=2 * size)
         if not lib.ggml_backend_sched_alloc_graph(sched.ptr, graph):
             raise MemoryError("the scheduler could not allocate the prediction graph")
         sizes = [int(lib.ggml_nelements(o)) // batch for o in outs]
@@ -97,6 +96,8 @@ def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
     finally:
         if sched is not None:
             sched.free()
+        if g_ctx is not None:
+            lib.ggml_free(g_ctx)
         b.free()
 
 
@@ -136,16 +137,24 @@ def _result(res):
 
 
 def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffle_all, shuffle_train,
-          opt_params, backend, loss, verbose, mask_fn, hooks, record_order):
+          opt_params, backend, loss, verbose, mask_fn, hooks, record_order, heads=None):
     """ggml_opt over `packed` rows [n_used, F] (training rows first, then validation rows).
 
     loss: "cross_entropy" | "mse" | "weighted_mse" | "weighted_ce" (weights [n_used] packed with
     the labels: ggml's cross-entropy backward assumes labels that sum to 1, so scaled labels
-    would give a wrong gradient; "weighted_ce" builds -sum w y log softmax(z) / B itself).
-    Returns per-epoch train/val (loss, accuracy) and, if asked, each epoch's batch order."""
+    would give a wrong gradient; "weighted_ce" builds -sum w y log softmax(z) / B itself) or
+    "multi": several outputs, `heads` [(output index, "mse" | "cross_entropy", loss weight,
+    columns)] with their targets side by side in `labels`; the graph's loss is
+    sum_i weight_i * loss_i, each loss_i a batch mean (weighted by `weights` per sample).
+    Otherwise `heads` names the one output trained (default: the last).
+    Returns per-epoch train/val (loss, accuracy[, per-output dict]) and, if asked, each
+    epoch's batch order."""
     specs = model._input_specs()
     dtype = I32 if specs[0][1] == "int32" else F32
-    weighted = loss in ("weighted_mse", "weighted_ce")
+    if heads is None:
+        n_out = len(model._output_layers())
+        heads = [(n_out - 1, "mse" if loss in ("mse", "weighted_mse") else "cross_entropy", 1.0, labels.shape[1])]
+    weighted = loss in ("weighted_mse", "weighted_ce", "multi")
     if dtype == I32 and weighted:
         raise GGMLError("sample or class weights need float inputs")
     f_x = packed.shape[1]
@@ -160,18 +169,35 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
 
     b = Builder(training=True)
     sched = opt = ds = r_train = r_val = None
-    ctx = {"functional": model.functional}
-    if loss in ("cross_entropy", "weighted_ce") and getattr(model, "softmax_ce", "exact") == "exact":
-        ctx["logits_of"] = id(model._output_layers()[-1])
-    try:
-        inp = b.new_w([ne_dp, batch], dtype)
+    logits_of, log_of = set(), set()
+    if getattr(model, "softmax_ce", "exact") == "exact":
+        ce_layers = [model._output_layers()[j] for j, kind, _, _ in heads if kind == "cross_entropy"]
+        logits_of = {id(l) for l in ce_layers if _logits_safe(model, l)}
+        # a softmax output other layers also read keeps its softmax: the loss takes log(p), the
+        # logits of p itself (softmax(log p) = p), so the cross-entropy is still -sum y log p
+        log_of = {j for j, kind, _, _ in heads if kind == "cross_entropy"
+                  and getattr(model._output_layers()[j], "activation", None) == "softmax"
+                  and id(model._output_layers()[j]) not in logits_of}
+
+    def build():
+        """The training graph on `inp`: (tensor handed to ggml_opt as outputs, its loss type,
+        the layers' side tensors, the per-output loss tensors). Called again, after
+        b.restart(), for every step of caller-built graphs."""
+        ctx = {"functional": model.functional, "logits_of": logits_of}
+        head_losses = []   # multi: (weight tensor in ctx_w holding the batch's loss_i, per batch lists)
         xs, _ = _split_inputs(b, inp, specs, batch, extra=1)
         outs = model._forward(b, xs, batch, ctx)
-        out = outs[-1]
-        if int(lib.ggml_nelements(out)) != k * batch:
-            raise GGMLError(f"y has {k} columns but the model's (last) output has "
-                            f"{int(lib.ggml_nelements(out)) // batch} values per sample")
-        out = b.reshape(out, [k, batch])
+        outs = [lib.ggml_log(b.ctx, o) if j in log_of else o for j, o in enumerate(outs)]
+        b.check_room()
+        if loss == "multi":
+            out = _multi_loss(b, inp, outs, heads, f_x, k, batch, head_losses, ctx)
+            loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN
+        else:
+            out = outs[heads[0][0]]
+            if int(lib.ggml_nelements(out)) != k * batch:
+                raise GGMLError(f"y has {k} columns but the model's output has "
+                                f"{int(lib.ggml_nelements(out)) // batch} values per sample")
+            out = b.reshape(out, [k, batch])
         for a in ctx.get("anchors", []):   # side computations (batch-norm statistics) with weight 0
             out = b.add(out, b.scale(lib.ggml_sum(b.ctx, a), 0.0))
         if loss == "weighted_mse":
@@ -187,20 +213,28 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
             loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN
         elif loss == "mse":
             loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR
-        else:
+        elif loss != "multi":
             loss_type = lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY
-        n_nodes = _graph_nodes(b, out)
-        if n_nodes > MAX_FORWARD_NODES:
-            raise GGMLError(f"the training graph has {n_nodes} forward nodes; ggml_opt's graphs hold "
-                            f"{GRAPH_SIZE} nodes with the backward pass (at most {MAX_FORWARD_NODES} forward)")
-        if not any(t.flags & lib.GGML_TENSOR_FLAG_PARAM for t in b.param_tensors.values()):
+        return out, loss_type, ctx, head_losses
+
+    try:
+        inp = b.new_w([ne_dp, batch], dtype, record=False)
+        out, loss_type, ctx, head_losses = build()
+        params_ = [t for t in b.param_tensors.values() if t.flags & lib.GGML_TENSOR_FLAG_PARAM]
+        if not params_:
             raise GGMLError("the model has no trainable weights (all layers are frozen)")
+        adamw = opt_params.optimizer != "sgd"
+        n_step = graphsize.step_graph_size(b, out, loss_type, len(params_), adamw)
+        # ggml_opt's static graphs when the step fits them; else graphs built here, sized from the model
+        static = graphsize.fits_static(n_step) and not FORCE_CALLER_GRAPHS
+        step_size = None if static else graphsize.dynamic_size(n_step)
         b.allocate(backend)
-        sched = make_scheduler(backend, blas=True)
+        sched = make_scheduler(backend, blas=True, graph_size=2 * (step_size or GRAPH_SIZE))
         params = lib.ggml_opt_default_params(sched.ptr, loss_type)
-        params.ctx_compute = b.ctx
-        params.inputs = inp
-        params.outputs = out
+        if step_size is None:
+            params.ctx_compute = b.ctx
+            params.inputs = inp
+            params.outputs = out
         params.opt_period = 1
         params.get_opt_pars = lib.ggml_opt_get_constant_optimizer_params
         params.get_opt_pars_ud = opt_params.struct
@@ -218,9 +252,11 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         if shuffle_all and batch < n_used:
             lib.ggml_opt_dataset_shuffle(opt, ds, -1)
         cb = lib.ggml_opt_epoch_callback_progress_bar if verbose else ffi.NULL
-        cb_train, errors = cb, []
-        if ctx.get("bn_stats"):
-            cb_train = _stats_callback(ctx["bn_stats"], verbose, errors)
+        cb_train, cb_val, errors = cb, cb, []
+        if ctx.get("bn_stats") or head_losses:
+            cb_train = _batch_callback(ctx.get("bn_stats", []), head_losses, verbose, errors)
+        if head_losses:
+            cb_val = cb_train
         history, orders = [], []
         for epoch in range(1, epochs + 1):
             if shuffle_train and batch < n_train:
@@ -236,14 +272,25 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
             lib.ggml_opt_result_reset(r_val)
             if verbose:
                 print(f"Epoch {epoch}/{epochs}", flush=True)
-            lib.ggml_opt_epoch(opt, ds, r_train, r_val, n_train, cb_train, cb)
+            for _, per_batch in head_losses:
+                per_batch["train"].clear()
+                per_batch["val"].clear()
+            if step_size is None:
+                lib.ggml_opt_epoch(opt, ds, r_train, r_val, n_train, cb_train, cb_val)
+            else:
+                _epoch_caller_graphs(opt, ds, b, build, inp, step_size, r_train, r_val, n_train, n_used // batch,
+                                     cb_train, cb_val)
             if errors:
                 raise errors[0]
             tl, ta = _result(r_train)
             vl, va = _result(r_val)
             if loss == "weighted_ce":  # ggml_opt counts correct predictions for its own CE loss only
-                ta, va = _accuracies(model, b, packed, labels, n_train, n_used, backend)
-            history.append((tl, ta, vl, va))
+                ta, va = _accuracies(model, b, packed, labels, n_train, n_used, backend, heads[0][0])
+            if loss == "multi":
+                history.append((tl, None, vl, None, _head_logs(model, b, packed, labels, heads, head_losses,
+                                                               n_train, n_used, backend)))
+            else:
+                history.append((tl, ta, vl, va))
             if record_order:
                 orders.append(_batch_order(ds, data.shape, batch, n_used, dtype, 0 if lab is None else k))
             if hooks[1](epoch, history[-1], opt_params):
@@ -263,23 +310,123 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         b.free()
 
 
-def _accuracies(model, b, packed, labels, n_train, n_used, backend):
+def _accuracies(model, b, packed, labels, n_train, n_used, backend, out_index=-1):
     """Accuracy of the weights as they stand, on the training and the validation rows."""
     _read_back(model, b)
-    p = predict_packed(model, packed[:n_used], min(256, n_used), backend)[-1]
+    p = predict_packed(model, packed[:n_used], min(256, n_used), backend)[out_index]
     hit = np.argmax(p, axis=1) == np.argmax(labels[:n_used], axis=1)
     return float(hit[:n_train].mean()), (float(hit[n_train:].mean()) if n_used > n_train else None)
 
 
-def _stats_callback(stats, verbose, errors):
-    """A ggml_opt epoch callback (called after every training batch) that folds the batch
-    statistics of true batch-norm layers into their running averages. Python exceptions are
-    kept and raised after ggml_opt_epoch returns: they must not unwind through C."""
+FORCE_CALLER_GRAPHS = False   # tests: train a small model on caller-built graphs too
+
+
+def _epoch_caller_graphs(opt, ds, b, build, inp, size, r_train, r_val, idata_split, nbatches, cb_train, cb_val):
+    """ggml_opt_epoch for a context without static graphs: every step builds the model's graph
+    again in a fresh compute context (graphs of `size` nodes) and hands it to ggml_opt
+    (ggml_opt_prepare_alloc), which adds the loss, the backward pass and the optimizer step.
+    Such graphs accumulate gradients (ggml_opt keeps one accumulator per parameter) and ggml_opt
+    only clears them between accumulation periods of static graphs, so each training step
+    clears them first (ggml_opt_reset without the optimizer: moments and step count stay)."""
+    batch = int(inp.ne[1])
+    split = idata_split // batch
+    t0 = lib.ggml_time_us()
+    for ib in range(nbatches):
+        train = ib < split
+        if ib == split:
+            t0 = lib.ggml_time_us()
+        b.restart(n_tensors=size + 2 * ROOM_PER_LAYER, graph_size=size)
+        out = build()[0]
+        gf = lib.ggml_new_graph_custom(b.ctx, size, True)
+        lib.ggml_build_forward_expand(gf, out)
+        lib.ggml_opt_prepare_alloc(opt, b.ctx, gf, inp, out)
+        lib.ggml_opt_alloc(opt, train)
+        if train:
+            lib.ggml_opt_reset(opt, False)
+        lib.ggml_opt_dataset_get_batch(ds, inp, lib.ggml_opt_labels(opt), ib)
+        result = r_train if train else r_val
+        lib.ggml_opt_eval(opt, result)
+        cb = cb_train if train else cb_val
+        if cb != ffi.NULL:
+            cb(train, opt, ds, result, (ib if train else ib - split) + 1, split if train else nbatches - split, t0)
+
+
+def _logits_safe(model, layer) -> bool:
+    """Whether an output layer may hand its logits (not its softmax) to the loss: only when
+    it is applied once and nothing else reads its output."""
+    if not model.functional:
+        return True
+    uses = [n for n in model.order if n.layer is layer]
+    return len(uses) == 1 and not any(uses[0] in n.parents for n in model.order)
+
+
+def _multi_loss(b, inp, outs, heads, f_x, k, batch, head_losses, ctx):
+    """sum_i weight_i * loss_i over the trained outputs, as a [1, 1] tensor. loss_i is the
+    batch mean of the per-sample loss (mse: the mean over the output's columns; cross-entropy:
+    -sum y log softmax(z), z the logits), weighted per sample by the packed weight column.
+    Each loss_i is also copied into a weight-buffer scalar (tied into the total with weight 0,
+    like the batch-norm statistics) that the per-batch callback reads."""
+    c = b.ctx
+    w = b.reshape(b.view_rows(inp, f_x + k, 1), [1, batch])
+    total, off = None, 0
+    for j, kind, weight, kj in heads:
+        o = outs[j]
+        if int(lib.ggml_nelements(o)) != kj * batch:
+            raise GGMLError(f"output {j} has {int(lib.ggml_nelements(o)) // batch} values per sample, y has {kj}")
+        o = b.reshape(o, [kj, batch])
+        y = b.view_rows(inp, f_x + off, kj)
+        off += kj
+        if kind == "mse":
+            li = b.scale(lib.ggml_sum(c, b.mul(lib.ggml_sqr(c, b.sub(o, y)), w)), 1.0 / (kj * batch))
+        else:
+            logp = lib.ggml_log(c, lib.ggml_soft_max(c, o))
+            li = b.scale(lib.ggml_sum(c, b.mul(b.mul(logp, y), w)), -1.0 / batch)
+        dst = b.new_w([1])
+        ctx.setdefault("anchors", []).append(lib.ggml_cpy(c, li, dst))
+        head_losses.append((dst, {"train": [], "val": []}))
+        term = li if weight == 1.0 else b.scale(li, weight)
+        total = term if total is None else b.add(total, term)
+    return b.reshape(total, [1, 1])
+
+
+def _head_logs(model, b, packed, labels, heads, head_losses, n_train, n_used, backend):
+    """One epoch's per-output curves: train_/val_<name>_loss (the means of the batch losses,
+    as ggml_opt reports the total) and, for cross-entropy outputs when "accuracy" is a metric,
+    train_/val_<name>_accuracy from the weights at the end of the epoch."""
+    names = model._output_names()
+    logs = {}
+    for (j, kind, _, _), (_, per_batch) in zip(heads, head_losses):
+        for split in ("train", "val"):
+            v = per_batch[split]
+            logs[f"{split}_{names[j]}_loss"] = float(np.mean(v)) if v else None
+    want_acc = [h for h in heads if h[1] == "cross_entropy" and h[3] > 1]
+    if want_acc and "accuracy" in (model.metrics or []):
+        _read_back(model, b)
+        preds = predict_packed(model, packed[:n_used], min(256, n_used), backend)
+        off = 0
+        for j, kind, _, kj in heads:
+            if (j, kind, _, kj) in want_acc:
+                hit = np.argmax(preds[j], axis=1) == np.argmax(labels[:n_used, off:off + kj], axis=1)
+                logs[f"train_{names[j]}_accuracy"] = float(hit[:n_train].mean())
+                logs[f"val_{names[j]}_accuracy"] = float(hit[n_train:].mean()) if n_used > n_train else None
+            off += kj
+    return logs
+
+
+def _batch_callback(stats, head_losses, verbose, errors):
+    """A ggml_opt epoch callback (called after every batch): after a training batch it folds
+    the batch statistics of true batch-norm layers into their running averages; after every
+    batch it records each output's loss (multi-output fits). Python exceptions are kept and
+    raised after ggml_opt_epoch returns: they must not unwind through C."""
     def on_batch(train, opt_ctx, dataset, result, ibatch, ibatch_max, t0):
         if errors:
             return
         try:
-            for layer, t_mean, t_var in stats:
+            for dst, per_batch in head_losses:
+                v = np.empty(1, np.float32)
+                lib.ggml_backend_tensor_get(dst, ffi.from_buffer(v), 0, v.nbytes)
+                per_batch["train" if train else "val"].append(float(v[0]))
+            for layer, t_mean, t_var in (stats if train else ()):
                 n = int(t_mean.ne[0])
                 mean, var = np.empty(n, np.float32), np.empty(n, np.float32)
                 lib.ggml_backend_tensor_get(t_mean, ffi.from_buffer(mean), 0, mean.nbytes)

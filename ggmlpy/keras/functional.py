@@ -140,6 +140,7 @@ class Functional(_Model):
             if n.layer is None:
                 continue
             layer = n.layer
+            b.check_room()
             # shape-dependent state (concat axes, in_shape) is per application: re-setup
             layer.setup([self._shapes[id(p)] for p in n.parents], self._rng)
             if id(layer) not in tensors:

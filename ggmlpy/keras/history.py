@@ -10,9 +10,11 @@ from ..errors import GGMLError
 class ggml_history(dict):
     """Keys train_loss, train_accuracy, val_loss, val_accuracy (one value per epoch; None where
     there is no validation, NaN accuracy for mse) and epochs; plus fit_path, n_used, n_train and
-    batch_order (each epoch's 0-based sample order, when recorded) as attributes."""
+    batch_order (each epoch's 0-based sample order, when recorded) as attributes. A fit of
+    several outputs adds train_<output>_loss and val_<output>_loss per output (train_loss is
+    their weighted sum) and, for cross-entropy outputs, train_/val_<output>_accuracy."""
 
-    def __init__(self, rows, n_used=None, n_train=None, fit_path=None, batch_order=()):
+    def __init__(self, rows, n_used=None, n_train=None, fit_path=None, batch_order=(), outputs=()):
         super().__init__(
             epochs=list(range(1, len(rows) + 1)),
             epoch=list(range(1, len(rows) + 1)),  # ggml_training_history's column name
@@ -20,6 +22,10 @@ class ggml_history(dict):
             train_accuracy=[r[1] for r in rows],
             val_loss=[r[2] for r in rows],
             val_accuracy=[r[3] for r in rows])
+        # multi-output fits: per-output curves train_<name>_loss, val_<name>_loss (and accuracies)
+        for key in (rows[0][4] if rows and len(rows[0]) > 4 else {}):
+            self[key] = [r[4][key] for r in rows]
+        self.outputs = list(outputs)   # the names of the outputs trained (multi-output fits)
         self.n_used, self.n_train, self.fit_path = n_used, n_train, fit_path
         self.batch_order = [list(o) for o in batch_order]
 

@@ -132,6 +132,7 @@ def _architecture(model) -> dict:
     if model.compiled:
         arch["compile"] = {"optimizer": model.optimizer, "loss": model.loss, "metrics": model.metrics,
                            "backend": model.device, "softmax_ce": model.softmax_ce,
+                           "loss_weights": list(model.loss_weights),
                            **{k: v for k, v in model.opt_settings.items()}}
     return arch
 
@@ -172,6 +173,6 @@ def ggml_load_model(path, backend=None):
     if c:
         model.compile(c["optimizer"], c["loss"], c["metrics"], backend or c["backend"], lr=c["lr"],
                       beta1=c["beta1"], beta2=c["beta2"], eps=c["eps"], weight_decay=c["wd"],
-                      softmax_ce=c.get("softmax_ce", "exact"))
+                      softmax_ce=c.get("softmax_ce", "exact"), loss_weights=c.get("loss_weights"))
     _install(model, arrays)
     return model

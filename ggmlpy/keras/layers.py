@@ -46,7 +46,7 @@ class Dense(Layer):
 
     def build(self, b, xs, W, batch, ctx):
         y = b.add(b.matmul(W["weight"], xs[0]), W["bias"])
-        if ctx.get("logits_of") == id(self) and self.activation == "softmax":
+        if id(self) in ctx.get("logits_of", ()) and self.activation == "softmax":
             return y  # ggml's cross-entropy applies the log-softmax itself (softmax_ce="exact")
         return b.activation(y, self.activation)
 

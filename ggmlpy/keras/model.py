@@ -6,6 +6,9 @@ images `[N, H, W, C]`, y `[N, K]` (one-hot for classification).
 """
 from __future__ import annotations
 
+import math
+import warnings
+
 import numpy as np
 
 from ..backend.device import get_backend
@@ -48,7 +51,7 @@ class _Model:
 
     # -- compile -----------------------------------------------------------------------------------
     def compile(self, optimizer="adam", loss="categorical_crossentropy", metrics=("accuracy",), backend="cpu",
-                lr=None, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, softmax_ce="exact"):
+                lr=None, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, softmax_ce="exact", loss_weights=None):
         """ggmlR's ggml_compile. `optimizer`: "sgd", or anything else = ggml's AdamW (ggmlR's rule).
         `loss`: categorical_crossentropy (also crossentropy, cross_entropy) or mse
         (mean_squared_error). ggmlR fixes lr = 1e-3, beta1 .9, beta2 .999, eps 1e-8, no weight
@@ -57,13 +60,30 @@ class _Model:
         cross-entropy on the true CE(softmax(z)), by handing ggml's loss (which applies
         log-softmax itself) the logits, and weights samples (sample_weight, class_weight) in
         the loss. "ggmlr" reproduces ggmlR's training: CE(softmax(softmax(z))), and weights as
-        scaled labels, whose gradient in ggml is wrong (ggml assumes labels summing to 1)."""
+        scaled labels, whose gradient in ggml is wrong (ggml assumes labels summing to 1).
+
+        Multi-output models (Keras' rules): `loss` is one name for every output, a list (one
+        per output) or a dict by output name (an output left out is not trained);
+        `loss_weights` (list or dict, default 1) weight each output's loss in the total that
+        fit minimises and evaluate reports: sum_i loss_weights[i] * loss_i."""
         if softmax_ce not in ("ggmlr", "exact"):
             raise GGMLError(f"softmax_ce must be 'ggmlr' or 'exact', got {softmax_ce!r}")
         self.softmax_ce = softmax_ce
-        if loss not in CE_LOSSES | MSE_LOSSES:
-            raise GGMLError(f"unknown loss {loss!r}: one of {sorted(CE_LOSSES | MSE_LOSSES)}")
         self._build()
+        losses = self._per_output(loss, "loss", None)
+        for name in losses:
+            if name is not None and (not isinstance(name, str) or name not in CE_LOSSES | MSE_LOSSES):
+                raise GGMLError(f"unknown loss {name!r}: one of {sorted(CE_LOSSES | MSE_LOSSES)}")
+        if all(name is None for name in losses):
+            raise GGMLError("loss: no output has a loss")
+        weights = self._per_output(1.0 if loss_weights is None else loss_weights, "loss_weights", 1.0)
+        try:
+            weights = [float(w) for w in weights]
+        except (TypeError, ValueError):
+            raise GGMLError(f"loss_weights must be numbers, got {loss_weights!r}") from None
+        if not all(math.isfinite(w) and w >= 0 for w in weights):
+            raise GGMLError(f"loss_weights must be finite and >= 0, got {weights}")
+        self.output_losses, self.loss_weights = losses, weights
         self.optimizer = str(optimizer)
         self.loss = loss
         self.metrics = list(metrics) if metrics is not None else []
@@ -79,7 +99,55 @@ class _Model:
 
     @property
     def fit_loss(self) -> str:
-        return "mse" if self.loss in MSE_LOSSES else "cross_entropy"
+        """The kind of loss fit trains the last output with: "mse" or "cross_entropy"."""
+        losses = getattr(self, "output_losses", None) or [self.loss]
+        return "mse" if losses[-1] in MSE_LOSSES else "cross_entropy"
+
+    # -- outputs -----------------------------------------------------------------------------------
+    def _output_names(self) -> list:
+        """The outputs' names (their layers' names; numbered where one appears twice)."""
+        names = [getattr(l, "name", None) or f"output_{i + 1}" for i, l in enumerate(self._output_layers())]
+        return [n if names.count(n) == 1 else f"{n}_{i + 1}" for i, n in enumerate(names)]
+
+    def _per_output(self, value, what, default) -> list:
+        """A setting given once, as a list (one entry per output) or as a dict by output name."""
+        names = self._output_names()
+        if isinstance(value, dict):
+            bad = [k for k in value if k not in names]
+            if bad:
+                raise GGMLError(f"{what}: no output named {bad}; the outputs are {names}")
+            return [value.get(n, default) for n in names]
+        if isinstance(value, (list, tuple)):
+            if len(value) != len(names):
+                raise GGMLError(f"{what}: {len(value)} entries for {len(names)} outputs {names}")
+            return list(value)
+        return [value] * len(names)
+
+    def _targets(self, y, n, what="y") -> list:
+        """One target array [N, K] (or None: not trained/scored) per output. A multi-output
+        model takes a list or a dict by output name; a single array is ggmlR's convention, the
+        last output only, with a warning (the other outputs are then not trained)."""
+        names = self._output_names()
+        if isinstance(y, dict):
+            ys = self._per_output(y, what, None)
+        elif isinstance(y, (list, tuple)) and len(y) == len(names) and \
+                any(v is None or isinstance(v, np.ndarray) or np.ndim(v) >= 2 for v in y):
+            ys = list(y)
+        else:
+            if len(names) > 1:
+                warnings.warn(f"{what} is one array for a model with {len(names)} outputs: only the last "
+                              f"output ({names[-1]!r}) is trained and scored (ggmlR's rule); give a list "
+                              "or a dict with one target per output to use every output", stacklevel=3)
+            ys = [None] * (len(names) - 1) + [y]
+        losses = self.output_losses
+        out = []
+        for name, loss, t in zip(names, losses, ys):
+            if t is not None and loss is None:
+                raise GGMLError(f"{what}: output {name!r} has a target but no loss (compile's loss)")
+            out.append(None if t is None else self._pack_y(t, n))
+        if all(t is None for t in out):
+            raise GGMLError(f"{what}: no output has both a target and a loss")
+        return out
 
     @property
     def ggml_optimizer(self) -> str:
@@ -95,7 +163,7 @@ class _Model:
         if not self.compiled:
             return None
         return {"optimizer": self.optimizer, "loss": self.loss, "metrics": list(self.metrics),
-                "backend": self.device, **self.opt_settings}
+                "backend": self.device, "loss_weights": list(self.loss_weights), **self.opt_settings}
 
     # -- data --------------------------------------------------------------------------------------
     def _pack_x(self, x) -> np.ndarray:
@@ -172,16 +240,37 @@ class _Model:
     # -- evaluate ----------------------------------------------------------------------------------
     def evaluate(self, x, y, batch_size=32, sample_weight=None, class_weight=None):
         """Loss and accuracy (plus mae/mse/rmse when listed in the metrics), in double precision
-        from the predictions. Sample and class weights weight each sample's loss."""
+        from the predictions. Sample and class weights weight each sample's loss. With targets
+        for several outputs (a list or dict, see fit), `loss` is the weighted sum of the
+        outputs' losses and each output adds <name>_loss, <name>_accuracy and its metrics."""
         p = self.predict(x, batch_size)
-        if isinstance(p, list):
-            p = p[-1]  # the output fit trains
-        p = p.reshape(p.shape[0], -1)
-        y = self._pack_y(y, p.shape[0])
-        if y.shape[1] != p.shape[1]:
-            raise GGMLError(f"y has {y.shape[1]} columns; the model outputs {p.shape[1]}")
-        w = self._sample_weights(y, sample_weight, class_weight)
-        if self.loss in CE_LOSSES:
+        ps = p if isinstance(p, list) else [p]
+        n = ps[0].shape[0]
+        targets = self._targets(y, n)
+        heads = [j for j, t in enumerate(targets) if t is not None]
+        if len(heads) > 1 and class_weight is not None:
+            raise GGMLError("class_weight is for single-output models; give sample_weight")
+        names = self._output_names()
+        scores = {}
+        for j in heads:
+            pj = ps[j].reshape(n, -1)
+            if targets[j].shape[1] != pj.shape[1]:
+                raise GGMLError(f"y for output {names[j]!r} has {targets[j].shape[1]} columns; "
+                                f"the output has {pj.shape[1]}")
+            w = self._sample_weights(targets[j], sample_weight, class_weight)
+            scores[j] = self._score(pj, targets[j], self.output_losses[j], w)
+        if len(heads) == 1:
+            return scores[heads[0]]
+        out = {"loss": float(sum(self.loss_weights[j] * scores[j]["loss"] for j in heads)), "n_samples": n}
+        for j in heads:
+            for k, v in scores[j].items():
+                if k != "n_samples":
+                    out[f"{names[j]}_{k}"] = v
+        return out
+
+    def _score(self, p, y, loss, w) -> dict:
+        """One output's loss, accuracy and listed metrics (predictions p, targets y, weights w)."""
+        if loss in CE_LOSSES:
             per = -np.sum(y * np.log(np.clip(p, 1e-7, 1 - 1e-7)), axis=1)
         else:
             per = np.sum((y - p) ** 2, axis=1) / y.shape[1]
@@ -221,6 +310,9 @@ class _Model:
             record_batch_order=False):
         """Train on ggml's ggml_opt loop: one optimizer step per batch of `batch_size` rows (a
         remainder smaller than a batch is dropped, as ggml_opt does), a fresh optimizer per call.
+        `y` is [N, K]; for several outputs a list (one target per output, None for an output
+        not trained) or a dict by output name: the loss is then the loss_weights-weighted sum of
+        the outputs' losses (see compile) and the history adds each output's curves.
         Returns the ggml_history (also kept as `model.history`). `dropout_masks(name, epoch,
         shape)` supplies stochastic dropout masks (default: numpy's RNG);
         `record_batch_order` keeps each epoch's sample order in `history.batch_order`."""
@@ -236,11 +328,18 @@ class _Model:
             raise GGMLError(f"validation_split must be in [0, 1), got {validation_split}")
         packed = self._pack_x(x)
         n = packed.shape[0]
-        yy = self._pack_y(y, n)
-        w = self._sample_weights(yy, sample_weight, class_weight)
-        loss = self.fit_loss
+        targets = self._targets(y, n)
+        heads = self._heads(targets)
+        yy = np.concatenate([targets[j] for j, _, _, _ in heads], axis=1)
+        multi = len(heads) > 1 or heads[0][2] != 1.0
+        if multi and class_weight is not None:
+            raise GGMLError("class_weight is for single-output models; give sample_weight")
+        w = self._sample_weights(targets[heads[0][0]], sample_weight, class_weight)
+        loss = heads[0][1]
         weighted = sample_weight is not None or class_weight is not None
-        if loss == "cross_entropy" and weighted:
+        if multi:
+            loss = "multi"
+        elif loss == "cross_entropy" and weighted:
             if self.softmax_ce == "ggmlr":
                 yy = yy * w[:, None]  # ggmlR scales the labels (ggml's gradient then assumes they sum to 1)
             else:
@@ -255,7 +354,10 @@ class _Model:
                 raise GGMLError("validation_data must be a list (or tuple) of (x, y)")
             xv, yv = validation_data
             pv = self._pack_x(xv)
-            yv = self._pack_y(yv, pv.shape[0])
+            tv = self._targets(yv, pv.shape[0], "validation_data's y")
+            if [j for j, t in enumerate(tv) if t is not None] != [j for j, *_ in heads]:
+                raise GGMLError("validation_data's y must have targets for the same outputs as y")
+            yv = np.concatenate([tv[j] for j, *_ in heads], axis=1)
             n_train = (n // batch) * batch
             n_val = (pv.shape[0] // batch) * batch
             if n_train == 0:
@@ -291,10 +393,29 @@ class _Model:
         hooks = run_callbacks(list(callbacks or ()), epochs)
         hist, orders = engine.train(self, packed[:n_used], yy[:n_used], w[:n_used], batch, n_train, n_used,
                                     epochs, shuffle_all, shuffle_train, opt, get_backend(self.device), loss,
-                                    bool(verbose), masks, hooks, record_batch_order or getattr(self, "_record_order", False))
+                                    bool(verbose), masks, hooks,
+                                    record_batch_order or getattr(self, "_record_order", False), heads=heads)
         from .history import ggml_history
-        self.history = ggml_history(hist, n_used=n_used, n_train=n_train, fit_path=path, batch_order=orders)
+        names = self._output_names()
+        self.history = ggml_history(hist, n_used=n_used, n_train=n_train, fit_path=path, batch_order=orders,
+                                    outputs=[names[j] for j, *_ in heads] if multi else ())
         return self.history
+
+    def _heads(self, targets) -> list:
+        """The outputs fit trains: (output index, "mse" | "cross_entropy", loss weight, columns)."""
+        heads = []
+        shapes = self._output_shapes()
+        names = self._output_names()
+        for j, t in enumerate(targets):
+            if t is None:
+                continue
+            k = int(np.prod(shapes[j]))
+            if t.shape[1] != k:
+                raise GGMLError(f"y has {t.shape[1]} columns but the model's output {names[j]!r} has {k} values "
+                                "per sample")
+            kind = "mse" if self.output_losses[j] in MSE_LOSSES else "cross_entropy"
+            heads.append((j, kind, self.loss_weights[j], k))
+        return heads
 
     def _fit_path(self):
         return "opt_fit"

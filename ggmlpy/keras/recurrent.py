@@ -36,6 +36,7 @@ class _Recurrent(Layer):
         backward of a permute hands non-contiguous gradients to the layer below, which some ops'
         backward refuse), and no unaligned matmul operand (GPU backends refuse those)."""
         c, t = self.in_shape
+        b.check_room(2 * t + 64)
         x = b.cont(x)
         return [lib.ggml_cont(b.ctx, lib.ggml_view_2d(b.ctx, x, c, batch, x.nb[2], i * x.nb[1])) for i in range(t)]
 
@@ -46,6 +47,7 @@ class _Recurrent(Layer):
     def _finish(self, b, hs, batch):
         if not self.return_sequences:
             return hs[-1]
+        b.check_room(4 * len(hs) + 64)
         return b.reshape(b.concat([b.reshape(h, [self.units, 1, batch]) for h in hs], 1), [self.units, len(hs), batch])
 
     def config(self):
@@ -66,6 +68,7 @@ class LSTM(_Recurrent):
         h = cell = None
         hs = []
         for xt in self._steps(b, xs[0], batch):
+            b.check_room(128)   # a step's tensors: GGMLError, not ggml's abort, past the context
             g = b.add(b.matmul(W["W_gates"], xt), W["b_gates"])
             if h is not None:
                 g = b.add(g, b.matmul(W["U_gates"], h))
@@ -93,6 +96,7 @@ class GRU(_Recurrent):
         h = None
         hs = []
         for xt in self._steps(b, xs[0], batch):
+            b.check_room(128)   # a step's tensors: GGMLError, not ggml's abort, past the context
             zr = b.add(b.matmul(W["W_zh"], xt), W["b_zh"])
             if h is not None:
                 zr = b.add(zr, b.matmul(W["U_zh"], h))

@@ -78,5 +78,6 @@ class Sequential(_Model):
     def _forward(self, b, xs, batch, ctx):
         h = xs[0]
         for l in self.layers:
+            b.check_room()
             h = l.build(b, [h], l.tensors(b), batch, ctx)
         return [h]
