@@ -118,6 +118,11 @@ def main(argv=None) -> int:
     sub.add_parser("info", help="library path, ggml version, backends and devices")
     demo = sub.add_parser("demo", help="a small graph and a short autograd training run")
     demo.add_argument("--keras", action="store_true", help="a Sequential CNN on the digits, trained by ggml_fit")
+    demo.add_argument("--gpt", action="store_true", help="a character-level GPT trained on Python's standard library")
+    demo.add_argument("--minutes", type=float, default=3.0, help="--gpt: training time (default 3)")
+    demo.add_argument("--steps", type=int, default=None, help="--gpt: train this many steps instead")
+    demo.add_argument("--device", default=None, help="--gpt: cpu, gpu, vulkan, cuda (default: the current device)")
+    demo.add_argument("--out", default=".", help="--gpt: folder for char_gpt.gguf and char_gpt_loss.png")
     rpc = sub.add_parser("rpc-server", help="run ggml's RPC server (no authentication: loopback or a private "
                                             "network only); clients use ag_device('rpc://host:port')")
     rpc.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -152,6 +157,9 @@ def main(argv=None) -> int:
     if getattr(args, "keras", False):
         from .keras.demo import run as run_keras
         return run_keras()
+    if getattr(args, "gpt", False):
+        from .demo_gpt import run as run_gpt
+        return run_gpt(minutes=args.minutes, steps=args.steps, device=args.device, out_dir=args.out)
     from .demo import run
     return run()
 

@@ -362,3 +362,16 @@ def test_compile_clip_grad_arguments():
         g.ag_compile(lambda x: g.ag_sum(g.ag_matmul(w, x)), [rnd(2, 2)], g.optimizer_sgd([w], lr=0.1), clip_grad=0)
     with pytest.raises(g.GGMLError, match="give the optimizer"):
         g.ag_compile(lambda x: g.ag_sum(g.ag_matmul(w, x)), [rnd(2, 2)], clip_grad=1.0)
+
+
+def test_gpt_demo_trains_saves_gguf_and_samples(tmp_path):
+    from ggmlpy import demo_gpt
+    r = demo_gpt.train(steps=60, out_dir=str(tmp_path), progress=False, layers=1, batch=8, context=16)
+    assert r["steps"] == 60 and np.mean(r["losses"][-10:]) < np.mean(r["losses"][:10])
+    assert len(r["sample"]) == len("def ") + 240 and set(r["sample"]) <= set(demo_gpt.CHARS)
+    assert r["val_losses"] and (r["png"] is None or (tmp_path / "char_gpt_loss.png").stat().st_size > 0)
+    g.manual_seed(99)
+    fresh = g.ag_gpt(len(demo_gpt.CHARS), d_model=128, n_heads=4, n_layers=1, context=16)
+    g.ag_load_model(fresh, r["model_path"])
+    idx = np.arange(16).reshape(16, 1)
+    np.testing.assert_array_equal(fresh(idx).numpy(), r["model"](idx).numpy())  # the trained weights, read back
