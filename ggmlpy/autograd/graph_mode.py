@@ -512,21 +512,27 @@ class CompiledStep:
 
 def _clip_by_global_norm(b: Builder, grads: dict, max_norm: float) -> dict:
     """Gradients scaled by min(1, max_norm / (norm + 1e-6)), norm their global L2 norm, as graph
-    nodes (clip_grad_norm's rule, and PyTorch's clip_grad_norm_)."""
+    nodes (clip_grad_norm's rule, and PyTorch's clip_grad_norm_). Few nodes, since each is a
+    thread barrier: a gradient's squared norm is one product of it with itself, and the factor
+    is widened once per row length (ggml broadcasts a single element one call per element)."""
     ctx = b.ctx
-    b.room(4 * len(grads) + 8)
+    b.room(3 * len(grads) + 16)
     total = None
     for g in grads.values():
-        s = lib.ggml_sum(ctx, lib.ggml_sqr(ctx, g.t))
-        total = s if total is None else lib.ggml_add(ctx, total, s)
+        t = g.t if lib.ggml_is_contiguous(g.t) else lib.ggml_cont(ctx, g.t)
+        flat = lib.ggml_reshape_2d(ctx, t, lib.ggml_nelements(t), 1)
+        sq = lib.ggml_mul_mat(ctx, flat, flat)
+        total = sq if total is None else lib.ggml_add(ctx, total, sq)
     denom = lib.ggml_scale_bias(ctx, lib.ggml_sqrt(ctx, total), 1.0, 1e-6)
     factor = lib.ggml_clamp(ctx, lib.ggml_div(ctx, lib.ggml_scale_bias(ctx, denom, 0.0, max_norm), denom),
                             float("-inf"), 1.0)
+    rows: dict = {}  # the factor repeated to one row of each length
     out = {}
     for tid, g in grads.items():
-        b.room(2)
-        wide = lib.ggml_repeat(ctx, factor, g.t)  # ggml broadcasts a single element slowly: widen it
-        out[tid] = Sym(lib.ggml_mul(ctx, g.t, wide), b.dc)
+        n0 = int(g.t.ne[0])
+        if n0 not in rows:
+            rows[n0] = lib.ggml_repeat_4d(ctx, factor, n0, 1, 1, 1)
+        out[tid] = Sym(lib.ggml_mul(ctx, g.t, rows[n0]), b.dc)
     return out
 
 

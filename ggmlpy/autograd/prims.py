@@ -40,10 +40,6 @@ def matmul(ctx, a, b, ta=False, tb=False):
     if batched and not all(nb % na == 0 for na, nb in zip(_batch(a), _batch(b))):
         # b's batch broadcasts over a's: compute the transposed product, op(b)ᵀ op(a)ᵀ
         return _t(ctx, matmul(ctx, b, a, ta=not tb, tb=not ta))
-    if batched and not ta and tb:
-        # a %*% t(b), batched: ggml's out_prod contracts both operands' second axes, so neither is
-        # copied (attention's gradients: two [64, 64] transposes per head and sequence saved)
-        return L.ggml_out_prod(ctx, a, b)
     if not batched and not ta and getattr(_local, "blas", False) and min(a.ne[0], a.ne[1], b.ne[0], b.ne[1]) >= 32:
         return L.ggml_out_prod(ctx, a, b if tb else L.ggml_transpose(ctx, b))
     if not tb and _batch(a) == (1, 1) and batched and L.ggml_is_contiguous(b):
@@ -195,6 +191,22 @@ def softmax_ext(ctx, x, mask=None, scale=1.0, causal=False):
 def layer_norm(ctx, x, eps):
     """Each column to zero mean and unit (biased) variance, (x - mean) / sqrt(var + eps): ggml_norm."""
     return L.ggml_norm(ctx, x, eps)
+
+
+def layer_norm_back(ctx, g, x, eps):
+    """layer_norm's input gradient, r (g - mean(g) - y mean(g y)) per column, as
+    rms_norm_back(center(g), center(x)): centering both leaves rms_norm's gradient equal to layer
+    norm's. The centering is one product with I - 1/d (made in the graph; ggml's sum_rows runs on
+    one thread, and broadcasting its result costs a pass more)."""
+    d = int(x.ne[0])
+    center = L.ggml_scale_bias(ctx, L.ggml_diag(ctx, L.ggml_reshape_1d(ctx, _ones(ctx, d), d)), 1.0, -1.0 / d)
+
+    def centered(v):
+        if not L.ggml_is_contiguous(v):
+            v = L.ggml_cont(ctx, v)
+        v2 = L.ggml_reshape_2d(ctx, v, d, L.ggml_nelements(v) // d)
+        return L.ggml_reshape_4d(ctx, L.ggml_mul_mat(ctx, center, v2), d, v.ne[1], v.ne[2], v.ne[3])
+    return L.ggml_rms_norm_back(ctx, centered(g), centered(x), eps)
 
 
 def sum_all(ctx, x):

@@ -179,6 +179,9 @@ def _col_mean(x):
 def _layer_norm_vjp(g, c):
     # y = (x - mean) * r, r = (var + eps)^-1/2 per column: dx = r * (g - mean(g) - y * mean(g * y))
     x, y = c.x(0), c.out
+    from .forward_ad import LEVELS
+    if not LEVELS:  # nothing differentiates this again: the fused kernels (not differentiable)
+        return (ap("layer_norm_back", g, x, eps=c.params["eps"]),)
     xc = ap("sub", x, _col_mean(x))
     r = ap("pow", ap("add_scalar", _col_mean(ap("sqr", xc)), c=c.params["eps"]), p=-0.5)
     inner = ap("sub", ap("sub", g, _col_mean(g)), mul(y, _col_mean(mul(g, y))))
@@ -294,6 +297,8 @@ RULES = {
     "fill": _const(P.fill),
     "softmax": Rule(P.softmax, _softmax_vjp, _softmax_jvp, saves_out=True),
     "layer_norm": Rule(P.layer_norm, _layer_norm_vjp, _layer_norm_jvp, saves=(0,), saves_out=True),
+    # used only where nothing differentiates it again (see _layer_norm_vjp): no rules of its own
+    "layer_norm_back": Rule(P.layer_norm_back),
     "softmax_back": Rule(P.softmax_back, _softmax_back_vjp, _softmax_back_jvp, saves=(0, 1)),
     "softmax_ext": Rule(P.softmax_ext, _softmax_ext_vjp, _softmax_ext_jvp, saves_out=True),
     "sum_all": _linear(P.sum_all, lambda g, c: bcast(g, c.in_shapes[0]), lambda t, c: ap("sum_all", t)),
