@@ -375,3 +375,23 @@ def test_gpt_demo_trains_saves_gguf_and_samples(tmp_path):
     g.ag_load_model(fresh, r["model_path"])
     idx = np.arange(16).reshape(16, 1)
     np.testing.assert_array_equal(fresh(idx).numpy(), r["model"](idx).numpy())  # the trained weights, read back
+
+
+@pytest.mark.parametrize("heads,causal", [(1, False), (2, True), (4, True)])
+def test_inference_attention_by_flash_attn_matches_the_training_path(heads, causal):
+    """Outside a tape (no_grad, generation) attention runs as ggml's flash_attn_ext: same numbers."""
+    d = 8
+    mha = g.ag_multihead_attention(d, heads, causal=causal, qkv_bias=True)
+    for p in (mha.b_q, mha.b_k, mha.b_v):
+        p.data = rnd(*p.shape)
+    pad = np.zeros((5, 3), bool)
+    pad[3:, 1] = True
+    for args, kw in (((rnd(d, 5, 3),), {"key_padding_mask": pad}), ((rnd(d, 5),), {}),
+                     ((rnd(d, 4, 2), rnd(d, 3, 2)), {})):
+        ts = [g.ag_tensor(a) for a in args]
+        with g.with_grad_tape():
+            want = mha(*ts, **kw).numpy()
+        with g.no_grad():
+            got = mha(*ts, **kw)
+        assert got.shape == g.tensor.norm_shape(want.shape)
+        np.testing.assert_allclose(got.numpy(), want, atol=2e-6)

@@ -203,18 +203,18 @@ def _pow_jvp(t, c):
 
 
 def _gelu_deriv(c):
-    # d/dx x*Phi(x) = Phi(x) + x*phi(x), from primitives so it can be differentiated again.
+    # d/dx x*Phi(x) = Phi(x) + x*phi(x), from primitives so it can be differentiated again
     x = c.x(0)
     phi = scale(ap("exp", scale(ap("sqr", x), -0.5)), 1 / sqrt(2 * pi))
-    from .forward_ad import LEVELS
-    if LEVELS:  # a forward level may differentiate this again: Phi from erf's polynomial
-        cdf = ap("add_scalar", scale(ap("erf", scale(x, 1 / sqrt(2))), 0.5), c=0.5)
-    else:
-        # nothing differentiates it: Phi(x) = gelu(x) / x from the forward's own output (erff
-        # costs 5 ns an element); x = 0 moves to 1e-30 and its output to 0.5e-30, quotient 0.5
-        zero = ap("add_scalar", scale(ap("sgn", ap("abs", x)), -1e-30), c=1e-30)  # 1e-30 where x == 0
-        cdf = ap("div", add(c.out, scale(zero, 0.5)), add(x, zero))
+    cdf = ap("add_scalar", scale(ap("erf", scale(x, 1 / sqrt(2))), 0.5), c=0.5)
     return add(cdf, mul(x, phi))
+
+
+def _gelu_vjp(g, c):
+    from .forward_ad import LEVELS
+    if LEVELS:  # a forward level may differentiate this again
+        return (mul(g, _gelu_deriv(c)),)
+    return (ap("gelu_back", g, c.x(0), c.out),)  # one fused graph, not differentiable
 
 
 def _silu_deriv(x):
@@ -285,7 +285,8 @@ RULES = {
     "sqrt": _elementwise(_unary("sqrt"), lambda c: scale(ap("pow", c.out, p=-1.0), 0.5), saves=(), saves_out=True),
     "sqr": _elementwise(_unary("sqr"), lambda c: scale(c.x(0), 2.0)),
     "abs": _elementwise(_unary("abs"), lambda c: ap("sgn", c.x(0))),
-    "gelu": _elementwise(_unary("gelu_erf"), _gelu_deriv, saves=(0,), saves_out=True),
+    "gelu": Rule(_unary("gelu_erf"), _gelu_vjp, lambda t, c: mul(t[0], _gelu_deriv(c)), saves=(0,), saves_out=True),
+    "gelu_back": Rule(P.gelu_back),  # used only where nothing differentiates it again (_gelu_vjp)
     "silu": _elementwise(_unary("silu"), lambda c: _silu_deriv(c.x(0))),
     "erf": _elementwise(lambda ctx, x: P.erf(ctx, x),
                         lambda c: scale(ap("exp", neg(ap("sqr", c.x(0)))), 2 / sqrt(pi))),
@@ -299,6 +300,9 @@ RULES = {
     "layer_norm": Rule(P.layer_norm, _layer_norm_vjp, _layer_norm_jvp, saves=(0,), saves_out=True),
     # used only where nothing differentiates it again (see _layer_norm_vjp): no rules of its own
     "layer_norm_back": Rule(P.layer_norm_back),
+    # flash attention: used only where nothing records or differentiates it (inference); training
+    # goes through the batched products and softmax, whose rules are above
+    "attention": Rule(P.attention),
     "softmax_back": Rule(P.softmax_back, _softmax_back_vjp, _softmax_back_jvp, saves=(0, 1)),
     "softmax_ext": Rule(P.softmax_ext, _softmax_ext_vjp, _softmax_ext_jvp, saves_out=True),
     "sum_all": _linear(P.sum_all, lambda g, c: bcast(g, c.in_shapes[0]), lambda t, c: ap("sum_all", t)),

@@ -299,11 +299,24 @@ class ag_multihead_attention(Module):
             setattr(self, name, ag_param(np.zeros((d_model, 1))) if qkv_bias else None)
         self.b_o = ag_param(np.zeros((d_model, 1))) if bias else None
 
+    @staticmethod
+    def _project(x: AGTensor, W: AGTensor, b: AGTensor | None) -> AGTensor:
+        y = F.ag_matmul(W, x)
+        return y if b is None else F.ag_add(y, b)
+
+    def _inference(self) -> bool:
+        """Whether the flash-attention kernel may run: on the CPU (other backends' kernels want f16
+        keys and values and some head sizes only), with no tape recording, no ag_compile trace,
+        no forward-mode level and no dropout to draw (it has no gradient rules of its own)."""
+        from ..autograd import forward_ad
+        from ..autograd.engine import current_trace
+        from ..autograd.tape import TAPE
+        return (self.W_q.dc.backend.is_cpu and not TAPE.recording() and current_trace() is None
+                and not forward_ad.LEVELS and not (self.training and self.dropout > 0))
+
     def _heads(self, x: AGTensor, W: AGTensor, b: AGTensor | None) -> AGTensor:
         """W %*% x (+ b), split into heads: [d_model, T, B] -> [d_k, T, n_heads, B]."""
-        y = F.ag_matmul(W, x)
-        if b is not None:
-            y = F.ag_add(y, b)
+        y = self._project(x, W, b)
         t, batch = x.shape[1], x.shape[2] if x.ndim > 2 else 1
         if self.n_heads == 1:  # no head axis to move: a reshape puts T second
             return F.ag_reshape(y, self.d_k, t, 1, batch)
@@ -333,9 +346,16 @@ class ag_multihead_attention(Module):
         if causal and key.ncol > query.ncol:
             raise GGMLError("ag_multihead_attention: a causal mask needs at most as many keys as queries "
                             f"(query i sees keys 0..i), got {key.ncol} keys for {query.ncol} queries")
+        mask = self._mask(attn_mask, key_padding_mask, key, query)
+        if self._inference():  # nothing to record or differentiate: ggml's flash attention, one kernel
+            q, k, v = (self._project(query, self.W_q, self.b_q), self._project(key, self.W_k, self.b_k),
+                       self._project(value, self.W_v, self.b_v))
+            heads = apply("attention", q, k, v, *([mask] if mask is not None else []), heads=self.n_heads,
+                          scale=self.scale, causal=causal)
+            out = F.ag_matmul(self.W_o, heads)
+            return out if self.b_o is None else F.ag_add(out, self.b_o)
         q, k, v = (self._heads(query, self.W_q, self.b_q), self._heads(key, self.W_k, self.b_k),
                    self._heads(value, self.W_v, self.b_v))
-        mask = self._mask(attn_mask, key_padding_mask, key, query)
         # scores [T_k, T_q, heads, B]: a column-wise softmax of them is the softmax over keys
         attn = F.ag_softmax(F.ag_matmul(k, q, transpose_a=True), mask=mask, scale=self.scale, causal=causal)
         if self.training and self.dropout > 0:
