@@ -57,3 +57,6 @@ from .random import ggml_set_seed  # noqa: E402
 __all__ += ["ggml_set_seed"]
 from .train.parallel import dp_train  # noqa: E402
 __all__ += ["dp_train"]
+from . import linalg  # noqa: E402  (ggmlR's matrix drop-ins, issue 16)
+from .linalg import *  # noqa: F401,F403,E402
+__all__ += linalg.__all__
