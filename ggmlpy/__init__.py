@@ -60,3 +60,5 @@ __all__ += ["dp_train"]
 from . import linalg  # noqa: E402  (ggmlR's matrix drop-ins, issue 16)
 from .linalg import *  # noqa: F401,F403,E402
 __all__ += linalg.__all__
+from .keras.functional import nn_topo_sort  # noqa: E402  (issue 16)
+__all__ += ["nn_topo_sort"]

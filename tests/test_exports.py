@@ -25,7 +25,7 @@ NOT_YET = {
     # the single-cell task API and the tensor/pipeline-parallel forwards
     "ggml_ops_registry": "to do", "ggml_pp_dp_forward": "to do",
     "ggml_pp_forward": "to do", "ggml_tp_dp_forward": "to do", "ggml_result": "to do", "ggml_run": "to do",
-    "ggml_task": "to do", "nn_topo_sort": "to do",
+    "ggml_task": "to do",
     # mlr3 serialisation: becomes pickling support for models
     "ggml_marshal_model": "to do (pickling)", "ggml_unmarshal_model": "to do (pickling)",
 }
