@@ -26,8 +26,6 @@ NOT_YET = {
     "ggml_ops_registry": "to do", "ggml_pp_dp_forward": "to do",
     "ggml_pp_forward": "to do", "ggml_tp_dp_forward": "to do", "ggml_result": "to do", "ggml_run": "to do",
     "ggml_task": "to do",
-    # mlr3 serialisation: becomes pickling support for models
-    "ggml_marshal_model": "to do (pickling)", "ggml_unmarshal_model": "to do (pickling)",
 }
 
 pytestmark = pytest.mark.skipif(not EXPORTS.is_file(), reason=f"ggmlR's export list is not at {EXPORTS}")
