@@ -40,7 +40,7 @@ class Node:
         return f"<Node {self.name}>"
 
 
-def nn_topo_sort(outputs) -> list:
+def nn_topo_sort(outputs: Node | list) -> list:
     """ggmlR's nn_topo_sort: every node the output node(s) depend on, each once, parents before
     children (inputs first, the outputs last), in depth-first order from the first output on.
     Iterative, so a deep chain of layers does not hit Python's recursion limit."""

@@ -33,7 +33,7 @@ class MarshaledModel(dict):
                 f"format={self.get('format')} v{self.get('version')} payload={len(self.get('payload') or b'')} bytes")
 
 
-def ggml_marshal_model(model) -> MarshaledModel:
+def ggml_marshal_model(model: Sequential | Functional) -> MarshaledModel:
     """A Sequential or Functional model (compiled or not, trained or not) as a MarshaledModel;
     ggml_unmarshal_model() rebuilds it, with the same weights and compile settings."""
     if isinstance(model, Sequential):
@@ -52,7 +52,7 @@ def ggml_marshal_model(model) -> MarshaledModel:
                           sha256=hashlib.sha256(payload).hexdigest(), payload=payload)
 
 
-def ggml_unmarshal_model(x, backend: str | None = None):
+def ggml_unmarshal_model(x: MarshaledModel, backend: str | None = None) -> Sequential | Functional:
     """The model in a container made by ggml_marshal_model, compiled again if it was: on `backend`
     when given, else on the device it was compiled for. Raises GGMLError for something that is
     not such a container, another version, an empty payload or a checksum mismatch."""
