@@ -53,8 +53,9 @@ def _check_choice(value, choices, what):
     return value
 
 
-class _VulkanMatmul:
-    """One Vulkan backend for the process (making one costs milliseconds), used under a lock."""
+class _VulkanRunner:
+    """One Vulkan backend for the process (making one costs milliseconds), used under a lock,
+    that runs small one-off ggml graphs on numpy matrices in f32."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -67,40 +68,49 @@ class _VulkanMatmul:
         except GGMLError:
             return False
 
-    def abt(self, x: np.ndarray, y: np.ndarray, prec: str) -> np.ndarray:
-        """x @ y.T in f32 on the Vulkan device; x (m, k), y (n, k)."""
+    def run(self, build, arrays, prepare=None) -> np.ndarray:
+        """build(ctx, tensors) -> output tensor, over 2-D f32 tensors holding `arrays` (numpy
+        (r, c) is ggml ne [c, r]); `prepare(out)` may set op parameters. The output comes back
+        as float64 numpy, its ggml ne reversed."""
         from .core.api import (GGML_TYPE_F32, ggml_backend_alloc_ctx_tensors, ggml_backend_graph_compute,
                                ggml_free, ggml_init, ggml_new_tensor_2d)
         from .core.backend_api import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
         from .core.graph import ggml_build_forward_expand
-        from .core.ops import ggml_mul_mat
         from .core.vulkan import ggml_vulkan_init
-        (m, k), n = x.shape, y.shape[0]
         with self.lock:
             if self.backend is None:
                 self.backend = ggml_vulkan_init(0)
             ctx = ggml_init(8 * 1024 * 1024, no_alloc=True)
             try:
-                ty = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n)
-                tx = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, m)
-                out = ggml_mul_mat(ctx, ty, tx)
-                if prec == "f32":
-                    lib.ggml_mul_mat_set_prec(out.ptr, lib.GGML_PREC_F32)
+                tensors = [ggml_new_tensor_2d(ctx, GGML_TYPE_F32, a.shape[1], a.shape[0]) for a in arrays]
+                out = build(ctx, tensors)
+                if prepare is not None:
+                    prepare(out)
                 graph = ggml_build_forward_expand(ctx, out)
                 buf = ggml_backend_alloc_ctx_tensors(ctx, self.backend)
                 try:
-                    ggml_backend_tensor_set_data(ty, np.ascontiguousarray(y, dtype=np.float32))
-                    ggml_backend_tensor_set_data(tx, np.ascontiguousarray(x, dtype=np.float32))
+                    for t, a in zip(tensors, arrays):
+                        ggml_backend_tensor_set_data(t, np.ascontiguousarray(a, dtype=np.float32))
                     ggml_backend_graph_compute(self.backend, graph)
                     res = ggml_backend_tensor_get_data(out)
+                    ne = [n for n in out.ne]
                 finally:
                     buf.free()
             finally:
                 ggml_free(ctx)
-        return res.reshape(m, n).astype(np.float64)
+        return res.reshape(ne[3], ne[2], ne[1], ne[0]).reshape(-1, ne[0]).astype(np.float64)
+
+    def abt(self, x: np.ndarray, y: np.ndarray, prec: str) -> np.ndarray:
+        """x @ y.T in f32 on the Vulkan device; x (m, k), y (n, k)."""
+        from .core.ops import ggml_mul_mat
+
+        def f32_accumulation(out):
+            lib.ggml_mul_mat_set_prec(out.ptr, lib.GGML_PREC_F32)
+        return self.run(lambda ctx, t: ggml_mul_mat(ctx, t[1], t[0]), [x, y],
+                        f32_accumulation if prec == "f32" else None)
 
 
-_VULKAN = _VulkanMatmul()
+_VULKAN = _VulkanRunner()
 
 
 def _on_gpu(device: str, flop: float) -> bool:
