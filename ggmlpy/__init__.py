@@ -62,3 +62,6 @@ from .linalg import *  # noqa: F401,F403,E402
 __all__ += linalg.__all__
 from .keras.functional import nn_topo_sort  # noqa: E402  (issue 16)
 __all__ += ["nn_topo_sort"]
+from . import singlecell  # noqa: E402  (ggmlR's single-cell task contract, issue 16)
+from .singlecell import *  # noqa: F401,F403,E402
+__all__ += singlecell.__all__
