@@ -65,3 +65,6 @@ __all__ += ["nn_topo_sort"]
 from . import singlecell  # noqa: E402  (ggmlR's single-cell task contract, issue 16)
 from .singlecell import *  # noqa: F401,F403,E402
 __all__ += singlecell.__all__
+from . import parallel_forward  # noqa: E402  (ggmlR's pipeline/tensor-parallel forwards, issue 16)
+from .parallel_forward import *  # noqa: F401,F403,E402
+__all__ += parallel_forward.__all__

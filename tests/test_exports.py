@@ -22,8 +22,6 @@ NOT_YET = {
     "ggml_vulkan_hard_exit_available": "fork only", "ggml_vulkan_p2p_selftest": "fork only",
     "ggml_vulkan_shutdown": "fork only", "ggml_vulkan_split_buffer_type": "fork only",
     "ggml_vulkan_split_mul_mat": "fork only", "ggml_vulkan_split_row_ranges": "fork only",
-    # the tensor/pipeline-parallel forwards
-    "ggml_pp_dp_forward": "to do", "ggml_pp_forward": "to do", "ggml_tp_dp_forward": "to do",
 }
 
 pytestmark = pytest.mark.skipif(not EXPORTS.is_file(), reason=f"ggmlR's export list is not at {EXPORTS}")
