@@ -194,6 +194,8 @@ def _get_batch_into(dataset, data_batch, labels_batch, ibatch):
     if bs % dataset.shard or ibatch < 0 or (ibatch + 1) * bs > n:
         raise GGMLError(f"ggml_opt_dataset_get_batch: batch {ibatch} of {bs} is outside the {n} samples")
     lp = ffi.NULL
+    if labels_batch is None and nl:
+        raise GGMLError("ggml_opt_dataset_get_batch: the dataset has labels: give a labels_batch tensor too")
     if labels_batch is not None:
         lp = labels_batch.ptr
         if nl == 0:
@@ -490,12 +492,20 @@ def _check_dataset(opt_ctx, dataset):
     return n, int(inp.ne[1])
 
 
+class _BorrowedResult(OptResult):
+    """An OptResult over a result ggml_opt_epoch owns (handed to an epoch callback): never freed here."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def free(self):
+        pass
+
+    __del__ = free
+
+
 def _borrowed_result(ptr):
-    """An OptResult over a result ggml owns (handed to an epoch callback): never freed here."""
-    r = OptResult.__new__(OptResult)
-    r.ptr = ptr
-    r.free = lambda: None
-    return r
+    return _BorrowedResult(ptr)
 
 
 def _wants_five(cb) -> bool:
