@@ -153,3 +153,18 @@ def test_alloc_graph_then_fill_the_leaves_then_compute():
     g.ggml_backend_tensor_set_data(b, np.full(5, 3.0))
     g.ggml_backend_sched_graph_compute(sched, graph)
     np.testing.assert_array_equal(g.ggml_backend_tensor_get_data(g.ggml_graph_node(graph, -1)), np.arange(5.0) * 3)
+
+
+def test_outputs_without_a_trainable_parameter_are_refused():
+    cpu = g.ggml_backend_cpu_init()
+    sched = g.ggml_backend_sched_new([cpu])
+    ctx = g.ggml_init(16 << 20, no_alloc=True)
+    inp = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 2, 4)
+    out = g.ggml_scale(ctx, inp, 2.0)
+    gf = g.ggml_build_forward_expand(ctx, out)
+    dyn = g.ggml_opt_init(sched, g.ggml_opt_loss_type_sum())
+    with pytest.raises(GGMLError, match="trainable parameter"):      # ggml's backward pass would abort
+        g.ggml_opt_prepare_alloc(dyn, ctx, gf, inp, out)
+    g.ggml_backend_alloc_ctx_tensors(ctx, cpu)
+    with pytest.raises(GGMLError, match="trainable parameter"):
+        g.ggml_opt_init(sched, ctx, inp, out, g.ggml_opt_loss_type_sum())

@@ -281,6 +281,24 @@ def ggml_opt_result_pred(result: OptResult) -> np.ndarray:
     return out
 
 
+def _reaches_a_param(outputs) -> bool:
+    """Whether a trainable tensor (ggml_set_param) feeds `outputs`: ggml's backward pass aborts
+    without one."""
+    seen, stack = set(), [outputs.ptr]
+    while stack:
+        t = stack.pop()
+        key = int(ffi.cast("uintptr_t", t))
+        if t == ffi.NULL or key in seen:
+            continue
+        seen.add(key)
+        if t.flags & lib.GGML_TENSOR_FLAG_PARAM:
+            return True
+        stack.extend(t.src[i] for i in range(len(t.src)))
+        if t.view_src != ffi.NULL:
+            stack.append(t.view_src)
+    return False
+
+
 # -- optimizer contexts ------------------------------------------------------------------------------
 class OptContext:
     """A ggml_opt context: with static graphs over (inputs, outputs) in ctx_compute, or, made
@@ -309,6 +327,8 @@ class OptContext:
             raise GGMLError("ggml_opt_init: bad loss type, optimizer or opt_period")
         if lib.ggml_n_dims(outputs.ptr) > 2:
             raise GGMLError("ggml_opt_init: outputs must be [values, batch]")
+        if not _reaches_a_param(outputs):
+            raise GGMLError("ggml_opt_init: no trainable parameter feeds the outputs (ggml_set_param)")
         self.sched, self.ctx, self.inputs, self.outputs = sched, ctx_compute, inputs, outputs
         self.pars = OptParams("sgd" if optimizer == lib.GGML_OPT_OPTIMIZER_TYPE_SGD else "adamw", lr)
         p = lib.ggml_opt_default_params(sched.ptr, loss_type)
@@ -639,6 +659,8 @@ def ggml_opt_prepare_alloc(opt_ctx, ctx_compute=None, gf=None, inputs=None, outp
     n_nodes = int(lib.ggml_graph_n_nodes(gf.ptr))
     if n_nodes == 0 or lib.ggml_graph_node(gf.ptr, -1) != outputs.ptr:
         raise GGMLError("ggml_opt_prepare_alloc: gf must end with outputs (ggml_build_forward_expand(ctx, outputs))")
+    if not _reaches_a_param(outputs):
+        raise GGMLError("ggml_opt_prepare_alloc: no trainable parameter feeds the outputs (ggml_set_param)")
     need = 2 * int(lib.ggml_graph_overhead_custom(gf.size, True)) + (4 * n_nodes + 16) * int(lib.ggml_tensor_overhead())
     free = int(lib.ggml_get_mem_size(ctx_compute.ptr)) - int(lib.ggml_used_mem(ctx_compute.ptr))
     if free < need:
