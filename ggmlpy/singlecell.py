@@ -18,8 +18,12 @@ Registered operations, as ggmlR's engines compute them:
   above at max_value. Memory-bound, so it stays on the host unless scale_backend="vulkan".
 - "largest_gene": per cell, the feature with the largest value (the first on ties) and its
   share of the cell's total, in percent.
-ggmlR also registers "neighbors" (kNN + shared-nearest-neighbour graphs) and "umap", built on
-Vulkan shaders of its own and the FNN/RSpectra packages; they are not registered here, and
+- "neighbors": Seurat's FindNeighbors graphs from the cells' exact k nearest neighbours
+  (Euclidean; the distance products on the Vulkan device with knn_backend="vulkan" under
+  backend "vulkan", else float64 on the host): the binary kNN graph with each cell in its own
+  neighbourhood, and the shared-nearest-neighbour graph of Jaccard overlaps, pruned below
+  prune_snn (scipy.sparse matrices).
+ggmlR also registers "umap", built on Vulkan shaders of its own; it is not registered here, and
 ggml_run says so (as ggmlR does for any op its registry lacks).
 """
 from __future__ import annotations
@@ -336,6 +340,61 @@ def _largest_gene(mat, backend="cpu", genes=None, chunk_size=None, **_):
                       {"kind": "coldata", "backend": "cpu"}, {"total": time.perf_counter() - t0})
 
 
+def _knn(x, k, backend, block=2048):
+    """Exact k nearest neighbours of every row of x (cells x features), self excluded: indices
+    and Euclidean distances, nearest first (ties by index). Squared distances come from
+    |a|^2 + |b|^2 - 2 a.b, the products on the Vulkan device under backend "vulkan", in row
+    blocks so that at most block x n distances are held."""
+    n = x.shape[0]
+    sq = (x * x).sum(axis=1)
+    idx, dist = np.empty((n, k), dtype=np.int64), np.empty((n, k))
+    for lo in range(0, n, block):
+        rows = slice(lo, min(lo + block, n))
+        d2 = sq[rows, None] + sq[None, :] - 2.0 * _product(backend, x[rows], x)
+        d2[np.arange(d2.shape[0]), np.arange(lo, lo + d2.shape[0])] = np.inf     # not one's own neighbour
+        part = np.argpartition(d2, k - 1, axis=1)[:, :k] if k < n else np.argsort(d2, axis=1)[:, :k]
+        pd = np.take_along_axis(d2, part, axis=1)
+        order = np.lexsort((part, pd), axis=1)
+        idx[rows] = np.take_along_axis(part, order, axis=1)
+        dist[rows] = np.sqrt(np.maximum(np.take_along_axis(pd, order, axis=1), 0.0))
+    return idx, dist
+
+
+def _neighbors(mat, n_neighbors=20, prune_snn=1 / 15, backend="cpu", knn_backend="cpu", chunk_size=None, **_):
+    if knn_backend not in ("cpu", "vulkan"):
+        raise ValueError(f"knn_backend must be 'cpu' or 'vulkan', got {knn_backend!r}")
+    try:
+        import scipy.sparse as sp
+    except ImportError as e:
+        raise GGMLError('op "neighbors" builds sparse graphs with scipy: pip install scipy') from e
+    used = "vulkan" if backend == "vulkan" and knn_backend == "vulkan" else "cpu"
+    t0 = time.perf_counter()
+    x = np.asarray(mat.toarray() if _issparse(mat) else mat, dtype=np.float64).T       # cells x features
+    n = x.shape[0]
+    if n < 2 or x.shape[1] < 1:
+        raise GGMLError(f'op "neighbors" needs at least 2 cells and 1 feature; got a {n} x {x.shape[1]} matrix '
+                        "(build neighbours from a feature space such as PCA)")
+    k = int(min(int(n_neighbors), n - 1))
+    if k < 1:
+        raise GGMLError(f"n_neighbors must be >= 1, got {n_neighbors}")
+    idx, _ = _knn(x, k, used)
+    t_knn = time.perf_counter()
+    # binary kNN graph with the point itself (Seurat counts it: |N(i)| = k + 1)
+    rows = np.repeat(np.arange(n), k + 1)
+    cols = np.concatenate([np.arange(n)[:, None], idx], axis=1).ravel()
+    knn = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
+    # SNN: Jaccard |N(i) & N(j)| / |N(i) | N(j)|, computed on the overlap's stored values only
+    overlap = (knn @ knn.T).tocsr()
+    snn = overlap.astype(np.float64)
+    snn.data = overlap.data / (2.0 * (k + 1) - overlap.data)
+    snn.data[snn.data < prune_snn] = 0.0
+    snn.eliminate_zeros()
+    t_end = time.perf_counter()
+    meta = {"kind": "graph", "backend": used, "nn": knn, "snn": snn, "n_neighbors": k, "prune_snn": prune_snn,
+            "n_snn_edges": int(snn.nnz)}
+    return GGMLResult(snn, meta, {"total": t_end - t0, "knn": t_knn - t0, "snn": t_end - t_knn})
+
+
 _register("embed", _pca, params=("n_components",),
           desc="PCA dimensionality reduction (covariance multiply on GPU, eigen on CPU)")
 _register("normalize", _normalize, desc="LogNormalize: per-cell library-size scaling + log1p (elementwise on GPU)",
@@ -343,3 +402,5 @@ _register("normalize", _normalize, desc="LogNormalize: per-cell library-size sca
 _register("scale", _scale, desc="ScaleData z-score per gene + clamp (elementwise on GPU)", sparse_ok=True)
 _register("largest_gene", _largest_gene,
           desc="Highest-expressed gene per cell + its percent of the cell total (CPU, sparse)", sparse_ok=True)
+_register("neighbors", _neighbors,
+          desc="kNN + shared-NN (SNN/Jaccard) graphs, Seurat FindNeighbors-compatible (exact kNN)")

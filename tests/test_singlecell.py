@@ -14,7 +14,7 @@ def test_result_constructor_and_item_access():
 
 def test_registry_is_sorted_and_entries_are_complete():
     reg = g.ggml_ops_registry()
-    assert list(reg) == sorted(reg) == ["embed", "largest_gene", "normalize", "scale"]
+    assert list(reg) == sorted(reg) == ["embed", "largest_gene", "neighbors", "normalize", "scale"]
     assert all(callable(e.engine) and e.desc for e in reg.values())
 
 
@@ -61,3 +61,31 @@ def test_scale_clamps_only_above_and_keeps_constant_genes_at_zero():
     out = g.ggml_run(g.ggml_task("scale", X, device="cpu"), max_value=1.0).embedding
     assert np.all(out[0] == 0)
     assert out[1].max() == 1.0 and out[1].min() == pytest.approx(-0.4472135955)
+
+
+def test_neighbors_match_a_brute_force_search_and_seurat_jaccard():
+    from scipy.spatial.distance import cdist
+    mat = np.random.default_rng(4).standard_normal((5, 40))
+    res = g.ggml_run(g.ggml_task("neighbors", mat, device="cpu"), n_neighbors=6, prune_snn=0.0)
+    D = cdist(mat.T, mat.T)
+    np.fill_diagonal(D, np.inf)
+    hoods = [set(np.argsort(D[i], kind="stable")[:6]) | {i} for i in range(40)]
+    want = np.array([[len(a & b) / len(a | b) for b in hoods] for a in hoods])
+    np.testing.assert_allclose(res.embedding.toarray(), want, rtol=1e-12)
+    assert res.metadata["n_neighbors"] == 6 and res.metadata["backend"] == "cpu"
+    with pytest.raises(GGMLError, match="at least 2 cells"):
+        g.ggml_run(g.ggml_task("neighbors", np.ones((3, 1)), device="cpu"))
+    with pytest.raises(ValueError, match="knn_backend"):
+        g.ggml_run(g.ggml_task("neighbors", mat, device="cpu"), knn_backend="annoy")
+    capped = g.ggml_run(g.ggml_task("neighbors", mat[:, :4], device="cpu"), n_neighbors=50)
+    assert capped.metadata["n_neighbors"] == 3 and capped.embedding.toarray().min() == 1.0   # everyone is everyone's
+
+
+def test_neighbors_distances_on_the_vulkan_device():
+    if not g.ggml_vulkan_available():
+        pytest.skip("no Vulkan device listed (GGMLPY_SOFTWARE_VULKAN=1 lists lavapipe)")
+    mat = np.random.default_rng(5).standard_normal((6, 30)) * 10
+    gpu = g.ggml_run(g.ggml_task("neighbors", mat, device="vulkan"), knn_backend="vulkan", n_neighbors=5)
+    cpu = g.ggml_run(g.ggml_task("neighbors", mat, device="cpu"), n_neighbors=5)
+    assert gpu.metadata["backend"] == "vulkan"
+    assert (gpu.metadata["nn"] != cpu.metadata["nn"]).nnz <= 4          # f32 distances may swap a near tie
