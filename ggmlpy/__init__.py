@@ -57,14 +57,6 @@ from .random import ggml_set_seed  # noqa: E402
 __all__ += ["ggml_set_seed"]
 from .train.parallel import dp_train  # noqa: E402
 __all__ += ["dp_train"]
-from . import linalg  # noqa: E402  (ggmlR's matrix drop-ins, issue 16)
-from .linalg import *  # noqa: F401,F403,E402
-__all__ += linalg.__all__
-from .keras.functional import nn_topo_sort  # noqa: E402  (issue 16)
-__all__ += ["nn_topo_sort"]
-from . import singlecell  # noqa: E402  (ggmlR's single-cell task contract, issue 16)
-from .singlecell import *  # noqa: F401,F403,E402
-__all__ += singlecell.__all__
-from . import parallel_forward  # noqa: E402  (ggmlR's pipeline/tensor-parallel forwards, issue 16)
-from .parallel_forward import *  # noqa: F401,F403,E402
-__all__ += parallel_forward.__all__
+from . import linalg, parallel_forward, singlecell  # noqa: E402  (issue 16, suite2: matrix drop-ins, model-parallel forwards, single-cell tasks)
+from .linalg import *; from .parallel_forward import *; from .singlecell import *; from .keras.functional import nn_topo_sort  # noqa: F401,F403,E402,E702
+__all__ += linalg.__all__ + parallel_forward.__all__ + singlecell.__all__ + ["nn_topo_sort"]
