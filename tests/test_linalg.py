@@ -20,6 +20,7 @@ def fake_gpu(monkeypatch):
         calls.append((x.shape, y.shape, prec))
         return (x.astype(np.float32) @ y.astype(np.float32).T).astype(np.float64)
     monkeypatch.setattr(linalg._VULKAN, "usable", lambda: True)
+    monkeypatch.setattr(linalg._VULKAN, "software", lambda: False)
     monkeypatch.setattr(linalg._VULKAN, "abt", abt)
     return calls
 
@@ -104,3 +105,12 @@ def test_the_vulkan_multiply_is_float32_and_close():
     out = g.ggml_matmul(P, Q, device="gpu")
     err = np.abs(out - P @ Q).max() / np.abs(P @ Q).max()
     assert 0 < err < 2e-3     # not the host's float64 product, and within ggmlR's bound
+
+
+def test_auto_never_picks_a_software_vulkan_device(fake_gpu, monkeypatch):
+    monkeypatch.setattr(linalg._VULKAN, "software", lambda: True)
+    big_a, big_b = np.ones((200, 500)), np.ones((500, 200))
+    g.ggml_matmul(big_a, big_b)                                   # lavapipe: the host is faster
+    assert fake_gpu == []
+    g.ggml_matmul(big_a, big_b, device="gpu")                     # unless asked for
+    assert len(fake_gpu) == 1
