@@ -141,15 +141,18 @@ def ggml_ops_registry(op: str | None = None) -> dict | OpEntry | None:
 
 # -- dispatch -------------------------------------------------------------------------------------
 def _resolve_backend(want: str) -> str:
-    """"cpu" stays; "auto" is "vulkan" when a Vulkan device is listed; "vulkan" without one falls
-    back to "cpu" with a warning, never an error (ggmlR's promise)."""
+    """"cpu" stays; "auto" is "vulkan" when a Vulkan device is listed and is a real GPU (not
+    lavapipe); "vulkan" without one falls back to "cpu" with a warning, never an error
+    (ggmlR's promise)."""
     if want not in _DEVICES:
         raise ValueError(f"backend must be one of {', '.join(map(repr, _DEVICES))}, got {want!r}")
     if want == "cpu":
         return "cpu"
     gpu = _VULKAN.usable()
-    if want == "auto" or gpu:
-        return "vulkan" if gpu else "cpu"
+    if want == "auto":
+        return "vulkan" if gpu and not _VULKAN.software() else "cpu"
+    if gpu:
+        return "vulkan"
     warnings.warn("ggmlpy: Vulkan GPU not available; falling back to CPU.", RuntimeWarning, stacklevel=3)
     return "cpu"
 

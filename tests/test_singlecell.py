@@ -89,3 +89,11 @@ def test_neighbors_distances_on_the_vulkan_device():
     cpu = g.ggml_run(g.ggml_task("neighbors", mat, device="cpu"), n_neighbors=5)
     assert gpu.metadata["backend"] == "vulkan"
     assert (gpu.metadata["nn"] != cpu.metadata["nn"]).nnz <= 4          # f32 distances may swap a near tie
+
+
+def test_auto_skips_a_software_vulkan_device_but_vulkan_takes_it(monkeypatch):
+    from ggmlpy import singlecell
+    monkeypatch.setattr(singlecell._VULKAN, "usable", lambda: True)
+    monkeypatch.setattr(singlecell._VULKAN, "software", lambda: True)
+    assert singlecell._resolve_backend("auto") == "cpu"
+    assert singlecell._resolve_backend("vulkan") == "vulkan"

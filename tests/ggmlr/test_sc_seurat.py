@@ -109,6 +109,7 @@ def test_cpu_fallback_vulkan_requested_but_no_gpu_cpu_with_a_message(monkeypatch
 
 def test_auto_resolves_to_vulkan_when_a_gpu_is_present(monkeypatch):
     monkeypatch.setattr(singlecell._VULKAN, "usable", lambda: True)
+    monkeypatch.setattr(singlecell._VULKAN, "software", lambda: False)   # a real GPU, not lavapipe
     assert singlecell._resolve_backend("auto") == "vulkan"
     assert singlecell._resolve_backend("vulkan") == "vulkan"
 
