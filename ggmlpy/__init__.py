@@ -57,3 +57,6 @@ from .random import ggml_set_seed  # noqa: E402
 __all__ += ["ggml_set_seed"]
 from .train.parallel import dp_train  # noqa: E402
 __all__ += ["dp_train"]
+from . import linalg, parallel_forward, singlecell  # noqa: E402  (issue 16, suite2: matrix drop-ins, model-parallel forwards, single-cell tasks)
+from .linalg import *; from .parallel_forward import *; from .singlecell import *; from .keras.functional import nn_topo_sort  # noqa: F401,F403,E402,E702
+__all__ += linalg.__all__ + parallel_forward.__all__ + singlecell.__all__ + ["nn_topo_sort"]

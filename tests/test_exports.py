@@ -22,13 +22,6 @@ NOT_YET = {
     "ggml_vulkan_hard_exit_available": "fork only", "ggml_vulkan_p2p_selftest": "fork only",
     "ggml_vulkan_shutdown": "fork only", "ggml_vulkan_split_buffer_type": "fork only",
     "ggml_vulkan_split_mul_mat": "fork only", "ggml_vulkan_split_row_ranges": "fork only",
-    # R-matrix helpers on the GPU and the tensor/pipeline-parallel task API
-    "as_gpu_matrix": "to do", "ggml_crossprod": "to do", "ggml_tcrossprod": "to do", "ggml_matmul": "to do",
-    "ggml_matmul_f64": "to do", "ggml_ops_registry": "to do", "ggml_pp_dp_forward": "to do",
-    "ggml_pp_forward": "to do", "ggml_tp_dp_forward": "to do", "ggml_result": "to do", "ggml_run": "to do",
-    "ggml_task": "to do", "nn_topo_sort": "to do",
-    # mlr3 serialisation: becomes pickling support for models
-    "ggml_marshal_model": "to do (pickling)", "ggml_unmarshal_model": "to do (pickling)",
 }
 
 pytestmark = pytest.mark.skipif(not EXPORTS.is_file(), reason=f"ggmlR's export list is not at {EXPORTS}")

@@ -14,7 +14,8 @@ GGML_SCHED_MAX_BACKENDS = 16
 
 
 class Scheduler:
-    """Backends in priority order; ggml requires the last one to be a CPU backend."""
+    """Backends in priority order. ggml requires the last one to be a CPU backend: as in ggmlR,
+    one is appended (and owned by the scheduler) when the list does not end with one."""
 
     ptr = None  # until ggml has made one (so a failed __init__ leaves nothing to free)
 
@@ -22,11 +23,14 @@ class Scheduler:
         backends = list(backends)
         if not 0 < len(backends) <= GGML_SCHED_MAX_BACKENDS:
             raise GGMLError(f"ggml_backend_sched_new: needs 1 to {GGML_SCHED_MAX_BACKENDS} backends")
-        if not backends[-1].is_cpu:
-            raise DeviceError("ggml_backend_sched_new: the last backend must be a CPU backend "
-                              f"(got {backends[-1].device_name})")
         if len({id(b) for b in backends}) != len(backends):
             raise GGMLError("ggml_backend_sched_new: a backend is listed twice")
+        if not backends[-1].is_cpu:
+            if len(backends) == GGML_SCHED_MAX_BACKENDS:
+                raise DeviceError(f"ggml_backend_sched_new: the last backend must be a CPU backend (got "
+                                  f"{backends[-1].device_name}), and there is no room to add one")
+            from ..core.api import ggml_backend_cpu_init
+            backends.append(ggml_backend_cpu_init())
         self.backends = backends  # kept alive as long as the scheduler
         self._arr = ffi.new("ggml_backend_t[]", [b.ptr for b in backends])
         self.ptr = lib.ggml_backend_sched_new(self._arr, ffi.NULL, len(backends), int(graph_size), bool(parallel), True)
@@ -34,20 +38,35 @@ class Scheduler:
             raise MemoryError("ggml_backend_sched_new failed")
         self.graph_size = int(graph_size)
 
+    def allocated(self, graph) -> bool:
+        """Whether `graph`, as it is now, is the one ggml_backend_sched_alloc_graph last placed
+        (its leaves then have the scheduler's memory, which the caller may have filled)."""
+        return getattr(self, "graph", None) is graph and getattr(self, "alloc_nodes", None) == lib.ggml_graph_n_nodes(graph.ptr)
+
+    def mark_allocated(self, graph) -> None:
+        """Record that the scheduler placed `graph` (ggml_backend_sched_alloc_graph)."""
+        self.graph, self.alloc_nodes = graph, lib.ggml_graph_n_nodes(graph.ptr)
+
     def compute(self, graph) -> None:
-        """Split `graph` across the backends, allocate what is unallocated, and compute it."""
-        self.check(graph)
-        lib.ggml_backend_sched_reset(self.ptr)
-        if not lib.ggml_backend_sched_alloc_graph(self.ptr, graph.ptr):
-            raise MemoryError("the scheduler could not allocate the graph")
+        """Split `graph` across the backends, allocate what is unallocated, and compute it; a graph
+        ggml_backend_sched_alloc_graph placed (leaves filled since, ggmlR's pattern) is computed
+        where it is."""
+        if self.allocated(graph):
+            self.check(graph, leaves_placed=True)
+        else:
+            self.check(graph)
+            lib.ggml_backend_sched_reset(self.ptr)
+            if not lib.ggml_backend_sched_alloc_graph(self.ptr, graph.ptr):
+                raise MemoryError("the scheduler could not allocate the graph")
         status = lib.ggml_backend_sched_graph_compute(self.ptr, graph.ptr)
         if status != lib.GGML_STATUS_SUCCESS:
             raise GGMLError(f"ggml_backend_sched_graph_compute failed (status {status})")
         lib.ggml_backend_sched_synchronize(self.ptr)
-        self.graph = graph  # its intermediates live in the scheduler's buffers until the next compute
+        self.mark_allocated(graph)  # its intermediates live in the scheduler's buffers until the next compute
 
-    def check(self, graph) -> None:
-        """Raise for anything in `graph` that would make ggml's scheduler assert."""
+    def check(self, graph, leaves_placed: bool = False) -> None:
+        """Raise for anything in `graph` that would make ggml's scheduler assert, or compute on
+        leaves nobody filled (unless the scheduler places them: leaves_placed)."""
         from ..core.graph import _check_row_indices
         if self.ptr is None:
             raise GGMLError("scheduler already freed")
@@ -56,7 +75,7 @@ class Scheduler:
             t.ctx.check_deps()
         if len(graph.nodes) > self.graph_size or len(graph.leafs) > self.graph_size:
             raise GGMLError(f"graph has {len(graph.nodes)} nodes; the scheduler was made for {self.graph_size}")
-        for p in graph.leafs:  # inputs and weights live somewhere already; the scheduler places the rest
+        for p in graph.leafs if not leaves_placed else ():  # inputs and weights live somewhere already
             if p.buffer == ffi.NULL and p.view_src == ffi.NULL:
                 raise GGMLError("a leaf of this graph is not in a backend buffer: allocate it on one of "
                                 "the scheduler's devices (ggml_backend_alloc_ctx_tensors) first")
@@ -87,7 +106,8 @@ class Scheduler:
 
 
 def ggml_backend_sched_new(backends, graph_size: int = 2048, parallel: bool = False) -> Scheduler:
-    """A scheduler over `backends` (the last must be the CPU) for graphs of up to graph_size nodes."""
+    """A scheduler over `backends` for graphs of up to graph_size nodes; a CPU backend is
+    appended when the list does not end with one (ggml needs it last; ggmlR adds it too)."""
     return Scheduler(backends, graph_size, parallel)
 
 

@@ -736,11 +736,11 @@ def _sched(s, what):
     return s
 
 
-def _sched_graph(s, graph, what):
+def _sched_graph(s, graph, what, leaves_placed=False):
     s = _sched(s, what)
     if not isinstance(graph, Graph):
         raise GGMLError(f"{what}: expected a Graph")
-    s.check(graph)
+    s.check(graph, leaves_placed=leaves_placed)
     return s
 
 
@@ -796,17 +796,18 @@ def ggml_backend_sched_set_tensor_backend(sched, t: Tensor, backend: Backend) ->
 
 def ggml_backend_sched_reserve(sched, graph: Graph) -> bool:
     """Size the scheduler's buffers for graphs like `graph` (nothing is computed)."""
-    s = _sched_graph(sched, graph, "ggml_backend_sched_reserve")
+    s = _sched_graph(sched, graph, "ggml_backend_sched_reserve", leaves_placed=True)
     return bool(lib.ggml_backend_sched_reserve(s.ptr, graph.ptr))
 
 
 def ggml_backend_sched_alloc_graph(sched, graph: Graph) -> bool:
-    """Split the graph across the backends and give its unallocated tensors memory."""
-    s = _sched_graph(sched, graph, "ggml_backend_sched_alloc_graph")
+    """Split the graph across the backends and give its unallocated tensors (leaves included: fill
+    the inputs afterwards, as ggmlR does) memory."""
+    s = _sched_graph(sched, graph, "ggml_backend_sched_alloc_graph", leaves_placed=True)
     lib.ggml_backend_sched_reset(s.ptr)
     ok = bool(lib.ggml_backend_sched_alloc_graph(s.ptr, graph.ptr))
     if ok:
-        s.graph = graph
+        s.mark_allocated(graph)
     return ok
 
 
@@ -819,12 +820,14 @@ def ggml_backend_sched_reset(sched) -> None:
 
 def ggml_backend_sched_graph_compute_async(sched, graph: Graph) -> int:
     """Start computing a graph (allocated first if needed); ggml_backend_sched_synchronize waits."""
-    s = _sched_graph(sched, graph, "ggml_backend_sched_graph_compute_async")
-    if getattr(s, "graph", None) is not graph:
+    s = _sched(sched, "ggml_backend_sched_graph_compute_async")
+    placed = isinstance(graph, Graph) and s.allocated(graph)
+    s = _sched_graph(sched, graph, "ggml_backend_sched_graph_compute_async", leaves_placed=placed)
+    if not placed:
         lib.ggml_backend_sched_reset(s.ptr)
         if not lib.ggml_backend_sched_alloc_graph(s.ptr, graph.ptr):
             raise MemoryError("the scheduler could not allocate the graph")
-        s.graph = graph
+        s.mark_allocated(graph)
     status = lib.ggml_backend_sched_graph_compute_async(s.ptr, graph.ptr)
     if status != lib.GGML_STATUS_SUCCESS:
         raise GGMLError(f"ggml_backend_sched_graph_compute_async failed (status {status})")

@@ -9,6 +9,7 @@ from .history import ggml_history, ggml_training_history  # noqa: F401
 from .layers import (GRU, LSTM, Add, BatchNorm, Concatenate, Conv1D, Conv2D, Dense, Dropout,  # noqa: F401
                      Embedding, Flatten, GlobalAveragePooling2D, GlobalMaxPooling2D, Layer, MaxPooling2D)
 from .io import ggml_load_model, ggml_load_weights, ggml_save_model, ggml_save_weights  # noqa: F401
+from .marshal import MarshaledModel, ggml_marshal_model, ggml_unmarshal_model  # noqa: F401
 from .opt import *  # noqa: F401,F403
 from .opt import __all__ as _opt_all
 from .functional import Functional, Node  # noqa: F401
@@ -33,4 +34,5 @@ __all__ = [
     "GlobalAveragePooling2D", "GlobalMaxPooling2D", "Flatten", "BatchNorm", "Dropout", "Embedding", "LSTM", "GRU",
     "Add", "Concatenate",
     "ggml_save_weights", "ggml_load_weights", "ggml_save_model", "ggml_load_model",
+    "ggml_marshal_model", "ggml_unmarshal_model", "MarshaledModel",
 ] + _opt_all

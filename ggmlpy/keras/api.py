@@ -184,12 +184,27 @@ def ggml_compile(model, optimizer="adam", loss="categorical_crossentropy", metri
     return _model(model, "ggml_compile").compile(optimizer, loss, metrics, backend, **options)
 
 
-def ggml_fit(model, x, y, epochs=1, batch_size=32, validation_split=0.0, validation_data=None,
-             class_weight=None, sample_weight=None, callbacks=(), verbose=1, **options):
-    """Train with ggml_opt (see _Model.fit); returns the model, its history in model.history."""
+def _fit_model(model, x, y, epochs=1, batch_size=32, validation_split=0.0, validation_data=None,
+               class_weight=None, sample_weight=None, callbacks=(), verbose=1, **options):
     _model(model, "ggml_fit").fit(x, y, epochs, batch_size, validation_split, validation_data, class_weight,
                                   sample_weight, callbacks, verbose, **options)
     return model
+
+
+def ggml_fit(*args, **kwargs):
+    """ggml_fit(model, x, y, epochs=1, batch_size=32, validation_split=0.0, validation_data=None,
+    class_weight=None, sample_weight=None, callbacks=(), verbose=1, **options): train with ggml_opt
+    (see _Model.fit); returns the model, its history in model.history.
+
+    As in ggmlR, a call whose first argument is a backend scheduler (or that names sched=) is the
+    low-level loop: ggml_fit(sched, ctx_compute, inputs, outputs, dataset, ...) is
+    ggml_fit_opt(...) and returns its history."""
+    from ..backend.sched import Scheduler
+    first = args[0] if args else kwargs.get("sched", kwargs.get("model"))
+    if isinstance(first, Scheduler):
+        from .opt import ggml_fit_opt
+        return ggml_fit_opt(*args, **kwargs)
+    return _fit_model(*args, **kwargs)
 
 
 def ggml_evaluate(model, x, y, batch_size=32, sample_weight=None, class_weight=None):

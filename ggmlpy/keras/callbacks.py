@@ -15,6 +15,9 @@ from ..errors import GGMLError
 
 
 class FitState:
+    """What callbacks see: nepoch, stop, lr (read/write) and ggmlR's lr_ud (the optimizer's
+    learning-rate holder, for ggml_opt_get_lr / ggml_opt_set_lr)."""
+
     def __init__(self, nepoch, opt):
         self.nepoch, self.stop, self._opt = nepoch, False, opt
 
@@ -25,6 +28,28 @@ class FitState:
     @lr.setter
     def lr(self, v):
         self._opt.lr = float(v)
+
+    @property
+    def lr_ud(self):
+        return self._opt
+
+
+def _get_lr(state) -> float:
+    """The rate a schedule starts from: state.lr, or ggmlR's state$lr_ud (its AdamW rate, as ggmlR reads)."""
+    if hasattr(state, "lr"):
+        return state.lr
+    from .opt import ggml_opt_get_lr
+    return ggml_opt_get_lr(state.lr_ud)["adamw"]
+
+
+def _set_lr(state, v: float) -> None:
+    """Set the rate through state.lr, or through ggmlR's state$lr_ud. ggmlR's schedules change
+    only the AdamW rate, so under SGD they do nothing; here both rates change."""
+    if hasattr(state, "lr"):
+        state.lr = v
+    else:
+        from .opt import ggml_opt_set_lr
+        ggml_opt_set_lr(state.lr_ud, adamw_lr=v, sgd_lr=v)
 
 
 def _mode(mode, monitor):
@@ -78,7 +103,7 @@ class ggml_schedule_step_decay:
     def on_epoch_begin(self, epoch, logs, state):
         """Decay the learning rate at every step_size-th epoch."""
         if epoch > 1 and (epoch - 1) % self.step_size == 0:
-            state.lr = state.lr * self.gamma
+            _set_lr(state, _get_lr(state) * self.gamma)
 
 
 class ggml_schedule_cosine_decay:
@@ -90,10 +115,10 @@ class ggml_schedule_cosine_decay:
     def on_epoch_begin(self, epoch, logs, state):
         """Set this epoch's learning rate on the cosine curve."""
         if self.eta_max is None:
-            self.eta_max = state.lr
+            self.eta_max = _get_lr(state)
         t_max = self.T_max if self.T_max is not None else state.nepoch
         lr = self.eta_min + 0.5 * (self.eta_max - self.eta_min) * (1 + math.cos(math.pi * (epoch - 1) / t_max))
-        state.lr = max(lr, 1e-12)  # ggml_opt asserts a positive rate
+        _set_lr(state, max(lr, 1e-12))  # ggml_opt asserts a positive rate
 
 
 class ggml_schedule_reduce_on_plateau(_Monitor):
@@ -106,7 +131,7 @@ class ggml_schedule_reduce_on_plateau(_Monitor):
     def on_epoch_end(self, epoch, logs, state):
         """Reduce the learning rate when the monitored value stalled for `patience` epochs."""
         if self._stalled(logs):
-            state.lr = max(state.lr * self.factor, self.min_lr)
+            _set_lr(state, max(_get_lr(state) * self.factor, self.min_lr))
             self.wait = 0
 
 
@@ -120,8 +145,16 @@ def logs_of(row):
     return logs
 
 
+def _hook(cb, name):
+    """A callback's on_epoch_begin / on_epoch_end: a method, or an entry of ggmlR's list form
+    (a dict {"on_epoch_end": f, ...})."""
+    f = cb.get(name) if isinstance(cb, dict) else getattr(cb, name, None)
+    return f if callable(f) else None
+
+
 def run_callbacks(callbacks, nepoch):
-    """Hooks for engine.train: (begin(epoch, opt), end(epoch, row, opt) -> stop)."""
+    """Hooks for engine.train: (begin(epoch, opt) -> stop, end(epoch, row, opt) -> stop); as in
+    ggmlR, a callback that sets state.stop ends training before the next callback runs."""
     state = {}
 
     def st(opt):
@@ -129,15 +162,19 @@ def run_callbacks(callbacks, nepoch):
             state["s"] = FitState(nepoch, opt)
         return state["s"]
 
-    def begin(epoch, opt):
-        for cb in callbacks:
-            if hasattr(cb, "on_epoch_begin"):
-                cb.on_epoch_begin(epoch, {}, st(opt))
-
-    def end(epoch, row, opt):
+    def run(name, epoch, logs, opt):
         s = st(opt)
         for cb in callbacks:
-            if hasattr(cb, "on_epoch_end"):
-                cb.on_epoch_end(epoch, logs_of(row), s)
+            f = _hook(cb, name)
+            if f is not None:
+                f(epoch, logs, s)
+            if s.stop:
+                break
         return s.stop
+
+    def begin(epoch, opt):
+        return run("on_epoch_begin", epoch, {}, opt)
+
+    def end(epoch, row, opt):
+        return run("on_epoch_end", epoch, logs_of(row), opt)
     return begin, end

@@ -40,6 +40,31 @@ class Node:
         return f"<Node {self.name}>"
 
 
+def nn_topo_sort(outputs: Node | list) -> list:
+    """ggmlR's nn_topo_sort: every node the output node(s) depend on, each once, parents before
+    children (inputs first, the outputs last), in depth-first order from the first output on.
+    Iterative, so a deep chain of layers does not hit Python's recursion limit."""
+    outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    order, seen = [], set()
+    for out in outs:
+        if not isinstance(out, Node):
+            raise GGMLError(f"nn_topo_sort: outputs must be nodes (ggml_tensor_node), got {type(out).__name__}")
+        if id(out) in seen:
+            continue
+        seen.add(id(out))
+        stack = [(out, iter(out.parents))]
+        while stack:
+            node, parents = stack[-1]
+            nxt = next((p for p in parents if id(p) not in seen), None)
+            if nxt is None:
+                stack.pop()
+                order.append(node)
+            else:
+                seen.add(id(nxt))
+                stack.append((nxt, iter(nxt.parents)))
+    return order
+
+
 class Functional(_Model):
     """ggmlR's ggml_model(inputs, outputs): a DAG of layers; shared layer objects share weights."""
 
@@ -77,20 +102,10 @@ class Functional(_Model):
                 n.layer = first
 
     def _toposort(self):
-        order, seen = [], set()
-
-        def visit(n):
-            if id(n) in seen:
-                return
-            seen.add(id(n))
-            for p in n.parents:
-                visit(p)
-            order.append(n)
         for o in self.outputs:
             if not isinstance(o, Node):
                 raise GGMLError(f"ggml_model: outputs must be nodes (ggml_tensor_node), got {type(o).__name__}")
-            visit(o)
-        return order
+        return nn_topo_sort(self.outputs)
 
     def _all_layers(self):
         out, seen = [], set()

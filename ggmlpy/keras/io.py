@@ -70,10 +70,10 @@ def ggml_save_weights(model, path):
 
 def _read(path):
     try:
-        with np.load(os.fspath(path), allow_pickle=False) as z:
+        with np.load(os.fspath(path) if not isinstance(path, io.BytesIO) else path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
-        raise GGMLError(f"cannot read {path}: {e}") from e
+    except (OSError, ValueError, EOFError) as e:
+        raise GGMLError(f"cannot read {'the model bytes' if isinstance(path, io.BytesIO) else path}: {e}") from e
 
 
 def _install(model, arrays):
@@ -137,18 +137,30 @@ def _architecture(model) -> dict:
     return arch
 
 
-def ggml_save_model(model, path):
-    """Write architecture, weights and compile settings to `path` (.npz, atomically)."""
+def model_bytes(model) -> bytes:
+    """What ggml_save_model writes: architecture, weights and compile settings as .npz bytes."""
     arrays = _weight_arrays(model)
     arrays["__format__"] = np.array(FORMAT + "-model")
     arrays["__architecture__"] = np.array(json.dumps(_architecture(model)))
-    _atomic_write(path, _npz_bytes(arrays))
+    return _npz_bytes(arrays)
+
+
+def ggml_save_model(model, path):
+    """Write architecture, weights and compile settings to `path` (.npz, atomically)."""
+    _atomic_write(path, model_bytes(model))
     return model
+
+
+def model_from_bytes(data: bytes, backend=None):
+    """The model held by model_bytes()' output (ggml_load_model without the file)."""
+    return ggml_load_model(io.BytesIO(bytes(data)), backend)
 
 
 def ggml_load_model(path, backend=None):
     """A model saved by ggml_save_model, compiled again if it was (on `backend` if given)."""
     arrays = _read(path)
+    if isinstance(path, io.BytesIO):
+        path = "the model bytes"
     fmt = str(arrays.get("__format__", ""))
     if fmt == FORMAT + "-weights":
         raise GGMLError(f"{path} holds weights only (ggml_save_weights): build the model, then ggml_load_weights")

@@ -474,3 +474,9 @@ class _Model:
 
     def __call__(self, x, batch_size=32):
         return self.predict(x, batch_size)
+
+    def __reduce__(self):
+        """Pickling goes through ggml_marshal_model (architecture, weights, compile settings);
+        the training history travels beside it."""
+        from .marshal import _unpickle, ggml_marshal_model
+        return _unpickle, (ggml_marshal_model(self),), {"history": self.history}

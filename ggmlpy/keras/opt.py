@@ -11,6 +11,10 @@ The Keras-like models (ggml_fit) use exactly these functions.
 """
 from __future__ import annotations
 
+import inspect
+import math
+from typing import NamedTuple
+
 import numpy as np
 
 from ..backend.sched import Scheduler
@@ -125,9 +129,10 @@ def ggml_opt_dataset_data(dataset: OptDataset) -> np.ndarray:
 
 
 def ggml_opt_dataset_labels(dataset: OptDataset) -> np.ndarray:
-    """The labels as a writable numpy view [ndata, ne_label]."""
+    """The labels as a writable numpy view [ndata, ne_label]; None when the dataset has none
+    (ne_label = 0), as ggmlR's NULL."""
     if dataset.shape[2] == 0:
-        raise GGMLError("this dataset has no labels (ne_label = 0)")
+        return None
     return dataset._view(lib.ggml_opt_dataset_labels(dataset._live()), dataset.shape[2], _TYPES[dataset.types[1]])
 
 
@@ -140,9 +145,31 @@ def ggml_opt_dataset_shuffle(opt_ctx, dataset: OptDataset, idata=-1) -> None:
     lib.ggml_opt_dataset_shuffle(_opt(opt_ctx), dataset._live(), idata)
 
 
-def ggml_opt_dataset_get_batch(dataset: OptDataset, batch_size: int, ibatch: int):
-    """Batch `ibatch` of `batch_size` samples in the current (shuffled) order: (data, labels)
-    as numpy [batch_size, ne] (labels None when the dataset has none)."""
+def _bind(names, args, kw, what):
+    if len(args) > len(names):
+        raise TypeError(f"{what}: too many arguments")
+    out = dict(zip(names, args))
+    for k, v in kw.items():
+        if k not in names or k in out:
+            raise TypeError(f"{what}: unexpected or repeated argument {k!r}")
+        out[k] = v
+    return out
+
+
+def ggml_opt_dataset_get_batch(dataset: OptDataset, *args, **kw):
+    """ggml_opt_dataset_get_batch(dataset, batch_size, ibatch): batch `ibatch` of `batch_size`
+    samples in the current (shuffled) order, as (data, labels) numpy [batch_size, ne] (labels
+    None when the dataset has none).
+
+    ggmlR's form, ggml_opt_dataset_get_batch(dataset, data_batch, labels_batch, ibatch), copies
+    the batch into two allocated tensors (data [ne_datapoint, batch], labels [ne_label, batch] or
+    None) instead, and returns None."""
+    first = args[0] if args else kw.get("data_batch", kw.get("batch_size"))
+    if isinstance(first, Tensor):
+        a = _bind(("data_batch", "labels_batch", "ibatch"), args, kw, "ggml_opt_dataset_get_batch")
+        return _get_batch_into(dataset, a["data_batch"], a.get("labels_batch"), a.get("ibatch", 0))
+    a = _bind(("batch_size", "ibatch"), args, kw, "ggml_opt_dataset_get_batch")
+    batch_size, ibatch = a["batch_size"], a["ibatch"]
     n, ne, nl = dataset.shape
     batch_size, ibatch = int(batch_size), int(ibatch)
     if batch_size < 1 or batch_size % dataset.shard or ibatch < 0 or (ibatch + 1) * batch_size > n:
@@ -152,6 +179,32 @@ def ggml_opt_dataset_get_batch(dataset: OptDataset, batch_size: int, ibatch: int
     lib.ggml_opt_dataset_get_batch_host(dataset._live(), ffi.from_buffer(data), data.nbytes,
                                         ffi.from_buffer(labels) if nl else ffi.NULL, ibatch)
     return data, labels
+
+
+def _get_batch_into(dataset, data_batch, labels_batch, ibatch):
+    """ggml_opt_dataset_get_batch's tensor form, with every assertion of ggml's checked first."""
+    n, ne, nl = dataset.shape
+    ibatch = int(ibatch)
+    d = data_batch.ptr
+    if d.data == ffi.NULL or not lib.ggml_is_contiguous(d) or d.type != dataset.types[0]:
+        raise GGMLError("ggml_opt_dataset_get_batch: data_batch must be an allocated, contiguous tensor of the data's type")
+    if int(lib.ggml_nelements(d)) % ne:
+        raise GGMLError(f"ggml_opt_dataset_get_batch: data_batch's size is not a multiple of ne_datapoint {ne}")
+    bs = int(lib.ggml_nelements(d)) // ne
+    if bs % dataset.shard or ibatch < 0 or (ibatch + 1) * bs > n:
+        raise GGMLError(f"ggml_opt_dataset_get_batch: batch {ibatch} of {bs} is outside the {n} samples")
+    lp = ffi.NULL
+    if labels_batch is None and nl:
+        raise GGMLError("ggml_opt_dataset_get_batch: the dataset has labels: give a labels_batch tensor too")
+    if labels_batch is not None:
+        lp = labels_batch.ptr
+        if nl == 0:
+            raise GGMLError("ggml_opt_dataset_get_batch: the dataset has no labels")
+        if lp.data == ffi.NULL or not lib.ggml_is_contiguous(lp) or lp.type != dataset.types[1] \
+                or int(lib.ggml_nelements(lp)) != nl * bs:
+            raise GGMLError(f"ggml_opt_dataset_get_batch: labels_batch must be an allocated, contiguous "
+                            f"[{nl}, {bs}] tensor of the labels' type")
+    lib.ggml_opt_dataset_get_batch(dataset._live(), d, lp, ibatch)
 
 
 # -- results ------------------------------------------------------------------------------------------
@@ -193,18 +246,30 @@ def ggml_opt_result_ndata(result: OptResult) -> int:
     return int(v[0])
 
 
+class OptLoss(NamedTuple):
+    """ggml_opt_result_loss's (loss, uncertainty), named as ggmlR's vector."""
+    loss: float
+    uncertainty: float
+
+
+class OptAccuracy(NamedTuple):
+    """ggml_opt_result_accuracy's (accuracy, uncertainty), named as ggmlR's vector."""
+    accuracy: float
+    uncertainty: float
+
+
 def ggml_opt_result_loss(result: OptResult):
-    """(mean loss, its uncertainty)."""
+    """(loss, uncertainty): the mean loss and its uncertainty, a named tuple."""
     a, b = ffi.new("double *"), ffi.new("double *")
     lib.ggml_opt_result_loss(result.ptr, a, b)
-    return float(a[0]), float(b[0])
+    return OptLoss(float(a[0]), float(b[0]))
 
 
 def ggml_opt_result_accuracy(result: OptResult):
-    """(accuracy, its uncertainty); NaN without a cross-entropy loss."""
+    """(accuracy, uncertainty), a named tuple; NaN without a cross-entropy loss."""
     a, b = ffi.new("double *"), ffi.new("double *")
     lib.ggml_opt_result_accuracy(result.ptr, a, b)
-    return float(a[0]), float(b[0])
+    return OptAccuracy(float(a[0]), float(b[0]))
 
 
 def ggml_opt_result_pred(result: OptResult) -> np.ndarray:
@@ -216,12 +281,42 @@ def ggml_opt_result_pred(result: OptResult) -> np.ndarray:
     return out
 
 
+def _reaches_a_param(outputs) -> bool:
+    """Whether a trainable tensor (ggml_set_param) feeds `outputs`: ggml's backward pass aborts
+    without one."""
+    seen, stack = set(), [outputs.ptr]
+    while stack:
+        t = stack.pop()
+        key = int(ffi.cast("uintptr_t", t))
+        if t == ffi.NULL or key in seen:
+            continue
+        seen.add(key)
+        if t.flags & lib.GGML_TENSOR_FLAG_PARAM:
+            return True
+        stack.extend(t.src[i] for i in range(len(t.src)))
+        if t.view_src != ffi.NULL:
+            stack.append(t.view_src)
+    return False
+
+
 # -- optimizer contexts ------------------------------------------------------------------------------
 class OptContext:
-    """A ggml_opt context with static graphs over (inputs, outputs) in ctx_compute."""
+    """A ggml_opt context: with static graphs over (inputs, outputs) in ctx_compute, or, made
+    without them (ggmlR's ggml_opt_init(sched, loss_type, ...)), one whose graphs are given
+    before every step by ggml_opt_prepare_alloc.
 
-    def __init__(self, sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Tensor, loss_type: int,
-                 optimizer: int, opt_period=1, lr=1e-3, build_type=None):
+    ggmlR's ggml_opt_init_for_fit returns list(opt_ctx, lr_ud): `ctx["opt_ctx"]` is the
+    context itself and `ctx["lr_ud"]` its learning-rate holder (ggml_opt_get_lr/set_lr)."""
+
+    def __init__(self, sched: Scheduler, ctx_compute: Context | None, inputs: Tensor | None,
+                 outputs: Tensor | None, loss_type: int, optimizer: int, opt_period=1, lr=1e-3, build_type=None):
+        if not isinstance(sched, Scheduler):
+            raise GGMLError("ggml_opt_init: sched must be a backend scheduler (ggml_backend_sched_new)")
+        if ctx_compute is None:
+            if inputs is not None or outputs is not None:
+                raise GGMLError("ggml_opt_init: inputs and outputs need ctx_compute (static graphs)")
+            self._init_dynamic(sched, loss_type, optimizer, opt_period, lr)
+            return
         for t, what in ((inputs, "inputs"), (outputs, "outputs")):
             if not isinstance(t, Tensor):
                 raise GGMLError(f"ggml_opt_init: {what} must be a tensor")
@@ -232,6 +327,8 @@ class OptContext:
             raise GGMLError("ggml_opt_init: bad loss type, optimizer or opt_period")
         if lib.ggml_n_dims(outputs.ptr) > 2:
             raise GGMLError("ggml_opt_init: outputs must be [values, batch]")
+        if not _reaches_a_param(outputs):
+            raise GGMLError("ggml_opt_init: no trainable parameter feeds the outputs (ggml_set_param)")
         self.sched, self.ctx, self.inputs, self.outputs = sched, ctx_compute, inputs, outputs
         self.pars = OptParams("sgd" if optimizer == lib.GGML_OPT_OPTIMIZER_TYPE_SGD else "adamw", lr)
         p = lib.ggml_opt_default_params(sched.ptr, loss_type)
@@ -243,7 +340,35 @@ class OptContext:
         p.optimizer = optimizer
         if build_type is not None:
             p.build_type = build_type
+        self.static = True
         self.ptr = lib.ggml_opt_init(p)
+
+    def _init_dynamic(self, sched, loss_type, optimizer, opt_period, lr):
+        if loss_type not in (0, 1, 2, 3) or optimizer not in (0, 1) or int(opt_period) < 1:
+            raise GGMLError("ggml_opt_init: bad loss type, optimizer or opt_period")
+        self.sched, self.ctx, self.inputs, self.outputs = sched, None, None, None
+        self.static, self.prepared = False, False
+        self.pars = OptParams("sgd" if optimizer == lib.GGML_OPT_OPTIMIZER_TYPE_SGD else "adamw", lr)
+        p = lib.ggml_opt_default_params(sched.ptr, loss_type)
+        p.opt_period = self.opt_period = int(opt_period)
+        p.get_opt_pars = lib.ggml_opt_get_constant_optimizer_params
+        p.get_opt_pars_ud = self.pars.struct
+        p.optimizer = optimizer
+        self.ptr = lib.ggml_opt_init(p)
+
+    def __getitem__(self, key):
+        if key == "opt_ctx":
+            return self
+        if key == "lr_ud":
+            return self.pars
+        raise KeyError(key)
+
+    def keys(self):
+        """ggmlR's names for ggml_opt_init_for_fit's result: opt_ctx and lr_ud."""
+        return ["opt_ctx", "lr_ud"]
+
+    def __contains__(self, key):
+        return key in self.keys()
 
     def free(self):
         if getattr(self, "ptr", None) is not None:
@@ -259,10 +384,24 @@ def _opt(o):
     return o.ptr
 
 
-def ggml_opt_init(sched, ctx_compute, inputs, outputs, loss_type=None, optimizer=None, opt_period=1, lr=1e-3):
-    """An optimizer context with static graphs (ggml_opt_init with ctx_compute set)."""
+def ggml_opt_init(sched, ctx_compute=None, inputs=None, outputs=None, loss_type=None, optimizer=None, opt_period=1,
+                  lr=1e-3):
+    """An optimizer context. With ctx_compute, inputs (allocated) and outputs: static graphs,
+    built once. Without them, ggmlR's form ggml_opt_init(sched, loss_type, optimizer,
+    opt_period) (positionally too): a context whose graph is given before every step with
+    ggml_opt_prepare_alloc (ggml_opt_static_graphs() is False)."""
+    if isinstance(ctx_compute, (int, np.integer)) and not isinstance(ctx_compute, bool):
+        # ggmlR's positional order (sched, loss_type, optimizer, opt_period): shift the three back
+        if loss_type is not None:
+            raise GGMLError("ggml_opt_init: give either (sched, ctx_compute, inputs, outputs, loss_type, ...) "
+                            "or ggmlR's (sched, loss_type, optimizer, opt_period)")
+        loss_type = ctx_compute
+        optimizer = inputs if inputs is not None else optimizer
+        opt_period = outputs if outputs is not None else opt_period
+        ctx_compute = inputs = outputs = None
     loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN if loss_type is None else loss_type
     optimizer = lib.GGML_OPT_OPTIMIZER_TYPE_ADAMW if optimizer is None else optimizer
+    opt_period = 1 if opt_period is None else opt_period
     return OptContext(sched, ctx_compute, inputs, outputs, loss_type, optimizer, opt_period, lr)
 
 
@@ -286,19 +425,48 @@ def ggml_opt_context_optimizer_type(opt_ctx: OptContext) -> int:
     return int(lib.ggml_opt_context_optimizer_type(_opt(opt_ctx)))
 
 
-def ggml_opt_get_lr(opt_ctx: OptContext) -> float:
-    """The current learning rate."""
+def ggml_opt_get_lr(opt_ctx):
+    """The current learning rate of an optimizer context (a float); of ggmlR's lr_ud (a context's
+    ["lr_ud"]), both rates it holds, {"adamw": ..., "sgd": ...}."""
+    if isinstance(opt_ctx, OptParams):
+        return {"adamw": float(opt_ctx.struct.adamw.alpha), "sgd": float(opt_ctx.struct.sgd.alpha)}
+    if not isinstance(opt_ctx, OptContext):
+        raise GGMLError("ggml_opt_get_lr: expected an optimizer context or its lr_ud")
     return opt_ctx.pars.lr
 
 
-def ggml_opt_set_lr(opt_ctx: OptContext, lr: float) -> None:
-    """Set the learning rate (used from the next optimizer step)."""
-    opt_ctx.pars.lr = float(lr)
+def _rate(v, what):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None                               # ggmlR's NA: leave that rate alone
+    v = float(v)
+    if not v > 0:
+        raise GGMLError(f"ggml_opt_set_lr: {what} must be > 0, got {v}")
+    return v
+
+
+def ggml_opt_set_lr(opt_ctx, lr=None, adamw_lr=None, sgd_lr=None) -> None:
+    """Set the learning rate, used from the next optimizer step: `lr` sets the context's rate;
+    ggmlR's form ggml_opt_set_lr(lr_ud, adamw_lr=, sgd_lr=) sets the AdamW and SGD rates one by
+    one (None or NaN leaves a rate as it is)."""
+    if not isinstance(opt_ctx, (OptContext, OptParams)):
+        raise GGMLError("ggml_opt_set_lr: expected an optimizer context or its lr_ud")
+    pars = opt_ctx if isinstance(opt_ctx, OptParams) else opt_ctx.pars
+    lr, adamw_lr, sgd_lr = _rate(lr, "lr"), _rate(adamw_lr, "adamw_lr"), _rate(sgd_lr, "sgd_lr")
+    if lr is not None:
+        pars.lr = lr
+    if adamw_lr is not None:
+        pars.struct.adamw.alpha = adamw_lr
+    if sgd_lr is not None:
+        pars.struct.sgd.alpha = sgd_lr
 
 
 def _tensor_of(opt_ctx, fn):
     p = fn(_opt(opt_ctx))
-    return None if p == ffi.NULL else wrap(p, opt_ctx.ctx)
+    if p == ffi.NULL:
+        return None
+    if opt_ctx.ctx is None:
+        raise GGMLError("this optimizer context has no graph yet (ggml_opt_prepare_alloc)")
+    return wrap(p, opt_ctx.ctx)
 
 
 def ggml_opt_inputs(opt_ctx):
@@ -344,12 +512,44 @@ def _check_dataset(opt_ctx, dataset):
     return n, int(inp.ne[1])
 
 
+class _BorrowedResult(OptResult):
+    """An OptResult over a result ggml_opt_epoch owns (handed to an epoch callback): never freed here."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def free(self):
+        pass
+
+    __del__ = free
+
+
+def _borrowed_result(ptr):
+    return _BorrowedResult(ptr)
+
+
+def _wants_five(cb) -> bool:
+    """Whether an epoch callback takes ggmlR's five arguments (train, ibatch, ibatch_max,
+    t_start_us, result) rather than three."""
+    try:
+        params = inspect.signature(cb).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= 5
+
+
 def ggml_opt_epoch(opt_ctx, dataset, result_train=None, result_eval=None, idata_split=-1,
                    callback_train=None, callback_eval=None):
     """One pass over the dataset: samples before idata_split train (one step per batch), the
-    rest are evaluated. A callback is True (ggml's progress bar) or a Python callable
-    f(train, ibatch, ibatch_max) called after every batch."""
+    rest are evaluated (static graphs only, as in ggml). A callback is True (ggml's progress
+    bar) or a Python callable called after every batch with (train, ibatch, ibatch_max), or
+    with ggmlR's (train, ibatch, ibatch_max, t_start_us, result) when it takes five arguments."""
     opt = _opt(opt_ctx)
+    if not opt_ctx.static:
+        raise GGMLError("ggml_opt_epoch requires static graphs: make the context with ctx_compute, inputs and "
+                        "outputs (or step by hand with ggml_opt_prepare_alloc, ggml_opt_alloc, ggml_opt_eval)")
     n, batch = _check_dataset(opt_ctx, dataset)
     idata_split = n if int(idata_split) < 0 else int(idata_split)
     if n % batch or idata_split % batch or idata_split > n:
@@ -363,11 +563,16 @@ def ggml_opt_epoch(opt_ctx, dataset, result_train=None, result_eval=None, idata_
         if cb is True:
             return lib.ggml_opt_epoch_callback_progress_bar
 
-        def trampoline(train, _ctx, _ds, _res, ibatch, ibatch_max, _t0):
+        five = _wants_five(cb)
+
+        def trampoline(train, _ctx, _ds, res, ibatch, ibatch_max, t0):
             if errors:
                 return
             try:
-                cb(bool(train), int(ibatch), int(ibatch_max))
+                if five:
+                    cb(bool(train), int(ibatch), int(ibatch_max), int(t0), _borrowed_result(res))
+                else:
+                    cb(bool(train), int(ibatch), int(ibatch_max))
             except BaseException as e:  # noqa: BLE001  never let an exception unwind through C
                 errors.append(e)
         f = ffi.callback("ggml_opt_epoch_callback", trampoline)
@@ -429,10 +634,41 @@ def ggml_opt_init_for_fit(sched, loss_type, optimizer=None, opt_period=1, ctx_co
     return ggml_opt_init(sched, ctx_compute, inputs, outputs, loss_type, optimizer, opt_period, lr)
 
 
-def ggml_opt_prepare_alloc(opt_ctx, ctx_compute=None, gf=None, inputs=None, outputs=None):
-    """Only for contexts without static graphs, which ggmlpy does not create."""
-    raise GGMLError("ggml_opt_prepare_alloc is for contexts without static graphs; ggmlpy's "
-                    "ggml_opt_init always builds static graphs")
+def ggml_opt_prepare_alloc(opt_ctx, ctx_compute=None, gf=None, inputs=None, outputs=None) -> None:
+    """Give a context without static graphs (ggml_opt_init(sched, loss_type, ...)) the forward
+    graph `gf` for its next step: `inputs` and `outputs` in it, built in the no_alloc context
+    `ctx_compute`, which must have room for the backward and optimizer graphs ggml adds. ggml
+    forgets the graph after each ggml_opt_eval, so call it before every ggml_opt_alloc."""
+    from ..core.graph import Graph
+    opt = _opt(opt_ctx)
+    if opt_ctx.static:
+        raise GGMLError("ggml_opt_prepare_alloc is for contexts without static graphs; this one was made with "
+                        "ctx_compute, inputs and outputs")
+    if getattr(opt_ctx, "eval_ready", False):
+        raise GGMLError("ggml_opt_prepare_alloc: the previous allocation was not evaluated (ggml_opt_eval)")
+    if not isinstance(ctx_compute, Context) or not isinstance(gf, Graph):
+        raise GGMLError("ggml_opt_prepare_alloc(opt_ctx, ctx_compute, gf, inputs, outputs): a Context and a Graph")
+    ctx_compute.ensure_alive()
+    if not ctx_compute.no_alloc:
+        raise GGMLError("ggml_opt_prepare_alloc: ctx_compute must be a no_alloc context (the scheduler allocates)")
+    for t, what in ((inputs, "inputs"), (outputs, "outputs")):
+        if not isinstance(t, Tensor):
+            raise GGMLError(f"ggml_opt_prepare_alloc: {what} must be a tensor")
+    if lib.ggml_n_dims(outputs.ptr) > 2:
+        raise GGMLError("ggml_opt_prepare_alloc: outputs must be [values, batch]")
+    n_nodes = int(lib.ggml_graph_n_nodes(gf.ptr))
+    if n_nodes == 0 or lib.ggml_graph_node(gf.ptr, -1) != outputs.ptr:
+        raise GGMLError("ggml_opt_prepare_alloc: gf must end with outputs (ggml_build_forward_expand(ctx, outputs))")
+    if not _reaches_a_param(outputs):
+        raise GGMLError("ggml_opt_prepare_alloc: no trainable parameter feeds the outputs (ggml_set_param)")
+    need = 2 * int(lib.ggml_graph_overhead_custom(gf.size, True)) + (4 * n_nodes + 16) * int(lib.ggml_tensor_overhead())
+    free = int(lib.ggml_get_mem_size(ctx_compute.ptr)) - int(lib.ggml_used_mem(ctx_compute.ptr))
+    if free < need:
+        raise GGMLError(f"ggml_opt_prepare_alloc: ctx_compute has {free} bytes free; the backward and optimizer "
+                        f"graphs need about {need}")
+    lib.ggml_opt_prepare_alloc(opt, ctx_compute.ptr, gf.ptr, inputs.ptr, outputs.ptr)
+    opt_ctx.ctx, opt_ctx.inputs, opt_ctx.outputs, opt_ctx.prepared = ctx_compute, inputs, outputs, True
+    opt_ctx._graph = gf                       # ggml holds the graph until the next eval
 
 
 def ggml_opt_dataset_weights(dataset):
@@ -446,7 +682,13 @@ def ggml_opt_alloc(opt_ctx, backward: bool = True) -> None:
     opt = _opt(opt_ctx)
     if getattr(opt_ctx, "eval_ready", False):
         raise GGMLError("ggml_opt_alloc: the previous allocation was not evaluated (ggml_opt_eval)")
+    if not opt_ctx.static and not opt_ctx.prepared:
+        raise GGMLError("ggml_opt_alloc: a context without static graphs needs ggml_opt_prepare_alloc before each step")
     lib.ggml_opt_alloc(opt, bool(backward))
+    if backward and not opt_ctx.static and opt_ctx.opt_period == 1:
+        # ggml keeps this context's gradient accumulators across steps and clears them only when
+        # opt_period > 1: without this every step would add all earlier gradients again
+        lib.ggml_opt_reset(opt, False)
     opt_ctx.eval_ready = True
 
 
@@ -457,6 +699,8 @@ def ggml_opt_eval(opt_ctx, result=None) -> None:
         raise GGMLError("ggml_opt_eval: call ggml_opt_alloc first")
     lib.ggml_opt_eval(opt, result.ptr if result is not None else ffi.NULL)
     opt_ctx.eval_ready = False
+    if not opt_ctx.static:
+        opt_ctx.prepared = False              # ggml dropped the graph: prepare the next step anew
 
 
 def ggml_opt_grad_acc(opt_ctx, node):
@@ -468,8 +712,10 @@ def ggml_opt_grad_acc(opt_ctx, node):
 def ggml_fit_opt(sched, ctx_compute, inputs, outputs, dataset, loss_type=None, optimizer=None, nepoch=10,
                  nbatch_logical=32, val_split=0.0, callbacks=(), silent=False, lr=1e-3):
     """ggmlR's ggml_fit_opt: ggml_opt_fit's loop (shuffle once, shuffle the training part every
-    epoch, train and validate) run epoch by epoch so that it returns the history
-    (train_loss, train_accuracy, val_loss, val_accuracy) and runs callbacks between epochs."""
+    epoch, train and validate) run epoch by epoch so that it returns the history (epoch,
+    train_loss, train_accuracy, val_loss, val_accuracy: one list each, None where there is no
+    validation part) and runs callbacks between epochs (objects with on_epoch_begin/end
+    methods, or ggmlR's dicts of them; state.stop ends training)."""
     from .callbacks import run_callbacks
     loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR if loss_type is None else loss_type
     n, b = dataset.shape[0], int(inputs.ptr.ne[1])
@@ -485,7 +731,7 @@ def ggml_fit_opt(sched, ctx_compute, inputs, outputs, dataset, loss_type=None, o
     opt = ggml_opt_init(sched, ctx_compute, inputs, outputs, loss_type, optimizer, period, lr)
     r_train, r_val = OptResult(), OptResult()
     begin, end = run_callbacks(list(callbacks or ()), int(nepoch))
-    hist = {"train_loss": [], "train_accuracy": [], "val_loss": [], "val_accuracy": []}
+    hist = {"epoch": [], "train_loss": [], "train_accuracy": [], "val_loss": [], "val_accuracy": []}
     try:
         _check_dataset(opt, dataset)
         if nbatch_logical < n:
@@ -493,7 +739,8 @@ def ggml_fit_opt(sched, ctx_compute, inputs, outputs, dataset, loss_type=None, o
         for epoch in range(1, int(nepoch) + 1):
             if nbatch_logical < idata_split:
                 ggml_opt_dataset_shuffle(opt, dataset, idata_split)
-            begin(epoch, opt.pars)
+            if begin(epoch, opt.pars):
+                break
             ggml_opt_result_reset(r_train)
             ggml_opt_result_reset(r_val)
             ggml_opt_epoch(opt, dataset, r_train, r_val, idata_split, not silent, not silent)
@@ -503,6 +750,7 @@ def ggml_fit_opt(sched, ctx_compute, inputs, outputs, dataset, loss_type=None, o
                     row += [ggml_opt_result_loss(r)[0], ggml_opt_result_accuracy(r)[0]]
                 else:
                     row += [None, None]
+            hist["epoch"].append(epoch)
             for k, v in zip(("train_loss", "train_accuracy", "val_loss", "val_accuracy"), row):
                 hist[k].append(v)
             if end(epoch, tuple(row), opt.pars):

@@ -229,7 +229,7 @@ def test_resnet_like_model_deep_residual_compiles_and_trains():
 def test_nn_topo_sort_returns_input_node_before_output_node():
     x = g.ggml_input(shape=8)
     m = g.ggml_model(inputs=x, outputs=g.ggml_layer_dense(x, 4))
-    types = [n.node_type for n in m.order]
+    types = [n.node_type for n in g.nn_topo_sort(m.outputs)]
     assert types[0] == "input"
     assert types[1] == "dense"
 
@@ -237,7 +237,7 @@ def test_nn_topo_sort_returns_input_node_before_output_node():
 def test_nn_topo_sort_handles_residual_graph_correctly():
     x = g.ggml_input(shape=8)
     out = g.ggml_layer_add([g.ggml_layer_dense(x, 8, activation="relu"), g.ggml_layer_dense(x, 8)])
-    types = [n.node_type for n in g.ggml_model(inputs=x, outputs=out).order]
+    types = [n.node_type for n in g.nn_topo_sort(g.ggml_model(inputs=x, outputs=out).outputs)]
     assert types[0] == "input"
     assert types[-1] == "add"
 

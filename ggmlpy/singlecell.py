@@ -1,0 +1,409 @@
+"""ggmlR's single-cell compute contract: ggml_task (what to compute), ggml_ops_registry (what can
+be computed, and what it needs), ggml_run (dispatch) and ggml_result (what comes back).
+
+It works on plain matrices, features (genes) in rows and cells in columns: a numpy array, or a
+scipy.sparse matrix where an operation accepts one (`sparse_ok`). Seurat and
+SingleCellExperiment glue (ggmlR's RunGGML, ggml_extract, ggml_inject) is R-only.
+
+Registered operations, as ggmlR's engines compute them:
+- "embed": PCA. The features x features covariance and the projection of the cells are matrix
+  products (ggml's mul_mat on the Vulkan device under backend "vulkan", float64 on the host
+  under "cpu"); the eigendecomposition is numpy's (ggml has no eigensolver). With
+  `chunk_size`, the cells are streamed in blocks (mean, covariance, projection in three passes),
+  so a sparse matrix is never densified whole; more than 20 000 cells stream in blocks of 20 000.
+- "normalize": LogNormalize, log1p(x / colSums(x) * scale_factor), on the Vulkan device under
+  backend "vulkan" (f32); a sparse matrix keeps its sparsity (log1p(0) = 0), only its stored
+  values are transformed.
+- "scale": ScaleData, (x - rowMeans) / rowSds (n - 1 divisor, a zero sd counts as 1), clipped
+  above at max_value. Memory-bound, so it stays on the host unless scale_backend="vulkan".
+- "largest_gene": per cell, the feature with the largest value (the first on ties) and its
+  share of the cell's total, in percent.
+- "neighbors": Seurat's FindNeighbors graphs from the cells' exact k nearest neighbours
+  (Euclidean; the distance products on the Vulkan device with knn_backend="vulkan" under
+  backend "vulkan", else float64 on the host): the binary kNN graph with each cell in its own
+  neighbourhood, and the shared-nearest-neighbour graph of Jaccard overlaps, pruned below
+  prune_snn (scipy.sparse matrices).
+ggmlR also registers "umap", built on Vulkan shaders of its own; it is not registered here, and
+ggml_run says so (as ggmlR does for any op its registry lacks).
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .errors import GGMLError
+from .linalg import _VULKAN
+
+__all__ = ["ggml_task", "ggml_result", "ggml_ops_registry", "ggml_run", "GGMLTask", "GGMLResult", "OpEntry"]
+
+_DEVICES = ("auto", "vulkan", "cpu")
+AUTO_CHUNK_CELLS = 20000  # ggmlR streams larger inputs in blocks of this many cells
+
+
+def _issparse(x) -> bool:
+    try:
+        import scipy.sparse as sp
+    except ImportError:
+        return False
+    return sp.issparse(x)
+
+
+# -- contracts ------------------------------------------------------------------------------------
+@dataclass
+class GGMLTask:
+    """ggmlR's ggml_task: the operation, the features x cells matrix, its parameters and the
+    requested device ("auto", "vulkan" or "cpu"). It computes nothing."""
+    op: str
+    matrix: object
+    params: dict = field(default_factory=dict)
+    device: str = "auto"
+
+    def __getitem__(self, key):          # R's task$op reads as task["op"] too
+        return getattr(self, key)
+
+    def __repr__(self):
+        r, c = self.matrix.shape
+        return f"<ggml_task> op={self.op}  matrix={r} features x {c} cells  device={self.device}"
+
+
+@dataclass
+class GGMLResult:
+    """ggmlR's ggml_result: the embedding (cells x components for "embed", the transformed
+    matrix for "normalize"/"scale", per-cell columns for "largest_gene"), metadata (backend used,
+    stdev, loadings, ...) and timings (seconds per stage)."""
+    embedding: object
+    metadata: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+
+    def __getitem__(self, key):
+        return getattr(self, key)
+
+    def __repr__(self):
+        shape = getattr(self.embedding, "shape", None)
+        what = f"{shape[0]} x {shape[1]}" if shape is not None and len(shape) == 2 else type(self.embedding).__name__
+        return f"<ggml_result> embedding={what}  backend={self.metadata.get('backend', 'unknown')}"
+
+
+def ggml_task(op: str, matrix: "np.ndarray | object", params: dict | None = None, device: str = "auto") -> GGMLTask:
+    """A task for ggml_run: `op` (a name in ggml_ops_registry()), a features x cells matrix
+    (numeric numpy array, or scipy.sparse), `params` for the operation, `device`."""
+    if not isinstance(op, str):
+        raise GGMLError("`op` must be a single operation name (a str).")
+    if device not in _DEVICES:
+        raise ValueError(f"device must be one of {', '.join(map(repr, _DEVICES))}, got {device!r}")
+    if _issparse(matrix):
+        if matrix.ndim != 2:
+            raise GGMLError("`matrix` must be a dense matrix or a sparse matrix (2 dims).")
+    else:
+        if not isinstance(matrix, np.ndarray) or matrix.ndim != 2 or matrix.dtype.kind not in "biuf":
+            raise GGMLError("`matrix` must be a dense matrix (a 2-D numeric numpy array) or a scipy.sparse matrix.")
+    return GGMLTask(op, matrix, dict(params or {}), device)
+
+
+def ggml_result(embedding: "np.ndarray | dict | object", metadata: dict | None = None, timings: dict | None = None) -> GGMLResult:
+    """A result as the engines return it (ggmlR's constructor, for engines of one's own)."""
+    return GGMLResult(embedding, dict(metadata or {}), dict(timings or {}))
+
+
+# -- registry -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OpEntry:
+    """One registered operation: its engine, required parameter names, description, and whether
+    the engine takes a sparse matrix as it is (otherwise ggml_run densifies it first)."""
+    op: str
+    engine: Callable
+    params: tuple = ()
+    desc: str = ""
+    sparse_ok: bool = False
+
+    def __getitem__(self, key):
+        return getattr(self, key)
+
+
+_REGISTRY: dict[str, OpEntry] = {}
+
+
+def _register(op, engine, params=(), desc="", sparse_ok=False):
+    _REGISTRY[op] = OpEntry(op, engine, tuple(params), desc, sparse_ok)
+
+
+def ggml_ops_registry(op: str | None = None) -> dict | OpEntry | None:
+    """The registered operations, {name: OpEntry} sorted by name; with `op`, that entry (None if
+    unknown), so a caller can check support and required parameters before building a task."""
+    if op is not None:
+        return _REGISTRY.get(op)
+    return {k: _REGISTRY[k] for k in sorted(_REGISTRY)}
+
+
+# -- dispatch -------------------------------------------------------------------------------------
+def _resolve_backend(want: str) -> str:
+    """"cpu" stays; "auto" is "vulkan" when a Vulkan device is listed and is a real GPU (not
+    lavapipe); "vulkan" without one falls back to "cpu" with a warning, never an error
+    (ggmlR's promise)."""
+    if want not in _DEVICES:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, _DEVICES))}, got {want!r}")
+    if want == "cpu":
+        return "cpu"
+    gpu = _VULKAN.usable()
+    if want == "auto":
+        return "vulkan" if gpu and not _VULKAN.software() else "cpu"
+    if gpu:
+        return "vulkan"
+    warnings.warn("ggmlpy: Vulkan GPU not available; falling back to CPU.", RuntimeWarning, stacklevel=3)
+    return "cpu"
+
+
+def ggml_run(task: GGMLTask, backend: str | None = None, **params) -> GGMLResult:
+    """Run a task: check its op against the registry and its required parameters (keyword
+    arguments here override task.params), resolve the device (`backend` overrides task.device),
+    densify a sparse matrix unless the op takes it as it is, and call the engine."""
+    if not isinstance(task, GGMLTask):
+        raise GGMLError("`task` must be a ggml_task (see ggml_task()).")
+    entry = ggml_ops_registry(task.op)
+    if entry is None:
+        raise GGMLError(f"Unsupported op '{task.op}'. Supported: {', '.join(ggml_ops_registry())}.")
+    merged = {**task.params, **params}
+    missing = [p for p in entry.params if p not in merged]
+    if missing:
+        raise GGMLError(f"Op '{task.op}' requires parameter(s): {', '.join(missing)}.")
+    used = _resolve_backend(backend if backend is not None else task.device)
+    mat = task.matrix
+    chunked = merged.get("chunk_size") is not None and _issparse(mat)
+    if _issparse(mat) and not entry.sparse_ok and not chunked:
+        mat = mat.toarray()
+    return entry.engine(mat, backend=used, **merged)
+
+
+# -- engines --------------------------------------------------------------------------------------
+def _column_blocks(ncol: int, chunk_size) -> list:
+    if chunk_size is None or not np.isfinite(chunk_size) or chunk_size >= ncol:
+        return [slice(0, ncol)]
+    step = max(1, int(chunk_size))
+    return [slice(s, min(s + step, ncol)) for s in range(0, ncol, step)]
+
+
+def _dense_block(mat, cols: slice) -> np.ndarray:
+    blk = mat[:, cols]
+    blk = blk.toarray() if _issparse(blk) else np.asarray(blk)
+    return blk.astype(np.float64, copy=False)
+
+
+def _product(backend, x, y_t):
+    """x @ y_t.T: ggml's mul_mat on the Vulkan device, or float64 on the host."""
+    from .linalg import ggml_tcrossprod
+    return ggml_tcrossprod(x, y_t, device="gpu" if backend == "vulkan" else "cpu")
+
+
+def _pca(mat, n_components=50, center=True, backend="cpu", chunk_size=None, **_):
+    n_feat, n_cell = mat.shape
+    if n_feat < 1 or n_cell < 1:
+        raise GGMLError(f"op 'embed' needs at least one feature and one cell, got {n_feat} x {n_cell}")
+    k = int(min(int(n_components), n_feat, n_cell))
+    if k < 1:
+        raise GGMLError(f"n_components must be >= 1, got {n_components}")
+    auto = chunk_size is None and n_cell > AUTO_CHUNK_CELLS
+    blocks = _column_blocks(n_cell, AUTO_CHUNK_CELLS if auto else chunk_size)
+    t0 = time.perf_counter()
+    mu = np.zeros(n_feat)
+    if center:
+        for cols in blocks:
+            mu += _dense_block(mat, cols).sum(axis=1)
+        mu /= n_cell
+    t_ctr = time.perf_counter()
+    cov = np.zeros((n_feat, n_feat))
+    for cols in blocks:
+        blk = _dense_block(mat, cols) - mu[:, None]
+        cov += _product(backend, blk, blk)
+    cov /= max(n_cell - 1, 1)
+    t_mm = time.perf_counter()
+    vals, vecs = np.linalg.eigh((cov + cov.T) / 2)        # ascending; symmetrise the GPU's rounding
+    order = np.argsort(vals)[::-1][:k]
+    loadings, vals = vecs[:, order], np.maximum(vals[order], 0.0)
+    t_eig = time.perf_counter()
+    scores = np.empty((n_cell, k))
+    for cols in blocks:
+        blk = _dense_block(mat, cols) - mu[:, None]
+        scores[cols] = _product(backend, blk.T, loadings.T)
+    t_end = time.perf_counter()
+    meta = {"stdev": np.sqrt(vals), "loadings": loadings, "backend": backend, "centered": bool(center)}
+    if len(blocks) > 1 or chunk_size is not None:
+        meta["chunked"] = True
+    return GGMLResult(scores, meta, {"total": t_end - t0, "centre": t_ctr - t0, "matmul_cov": t_mm - t_ctr,
+                                     "eigen": t_eig - t_mm, "matmul_proj": t_end - t_eig})
+
+
+def _log1p_of_product_on_vulkan(x, f):
+    """log1p(x * f) in f32 on the Vulkan device (f broadcast over x's rows), as log(x * f + 1)."""
+    from .core.ops import ggml_add, ggml_log, ggml_mul
+    return _VULKAN.run(lambda ctx, t: ggml_log(ctx, ggml_add(ctx, ggml_mul(ctx, t[0], t[1]), t[2])),
+                       [x, f, np.ones((1, 1))])
+
+
+def _normalize(mat, scale_factor=1e4, backend="cpu", chunk_size=None, **_):
+    t0 = time.perf_counter()
+    col_sums = np.asarray(mat.sum(axis=0), dtype=np.float64).ravel()
+    col_sums[col_sums == 0] = 1.0                          # an empty cell stays zero
+    factor = float(scale_factor) / col_sums
+    if _issparse(mat):
+        # only the stored values change (log1p(0) = 0): the sparsity pattern is kept
+        out = mat.tocsc(copy=True).astype(np.float64)
+        per_value = factor[np.repeat(np.arange(out.shape[1]), np.diff(out.indptr))]
+        if backend == "vulkan" and out.nnz:
+            out.data = _log1p_of_product_on_vulkan(out.data[None, :], per_value[None, :]).ravel()
+        else:
+            backend = "cpu"
+            out.data = np.log1p(out.data * per_value)
+        meta = {"kind": "transform", "layer": "data", "backend": backend, "scale_factor": scale_factor,
+                "sparse": True}
+        return GGMLResult(out, meta, {"total": time.perf_counter() - t0})
+    x = np.asarray(mat, dtype=np.float64)
+    if backend == "vulkan" and x.size:
+        # numpy (features, cells) is ggml ne [cells, features]: the per-cell factor is one row,
+        # broadcast over the features
+        out = _log1p_of_product_on_vulkan(x, factor[None, :])
+    else:
+        backend = "cpu"
+        out = np.log1p(x * factor[None, :])
+    meta = {"kind": "transform", "layer": "data", "backend": backend, "scale_factor": scale_factor}
+    return GGMLResult(out, meta, {"total": time.perf_counter() - t0})
+
+
+def _scale(mat, max_value=10.0, backend="cpu", scale_backend="cpu", chunk_size=None, **_):
+    if scale_backend not in ("cpu", "vulkan"):
+        raise ValueError(f"scale_backend must be 'cpu' or 'vulkan', got {scale_backend!r}")
+    backend = "vulkan" if backend == "vulkan" and scale_backend == "vulkan" else "cpu"
+    t0 = time.perf_counter()
+    n_feat, n_cell = mat.shape
+    if chunk_size is None and _issparse(mat) and n_cell > AUTO_CHUNK_CELLS:
+        chunk_size = AUTO_CHUNK_CELLS
+    if chunk_size is not None and _issparse(mat):
+        blocks = _column_blocks(n_cell, chunk_size)
+        s1, s2 = np.zeros(n_feat), np.zeros(n_feat)
+        for cols in blocks:
+            blk = _dense_block(mat, cols)
+            s1 += blk.sum(axis=1)
+            s2 += (blk * blk).sum(axis=1)
+        mu = s1 / n_cell
+        sd = np.sqrt(np.maximum((s2 - n_cell * mu * mu) / max(n_cell - 1, 1), 0.0))
+        sd[sd == 0] = 1.0
+        out = np.empty((n_feat, n_cell))
+        for cols in blocks:
+            out[:, cols] = np.minimum((_dense_block(mat, cols) - mu[:, None]) / sd[:, None], max_value)
+        meta = {"kind": "transform", "layer": "scale.data", "backend": "cpu", "max_value": max_value,
+                "chunked": True}
+        return GGMLResult(out, meta, {"total": time.perf_counter() - t0})
+    x = mat.toarray() if _issparse(mat) else np.asarray(mat, dtype=np.float64)
+    mu = x.mean(axis=1) if n_cell else np.zeros(n_feat)
+    xc = x - mu[:, None]
+    sd = np.sqrt((xc * xc).sum(axis=1) / max(n_cell - 1, 1))
+    sd[sd == 0] = 1.0
+    if backend == "vulkan" and x.size:
+        from .core.ops import ggml_clamp, ggml_mul, ggml_sub
+        # numpy (features, cells) is ne [cells, features]: the per-feature mean and 1/sd are one
+        # column each (numpy (features, 1)), broadcast over the cells.
+        out = _VULKAN.run(lambda ctx, t: ggml_clamp(ctx, ggml_mul(ctx, ggml_sub(ctx, t[0], t[1]), t[2]),
+                                                    -np.inf, float(max_value)),
+                          [x, mu[:, None], (1.0 / sd)[:, None]])
+    else:
+        out = np.minimum(xc / sd[:, None], max_value)
+    meta = {"kind": "transform", "layer": "scale.data", "backend": backend, "max_value": max_value}
+    return GGMLResult(out, meta, {"total": time.perf_counter() - t0})
+
+
+def _largest_gene(mat, backend="cpu", genes=None, chunk_size=None, **_):
+    t0 = time.perf_counter()
+    n_feat, n_cell = mat.shape
+    if genes is not None and len(genes) != n_feat:
+        raise GGMLError(f"genes has {len(genes)} names for {n_feat} features")
+    if _issparse(mat):
+        csc = mat.tocsc()
+        idx, best, total = np.full(n_cell, -1), np.zeros(n_cell), np.zeros(n_cell)
+        for j in range(n_cell):
+            lo, hi = csc.indptr[j], csc.indptr[j + 1]
+            if hi > lo:
+                seg = csc.data[lo:hi]
+                total[j] = seg.sum()
+                rows = csc.indices[lo:hi]
+                best[j] = seg.max()
+                idx[j] = rows[seg == best[j]].min()   # the first feature holding the maximum
+    else:
+        x = np.asarray(mat, dtype=np.float64)
+        total = x.sum(axis=0)
+        idx = x.argmax(axis=0) if n_feat else np.zeros(n_cell, dtype=int)
+        best = x[idx, np.arange(n_cell)] if n_feat else np.zeros(n_cell)
+        idx = np.where(total == 0, -1, idx)
+    names = [None if i < 0 else (genes[i] if genes is not None else int(i)) for i in idx]
+    denom = np.where(total == 0, 1.0, total)
+    pct = np.where(idx < 0, 0.0, best / denom * 100)
+    return GGMLResult({"largest_gene": names, "percent.Largest.Gene": pct},
+                      {"kind": "coldata", "backend": "cpu"}, {"total": time.perf_counter() - t0})
+
+
+def _knn(x, k, backend, block=2048):
+    """Exact k nearest neighbours of every row of x (cells x features), self excluded: indices
+    and Euclidean distances, nearest first (ties by index). Squared distances come from
+    |a|^2 + |b|^2 - 2 a.b, the products on the Vulkan device under backend "vulkan", in row
+    blocks so that at most block x n distances are held."""
+    n = x.shape[0]
+    sq = (x * x).sum(axis=1)
+    idx, dist = np.empty((n, k), dtype=np.int64), np.empty((n, k))
+    for lo in range(0, n, block):
+        rows = slice(lo, min(lo + block, n))
+        d2 = sq[rows, None] + sq[None, :] - 2.0 * _product(backend, x[rows], x)
+        d2[np.arange(d2.shape[0]), np.arange(lo, lo + d2.shape[0])] = np.inf     # not one's own neighbour
+        part = np.argpartition(d2, k - 1, axis=1)[:, :k] if k < n else np.argsort(d2, axis=1)[:, :k]
+        pd = np.take_along_axis(d2, part, axis=1)
+        order = np.lexsort((part, pd), axis=1)
+        idx[rows] = np.take_along_axis(part, order, axis=1)
+        dist[rows] = np.sqrt(np.maximum(np.take_along_axis(pd, order, axis=1), 0.0))
+    return idx, dist
+
+
+def _neighbors(mat, n_neighbors=20, prune_snn=1 / 15, backend="cpu", knn_backend="cpu", chunk_size=None, **_):
+    if knn_backend not in ("cpu", "vulkan"):
+        raise ValueError(f"knn_backend must be 'cpu' or 'vulkan', got {knn_backend!r}")
+    try:
+        import scipy.sparse as sp
+    except ImportError as e:
+        raise GGMLError('op "neighbors" builds sparse graphs with scipy: pip install scipy') from e
+    used = "vulkan" if backend == "vulkan" and knn_backend == "vulkan" else "cpu"
+    t0 = time.perf_counter()
+    x = np.asarray(mat.toarray() if _issparse(mat) else mat, dtype=np.float64).T       # cells x features
+    n = x.shape[0]
+    if n < 2 or x.shape[1] < 1:
+        raise GGMLError(f'op "neighbors" needs at least 2 cells and 1 feature; got a {n} x {x.shape[1]} matrix '
+                        "(build neighbours from a feature space such as PCA)")
+    k = int(min(int(n_neighbors), n - 1))
+    if k < 1:
+        raise GGMLError(f"n_neighbors must be >= 1, got {n_neighbors}")
+    idx, _ = _knn(x, k, used)
+    t_knn = time.perf_counter()
+    # binary kNN graph with the point itself (Seurat counts it: |N(i)| = k + 1)
+    rows = np.repeat(np.arange(n), k + 1)
+    cols = np.concatenate([np.arange(n)[:, None], idx], axis=1).ravel()
+    knn = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
+    # SNN: Jaccard |N(i) & N(j)| / |N(i) | N(j)|, computed on the overlap's stored values only
+    overlap = (knn @ knn.T).tocsr()
+    snn = overlap.astype(np.float64)
+    snn.data = overlap.data / (2.0 * (k + 1) - overlap.data)
+    snn.data[snn.data < prune_snn] = 0.0
+    snn.eliminate_zeros()
+    t_end = time.perf_counter()
+    meta = {"kind": "graph", "backend": used, "nn": knn, "snn": snn, "n_neighbors": k, "prune_snn": prune_snn,
+            "n_snn_edges": int(snn.nnz)}
+    return GGMLResult(snn, meta, {"total": t_end - t0, "knn": t_knn - t0, "snn": t_end - t_knn})
+
+
+_register("embed", _pca, params=("n_components",),
+          desc="PCA dimensionality reduction (covariance multiply on GPU, eigen on CPU)")
+_register("normalize", _normalize, desc="LogNormalize: per-cell library-size scaling + log1p (elementwise on GPU)",
+          sparse_ok=True)
+_register("scale", _scale, desc="ScaleData z-score per gene + clamp (elementwise on GPU)", sparse_ok=True)
+_register("largest_gene", _largest_gene,
+          desc="Highest-expressed gene per cell + its percent of the cell total (CPU, sparse)", sparse_ok=True)
+_register("neighbors", _neighbors,
+          desc="kNN + shared-NN (SNN/Jaccard) graphs, Seurat FindNeighbors-compatible (exact kNN)")

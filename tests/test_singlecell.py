@@ -1,0 +1,99 @@
+"""ggmlpy.singlecell beyond ggmlR's own tests: argument checks, overrides, edge cases."""
+import numpy as np
+import pytest
+
+import ggmlpy as g
+from ggmlpy.errors import GGMLError
+
+
+def test_result_constructor_and_item_access():
+    r = g.ggml_result(np.zeros((3, 2)), {"backend": "cpu"}, {"total": 0.5})
+    assert r["embedding"].shape == (3, 2) and r.metadata["backend"] == "cpu" and r.timings == {"total": 0.5}
+    assert repr(r) == "<ggml_result> embedding=3 x 2  backend=cpu"
+
+
+def test_registry_is_sorted_and_entries_are_complete():
+    reg = g.ggml_ops_registry()
+    assert list(reg) == sorted(reg) == ["embed", "largest_gene", "neighbors", "normalize", "scale"]
+    assert all(callable(e.engine) and e.desc for e in reg.values())
+
+
+def test_run_keywords_override_task_params_and_backend_overrides_device():
+    X = np.random.default_rng(0).standard_normal((6, 30))
+    task = g.ggml_task("embed", X, params={"n_components": 2}, device="vulkan")
+    res = g.ggml_run(task, backend="cpu", n_components=3)
+    assert res.embedding.shape == (30, 3) and res.metadata["backend"] == "cpu"
+    assert set(res.timings) == {"total", "centre", "matmul_cov", "eigen", "matmul_proj"}
+
+
+def test_n_components_is_capped_by_the_matrix():
+    res = g.ggml_run(g.ggml_task("embed", np.eye(4)[:, :3], {"n_components": 50}, "cpu"))
+    assert res.embedding.shape == (3, 3)
+
+
+def test_bad_arguments():
+    X = np.ones((4, 5))
+    with pytest.raises(ValueError, match="device"):
+        g.ggml_task("embed", X, device="gpu")
+    with pytest.raises(GGMLError, match="dense matrix"):
+        g.ggml_task("embed", np.ones((2, 2, 2)))
+    with pytest.raises(GGMLError, match="n_components"):
+        g.ggml_run(g.ggml_task("embed", X, {"n_components": 0}, "cpu"))
+    with pytest.raises(GGMLError, match="at least one"):
+        g.ggml_run(g.ggml_task("embed", np.ones((4, 0)), {"n_components": 1}, "cpu"))
+    with pytest.raises(GGMLError, match="genes"):
+        g.ggml_run(g.ggml_task("largest_gene", X, device="cpu"), genes=["a"])
+    with pytest.raises(ValueError, match="scale_backend"):
+        g.ggml_run(g.ggml_task("scale", X, device="cpu"), scale_backend="gpu")
+    with pytest.raises(ValueError, match="backend"):
+        g.ggml_run(g.ggml_task("scale", X), backend="cuda")
+
+
+def test_largest_gene_without_names_gives_0_based_indices():
+    m = np.array([[0.0, 1, 5], [0, 3, 5]])
+    res = g.ggml_run(g.ggml_task("largest_gene", m, device="cpu")).embedding
+    assert res["largest_gene"] == [None, 1, 0]
+    np.testing.assert_allclose(res["percent.Largest.Gene"], [0, 75, 50])
+
+
+def test_scale_clamps_only_above_and_keeps_constant_genes_at_zero():
+    X = np.vstack([np.full(5, 3.0), [0, 0, 0, 0, 100.0]])
+    out = g.ggml_run(g.ggml_task("scale", X, device="cpu"), max_value=1.0).embedding
+    assert np.all(out[0] == 0)
+    assert out[1].max() == 1.0 and out[1].min() == pytest.approx(-0.4472135955)
+
+
+def test_neighbors_match_a_brute_force_search_and_seurat_jaccard():
+    from scipy.spatial.distance import cdist
+    mat = np.random.default_rng(4).standard_normal((5, 40))
+    res = g.ggml_run(g.ggml_task("neighbors", mat, device="cpu"), n_neighbors=6, prune_snn=0.0)
+    D = cdist(mat.T, mat.T)
+    np.fill_diagonal(D, np.inf)
+    hoods = [set(np.argsort(D[i], kind="stable")[:6]) | {i} for i in range(40)]
+    want = np.array([[len(a & b) / len(a | b) for b in hoods] for a in hoods])
+    np.testing.assert_allclose(res.embedding.toarray(), want, rtol=1e-12)
+    assert res.metadata["n_neighbors"] == 6 and res.metadata["backend"] == "cpu"
+    with pytest.raises(GGMLError, match="at least 2 cells"):
+        g.ggml_run(g.ggml_task("neighbors", np.ones((3, 1)), device="cpu"))
+    with pytest.raises(ValueError, match="knn_backend"):
+        g.ggml_run(g.ggml_task("neighbors", mat, device="cpu"), knn_backend="annoy")
+    capped = g.ggml_run(g.ggml_task("neighbors", mat[:, :4], device="cpu"), n_neighbors=50)
+    assert capped.metadata["n_neighbors"] == 3 and capped.embedding.toarray().min() == 1.0   # everyone is everyone's
+
+
+def test_neighbors_distances_on_the_vulkan_device():
+    if not g.ggml_vulkan_available():
+        pytest.skip("no Vulkan device listed (GGMLPY_SOFTWARE_VULKAN=1 lists lavapipe)")
+    mat = np.random.default_rng(5).standard_normal((6, 30)) * 10
+    gpu = g.ggml_run(g.ggml_task("neighbors", mat, device="vulkan"), knn_backend="vulkan", n_neighbors=5)
+    cpu = g.ggml_run(g.ggml_task("neighbors", mat, device="cpu"), n_neighbors=5)
+    assert gpu.metadata["backend"] == "vulkan"
+    assert (gpu.metadata["nn"] != cpu.metadata["nn"]).nnz <= 4          # f32 distances may swap a near tie
+
+
+def test_auto_skips_a_software_vulkan_device_but_vulkan_takes_it(monkeypatch):
+    from ggmlpy import singlecell
+    monkeypatch.setattr(singlecell._VULKAN, "usable", lambda: True)
+    monkeypatch.setattr(singlecell._VULKAN, "software", lambda: True)
+    assert singlecell._resolve_backend("auto") == "cpu"
+    assert singlecell._resolve_backend("vulkan") == "vulkan"
