@@ -174,6 +174,10 @@ class OnnxModel:
             self.cpu.set_n_threads(int(n_threads))
         self.backend = self.cpu if str(device).strip().lower() == "cpu" else get_backend(device)
         self.device = self.backend.device_name
+        self.blas = None  # on the CPU, ggml's BLAS backend (OpenBLAS) takes the large matrix products
+        if self.backend is self.cpu and os.environ.get("GGMLPY_ONNX_BLAS", "1") != "0":
+            from ..backend.device import blas_backend
+            self.blas = blas_backend(self.cpu.n_threads)
 
     # -- building -------------------------------------------------------------------------------------
     def _plan(self, shapes: dict):
@@ -429,6 +433,16 @@ class _Plan:
         nodes = [lib.ggml_graph_node(self.graph, i) for i in range(self.n_nodes)]
         unsupported = [p for p in nodes if not lib.ggml_backend_supports_op(backend.ptr, p)]
         self.cpu_fallback = sorted({ffi.string(lib.ggml_op_desc(p)).decode() for p in unsupported})
+        blas = model.blas
+        if not unsupported and blas is not None and any(
+                p.op == lib.GGML_OP_MUL_MAT and lib.ggml_backend_supports_op(blas.ptr, p) for p in nodes):
+            # large f32 products run in OpenBLAS (ggml's BLAS backend accepts those of 32 or more rows,
+            # columns and depth), the rest on the CPU backend: ggml's scheduler splits the graph
+            from ..backend.sched import Scheduler
+            self.sched = Scheduler([blas, model.cpu], graph_size=max(2048, self.n_nodes + 64))
+            if not lib.ggml_backend_sched_alloc_graph(self.sched.ptr, self.graph):
+                raise MemoryError(f"could not allocate the model's graph on {backend.device_name} + BLAS")
+            return
         if not unsupported:
             self.galloc = lib.ggml_gallocr_new(backend.buft)
             if not lib.ggml_gallocr_alloc_graph(self.galloc, self.graph):
@@ -588,8 +602,8 @@ def onnx_profile(model: OnnxModel, inputs: "dict | list", runs: int = 3) -> list
                                              else zip(model.input_info, inputs))}
     model.run(arrays)  # builds (or finds) the plan and checks the inputs
     plan = model._plan({n: a.shape for n, a in arrays.items()})
-    sched = Scheduler([model.backend] if model.backend is model.cpu else [model.backend, model.cpu],
-                      graph_size=max(2048, plan.n_nodes + 64))
+    first = model.blas if model.backend is model.cpu else model.backend
+    sched = Scheduler([model.cpu] if first is None else [first, model.cpu], graph_size=max(2048, plan.n_nodes + 64))
     totals, counts = defaultdict(float), defaultdict(int)
     last = [0.0]
 
