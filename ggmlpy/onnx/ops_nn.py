@@ -169,6 +169,18 @@ def _ints2(at, key, nd, default):
     return ([1] + v) if nd == 1 and key in ("strides", "dilations", "kernel_shape") else v
 
 
+def _add_bias(b, y, bias, shape):
+    """y (N, M, OH, OW) + a per-channel bias. A constant bias is stored repeated along the rows
+    (ne [OW, 1, M, 1]): ggml adds a whole row per call, where a (1, M, 1, 1) bias costs one call
+    per element (15 % of a ResNet-18's time)."""
+    if bias is None:
+        return y
+    if bias.is_const:
+        rows = np.repeat(np.asarray(bias.const, dtype=np.float32).reshape(1, -1, 1, 1), shape[3], axis=3)
+        return lib.ggml_add(b.ctx, y, b.weight(rows))
+    return lib.ggml_add(b.ctx, y, reshape(b, b.tensor(bias), (1, bias.size, 1, 1)))
+
+
 @op("Conv")
 def _conv(b, node, ins, at):
     x, w = ins[0], ins[1]
@@ -184,13 +196,7 @@ def _conv(b, node, ins, at):
     w_shape = (w.shape[0], w.shape[1], ks[0], ks[1])
     wsrc = np.asarray(w.const, dtype=np.float32).reshape(w_shape) if w.is_const else reshape(b, b.tensor(w), w_shape)
     y, shape = conv2d(b, xt, xs, wsrc, w_shape, strides, pb, pe, dils, int(at.get("group", 1)))
-    if bias is not None and bias.is_const:
-        # the bias repeated along the output's rows (ne [OW, 1, M, 1]): ggml adds a whole row per
-        # call where a (1, M, 1, 1) bias costs one call per element (15 % of a ResNet's time)
-        rows = np.repeat(np.asarray(bias.const, dtype=np.float32).reshape(1, -1, 1, 1), shape[3], axis=3)
-        y = lib.ggml_add(b.ctx, y, b.weight(rows))
-    elif bias is not None:
-        y = lib.ggml_add(b.ctx, y, reshape(b, b.tensor(bias), (1, bias.size, 1, 1)))
+    y = _add_bias(b, y, bias, shape)
     if nd == 1:
         shape = (shape[0], shape[1], shape[3])
         y = reshape(b, y, shape)
@@ -258,13 +264,7 @@ def _conv_transpose(b, node, ins, at):
     cpb = [dils[i] * (ks[i] - 1) - pb[i] for i in range(2)]
     cpe = [dils[i] * (ks[i] - 1) - pe[i] + outpad[i] for i in range(2)]
     y, oshape = conv2d(b, t, shape, Wc, Wc.shape, [1, 1], cpb, cpe, dils, group)
-    if bias is not None and bias.is_const:
-        # the bias repeated along the output's rows (ne [OW, 1, M, 1]): ggml adds a whole row per
-        # call where a (1, M, 1, 1) bias costs one call per element (15 % of a ResNet's time)
-        rows = np.repeat(np.asarray(bias.const, dtype=np.float32).reshape(1, -1, 1, 1), shape[3], axis=3)
-        y = lib.ggml_add(b.ctx, y, b.weight(rows))
-    elif bias is not None:
-        y = lib.ggml_add(b.ctx, y, reshape(b, b.tensor(bias), (1, bias.size, 1, 1)))
+    y = _add_bias(b, y, bias, oshape)
     if nd == 1:
         oshape = (oshape[0], oshape[1], oshape[3])
         y = reshape(b, y, oshape)
