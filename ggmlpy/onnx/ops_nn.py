@@ -21,6 +21,10 @@ def _matmul(b, a: Val, bt, b_shape, out_batch=None):
     ab, bb = a.shape[:-2], tuple(b_shape[:-2])
     from .layout import broadcast_shape, repeat_to
     batch = broadcast_shape(b, ab, bb) if (ab or bb) else ()
+    if ab and not bb:  # (..., M, K) @ (K, N): one product of all the rows, not one per batch entry
+        rows = int(np.prod(ab, dtype=np.int64)) * M
+        t, _ = _matmul(b, Val((rows, K), a.dtype, t=reshape(b, f(b, a), (rows, K))), bt, b_shape)
+        return reshape(b, t, ab + (M, N)), ab + (M, N)
     b.need(len(batch) <= 2, "matmul with more than two batch dimensions")
     ta = reshape(b, f(b, a), batch and ((1,) * (len(batch) - len(ab)) + ab + (M, K)) or (M, K))
     if tuple((1,) * (len(batch) - len(ab)) + ab) != batch:
