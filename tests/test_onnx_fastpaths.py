@@ -83,6 +83,7 @@ def test_batched_matmul_against_a_matrix(a_shape, const_b, monkeypatch):
         monkeypatch.setenv("GGMLPY_ONNX_BLAS", blas)
         model = ggmlpy.onnx_load(m, device="cpu")
         assert (model.blas is not None) == (blas == "1" and "BLAS" in ggmlpy.backends())
+        assert ggmlpy.onnx_device_info(model)["backends"] == (["BLAS", "CPU"] if model.blas else ["CPU"])
         np.testing.assert_allclose(ggmlpy.onnx_run(model, feeds)["y"], a @ B, rtol=1e-5, atol=1e-5)
 
 

@@ -632,7 +632,8 @@ def onnx_profile(model: OnnxModel, inputs: "dict | list", runs: int = 3) -> list
 
 
 def onnx_device_info(model: OnnxModel) -> dict:
-    """ggmlR's placement diagnostics: backends, n_backends, n_splits (1: one backend computes it all),
+    """ggmlR's placement diagnostics: backends (on the CPU, "BLAS" too when ggml's BLAS backend takes the
+    large products), n_backends, n_splits (1: one backend computes it all),
     n_nodes (ggml nodes), gpu_ops and cpu_ops (node counts), cpu_only_ops (op -> count of the nodes the
     device has no kernel for, which run on the CPU)."""
     if not isinstance(model, OnnxModel):
@@ -648,7 +649,7 @@ def onnx_device_info(model: OnnxModel) -> dict:
         elif not on_cpu:
             name = ffi.string(lib.ggml_op_name(p.op)).decode()
             cpu_only[name] = cpu_only.get(name, 0) + 1
-    backends = ([model.backend.name] if not on_cpu else []) + [model.cpu.name]
+    backends = ([model.backend.name] if not on_cpu else ["BLAS"] if plan.sched is not None else []) + [model.cpu.name]
     splits = int(lib.ggml_backend_sched_get_n_splits(plan.sched.ptr)) if plan.sched is not None else 1
     return {"backends": backends, "n_backends": len(backends), "n_splits": splits, "n_nodes": plan.n_nodes,
             "gpu_ops": n_dev, "cpu_ops": plan.n_nodes - n_dev, "cpu_only_ops": cpu_only}
