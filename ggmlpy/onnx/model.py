@@ -387,7 +387,7 @@ class _Plan:
                 continue
             t = v.t
             fed = b.input_by_ptr.get(int(ffi.cast("uintptr_t", t)))
-            if fed is not None:  # handed on as it came in: no ggml node needed
+            if fed is not None and (not first or name not in model.output_names):  # handed on as it came in
                 self.outputs.append((name, v, None, fed))
                 continue
             if t.type != F32:
