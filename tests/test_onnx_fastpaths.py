@@ -87,8 +87,10 @@ def test_batched_matmul_against_a_matrix(a_shape, const_b, monkeypatch):
         np.testing.assert_allclose(ggmlpy.onnx_run(model, feeds)["y"], a @ B, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("blas", ["1", "0"])  # the conv product's operand order follows it
 @pytest.mark.parametrize("batch", [1, 3])
-def test_conv_bias_repeated_along_rows(batch):
+def test_conv_bias_repeated_along_rows(batch, blas, monkeypatch):
+    monkeypatch.setenv("GGMLPY_ONNX_BLAS", blas)
     rng = np.random.default_rng(2)
     x = rng.normal(size=(batch, 3, 9, 7)).astype(np.float32)
     W = rng.normal(size=(5, 3, 3, 3)).astype(np.float32)
@@ -100,5 +102,6 @@ def test_conv_bias_repeated_along_rows(batch):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     from onnx.reference import ReferenceEvaluator
     want = ReferenceEvaluator(m).run(None, {"x": x})[0]
-    got = ggmlpy.onnx_run(ggmlpy.onnx_load(m, device="cpu"), {"x": x})["y"]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    model = ggmlpy.onnx_load(m, device="cpu")
+    assert next(iter(model._plans.values())).builder.columns_first == (model.blas is not None)
+    np.testing.assert_allclose(ggmlpy.onnx_run(model, {"x": x})["y"], want, rtol=1e-4, atol=1e-5)

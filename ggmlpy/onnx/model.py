@@ -303,6 +303,7 @@ class _Plan:
         nodes = list(g.node) if first else nodes
         b = self.builder = Builder(len(nodes), f16_weights=model.dtype == "f16")
         b.opset = model.opset
+        b.columns_first = not (model.backend is model.cpu and model.blas is None)  # see ops_nn.conv2d
         self.backend = model.backend  # not the model itself: no reference cycle, freed as soon as dropped
         self.input_tensors = {}
         if first:
