@@ -290,8 +290,8 @@ class _Plan:
 
     A node that needs a value known only after the graph ran (the output of a host step such as
     NonMaxSuppression, see ops_host.py) is deferred with everything depending on it: `deferred`
-    lists those nodes, `exports` the values this graph hands them. OnnxModel.run runs the host
-    steps and a next _Plan built for the deferred nodes (kept in `next_plans`, keyed by shapes)."""
+    lists those nodes, and `outputs` includes the values this graph hands them. OnnxModel.run runs
+    `host_steps`, then a next _Plan built for the nodes left (`rest`; kept in `next_plans`, by shapes)."""
 
     galloc = sched = wbuf = None
     MAX_NEXT_PLANS = 8  # shapes a data-dependent stage keeps graphs for (NMS gives a new count each call)
@@ -471,14 +471,13 @@ class _Plan:
                 a = np.where(ai < 0, ai + L, ai)
             a = np.ascontiguousarray(a, dtype=np.float32)
             lib.ggml_backend_tensor_set(t, ffi.from_buffer(a), 0, a.nbytes)
-        if not self.n_nodes:
-            pass
-        elif self.sched is not None:
-            status = lib.ggml_backend_sched_graph_compute(self.sched.ptr, self.graph)
-        else:
-            status = lib.ggml_backend_graph_compute(self.backend.ptr, self.graph)
-        if self.n_nodes and status != lib.GGML_STATUS_SUCCESS:
-            raise OnnxError(f"onnx_run: graph compute failed (status {status})")
+        if self.n_nodes:  # none when every output is an input or a constant, as a host step may need
+            if self.sched is not None:
+                status = lib.ggml_backend_sched_graph_compute(self.sched.ptr, self.graph)
+            else:
+                status = lib.ggml_backend_graph_compute(self.backend.ptr, self.graph)
+            if status != lib.GGML_STATUS_SUCCESS:
+                raise OnnxError(f"onnx_run: graph compute failed (status {status})")
         out = {}
         for name, v, t, fed in self.outputs:
             dt = np_dtype(v.dtype)
