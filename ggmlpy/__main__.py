@@ -80,6 +80,8 @@ def onnx_cmd(args) -> int:
     print("  ops: " + ", ".join(f"{k} x{v}" for k, v in sorted(s["op_counts"].items(), key=lambda kv: -kv[1])))
     if s["cpu_fallback_ops"]:
         print("  on the CPU (no kernel on the device): " + ", ".join(s["cpu_fallback_ops"]))
+    if s["host_ops"]:
+        print("  host steps between ggml graphs (numpy): " + ", ".join(s["host_ops"]))
     rng = np.random.default_rng(0)
     feeds = {}
     for name, shape in onnx_inputs(model).items():
@@ -99,7 +101,8 @@ def onnx_cmd(args) -> int:
         out = onnx_run(model, feeds)
         times.append(time.perf_counter() - t0)
     for name, y in out.items():
-        print(f"  output {name}: {list(y.shape)} {y.dtype}  mean {float(np.mean(y)):.6g}")
+        mean = f"  mean {float(np.mean(y)):.6g}" if y.size else ""
+        print(f"  output {name}: {list(y.shape)} {y.dtype}{mean}")
     print(f"  load {t_load * 1e3:.1f} ms; run: first {times[0] * 1e3:.2f} ms"
           + (f", best of {len(times) - 1} more {min(times[1:]) * 1e3:.2f} ms" if len(times) > 1 else ""))
     if args.profile:

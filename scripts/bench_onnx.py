@@ -1,10 +1,14 @@
 """ggmlpy's ONNX import against onnxruntime (CPU provider), same thread count, one process.
 
-    python scripts/bench_onnx.py [--threads 2] [--batch 1 8] [--seq 128] [--reps 10]
+    python scripts/bench_onnx.py [--threads 2] [--batch 1 8] [--seq 128] [--reps 10] [--cpu-time]
 
 Models are exported from PyTorch with random weights (no downloads): ResNet-18 at 224x224 and a
-BERT-style encoder (4 layers, d=256, 4 heads, FFN 1024) at sequence 128. Prints ms per inference
-(best of --reps after a warm-up) and the ratio ggmlpy / onnxruntime.
+BERT-style encoder (4 layers, d=256, 4 heads, FFN 1024) at sequence 128. The two runtimes alternate
+(--reps interleaved rounds after a warm-up, so both see the same machine load; 3 calls a turn, the
+first not counted, so that neither is timed while the other's idle threads still spin); prints the best and
+the median ms per inference, their ratios ggmlpy / onnxruntime, and /proc/loadavg before and after.
+--cpu-time measures process CPU time instead of wall time: with --threads 1 it is what a shared,
+busy machine can measure reliably (wall time there depends on who else runs).
 """
 from __future__ import annotations
 
@@ -60,14 +64,22 @@ def encoder(seq):
     return Enc()
 
 
-def best(fn, reps):
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
+def interleaved(fns, reps, clock, block=3):
+    """ms per call of each function over `reps` rounds that call them in turn, `block` calls at a
+    time with the first of each block not counted: a runtime's worker threads spin for a while after
+    a call (onnxruntime's pool, OpenMP's), and would otherwise slow the other's next call.
+    Returns (best, median) for each function."""
+    for fn in fns:
         fn()
-        ts.append(time.perf_counter() - t0)
-    return min(ts) * 1e3
+    ts = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, t in zip(fns, ts):
+            for j in range(block):
+                t0 = clock()
+                fn()
+                if j or block == 1:
+                    t.append(clock() - t0)
+    return [(min(t) * 1e3, float(np.median(t)) * 1e3) for t in ts]
 
 
 def main() -> None:
@@ -76,6 +88,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--cpu-time", action="store_true", help="process CPU time instead of wall time")
     args = ap.parse_args()
     import onnxruntime as ort
     import torch
@@ -86,7 +99,9 @@ def main() -> None:
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
     so.inter_op_num_threads = 1
-    print(f"threads {args.threads}; loadavg {open('/proc/loadavg').read().split()[:3]}")
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    print(f"threads {args.threads}; {'CPU' if args.cpu_time else 'wall'} time; "
+          f"loadavg {open('/proc/loadavg').read().split()[:3]}")
     cases = []
     net = resnet18().eval()
     for bn in net.modules():
@@ -100,7 +115,7 @@ def main() -> None:
     mask = torch.ones(1, args.seq, dtype=torch.int64)
     cases.append((f"BERT-style encoder seq {args.seq}", enc, (ids, mask), ["ids", "mask"],
                   {"ids": ids.numpy(), "mask": mask.numpy()}))
-    print(f"{'model':<28} {'ggmlpy ms':>10} {'onnxruntime ms':>15} {'ratio':>6}  max |diff|")
+    print(f"{'model':<28} {'ggmlpy ms best/median':>22} {'onnxruntime ms':>16} {'ratio':>11}  max |diff|")
     for name, model, inputs, names, feeds in cases:
         path = os.path.join(tmp, name.replace(" ", "_") + ".onnx")
         with warnings.catch_warnings():
@@ -108,10 +123,10 @@ def main() -> None:
             torch.onnx.export(model, inputs, path, dynamo=False, input_names=names, output_names=["y"], opset_version=17)
         m = g.onnx_load(path, device="cpu", n_threads=args.threads)
         sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        t_g = best(lambda: g.onnx_run(m, feeds), args.reps)
-        t_o = best(lambda: sess.run(None, feeds), args.reps)
+        (gb, gm), (ob, om) = interleaved([lambda: g.onnx_run(m, feeds), lambda: sess.run(None, feeds)], args.reps,
+                                         clock)
         diff = float(np.abs(g.onnx_run(m, feeds)["y"] - sess.run(None, feeds)[0]).max())
-        print(f"{name:<28} {t_g:>10.2f} {t_o:>15.2f} {t_g / t_o:>6.2f}  {diff:.2e}")
+        print(f"{name:<28} {gb:>10.2f} /{gm:>9.2f} {ob:>7.2f} /{om:>7.2f} {gb / ob:>5.2f}/{gm / om:<5.2f}  {diff:.2e}")
     print(f"loadavg after {open('/proc/loadavg').read().split()[:3]}")
 
 

@@ -110,6 +110,7 @@ class Builder:
         self.opset = 0
         self.input_by_ptr: dict = {}  # ggml input tensor address -> input name
         self.index_inputs: dict = {}  # input name -> smallest axis it indexes (checked at run time)
+        self.columns_first = True  # conv product order (ops_nn.conv2d)
 
     def note_index_input(self, v: "Val", L: int) -> None:
         """`v` indexes an axis of length L: when it is a graph input, onnx_run checks its range."""

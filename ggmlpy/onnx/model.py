@@ -23,6 +23,7 @@ from .graph import F32, NUMERIC_TYPES, Builder, OnnxError, Val, const, np_dtype,
 from .fusion import find_gelu
 from .ops_basic import OPS
 from .ops_basic import f as contiguous_f32
+from .ops_host import HOST_OPS
 
 _NULL = ffi.NULL
 _OVERHEAD = int(lib.ggml_tensor_overhead())
@@ -46,7 +47,7 @@ def op_key(node) -> str:
 def supported_ops() -> list[str]:
     """The ONNX operator types onnx_load can build (others' domains as "com.microsoft:QGemm")."""
     from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (register their builders)
-    return sorted(OPS)
+    return sorted(set(OPS) | set(HOST_OPS))
 
 
 def _read_model(path):
@@ -153,7 +154,7 @@ class OnnxModel:
     def _check_ops(self):
         bad = []
         for n in self.proto.graph.node:
-            if op_key(n) not in OPS:
+            if op_key(n) not in OPS and op_key(n) not in HOST_OPS:
                 bad.append(f"'{n.op_type}'" + (f" (domain {n.domain})" if n.domain not in ("", "ai.onnx") else "")
                            + f" at node '{n.name or n.output[0]}'")
         if bad:
@@ -173,6 +174,10 @@ class OnnxModel:
             self.cpu.set_n_threads(int(n_threads))
         self.backend = self.cpu if str(device).strip().lower() == "cpu" else get_backend(device)
         self.device = self.backend.device_name
+        self.blas = None  # on the CPU, ggml's BLAS backend (OpenBLAS) takes the large matrix products
+        if self.backend is self.cpu and os.environ.get("GGMLPY_ONNX_BLAS", "1") != "0":
+            from ..backend.device import blas_backend
+            self.blas = blas_backend(self.cpu.n_threads)
 
     # -- building -------------------------------------------------------------------------------------
     def _plan(self, shapes: dict):
@@ -211,7 +216,26 @@ class OnnxModel:
                 raise OnnxError(f"onnx_run: input '{name}' has shape {list(a.shape)}, the model expects "
                                 f"{_fmt(decl) if list(decl) != list(fixed) else list(fixed)}")
             arrays[name], shapes[name] = a, a.shape
-        return self._plan(shapes).run(arrays)
+        plan = self._plan(shapes)
+        values = plan.run(arrays)
+        while plan.deferred:
+            for node, attrs in plan.host_steps:
+                ins = [None if not n else values[n] if n in values else plan.consts[n].const for n in node.input]
+                try:
+                    outs = HOST_OPS[op_key(node)](ins, attrs, self.opset)
+                except OnnxError as e:
+                    raise OnnxError(f"onnx_run: node '{node.name or node.output[0]}': {e}") from None
+                values.update((o, a) for o, a in zip(node.output, outs) if o)
+            if not plan.rest:
+                break
+            feeds = {n: values[n] for node in plan.rest for n in node.input
+                     if n and n in values and n not in plan.consts}
+            if any(a.size == 0 for a in feeds.values()):  # ggml has no empty tensors: numpy for the rest
+                values.update(_evaluate_on_host(self, plan.rest, values, plan.consts))
+                break
+            plan = plan.next_plan(self, feeds)
+            values.update(plan.run(feeds))
+        return {n: values[n] for n in self.output_names}
 
     def __str__(self):  # ggmlR's print.onnx_model
         lines = [f"ONNX Model: {self.graph_name}", f"  Producer: {self.producer}",
@@ -244,20 +268,50 @@ def _fold(model: OnnxModel, node, ins):
     return [const(np.asarray(r)) for r in res]
 
 
+def _evaluate_on_host(model: OnnxModel, nodes, values: dict, consts: dict) -> dict:
+    """Nodes evaluated one by one in numpy (onnx's reference implementation, ours for host ops):
+    for what follows a host step that produced an empty tensor, which no ggml graph can hold."""
+    from onnx import helper
+    known = {n: v.const for n, v in consts.items()}
+    known.update(values)
+    for node in nodes:
+        ins = [known[n] if n else None for n in node.input]
+        if op_key(node) in HOST_OPS:
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            outs = HOST_OPS[op_key(node)](ins, attrs, model.opset)
+        else:
+            outs = [v.const for v in _fold(model, node, [None if a is None else const(a) for a in ins])]
+        known.update((o, a) for o, a in zip(node.output, outs) if o)
+    return {n: known[n] for n in model.output_names if n in known}
+
+
 class _Plan:
-    """One model graph for one set of input shapes: built, allocated, ready to compute."""
+    """One model graph for one set of input shapes: built, allocated, ready to compute.
+
+    A node that needs a value known only after the graph ran (the output of a host step such as
+    NonMaxSuppression, see ops_host.py) is deferred with everything depending on it: `deferred`
+    lists those nodes, and `outputs` includes the values this graph hands them. OnnxModel.run runs
+    `host_steps`, then a next _Plan built for the nodes left (`rest`; kept in `next_plans`, by shapes)."""
 
     galloc = sched = wbuf = None
+    MAX_NEXT_PLANS = 8  # shapes a data-dependent stage keeps graphs for (NMS gives a new count each call)
 
-    def __init__(self, model: OnnxModel, shapes: dict, sched=None):
+    def __init__(self, model: OnnxModel, shapes: dict, sched=None, nodes=None, feed_types=None, consts=None):
         from onnx import helper
         g = model.proto.graph
-        b = self.builder = Builder(len(g.node), f16_weights=model.dtype == "f16")
+        first = nodes is None
+        nodes = list(g.node) if first else nodes
+        b = self.builder = Builder(len(nodes), f16_weights=model.dtype == "f16")
         b.opset = model.opset
+        b.columns_first = not (model.backend is model.cpu and model.blas is None)  # see ops_nn.conv2d
         self.backend = model.backend  # not the model itself: no reference cycle, freed as soon as dropped
         self.input_tensors = {}
-        vals = {n: const(a, init.data_type) for (n, a), init in zip(model.initializers.items(), g.initializer)}
-        for name, (et, _) in model.input_info.items():
+        if first:
+            vals = {n: const(a, init.data_type) for (n, a), init in zip(model.initializers.items(), g.initializer)}
+            feed_types = {name: et for name, (et, _) in model.input_info.items()}
+        else:
+            vals = dict(consts)
+        for name, et in feed_types.items():
             shp = tuple(shapes[name])
             t = b.new_tensor(b.ctx, F32, shp)
             lib.ggml_set_input(t)
@@ -266,10 +320,17 @@ class _Plan:
             vals[name] = Val(shp, et, t=t)
         b.input_by_ptr = {int(ffi.cast("uintptr_t", t)): n for n, (t, _, _) in self.input_tensors.items()}
         self.n_folded = 0
-        gelu, skipped = find_gelu(g, model.initializers)
+        gelu, skipped = find_gelu(g, model.initializers) if first else ({}, set())
         self.n_fused = len(gelu)
-        for k, node in enumerate(g.node):
+        self.deferred, pending = [], set()
+        for k, node in enumerate(nodes):
             b.node = node
+            host = op_key(node) in HOST_OPS
+            if any(n in pending for n in node.input if n) or (
+                    host and any(not vals[n].is_const for n in node.input if n and n in vals)):
+                self.deferred.append(node)  # needs what only a host step after this graph knows
+                pending.update(o for o in node.output if o)
+                continue
             if k in skipped:  # inside a fused pattern: its value is never read
                 continue
             if k in gelu:
@@ -284,7 +345,14 @@ class _Plan:
                 raise b.fail(f"input {e} is neither a graph input, an initializer nor an earlier node's output")
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             present = [v for v in ins if v is not None]
-            if (present and all(v.is_const for v in present) and node.op_type not in _SELF_FOLDING
+            if host:  # all inputs known at load time
+                try:
+                    outs = [const(a) for a in HOST_OPS[op_key(node)]([None if v is None else v.const for v in ins],
+                                                                     attrs, model.opset)]
+                except OnnxError as e:
+                    raise b.fail(str(e)) from None
+                self.n_folded += 1
+            elif (present and all(v.is_const for v in present) and node.op_type not in _SELF_FOLDING
                     and node.domain in ("", "ai.onnx")):
                 try:
                     outs = _fold(model, node, ins)
@@ -297,25 +365,45 @@ class _Plan:
                 if name:
                     vals[name] = v
         b.node = None
-        self.outputs = []  # (name, Val, ggml tensor or None)
+        self.consts = {n: v for n, v in vals.items() if v.is_const}
+        # host steps that can run as soon as this graph is computed; the rest is the next stage
+        known, self.host_steps, self.rest = set(vals), [], []
+        for node in self.deferred:
+            if op_key(node) in HOST_OPS and all(n in known for n in node.input if n):
+                self.host_steps.append((node, {a.name: helper.get_attribute_value(a) for a in node.attribute}))
+                known.update(o for o in node.output if o)
+            else:
+                self.rest.append(node)
+        needed = {n for node in self.deferred for n in node.input if n in vals and not vals[n].is_const}
+        self.outputs = []  # (name, Val, ggml tensor or None, fed input name or None)
         out_ts = []
-        for name in model.output_names:
+        for name in list(model.output_names) + sorted(needed - set(model.output_names)):
             if name not in vals:
+                if name in pending or not first:
+                    continue  # computed by a later stage, or by an earlier one
                 raise OnnxError(f"onnx_load: graph output '{name}' is produced by no node")
             v = vals[name]
             if v.is_const:
-                self.outputs.append((name, v, None))
+                self.outputs.append((name, v, None, None))
                 continue
             t = v.t
+            fed = b.input_by_ptr.get(int(ffi.cast("uintptr_t", t)))
+            if fed is not None and (not first or name not in model.output_names):  # handed on as it came in
+                self.outputs.append((name, v, None, fed))
+                continue
             if t.type != F32:
                 t = lib.ggml_cast(b.ctx, t, F32)
             if t.view_src != _NULL or t.op == lib.GGML_OP_NONE or not lib.ggml_is_contiguous(t):
                 t = lib.ggml_cont(b.ctx, t)
             lib.ggml_set_output(t)
-            self.outputs.append((name, v, t))
+            self.outputs.append((name, v, t, None))
             out_ts.append(t)
+        self.next_plans = {}
         self._build_graph(out_ts)
-        self._allocate(model, sched)
+        if self.n_nodes:
+            self._allocate(model, sched)
+        else:
+            self.cpu_fallback = []
 
     def _build_graph(self, out_ts):
         b = self.builder
@@ -346,6 +434,16 @@ class _Plan:
         nodes = [lib.ggml_graph_node(self.graph, i) for i in range(self.n_nodes)]
         unsupported = [p for p in nodes if not lib.ggml_backend_supports_op(backend.ptr, p)]
         self.cpu_fallback = sorted({ffi.string(lib.ggml_op_desc(p)).decode() for p in unsupported})
+        blas = model.blas
+        if not unsupported and blas is not None and any(
+                p.op == lib.GGML_OP_MUL_MAT and lib.ggml_backend_supports_op(blas.ptr, p) for p in nodes):
+            # large f32 products run in OpenBLAS (ggml's BLAS backend accepts those of 32 or more rows,
+            # columns and depth), the rest on the CPU backend: ggml's scheduler splits the graph
+            from ..backend.sched import Scheduler
+            self.sched = Scheduler([blas, model.cpu], graph_size=max(2048, self.n_nodes + 64))
+            if not lib.ggml_backend_sched_alloc_graph(self.sched.ptr, self.graph):
+                raise MemoryError(f"could not allocate the model's graph on {backend.device_name} + BLAS")
+            return
         if not unsupported:
             self.galloc = lib.ggml_gallocr_new(backend.buft)
             if not lib.ggml_gallocr_alloc_graph(self.galloc, self.graph):
@@ -360,6 +458,7 @@ class _Plan:
 
     # -- running --------------------------------------------------------------------------------------
     def run(self, arrays: dict) -> dict:
+        """Compute the graph: model outputs and exports by name, as numpy arrays in their ONNX types."""
         for name, (t, shp, et) in self.input_tensors.items():
             if t.buffer == _NULL:  # an input no output depends on: not in the graph
                 continue
@@ -372,26 +471,47 @@ class _Plan:
                 a = np.where(ai < 0, ai + L, ai)
             a = np.ascontiguousarray(a, dtype=np.float32)
             lib.ggml_backend_tensor_set(t, ffi.from_buffer(a), 0, a.nbytes)
-        if self.sched is not None:
-            status = lib.ggml_backend_sched_graph_compute(self.sched.ptr, self.graph)
-        else:
-            status = lib.ggml_backend_graph_compute(self.backend.ptr, self.graph)
-        if status != lib.GGML_STATUS_SUCCESS:
-            raise OnnxError(f"onnx_run: graph compute failed (status {status})")
+        if self.n_nodes:  # none when every output is an input or a constant, as a host step may need
+            if self.sched is not None:
+                status = lib.ggml_backend_sched_graph_compute(self.sched.ptr, self.graph)
+            else:
+                status = lib.ggml_backend_graph_compute(self.backend.ptr, self.graph)
+            if status != lib.GGML_STATUS_SUCCESS:
+                raise OnnxError(f"onnx_run: graph compute failed (status {status})")
         out = {}
-        for name, v, t in self.outputs:
-            if t is None:
+        for name, v, t, fed in self.outputs:
+            dt = np_dtype(v.dtype)
+            if t is None and fed is None:
                 out[name] = np.array(v.const, copy=True)
                 continue
-            y = np.empty(v.shape, dtype=np.float32)
-            lib.ggml_backend_tensor_get(t, ffi.from_buffer(y), 0, y.nbytes)
-            dt = np_dtype(v.dtype)
-            if dt.kind in "iu":
+            if fed is not None:  # the input itself, or a reshaping of it that kept its tensor (Squeeze...)
+                y = np.asarray(arrays[fed]).reshape(v.shape)
+            else:
+                y = np.empty(v.shape, dtype=np.float32)
+                lib.ggml_backend_tensor_get(t, ffi.from_buffer(y), 0, y.nbytes)
+            if dt.kind in "iu" and y.dtype.kind == "f":
                 y = np.rint(y)
-            out[name] = y.astype(dt) if dt != np.float32 else y
+            out[name] = y.astype(dt) if y.dtype != dt else y
         return out
 
+    def next_plan(self, model: OnnxModel, feeds: dict) -> "_Plan":
+        """The graph of the deferred nodes for these fed values (built once per set of shapes)."""
+        key = tuple(sorted((n, a.shape, a.dtype.str) for n, a in feeds.items()))
+        plan = self.next_plans.pop(key, None)
+        if plan is None:
+            from onnx import helper
+            types = {n: helper.np_dtype_to_tensor_dtype(a.dtype) for n, a in feeds.items()}
+            plan = _Plan(model, {n: a.shape for n, a in feeds.items()}, nodes=self.rest, feed_types=types,
+                         consts=self.consts)
+            if len(self.next_plans) >= self.MAX_NEXT_PLANS:
+                self.next_plans.pop(next(iter(self.next_plans))).free()
+        self.next_plans[key] = plan  # most recently used last
+        return plan
+
     def free(self):
+        for plan in getattr(self, "next_plans", {}).values():
+            plan.free()
+        self.next_plans = {}
         if self.galloc is not None:
             lib.ggml_gallocr_free(self.galloc)
             self.galloc = None
@@ -445,16 +565,20 @@ def onnx_run(model: OnnxModel, inputs: "dict | list") -> dict:
 
 def onnx_summary(model: OnnxModel) -> dict:
     """ggmlR's summary: ir_version, opset_version, producer, graph_name, n_nodes, n_initializers,
-    ops (unique, in order of appearance); plus op_counts (a histogram), inputs, outputs and device."""
+    ops (unique, in order of appearance); plus op_counts (a histogram), inputs, outputs (shape None when
+    a host step decides it at run time), device, and host_ops (NonMaxSuppression, RoiAlign: run in numpy
+    between ggml graphs)."""
     if not isinstance(model, OnnxModel):
         raise TypeError("onnx_summary: model must come from onnx_load()")
     plan = next(iter(model._plans.values()))
-    outs = {name: list(v.shape) for name, v, _ in plan.outputs}
+    known = {name: list(v.shape) for name, v, *_ in plan.outputs}
+    outs = {name: known.get(name) for name in model.output_names}  # None: known only at run time (after a host step)
     return {"ir_version": model.ir_version, "opset_version": model.opset, "producer": model.producer,
             "graph_name": model.graph_name, "n_nodes": model.n_nodes, "n_initializers": model.n_weights,
             "ops": list(model.ops), "op_counts": dict(model.op_counts), "inputs": onnx_inputs(model),
             "outputs": outs, "device": model.device, "dtype": model.dtype, "ggml_nodes": plan.n_nodes,
-            "cpu_fallback_ops": list(plan.cpu_fallback)}
+            "cpu_fallback_ops": list(plan.cpu_fallback),
+            "host_ops": sorted({n.op_type for n in plan.deferred if op_key(n) in HOST_OPS})}
 
 
 def onnx_inputs(model: OnnxModel) -> dict:
@@ -478,8 +602,8 @@ def onnx_profile(model: OnnxModel, inputs: "dict | list", runs: int = 3) -> list
                                              else zip(model.input_info, inputs))}
     model.run(arrays)  # builds (or finds) the plan and checks the inputs
     plan = model._plan({n: a.shape for n, a in arrays.items()})
-    sched = Scheduler([model.backend] if model.backend is model.cpu else [model.backend, model.cpu],
-                      graph_size=max(2048, plan.n_nodes + 64))
+    first = model.blas if model.backend is model.cpu else model.backend
+    sched = Scheduler([model.cpu] if first is None else [first, model.cpu], graph_size=max(2048, plan.n_nodes + 64))
     totals, counts = defaultdict(float), defaultdict(int)
     last = [0.0]
 
@@ -508,7 +632,8 @@ def onnx_profile(model: OnnxModel, inputs: "dict | list", runs: int = 3) -> list
 
 
 def onnx_device_info(model: OnnxModel) -> dict:
-    """ggmlR's placement diagnostics: backends, n_backends, n_splits (1: one backend computes it all),
+    """ggmlR's placement diagnostics: backends (on the CPU, "BLAS" too when ggml's BLAS backend takes the
+    large products), n_backends, n_splits (1: one backend computes it all),
     n_nodes (ggml nodes), gpu_ops and cpu_ops (node counts), cpu_only_ops (op -> count of the nodes the
     device has no kernel for, which run on the CPU)."""
     if not isinstance(model, OnnxModel):
@@ -524,7 +649,7 @@ def onnx_device_info(model: OnnxModel) -> dict:
         elif not on_cpu:
             name = ffi.string(lib.ggml_op_name(p.op)).decode()
             cpu_only[name] = cpu_only.get(name, 0) + 1
-    backends = ([model.backend.name] if not on_cpu else []) + [model.cpu.name]
+    backends = ([model.backend.name] if not on_cpu else ["BLAS"] if plan.sched is not None else []) + [model.cpu.name]
     splits = int(lib.ggml_backend_sched_get_n_splits(plan.sched.ptr)) if plan.sched is not None else 1
     return {"backends": backends, "n_backends": len(backends), "n_splits": splits, "n_nodes": plan.n_nodes,
             "gpu_ops": n_dev, "cpu_ops": plan.n_nodes - n_dev, "cpu_only_ops": cpu_only}

@@ -210,24 +210,56 @@ def _int_div(c, x, y):  # ONNX integer Div truncates toward zero
     return lib.ggml_trunc(c, lib.ggml_div(c, x, y))
 
 
+def _scalar_const(v: Val):
+    """The float value of a one-element constant (None otherwise, or when float32 cannot hold it exactly)."""
+    if v is None or not v.is_const or v.const.size != 1 or v.const.dtype.kind not in "fiub":
+        return None
+    x = float(np.asarray(v.const).reshape(-1)[0])
+    if not np.isfinite(x) or (v.const.dtype.kind in "iub" and abs(x) > 2 ** 24):
+        return None
+    return x
+
+
+def _affine_scalar(b, ins, fn, out_type=None):
+    """Add, Sub, Mul, Div with a constant scalar as one ggml_scale_bias (x * s + c): ggml's broadcasting
+    binary ops take one call per element when the second operand has a single element."""
+    va, vb = ins[0], ins[1]
+    for x, k, first in ((va, vb, False), (vb, va, True)):
+        s = _scalar_const(k)
+        if s is not None and not x.is_const and k.rank <= x.rank:
+            coef = fn(s, first)
+            if coef is None:
+                return None
+            t = lib.ggml_scale_bias(b.ctx, f(b, x), *coef)
+            return [b.out(t, x.shape, out_type if out_type is not None else va.dtype)]
+    return None
+
+
 @op("Add")
 def _add(b, node, ins, at):
-    return _bin(lambda c, x, y: lib.ggml_add(c, x, y), True)(b, node, ins, at)
+    return (_affine_scalar(b, ins, lambda s, first: (1.0, s))
+            or _bin(lambda c, x, y: lib.ggml_add(c, x, y), True)(b, node, ins, at))
 
 
 @op("Sub")
 def _sub(b, node, ins, at):
-    return _bin(lambda c, x, y: lib.ggml_sub(c, x, y))(b, node, ins, at)
+    return (_affine_scalar(b, ins, lambda s, first: (-1.0, s) if first else (1.0, -s))
+            or _bin(lambda c, x, y: lib.ggml_sub(c, x, y))(b, node, ins, at))
 
 
 @op("Mul")
 def _mul(b, node, ins, at):
-    return _bin(lambda c, x, y: lib.ggml_mul(c, x, y), True)(b, node, ins, at)
+    return (_affine_scalar(b, ins, lambda s, first: (s, 0.0))
+            or _bin(lambda c, x, y: lib.ggml_mul(c, x, y), True)(b, node, ins, at))
 
 
 @op("Div")
 def _divop(b, node, ins, at):
     integer = ins[0].dtype not in FLOAT_TYPES
+    if not integer:  # x / s as x * (1 / s): within an ulp or two of the quotient
+        fast = _affine_scalar(b, ins, lambda s, first: None if first or s == 0 else (1.0 / s, 0.0))
+        if fast:
+            return fast
     return _bin(_int_div if integer else _div)(b, node, ins, at)
 
 

@@ -1,0 +1,107 @@
+"""The speed-motivated forms of a few builders give the same numbers as numpy: constant scalars as
+ggml_scale_bias, batched MatMul against a 2-D matrix as one product, row-repeated conv biases,
+and large products through ggml's BLAS backend (or not, with GGMLPY_ONNX_BLAS=0)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+
+import ggmlpy  # noqa: E402
+from ggmlpy.bindings import lib  # noqa: E402
+
+
+def one_node(op, x_shape, other, scalar_first, elem=T.FLOAT):
+    ins = ["s", "x"] if scalar_first else ["x", "s"]
+    g = helper.make_graph([helper.make_node(op, ins, ["y"])], "s", [helper.make_tensor_value_info("x", elem, x_shape)],
+                          [helper.make_tensor_value_info("y", elem, np.broadcast_shapes(x_shape, other.shape))],
+                          [numpy_helper.from_array(other, "s")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+NP = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+@pytest.mark.parametrize("scalar_first", [False, True])
+@pytest.mark.parametrize("scalar_shape", [(), (1,), (1, 1, 1)])
+def test_scalar_constant_operands(op, scalar_first, scalar_shape):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 3, 4)).astype(np.float32) + 3.0
+    s = np.full(scalar_shape, -1.75, np.float32)
+    model = ggmlpy.onnx_load(one_node(op, x.shape, s, scalar_first), device="cpu")
+    got = ggmlpy.onnx_run(model, {"x": x})["y"]
+    want = NP[op](s, x) if scalar_first else NP[op](x, s)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    if not (scalar_first and op == "Div"):  # s / x keeps the element-wise division
+        ops = {n.op for n in _nodes(model)}
+        assert ops == {lib.GGML_OP_SCALE}
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul"])
+def test_scalar_constant_integers_stay_exact(op):
+    x = np.arange(-6, 6, dtype=np.int64).reshape(3, 4) * 1001
+    s = np.array(7, np.int64)
+    model = ggmlpy.onnx_load(one_node(op, x.shape, s, False, T.INT64), device="cpu")
+    got = ggmlpy.onnx_run(model, {"x": x})["y"]
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, NP[op](x, s))
+
+
+def test_integer_division_by_a_scalar_truncates():
+    x = np.array([[-7, -6, 5, 7]], np.int32)
+    model = ggmlpy.onnx_load(one_node("Div", x.shape, np.array(2, np.int32), False, T.INT32), device="cpu")
+    np.testing.assert_array_equal(ggmlpy.onnx_run(model, {"x": x})["y"], [[-3, -3, 2, 3]])
+
+
+def _nodes(model):
+    from ggmlpy.bindings import lib
+    plan = next(iter(model._plans.values()))
+    return [lib.ggml_graph_node(plan.graph, i) for i in range(plan.n_nodes)
+            if lib.ggml_graph_node(plan.graph, i).op not in (lib.GGML_OP_RESHAPE, lib.GGML_OP_VIEW)]
+
+
+@pytest.mark.parametrize("const_b", [True, False])
+@pytest.mark.parametrize("a_shape", [(64, 1, 48), (3, 5, 40, 48), (2, 70, 48)])
+def test_batched_matmul_against_a_matrix(a_shape, const_b, monkeypatch):
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=a_shape).astype(np.float32)
+    B = rng.normal(size=(48, 40)).astype(np.float32)
+    inputs = [helper.make_tensor_value_info("a", T.FLOAT, a_shape)]
+    inits = [numpy_helper.from_array(B, "B")] if const_b else []
+    if not const_b:
+        inputs.append(helper.make_tensor_value_info("B", T.FLOAT, B.shape))
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "B"], ["y"])], "m", inputs,
+                          [helper.make_tensor_value_info("y", T.FLOAT, a_shape[:-1] + (40,))], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"a": a} if const_b else {"a": a, "B": B}
+    for blas in ("1", "0"):
+        monkeypatch.setenv("GGMLPY_ONNX_BLAS", blas)
+        model = ggmlpy.onnx_load(m, device="cpu")
+        assert (model.blas is not None) == (blas == "1" and "BLAS" in ggmlpy.backends())
+        assert ggmlpy.onnx_device_info(model)["backends"] == (["BLAS", "CPU"] if model.blas else ["CPU"])
+        np.testing.assert_allclose(ggmlpy.onnx_run(model, feeds)["y"], a @ B, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("blas", ["1", "0"])  # the conv product's operand order follows it
+@pytest.mark.parametrize("batch", [1, 3])
+def test_conv_bias_repeated_along_rows(batch, blas, monkeypatch):
+    monkeypatch.setenv("GGMLPY_ONNX_BLAS", blas)
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(batch, 3, 9, 7)).astype(np.float32)
+    W = rng.normal(size=(5, 3, 3, 3)).astype(np.float32)
+    bias = rng.normal(size=5).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Conv", ["x", "W", "b"], ["y"], pads=[1, 0, 1, 2], strides=[2, 1])], "c",
+                          [helper.make_tensor_value_info("x", T.FLOAT, x.shape)],
+                          [helper.make_tensor_value_info("y", T.FLOAT, (batch, 5, 5, 9))],
+                          [numpy_helper.from_array(W, "W"), numpy_helper.from_array(bias, "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    from onnx.reference import ReferenceEvaluator
+    want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    model = ggmlpy.onnx_load(m, device="cpu")
+    assert next(iter(model._plans.values())).builder.columns_first == (model.blas is not None)
+    np.testing.assert_allclose(ggmlpy.onnx_run(model, {"x": x})["y"], want, rtol=1e-4, atol=1e-5)
