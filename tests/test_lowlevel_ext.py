@@ -374,7 +374,7 @@ def test_inplace_variant_equals_base_op(name):
 
 def test_every_ggmlr_inplace_name_exists():
     import os
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "ggmlR", "exports.txt")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "ggmlR", "exports.txt")  # beside the checkout
     if not os.path.exists(path):
         pytest.skip("ggmlR's export list (shared/ggmlR/exports.txt) is not next to this checkout")
     names = [n.strip() for n in open(path) if n.strip().endswith("_inplace")]
