@@ -508,3 +508,18 @@ def test_digits_few_epochs_reach_sanity_accuracy():
     assert result["test_accuracy"] > 0.85
     assert result["tape_bytes_checkpointed"] < result["tape_bytes_plain"]
     assert len(result["history"]["loss"]) == 3
+
+
+def test_clipping_and_optimizer_steps_over_hundreds_of_parameters():
+    """One eager graph over every gradient (the squared norms, the fused Adam step) is sized by its
+    inputs: 400 parameters (the 4-block GPT has 68) once overflowed ggml's context and aborted."""
+    ps = [g.ag_param(np.full((3, 2), 0.5)) for _ in range(400)]
+    with g.with_grad_tape():
+        loss = None
+        for p in ps:
+            term = g.ag_sum(g.ag_mul(p, p))
+            loss = term if loss is None else g.ag_add(loss, term)
+    grads = g.backward(loss)
+    assert g.clip_grad_norm(ps, grads, 1.0) == pytest.approx(np.sqrt(400 * 6), rel=1e-5)
+    g.optimizer_adam(ps, lr=0.1).step(grads)
+    np.testing.assert_allclose(ps[0].numpy(), 0.4, rtol=1e-5)

@@ -32,7 +32,7 @@ class _Compiled:
     __slots__ = ("ctx", "graph", "nodes", "leaves", "outs", "views", "galloc", "out_specs", "backend_ptr", "nbytes")
 
     def __init__(self, backend, build, in_specs, inputs, outs_into):
-        n_nodes = 256
+        n_nodes = graph_room(len(in_specs))
         mem_size = n_nodes * _OVERHEAD + int(lib.ggml_graph_overhead_custom(n_nodes, False)) + 1024
         params = ffi.new("struct ggml_init_params *", {"mem_size": mem_size, "mem_buffer": _NULL, "no_alloc": True})
         self.ctx = lib.ggml_init(params[0])
@@ -69,6 +69,13 @@ class _Compiled:
             self.ctx = None
 
     __del__ = free
+
+
+def graph_room(n_inputs: int) -> int:
+    """Tensor (and node) slots for an op graph over n_inputs tensors: ggml aborts the process when a
+    context or graph runs out. Builders over many tensors (the fused optimizer steps, the squared
+    norms for clipping) make a few nodes per input; the others stay far below 256."""
+    return 256 + 8 * n_inputs
 
 
 def batched_small(p) -> bool:
@@ -230,7 +237,7 @@ class Executor:
 
 def _output_specs(build, in_specs):
     """Build the graph in a scratch context only to read its output types and shapes."""
-    params = ffi.new("struct ggml_init_params *", {"mem_size": 256 * _OVERHEAD, "mem_buffer": _NULL,
+    params = ffi.new("struct ggml_init_params *", {"mem_size": graph_room(len(in_specs)) * _OVERHEAD, "mem_buffer": _NULL,
                                                    "no_alloc": True})
     ctx = lib.ggml_init(params[0])
     try:
