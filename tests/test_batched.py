@@ -395,3 +395,36 @@ def test_inference_attention_by_flash_attn_matches_the_training_path(heads, caus
             got = mha(*ts, **kw)
         assert got.shape == g.tensor.norm_shape(want.shape)
         np.testing.assert_allclose(got.numpy(), want, atol=2e-6)
+
+
+def _batched_program():
+    """Forward and backward of the batched ops together: values and gradients as numpy."""
+    g.manual_seed(5)
+    mha = g.ag_multihead_attention(8, 2, causal=True, qkv_bias=True)
+    ln = g.ag_layer_norm_layer(8)
+    emb = g.ag_embedding(11, 8)
+    idx = g.ag_tensor(np.arange(12).reshape(4, 3) % 11, dtype="i32")
+    w = g.ag_param(np.linspace(-1, 1, 16).reshape(2, 8))
+    with g.with_grad_tape():
+        h = ln(emb(idx, batched=True))                                   # [8, 4, 3]
+        a = mha(h, key_padding_mask=np.array([[0, 0, 0], [0, 0, 0], [0, 0, 1], [0, 1, 1]]))
+        y = g.ag_gelu(g.ag_matmul(w, g.ag_add(a, h)))                   # [2, 4, 3]
+        p = g.ag_permute(g.ag_reshape(y, 2, 4, 3), 2, 0, 1)              # [3, 2, 4]
+        loss = g.ag_softmax_cross_entropy_loss(g.ag_softmax(p, scale=0.5, causal=False), np.zeros((2, 4), int))
+    grads = g.backward(loss)
+    params = list(mha.parameters()) + list(ln.parameters()) + [emb.weight, w]
+    return [loss.numpy()] + [grads[q].numpy() for q in params if q in grads]
+
+
+def test_batched_ops_on_each_device(device, tol):
+    """The batched ops (embedding by index, layer norm, causal and padded attention, products,
+    permute, softmax, class-index loss) forward and backward on the device, against the CPU."""
+    got = _batched_program()
+    prev = g.ag_device("cpu")
+    try:
+        want = _batched_program()
+    finally:
+        g.ag_device(prev)
+    assert len(got) == len(want) > 10
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, **tol)
