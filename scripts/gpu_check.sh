@@ -144,7 +144,7 @@ step pytest_cuda 120 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_devic
 report "  $(grep -E '[0-9]+ (passed|failed|skipped)' "$LOGS/pytest_cuda.log" | tail -n 1)"
 grep -q " passed" "$LOGS/pytest_cuda.log" || { report "  no CUDA test ran"; FAILED=1; }
 step pytest_suites_cuda 180 "$PY" -m pytest -q -p no:cacheprovider tests/test_autograd.py tests/test_forward_ad.py \
-  tests/test_graph_mode.py --devices cuda
+  tests/test_graph_mode.py tests/test_batched.py --devices cuda
 report "  $(grep -E '[0-9]+ (passed|failed|skipped)' "$LOGS/pytest_suites_cuda.log" | tail -n 1)"
 PARITY_DIR=${GPU_CHECK_PARITY_DIR:-$ROOT/tests/parity}
 if [[ -d "$PARITY_DIR" ]]; then
@@ -163,6 +163,9 @@ step bench_backends_wide 150 "$PY" scripts/bench_backends.py --width 1024 --batc
 [[ -s "$LOGS/bench_backends_wide.log" ]] && sed -n '/^MLP/,$p' "$LOGS/bench_backends_wide.log" | sed 's/^/  /' >> "$REPORT"
 step bench_ops 90 "$PY" scripts/bench_ops.py --quick
 [[ -s "$LOGS/bench_ops.log" ]] && tail -n 12 "$LOGS/bench_ops.log" | sed 's/^/  /' >> "$REPORT"
+# 5. the char-GPT (2 blocks, batch 32, context 64) trained on CUDA as one graph per step: tokens/s
+step gpt_cuda 120 "$PY" -m ggmlpy demo --gpt --steps 150 --device cuda --out "$LOGS/gpt"
+[[ -s "$LOGS/gpt_cuda.log" ]] && grep -E '^char-GPT' "$LOGS/gpt_cuda.log" | sed 's/^/  /' >> "$REPORT"
 
 report "elapsed: $(( $(date +%s) - T0 )) s; logs in $LOGS"
 if (( FAILED )); then report "gpu_check: FAILED"; log "done: FAILED (report $REPORT)"; exit 1; fi
