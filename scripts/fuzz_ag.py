@@ -5,6 +5,11 @@ tapes reset in between. Any Python exception is a clear refusal; only a dead pro
 
     python scripts/fuzz_ag.py [--calls N] [--seed S]
 
+A second pass aims at the batch and head axes: products, permutes, reshapes, masks, slices,
+reductions over axes, class-index losses, embeddings and attention on 2-D to 4-D tensors of
+mismatched shapes, with backward; there only a GGMLError (or an IndexError from indexing) is a
+checked refusal.
+
 Prints `calls N, refused R, crashes 0, unchecked inputs U` and a count per exception type; an
 AttributeError, IndexError or KeyError counts as an unchecked input (the refusal says nothing
 useful). Run it in a child process
@@ -41,7 +46,7 @@ def fuzz(calls: int, seed: int) -> dict:
     def tensor():
         if pool and rng.random() < 0.5:
             return pool[rng.integers(len(pool))]
-        shape = tuple(int(d) for d in rng.integers(1, 5, size=2))
+        shape = tuple(int(d) for d in rng.integers(1, 5, size=2 if rng.random() < 0.6 else int(rng.integers(3, 5))))
         dtype = DTYPES[rng.integers(len(DTYPES))]
         t = g.ag_tensor(rng.normal(size=shape) * 3 if dtype != "i32" else rng.integers(-3, 9, size=shape),
                         dtype=dtype, requires_grad=dtype != "i32" and bool(rng.random() < 0.5))
@@ -99,12 +104,74 @@ def fuzz(calls: int, seed: int) -> dict:
     return {"calls": calls, "refused": sum(refused.values()), "by_type": dict(refused), "unchecked": unchecked}
 
 
+def fuzz_batched(calls: int, seed: int) -> dict:
+    """The batched ops on 2-D to 4-D tensors of random (often mismatched) shapes and dtypes."""
+    rng = np.random.default_rng(seed + 1000)
+
+    def t():
+        shape = tuple(int(d) for d in rng.integers(1, 4, size=int(rng.integers(2, 5))))
+        dtype = ["f32", "f32", "f16", "i32"][rng.integers(4)]
+        data = rng.integers(-1, 4, size=shape) if dtype == "i32" else rng.normal(size=shape)
+        return g.ag_tensor(data, dtype=dtype, requires_grad=dtype != "i32" and rng.random() < 0.5)
+
+    def ints(lo, hi, n):
+        return [int(v) for v in rng.integers(lo, hi, size=n)]
+    ops = [
+        lambda: g.ag_matmul(t(), t(), transpose_a=bool(rng.random() < .5), transpose_b=bool(rng.random() < .5)),
+        lambda: g.ag_permute(t(), *ints(-1, 4, int(rng.integers(1, 5)))),
+        lambda: g.ag_reshape(t(), *ints(-1, 4, int(rng.integers(2, 6)))),
+        lambda: g.ag_softmax(t(), mask=t() if rng.random() < .5 else None, scale=float(rng.uniform(-1, 2)),
+                             causal=bool(rng.random() < .5)),
+        lambda: g.ag_sum(t(), axis=tuple(ints(-4, 5, int(rng.integers(1, 3))))),
+        lambda: g.ag_mean(t(), axis=int(rng.integers(-4, 5))),
+        lambda: g.ag_slice(t(), *[slice(*sorted(ints(-1, 4, 2))) for _ in range(int(rng.integers(1, 5)))]),
+        lambda: g.ag_concat(t(), t(), int(rng.integers(0, 6))),
+        lambda: [g.ag_add, g.ag_sub, g.ag_mul, g.ag_div][rng.integers(4)](t(), t()),
+        lambda: g.ag_layer_norm(t()),
+        lambda: g.ag_softmax_cross_entropy_loss(t(), t() if rng.random() < .7 else rng.integers(-1, 4, size=ints(1, 4, 2))),
+        lambda: g.ag_embedding(3, 2)(t(), batched=bool(rng.random() < .5)),
+        lambda: g.ag_multihead_attention(2, int(rng.integers(1, 3)), causal=bool(rng.random() < .5))(
+            t(), t() if rng.random() < .3 else None,
+            key_padding_mask=rng.integers(0, 2, size=ints(1, 4, 2)) if rng.random() < .3 else None),
+    ]
+    refused: collections.Counter = collections.Counter()
+    unchecked: list = []
+    for _ in range(calls):
+        op = rng.integers(len(ops) + 1)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                with g.with_grad_tape():
+                    if op == len(ops):  # indexing: an IndexError is the natural refusal
+                        try:
+                            out = t()[tuple(ints(-3, 4, int(rng.integers(1, 5))))]
+                        except IndexError:
+                            refused["IndexError"] += 1
+                            continue
+                    else:
+                        out = ops[op]()
+                    if out.requires_grad and out.dtype != "i32" and rng.random() < 0.7:
+                        g.backward(g.ag_sum(out))
+                    out.numpy()
+        except Exception as e:
+            refused[type(e).__name__] += 1
+            if not isinstance(e, g.GGMLError):
+                unchecked.append(f"batched op {op}: {type(e).__name__}: {e}")
+    return {"calls": calls, "refused": sum(refused.values()), "by_type": dict(refused), "unchecked": unchecked}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     r = fuzz(args.calls, args.seed)
+    nd = fuzz_batched(args.calls, args.seed)
+    for k, v in nd["by_type"].items():
+        r["by_type"][k] = r["by_type"].get(k, 0) + v
+    r["calls"] += nd["calls"]
+    r["refused"] += nd["refused"]
+    r["unchecked"] += nd["unchecked"]
     print(f"calls {r['calls']}, refused {r['refused']}, crashes 0, unchecked inputs {len(r['unchecked'])}")
     for k, v in sorted(r["by_type"].items(), key=lambda kv: -kv[1]):
         print(f"  {k}: {v}")

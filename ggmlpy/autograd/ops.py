@@ -384,6 +384,18 @@ def ag_softmax_cross_entropy_loss(logits: AGTensor, target: AGTensor | np.ndarra
     return apply("softmax_ce", logits, target)
 
 
+def _index_layout(shape, logits) -> None:
+    """Class indices pair with the logits' columns in column order: a vector, or the logits'
+    own column dims ([T, B] for [V, T, B]). Same-size other shapes ([B, T]) would pair wrongly."""
+    from ..tensor import norm_shape
+    n = logits.size // logits.nrow
+    flat = norm_shape(shape) in ((n, 1), (1, n)) or len(shape) == 1
+    if not flat and norm_shape(shape) != norm_shape(logits.shape[1:]):
+        raise GGMLError(f"ag_softmax_cross_entropy_loss: class indices of shape {list(shape)} for logits "
+                        f"{list(logits.shape)}: give one index per column, as a vector or shaped like the "
+                        f"logits' column dims {list(logits.shape[1:])}")
+
+
 def _one_hot_target(logits, target):
     """The loss's target as a tensor of the logits' shape: a one-hot (or soft) target as given;
     class indices (one per column) turned one-hot on the device, by the "one_hot" primitive, so
@@ -392,6 +404,7 @@ def _one_hot_target(logits, target):
     if isinstance(target, AGTensor):
         if target.shape == logits.shape or target.size != cols or logits.nrow == 1:
             return target
+        _index_layout(target.shape, logits)
         if target.dtype == "i32":
             return apply("one_hot", target, shape=logits.shape)  # checked on the device side (engine)
         idx = target.numpy().ravel(order="F")
@@ -401,6 +414,8 @@ def _one_hot_target(logits, target):
             return _target(idx, logits, "ag_softmax_cross_entropy_loss")  # a one-hot (or soft) target matrix
         if idx.dtype.kind not in "iu" and not (idx.dtype.kind == "f" and np.all(idx == np.round(idx))):
             raise GGMLError("ag_softmax_cross_entropy_loss: target must be an ag tensor or integer class indices")
+        if idx.size == cols:
+            _index_layout(idx.shape, logits)
         idx = idx.ravel(order="F")
     if idx.size != cols:
         hint = (" (the logits look like [batch, classes]: ggmlpy's ag_* API takes samples as columns, so "

@@ -370,9 +370,10 @@ def _sce_grad(c):
 
 
 def _concat_vjp(g, c):
-    a, b, dim = c.in_shapes[0], c.in_shapes[1], c.params["dim"]
-    start_b = tuple(a[dim] if k == dim else 0 for k in range(len(b)))
-    return ap("slice", g, start=(0,) * len(a), size=a), ap("slice", g, start=start_b, size=b)
+    a, b = (tuple(s) + (1,) * (4 - len(s)) for s in c.in_shapes[:2])
+    dim = c.params["dim"]
+    start_b = tuple(a[dim] if k == dim else 0 for k in range(4))
+    return ap("slice", g, start=(0,) * 4, size=a), ap("slice", g, start=start_b, size=b)
 
 
 def _concat_jvp(t, c):

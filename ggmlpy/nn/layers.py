@@ -247,6 +247,8 @@ class ag_embedding(Module):
         device (so ag_compile can take it as an input); it is checked against the vocabulary
         where it is gathered."""
         if isinstance(idx, AGTensor) and idx.dtype == "i32":
+            if idx.ndim > 3:
+                raise GGMLError(f"ag_embedding: indices of at most 3 dims, got shape {list(idx.shape)}")
             ids = idx
         else:
             raw = idx.numpy() if isinstance(idx, AGTensor) else np.asarray(idx)
@@ -382,7 +384,11 @@ class ag_multihead_attention(Module):
             if isinstance(key_padding_mask, AGTensor):
                 pad = key_padding_mask  # additive already: 0 keeps, -inf drops
             else:
-                kp = np.asarray(key_padding_mask).reshape(tk, -1)
+                kp = np.asarray(key_padding_mask)
+                if kp.size != tk * batch or kp.dtype.kind not in "biuf":
+                    raise GGMLError(f"ag_multihead_attention: key_padding_mask must be [T_k={tk}, B={batch}] "
+                                    f"booleans, got shape {list(kp.shape)}, dtype {kp.dtype}")
+                kp = kp.reshape(tk, -1)
                 if kp.shape[1] != batch:
                     raise GGMLError(f"ag_multihead_attention: key_padding_mask must be [T_k={tk}, B={batch}], "
                                     f"got {list(np.shape(key_padding_mask))}")
