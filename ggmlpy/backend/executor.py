@@ -208,10 +208,10 @@ class Executor:
         return self.small_backend if self._is_small(c) else self.backend
 
     def _is_small(self, c: _Compiled) -> bool:
+        if any(p.op == lib.GGML_OP_MUL_MAT and batched_small(p) for p in c.nodes):
+            return True  # many small products: one thread (see batched_small)
         for p in c.nodes:
             if p.op == lib.GGML_OP_MUL_MAT:
-                if batched_small(p):
-                    return True  # many small products: one thread (see batched_small)
                 work = lib.ggml_nelements(p) * p.src[0].ne[0]
             elif p.op == lib.GGML_OP_OUT_PROD:
                 work = lib.ggml_nelements(p) * p.src[0].ne[1]
