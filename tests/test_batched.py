@@ -428,3 +428,32 @@ def test_batched_ops_on_each_device(device, tol):
     assert len(got) == len(want) > 10
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, **tol)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_slice_gradients_accumulate_in_place_and_stay_exact(dtype):
+    """Per-sequence slices (the loop batched attention replaced): the backward adds each slice's
+    gradient where it lies (in place where the walk owns the sum), overlapping slices and other
+    uses included, and a gradient a rule hands to two inputs is never added into."""
+    prev = g.ag_dtype(dtype)
+    try:
+        X = rnd(6, 40)
+        x = g.ag_param(X)
+        W = rnd(6, 5)
+        with g.with_grad_tape():
+            loss = None
+            for i in range(8):
+                term = g.ag_sum(g.ag_mul(g.ag_slice(x, None, slice(5 * i, 5 * i + 5)), g.ag_tensor(W * (i + 1))))
+                loss = term if loss is None else g.ag_add(loss, term)
+            over = g.ag_slice(x, None, slice(3, 17))
+            loss = g.ag_add(loss, g.ag_sum(g.ag_mul(over, over)))
+            y = g.ag_add(x, x)  # add's rule hands one gradient to both inputs
+            loss = g.ag_add(loss, g.ag_add(g.ag_sum(y), g.ag_sum(g.ag_slice(y, None, slice(0, 39)))))
+        got = g.backward(loss)[x].numpy().astype(np.float64)
+    finally:
+        g.ag_dtype(prev)
+    want = np.concatenate([W * (i + 1) for i in range(8)], 1) + 4.0
+    want[:, 39] -= 2.0  # the last column is outside the slice of y
+    want[:, 3:17] += 2 * X[:, 3:17]
+    tol = 1e-5 if dtype == "f32" else 2e-2
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * 10)

@@ -224,9 +224,14 @@ def backward(loss: AGTensor, grad: AGTensor | None = None, retain_all: bool = Fa
 
 def walk(nodes, grads: dict, leaves: dict, retain_all: bool = False) -> None:
     """Push gradients from outputs to inputs through `nodes`, newest first."""
+    owned: dict = {}  # tid -> a gradient this walk made and nothing else holds: safe to add into
     for node in reversed(nodes):
         g = dict.get(grads, node.out_id) if retain_all else dict.pop(grads, node.out_id, None)
+        owned.pop(node.out_id, None)  # handed on to the rule, which may pass it to several inputs
         if g is None:
+            continue
+        if node.op == "slice" and node.backward_fn is None and not _fwd.LEVELS:
+            _slice_backward(node, g, grads, leaves, owned)
             continue
         if node.backward_fn is not None:  # a checkpoint: replays its segment
             in_grads = node.backward_fn(g, grads, leaves)
@@ -235,9 +240,43 @@ def walk(nodes, grads: dict, leaves: dict, retain_all: bool = False) -> None:
         for (tid, needs, leaf), gi in zip(node.inputs, in_grads):
             if not needs or gi is None:
                 continue
-            dict.__setitem__(grads, tid, accumulate(dict.get(grads, tid), gi))
+            prev = dict.get(grads, tid)
+            total = accumulate(prev, gi)
+            dict.__setitem__(grads, tid, total)
+            if prev is None:
+                owned.pop(tid, None)  # a rule's own result: it may be held elsewhere
+            else:
+                owned[tid] = total  # a fresh sum
             if leaf is not None:
                 leaves[tid] = leaf
+
+
+def _slice_backward(node, g, grads, leaves, owned) -> None:
+    """A slice's gradient added into its input's gradient where it lies: in place (ggml_acc) when
+    the walk made that gradient itself, so n slices of one tensor cost one full-size pass, not n
+    (a padded copy and a full-size sum each)."""
+    tid, needs, leaf = node.inputs[0]
+    if not needs:
+        return
+    cur = dict.get(grads, tid)
+    start, shape = node.params["start"], node.in_shapes[0]
+    if cur is not None and owned.get(tid) is cur and cur.st.type == F32 and g.st.type == F32 and cur.shape == shape:
+        _acc_into(cur, g, start)
+    else:
+        padded = apply("pad_into", g, start=start, shape=shape)
+        total = padded if cur is None else apply("add", cur, padded)
+        dict.__setitem__(grads, tid, total)
+        owned[tid] = total
+    if leaf is not None:
+        leaves[tid] = leaf
+
+
+def _acc_into(dst: AGTensor, g: AGTensor, start) -> None:
+    """dst[start:start + g.shape] += g, in dst's own memory."""
+    def build(ctx, a, b):
+        offset = sum(int(i) * int(a.nb[k]) for k, i in enumerate(start))
+        return lib.ggml_acc_inplace(ctx, a, b, a.nb[1], a.nb[2], a.nb[3], offset)
+    dst.dc.executor.run(("acc_into", tuple(start)), build, [dst.st, g.st], None, out=[dst.st])
 
 
 def _add_into_grad(leaf: AGTensor, g: AGTensor) -> None:

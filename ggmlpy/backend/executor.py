@@ -48,7 +48,7 @@ class _Compiled:
         # reshape of a node computed here instead has that node write into the output's memory
         # (no copy, no intermediate buffer: a batched product's result is reshaped every time).
         self.out_specs = [(int(o.type), _shape(o)) for o in outs]
-        self.outs = [_writer(ctx, o) for o in outs]
+        self.outs = [o if _in_place(o, self.leaves, inputs, s) else _writer(ctx, o) for o, s in zip(outs, outs_into)]
         self.graph = lib.ggml_new_graph_custom(ctx, n_nodes, False)
         for o in self.outs:
             lib.ggml_set_output(o)
@@ -85,6 +85,14 @@ def batched_small(p) -> bool:
     takes about 1 (128 products of 32x64x64)."""
     batches = int(p.ne[2] * p.ne[3])
     return batches >= 16 and int(p.ne[0] * p.ne[1] * p.src[0].ne[0]) < (1 << 19)
+
+
+def _in_place(o, leaves, inputs, dest) -> bool:
+    """Whether output `o` is an in-place op's view of the input whose storage is its destination
+    (ggml_acc_inplace into a gradient being accumulated): then it writes there itself."""
+    return (o.view_src != _NULL and o.view_offs == 0 and o.op != lib.GGML_OP_RESHAPE
+            and lib.ggml_nbytes(o) == lib.ggml_nbytes(o.view_src)
+            and any(o.view_src == leaf and s is dest for leaf, s in zip(leaves, inputs)))
 
 
 def _writer(ctx, o):
