@@ -434,11 +434,12 @@ def check_graph(graph, dev_ptr, allocating: bool = False) -> None:
         raise GGMLError("ggml's meta backend cannot compute a graph made with grads=True")
     prop = _Propagation(dev)
     for p in graph.leafs + graph.nodes:
+        prop.state(p)
+    for p in graph.leafs + graph.nodes:
         if p.buffer == _NULL and p.view_src == _NULL and not (allocating and p.op != _NONE):
             raise GGMLError(f"meta backend ({dev.name}): tensor '{_name(p)}' is not allocated; allocate the "
                             "weights with ggml_backend_alloc_ctx_tensors and the graph with a graph "
                             "allocator of the meta backend")
-        prop.state(p)
 
 
 def check_access(t, what: str, offset: int = 0, size: int | None = None, write: bool = False) -> None:
