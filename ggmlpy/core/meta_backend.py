@@ -12,7 +12,7 @@ mul_mat, and refuses anything else with a GGMLError before calling ggml.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError
@@ -463,7 +463,8 @@ def check_access(t, what: str, offset: int = 0, size: int | None = None, write: 
                             f"read and write it in whole slices of {chunk} bytes (offset {offset}, size {size})")
 
 
-def ggml_backend_meta_device(devs, split_fn, env=None) -> MetaDevice:
+def ggml_backend_meta_device(devs: "list[Device]", split_fn: "Callable[[dict, int], object] | Mapping",
+                             env: object = None) -> MetaDevice:
     """A meta device over the simple devices `devs` (a list of Devices, 1 to 16), for tensor
     parallelism: every weight allocated on it is split across the devices or mirrored on each.
 
@@ -491,7 +492,7 @@ def ggml_backend_meta_device(devs, split_fn, env=None) -> MetaDevice:
     return MetaDevice(devs, split_fn)
 
 
-def ggml_backend_meta_split_axis_name(axis: int) -> str:
+def ggml_backend_meta_split_axis_name(axis: "int | str") -> str:
     """ggml's name of a split axis: "0".."3", "MIRRORED", "PARTIAL", "NONE", "UNKNOWN"."""
     a = _parse_axis(axis)
     if a not in (0, 1, 2, 3, MIRRORED, PARTIAL, GGML_BACKEND_SPLIT_AXIS_NONE, GGML_BACKEND_SPLIT_AXIS_UNKNOWN):
