@@ -231,6 +231,7 @@ def test_partial_sums_cannot_be_read_back_but_an_op_after_them_can():
 @pytest.mark.parametrize("split, build, match", [
     ({"W": 0}, lambda c, t: g.ggml_mul_mat(c, t["W"], t["X"]), "cannot multiply src0 split along axis 0"),
     ({"W": 1, "X": 1}, lambda c, t: g.ggml_mul_mat(c, t["W"], t["X"]), "cannot multiply"),
+    ({"W": (0, [6, 0]), "X": (0, [6, 0])}, lambda c, t: g.ggml_mul_mat(c, t["W"], t["X"]), "every device needs"),
     ({"W": 1}, lambda c, t: g.ggml_soft_max(c, t["W"]), "no split-state rule"),
     ({"W": 0}, lambda c, t: g.ggml_sum_rows(c, t["W"]), "per-row op"),
     ({"W": 1}, lambda c, t: g.ggml_sum(c, t["W"]), "needs its source whole"),

@@ -62,7 +62,8 @@ class SplitState(tuple):
 
     def per_device(self, n_devs: int) -> list:
         """Each device's share of the split axis (segments and repeats summed)."""
-        return [sum(self.ne[s * n_devs + j] * self.nr[s] for s in range(len(self.nr))) for j in range(n_devs)]
+        ne = self.ne + (0,) * (len(self.nr) * n_devs - len(self.ne))  # unsplit states carry no sizes: zeros
+        return [sum(ne[s * n_devs + j] * self.nr[s] for s in range(len(self.nr))) for j in range(n_devs)]
 
 
 _MIRRORED = SplitState(MIRRORED)
@@ -148,6 +149,9 @@ def split_state(spec, info: dict, n_devs: int) -> SplitState:
     if axis not in (0, 1, 2):
         raise GGMLError(f"split state for '{name}': axis {axis} is not 0..2, MIRRORED (10) or PARTIAL (11)")
     n = info["ne"][axis]
+    if n < 2:  # ggml then keeps every slice's strides whole, and writes past the slices
+        raise GGMLError(f"split state for '{name}': ne[{axis}] is {n}; ggml's meta buffer cannot split a "
+                        "dim of size 1 (mirror the tensor or split another axis)")
     granularity = int(lib.ggml_blck_size(info["type"])) if axis == 0 else 1
     nseg = 1 if nseg is None else _ints([nseg], "n_segments")[0]
     if not 1 <= nseg <= MAX_SEGMENTS:
@@ -199,10 +203,11 @@ class MetaDevice(Device):
     answers how each weight is split. `split_error` holds the first failure of split_fn (after
     which every tensor is mirrored, as in ggmlR), `states` what was decided per tensor."""
 
-    __slots__ = ("devices", "split_fn", "split_error", "states", "_callback", "_buft")
+    __slots__ = ("devices", "split_fn", "split_error", "states", "_idents", "_callback", "_buft")
 
     def __init__(self, devices, split_fn):
         self.devices, self.split_fn, self.split_error, self.states = list(devices), split_fn, None, {}
+        self._idents = {}  # tensor address -> (name, type, ne, buffer) when its state was decided
         self._callback = ffi.callback("ggml_backend_meta_get_split_state_t", self._answer, onerror=_mirrored_struct)
         arr = ffi.new("ggml_backend_dev_t[]", [d.ptr for d in self.devices])
         ptr = lib.ggml_backend_meta_device(arr, len(self.devices), self._callback, _NULL)
@@ -225,10 +230,22 @@ class MetaDevice(Device):
         return "Meta(" + ",".join(d.name for d in self.devices) + ")"
 
     def decide(self, t) -> SplitState:
-        """The split state of weight `t` (a ggml_tensor pointer): split_fn's answer, checked."""
+        """The split state of weight `t` (a ggml_tensor pointer): split_fn's answer, checked.
+
+        ggml asks again for the same tensor (when it is allocated, and when it is written or
+        read): the first answer is kept, so a later failure cannot turn a tensor that is already
+        split into a mirrored one (ggml would then write past its slices)."""
+        info = _tensor_info(t)
+        a, ident = _addr(t), (info["name"], info["type"], info["ne"], int(ffi.cast("uintptr_t", t.buffer)))
+        if a in self.states and self._idents.get(a) == ident:
+            return self.states[a]
+        st = self._decide(info)
+        self.states[a], self._idents[a] = st, ident
+        return st
+
+    def _decide(self, info: dict) -> SplitState:
         if self.split_error is not None:
             return _MIRRORED
-        info = _tensor_info(t)
         try:
             if isinstance(self.split_fn, Mapping):
                 spec = self.split_fn.get(info["name"])
@@ -243,9 +260,7 @@ class MetaDevice(Device):
         return st
 
     def _answer(self, t, _ud):
-        st = self.decide(t)
-        self.states[_addr(t)] = st
-        return _state_struct(st)
+        return _state_struct(self.decide(t))
 
     def __repr__(self):
         return f"<ggml MetaDevice {self.name}>"
@@ -330,8 +345,7 @@ class _Propagation:
         if p.buffer != _NULL and device_of_buffer(p.buffer) is not self.dev:
             self.fail(p, "is not in a buffer of this meta device (allocate every tensor of the graph on it)")
         if self._is_weight(p):
-            st = self.dev.states.get(_addr(p))
-            return st if st is not None else self.dev.decide(p)
+            return self.dev.decide(p)
         if p.op == _NONE:
             return _MIRRORED
         src = [p.src[i] for i in range(10) if p.src[i] != _NULL and p.src[i] != p]
@@ -388,6 +402,9 @@ class _Propagation:
         if a.axis == 0 and b.axis == 0:
             if not _equal(a, b, self.n):
                 self.fail(p, "both operands are split along axis 0 (ne0, the shared dim), but not alike")
+            if 0 in a.per_device(self.n):  # its empty product is never written: garbage joins the sum
+                self.fail(p, f"split along the shared dim as {a.per_device(self.n)}: every device needs a "
+                             "part of it (a device with none adds an unwritten partial sum)")
             return _MIRRORED if sync else SplitState(PARTIAL, [0] * self.n)
         if a.axis == b.axis and a.axis in (2, 3):
             if not _equal(a, b, self.n):
