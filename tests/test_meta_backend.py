@@ -199,7 +199,7 @@ def test_the_device_is_a_ggml_device():
     assert mem["total"] == 2 * g.ggml_backend_dev_memory(CPU)["total"]
     assert g.ggml_backend_dev_get_props(meta)["type"] == int(lib.GGML_BACKEND_DEVICE_TYPE_META)
     be = g.ggml_backend_dev_init(meta)
-    assert be.name == "Meta(CPU,CPU)" and g.ggml_backend_get_device(be) == meta
+    assert be.name == "Meta(CPU,CPU)" and g.ggml_backend_get_device(be) is meta
     assert g.ggml_backend_meta_split_axis_name(g.GGML_BACKEND_SPLIT_AXIS_PARTIAL) == "PARTIAL"
     assert g.ggml_backend_meta_split_axis_name(2) == "2"
     with pytest.raises(GGMLError):

@@ -263,7 +263,10 @@ def ggml_backend_dev_offload_op(dev: Device, op: Tensor) -> bool:
 def ggml_backend_get_device(backend: Backend):
     """The device a backend runs on."""
     b = _backend(backend, "ggml_backend_get_device")
-    return None if b.dev == _NULL else Device(b.dev)
+    if b.dev == _NULL:
+        return None
+    from .meta_backend import _DEVICES  # a meta device's own handle (its split function, its states)
+    return _DEVICES.get(int(ffi.cast("uintptr_t", b.dev))) or Device(b.dev)
 
 
 def ggml_backend_reg_count() -> int:
