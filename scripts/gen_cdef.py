@@ -26,10 +26,12 @@ HEADERS = ["ggml.h", "ggml-alloc.h", "ggml-backend.h", "ggml-cpu.h", "ggml-rpc.h
 QUANTS = INCLUDE.parent / "src" / "ggml-quants.h"
 
 # Declarations whose names match are dropped: deprecated, varargs-only, or
-# internals that pull in types ggmlpy never needs.
+# internals that pull in types ggmlpy never needs. The meta backend's split-state
+# callback returns a struct by value: cffi's ABI mode handles that through libffi,
+# so its typedef and ggml_backend_meta_device are kept.
 SKIP = re.compile(
     r"ggml_(format_name|print_object|print_objects|fopen"
-    r"|map_custom|custom_4d|custom_inplace|type_sizef|backend_meta|backend_comm"
+    r"|map_custom|custom_4d|custom_inplace|type_sizef|backend_comm"
     r"|graph_export|graph_import|cpu_get_type_traits|get_type_traits"
     r"|backend_sched_reserve_size|backend_rpc_start_server|threadpool_params_match)"
 )

@@ -16,7 +16,6 @@ R_ONLY = {"RunGGML", "ggml_extract", "ggml_inject", "ggmlr_parsnip_fit_classif",
 
 # Still to do (issue "ggmlR's own test suite passes"), with why they are not here yet.
 NOT_YET = {
-    "ggml_backend_meta_device": "its declaration takes a struct-returning callback that gen_cdef.py drops",
     # ggmlR's bundled ggml fork: multi-GPU Vulkan helpers the pinned ggml 0.25.3 does not have
     "ggml_vulkan_device_caps": "fork only", "ggml_vulkan_device_groups": "fork only",
     "ggml_vulkan_hard_exit_available": "fork only", "ggml_vulkan_p2p_selftest": "fork only",

@@ -298,7 +298,8 @@ class DeviceInfo:
 
 
 def _is_rpc(dev) -> bool:
-    return _s(lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(dev))).startswith("RPC")
+    reg = lib.ggml_backend_dev_backend_reg(dev)  # NULL for meta devices, which belong to no registry
+    return reg != _NULL and _s(lib.ggml_backend_reg_name(reg)).startswith("RPC")
 
 
 def _all_devs():

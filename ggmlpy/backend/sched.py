@@ -23,6 +23,10 @@ class Scheduler:
         backends = list(backends)
         if not 0 < len(backends) <= GGML_SCHED_MAX_BACKENDS:
             raise GGMLError(f"ggml_backend_sched_new: needs 1 to {GGML_SCHED_MAX_BACKENDS} backends")
+        if any(b.dev != ffi.NULL and lib.ggml_backend_dev_type(b.dev) == lib.GGML_BACKEND_DEVICE_TYPE_META
+               for b in backends):
+            raise GGMLError("ggml_backend_sched_new: ggmlpy does not schedule over a meta device's backend "
+                            "(its split checks cover ggml_backend_graph_compute only)")
         if len({id(b) for b in backends}) != len(backends):
             raise GGMLError("ggml_backend_sched_new: a backend is listed twice")
         if not backends[-1].is_cpu:

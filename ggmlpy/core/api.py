@@ -288,6 +288,20 @@ class BackendBuffer:
             self.ptr = None
 
 
+def is_meta(backend: Backend) -> bool:
+    """Whether `backend` runs on a meta device (ggml_backend_meta_device)."""
+    return backend.dev != ffi.NULL and lib.ggml_backend_dev_type(backend.dev) == lib.GGML_BACKEND_DEVICE_TYPE_META
+
+
+def _has_views(ctx: Context) -> bool:
+    p = lib.ggml_get_first_tensor(ctx.ptr)
+    while p != ffi.NULL:
+        if p.view_src != ffi.NULL:
+            return True
+        p = lib.ggml_get_next_tensor(ctx.ptr, p)
+    return False
+
+
 def ggml_backend_alloc_ctx_tensors(ctx: Context, backend: Backend) -> BackendBuffer:
     """Allocate every tensor of a no_alloc context in one buffer of `backend`."""
     if not isinstance(ctx, Context) or not isinstance(backend, Backend):
@@ -305,6 +319,8 @@ def ggml_backend_alloc_ctx_tensors(ctx: Context, backend: Backend) -> BackendBuf
             raise GGMLError("ggml_backend_alloc_ctx_tensors: the context holds a view of a tensor outside "
                             "any backend buffer (e.g. of a tensor in an ordinary context)")
         p = lib.ggml_get_next_tensor(ctx.ptr, p)
+    if is_meta(backend):  # ggml derives a view's split from rules ggmlpy does not follow for weights
+        check(not _has_views(ctx), "ggml_backend_alloc_ctx_tensors: a meta device's weights cannot include views")
     ptr = lib.ggml_backend_alloc_ctx_tensors(ctx.ptr, backend.ptr)
     if ptr == ffi.NULL:
         raise MemoryError(f"could not allocate the context's tensors on {backend.device_name}")
@@ -327,6 +343,9 @@ def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
     """Compute the graph on the backend (its tensors must be in buffers the backend can use)."""
     if not isinstance(backend, Backend) or not isinstance(graph, Graph):
         raise GGMLError("ggml_backend_graph_compute(backend, graph) expects a Backend and a Graph")
+    if is_meta(backend):  # first: ggml's meta backend aborts on splits it has no rule for
+        from .meta_backend import check_graph as check_meta_graph
+        check_meta_graph(graph, backend.dev)
     check_graph(graph, device=backend.dev, need_buffers=not backend.is_host,
                 run=lambda sub: ggml_backend_graph_compute(backend, sub))
     status = lib.ggml_backend_graph_compute(backend.ptr, graph.ptr)

@@ -16,7 +16,7 @@ from ..backend.graph_alloc import GraphAllocator
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 from .api import BackendBuffer
-from .context import NP_DTYPES, Tensor, get_data, set_data
+from .context import NP_DTYPES, Tensor, get_data, meta_check, on_meta, set_data  # noqa: F401
 from .graph import Graph, check_graph
 
 _NULL = ffi.NULL
@@ -263,7 +263,10 @@ def ggml_backend_dev_offload_op(dev: Device, op: Tensor) -> bool:
 def ggml_backend_get_device(backend: Backend):
     """The device a backend runs on."""
     b = _backend(backend, "ggml_backend_get_device")
-    return None if b.dev == _NULL else Device(b.dev)
+    if b.dev == _NULL:
+        return None
+    from .meta_backend import _DEVICES  # a meta device's own handle (its split function, its states)
+    return _DEVICES.get(int(ffi.cast("uintptr_t", b.dev))) or Device(b.dev)
 
 
 def ggml_backend_reg_count() -> int:
@@ -530,6 +533,7 @@ def ggml_backend_tensor_set_data(tensor: Tensor, data, offset: int = 0) -> Tenso
     from .context import _to_storage
     raw = _to_storage(arr.astype(_np_of(t)), t.type)
     es = int(lib.ggml_type_size(t.type))
+    meta_check(t, "ggml_backend_tensor_set_data", start * es, n * es, write=True)
     lib.ggml_backend_tensor_set(t.ptr, ffi.from_buffer(raw), start * es, n * es) if not t.on_host else \
         ffi.memmove(ffi.cast("char *", t.ptr.data) + start * es, ffi.from_buffer(raw), n * es)
     return t
@@ -546,6 +550,9 @@ def _async_check(backend, t, what):
     b = _backend(backend, what)
     t = _data_tensor(t, what)
     p = t.ptr
+    if on_meta(p) or (p.view_src != _NULL and on_meta(p.view_src)):
+        raise GGMLError(f"{what}: not available for tensors of a meta device; use "
+                        "ggml_backend_tensor_set_data / ggml_backend_tensor_get_data")
     buf = p.view_src.buffer if p.view_src != _NULL else p.buffer  # the buffer ggml asserts on
     check(buf != _NULL and p.data != _NULL,
           f"{what}: the tensor is not in a backend buffer; allocate it with ggml_backend_alloc_ctx_tensors")
@@ -598,6 +605,10 @@ def ggml_backend_graph_compute_async(backend: Backend, graph: Graph) -> int:
     b = _backend(backend, "ggml_backend_graph_compute_async")
     if not isinstance(graph, Graph):
         raise GGMLError("ggml_backend_graph_compute_async: expected a Graph")
+    from .api import is_meta
+    if is_meta(b):  # first: ggml's meta backend aborts on splits it has no rule for
+        from .meta_backend import check_graph as check_meta_graph
+        check_meta_graph(graph, b.dev)
     check_graph(graph, device=b.dev, need_buffers=not b.is_host)
     status = lib.ggml_backend_graph_compute_async(b.ptr, graph.ptr)
     if status != lib.GGML_STATUS_SUCCESS:

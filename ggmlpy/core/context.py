@@ -222,7 +222,7 @@ class Tensor:
     def on_host(self) -> bool:
         """True when the data can be read with a plain memory copy."""
         p = self.ptr
-        return p.buffer == ffi.NULL or bool(lib.ggml_backend_buffer_is_host(p.buffer))
+        return p.buffer == ffi.NULL or (bool(lib.ggml_backend_buffer_is_host(p.buffer)) and not on_meta(p))
 
     def __repr__(self):
         if not self.ctx.alive:
@@ -248,6 +248,24 @@ def _np_shape(t: Tensor) -> tuple:
     return tuple(reversed(t.shape)) or (1,)
 
 
+# Buffer types of meta devices (core/meta_backend.py): a meta buffer over host devices reports
+# itself as host memory, but its tensors' data pointers are placeholders, not memory.
+META_BUFTS: set = set()
+
+
+def on_meta(p) -> bool:
+    """Whether tensor pointer p lives in a meta device's buffer."""
+    return bool(META_BUFTS) and p.buffer != ffi.NULL and \
+        int(ffi.cast("uintptr_t", lib.ggml_backend_buffer_get_type(p.buffer))) in META_BUFTS
+
+
+def meta_check(t, what: str, offset: int = 0, size: int | None = None, write: bool = False) -> None:
+    """Raise GGMLError for a data access that ggml's meta buffer would abort on (no-op elsewhere)."""
+    if META_BUFTS:
+        from .meta_backend import check_access
+        check_access(t, what, offset, size, write)
+
+
 def _require_data(t: Tensor, what: str) -> None:
     if not t.is_allocated and t.nelements():  # ggml gives empty tensors no data pointer
         raise GGMLError(f"{what}: tensor has no data yet (no_alloc context: allocate it on a backend first, "
@@ -267,7 +285,7 @@ def _squeeze_lead(shape: tuple) -> tuple:
 def set_data(t: Tensor, values, np_dtype, what: str) -> None:
     _require_data(t, what)
     if lib.ggml_is_quantized(t.type):
-        return _write_raw(t, _quantized_storage(t, values, np_dtype, what))
+        return _write_raw(t, _quantized_storage(t, values, np_dtype, what), what)
     if NP_DTYPES.get(t.type) is None:
         raise GGMLError(f"{what}: cannot write {t.type_name} tensors")
     arr = np.asarray(values)
@@ -281,13 +299,14 @@ def set_data(t: Tensor, values, np_dtype, what: str) -> None:
         raise GGMLError(f"{what}: array shape {arr.shape} does not match the tensor's numpy shape "
                         f"{_np_shape(t)} (ggml ne={list(t.shape)}, reversed)")
     src = np.ascontiguousarray(arr, dtype=np_dtype).ravel()
-    _write_raw(t, _to_storage(src, t.type))
+    _write_raw(t, _to_storage(src, t.type), what)
 
 
-def _write_raw(t: Tensor, raw: np.ndarray) -> None:
+def _write_raw(t: Tensor, raw: np.ndarray, what: str = "writing tensor data") -> None:
     if t.on_host:
         ffi.memmove(t.ptr.data, ffi.from_buffer(raw), raw.nbytes)
     else:
+        meta_check(t, what, 0, raw.nbytes, write=True)
         lib.ggml_backend_tensor_set(t.ptr, ffi.from_buffer(raw), 0, raw.nbytes)
 
 
@@ -318,22 +337,23 @@ def get_data(t: Tensor, np_dtype, what: str) -> np.ndarray:
         if np.dtype(np_dtype).kind != "f":
             raise GGMLError(f"{what}: a {t.type_name} tensor holds floats")
         raw = np.empty(t.nbytes(), dtype=np.uint8)
-        _read_raw(t, raw)
+        _read_raw(t, raw, what)
         return dequantize(t.type, raw).astype(np_dtype, copy=False).reshape(_np_shape(t))
     store = NP_DTYPES.get(t.type)
     if store is None:
         raise GGMLError(f"{what}: cannot read {t.type_name} tensors")
     raw = np.empty(t.nelements(), dtype=store)
-    _read_raw(t, raw)
+    _read_raw(t, raw, what)
     return _from_storage(raw, t.type).astype(np_dtype, copy=False).reshape(_np_shape(t))
 
 
-def _read_raw(t: Tensor, raw: np.ndarray) -> None:
+def _read_raw(t: Tensor, raw: np.ndarray, what: str = "reading tensor data") -> None:
     if not raw.nbytes:
         return
     if t.on_host:
         ffi.memmove(ffi.from_buffer(raw), t.ptr.data, raw.nbytes)
     else:
+        meta_check(t, what, 0, raw.nbytes)
         lib.ggml_backend_tensor_get(t.ptr, ffi.from_buffer(raw), 0, raw.nbytes)
 
 

@@ -207,9 +207,11 @@ def _read_i32(t) -> np.ndarray:
         return np.empty(0, np.int32)
     nbytes = int(lib.ggml_nbytes(t))
     raw = np.empty(nbytes, np.uint8)
-    if t.buffer == _NULL or lib.ggml_backend_buffer_is_host(t.buffer):
+    from .context import meta_check, on_meta
+    if t.buffer == _NULL or (lib.ggml_backend_buffer_is_host(t.buffer) and not on_meta(t)):
         ffi.memmove(ffi.from_buffer(raw), t.data, nbytes)
     else:
+        meta_check(t, "reading row indices", 0, nbytes)
         lib.ggml_backend_tensor_get(t, ffi.from_buffer(raw), 0, nbytes)
     return np.ndarray([int(t.ne[i]) for i in range(3, -1, -1)], np.int32, buffer=raw,
                       strides=[int(t.nb[i]) for i in range(3, -1, -1)])

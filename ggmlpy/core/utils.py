@@ -251,6 +251,8 @@ def ggml_set_zero(t: Tensor) -> Tensor:
     if t.on_host:
         lib.ggml_set_zero(t.ptr)
     else:
+        from .context import meta_check
+        meta_check(t, "ggml_set_zero", 0, t.nbytes(), write=True)
         lib.ggml_backend_tensor_memset(t.ptr, 0, 0, t.nbytes())
     return t
 
@@ -282,6 +284,8 @@ def _read_scalar(t: Tensor, idx, what):
     if t.on_host:
         ffi.memmove(ffi.from_buffer(raw), ffi.cast("char *", t.ptr.data) + off, store.itemsize)
     else:
+        from .context import meta_check
+        meta_check(t, what, off, store.itemsize)
         lib.ggml_backend_tensor_get(t.ptr, ffi.from_buffer(raw), off, store.itemsize)
     return _from_storage(raw, t.type)[0]
 
@@ -297,6 +301,8 @@ def _write_scalar(t: Tensor, idx, value, what):
     if t.on_host:
         ffi.memmove(ffi.cast("char *", t.ptr.data) + off, ffi.from_buffer(raw), store.itemsize)
     else:
+        from .context import meta_check
+        meta_check(t, what, off, store.itemsize, write=True)
         lib.ggml_backend_tensor_set(t.ptr, ffi.from_buffer(raw), off, store.itemsize)
 
 
