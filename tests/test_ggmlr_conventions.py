@@ -99,6 +99,24 @@ def test_dp_train_over_listed_devices_and_its_refusals():
         g.dp_train(make_model, data, n_iter=1, verbose=False)  # no loss_fn: the output must be the loss
 
 
+def _dp_losses(devices):
+    g.manual_seed(0)
+    rng = np.random.default_rng(0)
+    data = [rng.normal(size=(2, 1)) for _ in range(8)]
+    res = g.dp_train(lambda: g.ag_linear(2, 2), data, loss_fn=lambda out, tgt: g.ag_mse_loss(out, tgt), n_iter=6,
+                     lr=1e-2, verbose=False, devices=devices)
+    return np.array(res["loss_history"])
+
+
+def test_dp_train_with_a_replica_on_each_test_device(device, tol):
+    """Data-parallel training with one replica on the CPU and one on the test device (lavapipe in
+    CI's Vulkan stage) gives the losses of two CPU replicas."""
+    want = _dp_losses(["cpu", "cpu"])
+    got = _dp_losses(["cpu", device])
+    assert len(got) == 6 and np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, **tol)
+
+
 def test_cosine_schedule_options_and_seed_refusals():
     opt = g.optimizer_sgd([g.ag_param(np.ones((1, 1)))], lr=0.1)
     with pytest.raises(g.GGMLError, match="choose one"):

@@ -108,6 +108,19 @@ out["listed"] = [(d.name, d.backend, d.memory_total) for d in info]
 x = g.ag_tensor(np.arange(12.0).reshape(3, 4))
 y = g.ag_to_device(x, "rpc://" + endpoint)
 out["round_trip"] = g.ag_to_device(y, "cpu").numpy().tolist()
+
+
+def dp(devices):  # data-parallel training, one replica per listed device
+    g.manual_seed(0)
+    rng = np.random.default_rng(0)
+    data = [rng.normal(size=(2, 1)) for _ in range(8)]
+    res = g.dp_train(lambda: g.ag_linear(2, 2), data, loss_fn=lambda o, t: g.ag_mse_loss(o, t), n_iter=6,
+                     lr=1e-2, verbose=False, devices=devices)
+    return [float(v) for v in np.ravel(res["loss_history"])]
+
+
+out["dp_cpu"] = dp(["cpu", "cpu"])
+out["dp_rpc"] = dp(["cpu", "rpc://" + endpoint])
 try:
     g.ag_add(x, y)
     out["mixing"] = "no error"
@@ -148,6 +161,7 @@ def test_rpc_training_matches_cpu(server):
         for a, b in zip(p_cpu, p_rpc):
             assert rel_err(a, b) < 1e-5
     np.testing.assert_array_equal(out["round_trip"], np.arange(12.0).reshape(3, 4))
+    assert rel_err(out["dp_cpu"], out["dp_rpc"]) < 1e-5  # dp_train with a replica on the server
     assert "different devices" in out["mixing"]
     assert proc.poll() is None, "the server must survive its client"
 
