@@ -87,7 +87,7 @@ class AGTensor:
     def __init__(self, st, shape, dc: DeviceContext, requires_grad=False, is_leaf=True):
         self.id = next(_ids)
         self.st = st
-        self.shape = shape if type(shape) is tuple and len(shape) == 2 else norm_shape(shape)
+        self.shape = (int(shape[0]), int(shape[1])) if len(shape) == 2 else norm_shape(shape)
         self.dc = dc
         self.requires_grad = bool(requires_grad)
         self.grad = None
