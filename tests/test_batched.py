@@ -457,3 +457,35 @@ def test_slice_gradients_accumulate_in_place_and_stay_exact(dtype):
     want[:, 3:17] += 2 * X[:, 3:17]
     tol = 1e-5 if dtype == "f32" else 2e-2
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * 10)
+
+
+def test_compiled_slice_gradients_add_in_place_like_eager():
+    """ag_compile's rule-table backward adds slice gradients in place too, with the same numbers."""
+    X, W = rnd(6, 40), rnd(6, 5)
+
+    def run(compiled):
+        x = g.ag_param(X.copy())
+        opt = g.optimizer_sgd([x], lr=0.1)
+
+        def step(w):
+            loss = None
+            for i in range(8):
+                term = g.ag_sum(g.ag_mul(g.ag_slice(x, None, slice(5 * i, 5 * i + 5)), g.ag_scale(w, i + 1)))
+                loss = term if loss is None else g.ag_add(loss, term)
+            over = g.ag_slice(x, None, slice(3, 17))
+            y = g.ag_add(x, x)
+            return g.ag_add(g.ag_add(loss, g.ag_sum(g.ag_mul(over, over))),
+                            g.ag_add(g.ag_sum(y), g.ag_sum(g.ag_slice(y, None, slice(0, 39)))))
+        w = g.ag_tensor(W)
+        if compiled:
+            g.ag_compile(step, [w], opt, backward="rules")(w)
+        else:
+            with g.with_grad_tape():
+                loss = step(w)
+            opt.step(g.backward(loss))
+        return x.numpy()
+    np.testing.assert_allclose(run(True), run(False), rtol=1e-6, atol=1e-6)
+    want = X - 0.1 * (np.concatenate([W * (i + 1) for i in range(8)], 1) + 4.0)
+    want[:, 39] += 0.2
+    want[:, 3:17] -= 0.1 * 2 * X[:, 3:17]
+    np.testing.assert_allclose(run(True), want, rtol=1e-5, atol=1e-5)

@@ -161,10 +161,18 @@ def emit_backward(builder: Builder, entries, seed: Sym, loss_id: int, wanted: se
         if any(i in needs for i in in_ids):
             needs.add(out_id)
     grads = {loss_id: seed}
+    owned: dict = {}  # as in engine.walk: gradients made here that nothing else reads, safe to add into
     with emitting(builder):
         for op, in_ids, in_syms, params, out_id, out_sym, in_shapes in reversed(entries):
             g = grads.pop(out_id, None)
+            owned.pop(out_id, None)
             if g is None:
+                continue
+            if op == "slice":  # added where it lies, into an owned sum: no full-size sum per slice
+                tid = in_ids[0]
+                if tid in needs:
+                    grads[tid] = owned[tid] = _add_slice(builder, grads.get(tid), owned.get(tid), g, params["start"],
+                                                         in_shapes[0])
                 continue
             rule = RULES[op]
             if rule.vjp is None:
@@ -172,8 +180,24 @@ def emit_backward(builder: Builder, entries, seed: Sym, loss_id: int, wanted: se
             in_grads = rule.vjp(g, _Call(in_syms, out_sym, params, in_shapes))
             for tid, gi in zip(in_ids, in_grads):
                 if gi is not None and tid in needs:
-                    grads[tid] = _accumulate(builder, grads.get(tid), gi)
+                    prev = grads.get(tid)
+                    grads[tid] = _accumulate(builder, prev, gi)
+                    if prev is None:
+                        owned.pop(tid, None)
+                    else:
+                        owned[tid] = grads[tid]
     return {tid: g for tid, g in grads.items() if tid in wanted}
+
+
+def _add_slice(builder, cur, owned, g, start, shape):
+    """cur + g placed at `start` in zeros of `shape`: ggml_acc in place when cur is owned."""
+    if cur is not None and owned is cur:
+        builder.room(2)
+        t = cur.t
+        offset = sum(int(i) * int(t.nb[k]) for k, i in enumerate(start))
+        return Sym(lib.ggml_acc_inplace(builder.ctx, t, g.t, t.nb[1], t.nb[2], t.nb[3], offset), builder.dc)
+    padded = builder.emit("pad_into", [g], {"start": start, "shape": shape})
+    return padded if cur is None else builder.emit("add", [cur, padded], {})
 
 
 # -- running a built graph -------------------------------------------------------------------------------
