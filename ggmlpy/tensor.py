@@ -162,6 +162,8 @@ class AGTensor:
         arr = _as_array(values)
         if arr.shape != self.shape:
             raise GGMLError(f"cannot assign {arr.shape} values to a {self.shape} tensor")
+        if self.st.pool is self.dc.pass_pool:  # its memory may be shared with reshapes of it: write apart
+            self.st = self.dc.pass_pool.alloc(self.st.type, self.shape)
         self._write(arr)
 
     def item(self) -> float:

@@ -125,6 +125,19 @@ def watch_params():
 _SAVED_KEY = tuple(f"x{i}" for i in range(8))  # a rule's c.x(i) reads saved["x{i}"]
 
 
+def _reshape_in_place(x: AGTensor, shape, out_type: int, dc):
+    """A reshape of a pass-pool tensor (contiguous, of the output's type) as a view of its memory:
+    no copy. Pass-pool tensors are never written after they are made, so sharing is safe; a reset
+    moves each holder's tensor on its own. Persistent tensors (which optimizers update in place)
+    are copied, as before."""
+    s = x.st
+    if s.pool is not dc.pass_pool or s.type != out_type:
+        return None
+    if s.gen != s.pool.gen:
+        s.check()  # raises StaleTensorError
+    return s.reshaped(shape)
+
+
 def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
     """Run primitive `op` on `inputs` through ggml; record it if any input needs a gradient."""
     rule = RULES[op]
@@ -138,9 +151,11 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
                 for w in hooks.watchers:
                     w.add(x.id)
     out_type = STATE.dtype
-    key = (op, tuple(params.items()), out_type)
-    st = dc.executor.run(key, f32_builder(rule.fwd, params, out_type, dc.blas is not None, rule.index_inputs, op),
-                         [x.st for x in inputs], dc.pass_pool.alloc)[0]
+    st = _reshape_in_place(inputs[0], params["shape"], out_type, dc) if op == "reshape" else None
+    if st is None:
+        key = (op, tuple(params.items()), out_type)
+        st = dc.executor.run(key, f32_builder(rule.fwd, params, out_type, dc.blas is not None, rule.index_inputs, op),
+                             [x.st for x in inputs], dc.pass_pool.alloc)[0]
     out = AGTensor(st, st.spec[1], dc, is_leaf=False)  # the spec's ne: no reads through cffi
     tape = TAPE  # this thread's (a threading.local): read it once
     if tape.enabled and not tape.paused and rule.vjp is not None and any(x.requires_grad for x in inputs):

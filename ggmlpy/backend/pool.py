@@ -127,6 +127,19 @@ class Storage:
         chunk.refs.append(weakref.ref(s))
         return s
 
+    def reshaped(self, shape) -> "Storage | None":
+        """A Storage on the same memory with another shape (a zero-copy reshape of a pass-pool
+        tensor), or None where the chunk has no room left for one more header."""
+        chunk = self.chunk
+        with self.pool.lock:
+            if self.gen != chunk.gen or chunk.count >= chunk.capacity:
+                return None
+            chunk.count += 1  # the new header's room in chunk.meta
+            chunk.live += 1
+        s = Storage(None, self.pool, self.gen, chunk, self.nbytes, (self.spec[0], tuple(shape)), self.data, self.buffer)
+        chunk.refs.append(weakref.ref(s))
+        return s
+
     def _become(self, other: "Storage") -> None:
         """Take over `other`'s memory (other is then forgotten without releasing it)."""
         self._t, self.pool, self.gen, self.chunk = other._t, other.pool, other.gen, other.chunk

@@ -261,6 +261,27 @@ def clip_grad_norm(params: Params, grads: dict, max_norm: float) -> float:
         norm = math.sqrt(AGTensor(st, (1, 1), dc).item())
         if norm > max_norm:
             c = max_norm / (norm + 1e-6)
-            for p, g in present:
-                dict.__setitem__(grads, p.id, F.ag_scale(g, c))
+            if all(g.st.type == F32 for _, g in present):  # one graph scales them all
+                factor = ag_tensor(np.array([[c]]), device=dc.spec, dtype="f32")
+                outs = dc.executor.run(("scale_all",), _scale_all, [factor.st] + [g.st for _, g in present],
+                                       dc.pass_pool.alloc)
+                for (p, g), st in zip(present, outs):
+                    dict.__setitem__(grads, p.id, AGTensor(st, g.shape, dc))
+            else:
+                for p, g in present:
+                    dict.__setitem__(grads, p.id, F.ag_scale(g, c))
     return norm
+
+
+def _scale_all(ctx, factor, *gs):
+    """Every g times the [1, 1] factor (an input, so one cached graph serves every step): the
+    factor is widened to one row of each length, since ggml broadcasts a single element one
+    call per element."""
+    rows: dict = {}
+    out = []
+    for g in gs:
+        n0 = int(g.ne[0])
+        if n0 not in rows:
+            rows[n0] = lib.ggml_repeat_4d(ctx, factor, n0, 1, 1, 1)
+        out.append(lib.ggml_mul(ctx, g, rows[n0]))
+    return out
