@@ -275,7 +275,7 @@ class PassPool:
             self.spare_bytes -= c.size
             c.gen = self.gen
         else:
-            c = _Chunk(self, padded, 1, dedicated=True)
+            c = _Chunk(self, padded, 4, dedicated=True)  # one tensor, and room for headers of reshapes of it
         self.full.add(c)
         return c
 
