@@ -96,7 +96,7 @@ def _modules(model):
         yield from _modules(child)
 
 
-def ag_quantize(model, type="q4_K", linear: bool = True, embedding: bool = True):
+def ag_quantize(model: Module, type: int | str = "q4_K", linear: bool = True, embedding: bool = True) -> Module:
     """Freeze the weights of every ag_linear and ag_embedding in `model` into a quantized ggml type
     for inference (in place; returns the model). Forward passes run ggml's quantized kernels and
     gradients still reach the activations; quantized weights are no longer parameters. Biases stay
