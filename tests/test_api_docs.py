@@ -45,7 +45,7 @@ def test_every_public_callable_has_a_docstring():
 # The ggmlR low-level families (ops_ext, utils, backend_api, vulkan), the Keras-like API and GGUF arrived
 # in parallel with the hints.
 _UNANNOTATED_MODULES = {"ggmlpy.autograd.engine", "ggmlpy.autograd.graph_mode", "ggmlpy.core.ops_ext", "ggmlpy.core.utils",
-                        "ggmlpy.core.backend_api", "ggmlpy.keras.api", "ggmlpy.keras.opt", "ggmlpy.quant.kernels"}
+                        "ggmlpy.core.backend_api", "ggmlpy.keras.api", "ggmlpy.keras.opt"}
 
 
 def test_public_functions_have_type_hints():
