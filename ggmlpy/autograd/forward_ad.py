@@ -46,6 +46,8 @@ from ..tensor import AGTensor
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
+    from .rules import Rule
+
 LEVELS: list = []  # the registry's slots (None: free), index = level; non-empty means forward AD is on
 _registry_lock = threading.Lock()
 class _PerThread(threading.local):
@@ -268,7 +270,7 @@ def unpack_dual(t: AGTensor, level: int | None = None) -> tuple[AGTensor, AGTens
     return primal, tangent
 
 
-def tangent_of(t: AGTensor, level: int):
+def tangent_of(t: AGTensor, level: int) -> AGTensor | None:
     return t.fwd_grad.value(level) if t.fwd_grad is not None else None
 
 
@@ -294,7 +296,7 @@ class _Call:
         return self.inputs[i]
 
 
-def propagate(rule, out: AGTensor, inputs, params) -> None:
+def propagate(rule: Rule, out: AGTensor, inputs: Sequence[AGTensor], params: dict) -> None:
     present = set()
     for x in inputs:
         if x.fwd_grad is not None:
