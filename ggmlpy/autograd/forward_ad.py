@@ -37,9 +37,16 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from ..errors import GGMLError
 from ..tensor import AGTensor
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from .rules import Rule
 
 LEVELS: list = []  # the registry's slots (None: free), index = level; non-empty means forward AD is on
 _registry_lock = threading.Lock()
@@ -146,7 +153,7 @@ def exit_dual_level(level: int | None = None) -> None:
 
 
 @contextlib.contextmanager
-def dual_level():
+def dual_level() -> Iterator[int]:
     """`with dual_level() as level:` enters a level and exits it on leaving the block."""
     idx = enter_dual_level()
     try:
@@ -225,7 +232,7 @@ def _alias(t: AGTensor) -> AGTensor:
     return out
 
 
-def make_dual(primal: AGTensor, tangent, level: int | None = None) -> AGTensor:
+def make_dual(primal: AGTensor, tangent: AGTensor | ArrayLike, level: int | None = None) -> AGTensor:
     """A tensor with primal's values and `tangent` at `level` (default: the innermost)."""
     if not isinstance(primal, AGTensor):
         raise GGMLError(f"make_dual: primal must be an ag tensor, got {type(primal).__name__}")
@@ -246,7 +253,7 @@ def make_dual(primal: AGTensor, tangent, level: int | None = None) -> AGTensor:
     return dual
 
 
-def unpack_dual(t: AGTensor, level: int | None = None):
+def unpack_dual(t: AGTensor, level: int | None = None) -> tuple[AGTensor, AGTensor | None]:
     """(primal, tangent) of t at `level`; the tangent is None when t has none there."""
     if not isinstance(t, AGTensor):
         raise GGMLError(f"unpack_dual: expected an ag tensor, got {type(t).__name__}")
@@ -263,7 +270,7 @@ def unpack_dual(t: AGTensor, level: int | None = None):
     return primal, tangent
 
 
-def tangent_of(t: AGTensor, level: int):
+def tangent_of(t: AGTensor, level: int) -> AGTensor | None:
     return t.fwd_grad.value(level) if t.fwd_grad is not None else None
 
 
@@ -289,7 +296,7 @@ class _Call:
         return self.inputs[i]
 
 
-def propagate(rule, out: AGTensor, inputs, params) -> None:
+def propagate(rule: Rule, out: AGTensor, inputs: Sequence[AGTensor], params: dict) -> None:
     present = set()
     for x in inputs:
         if x.fwd_grad is not None:
@@ -317,7 +324,9 @@ def propagate(rule, out: AGTensor, inputs, params) -> None:
 
 
 # -- functional API -------------------------------------------------------------------------------------------
-def jvp(fn, primals, tangents):
+def jvp(fn: Callable[..., AGTensor | Sequence[AGTensor]], primals: AGTensor | Sequence[AGTensor],
+        tangents: AGTensor | ArrayLike | Sequence[AGTensor | ArrayLike],
+        ) -> tuple[AGTensor, AGTensor] | tuple[list[AGTensor], list[AGTensor]]:
     """(fn(*primals), J v): outputs and their directional derivatives along `tangents`."""
     single = not isinstance(primals, (list, tuple))
     primals = [primals] if single else list(primals)
@@ -338,7 +347,7 @@ def _zeros_like(t):
     return ag_zeros(*t.shape, device=t.dc.spec)
 
 
-def hvp(fn, x: AGTensor, v):
+def hvp(fn: Callable[[AGTensor], AGTensor], x: AGTensor, v: AGTensor | ArrayLike) -> tuple[AGTensor, AGTensor]:
     """(fn(x), H v) for a scalar fn, by forward-over-reverse: the JVP of a backward pass.
 
     Runs its own with_grad_tape() (which resets the pass pool)."""
@@ -357,14 +366,14 @@ def hvp(fn, x: AGTensor, v):
     return loss_primal, (hv if hv is not None else _zeros_like(x))
 
 
-def jacfwd(fn):
+def jacfwd(fn: Callable[[AGTensor], AGTensor]) -> Callable[[AGTensor], AGTensor]:
     """A function computing the Jacobian of fn at x, column by column with jvp:
     J[:, k] = d vec(fn(x)) / d vec(x)[k] (vec is R's column-major order)."""
     import numpy as np
 
     from ..tensor import ag_tensor
 
-    def jac(x: AGTensor):
+    def jac(x: AGTensor) -> AGTensor:
         n = x.nrow * x.ncol
         cols = []
         for k in range(n):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..backend.state import STATE
@@ -70,7 +71,7 @@ class with_grad_tape(contextlib.ContextDecorator):
 
 
 @contextlib.contextmanager
-def no_grad():
+def no_grad() -> Iterator[None]:
     """Run ops without recording them (the tape's nodes are left as they are)."""
     prev = TAPE.paused
     TAPE.paused = True

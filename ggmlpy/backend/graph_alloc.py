@@ -2,24 +2,28 @@
 from __future__ import annotations
 
 import weakref
+from typing import TYPE_CHECKING
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from .device import Backend
+
+if TYPE_CHECKING:
+    from ..core.graph import Graph
 
 
 class GraphAllocator:
     """ggml's graph allocator for one backend: computed tensors of a graph get memory in one
     buffer, reused between tensors whose lifetimes do not overlap. A context manager."""
 
-    def __init__(self, backend):
+    def __init__(self, backend: Backend):
         self.backend = backend
         self.contexts = weakref.WeakSet()
         self.ptr = lib.ggml_gallocr_new(backend.buft)
         if self.ptr == ffi.NULL:
             raise MemoryError("ggml_gallocr_new failed")
 
-    def alloc(self, graph) -> None:
+    def alloc(self, graph: Graph) -> None:
         """Give every unallocated tensor of `graph` memory in this allocator's buffer.
 
         The graph's context now depends on this buffer: it keeps the allocator alive, and
@@ -60,7 +64,7 @@ class GraphAllocator:
         self.free()
 
 
-def ggml_gallocr_new(backend: "Backend | None" = None) -> GraphAllocator:
+def ggml_gallocr_new(backend: Backend | None = None) -> GraphAllocator:
     """A graph allocator for `backend`'s buffer type (default: the CPU, as ggmlR's ggml_gallocr_new())."""
     if backend is None:
         from .device import get_backend
@@ -68,7 +72,7 @@ def ggml_gallocr_new(backend: "Backend | None" = None) -> GraphAllocator:
     return GraphAllocator(backend)
 
 
-def ggml_gallocr_alloc_graph(galloc: GraphAllocator, graph) -> bool:
+def ggml_gallocr_alloc_graph(galloc: GraphAllocator, graph: Graph) -> bool:
     """Give every unallocated tensor of `graph` memory in the allocator's buffer; True on success."""
     galloc.alloc(graph)
     return True

@@ -7,8 +7,15 @@ devices at the splits. ggmlR names: ggml_backend_sched_new / _graph_compute.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 from ..bindings import ffi, lib
 from ..errors import DeviceError, GGMLError
+
+if TYPE_CHECKING:
+    from ..core.graph import Graph
+    from .device import Backend
 
 GGML_SCHED_MAX_BACKENDS = 16
 
@@ -19,7 +26,7 @@ class Scheduler:
 
     ptr = None  # until ggml has made one (so a failed __init__ leaves nothing to free)
 
-    def __init__(self, backends, graph_size: int = 2048, parallel: bool = False):
+    def __init__(self, backends: Iterable[Backend], graph_size: int = 2048, parallel: bool = False):
         backends = list(backends)
         if not 0 < len(backends) <= GGML_SCHED_MAX_BACKENDS:
             raise GGMLError(f"ggml_backend_sched_new: needs 1 to {GGML_SCHED_MAX_BACKENDS} backends")
@@ -42,16 +49,16 @@ class Scheduler:
             raise MemoryError("ggml_backend_sched_new failed")
         self.graph_size = int(graph_size)
 
-    def allocated(self, graph) -> bool:
+    def allocated(self, graph: Graph) -> bool:
         """Whether `graph`, as it is now, is the one ggml_backend_sched_alloc_graph last placed
         (its leaves then have the scheduler's memory, which the caller may have filled)."""
         return getattr(self, "graph", None) is graph and getattr(self, "alloc_nodes", None) == lib.ggml_graph_n_nodes(graph.ptr)
 
-    def mark_allocated(self, graph) -> None:
+    def mark_allocated(self, graph: Graph) -> None:
         """Record that the scheduler placed `graph` (ggml_backend_sched_alloc_graph)."""
         self.graph, self.alloc_nodes = graph, lib.ggml_graph_n_nodes(graph.ptr)
 
-    def compute(self, graph) -> None:
+    def compute(self, graph: Graph) -> None:
         """Split `graph` across the backends, allocate what is unallocated, and compute it; a graph
         ggml_backend_sched_alloc_graph placed (leaves filled since, ggmlR's pattern) is computed
         where it is."""
@@ -68,7 +75,7 @@ class Scheduler:
         lib.ggml_backend_sched_synchronize(self.ptr)
         self.mark_allocated(graph)  # its intermediates live in the scheduler's buffers until the next compute
 
-    def check(self, graph, leaves_placed: bool = False) -> None:
+    def check(self, graph: Graph, leaves_placed: bool = False) -> None:
         """Raise for anything in `graph` that would make ggml's scheduler assert, or compute on
         leaves nobody filled (unless the scheduler places them: leaves_placed)."""
         from ..core.graph import _check_row_indices
@@ -109,12 +116,12 @@ class Scheduler:
     __del__ = free
 
 
-def ggml_backend_sched_new(backends, graph_size: int = 2048, parallel: bool = False) -> Scheduler:
+def ggml_backend_sched_new(backends: Iterable[Backend], graph_size: int = 2048, parallel: bool = False) -> Scheduler:
     """A scheduler over `backends` for graphs of up to graph_size nodes; a CPU backend is
     appended when the list does not end with one (ggml needs it last; ggmlR adds it too)."""
     return Scheduler(backends, graph_size, parallel)
 
 
-def ggml_backend_sched_graph_compute(sched: Scheduler, graph) -> None:
+def ggml_backend_sched_graph_compute(sched: Scheduler, graph: Graph) -> None:
     """Compute the graph with the scheduler, each op on a backend that has its kernel."""
     sched.compute(graph)

@@ -8,6 +8,9 @@ servers that are gone) is checked first.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..backend import device as _device
@@ -18,6 +21,11 @@ from ..errors import GGMLError, check
 from .api import BackendBuffer
 from .context import NP_DTYPES, Tensor, get_data, meta_check, on_meta, set_data  # noqa: F401
 from .graph import Graph, check_graph
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from ..backend.sched import Scheduler
 
 _NULL = ffi.NULL
 
@@ -168,14 +176,14 @@ def ggml_backend_dev_get(i: int) -> Device:
     return Device(lib.ggml_backend_dev_get(_index(i, n, "ggml_backend_dev_get")))
 
 
-def ggml_backend_dev_by_name(name: str):
+def ggml_backend_dev_by_name(name: str) -> Device | None:
     """The device called `name` ("CPU", "Vulkan0", ...), or None."""
     _device._ensure_backends()
     p = lib.ggml_backend_dev_by_name(str(name).encode())
     return None if p == _NULL else Device(p)
 
 
-def ggml_backend_dev_by_type(type: int):
+def ggml_backend_dev_by_type(type: int) -> Device | None:
     """The first device of a type (ggml_backend_device_type_*()), or None."""
     _device._ensure_backends()
     t = int(type)
@@ -245,7 +253,7 @@ def ggml_backend_dev_supports_op(dev: Device, op: Tensor) -> bool:
     return bool(lib.ggml_backend_dev_supports_op(dev.ptr, op.ptr))
 
 
-def ggml_backend_dev_supports_buft(dev: Device, buft) -> bool:
+def ggml_backend_dev_supports_buft(dev: Device, buft: Backend | BackendBuffer) -> bool:
     """Whether the device can use buffers of type `buft` (a Backend's or a buffer's type)."""
     dev = _dev(dev, "ggml_backend_dev_supports_buft")
     p = buft.buft if isinstance(buft, Backend) else lib.ggml_backend_buffer_get_type(_buffer(buft, "ggml_backend_dev_supports_buft").ptr)
@@ -260,7 +268,7 @@ def ggml_backend_dev_offload_op(dev: Device, op: Tensor) -> bool:
     return bool(lib.ggml_backend_dev_offload_op(dev.ptr, op.ptr))
 
 
-def ggml_backend_get_device(backend: Backend):
+def ggml_backend_get_device(backend: Backend) -> Device | None:
     """The device a backend runs on."""
     b = _backend(backend, "ggml_backend_get_device")
     if b.dev == _NULL:
@@ -280,7 +288,7 @@ def ggml_backend_reg_get(i: int) -> Registry:
     return Registry(lib.ggml_backend_reg_get(_index(i, ggml_backend_reg_count(), "ggml_backend_reg_get")))
 
 
-def ggml_backend_reg_by_name(name: str):
+def ggml_backend_reg_by_name(name: str) -> Registry | None:
     """The registry called `name` ("CPU", "Vulkan", "RPC", ...), or None."""
     _device._ensure_backends()
     p = lib.ggml_backend_reg_by_name(str(name).encode())
@@ -322,7 +330,7 @@ def ggml_backend_device_register(dev: Device) -> Device:
     return dev
 
 
-def ggml_backend_load(path: str):
+def ggml_backend_load(path: str) -> Registry | None:
     """Load a backend module (a shared library) and register it; None when it cannot be loaded."""
     import os
     if not os.path.isfile(str(path)):
@@ -473,7 +481,7 @@ class _NoContext:
         pass
 
 
-def ggml_backend_multi_buffer_alloc_buffer(buffers) -> MultiBuffer:
+def ggml_backend_multi_buffer_alloc_buffer(buffers: Iterable[BackendBuffer]) -> MultiBuffer:
     """One buffer over several, so that set_usage, clear and free reach all of them."""
     parts = [_buffer(b, "ggml_backend_multi_buffer_alloc_buffer") for b in buffers]
     check(len(parts) > 0, "ggml_backend_multi_buffer_alloc_buffer: no buffers given")
@@ -521,7 +529,7 @@ def _range(t, offset, n, what):
     return start, n
 
 
-def ggml_backend_tensor_set_data(tensor: Tensor, data, offset: int = 0) -> Tensor:
+def ggml_backend_tensor_set_data(tensor: Tensor, data: ArrayLike, offset: int = 0) -> Tensor:
     """Write numbers into a tensor on any backend, from byte `offset` on (ggmlR's form)."""
     t = _data_tensor(tensor, "ggml_backend_tensor_set_data")
     arr = np.ravel(np.asarray(data))
@@ -559,7 +567,8 @@ def _async_check(backend, t, what):
     return b, t
 
 
-def ggml_backend_tensor_set_async(backend: Backend, tensor: Tensor, data, offset: int = 0, size: int | None = None):
+def ggml_backend_tensor_set_async(backend: Backend, tensor: Tensor, data: ArrayLike, offset: int = 0,
+                                  size: int | None = None) -> None:
     """Queue a write of `data` into the tensor on `backend` (complete after ggml_backend_synchronize).
     offset and size in bytes; the data is kept alive until the next synchronize."""
     b, t = _async_check(backend, tensor, "ggml_backend_tensor_set_async")
@@ -572,7 +581,8 @@ def ggml_backend_tensor_set_async(backend: Backend, tensor: Tensor, data, offset
     lib.ggml_backend_tensor_set_async(b.ptr, t.ptr, ffi.from_buffer(raw), int(offset), size)
 
 
-def ggml_backend_tensor_get_async(backend: Backend, tensor: Tensor, offset: int = 0, size: int | None = None):
+def ggml_backend_tensor_get_async(backend: Backend, tensor: Tensor, offset: int = 0,
+                                  size: int | None = None) -> np.ndarray:
     """Queue a read of the tensor; returns the numpy array it lands in (valid after ggml_backend_synchronize)."""
     b, t = _async_check(backend, tensor, "ggml_backend_tensor_get_async")
     size = t.nbytes() - int(offset) if size is None else int(size)
@@ -584,7 +594,8 @@ def ggml_backend_tensor_get_async(backend: Backend, tensor: Tensor, offset: int 
     return out
 
 
-def ggml_backend_tensor_get_and_sync(backend: Backend, tensor: Tensor, offset: int = 0, size: int | None = None):
+def ggml_backend_tensor_get_and_sync(backend: Backend, tensor: Tensor, offset: int = 0,
+                                     size: int | None = None) -> np.ndarray:
     """ggml_backend_tensor_get_async followed by ggml_backend_synchronize: the numbers, flat."""
     out = ggml_backend_tensor_get_async(backend, tensor, offset, size)
     ggml_backend_synchronize(backend)
@@ -639,7 +650,7 @@ def _event(e, what) -> Event:
     return e
 
 
-def ggml_backend_event_new(dev: Device):
+def ggml_backend_event_new(dev: Device) -> Event | None:
     """A new event on the device, or None when the device has no events (the CPU has none)."""
     dev = _dev(dev, "ggml_backend_event_new")
     props = ffi.new("struct ggml_backend_dev_props *")
@@ -755,35 +766,35 @@ def _sched_graph(s, graph, what, leaves_placed=False):
     return s
 
 
-def ggml_backend_sched_free(sched) -> None:
+def ggml_backend_sched_free(sched: Scheduler) -> None:
     """Free the scheduler (and the buffers it allocated graphs in)."""
     from ..backend.sched import Scheduler
     if isinstance(sched, Scheduler):
         sched.free()
 
 
-def ggml_backend_sched_get_n_backends(sched) -> int:
+def ggml_backend_sched_get_n_backends(sched: Scheduler) -> int:
     """How many backends the scheduler distributes over."""
     return int(lib.ggml_backend_sched_get_n_backends(_sched(sched, "ggml_backend_sched_get_n_backends").ptr))
 
 
-def ggml_backend_sched_get_backend(sched, i: int) -> Backend:
+def ggml_backend_sched_get_backend(sched: Scheduler, i: int) -> Backend:
     """Backend i (0-based, priority order) of the scheduler."""
     s = _sched(sched, "ggml_backend_sched_get_backend")
     return s.backends[_index(i, len(s.backends), "ggml_backend_sched_get_backend")]
 
 
-def ggml_backend_sched_get_n_splits(sched) -> int:
+def ggml_backend_sched_get_n_splits(sched: Scheduler) -> int:
     """Into how many per-backend pieces the last graph was split."""
     return int(lib.ggml_backend_sched_get_n_splits(_sched(sched, "ggml_backend_sched_get_n_splits").ptr))
 
 
-def ggml_backend_sched_get_n_copies(sched) -> int:
+def ggml_backend_sched_get_n_copies(sched: Scheduler) -> int:
     """How many copies of the inputs the scheduler keeps (more than 1 with parallel=True)."""
     return int(lib.ggml_backend_sched_get_n_copies(_sched(sched, "ggml_backend_sched_get_n_copies").ptr))
 
 
-def ggml_backend_sched_get_tensor_backend(sched, t: Tensor):
+def ggml_backend_sched_get_tensor_backend(sched: Scheduler, t: Tensor) -> Backend | None:
     """The backend the scheduler assigned `t` to, or None."""
     s = _sched(sched, "ggml_backend_sched_get_tensor_backend")
     if not isinstance(t, Tensor):
@@ -792,7 +803,7 @@ def ggml_backend_sched_get_tensor_backend(sched, t: Tensor):
     return next((b for b in s.backends if b.ptr == p), None)
 
 
-def ggml_backend_sched_set_tensor_backend(sched, t: Tensor, backend: Backend) -> None:
+def ggml_backend_sched_set_tensor_backend(sched: Scheduler, t: Tensor, backend: Backend) -> None:
     """Pin `t` (a node of the next graph) to one of the scheduler's backends."""
     s = _sched(sched, "ggml_backend_sched_set_tensor_backend")
     if not isinstance(t, Tensor):
@@ -805,13 +816,13 @@ def ggml_backend_sched_set_tensor_backend(sched, t: Tensor, backend: Backend) ->
     lib.ggml_backend_sched_set_tensor_backend(s.ptr, t.ptr, b.ptr)
 
 
-def ggml_backend_sched_reserve(sched, graph: Graph) -> bool:
+def ggml_backend_sched_reserve(sched: Scheduler, graph: Graph) -> bool:
     """Size the scheduler's buffers for graphs like `graph` (nothing is computed)."""
     s = _sched_graph(sched, graph, "ggml_backend_sched_reserve", leaves_placed=True)
     return bool(lib.ggml_backend_sched_reserve(s.ptr, graph.ptr))
 
 
-def ggml_backend_sched_alloc_graph(sched, graph: Graph) -> bool:
+def ggml_backend_sched_alloc_graph(sched: Scheduler, graph: Graph) -> bool:
     """Split the graph across the backends and give its unallocated tensors (leaves included: fill
     the inputs afterwards, as ggmlR does) memory."""
     s = _sched_graph(sched, graph, "ggml_backend_sched_alloc_graph", leaves_placed=True)
@@ -822,14 +833,14 @@ def ggml_backend_sched_alloc_graph(sched, graph: Graph) -> bool:
     return ok
 
 
-def ggml_backend_sched_reset(sched) -> None:
+def ggml_backend_sched_reset(sched: Scheduler) -> None:
     """Forget the last graph's placement (its intermediates' memory is reused by the next one)."""
     s = _sched(sched, "ggml_backend_sched_reset")
     lib.ggml_backend_sched_reset(s.ptr)
     s.graph = None
 
 
-def ggml_backend_sched_graph_compute_async(sched, graph: Graph) -> int:
+def ggml_backend_sched_graph_compute_async(sched: Scheduler, graph: Graph) -> int:
     """Start computing a graph (allocated first if needed); ggml_backend_sched_synchronize waits."""
     s = _sched(sched, "ggml_backend_sched_graph_compute_async")
     placed = isinstance(graph, Graph) and s.allocated(graph)
@@ -845,7 +856,7 @@ def ggml_backend_sched_graph_compute_async(sched, graph: Graph) -> int:
     return int(status)
 
 
-def ggml_backend_sched_synchronize(sched) -> None:
+def ggml_backend_sched_synchronize(sched: Scheduler) -> None:
     """Wait for the scheduler's backends to finish."""
     lib.ggml_backend_sched_synchronize(_sched(sched, "ggml_backend_sched_synchronize").ptr)
 

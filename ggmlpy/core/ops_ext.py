@@ -8,12 +8,18 @@ from ggmlpy's own checked primitives, the same graph ggml's C helper would build
 from __future__ import annotations
 
 import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NoReturn
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 from . import ops as _ops
 from .ops import (F16, F32, I32, _c, _conv_out, _contiguous, _ctx, _dense0, _make, _ne, _rope_check, _same,
                   _shape_str, _t, _types)
+
+if TYPE_CHECKING:
+    from .context import Context, Tensor
 
 # -- constants (ggml.h) --------------------------------------------------------------------------------
 GGML_GLU_OP_REGLU = lib.GGML_GLU_OP_REGLU
@@ -47,13 +53,13 @@ def _i(v, what, name) -> int:
 
 
 # -- GLU --------------------------------------------------------------------------------------------------
-def ggml_glu(ctx, a, op, swapped=False):
+def ggml_glu(ctx: Context, a: Tensor, op: int, swapped: bool = False) -> Tensor:
     """Gated linear unit over halves of ne0: act(x1) * x2 (x2 * act(x1) with the halves swapped).
     a [2n, ...] -> [n, ...]; op is a GGML_GLU_OP_* constant."""
     return _glu(ctx, a, None, op, swapped, "ggml_glu")
 
 
-def ggml_glu_split(ctx, a, b, op):
+def ggml_glu_split(ctx: Context, a: Tensor, b: Tensor, op: int) -> Tensor:
     """act(a) * b for same-shaped a (the gate) and b; op is a GGML_GLU_OP_* constant."""
     return _glu(ctx, a, b, op, False, "ggml_glu_split")
 
@@ -84,11 +90,11 @@ def _glu(ctx, a, b, op, swapped, what):
     return _make(ctx, what, out, a.type, call)
 
 
-def _glu_named(name, op):
-    def fused(ctx, a):
+def _glu_named(name: str, op: int) -> tuple[Callable[..., Tensor], Callable[..., Tensor]]:
+    def fused(ctx: Context, a: Tensor) -> Tensor:
         return _glu(ctx, a, None, op, False, f"ggml_{name}")
 
-    def split(ctx, a, b):
+    def split(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         return _glu(ctx, a, b, op, False, f"ggml_{name}_split")
 
     fused.__name__, split.__name__ = f"ggml_{name}", f"ggml_{name}_split"
@@ -103,21 +109,26 @@ for _name, _op in (("reglu", GGML_GLU_OP_REGLU), ("geglu", GGML_GLU_OP_GEGLU), (
 
 
 # -- RoPE -----------------------------------------------------------------------------------------------
-def ggml_rope(ctx, a, b, n_dims, mode=0, *, _inplace=False):
+def ggml_rope(ctx: Context, a: Tensor, b: Tensor, n_dims: int | None, mode: int = 0, *,
+              _inplace: bool = False) -> Tensor:
     """ggml_rope_ext with ggml's defaults (no frequency factors, base 10000, no YaRN)."""
     return _ops.ggml_rope_ext(ctx, a, b, None, n_dims, mode, _inplace=_inplace)
 
 
-def ggml_rope_ext_back(ctx, a, b, c=None, n_dims=None, mode=0, n_ctx_orig=0, freq_base=10000.0,
-                       freq_scale=1.0, ext_factor=0.0, attn_factor=1.0, beta_fast=32.0, beta_slow=1.0):
+def ggml_rope_ext_back(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None = None, n_dims: int | None = None,
+                       mode: int = 0, n_ctx_orig: int = 0, freq_base: float = 10000.0, freq_scale: float = 1.0,
+                       ext_factor: float = 0.0, attn_factor: float = 1.0, beta_fast: float = 32.0,
+                       beta_slow: float = 1.0) -> Tensor:
     """Gradient of ggml_rope_ext: rotates a (the upstream gradient) back by the same angles."""
     return _ops.ggml_rope_ext(ctx, a, b, c, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext_factor,
                               attn_factor, beta_fast, beta_slow, _back=True)
 
 
-def ggml_rope_multi(ctx, a, b, c=None, n_dims=None, sections=(0, 0, 0, 0), mode=0, n_ctx_orig=0,
-                    freq_base=10000.0, freq_scale=1.0, ext_factor=0.0, attn_factor=1.0, beta_fast=32.0,
-                    beta_slow=1.0, *, _inplace=False):
+def ggml_rope_multi(ctx: Context, a: Tensor, b: Tensor, c: Tensor | None = None, n_dims: int | None = None,
+                    sections: Sequence[int] = (0, 0, 0, 0), mode: int = 0, n_ctx_orig: int = 0,
+                    freq_base: float = 10000.0, freq_scale: float = 1.0, ext_factor: float = 0.0,
+                    attn_factor: float = 1.0, beta_fast: float = 32.0, beta_slow: float = 1.0, *,
+                    _inplace: bool = False) -> Tensor:
     """Multi-section RoPE (Qwen2-VL): mode GGML_ROPE_TYPE_MROPE or _VISION (or IMROPE); b holds 4
     positions per token (4 x ne2, section by section); `sections` splits the n_dims/2 rotation pairs."""
     what = "ggml_rope_multi"
@@ -142,7 +153,7 @@ def ggml_rope_multi(ctx, a, b, c=None, n_dims=None, sections=(0, 0, 0, 0), mode=
 
 
 # -- small element-wise and shape ops ----------------------------------------------------------------------------
-def ggml_add1(ctx, a, b, *, _inplace=False):
+def ggml_add1(ctx: Context, a: Tensor, b: Tensor, *, _inplace: bool = False) -> Tensor:
     """a + b where b is a one-element tensor (ggml's ADD1)."""
     what = "ggml_add1"
     ctx = _ctx(ctx)
@@ -157,7 +168,7 @@ def ggml_add1(ctx, a, b, *, _inplace=False):
     return _same(ctx, what, a, lambda: _c("ggml_add1", _inplace)(ctx.ptr, a.ptr, b.ptr), view=_inplace)
 
 
-def ggml_diag(ctx, a):
+def ggml_diag(ctx: Context, a: Tensor) -> Tensor:
     """A row vector a [n, 1, ...] -> the diagonal matrix [n, n, ...]."""
     ctx, a = _ctx(ctx), _t(a, "ggml_diag")
     _types(a, (F32,), "ggml_diag")
@@ -167,7 +178,7 @@ def ggml_diag(ctx, a):
     return _make(ctx, "ggml_diag", [n[0], n[0], n[2], n[3]], F32, lambda: lib.ggml_diag(ctx.ptr, a.ptr))
 
 
-def ggml_diag_mask_zero(ctx, a, n_past=0, *, _inplace=False):
+def ggml_diag_mask_zero(ctx: Context, a: Tensor, n_past: int = 0, *, _inplace: bool = False) -> Tensor:
     """Set a[i, j] = 0 for i > n_past + j (as diag_mask_inf, with zeros)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_diag_mask_zero")
     _types(a, (F32,), "ggml_diag_mask_zero")
@@ -178,7 +189,7 @@ def ggml_diag_mask_zero(ctx, a, n_past=0, *, _inplace=False):
                  view=_inplace)
 
 
-def ggml_arange(ctx, start, stop, step=1.0):
+def ggml_arange(ctx: Context, start: float, stop: float, step: float = 1.0) -> Tensor:
     """f32 [ceil((stop - start) / step)]: start, start + step, ... below stop."""
     ctx = _ctx(ctx)
     start, stop, step = float(start), float(stop), float(step)
@@ -191,7 +202,7 @@ def ggml_arange(ctx, start, stop, step=1.0):
     return _make(ctx, "ggml_arange", [n, 1, 1, 1], F32, lambda: lib.ggml_arange(ctx.ptr, start, stop, step))
 
 
-def ggml_timestep_embedding(ctx, timesteps, dim, max_period=10000):
+def ggml_timestep_embedding(ctx: Context, timesteps: Tensor, dim: int, max_period: int = 10000) -> Tensor:
     """Sinusoidal embeddings [dim, n] of f32 timesteps [n]: cos(t f_i) for the first half, sin(t f_i) for
     the second, f_i = max_period^(-i / half) (odd dim: a zero last column)."""
     what = "ggml_timestep_embedding"
@@ -205,7 +216,7 @@ def ggml_timestep_embedding(ctx, timesteps, dim, max_period=10000):
                                                                                                max_period))
 
 
-def ggml_roll(ctx, a, shift0=0, shift1=0, shift2=0, shift3=0):
+def ggml_roll(ctx: Context, a: Tensor, shift0: int = 0, shift1: int = 0, shift2: int = 0, shift3: int = 0) -> Tensor:
     """Circular shift along each dim (elements pushed off one end come back at the other)."""
     what = "ggml_roll"
     ctx, a = _ctx(ctx), _t(a, what)
@@ -217,7 +228,7 @@ def ggml_roll(ctx, a, shift0=0, shift1=0, shift2=0, shift3=0):
     return _same(ctx, what, a, lambda: lib.ggml_roll(ctx.ptr, a.ptr, *shifts))
 
 
-def ggml_pad_reflect_1d(ctx, a, p0, p1):
+def ggml_pad_reflect_1d(ctx: Context, a: Tensor, p0: int, p1: int) -> Tensor:
     """Reflection padding of ne0: p0 in front, p1 behind (each below ne0)."""
     what = "ggml_pad_reflect_1d"
     ctx, a = _ctx(ctx), _t(a, what)
@@ -229,7 +240,7 @@ def ggml_pad_reflect_1d(ctx, a, p0, p1):
     return _make(ctx, what, [n[0] + p0 + p1] + n[1:], F32, lambda: lib.ggml_pad_reflect_1d(ctx.ptr, a.ptr, p0, p1))
 
 
-def ggml_win_part(ctx, a, w):
+def ggml_win_part(ctx: Context, a: Tensor, w: int) -> Tensor:
     """Split a [C, W, H] into w x w windows [C, w, w, n_windows], zero-padding W and H to multiples of w."""
     what = "ggml_win_part"
     ctx, a = _ctx(ctx), _t(a, what)
@@ -243,7 +254,7 @@ def ggml_win_part(ctx, a, w):
     return _make(ctx, what, [n[0], w, w, npx * npy], F32, lambda: lib.ggml_win_part(ctx.ptr, a.ptr, w))
 
 
-def ggml_win_unpart(ctx, a, w0, h0, w):
+def ggml_win_unpart(ctx: Context, a: Tensor, w0: int, h0: int, w: int) -> Tensor:
     """Inverse of ggml_win_part: windows [C, w, w, n] back to [C, w0, h0]."""
     what = "ggml_win_unpart"
     ctx, a = _ctx(ctx), _t(a, what)
@@ -258,7 +269,7 @@ def ggml_win_unpart(ctx, a, w0, h0, w):
     return _make(ctx, what, [n[0], w0, h0, 1], F32, lambda: lib.ggml_win_unpart(ctx.ptr, a.ptr, w0, h0, w))
 
 
-def ggml_get_rel_pos(ctx, a, qh, kh):
+def ggml_get_rel_pos(ctx: Context, a: Tensor, qh: int, kh: int) -> Tensor:
     """Relative position table [C, kh, qh] (f16) gathered from a [C, 2*qh - 1] (f16), as in SAM."""
     what = "ggml_get_rel_pos"
     ctx, a = _ctx(ctx), _t(a, what)
@@ -270,7 +281,7 @@ def ggml_get_rel_pos(ctx, a, qh, kh):
     return _make(ctx, what, [_ne(a)[0], kh, qh, 1], F16, lambda: lib.ggml_get_rel_pos(ctx.ptr, a.ptr, qh, kh))
 
 
-def ggml_add_rel_pos(ctx, a, pw, ph, *, _inplace=False):
+def ggml_add_rel_pos(ctx: Context, a: Tensor, pw: Tensor, ph: Tensor, *, _inplace: bool = False) -> Tensor:
     """Add decomposed relative-position biases pw, ph [W, W, H, B] to attention a [W*W, W*H, B]."""
     what = "ggml_add_rel_pos"
     ctx = _ctx(ctx)
@@ -288,7 +299,7 @@ def ggml_add_rel_pos(ctx, a, pw, ph, *, _inplace=False):
                  view=_inplace)
 
 
-def ggml_mul_mat_id(ctx, as_, b, ids):
+def ggml_mul_mat_id(ctx: Context, as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
     """Mixture-of-experts product: as_ [K, M, n_expert] stacks expert matrices, b [K, n_b, n_tokens],
     ids i32 [n_used, n_tokens] picks the experts; -> [M, n_used, n_tokens]."""
     what = "ggml_mul_mat_id"
@@ -311,19 +322,20 @@ def ggml_mul_mat_id(ctx, as_, b, ids):
 
 
 # -- set: write b into a view of a copy of a ----------------------------------------------------------------
-def ggml_set(ctx, a, b, nb1, nb2, nb3, offset, *, _inplace=False):
+def ggml_set(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int, *,
+             _inplace: bool = False) -> Tensor:
     """A copy of a with b written into its view (strides nb1..nb3 bytes, byte offset)."""
     return _set("ggml_set", ctx, a, b, [nb1, nb2, nb3], offset, _inplace,
                 lambda c, x, y, s, o: _c("ggml_set", _inplace)(c, x, y, s[0], s[1], s[2], o))
 
 
-def ggml_set_1d(ctx, a, b, offset, *, _inplace=False):
+def ggml_set_1d(ctx: Context, a: Tensor, b: Tensor, offset: int, *, _inplace: bool = False) -> Tensor:
     """A copy of a with b's elements written from byte `offset` on."""
     return _set("ggml_set_1d", ctx, a, b, None, offset, _inplace,
                 lambda c, x, y, s, o: _c("ggml_set_1d", _inplace)(c, x, y, o))
 
 
-def ggml_set_2d(ctx, a, b, nb1, offset, *, _inplace=False):
+def ggml_set_2d(ctx: Context, a: Tensor, b: Tensor, nb1: int, offset: int, *, _inplace: bool = False) -> Tensor:
     """A copy of a with b written as rows nb1 bytes apart, from byte `offset` on."""
     return _set("ggml_set_2d", ctx, a, b, [nb1], offset, _inplace,
                 lambda c, x, y, s, o: _c("ggml_set_2d", _inplace)(c, x, y, s[0], o))
@@ -353,7 +365,7 @@ def _set(what, ctx, a, b, strides, offset, inplace, call):
 
 
 # -- convolutions -------------------------------------------------------------------------------------------
-def ggml_conv_1d(ctx, a, b, s0=1, p0=0, d0=1):
+def ggml_conv_1d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, p0: int = 0, d0: int = 1) -> Tensor:
     """1-d convolution of b [L, IC, N] with kernel a [K, IC, OC] -> [OL, OC, N] (im2col + mul_mat)."""
     what = "ggml_conv_1d"
     ctx = _ctx(ctx)
@@ -374,7 +386,7 @@ def ggml_conv_1d(ctx, a, b, s0=1, p0=0, d0=1):
     return _ops.ggml_cont(ctx, _ops.ggml_permute(ctx, y, 0, 2, 1, 3))
 
 
-def ggml_conv_1d_dw(ctx, a, b, s0=1, p0=0, d0=1):
+def ggml_conv_1d_dw(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, p0: int = 0, d0: int = 1) -> Tensor:
     """Depthwise 1-d convolution: b [L, C] (one channel per row), kernel a [K, 1, C] -> [OL, C, 1]."""
     what = "ggml_conv_1d_dw"
     ctx = _ctx(ctx)
@@ -392,7 +404,8 @@ def ggml_conv_1d_dw(ctx, a, b, s0=1, p0=0, d0=1):
     return _ops.ggml_reshape_3d(ctx, y, ny[0], ny[2], 1)
 
 
-def ggml_conv_2d_dw(ctx, a, b, s0=1, s1=1, p0=0, p1=0, d0=1, d1=1):
+def ggml_conv_2d_dw(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p0: int = 0, p1: int = 0,
+                    d0: int = 1, d1: int = 1) -> Tensor:
     """Depthwise 2-d convolution: b [W, H, C, N], kernel a [KW, KH, 1, C] -> [OW, OH, C, N] (im2col path)."""
     what = "ggml_conv_2d_dw"
     ctx = _ctx(ctx)
@@ -421,7 +434,8 @@ def _conv_args(what, vals):
     return s0, s1, p0, p1, d0, d1
 
 
-def ggml_conv_2d_dw_direct(ctx, a, b, s0=1, s1=1, p0=0, p1=0, d0=1, d1=1):
+def ggml_conv_2d_dw_direct(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p0: int = 0, p1: int = 0,
+                           d0: int = 1, d1: int = 1) -> Tensor:
     """Depthwise 2-d convolution with ggml's direct kernel: b [W, H, C, N], a [KW, KH, 1, C] -> [OW, OH, C, N]."""
     what = "ggml_conv_2d_dw_direct"
     ctx = _ctx(ctx)
@@ -439,7 +453,8 @@ def ggml_conv_2d_dw_direct(ctx, a, b, s0=1, s1=1, p0=0, p1=0, d0=1, d1=1):
                  lambda: lib.ggml_conv_2d_dw_direct(ctx.ptr, a.ptr, b.ptr, s0, s1, p0, p1, d0, d1))
 
 
-def ggml_conv_2d_direct(ctx, a, b, s0=1, s1=1, p0=0, p1=0, d0=1, d1=1):
+def ggml_conv_2d_direct(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p0: int = 0, p1: int = 0,
+                        d0: int = 1, d1: int = 1) -> Tensor:
     """2-d convolution with ggml's direct kernel (no im2col tensor): b [W, H, C, N], a [KW, KH, C, OC]."""
     what = "ggml_conv_2d_direct"
     ctx = _ctx(ctx)
@@ -457,7 +472,7 @@ def ggml_conv_2d_direct(ctx, a, b, s0=1, s1=1, p0=0, p1=0, d0=1, d1=1):
                  lambda: lib.ggml_conv_2d_direct(ctx.ptr, a.ptr, b.ptr, s0, s1, p0, p1, d0, d1))
 
 
-def ggml_conv_transpose_1d(ctx, a, b, s0=1, p0=0, d0=1):
+def ggml_conv_transpose_1d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, p0: int = 0, d0: int = 1) -> Tensor:
     """Transposed 1-d convolution: b [L, IC], kernel a [K, OC, IC] -> [(L-1)*s0 + K, OC]. ggml supports
     only p0 = 0 and d0 = 1."""
     what = "ggml_conv_transpose_1d"
@@ -477,7 +492,7 @@ def ggml_conv_transpose_1d(ctx, a, b, s0=1, p0=0, d0=1):
     return _make(ctx, what, [ol, na[1], 1, 1], F32, lambda: lib.ggml_conv_transpose_1d(ctx.ptr, a.ptr, b.ptr, s0, 0, 1))
 
 
-def ggml_conv_transpose_2d_p0(ctx, a, b, stride=1):
+def ggml_conv_transpose_2d_p0(ctx: Context, a: Tensor, b: Tensor, stride: int = 1) -> Tensor:
     """Transposed 2-d convolution without padding: b [W, H, IC, N], kernel a [KW, KH, OC, IC] (f16 on the CPU)
     -> [(W-1)*stride + KW, (H-1)*stride + KH, OC, N]."""
     what = "ggml_conv_transpose_2d_p0"
@@ -496,7 +511,7 @@ def ggml_conv_transpose_2d_p0(ctx, a, b, stride=1):
 
 
 # -- attention gradient ----------------------------------------------------------------------------------
-def ggml_flash_attn_back(ctx, q, k, v, d, masked=True):
+def ggml_flash_attn_back(ctx: Context, q: Tensor, k: Tensor, v: Tensor, d: Tensor, masked: bool = True) -> NoReturn:
     """ggml's fused attention gradient (q [D, N, H, B], k [D, M, H_kv, B], v transposed [M, D, H_kv, B],
     d [D, N, H, B]). The inputs are checked as ggml would, then a GGMLError says that ggml 0.25.3 has no
     implementation: its builder aborts the process (ggmlR's own test skips it for that reason)."""
@@ -532,7 +547,7 @@ _INPLACE = ["add", "sub", "mul", "div", "sqr", "sqrt", "exp", "log", "abs", "neg
             "add1", "add_rel_pos", "set", "set_1d", "set_2d"]
 
 
-def _make_inplace(name):
+def _make_inplace(name: str) -> Callable[..., Tensor]:
     base = globals().get(f"ggml_{name}") or getattr(_ops, f"ggml_{name}")
 
     @functools.wraps(base)
@@ -542,7 +557,11 @@ def _make_inplace(name):
     op.__name__ = op.__qualname__ = f"ggml_{name}_inplace"
     op.__doc__ = (f"ggml_{name}_inplace: ggml_{name} computed into its first input's memory "
                   "(the result is a view of it). Same arguments and checks as ggml_" + name + ".")
-    del op.__wrapped__  # its signature is the base op's, minus the private flag
+    del op.__wrapped__
+    # its signature and hints are the base op's, minus the private flag
+    sig = inspect.signature(base)
+    op.__signature__ = sig.replace(parameters=[p for p in sig.parameters.values() if p.name != "_inplace"])
+    op.__annotations__ = {k: v for k, v in base.__annotations__.items() if k != "_inplace"}
     return op
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,6 +17,9 @@ from ..errors import GGMLError, check
 from . import graph as _graph
 from .context import Context, Tensor, get_data, set_data, wrap
 from .graph import Graph
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 _NULL = ffi.NULL
 _N_TYPES = int(lib.GGML_TYPE_COUNT)
@@ -149,14 +154,14 @@ def ggml_tensor_type(t: Tensor) -> int:
     return _tensor(t, "ggml_tensor_type").type
 
 
-def _pred(cname, doc, n_args=1):
+def _pred(cname: str, doc: str, n_args: int = 1) -> Callable[..., bool]:
     fn = getattr(lib, cname)
 
     if n_args == 1:
-        def q(t):
+        def q(t: Tensor) -> bool:
             return bool(fn(_tensor(t, cname).ptr))
     else:
-        def q(a, b):
+        def q(a: Tensor, b: Tensor) -> bool:
             return bool(fn(_tensor(a, cname).ptr, _tensor(b, cname).ptr))
     q.__name__ = cname
     q.__doc__ = doc
@@ -306,20 +311,20 @@ def _write_scalar(t: Tensor, idx, value, what):
         lib.ggml_backend_tensor_set(t.ptr, ffi.from_buffer(raw), off, store.itemsize)
 
 
-def ggml_get_f32_nd(t: Tensor, i0, i1=0, i2=0, i3=0) -> float:
+def ggml_get_f32_nd(t: Tensor, i0: int, i1: int = 0, i2: int = 0, i3: int = 0) -> float:
     """One element of t as a float, at 0-based ggml indices (i0 fastest)."""
     t = _tensor(t, "ggml_get_f32_nd")
     return float(_read_scalar(t, _nd_index(t, (i0, i1, i2, i3), "ggml_get_f32_nd"), "ggml_get_f32_nd"))
 
 
-def ggml_get_i32_nd(t: Tensor, i0, i1=0, i2=0, i3=0) -> int:
-    """One element of t as an int, at 0-based ggml indices."""
+def ggml_get_i32_nd(t: Tensor, i0: int, i1: int = 0, i2: int = 0, i3: int = 0) -> int | float:
+    """One element of t as an int, at 0-based ggml indices (a non-finite f32 value comes back as that float)."""
     t = _tensor(t, "ggml_get_i32_nd")
     v = _read_scalar(t, _nd_index(t, (i0, i1, i2, i3), "ggml_get_i32_nd"), "ggml_get_i32_nd")
     return int(v) if np.isfinite(v) else v
 
 
-def ggml_set_f32_nd(t: Tensor, i0, i1=0, i2=0, i3=0, value=None) -> Tensor:
+def ggml_set_f32_nd(t: Tensor, i0: int, i1: int = 0, i2: int = 0, i3: int = 0, value: float | None = None) -> Tensor:
     """Write one element of t (0-based ggml indices); value is keyword-or-last, as in ggmlR."""
     t = _tensor(t, "ggml_set_f32_nd")
     check(value is not None, "ggml_set_f32_nd: value is missing")
@@ -328,7 +333,7 @@ def ggml_set_f32_nd(t: Tensor, i0, i1=0, i2=0, i3=0, value=None) -> Tensor:
     return t
 
 
-def ggml_set_i32_nd(t: Tensor, i0, i1=0, i2=0, i3=0, value=None) -> Tensor:
+def ggml_set_i32_nd(t: Tensor, i0: int, i1: int = 0, i2: int = 0, i3: int = 0, value: float | None = None) -> Tensor:
     """Write one integer element of t (0-based ggml indices)."""
     t = _tensor(t, "ggml_set_i32_nd")
     check(value is not None, "ggml_set_i32_nd: value is missing")
@@ -414,14 +419,14 @@ def ggml_tensor_num(ctx: Context) -> int:
     return n
 
 
-def ggml_get_first_tensor(ctx: Context):
+def ggml_get_first_tensor(ctx: Context) -> Tensor | None:
     """The first tensor created in ctx, or None."""
     ctx = _context(ctx, "ggml_get_first_tensor")
     p = lib.ggml_get_first_tensor(ctx.ptr)
     return None if p == _NULL else Tensor(p, ctx)
 
 
-def ggml_get_next_tensor(ctx: Context, t: Tensor):
+def ggml_get_next_tensor(ctx: Context, t: Tensor) -> Tensor | None:
     """The tensor created in ctx after t, or None."""
     ctx, t = _context(ctx, "ggml_get_next_tensor"), _tensor(t, "ggml_get_next_tensor")
     check(t.ctx is ctx, "ggml_get_next_tensor: t does not belong to ctx")
@@ -439,7 +444,8 @@ def ggml_print_objects(ctx: Context) -> None:
         t = ggml_get_next_tensor(ctx, t)
 
 
-def ggml_estimate_memory(type: int = lib.GGML_TYPE_F32, ne0=1, ne1=1, ne2=1, ne3=1) -> int:
+def ggml_estimate_memory(type: int = lib.GGML_TYPE_F32, ne0: int = 1, ne1: int = 1, ne2: int = 1,
+                         ne3: int = 1) -> int:
     """Arena bytes one tensor of this type and shape needs: data + ggml's object overhead + alignment.
     (ggmlR counts 4 bytes per element whatever the type; this uses the type's real row size.)"""
     n = int(ne0) * int(ne1) * int(ne2) * int(ne3)
@@ -472,7 +478,7 @@ def ggml_init_auto(*shapes, extra_mb: float = 10, type: int = lib.GGML_TYPE_F32,
 
 
 @contextlib.contextmanager
-def ggml_with_temp_ctx(mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False):
+def ggml_with_temp_ctx(mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False) -> Iterator[Context]:
     """`with ggml_with_temp_ctx(n) as ctx:` a context freed at the end of the block (ggmlR evaluates an
     expression with a temporary ctx; Python's form is a with-block)."""
     from .api import ggml_init
@@ -499,7 +505,7 @@ def ggml_get_op_params(t: Tensor) -> bytes:
     return bytes(ffi.buffer(t.ptr.op_params))
 
 
-def ggml_set_op_params(t: Tensor, params) -> Tensor:
+def ggml_set_op_params(t: Tensor, params: bytes | bytearray | memoryview | ArrayLike) -> Tensor:
     """Overwrite t's first len(params) op-parameter bytes (bytes, or ints 0..255 as R's as.raw)."""
     t = _tensor(t, "ggml_set_op_params")
     if isinstance(params, (bytes, bytearray, memoryview)):
@@ -553,7 +559,7 @@ def ggml_graph_node(graph: Graph, i: int) -> Tensor:
     return Tensor(lib.ggml_graph_node(graph.ptr, i), graph.ctx)
 
 
-def ggml_graph_get_tensor(graph: Graph, name: str):
+def ggml_graph_get_tensor(graph: Graph, name: str) -> Tensor | None:
     """The graph's node or leaf named `name`, or None."""
     graph = _graph_arg(graph, "ggml_graph_get_tensor")
     p = lib.ggml_graph_get_tensor(graph.ptr, str(name).encode())

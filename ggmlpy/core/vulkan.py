@@ -74,7 +74,7 @@ def ggml_vulkan_init(device: int = 0) -> Backend:
     return Backend(lib.ggml_backend_dev_init(d, _NULL), _s(lib.ggml_backend_dev_name(d)))
 
 
-def ggml_vulkan_is_backend(backend) -> bool:
+def ggml_vulkan_is_backend(backend: object) -> bool:
     """Whether `backend` runs on a Vulkan device."""
     if not isinstance(backend, Backend) or backend.ptr is None or backend.dev == _NULL:
         return False
@@ -82,13 +82,13 @@ def ggml_vulkan_is_backend(backend) -> bool:
     return _s(lib.ggml_backend_reg_name(reg)) == "Vulkan"
 
 
-def ggml_vulkan_backend_name(backend) -> str:
+def ggml_vulkan_backend_name(backend: Backend) -> str:
     """The Vulkan backend's name (e.g. "Vulkan0")."""
     check(ggml_vulkan_is_backend(backend), "ggml_vulkan_backend_name: not a Vulkan backend")
     return backend.name
 
 
-def ggml_vulkan_free(backend) -> None:
+def ggml_vulkan_free(backend: Backend) -> None:
     """Free a Vulkan backend."""
     check(ggml_vulkan_is_backend(backend), "ggml_vulkan_free: not a Vulkan backend")
     backend.free()

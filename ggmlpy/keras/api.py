@@ -7,6 +7,9 @@ new node. Methods chain too: `Sequential().add(Dense(16)).compile(...)`.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
 from ..errors import GGMLError
 from . import layers as L
 from .history import ggml_training_history  # noqa: F401
@@ -15,8 +18,12 @@ from .model import _Model
 from .sequential import Sequential
 from .layers import r_to_ggml_shape
 
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import ArrayLike
 
-def ggml_model_sequential(layers=()):
+
+def ggml_model_sequential(layers: Iterable[L.Layer] = ()) -> Sequential:
     """An empty Sequential model (optionally with `layers`)."""
     return Sequential(layers)
 
@@ -35,76 +42,95 @@ def _attach(target, layer):
     raise GGMLError(f"expected a Sequential model or a Functional node, got {type(target).__name__}")
 
 
-def ggml_layer_dense(model, units, activation=None, input_shape=None, name=None, trainable=True):
+def ggml_layer_dense(model: Sequential | Node | Sequence[Node], units: int, activation: str | None = None,
+                     input_shape: int | Sequence[int] | None = None, name: str | None = None,
+                     trainable: bool = True) -> Sequential | Node:
     """Fully connected layer: act(x W + b), Glorot-uniform W, zero b."""
     return _attach(model, L.Dense(units, activation, name, trainable, input_shape))
 
 
-def ggml_layer_conv_2d(model, filters, kernel_size, activation=None, input_shape=None, strides=(1, 1),
-                       padding="valid", name=None, trainable=True):
+def ggml_layer_conv_2d(model: Sequential | Node | Sequence[Node], filters: int, kernel_size: int | Sequence[int],
+                       activation: str | None = None, input_shape: int | Sequence[int] | None = None,
+                       strides: int | Sequence[int] = (1, 1), padding: str = "valid", name: str | None = None,
+                       trainable: bool = True) -> Sequential | Node:
     """2-d convolution over images [N, H, W, C]; kernel_size and strides are (height, width)."""
     return _attach(model, L.Conv2D(filters, kernel_size, activation, strides, padding, name, trainable, input_shape))
 
 
-def ggml_layer_conv_1d(model, filters, kernel_size, activation=None, input_shape=None, strides=1,
-                       padding="valid", name=None, trainable=True):
+def ggml_layer_conv_1d(model: Sequential | Node | Sequence[Node], filters: int, kernel_size: int | Sequence[int],
+                       activation: str | None = None, input_shape: int | Sequence[int] | None = None,
+                       strides: int | Sequence[int] = 1, padding: str = "valid", name: str | None = None,
+                       trainable: bool = True) -> Sequential | Node:
     """1-d convolution over sequences [N, L, C] -> [N, L_out, filters]."""
     return _attach(model, L.Conv1D(filters, kernel_size, activation, strides, padding, name, trainable, input_shape))
 
 
-def ggml_layer_max_pooling_2d(model, pool_size=(2, 2), strides=None, name=None, trainable=True):
+def ggml_layer_max_pooling_2d(model: Sequential | Node | Sequence[Node], pool_size: int | Sequence[int] = (2, 2),
+                              strides: int | Sequence[int] | None = None, name: str | None = None,
+                              trainable: bool = True) -> Sequential | Node:
     """Max pooling, no padding; strides default to pool_size."""
     return _attach(model, L.MaxPooling2D(pool_size, strides, name, trainable))
 
 
-def ggml_layer_global_average_pooling_2d(model, name=None, trainable=True):
+def ggml_layer_global_average_pooling_2d(model: Sequential | Node | Sequence[Node], name: str | None = None,
+                                         trainable: bool = True) -> Sequential | Node:
     """Mean over H and W for each channel."""
     return _attach(model, L.GlobalAveragePooling2D(name, trainable))
 
 
-def ggml_layer_global_max_pooling_2d(model, name=None, trainable=True):
+def ggml_layer_global_max_pooling_2d(model: Sequential | Node | Sequence[Node], name: str | None = None,
+                                     trainable: bool = True) -> Sequential | Node:
     """Max over H and W for each channel."""
     return _attach(model, L.GlobalMaxPooling2D(name, trainable))
 
 
-def ggml_layer_flatten(model, name=None, trainable=True):
+def ggml_layer_flatten(model: Sequential | Node | Sequence[Node], name: str | None = None,
+                       trainable: bool = True) -> Sequential | Node:
     """Flatten each sample in ggml order (image element (h, w, c) -> w + W*(h + H*c))."""
     return _attach(model, L.Flatten(name, trainable))
 
 
-def ggml_layer_batch_norm(model, eps=1e-5, name=None, trainable=True, mode="rms", momentum=0.1):
+def ggml_layer_batch_norm(model: Sequential | Node | Sequence[Node], eps: float = 1e-5, name: str | None = None,
+                          trainable: bool = True, mode: str = "rms", momentum: float = 0.1) -> Sequential | Node:
     """ggmlR's batch_norm: per-sample RMS norm with learned gamma/beta; mode="batch" is a true
     batch norm with running averages (see BatchNorm)."""
     return _attach(model, L.BatchNorm(eps, name, trainable, mode, momentum))
 
 
-def ggml_layer_dropout(model, rate, stochastic=False, name=None, trainable=False):
+def ggml_layer_dropout(model: Sequential | Node | Sequence[Node], rate: float, stochastic: bool = False,
+                       name: str | None = None, trainable: bool = False) -> Sequential | Node:
     """ggmlR's dropout (see Dropout): identity in inference."""
     return _attach(model, L.Dropout(rate, stochastic, name, trainable))
 
 
-def ggml_layer_embedding(model, vocab_size, dim, input_shape=None, name=None, trainable=True):
+def ggml_layer_embedding(model: Sequential | Node | Sequence[Node], vocab_size: int, dim: int,
+                         input_shape: int | Sequence[int] | None = None, name: str | None = None,
+                         trainable: bool = True) -> Sequential | Node:
     """Token ids [N, T] (0-based) -> vectors [N, T, dim]. Works in Sequential models too
     (ggmlR aborts there); give input_shape = T for the first layer."""
     return _attach(model, L.Embedding(vocab_size, dim, name, trainable, input_shape))
 
 
-def ggml_layer_lstm(model, units, return_sequences=False, activation="tanh", recurrent_activation="sigmoid",
-                    input_shape=None, name=None, trainable=True):
+def ggml_layer_lstm(model: Sequential | Node | Sequence[Node], units: int, return_sequences: bool = False,
+                    activation: str | None = "tanh", recurrent_activation: str = "sigmoid",
+                    input_shape: int | Sequence[int] | None = None, name: str | None = None,
+                    trainable: bool = True) -> Sequential | Node:
     """LSTM over sequences [N, T, C]: the last state [N, units], or all states [N, T, units]."""
     return _attach(model, L.LSTM(units, return_sequences, activation, recurrent_activation, name, trainable,
                                  input_shape))
 
 
-def ggml_layer_gru(model, units, return_sequences=False, activation="tanh", recurrent_activation="sigmoid",
-                   input_shape=None, name=None, trainable=True):
+def ggml_layer_gru(model: Sequential | Node | Sequence[Node], units: int, return_sequences: bool = False,
+                   activation: str | None = "tanh", recurrent_activation: str = "sigmoid",
+                   input_shape: int | Sequence[int] | None = None, name: str | None = None,
+                   trainable: bool = True) -> Sequential | Node:
     """GRU (ggmlR's: h = h + z (n - h), z weighting the new state) over sequences [N, T, C]."""
     return _attach(model, L.GRU(units, return_sequences, activation, recurrent_activation, name, trainable,
                                 input_shape))
 
 
 # -- Functional API ----------------------------------------------------------------------------------
-def ggml_input(shape, name=None, dtype="float32"):
+def ggml_input(shape: int | Sequence[int], name: str | None = None, dtype: str = "float32") -> Node:
     """A model input: `shape` is one sample's R shape ((F,), (T, C) or (H, W, C));
     dtype "int32" for token ids."""
     if dtype not in ("float32", "int32"):
@@ -112,7 +138,7 @@ def ggml_input(shape, name=None, dtype="float32"):
     return Node(None, [], r_to_ggml_shape(shape), dtype, name)
 
 
-def ggml_model(inputs, outputs):
+def ggml_model(inputs: Node | Sequence[Node], outputs: Node | Sequence[Node]) -> Functional:
     """A Functional model from input nodes to output nodes."""
     return Functional(inputs, outputs)
 
@@ -125,44 +151,45 @@ def _node_list(tensors, what):
     return list(tensors)
 
 
-def ggml_layer_add(tensors, name=None):
+def ggml_layer_add(tensors: Sequence[Node], name: str | None = None) -> Node:
     """Element-wise sum of same-shape nodes."""
     return _attach(_node_list(tensors, "ggml_layer_add"), L.Add(name))
 
 
-def ggml_layer_concatenate(tensors, axis=0, name=None):
+def ggml_layer_concatenate(tensors: Sequence[Node], axis: int = 0, name: str | None = None) -> Node:
     """Concatenate nodes along a 0-based ggml axis (0 = features for flat nodes)."""
     return _attach(_node_list(tensors, "ggml_layer_concatenate"), L.Concatenate(axis, name))
 
 
-def ggml_dense(units, activation=None, name=None, trainable=True):
+def ggml_dense(units: int, activation: str | None = None, name: str | None = None, trainable: bool = True) -> L.Dense:
     """A reusable dense layer object (apply it with ggml_apply; applications share weights)."""
     return L.Dense(units, activation, name, trainable)
 
 
-def ggml_batch_norm(eps=1e-5, name=None, trainable=True, mode="rms", momentum=0.1):
+def ggml_batch_norm(eps: float = 1e-5, name: str | None = None, trainable: bool = True, mode: str = "rms",
+                    momentum: float = 0.1) -> L.BatchNorm:
     """A reusable batch_norm layer object."""
     return L.BatchNorm(eps, name, trainable, mode, momentum)
 
 
-def ggml_embedding(vocab_size, dim, name=None, trainable=True):
+def ggml_embedding(vocab_size: int, dim: int, name: str | None = None, trainable: bool = True) -> L.Embedding:
     """A reusable embedding layer object."""
     return L.Embedding(vocab_size, dim, name, trainable)
 
 
-def ggml_lstm(units, return_sequences=False, activation="tanh", recurrent_activation="sigmoid", name=None,
-              trainable=True):
+def ggml_lstm(units: int, return_sequences: bool = False, activation: str | None = "tanh",
+              recurrent_activation: str = "sigmoid", name: str | None = None, trainable: bool = True) -> L.LSTM:
     """A reusable LSTM layer object."""
     return L.LSTM(units, return_sequences, activation, recurrent_activation, name, trainable)
 
 
-def ggml_gru(units, return_sequences=False, activation="tanh", recurrent_activation="sigmoid", name=None,
-             trainable=True):
+def ggml_gru(units: int, return_sequences: bool = False, activation: str | None = "tanh",
+             recurrent_activation: str = "sigmoid", name: str | None = None, trainable: bool = True) -> L.GRU:
     """A reusable GRU layer object."""
     return L.GRU(units, return_sequences, activation, recurrent_activation, name, trainable)
 
 
-def ggml_apply(tensor, layer):
+def ggml_apply(tensor: Node | Sequence[Node], layer: L.Layer) -> Node:
     """Apply a layer object to a node (or a list of nodes); every application shares its weights."""
     if not isinstance(layer, L.Layer):
         raise GGMLError(f"ggml_apply needs a layer object, got {type(layer).__name__}")
@@ -178,8 +205,10 @@ def _model(m, what):
     return m
 
 
-def ggml_compile(model, optimizer="adam", loss="categorical_crossentropy", metrics=("accuracy",), backend="cpu",
-                 **options):
+def ggml_compile(model: _Model, optimizer: str = "adam",
+                 loss: str | Sequence[str | None] | Mapping[str, str] = "categorical_crossentropy",
+                 metrics: Sequence[str] | None = ("accuracy",), backend: str | None = "cpu",
+                 **options: Any) -> _Model:
     """Configure training (see _Model.compile); returns the model."""
     return _model(model, "ggml_compile").compile(optimizer, loss, metrics, backend, **options)
 
@@ -191,7 +220,7 @@ def _fit_model(model, x, y, epochs=1, batch_size=32, validation_split=0.0, valid
     return model
 
 
-def ggml_fit(*args, **kwargs):
+def ggml_fit(*args: Any, **kwargs: Any) -> _Model | dict[str, list]:
     """ggml_fit(model, x, y, epochs=1, batch_size=32, validation_split=0.0, validation_data=None,
     class_weight=None, sample_weight=None, callbacks=(), verbose=1, **options): train with ggml_opt
     (see _Model.fit); returns the model, its history in model.history.
@@ -207,18 +236,22 @@ def ggml_fit(*args, **kwargs):
     return _fit_model(*args, **kwargs)
 
 
-def ggml_evaluate(model, x, y, batch_size=32, sample_weight=None, class_weight=None):
+def ggml_evaluate(model: _Model, x: ArrayLike | Sequence[ArrayLike],
+                  y: ArrayLike | Sequence[ArrayLike | None] | Mapping[str, ArrayLike], batch_size: int = 32,
+                  sample_weight: ArrayLike | None = None,
+                  class_weight: Mapping[int, float] | None = None) -> dict[str, float]:
     """dict(loss, accuracy, n_samples[, mae, mse, rmse]); with a target per output (list or dict),
     loss is the weighted sum and each output adds <name>_loss, <name>_accuracy, ..."""
     return _model(model, "ggml_evaluate").evaluate(x, y, batch_size, sample_weight, class_weight)
 
 
-def ggml_predict(model, x, batch_size=32):
+def ggml_predict(model: _Model, x: ArrayLike | Sequence[ArrayLike],
+                 batch_size: int = 32) -> np.ndarray | list[np.ndarray]:
     """Predictions, samples as rows (a list for multi-output models)."""
     return _model(model, "ggml_predict").predict(x, batch_size)
 
 
-def ggml_predict_classes(model, x, batch_size=32):
+def ggml_predict_classes(model: _Model, x: ArrayLike | Sequence[ArrayLike], batch_size: int = 32) -> np.ndarray:
     """1-based class of each row (which.max)."""
     return _model(model, "ggml_predict_classes").predict_classes(x, batch_size)
 
@@ -242,7 +275,8 @@ def _select(model, from_, to, layer_names):
     return layers[from_ - 1:to]
 
 
-def ggml_freeze_weights(model, from_=None, to=None, layer_names=None, **kw):
+def ggml_freeze_weights(model: _Model, from_: int | None = None, to: int | None = None,
+                        layer_names: str | Sequence[str] | None = None, **kw: int) -> _Model:
     """Mark layers not trainable (1-based from/to inclusive, or layer_names; default all)."""
     from_ = kw.pop("from", from_)
     if kw:
@@ -252,7 +286,8 @@ def ggml_freeze_weights(model, from_=None, to=None, layer_names=None, **kw):
     return model
 
 
-def ggml_unfreeze_weights(model, from_=None, to=None, layer_names=None, **kw):
+def ggml_unfreeze_weights(model: _Model, from_: int | None = None, to: int | None = None,
+                          layer_names: str | Sequence[str] | None = None, **kw: int) -> _Model:
     """Mark layers trainable again (same selection as ggml_freeze_weights)."""
     from_ = kw.pop("from", from_)
     if kw:
@@ -263,7 +298,7 @@ def ggml_unfreeze_weights(model, from_=None, to=None, layer_names=None, **kw):
     return model
 
 
-def ggml_get_layer(model, index=None, name=None):
+def ggml_get_layer(model: _Model, index: int | None = None, name: str | None = None) -> L.Layer:
     """A layer by 1-based index or by name."""
     if (index is None) == (name is None):
         raise GGMLError("Provide either index or name, not both." if index is not None else "Provide either index or name.")
@@ -278,7 +313,7 @@ def ggml_get_layer(model, index=None, name=None):
     raise GGMLError(f"No layer with name '{name}'.")
 
 
-def ggml_pop_layer(model):
+def ggml_pop_layer(model: Sequential) -> Sequential:
     """Remove the last layer of an uncompiled Sequential model."""
     if not isinstance(model, Sequential):
         raise GGMLError("ggml_pop_layer works on Sequential models")
@@ -293,13 +328,14 @@ def ggml_pop_layer(model):
     return model
 
 
-def ggml_model_summary(model, print_fn=print):
+def ggml_model_summary(model: _Model, print_fn: Callable[[str], object] | None = print) -> str:
     """Layers, output shapes and parameter counts."""
     return model.summary(print_fn)
 
 
-def ggml_default_mlp(n_features, n_out, task_type="classif", hidden_layers=(128, 64), activation="relu",
-                     dropout=0.2):
+def ggml_default_mlp(n_features: int, n_out: int, task_type: str = "classif",
+                     hidden_layers: Sequence[int] = (128, 64), activation: str | None = "relu",
+                     dropout: float = 0.2) -> Sequential:
     """ggmlR's ready-made MLP: dense(h, activation) [+ dropout] per hidden size, then a softmax
     (classif) or linear (regr) output layer. Uncompiled."""
     if task_type not in ("classif", "regr"):
@@ -321,7 +357,7 @@ def ggml_default_mlp(n_features, n_out, task_type="classif", hidden_layers=(128,
                             input_shape=(int(n_features),) if first else None)
 
 
-def ggml_model_backend(model, verbose=False):
+def ggml_model_backend(model: _Model, verbose: bool = False) -> str | dict[str, str | bool]:
     """The device a compiled model trains and predicts on: "cpu", "vulkan", ... (verbose: a dict
     with the requested and the used backend and the device name)."""
     from ..backend.device import get_backend

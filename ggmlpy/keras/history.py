@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import TYPE_CHECKING
 
 from ..errors import GGMLError
+
+if TYPE_CHECKING:
+    from .model import _Model
 
 
 class ggml_history(dict):
@@ -74,7 +78,7 @@ class ggml_history(dict):
         return path
 
 
-def ggml_training_history(model, format: str = "wide"):
+def ggml_training_history(model: _Model, format: str = "wide") -> ggml_history | dict[str, list] | None:
     """The per-epoch curves of the model's last ggml_fit, as ggmlR's data frame, by column.
 
     format="wide": this ggml_history (columns epoch, train_loss, train_accuracy, val_loss,

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import tempfile
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from ..errors import GGMLError
 from .layers import LAYER_TYPES, ggml_to_r_shape
 from .functional import Functional, Node
 from .sequential import Sequential
+
+if TYPE_CHECKING:
+    from .model import _Model
 
 FORMAT = "ggmlpy-keras-1"
 
@@ -60,7 +64,7 @@ def _weight_arrays(model) -> dict:
     return out
 
 
-def ggml_save_weights(model, path):
+def ggml_save_weights(model: _Model, path: str | os.PathLike[str]) -> _Model:
     """Write every layer's weights to `path` (.npz, atomically). Returns the model."""
     arrays = _weight_arrays(model)
     arrays["__format__"] = np.array(FORMAT + "-weights")
@@ -89,7 +93,7 @@ def _install(model, arrays):
     model.set_weights(weights)
 
 
-def ggml_load_weights(model, path):
+def ggml_load_weights(model: _Model, path: str | os.PathLike[str]) -> _Model:
     """Install weights saved by ggml_save_weights into a model of the same architecture."""
     arrays = _read(path)
     if str(arrays.get("__format__", "")) not in (FORMAT + "-weights", FORMAT + "-model"):
@@ -137,7 +141,7 @@ def _architecture(model) -> dict:
     return arch
 
 
-def model_bytes(model) -> bytes:
+def model_bytes(model: _Model) -> bytes:
     """What ggml_save_model writes: architecture, weights and compile settings as .npz bytes."""
     arrays = _weight_arrays(model)
     arrays["__format__"] = np.array(FORMAT + "-model")
@@ -145,18 +149,19 @@ def model_bytes(model) -> bytes:
     return _npz_bytes(arrays)
 
 
-def ggml_save_model(model, path):
+def ggml_save_model(model: _Model, path: str | os.PathLike[str]) -> _Model:
     """Write architecture, weights and compile settings to `path` (.npz, atomically)."""
     _atomic_write(path, model_bytes(model))
     return model
 
 
-def model_from_bytes(data: bytes, backend=None):
+def model_from_bytes(data: bytes, backend: str | None = None) -> Sequential | Functional:
     """The model held by model_bytes()' output (ggml_load_model without the file)."""
     return ggml_load_model(io.BytesIO(bytes(data)), backend)
 
 
-def ggml_load_model(path, backend=None):
+def ggml_load_model(path: str | os.PathLike[str] | io.BytesIO, backend: str | None = None,
+                    ) -> Sequential | Functional:
     """A model saved by ggml_save_model, compiled again if it was (on `backend` if given)."""
     arrays = _read(path)
     if isinstance(path, io.BytesIO):

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 import numpy as np
 
@@ -23,42 +24,45 @@ from ..core.context import Context, Tensor, wrap
 from ..errors import GGMLError
 from .engine import OptParams
 
+if TYPE_CHECKING:
+    from ..core.graph import Graph
+
 _TYPES = {lib.GGML_TYPE_F32: np.float32, lib.GGML_TYPE_I32: np.int32}
 
 
-def ggml_opt_loss_type_mean():
+def ggml_opt_loss_type_mean() -> int:
     """GGML_OPT_LOSS_TYPE_MEAN: the loss is the mean of the outputs."""
     return int(lib.GGML_OPT_LOSS_TYPE_MEAN)
 
 
-def ggml_opt_loss_type_sum():
+def ggml_opt_loss_type_sum() -> int:
     """GGML_OPT_LOSS_TYPE_SUM: the loss is the sum of the outputs."""
     return int(lib.GGML_OPT_LOSS_TYPE_SUM)
 
 
-def ggml_opt_loss_type_cross_entropy():
+def ggml_opt_loss_type_cross_entropy() -> int:
     """GGML_OPT_LOSS_TYPE_CROSS_ENTROPY: -(1/B) sum labels * log_softmax(outputs)."""
     return int(lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY)
 
 
-def ggml_opt_loss_type_mse():
+def ggml_opt_loss_type_mse() -> int:
     """GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR: sum((outputs - labels)^2) / (B K)."""
     return int(lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR)
 
 
-def ggml_opt_loss_type_weighted_mse():
+def ggml_opt_loss_type_weighted_mse() -> NoReturn:
     """ggmlR's patched ggml has a weighted-MSE loss type; the pinned ggml does not. ggml_fit
     builds the weighted loss in the graph instead (sample_weight with mse)."""
     raise GGMLError("GGML_OPT_LOSS_TYPE_WEIGHTED_MSE exists only in ggmlR's patched ggml; use "
                     "ggml_fit(sample_weight=...) with loss='mse'")
 
 
-def ggml_opt_optimizer_type_adamw():
+def ggml_opt_optimizer_type_adamw() -> int:
     """GGML_OPT_OPTIMIZER_TYPE_ADAMW."""
     return int(lib.GGML_OPT_OPTIMIZER_TYPE_ADAMW)
 
 
-def ggml_opt_optimizer_type_sgd():
+def ggml_opt_optimizer_type_sgd() -> int:
     """GGML_OPT_OPTIMIZER_TYPE_SGD."""
     return int(lib.GGML_OPT_OPTIMIZER_TYPE_SGD)
 
@@ -108,7 +112,8 @@ class OptDataset:
     __del__ = free
 
 
-def ggml_opt_dataset_init(type_data, type_label, ne_datapoint, ne_label, ndata, ndata_shard=1):
+def ggml_opt_dataset_init(type_data: int, type_label: int, ne_datapoint: int, ne_label: int, ndata: int,
+                          ndata_shard: int = 1) -> OptDataset:
     """A dataset of `ndata` samples of `ne_datapoint` values and `ne_label` labels."""
     return OptDataset(type_data, type_label, ne_datapoint, ne_label, ndata, ndata_shard)
 
@@ -136,7 +141,7 @@ def ggml_opt_dataset_labels(dataset: OptDataset) -> np.ndarray:
     return dataset._view(lib.ggml_opt_dataset_labels(dataset._live()), dataset.shape[2], _TYPES[dataset.types[1]])
 
 
-def ggml_opt_dataset_shuffle(opt_ctx, dataset: OptDataset, idata=-1) -> None:
+def ggml_opt_dataset_shuffle(opt_ctx: OptContext, dataset: OptDataset, idata: int = -1) -> None:
     """Shuffle the first `idata` samples (all for -1) with the optimizer context's RNG."""
     n = dataset.shape[0]
     idata = int(idata)
@@ -156,7 +161,8 @@ def _bind(names, args, kw, what):
     return out
 
 
-def ggml_opt_dataset_get_batch(dataset: OptDataset, *args, **kw):
+def ggml_opt_dataset_get_batch(dataset: OptDataset, *args: Any,
+                               **kw: Any) -> tuple[np.ndarray, np.ndarray | None] | None:
     """ggml_opt_dataset_get_batch(dataset, batch_size, ibatch): batch `ibatch` of `batch_size`
     samples in the current (shuffled) order, as (data, labels) numpy [batch_size, ne] (labels
     None when the dataset has none).
@@ -224,7 +230,7 @@ class OptResult:
     __del__ = free
 
 
-def ggml_opt_result_init():
+def ggml_opt_result_init() -> OptResult:
     """A new, empty result."""
     return OptResult()
 
@@ -258,14 +264,14 @@ class OptAccuracy(NamedTuple):
     uncertainty: float
 
 
-def ggml_opt_result_loss(result: OptResult):
+def ggml_opt_result_loss(result: OptResult) -> OptLoss:
     """(loss, uncertainty): the mean loss and its uncertainty, a named tuple."""
     a, b = ffi.new("double *"), ffi.new("double *")
     lib.ggml_opt_result_loss(result.ptr, a, b)
     return OptLoss(float(a[0]), float(b[0]))
 
 
-def ggml_opt_result_accuracy(result: OptResult):
+def ggml_opt_result_accuracy(result: OptResult) -> OptAccuracy:
     """(accuracy, uncertainty), a named tuple; NaN without a cross-entropy loss."""
     a, b = ffi.new("double *"), ffi.new("double *")
     lib.ggml_opt_result_accuracy(result.ptr, a, b)
@@ -384,8 +390,9 @@ def _opt(o):
     return o.ptr
 
 
-def ggml_opt_init(sched, ctx_compute=None, inputs=None, outputs=None, loss_type=None, optimizer=None, opt_period=1,
-                  lr=1e-3):
+def ggml_opt_init(sched: Scheduler, ctx_compute: Context | int | None = None, inputs: Tensor | int | None = None,
+                  outputs: Tensor | int | None = None, loss_type: int | None = None, optimizer: int | None = None,
+                  opt_period: int | None = 1, lr: float = 1e-3) -> OptContext:
     """An optimizer context. With ctx_compute, inputs (allocated) and outputs: static graphs,
     built once. Without them, ggmlR's form ggml_opt_init(sched, loss_type, optimizer,
     opt_period) (positionally too): a context whose graph is given before every step with
@@ -425,7 +432,7 @@ def ggml_opt_context_optimizer_type(opt_ctx: OptContext) -> int:
     return int(lib.ggml_opt_context_optimizer_type(_opt(opt_ctx)))
 
 
-def ggml_opt_get_lr(opt_ctx):
+def ggml_opt_get_lr(opt_ctx: OptContext | OptParams) -> float | dict[str, float]:
     """The current learning rate of an optimizer context (a float); of ggmlR's lr_ud (a context's
     ["lr_ud"]), both rates it holds, {"adamw": ..., "sgd": ...}."""
     if isinstance(opt_ctx, OptParams):
@@ -444,7 +451,8 @@ def _rate(v, what):
     return v
 
 
-def ggml_opt_set_lr(opt_ctx, lr=None, adamw_lr=None, sgd_lr=None) -> None:
+def ggml_opt_set_lr(opt_ctx: OptContext | OptParams, lr: float | None = None, adamw_lr: float | None = None,
+                    sgd_lr: float | None = None) -> None:
     """Set the learning rate, used from the next optimizer step: `lr` sets the context's rate;
     ggmlR's form ggml_opt_set_lr(lr_ud, adamw_lr=, sgd_lr=) sets the AdamW and SGD rates one by
     one (None or NaN leaves a rate as it is)."""
@@ -469,32 +477,32 @@ def _tensor_of(opt_ctx, fn):
     return wrap(p, opt_ctx.ctx)
 
 
-def ggml_opt_inputs(opt_ctx):
+def ggml_opt_inputs(opt_ctx: OptContext) -> Tensor | None:
     """The inputs tensor."""
     return _tensor_of(opt_ctx, lib.ggml_opt_inputs)
 
 
-def ggml_opt_outputs(opt_ctx):
+def ggml_opt_outputs(opt_ctx: OptContext) -> Tensor | None:
     """The outputs tensor."""
     return _tensor_of(opt_ctx, lib.ggml_opt_outputs)
 
 
-def ggml_opt_labels(opt_ctx):
+def ggml_opt_labels(opt_ctx: OptContext) -> Tensor | None:
     """The labels tensor (None for mean/sum losses)."""
     return _tensor_of(opt_ctx, lib.ggml_opt_labels)
 
 
-def ggml_opt_loss(opt_ctx):
+def ggml_opt_loss(opt_ctx: OptContext) -> Tensor | None:
     """The scalar loss tensor."""
     return _tensor_of(opt_ctx, lib.ggml_opt_loss)
 
 
-def ggml_opt_pred(opt_ctx):
+def ggml_opt_pred(opt_ctx: OptContext) -> Tensor | None:
     """The argmax tensor (cross-entropy only)."""
     return _tensor_of(opt_ctx, lib.ggml_opt_pred)
 
 
-def ggml_opt_ncorrect(opt_ctx):
+def ggml_opt_ncorrect(opt_ctx: OptContext) -> Tensor | None:
     """The count of correct predictions (cross-entropy only)."""
     return _tensor_of(opt_ctx, lib.ggml_opt_ncorrect)
 
@@ -540,8 +548,10 @@ def _wants_five(cb) -> bool:
     return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= 5
 
 
-def ggml_opt_epoch(opt_ctx, dataset, result_train=None, result_eval=None, idata_split=-1,
-                   callback_train=None, callback_eval=None):
+def ggml_opt_epoch(opt_ctx: OptContext, dataset: OptDataset, result_train: OptResult | None = None,
+                   result_eval: OptResult | None = None, idata_split: int = -1,
+                   callback_train: bool | Callable[..., object] | None = None,
+                   callback_eval: bool | Callable[..., object] | None = None) -> None:
     """One pass over the dataset: samples before idata_split train (one step per batch), the
     rest are evaluated (static graphs only, as in ggml). A callback is True (ggml's progress
     bar) or a Python callable called after every batch with (train, ibatch, ibatch_max), or
@@ -585,8 +595,9 @@ def ggml_opt_epoch(opt_ctx, dataset, result_train=None, result_eval=None, idata_
         raise errors[0]
 
 
-def ggml_opt_fit(sched, ctx_compute, inputs, outputs, dataset, loss_type=None, optimizer=None, nepoch=1,
-                 nbatch_logical=None, val_split=0.0, silent=False):
+def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Tensor, dataset: OptDataset,
+                 loss_type: int | None = None, optimizer: int | None = None, nepoch: int = 1,
+                 nbatch_logical: int | None = None, val_split: float = 0.0, silent: bool = False) -> None:
     """ggml's whole training run (ggml_opt_fit): shuffles, trains `nepoch` epochs with a
     validation split, prints ggml's progress bar unless silent. ggml's default optimizer
     settings (lr 1e-3); for other settings or schedules use ggml_opt_init + ggml_opt_epoch."""
@@ -615,7 +626,7 @@ def ggml_opt_fit(sched, ctx_compute, inputs, outputs, dataset, loss_type=None, o
                      bool(silent))
 
 
-def ggml_opt_default_params(sched=None, loss_type=None) -> dict:
+def ggml_opt_default_params(sched: Scheduler | None = None, loss_type: int | None = None) -> dict:
     """ggml's defaults for ggml_opt_init: loss type, build type (optimizer step), opt_period 1,
     AdamW, and the optimizer settings (lr 1e-3, betas 0.9/0.999, eps 1e-8, no weight decay)."""
     return {"loss_type": lib.GGML_OPT_LOSS_TYPE_MEAN if loss_type is None else int(loss_type),
@@ -625,8 +636,9 @@ def ggml_opt_default_params(sched=None, loss_type=None) -> dict:
             "sgd": {"alpha": 1e-3, "wd": 0.0}}
 
 
-def ggml_opt_init_for_fit(sched, loss_type, optimizer=None, opt_period=1, ctx_compute=None, inputs=None,
-                          outputs=None, lr=1e-3):
+def ggml_opt_init_for_fit(sched: Scheduler, loss_type: int, optimizer: int | None = None, opt_period: int = 1,
+                          ctx_compute: Context | None = None, inputs: Tensor | None = None,
+                          outputs: Tensor | None = None, lr: float = 1e-3) -> OptContext:
     """ggmlR's ggml_opt_init_for_fit: an optimizer context over (inputs, outputs) in ctx_compute."""
     if ctx_compute is None or inputs is None or outputs is None:
         raise GGMLError("ggml_opt_init_for_fit: ggmlpy's optimizer contexts use static graphs: give "
@@ -634,7 +646,8 @@ def ggml_opt_init_for_fit(sched, loss_type, optimizer=None, opt_period=1, ctx_co
     return ggml_opt_init(sched, ctx_compute, inputs, outputs, loss_type, optimizer, opt_period, lr)
 
 
-def ggml_opt_prepare_alloc(opt_ctx, ctx_compute=None, gf=None, inputs=None, outputs=None) -> None:
+def ggml_opt_prepare_alloc(opt_ctx: OptContext, ctx_compute: Context | None = None, gf: Graph | None = None,
+                           inputs: Tensor | None = None, outputs: Tensor | None = None) -> None:
     """Give a context without static graphs (ggml_opt_init(sched, loss_type, ...)) the forward
     graph `gf` for its next step: `inputs` and `outputs` in it, built in the no_alloc context
     `ctx_compute`, which must have room for the backward and optimizer graphs ggml adds. ggml
@@ -671,13 +684,13 @@ def ggml_opt_prepare_alloc(opt_ctx, ctx_compute=None, gf=None, inputs=None, outp
     opt_ctx._graph = gf                       # ggml holds the graph until the next eval
 
 
-def ggml_opt_dataset_weights(dataset):
+def ggml_opt_dataset_weights(dataset: OptDataset) -> NoReturn:
     """Per-sample weights exist only in ggmlR's patched ggml; use ggml_fit(sample_weight=...)."""
     raise GGMLError("ggml_opt_dataset_weights exists only in ggmlR's patched ggml; "
                     "use ggml_fit(sample_weight=...)")
 
 
-def ggml_opt_alloc(opt_ctx, backward: bool = True) -> None:
+def ggml_opt_alloc(opt_ctx: OptContext, backward: bool = True) -> None:
     """Allocate the graph for the next ggml_opt_eval (backward: a training step)."""
     opt = _opt(opt_ctx)
     if getattr(opt_ctx, "eval_ready", False):
@@ -692,7 +705,7 @@ def ggml_opt_alloc(opt_ctx, backward: bool = True) -> None:
     opt_ctx.eval_ready = True
 
 
-def ggml_opt_eval(opt_ctx, result=None) -> None:
+def ggml_opt_eval(opt_ctx: OptContext, result: OptResult | None = None) -> None:
     """Run the allocated graph on the current inputs (one optimizer step after a backward alloc)."""
     opt = _opt(opt_ctx)
     if not getattr(opt_ctx, "eval_ready", False):
@@ -703,14 +716,16 @@ def ggml_opt_eval(opt_ctx, result=None) -> None:
         opt_ctx.prepared = False              # ggml dropped the graph: prepare the next step anew
 
 
-def ggml_opt_grad_acc(opt_ctx, node):
+def ggml_opt_grad_acc(opt_ctx: OptContext, node: Tensor) -> Tensor | None:
     """The gradient accumulator of a forward-graph node (None when it has none)."""
     p = lib.ggml_opt_grad_acc(_opt(opt_ctx), node.ptr)
     return None if p == ffi.NULL else wrap(p, opt_ctx.ctx)
 
 
-def ggml_fit_opt(sched, ctx_compute, inputs, outputs, dataset, loss_type=None, optimizer=None, nepoch=10,
-                 nbatch_logical=32, val_split=0.0, callbacks=(), silent=False, lr=1e-3):
+def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Tensor, dataset: OptDataset,
+                 loss_type: int | None = None, optimizer: int | None = None, nepoch: int = 10,
+                 nbatch_logical: int = 32, val_split: float = 0.0, callbacks: Iterable[object] | None = (),
+                 silent: bool = False, lr: float = 1e-3) -> dict[str, list]:
     """ggmlR's ggml_fit_opt: ggml_opt_fit's loop (shuffle once, shuffle the training part every
     epoch, train and validate) run epoch by epoch so that it returns the history (epoch,
     train_loss, train_accuracy, val_loss, val_accuracy: one list each, None where there is no

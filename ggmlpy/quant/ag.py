@@ -10,6 +10,7 @@ is frozen. A quantized ag_embedding looks its columns up with ggml_get_rows, whi
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +22,9 @@ from ..nn.layers import Module, ag_embedding, ag_linear
 from ..tensor import AGTensor
 from .kernels import ggml_quantize_chunk
 from .types import TYPE_NAMES, type_id
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 # -- primitives -----------------------------------------------------------------------------------
@@ -41,7 +45,7 @@ RULES["matmul_q_t"] = Rule(_matmul_q_t, lambda g, c: (None, ap("matmul_q", c.x(0
 
 
 # -- quantized layers -------------------------------------------------------------------------------
-def quantized_tensor(values, type, device=None) -> AGTensor:
+def quantized_tensor(values: ArrayLike, type: int | str, device: str | None = None) -> AGTensor:
     """A frozen AGTensor of R shape values.shape stored as `type`: each column (ggml row) is
     quantized, so nrow must be a whole number of blocks."""
     from ..backend.state import STATE
@@ -96,7 +100,7 @@ def _modules(model):
         yield from _modules(child)
 
 
-def ag_quantize(model, type="q4_K", linear: bool = True, embedding: bool = True):
+def ag_quantize(model: Module, type: int | str = "q4_K", linear: bool = True, embedding: bool = True) -> Module:
     """Freeze the weights of every ag_linear and ag_embedding in `model` into a quantized ggml type
     for inference (in place; returns the model). Forward passes run ggml's quantized kernels and
     gradients still reach the activations; quantized weights are no longer parameters. Biases stay

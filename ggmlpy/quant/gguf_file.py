@@ -330,7 +330,7 @@ def _handle(x, what: str) -> GGUFFile:
     return x
 
 
-def gguf_load(path, meta_only: bool = False) -> GGUFFile:
+def gguf_load(path: str | os.PathLike[str], meta_only: bool = False) -> GGUFFile:
     """Open and validate a GGUF file; returns a handle (a context manager too). Tensor data stay
     in a read-only memory map. meta_only=True refuses tensor data, as ggmlR's does."""
     return GGUFFile(path, meta_only)

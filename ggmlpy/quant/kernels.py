@@ -17,15 +17,21 @@ finds no grid point and aborts).
 """
 from __future__ import annotations
 
+import inspect
 import pathlib
 import re
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from .types import TYPE_NAMES, _count, type_id
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 _CDEF = (pathlib.Path(__file__).parent.parent / "bindings" / "cdef.h").read_text()
 _ROW_REF = re.findall(r"void quantize_row_(\w+)_ref\(const float \* x, void \* y, int64_t k\);", _CDEF)
@@ -109,7 +115,7 @@ def _symbol(name: str):
 
 
 # -- the three families -------------------------------------------------------------------------
-def _quantize_row_ref(suffix: str, src, n_elements=None) -> np.ndarray:
+def _quantize_row_ref(suffix: str, src: ArrayLike, n_elements: int | None = None) -> np.ndarray:
     what = f"quantize_row_{suffix}_ref"
     t = type_id(suffix, what)
     x = _floats(src, what)
@@ -149,7 +155,8 @@ def _rows(src, n_rows, n_per_row, what: str):
     return xf, n_rows, n_per_row
 
 
-def _quantize(suffix: str, src, n_rows=None, n_per_row=None, imatrix=None) -> np.ndarray:
+def _quantize(suffix: str, src: ArrayLike, n_rows: int | None = None, n_per_row: int | None = None,
+              imatrix: ArrayLike | None = None) -> np.ndarray:
     what = f"quantize_{suffix}"
     t = type_id(suffix, what)
     x, n_rows, n_per_row = _rows(src, n_rows, n_per_row, what)
@@ -180,7 +187,8 @@ def _raw(raw, what: str) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.uint8).ravel()
 
 
-def _dequantize_row(suffix: str, raw, n_elements=None) -> np.ndarray:
+def _dequantize_row(suffix: str, raw: bytes | bytearray | memoryview | ArrayLike, n_elements: int | None = None,
+                    ) -> np.ndarray:
     what = f"dequantize_row_{suffix}"
     t = type_id(suffix, what)
     data = _raw(raw, what)
@@ -202,10 +210,14 @@ def _dequantize_row(suffix: str, raw, n_elements=None) -> np.ndarray:
     return out
 
 
-def _make(template, suffix: str, name: str, doc: str):
+def _make(template: Callable[..., np.ndarray], suffix: str, name: str, doc: str) -> Callable[..., np.ndarray]:
     def fn(*args, **kwargs):
         return template(suffix, *args, **kwargs)
     fn.__name__ = fn.__qualname__ = name
+    # the template's parameters and hints after `suffix`, for help(), inspect and type checkers
+    sig = inspect.signature(template)
+    fn.__signature__ = sig.replace(parameters=list(sig.parameters.values())[1:])
+    fn.__annotations__ = {k: v for k, v in template.__annotations__.items() if k != "suffix"}
     fn.__doc__ = doc
     return fn
 
@@ -234,7 +246,8 @@ globals().update(_GENERATED)
 
 
 # -- ggml's chunk quantizer, tables, validation -------------------------------------------------
-def ggml_quantize_chunk(type, src, nrows=None, n_per_row=None, imatrix=None) -> np.ndarray:
+def ggml_quantize_chunk(type: int | str, src: ArrayLike, nrows: int | None = None, n_per_row: int | None = None,
+                        imatrix: ArrayLike | None = None) -> np.ndarray:
     """Quantize nrows rows of n_per_row values to `type` with ggml_quantize_chunk (any quantized
     type ggml can produce, or f16, bf16, f32); returns the blocks as a flat uint8 array. A 2-D
     (nrows, n_per_row) array needs no counts. imatrix: optional importance weights, one
@@ -261,7 +274,7 @@ def ggml_quantize_chunk(type, src, nrows=None, n_per_row=None, imatrix=None) -> 
     return out
 
 
-def ggml_quantize_init(type) -> None:
+def ggml_quantize_init(type: int | str) -> None:
     """Build the lookup grids `type` needs (the IQ types); quantizers here call it themselves."""
     t = type_id(type, "ggml_quantize_init")
     with _LOCK:
@@ -274,12 +287,12 @@ def ggml_quantize_free() -> None:
         lib.ggml_quantize_free()
 
 
-def ggml_quantize_requires_imatrix(type) -> bool:
+def ggml_quantize_requires_imatrix(type: int | str) -> bool:
     """True for the types ggml refuses to quantize without importance weights (iq2_xxs, iq2_xs, iq1_s)."""
     return bool(lib.ggml_quantize_requires_imatrix(type_id(type, "ggml_quantize_requires_imatrix")))
 
 
-def iq2xs_init_impl(type) -> None:
+def iq2xs_init_impl(type: int | str) -> None:
     """Build the grid of one of the IQ2/IQ1 types (iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m)."""
     t = type_id(type, "iq2xs_init_impl")
     if t not in _IQ2_TABLE_TYPES:
@@ -288,7 +301,7 @@ def iq2xs_init_impl(type) -> None:
         lib.iq2xs_init_impl(t)
 
 
-def iq2xs_free_impl(type) -> None:
+def iq2xs_free_impl(type: int | str) -> None:
     """Release the grid iq2xs_init_impl built for `type`."""
     t = type_id(type, "iq2xs_free_impl")
     if t not in _IQ2_TABLE_TYPES:
@@ -317,7 +330,7 @@ def iq3xs_free_impl(grid_size: int) -> None:
         lib.iq3xs_free_impl(g)
 
 
-def ggml_validate_row_data(type, raw) -> bool:
+def ggml_validate_row_data(type: int | str, raw: bytes | bytearray | memoryview | ArrayLike) -> bool:
     """ggml's own check of encoded data: False when a block scale (or an f32/f16/bf16 value) is NaN or
     infinite. `raw` must be a whole number of blocks."""
     t = type_id(type, "ggml_validate_row_data")
@@ -329,7 +342,8 @@ def ggml_validate_row_data(type, raw) -> bool:
     return bool(lib.ggml_validate_row_data(t, ffi.from_buffer(data), data.size))
 
 
-def dequantize(type, raw, n_elements=None) -> np.ndarray:
+def dequantize(type: int | str, raw: bytes | bytearray | memoryview | ArrayLike, n_elements: int | None = None,
+               ) -> np.ndarray:
     """Any type's encoded data to float32 (quantized types through ggml's dequantizer; f16, bf16, f32
     by conversion)."""
     t = type_id(type, "dequantize")
@@ -350,7 +364,8 @@ def dequantize(type, raw, n_elements=None) -> np.ndarray:
     return out.copy()
 
 
-def quantize(type, src, n_rows=None, n_per_row=None, imatrix=None) -> np.ndarray:
+def quantize(type: int | str, src: ArrayLike, n_rows: int | None = None, n_per_row: int | None = None,
+             imatrix: ArrayLike | None = None) -> np.ndarray:
     """Any type from float data (ggml_quantize_chunk; the shape is read from a 2-D array when the
     counts are omitted). Returns the encoded bytes."""
     return ggml_quantize_chunk(type, src, n_rows, n_per_row, imatrix)

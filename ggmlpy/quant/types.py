@@ -23,7 +23,7 @@ _BY_NAME = {name.lower(): v for v, name in TYPE_NAMES.items()}
 globals().update(TYPE_CONSTANTS)
 
 
-def type_id(type, what: str = "type") -> int:
+def type_id(type: int | str, what: str = "type") -> int:
     """A ggml type id from an id or a name ("q4_K", "Q4_K", "GGML_TYPE_Q4_K"); GGMLError otherwise."""
     if isinstance(type, str):
         key = type.lower().removeprefix("ggml_type_")
@@ -39,17 +39,17 @@ def type_id(type, what: str = "type") -> int:
     return t
 
 
-def ggml_type_size(type) -> int:
+def ggml_type_size(type: int | str) -> int:
     """Bytes of one block of `type` (one element for f32, f16, ...; 18 bytes per 32 for q4_0)."""
     return int(lib.ggml_type_size(type_id(type, "ggml_type_size")))
 
 
-def ggml_blck_size(type) -> int:
+def ggml_blck_size(type: int | str) -> int:
     """Elements per block of `type`: 1 for plain types, 32 for q4_0, 256 for the K and IQ types."""
     return int(lib.ggml_blck_size(type_id(type, "ggml_blck_size")))
 
 
-def ggml_type_sizef(type) -> float:
+def ggml_type_sizef(type: int | str) -> float:
     """Average bytes per element of `type` (type size / block size): 0.5625 for q4_0.
 
     ggmlR computes ggml_row_size(type, 1), which ggml asserts on (one element is not a
@@ -58,7 +58,7 @@ def ggml_type_sizef(type) -> float:
     return int(lib.ggml_type_size(t)) / int(lib.ggml_blck_size(t))
 
 
-def ggml_row_size(type, ne: int) -> int:
+def ggml_row_size(type: int | str, ne: int) -> int:
     """Bytes of a row of `ne` elements of `type`; `ne` must be a whole number of blocks."""
     t = type_id(type, "ggml_row_size")
     ne = _count(ne, "ggml_row_size: ne")
@@ -68,12 +68,12 @@ def ggml_row_size(type, ne: int) -> int:
     return int(lib.ggml_type_size(t)) * (ne // blck)
 
 
-def ggml_is_quantized(type) -> bool:
+def ggml_is_quantized(type: int | str) -> bool:
     """True for block-quantized types (q4_0, q4_K, iq2_xxs, mxfp4, ...)."""
     return bool(lib.ggml_is_quantized(type_id(type, "ggml_is_quantized")))
 
 
-def ggml_quant_block_info(type) -> dict:
+def ggml_quant_block_info(type: int | str) -> dict:
     """{"type_name", "type_size", "block_size", "is_quantized"} of a ggml type, as ggmlR returns it."""
     t = type_id(type, "ggml_quant_block_info")
     return {"type_name": TYPE_NAMES[t], "type_size": int(lib.ggml_type_size(t)),
