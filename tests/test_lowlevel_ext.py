@@ -603,3 +603,10 @@ def test_utilities_survive_garbage():
     proc = subprocess.run([sys.executable, os.path.join(here, "garbage_utilities.py")], capture_output=True,
                           text=True, timeout=300, env=dict(os.environ, GGML_NO_BACKTRACE="1"))
     assert proc.returncode == 0 and "survived" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_registering_an_already_listed_device_is_a_no_op():
+    n = g.ggml_backend_dev_count()
+    dev = g.ggml_backend_dev_get(0)
+    assert g.ggml_backend_device_register(dev) is not None  # ran into a NameError before
+    assert g.ggml_backend_dev_count() == n

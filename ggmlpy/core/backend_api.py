@@ -324,7 +324,7 @@ def ggml_backend_register(reg: Registry) -> Registry:
 def ggml_backend_device_register(dev: Device) -> Device:
     """Add a device to ggml's list (no-op when it is already listed)."""
     dev = _dev(dev, "ggml_backend_device_register")
-    if any(lib.ggml_backend_dev_get(i) == dev.ptr for i in range(ggml_backend_dev_count())):
+    if any(lib.ggml_backend_dev_get(i) == dev.ptr for i in range(int(lib.ggml_backend_dev_count()))):
         return dev
     lib.ggml_backend_device_register(dev.ptr)
     return dev
