@@ -77,8 +77,9 @@ static const float S_C[12] = {
 
 #define X_MAX 15.0f  /* past it, Q underflows float32 (Q(15) ~ 4e-51): x is clamped there */
 
-/* Phi(x) into *cdf and exp(-x^2/2) into *e. */
-static inline void normal(float x, float *cdf, float *e) {
+/* Phi(x) into *cdf, exp(-x^2/2) into *e, and for |x| >= sqrt 2, |x| Q(|x|) = e S(u) into *xq
+ * (GELU's tail without the rounding of u = 1/|x| and without a subnormal Q times a large x). */
+static inline void normal(float x, float *cdf, float *e, float *xq) {
     float a = fabsf(x);
     a = a > X_MAX ? X_MAX : a;                          /* keeps NaN */
     float h = a * a;
@@ -101,10 +102,12 @@ static inline void normal(float x, float *cdf, float *e) {
     STEP(10) STEP(9) STEP(8) STEP(7) STEP(6) STEP(5) STEP(4) STEP(3) STEP(2) STEP(1)
 #undef STEP
     float s = fmaf(t, b1, S_C[0] - b2);
-    float q = ex * u * s;
+    float es = ex * s;
+    float q = es * u;
     float tail = x > 0.0f ? 1.0f - q : q;
     *cdf = a < 1.41421356f ? centre : tail;             /* NaN takes the tail: NaN */
     *e = ex;
+    *xq = es;
 }
 
 /* y = x Phi(x) = x/2 (1 + erf(x / sqrt 2)) */
@@ -115,10 +118,12 @@ void ggmlpy_gelu_erf_f32(void *dst, const void *src, int ith, int nth, void *use
     int64_t lo, hi;
     share(nelements(dst), ith, nth, &lo, &hi);
     for (int64_t i = lo; i < hi; i++) {
-        float cdf, e;
-        normal(x[i], &cdf, &e);
-        /* x Phi(x) underflows to -0 below -X_MAX (and -inf * 0 would be NaN) */
-        y[i] = x[i] < -X_MAX ? -0.0f : x[i] * cdf;
+        float cdf, e, xq;
+        normal(x[i], &cdf, &e, &xq);
+        /* in the tails x Phi(x) is x - |x| Q(|x|) or -|x| Q(|x|); below -X_MAX it underflows to -0
+         * (and -inf * 0 would be NaN) */
+        float tail = x[i] > 0.0f ? x[i] - xq : (x[i] < -X_MAX ? -0.0f : -xq);
+        y[i] = fabsf(x[i]) < 1.41421356f ? x[i] * cdf : tail;  /* NaN takes the tail: NaN */
     }
 }
 
@@ -131,8 +136,8 @@ void ggmlpy_gelu_back_f32(void *dst, const void *grad, const void *src, int ith,
     int64_t lo, hi;
     share(nelements(dst), ith, nth, &lo, &hi);
     for (int64_t i = lo; i < hi; i++) {
-        float cdf, e;
-        normal(x[i], &cdf, &e);
+        float cdf, e, xq;
+        normal(x[i], &cdf, &e, &xq);
         float xc = x[i] > X_MAX ? X_MAX : (x[i] < -X_MAX ? -X_MAX : x[i]);  /* inf * 0 would be NaN */
         dx[i] = g[i] * fmaf(xc, e * 0.398942280401432678f, cdf);
     }
