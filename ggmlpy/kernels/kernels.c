@@ -97,8 +97,9 @@ static inline void normal(float x, float *cdf, float *e, float *xq) {
     /* tail (Clenshaw) */
     float u = 1.0f / a;
     float t = fmaf(u, S_A, S_B), t2 = t + t;
-    float b1 = S_C[11], b2 = 0.0f, b0;                  /* written out: a loop here stops */
-#define STEP(k) b0 = fmaf(t2, b1, S_C[k] - b2); b2 = b1; b1 = b0;  /* gcc vectorising the outer one */
+    /* the steps written out: a loop here stops gcc from vectorising the loop over elements */
+    float b1 = S_C[11], b2 = 0.0f, b0;
+#define STEP(k) b0 = fmaf(t2, b1, S_C[k] - b2); b2 = b1; b1 = b0;
     STEP(10) STEP(9) STEP(8) STEP(7) STEP(6) STEP(5) STEP(4) STEP(3) STEP(2) STEP(1)
 #undef STEP
     float s = fmaf(t, b1, S_C[0] - b2);
