@@ -7,6 +7,7 @@ import threading
 from ..backend.state import STATE
 from ..bindings import lib
 from ..errors import GGMLError
+from ..kernels import enabled as _kernels_on
 from ..tensor import AGTensor, same_device
 from . import forward_ad as _fwd
 from . import prims, rules
@@ -18,9 +19,11 @@ I32 = lib.GGML_TYPE_I32
 _LOW = (lib.GGML_TYPE_F16, lib.GGML_TYPE_BF16)
 
 
-def f32_builder(fwd, params: dict, out_type: int, blas: bool = False, index_inputs: tuple = (), op: str = ""):
+def f32_builder(fwd, params: dict, out_type: int, blas: bool = False, index_inputs: tuple = (), op: str = "",
+                kernels: bool = False):
     """A graph builder computing in f32 whatever the storage dtype, and storing in `out_type`.
-    With `blas` (the device has ggml's BLAS backend) an all-f32 product is built for it.
+    With `blas` (the device has ggml's BLAS backend) an all-f32 product is built for it; with
+    `kernels` (a CPU device) ggmlpy's fused kernels may be used (prims.cpu_kernels).
 
     Inputs are checked here, once per cached graph: ggml's float kernels abort the process on
     an i32 operand, and its row-gathering ones on float indices."""
@@ -28,7 +31,7 @@ def f32_builder(fwd, params: dict, out_type: int, blas: bool = False, index_inpu
         check_operands(op, xs, index_inputs)
         cast = out_type != F32 or any(x.type in _LOW for x in xs)
         xs = as_f32(ctx, xs)
-        with prims.blas_products(blas and not cast):  # BLAS runs whole graphs of products only
+        with prims.blas_products(blas and not cast), prims.cpu_kernels(kernels):  # BLAS: whole graphs of products only
             y = fwd(ctx, *xs, **params)
         return lib.ggml_cast(ctx, y, out_type) if out_type != F32 else y
     return build
@@ -153,9 +156,10 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
     out_type = STATE.dtype
     st = _reshape_in_place(inputs[0], params["shape"], out_type, dc) if op == "reshape" else None
     if st is None:
-        key = (op, tuple(params.items()), out_type)
-        st = dc.executor.run(key, f32_builder(rule.fwd, params, out_type, dc.blas is not None, rule.index_inputs, op),
-                             [x.st for x in inputs], dc.pass_pool.alloc)[0]
+        kern = dc.backend.is_cpu and _kernels_on()
+        key = (op, tuple(params.items()), out_type, kern)
+        st = dc.executor.run(key, f32_builder(rule.fwd, params, out_type, dc.blas is not None, rule.index_inputs, op,
+                                              kern), [x.st for x in inputs], dc.pass_pool.alloc)[0]
     out = AGTensor(st, st.spec[1], dc, is_leaf=False)  # the spec's ne: no reads through cffi
     tape = TAPE  # this thread's (a threading.local): read it once
     if tape.enabled and not tape.paused and rule.vjp is not None and any(x.requires_grad for x in inputs):

@@ -31,6 +31,7 @@ from ..backend.pool import shape_of
 from ..backend.state import STATE
 from ..bindings import ffi, lib
 from ..errors import GGMLError
+from ..kernels import enabled as kernels_enabled
 from ..tensor import AGTensor, ag_tensor
 from ..tensor import _ids as tensor_ids
 from . import prims
@@ -91,6 +92,7 @@ class Builder:
     def __init__(self, dc, n_tensors: int = 4096, grads: bool = False, blas: bool = True, n_external: int = 0):
         self.dc = dc
         self.blas = blas and dc.blas is not None  # ggml's own backward has no rule for OUT_PROD
+        self.kernels = dc.backend.is_cpu and kernels_enabled()  # ggmlpy's custom ops: CPU only
         self.n_nodes = n_tensors + n_external + 64
         self.mem_size = n_tensors * _OVERHEAD + int(lib.ggml_graph_overhead_custom(self.n_nodes, grads)) + 4096
         params = ffi.new("struct ggml_init_params *", {"mem_size": self.mem_size, "mem_buffer": _NULL,
@@ -112,7 +114,7 @@ class Builder:
         ts = [x.t for x in xs]
         check_operands(op, ts, rule.index_inputs)
         blas = self.blas and all(t.type == F32 for t in ts)
-        with prims.blas_products(blas):  # _Plan gives the products to BLAS with a scheduler
+        with prims.blas_products(blas), prims.cpu_kernels(self.kernels):  # _Plan: BLAS products by a scheduler
             return Sym(rule.fwd(self.ctx, *as_f32(self.ctx, ts), **params), self.dc)
 
     def placeholder(self, ggml_type: int, shape) -> Sym:

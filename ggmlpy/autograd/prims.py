@@ -24,6 +24,22 @@ def blas_products(enabled: bool = True):
     return bound(_local, "blas", enabled)
 
 
+# -- ggmlpy's fused CPU kernels (ggmlpy.kernels) -----------------------------------------------
+def cpu_kernels(enabled: bool = True):
+    """Build GELU and its backward as ggmlpy's fused C kernels (ggml custom ops) where they
+    are loaded. Set by the graph builders that know the device: custom ops run on ggml's CPU
+    backend only."""
+    return bound(_local, "kernels", enabled)
+
+
+def _kernels(*xs):
+    """ggmlpy.kernels' builders where this graph may use them on these operands (f32, one shape)."""
+    if not getattr(_local, "kernels", False) or any(x.type != F32 or _ne(x) != _ne(xs[0]) for x in xs):
+        return None
+    from .. import kernels
+    return kernels.get()
+
+
 
 def _t(ctx, x):
     return L.ggml_cont(ctx, L.ggml_transpose(ctx, x))
@@ -114,6 +130,8 @@ def neg(ctx, x):
 
 
 def unary(ctx, x, fn):
+    if fn == "gelu_erf" and (k := _kernels(x)) is not None:
+        return k.gelu(ctx, x)
     return getattr(L, "ggml_" + fn)(ctx, x)
 
 
@@ -237,7 +255,10 @@ def layer_norm_back(ctx, g, x, eps):
 
 def gelu_back(ctx, g, x, y):
     """g * gelu'(x) = g * (Phi(x) + x phi(x)), from x and y = gelu(x), as one graph: Phi(x) is
-    y / x (erff costs 5 ns an element), with x = 0 moved to 1e-30 and y to 0.5e-30 there."""
+    y / x (erff costs 5 ns an element), with x = 0 moved to 1e-30 and y to 0.5e-30 there.
+    Under cpu_kernels(), one fused kernel computing Phi itself."""
+    if (k := _kernels(g, x)) is not None:
+        return k.gelu_back(ctx, g, x)
     zero = L.ggml_scale_bias(ctx, L.ggml_sgn(ctx, L.ggml_abs(ctx, x)), -1e-30, 1e-30)  # 1e-30 where x == 0
     cdf = L.ggml_div(ctx, L.ggml_add(ctx, y, L.ggml_scale(ctx, zero, 0.5)), L.ggml_add(ctx, x, zero))
     phi = L.ggml_exp(ctx, L.ggml_scale_bias(ctx, L.ggml_sqr(ctx, x), -0.5, -0.9189385332046727))  # ln sqrt(2 pi)

@@ -111,6 +111,7 @@ class Builder:
         self.input_by_ptr: dict = {}  # ggml input tensor address -> input name
         self.index_inputs: dict = {}  # input name -> smallest axis it indexes (checked at run time)
         self.columns_first = True  # conv product order (ops_nn.conv2d)
+        self.kernels = None  # ggmlpy.kernels.Kernels where the graph runs on ggml's CPU backend
 
     def note_index_input(self, v: "Val", L: int) -> None:
         """`v` indexes an axis of length L: when it is a graph input, onnx_run checks its range."""
@@ -127,6 +128,12 @@ class Builder:
         if ctx == ffi.NULL:
             raise MemoryError("ggml_init failed")
         return ctx
+
+    def gelu_erf(self, x):
+        """Exact GELU: ggmlpy's fused kernel on the CPU (f32), ggml's gelu_erf elsewhere."""
+        if self.kernels is not None and x.type == lib.GGML_TYPE_F32:
+            return self.kernels.gelu(self.ctx, x)
+        return lib.ggml_gelu_erf(self.ctx, x)
 
     def headroom(self) -> int:
         return (self.capacity * _OVERHEAD - int(lib.ggml_used_mem(self.ctx))) // _OVERHEAD

@@ -16,6 +16,7 @@ from collections import Counter
 
 import numpy as np
 
+from .. import kernels
 from ..backend.device import Backend, get_backend, is_software_device
 from ..bindings import ffi, lib
 from ..errors import DeviceError
@@ -304,6 +305,7 @@ class _Plan:
         b = self.builder = Builder(len(nodes), f16_weights=model.dtype == "f16")
         b.opset = model.opset
         b.columns_first = not (model.backend is model.cpu and model.blas is None)  # see ops_nn.conv2d
+        b.kernels = kernels.get() if model.backend is model.cpu else None  # custom ops: CPU graphs only
         self.backend = model.backend  # not the model itself: no reference cycle, freed as soon as dropped
         self.input_tensors = {}
         if first:
@@ -335,7 +337,7 @@ class _Plan:
                 continue
             if k in gelu:
                 x = vals[gelu[k]]
-                vals[node.output[0]] = b.out(lib.ggml_gelu_erf(b.ctx, contiguous_f32(b, x)), x.shape, x.dtype)
+                vals[node.output[0]] = b.out(b.gelu_erf(contiguous_f32(b, x)), x.shape, x.dtype)
                 continue
             if b.headroom() < 4096:
                 raise b.fail("the graph outgrew its context (a builder made far more ggml tensors than expected)")

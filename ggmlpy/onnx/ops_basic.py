@@ -143,7 +143,7 @@ UNARY = {
     "ThresholdedRelu": lambda b, x, at: lib.ggml_mul(b.ctx, x, lib.ggml_step(b.ctx, lib.ggml_scale_bias(
         b.ctx, x, 1.0, -float(at.get("alpha", 1.0))))),
     "Gelu": lambda b, x, at: _gelu_tanh(b, x) if at.get("approximate", b"none") in (b"tanh", "tanh")
-    else lib.ggml_gelu_erf(b.ctx, x),
+    else b.gelu_erf(x),
     "Shrink": lambda b, x, at: _shrink(b, x, float(at.get("lambd", 0.5)), float(at.get("bias", 0.0))),
 }
 

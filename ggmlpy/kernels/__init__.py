@@ -1,0 +1,153 @@
+"""Fused CPU kernels (kernels.c) compiled on first use, used as ggml custom ops.
+
+ggml's CPU `gelu_erf` calls `erff` one element at a time, and GELU's backward is a graph of a
+dozen element-wise ops; kernels.c does each in one vectorised pass (measured in the README).
+The source is compiled once per machine with the system C compiler into ggmlpy's cache
+directory (keyed by the source, the compiler and its flags: `-march=native` code never runs
+on another CPU) and loaded with cffi. Without a compiler, or when compiling fails, `get()`
+returns None (the reason is logged once) and every op uses ggml's own kernels.
+`GGMLPY_KERNELS=0` turns them off; so does `set_enabled(False)` for graphs built after it.
+
+They are C function pointers inside the graph (never a Python callback), and only graphs
+for ggml's CPU backend get them: the graph builders that know the device say so through
+`autograd.prims.cpu_kernels()`.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+from .._buildinfo import cache_dir, cpu_tag
+from ..bindings import ffi, lib
+from ..bindings.loader import TENSOR_OFFSETS
+
+__all__ = []  # internal: nothing joins the package namespace
+
+log = logging.getLogger("ggmlpy.kernels")
+SOURCE = Path(__file__).with_name("kernels.c")
+FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
+         f"-DOFF_NE={TENSOR_OFFSETS['ne']}", f"-DOFF_DATA={TENSOR_OFFSETS['data']}"]
+N_TASKS_MAX = -1  # ggml's GGML_N_TASKS_MAX: as many tasks as the backend has threads
+
+# ggml.h's custom-op declarations, which gen_cdef.py leaves out of cdef.h
+_GGML_CDEF = """
+typedef void (*ggml_custom1_op_t)(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
+typedef void (*ggml_custom2_op_t)(struct ggml_tensor * dst, const struct ggml_tensor * a, const struct ggml_tensor * b, int ith, int nth, void * userdata);
+struct ggml_tensor * ggml_map_custom1(struct ggml_context * ctx, struct ggml_tensor * a, ggml_custom1_op_t fun, int n_tasks, void * userdata);
+struct ggml_tensor * ggml_map_custom2(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, ggml_custom2_op_t fun, int n_tasks, void * userdata);
+"""
+_KERNELS_CDEF = """
+void ggmlpy_gelu_erf_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
+void ggmlpy_gelu_back_f32(struct ggml_tensor * dst, const struct ggml_tensor * g, const struct ggml_tensor * x, int ith, int nth, void * userdata);
+"""
+
+_lock = threading.Lock()
+_state: dict = {}  # "kernels": the loaded Kernels or None, once tried
+_enabled = [os.environ.get("GGMLPY_KERNELS", "1").strip().lower() not in ("0", "false", "no", "off")]
+
+
+class Kernels:
+    """The loaded library: builders of the custom-op nodes."""
+
+    def __init__(self, klib, path: Path):
+        self.klib = klib  # kept alive: the graphs hold its function pointers
+        self.path = path
+        self._gelu = klib.ggmlpy_gelu_erf_f32
+        self._gelu_back = klib.ggmlpy_gelu_back_f32
+
+    def gelu(self, ctx, x):
+        """x Phi(x) (exact GELU) of an f32 tensor, as one custom-op node."""
+        return lib.ggml_map_custom1(ctx, _contiguous(ctx, x), self._gelu, N_TASKS_MAX, ffi.NULL)
+
+    def gelu_back(self, ctx, g, x):
+        """g (Phi(x) + x phi(x)), GELU's input gradient, as one custom-op node."""
+        return lib.ggml_map_custom2(ctx, _contiguous(ctx, g), _contiguous(ctx, x), self._gelu_back,
+                                    N_TASKS_MAX, ffi.NULL)
+
+
+def _contiguous(ctx, x):
+    return x if lib.ggml_is_contiguous(x) else lib.ggml_cont(ctx, x)
+
+
+def enabled() -> bool:
+    """Whether graphs built from now on may use the kernels (GGMLPY_KERNELS, set_enabled)."""
+    return _enabled[0]
+
+
+def set_enabled(on: bool) -> bool:
+    """Use the kernels in graphs built from now on (or not); returns the previous setting.
+    Graphs already built and cached keep what they were built with."""
+    prev, _enabled[0] = _enabled[0], bool(on)
+    return prev
+
+
+def get() -> Kernels | None:
+    """The kernels, compiled and loaded on the first call; None where they cannot be (the
+    reason is logged once) or are disabled."""
+    if not _enabled[0]:
+        return None
+    try:
+        return _state["kernels"]
+    except KeyError:
+        pass
+    with _lock:
+        if "kernels" not in _state:
+            _state["kernels"] = _load()
+        return _state["kernels"]
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _load() -> Kernels | None:
+    cc = _compiler()
+    if cc is None:
+        log.info("ggmlpy.kernels: no C compiler (cc, gcc, clang or $CC) found; using ggml's own ops")
+        return None
+    try:
+        path = _build(cc)
+        _declare()
+        return Kernels(ffi.dlopen(str(path)), path)
+    except Exception as e:  # noqa: BLE001 - any failure means: use ggml's ops
+        log.warning("ggmlpy.kernels: could not build or load %s (%s); using ggml's own ops", SOURCE.name, e)
+        return None
+
+
+def _build(cc: str) -> Path:
+    """The compiled library in the cache, built (atomically) unless it is there already."""
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), cc, version, *FLAGS, cpu_tag(native=True)]).encode())
+    out_dir = cache_dir() / "kernels"
+    path = out_dir / f"kernels-{key.hexdigest()[:16]}.so"
+    if path.exists():
+        return path
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
+    os.close(fd)
+    try:
+        r = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise RuntimeError(f"{Path(cc).name} failed: {r.stderr.strip()[-500:]}")
+        os.replace(tmp, path)  # another process may have raced us to the same file: same bytes
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def _declare() -> None:
+    """Add the custom-op declarations to ggmlpy's FFI (once): cffi allows further cdefs, and
+    the libggml already loaded resolves the new names on first use."""
+    if not _state.get("declared"):
+        ffi.cdef(_GGML_CDEF + _KERNELS_CDEF)
+        _state["declared"] = True

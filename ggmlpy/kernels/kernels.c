@@ -1,0 +1,145 @@
+/* Fused element-wise kernels for ggml's CPU backend, as ggml custom ops (ggml_map_custom1/2).
+ *
+ * ggml's own gelu_erf calls erff one element at a time, and GELU's backward is a graph of a
+ * dozen element-wise ops; each function here is one pass written so that gcc -O3 vectorises it:
+ * no branches in the loop (both sides are computed and one is selected), no libm calls.
+ *
+ * Phi(x), the standard normal CDF, comes from two approximations fitted for this file (weighted
+ * least squares in float64, checked in float32):
+ *   |x| < sqrt 2:   Phi(x) = 1/2 + x C(x^2)                      (C: degree 6)
+ *   |x| >= sqrt 2:  Q(|x|) = 1 - Phi(|x|) = e(x) u S(u), u = 1/|x| (S: Chebyshev, degree 11)
+ * where e(x) = exp(-x^2/2), computed with x^2's rounding error carried (fma) so that the far
+ * tails keep their relative accuracy; Phi(x) = Q(|x|) for x < 0 is never 1 - something.
+ * The exponential is range-reduced (x = n ln2 + r, |r| <= ln2/2) with 2^n applied in two
+ * halves, so that results down to the denormals are right.
+ *
+ * Tensor fields are read at the offsets the build passes (-DOFF_NE, -DOFF_DATA), the ones
+ * ggmlpy's loader checks against the library at import. Tensors are contiguous f32.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifndef OFF_NE
+#error "build with -DOFF_NE=... -DOFF_DATA=..."
+#endif
+
+static inline float *data_of(const void *t) {
+    float *p;
+    memcpy(&p, (const char *)t + OFF_DATA, sizeof p);
+    return p;
+}
+
+static inline int64_t nelements(const void *t) {
+    int64_t ne[4];
+    memcpy(ne, (const char *)t + OFF_NE, sizeof ne);
+    return ne[0] * ne[1] * ne[2] * ne[3];
+}
+
+/* This thread's share [*lo, *hi) of n elements, in blocks of 16 (no two threads on a cache line). */
+static inline void share(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    int64_t per = ((n + nth - 1) / nth + 15) & ~(int64_t)15;
+    *lo = per * ith < n ? per * ith : n;
+    *hi = *lo + per < n ? *lo + per : n;
+}
+
+static inline float pow2i(int32_t n) {  /* 2^n for -126 <= n <= 127 */
+    uint32_t bits = (uint32_t)(n + 127) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* exp(a) for -113 <= a <= 0 (the callers clamp), NaN propagating. */
+static inline float exp_neg(float a) {
+    const float shift = 12582912.0f;  /* 1.5 * 2^23: adding it rounds to an integer */
+    float k = fmaf(a, 1.44269504088896341f, shift) - shift;
+    float r = fmaf(k, -0.693145751953125f, a);        /* ln 2, high part (exact product) */
+    r = fmaf(k, -1.42860682030941723e-06f, r);        /* ln 2, low part */
+    float p = 0.0013830913230776787f;
+    p = fmaf(p, r, 0.008374780416488647f);
+    p = fmaf(p, r, 0.04166833311319351f);
+    p = fmaf(p, r, 0.1666642129421234f);
+    p = fmaf(p, r, 0.49999991059303284f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    int32_t n = (int32_t)k;  /* k is integral; NaN gives garbage here but p is NaN already */
+    int32_t n1 = n / 2;
+    return p * pow2i(n1) * pow2i(n - n1);
+}
+
+/* Chebyshev series of S(u) = Q(1/u) e^{1/(2u^2)} / u on u in [1/15, 1/sqrt 2]. */
+static const float S_A = 3.1228526f, S_B = -1.2081902f;  /* t = A u + B maps it onto [-1, 1] */
+static const float S_C[12] = {
+    0.35298871994018555f, -0.04920824617147446f, -0.002905038418248296f, 0.0017720740288496017f,
+    -0.00032400674535892904f, 1.752349635353312e-05f, 9.358101124234963e-06f, -3.850886969303247e-06f,
+    7.960395578265889e-07f, -5.9750078662546e-08f, -2.6863652635711333e-08f, 1.3727509795558035e-08f};
+
+#define X_MAX 15.0f  /* past it, Q underflows float32 (Q(15) ~ 4e-51): x is clamped there */
+
+/* Phi(x) into *cdf, exp(-x^2/2) into *e, and for |x| >= sqrt 2, |x| Q(|x|) = e S(u) into *xq
+ * (GELU's tail without the rounding of u = 1/|x| and without a subnormal Q times a large x). */
+static inline void normal(float x, float *cdf, float *e, float *xq) {
+    float a = fabsf(x);
+    a = a > X_MAX ? X_MAX : a;                          /* keeps NaN */
+    float h = a * a;
+    float l = fmaf(a, a, -h);                           /* a^2 = h + l exactly */
+    float ex = exp_neg(-0.5f * h) * fmaf(-0.5f, l, 1.0f);
+    /* centre */
+    float c = 4.335774690389371e-07f;
+    c = fmaf(c, h, -8.848329343891237e-06f);
+    c = fmaf(c, h, 0.00011464289127616212f);
+    c = fmaf(c, h, -0.0011867777211591601f);
+    c = fmaf(c, h, 0.009973372332751751f);
+    c = fmaf(c, h, -0.06649035960435867f);
+    c = fmaf(c, h, 0.3989422917366028f);
+    float centre = fmaf(x, c, 0.5f);
+    /* tail (Clenshaw) */
+    float u = 1.0f / a;
+    float t = fmaf(u, S_A, S_B), t2 = t + t;
+    /* the steps written out: a loop here stops gcc from vectorising the loop over elements */
+    float b1 = S_C[11], b2 = 0.0f, b0;
+#define STEP(k) b0 = fmaf(t2, b1, S_C[k] - b2); b2 = b1; b1 = b0;
+    STEP(10) STEP(9) STEP(8) STEP(7) STEP(6) STEP(5) STEP(4) STEP(3) STEP(2) STEP(1)
+#undef STEP
+    float s = fmaf(t, b1, S_C[0] - b2);
+    float es = ex * s;
+    float q = es * u;
+    float tail = x > 0.0f ? 1.0f - q : q;
+    *cdf = a < 1.41421356f ? centre : tail;             /* NaN takes the tail: NaN */
+    *e = ex;
+    *xq = es;
+}
+
+/* y = x Phi(x) = x/2 (1 + erf(x / sqrt 2)) */
+void ggmlpy_gelu_erf_f32(void *dst, const void *src, int ith, int nth, void *userdata) {
+    (void)userdata;
+    const float *restrict x = data_of(src);
+    float *restrict y = data_of(dst);
+    int64_t lo, hi;
+    share(nelements(dst), ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        float cdf, e, xq;
+        normal(x[i], &cdf, &e, &xq);
+        /* in the tails x Phi(x) is x - |x| Q(|x|) or -|x| Q(|x|); below -X_MAX it underflows to -0
+         * (and -inf * 0 would be NaN) */
+        float tail = x[i] > 0.0f ? x[i] - xq : (x[i] < -X_MAX ? -0.0f : -xq);
+        y[i] = fabsf(x[i]) < 1.41421356f ? x[i] * cdf : tail;  /* NaN takes the tail: NaN */
+    }
+}
+
+/* dx = g (Phi(x) + x phi(x)), phi(x) = exp(-x^2/2) / sqrt(2 pi) */
+void ggmlpy_gelu_back_f32(void *dst, const void *grad, const void *src, int ith, int nth, void *userdata) {
+    (void)userdata;
+    const float *restrict g = data_of(grad);
+    const float *restrict x = data_of(src);
+    float *restrict dx = data_of(dst);
+    int64_t lo, hi;
+    share(nelements(dst), ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        float cdf, e, xq;
+        normal(x[i], &cdf, &e, &xq);
+        float xc = x[i] > X_MAX ? X_MAX : (x[i] < -X_MAX ? -X_MAX : x[i]);  /* inf * 0 would be NaN */
+        dx[i] = g[i] * fmaf(xc, e * 0.398942280401432678f, cdf);
+    }
+}

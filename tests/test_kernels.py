@@ -1,0 +1,259 @@
+"""ggmlpy.kernels: the fused GELU kernels (C, ggml custom ops) against float64 references, and
+their use by eager, compiled and ONNX graphs on the CPU; without them (GGMLPY_KERNELS=0) ggml's
+own ops run and give the same numbers."""
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+from ggmlpy import kernels
+from ggmlpy.autograd.forward_ad import hvp
+from ggmlpy.bindings import lib
+
+K = kernels.get()
+needs_kernels = pytest.mark.skipif(K is None, reason="no C compiler: ggmlpy.kernels is not loaded")
+
+SQRT2 = math.sqrt(2.0)
+INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def cdf64(x):
+    """Phi(x) in float64: erfc for the lower tail (no cancellation)."""
+    return np.array([0.5 * math.erfc(-v / SQRT2) for v in np.asarray(x, np.float64).ravel()]).reshape(np.shape(x))
+
+
+def gelu64(x):
+    return np.asarray(x, np.float64) * cdf64(x)
+
+
+def gelu_grad64(x):
+    x = np.asarray(x, np.float64)
+    return cdf64(x) + x * np.exp(-x * x / 2) * INV_SQRT_2PI
+
+
+def sweep():
+    """A dense sweep of float32 x: uniform over [-20, 20], geometric down to 1e-38 both sides."""
+    geo = np.geomspace(1e-38, 40, 40_000)
+    return np.concatenate([np.linspace(-20, 20, 200_001), geo, -geo, [0.0, -0.0]]).astype(np.float32)
+
+
+def custom_op_nodes(graph_nodes):
+    return sum(1 for p in graph_nodes if p.op in (lib.GGML_OP_MAP_CUSTOM1, lib.GGML_OP_MAP_CUSTOM2))
+
+
+def eager_graph_nodes():
+    """Every node of the graphs the CPU device's executor has cached."""
+    ex = g.ag_tensor(np.zeros((1, 1))).dc.executor
+    return [p for c in ex.cache.values() for p in c.nodes]
+
+
+def gelu_eager(x):
+    """gelu(x) and its gradient (seed 1) through ag_gelu, eagerly."""
+    t = g.ag_param(np.asarray(x, np.float64).reshape(-1, 1))
+    with g.with_grad_tape():
+        y = g.ag_gelu(t)
+        loss = g.ag_sum(y)
+    return y.numpy().ravel(), g.backward(loss)[t].numpy().ravel()
+
+
+# -- the kernels themselves -----------------------------------------------------------------------------
+@needs_kernels
+def test_forward_within_8_ulp_of_float64_over_a_dense_sweep():
+    x = sweep()
+    y, _ = gelu_eager(x)
+    want = gelu64(x)
+    assert custom_op_nodes(eager_graph_nodes()) > 0  # the kernel ran, not ggml's gelu_erf
+    normal = np.abs(want) >= np.finfo(np.float32).tiny
+    ulp = np.spacing(np.abs(want[normal]).astype(np.float32)).astype(np.float64)
+    err = np.abs(y[normal] - want[normal]) / ulp
+    # measured: 7.1 ulp at x = -1.41 (1/2 + x C(x^2) cancels to 0.08 there), 2-3 elsewhere
+    assert err.max() <= 8, f"max error {err.max():.1f} ulp at x = {x[normal][np.argmax(err)]}"
+    # below float32's normal range: the right subnormal or zero, never a sign error
+    assert np.all(np.abs(y[~normal] - want[~normal]) <= 2 * np.finfo(np.float32).smallest_subnormal)
+    assert np.all(np.signbit(y[~normal & (x < 0)]))
+
+
+@needs_kernels
+def test_backward_within_float32_rounding_of_float64_over_a_dense_sweep():
+    x = sweep()
+    _, d = gelu_eager(x)
+    want = gelu_grad64(x)
+    # Phi(x) + x phi(x) crosses zero near x = -0.75: the error is measured against the size of
+    # its terms, |Phi| + |x phi| (float32 rounding of either is about 6e-8 of it)
+    scale = cdf64(x) + np.abs(x) * np.exp(-x.astype(np.float64) ** 2 / 2) * INV_SQRT_2PI
+    ok = scale > 1e-30
+    rel = np.abs(d[ok] - want[ok]) / scale[ok]
+    assert rel.max() < 5e-7, f"max error {rel.max():.2e} at x = {x[ok][np.argmax(rel)]}"
+    assert np.all(d[x == 0] == 0.5)  # exact at 0 (ggml's graph divided y by x there)
+    big = np.abs(x) >= 10
+    np.testing.assert_array_equal(d[big & (x > 0)], 1.0)
+    assert np.all(np.abs(d[big & (x < 0)]) < 1e-20)
+
+
+@needs_kernels
+def test_special_values():
+    x = np.array([np.nan, np.inf, -np.inf, 40, -40, 1e-38, -1e-38, 0.0, -0.0], np.float32)
+    y, d = gelu_eager(x)
+    assert np.isnan(y[0]) and np.isnan(d[0])
+    assert y[1] == np.inf and d[1] == 1.0
+    assert y[2] == 0 and np.signbit(y[2]) and d[2] == 0  # -inf -> -0, not NaN
+    assert y[3] == 40 and d[3] == 1.0
+    assert y[4] == 0 and np.signbit(y[4]) and d[4] == 0
+    np.testing.assert_allclose(y[5:7], [5e-39, -5e-39], rtol=1e-6)
+    assert y[7] == 0 and y[8] == 0 and np.all(d[5:] == 0.5)
+
+
+@needs_kernels
+def test_gradients_by_finite_differences_and_second_derivatives():
+    x = np.random.default_rng(3).standard_normal((4, 3)) * 2
+    t, w = g.ag_param(x), g.ag_tensor(np.cos(x))
+    assert g.ag_gradcheck(lambda: g.ag_sum(g.ag_mul(g.ag_gelu(t), w)), [t], eps=1e-3, atol=2e-3)
+    # hvp differentiates the backward again: the rule table's differentiable forms run there
+    xs = np.array([[-3.0], [-1.0], [-0.2], [0.0], [0.7], [2.5]])
+    _, hv = hvp(lambda t: g.ag_sum(g.ag_gelu(t)), g.ag_tensor(xs), g.ag_tensor(np.ones_like(xs)))
+    phi = np.exp(-xs ** 2 / 2) * INV_SQRT_2PI
+    np.testing.assert_allclose(hv.numpy(), phi * (2 - xs ** 2), atol=1e-6)
+
+
+def test_noncontiguous_and_batched_inputs():
+    x = np.random.default_rng(4).standard_normal((6, 5, 3))
+    t = g.ag_param(x)
+    with g.with_grad_tape():
+        y = g.ag_gelu(g.ag_permute(t, 1, 0, 2))  # [5, 6, 3]
+        loss = g.ag_sum(g.ag_mul(y, g.ag_tensor(np.ones((5, 6, 3)) * 2)))
+    np.testing.assert_allclose(y.numpy(), gelu64(x.transpose(1, 0, 2)), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(g.backward(loss)[t].numpy(), 2 * gelu_grad64(x), rtol=1e-6, atol=1e-7)
+
+
+# -- where they are used ------------------------------------------------------------------------------------
+def _mlp_step_losses(compiled: bool):
+    """Five AdamW steps of a small GELU MLP (eager or ag_compile): the losses and final weights."""
+    rng = np.random.default_rng(0)
+    w1, w2 = g.ag_param(rng.standard_normal((64, 16)) * 0.3), g.ag_param(rng.standard_normal((1, 64)) * 0.3)
+    xs, ys = rng.standard_normal((16, 256)), rng.standard_normal((1, 256))
+    opt = g.optimizer_adam([w1, w2], lr=1e-2)
+
+    def loss_fn(x, y):
+        return g.ag_mse_loss(g.ag_matmul(w2, g.ag_gelu(g.ag_matmul(w1, x))), y)
+    losses = []
+    if compiled:
+        step = g.ag_compile(loss_fn, [xs, ys], optimizer=opt)
+        for _ in range(5):
+            losses.append(float(np.asarray(step(xs, ys)).ravel()[0]))
+    else:
+        for _ in range(5):
+            with g.with_grad_tape():
+                loss = loss_fn(g.ag_tensor(xs), g.ag_tensor(ys))
+            opt.step(g.backward(loss))
+            opt.zero_grad()
+            losses.append(float(loss.numpy().ravel()[0]))
+    return np.array(losses), w1.numpy().copy()
+
+
+@needs_kernels
+@pytest.mark.parametrize("compiled", [False, True])
+def test_eager_and_compiled_steps_match_ggml_ops_within_float32_rounding(compiled):
+    with_k = _mlp_step_losses(compiled)
+    prev = kernels.set_enabled(False)  # graphs built from here on use ggml's ops
+    try:
+        without = _mlp_step_losses(compiled)
+    finally:
+        kernels.set_enabled(prev)
+    np.testing.assert_allclose(with_k[0], without[0], rtol=2e-6)
+    np.testing.assert_allclose(with_k[1], without[1], rtol=1e-5, atol=1e-6)
+
+
+@needs_kernels
+def test_compiled_graph_uses_the_kernels_on_the_cpu():
+    w = g.ag_param(np.random.default_rng(1).standard_normal((8, 4)))
+    x = np.random.default_rng(2).standard_normal((4, 32))
+    step = g.ag_compile(lambda x: g.ag_sum(g.ag_gelu(g.ag_matmul(w, x))), [x], optimizer=g.optimizer_sgd([w], lr=0.1))
+    step(x)
+    plan = next(iter(step.plans.values()))
+    gr = plan.builder.graph
+    nodes = [lib.ggml_graph_node(gr, i) for i in range(lib.ggml_graph_n_nodes(gr))]
+    ops = [p.op for p in nodes]
+    assert ops.count(lib.GGML_OP_MAP_CUSTOM1) == 1 and ops.count(lib.GGML_OP_MAP_CUSTOM2) == 1
+
+
+@needs_kernels
+def test_onnx_gelu_fusion_runs_the_kernel_on_the_cpu():
+    onnx = pytest.importorskip("onnx")
+    import ggmlpy.onnx as go
+    from onnx import TensorProto as T
+    from onnx import helper
+    c = onnx.numpy_helper.from_array
+    inits = [c(np.array(SQRT2, np.float32), "s2"), c(np.array(1, np.float32), "one"),
+             c(np.array(0.5, np.float32), "half")]
+    nodes = [helper.make_node("Div", ["x", "s2"], ["a"]), helper.make_node("Erf", ["a"], ["b"]),
+             helper.make_node("Add", ["b", "one"], ["c"]), helper.make_node("Mul", ["x", "c"], ["d"]),
+             helper.make_node("Mul", ["d", "half"], ["y"])]
+    graph = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info("x", T.FLOAT, [64, 96])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, [64, 96])], inits)
+    model = go.onnx_load(helper.make_model(graph), device="cpu")
+    x = np.random.default_rng(5).standard_normal((64, 96)).astype(np.float32) * 4
+    np.testing.assert_allclose(go.onnx_run(model, {"x": x})["y"], gelu64(x), rtol=1e-6, atol=1e-30)
+    plan = next(iter(model._plans.values()))
+    ops = [lib.ggml_graph_node(plan.graph, i).op for i in range(plan.n_nodes)]
+    assert ops.count(lib.GGML_OP_MAP_CUSTOM1) == 1 and lib.GGML_OP_UNARY not in ops
+
+
+def test_disabled_by_environment_uses_ggml_ops_with_the_same_numbers(tmp_path):
+    code = (
+        "import numpy as np, ggmlpy as g\n"
+        "from ggmlpy import kernels\n"
+        "assert kernels.get() is None\n"
+        "x = np.linspace(-6, 6, 1001).reshape(-1, 1)\n"
+        "t = g.ag_param(x)\n"
+        "with g.with_grad_tape():\n"
+        "    y = g.ag_gelu(t); loss = g.ag_sum(y)\n"
+        "d = g.backward(loss)[t].numpy()\n"
+        "ex = t.dc.executor\n"
+        "from ggmlpy.bindings import lib\n"
+        "assert not any(p.op == lib.GGML_OP_MAP_CUSTOM1 or p.op == lib.GGML_OP_MAP_CUSTOM2 "
+        "for c in ex.cache.values() for p in c.nodes)\n"
+        f"np.save({str(tmp_path / 'out.npy')!r}, np.concatenate([y.numpy().ravel(), d.ravel()]))\n")
+    env = dict(os.environ, GGMLPY_KERNELS="0")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    got = np.load(tmp_path / "out.npy")
+    x = np.linspace(-6, 6, 1001).astype(np.float32)
+    np.testing.assert_allclose(got[:1001], gelu64(x), rtol=2e-6, atol=1e-6)  # ggml's erff-based op
+    np.testing.assert_allclose(got[1001:], gelu_grad64(x), rtol=2e-5, atol=1e-6)
+    if K is not None:  # and the kernels agree with it
+        y, d = gelu_eager(x)
+        np.testing.assert_allclose(y, got[:1001], rtol=2e-6, atol=1e-6)
+        np.testing.assert_allclose(d, got[1001:], rtol=2e-5, atol=1e-6)
+
+
+def test_without_a_compiler_get_returns_none_and_logs_why(monkeypatch, caplog, tmp_path):
+    monkeypatch.setattr(kernels, "_state", {"declared": kernels._state.get("declared", False)})
+    monkeypatch.setenv("CC", "")
+    monkeypatch.setattr(kernels.shutil, "which", lambda name: None)
+    with caplog.at_level("INFO", logger="ggmlpy.kernels"):
+        assert kernels.get() is None
+        assert kernels.get() is None
+    assert sum("no C compiler" in r.getMessage() for r in caplog.records) == 1  # said once
+
+
+def test_a_failing_compiler_is_reported_and_leaves_nothing_behind(monkeypatch, caplog, tmp_path):
+    monkeypatch.setattr(kernels, "_state", {"declared": kernels._state.get("declared", False)})
+    monkeypatch.setenv("GGMLPY_CACHE_DIR", str(tmp_path))
+    fake = tmp_path / "badcc"
+    fake.write_text("#!/bin/sh\necho 'cc: error: nope' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake))
+    with caplog.at_level("WARNING", logger="ggmlpy.kernels"):
+        assert kernels.get() is None
+    assert any("nope" in r.getMessage() for r in caplog.records)
+    assert list((tmp_path / "kernels").iterdir()) == []  # the temporary file was removed
+
+
+@needs_kernels
+def test_the_library_is_cached_by_source_compiler_and_flags():
+    assert K.path.parent.name == "kernels" and K.path.name.startswith("kernels-")
+    assert K.path.exists() and not list(K.path.parent.glob("tmp*"))
