@@ -489,3 +489,18 @@ def test_compiled_slice_gradients_add_in_place_like_eager():
     want[:, 39] += 0.2
     want[:, 3:17] -= 0.1 * 2 * X[:, 3:17]
     np.testing.assert_allclose(run(True), want, rtol=1e-5, atol=1e-5)
+
+
+def test_backward_as_one_graph_keeps_batched_gradient_shapes():
+    """ag_backward_graph's gradients of batched tensors keep their shapes (they were cut to 2 dims)."""
+    a, w = rnd(3, 4, 2), rnd(5, 3)
+    results = []
+    for graph in (False, True):
+        x, W = g.ag_param(a), g.ag_param(w)
+        with g.with_grad_tape():
+            loss = g.ag_sum(g.ag_gelu(g.ag_matmul(W, x)))
+        grads = g.ag_backward_graph(loss) if graph else g.backward(loss)
+        results.append((grads[x].numpy(), grads[W].numpy()))
+    assert results[1][0].shape == (3, 4, 2)
+    for eager, graph in zip(*results):
+        np.testing.assert_allclose(graph, eager, rtol=1e-5, atol=1e-6)

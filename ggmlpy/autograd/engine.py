@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ..backend.state import STATE
 from ..bindings import lib
@@ -13,6 +15,9 @@ from . import forward_ad as _fwd
 from . import prims, rules
 from .rules import RULES
 from .tape import TAPE, Node, no_grad
+
+if TYPE_CHECKING:
+    from ..nn.layers import Module
 
 F32 = lib.GGML_TYPE_F32
 I32 = lib.GGML_TYPE_I32
@@ -332,7 +337,7 @@ def assign(dst: AGTensor, src: AGTensor) -> None:
     dst.dc.executor.run(("copy",), f32_builder(prims.copy, {}, dst.st.type), [src.st], None, out=[dst.st])
 
 
-def zero_grad(params) -> None:
+def zero_grad(params: "Iterable[AGTensor] | Module") -> None:
     """Forget the `.grad` of every tensor in `params` (a list, or a model's parameters())."""
     params = list(params.parameters() if hasattr(params, "parameters") else params)
     for p in params:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -38,6 +40,10 @@ from . import prims
 from .engine import check_index_values
 from .rules import RULES
 from .tape import TAPE, no_grad
+
+if TYPE_CHECKING:
+    from ..optim.optimizers import Optimizer
+    from .engine import GradMap
 
 _NULL = ffi.NULL
 _OVERHEAD = int(lib.ggml_tensor_overhead())
@@ -312,7 +318,7 @@ def _sized(build, n_prims: int, n_inputs: int):
 
 
 # -- ag_backward_graph: the backward of a recorded tape, as one graph ---------------------------------------
-def ag_backward_graph(loss: AGTensor):
+def ag_backward_graph(loss: AGTensor) -> "GradMap":
     """Like backward(loss), but the whole backward pass runs as one ggml graph."""
     from .engine import GradMap, _add_into_grad
     if not isinstance(loss, AGTensor):
@@ -324,7 +330,7 @@ def ag_backward_graph(loss: AGTensor):
     dc = loss.dc
     result = GradMap()
     for tid, st in outs.items():
-        dict.__setitem__(result, tid, AGTensor(st, (int(st.t.ne[0]), int(st.t.ne[1])), dc, is_leaf=False))
+        dict.__setitem__(result, tid, AGTensor(st, st.spec[1], dc, is_leaf=False))
     with no_grad():
         for tid, leaf in leaves.items():
             if tid in result:
@@ -681,7 +687,8 @@ def _reshape_like(b, t, like):
     return t if list(t.ne) == list(like.ne) else lib.ggml_reshape_4d(b.ctx, t, *[int(x) for x in like.ne])
 
 
-def ag_compile(fn, example_inputs, optimizer=None, backward: str = "auto",
+def ag_compile(fn: Callable[..., AGTensor], example_inputs: Sequence[AGTensor | np.ndarray],
+               optimizer: Optimizer | None = None, backward: str = "auto",
                clip_grad: float | None = None) -> CompiledStep:
     """Compile fn (inputs -> [1,1] loss) into one ggml graph: forward, backward and, if an
     optimizer is given, its update (after clipping the gradients' global L2 norm to `clip_grad`,
