@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections import OrderedDict
 
 from ..bindings import ffi, lib
@@ -29,7 +30,8 @@ _OVERHEAD = int(lib.ggml_tensor_overhead())
 class _Compiled:
     """One cached graph: leaf headers to re-point, output headers, and the views between them."""
 
-    __slots__ = ("ctx", "graph", "nodes", "leaves", "outs", "views", "galloc", "out_specs", "backend_ptr", "nbytes")
+    __slots__ = ("ctx", "graph", "nodes", "leaves", "outs", "views", "galloc", "out_specs", "backend_ptr", "nbytes",
+                 "quiet_ptr")
 
     def __init__(self, backend, build, in_specs, inputs, outs_into):
         n_nodes = graph_room(len(in_specs))
@@ -57,6 +59,7 @@ class _Compiled:
             _point(o, s)
         self.nodes = [lib.ggml_graph_node(self.graph, i) for i in range(lib.ggml_graph_n_nodes(self.graph))]
         self.views = [p for p in self.nodes if p.view_src != _NULL]
+        self.quiet_ptr = None  # the all-threads backend, for graphs that use one thread on a busy machine
         self.galloc = lib.ggml_gallocr_new(backend.buft)
         if not lib.ggml_gallocr_alloc_graph(self.galloc, self.graph):
             raise MemoryError("could not allocate an op graph's intermediates")
@@ -69,6 +72,26 @@ class _Compiled:
             self.ctx = None
 
     __del__ = free
+
+
+_quiet = [0.0, False]  # when last looked, and what was seen
+
+
+def machine_quiet() -> bool:
+    """Whether no other thread on the machine was runnable a moment ago (/proc/loadavg's
+    instantaneous count, read at most every 20 ms; this process's pool threads sleep between
+    ops). Then products of many small matrices may use every thread: their per-matrix barriers
+    only stall when a thread is descheduled. Unknown (no /proc): False, which a busy machine
+    survives."""
+    now = time.monotonic()
+    if now - _quiet[0] > 0.02:
+        try:
+            with open("/proc/loadavg", "rb") as f:
+                running = int(f.read().split()[3].split(b"/")[0])
+        except (OSError, ValueError, IndexError):
+            running = 1 << 30
+        _quiet[0], _quiet[1] = now, running <= 1
+    return _quiet[1]
 
 
 def graph_room(n_inputs: int) -> int:
@@ -182,7 +205,8 @@ class Executor:
                 src = v.view_src
                 v.data = ffi.cast("char *", src.data) + v.view_offs
                 v.buffer = src.buffer
-        status = self._compute(c.backend_ptr, c.graph)
+        ptr = c.backend_ptr if c.quiet_ptr is None or not machine_quiet() else c.quiet_ptr
+        status = self._compute(ptr, c.graph)
         if status != lib.GGML_STATUS_SUCCESS:
             raise GGMLError(f"graph compute failed on {self.backend.device_name} (status {status})")
         self.pending = self.asynchronous
@@ -201,6 +225,9 @@ class Executor:
         c = _Compiled(self.backend, build, in_specs, inputs, outs)
         self._check_supported(c)
         c.backend_ptr = self._backend_for(c).ptr
+        if c.backend_ptr == self.small_backend.ptr and self.small_backend is not self.backend and \
+                any(p.op == lib.GGML_OP_MUL_MAT and batched_small(p) for p in c.nodes):
+            c.quiet_ptr = self.backend.ptr  # every thread while nothing else runs (machine_quiet)
         self.cache[sig] = c
         self.bytes += c.nbytes
         while self.bytes > GRAPH_CACHE_BYTES and len(self.cache) > 1:
