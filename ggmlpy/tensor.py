@@ -245,7 +245,7 @@ class AGTensor:
         return self.shape[0]
 
     def __iter__(self):
-        """The rows, each a [1, ncol] tensor (ag tensors are always matrices)."""
+        """The rows, each a [1, ncol] tensor ([1, ncol, ...] for a batched tensor: no dim is dropped)."""
         for i in range(self.shape[0]):
             yield self[i]
 
