@@ -61,3 +61,4 @@ from . import linalg, parallel_forward, singlecell  # noqa: E402  (issue 16, sui
 from .linalg import *; from .parallel_forward import *; from .singlecell import *; from .keras.functional import nn_topo_sort  # noqa: F401,F403,E402,E702
 __all__ += linalg.__all__ + parallel_forward.__all__ + singlecell.__all__ + ["nn_topo_sort"]
 from .core import meta_backend; from .core.meta_backend import *; __all__ += meta_backend.__all__  # noqa: F401,F403,E402,E702  (issue 16: ggml's meta backend)
+from . import sc_umap; from .sc_umap import *; __all__ += sc_umap.__all__  # noqa: F401,F403,E402,E702  (issue 16: single-cell op "umap")

@@ -23,8 +23,8 @@ Registered operations, as ggmlR's engines compute them:
   backend "vulkan", else float64 on the host): the binary kNN graph with each cell in its own
   neighbourhood, and the shared-nearest-neighbour graph of Jaccard overlaps, pruned below
   prune_snn (scipy.sparse matrices).
-ggmlR also registers "umap", built on Vulkan shaders of its own; it is not registered here, and
-ggml_run says so (as ggmlR does for any op its registry lacks).
+- "umap": UMAP (ggmlpy/sc_umap.py): exact kNN, ggmlR's fuzzy simplicial set, spectral start and
+  its SGD layout, on the CPU (ggmlR's Vulkan shaders for it are its own fork's).
 """
 from __future__ import annotations
 
@@ -407,3 +407,5 @@ _register("largest_gene", _largest_gene,
           desc="Highest-expressed gene per cell + its percent of the cell total (CPU, sparse)", sparse_ok=True)
 _register("neighbors", _neighbors,
           desc="kNN + shared-NN (SNN/Jaccard) graphs, Seurat FindNeighbors-compatible (exact kNN)")
+
+from . import sc_umap as _sc_umap  # noqa: E402,F401  (registers "umap"; it builds on _knn above)
