@@ -14,7 +14,7 @@ def test_result_constructor_and_item_access():
 
 def test_registry_is_sorted_and_entries_are_complete():
     reg = g.ggml_ops_registry()
-    assert list(reg) == sorted(reg) == ["embed", "largest_gene", "neighbors", "normalize", "scale"]
+    assert list(reg) == sorted(reg) == ["embed", "largest_gene", "neighbors", "normalize", "scale", "umap"]
     assert all(callable(e.engine) and e.desc for e in reg.values())
 
 
