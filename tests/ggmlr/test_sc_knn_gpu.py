@@ -2,7 +2,9 @@
 
 ggmlR's GPU kNN is knn_tiled.comp, a shader of its own ggml fork (top-k capacity 32). ggmlpy's
 is the neighbors engine's Vulkan path: the distance products on ggml's mul_mat on the Vulkan
-device, then the exact top-k on the host (no capacity). The UMAP kNN (umap_knn) has no GPU path:
+device select candidates (f16 rounding there reorders near neighbours, as ggmlR found: these
+tests failed on lavapipe before), whose distances are recomputed exactly on the host (no top-k
+capacity). The UMAP kNN (umap_knn) has no GPU path:
 knn_backend="vulkan" falls back to the exact CPU kNN there, as ggmlR's does when its GPU declines.
 The GPU blocks run where a Vulkan GPU is usable and are skipped otherwise, as in R.
 """
