@@ -56,9 +56,6 @@ def _as_array(data) -> np.ndarray:
     return arr.reshape(norm_shape(arr.shape))
 
 
-_as_matrix = _as_array  # the name other modules know
-
-
 _reads = threading.local()  # .list while graph mode traces in this thread: values read on the host
 
 

@@ -297,10 +297,8 @@ def _slice_backward(node, g, grads, leaves, owned) -> None:
 
 def _acc_into(dst: AGTensor, g: AGTensor, start) -> None:
     """dst[start:start + g.shape] += g, in dst's own memory."""
-    def build(ctx, a, b):
-        offset = sum(int(i) * int(a.nb[k]) for k, i in enumerate(start))
-        return lib.ggml_acc_inplace(ctx, a, b, a.nb[1], a.nb[2], a.nb[3], offset)
-    dst.dc.executor.run(("acc_into", tuple(start)), build, [dst.st, g.st], None, out=[dst.st])
+    dst.dc.executor.run(("acc_into", tuple(start)), lambda ctx, a, b: prims.acc_into(ctx, a, b, start),
+                        [dst.st, g.st], None, out=[dst.st])
 
 
 def _add_into_grad(leaf: AGTensor, g: AGTensor) -> None:

@@ -201,9 +201,7 @@ def _add_slice(builder, cur, owned, g, start, shape):
     """cur + g placed at `start` in zeros of `shape`: ggml_acc in place when cur is owned."""
     if cur is not None and owned is cur:
         builder.room(2)
-        t = cur.t
-        offset = sum(int(i) * int(t.nb[k]) for k, i in enumerate(start))
-        return Sym(lib.ggml_acc_inplace(builder.ctx, t, g.t, t.nb[1], t.nb[2], t.nb[3], offset), builder.dc)
+        return Sym(prims.acc_into(builder.ctx, cur.t, g.t, start), builder.dc)
     padded = builder.emit("pad_into", [g], {"start": start, "shape": shape})
     return padded if cur is None else builder.emit("add", [cur, padded], {})
 
@@ -410,8 +408,8 @@ class CompiledStep:
         ins = _as_inputs(inputs)
         with self._lock:
             plan = self.plan_for(ins)
-            for pos, op, bound in plan.index_checks:  # ggml's gathers read out of range: check first
-                check_index_values(op, ins[pos]._read(), bound)
+            for pos, op, limit in plan.index_checks:  # ggml's gathers read out of range: check first
+                check_index_values(op, ins[pos]._read(), limit)
             if self.optimizer is not None:
                 self.optimizer.t += 1
                 self._hyper_update()
@@ -485,8 +483,8 @@ class CompiledStep:
         for op, inputs, prm, o in trace:
             rule = RULES[op]
             if rule.index_bound is not None:  # indices fed by an input are checked at every call
-                bound = rule.index_bound(prm, [x.shape for x in inputs])
-                index_checks += [(in_ids[inputs[i].id], op, bound) for i in rule.index_inputs if inputs[i].id in in_ids]
+                limit = rule.index_bound(prm, [x.shape for x in inputs])
+                index_checks += [(in_ids[inputs[i].id], op, limit) for i in rule.index_inputs if inputs[i].id in in_ids]
             in_syms = [sym_of(x) for x in inputs]
             out_sym = b.emit(op, in_syms, prm)
             syms[o.id] = out_sym

@@ -55,8 +55,8 @@ def ag_matmul(a: AGTensor, b: AGTensor, transpose_a: bool = False, transpose_b: 
     ka = a.nrow if transpose_a else a.ncol
     kb = b.ncol if transpose_b else b.nrow
     if ka != kb:
-        hint = (f"; b looks like PyTorch's [batch, features] layout: ggmlpy's ag_* API takes samples as "
-                f"columns, [features, batch], so pass b.T" if not transpose_b and a.ncol == b.ncol else "")
+        hint = ("; b looks like PyTorch's [batch, features] layout: ggmlpy's ag_* API takes samples as "
+                "columns, [features, batch], so pass b.T" if not transpose_b and a.ncol == b.ncol else "")
         ta, tb = ("t" if transpose_a else "", "t" if transpose_b else "")
         raise GGMLError(f"ag_matmul: non-conformable arguments: {ta}[{a.nrow}, {a.ncol}] %*% "
                         f"{tb}[{b.nrow}, {b.ncol}]{hint}")

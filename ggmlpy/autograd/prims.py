@@ -327,9 +327,19 @@ def concat(ctx, a, b, dim):
 
 def slice_(ctx, x, start, size):
     """The block of `size` at `start` (one entry per axis)."""
-    start, size = _four(start, 0), _four(size, 1)
-    offset = sum(int(i) * int(x.nb[k]) for k, i in enumerate(start))
-    return L.ggml_cont(ctx, L.ggml_view_4d(ctx, x, *size, x.nb[1], x.nb[2], x.nb[3], offset))
+    size = _four(size, 1)
+    return L.ggml_cont(ctx, L.ggml_view_4d(ctx, x, *size, x.nb[1], x.nb[2], x.nb[3], _offset(x, start)))
+
+
+def acc_into(ctx, a, g, start):
+    """a[start:start + g's shape] += g, in a's own memory (ggml_acc in place; a view of a): how a
+    slice's gradient is added into a sum that nothing else holds (engine.walk, graph_mode)."""
+    return L.ggml_acc_inplace(ctx, a, g, a.nb[1], a.nb[2], a.nb[3], _offset(a, start))
+
+
+def _offset(x, start) -> int:
+    """The byte offset of element `start` (one index per axis) in x."""
+    return sum(int(i) * int(x.nb[k]) for k, i in enumerate(start))
 
 
 def pad_into(ctx, g, start, shape):
