@@ -257,3 +257,77 @@ def test_a_failing_compiler_is_reported_and_leaves_nothing_behind(monkeypatch, c
 def test_the_library_is_cached_by_source_compiler_and_flags():
     assert K.path.parent.name == "kernels" and K.path.name.startswith("kernels-")
     assert K.path.exists() and not list(K.path.parent.glob("tmp*"))
+
+
+# -- products in any orientation (gemm.c over OpenBLAS) ------------------------------------------------
+needs_gemm = pytest.mark.skipif(K is None or K.gemm is None, reason="no OpenMP/sequential OpenBLAS for gemm.c")
+
+
+def gemm_on_cpu(A, B, ta, tb, threads, view_rows=None):
+    """K.gemm of numpy arrays shaped [d3, d2, ne1, ne0] (ggml's order reversed) on ggml's CPU;
+    view_rows: read A through a view of its first view_rows rows (a leading dimension past ne0)."""
+    from ggmlpy.bindings import ffi
+    params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 24, "mem_buffer": ffi.NULL, "no_alloc": False})
+    ctx = lib.ggml_init(params[0])
+    ne = lambda x: (*x.shape[::-1], *(1,) * (4 - x.ndim))  # noqa: E731
+    try:
+        a = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, *ne(A))
+        b = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, *ne(B))
+        ffi.memmove(a.data, np.ascontiguousarray(A).tobytes(), A.nbytes)
+        ffi.memmove(b.data, np.ascontiguousarray(B).tobytes(), B.nbytes)
+        if view_rows is not None:
+            a = lib.ggml_view_4d(ctx, a, view_rows, a.ne[1], a.ne[2], a.ne[3], a.nb[1], a.nb[2], a.nb[3], 0)
+        c = K.gemm(ctx, a, b, ta, tb)
+        assert c.op == lib.GGML_OP_CUSTOM
+        graph = lib.ggml_new_graph(ctx)
+        lib.ggml_build_forward_expand(graph, c)
+        assert lib.ggml_graph_compute_with_ctx(ctx, graph, threads) == lib.GGML_STATUS_SUCCESS
+        shape = [int(c.ne[i]) for i in range(4)][::-1]
+        out = np.frombuffer(ffi.buffer(c.data, 4 * int(np.prod(shape))), np.float32).reshape(shape).copy()
+        return out.reshape(out.shape[4 - max(A.ndim, B.ndim):])
+    finally:
+        lib.ggml_free(ctx)
+
+
+def colmajor(x):
+    """The column-major matrices a [.., ne1, ne0] array holds, as numpy matrices."""
+    return np.swapaxes(x, -1, -2)
+
+
+@needs_gemm
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("m,n,k,batch_a,batch_b", [
+    (5, 7, 3, (1, 1), (1, 1)), (64, 64, 32, (2, 4), (2, 4)), (33, 100, 17, (1, 1), (2, 3)),
+    (40, 9, 70, (1, 2), (1, 2)), (100, 3, 5, (1, 1), (1, 1)), (8, 8, 8, (1, 3), (2, 3))])
+def test_gemm_every_orientation_batch_broadcast_and_thread_count(ta, tb, m, n, k, batch_a, batch_b):
+    rng = np.random.default_rng(m * n + k)
+    A = rng.standard_normal((*batch_a, *((m, k) if ta else (k, m)))).astype(np.float32)
+    B = rng.standard_normal((*batch_b, *((k, n) if tb else (n, k)))).astype(np.float32)
+    opa = colmajor(A).swapaxes(-1, -2) if ta else colmajor(A)
+    opb = colmajor(B).swapaxes(-1, -2) if tb else colmajor(B)
+    ref = colmajor(opa.astype(np.float64) @ opb.astype(np.float64))
+    for threads in (1, 2, 3):
+        out = gemm_on_cpu(A, B, ta, tb, threads)
+        assert out.shape == ref.shape
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+@needs_gemm
+def test_gemm_reads_a_view_through_its_leading_dimension():
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((2, 6, 10)).astype(np.float32)  # 2 batches of 10 x 6, viewed as 7 x 6
+    B = rng.standard_normal((2, 5, 6)).astype(np.float32)
+    ref = colmajor(colmajor(A[..., :7]) @ colmajor(B))
+    np.testing.assert_allclose(gemm_on_cpu(A, B, 0, 0, 2, view_rows=7), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_is_off_with_a_pthreads_openblas(monkeypatch, caplog):
+    """A pthreads OpenBLAS would start its own threads inside each of ggml's: no products then."""
+    class FakeLib:
+        def ggmlpy_blas_parallel(self):
+            return 1
+    monkeypatch.setattr(kernels.ffi, "dlopen", lambda path: FakeLib())
+    monkeypatch.setattr(kernels, "_build", lambda *a, **k: "x.so")
+    with caplog.at_level("INFO", logger="ggmlpy.kernels"):
+        assert kernels._load_gemm("cc") is None
+    assert any("pthreads" in r.getMessage() for r in caplog.records)

@@ -1,11 +1,14 @@
-"""Fused CPU kernels (kernels.c) compiled on first use, used as ggml custom ops.
+"""Fused CPU kernels (kernels.c) and products in any orientation (gemm.c, over OpenBLAS),
+compiled on first use, used as ggml custom ops.
 
 ggml's CPU `gelu_erf` calls `erff` one element at a time, and GELU's backward is a graph of a
 dozen element-wise ops; kernels.c does each in one vectorised pass (measured in the README).
-The source is compiled once per machine with the system C compiler into ggmlpy's cache
+gemm.c serves products that ggml_mul_mat would need a transposed copy for (see its header).
+Each source is compiled once per machine with the system C compiler into ggmlpy's cache
 directory (keyed by the source, the compiler and its flags: `-march=native` code never runs
 on another CPU) and loaded with cffi. Without a compiler, or when compiling fails, `get()`
-returns None (the reason is logged once) and every op uses ggml's own kernels.
+returns None (the reason is logged once) and every op uses ggml's own kernels; without an
+OpenMP or sequential OpenBLAS to link, `Kernels.gemm` is None and products stay ggml's.
 `GGMLPY_KERNELS=0` turns them off; so does `set_enabled(False)` for graphs built after it.
 
 They are C function pointers inside the graph (never a Python callback), and only graphs
@@ -31,8 +34,10 @@ __all__ = []  # internal: nothing joins the package namespace
 
 log = logging.getLogger("ggmlpy.kernels")
 SOURCE = Path(__file__).with_name("kernels.c")
+GEMM_SOURCE = Path(__file__).with_name("gemm.c")
 FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
-         f"-DOFF_NE={TENSOR_OFFSETS['ne']}", f"-DOFF_DATA={TENSOR_OFFSETS['data']}"]
+         *(f"-DOFF_{k.upper()}={TENSOR_OFFSETS[k]}" for k in ("ne", "nb", "src", "data"))]
+GEMM_LIBS = ["-l:libopenblas.so.0"]  # the library ggml's BLAS backend loads (Debian's alternatives)
 N_TASKS_MAX = -1  # ggml's GGML_N_TASKS_MAX: as many tasks as the backend has threads
 
 # ggml.h's custom-op declarations, which gen_cdef.py leaves out of cdef.h
@@ -46,6 +51,13 @@ _KERNELS_CDEF = """
 void ggmlpy_gelu_erf_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
 void ggmlpy_gelu_back_f32(struct ggml_tensor * dst, const struct ggml_tensor * g, const struct ggml_tensor * x, int ith, int nth, void * userdata);
 """
+_GEMM_CDEF = """
+typedef void (*ggml_custom_op_t)(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+struct ggml_tensor * ggml_custom_4d(struct ggml_context * ctx, enum ggml_type type, int64_t ne0, int64_t ne1,
+    int64_t ne2, int64_t ne3, struct ggml_tensor ** args, int n_args, ggml_custom_op_t fun, int n_tasks, void * userdata);
+void ggmlpy_gemm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+int ggmlpy_blas_parallel(void);
+"""
 
 _lock = threading.Lock()
 _state: dict = {}  # "kernels": the loaded Kernels or None, once tried
@@ -55,11 +67,13 @@ _enabled = [os.environ.get("GGMLPY_KERNELS", "1").strip().lower() not in ("0", "
 class Kernels:
     """The loaded library: builders of the custom-op nodes."""
 
-    def __init__(self, klib, path: Path):
-        self.klib = klib  # kept alive: the graphs hold its function pointers
+    def __init__(self, klib, path: Path, glib=None):
+        self.klib, self.glib = klib, glib  # kept alive: the graphs hold their function pointers
         self.path = path
         self._gelu = klib.ggmlpy_gelu_erf_f32
         self._gelu_back = klib.ggmlpy_gelu_back_f32
+        self._gemm_fn = glib.ggmlpy_gemm_f32 if glib is not None else None
+        self.gemm = self._gemm if glib is not None else None  # None: products stay ggml's
 
     def gelu(self, ctx, x):
         """x Phi(x) (exact GELU) of an f32 tensor, as one custom-op node."""
@@ -69,6 +83,22 @@ class Kernels:
         """g (Phi(x) + x phi(x)), GELU's input gradient, as one custom-op node."""
         return lib.ggml_map_custom2(ctx, _contiguous(ctx, g), _contiguous(ctx, x), self._gelu_back,
                                     N_TASKS_MAX, ffi.NULL)
+
+
+    def _gemm(self, ctx, a, b, ta=False, tb=False):
+        """op(a) %*% op(b) of f32 tensors in R's column-major reading (ne0 rows), batched over
+        ne2/ne3 with a batch of 1 (or a divisor) broadcasting, as one node: no transposed
+        copies. Operands whose rows are not contiguous are copied first."""
+        a, b = _rows_contiguous(ctx, a), _rows_contiguous(ctx, b)
+        m, n = (a.ne[1] if ta else a.ne[0]), (b.ne[0] if tb else b.ne[1])
+        args = ffi.new("struct ggml_tensor *[2]", [a, b])
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, m, n, max(a.ne[2], b.ne[2]), max(a.ne[3], b.ne[3]),
+                                  args, 2, self._gemm_fn, N_TASKS_MAX, ffi.cast("void *", int(ta) | int(tb) << 1))
+
+
+def _rows_contiguous(ctx, x):
+    """x itself where BLAS can read its matrices (unit element stride, columns not overlapping)."""
+    return x if x.nb[0] == 4 and x.nb[1] >= 4 * x.ne[0] else lib.ggml_cont(ctx, x)
 
 
 def _contiguous(ctx, x):
@@ -115,27 +145,43 @@ def _load() -> Kernels | None:
         log.info("ggmlpy.kernels: no C compiler (cc, gcc, clang or $CC) found; using ggml's own ops")
         return None
     try:
-        path = _build(cc)
+        path = _build(cc, SOURCE)
         _declare()
-        return Kernels(ffi.dlopen(str(path)), path)
+        return Kernels(ffi.dlopen(str(path)), path, _load_gemm(cc))
     except Exception as e:  # noqa: BLE001 - any failure means: use ggml's ops
         log.warning("ggmlpy.kernels: could not build or load %s (%s); using ggml's own ops", SOURCE.name, e)
         return None
 
 
-def _build(cc: str) -> Path:
+def _load_gemm(cc: str):
+    """gemm.c's library, or None (logged) without an OpenBLAS that runs one thread per caller
+    inside ggml's OpenMP threads (its OpenMP or its sequential build) or without ggml_custom_4d."""
+    try:
+        lib.ggml_custom_4d  # noqa: B018 - libggml builds older than the custom-op API lack it
+        glib = ffi.dlopen(str(_build(cc, GEMM_SOURCE, GEMM_LIBS)))
+        parallel = glib.ggmlpy_blas_parallel()
+    except Exception as e:  # noqa: BLE001
+        log.info("ggmlpy.kernels: no OpenBLAS products (%s); products stay ggml's", e)
+        return None
+    if parallel not in (0, 2):
+        log.info("ggmlpy.kernels: OpenBLAS is its pthreads build; products stay ggml's")
+        return None
+    return glib
+
+
+def _build(cc: str, source: Path, libs: tuple = ()) -> Path:
     """The compiled library in the cache, built (atomically) unless it is there already."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), cc, version, *FLAGS, cpu_tag(native=True)]).encode())
+    key = hashlib.sha256("\0".join([source.read_text(), cc, version, *FLAGS, *libs, cpu_tag(native=True)]).encode())
     out_dir = cache_dir() / "kernels"
-    path = out_dir / f"kernels-{key.hexdigest()[:16]}.so"
+    path = out_dir / f"{source.stem}-{key.hexdigest()[:16]}.so"
     if path.exists():
         return path
     out_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
     os.close(fd)
     try:
-        r = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=300)
+        r = subprocess.run([cc, *FLAGS, "-o", tmp, str(source), *libs], capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             raise RuntimeError(f"{Path(cc).name} failed: {r.stderr.strip()[-500:]}")
         os.replace(tmp, path)  # another process may have raced us to the same file: same bytes
@@ -149,5 +195,5 @@ def _declare() -> None:
     """Add the custom-op declarations to ggmlpy's FFI (once): cffi allows further cdefs, and
     the libggml already loaded resolves the new names on first use."""
     if not _state.get("declared"):
-        ffi.cdef(_GGML_CDEF + _KERNELS_CDEF)
+        ffi.cdef(_GGML_CDEF + _KERNELS_CDEF + _GEMM_CDEF)
         _state["declared"] = True

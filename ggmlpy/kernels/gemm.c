@@ -1,0 +1,92 @@
+/* Matrix products in any orientation for ggml's CPU backend, as one ggml custom op over OpenBLAS.
+ *
+ * ggml's mul_mat contracts the first axis of both operands, so a product in another orientation
+ * costs a transposed copy of an operand first (attention's V P and most of a backward pass), and
+ * ggml's BLAS backend takes 2-D products only. cblas_sgemm takes any orientation and any leading
+ * dimension; this op calls it per batch matrix, with batch broadcasting as ggml_mul_mat's.
+ *
+ * A ggml tensor [ne0, ne1, ...] (nb0 = 4) is read as R does: column-major ne0 x ne1 matrices,
+ * leading dimension nb1 / 4. dst = op(a) op(b), dst[m, n, B2, B3] contiguous; userdata's bit 0
+ * says op(a) = t(a), bit 1 op(b) = t(b).
+ *
+ * Threads: ggml's threads split the batch matrices, or, with fewer matrices than threads, the
+ * columns (or rows) of each product in blocks of 16. Each thread's cblas_sgemm runs on that one
+ * thread: an OpenMP OpenBLAS does so inside ggml's OpenMP region by itself (the loader checks
+ * that it is the OpenMP or the sequential build); a lone thread (nth = 1, no region) sets
+ * OpenBLAS to one thread first, as the caller asked for one.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#ifndef OFF_NE
+#error "build with -DOFF_NE=... -DOFF_NB=... -DOFF_SRC=... -DOFF_DATA=..."
+#endif
+
+enum { ColMajor = 102, NoTrans = 111, Trans = 112 };
+extern void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
+                        int lda, const float *b, int ldb, float beta, float *c, int ldc);
+extern void openblas_set_num_threads(int n);
+extern int openblas_get_parallel(void);
+
+/* 0: sequential OpenBLAS, 1: pthreads, 2: OpenMP (the loader uses the op for 0 and 2 only) */
+int ggmlpy_blas_parallel(void) { return openblas_get_parallel(); }
+
+typedef struct { int64_t ne[4], nb[4]; char *data; } view;
+
+static view view_of(const void *t) {
+    view v;
+    memcpy(v.ne, (const char *)t + OFF_NE, sizeof v.ne);
+    memcpy(v.nb, (const char *)t + OFF_NB, sizeof v.nb);
+    memcpy(&v.data, (const char *)t + OFF_DATA, sizeof v.data);
+    return v;
+}
+
+static const void *src_of(const void *t, int i) {
+    const void *s;
+    memcpy(&s, (const char *)t + OFF_SRC + i * sizeof s, sizeof s);
+    return s;
+}
+
+static const float *matrix(const view *v, int64_t i2, int64_t i3, int64_t d2, int64_t d3) {
+    /* batch (i2, i3) of the result reads v's (i2 / (d2 / ne2), i3 / (d3 / ne3)), as ggml_mul_mat */
+    return (const float *)(v->data + (i2 / (d2 / v->ne[2])) * v->nb[2] + (i3 / (d3 / v->ne[3])) * v->nb[3]);
+}
+
+void ggmlpy_gemm_f32(void *dst, int ith, int nth, void *userdata) {
+    const int ta = (int)((intptr_t)userdata & 1), tb = (int)(((intptr_t)userdata >> 1) & 1);
+    view a = view_of(src_of(dst, 0)), b = view_of(src_of(dst, 1)), c = view_of(dst);
+    const int m = (int)c.ne[0], n = (int)c.ne[1], k = (int)(ta ? a.ne[0] : a.ne[1]);
+    const int lda = (int)(a.nb[1] / 4), ldb = (int)(b.nb[1] / 4), ldc = (int)(c.nb[1] / 4);
+    const int64_t batches = c.ne[2] * c.ne[3];
+    if (nth == 1)
+        openblas_set_num_threads(1);
+    /* this thread's batches, and within each its columns [j0, j1) and rows [i0, i1) */
+    int64_t b0 = 0, b1 = batches;
+    int j0 = 0, j1 = n, i0 = 0, i1 = m;
+    if (batches >= nth) {
+        b0 = batches * ith / nth;
+        b1 = batches * (ith + 1) / nth;
+    } else if (n >= m) {
+        int per = ((n + nth - 1) / nth + 15) & ~15;
+        j0 = per * ith < n ? per * ith : n;
+        j1 = j0 + per < n ? j0 + per : n;
+    } else {
+        int per = ((m + nth - 1) / nth + 15) & ~15;
+        i0 = per * ith < m ? per * ith : m;
+        i1 = i0 + per < m ? i0 + per : m;
+    }
+    if (j0 >= j1 || i0 >= i1)
+        return;
+    for (int64_t bi = b0; bi < b1; bi++) {
+        int64_t i2 = bi % c.ne[2], i3 = bi / c.ne[2];
+        const float *pa = matrix(&a, i2, i3, c.ne[2], c.ne[3]);
+        const float *pb = matrix(&b, i2, i3, c.ne[2], c.ne[3]);
+        float *pc = (float *)(c.data + i2 * c.nb[2] + i3 * c.nb[3]);
+        /* rows i0.. of op(a): a's rows, or its columns when transposed; columns j0.. of op(b) likewise */
+        pa += ta ? (int64_t)i0 * lda : i0;
+        pb += tb ? j0 : (int64_t)j0 * ldb;
+        pc += (int64_t)j0 * ldc + i0;
+        cblas_sgemm(ColMajor, ta ? Trans : NoTrans, tb ? Trans : NoTrans, i1 - i0, j1 - j0, k, 1.0f, pa, lda,
+                    pb, ldb, 0.0f, pc, ldc);
+    }
+}
