@@ -95,10 +95,12 @@ class Builder:
     slots cannot overflow, and `room()` is checked before anything is emitted: a full builder
     raises GraphFull, and the caller starts again with a bigger one."""
 
-    def __init__(self, dc, n_tensors: int = 4096, grads: bool = False, blas: bool = True, n_external: int = 0):
+    def __init__(self, dc, n_tensors: int = 4096, grads: bool = False, ggml_backward: bool = False,
+                 n_external: int = 0):
         self.dc = dc
-        self.blas = blas and dc.blas is not None  # ggml's own backward has no rule for OUT_PROD
-        self.kernels = dc.backend.is_cpu and kernels_enabled()  # ggmlpy's custom ops: CPU only
+        # ggml's own backward (ggml_build_backward_expand) has no rule for OUT_PROD or custom ops
+        self.blas = not ggml_backward and dc.blas is not None
+        self.kernels = not ggml_backward and dc.backend.is_cpu and kernels_enabled()  # custom ops: CPU only
         self.n_nodes = n_tensors + n_external + 64
         self.mem_size = n_tensors * _OVERHEAD + int(lib.ggml_graph_overhead_custom(self.n_nodes, grads)) + 4096
         params = ffi.new("struct ggml_init_params *", {"mem_size": self.mem_size, "mem_buffer": _NULL,
@@ -455,7 +457,8 @@ class CompiledStep:
         """The traced step as one graph: forward, backward, optimizer update."""
         in_ids = {x.id: i for i, x in enumerate(ins)}
         trained = {p.id for p in self.optimizer.params} if self.optimizer is not None else set()
-        b = Builder(dc, n_tensors, grads=True, blas=self.backward_mode != "ggml", n_external=n_external)
+        b = Builder(dc, n_tensors, grads=True, ggml_backward=self.backward_mode == "ggml",
+                    n_external=n_external)
         placeholders = [b.placeholder(x.st.type, x.shape) for x in ins]
         syms, params = {}, {}
 

@@ -26,9 +26,9 @@ def blas_products(enabled: bool = True):
 
 # -- ggmlpy's fused CPU kernels (ggmlpy.kernels) -----------------------------------------------
 def cpu_kernels(enabled: bool = True):
-    """Build GELU and its backward as ggmlpy's fused C kernels (ggml custom ops) where they
-    are loaded. Set by the graph builders that know the device: custom ops run on ggml's CPU
-    backend only."""
+    """Build GELU and its backward as ggmlpy's fused C kernels, and products as its OpenBLAS
+    product op (ggml custom ops), where they are loaded. Set by the graph builders that know
+    the device: custom ops run on ggml's CPU backend only."""
     return bound(_local, "kernels", enabled)
 
 
@@ -45,23 +45,37 @@ def _t(ctx, x):
     return L.ggml_cont(ctx, L.ggml_transpose(ctx, x))
 
 
+def _gemm(a, b):
+    """ggmlpy.kernels' product builder where this graph may use it on these operands."""
+    if not getattr(_local, "kernels", False) or a.type != F32 or b.type != F32:
+        return None
+    from .. import kernels
+    k = kernels.get()
+    return None if k is None else k.gemm
+
+
 def matmul(ctx, a, b, ta=False, tb=False):
-    """op(a) %*% op(b), batched over the axes past the first two. ggml_mul_mat(x, y) computes
+    """op(a) %*% op(b), batched over the axes past the first two.
+    Under cpu_kernels(), one OpenBLAS product in any orientation (ggmlpy.kernels.gemm): no copies.
+    Otherwise ggml_mul_mat(x, y), which computes
     t(x) %*% y with x, y sharing ne0 (x's batch broadcasting over y's), so a %*% b costs ggml's
     CPU kernels a transposed copy of a, and a %*% t(b) two copies (51 us each at 256x256,
     against 130 us for the product itself).
     Under blas_products(), 2-D products become ggml_out_prod(a, op(b)ᵀ), which ggml's BLAS
     backend computes from the transposed view in place (176 against 235 and 349 us)."""
     batched = _batch(a) != (1, 1) or _batch(b) != (1, 1)
+    if not tb and _batch(a) == (1, 1) and batched and L.ggml_is_contiguous(b):
+        # a 2-D weight times a batch: one product over all the batch's columns
+        out = matmul(ctx, a, L.ggml_reshape_2d(ctx, b, b.ne[0], b.ne[1] * b.ne[2] * b.ne[3]), ta, False)
+        return L.ggml_reshape_4d(ctx, out, out.ne[0], b.ne[1], b.ne[2], b.ne[3])
+    gemm = _gemm(a, b)
+    if gemm is not None:
+        return gemm(ctx, a, b, ta, tb)
     if batched and not all(nb % na == 0 for na, nb in zip(_batch(a), _batch(b))):
         # b's batch broadcasts over a's: compute the transposed product, op(b)ᵀ op(a)ᵀ
         return _t(ctx, matmul(ctx, b, a, ta=not tb, tb=not ta))
     if not batched and not ta and getattr(_local, "blas", False) and min(a.ne[0], a.ne[1], b.ne[0], b.ne[1]) >= 32:
         return L.ggml_out_prod(ctx, a, b if tb else L.ggml_transpose(ctx, b))
-    if not tb and _batch(a) == (1, 1) and batched and L.ggml_is_contiguous(b):
-        # a 2-D weight times a batch: one product over all the batch's columns
-        out = matmul(ctx, a, L.ggml_reshape_2d(ctx, b, b.ne[0], b.ne[1] * b.ne[2] * b.ne[3]), ta, False)
-        return L.ggml_reshape_4d(ctx, out, out.ne[0], b.ne[1], b.ne[2], b.ne[3])
     return L.ggml_mul_mat(ctx, a if ta else _t(ctx, a), _t(ctx, b) if tb else b)
 
 

@@ -250,6 +250,8 @@ class Executor:
                 work = lib.ggml_nelements(p) * p.src[0].ne[0]
             elif p.op == lib.GGML_OP_OUT_PROD:
                 work = lib.ggml_nelements(p) * p.src[0].ne[1]
+            elif p.op == lib.GGML_OP_CUSTOM and p.src[1] != _NULL:  # ggmlpy.kernels' gemm: m x k by k x n
+                work = lib.ggml_nelements(p) * (p.src[0].ne[0] * p.src[0].ne[1] // p.ne[0])
             else:
                 work = lib.ggml_nelements(p) * (self.SMALL_MATMUL // self.SMALL)
             if work >= self.SMALL_MATMUL:
