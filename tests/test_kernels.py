@@ -263,30 +263,40 @@ def test_the_library_is_cached_by_source_compiler_and_flags():
 needs_gemm = pytest.mark.skipif(K is None or K.gemm is None, reason="no OpenMP/sequential OpenBLAS for gemm.c")
 
 
-def gemm_on_cpu(A, B, ta, tb, threads, view_rows=None):
-    """K.gemm of numpy arrays shaped [d3, d2, ne1, ne0] (ggml's order reversed) on ggml's CPU;
-    view_rows: read A through a view of its first view_rows rows (a leading dimension past ne0)."""
+def on_cpu(build, arrays, threads, view_rows=None):
+    """build(ctx, *tensors) on numpy arrays shaped [d3, d2, ne1, ne0] (ggml's order reversed),
+    computed by ggml's CPU with `threads`; view_rows: read the first array through a view of its
+    first view_rows rows (a leading dimension past ne0)."""
     from ggmlpy.bindings import ffi
     params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 24, "mem_buffer": ffi.NULL, "no_alloc": False})
     ctx = lib.ggml_init(params[0])
     ne = lambda x: (*x.shape[::-1], *(1,) * (4 - x.ndim))  # noqa: E731
     try:
-        a = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, *ne(A))
-        b = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, *ne(B))
-        ffi.memmove(a.data, np.ascontiguousarray(A).tobytes(), A.nbytes)
-        ffi.memmove(b.data, np.ascontiguousarray(B).tobytes(), B.nbytes)
+        ts = []
+        for x in arrays:
+            t = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, *ne(x))
+            ffi.memmove(t.data, np.ascontiguousarray(x, np.float32).tobytes(), x.size * 4)
+            ts.append(t)
         if view_rows is not None:
-            a = lib.ggml_view_4d(ctx, a, view_rows, a.ne[1], a.ne[2], a.ne[3], a.nb[1], a.nb[2], a.nb[3], 0)
-        c = K.gemm(ctx, a, b, ta, tb)
-        assert c.op == lib.GGML_OP_CUSTOM
+            a = ts[0]
+            ts[0] = lib.ggml_view_4d(ctx, a, view_rows, a.ne[1], a.ne[2], a.ne[3], a.nb[1], a.nb[2], a.nb[3], 0)
+        c = build(ctx, *ts)
         graph = lib.ggml_new_graph(ctx)
         lib.ggml_build_forward_expand(graph, c)
         assert lib.ggml_graph_compute_with_ctx(ctx, graph, threads) == lib.GGML_STATUS_SUCCESS
         shape = [int(c.ne[i]) for i in range(4)][::-1]
         out = np.frombuffer(ffi.buffer(c.data, 4 * int(np.prod(shape))), np.float32).reshape(shape).copy()
-        return out.reshape(out.shape[4 - max(A.ndim, B.ndim):])
+        return out.reshape(out.shape[4 - max(x.ndim for x in arrays):])
     finally:
         lib.ggml_free(ctx)
+
+
+def gemm_on_cpu(A, B, ta, tb, threads, view_rows=None):
+    def build(ctx, a, b):
+        c = K.gemm(ctx, a, b, ta, tb)
+        assert c.op == lib.GGML_OP_CUSTOM
+        return c
+    return on_cpu(build, [A, B], threads, view_rows)
 
 
 def colmajor(x):
@@ -331,3 +341,46 @@ def test_gemm_is_off_with_a_pthreads_openblas(monkeypatch, caplog):
     with caplog.at_level("INFO", logger="ggmlpy.kernels"):
         assert kernels._load_gemm("cc") is None
     assert any("pthreads" in r.getMessage() for r in caplog.records)
+
+
+# -- layer norm's backward -----------------------------------------------------------------------
+def layer_norm_grad64(gr, x, eps):
+    """r (g - mean g - y mean(g y)) per column (axis 0) in float64."""
+    x, gr = np.asarray(x, np.float64), np.asarray(gr, np.float64)
+    c = x - x.mean(0)
+    r = 1.0 / np.sqrt((c * c).mean(0) + eps)
+    y = c * r
+    return r * (gr - gr.mean(0) - y * (gr * y).mean(0))
+
+
+@needs_kernels
+@pytest.mark.parametrize("d,cols,eps", [(128, 64, 1e-5), (37, 5, 1e-5), (16, 1, 1e-3), (3, 300, 0.1), (1000, 7, 1e-5)])
+def test_layer_norm_back_kernel_against_float64(d, cols, eps):
+    rng = np.random.default_rng(d + cols)
+    x = (rng.standard_normal((d, cols)) * 3 + 5).astype(np.float32)  # offset: the mean must not cancel
+    gr = rng.standard_normal((d, cols)).astype(np.float32)
+    ref = layer_norm_grad64(gr, x, eps)
+    for threads in (1, 2, 3):
+        got = on_cpu(lambda ctx, a, b: K.layer_norm_back(ctx, a, b, eps), [gr.T, x.T], threads).T
+        np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-6 * np.abs(ref).max())
+    t = g.ag_param(x)  # and through ag_layer_norm's backward
+    with g.with_grad_tape():
+        loss = g.ag_sum(g.ag_mul(g.ag_layer_norm(t, eps=eps), g.ag_tensor(gr)))
+    np.testing.assert_allclose(g.backward(loss)[t].numpy(), ref, rtol=2e-5, atol=2e-6 * np.abs(ref).max())
+
+
+@needs_kernels
+def test_layer_norm_backward_runs_the_kernel_eagerly_and_compiled():
+    rng = np.random.default_rng(3)
+    x, w = g.ag_tensor(rng.standard_normal((32, 8, 2))), g.ag_param(rng.standard_normal((32, 32)))
+    g.ag_tensor(np.zeros((1, 1))).dc.executor.clear()
+    with g.with_grad_tape():
+        loss = g.ag_sum(g.ag_mul(g.ag_layer_norm(g.ag_matmul(w, x)), x))
+    eager = g.backward(loss)[w].numpy()
+    assert any(p.op == lib.GGML_OP_MAP_CUSTOM2 and p.src[0].ne[0] == 32 and p.src[1].ne[1] == 8
+               for p in eager_graph_nodes())
+    w0 = w.numpy()
+    step = g.ag_compile(lambda a: g.ag_sum(g.ag_mul(g.ag_layer_norm(g.ag_matmul(w, a)), a)), [x],
+                        optimizer=g.optimizer_sgd([w], lr=1.0))
+    step(x)
+    np.testing.assert_allclose(w0 - w.numpy(), eager, rtol=1e-5, atol=1e-6)

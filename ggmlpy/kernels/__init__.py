@@ -21,6 +21,7 @@ import hashlib
 import logging
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 import threading
@@ -50,6 +51,7 @@ struct ggml_tensor * ggml_map_custom2(struct ggml_context * ctx, struct ggml_ten
 _KERNELS_CDEF = """
 void ggmlpy_gelu_erf_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
 void ggmlpy_gelu_back_f32(struct ggml_tensor * dst, const struct ggml_tensor * g, const struct ggml_tensor * x, int ith, int nth, void * userdata);
+void ggmlpy_layer_norm_back_f32(struct ggml_tensor * dst, const struct ggml_tensor * g, const struct ggml_tensor * x, int ith, int nth, void * userdata);
 """
 _GEMM_CDEF = """
 typedef void (*ggml_custom_op_t)(struct ggml_tensor * dst, int ith, int nth, void * userdata);
@@ -72,6 +74,7 @@ class Kernels:
         self.path = path
         self._gelu = klib.ggmlpy_gelu_erf_f32
         self._gelu_back = klib.ggmlpy_gelu_back_f32
+        self._layer_norm_back = klib.ggmlpy_layer_norm_back_f32
         self._gemm_fn = glib.ggmlpy_gemm_f32 if glib is not None else None
         self.gemm = self._gemm if glib is not None else None  # None: products stay ggml's
 
@@ -84,6 +87,12 @@ class Kernels:
         return lib.ggml_map_custom2(ctx, _contiguous(ctx, g), _contiguous(ctx, x), self._gelu_back,
                                     N_TASKS_MAX, ffi.NULL)
 
+
+    def layer_norm_back(self, ctx, g, x, eps: float):
+        """Layer norm's input gradient per column (ggml_norm's normalisation), as one node."""
+        bits = struct.unpack("<I", struct.pack("<f", eps))[0]  # the float travels as userdata's bits
+        return lib.ggml_map_custom2(ctx, _contiguous(ctx, g), _contiguous(ctx, x), self._layer_norm_back,
+                                    N_TASKS_MAX, ffi.cast("void *", bits))
 
     def _gemm(self, ctx, a, b, ta=False, tb=False):
         """op(a) %*% op(b) of f32 tensors in R's column-major reading (ne0 rows), batched over

@@ -143,3 +143,63 @@ void ggmlpy_gelu_back_f32(void *dst, const void *grad, const void *src, int ith,
         dx[i] = g[i] * fmaf(xc, e * 0.398942280401432678f, cdf);
     }
 }
+
+/* Sum of n floats in 16 independent lanes: gcc vectorises it without reassociating anything
+ * itself (-O3, no -ffast-math); each lane sums n/16 terms, so the rounding stays float32's. */
+#define LANES 16
+static inline float lane_sum(const float *acc) {
+    float s = 0.0f;
+    for (int k = 0; k < LANES; k++)
+        s += acc[k];
+    return s;
+}
+
+/* Layer norm's input gradient, column by column (d = ne0 rows):
+ *   y = (x - mean x) r,  r = 1 / sqrt(var x + eps)  (biased variance, as ggml_norm),
+ *   dx = r (g - mean g - y mean(g y)).
+ * The mean first, then the centred sums (two passes, as ggml_norm: no cancellation in the
+ * variance). eps is the float whose bits userdata carries. */
+void ggmlpy_layer_norm_back_f32(void *dst, const void *grad, const void *src, int ith, int nth, void *userdata) {
+    uint32_t bits = (uint32_t)(uintptr_t)userdata;
+    float eps;
+    memcpy(&eps, &bits, sizeof eps);
+    int64_t ne[4];
+    memcpy(ne, (const char *)src + OFF_NE, sizeof ne);
+    const int64_t d = ne[0], cols = ne[1] * ne[2] * ne[3];
+    const float *restrict g = data_of(grad);
+    const float *restrict x = data_of(src);
+    float *restrict dx = data_of(dst);
+    int64_t lo = cols * ith / nth, hi = cols * (ith + 1) / nth;
+    for (int64_t j = lo; j < hi; j++) {
+        const float *restrict xj = x + j * d, *restrict gj = g + j * d;
+        float *restrict oj = dx + j * d;
+        float sx[LANES] = {0}, sg[LANES] = {0}, sxx[LANES] = {0}, sgx[LANES] = {0};
+        int64_t i, body = d - d % LANES;
+        for (i = 0; i < body; i += LANES)
+            for (int k = 0; k < LANES; k++) {
+                sx[k] += xj[i + k];
+                sg[k] += gj[i + k];
+            }
+        for (; i < d; i++) {
+            sx[0] += xj[i];
+            sg[0] += gj[i];
+        }
+        const float mean = lane_sum(sx) / (float)d, mg = lane_sum(sg) / (float)d;
+        for (i = 0; i < body; i += LANES)
+            for (int k = 0; k < LANES; k++) {
+                float c = xj[i + k] - mean;
+                sxx[k] = fmaf(c, c, sxx[k]);
+                sgx[k] = fmaf(gj[i + k], c, sgx[k]);
+            }
+        for (; i < d; i++) {
+            float c = xj[i] - mean;
+            sxx[0] = fmaf(c, c, sxx[0]);
+            sgx[0] = fmaf(gj[i], c, sgx[0]);
+        }
+        const float r = 1.0f / sqrtf(lane_sum(sxx) / (float)d + eps);
+        /* y mean(g y) = (x - mean) r^2 mean(g (x - mean)) */
+        const float k2 = r * r * lane_sum(sgx) / (float)d;
+        for (i = 0; i < d; i++)
+            oj[i] = r * (gj[i] - mg - (xj[i] - mean) * k2);
+    }
+}
