@@ -232,6 +232,7 @@ def test_disabled_by_environment_uses_ggml_ops_with_the_same_numbers(tmp_path):
 
 def test_without_a_compiler_get_returns_none_and_logs_why(monkeypatch, caplog, tmp_path):
     monkeypatch.setattr(kernels, "_state", {"declared": kernels._state.get("declared", False)})
+    monkeypatch.setattr(kernels, "_enabled", [True])  # as by default, whatever GGMLPY_KERNELS says
     monkeypatch.setenv("CC", "")
     monkeypatch.setattr(kernels.shutil, "which", lambda name: None)
     with caplog.at_level("INFO", logger="ggmlpy.kernels"):
@@ -242,6 +243,7 @@ def test_without_a_compiler_get_returns_none_and_logs_why(monkeypatch, caplog, t
 
 def test_a_failing_compiler_is_reported_and_leaves_nothing_behind(monkeypatch, caplog, tmp_path):
     monkeypatch.setattr(kernels, "_state", {"declared": kernels._state.get("declared", False)})
+    monkeypatch.setattr(kernels, "_enabled", [True])
     monkeypatch.setenv("GGMLPY_CACHE_DIR", str(tmp_path))
     fake = tmp_path / "badcc"
     fake.write_text("#!/bin/sh\necho 'cc: error: nope' >&2\nexit 1\n")
@@ -336,6 +338,7 @@ def test_gemm_is_off_with_a_pthreads_openblas(monkeypatch, caplog):
     class FakeLib:
         def ggmlpy_blas_parallel(self):
             return 1
+    kernels._declare()  # ggml_custom_4d's declaration (get() makes it; GGMLPY_KERNELS=0 skips get())
     monkeypatch.setattr(kernels.ffi, "dlopen", lambda path: FakeLib())
     monkeypatch.setattr(kernels, "_build", lambda *a, **k: "x.so")
     with caplog.at_level("INFO", logger="ggmlpy.kernels"):
