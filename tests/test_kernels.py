@@ -283,6 +283,8 @@ def on_cpu(build, arrays, threads, view_rows=None):
             a = ts[0]
             ts[0] = lib.ggml_view_4d(ctx, a, view_rows, a.ne[1], a.ne[2], a.ne[3], a.nb[1], a.nb[2], a.nb[3], 0)
         c = build(ctx, *ts)
+        n = int(lib.ggml_nbytes(c))
+        ffi.buffer(c.data, n)[:] = b"\xff" * n  # NaN: every output element must be written
         graph = lib.ggml_new_graph(ctx)
         lib.ggml_build_forward_expand(graph, c)
         assert lib.ggml_graph_compute_with_ctx(ctx, graph, threads) == lib.GGML_STATUS_SUCCESS
@@ -387,3 +389,12 @@ def test_layer_norm_backward_runs_the_kernel_eagerly_and_compiled():
                         optimizer=g.optimizer_sgd([w], lr=1.0))
     step(x)
     np.testing.assert_allclose(w0 - w.numpy(), eager, rtol=1e-5, atol=1e-6)
+
+
+@needs_gemm
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_gemm_of_an_empty_inner_dimension_is_zero(ta, tb):
+    A = np.zeros((5, 0) if ta else (0, 5), np.float32)  # op(a): 5 x 0
+    B = np.zeros((0, 3) if tb else (3, 0), np.float32)  # op(b): 0 x 3
+    out = gemm_on_cpu(A, B, ta, tb, 2)
+    assert out.shape == (3, 5) and not out.any()

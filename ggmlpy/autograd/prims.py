@@ -51,7 +51,7 @@ def _gemm(a, b):
         return None
     from .. import kernels
     k = kernels.get()
-    return None if k is None else k.gemm
+    return None if k is None or not kernels.gemm_fits(a, b) else k.gemm
 
 
 def matmul(ctx, a, b, ta=False, tb=False):

@@ -99,10 +99,17 @@ class Kernels:
         ne2/ne3 with a batch of 1 (or a divisor) broadcasting, as one node: no transposed
         copies. Operands whose rows are not contiguous are copied first."""
         a, b = _rows_contiguous(ctx, a), _rows_contiguous(ctx, b)
+        if not gemm_fits(a, b):
+            raise ValueError("gemm: a dimension past BLAS's int range (check gemm_fits first)")
         m, n = (a.ne[1] if ta else a.ne[0]), (b.ne[0] if tb else b.ne[1])
         args = ffi.new("struct ggml_tensor *[2]", [a, b])
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, m, n, max(a.ne[2], b.ne[2]), max(a.ne[3], b.ne[3]),
                                   args, 2, self._gemm_fn, N_TASKS_MAX, ffi.cast("void *", int(ta) | int(tb) << 1))
+
+
+def gemm_fits(a, b) -> bool:
+    """Whether cblas_sgemm's int sizes and leading dimensions can describe these operands."""
+    return max(a.ne[0], a.ne[1], b.ne[0], b.ne[1], a.nb[1] // 4, b.nb[1] // 4) < 1 << 31
 
 
 def _rows_contiguous(ctx, x):

@@ -79,6 +79,13 @@ void ggmlpy_gemm_f32(void *dst, int ith, int nth, void *userdata) {
     }
     if (j0 >= j1 || i0 >= i1)
         return;
+    if (k == 0) {  /* an empty sum (BLAS would refuse the leading dimension 0 of an empty t(a)) */
+        for (int64_t bi = b0; bi < b1; bi++)
+            for (int j = j0; j < j1; j++)
+                memset(c.data + (bi % c.ne[2]) * c.nb[2] + (bi / c.ne[2]) * c.nb[3] + (int64_t)j * c.nb[1] + i0 * 4,
+                       0, (size_t)(i1 - i0) * 4);
+        return;
+    }
     for (int64_t bi = b0; bi < b1; bi++) {
         int64_t i2 = bi % c.ne[2], i3 = bi / c.ne[2];
         const float *pa = matrix(&a, i2, i3, c.ne[2], c.ne[3]);
