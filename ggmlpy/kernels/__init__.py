@@ -87,7 +87,6 @@ class Kernels:
         return lib.ggml_map_custom2(ctx, _contiguous(ctx, g), _contiguous(ctx, x), self._gelu_back,
                                     N_TASKS_MAX, ffi.NULL)
 
-
     def layer_norm_back(self, ctx, g, x, eps: float):
         """Layer norm's input gradient per column (ggml_norm's normalisation), as one node."""
         bits = struct.unpack("<I", struct.pack("<f", eps))[0]  # the float travels as userdata's bits
