@@ -398,3 +398,23 @@ def test_gemm_of_an_empty_inner_dimension_is_zero(ta, tb):
     B = np.zeros((0, 3) if tb else (3, 0), np.float32)  # op(b): 0 x 3
     out = gemm_on_cpu(A, B, ta, tb, 2)
     assert out.shape == (3, 5) and not out.any()
+
+
+@needs_gemm
+def test_a_compiled_gpt_step_multiplies_without_transposed_copies():
+    """Every product of a small GPT's forward and backward is gemm.c's (no MUL_MAT, no OUT_PROD),
+    and the only copies left are the heads' permutes and the inputs' casts."""
+    rng = np.random.default_rng(0)
+    model = g.ag_gpt(vocab_size=11, d_model=16, n_heads=2, n_layers=1, context=8)
+    idx = g.ag_tensor(rng.integers(0, 11, size=(8, 3)), dtype="i32")
+    tgt = g.ag_tensor(rng.integers(0, 11, size=(8, 3)), dtype="i32")
+    step = g.ag_compile(lambda x, y: model.loss(x, y), [idx, tgt],
+                        optimizer=g.optimizer_adamw(model.parameters(), lr=1e-3))
+    step(idx, tgt)
+    gr = next(iter(step.plans.values())).builder.graph
+    nodes = [lib.ggml_graph_node(gr, i) for i in range(lib.ggml_graph_n_nodes(gr))]
+    ops = [p.op for p in nodes]
+    assert lib.GGML_OP_MUL_MAT not in ops and lib.GGML_OP_OUT_PROD not in ops
+    assert ops.count(lib.GGML_OP_CUSTOM) >= 12  # 6 forward products, two gradients each
+    transposes = [p for p in nodes if p.op == lib.GGML_OP_CONT and p.src[0].op == lib.GGML_OP_TRANSPOSE]
+    assert not transposes
