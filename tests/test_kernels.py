@@ -331,3 +331,115 @@ def test_gemm_is_off_with_a_pthreads_openblas(monkeypatch, caplog):
     with caplog.at_level("INFO", logger="ggmlpy.kernels"):
         assert kernels._load_gemm("cc") is None
     assert any("pthreads" in r.getMessage() for r in caplog.records)
+
+
+# -- convolution (conv.c over OpenBLAS) -----------------------------------------------------------------
+needs_conv = pytest.mark.skipif(K is None or K.conv2d is None, reason="no OpenMP/sequential OpenBLAS for conv.c")
+
+
+def conv_ref(x, W, stride, pads_b, pads_e, dil, groups):
+    """NCHW convolution in float64, tap by tap over the zero-padded input."""
+    N, C, H, Wd = x.shape
+    M, Cg, KH, KW = W.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pads_b[0], pads_e[0]), (pads_b[1], pads_e[1])))
+    OH = (xp.shape[2] - dil[0] * (KH - 1) - 1) // stride[0] + 1
+    OW = (xp.shape[3] - dil[1] * (KW - 1) - 1) // stride[1] + 1
+    out = np.zeros((N, M, OH, OW))
+    Mg = M // groups
+    for g_ in range(groups):
+        for kh in range(KH):
+            for kw in range(KW):
+                h0, w0 = kh * dil[0], kw * dil[1]
+                patch = xp[:, g_ * Cg:(g_ + 1) * Cg, h0:h0 + stride[0] * (OH - 1) + 1:stride[0],
+                           w0:w0 + stride[1] * (OW - 1) + 1:stride[1]]
+                out[:, g_ * Mg:(g_ + 1) * Mg] += np.einsum("nchw,mc->nmhw", patch, W[g_ * Mg:(g_ + 1) * Mg, :, kh, kw])
+    return out
+
+
+def conv_on_cpu(x, W, stride, pads_b, pads_e, dil, groups, threads, bias=None, residual=None, relu=False, block=0):
+    """K.conv2d of numpy arrays on ggml's CPU backend (one graph, `threads` threads)."""
+    from ggmlpy.bindings import ffi
+    N, C, H, Wd = x.shape
+    M, Cg, KH, KW = W.shape
+    OH = (H + pads_b[0] + pads_e[0] - dil[0] * (KH - 1) - 1) // stride[0] + 1
+    OW = (Wd + pads_b[1] + pads_e[1] - dil[1] * (KW - 1) - 1) // stride[1] + 1
+    params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 26, "mem_buffer": ffi.NULL, "no_alloc": False})
+    ctx = lib.ggml_init(params[0])
+
+    def tensor(arr, *ne):
+        t = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, *ne)
+        ffi.memmove(t.data, np.ascontiguousarray(arr, np.float32).tobytes(), arr.nbytes)
+        return t
+    try:
+        xt = tensor(x, Wd, H, C, N)
+        wt = lib.ggml_reshape_2d(ctx, tensor(W, KW, KH, Cg, M), KW * KH * Cg, M)
+        bt = None if bias is None else lib.ggml_reshape_1d(ctx, tensor(bias, M, 1, 1, 1), M)
+        rt = None if residual is None else tensor(residual, OW, OH, M, N)
+        y = K.conv2d(ctx, xt, wt, (KH, KW), stride, pads_b, dil, (OH, OW), groups, bt, rt, relu, block)
+        assert y.op == lib.GGML_OP_CUSTOM and [int(y.ne[i]) for i in range(4)] == [OW, OH, M, N]
+        graph = lib.ggml_new_graph(ctx)
+        lib.ggml_build_forward_expand(graph, y)
+        assert lib.ggml_graph_compute_with_ctx(ctx, graph, threads) == lib.GGML_STATUS_SUCCESS
+        return np.frombuffer(ffi.buffer(y.data, 4 * N * M * OH * OW), np.float32).reshape(N, M, OH, OW).copy()
+    finally:
+        lib.ggml_free(ctx)
+
+
+CONV_CASES = [  # x shape, W shape, stride, pads begin, pads end, dilation, groups
+    ((1, 3, 9, 7), (5, 3, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1),
+    ((2, 4, 11, 10), (6, 4, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1),
+    ((1, 3, 12, 13), (4, 3, 7, 7), (2, 2), (3, 3), (3, 3), (1, 1), 1),   # ResNet's stem
+    ((3, 5, 8, 9), (7, 5, 1, 1), (1, 1), (0, 0), (0, 0), (1, 1), 1),     # 1x1: the input is the patch matrix
+    ((2, 5, 9, 8), (7, 5, 1, 1), (2, 2), (0, 0), (0, 0), (1, 1), 1),     # 1x1 stride 2: copied
+    ((1, 2, 10, 9), (3, 2, 3, 2), (3, 2), (2, 0), (0, 1), (1, 1), 1),    # asymmetric pads and strides
+    ((2, 3, 9, 11), (4, 3, 3, 3), (1, 1), (2, 2), (2, 2), (2, 3), 1),    # dilations
+    ((1, 2, 3, 3), (2, 2, 5, 5), (1, 1), (4, 4), (4, 4), (1, 1), 1),     # taps wholly in the padding
+    ((2, 6, 7, 8), (4, 3, 3, 3), (1, 2), (1, 1), (1, 1), (1, 1), 2),     # groups
+    ((1, 4, 6, 7), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 4),     # depthwise
+    ((2, 3, 1, 17), (4, 3, 1, 5), (1, 2), (0, 2), (0, 2), (1, 1), 1),    # 1-D (H = 1)
+]
+
+
+@needs_conv
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: "x{}w{}s{}p{}{}d{}g{}".format(*c))
+@pytest.mark.parametrize("block", [0, 16])  # 16 pixels: blocks that start and end inside output rows
+def test_conv_every_geometry_block_and_thread_count(case, block):
+    xs, ws, stride, pb, pe, dil, groups = case
+    rng = np.random.default_rng(sum(xs) + sum(ws))
+    x = rng.standard_normal(xs).astype(np.float32)
+    W = rng.standard_normal(ws).astype(np.float32)
+    ref = conv_ref(x, W, stride, pb, pe, dil, groups)
+    for threads in (1, 2, 3):
+        out = conv_on_cpu(x, W, stride, pb, pe, dil, groups, threads, block=block)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+@needs_conv
+@pytest.mark.parametrize("bias,residual,relu", [(1, 0, 0), (0, 1, 0), (0, 0, 1), (1, 0, 1), (1, 1, 1), (0, 1, 1)])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_conv_bias_residual_and_relu(bias, residual, relu, threads):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 4, 9, 10)).astype(np.float32)
+    W = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+    ref = conv_ref(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1)
+    b = rng.standard_normal(6).astype(np.float32) if bias else None
+    r = rng.standard_normal(ref.shape).astype(np.float32) if residual else None
+    want = ref + (b.reshape(1, -1, 1, 1) if bias else 0) + (r if residual else 0)
+    want = np.maximum(want, 0) if relu else want
+    out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, b, r, bool(relu), block=32)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    if relu:
+        assert out.min() == 0.0
+
+
+@needs_conv
+def test_conv_splits_output_channels_when_there_are_fewer_blocks_than_threads():
+    """One image, one block (a deep layer): each thread builds the patches and computes its channels."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 16, 5, 5)).astype(np.float32)
+    W = rng.standard_normal((37, 16, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(37).astype(np.float32)
+    ref = conv_ref(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1) + b.reshape(1, -1, 1, 1)
+    for threads in (2, 3, 4, 40):  # 40 threads: some compute no channel at all
+        out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, bias=b, relu=False)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())

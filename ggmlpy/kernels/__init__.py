@@ -35,6 +35,7 @@ __all__ = []  # internal: nothing joins the package namespace
 log = logging.getLogger("ggmlpy.kernels")
 SOURCE = Path(__file__).with_name("kernels.c")
 GEMM_SOURCE = Path(__file__).with_name("gemm.c")
+CONV_SOURCE = Path(__file__).with_name("conv.c")
 FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
          *(f"-DOFF_{k.upper()}={TENSOR_OFFSETS[k]}" for k in ("ne", "nb", "src", "data"))]
 GEMM_LIBS = ["-l:libopenblas.so.0"]  # the library ggml's BLAS backend loads (Debian's alternatives)
@@ -58,6 +59,10 @@ struct ggml_tensor * ggml_custom_4d(struct ggml_context * ctx, enum ggml_type ty
 void ggmlpy_gemm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 int ggmlpy_blas_parallel(void);
 """
+_CONV_CDEF = """
+void ggmlpy_conv2d_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+int ggmlpy_conv_params_count(void);
+"""
 
 _lock = threading.Lock()
 _state: dict = {}  # "kernels": the loaded Kernels or None, once tried
@@ -67,13 +72,16 @@ _enabled = [os.environ.get("GGMLPY_KERNELS", "1").strip().lower() not in ("0", "
 class Kernels:
     """The loaded library: builders of the custom-op nodes."""
 
-    def __init__(self, klib, path: Path, glib=None):
-        self.klib, self.glib = klib, glib  # kept alive: the graphs hold their function pointers
+    def __init__(self, klib, path: Path, glib=None, clib=None):
+        self.klib, self.glib, self.clib = klib, glib, clib  # kept alive: the graphs hold their function pointers
         self.path = path
         self._gelu = klib.ggmlpy_gelu_erf_f32
         self._gelu_back = klib.ggmlpy_gelu_back_f32
         self._gemm_fn = glib.ggmlpy_gemm_f32 if glib is not None else None
         self.gemm = self._gemm if glib is not None else None  # None: products stay ggml's
+        self._conv_fn = clib.ggmlpy_conv2d_f32 if clib is not None else None
+        self.conv2d = self._conv2d if clib is not None else None  # None: ggml's im2col and products
+        self._conv_params: dict = {}  # parameter tuple -> int32 array (userdata: lives as long as this)
 
     def gelu(self, ctx, x):
         """x Phi(x) (exact GELU) of an f32 tensor, as one custom-op node."""
@@ -94,6 +102,24 @@ class Kernels:
         args = ffi.new("struct ggml_tensor *[2]", [a, b])
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, m, n, max(a.ne[2], b.ne[2]), max(a.ne[3], b.ne[3]),
                                   args, 2, self._gemm_fn, N_TASKS_MAX, ffi.cast("void *", int(ta) | int(tb) << 1))
+
+
+    def _conv2d(self, ctx, x, w, kernel, stride, pad, dilation, out_hw, groups=1, bias=None, residual=None,
+                relu=False, block=0):
+        """NCHW convolution as one node: x ne [W, H, C, N] and w [C/groups*KH*KW, M] (ONNX's weights),
+        contiguous f32; pad = (top, left) (the bottom and right pads are implied by out_hw = (OH, OW));
+        then + bias [M], + residual (the output's shape), ReLU. Returns ne [OW, OH, M, N].
+        The caller validates the geometry (see conv.c for the layout)."""
+        M = int(w.ne[1])
+        args = [x, w] + [t for t in (bias, residual) if t is not None]
+        flags = int(relu) | (2 if bias is not None else 0) | (4 if residual is not None else 0)
+        key = (*kernel, *stride, *pad, *dilation, groups, flags, block)
+        params = self._conv_params.get(key)
+        if params is None:
+            params = self._conv_params[key] = ffi.new("int32_t[]", list(key))
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, out_hw[1], out_hw[0], M, x.ne[3],
+                                  ffi.new("struct ggml_tensor *[]", args), len(args), self._conv_fn, N_TASKS_MAX,
+                                  params)
 
 
 def _rows_contiguous(ctx, x):
@@ -147,7 +173,8 @@ def _load() -> Kernels | None:
     try:
         path = _build(cc, SOURCE)
         _declare()
-        return Kernels(ffi.dlopen(str(path)), path, _load_gemm(cc))
+        glib = _load_gemm(cc)
+        return Kernels(ffi.dlopen(str(path)), path, glib, _load_conv(cc) if glib is not None else None)
     except Exception as e:  # noqa: BLE001 - any failure means: use ggml's ops
         log.warning("ggmlpy.kernels: could not build or load %s (%s); using ggml's own ops", SOURCE.name, e)
         return None
@@ -167,6 +194,18 @@ def _load_gemm(cc: str):
         log.info("ggmlpy.kernels: OpenBLAS is its pthreads build; products stay ggml's")
         return None
     return glib
+
+
+def _load_conv(cc: str):
+    """conv.c's library (it links OpenBLAS as gemm.c does, whose checks passed), or None (logged)."""
+    try:
+        clib = ffi.dlopen(str(_build(cc, CONV_SOURCE, GEMM_LIBS)))
+        if clib.ggmlpy_conv_params_count() != 11:
+            raise RuntimeError("conv.c's parameter layout does not match")
+    except Exception as e:  # noqa: BLE001
+        log.info("ggmlpy.kernels: no convolution kernel (%s); convolutions stay ggml's", e)
+        return None
+    return clib
 
 
 def _build(cc: str, source: Path, libs: tuple = ()) -> Path:
@@ -195,5 +234,5 @@ def _declare() -> None:
     """Add the custom-op declarations to ggmlpy's FFI (once): cffi allows further cdefs, and
     the libggml already loaded resolves the new names on first use."""
     if not _state.get("declared"):
-        ffi.cdef(_GGML_CDEF + _KERNELS_CDEF + _GEMM_CDEF)
+        ffi.cdef(_GGML_CDEF + _KERNELS_CDEF + _GEMM_CDEF + _CONV_CDEF)
         _state["declared"] = True

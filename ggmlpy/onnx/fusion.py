@@ -2,6 +2,10 @@
 
 Exporters write GELU as Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5 (five ONNX nodes, and
 Erf alone is a fifteen-op polynomial here); ggml has the exact op, ggml_gelu_erf.
+
+On ggml's CPU backend a convolution is one node of ggmlpy's conv.c kernel, which also adds a
+residual and applies ReLU to each block while it is in cache: Conv -> Relu, Conv -> Add(r) and
+Conv -> Add(r) -> Relu (a ResNet block's end) are built as that one node.
 """
 from __future__ import annotations
 
@@ -22,6 +26,54 @@ def _const_values(graph, initializers):
 def _scalar(vals, name, want, tol=1e-6):
     v = vals.get(name)
     return v is not None and np.size(v) == 1 and abs(float(np.asarray(v).reshape(-1)[0]) - want) <= tol * abs(want)
+
+
+def _uses(graph) -> dict:
+    uses = defaultdict(int)
+    for n in graph.node:
+        for i in n.input:
+            uses[i] += 1
+    for o in graph.output:
+        uses[o.name] += 100  # a graph output is never folded away
+    return uses
+
+
+def find_conv_epilogues(graph) -> tuple[dict, set]:
+    """(fused, skipped): fused maps the index of a pattern's last node (the Add or the Relu) to
+    (the Conv's index, the residual's name or None, whether a ReLU ends it, the pattern's indices in
+    order); skipped holds the indices before the last. A node's output read by anything else, or a graph output, ends the pattern before it."""
+    nodes = list(graph.node)
+    uses = _uses(graph)
+    consumer = {}
+    for j, n in enumerate(nodes):
+        for i in n.input:
+            consumer.setdefault(i, j)
+
+    def only(name, op):
+        j = consumer.get(name)
+        if uses[name] != 1 or j is None or nodes[j].op_type != op or nodes[j].domain not in ("", "ai.onnx"):
+            return None
+        return j
+
+    fused, skipped = {}, set()
+    for i, n in enumerate(nodes):
+        if n.op_type != "Conv" or n.domain not in ("", "ai.onnx") or len(n.output) != 1:
+            continue
+        c = n.output[0]
+        residual, last = None, i
+        add = only(c, "Add")
+        if add is not None and add not in fused and add not in skipped and len(nodes[add].input) == 2 and nodes[add].input[0] != nodes[add].input[1]:
+            residual = nodes[add].input[1] if nodes[add].input[0] == c else nodes[add].input[0]
+            last = add
+        relu = only(nodes[last].output[0], "Relu")
+        if relu is not None:
+            last = relu
+        if last == i:
+            continue
+        members = (i,) + ((add,) if residual is not None else ()) + ((relu,) if relu is not None else ())
+        fused[last] = (i, residual, relu is not None, members)
+        skipped |= set(members[:-1])
+    return fused, skipped
 
 
 def find_gelu(graph, initializers) -> tuple[dict, set]:

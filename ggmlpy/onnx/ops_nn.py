@@ -102,8 +102,11 @@ def _conv_pads(b, at, in_sizes, k_sizes, strides, dils):
     return pads[:nd], pads[nd:]
 
 
-def conv2d(b, x, x_shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, group):
-    """NCHW conv of ggml tensor x with weights (M, C/group, kH, kW); returns tensor, shape."""
+def conv2d(b, x, x_shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, group, bias=None, residual=None,
+           relu=False):
+    """NCHW conv of ggml tensor x with weights (M, C/group, kH, kW), then + bias (a Val of M values),
+    + residual (a Val of the output's shape), ReLU; returns tensor, shape.
+    On ggml's CPU backend with ggmlpy's kernels, one conv.c node does it all (see conv_kernel)."""
     N, C, H, W = x_shape
     M, Cg, kH, kW = w_shape
     b.need(C == Cg * group and M % group == 0, f"conv: {C} input channels, weights {list(w_shape)}, group {group}")
@@ -116,6 +119,57 @@ def conv2d(b, x, x_shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, 
     for ax in (0, 1):
         if crop_b[ax] or crop_e[ax]:
             x, shape = slice_axis(b, x, shape, 2 + ax, crop_b[ax], shape[2 + ax] - crop_e[ax])
+    out = conv_kernel(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, group, bias, residual, relu)
+    if out is not None:
+        return out
+    y, shape = _conv2d_ggml(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, group)
+    y = _add_bias(b, y, bias, shape)
+    if residual is not None:
+        b.need(tuple(residual.shape) == shape, f"conv residual of shape {list(residual.shape)}, output {list(shape)}")
+        y = lib.ggml_add(b.ctx, y, reshape(b, b.tensor(residual), shape))
+    if relu:
+        y = lib.ggml_relu(b.ctx, y)
+    return y, shape
+
+
+def conv_kernel(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, group, bias=None, residual=None,
+                relu=False):
+    """The convolution as one node of ggmlpy's conv.c kernel (patches built a cache-sized block at a
+    time and multiplied at once by OpenBLAS, bias, residual and ReLU applied to the block), or None
+    where it does not apply: not ggml's CPU backend, no kernels, f16 weights, a residual that is not
+    of the output's shape (a constant one). Pads are non-negative here."""
+    k = b.kernels
+    if k is None or k.conv2d is None:
+        return None
+    N, C, H, W = shape
+    M, Cg, kH, kW = w_shape
+    is_const = isinstance(w_arr_or_val, np.ndarray)
+    if is_const and b.f16_weights and w_arr_or_val.size >= 256:
+        return None  # dtype="f16" asked for half-precision weights: ggml's products read them
+    OH = (H + pads_b[0] + pads_e[0] - dils[0] * (kH - 1) - 1) // strides[0] + 1
+    OW = (W + pads_b[1] + pads_e[1] - dils[1] * (kW - 1) - 1) // strides[1] + 1
+    b.need(OH > 0 and OW > 0, "conv output would be empty")
+    out_shape = (N, M, OH, OW)
+    if residual is not None and residual.is_const:
+        return None
+    if is_const:
+        w = b.weight(np.ascontiguousarray(w_arr_or_val, dtype=np.float32).reshape(M, Cg * kH * kW))
+    else:
+        w = lib.ggml_reshape_2d(b.ctx, cont(b, w_arr_or_val), Cg * kH * kW, M)
+    bt = None
+    if bias is not None:
+        bt = (b.weight(np.asarray(bias.const, dtype=np.float32).reshape(M)) if bias.is_const
+              else lib.ggml_reshape_1d(b.ctx, cont(b, b.tensor(bias)), M))
+    rt = None if residual is None else reshape(b, b.tensor(residual), out_shape)
+    y = k.conv2d(b.ctx, cont(b, x), w, (kH, kW), tuple(strides), (pads_b[0], pads_b[1]), tuple(dils), (OH, OW),
+                 group, bt, rt, relu)
+    return y, out_shape
+
+
+def _conv2d_ggml(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, group):
+    """ggml's own convolution: im2col, then a product per group."""
+    N, C, H, W = shape
+    M, Cg, kH, kW = w_shape
     if pads_b != pads_e:
         x, shape = pad_zero(b, x, shape, [0, 0] + pads_b, [0, 0] + pads_e)
         p = [0, 0]
@@ -188,7 +242,8 @@ def _add_bias(b, y, bias, shape):
 
 
 @op("Conv")
-def _conv(b, node, ins, at):
+def _conv(b, node, ins, at, residual=None, relu=False):
+    """Conv; conv_epilogue builds it with the Add and Relu that follow it (see fusion.find_conv_epilogues)."""
     x, w = ins[0], ins[1]
     bias = ins[2] if len(ins) > 2 else None
     nd = x.rank - 2
@@ -201,12 +256,36 @@ def _conv(b, node, ins, at):
         strides, dils, pb, pe, ks = [1] + strides, [1] + dils, [0] + pb, [0] + pe, [1] + ks
     w_shape = (w.shape[0], w.shape[1], ks[0], ks[1])
     wsrc = np.asarray(w.const, dtype=np.float32).reshape(w_shape) if w.is_const else reshape(b, b.tensor(w), w_shape)
-    y, shape = conv2d(b, xt, xs, wsrc, w_shape, strides, pb, pe, dils, int(at.get("group", 1)))
-    y = _add_bias(b, y, bias, shape)
+    if residual is not None and nd == 1:
+        r4 = (residual.shape[0], residual.shape[1], 1, residual.shape[2])
+        residual = Val(r4, residual.dtype, None if residual.const is None else residual.const.reshape(r4), residual.t)
+    y, shape = conv2d(b, xt, xs, wsrc, w_shape, strides, pb, pe, dils, int(at.get("group", 1)), bias,
+                      residual, relu)
     if nd == 1:
         shape = (shape[0], shape[1], shape[3])
         y = reshape(b, y, shape)
     return [b.out(y, shape, x.dtype)]
+
+
+def conv_epilogue(b, node, ins, at, residual, relu):
+    """Conv, then Add(residual) (when not None) and Relu (when relu), as conv.c's one node; None where
+    that does not apply (no conv kernel, a residual that is constant or not of the output's shape): the
+    caller then builds the nodes one by one."""
+    if b.kernels is None or b.kernels.conv2d is None:
+        return None
+    x, w = ins[0], ins[1]
+    if x.rank not in (3, 4) or w.rank != x.rank or len(ins) > 2 and ins[2] is not None and ins[2].rank != 1:
+        return None  # leave the errors to the Conv builder
+    if residual is not None:
+        nd = x.rank - 2
+        ks = list(w.shape[2:])
+        strides = [int(s) for s in at.get("strides", [1] * nd)]
+        dils = [int(d) for d in at.get("dilations", [1] * nd)]
+        pb, pe = _conv_pads(b, at, list(x.shape[2:]), ks, strides, dils)
+        spatial = tuple((x.shape[2 + i] + pb[i] + pe[i] - dils[i] * (ks[i] - 1) - 1) // strides[i] + 1 for i in range(nd))
+        if residual.is_const or tuple(residual.shape) != (x.shape[0], w.shape[0]) + spatial:
+            return None
+    return _conv(b, node, ins, at, residual, relu)
 
 
 def _dilate(b, t, shape, axis, s):
@@ -269,8 +348,7 @@ def _conv_transpose(b, node, ins, at):
     Wc = np.ascontiguousarray(Wc[:, :, ::-1, ::-1])  # (Mg * group, Cg, kH, kW)
     cpb = [dils[i] * (ks[i] - 1) - pb[i] for i in range(2)]
     cpe = [dils[i] * (ks[i] - 1) - pe[i] + outpad[i] for i in range(2)]
-    y, oshape = conv2d(b, t, shape, Wc, Wc.shape, [1, 1], cpb, cpe, dils, group)
-    y = _add_bias(b, y, bias, oshape)
+    y, oshape = conv2d(b, t, shape, Wc, Wc.shape, [1, 1], cpb, cpe, dils, group, bias)
     if nd == 1:
         oshape = (oshape[0], oshape[1], oshape[3])
         y = reshape(b, y, oshape)

@@ -1,0 +1,215 @@
+/* 2-D convolution for ggml's CPU backend, as one ggml custom op: im2col a block of output pixels
+ * into a per-thread buffer that stays in cache, one cblas_sgemm, then bias, residual and ReLU.
+ *
+ * ggml's im2col writes the whole patch matrix to memory a pixel at a time (every kernel tap of
+ * every channel, bounds-checked), and the product reads it back. Here each row of a block's patch
+ * matrix (one channel c and tap kh, kw) is a shifted, strided copy of one input row range, written
+ * with its zero padding as runs; the block (B pixels x C*KH*KW) is sized to stay in L2, and the
+ * product consumes it at once. A 1x1 convolution with stride 1 and no padding needs no copy at all:
+ * the input plane is the patch matrix.
+ *
+ * Layout (ggml ne): x [W, H, C, N] and dst [OW, OH, M, N] contiguous (ONNX's NCHW); w [C/G*KH*KW, M]
+ * contiguous (ONNX's (M, C/G, KH, KW)); optional bias [M] and residual [OW, OH, M, N] contiguous.
+ * In column-major terms, for image n and group g: out (P x M/G) = col (P x CKK) w (CKK x M/G), P =
+ * OH*OW, so the product lands in NCHW directly.
+ *
+ * userdata: int32_t[13] = KH, KW, stride h, w, pad top, left, dilation h, w, groups, flags
+ * (1 ReLU, 2 bias, 4 residual: the bias and residual are the op's third and third-or-fourth
+ * arguments), block pixels (0: chosen here).
+ *
+ * Threads: the work items are (image, group, pixel block); ggml's threads take contiguous ranges of
+ * them. With fewer items than threads (a deep layer of one image), every thread builds the item's
+ * patch block and computes its own range of output channels. Each thread's cblas_sgemm runs on
+ * that thread alone (see gemm.c).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef OFF_NE
+#error "build with -DOFF_NE=... -DOFF_NB=... -DOFF_SRC=... -DOFF_DATA=..."
+#endif
+
+enum { ColMajor = 102, NoTrans = 111 };
+extern void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
+                        int lda, const float *b, int ldb, float beta, float *c, int ldc);
+extern void openblas_set_num_threads(int n);
+
+enum { P_KH, P_KW, P_SH, P_SW, P_PH, P_PW, P_DH, P_DW, P_GROUPS, P_FLAGS, P_BLOCK, P_COUNT };
+enum { F_RELU = 1, F_BIAS = 2, F_RESIDUAL = 4 };
+
+#define BLOCK_BYTES (384 * 1024)  /* a patch block this size leaves L2 room for OpenBLAS's packing */
+#define MIN_BLOCK 128             /* fewer pixels make the product inefficient */
+
+int ggmlpy_conv_params_count(void) { return P_COUNT; }
+
+static void ne_of(const void *t, int64_t ne[4]) { memcpy(ne, (const char *)t + OFF_NE, 4 * sizeof(int64_t)); }
+
+static float *data_of(const void *t) {
+    float *p;
+    memcpy(&p, (const char *)t + OFF_DATA, sizeof p);
+    return p;
+}
+
+static const void *src_of(const void *t, int i) {
+    const void *s;
+    memcpy(&s, (const char *)t + OFF_SRC + i * sizeof s, sizeof s);
+    return s;
+}
+
+static int imin(int a, int b) { return a < b ? a : b; }
+static int imax(int a, int b) { return a > b ? a : b; }
+static int clampi(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+/* first q >= 0 with q * s + off >= 0, and first q with q * s + off >= W (so [lo, hi) is in range) */
+static int first_in(int off, int s) { return off >= 0 ? 0 : (-off + s - 1) / s; }
+static int first_past(int off, int s, int W) { return W - off <= 0 ? 0 : (W - off + s - 1) / s; }
+
+typedef struct {
+    int C, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW;
+} geom;
+
+/* col[r * m + (p - p0)] for the pixels p0 <= p < p0 + m and rows r = (c KH + kh) KW + kw of one image
+ * (and group) whose channels start at x */
+static void im2col_block(const float *x, float *col, int64_t p0, int64_t m, const geom *g) {
+    const int64_t plane = (int64_t)g->H * g->W;
+    float *out = col;
+    for (int c = 0; c < g->C; c++)
+        for (int kh = 0; kh < g->KH; kh++)
+            for (int kw = 0; kw < g->KW; kw++, out += m) {
+                const int off_w = kw * g->DW - g->PW;  /* iw = ow SW + off_w */
+                const int ow_lo = imin(first_in(off_w, g->SW), g->OW), ow_hi = imin(first_past(off_w, g->SW, g->W), g->OW);
+                int oh = (int)(p0 / g->OW), ow = (int)(p0 % g->OW);
+                for (int64_t done = 0; done < m; oh++, ow = 0) {
+                    const int end = (int)(ow + (m - done) < g->OW ? ow + (m - done) : g->OW);
+                    float *o = out + done - ow;  /* o[ow'] is output column ow' of this row */
+                    const int ih = oh * g->SH - g->PH + kh * g->DH;
+                    if (ih < 0 || ih >= g->H) {
+                        memset(o + ow, 0, (size_t)(end - ow) * sizeof(float));
+                    } else {
+                        const int a = clampi(ow_lo, ow, end), b = clampi(ow_hi, a, end);
+                        const float *row = x + c * plane + (int64_t)ih * g->W + off_w;
+                        if (a > ow)
+                            memset(o + ow, 0, (size_t)(a - ow) * sizeof(float));
+                        if (g->SW == 1) {
+                            memcpy(o + a, row + a, (size_t)(b - a) * sizeof(float));
+                        } else {
+                            const int s = g->SW;
+                            for (int q = a; q < b; q++)
+                                o[q] = row[(int64_t)q * s];
+                        }
+                        if (end > b)
+                            memset(o + b, 0, (size_t)(end - b) * sizeof(float));
+                    }
+                    done += end - ow;
+                }
+            }
+}
+
+/* this thread's patch buffer, grown as needed and kept (ggml's threads live as long as the backend) */
+static float *scratch(size_t n) {
+    static __thread float *buf;
+    static __thread size_t cap;
+    if (n > cap) {
+        free(buf);
+        cap = (n + 1023) & ~(size_t)1023;
+        buf = aligned_alloc(64, cap * sizeof(float));
+        if (buf == NULL)
+            cap = 0;
+    }
+    return buf;
+}
+
+/* bias, residual and ReLU over out[p0 .. p0+m) of channels [o0, o1) of one image */
+static void epilogue(float *out, const float *res, const float *bias, int64_t P, int64_t p0, int64_t m, int o0,
+                     int o1, int flags) {
+    for (int o = o0; o < o1; o++) {
+        float *y = out + o * P + p0;
+        const float bv = bias ? bias[o] : 0.0f;
+        if (res) {
+            const float *r = res + o * P + p0;
+            if (flags & F_RELU)
+                for (int64_t i = 0; i < m; i++) { float v = y[i] + bv + r[i]; y[i] = v > 0.0f ? v : 0.0f; }
+            else
+                for (int64_t i = 0; i < m; i++) y[i] = y[i] + bv + r[i];
+        } else if (flags & F_RELU) {
+            for (int64_t i = 0; i < m; i++) { float v = y[i] + bv; y[i] = v > 0.0f ? v : 0.0f; }
+        } else if (bias) {
+            for (int64_t i = 0; i < m; i++) y[i] += bv;
+        }
+    }
+}
+
+void ggmlpy_conv2d_f32(void *dst, int ith, int nth, void *userdata) {
+    const int32_t *pr = (const int32_t *)userdata;
+    const void *xt = src_of(dst, 0), *wt = src_of(dst, 1);
+    int64_t xne[4], wne[4], dne[4];
+    ne_of(xt, xne);
+    ne_of(wt, wne);
+    ne_of(dst, dne);
+    const int G = pr[P_GROUPS], flags = pr[P_FLAGS];
+    geom g = {(int)xne[2] / G, (int)xne[1], (int)xne[0], (int)dne[1], (int)dne[0], pr[P_KH], pr[P_KW],
+              pr[P_SH], pr[P_SW], pr[P_PH], pr[P_PW], pr[P_DH], pr[P_DW]};
+    const int N = (int)dne[3], M = (int)dne[2], Mg = M / G;
+    const int CKK = g.C * g.KH * g.KW;
+    const int64_t P = (int64_t)g.OH * g.OW, in_plane = (int64_t)g.H * g.W;
+    const float *x = data_of(xt), *w = data_of(wt);
+    const float *bias = (flags & F_BIAS) ? data_of(src_of(dst, 2)) : NULL;
+    const float *res = (flags & F_RESIDUAL) ? data_of(src_of(dst, (flags & F_BIAS) ? 3 : 2)) : NULL;
+    float *y = data_of(dst);
+    const int direct = g.KH == 1 && g.KW == 1 && g.SH == 1 && g.SW == 1 && g.PH == 0 && g.PW == 0 &&
+                       g.OH == g.H && g.OW == g.W;  /* the input plane is the patch matrix */
+    if (nth == 1)
+        openblas_set_num_threads(1);
+
+    int64_t block = pr[P_BLOCK];
+    if (block <= 0) {
+        block = BLOCK_BYTES / ((int64_t)CKK * (int64_t)sizeof(float));
+        block = block < MIN_BLOCK ? MIN_BLOCK : (block + 15) & ~(int64_t)15;
+    }
+    if (block > P)
+        block = P;
+    const int64_t nblocks = (P + block - 1) / block, items = (int64_t)N * G * nblocks;
+    /* items this thread takes, and the output channels it computes of each */
+    int64_t i0 = 0, i1 = items;
+    int o0 = 0, o1 = Mg;
+    if (items >= nth) {
+        i0 = items * ith / nth;
+        i1 = items * (ith + 1) / nth;
+    } else {
+        int per = (Mg + nth - 1) / nth;
+        o0 = imin(per * ith, Mg);
+        o1 = imin(o0 + per, Mg);
+        if (o0 >= o1)
+            return;
+    }
+    for (int64_t it = i0; it < i1; it++) {
+        const int64_t bi = it % nblocks, ng = it / nblocks;
+        const int gi = (int)(ng % G), n = (int)(ng / G);
+        const int64_t p0 = bi * block, m = p0 + block < P ? block : P - p0;
+        const float *xg = x + ((int64_t)n * G + gi) * g.C * in_plane;
+        const float *a;
+        int64_t lda;
+        if (direct) {
+            a = xg + p0;
+            lda = in_plane;
+        } else {
+            float *col = scratch((size_t)m * CKK);
+            if (col == NULL) {  /* out of memory (a few MB): never a silently wrong value */
+                float *out = y + ((int64_t)n * G + gi) * Mg * P;
+                for (int o = o0; o < o1; o++)
+                    for (int64_t i = 0; i < m; i++)
+                        out[o * P + p0 + i] = __builtin_nanf("");
+                continue;
+            }
+            im2col_block(xg, col, p0, m, &g);
+            a = col;
+            lda = m;
+        }
+        float *out = y + ((int64_t)n * G + gi) * Mg * P;
+        cblas_sgemm(ColMajor, NoTrans, NoTrans, (int)m, o1 - o0, CKK, 1.0f, a, (int)lda, w + ((int64_t)gi * Mg + o0) * CKK,
+                    CKK, 0.0f, out + (int64_t)o0 * P + p0, (int)P);
+        epilogue(out, res ? res + ((int64_t)n * G + gi) * Mg * P : NULL, bias ? bias + gi * Mg : NULL, P, p0, m, o0, o1,
+                 flags);
+    }
+}
