@@ -79,12 +79,21 @@ def test_batched_matmul_against_a_matrix(a_shape, const_b, monkeypatch):
                           [helper.make_tensor_value_info("y", T.FLOAT, a_shape[:-1] + (40,))], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     feeds = {"a": a} if const_b else {"a": a, "B": B}
-    for blas in ("1", "0"):
-        monkeypatch.setenv("GGMLPY_ONNX_BLAS", blas)
-        model = ggmlpy.onnx_load(m, device="cpu")
-        assert (model.blas is not None) == (blas == "1" and "BLAS" in ggmlpy.backends())
-        assert ggmlpy.onnx_device_info(model)["backends"] == (["BLAS", "CPU"] if model.blas else ["CPU"])
-        np.testing.assert_allclose(ggmlpy.onnx_run(model, feeds)["y"], a @ B, rtol=1e-5, atol=1e-5)
+    from ggmlpy import kernels
+    for use_kernels in (True, False):  # with ggmlpy's gemm kernel the product is its node, on the CPU backend
+        prev = kernels.set_enabled(use_kernels)
+        try:
+            gemm = use_kernels and kernels.get() is not None and kernels.get().gemm is not None
+            for blas in ("1", "0"):
+                monkeypatch.setenv("GGMLPY_ONNX_BLAS", blas)
+                model = ggmlpy.onnx_load(m, device="cpu")
+                assert (model.blas is not None) == (blas == "1" and "BLAS" in ggmlpy.backends())
+                assert ggmlpy.onnx_device_info(model)["backends"] == (
+                    ["BLAS", "CPU"] if model.blas and not gemm else ["CPU"])
+                assert any(n.op == lib.GGML_OP_CUSTOM for n in _nodes(model)) == gemm
+                np.testing.assert_allclose(ggmlpy.onnx_run(model, feeds)["y"], a @ B, rtol=1e-5, atol=1e-5)
+        finally:
+            kernels.set_enabled(prev)
 
 
 @pytest.mark.parametrize("blas", ["1", "0"])  # the conv product's operand order follows it
@@ -105,3 +114,46 @@ def test_conv_bias_repeated_along_rows(batch, blas, monkeypatch):
     model = ggmlpy.onnx_load(m, device="cpu")
     assert next(iter(model._plans.values())).builder.columns_first == (model.blas is not None)
     np.testing.assert_allclose(ggmlpy.onnx_run(model, {"x": x})["y"], want, rtol=1e-4, atol=1e-5)
+
+
+def _attention(batch_q=(2, 3), batch_k=(2, 3), scale_k=True):
+    """softmax(Q Transpose(K) * s) V, as exporters write attention: K transposed by a Transpose node,
+    scaled by a constant Mul, the products batched over (batch, heads)."""
+    n = helper.make_node
+    kt = ["kts"] if scale_k else ["kt"]
+    nodes = [n("Transpose", ["k"], ["kt"], perm=list(range(len(batch_k))) + [len(batch_k) + 1, len(batch_k)])]
+    if scale_k:
+        nodes.append(n("Mul", ["kt", "s"], ["kts"]))
+    nodes += [n("MatMul", ["q", kt[0]], ["sc"]), n("Softmax", ["sc"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["y"])]
+    L, d = 7, 5
+    shapes = {"q": batch_q + (L, d), "k": batch_k + (L, d), "v": batch_k + (L, d)}
+    out = np.broadcast_shapes(batch_q, batch_k) + (L, d)
+    g = helper.make_graph(nodes, "att", [helper.make_tensor_value_info(k, T.FLOAT, s) for k, s in shapes.items()],
+                          [helper.make_tensor_value_info("y", T.FLOAT, out)],
+                          [numpy_helper.from_array(np.array(0.375, np.float32), "s")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), shapes
+
+
+@pytest.mark.parametrize("batch_q,batch_k", [((2, 3), (2, 3)), ((3,), (3,)), ((2, 3), (1, 3)), ((4,), ())])
+@pytest.mark.parametrize("scale_k", [True, False])
+def test_attention_products_read_transposed_operands_in_place(batch_q, batch_k, scale_k):
+    """With ggmlpy's gemm kernel no transposition is copied: not K's Transpose (read through the
+    product's flag, its scale applied before it), nor V (ggml's mul_mat would want it transposed)."""
+    from onnx.reference import ReferenceEvaluator
+
+    from ggmlpy import kernels
+    proto, shapes = _attention(batch_q, batch_k, scale_k)
+    rng = np.random.default_rng(4)
+    feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    want = ReferenceEvaluator(proto).run(None, feeds)[0]
+    for use_kernels in (True, False):
+        prev = kernels.set_enabled(use_kernels)
+        try:
+            model = ggmlpy.onnx_load(proto, device="cpu", n_threads=2)
+            np.testing.assert_allclose(ggmlpy.onnx_run(model, feeds)["y"], want, rtol=1e-5, atol=1e-6)
+        finally:
+            kernels.set_enabled(prev)
+        K = kernels.get() if use_kernels else None
+        if K is not None and K.gemm is not None:
+            ops = [n.op for n in _nodes(model)]
+            assert ops.count(lib.GGML_OP_CUSTOM) == 2 and lib.GGML_OP_CONT not in ops, ops

@@ -617,6 +617,9 @@ def onnx_inputs(model: OnnxModel) -> dict:
 
 
 
+_CUSTOM_OPS = (lib.GGML_OP_CUSTOM, lib.GGML_OP_MAP_CUSTOM1, lib.GGML_OP_MAP_CUSTOM2)
+
+
 def onnx_profile(model: OnnxModel, inputs: "dict | list", runs: int = 3) -> list:
     """Time per ggml op type for one set of inputs: [(op, ms per run, node count)], slowest first.
 
@@ -640,6 +643,8 @@ def onnx_profile(model: OnnxModel, inputs: "dict | list", runs: int = 3) -> list
             return True
         now = time.perf_counter()
         name = ffi.string(lib.ggml_op_desc(t)).decode()
+        if t.op in _CUSTOM_OPS and ffi.string(t.name).startswith(b"ggmlpy."):
+            name = ffi.string(t.name).decode()  # which of ggmlpy's kernels (graph.Builder.kernel_node)
         totals[name] += now - last[0]
         counts[name] += 1
         last[0] = now
