@@ -443,3 +443,46 @@ def test_conv_splits_output_channels_when_there_are_fewer_blocks_than_threads():
     for threads in (2, 3, 4, 40):  # 40 threads: some compute no channel at all
         out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, bias=b, relu=False)
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+def maxpool_ref(x, kernel, stride, pad, out_hw):
+    """Max over each window's cells inside the input (-FLT_MAX for a window with none)."""
+    N, C, H, W = x.shape
+    out = np.full((N, C) + tuple(out_hw), -np.finfo(np.float32).max, np.float32)
+    for oh in range(out_hw[0]):
+        for ow in range(out_hw[1]):
+            h0, w0 = oh * stride[0] - pad[0], ow * stride[1] - pad[1]
+            cells = x[:, :, max(h0, 0):max(h0 + kernel[0], 0), max(w0, 0):max(w0 + kernel[1], 0)]
+            if cells.size:
+                out[:, :, oh, ow] = cells.max(axis=(2, 3))
+    return out
+
+
+@needs_conv
+@pytest.mark.parametrize("xs,kernel,stride,pad,out_hw", [
+    ((1, 3, 112, 112), (3, 3), (2, 2), (1, 1), (56, 56)),   # ResNet's
+    ((2, 5, 9, 8), (2, 3), (1, 2), (0, 1), (8, 4)),
+    ((1, 2, 7, 7), (3, 3), (3, 3), (2, 2), (3, 3)),         # windows cut by the padding
+    ((1, 2, 5, 5), (2, 2), (2, 2), (0, 0), (4, 4)),         # a window wholly past the input's end
+    ((1, 1, 5, 6), (5, 6), (1, 1), (0, 0), (1, 1)),          # global
+    ((3, 2, 1, 11), (1, 3), (1, 2), (0, 1), (1, 6)),         # 1-D
+    ((1, 2, 4, 4), (2, 2), (2, 2), (2, 2), (3, 3)),          # a window wholly in the leading padding
+])
+def test_maxpool_every_geometry_and_thread_count(xs, kernel, stride, pad, out_hw):
+    from ggmlpy.bindings import ffi
+    x = np.random.default_rng(sum(xs)).standard_normal(xs).astype(np.float32)
+    want = maxpool_ref(x, kernel, stride, pad, out_hw)
+    for threads in (1, 2, 3):
+        params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 24, "mem_buffer": ffi.NULL, "no_alloc": False})
+        ctx = lib.ggml_init(params[0])
+        try:
+            t = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, xs[3], xs[2], xs[1], xs[0])
+            ffi.memmove(t.data, x.tobytes(), x.nbytes)
+            y = K.maxpool2d(ctx, t, kernel, stride, pad, out_hw)
+            graph = lib.ggml_new_graph(ctx)
+            lib.ggml_build_forward_expand(graph, y)
+            assert lib.ggml_graph_compute_with_ctx(ctx, graph, threads) == lib.GGML_STATUS_SUCCESS
+            got = np.frombuffer(ffi.buffer(y.data, want.nbytes), np.float32).reshape(want.shape)
+            np.testing.assert_array_equal(got, want)
+        finally:
+            lib.ggml_free(ctx)

@@ -61,6 +61,7 @@ int ggmlpy_blas_parallel(void);
 """
 _CONV_CDEF = """
 void ggmlpy_conv2d_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+void ggmlpy_maxpool2d_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 int ggmlpy_conv_params_count(void);
 """
 
@@ -80,7 +81,9 @@ class Kernels:
         self._gemm_fn = glib.ggmlpy_gemm_f32 if glib is not None else None
         self.gemm = self._gemm if glib is not None else None  # None: products stay ggml's
         self._conv_fn = clib.ggmlpy_conv2d_f32 if clib is not None else None
+        self._pool_fn = clib.ggmlpy_maxpool2d_f32 if clib is not None else None
         self.conv2d = self._conv2d if clib is not None else None  # None: ggml's im2col and products
+        self.maxpool2d = self._maxpool2d if clib is not None else None  # None: ggml's pool_2d
         self._conv_params: dict = {}  # parameter tuple -> int32 array (userdata: lives as long as this)
 
     def gelu(self, ctx, x):
@@ -120,6 +123,18 @@ class Kernels:
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, out_hw[1], out_hw[0], M, x.ne[3],
                                   ffi.new("struct ggml_tensor *[]", args), len(args), self._conv_fn, N_TASKS_MAX,
                                   params)
+
+
+    def _maxpool2d(self, ctx, x, kernel, stride, pad, out_hw):
+        """Max pooling of x ne [W, H, C, N] (contiguous f32) as one node: windows `kernel` = (KH, KW) at
+        `stride`, starting `pad` = (top, left) cells before the input, out_hw = (OH, OW) of them; cells
+        outside the input never win. Returns ne [OW, OH, C, N]. The caller validates the geometry."""
+        key = ("pool", *kernel, *stride, *pad)
+        params = self._conv_params.get(key)
+        if params is None:
+            params = self._conv_params[key] = ffi.new("int32_t[]", list(key[1:]))
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, out_hw[1], out_hw[0], x.ne[2], x.ne[3],
+                                  ffi.new("struct ggml_tensor *[]", [x]), 1, self._pool_fn, N_TASKS_MAX, params)
 
 
 def _rows_contiguous(ctx, x):

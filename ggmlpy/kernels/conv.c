@@ -38,7 +38,7 @@ extern void openblas_set_num_threads(int n);
 enum { P_KH, P_KW, P_SH, P_SW, P_PH, P_PW, P_DH, P_DW, P_GROUPS, P_FLAGS, P_BLOCK, P_COUNT };
 enum { F_RELU = 1, F_BIAS = 2, F_RESIDUAL = 4 };
 
-#define BLOCK_BYTES (384 * 1024)  /* a patch block this size leaves L2 room for OpenBLAS's packing */
+#define BLOCK_BYTES (1024 * 1024)  /* the patch block: about L2; larger products run faster, to a point */
 #define MIN_BLOCK 128             /* fewer pixels make the product inefficient */
 
 int ggmlpy_conv_params_count(void) { return P_COUNT; }
@@ -211,5 +211,51 @@ void ggmlpy_conv2d_f32(void *dst, int ith, int nth, void *userdata) {
                     CKK, 0.0f, out + (int64_t)o0 * P + p0, (int)P);
         epilogue(out, res ? res + ((int64_t)n * G + gi) * Mg * P : NULL, bias ? bias + gi * Mg : NULL, P, p0, m, o0, o1,
                  flags);
+    }
+}
+
+/* 2-D max pooling of x [W, H, C, N] into dst [OW, OH, C, N] (contiguous): windows of KH x KW cells at
+ * strides SH, SW, starting PH, PW cells before the input; cells outside the input never enter a max
+ * (ONNX's padding), a window wholly outside gives -FLT_MAX. userdata: int32_t[6] = KH, KW, SH, SW,
+ * PH, PW. Each output row is the horizontal window max of the vertical max of its input rows (one
+ * contiguous, vectorised pass); ggml's threads split the planes. */
+void ggmlpy_maxpool2d_f32(void *dst, int ith, int nth, void *userdata) {
+    const int32_t *pr = (const int32_t *)userdata;
+    const int KH = pr[0], KW = pr[1], SH = pr[2], SW = pr[3], PH = pr[4], PW = pr[5];
+    const void *xt = src_of(dst, 0);
+    int64_t xne[4], dne[4];
+    ne_of(xt, xne);
+    ne_of(dst, dne);
+    const int W = (int)xne[0], H = (int)xne[1], OW = (int)dne[0], OH = (int)dne[1];
+    const int64_t planes = dne[2] * dne[3];
+    const float *x = data_of(xt);
+    float *y = data_of(dst);
+    float *tmp = scratch((size_t)W);
+    const int64_t p0 = planes * ith / nth, p1 = planes * (ith + 1) / nth;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *xp = x + p * (int64_t)H * W;
+        float *yp = y + p * (int64_t)OH * OW;
+        for (int oh = 0; oh < OH; oh++) {
+            float *out = yp + (int64_t)oh * OW;
+            const int h0 = oh * SH - PH, hlo = imax(h0, 0), hhi = imin(h0 + KH, H);
+            if (hhi <= hlo || tmp == NULL) {
+                for (int ow = 0; ow < OW; ow++)
+                    out[ow] = tmp == NULL ? __builtin_nanf("") : -3.40282347e+38f;
+                continue;
+            }
+            memcpy(tmp, xp + (int64_t)hlo * W, (size_t)W * sizeof(float));
+            for (int h = hlo + 1; h < hhi; h++) {
+                const float *row = xp + (int64_t)h * W;
+                for (int w = 0; w < W; w++)
+                    tmp[w] = row[w] > tmp[w] ? row[w] : tmp[w];
+            }
+            for (int ow = 0; ow < OW; ow++) {
+                const int w0 = ow * SW - PW, wlo = imax(w0, 0), whi = imin(w0 + KW, W);
+                float m = -3.40282347e+38f;
+                for (int w = wlo; w < whi; w++)
+                    m = tmp[w] > m ? tmp[w] : m;
+                out[ow] = m;
+            }
+        }
     }
 }

@@ -433,6 +433,12 @@ def _pool(b, node, ins, at, kind):
         outs.append(o)
         extra.append(max(0, (o - 1) * strides[i] + ks[i] - (sizes[i] + pb[i] + pe[i])))
     pad_e = [pe[i] + extra[i] for i in range(2)]
+    k = b.kernels
+    if kind == "max" and k is not None and k.maxpool2d is not None:
+        y = b.kernel_node(k.maxpool2d(b.ctx, cont(b, xt), tuple(ks), tuple(strides), tuple(pb), tuple(outs)),
+                          "maxpool2d")
+        shape = (xs[0], xs[1], outs[0], outs[1]) if nd == 2 else (xs[0], xs[1], outs[1])
+        return [b.out(reshape(b, y, shape), shape, x.dtype)]
     if pb == pad_e and kind == "max":  # ggml's own padding: out-of-range cells never enter a max
         y = lib.ggml_pool_2d(b.ctx, cont(b, xt), POOL_MAX, ks[1], ks[0], strides[1], strides[0],
                              float(pb[1]), float(pb[0]))
