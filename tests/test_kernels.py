@@ -486,3 +486,38 @@ def test_maxpool_every_geometry_and_thread_count(xs, kernel, stride, pad, out_hw
             np.testing.assert_array_equal(got, want)
         finally:
             lib.ggml_free(ctx)
+
+
+# -- row kernels (rows.c) -----------------------------------------------------------------------------------
+needs_rows = pytest.mark.skipif(K is None or K.layernorm is None, reason="no C compiler: rows.c is not loaded")
+
+
+@needs_rows
+@pytest.mark.parametrize("R,rows", [(256, 128), (7, 5), (33, 3), (1, 4), (1000, 2)])
+@pytest.mark.parametrize("affine", ["none", "gamma", "beta", "both"])
+def test_layernorm_against_float64(R, rows, affine):
+    from ggmlpy.bindings import ffi
+    rng = np.random.default_rng(R + rows)
+    x = (rng.standard_normal((rows, R)) * 3 + 5).astype(np.float32)  # an offset: centring must be exact
+    gamma = rng.standard_normal(R).astype(np.float32) if affine in ("gamma", "both") else None
+    beta = rng.standard_normal(R).astype(np.float32) if affine in ("beta", "both") else None
+    x64 = x.astype(np.float64)
+    want = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + 1e-3)
+    want = want * (1 if gamma is None else gamma) + (0 if beta is None else beta)
+    for threads in (1, 2, 3):
+        params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 24, "mem_buffer": ffi.NULL, "no_alloc": False})
+        ctx = lib.ggml_init(params[0])
+        try:
+            def tensor(a):
+                t = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, a.shape[-1], a.size // a.shape[-1])
+                ffi.memmove(t.data, a.tobytes(), a.nbytes)
+                return t if a.ndim == 2 else lib.ggml_reshape_1d(ctx, t, a.size)
+            y = K.layernorm(ctx, tensor(x), None if gamma is None else tensor(gamma),
+                            None if beta is None else tensor(beta), 1e-3)
+            graph = lib.ggml_new_graph(ctx)
+            lib.ggml_build_forward_expand(graph, y)
+            assert lib.ggml_graph_compute_with_ctx(ctx, graph, threads) == lib.GGML_STATUS_SUCCESS
+            got = np.frombuffer(ffi.buffer(y.data, x.nbytes), np.float32).reshape(x.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        finally:
+            lib.ggml_free(ctx)

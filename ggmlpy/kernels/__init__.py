@@ -26,6 +26,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+import numpy as np
+
 from .._buildinfo import cache_dir, cpu_tag
 from ..bindings import ffi, lib
 from ..bindings.loader import TENSOR_OFFSETS
@@ -36,6 +38,7 @@ log = logging.getLogger("ggmlpy.kernels")
 SOURCE = Path(__file__).with_name("kernels.c")
 GEMM_SOURCE = Path(__file__).with_name("gemm.c")
 CONV_SOURCE = Path(__file__).with_name("conv.c")
+ROWS_SOURCE = Path(__file__).with_name("rows.c")
 FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
          *(f"-DOFF_{k.upper()}={TENSOR_OFFSETS[k]}" for k in ("ne", "nb", "src", "data"))]
 GEMM_LIBS = ["-l:libopenblas.so.0"]  # the library ggml's BLAS backend loads (Debian's alternatives)
@@ -63,6 +66,7 @@ _CONV_CDEF = """
 void ggmlpy_conv2d_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 void ggmlpy_maxpool2d_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 int ggmlpy_conv_params_count(void);
+void ggmlpy_layernorm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 """
 
 _lock = threading.Lock()
@@ -73,8 +77,8 @@ _enabled = [os.environ.get("GGMLPY_KERNELS", "1").strip().lower() not in ("0", "
 class Kernels:
     """The loaded library: builders of the custom-op nodes."""
 
-    def __init__(self, klib, path: Path, glib=None, clib=None):
-        self.klib, self.glib, self.clib = klib, glib, clib  # kept alive: the graphs hold their function pointers
+    def __init__(self, klib, path: Path, glib=None, clib=None, rlib=None):
+        self.klib, self.glib, self.clib, self.rlib = klib, glib, clib, rlib  # kept alive: graphs hold their pointers
         self.path = path
         self._gelu = klib.ggmlpy_gelu_erf_f32
         self._gelu_back = klib.ggmlpy_gelu_back_f32
@@ -85,6 +89,8 @@ class Kernels:
         self.conv2d = self._conv2d if clib is not None else None  # None: ggml's im2col and products
         self.maxpool2d = self._maxpool2d if clib is not None else None  # None: ggml's pool_2d
         self._conv_params: dict = {}  # parameter tuple -> int32 array (userdata: lives as long as this)
+        self._ln_fn = rlib.ggmlpy_layernorm_f32 if rlib is not None else None
+        self.layernorm = self._layernorm if rlib is not None else None  # None: ggml's norm, mul and add
 
     def gelu(self, ctx, x):
         """x Phi(x) (exact GELU) of an f32 tensor, as one custom-op node."""
@@ -135,6 +141,19 @@ class Kernels:
             params = self._conv_params[key] = ffi.new("int32_t[]", list(key[1:]))
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, out_hw[1], out_hw[0], x.ne[2], x.ne[3],
                                   ffi.new("struct ggml_tensor *[]", [x]), 1, self._pool_fn, N_TASKS_MAX, params)
+
+
+    def _layernorm(self, ctx, x, gamma=None, beta=None, eps=1e-5):
+        """(x - mean) / sqrt(var + eps) * gamma + beta over the rows (ne0) of a contiguous f32 x, as one
+        node; gamma and beta: contiguous f32 of ne0 elements, or None."""
+        bits = int(np.float32(eps).view(np.int32))
+        key = ("ln", bits, int(gamma is not None) | (2 if beta is not None else 0))
+        params = self._conv_params.get(key)
+        if params is None:
+            params = self._conv_params[key] = ffi.new("int32_t[]", list(key[1:]))
+        args = [x] + [t for t in (gamma, beta) if t is not None]
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, x.ne[0], x.ne[1], x.ne[2], x.ne[3],
+                                  ffi.new("struct ggml_tensor *[]", args), len(args), self._ln_fn, N_TASKS_MAX, params)
 
 
 def _rows_contiguous(ctx, x):
@@ -189,7 +208,8 @@ def _load() -> Kernels | None:
         path = _build(cc, SOURCE)
         _declare()
         glib = _load_gemm(cc)
-        return Kernels(ffi.dlopen(str(path)), path, glib, _load_conv(cc) if glib is not None else None)
+        return Kernels(ffi.dlopen(str(path)), path, glib, _load_conv(cc) if glib is not None else None,
+                       _load_rows(cc))
     except Exception as e:  # noqa: BLE001 - any failure means: use ggml's ops
         log.warning("ggmlpy.kernels: could not build or load %s (%s); using ggml's own ops", SOURCE.name, e)
         return None
@@ -221,6 +241,15 @@ def _load_conv(cc: str):
         log.info("ggmlpy.kernels: no convolution kernel (%s); convolutions stay ggml's", e)
         return None
     return clib
+
+
+def _load_rows(cc: str):
+    """rows.c's library (no BLAS), or None (logged)."""
+    try:
+        return ffi.dlopen(str(_build(cc, ROWS_SOURCE)))
+    except Exception as e:  # noqa: BLE001
+        log.info("ggmlpy.kernels: no row kernels (%s); layer norms stay ggml's", e)
+        return None
 
 
 def _build(cc: str, source: Path, libs: tuple = ()) -> Path:

@@ -668,6 +668,12 @@ def _layernorm(b, node, ins, at):
     eps = float(at.get("epsilon", 1e-5))
     R = int(np.prod(x.shape[axis:], dtype=np.int64))
     rows = reshape(b, b.tensor(x), (x.size // R, R))
+    k = b.kernels
+    if (k is not None and k.layernorm is not None and len(node.output) == 1 and scale.size == R
+            and (bias is None or bias.size == R)):  # one pass: normalise, scale, shift
+        vec = lambda v: None if v is None else reshape(b, b.tensor(v), (R,))  # noqa: E731
+        y = b.kernel_node(k.layernorm(b.ctx, rows, vec(scale), vec(bias), eps), "layernorm")
+        return [b.out(reshape(b, y, x.shape), x.shape, x.dtype)]
     y = reshape(b, lib.ggml_norm(b.ctx, rows, eps), x.shape)
     outs = [_affine(b, y, x.shape, scale, bias, x.dtype)]
     if len(node.output) > 1:
