@@ -521,3 +521,30 @@ def test_layernorm_against_float64(R, rows, affine):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         finally:
             lib.ggml_free(ctx)
+
+
+@needs_conv
+@pytest.mark.parametrize("n_out,k,t", [(100, 7, 3), (5, 33, 70), (64, 64, 64), (1, 9, 1)])  # rows or columns split
+def test_linear_product_plus_bias(n_out, k, t):
+    from ggmlpy.bindings import ffi
+    rng = np.random.default_rng(n_out + k + t)
+    W = rng.standard_normal((k, n_out)).astype(np.float32)  # ONNX's (K, N): ggml [N, K]
+    X = rng.standard_normal((t, k)).astype(np.float32)      # ggml [K, T]
+    bias = rng.standard_normal(n_out).astype(np.float32)
+    want = X.astype(np.float64) @ W + bias
+    for threads in (1, 2, 3, 5):
+        params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 24, "mem_buffer": ffi.NULL, "no_alloc": False})
+        ctx = lib.ggml_init(params[0])
+        try:
+            def tensor(a, ne0, ne1):
+                tt = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, ne0, ne1)
+                ffi.memmove(tt.data, a.tobytes(), a.nbytes)
+                return tt
+            y = K.linear(ctx, tensor(W, n_out, k), tensor(X, k, t), lib.ggml_reshape_1d(ctx, tensor(bias, n_out, 1), n_out))
+            graph = lib.ggml_new_graph(ctx)
+            lib.ggml_build_forward_expand(graph, y)
+            assert lib.ggml_graph_compute_with_ctx(ctx, graph, threads) == lib.GGML_STATUS_SUCCESS
+            got = np.frombuffer(ffi.buffer(y.data, 4 * t * n_out), np.float32).reshape(t, n_out)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+        finally:
+            lib.ggml_free(ctx)

@@ -157,3 +157,69 @@ def test_attention_products_read_transposed_operands_in_place(batch_q, batch_k, 
         if K is not None and K.gemm is not None:
             ops = [n.op for n in _nodes(model)]
             assert ops.count(lib.GGML_OP_CUSTOM) == 2 and lib.GGML_OP_CONT not in ops, ops
+
+
+def _linear_model(bias_shape, bias_first, via_identity=False, extra_use=False, a_shape=(3, 5, 8)):
+    n = helper.make_node
+    rng = np.random.default_rng(5)
+    W = rng.standard_normal((8, 6)).astype(np.float32)
+    bias = rng.standard_normal(bias_shape).astype(np.float32)
+    bname = "bid" if via_identity else "bias"
+    nodes = ([n("Identity", ["bias"], ["bid"])] if via_identity else []) + [
+        n("MatMul", ["a", "W"], ["h"]), n("Add", [bname, "h"] if bias_first else ["h", bname], ["y"])]
+    outs = ["y"] + (["h"] if extra_use else [])
+    out_shape = np.broadcast_shapes(a_shape[:-1] + (6,), bias_shape)
+    g = helper.make_graph(nodes, "lin", [helper.make_tensor_value_info("a", T.FLOAT, a_shape)],
+                          [helper.make_tensor_value_info(o, T.FLOAT, out_shape if o == "y" else a_shape[:-1] + (6,))
+                           for o in outs],
+                          [numpy_helper.from_array(W, "W"), numpy_helper.from_array(bias, "bias")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("bias_shape,bias_first,via_identity,extra_use,fused", [
+    ((6,), False, False, False, True), ((6,), True, True, False, True), ((1, 6), True, False, False, True),
+    ((6,), False, False, True, False),            # the product is also an output: kept apart
+    ((2, 1, 1, 6), False, False, False, False),   # a bias of higher rank broadcasts the output: node by node
+    ((5, 6), False, False, False, False)])        # not a per-column bias
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_matmul_and_bias_as_one_linear_node(bias_shape, bias_first, via_identity, extra_use, fused, threads):
+    from onnx.reference import ReferenceEvaluator
+
+    from ggmlpy import kernels
+    proto = _linear_model(bias_shape, bias_first, via_identity, extra_use)
+    a = np.random.default_rng(6).standard_normal((3, 5, 8)).astype(np.float32)
+    want = ReferenceEvaluator(proto).run(None, {"a": a})
+    model = ggmlpy.onnx_load(proto, device="cpu", n_threads=threads)
+    for got, w in zip(ggmlpy.onnx_run(model, {"a": a}).values(), want):
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5)
+    K = kernels.get()
+    if K is not None and K.linear is not None:
+        names = {ffi_name(n) for n in _nodes(model) if n.op == lib.GGML_OP_CUSTOM}
+        assert names == ({"ggmlpy.linear"} if fused else {"ggmlpy.gemm"})
+        assert any(n.op == lib.GGML_OP_ADD for n in _nodes(model)) != fused
+
+
+@pytest.mark.parametrize("c_shape,alpha,beta,fused", [((6,), 1.0, 1.0, True), ((1, 6), 1.0, 1.0, True),
+                                                     ((6,), 2.0, 1.0, False), ((6,), 1.0, 0.5, False),
+                                                     ((4, 6), 1.0, 1.0, False)])
+def test_gemm_bias_in_the_product_node(c_shape, alpha, beta, fused):
+    from ggmlpy import kernels
+    rng = np.random.default_rng(7)
+    A = rng.standard_normal((4, 8)).astype(np.float32)
+    B = rng.standard_normal((6, 8)).astype(np.float32)
+    C = rng.standard_normal(c_shape).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Gemm", ["A", "B", "C"], ["y"], transB=1, alpha=alpha, beta=beta)], "g",
+                          [helper.make_tensor_value_info("A", T.FLOAT, A.shape)],
+                          [helper.make_tensor_value_info("y", T.FLOAT, (4, 6))],
+                          [numpy_helper.from_array(B, "B"), numpy_helper.from_array(C, "C")])
+    model = ggmlpy.onnx_load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), device="cpu")
+    np.testing.assert_allclose(ggmlpy.onnx_run(model, {"A": A})["y"], alpha * A @ B.T + beta * C, rtol=1e-5, atol=1e-5)
+    K = kernels.get()
+    if K is not None and K.linear is not None:
+        assert ({ffi_name(n) for n in _nodes(model) if n.op == lib.GGML_OP_CUSTOM} ==
+                ({"ggmlpy.linear"} if fused else {"ggmlpy.gemm"}))
+
+
+def ffi_name(t):
+    from ggmlpy.bindings import ffi
+    return ffi.string(t.name).decode()

@@ -65,6 +65,7 @@ int ggmlpy_blas_parallel(void);
 _CONV_CDEF = """
 void ggmlpy_conv2d_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 void ggmlpy_maxpool2d_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+void ggmlpy_linear_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 int ggmlpy_conv_params_count(void);
 void ggmlpy_layernorm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 """
@@ -86,6 +87,8 @@ class Kernels:
         self.gemm = self._gemm if glib is not None else None  # None: products stay ggml's
         self._conv_fn = clib.ggmlpy_conv2d_f32 if clib is not None else None
         self._pool_fn = clib.ggmlpy_maxpool2d_f32 if clib is not None else None
+        self._linear_fn = clib.ggmlpy_linear_f32 if clib is not None else None
+        self.linear = self._linear if clib is not None else None  # None: a product, then ggml's add
         self.conv2d = self._conv2d if clib is not None else None  # None: ggml's im2col and products
         self.maxpool2d = self._maxpool2d if clib is not None else None  # None: ggml's pool_2d
         self._conv_params: dict = {}  # parameter tuple -> int32 array (userdata: lives as long as this)
@@ -142,6 +145,13 @@ class Kernels:
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, out_hw[1], out_hw[0], x.ne[2], x.ne[3],
                                   ffi.new("struct ggml_tensor *[]", [x]), 1, self._pool_fn, N_TASKS_MAX, params)
 
+
+    def _linear(self, ctx, w, x, bias):
+        """w [N, K] x [K, T] + bias [N] (column-major; ONNX's X @ W + b with W in its own layout) as
+        one node; all contiguous f32, x's rows possibly split over ne2/ne3. Returns ne [N, T]."""
+        args = ffi.new("struct ggml_tensor *[3]", [w, x, bias])
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, w.ne[0], x.ne[1] * x.ne[2] * x.ne[3], 1, 1, args, 3,
+                                  self._linear_fn, N_TASKS_MAX, ffi.NULL)
 
     def _layernorm(self, ctx, x, gamma=None, beta=None, eps=1e-5):
         """(x - mean) / sqrt(var + eps) * gamma + beta over the rows (ne0) of a contiguous f32 x, as one

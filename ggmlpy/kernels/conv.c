@@ -259,3 +259,36 @@ void ggmlpy_maxpool2d_f32(void *dst, int ith, int nth, void *userdata) {
         }
     }
 }
+
+/* A linear layer's product and bias as one node: dst [N, T] = w [N, K] x [K, T] + bias [N] in
+ * column-major terms (ONNX's X (T, K) @ W (K, N) + b, with W in its own row-major layout), each
+ * thread's block of dst set to the bias and the product added onto it (beta = 1) by OpenBLAS.
+ * Threads split the columns (tokens), or the rows when there are more rows, in blocks of 16. */
+void ggmlpy_linear_f32(void *dst, int ith, int nth, void *userdata) {
+    (void)userdata;
+    const void *wt = src_of(dst, 0), *xt = src_of(dst, 1);
+    int64_t wne[4], xne[4];
+    ne_of(wt, wne);
+    ne_of(xt, xne);
+    const int m = (int)wne[0], k = (int)wne[1], n = (int)(xne[1] * xne[2] * xne[3]);
+    const float *w = data_of(wt), *x = data_of(xt), *bias = data_of(src_of(dst, 2));
+    float *y = data_of(dst);
+    if (nth == 1)
+        openblas_set_num_threads(1);
+    int i0 = 0, i1 = m, j0 = 0, j1 = n;
+    if (n >= m) {
+        int per = ((n + nth - 1) / nth + 15) & ~15;
+        j0 = imin(per * ith, n);
+        j1 = imin(j0 + per, n);
+    } else {
+        int per = ((m + nth - 1) / nth + 15) & ~15;
+        i0 = imin(per * ith, m);
+        i1 = imin(i0 + per, m);
+    }
+    if (i0 >= i1 || j0 >= j1)
+        return;
+    for (int j = j0; j < j1; j++)
+        memcpy(y + (int64_t)j * m + i0, bias + i0, (size_t)(i1 - i0) * sizeof(float));
+    cblas_sgemm(ColMajor, NoTrans, NoTrans, i1 - i0, j1 - j0, k, 1.0f, w + i0, m, x + (int64_t)j0 * k, k, 1.0f,
+                y + (int64_t)j0 * m + i0, m);
+}

@@ -20,6 +20,8 @@ def _const_values(graph, initializers):
     for n in graph.node:
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
             vals[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+        elif n.op_type == "Identity" and n.input and n.input[0] in vals:  # exporters alias shared weights
+            vals[n.output[0]] = vals[n.input[0]]
     return vals
 
 
@@ -73,6 +75,38 @@ def find_conv_epilogues(graph) -> tuple[dict, set]:
         members = (i,) + ((add,) if residual is not None else ()) + ((relu,) if relu is not None else ())
         fused[last] = (i, residual, relu is not None, members)
         skipped |= set(members[:-1])
+    return fused, skipped
+
+
+def find_linear_bias(graph, initializers) -> tuple[dict, set]:
+    """(fused, skipped) for MatMul(x, W) -> Add(b) with W a constant matrix and b a constant of W's
+    column count (a linear layer as exporters write it, built as conv.c's one linear node): fused maps
+    the Add's index to (the MatMul's index, b's name, both indices); skipped holds the MatMuls."""
+    vals = _const_values(graph, initializers)
+    nodes = list(graph.node)
+    uses = _uses(graph)
+    consumer = {}
+    for j, n in enumerate(nodes):
+        for i in n.input:
+            consumer.setdefault(i, j)
+    fused, skipped = {}, set()
+    for i, n in enumerate(nodes):
+        if n.op_type != "MatMul" or n.domain not in ("", "ai.onnx") or len(n.input) != 2:
+            continue
+        w = vals.get(n.input[1])
+        out = n.output[0]
+        j = consumer.get(out)
+        if w is None or np.ndim(w) != 2 or uses[out] != 1 or j is None:
+            continue
+        add = nodes[j]
+        if add.op_type != "Add" or add.domain not in ("", "ai.onnx") or len(add.input) != 2:
+            continue
+        bias = add.input[1] if add.input[0] == out else add.input[0]
+        bv = vals.get(bias)
+        if bias == out or bv is None or np.size(bv) != np.shape(w)[1] or np.shape(bv)[-1:] != np.shape(w)[1:]:
+            continue
+        fused[j] = (i, bias, (i, j))
+        skipped.add(i)
     return fused, skipped
 
 

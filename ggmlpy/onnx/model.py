@@ -21,11 +21,11 @@ from ..backend.device import Backend, get_backend, is_software_device
 from ..bindings import ffi, lib
 from ..errors import DeviceError
 from .graph import F32, NUMERIC_TYPES, Builder, OnnxError, Val, const, np_dtype, type_name
-from .fusion import find_conv_epilogues, find_gelu
+from .fusion import find_conv_epilogues, find_gelu, find_linear_bias
 from .ops_basic import OPS
 from .ops_basic import f as contiguous_f32
 from .ops_host import HOST_OPS
-from .ops_nn import conv_epilogue
+from .ops_nn import conv_epilogue, linear_bias
 
 _NULL = ffi.NULL
 _OVERHEAD = int(lib.ggml_tensor_overhead())
@@ -330,7 +330,11 @@ class _Plan:
         if first and b.kernels is not None and b.kernels.conv2d is not None and not any(
                 op_key(n) in HOST_OPS for n in nodes):
             convs, conv_skipped = find_conv_epilogues(g)
-        skipped = skipped | conv_skipped
+        linears, lin_skipped = ({}, set())
+        if first and b.kernels is not None and b.kernels.linear is not None and not any(
+                op_key(n) in HOST_OPS for n in nodes):
+            linears, lin_skipped = find_linear_bias(g, model.initializers)
+        skipped = skipped | conv_skipped | lin_skipped
         self.deferred, pending = [], set()
 
         def build(node):
@@ -389,6 +393,18 @@ class _Plan:
                     vals[node.output[0]] = out[0]
                     continue
                 for j in members:  # the pattern does not apply here: its nodes one by one
+                    build(nodes[j])
+                continue
+            if k in linears:
+                mi, bias, members = linears[k]
+                mnode = b.node = nodes[mi]
+                out = None
+                if all(n in vals for n in mnode.input) and bias in vals:
+                    out = linear_bias(b, mnode, [vals[n] for n in mnode.input], {}, vals[bias])
+                if out is not None:
+                    vals[node.output[0]] = out[0]
+                    continue
+                for j in members:
                     build(nodes[j])
                 continue
             build(node)

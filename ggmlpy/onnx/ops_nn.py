@@ -34,12 +34,13 @@ def _matmul(b, a: Val, bt, b_shape, out_batch=None):
     return lib.ggml_mul_mat(b.ctx, bt, ta), batch + (M, N)
 
 
-def _linear(b, a: Val, w_kn):
+def _linear(b, a: Val, w_kn, bias: Val | None = None):
     """A (..., M, K) @ W (K, N) for a constant f32 W on ggml's CPU backend with ggmlpy's gemm kernel:
     W kept in its own row-major layout (ggml ne [N, K]) is the first operand of one OpenBLAS product
     C = W X (column-major, N x rows), which lands in the output's layout; all rows of all batches at
     once. OpenBLAS runs this orientation 5-20 % faster than the one ggml's BLAS backend uses (measured
-    on a transformer's projections), and no ggml copy is made. None where it does not apply."""
+    on a transformer's projections), and no ggml copy is made. A bias (N values) is added in the same
+    node (conv.c's linear). None where it does not apply."""
     k = b.kernels
     if k is None or k.gemm is None or (b.f16_weights and w_kn.size >= 256) or a.rank < 2 or w_kn.ndim != 2:
         return None
@@ -49,7 +50,22 @@ def _linear(b, a: Val, w_kn):
     x = reshape(b, f(b, a), (rows, K))  # ggml [K, rows]
     w = b.weight(np.ascontiguousarray(w_kn, dtype=np.float32))  # ggml [N, K]
     shape = a.shape[:-1] + (N,)
+    if bias is not None and k.linear is not None and bias.size == N and bias.rank <= len(shape):
+        bt = (b.weight(np.asarray(bias.const, dtype=np.float32).reshape(N)) if bias.is_const
+              else reshape(b, b.tensor(bias), (N,)))
+        return reshape(b, b.kernel_node(k.linear(b.ctx, w, x, bt), "linear"), shape), shape
+    if bias is not None:
+        return None
     return reshape(b, b.kernel_node(k.gemm(b.ctx, w, x), "gemm"), shape), shape
+
+
+def linear_bias(b, node, ins, at, bias: Val):
+    """MatMul(x, W) + bias as one node (fusion.find_linear_bias); None where that does not apply."""
+    a, w = ins
+    if not w.is_const or w.rank != 2 or a.rank < 2 or a.is_const or bias.rank > a.rank:
+        return None
+    out = _linear(b, a, w.const, bias)
+    return None if out is None else [b.out(out[0], out[1], a.dtype)]
 
 
 def _matmul_gemm(b, a: Val, w: Val):
@@ -117,7 +133,12 @@ def _gemm(b, node, ins, at):
         A = Val(A.shape[::-1], A.dtype, t=permute(b, b.tensor(A), (1, 0)))
     fast = None
     if B.is_const and B.rank == 2:
-        fast = _linear(b, A, B.const.T if int(at.get("transB", 0)) else B.const)
+        w_kn = B.const.T if int(at.get("transB", 0)) else B.const
+        if C is not None and alpha == 1.0 and beta == 1.0 and C.size == w_kn.shape[1] and C.rank <= 2:
+            fast = _linear(b, A, w_kn, C)  # the bias in the product's node
+            if fast is not None:
+                return [b.out(fast[0], fast[1], A.dtype)]
+        fast = _linear(b, A, w_kn)
     if fast is not None:
         t, shape = fast
     else:
