@@ -194,8 +194,8 @@ def test_matmul_and_bias_as_one_linear_node(bias_shape, bias_first, via_identity
         np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5)
     K = kernels.get()
     if K is not None and K.linear is not None:
-        names = {ffi_name(n) for n in _nodes(model) if n.op == lib.GGML_OP_CUSTOM}
-        assert names == ({"ggmlpy.linear"} if fused else {"ggmlpy.gemm"})
+        names = [ffi_name(n) for n in _nodes(model) if n.op == lib.GGML_OP_CUSTOM]
+        assert names == ["ggmlpy.linear"] if fused or K.linear_packed else names == ["ggmlpy.gemm"]
         assert any(n.op == lib.GGML_OP_ADD for n in _nodes(model)) != fused
 
 
@@ -216,10 +216,32 @@ def test_gemm_bias_in_the_product_node(c_shape, alpha, beta, fused):
     np.testing.assert_allclose(ggmlpy.onnx_run(model, {"A": A})["y"], alpha * A @ B.T + beta * C, rtol=1e-5, atol=1e-5)
     K = kernels.get()
     if K is not None and K.linear is not None:
-        assert ({ffi_name(n) for n in _nodes(model) if n.op == lib.GGML_OP_CUSTOM} ==
-                ({"ggmlpy.linear"} if fused else {"ggmlpy.gemm"}))
+        names = [ffi_name(n) for n in _nodes(model) if n.op == lib.GGML_OP_CUSTOM]
+        assert names == ["ggmlpy.linear"] if fused or K.linear_packed else names == ["ggmlpy.gemm"]
+        assert any(n.op == lib.GGML_OP_ADD for n in _nodes(model)) != fused
 
 
 def ffi_name(t):
     from ggmlpy.bindings import ffi
     return ffi.string(t.name).decode()
+
+
+@pytest.mark.parametrize("bias_first", [True, False])
+def test_linear_layers_without_avx512_use_openblas_with_the_same_numbers(bias_first, monkeypatch):
+    """Where conv.c was built without AVX-512 (linear_packed is None) the bias'd product is the
+    OpenBLAS node and a plain product gemm.c's."""
+    from onnx.reference import ReferenceEvaluator
+
+    from ggmlpy import kernels
+    K = kernels.get()
+    if K is None or K.linear is None:
+        pytest.skip("no conv.c kernels")
+    monkeypatch.setattr(K, "linear_packed", None)
+    for extra_use in (False, True):
+        proto = _linear_model((6,), bias_first, extra_use=extra_use)
+        a = np.random.default_rng(8).standard_normal((3, 5, 8)).astype(np.float32)
+        model = ggmlpy.onnx_load(proto, device="cpu", n_threads=2)
+        for got, w in zip(ggmlpy.onnx_run(model, {"a": a}).values(), ReferenceEvaluator(proto).run(None, {"a": a})):
+            np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5)
+        names = [ffi_name(n) for n in _nodes(model) if n.op == lib.GGML_OP_CUSTOM]
+        assert names == (["ggmlpy.gemm"] if extra_use else ["ggmlpy.linear"])

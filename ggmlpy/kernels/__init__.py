@@ -66,6 +66,8 @@ _CONV_CDEF = """
 void ggmlpy_conv2d_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 void ggmlpy_maxpool2d_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 void ggmlpy_linear_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+void ggmlpy_linear_packed_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+int ggmlpy_linear_packed_mr(void);
 int ggmlpy_conv_params_count(void);
 void ggmlpy_layernorm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 """
@@ -89,6 +91,9 @@ class Kernels:
         self._pool_fn = clib.ggmlpy_maxpool2d_f32 if clib is not None else None
         self._linear_fn = clib.ggmlpy_linear_f32 if clib is not None else None
         self.linear = self._linear if clib is not None else None  # None: a product, then ggml's add
+        self.packed_rows = int(clib.ggmlpy_linear_packed_mr()) if clib is not None else 0  # 0: no AVX-512
+        self._packed_fn = clib.ggmlpy_linear_packed_f32 if self.packed_rows else None
+        self.linear_packed = self._linear_packed if self.packed_rows else None  # None: linear, over OpenBLAS
         self.conv2d = self._conv2d if clib is not None else None  # None: ggml's im2col and products
         self.maxpool2d = self._maxpool2d if clib is not None else None  # None: ggml's pool_2d
         self._conv_params: dict = {}  # parameter tuple -> int32 array (userdata: lives as long as this)
@@ -152,6 +157,29 @@ class Kernels:
         args = ffi.new("struct ggml_tensor *[3]", [w, x, bias])
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, w.ne[0], x.ne[1] * x.ne[2] * x.ne[3], 1, 1, args, 3,
                                   self._linear_fn, N_TASKS_MAX, ffi.NULL)
+
+    def pack_linear(self, w_kn: np.ndarray) -> np.ndarray:
+        """ONNX weights W (K, N) in the panels linear_packed reads: (panels, K, rows) with
+        out[p, k, r] = W[k, p * rows + r], zero past N."""
+        K, N = w_kn.shape
+        mr = self.packed_rows
+        npan = -(-N // mr)
+        wp = np.zeros((K, npan * mr), np.float32)
+        wp[:, :N] = w_kn
+        return np.ascontiguousarray(wp.reshape(K, npan, mr).transpose(1, 0, 2))
+
+    def _linear_packed(self, ctx, wp, x, n_out, bias=None):
+        """X @ W (+ bias) as one node of conv.c's AVX-512 product: wp is pack_linear(W) as a ggml
+        tensor [rows, K, panels], x [K, T] contiguous (T rows of ONNX's X, possibly over ne2/ne3),
+        bias [N] or None. Returns ne [N, T]."""
+        key = ("linear", int(bias is not None))
+        params = self._conv_params.get(key)
+        if params is None:
+            params = self._conv_params[key] = ffi.new("int32_t[]", list(key[1:]))
+        args = [wp, x] + ([bias] if bias is not None else [])
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, n_out, x.ne[1] * x.ne[2] * x.ne[3], 1, 1,
+                                  ffi.new("struct ggml_tensor *[]", args), len(args), self._packed_fn, N_TASKS_MAX,
+                                  params)
 
     def _layernorm(self, ctx, x, gamma=None, beta=None, eps=1e-5):
         """(x - mean) / sqrt(var + eps) * gamma + beta over the rows (ne0) of a contiguous f32 x, as one

@@ -48,14 +48,19 @@ def _linear(b, a: Val, w_kn, bias: Val | None = None):
     b.need(a.shape[-1] == K, f"matmul shapes {list(a.shape)} and {list(w_kn.shape)} do not match")
     rows = int(np.prod(a.shape[:-1], dtype=np.int64))
     x = reshape(b, f(b, a), (rows, K))  # ggml [K, rows]
-    w = b.weight(np.ascontiguousarray(w_kn, dtype=np.float32))  # ggml [N, K]
     shape = a.shape[:-1] + (N,)
-    if bias is not None and k.linear is not None and bias.size == N and bias.rank <= len(shape):
+    bt = None
+    if bias is not None:
+        if k.linear is None or bias.size != N or bias.rank > len(shape):
+            return None
         bt = (b.weight(np.asarray(bias.const, dtype=np.float32).reshape(N)) if bias.is_const
               else reshape(b, b.tensor(bias), (N,)))
+    if k.linear_packed is not None:  # AVX-512: the weights packed once, here
+        wp = b.weight(k.pack_linear(np.asarray(w_kn, dtype=np.float32)))
+        return reshape(b, b.kernel_node(k.linear_packed(b.ctx, wp, x, N, bt), "linear"), shape), shape
+    w = b.weight(np.ascontiguousarray(w_kn, dtype=np.float32))  # ggml [N, K]
+    if bt is not None:
         return reshape(b, b.kernel_node(k.linear(b.ctx, w, x, bt), "linear"), shape), shape
-    if bias is not None:
-        return None
     return reshape(b, b.kernel_node(k.gemm(b.ctx, w, x), "gemm"), shape), shape
 
 
