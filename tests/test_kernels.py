@@ -356,8 +356,9 @@ def conv_ref(x, W, stride, pads_b, pads_e, dil, groups):
     return out
 
 
-def conv_on_cpu(x, W, stride, pads_b, pads_e, dil, groups, threads, bias=None, residual=None, relu=False, block=0):
-    """K.conv2d of numpy arrays on ggml's CPU backend (one graph, `threads` threads)."""
+def conv_on_cpu(x, W, stride, pads_b, pads_e, dil, groups, threads, bias=None, residual=None, relu=False, block=0,
+                packed=False):
+    """K.conv2d (or, packed, K.conv2d_packed) of numpy arrays on ggml's CPU backend (one graph)."""
     from ggmlpy.bindings import ffi
     N, C, H, Wd = x.shape
     M, Cg, KH, KW = W.shape
@@ -372,10 +373,15 @@ def conv_on_cpu(x, W, stride, pads_b, pads_e, dil, groups, threads, bias=None, r
         return t
     try:
         xt = tensor(x, Wd, H, C, N)
-        wt = lib.ggml_reshape_2d(ctx, tensor(W, KW, KH, Cg, M), KW * KH * Cg, M)
         bt = None if bias is None else lib.ggml_reshape_1d(ctx, tensor(bias, M, 1, 1, 1), M)
         rt = None if residual is None else tensor(residual, OW, OH, M, N)
-        y = K.conv2d(ctx, xt, wt, (KH, KW), stride, pads_b, dil, (OH, OW), groups, bt, rt, relu, block)
+        if packed:
+            wp = K.pack_conv(W, groups)
+            y = K.conv2d_packed(ctx, xt, tensor(wp, *wp.shape[::-1], 1), M, (KH, KW), stride, pads_b, dil, (OH, OW),
+                                groups, bt, rt, relu)
+        else:
+            wt = lib.ggml_reshape_2d(ctx, tensor(W, KW, KH, Cg, M), KW * KH * Cg, M)
+            y = K.conv2d(ctx, xt, wt, (KH, KW), stride, pads_b, dil, (OH, OW), groups, bt, rt, relu, block)
         assert y.op == lib.GGML_OP_CUSTOM and [int(y.ne[i]) for i in range(4)] == [OW, OH, M, N]
         graph = lib.ggml_new_graph(ctx)
         lib.ggml_build_forward_expand(graph, y)
@@ -586,3 +592,27 @@ def test_linear_with_packed_weights(n_out, k, t, with_bias):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5 * np.abs(want).max())
         finally:
             lib.ggml_free(ctx)
+
+
+needs_packed_conv = pytest.mark.skipif(K is None or K.conv2d_packed is None,
+                                       reason="no AVX-512 (or no conv.c): convolutions use OpenBLAS")
+
+
+@needs_packed_conv
+@pytest.mark.parametrize("case", CONV_CASES + [((1, 40, 9, 9), (130, 40, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1)],
+                         ids=lambda c: "x{}w{}s{}p{}{}d{}g{}".format(*c))
+def test_packed_conv_every_geometry_and_thread_count(case):
+    """conv.c's AVX-512 convolution: strips of 12 pixels (tails), panels of 32 channels (tails, groups)."""
+    xs, ws, stride, pb, pe, dil, groups = case
+    rng = np.random.default_rng(sum(xs) + sum(ws) + 1)
+    x = rng.standard_normal(xs).astype(np.float32)
+    W = rng.standard_normal(ws).astype(np.float32)
+    bias = rng.standard_normal(ws[0]).astype(np.float32)
+    ref = conv_ref(x, W, stride, pb, pe, dil, groups) + bias.reshape(1, -1, 1, 1)
+    r = rng.standard_normal(ref.shape).astype(np.float32)
+    for threads in (1, 2, 3):
+        out = conv_on_cpu(x, W, stride, pb, pe, dil, groups, threads, bias=bias, packed=True)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+        out = conv_on_cpu(x, W, stride, pb, pe, dil, groups, threads, bias=bias, residual=r, relu=True, packed=True)
+        want = np.maximum(ref + r, 0)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

@@ -144,3 +144,23 @@ def test_half_precision_weights_keep_ggmls_products():
     m, out = run(proto, {"x": x}, dtype="f16")
     assert len(custom_nodes(m)) == 2  # W0 and Wd: below 256 weights, which stay f32 (README)
     np.testing.assert_allclose(out["y"], ReferenceEvaluator(proto).run(None, {"x": x})[0], rtol=1e-2, atol=1e-2)
+
+
+@needs_conv
+@pytest.mark.parametrize("threads", [1, 2])
+def test_wide_convs_use_the_packed_kernel_where_there_is_avx512(threads):
+    """From 128 output channels (ops_nn.PACKED_CONV_MIN_CHANNELS) conv.c's AVX-512 product runs them:
+    the same numbers (a stem of 64 channels stays on OpenBLAS)."""
+    n = helper.make_node
+    proto = model([n("Conv", ["x", "W0", "b0"], ["c0"], pads=[1, 1, 1, 1]), n("Relu", ["c0"], ["r0"]),
+                   n("Conv", ["r0", "W1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+                   n("Conv", ["r0", "Wd"], ["d"], strides=[2, 2]), n("Add", ["c1", "d"], ["s"]), n("Relu", ["s"], ["y"])],
+                  [("x", (2, 3, 13, 11))], ["y"], {"W0": w(64, 3, 3, 3), "b0": w(64), "W1": w(130, 64, 3, 3),
+                                                   "b1": w(130), "Wd": w(130, 64, 1, 1)})
+    x = RNG.standard_normal((2, 3, 13, 11)).astype(np.float32)
+    m, out = run(proto, {"x": x}, threads)
+    np.testing.assert_allclose(out["y"], ReferenceEvaluator(proto).run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    nodes = custom_nodes(m)
+    assert len(nodes) == 3
+    if K.conv2d_packed is not None:  # packed weights: ne [rows, C*KH*KW, panels]
+        assert [int(t.src[1].ne[0]) == K.packed_rows and int(t.src[1].ne[2]) == 5 for t in nodes] == [False, True, True]

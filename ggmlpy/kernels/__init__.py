@@ -67,6 +67,7 @@ void ggmlpy_conv2d_f32(struct ggml_tensor * dst, int ith, int nth, void * userda
 void ggmlpy_maxpool2d_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 void ggmlpy_linear_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 void ggmlpy_linear_packed_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+void ggmlpy_conv2d_packed_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 int ggmlpy_linear_packed_mr(void);
 int ggmlpy_conv_params_count(void);
 void ggmlpy_layernorm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
@@ -94,6 +95,8 @@ class Kernels:
         self.packed_rows = int(clib.ggmlpy_linear_packed_mr()) if clib is not None else 0  # 0: no AVX-512
         self._packed_fn = clib.ggmlpy_linear_packed_f32 if self.packed_rows else None
         self.linear_packed = self._linear_packed if self.packed_rows else None  # None: linear, over OpenBLAS
+        self._conv_packed_fn = clib.ggmlpy_conv2d_packed_f32 if self.packed_rows else None
+        self.conv2d_packed = self._conv2d_packed if self.packed_rows else None  # None: conv2d, over OpenBLAS
         self.conv2d = self._conv2d if clib is not None else None  # None: ggml's im2col and products
         self.maxpool2d = self._maxpool2d if clib is not None else None  # None: ggml's pool_2d
         self._conv_params: dict = {}  # parameter tuple -> int32 array (userdata: lives as long as this)
@@ -127,7 +130,24 @@ class Kernels:
         contiguous f32; pad = (top, left) (the bottom and right pads are implied by out_hw = (OH, OW));
         then + bias [M], + residual (the output's shape), ReLU. Returns ne [OW, OH, M, N].
         The caller validates the geometry (see conv.c for the layout)."""
-        M = int(w.ne[1])
+        return self._conv_node(ctx, self._conv_fn, x, w, int(w.ne[1]), kernel, stride, pad, dilation, out_hw, groups,
+                               bias, residual, relu, block)
+
+    def pack_conv(self, w: np.ndarray, groups: int = 1) -> np.ndarray:
+        """ONNX conv weights (M, C/groups, KH, KW) in the panels conv2d_packed reads: each group's
+        (M/groups, C/groups*KH*KW) matrix transposed through pack_linear, the groups one after another."""
+        M = w.shape[0]
+        mats = w.reshape(groups, M // groups, -1)
+        return np.concatenate([self.pack_linear(np.ascontiguousarray(m.T)) for m in mats])
+
+    def _conv2d_packed(self, ctx, x, wp, out_channels, kernel, stride, pad, dilation, out_hw, groups=1, bias=None,
+                       residual=None, relu=False):
+        """conv2d with the weights as pack_conv(W, groups) (ne [rows, C/groups*KH*KW, panels]): conv.c's
+        AVX-512 product. Same arguments and result otherwise."""
+        return self._conv_node(ctx, self._conv_packed_fn, x, wp, out_channels, kernel, stride, pad, dilation, out_hw,
+                               groups, bias, residual, relu, 0)
+
+    def _conv_node(self, ctx, fn, x, w, M, kernel, stride, pad, dilation, out_hw, groups, bias, residual, relu, block):
         args = [x, w] + [t for t in (bias, residual) if t is not None]
         flags = int(relu) | (2 if bias is not None else 0) | (4 if residual is not None else 0)
         key = (*kernel, *stride, *pad, *dilation, groups, flags, block)
@@ -135,8 +155,7 @@ class Kernels:
         if params is None:
             params = self._conv_params[key] = ffi.new("int32_t[]", list(key))
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, out_hw[1], out_hw[0], M, x.ne[3],
-                                  ffi.new("struct ggml_tensor *[]", args), len(args), self._conv_fn, N_TASKS_MAX,
-                                  params)
+                                  ffi.new("struct ggml_tensor *[]", args), len(args), fn, N_TASKS_MAX, params)
 
 
     def _maxpool2d(self, ctx, x, kernel, stride, pad, out_hw):

@@ -69,14 +69,14 @@ typedef struct {
     int C, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW;
 } geom;
 
-/* col[r * m + (p - p0)] for the pixels p0 <= p < p0 + m and rows r = (c KH + kh) KW + kw of one image
- * (and group) whose channels start at x */
-static void im2col_block(const float *x, float *col, int64_t p0, int64_t m, const geom *g) {
+/* col[r * ld + (p - p0)] for the pixels p0 <= p < p0 + m and rows r = (c KH + kh) KW + kw of one image
+ * (and group) whose channels start at x (ld >= m) */
+static void im2col_block(const float *x, float *col, int64_t p0, int64_t m, int64_t ld, const geom *g) {
     const int64_t plane = (int64_t)g->H * g->W;
     float *out = col;
     for (int c = 0; c < g->C; c++)
         for (int kh = 0; kh < g->KH; kh++)
-            for (int kw = 0; kw < g->KW; kw++, out += m) {
+            for (int kw = 0; kw < g->KW; kw++, out += ld) {
                 const int off_w = kw * g->DW - g->PW;  /* iw = ow SW + off_w */
                 const int ow_lo = imin(first_in(off_w, g->SW), g->OW), ow_hi = imin(first_past(off_w, g->SW, g->W), g->OW);
                 int oh = (int)(p0 / g->OW), ow = (int)(p0 % g->OW);
@@ -202,7 +202,7 @@ void ggmlpy_conv2d_f32(void *dst, int ith, int nth, void *userdata) {
                         out[o * P + p0 + i] = __builtin_nanf("");
                 continue;
             }
-            im2col_block(xg, col, p0, m, &g);
+            im2col_block(xg, col, p0, m, m, &g);
             a = col;
             lda = m;
         }
@@ -420,8 +420,108 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
         }
     }
 }
+
+/* The convolution of ggmlpy_conv2d_f32 on AVX-512 with its weights packed at load (pack_linear of
+ * W^T: panels of LMR output channels, [C*KH*KW][LMR]): out^T (M x P) = W (M x CKK) col^T (CKK x P),
+ * the orientation of the linear layers above, whose x panels ([k][LNR pixels]) are exactly what
+ * im2col_block writes for a strip of LNR pixels. Each LMR x LNR block is computed over the whole of
+ * CKK into registers (starting from the bias), then written to the NCHW output a channel row at a
+ * time with the residual and ReLU. Work items are (image, group, a run of strips); with fewer items
+ * than threads, the threads split the channel panels. userdata as ggmlpy_conv2d_f32's. */
+#define CONV_STRIP_BYTES (256 * 1024)
+
+void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
+    const int32_t *pr = (const int32_t *)userdata;
+    const void *xt = src_of(dst, 0), *wt = src_of(dst, 1);
+    int64_t xne[4], wne[4], dne[4];
+    ne_of(xt, xne);
+    ne_of(wt, wne);
+    ne_of(dst, dne);
+    const int G = pr[P_GROUPS], flags = pr[P_FLAGS];
+    geom g = {(int)xne[2] / G, (int)xne[1], (int)xne[0], (int)dne[1], (int)dne[0], pr[P_KH], pr[P_KW],
+              pr[P_SH], pr[P_SW], pr[P_PH], pr[P_PW], pr[P_DH], pr[P_DW]};
+    const int N = (int)dne[3], M = (int)dne[2], Mg = M / G;
+    const int CKK = (int)wne[1], npan = (int)wne[2] / G;  /* each group's channels: npan panels */
+    const int64_t P = (int64_t)g.OH * g.OW, in_plane = (int64_t)g.H * g.W;
+    const float *x = data_of(xt), *wp = data_of(wt);
+    const float *bias = (flags & F_BIAS) ? data_of(src_of(dst, 2)) : NULL;
+    const float *res = (flags & F_RESIDUAL) ? data_of(src_of(dst, (flags & F_BIAS) ? 3 : 2)) : NULL;
+    float *y = data_of(dst);
+    const int64_t strips = (P + LNR - 1) / LNR;
+    int64_t run = CONV_STRIP_BYTES / ((int64_t)LNR * CKK * (int64_t)sizeof(float));
+    run = run < 1 ? 1 : run > strips ? strips : run;
+    const int64_t runs = (strips + run - 1) / run, items = (int64_t)N * G * runs;
+    int64_t i0 = 0, i1 = items;
+    int q0 = 0, q1 = npan;
+    if (items >= nth) {
+        i0 = items * ith / nth;
+        i1 = items * (ith + 1) / nth;
+    } else {
+        q0 = (int)((int64_t)npan * ith / nth);
+        q1 = (int)((int64_t)npan * (ith + 1) / nth);
+        if (q0 >= q1)
+            return;
+    }
+    float *col = scratch((size_t)run * LNR * CKK);
+    float tile[LNR * LMR] __attribute__((aligned(64)));
+    for (int64_t it = i0; it < i1; it++) {
+        const int64_t ri = it % runs, ng = it / runs;
+        const int gi = (int)(ng % G), n = (int)(ng / G);
+        const int64_t s0 = ri * run, s1 = s0 + run < strips ? s0 + run : strips;
+        const float *xg = x + ((int64_t)n * G + gi) * g.C * in_plane;
+        float *out = y + ((int64_t)n * G + gi) * Mg * P;
+        const float *rg = res ? res + ((int64_t)n * G + gi) * Mg * P : NULL;
+        if (col == NULL) {  /* out of memory (a few hundred KB): never a silently wrong value */
+            for (int64_t o = (int64_t)q0 * LMR; o < Mg && o < (int64_t)q1 * LMR; o++)
+                for (int64_t p = s0 * LNR; p < P && p < s1 * LNR; p++)
+                    out[o * P + p] = __builtin_nanf("");
+            continue;
+        }
+        {  /* the run's patches as one block (long contiguous runs), then cut into [k][LNR] strips */
+            const int64_t p0 = s0 * LNR, m = (P < s1 * LNR ? P : s1 * LNR) - p0, ld = (s1 - s0) * LNR;
+            float *blk = panel_scratch((size_t)ld * CKK);
+            if (blk == NULL) {
+                col = NULL;
+                it--;
+                continue;
+            }
+            if (m < ld)
+                for (int r = 0; r < CKK; r++)
+                    memset(blk + (int64_t)r * ld + m, 0, (size_t)(ld - m) * sizeof(float));
+            im2col_block(xg, blk, p0, m, ld, &g);
+            for (int64_t s = s0; s < s1; s++) {
+                float *c = col + (s - s0) * LNR * CKK;
+                const float *b = blk + (s - s0) * LNR;
+                for (int r = 0; r < CKK; r++)
+                    memcpy(c + (int64_t)r * LNR, b + (int64_t)r * ld, LNR * sizeof(float));
+            }
+        }
+        for (int64_t s = s0; s < s1; s++) {
+            const int64_t p0 = s * LNR;
+            const int m = (int)(P - p0 < LNR ? P - p0 : LNR);
+            const float *c = col + (s - s0) * LNR * CKK;
+            for (int q = q0; q < q1; q++) {
+                const int o0 = q * LMR, mr = imin(LMR, Mg - o0);
+                linear_kernel(CKK, wp + ((int64_t)gi * npan + q) * CKK * LMR, c, tile, LMR, 1,
+                              bias ? bias + gi * Mg + o0 : NULL, 0xFFFF, 0xFFFF, LNR);
+                for (int o = 0; o < mr; o++) {
+                    float *yo = out + (int64_t)(o0 + o) * P + p0;
+                    const float *ro = rg ? rg + (int64_t)(o0 + o) * P + p0 : NULL;
+                    for (int j = 0; j < m; j++) {
+                        float v = tile[j * LMR + o] + (ro ? ro[j] : 0.0f);
+                        yo[j] = (flags & F_RELU) && v < 0.0f ? 0.0f : v;
+                    }
+                }
+            }
+        }
+    }
+}
 #else
 int ggmlpy_linear_packed_mr(void) { return 0; }  /* no AVX-512: linear layers use ggmlpy_linear_f32 */
+
+void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
+    (void)dst; (void)ith; (void)nth; (void)userdata;
+}
 
 void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
     (void)dst; (void)ith; (void)nth; (void)userdata;
