@@ -169,6 +169,14 @@ void ggmlpy_conv2d_f32(void *dst, int ith, int nth, void *userdata) {
     }
     if (block > P)
         block = P;
+    if (pr[P_BLOCK] <= 0 && nth > 1 && (int64_t)N * G < 4 * nth) {
+        /* few images: as many blocks an image as make the items a multiple of the threads (an even share) */
+        int64_t nb = (P + block - 1) / block, per = (int64_t)N * G;
+        int64_t want = ((nb * per + nth - 1) / nth) * nth;
+        nb = (want + per - 1) / per;
+        block = ((P + nb - 1) / nb + 15) & ~(int64_t)15;
+        block = block > P ? P : block;
+    }
     const int64_t nblocks = (P + block - 1) / block, items = (int64_t)N * G * nblocks;
     /* items this thread takes, and the output channels it computes of each */
     int64_t i0 = 0, i1 = items;
@@ -426,8 +434,8 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
  * the orientation of the linear layers above, whose x panels ([k][LNR pixels]) are exactly what
  * im2col_block writes for a strip of LNR pixels. Each LMR x LNR block is computed over the whole of
  * CKK into registers (starting from the bias), then written to the NCHW output a channel row at a
- * time with the residual and ReLU. Work items are (image, group, a run of strips); with fewer items
- * than threads, the threads split the channel panels. userdata as ggmlpy_conv2d_f32's. */
+ * time with the residual and ReLU. Work items are (image, group, a run of strips) times channel
+ * panels, split evenly over the threads. userdata as ggmlpy_conv2d_f32's. */
 #define CONV_STRIP_BYTES (256 * 1024)
 
 void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
@@ -451,20 +459,16 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
     int64_t run = CONV_STRIP_BYTES / ((int64_t)LNR * CKK * (int64_t)sizeof(float));
     run = run < 1 ? 1 : run > strips ? strips : run;
     const int64_t runs = (strips + run - 1) / run, items = (int64_t)N * G * runs;
-    int64_t i0 = 0, i1 = items;
-    int q0 = 0, q1 = npan;
-    if (items >= nth) {
-        i0 = items * ith / nth;
-        i1 = items * (ith + 1) / nth;
-    } else {
-        q0 = (int)((int64_t)npan * ith / nth);
-        q1 = (int)((int64_t)npan * (ith + 1) / nth);
-        if (q0 >= q1)
-            return;
-    }
+    /* this thread's share of the (item, channel panel) pairs: whole items, and at most one item at
+     * each end shared with the next thread (whose patches both then build) */
+    const int64_t units = items * npan, u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
+    if (u0 >= u1)
+        return;
     float *col = scratch((size_t)run * LNR * CKK);
     float tile[LNR * LMR] __attribute__((aligned(64)));
-    for (int64_t it = i0; it < i1; it++) {
+    for (int64_t it = u0 / npan; it <= (u1 - 1) / npan; it++) {
+        const int q0 = it == u0 / npan ? (int)(u0 % npan) : 0;
+        const int q1 = it == (u1 - 1) / npan ? (int)((u1 - 1) % npan) + 1 : npan;
         const int64_t ri = it % runs, ng = it / runs;
         const int gi = (int)(ng % G), n = (int)(ng / G);
         const int64_t s0 = ri * run, s1 = s0 + run < strips ? s0 + run : strips;
