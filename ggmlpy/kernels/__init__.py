@@ -4,6 +4,8 @@ compiled on first use, used as ggml custom ops.
 ggml's CPU `gelu_erf` calls `erff` one element at a time, and GELU's backward is a graph of a
 dozen element-wise ops; kernels.c does each in one vectorised pass (measured in the README).
 gemm.c serves products that ggml_mul_mat would need a transposed copy for (see its header).
+conv.c holds the ONNX importer's convolution, max pooling and linear layers (over OpenBLAS, and
+on AVX-512 a product of its own with weights packed at load), rows.c its layer normalisation.
 Each source is compiled once per machine with the system C compiler into ggmlpy's cache
 directory (keyed by the source, the compiler and its flags: `-march=native` code never runs
 on another CPU) and loaded with cffi. Without a compiler, or when compiling fails, `get()`
