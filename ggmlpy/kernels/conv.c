@@ -309,12 +309,12 @@ void ggmlpy_linear_f32(void *dst, int ith, int nth, void *userdata) {
  * registers (two 16-float vectors a column), starting from the bias, and adds one rank-1 update per
  * k: two loads from the weight panel, LNR broadcasts from x's. OpenBLAS repacks the weights on every
  * call; measured on a transformer's projections (128 tokens, cold caches) 97-104 GFLOP/s against
- * OpenBLAS's 88-94 on one core. Threads split x's column panels, or the weight panels when there are
- * fewer column panels than threads. userdata: int32_t[1] = has bias. */
+ * OpenBLAS's 88-94 on one core. Threads split the (column panel, weight panel) pairs evenly.
+ * userdata: int32_t[1] = has bias. */
 #ifdef __AVX512F__
 #include <immintrin.h>
 
-enum { LMR = 32, LNR = 12, LKC = 512, LNC = 20 * LNR };
+enum { LMR = 32, LNR = 12, LKC = 512 };
 
 int ggmlpy_linear_packed_mr(void) { return LMR; }
 
@@ -381,49 +381,37 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
     const float *bias = has_bias ? data_of(src_of(dst, 2)) : NULL;
     float *y = data_of(dst);
     const int ncp = (T + LNR - 1) / LNR;  /* x's column panels */
-    int c0 = 0, c1 = ncp, p0 = 0, p1 = npan;
-    if (ncp >= nth) {
-        c0 = (int)((int64_t)ncp * ith / nth);
-        c1 = (int)((int64_t)ncp * (ith + 1) / nth);
-    } else {
-        p0 = (int)((int64_t)npan * ith / nth);
-        p1 = (int)((int64_t)npan * (ith + 1) / nth);
-    }
-    if (c0 >= c1 || p0 >= p1)
+    /* this thread's share of the (column panel, weight panel) pairs, column-panel-major */
+    const int64_t units = (int64_t)ncp * npan, u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
+    if (u0 >= u1)
         return;
-    float *bp = panel_scratch((size_t)LKC * LNC);
-    if (bp == NULL) {
-        for (int64_t j = (int64_t)c0 * LNR; j < T && j < (int64_t)c1 * LNR; j++)
-            for (int i = p0 * LMR; i < N && i < p1 * LMR; i++)
-                y[j * N + i] = __builtin_nanf("");
-        return;
-    }
-    for (int jc = c0 * LNR; jc < c1 * LNR && jc < T; jc += LNC) {
-        const int jend = imin(imin(jc + LNC, c1 * LNR), T);
+    float *bp = panel_scratch((size_t)LKC * LNR);
+    for (int64_t cp = u0 / npan; cp <= (u1 - 1) / npan; cp++) {
+        const int q0 = cp == u0 / npan ? (int)(u0 % npan) : 0;
+        const int q1 = cp == (u1 - 1) / npan ? (int)((u1 - 1) % npan) + 1 : npan;
+        const int jr = (int)cp * LNR, nr = imin(LNR, T - jr);
+        if (bp == NULL) {  /* out of memory (24 KB): never a silently wrong value */
+            for (int j = jr; j < jr + nr; j++)
+                for (int i = q0 * LMR; i < N && i < q1 * LMR; i++)
+                    y[(int64_t)j * N + i] = __builtin_nanf("");
+            continue;
+        }
         for (int pc = 0; pc < K; pc += LKC) {
             const int kc = imin(LKC, K - pc);
-            for (int jr = jc; jr < jend; jr += LNR) {  /* pack x[pc:pc+kc, jr:jr+LNR] as [k][LNR] */
-                float *b = bp + (int64_t)(jr - jc) / LNR * kc * LNR;
-                const int nr = imin(LNR, jend - jr);
-                for (int j = 0; j < nr; j++) {
-                    const float *col = x + (int64_t)(jr + j) * K + pc;
-                    for (int k = 0; k < kc; k++)
-                        b[k * LNR + j] = col[k];
-                }
-                for (int j = nr; j < LNR; j++)
-                    for (int k = 0; k < kc; k++)
-                        b[k * LNR + j] = 0.0f;
+            for (int j = 0; j < nr; j++) {  /* x[pc:pc+kc, jr:jr+nr] as [k][LNR], zero past T */
+                const float *col = x + (int64_t)(jr + j) * K + pc;
+                for (int k = 0; k < kc; k++)
+                    bp[k * LNR + j] = col[k];
             }
-            for (int jr = jc; jr < jend; jr += LNR) {
-                const float *b = bp + (int64_t)(jr - jc) / LNR * kc * LNR;
-                const int nr = imin(LNR, jend - jr);
-                for (int p = p0; p < p1; p++) {
-                    const int ir = p * LMR, mr = imin(LMR, N - ir);
-                    const __mmask16 m0 = mr >= 16 ? 0xFFFF : (__mmask16)((1u << mr) - 1);
-                    const __mmask16 m1 = mr >= 32 ? 0xFFFF : mr > 16 ? (__mmask16)((1u << (mr - 16)) - 1) : 0;
-                    linear_kernel(kc, wp + ((int64_t)p * K + pc) * LMR, b, y + (int64_t)jr * N + ir, N, pc == 0,
-                                  bias ? bias + ir : NULL, m0, m1, nr);
-                }
+            for (int j = nr; j < LNR; j++)
+                for (int k = 0; k < kc; k++)
+                    bp[k * LNR + j] = 0.0f;
+            for (int p = q0; p < q1; p++) {
+                const int ir = p * LMR, mr = imin(LMR, N - ir);
+                const __mmask16 m0 = mr >= 16 ? 0xFFFF : (__mmask16)((1u << mr) - 1);
+                const __mmask16 m1 = mr >= 32 ? 0xFFFF : mr > 16 ? (__mmask16)((1u << (mr - 16)) - 1) : 0;
+                linear_kernel(kc, wp + ((int64_t)p * K + pc) * LMR, bp, y + (int64_t)jr * N + ir, N, pc == 0,
+                              bias ? bias + ir : NULL, m0, m1, nr);
             }
         }
     }
