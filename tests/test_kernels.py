@@ -546,7 +546,8 @@ def test_linear_product_plus_bias(n_out, k, t):
                 tt = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, ne0, ne1)
                 ffi.memmove(tt.data, a.tobytes(), a.nbytes)
                 return tt
-            y = K.linear(ctx, tensor(W, n_out, k), tensor(X, k, t), lib.ggml_reshape_1d(ctx, tensor(bias, n_out, 1), n_out))
+            b = lib.ggml_reshape_1d(ctx, tensor(bias, n_out, 1), n_out)
+            y = K.linear(ctx, tensor(W, n_out, k), tensor(X, k, t), b)
             graph = lib.ggml_new_graph(ctx)
             lib.ggml_build_forward_expand(graph, y)
             assert lib.ggml_graph_compute_with_ctx(ctx, graph, threads) == lib.GGML_STATUS_SUCCESS

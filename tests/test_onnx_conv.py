@@ -90,7 +90,8 @@ def test_a_resnet_block_is_one_kernel_node_per_conv_and_matches_the_reference(th
 @needs_conv
 def test_a_residual_that_broadcasts_is_added_node_by_node():
     n = helper.make_node
-    proto = model([n("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]), n("Add", ["c", "r"], ["s"]), n("Relu", ["s"], ["y"])],
+    proto = model([n("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]), n("Add", ["c", "r"], ["s"]),
+                   n("Relu", ["s"], ["y"])],
                   [("x", (1, 4, 6, 6)), ("r", (1, 1, 6, 6))], ["y"], {"W": w(5, 4, 3, 3)})
     feeds = {"x": RNG.standard_normal((1, 4, 6, 6)).astype(np.float32),
              "r": RNG.standard_normal((1, 1, 6, 6)).astype(np.float32)}
@@ -154,7 +155,8 @@ def test_wide_convs_use_the_packed_kernel_where_there_is_avx512(threads):
     n = helper.make_node
     proto = model([n("Conv", ["x", "W0", "b0"], ["c0"], pads=[1, 1, 1, 1]), n("Relu", ["c0"], ["r0"]),
                    n("Conv", ["r0", "W1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
-                   n("Conv", ["r0", "Wd"], ["d"], strides=[2, 2]), n("Add", ["c1", "d"], ["s"]), n("Relu", ["s"], ["y"])],
+                   n("Conv", ["r0", "Wd"], ["d"], strides=[2, 2]), n("Add", ["c1", "d"], ["s"]),
+                   n("Relu", ["s"], ["y"])],
                   [("x", (2, 3, 13, 11))], ["y"], {"W0": w(64, 3, 3, 3), "b0": w(64), "W1": w(130, 64, 3, 3),
                                                    "b1": w(130), "Wd": w(130, 64, 1, 1)})
     x = RNG.standard_normal((2, 3, 13, 11)).astype(np.float32)

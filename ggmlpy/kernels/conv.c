@@ -78,7 +78,8 @@ static void im2col_block(const float *x, float *col, int64_t p0, int64_t m, int6
         for (int kh = 0; kh < g->KH; kh++)
             for (int kw = 0; kw < g->KW; kw++, out += ld) {
                 const int off_w = kw * g->DW - g->PW;  /* iw = ow SW + off_w */
-                const int ow_lo = imin(first_in(off_w, g->SW), g->OW), ow_hi = imin(first_past(off_w, g->SW, g->W), g->OW);
+                const int ow_lo = imin(first_in(off_w, g->SW), g->OW);
+                const int ow_hi = imin(first_past(off_w, g->SW, g->W), g->OW);
                 int oh = (int)(p0 / g->OW), ow = (int)(p0 % g->OW);
                 for (int64_t done = 0; done < m; oh++, ow = 0) {
                     const int end = (int)(ow + (m - done) < g->OW ? ow + (m - done) : g->OW);
@@ -215,8 +216,8 @@ void ggmlpy_conv2d_f32(void *dst, int ith, int nth, void *userdata) {
             lda = m;
         }
         float *out = y + ((int64_t)n * G + gi) * Mg * P;
-        cblas_sgemm(ColMajor, NoTrans, NoTrans, (int)m, o1 - o0, CKK, 1.0f, a, (int)lda, w + ((int64_t)gi * Mg + o0) * CKK,
-                    CKK, 0.0f, out + (int64_t)o0 * P + p0, (int)P);
+        cblas_sgemm(ColMajor, NoTrans, NoTrans, (int)m, o1 - o0, CKK, 1.0f, a, (int)lda,
+                    w + ((int64_t)gi * Mg + o0) * CKK, CKK, 0.0f, out + (int64_t)o0 * P + p0, (int)P);
         epilogue(out, res ? res + ((int64_t)n * G + gi) * Mg * P : NULL, bias ? bias + gi * Mg : NULL, P, p0, m, o0, o1,
                  flags);
     }
@@ -337,7 +338,8 @@ static inline void linear_kernel(int kc, const float *restrict a, const float *r
         }
     }
     for (int k = 0; k < kc; k++) {
-        const __m512 a0 = _mm512_loadu_ps(a + LMR * k), a1 = _mm512_loadu_ps(a + LMR * k + 16);  /* ggml aligns to 32 bytes */
+        /* unaligned loads: ggml aligns tensors to 32 bytes only */
+        const __m512 a0 = _mm512_loadu_ps(a + LMR * k), a1 = _mm512_loadu_ps(a + LMR * k + 16);
         _mm_prefetch((const char *)(a + LMR * (k + 8)), _MM_HINT_T0);
 #pragma GCC unroll 12
         for (int j = 0; j < LNR; j++) {

@@ -5,7 +5,8 @@ Erf alone is a fifteen-op polynomial here); ggml has the exact op, ggml_gelu_erf
 
 On ggml's CPU backend a convolution is one node of ggmlpy's conv.c kernel, which also adds a
 residual and applies ReLU to each block while it is in cache: Conv -> Relu, Conv -> Add(r) and
-Conv -> Add(r) -> Relu (a ResNet block's end) are built as that one node.
+Conv -> Add(r) -> Relu (a ResNet block's end) are built as that one node; a linear layer's
+MatMul -> Add(bias) is one node of its linear kernel.
 """
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def _uses(graph) -> dict:
 def find_conv_epilogues(graph) -> tuple[dict, set]:
     """(fused, skipped): fused maps the index of a pattern's last node (the Add or the Relu) to
     (the Conv's index, the residual's name or None, whether a ReLU ends it, the pattern's indices in
-    order); skipped holds the indices before the last. A node's output read by anything else, or a graph output, ends the pattern before it."""
+    order); skipped holds the indices before the last. A node's output read by anything else, or a
+    graph output, ends the pattern before it."""
     nodes = list(graph.node)
     uses = _uses(graph)
     consumer = {}
@@ -64,7 +66,8 @@ def find_conv_epilogues(graph) -> tuple[dict, set]:
         c = n.output[0]
         residual, last = None, i
         add = only(c, "Add")
-        if add is not None and add not in fused and add not in skipped and len(nodes[add].input) == 2 and nodes[add].input[0] != nodes[add].input[1]:
+        if (add is not None and add not in fused and add not in skipped  # not another conv's already
+                and len(nodes[add].input) == 2 and nodes[add].input[0] != nodes[add].input[1]):
             residual = nodes[add].input[1] if nodes[add].input[0] == c else nodes[add].input[0]
             last = add
         relu = only(nodes[last].output[0], "Relu")

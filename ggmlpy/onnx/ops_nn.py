@@ -371,7 +371,8 @@ def conv_epilogue(b, node, ins, at, residual, relu):
         strides = [int(s) for s in at.get("strides", [1] * nd)]
         dils = [int(d) for d in at.get("dilations", [1] * nd)]
         pb, pe = _conv_pads(b, at, list(x.shape[2:]), ks, strides, dils)
-        spatial = tuple((x.shape[2 + i] + pb[i] + pe[i] - dils[i] * (ks[i] - 1) - 1) // strides[i] + 1 for i in range(nd))
+        spatial = tuple((x.shape[2 + i] + pb[i] + pe[i] - dils[i] * (ks[i] - 1) - 1) // strides[i] + 1
+                        for i in range(nd))
         if residual.is_const or tuple(residual.shape) != (x.shape[0], w.shape[0]) + spatial:
             return None
     return _conv(b, node, ins, at, residual, relu)
