@@ -617,3 +617,21 @@ def test_packed_conv_every_geometry_and_thread_count(case):
         out = conv_on_cpu(x, W, stride, pb, pe, dil, groups, threads, bias=bias, residual=r, relu=True, packed=True)
         want = np.maximum(ref + r, 0)
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("loader,what", [("_load_conv", "convolution kernel"), ("_load_rows", "row kernels")])
+def test_conv_and_rows_libraries_that_fail_to_build_are_off_and_logged(loader, what, monkeypatch, caplog):
+    """A conv.c or rows.c that does not compile leaves ggml's own ops in place, said once in the log."""
+    def fail(*a, **k):
+        raise RuntimeError("cc failed: boom")
+    monkeypatch.setattr(kernels, "_build", fail)
+    with caplog.at_level("INFO", logger="ggmlpy.kernels"):
+        assert getattr(kernels, loader)("cc") is None
+    assert any(what in r.getMessage() and "boom" in r.getMessage() for r in caplog.records)
+
+
+@needs_conv
+def test_conv_and_rows_libraries_are_cached_beside_the_others():
+    assert K.clib is not None and K.rlib is not None
+    names = {p.name.split("-")[0] for p in K.path.parent.glob("*.so")}
+    assert {"kernels", "gemm", "conv", "rows"} <= names
