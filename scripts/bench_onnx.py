@@ -4,9 +4,10 @@
 
 Models are exported from PyTorch with random weights (no downloads): ResNet-18 at 224x224 and a
 BERT-style encoder (4 layers, d=256, 4 heads, FFN 1024) at sequence 128. The two runtimes alternate
-(--reps interleaved rounds after a warm-up, so both see the same machine load; 3 calls a turn, the
-first not counted, so that neither is timed while the other's idle threads still spin); prints the best and
-the median ms per inference, their ratios ggmlpy / onnxruntime, and /proc/loadavg before and after.
+(--reps interleaved rounds after a warm-up, so both see the same machine load; 3 calls a turn after
+a 0.1 s pause, the first not counted, so that neither is timed while the other's idle threads still
+spin); prints the best and the median ms per inference, their ratios ggmlpy / onnxruntime, and
+/proc/loadavg before and after.
 --cpu-time measures process CPU time instead of wall time: with --threads 1 it is what a shared,
 busy machine can measure reliably (wall time there depends on who else runs).
 """
@@ -64,16 +65,19 @@ def encoder(seq):
     return Enc()
 
 
-def interleaved(fns, reps, clock, block=3):
+def interleaved(fns, reps, clock, block=3, pause=0.1):
     """ms per call of each function over `reps` rounds that call them in turn, `block` calls at a
-    time with the first of each block not counted: a runtime's worker threads spin for a while after
-    a call (onnxruntime's pool, OpenMP's), and would otherwise slow the other's next call.
-    Returns (best, median) for each function."""
+    time with the first of each block not counted, after an untimed `pause` (seconds): a runtime's
+    worker threads spin for a while after a call and would slow the other's calls. Measured with
+    2 threads: onnxruntime's pool spins for 20-50 ms after a call, during which ggml's encoder
+    took 16 ms a call instead of 5.6 (ggml's threads wait at a barrier after every node for a
+    thread the spinning ones keep off a core). Returns (best, median) for each function."""
     for fn in fns:
         fn()
     ts = [[] for _ in fns]
     for _ in range(reps):
         for fn, t in zip(fns, ts):
+            time.sleep(pause)
             for j in range(block):
                 t0 = clock()
                 fn()

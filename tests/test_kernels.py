@@ -418,3 +418,307 @@ def test_a_compiled_gpt_step_multiplies_without_transposed_copies():
     assert ops.count(lib.GGML_OP_CUSTOM) >= 12  # 6 forward products, two gradients each
     transposes = [p for p in nodes if p.op == lib.GGML_OP_CONT and p.src[0].op == lib.GGML_OP_TRANSPOSE]
     assert not transposes
+
+
+# -- convolution (conv.c over OpenBLAS) -----------------------------------------------------------------
+needs_conv = pytest.mark.skipif(K is None or K.conv2d is None, reason="no OpenMP/sequential OpenBLAS for conv.c")
+
+
+def conv_ref(x, W, stride, pads_b, pads_e, dil, groups):
+    """NCHW convolution in float64, tap by tap over the zero-padded input."""
+    N, C, H, Wd = x.shape
+    M, Cg, KH, KW = W.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pads_b[0], pads_e[0]), (pads_b[1], pads_e[1])))
+    OH = (xp.shape[2] - dil[0] * (KH - 1) - 1) // stride[0] + 1
+    OW = (xp.shape[3] - dil[1] * (KW - 1) - 1) // stride[1] + 1
+    out = np.zeros((N, M, OH, OW))
+    Mg = M // groups
+    for g_ in range(groups):
+        for kh in range(KH):
+            for kw in range(KW):
+                h0, w0 = kh * dil[0], kw * dil[1]
+                patch = xp[:, g_ * Cg:(g_ + 1) * Cg, h0:h0 + stride[0] * (OH - 1) + 1:stride[0],
+                           w0:w0 + stride[1] * (OW - 1) + 1:stride[1]]
+                out[:, g_ * Mg:(g_ + 1) * Mg] += np.einsum("nchw,mc->nmhw", patch, W[g_ * Mg:(g_ + 1) * Mg, :, kh, kw])
+    return out
+
+
+def conv_on_cpu(x, W, stride, pads_b, pads_e, dil, groups, threads, bias=None, residual=None, relu=False, block=0,
+                packed=False):
+    """K.conv2d (or, packed, K.conv2d_packed) of numpy arrays on ggml's CPU backend (one graph)."""
+    from ggmlpy.bindings import ffi
+    N, C, H, Wd = x.shape
+    M, Cg, KH, KW = W.shape
+    OH = (H + pads_b[0] + pads_e[0] - dil[0] * (KH - 1) - 1) // stride[0] + 1
+    OW = (Wd + pads_b[1] + pads_e[1] - dil[1] * (KW - 1) - 1) // stride[1] + 1
+    params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 26, "mem_buffer": ffi.NULL, "no_alloc": False})
+    ctx = lib.ggml_init(params[0])
+
+    def tensor(arr, *ne):
+        t = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, *ne)
+        ffi.memmove(t.data, np.ascontiguousarray(arr, np.float32).tobytes(), arr.nbytes)
+        return t
+    try:
+        xt = tensor(x, Wd, H, C, N)
+        bt = None if bias is None else lib.ggml_reshape_1d(ctx, tensor(bias, M, 1, 1, 1), M)
+        rt = None if residual is None else tensor(residual, OW, OH, M, N)
+        if packed:
+            wp = K.pack_conv(W, groups)
+            y = K.conv2d_packed(ctx, xt, tensor(wp, *wp.shape[::-1], 1), M, (KH, KW), stride, pads_b, dil, (OH, OW),
+                                groups, bt, rt, relu)
+        else:
+            wt = lib.ggml_reshape_2d(ctx, tensor(W, KW, KH, Cg, M), KW * KH * Cg, M)
+            y = K.conv2d(ctx, xt, wt, (KH, KW), stride, pads_b, dil, (OH, OW), groups, bt, rt, relu, block)
+        assert y.op == lib.GGML_OP_CUSTOM and [int(y.ne[i]) for i in range(4)] == [OW, OH, M, N]
+        graph = lib.ggml_new_graph(ctx)
+        lib.ggml_build_forward_expand(graph, y)
+        assert lib.ggml_graph_compute_with_ctx(ctx, graph, threads) == lib.GGML_STATUS_SUCCESS
+        return np.frombuffer(ffi.buffer(y.data, 4 * N * M * OH * OW), np.float32).reshape(N, M, OH, OW).copy()
+    finally:
+        lib.ggml_free(ctx)
+
+
+CONV_CASES = [  # x shape, W shape, stride, pads begin, pads end, dilation, groups
+    ((1, 3, 9, 7), (5, 3, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1),
+    ((2, 4, 11, 10), (6, 4, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1),
+    ((1, 3, 12, 13), (4, 3, 7, 7), (2, 2), (3, 3), (3, 3), (1, 1), 1),   # ResNet's stem
+    ((3, 5, 8, 9), (7, 5, 1, 1), (1, 1), (0, 0), (0, 0), (1, 1), 1),     # 1x1: the input is the patch matrix
+    ((2, 5, 9, 8), (7, 5, 1, 1), (2, 2), (0, 0), (0, 0), (1, 1), 1),     # 1x1 stride 2: copied
+    ((1, 2, 10, 9), (3, 2, 3, 2), (3, 2), (2, 0), (0, 1), (1, 1), 1),    # asymmetric pads and strides
+    ((2, 3, 9, 11), (4, 3, 3, 3), (1, 1), (2, 2), (2, 2), (2, 3), 1),    # dilations
+    ((1, 2, 3, 3), (2, 2, 5, 5), (1, 1), (4, 4), (4, 4), (1, 1), 1),     # taps wholly in the padding
+    ((2, 6, 7, 8), (4, 3, 3, 3), (1, 2), (1, 1), (1, 1), (1, 1), 2),     # groups
+    ((1, 4, 6, 7), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 4),     # depthwise
+    ((2, 3, 1, 17), (4, 3, 1, 5), (1, 2), (0, 2), (0, 2), (1, 1), 1),    # 1-D (H = 1)
+]
+
+
+@needs_conv
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: "x{}w{}s{}p{}{}d{}g{}".format(*c))
+@pytest.mark.parametrize("block", [0, 16])  # 16 pixels: blocks that start and end inside output rows
+def test_conv_every_geometry_block_and_thread_count(case, block):
+    xs, ws, stride, pb, pe, dil, groups = case
+    rng = np.random.default_rng(sum(xs) + sum(ws))
+    x = rng.standard_normal(xs).astype(np.float32)
+    W = rng.standard_normal(ws).astype(np.float32)
+    ref = conv_ref(x, W, stride, pb, pe, dil, groups)
+    for threads in (1, 2, 3):
+        out = conv_on_cpu(x, W, stride, pb, pe, dil, groups, threads, block=block)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+@needs_conv
+@pytest.mark.parametrize("bias,residual,relu", [(1, 0, 0), (0, 1, 0), (0, 0, 1), (1, 0, 1), (1, 1, 1), (0, 1, 1)])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_conv_bias_residual_and_relu(bias, residual, relu, threads):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 4, 9, 10)).astype(np.float32)
+    W = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+    ref = conv_ref(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1)
+    b = rng.standard_normal(6).astype(np.float32) if bias else None
+    r = rng.standard_normal(ref.shape).astype(np.float32) if residual else None
+    want = ref + (b.reshape(1, -1, 1, 1) if bias else 0) + (r if residual else 0)
+    want = np.maximum(want, 0) if relu else want
+    out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, b, r, bool(relu), block=32)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    if relu:
+        assert out.min() == 0.0
+
+
+@needs_conv
+def test_conv_splits_output_channels_when_there_are_fewer_blocks_than_threads():
+    """One image, one block (a deep layer): each thread builds the patches and computes its channels."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 16, 5, 5)).astype(np.float32)
+    W = rng.standard_normal((37, 16, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(37).astype(np.float32)
+    ref = conv_ref(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1) + b.reshape(1, -1, 1, 1)
+    for threads in (2, 3, 4, 40):  # 40 threads: some compute no channel at all
+        out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, bias=b, relu=False)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+def maxpool_ref(x, kernel, stride, pad, out_hw):
+    """Max over each window's cells inside the input (-FLT_MAX for a window with none)."""
+    N, C, H, W = x.shape
+    out = np.full((N, C) + tuple(out_hw), -np.finfo(np.float32).max, np.float32)
+    for oh in range(out_hw[0]):
+        for ow in range(out_hw[1]):
+            h0, w0 = oh * stride[0] - pad[0], ow * stride[1] - pad[1]
+            cells = x[:, :, max(h0, 0):max(h0 + kernel[0], 0), max(w0, 0):max(w0 + kernel[1], 0)]
+            if cells.size:
+                out[:, :, oh, ow] = cells.max(axis=(2, 3))
+    return out
+
+
+@needs_conv
+@pytest.mark.parametrize("xs,kernel,stride,pad,out_hw", [
+    ((1, 3, 112, 112), (3, 3), (2, 2), (1, 1), (56, 56)),   # ResNet's
+    ((2, 5, 9, 8), (2, 3), (1, 2), (0, 1), (8, 4)),
+    ((1, 2, 7, 7), (3, 3), (3, 3), (2, 2), (3, 3)),         # windows cut by the padding
+    ((1, 2, 5, 5), (2, 2), (2, 2), (0, 0), (4, 4)),         # a window wholly past the input's end
+    ((1, 1, 5, 6), (5, 6), (1, 1), (0, 0), (1, 1)),          # global
+    ((3, 2, 1, 11), (1, 3), (1, 2), (0, 1), (1, 6)),         # 1-D
+    ((1, 2, 4, 4), (2, 2), (2, 2), (2, 2), (3, 3)),          # a window wholly in the leading padding
+])
+def test_maxpool_every_geometry_and_thread_count(xs, kernel, stride, pad, out_hw):
+    from ggmlpy.bindings import ffi
+    x = np.random.default_rng(sum(xs)).standard_normal(xs).astype(np.float32)
+    want = maxpool_ref(x, kernel, stride, pad, out_hw)
+    for threads in (1, 2, 3):
+        params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 24, "mem_buffer": ffi.NULL, "no_alloc": False})
+        ctx = lib.ggml_init(params[0])
+        try:
+            t = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, xs[3], xs[2], xs[1], xs[0])
+            ffi.memmove(t.data, x.tobytes(), x.nbytes)
+            y = K.maxpool2d(ctx, t, kernel, stride, pad, out_hw)
+            graph = lib.ggml_new_graph(ctx)
+            lib.ggml_build_forward_expand(graph, y)
+            assert lib.ggml_graph_compute_with_ctx(ctx, graph, threads) == lib.GGML_STATUS_SUCCESS
+            got = np.frombuffer(ffi.buffer(y.data, want.nbytes), np.float32).reshape(want.shape)
+            np.testing.assert_array_equal(got, want)
+        finally:
+            lib.ggml_free(ctx)
+
+
+# -- row kernels (rows.c) -----------------------------------------------------------------------------------
+needs_rows = pytest.mark.skipif(K is None or K.layernorm is None, reason="no C compiler: rows.c is not loaded")
+
+
+@needs_rows
+@pytest.mark.parametrize("R,rows", [(256, 128), (7, 5), (33, 3), (1, 4), (1000, 2)])
+@pytest.mark.parametrize("affine", ["none", "gamma", "beta", "both"])
+def test_layernorm_against_float64(R, rows, affine):
+    from ggmlpy.bindings import ffi
+    rng = np.random.default_rng(R + rows)
+    x = (rng.standard_normal((rows, R)) * 3 + 5).astype(np.float32)  # an offset: centring must be exact
+    gamma = rng.standard_normal(R).astype(np.float32) if affine in ("gamma", "both") else None
+    beta = rng.standard_normal(R).astype(np.float32) if affine in ("beta", "both") else None
+    x64 = x.astype(np.float64)
+    want = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + 1e-3)
+    want = want * (1 if gamma is None else gamma) + (0 if beta is None else beta)
+    for threads in (1, 2, 3):
+        params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 24, "mem_buffer": ffi.NULL, "no_alloc": False})
+        ctx = lib.ggml_init(params[0])
+        try:
+            def tensor(a):
+                t = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, a.shape[-1], a.size // a.shape[-1])
+                ffi.memmove(t.data, a.tobytes(), a.nbytes)
+                return t if a.ndim == 2 else lib.ggml_reshape_1d(ctx, t, a.size)
+            y = K.layernorm(ctx, tensor(x), None if gamma is None else tensor(gamma),
+                            None if beta is None else tensor(beta), 1e-3)
+            graph = lib.ggml_new_graph(ctx)
+            lib.ggml_build_forward_expand(graph, y)
+            assert lib.ggml_graph_compute_with_ctx(ctx, graph, threads) == lib.GGML_STATUS_SUCCESS
+            got = np.frombuffer(ffi.buffer(y.data, x.nbytes), np.float32).reshape(x.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        finally:
+            lib.ggml_free(ctx)
+
+
+@needs_conv
+@pytest.mark.parametrize("n_out,k,t", [(100, 7, 3), (5, 33, 70), (64, 64, 64), (1, 9, 1)])  # rows or columns split
+def test_linear_product_plus_bias(n_out, k, t):
+    from ggmlpy.bindings import ffi
+    rng = np.random.default_rng(n_out + k + t)
+    W = rng.standard_normal((k, n_out)).astype(np.float32)  # ONNX's (K, N): ggml [N, K]
+    X = rng.standard_normal((t, k)).astype(np.float32)      # ggml [K, T]
+    bias = rng.standard_normal(n_out).astype(np.float32)
+    want = X.astype(np.float64) @ W + bias
+    for threads in (1, 2, 3, 5):
+        params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 24, "mem_buffer": ffi.NULL, "no_alloc": False})
+        ctx = lib.ggml_init(params[0])
+        try:
+            def tensor(a, ne0, ne1):
+                tt = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, ne0, ne1)
+                ffi.memmove(tt.data, a.tobytes(), a.nbytes)
+                return tt
+            b = lib.ggml_reshape_1d(ctx, tensor(bias, n_out, 1), n_out)
+            y = K.linear(ctx, tensor(W, n_out, k), tensor(X, k, t), b)
+            graph = lib.ggml_new_graph(ctx)
+            lib.ggml_build_forward_expand(graph, y)
+            assert lib.ggml_graph_compute_with_ctx(ctx, graph, threads) == lib.GGML_STATUS_SUCCESS
+            got = np.frombuffer(ffi.buffer(y.data, 4 * t * n_out), np.float32).reshape(t, n_out)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+        finally:
+            lib.ggml_free(ctx)
+
+
+needs_packed = pytest.mark.skipif(K is None or K.linear_packed is None,
+                                  reason="no AVX-512 (or no conv.c): linear layers use OpenBLAS")
+
+
+@needs_packed
+@pytest.mark.parametrize("n_out,k,t", [
+    (768, 256, 128),   # a transformer's projection
+    (45, 1100, 250),   # row and column tails, K past one 512 block, columns past one 240 block
+    (1, 3, 1), (33, 7, 13), (100, 64, 2)])  # fewer column panels than threads: the weight panels split
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear_with_packed_weights(n_out, k, t, with_bias):
+    from ggmlpy.bindings import ffi
+    rng = np.random.default_rng(n_out * k + t)
+    W = rng.standard_normal((k, n_out)).astype(np.float32)
+    X = rng.standard_normal((t, k)).astype(np.float32)
+    bias = rng.standard_normal(n_out).astype(np.float32)
+    want = X.astype(np.float64) @ W + (bias if with_bias else 0)
+    wp = K.pack_linear(W)
+    assert wp.shape == (-(-n_out // K.packed_rows), k, K.packed_rows)
+    for threads in (1, 2, 3):
+        params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 26, "mem_buffer": ffi.NULL, "no_alloc": False})
+        ctx = lib.ggml_init(params[0])
+        try:
+            def tensor(a, *ne):
+                tt = lib.ggml_new_tensor(ctx, lib.GGML_TYPE_F32, len(ne), ffi.new("int64_t[]", list(ne)))
+                ffi.memmove(tt.data, np.ascontiguousarray(a).tobytes(), a.nbytes)
+                return tt
+            y = K.linear_packed(ctx, tensor(wp, *wp.shape[::-1]), tensor(X, k, t), n_out,
+                                tensor(bias, n_out) if with_bias else None)
+            graph = lib.ggml_new_graph(ctx)
+            lib.ggml_build_forward_expand(graph, y)
+            assert lib.ggml_graph_compute_with_ctx(ctx, graph, threads) == lib.GGML_STATUS_SUCCESS
+            got = np.frombuffer(ffi.buffer(y.data, 4 * t * n_out), np.float32).reshape(t, n_out)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5 * np.abs(want).max())
+        finally:
+            lib.ggml_free(ctx)
+
+
+needs_packed_conv = pytest.mark.skipif(K is None or K.conv2d_packed is None,
+                                       reason="no AVX-512 (or no conv.c): convolutions use OpenBLAS")
+
+
+@needs_packed_conv
+@pytest.mark.parametrize("case", CONV_CASES + [((1, 40, 9, 9), (130, 40, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1)],
+                         ids=lambda c: "x{}w{}s{}p{}{}d{}g{}".format(*c))
+def test_packed_conv_every_geometry_and_thread_count(case):
+    """conv.c's AVX-512 convolution: strips of 12 pixels (tails), panels of 32 channels (tails, groups)."""
+    xs, ws, stride, pb, pe, dil, groups = case
+    rng = np.random.default_rng(sum(xs) + sum(ws) + 1)
+    x = rng.standard_normal(xs).astype(np.float32)
+    W = rng.standard_normal(ws).astype(np.float32)
+    bias = rng.standard_normal(ws[0]).astype(np.float32)
+    ref = conv_ref(x, W, stride, pb, pe, dil, groups) + bias.reshape(1, -1, 1, 1)
+    r = rng.standard_normal(ref.shape).astype(np.float32)
+    for threads in (1, 2, 3):
+        out = conv_on_cpu(x, W, stride, pb, pe, dil, groups, threads, bias=bias, packed=True)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+        out = conv_on_cpu(x, W, stride, pb, pe, dil, groups, threads, bias=bias, residual=r, relu=True, packed=True)
+        want = np.maximum(ref + r, 0)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("loader,what", [("_load_conv", "convolution kernel"), ("_load_rows", "row kernels")])
+def test_conv_and_rows_libraries_that_fail_to_build_are_off_and_logged(loader, what, monkeypatch, caplog):
+    """A conv.c or rows.c that does not compile leaves ggml's own ops in place, said once in the log."""
+    def fail(*a, **k):
+        raise RuntimeError("cc failed: boom")
+    monkeypatch.setattr(kernels, "_build", fail)
+    with caplog.at_level("INFO", logger="ggmlpy.kernels"):
+        assert getattr(kernels, loader)("cc") is None
+    assert any(what in r.getMessage() and "boom" in r.getMessage() for r in caplog.records)
+
+
+@needs_conv
+def test_conv_and_rows_libraries_are_cached_beside_the_others():
+    assert K.clib is not None and K.rlib is not None
+    names = {p.name.split("-")[0] for p in K.path.parent.glob("*.so")}
+    assert {"kernels", "gemm", "conv", "rows"} <= names

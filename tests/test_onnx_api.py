@@ -175,11 +175,11 @@ def test_profile_and_cli(tiny, capsys):
     model = go.onnx_load(path, device="cpu")
     prof = go.onnx_profile(model, {"x": np.ones((2, 4), np.float32)}, runs=2)
     ops = {op for op, _, _ in prof}
-    assert "MUL_MAT" in ops and all(ms >= 0 and n >= 1 for _, ms, n in prof)
+    assert ops & {"MUL_MAT", "ggmlpy.gemm", "ggmlpy.linear"} and all(ms >= 0 and n >= 1 for _, ms, n in prof)
     from ggmlpy.__main__ import main
     assert main(["onnx", path, "--device", "cpu", "--runs", "2", "--profile"]) == 0
     out = capsys.readouterr().out
-    assert "ONNX model: tiny" in out and "output y: [2, 3] float32" in out and "MUL_MAT" in out
+    assert "ONNX model: tiny" in out and "output y: [2, 3] float32" in out and ("MUL_MAT" in out or "ggmlpy.linear" in out)
     assert main(["onnx", path + ".missing"]) == 1
 
 
@@ -209,7 +209,7 @@ def test_device_info_and_print(tiny, device):
     path, _, _ = tiny
     model = go.onnx_load(path, device=device)
     di = go.onnx_device_info(model)
-    assert di["n_nodes"] >= 3 and di["gpu_ops"] + di["cpu_ops"] == di["n_nodes"]
+    assert di["n_nodes"] >= 2 and di["gpu_ops"] + di["cpu_ops"] == di["n_nodes"]
     if device == "cpu":
         assert di["backends"] == ["CPU"] and di["n_backends"] == 1 and di["n_splits"] == 1 and di["gpu_ops"] == 0
     else:

@@ -79,12 +79,21 @@ def test_batched_matmul_against_a_matrix(a_shape, const_b, monkeypatch):
                           [helper.make_tensor_value_info("y", T.FLOAT, a_shape[:-1] + (40,))], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     feeds = {"a": a} if const_b else {"a": a, "B": B}
-    for blas in ("1", "0"):
-        monkeypatch.setenv("GGMLPY_ONNX_BLAS", blas)
-        model = ggmlpy.onnx_load(m, device="cpu")
-        assert (model.blas is not None) == (blas == "1" and "BLAS" in ggmlpy.backends())
-        assert ggmlpy.onnx_device_info(model)["backends"] == (["BLAS", "CPU"] if model.blas else ["CPU"])
-        np.testing.assert_allclose(ggmlpy.onnx_run(model, feeds)["y"], a @ B, rtol=1e-5, atol=1e-5)
+    from ggmlpy import kernels
+    for use_kernels in (True, False):  # with ggmlpy's gemm kernel the product is its node, on the CPU backend
+        prev = kernels.set_enabled(use_kernels)
+        try:
+            gemm = use_kernels and kernels.get() is not None and kernels.get().gemm is not None
+            for blas in ("1", "0"):
+                monkeypatch.setenv("GGMLPY_ONNX_BLAS", blas)
+                model = ggmlpy.onnx_load(m, device="cpu")
+                assert (model.blas is not None) == (blas == "1" and "BLAS" in ggmlpy.backends())
+                assert ggmlpy.onnx_device_info(model)["backends"] == (
+                    ["BLAS", "CPU"] if model.blas and not gemm else ["CPU"])
+                assert any(n.op == lib.GGML_OP_CUSTOM for n in _nodes(model)) == gemm
+                np.testing.assert_allclose(ggmlpy.onnx_run(model, feeds)["y"], a @ B, rtol=1e-5, atol=1e-5)
+        finally:
+            kernels.set_enabled(prev)
 
 
 @pytest.mark.parametrize("blas", ["1", "0"])  # the conv product's operand order follows it
@@ -105,3 +114,134 @@ def test_conv_bias_repeated_along_rows(batch, blas, monkeypatch):
     model = ggmlpy.onnx_load(m, device="cpu")
     assert next(iter(model._plans.values())).builder.columns_first == (model.blas is not None)
     np.testing.assert_allclose(ggmlpy.onnx_run(model, {"x": x})["y"], want, rtol=1e-4, atol=1e-5)
+
+
+def _attention(batch_q=(2, 3), batch_k=(2, 3), scale_k=True):
+    """softmax(Q Transpose(K) * s) V, as exporters write attention: K transposed by a Transpose node,
+    scaled by a constant Mul, the products batched over (batch, heads)."""
+    n = helper.make_node
+    kt = ["kts"] if scale_k else ["kt"]
+    nodes = [n("Transpose", ["k"], ["kt"], perm=list(range(len(batch_k))) + [len(batch_k) + 1, len(batch_k)])]
+    if scale_k:
+        nodes.append(n("Mul", ["kt", "s"], ["kts"]))
+    nodes += [n("MatMul", ["q", kt[0]], ["sc"]), n("Softmax", ["sc"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["y"])]
+    L, d = 7, 5
+    shapes = {"q": batch_q + (L, d), "k": batch_k + (L, d), "v": batch_k + (L, d)}
+    out = np.broadcast_shapes(batch_q, batch_k) + (L, d)
+    g = helper.make_graph(nodes, "att", [helper.make_tensor_value_info(k, T.FLOAT, s) for k, s in shapes.items()],
+                          [helper.make_tensor_value_info("y", T.FLOAT, out)],
+                          [numpy_helper.from_array(np.array(0.375, np.float32), "s")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), shapes
+
+
+@pytest.mark.parametrize("batch_q,batch_k", [((2, 3), (2, 3)), ((3,), (3,)), ((2, 3), (1, 3)), ((4,), ())])
+@pytest.mark.parametrize("scale_k", [True, False])
+def test_attention_products_read_transposed_operands_in_place(batch_q, batch_k, scale_k):
+    """With ggmlpy's gemm kernel no transposition is copied: not K's Transpose (read through the
+    product's flag, its scale applied before it), nor V (ggml's mul_mat would want it transposed)."""
+    from onnx.reference import ReferenceEvaluator
+
+    from ggmlpy import kernels
+    proto, shapes = _attention(batch_q, batch_k, scale_k)
+    rng = np.random.default_rng(4)
+    feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    want = ReferenceEvaluator(proto).run(None, feeds)[0]
+    for use_kernels in (True, False):
+        prev = kernels.set_enabled(use_kernels)
+        try:
+            model = ggmlpy.onnx_load(proto, device="cpu", n_threads=2)
+            np.testing.assert_allclose(ggmlpy.onnx_run(model, feeds)["y"], want, rtol=1e-5, atol=1e-6)
+        finally:
+            kernels.set_enabled(prev)
+        K = kernels.get() if use_kernels else None
+        if K is not None and K.gemm is not None:
+            ops = [n.op for n in _nodes(model)]
+            assert ops.count(lib.GGML_OP_CUSTOM) == 2 and lib.GGML_OP_CONT not in ops, ops
+
+
+def _linear_model(bias_shape, bias_first, via_identity=False, extra_use=False, a_shape=(3, 5, 8)):
+    n = helper.make_node
+    rng = np.random.default_rng(5)
+    W = rng.standard_normal((8, 6)).astype(np.float32)
+    bias = rng.standard_normal(bias_shape).astype(np.float32)
+    bname = "bid" if via_identity else "bias"
+    nodes = ([n("Identity", ["bias"], ["bid"])] if via_identity else []) + [
+        n("MatMul", ["a", "W"], ["h"]), n("Add", [bname, "h"] if bias_first else ["h", bname], ["y"])]
+    outs = ["y"] + (["h"] if extra_use else [])
+    out_shape = np.broadcast_shapes(a_shape[:-1] + (6,), bias_shape)
+    g = helper.make_graph(nodes, "lin", [helper.make_tensor_value_info("a", T.FLOAT, a_shape)],
+                          [helper.make_tensor_value_info(o, T.FLOAT, out_shape if o == "y" else a_shape[:-1] + (6,))
+                           for o in outs],
+                          [numpy_helper.from_array(W, "W"), numpy_helper.from_array(bias, "bias")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("bias_shape,bias_first,via_identity,extra_use,fused", [
+    ((6,), False, False, False, True), ((6,), True, True, False, True), ((1, 6), True, False, False, True),
+    ((6,), False, False, True, False),            # the product is also an output: kept apart
+    ((2, 1, 1, 6), False, False, False, False),   # a bias of higher rank broadcasts the output: node by node
+    ((5, 6), False, False, False, False)])        # not a per-column bias
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_matmul_and_bias_as_one_linear_node(bias_shape, bias_first, via_identity, extra_use, fused, threads):
+    from onnx.reference import ReferenceEvaluator
+
+    from ggmlpy import kernels
+    proto = _linear_model(bias_shape, bias_first, via_identity, extra_use)
+    a = np.random.default_rng(6).standard_normal((3, 5, 8)).astype(np.float32)
+    want = ReferenceEvaluator(proto).run(None, {"a": a})
+    model = ggmlpy.onnx_load(proto, device="cpu", n_threads=threads)
+    for got, w in zip(ggmlpy.onnx_run(model, {"a": a}).values(), want):
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5)
+    K = kernels.get()
+    if K is not None and K.linear is not None:
+        names = [ffi_name(n) for n in _nodes(model) if n.op == lib.GGML_OP_CUSTOM]
+        assert names == ["ggmlpy.linear"] if fused or K.linear_packed else names == ["ggmlpy.gemm"]
+        assert any(n.op == lib.GGML_OP_ADD for n in _nodes(model)) != fused
+
+
+@pytest.mark.parametrize("c_shape,alpha,beta,fused", [((6,), 1.0, 1.0, True), ((1, 6), 1.0, 1.0, True),
+                                                     ((6,), 2.0, 1.0, False), ((6,), 1.0, 0.5, False),
+                                                     ((4, 6), 1.0, 1.0, False)])
+def test_gemm_bias_in_the_product_node(c_shape, alpha, beta, fused):
+    from ggmlpy import kernels
+    rng = np.random.default_rng(7)
+    A = rng.standard_normal((4, 8)).astype(np.float32)
+    B = rng.standard_normal((6, 8)).astype(np.float32)
+    C = rng.standard_normal(c_shape).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Gemm", ["A", "B", "C"], ["y"], transB=1, alpha=alpha, beta=beta)], "g",
+                          [helper.make_tensor_value_info("A", T.FLOAT, A.shape)],
+                          [helper.make_tensor_value_info("y", T.FLOAT, (4, 6))],
+                          [numpy_helper.from_array(B, "B"), numpy_helper.from_array(C, "C")])
+    model = ggmlpy.onnx_load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), device="cpu")
+    np.testing.assert_allclose(ggmlpy.onnx_run(model, {"A": A})["y"], alpha * A @ B.T + beta * C, rtol=1e-5, atol=1e-5)
+    K = kernels.get()
+    if K is not None and K.linear is not None:
+        names = [ffi_name(n) for n in _nodes(model) if n.op == lib.GGML_OP_CUSTOM]
+        assert names == ["ggmlpy.linear"] if fused or K.linear_packed else names == ["ggmlpy.gemm"]
+        assert any(n.op == lib.GGML_OP_ADD for n in _nodes(model)) != fused
+
+
+def ffi_name(t):
+    from ggmlpy.bindings import ffi
+    return ffi.string(t.name).decode()
+
+
+@pytest.mark.parametrize("bias_first", [True, False])
+def test_linear_layers_without_avx512_use_openblas_with_the_same_numbers(bias_first, monkeypatch):
+    """Where conv.c was built without AVX-512 (linear_packed is None) the bias'd product is the
+    OpenBLAS node and a plain product gemm.c's."""
+    from onnx.reference import ReferenceEvaluator
+
+    from ggmlpy import kernels
+    K = kernels.get()
+    if K is None or K.linear is None:
+        pytest.skip("no conv.c kernels")
+    monkeypatch.setattr(K, "linear_packed", None)
+    for extra_use in (False, True):
+        proto = _linear_model((6,), bias_first, extra_use=extra_use)
+        a = np.random.default_rng(8).standard_normal((3, 5, 8)).astype(np.float32)
+        model = ggmlpy.onnx_load(proto, device="cpu", n_threads=2)
+        for got, w in zip(ggmlpy.onnx_run(model, {"a": a}).values(), ReferenceEvaluator(proto).run(None, {"a": a})):
+            np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5)
+        names = [ffi_name(n) for n in _nodes(model) if n.op == lib.GGML_OP_CUSTOM]
+        assert names == (["ggmlpy.gemm"] if extra_use else ["ggmlpy.linear"])

@@ -4,6 +4,8 @@ compiled on first use, used as ggml custom ops.
 ggml's CPU `gelu_erf` calls `erff` one element at a time, and GELU's backward is a graph of a
 dozen element-wise ops; kernels.c does each in one vectorised pass (measured in the README).
 gemm.c serves products that ggml_mul_mat would need a transposed copy for (see its header).
+conv.c holds the ONNX importer's convolution, max pooling and linear layers (over OpenBLAS, and
+on AVX-512 a product of its own with weights packed at load), rows.c its layer normalisation.
 Each source is compiled once per machine with the system C compiler into ggmlpy's cache
 directory (keyed by the source, the compiler and its flags: `-march=native` code never runs
 on another CPU) and loaded with cffi. Without a compiler, or when compiling fails, `get()`
@@ -27,6 +29,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+import numpy as np
+
 from .._buildinfo import cache_dir, cpu_tag
 from ..bindings import ffi, lib
 from ..bindings.loader import TENSOR_OFFSETS
@@ -36,6 +40,8 @@ __all__ = []  # internal: nothing joins the package namespace
 log = logging.getLogger("ggmlpy.kernels")
 SOURCE = Path(__file__).with_name("kernels.c")
 GEMM_SOURCE = Path(__file__).with_name("gemm.c")
+CONV_SOURCE = Path(__file__).with_name("conv.c")
+ROWS_SOURCE = Path(__file__).with_name("rows.c")
 FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
          *(f"-DOFF_{k.upper()}={TENSOR_OFFSETS[k]}" for k in ("ne", "nb", "src", "data"))]
 GEMM_LIBS = ["-l:libopenblas.so.0"]  # the library ggml's BLAS backend loads (Debian's alternatives)
@@ -60,6 +66,16 @@ struct ggml_tensor * ggml_custom_4d(struct ggml_context * ctx, enum ggml_type ty
 void ggmlpy_gemm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 int ggmlpy_blas_parallel(void);
 """
+_CONV_CDEF = """
+void ggmlpy_conv2d_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+void ggmlpy_maxpool2d_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+void ggmlpy_linear_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+void ggmlpy_linear_packed_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+void ggmlpy_conv2d_packed_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+int ggmlpy_linear_packed_mr(void);
+int ggmlpy_conv_params_count(void);
+void ggmlpy_layernorm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+"""
 
 _lock = threading.Lock()
 _state: dict = {}  # "kernels": the loaded Kernels or None, once tried
@@ -69,14 +85,28 @@ _enabled = [os.environ.get("GGMLPY_KERNELS", "1").strip().lower() not in ("0", "
 class Kernels:
     """The loaded library: builders of the custom-op nodes."""
 
-    def __init__(self, klib, path: Path, glib=None):
-        self.klib, self.glib = klib, glib  # kept alive: the graphs hold their function pointers
+    def __init__(self, klib, path: Path, glib=None, clib=None, rlib=None):
+        self.klib, self.glib, self.clib, self.rlib = klib, glib, clib, rlib  # kept alive: graphs hold their pointers
         self.path = path
         self._gelu = klib.ggmlpy_gelu_erf_f32
         self._gelu_back = klib.ggmlpy_gelu_back_f32
         self._layer_norm_back = klib.ggmlpy_layer_norm_back_f32
         self._gemm_fn = glib.ggmlpy_gemm_f32 if glib is not None else None
         self.gemm = self._gemm if glib is not None else None  # None: products stay ggml's
+        self._conv_fn = clib.ggmlpy_conv2d_f32 if clib is not None else None
+        self._pool_fn = clib.ggmlpy_maxpool2d_f32 if clib is not None else None
+        self._linear_fn = clib.ggmlpy_linear_f32 if clib is not None else None
+        self.linear = self._linear if clib is not None else None  # None: a product, then ggml's add
+        self.packed_rows = int(clib.ggmlpy_linear_packed_mr()) if clib is not None else 0  # 0: no AVX-512
+        self._packed_fn = clib.ggmlpy_linear_packed_f32 if self.packed_rows else None
+        self.linear_packed = self._linear_packed if self.packed_rows else None  # None: linear, over OpenBLAS
+        self._conv_packed_fn = clib.ggmlpy_conv2d_packed_f32 if self.packed_rows else None
+        self.conv2d_packed = self._conv2d_packed if self.packed_rows else None  # None: conv2d, over OpenBLAS
+        self.conv2d = self._conv2d if clib is not None else None  # None: ggml's im2col and products
+        self.maxpool2d = self._maxpool2d if clib is not None else None  # None: ggml's pool_2d
+        self._conv_params: dict = {}  # parameter tuple -> int32 array (userdata: lives as long as this)
+        self._ln_fn = rlib.ggmlpy_layernorm_f32 if rlib is not None else None
+        self.layernorm = self._layernorm if rlib is not None else None  # None: ggml's norm, mul and add
 
     def gelu(self, ctx, x):
         """x Phi(x) (exact GELU) of an f32 tensor, as one custom-op node."""
@@ -104,6 +134,92 @@ class Kernels:
         args = ffi.new("struct ggml_tensor *[2]", [a, b])
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, m, n, max(a.ne[2], b.ne[2]), max(a.ne[3], b.ne[3]),
                                   args, 2, self._gemm_fn, N_TASKS_MAX, ffi.cast("void *", int(ta) | int(tb) << 1))
+
+    def _conv2d(self, ctx, x, w, kernel, stride, pad, dilation, out_hw, groups=1, bias=None, residual=None,
+                relu=False, block=0):
+        """NCHW convolution as one node: x ne [W, H, C, N] and w [C/groups*KH*KW, M] (ONNX's weights),
+        contiguous f32; pad = (top, left) (the bottom and right pads are implied by out_hw = (OH, OW));
+        then + bias [M], + residual (the output's shape), ReLU. Returns ne [OW, OH, M, N].
+        The caller validates the geometry (see conv.c for the layout)."""
+        return self._conv_node(ctx, self._conv_fn, x, w, int(w.ne[1]), kernel, stride, pad, dilation, out_hw, groups,
+                               bias, residual, relu, block)
+
+    def pack_conv(self, w: np.ndarray, groups: int = 1) -> np.ndarray:
+        """ONNX conv weights (M, C/groups, KH, KW) in the panels conv2d_packed reads: each group's
+        (M/groups, C/groups*KH*KW) matrix transposed through pack_linear, the groups one after another."""
+        M = w.shape[0]
+        mats = w.reshape(groups, M // groups, -1)
+        return np.concatenate([self.pack_linear(np.ascontiguousarray(m.T)) for m in mats])
+
+    def _conv2d_packed(self, ctx, x, wp, out_channels, kernel, stride, pad, dilation, out_hw, groups=1, bias=None,
+                       residual=None, relu=False):
+        """conv2d with the weights as pack_conv(W, groups) (ne [rows, C/groups*KH*KW, panels]): conv.c's
+        AVX-512 product. Same arguments and result otherwise."""
+        return self._conv_node(ctx, self._conv_packed_fn, x, wp, out_channels, kernel, stride, pad, dilation, out_hw,
+                               groups, bias, residual, relu, 0)
+
+    def _conv_node(self, ctx, fn, x, w, M, kernel, stride, pad, dilation, out_hw, groups, bias, residual, relu, block):
+        args = [x, w] + [t for t in (bias, residual) if t is not None]
+        flags = int(relu) | (2 if bias is not None else 0) | (4 if residual is not None else 0)
+        key = (*kernel, *stride, *pad, *dilation, groups, flags, block)
+        params = self._conv_params.get(key)
+        if params is None:
+            params = self._conv_params[key] = ffi.new("int32_t[]", list(key))
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, out_hw[1], out_hw[0], M, x.ne[3],
+                                  ffi.new("struct ggml_tensor *[]", args), len(args), fn, N_TASKS_MAX, params)
+
+    def _maxpool2d(self, ctx, x, kernel, stride, pad, out_hw):
+        """Max pooling of x ne [W, H, C, N] (contiguous f32) as one node: windows `kernel` = (KH, KW) at
+        `stride`, starting `pad` = (top, left) cells before the input, out_hw = (OH, OW) of them; cells
+        outside the input never win. Returns ne [OW, OH, C, N]. The caller validates the geometry."""
+        key = ("pool", *kernel, *stride, *pad)
+        params = self._conv_params.get(key)
+        if params is None:
+            params = self._conv_params[key] = ffi.new("int32_t[]", list(key[1:]))
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, out_hw[1], out_hw[0], x.ne[2], x.ne[3],
+                                  ffi.new("struct ggml_tensor *[]", [x]), 1, self._pool_fn, N_TASKS_MAX, params)
+
+    def _linear(self, ctx, w, x, bias):
+        """w [N, K] x [K, T] + bias [N] (column-major; ONNX's X @ W + b with W in its own layout) as
+        one node; all contiguous f32, x's rows possibly split over ne2/ne3. Returns ne [N, T]."""
+        args = ffi.new("struct ggml_tensor *[3]", [w, x, bias])
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, w.ne[0], x.ne[1] * x.ne[2] * x.ne[3], 1, 1, args, 3,
+                                  self._linear_fn, N_TASKS_MAX, ffi.NULL)
+
+    def pack_linear(self, w_kn: np.ndarray) -> np.ndarray:
+        """ONNX weights W (K, N) in the panels linear_packed reads: (panels, K, rows) with
+        out[p, k, r] = W[k, p * rows + r], zero past N."""
+        K, N = w_kn.shape
+        mr = self.packed_rows
+        npan = -(-N // mr)
+        wp = np.zeros((K, npan * mr), np.float32)
+        wp[:, :N] = w_kn
+        return np.ascontiguousarray(wp.reshape(K, npan, mr).transpose(1, 0, 2))
+
+    def _linear_packed(self, ctx, wp, x, n_out, bias=None):
+        """X @ W (+ bias) as one node of conv.c's AVX-512 product: wp is pack_linear(W) as a ggml
+        tensor [rows, K, panels], x [K, T] contiguous (T rows of ONNX's X, possibly over ne2/ne3),
+        bias [N] or None. Returns ne [N, T]."""
+        key = ("linear", int(bias is not None))
+        params = self._conv_params.get(key)
+        if params is None:
+            params = self._conv_params[key] = ffi.new("int32_t[]", list(key[1:]))
+        args = [wp, x] + ([bias] if bias is not None else [])
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, n_out, x.ne[1] * x.ne[2] * x.ne[3], 1, 1,
+                                  ffi.new("struct ggml_tensor *[]", args), len(args), self._packed_fn, N_TASKS_MAX,
+                                  params)
+
+    def _layernorm(self, ctx, x, gamma=None, beta=None, eps=1e-5):
+        """(x - mean) / sqrt(var + eps) * gamma + beta over the rows (ne0) of a contiguous f32 x, as one
+        node; gamma and beta: contiguous f32 of ne0 elements, or None."""
+        bits = int(np.float32(eps).view(np.int32))
+        key = ("ln", bits, int(gamma is not None) | (2 if beta is not None else 0))
+        params = self._conv_params.get(key)
+        if params is None:
+            params = self._conv_params[key] = ffi.new("int32_t[]", list(key[1:]))
+        args = [x] + [t for t in (gamma, beta) if t is not None]
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, x.ne[0], x.ne[1], x.ne[2], x.ne[3],
+                                  ffi.new("struct ggml_tensor *[]", args), len(args), self._ln_fn, N_TASKS_MAX, params)
 
 
 def gemm_fits(a, b) -> bool:
@@ -162,7 +278,9 @@ def _load() -> Kernels | None:
     try:
         path = _build(cc, SOURCE)
         _declare()
-        return Kernels(ffi.dlopen(str(path)), path, _load_gemm(cc))
+        glib = _load_gemm(cc)
+        return Kernels(ffi.dlopen(str(path)), path, glib, _load_conv(cc) if glib is not None else None,
+                       _load_rows(cc))
     except Exception as e:  # noqa: BLE001 - any failure means: use ggml's ops
         log.warning("ggmlpy.kernels: could not build or load %s (%s); using ggml's own ops", SOURCE.name, e)
         return None
@@ -182,6 +300,27 @@ def _load_gemm(cc: str):
         log.info("ggmlpy.kernels: OpenBLAS is its pthreads build; products stay ggml's")
         return None
     return glib
+
+
+def _load_conv(cc: str):
+    """conv.c's library (it links OpenBLAS as gemm.c does, whose checks passed), or None (logged)."""
+    try:
+        clib = ffi.dlopen(str(_build(cc, CONV_SOURCE, GEMM_LIBS)))
+        if clib.ggmlpy_conv_params_count() != 11:
+            raise RuntimeError("conv.c's parameter layout does not match")
+    except Exception as e:  # noqa: BLE001
+        log.info("ggmlpy.kernels: no convolution kernel (%s); convolutions stay ggml's", e)
+        return None
+    return clib
+
+
+def _load_rows(cc: str):
+    """rows.c's library (no BLAS), or None (logged)."""
+    try:
+        return ffi.dlopen(str(_build(cc, ROWS_SOURCE)))
+    except Exception as e:  # noqa: BLE001
+        log.info("ggmlpy.kernels: no row kernels (%s); layer norms stay ggml's", e)
+        return None
 
 
 def _build(cc: str, source: Path, libs: tuple = ()) -> Path:
@@ -210,5 +349,5 @@ def _declare() -> None:
     """Add the custom-op declarations to ggmlpy's FFI (once): cffi allows further cdefs, and
     the libggml already loaded resolves the new names on first use."""
     if not _state.get("declared"):
-        ffi.cdef(_GGML_CDEF + _KERNELS_CDEF + _GEMM_CDEF)
+        ffi.cdef(_GGML_CDEF + _KERNELS_CDEF + _GEMM_CDEF + _CONV_CDEF)
         _state["declared"] = True

@@ -2,6 +2,11 @@
 
 Exporters write GELU as Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5 (five ONNX nodes, and
 Erf alone is a fifteen-op polynomial here); ggml has the exact op, ggml_gelu_erf.
+
+On ggml's CPU backend a convolution is one node of ggmlpy's conv.c kernel, which also adds a
+residual and applies ReLU to each block while it is in cache: Conv -> Relu, Conv -> Add(r) and
+Conv -> Add(r) -> Relu (a ResNet block's end) are built as that one node; a linear layer's
+MatMul -> Add(bias) is one node of its linear kernel.
 """
 from __future__ import annotations
 
@@ -16,12 +21,96 @@ def _const_values(graph, initializers):
     for n in graph.node:
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
             vals[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+        elif n.op_type == "Identity" and n.input and n.input[0] in vals:  # exporters alias shared weights
+            vals[n.output[0]] = vals[n.input[0]]
     return vals
 
 
 def _scalar(vals, name, want, tol=1e-6):
     v = vals.get(name)
     return v is not None and np.size(v) == 1 and abs(float(np.asarray(v).reshape(-1)[0]) - want) <= tol * abs(want)
+
+
+def _uses(graph) -> dict:
+    uses = defaultdict(int)
+    for n in graph.node:
+        for i in n.input:
+            uses[i] += 1
+    for o in graph.output:
+        uses[o.name] += 100  # a graph output is never folded away
+    return uses
+
+
+def find_conv_epilogues(graph) -> tuple[dict, set]:
+    """(fused, skipped): fused maps the index of a pattern's last node (the Add or the Relu) to
+    (the Conv's index, the residual's name or None, whether a ReLU ends it, the pattern's indices in
+    order); skipped holds the indices before the last. A node's output read by anything else, or a
+    graph output, ends the pattern before it."""
+    nodes = list(graph.node)
+    uses = _uses(graph)
+    consumer = {}
+    for j, n in enumerate(nodes):
+        for i in n.input:
+            consumer.setdefault(i, j)
+
+    def only(name, op):
+        j = consumer.get(name)
+        if uses[name] != 1 or j is None or nodes[j].op_type != op or nodes[j].domain not in ("", "ai.onnx"):
+            return None
+        return j
+
+    fused, skipped = {}, set()
+    for i, n in enumerate(nodes):
+        if n.op_type != "Conv" or n.domain not in ("", "ai.onnx") or len(n.output) != 1:
+            continue
+        c = n.output[0]
+        residual, last = None, i
+        add = only(c, "Add")
+        if (add is not None and add not in fused and add not in skipped  # not another conv's already
+                and len(nodes[add].input) == 2 and nodes[add].input[0] != nodes[add].input[1]):
+            residual = nodes[add].input[1] if nodes[add].input[0] == c else nodes[add].input[0]
+            last = add
+        relu = only(nodes[last].output[0], "Relu")
+        if relu is not None:
+            last = relu
+        if last == i:
+            continue
+        members = (i,) + ((add,) if residual is not None else ()) + ((relu,) if relu is not None else ())
+        fused[last] = (i, residual, relu is not None, members)
+        skipped |= set(members[:-1])
+    return fused, skipped
+
+
+def find_linear_bias(graph, initializers) -> tuple[dict, set]:
+    """(fused, skipped) for MatMul(x, W) -> Add(b) with W a constant matrix and b a constant of W's
+    column count (a linear layer as exporters write it, built as conv.c's one linear node): fused maps
+    the Add's index to (the MatMul's index, b's name, both indices); skipped holds the MatMuls."""
+    vals = _const_values(graph, initializers)
+    nodes = list(graph.node)
+    uses = _uses(graph)
+    consumer = {}
+    for j, n in enumerate(nodes):
+        for i in n.input:
+            consumer.setdefault(i, j)
+    fused, skipped = {}, set()
+    for i, n in enumerate(nodes):
+        if n.op_type != "MatMul" or n.domain not in ("", "ai.onnx") or len(n.input) != 2:
+            continue
+        w = vals.get(n.input[1])
+        out = n.output[0]
+        j = consumer.get(out)
+        if w is None or np.ndim(w) != 2 or uses[out] != 1 or j is None:
+            continue
+        add = nodes[j]
+        if add.op_type != "Add" or add.domain not in ("", "ai.onnx") or len(add.input) != 2:
+            continue
+        bias = add.input[1] if add.input[0] == out else add.input[0]
+        bv = vals.get(bias)
+        if bias == out or bv is None or np.size(bv) != np.shape(w)[1] or np.shape(bv)[-1:] != np.shape(w)[1:]:
+            continue
+        fused[j] = (i, bias, (i, j))
+        skipped.add(i)
+    return fused, skipped
 
 
 def find_gelu(graph, initializers) -> tuple[dict, set]:

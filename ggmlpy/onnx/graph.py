@@ -132,8 +132,14 @@ class Builder:
     def gelu_erf(self, x):
         """Exact GELU: ggmlpy's fused kernel on the CPU (f32), ggml's gelu_erf elsewhere."""
         if self.kernels is not None and x.type == lib.GGML_TYPE_F32:
-            return self.kernels.gelu(self.ctx, x)
+            return self.kernel_node(self.kernels.gelu(self.ctx, x), "gelu")
         return lib.ggml_gelu_erf(self.ctx, x)
+
+    @staticmethod
+    def kernel_node(t, what: str):
+        """Name a node of ggmlpy's kernels (onnx_profile reports it as ggmlpy.<what>, not CUSTOM)."""
+        lib.ggml_set_name(t, f"ggmlpy.{what}".encode())
+        return t
 
     def headroom(self) -> int:
         return (self.capacity * _OVERHEAD - int(lib.ggml_used_mem(self.ctx))) // _OVERHEAD

@@ -51,6 +51,17 @@ def permute(b, t, perm, shape=None):
     return lib.ggml_cont(b.ctx, lib.ggml_permute(b.ctx, t, *pos))
 
 
+def permuted_source(t):
+    """(src, axes) when t is ggml_cont(ggml_permute(src, *axes)), the copy a Transpose makes; else None.
+    A consumer that can read src directly (a product in another orientation, an element-wise op
+    applied before the permutation) leaves the copy out of the graph: ggml computes only what the
+    outputs depend on."""
+    if t.op != lib.GGML_OP_CONT or t.src[0] == ffi.NULL or t.src[0].op != lib.GGML_OP_PERMUTE:
+        return None
+    p = t.src[0]
+    return p.src[0], tuple(int(p.op_params[i]) for i in range(MAX_RANK))
+
+
 def broadcast_shape(b, *shapes):
     r = max(len(s) for s in shapes)
     out = []

@@ -21,10 +21,11 @@ from ..backend.device import Backend, get_backend, is_software_device
 from ..bindings import ffi, lib
 from ..errors import DeviceError
 from .graph import F32, NUMERIC_TYPES, Builder, OnnxError, Val, const, np_dtype, type_name
-from .fusion import find_gelu
+from .fusion import find_conv_epilogues, find_gelu, find_linear_bias
 from .ops_basic import OPS
 from .ops_basic import f as contiguous_f32
 from .ops_host import HOST_OPS
+from .ops_nn import conv_epilogue, linear_bias
 
 _NULL = ffi.NULL
 _OVERHEAD = int(lib.ggml_tensor_overhead())
@@ -324,21 +325,20 @@ class _Plan:
         self.n_folded = 0
         gelu, skipped = find_gelu(g, model.initializers) if first else ({}, set())
         self.n_fused = len(gelu)
+        # Conv + Add + Relu as one kernel node: CPU graphs with ggmlpy's conv kernel, one stage only
+        convs, conv_skipped = ({}, set())
+        if first and b.kernels is not None and b.kernels.conv2d is not None and not any(
+                op_key(n) in HOST_OPS for n in nodes):
+            convs, conv_skipped = find_conv_epilogues(g)
+        linears, lin_skipped = ({}, set())
+        if first and b.kernels is not None and b.kernels.linear is not None and not any(
+                op_key(n) in HOST_OPS for n in nodes):
+            linears, lin_skipped = find_linear_bias(g, model.initializers)
+        skipped = skipped | conv_skipped | lin_skipped
         self.deferred, pending = [], set()
-        for k, node in enumerate(nodes):
+
+        def build(node):
             b.node = node
-            host = op_key(node) in HOST_OPS
-            if any(n in pending for n in node.input if n) or (
-                    host and any(not vals[n].is_const for n in node.input if n and n in vals)):
-                self.deferred.append(node)  # needs what only a host step after this graph knows
-                pending.update(o for o in node.output if o)
-                continue
-            if k in skipped:  # inside a fused pattern: its value is never read
-                continue
-            if k in gelu:
-                x = vals[gelu[k]]
-                vals[node.output[0]] = b.out(b.gelu_erf(contiguous_f32(b, x)), x.shape, x.dtype)
-                continue
             if b.headroom() < 4096:
                 raise b.fail("the graph outgrew its context (a builder made far more ggml tensors than expected)")
             try:
@@ -347,7 +347,7 @@ class _Plan:
                 raise b.fail(f"input {e} is neither a graph input, an initializer nor an earlier node's output")
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             present = [v for v in ins if v is not None]
-            if host:  # all inputs known at load time
+            if op_key(node) in HOST_OPS:  # all inputs known at load time
                 try:
                     outs = [const(a) for a in HOST_OPS[op_key(node)]([None if v is None else v.const for v in ins],
                                                                      attrs, model.opset)]
@@ -366,6 +366,48 @@ class _Plan:
             for name, v in zip(node.output, outs):
                 if name:
                     vals[name] = v
+
+        for k, node in enumerate(nodes):
+            b.node = node
+            host = op_key(node) in HOST_OPS
+            if any(n in pending for n in node.input if n) or (
+                    host and any(not vals[n].is_const for n in node.input if n and n in vals)):
+                self.deferred.append(node)  # needs what only a host step after this graph knows
+                pending.update(o for o in node.output if o)
+                continue
+            if k in skipped:  # inside a fused pattern: its value is never read
+                continue
+            if k in gelu:
+                x = vals[gelu[k]]
+                vals[node.output[0]] = b.out(b.gelu_erf(contiguous_f32(b, x)), x.shape, x.dtype)
+                continue
+            if k in convs:
+                ci, res, relu, members = convs[k]
+                cnode = b.node = nodes[ci]
+                ins = [vals.get(n) if n else None for n in cnode.input]
+                out = None
+                if all(n in vals for n in cnode.input if n) and not ins[0].is_const and (res is None or res in vals):
+                    out = conv_epilogue(b, cnode, ins, {a.name: helper.get_attribute_value(a) for a in cnode.attribute},
+                                        vals[res] if res else None, relu)
+                if out is not None:
+                    vals[node.output[0]] = out[0]
+                    continue
+                for j in members:  # the pattern does not apply here: its nodes one by one
+                    build(nodes[j])
+                continue
+            if k in linears:
+                mi, bias, members = linears[k]
+                mnode = b.node = nodes[mi]
+                out = None
+                if all(n in vals for n in mnode.input) and bias in vals:
+                    out = linear_bias(b, mnode, [vals[n] for n in mnode.input], {}, vals[bias])
+                if out is not None:
+                    vals[node.output[0]] = out[0]
+                    continue
+                for j in members:
+                    build(nodes[j])
+                continue
+            build(node)
         b.node = None
         self.consts = {n: v for n, v in vals.items() if v.is_const}
         # host steps that can run as soon as this graph is computed; the rest is the next stage
@@ -591,6 +633,9 @@ def onnx_inputs(model: OnnxModel) -> dict:
 
 
 
+_CUSTOM_OPS = (lib.GGML_OP_CUSTOM, lib.GGML_OP_MAP_CUSTOM1, lib.GGML_OP_MAP_CUSTOM2)
+
+
 def onnx_profile(model: OnnxModel, inputs: "dict | list", runs: int = 3) -> list:
     """Time per ggml op type for one set of inputs: [(op, ms per run, node count)], slowest first.
 
@@ -614,6 +659,8 @@ def onnx_profile(model: OnnxModel, inputs: "dict | list", runs: int = 3) -> list
             return True
         now = time.perf_counter()
         name = ffi.string(lib.ggml_op_desc(t)).decode()
+        if t.op in _CUSTOM_OPS and ffi.string(t.name).startswith(b"ggmlpy."):
+            name = ffi.string(t.name).decode()  # which of ggmlpy's kernels (graph.Builder.kernel_node)
         totals[name] += now - last[0]
         counts[name] += 1
         last[0] = now

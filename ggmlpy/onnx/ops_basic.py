@@ -12,8 +12,8 @@ from onnx import TensorProto
 
 from .safe import lib
 from .graph import FLOAT_TYPES, Val, const, np_dtype
-from .layout import (binary, broadcast_shape, cont, permute, repeat_to, reshape, scalar_f32, slice_axis,
-                     squeeze_for, take)
+from .layout import (binary, broadcast_shape, cont, permute, permuted_source, repeat_to, reshape, scalar_f32,
+                     slice_axis, squeeze_for, take)
 
 OPS: dict = {}
 CONST_INPUTS: dict = {}
@@ -230,7 +230,14 @@ def _affine_scalar(b, ins, fn, out_type=None):
             coef = fn(s, first)
             if coef is None:
                 return None
-            t = lib.ggml_scale_bias(b.ctx, f(b, x), *coef)
+            t = f(b, x)
+            src = permuted_source(t) if t.type == lib.GGML_TYPE_F32 else None
+            if src is not None and lib.ggml_is_contiguous(src[0]):
+                # x * s + c of a transposed copy: the copy of (src * s + c), so that a product reading the
+                # transposition in place (ops_nn._matmul_gemm, attention's scaled keys) skips both
+                t = lib.ggml_cont(b.ctx, lib.ggml_permute(b.ctx, lib.ggml_scale_bias(b.ctx, src[0], *coef), *src[1]))
+            else:
+                t = lib.ggml_scale_bias(b.ctx, t, *coef)
             return [b.out(t, x.shape, out_type if out_type is not None else va.dtype)]
     return None
 

@@ -5,11 +5,16 @@ import numpy as np
 
 from .safe import lib
 from .graph import Val, const
-from .layout import binary, cont, pad_zero, permute, reshape, scalar_f32, slice_axis, take, to_rows
+from .layout import (binary, broadcast_shape, cont, pad_zero, permute, permuted_source, reshape, scalar_f32,
+                     slice_axis, take, to_rows)
 from .ops_basic import FLT_MAX, I64, cval, f, norm_axis, op
 
 POOL_MAX, POOL_AVG = lib.GGML_OP_POOL_MAX, lib.GGML_OP_POOL_AVG
 COLUMNS_FIRST = True  # conv product order where the builder does not choose (see conv2d)
+# conv.c's AVX-512 convolution from this many output channels a group on (measured on ResNet-18, one
+# core: 4-9 % faster than OpenBLAS from 128 channels, 3 % slower at 64, where each block of patches
+# feeds only two weight panels); fewer go through OpenBLAS
+PACKED_CONV_MIN_CHANNELS = 128
 
 
 # -- products -------------------------------------------------------------------------------------------
@@ -33,6 +38,77 @@ def _matmul(b, a: Val, bt, b_shape, out_batch=None):
     return lib.ggml_mul_mat(b.ctx, bt, ta), batch + (M, N)
 
 
+def _linear(b, a: Val, w_kn, bias: Val | None = None):
+    """A (..., M, K) @ W (K, N) for a constant f32 W on ggml's CPU backend with ggmlpy's gemm kernel:
+    W kept in its own row-major layout (ggml ne [N, K]) is the first operand of one OpenBLAS product
+    C = W X (column-major, N x rows), which lands in the output's layout; all rows of all batches at
+    once. OpenBLAS runs this orientation 5-20 % faster than the one ggml's BLAS backend uses (measured
+    on a transformer's projections), and no ggml copy is made. A bias (N values) is added in the same
+    node (conv.c's linear). None where it does not apply."""
+    k = b.kernels
+    if k is None or k.gemm is None or (b.f16_weights and w_kn.size >= 256) or a.rank < 2 or w_kn.ndim != 2:
+        return None
+    K, N = w_kn.shape
+    b.need(a.shape[-1] == K, f"matmul shapes {list(a.shape)} and {list(w_kn.shape)} do not match")
+    rows = int(np.prod(a.shape[:-1], dtype=np.int64))
+    if max(rows, K, N) >= 1 << 31:  # past BLAS's int sizes: ggml's product
+        return None
+    x = reshape(b, f(b, a), (rows, K))  # ggml [K, rows]
+    shape = a.shape[:-1] + (N,)
+    bt = None
+    if bias is not None:
+        if k.linear is None or bias.size != N or bias.rank > len(shape):
+            return None
+        bt = (b.weight(np.asarray(bias.const, dtype=np.float32).reshape(N)) if bias.is_const
+              else reshape(b, b.tensor(bias), (N,)))
+    if k.linear_packed is not None:  # AVX-512: the weights packed once, here
+        wp = b.weight(k.pack_linear(np.asarray(w_kn, dtype=np.float32)))
+        return reshape(b, b.kernel_node(k.linear_packed(b.ctx, wp, x, N, bt), "linear"), shape), shape
+    w = b.weight(np.ascontiguousarray(w_kn, dtype=np.float32))  # ggml [N, K]
+    if bt is not None:
+        return reshape(b, b.kernel_node(k.linear(b.ctx, w, x, bt), "linear"), shape), shape
+    return reshape(b, b.kernel_node(k.gemm(b.ctx, w, x), "gemm"), shape), shape
+
+
+def linear_bias(b, node, ins, at, bias: Val):
+    """MatMul(x, W) + bias as one node (fusion.find_linear_bias); None where that does not apply."""
+    a, w = ins
+    if not w.is_const or w.rank != 2 or a.rank < 2 or a.is_const or bias.rank > a.rank:
+        return None
+    out = _linear(b, a, w.const, bias)
+    return None if out is None else [b.out(out[0], out[1], a.dtype)]
+
+
+def _matmul_gemm(b, a: Val, w: Val):
+    """A (..., M, K) @ B (..., K, N) for a computed B on ggml's CPU backend with ggmlpy's gemm kernel: one
+    product per batch matrix, C = B A in column-major terms, reading B as it is (ggml's mul_mat would
+    need it transposed: a copy) and an operand that is a Transpose's copy (of its last two axes) in
+    place, through the product's transposition flag. None where it does not apply."""
+    k = b.kernels
+    if k is None or k.gemm is None or a.rank < 2 or w.rank < 2:
+        return None
+    K, N = w.shape[-2:]
+    M = a.shape[-2]
+    b.need(a.shape[-1] == K, f"matmul shapes {list(a.shape)} and {list(w.shape)} do not match")
+    if max(M, K, N) >= 1 << 31:  # past BLAS's int sizes: ggml's product
+        return None
+    ab, bb = a.shape[:-2], w.shape[:-2]
+    batch = broadcast_shape(b, ab, bb) if (ab or bb) else ()
+    if len(batch) > 2:
+        return None
+
+    def operand(v, shape):  # (tensor, transposed): a swap of ggml's first two axes is read in place
+        t = reshape(b, f(b, v), (1,) * (len(batch) - len(shape) + 2) + shape)
+        src = permuted_source(t)
+        if src is not None and src[1] == (1, 0, 2, 3) and src[0].type == lib.GGML_TYPE_F32:
+            return src[0], True
+        return t, False
+    ta, a_t = operand(a, ab + (M, K))  # ggml [K, M, ...]
+    tb, b_t = operand(w, bb + (K, N))  # ggml [N, K, ...]
+    shape = batch + (M, N)
+    return reshape(b, b.kernel_node(k.gemm(b.ctx, tb, ta, b_t, a_t), "gemm"), shape), shape
+
+
 def _transposed_b(b, v: Val):
     """B (..., K, N) as ggml ne [K, N, ...] (numpy shape (..., N, K)): free for constants."""
     if v.is_const:
@@ -53,7 +129,8 @@ def _matmul_op(b, node, ins, at):
     if w.rank == 1:
         w = Val(w.shape + (1,), w.dtype, None if w.const is None else w.const.reshape(-1, 1), w.t)
         squeeze.append(-1)
-    t, shape = _matmul(b, a, _transposed_b(b, w), w.shape)
+    fast = _linear(b, a, w.const) if w.is_const and w.rank == 2 else _matmul_gemm(b, a, w) if not w.is_const else None
+    t, shape = fast or _matmul(b, a, _transposed_b(b, w), w.shape)
     if squeeze:
         shape = tuple(d for k, d in enumerate(shape) if k - len(shape) not in squeeze)
         t = reshape(b, t, shape)
@@ -67,12 +144,23 @@ def _gemm(b, node, ins, at):
     alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
     if int(at.get("transA", 0)):
         A = Val(A.shape[::-1], A.dtype, t=permute(b, b.tensor(A), (1, 0)))
-    if int(at.get("transB", 0)):  # B given as (N, K): already ggml's [K, N]
-        bt = cont(b, b.tensor(B, f16_ok=True))
-        b_shape = B.shape[::-1]
+    fast = None
+    if B.is_const and B.rank == 2:
+        w_kn = B.const.T if int(at.get("transB", 0)) else B.const
+        if C is not None and alpha == 1.0 and beta == 1.0 and C.size == w_kn.shape[1] and C.rank <= 2:
+            fast = _linear(b, A, w_kn, C)  # the bias in the product's node
+            if fast is not None:
+                return [b.out(fast[0], fast[1], A.dtype)]
+        fast = _linear(b, A, w_kn)
+    if fast is not None:
+        t, shape = fast
     else:
-        bt, b_shape = _transposed_b(b, B), B.shape
-    t, shape = _matmul(b, A, bt, b_shape)
+        if int(at.get("transB", 0)):  # B given as (N, K): already ggml's [K, N]
+            bt = cont(b, b.tensor(B, f16_ok=True))
+            b_shape = B.shape[::-1]
+        else:
+            bt, b_shape = _transposed_b(b, B), B.shape
+        t, shape = _matmul(b, A, bt, b_shape)
     if alpha != 1.0:
         t = lib.ggml_scale(b.ctx, t, alpha)
     if C is not None and beta != 0.0:
@@ -102,8 +190,11 @@ def _conv_pads(b, at, in_sizes, k_sizes, strides, dils):
     return pads[:nd], pads[nd:]
 
 
-def conv2d(b, x, x_shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, group):
-    """NCHW conv of ggml tensor x with weights (M, C/group, kH, kW); returns tensor, shape."""
+def conv2d(b, x, x_shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, group, bias=None, residual=None,
+           relu=False):
+    """NCHW conv of ggml tensor x with weights (M, C/group, kH, kW), then + bias (a Val of M values),
+    + residual (a Val of the output's shape), ReLU; returns tensor, shape.
+    On ggml's CPU backend with ggmlpy's kernels, one conv.c node does it all (see conv_kernel)."""
     N, C, H, W = x_shape
     M, Cg, kH, kW = w_shape
     b.need(C == Cg * group and M % group == 0, f"conv: {C} input channels, weights {list(w_shape)}, group {group}")
@@ -116,6 +207,62 @@ def conv2d(b, x, x_shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, 
     for ax in (0, 1):
         if crop_b[ax] or crop_e[ax]:
             x, shape = slice_axis(b, x, shape, 2 + ax, crop_b[ax], shape[2 + ax] - crop_e[ax])
+    out = conv_kernel(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, group, bias, residual, relu)
+    if out is not None:
+        return out
+    y, shape = _conv2d_ggml(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, group)
+    y = _add_bias(b, y, bias, shape)
+    if residual is not None:
+        b.need(tuple(residual.shape) == shape, f"conv residual of shape {list(residual.shape)}, output {list(shape)}")
+        y = lib.ggml_add(b.ctx, y, reshape(b, b.tensor(residual), shape))
+    if relu:
+        y = lib.ggml_relu(b.ctx, y)
+    return y, shape
+
+
+def conv_kernel(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, group, bias=None, residual=None,
+                relu=False):
+    """The convolution as one node of ggmlpy's conv.c kernel (patches built a cache-sized block at a
+    time and multiplied at once by OpenBLAS, bias, residual and ReLU applied to the block), or None
+    where it does not apply: not ggml's CPU backend, no kernels, f16 weights, a residual that is not
+    of the output's shape (a constant one). Pads are non-negative here."""
+    k = b.kernels
+    if k is None or k.conv2d is None:
+        return None
+    N, C, H, W = shape
+    M, Cg, kH, kW = w_shape
+    is_const = isinstance(w_arr_or_val, np.ndarray)
+    if is_const and b.f16_weights and w_arr_or_val.size >= 256:
+        return None  # dtype="f16" asked for half-precision weights: ggml's products read them
+    OH = (H + pads_b[0] + pads_e[0] - dils[0] * (kH - 1) - 1) // strides[0] + 1
+    OW = (W + pads_b[1] + pads_e[1] - dils[1] * (kW - 1) - 1) // strides[1] + 1
+    b.need(OH > 0 and OW > 0, "conv output would be empty")
+    out_shape = (N, M, OH, OW)
+    if residual is not None and residual.is_const:
+        return None
+    bt = None
+    if bias is not None:
+        bt = (b.weight(np.asarray(bias.const, dtype=np.float32).reshape(M)) if bias.is_const
+              else lib.ggml_reshape_1d(b.ctx, cont(b, b.tensor(bias)), M))
+    rt = None if residual is None else reshape(b, b.tensor(residual), out_shape)
+    if is_const and k.conv2d_packed is not None and M // group >= PACKED_CONV_MIN_CHANNELS:
+        wp = b.weight(k.pack_conv(np.asarray(w_arr_or_val, dtype=np.float32), group))
+        y = k.conv2d_packed(b.ctx, cont(b, x), wp, M, (kH, kW), tuple(strides), (pads_b[0], pads_b[1]), tuple(dils),
+                            (OH, OW), group, bt, rt, relu)
+        return b.kernel_node(y, "conv2d"), out_shape
+    if is_const:
+        w = b.weight(np.ascontiguousarray(w_arr_or_val, dtype=np.float32).reshape(M, Cg * kH * kW))
+    else:
+        w = lib.ggml_reshape_2d(b.ctx, cont(b, w_arr_or_val), Cg * kH * kW, M)
+    y = k.conv2d(b.ctx, cont(b, x), w, (kH, kW), tuple(strides), (pads_b[0], pads_b[1]), tuple(dils), (OH, OW),
+                 group, bt, rt, relu)
+    return b.kernel_node(y, "conv2d"), out_shape
+
+
+def _conv2d_ggml(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, group):
+    """ggml's own convolution: im2col, then a product per group."""
+    N, C, H, W = shape
+    M, Cg, kH, kW = w_shape
     if pads_b != pads_e:
         x, shape = pad_zero(b, x, shape, [0, 0] + pads_b, [0, 0] + pads_e)
         p = [0, 0]
@@ -188,7 +335,8 @@ def _add_bias(b, y, bias, shape):
 
 
 @op("Conv")
-def _conv(b, node, ins, at):
+def _conv(b, node, ins, at, residual=None, relu=False):
+    """Conv; conv_epilogue builds it with the Add and Relu that follow it (see fusion.find_conv_epilogues)."""
     x, w = ins[0], ins[1]
     bias = ins[2] if len(ins) > 2 else None
     nd = x.rank - 2
@@ -201,12 +349,37 @@ def _conv(b, node, ins, at):
         strides, dils, pb, pe, ks = [1] + strides, [1] + dils, [0] + pb, [0] + pe, [1] + ks
     w_shape = (w.shape[0], w.shape[1], ks[0], ks[1])
     wsrc = np.asarray(w.const, dtype=np.float32).reshape(w_shape) if w.is_const else reshape(b, b.tensor(w), w_shape)
-    y, shape = conv2d(b, xt, xs, wsrc, w_shape, strides, pb, pe, dils, int(at.get("group", 1)))
-    y = _add_bias(b, y, bias, shape)
+    if residual is not None and nd == 1:
+        r4 = (residual.shape[0], residual.shape[1], 1, residual.shape[2])
+        residual = Val(r4, residual.dtype, None if residual.const is None else residual.const.reshape(r4), residual.t)
+    y, shape = conv2d(b, xt, xs, wsrc, w_shape, strides, pb, pe, dils, int(at.get("group", 1)), bias,
+                      residual, relu)
     if nd == 1:
         shape = (shape[0], shape[1], shape[3])
         y = reshape(b, y, shape)
     return [b.out(y, shape, x.dtype)]
+
+
+def conv_epilogue(b, node, ins, at, residual, relu):
+    """Conv, then Add(residual) (when not None) and Relu (when relu), as conv.c's one node; None where
+    that does not apply (no conv kernel, a residual that is constant or not of the output's shape): the
+    caller then builds the nodes one by one."""
+    if b.kernels is None or b.kernels.conv2d is None:
+        return None
+    x, w = ins[0], ins[1]
+    if x.rank not in (3, 4) or w.rank != x.rank or len(ins) > 2 and ins[2] is not None and ins[2].rank != 1:
+        return None  # leave the errors to the Conv builder
+    if residual is not None:
+        nd = x.rank - 2
+        ks = list(w.shape[2:])
+        strides = [int(s) for s in at.get("strides", [1] * nd)]
+        dils = [int(d) for d in at.get("dilations", [1] * nd)]
+        pb, pe = _conv_pads(b, at, list(x.shape[2:]), ks, strides, dils)
+        spatial = tuple((x.shape[2 + i] + pb[i] + pe[i] - dils[i] * (ks[i] - 1) - 1) // strides[i] + 1
+                        for i in range(nd))
+        if residual.is_const or tuple(residual.shape) != (x.shape[0], w.shape[0]) + spatial:
+            return None
+    return _conv(b, node, ins, at, residual, relu)
 
 
 def _dilate(b, t, shape, axis, s):
@@ -269,8 +442,7 @@ def _conv_transpose(b, node, ins, at):
     Wc = np.ascontiguousarray(Wc[:, :, ::-1, ::-1])  # (Mg * group, Cg, kH, kW)
     cpb = [dils[i] * (ks[i] - 1) - pb[i] for i in range(2)]
     cpe = [dils[i] * (ks[i] - 1) - pe[i] + outpad[i] for i in range(2)]
-    y, oshape = conv2d(b, t, shape, Wc, Wc.shape, [1, 1], cpb, cpe, dils, group)
-    y = _add_bias(b, y, bias, oshape)
+    y, oshape = conv2d(b, t, shape, Wc, Wc.shape, [1, 1], cpb, cpe, dils, group, bias)
     if nd == 1:
         oshape = (oshape[0], oshape[1], oshape[3])
         y = reshape(b, y, oshape)
@@ -301,6 +473,12 @@ def _pool(b, node, ins, at, kind):
         outs.append(o)
         extra.append(max(0, (o - 1) * strides[i] + ks[i] - (sizes[i] + pb[i] + pe[i])))
     pad_e = [pe[i] + extra[i] for i in range(2)]
+    k = b.kernels
+    if kind == "max" and k is not None and k.maxpool2d is not None:
+        y = b.kernel_node(k.maxpool2d(b.ctx, cont(b, xt), tuple(ks), tuple(strides), tuple(pb), tuple(outs)),
+                          "maxpool2d")
+        shape = (xs[0], xs[1], outs[0], outs[1]) if nd == 2 else (xs[0], xs[1], outs[1])
+        return [b.out(reshape(b, y, shape), shape, x.dtype)]
     if pb == pad_e and kind == "max":  # ggml's own padding: out-of-range cells never enter a max
         y = lib.ggml_pool_2d(b.ctx, cont(b, xt), POOL_MAX, ks[1], ks[0], strides[1], strides[0],
                              float(pb[1]), float(pb[0]))
@@ -530,6 +708,12 @@ def _layernorm(b, node, ins, at):
     eps = float(at.get("epsilon", 1e-5))
     R = int(np.prod(x.shape[axis:], dtype=np.int64))
     rows = reshape(b, b.tensor(x), (x.size // R, R))
+    k = b.kernels
+    if (k is not None and k.layernorm is not None and len(node.output) == 1 and scale.size == R
+            and (bias is None or bias.size == R)):  # one pass: normalise, scale, shift
+        vec = lambda v: None if v is None else reshape(b, b.tensor(v), (R,))  # noqa: E731
+        y = b.kernel_node(k.layernorm(b.ctx, rows, vec(scale), vec(bias), eps), "layernorm")
+        return [b.out(reshape(b, y, x.shape), x.shape, x.dtype)]
     y = reshape(b, lib.ggml_norm(b.ctx, rows, eps), x.shape)
     outs = [_affine(b, y, x.shape, scale, bias, x.dtype)]
     if len(node.output) > 1:

@@ -1,0 +1,168 @@
+"""ONNX convolutions on ggml's CPU backend through ggmlpy's conv.c kernel: each Conv is one node,
+and Conv -> Relu, Conv -> Add -> Relu (a ResNet block's end) and Conv -> Add are that same node;
+patterns the kernel cannot take fall back to node-by-node building. Every case against onnx's
+reference implementation, with the kernels on and off."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import ggmlpy  # noqa: E402
+from ggmlpy import kernels  # noqa: E402
+from ggmlpy.bindings import lib  # noqa: E402
+
+K = kernels.get()
+needs_conv = pytest.mark.skipif(K is None or K.conv2d is None, reason="no conv.c kernel (compiler or OpenBLAS)")
+RNG = np.random.default_rng(0)
+
+
+def w(*shape):
+    """Weights scaled by fan-in, so that values stay near 1 through a few layers (rtol and atol apply)."""
+    return (RNG.standard_normal(shape) / np.sqrt(np.prod(shape[1:], dtype=np.int64))).astype(np.float32)
+
+
+def model(nodes, inputs, outputs, inits):
+    """The model, its outputs declared with the shapes onnx's reference implementation gives."""
+    def make(out_shapes):
+        g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(n, T.FLOAT, s) for n, s in inputs],
+                              [helper.make_tensor_value_info(n, T.FLOAT, s) for n, s in zip(outputs, out_shapes)],
+                              [numpy_helper.from_array(a, n) for n, a in inits.items()])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {n: np.zeros(s, np.float32) for n, s in inputs}
+    return make([o.shape for o in ReferenceEvaluator(make([None] * len(outputs))).run(None, feeds)])
+
+
+def resnet_block():
+    """Stem conv + ReLU, a block whose shortcut is a strided 1x1 conv (Conv -> Add -> Relu with a conv
+    on both sides), then a Conv -> Add without ReLU and a conv whose output is read twice."""
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "W0", "b0"], ["c0"], pads=[1, 1, 1, 1]), n("Relu", ["c0"], ["r0"]),
+        n("Conv", ["r0", "W1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]), n("Relu", ["c1"], ["r1"]),
+        n("Conv", ["r1", "W2"], ["c2"], pads=[1, 1, 1, 1]),
+        n("Conv", ["r0", "Wd", "bd"], ["d"], strides=[2, 2]),
+        n("Add", ["c2", "d"], ["s"]), n("Relu", ["s"], ["r2"]),
+        n("Conv", ["r2", "W3", "b3"], ["c3"], pads=[0, 1, 2, 1]), n("Add", ["r2", "c3"], ["s3"]),
+        n("Conv", ["s3", "W4"], ["c4"], pads=[1, 1, 1, 1]), n("Relu", ["c4"], ["r4"]), n("Add", ["c4", "r4"], ["y"]),
+    ]
+    inits = {"W0": w(8, 3, 3, 3), "b0": w(8), "W1": w(16, 8, 3, 3), "b1": w(16), "W2": w(16, 16, 3, 3),
+             "Wd": w(16, 8, 1, 1), "bd": w(16), "W3": w(16, 16, 3, 3), "b3": w(16), "W4": w(16, 16, 3, 3)}
+    return model(nodes, [("x", (2, 3, 15, 14))], ["y"], inits)
+
+
+def custom_nodes(m):
+    plan = next(iter(m._plans.values()))
+    return [lib.ggml_graph_node(plan.graph, i) for i in range(plan.n_nodes)
+            if lib.ggml_graph_node(plan.graph, i).op == lib.GGML_OP_CUSTOM]
+
+
+def run(proto, feeds, threads=2, **kw):
+    m = ggmlpy.onnx_load(proto, device="cpu", n_threads=threads, **kw)
+    return m, ggmlpy.onnx_run(m, feeds)
+
+
+@needs_conv
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_resnet_block_is_one_kernel_node_per_conv_and_matches_the_reference(threads):
+    proto = resnet_block()
+    x = RNG.standard_normal((2, 3, 15, 14)).astype(np.float32)
+    want = ReferenceEvaluator(proto).run(None, {"x": x})[0]
+    m, out = run(proto, {"x": x}, threads)
+    np.testing.assert_allclose(out["y"], want, rtol=1e-4, atol=1e-5)
+    assert len(custom_nodes(m)) == 6  # the Adds and Relus folded into them, but c4's Relu (c4 read twice)
+    plan = next(iter(m._plans.values()))
+    ops = [lib.ggml_graph_node(plan.graph, i).op for i in range(plan.n_nodes)]
+    assert ops.count(lib.GGML_OP_UNARY) == 1 and ops.count(lib.GGML_OP_ADD) == 1
+    prev = kernels.set_enabled(False)
+    try:
+        m0, out0 = run(proto, {"x": x}, threads)
+    finally:
+        kernels.set_enabled(prev)
+    assert not custom_nodes(m0)
+    np.testing.assert_allclose(out0["y"], want, rtol=1e-4, atol=1e-5)
+
+
+@needs_conv
+def test_a_residual_that_broadcasts_is_added_node_by_node():
+    n = helper.make_node
+    proto = model([n("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]), n("Add", ["c", "r"], ["s"]),
+                   n("Relu", ["s"], ["y"])],
+                  [("x", (1, 4, 6, 6)), ("r", (1, 1, 6, 6))], ["y"], {"W": w(5, 4, 3, 3)})
+    feeds = {"x": RNG.standard_normal((1, 4, 6, 6)).astype(np.float32),
+             "r": RNG.standard_normal((1, 1, 6, 6)).astype(np.float32)}
+    m, out = run(proto, feeds)
+    np.testing.assert_allclose(out["y"], ReferenceEvaluator(proto).run(None, feeds)[0], rtol=1e-4, atol=1e-5)
+    assert len(custom_nodes(m)) == 1  # the conv alone
+
+
+@needs_conv
+def test_a_residual_wider_than_the_conv_output_keeps_onnx_broadcasting():
+    n = helper.make_node
+    proto = model([n("Conv", ["x", "W"], ["c"]), n("Add", ["r", "c"], ["y"])],
+                  [("x", (1, 2, 4, 4)), ("r", (3, 1, 1, 1))], ["y"], {"W": w(3, 2, 1, 1)})
+    feeds = {"x": RNG.standard_normal((1, 2, 4, 4)).astype(np.float32),
+             "r": RNG.standard_normal((3, 1, 1, 1)).astype(np.float32)}
+    _, out = run(proto, feeds)
+    want = ReferenceEvaluator(proto).run(None, feeds)[0]
+    assert out["y"].shape == want.shape == (3, 3, 4, 4)
+    np.testing.assert_allclose(out["y"], want, rtol=1e-4, atol=1e-5)
+
+
+@needs_conv
+def test_1d_conv_with_a_residual_and_conv_transpose_use_the_kernel():
+    n = helper.make_node
+    proto = model([n("Conv", ["x", "W", "b"], ["c"], pads=[2, 2]), n("Add", ["c", "x"], ["s"]), n("Relu", ["s"], ["r"]),
+                   n("ConvTranspose", ["r", "Wt", "bt"], ["y"], strides=[2], pads=[1, 0])],
+                  [("x", (2, 4, 9))], ["y"], {"W": w(4, 4, 5), "b": w(4), "Wt": w(4, 3, 3), "bt": w(3)})
+    x = RNG.standard_normal((2, 4, 9)).astype(np.float32)
+    m, out = run(proto, {"x": x})
+    np.testing.assert_allclose(out["y"], ReferenceEvaluator(proto).run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    assert len(custom_nodes(m)) == 2
+
+
+@needs_conv
+def test_a_conv_output_that_is_a_graph_output_is_not_fused_away():
+    n = helper.make_node
+    proto = model([n("Conv", ["x", "W"], ["c"]), n("Relu", ["c"], ["y"])], [("x", (1, 2, 5, 5))], ["c", "y"],
+                  {"W": w(3, 2, 3, 3)})
+    x = RNG.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    _, out = run(proto, {"x": x})
+    c, y = ReferenceEvaluator(proto).run(None, {"x": x})
+    np.testing.assert_allclose(out["c"], c, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out["y"], y, rtol=1e-4, atol=1e-5)
+    assert out["c"].min() < 0
+
+
+@needs_conv
+def test_half_precision_weights_keep_ggmls_products():
+    proto = resnet_block()
+    x = RNG.standard_normal((2, 3, 15, 14)).astype(np.float32)
+    m, out = run(proto, {"x": x}, dtype="f16")
+    assert len(custom_nodes(m)) == 2  # W0 and Wd: below 256 weights, which stay f32 (README)
+    np.testing.assert_allclose(out["y"], ReferenceEvaluator(proto).run(None, {"x": x})[0], rtol=1e-2, atol=1e-2)
+
+
+@needs_conv
+@pytest.mark.parametrize("threads", [1, 2])
+def test_wide_convs_use_the_packed_kernel_where_there_is_avx512(threads):
+    """From 128 output channels (ops_nn.PACKED_CONV_MIN_CHANNELS) conv.c's AVX-512 product runs them:
+    the same numbers (a stem of 64 channels stays on OpenBLAS)."""
+    n = helper.make_node
+    proto = model([n("Conv", ["x", "W0", "b0"], ["c0"], pads=[1, 1, 1, 1]), n("Relu", ["c0"], ["r0"]),
+                   n("Conv", ["r0", "W1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+                   n("Conv", ["r0", "Wd"], ["d"], strides=[2, 2]), n("Add", ["c1", "d"], ["s"]),
+                   n("Relu", ["s"], ["y"])],
+                  [("x", (2, 3, 13, 11))], ["y"], {"W0": w(64, 3, 3, 3), "b0": w(64), "W1": w(130, 64, 3, 3),
+                                                   "b1": w(130), "Wd": w(130, 64, 1, 1)})
+    x = RNG.standard_normal((2, 3, 13, 11)).astype(np.float32)
+    m, out = run(proto, {"x": x}, threads)
+    np.testing.assert_allclose(out["y"], ReferenceEvaluator(proto).run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    nodes = custom_nodes(m)
+    assert len(nodes) == 3
+    if K.conv2d_packed is not None:  # packed weights: ne [rows, C*KH*KW, panels]
+        assert [int(t.src[1].ne[0]) == K.packed_rows and int(t.src[1].ne[2]) == 5 for t in nodes] == [False, True, True]
