@@ -1,6 +1,7 @@
 """ggmlpy's ONNX import against onnxruntime (CPU provider), same thread count, one process.
 
     python scripts/bench_onnx.py [--threads 2] [--batch 1 8] [--seq 128] [--reps 10] [--cpu-time]
+                                 [--device cpu|cuda|vulkan]
 
 Models are exported from PyTorch with random weights (no downloads): ResNet-18 at 224x224 and a
 BERT-style encoder (4 layers, d=256, 4 heads, FFN 1024) at sequence 128. The two runtimes alternate
@@ -10,6 +11,8 @@ spin); prints the best and the median ms per inference, their ratios ggmlpy / on
 /proc/loadavg before and after.
 --cpu-time measures process CPU time instead of wall time: with --threads 1 it is what a shared,
 busy machine can measure reliably (wall time there depends on who else runs).
+--device runs ggmlpy on a GPU (CUDA, Vulkan) against onnxruntime's CPU provider (the wheel the
+tests use has no GPU provider): the ratio then says what the GPU buys over onnxruntime on this CPU.
 """
 from __future__ import annotations
 
@@ -93,6 +96,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--cpu-time", action="store_true", help="process CPU time instead of wall time")
+    ap.add_argument("--device", default="cpu", help="ggmlpy's device (onnxruntime stays on the CPU)")
     args = ap.parse_args()
     import onnxruntime as ort
     import torch
@@ -104,7 +108,7 @@ def main() -> None:
     so.intra_op_num_threads = args.threads
     so.inter_op_num_threads = 1
     clock = time.process_time if args.cpu_time else time.perf_counter
-    print(f"threads {args.threads}; {'CPU' if args.cpu_time else 'wall'} time; "
+    print(f"ggmlpy on {args.device}; threads {args.threads}; {'CPU' if args.cpu_time else 'wall'} time; "
           f"loadavg {open('/proc/loadavg').read().split()[:3]}")
     cases = []
     net = resnet18().eval()
@@ -125,7 +129,7 @@ def main() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(model, inputs, path, dynamo=False, input_names=names, output_names=["y"], opset_version=17)
-        m = g.onnx_load(path, device="cpu", n_threads=args.threads)
+        m = g.onnx_load(path, device=args.device, n_threads=args.threads)
         sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         (gb, gm), (ob, om) = interleaved([lambda: g.onnx_run(m, feeds), lambda: sess.run(None, feeds)], args.reps,
                                          clock)

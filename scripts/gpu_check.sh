@@ -163,6 +163,20 @@ step bench_backends_wide 150 "$PY" scripts/bench_backends.py --width 1024 --batc
 [[ -s "$LOGS/bench_backends_wide.log" ]] && sed -n '/^MLP/,$p' "$LOGS/bench_backends_wide.log" | sed 's/^/  /' >> "$REPORT"
 step bench_ops 90 "$PY" scripts/bench_ops.py --quick
 [[ -s "$LOGS/bench_ops.log" ]] && tail -n 12 "$LOGS/bench_ops.log" | sed 's/^/  /' >> "$REPORT"
+# ONNX models (ResNet-18 batch 1 and 8, a BERT-style encoder) on CUDA and on Vulkan, against
+# onnxruntime on this machine's CPU (the wheel has no GPU provider), with the output difference
+# (skipped, and said, where PyTorch or onnxruntime is missing or the build lacks the backend)
+for dev in cuda vulkan; do
+  if ! "$PY" -c "import torch, onnxruntime" 2>/dev/null; then
+    report "onnx_$dev: skipped (no PyTorch or onnxruntime here to export and compare)"; continue
+  fi
+  if ! "$PY" -c "import sys, ggmlpy as g; sys.exit(not any(d.backend.lower() == sys.argv[1] for d in g.devices()))" \
+      "$dev" 2>/dev/null; then
+    report "onnx_$dev: skipped (this libggml has no $dev device)"; continue
+  fi
+  step "onnx_$dev" 120 "$PY" scripts/bench_onnx.py --device "$dev" --reps 3
+  [[ -s "$LOGS/onnx_$dev.log" ]] && grep -E '^(ggmlpy on|model|ResNet|BERT)' "$LOGS/onnx_$dev.log" | sed 's/^/  /' >> "$REPORT"
+done
 # 5. the char-GPT (2 blocks, batch 32, context 64) trained on CUDA as one graph per step: tokens/s
 step gpt_cuda 120 "$PY" -m ggmlpy demo --gpt --steps 150 --device cuda --out "$LOGS/gpt"
 [[ -s "$LOGS/gpt_cuda.log" ]] && grep -E '^char-GPT' "$LOGS/gpt_cuda.log" | sed 's/^/  /' >> "$REPORT"
