@@ -39,12 +39,9 @@ __all__ = []  # internal: nothing joins the package namespace
 
 log = logging.getLogger("ggmlpy.kernels")
 SOURCE = Path(__file__).with_name("kernels.c")
-GEMM_SOURCE = Path(__file__).with_name("gemm.c")
-CONV_SOURCE = Path(__file__).with_name("conv.c")
-ROWS_SOURCE = Path(__file__).with_name("rows.c")
 FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
          *(f"-DOFF_{k.upper()}={TENSOR_OFFSETS[k]}" for k in ("ne", "nb", "src", "data"))]
-GEMM_LIBS = ["-l:libopenblas.so.0"]  # the library ggml's BLAS backend loads (Debian's alternatives)
+BLAS_LIBS = ("-l:libopenblas.so.0",)  # the library ggml's BLAS backend loads (Debian's alternatives)
 N_TASKS_MAX = -1  # ggml's GGML_N_TASKS_MAX: as many tasks as the backend has threads
 
 # ggml.h's custom-op declarations, which gen_cdef.py leaves out of cdef.h
@@ -278,49 +275,45 @@ def _load() -> Kernels | None:
     try:
         path = _build(cc, SOURCE)
         _declare()
-        glib = _load_gemm(cc)
-        return Kernels(ffi.dlopen(str(path)), path, glib, _load_conv(cc) if glib is not None else None,
-                       _load_rows(cc))
+        glib = _load_optional(cc, "gemm")
+        return Kernels(ffi.dlopen(str(path)), path, glib, _load_optional(cc, "conv") if glib is not None else None,
+                       _load_optional(cc, "rows"))
     except Exception as e:  # noqa: BLE001 - any failure means: use ggml's ops
         log.warning("ggmlpy.kernels: could not build or load %s (%s); using ggml's own ops", SOURCE.name, e)
         return None
 
 
-def _load_gemm(cc: str):
-    """gemm.c's library, or None (logged) without an OpenBLAS that runs one thread per caller
-    inside ggml's OpenMP threads (its OpenMP or its sequential build) or without ggml_custom_4d."""
+def _gemm_check(so) -> str | None:
+    # gemm.c's threads each call OpenBLAS: its OpenMP build (or the sequential one) then runs on
+    # the calling thread alone; a pthreads build would start its own threads inside each of ggml's
+    return None if so.ggmlpy_blas_parallel() in (0, 2) else "OpenBLAS is its pthreads build"
+
+
+# The libraries beside kernels.c: source, what it links, a check of the loaded library (a
+# reason it cannot be used, or None), and what stays ggml's without it. conv.c links the
+# OpenBLAS that gemm.c checked, so it loads only after gemm.c did.
+OPTIONAL = {
+    "gemm": ("gemm.c", BLAS_LIBS, _gemm_check, "products stay ggml's"),
+    "conv": ("conv.c", BLAS_LIBS,
+             lambda so: None if so.ggmlpy_conv_params_count() == 11 else "its parameter layout does not match",
+             "convolutions stay ggml's"),
+    "rows": ("rows.c", (), lambda so: None, "layer norms stay ggml's"),
+}
+
+
+def _load_optional(cc: str, name: str):
+    """One of OPTIONAL's libraries, or None (the reason logged)."""
+    source, links, check, without = OPTIONAL[name]
     try:
-        lib.ggml_custom_4d  # noqa: B018 - libggml builds older than the custom-op API lack it
-        glib = ffi.dlopen(str(_build(cc, GEMM_SOURCE, GEMM_LIBS)))
-        parallel = glib.ggmlpy_blas_parallel()
-    except Exception as e:  # noqa: BLE001
-        log.info("ggmlpy.kernels: no OpenBLAS products (%s); products stay ggml's", e)
+        lib.ggml_custom_4d  # noqa: B018 - their ops are ggml_custom_4d's; older libggml builds lack it
+        so = ffi.dlopen(str(_build(cc, Path(__file__).with_name(source), links)))
+        why = check(so)
+    except Exception as e:  # noqa: BLE001 - any failure means: ggml's ops
+        why = str(e)
+    if why:
+        log.info("ggmlpy.kernels: no %s (%s); %s", source, why, without)
         return None
-    if parallel not in (0, 2):
-        log.info("ggmlpy.kernels: OpenBLAS is its pthreads build; products stay ggml's")
-        return None
-    return glib
-
-
-def _load_conv(cc: str):
-    """conv.c's library (it links OpenBLAS as gemm.c does, whose checks passed), or None (logged)."""
-    try:
-        clib = ffi.dlopen(str(_build(cc, CONV_SOURCE, GEMM_LIBS)))
-        if clib.ggmlpy_conv_params_count() != 11:
-            raise RuntimeError("conv.c's parameter layout does not match")
-    except Exception as e:  # noqa: BLE001
-        log.info("ggmlpy.kernels: no convolution kernel (%s); convolutions stay ggml's", e)
-        return None
-    return clib
-
-
-def _load_rows(cc: str):
-    """rows.c's library (no BLAS), or None (logged)."""
-    try:
-        return ffi.dlopen(str(_build(cc, ROWS_SOURCE)))
-    except Exception as e:  # noqa: BLE001
-        log.info("ggmlpy.kernels: no row kernels (%s); layer norms stay ggml's", e)
-        return None
+    return so
 
 
 def _build(cc: str, source: Path, libs: tuple = ()) -> Path:
