@@ -27,8 +27,6 @@ KNOWN_FAILURES = {
     "test_resize_downsample_sizes_linear_antialias": "Resize antialias=1",
     "test_resize_downsample_scales_cubic_antialias": "Resize antialias=1",
     "test_resize_downsample_sizes_cubic_antialias": "Resize antialias=1",
-    "test_mod_float_edge_cases_fmod_0_float16": "Mod of infinities and NaN",
-    "test_mod_float_edge_cases_fmod_0_float32": "Mod of infinities and NaN",
     "test_dequantizelinear_blocked": "blocked quantization (block_size)",
     "test_quantizelinear_blocked_asymmetric": "blocked quantization (block_size)",
     "test_quantizelinear_blocked_symmetric": "blocked quantization (block_size)",

@@ -375,14 +375,45 @@ def _pow(b, node, ins, at):
 @op("Mod")
 def _mod(b, node, ins, at):
     fmod = int(at.get("fmod", 0))
+    b.need(fmod in (0, 1), f"Mod: fmod must be 0 or 1, got {fmod}")
     rnd = lib.ggml_trunc if fmod else lib.ggml_floor
+    va, vb = ins
+    c = b.ctx
 
-    va, vb = ins  # a - b * round(a / b), with trunc (fmod) or floor (Python's %)
-    t, shape = binary(b, lambda c, x, y: lib.ggml_div(c, x, y), va, vb)
-    q = rnd(b.ctx, t)
-    qy, _ = binary(b, lambda c, x, y: lib.ggml_mul(c, x, y), Val(shape, va.dtype, t=q), vb, True)
-    r, _ = binary(b, lambda c, x, y: lib.ggml_sub(c, x, y), va, Val(shape, va.dtype, t=qy))
-    return [b.out(r, shape, va.dtype)]
+    def ew(fn, x, y):  # element-wise with ONNX broadcasting, as a Val
+        t, s = binary(b, fn, x, y)
+        return Val(s, va.dtype, t=t)
+
+    def un(fn, x):
+        return Val(x.shape, va.dtype, t=fn(f(b, x)))
+
+    mul = lambda c_, x, y: lib.ggml_mul(c_, x, y)  # noqa: E731
+    if va.dtype not in FLOAT_TYPES:  # integers: a - b * round(a / b), trunc (fmod) or floor (Python's %)
+        q = un(lambda t: rnd(c, t), ew(lambda c_, x, y: lib.ggml_div(c_, x, y), va, vb))
+        r = ew(lambda c_, x, y: lib.ggml_sub(c_, x, y), va, ew(mul, q, vb))
+        return [b.out(f(b, r), r.shape, va.dtype)]
+    # Floats follow numpy (fmod=0) and C's fmod (fmod=1) on infinities: a finite a modulo +-inf is a,
+    # or (fmod=0, signs differ) b itself. The formula would give inf * 0 = NaN there, so it runs on b
+    # clamped to finite values and the infinite-b results are selected with 0/1 masks (no inf * 0).
+    binf = un(lambda t: lib.ggml_step(c, lib.ggml_scale_bias(c, lib.ggml_abs(c, t), 1.0, -FLT_MAX)), vb)
+    bfin = un(lambda t: lib.ggml_clamp(c, t, -FLT_MAX, FLT_MAX), vb)  # finite for +-inf, and NaN on some backends
+    q = un(lambda t: rnd(c, t), ew(lambda c_, x, y: lib.ggml_div(c_, x, y), va, bfin))
+    r = ew(lambda c_, x, y: lib.ggml_sub(c_, x, y), va, ew(mul, q, bfin))  # finite wherever a is and b is +-inf
+    r = ew(mul, r, un(lambda t: lib.ggml_scale_bias(c, t, -1.0, 1.0), binf))
+    if fmod:
+        at_inf = ew(mul, va, binf)
+    else:
+        opp = un(lambda t: lib.ggml_step(c, lib.ggml_neg(c, t)), ew(mul, va, bfin))  # a * b < 0
+        same = un(lambda t: lib.ggml_scale_bias(c, t, -1.0, 1.0), opp)
+        # a where the signs agree; b = +-inf where they differ, as FLT_MAX * 2 (overflows to inf)
+        big = un(lambda t: lib.ggml_scale(c, t, 2.0), ew(mul, ew(mul, bfin, opp), binf))
+        at_inf = ew(lambda c_, x, y: lib.ggml_add(c_, x, y), ew(mul, ew(mul, va, same), binf), big)
+    r = ew(lambda c_, x, y: lib.ggml_add(c_, x, y), r, at_inf)
+    # a NaN b gives NaN: multiply by (1 - isnan) / (1 - isnan), 1 or 0/0 (clamp may have dropped the NaN)
+    num = un(lambda t: lib.ggml_step(c, lib.ggml_scale_bias(c, lib.ggml_abs(c, t), 1.0, 1.0)), vb)
+    keep = un(lambda t: lib.ggml_div(c, t, t), num)
+    r = ew(mul, r, keep)
+    return [b.out(f(b, r), r.shape, va.dtype)]
 
 
 @op("Where")
