@@ -30,10 +30,6 @@ KNOWN_FAILURES = {
     "test_dequantizelinear_blocked": "blocked quantization (block_size)",
     "test_quantizelinear_blocked_asymmetric": "blocked quantization (block_size)",
     "test_quantizelinear_blocked_symmetric": "blocked quantization (block_size)",
-    "test_cast_FLOAT_to_FLOAT16": "the case feeds an object array",
-    "test_cast_FLOAT16_to_FLOAT": "the case feeds an object array",
-    "test_cast_FLOAT_to_BFLOAT16": "the case feeds an object array",
-    "test_cast_BFLOAT16_to_FLOAT": "the case feeds an object array",
 }
 for _n in ("training_dropout_default", "training_dropout_default_mask", "training_dropout", "training_dropout_mask",
            "training_dropout_zero_ratio", "training_dropout_zero_ratio_mask"):
