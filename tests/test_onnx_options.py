@@ -65,3 +65,111 @@ def test_mod_rejects_a_bad_fmod():
     proto = one_node("Mod", [("a", T.FLOAT, [2]), ("b", T.FLOAT, [2])], [("z", T.FLOAT, [2])], fmod=2)
     with pytest.raises(OnnxError, match="fmod"):
         ggmlpy.onnx_load(proto, device="cpu")
+
+
+# -- pooling: dilations, MaxPool's Indices, 3-D ------------------------------------------------------------
+POOLS = [  # (input shape, attributes)
+    ((2, 3, 9, 8), dict(kernel_shape=[3, 2], dilations=[2, 3])),
+    ((1, 2, 10, 11), dict(kernel_shape=[3, 3], dilations=[2, 2], strides=[2, 3], pads=[1, 2, 2, 0])),
+    ((2, 2, 9, 9), dict(kernel_shape=[2, 3], dilations=[3, 2], strides=[2, 2], ceil_mode=1, pads=[1, 1, 0, 1])),
+    ((1, 3, 7, 8), dict(kernel_shape=[3, 3], dilations=[2, 1], auto_pad="SAME_UPPER")),
+    ((2, 3, 13), dict(kernel_shape=[3], dilations=[3], strides=[2], pads=[2, 1])),
+    ((1, 2, 6, 7, 8), dict(kernel_shape=[2, 3, 2], dilations=[2, 1, 3], strides=[1, 2, 2], pads=[1, 0, 1, 0, 1, 1])),
+    ((1, 1, 12, 12, 12), dict(kernel_shape=[3, 3, 3], dilations=[2, 2, 2], strides=[3, 3, 3], ceil_mode=1)),
+]
+
+
+def pool_model(op, shape, attrs, outputs=("y",)):
+    """The model, its outputs declared with the shapes onnx's reference implementation gives."""
+    def make(shapes):
+        return one_node(op, [("x", T.FLOAT, list(shape))],
+                        [(o, T.FLOAT if o == "y" else T.INT64, s) for o, s in zip(outputs, shapes)], opset=22, **attrs)
+    try:
+        got = ReferenceEvaluator(make([None] * len(outputs))).run(None, {"x": np.zeros(shape, np.float32)})
+    except Exception:  # attributes the reference refuses too: the shapes stay unknown
+        return make([None] * len(outputs))
+    return make([list(a.shape) for a in got])
+
+
+def numpy_pool(x, op, kernel_shape, strides=None, dilations=None, pads=None, ceil_mode=0, count_include_pad=0,
+               auto_pad=None):
+    """Pooling as ONNX's operator text defines it, cell by cell. (onnx's reference implementation pads
+    AveragePool as if undilated under SAME padding and misplaces its ceil-mode windows with dilations;
+    onnxruntime agrees with this one there.)"""
+    nd = x.ndim - 2
+    ks, st = list(kernel_shape), list(strides or [1] * nd)
+    dl = list(dilations or [1] * nd)
+    keff = [(k - 1) * d + 1 for k, d in zip(ks, dl)]
+    size = x.shape[2:]
+    if auto_pad:
+        outs = [-(-n // s) for n, s in zip(size, st)]
+        tot = [max(0, (o - 1) * s + k - n) for o, s, k, n in zip(outs, st, keff, size)]
+        pb = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in tot]
+        pe = [t - b for t, b in zip(tot, pb)]
+    else:
+        pads = list(pads or [0] * 2 * nd)
+        pb, pe = pads[:nd], pads[nd:]
+        outs = []
+        for i in range(nd):
+            span = size[i] + pb[i] + pe[i] - keff[i]
+            o = (-(-span // st[i]) if ceil_mode else span // st[i]) + 1
+            if ceil_mode and (o - 1) * st[i] >= size[i] + pb[i]:
+                o -= 1
+            outs.append(o)
+    y = np.zeros(x.shape[:2] + tuple(outs), np.float64)
+    for o in np.ndindex(*outs):
+        pos = [o[i] * st[i] - pb[i] + np.arange(ks[i]) * dl[i] for i in range(nd)]
+        inside = [p[(p >= 0) & (p < size[i])] for i, p in enumerate(pos)]
+        win = x[(slice(None), slice(None)) + np.ix_(*inside)].reshape(x.shape[0], x.shape[1], -1)
+        if op == "MaxPool":
+            y[(slice(None), slice(None)) + o] = win.max(axis=2)
+        else:
+            lo_hi = [(-pb[i], size[i] + pe[i]) if count_include_pad else (0, size[i]) for i in range(nd)]
+            count = np.prod([((p >= lo) & (p < hi)).sum() for p, (lo, hi) in zip(pos, lo_hi)])
+            y[(slice(None), slice(None)) + o] = win.sum(axis=2) / count
+    return y
+
+
+@pytest.mark.parametrize("shape,attrs", POOLS)
+@pytest.mark.parametrize("op,extra", [("MaxPool", {}), ("AveragePool", {}),
+                                      ("AveragePool", {"count_include_pad": 1})])
+def test_pooling_with_dilations_matches_the_operator_definition(device, tol, op, extra, shape, attrs):
+    proto = pool_model(op, shape, {**attrs, **extra})
+    x = RNG.standard_normal(shape).astype(np.float32)
+    got = run(proto, {"x": x}, device)["y"]
+    want = numpy_pool(x.astype(np.float64), op, **attrs, **extra)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, **tol)
+    if op == "MaxPool":  # onnx's reference agrees for MaxPool
+        np.testing.assert_array_equal(got, reference(proto, {"x": x})[0])
+
+
+@pytest.mark.parametrize("shape,attrs", POOLS + [((2, 3, 7, 6), dict(kernel_shape=[3, 2], strides=[2, 2],
+                                                                     pads=[1, 0, 1, 1]))])
+@pytest.mark.parametrize("order", [0, 1])
+def test_maxpool_indices_are_the_first_maximum_in_either_storage_order(device, shape, attrs, order):
+    proto = pool_model("MaxPool", shape, {**attrs, "storage_order": order}, ("y", "i"))
+    x = RNG.integers(-3, 4, shape).astype(np.float32)  # many ties: the first maximum must win
+    got = run(proto, {"x": x}, device)
+    want_y, want_i = reference(proto, {"x": x})
+    np.testing.assert_array_equal(got["y"], want_y)
+    assert got["i"].dtype == np.int64
+    np.testing.assert_array_equal(got["i"], want_i)
+
+
+def test_pooling_rejects_bad_attributes():
+    bad = [dict(kernel_shape=[2, 2], dilations=[0, 1]), dict(kernel_shape=[2]), dict(kernel_shape=[2, 2], strides=[1]),
+           dict(kernel_shape=[2, 2], pads=[1, -1, 0, 0]), dict(kernel_shape=[9, 2], dilations=[2, 1]),
+           dict(kernel_shape=[2, 2], ceil_mode=2)]
+    for attrs in bad:
+        with pytest.raises(OnnxError):
+            ggmlpy.onnx_load(pool_model("MaxPool", (1, 1, 5, 5), attrs), device="cpu")
+    with pytest.raises(OnnxError, match="storage_order"):
+        ggmlpy.onnx_load(pool_model("MaxPool", (1, 1, 5, 5), dict(kernel_shape=[2, 2], storage_order=3), ("y", "i")),
+                         device="cpu")
+
+
+def test_3d_pooling_of_more_than_four_non_unit_dimensions_is_a_clear_limitation():
+    from ggmlpy.onnx.graph import OnnxLimitation
+    with pytest.raises(OnnxLimitation, match="rank 5"):
+        ggmlpy.onnx_load(pool_model("MaxPool", (2, 3, 4, 4, 4), dict(kernel_shape=[2, 2, 2])), device="cpu")

@@ -450,16 +450,126 @@ def _conv_transpose(b, node, ins, at):
 
 
 # -- pooling --------------------------------------------------------------------------------------------
-def _pool(b, node, ins, at, kind):
-    x = ins[0]
+def _pool_attrs(b, x, at):
+    """kernel_shape, strides, dilations, pads (begin, end) of a pooling node, checked."""
     nd = x.rank - 2
-    b.need(len(node.output) == 1 or not node.output[1], "MaxPool's Indices output is not supported")
-    xt, xs = _as_2d(b, x)
+    b.need(nd >= 1, f"pooling needs (N, C, spatial...), got rank {x.rank}")
+    b.need("kernel_shape" in at, "kernel_shape is required")
     ks = [int(k) for k in at["kernel_shape"]]
     strides = [int(s) for s in at.get("strides", [1] * nd)]
     dils = [int(d) for d in at.get("dilations", [1] * nd)]
-    b.need(all(d == 1 for d in dils), "pooling with dilations is not supported (ggml's pool has none)")
+    for name, v in (("kernel_shape", ks), ("strides", strides), ("dilations", dils)):
+        b.need(len(v) == nd and all(d >= 1 for d in v), f"{name} must be {nd} positive integers, got {v}")
+    if "pads" in at:
+        pads = [int(p) for p in at["pads"]]
+        b.need(len(pads) == 2 * nd and all(p >= 0 for p in pads), f"pads must be {2 * nd} non-negative integers, "
+                                                                   f"got {pads}")
+    ceil = int(at.get("ceil_mode", 0))
+    b.need(ceil in (0, 1), f"ceil_mode must be 0 or 1, got {ceil}")
     pb, pe = _conv_pads(b, at, list(x.shape[2:]), ks, strides, dils)
+    return ks, strides, dils, pb, pe, ceil
+
+
+def _pool_windows(b, x, at, kind, ks, strides, dils, pb, pe, ceil, indices=False):
+    """1-, 2- or 3-D pooling with dilations (and MaxPool's Indices) through ggml_im2col_3d: the input as
+    ggml [W, H, D, N*C] (every plane pooled alike, so N and C merge), padded by hand, each output cell's
+    window gathered into one row of K = KD*KH*KW taps, then the row's max (and the first tap reaching it),
+    or its sum over the window's cell count. Returns the output Vals."""
+    nd = x.rank - 2
+    N, C = x.shape[:2]
+    lead = 3 - nd  # missing leading spatial axes: size one, one tap
+    sizes = [1] * lead + list(x.shape[2:])
+    ks3, st3, dl3 = [1] * lead + ks, [1] * lead + strides, [1] * lead + dils
+    pb3, pe3 = [0] * lead + list(pb), [0] * lead + list(pe)
+    outs, ends = [], []
+    for i in range(3):
+        keff = (ks3[i] - 1) * dl3[i] + 1
+        span = sizes[i] + pb3[i] + pe3[i] - keff
+        b.need(span >= 0, f"the window ({keff} cells with dilation) is larger than the padded input "
+                          f"({sizes[i] + pb3[i] + pe3[i]})")
+        o = (-(-span // st3[i]) if ceil else span // st3[i]) + 1
+        if ceil and (o - 1) * st3[i] >= sizes[i] + pb3[i]:
+            o -= 1  # the last window must start inside the input or the left padding
+        outs.append(o)
+        ends.append((o - 1) * st3[i] + keff - pb3[i])  # input cells the windows reach, padding included
+    shape4 = (N * C, *sizes)
+    t = reshape(b, b.tensor(x), shape4)
+    for i in range(3):
+        if ends[i] < sizes[i]:  # the last cells are in no window
+            t, shape4 = slice_axis(b, t, shape4, i + 1, 0, ends[i])
+    t, padded = pad_zero(b, t, shape4, [0] + pb3, [0] + [max(0, ends[i] - sizes[i]) for i in range(3)])
+    if kind == "max" and padded != shape4:  # padding never wins a max
+        mask = np.full(padded[1:], -np.inf, dtype=np.float32)
+        mask[pb3[0]:pb3[0] + shape4[1], pb3[1]:pb3[1] + shape4[2], pb3[2]:pb3[2] + shape4[3]] = 0
+        t = lib.ggml_add(b.ctx, t, b.weight(mask))
+    K = int(np.prod(ks3))
+    taps = b.weight(np.zeros((1, *ks3), np.float32))  # only its shape matters: ne [KW, KH, KD, 1]
+    cols = lib.ggml_im2col_3d(b.ctx, taps, cont(b, t), 1, st3[2], st3[1], st3[0], 0, 0, 0, dl3[2], dl3[1], dl3[0],
+                              lib.GGML_TYPE_F32)  # ne [K, OW, OH, OD * N * C]
+    R = N * C * int(np.prod(outs))
+    rows = reshape(b, cols, (R, K))
+    shape = (N, C) + tuple(outs[lead:])
+    if kind == "max":
+        y = _row_max(b, rows)
+    else:
+        y = lib.ggml_sum_rows(b.ctx, rows)
+        incl = int(at.get("count_include_pad", 0))
+        counts = []
+        for i in range(3):  # taps inside the input (or its pads too), per axis: the window is a box
+            lo, hi = (-pb3[i], sizes[i] + pe3[i]) if incl else (0, sizes[i])
+            pos = np.arange(outs[i])[:, None] * st3[i] - pb3[i] + np.arange(ks3[i])[None, :] * dl3[i]
+            counts.append(((pos >= lo) & (pos < hi)).sum(axis=1))
+        div = np.einsum("i,j,k->ijk", *counts).astype(np.float64)
+        y = lib.ggml_mul(b.ctx, reshape(b, y, (N * C, *outs)), b.weight((1.0 / np.maximum(div, 1)).astype(np.float32)))
+    res = [b.out(reshape(b, y, shape), shape, x.dtype)]
+    if indices:
+        res.append(_pool_indices(b, rows, at, nd, N * C, sizes, outs, ks3, st3, dl3, pb3, shape))
+    return res
+
+
+def _pool_indices(b, rows, at, nd, planes, sizes, outs, ks3, st3, dl3, pb3, shape):
+    """MaxPool's Indices: the flat index in the input (N, C, spatial) of each maximum, the first in window
+    order; spatial axes row-major (storage_order 0) or column-major (1). Computed in float32, exact below
+    2**24."""
+    order = int(at.get("storage_order", 0))
+    b.need(order in (0, 1), f"storage_order must be 0 or 1, got {order}")
+    step = int(np.prod(sizes))
+    b.limit(planes * step < 2 ** 24, "MaxPool's Indices above 2**24 (computed in float32)")
+    c = b.ctx
+    if order == 0:
+        mult = [sizes[1] * sizes[2], sizes[2], 1]
+    else:  # column-major over the real spatial axes (the leading padded ones have one cell)
+        mult = [0, 0, 0]
+        acc = 1
+        for i in range(3 - nd, 3):
+            mult[i] = acc
+            acc *= sizes[i]
+    k = arg_rows(b, rows)  # the tap, k = k0 * K1 * K2 + k1 * K2 + k2
+    K12, K2 = ks3[1] * ks3[2], ks3[2]
+    cf = [mult[i] * dl3[i] for i in range(3)]
+    k0 = lib.ggml_floor(c, lib.ggml_scale_bias(c, k, 1.0 / K12, 0.5 / K12))
+    rem = lib.ggml_sub(c, k, lib.ggml_scale(c, k0, float(K12)))
+    k1 = lib.ggml_floor(c, lib.ggml_scale_bias(c, rem, 1.0 / K2, 0.5 / K2))
+    # offset = k2 cf2 + k1 cf1 + k0 cf0 with k2 = rem - k1 K2
+    off = lib.ggml_add(c, lib.ggml_scale(c, rem, float(cf[2])), lib.ggml_scale(c, k1, float(cf[1] - K2 * cf[2])))
+    off = lib.ggml_add(c, off, lib.ggml_scale(c, k0, float(cf[0])))
+    grid = np.meshgrid(*[np.arange(outs[i]) * st3[i] - pb3[i] for i in range(3)], indexing="ij")
+    base = sum(mult[i] * grid[i] for i in range(3)).astype(np.float32)  # window origins, (OD, OH, OW)
+    off = lib.ggml_add(c, reshape(b, off, (planes, *outs)), b.weight(base))
+    plane = (np.arange(planes, dtype=np.float32) * step).reshape(planes, 1, 1, 1)
+    off = lib.ggml_add(c, off, b.weight(plane))
+    return b.out(reshape(b, off, shape), shape, I64)
+
+
+def _pool(b, node, ins, at, kind):
+    x = ins[0]
+    b.need(x.rank in (3, 4, 5), f"only 1-, 2- and 3-D pooling are supported (input rank {x.rank})")
+    nd = x.rank - 2
+    ks, strides, dils, pb, pe, _ = _pool_attrs(b, x, at)
+    want_idx = kind == "max" and len(node.output) > 1 and bool(node.output[1])
+    if nd == 3 or want_idx or any(d != 1 for d in dils):
+        return _pool_windows(b, x, at, kind, ks, strides, dils, pb, pe, int(at.get("ceil_mode", 0)), want_idx)
+    xt, xs = _as_2d(b, x)
     if nd == 1:
         ks, strides, pb, pe = [1] + ks, [1] + strides, [0] + pb, [0] + pe
     sizes = list(xs[2:])
