@@ -17,8 +17,6 @@ from ggmlpy.onnx.conformance import case_op, collect, run_case  # noqa: E402
 
 # Cases of supported operators that fail, and why (each is an option ggmlpy does not implement).
 KNOWN_FAILURES = {
-    "test_batchnorm_example_training_mode": "BatchNormalization training_mode=1 (inference only)",
-    "test_batchnorm_epsilon_training_mode": "BatchNormalization training_mode=1 (inference only)",
     "test_resize_downsample_scales_linear_antialias": "Resize antialias=1",
     "test_resize_downsample_sizes_linear_antialias": "Resize antialias=1",
     "test_resize_downsample_scales_cubic_antialias": "Resize antialias=1",

@@ -173,3 +173,42 @@ def test_3d_pooling_of_more_than_four_non_unit_dimensions_is_a_clear_limitation(
     from ggmlpy.onnx.graph import OnnxLimitation
     with pytest.raises(OnnxLimitation, match="rank 5"):
         ggmlpy.onnx_load(pool_model("MaxPool", (2, 3, 4, 4, 4), dict(kernel_shape=[2, 2, 2])), device="cpu")
+
+
+# -- BatchNormalization in training mode ---------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(4, 3, 5, 6), (6, 5), (2, 4, 7)])
+@pytest.mark.parametrize("outputs", [("y", "rm", "rv"), ("y",)])
+def test_batchnorm_training_mode_uses_batch_statistics_and_updates_the_running_ones(device, tol, shape, outputs):
+    C = shape[1]
+    params = {"s": RNG.uniform(0.5, 1.5, C), "bias": RNG.standard_normal(C), "mean": RNG.standard_normal(C),
+              "var": RNG.uniform(0.5, 2, C)}
+    params = {k: v.astype(np.float32) for k, v in params.items()}
+    proto = one_node("BatchNormalization", [("x", T.FLOAT, list(shape))],
+                     [(o, T.FLOAT, list(shape) if o == "y" else [C]) for o in outputs], params, opset=15,
+                     training_mode=1, momentum=0.8, epsilon=1e-3)
+    x = (RNG.standard_normal(shape) * 2 + 1).astype(np.float32)
+    got = run(proto, {"x": x}, device)
+    axes = tuple(k for k in range(len(shape)) if k != 1)
+    mu, var = x.astype(np.float64).mean(axis=axes), x.astype(np.float64).var(axis=axes)
+    ch = (1, C) + (1,) * (len(shape) - 2)
+    y = (x - mu.reshape(ch)) / np.sqrt(var.reshape(ch) + 1e-3) * params["s"].reshape(ch) + params["bias"].reshape(ch)
+    np.testing.assert_allclose(got["y"], y, **tol)
+    if len(outputs) == 3:
+        np.testing.assert_allclose(got["rm"], 0.8 * params["mean"] + 0.2 * mu, **tol)
+        np.testing.assert_allclose(got["rv"], 0.8 * params["var"] + 0.2 * var, **tol)
+    ref = reference(proto, {"x": x})
+    for g, r in zip([got[o] for o in outputs], ref):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+
+
+def test_batchnorm_rejects_bad_parameters():
+    C = 3
+    p = {k: np.ones(C, np.float32) for k in ("s", "bias", "mean", "var")}
+    bad = one_node("BatchNormalization", [("x", T.FLOAT, [2, C, 4])], [("y", T.FLOAT, [2, C, 4])], p, opset=15,
+                   training_mode=2)
+    with pytest.raises(OnnxError, match="training_mode"):
+        ggmlpy.onnx_load(bad, device="cpu")
+    p["var"] = np.ones(C + 1, np.float32)
+    short = one_node("BatchNormalization", [("x", T.FLOAT, [2, C, 4])], [("y", T.FLOAT, [2, C, 4])], p, opset=15)
+    with pytest.raises(OnnxError, match="input_var"):
+        ggmlpy.onnx_load(short, device="cpu")

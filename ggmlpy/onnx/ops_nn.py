@@ -783,9 +783,16 @@ def _channel(b, v: Val, C, rank):
 @op("BatchNormalization")
 def _batchnorm(b, node, ins, at):
     x, scale, bias, mean, var = ins[:5]
-    b.need(not int(at.get("training_mode", 0)), "training_mode=1 is not supported (inference only)")
-    eps = float(at.get("epsilon", 1e-5))
+    b.need(x.rank >= 2, f"BatchNormalization needs (N, C, ...), got rank {x.rank}")
     C = x.shape[1]
+    for name, v in zip(("scale", "B", "input_mean", "input_var"), ins[1:5]):
+        b.need(v is not None and v.size == C, f"{name} must have {C} values (one per channel)")
+    training = int(at.get("training_mode", 0))
+    b.need(training in (0, 1), f"training_mode must be 0 or 1, got {training}")
+    eps = float(at.get("epsilon", 1e-5))
+    if training:
+        return _batchnorm_training(b, node, x, scale, bias, mean, var, eps, float(at.get("momentum", 0.9)))
+    b.need(len([o for o in node.output if o]) == 1, "running_mean and running_var are outputs in training mode only")
     if all(v.is_const for v in (scale, bias, mean, var)):  # one multiply and one add
         s = (scale.const.astype(np.float64) / np.sqrt(var.const.astype(np.float64) + eps))
         sh = bias.const.astype(np.float64) - mean.const.astype(np.float64) * s
@@ -797,6 +804,27 @@ def _batchnorm(b, node, ins, at):
         y = lib.ggml_div(c, lib.ggml_sub(c, f(b, x), _channel(b, mean, C, x.rank)), inv)
         y = lib.ggml_add(c, lib.ggml_mul(c, y, _channel(b, scale, C, x.rank)), _channel(b, bias, C, x.rank))
     return [b.out(y, x.shape, x.dtype)]
+
+
+def _batchnorm_training(b, node, x, scale, bias, mean, var, eps, momentum):
+    """training_mode=1: normalised by the batch's statistics per channel (over N and the spatial axes,
+    population variance), and the running statistics updated: momentum * input + (1 - momentum) * batch."""
+    c = b.ctx
+    C = x.shape[1]
+    rows, _, _ = to_rows(b, b.tensor(x), x.shape, [k for k in range(x.rank) if k != 1])  # ne [N*spatial, C]
+    mu = lib.ggml_mean(c, rows)  # ne [1, C]
+    d = lib.ggml_sub(c, rows, mu)
+    sig = lib.ggml_mean(c, lib.ggml_sqr(c, d))
+    chan = (1, C) + (1,) * (x.rank - 2)
+    inv = lib.ggml_sqrt(c, lib.ggml_scale_bias(c, reshape(b, sig, chan), 1.0, eps))
+    y = lib.ggml_div(c, lib.ggml_sub(c, f(b, x), reshape(b, mu, chan)), inv)
+    y = lib.ggml_add(c, lib.ggml_mul(c, y, _channel(b, scale, C, x.rank)), _channel(b, bias, C, x.rank))
+    outs = [b.out(y, x.shape, x.dtype)]
+    for running, batch in ((mean, mu), (var, sig)):
+        r = lib.ggml_add(c, lib.ggml_scale(c, reshape(b, b.tensor(running), (C,)), momentum),
+                         lib.ggml_scale(c, reshape(b, batch, (C,)), 1.0 - momentum))
+        outs.append(b.out(r, (C,), x.dtype))
+    return outs[:max(1, len(node.output))]
 
 
 def _affine(b, y, shape, scale, bias, dtype):
