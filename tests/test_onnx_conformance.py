@@ -21,9 +21,6 @@ KNOWN_FAILURES = {
     "test_resize_downsample_sizes_linear_antialias": "Resize antialias=1",
     "test_resize_downsample_scales_cubic_antialias": "Resize antialias=1",
     "test_resize_downsample_sizes_cubic_antialias": "Resize antialias=1",
-    "test_dequantizelinear_blocked": "blocked quantization (block_size)",
-    "test_quantizelinear_blocked_asymmetric": "blocked quantization (block_size)",
-    "test_quantizelinear_blocked_symmetric": "blocked quantization (block_size)",
 }
 for _n in ("training_dropout_default", "training_dropout_default_mask", "training_dropout", "training_dropout_mask",
            "training_dropout_zero_ratio", "training_dropout_zero_ratio_mask"):

@@ -212,3 +212,46 @@ def test_batchnorm_rejects_bad_parameters():
     short = one_node("BatchNormalization", [("x", T.FLOAT, [2, C, 4])], [("y", T.FLOAT, [2, C, 4])], p, opset=15)
     with pytest.raises(OnnxError, match="input_var"):
         ggmlpy.onnx_load(short, device="cpu")
+
+
+# -- blocked quantization ------------------------------------------------------------------------------------
+def numpy_blocks(p, axis, bs, D):
+    return np.take(p, np.arange(D) // bs, axis=axis)
+
+
+@pytest.mark.parametrize("const_params", [False, True])
+@pytest.mark.parametrize("shape,axis,bs", [((3, 7), 1, 3), ((4, 6, 2), 1, 2), ((5, 4), 0, 2), ((2, 3, 5), -1, 4)])
+def test_blocked_quantize_and_dequantize(device, const_params, shape, axis, bs):
+    ax = axis % len(shape)
+    pshape = tuple(-(-d // bs) if k == ax else d for k, d in enumerate(shape))
+    scale = RNG.uniform(0.05, 0.2, pshape).astype(np.float32)
+    zp = RNG.integers(0, 40, pshape).astype(np.uint8)
+    x = (RNG.standard_normal(shape) * 5).astype(np.float32)
+    inputs = [("x", T.FLOAT, list(shape))]
+    params = {"s": scale, "z": zp}
+    if not const_params:
+        inputs += [("s", T.FLOAT, list(pshape)), ("z", T.UINT8, list(pshape))]
+        params = None
+    q = one_node("QuantizeLinear", inputs, [("q", T.UINT8, list(shape))], params, axis=axis, block_size=bs)
+    feeds = {"x": x} if const_params else {"x": x, "s": scale, "z": zp}
+    got = run(q, feeds, device)["q"]
+    s_full, z_full = numpy_blocks(scale, ax, bs, shape[ax]), numpy_blocks(zp, ax, bs, shape[ax]).astype(np.float64)
+    want = np.clip(np.rint(x / s_full) + z_full, 0, 255).astype(np.uint8)
+    assert got.dtype == np.uint8
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1  # float32 division at a rounding boundary
+    np.testing.assert_array_equal(got, reference(q, feeds)[0])
+    qx = RNG.integers(0, 256, shape).astype(np.uint8)
+    dq_inputs = [("qx", T.UINT8, list(shape))] + inputs[1:]
+    dq = one_node("DequantizeLinear", dq_inputs, [("y", T.FLOAT, list(shape))], params, axis=axis, block_size=bs)
+    feeds = {"qx": qx} if const_params else {"qx": qx, "s": scale, "z": zp}
+    np.testing.assert_allclose(run(dq, feeds, device)["y"], (qx - z_full) * s_full, rtol=1e-6, atol=1e-6)
+
+
+def test_blocked_quantization_checks_the_parameter_shapes():
+    x = [("x", T.FLOAT, [3, 8])]
+    for pshape, attrs in (((3, 3), dict(axis=1, block_size=2)), ((3, 4), dict(axis=1, block_size=-1)),
+                          ((1, 4), dict(axis=1, block_size=2))):
+        m = one_node("QuantizeLinear", x, [("q", T.UINT8, [3, 8])],
+                     {"s": np.ones(pshape, np.float32), "z": np.zeros(pshape, np.uint8)}, **attrs)
+        with pytest.raises(OnnxError, match="block"):
+            ggmlpy.onnx_load(m, device="cpu")

@@ -72,12 +72,38 @@ def quantize(b, x, scale, zp, axis, out_type):
     return b.out(lib.ggml_clamp(b.ctx, v.t, float(lo), float(hi)), v.shape, out_type)
 
 
+def _blocks(b, x, scale, zp, at):
+    """Blocked quantization (block_size > 0): scale and zero point have x's shape but ceil(D / block_size)
+    entries along `axis`, each for a block of that many consecutive elements. They are expanded to x's
+    shape (np.repeat for constants, ggml_get_rows over the axis otherwise); then the element-wise path runs."""
+    bs = int(at.get("block_size", 0))
+    b.need(bs >= 0, f"block_size must be non-negative, got {bs}")
+    if bs == 0:
+        return scale, zp
+    axis = norm_axis(b, at.get("axis", 1), x.rank)
+    D = x.shape[axis]
+    want = tuple(-(-D // bs) if k == axis else d for k, d in enumerate(x.shape))
+    for name, v in (("scale", scale), ("zero point", zp)):
+        b.need(v is None or v.shape == want, f"blocked quantization: {name} has shape {list(v.shape) if v else None}, "
+                                             f"expected {list(want)} (block_size {bs} along axis {axis})")
+    idx = np.arange(D) // bs
+
+    def expand(v):
+        if v is None:
+            return None
+        if v.is_const:
+            return const(np.take(v.const, idx, axis=axis), v.dtype)
+        t, shape = take(b, b.tensor(v), v.shape, axis, idx)
+        return Val(shape, v.dtype, t=t)
+    return expand(scale), expand(zp)
+
+
 @op("DequantizeLinear")
 def _dequantize(b, node, ins, at):
     x, scale = ins[0], ins[1]
     zp = ins[2] if len(ins) > 2 else None
-    b.need(int(at.get("block_size", 0)) == 0, "blocked quantization (block_size)")
     out_type = int(at.get("output_dtype", 0)) or scale.dtype
+    scale, zp = _blocks(b, x, scale, zp, at)
     return [dequantize(b, x, scale, zp, at.get("axis", 1), out_type)]
 
 
@@ -85,8 +111,8 @@ def _dequantize(b, node, ins, at):
 def _quantize(b, node, ins, at):
     x, scale = ins[0], ins[1]
     zp = ins[2] if len(ins) > 2 else None
-    b.need(int(at.get("block_size", 0)) == 0, "blocked quantization (block_size)")
     out_type = zp.dtype if zp is not None else int(at.get("output_dtype", 0)) or TensorProto.UINT8
+    scale, zp = _blocks(b, x, scale, zp, at)
     return [quantize(b, x, scale, zp, at.get("axis", 1), out_type)]
 
 
