@@ -17,10 +17,6 @@ from ggmlpy.onnx.conformance import case_op, collect, run_case  # noqa: E402
 
 # Cases of supported operators that fail, and why (each is an option ggmlpy does not implement).
 KNOWN_FAILURES = {
-    "test_resize_downsample_scales_linear_antialias": "Resize antialias=1",
-    "test_resize_downsample_sizes_linear_antialias": "Resize antialias=1",
-    "test_resize_downsample_scales_cubic_antialias": "Resize antialias=1",
-    "test_resize_downsample_sizes_cubic_antialias": "Resize antialias=1",
 }
 for _n in ("training_dropout_default", "training_dropout_default_mask", "training_dropout", "training_dropout_mask",
            "training_dropout_zero_ratio", "training_dropout_zero_ratio_mask"):

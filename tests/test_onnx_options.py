@@ -255,3 +255,33 @@ def test_blocked_quantization_checks_the_parameter_shapes():
                      {"s": np.ones(pshape, np.float32), "z": np.zeros(pshape, np.uint8)}, **attrs)
         with pytest.raises(OnnxError, match="block"):
             ggmlpy.onnx_load(m, device="cpu")
+
+
+# -- Resize antialias ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("ctm", ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"])
+@pytest.mark.parametrize("scales,exclude", [((1, 1, 0.6, 0.35), 0), ((1, 1, 0.25, 1.5), 1), ((1, 1, 0.5, 0.5), 0)])
+def test_resize_antialias_matches_the_reference(device, tol, mode, ctm, scales, exclude):
+    shape = (2, 3, 11, 17)
+    s = np.array(scales, np.float32)
+    out = [int(np.floor(d * f)) for d, f in zip(shape, scales)]
+    proto = one_node("Resize", [("x", T.FLOAT, list(shape))], [("y", T.FLOAT, out)],
+                     {"roi": np.array([], np.float32), "scales": s}, opset=18, mode=mode, antialias=1,
+                     coordinate_transformation_mode=ctm, exclude_outside=exclude)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    got = run(proto, {"x": x}, device)["y"]
+    want = reference(proto, {"x": x})[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, **tol)
+    if device == "cpu" and ctm == "half_pixel" and not exclude:  # it really filters: plain linear differs
+        plain = one_node("Resize", [("x", T.FLOAT, list(shape))], [("y", T.FLOAT, out)],
+                         {"roi": np.array([], np.float32), "scales": s}, opset=18, mode=mode)
+        assert np.abs(run(plain, {"x": x})["y"] - got).max() > 0.05
+
+
+def test_resize_rejects_a_bad_antialias():
+    m = one_node("Resize", [("x", T.FLOAT, [1, 1, 4, 4])], [("y", T.FLOAT, [1, 1, 2, 2])],
+                 {"roi": np.array([], np.float32), "scales": np.array([1, 1, 0.5, 0.5], np.float32)}, opset=18,
+                 mode="linear", antialias=2)
+    with pytest.raises(OnnxError, match="antialias"):
+        ggmlpy.onnx_load(m, device="cpu")
