@@ -285,3 +285,35 @@ def test_resize_rejects_a_bad_antialias():
                  mode="linear", antialias=2)
     with pytest.raises(OnnxError, match="antialias"):
         ggmlpy.onnx_load(m, device="cpu")
+
+
+# -- comparisons with a constant infinity (attention's fully masked rows) -----------------------------------
+def test_equal_to_a_constant_infinity_sees_where_masked_values(device):
+    """Where stores a constant -inf as -FLT_MAX; Equal with a constant infinity compares clamped values, so
+    ONNX's attention function finds its fully masked rows and gives them zero weights."""
+    n = helper.make_node
+    nodes = [n("Where", ["mask", "zero", "neginf"], ["bias"]),
+             n("ReduceMax", ["bias", "axes"], ["rowmax"], keepdims=1),
+             n("Equal", ["rowmax", "neginf"], ["allmasked"]),
+             n("Equal", ["x", "neginf"], ["xneg"]),
+             n("Add", ["scores", "bias"], ["masked"]), n("Softmax", ["masked"], ["p"], axis=-1),
+             n("Where", ["allmasked", "zero", "p"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+             numpy_helper.from_array(np.array(-np.inf, np.float32), "neginf"),
+             numpy_helper.from_array(np.array([-1], np.int64), "axes")]
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("mask", T.BOOL, [3, 4]),
+                                       helper.make_tensor_value_info("scores", T.FLOAT, [3, 4]),
+                                       helper.make_tensor_value_info("x", T.FLOAT, [5])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [3, 4]),
+                           helper.make_tensor_value_info("allmasked", T.BOOL, [3, 1]),
+                           helper.make_tensor_value_info("xneg", T.BOOL, [5])], inits)
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    mask = np.array([[1, 1, 0, 1], [0, 0, 0, 0], [1, 0, 0, 0]], bool)
+    scores = RNG.standard_normal((3, 4)).astype(np.float32)
+    x = np.array([-np.inf, -3.0, 0.0, np.inf, 1e30], np.float32)
+    got = run(proto, {"mask": mask, "scores": scores, "x": x}, device)
+    want = reference(proto, {"mask": mask, "scores": scores, "x": x})
+    np.testing.assert_array_equal(got["allmasked"], [[False], [True], [False]])
+    np.testing.assert_array_equal(got["xneg"], [True, False, False, False, False])
+    np.testing.assert_allclose(got["y"], np.nan_to_num(want[0]), rtol=1e-5, atol=1e-6)
+    assert not np.isnan(got["y"]).any() and (got["y"][1] == 0).all()

@@ -290,7 +290,25 @@ def _not(c, x):
 
 OPS["Greater"] = _bin(_cmp_gt, out_type=BOOL)
 OPS["Less"] = _bin(_cmp_lt, out_type=BOOL)
-OPS["Equal"] = _bin(_cmp_eq, True, out_type=BOOL)
+
+
+@op("Equal")
+def _equal(b, node, ins, at):
+    """x == y. Where stores a constant infinity as the largest float (see _where), so a comparison with a
+    constant infinity compares both sides clamped to +-FLT_MAX: a row that Where masked with -inf equals
+    -inf (the test attention's expanded function makes for fully masked rows)."""
+    va, vb = ins[0], ins[1]
+    inf = [v.is_const and v.const.dtype.kind == "f" and np.isinf(v.const).any() for v in (va, vb)]
+    if not any(inf):
+        return _bin(_cmp_eq, True, out_type=BOOL)(b, node, ins, at)
+
+    def finite(v):
+        if v.is_const:
+            return const(np.clip(v.const.astype(np.float32), -FLT_MAX, FLT_MAX), v.dtype)
+        return Val(v.shape, v.dtype, t=lib.ggml_clamp(b.ctx, f(b, v), -FLT_MAX, FLT_MAX))
+    return _bin(_cmp_eq, True, out_type=BOOL)(b, node, [finite(va), finite(vb)], at)
+
+
 OPS["GreaterOrEqual"] = _bin(lambda c, x, y: _not(c, _cmp_lt(c, x, y)), out_type=BOOL)
 OPS["LessOrEqual"] = _bin(lambda c, x, y: _not(c, _cmp_gt(c, x, y)), out_type=BOOL)
 OPS["And"] = _bin(lambda c, x, y: lib.ggml_mul(c, x, y), True, out_type=BOOL)
