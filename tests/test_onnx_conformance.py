@@ -65,6 +65,5 @@ def test_function_expanded_cases():
 
 # Expanded cases that fail: attention computed in float16, where a row masked with -inf is -inf after the
 # cast to float16, its softmax NaN, and Where's arithmetic select (c * x + (1 - c) * y) keeps that NaN
-# where ONNX selects the zero; CenterCropPad, the window functions and NegativeLogLikelihoodLoss, whose
-# pads, Range bounds or GatherElements indices are computed from input data (ggml graphs have static shapes).
-EXPANDED_KNOWN = ("softmax_precision", "center_crop_pad", "window", "nllloss")
+# where ONNX selects the zero.
+EXPANDED_KNOWN = ("softmax_precision",)

@@ -317,3 +317,35 @@ def test_equal_to_a_constant_infinity_sees_where_masked_values(device):
     np.testing.assert_array_equal(got["xneg"], [True, False, False, False, False])
     np.testing.assert_allclose(got["y"], np.nan_to_num(want[0]), rtol=1e-5, atol=1e-6)
     assert not np.isnan(got["y"]).any() and (got["y"][1] == 0).all()
+
+
+# -- GatherElements with indices computed in the graph ------------------------------------------------------
+@pytest.mark.parametrize("shape,ishape,axis", [((4, 5), (4, 3), 1), ((3, 4, 5), (2, 4, 5), 0), ((2, 3, 6), (2, 3, 6), -1)])
+def test_gather_elements_with_runtime_indices(device, shape, ishape, axis):
+    proto = one_node("GatherElements", [("x", T.FLOAT, list(shape)), ("i", T.INT64, list(ishape))],
+                     [("y", T.FLOAT, list(ishape))], axis=axis)
+    L = shape[axis]
+    x = RNG.standard_normal(shape).astype(np.float32)
+    i = RNG.integers(-L, L, ishape).astype(np.int64)  # negative indices count from the end
+    got = run(proto, {"x": x, "i": i}, device)["y"]
+    np.testing.assert_array_equal(got, np.take_along_axis(x, np.where(i < 0, i + L, i), axis=axis))
+    np.testing.assert_array_equal(got, reference(proto, {"x": x, "i": i})[0])
+
+
+def test_gather_elements_out_of_range_runtime_index_gives_nan_not_a_crash(device):
+    proto = one_node("GatherElements", [("x", T.FLOAT, [2, 3]), ("i", T.INT64, [2, 2])], [("y", T.FLOAT, [2, 2])],
+                     axis=1)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = run(proto, {"x": x, "i": np.array([[0, 3], [-4, 2]])}, device)["y"]
+    assert got[0, 0] == 0 and got[1, 1] == 5 and np.isnan(got[0, 1]) and np.isnan(got[1, 0])
+
+
+def test_conformance_harness_makes_shape_giving_inputs_initializers():
+    """Graph inputs from which a shape or op parameter is computed become initializers (a Range bound two
+    nodes away), but not those only read for their shape or type (Shape, CastLike's target)."""
+    from ggmlpy.onnx.conformance import _shape_inputs
+    n = helper.make_node
+    g = helper.make_graph([n("Add", ["size", "one"], ["s1"]), n("Range", ["zero", "s1", "one"], ["r"]),
+                           n("Shape", ["x"], ["sx"]), n("Reshape", ["x", "sx"], ["y"]),
+                           n("CastLike", ["one", "x"], ["o"]), n("Unsqueeze", ["x", "o"], ["z"])], "m", [], [])
+    assert {"size", "one", "zero"} <= _shape_inputs(g) and "x" not in _shape_inputs(g)

@@ -61,6 +61,23 @@ def _array(x):
     return numpy_helper.to_array(x) if isinstance(x, TensorProto) else np.asarray(x)
 
 
+def _shape_inputs(graph) -> set:
+    """The values that fix shapes or op parameters (CONST_INPUTS), and everything they are computed from:
+    graph inputs among them become initializers, as a deployed model's would be."""
+    need = {n.input[i] for n in graph.node for i in CONST_INPUTS.get(n.op_type, ()) if i < len(n.input) and n.input[i]}
+    producer = {o: n for n in graph.node for o in n.output if o}
+    todo = list(need)
+    while todo:
+        n = producer.get(todo.pop())
+        if n is None or n.op_type in ("Shape", "Size"):  # a shape is known at load time whatever the values
+            continue
+        for i in (n.input[:1] if n.op_type == "CastLike" else n.input):  # CastLike's target gives a type only
+            if i and i not in need:
+                need.add(i)
+                todo.append(i)
+    return need
+
+
 def case_op(case) -> str:
     nodes = case.model.graph.node
     return nodes[0].op_type if len(nodes) == 1 else "(multi-node)"
@@ -83,11 +100,7 @@ def run_case(case, device="cpu", verbose=False) -> Result:
             continue
         if t in UNSUPPORTED_TYPES:
             return Result(case.name, op, "skip", UNSUPPORTED_TYPES[t])
-    const_idx = {}
-    for n in model.graph.node:
-        for i in CONST_INPUTS.get(n.op_type, ()):
-            if i < len(n.input) and n.input[i]:
-                const_idx[n.input[i]] = True
+    const_idx = _shape_inputs(model.graph)
     status, detail, folded = "pass", "", True
     for inputs, expected in case.data_sets:
         inputs, expected = [_array(x) for x in inputs], [_array(x) for x in expected]
