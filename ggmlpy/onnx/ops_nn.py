@@ -394,6 +394,34 @@ def _dilate(b, t, shape, axis, s):
     return reshape(b, x, out), out
 
 
+def _transpose_geometry(b, at, nd, ins_sp, ks):
+    """strides, dilations, output_padding, and the pads (begin, end) of a ConvTranspose with nd spatial
+    axes of sizes ins_sp and kernel ks (from output_shape, auto_pad or pads)."""
+    strides = [int(v) for v in at.get("strides", [1] * nd)]
+    dils = [int(v) for v in at.get("dilations", [1] * nd)]
+    outpad = [int(p) for p in at.get("output_padding", [0] * nd)]
+    for name, v, lo in (("strides", strides, 1), ("dilations", dils, 1), ("output_padding", outpad, 0)):
+        b.need(len(v) == nd and all(d >= lo for d in v), f"{name} must be {nd} integers >= {lo}, got {v}")
+    full = [strides[i] * (ins_sp[i] - 1) + outpad[i] + (ks[i] - 1) * dils[i] + 1 for i in range(nd)]
+    auto = at.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if "output_shape" in at:
+        oshape = [int(v) for v in at["output_shape"]][-nd:]
+        total = [full[i] - oshape[i] for i in range(nd)]
+        upper = auto == "SAME_UPPER"
+        pb = [t // 2 if upper else t - t // 2 for t in total]
+        pe = [t - p for t, p in zip(total, pb)]
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        total = [full[i] - ins_sp[i] * strides[i] for i in range(nd)]
+        pb = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+        pe = [t - p for t, p in zip(total, pb)]
+    else:
+        pads = [int(p) for p in at.get("pads", [0] * (2 * nd))]
+        b.need(len(pads) == 2 * nd, f"pads must have {2 * nd} values, got {pads}")
+        pb, pe = pads[:nd], pads[nd:]
+    return strides, dils, outpad, pb, pe
+
+
 @op("ConvTranspose", const_inputs=(1,))
 def _conv_transpose(b, node, ins, at):
     """A transposed convolution is a convolution of the zero-dilated input with the flipped kernel."""
@@ -401,39 +429,19 @@ def _conv_transpose(b, node, ins, at):
     bias = ins[2] if len(ins) > 2 else None
     nd = x.rank - 2
     b.need(w.is_const, "ConvTranspose weights must be known at load time (an initializer or constant)")
+    if nd == 3:
+        return _conv_transpose_3d(b, at, x, np.asarray(w.const, dtype=np.float32), bias)
     group = int(at.get("group", 1))
     xt, xs = _as_2d(b, x)
     W = np.asarray(w.const, dtype=np.float32)
     if nd == 1:
         W = W[:, :, None, :]
     C, Mg, kH, kW = W.shape
-    strides = _ints2(at, "strides", nd, 1)
-    dils = _ints2(at, "dilations", nd, 1)
-    outpad = [int(p) for p in at.get("output_padding", [0] * nd)]
-    outpad = ([0] + outpad) if nd == 1 else outpad
-    ins_sp = list(xs[2:])
+    strides, dils, outpad, pb, pe = _transpose_geometry(b, at, nd, list(x.shape[2:]), list(W.shape[4 - nd:]))
+    if nd == 1:
+        strides, dils, outpad, pb, pe = ([d0] + v for d0, v in ((1, strides), (1, dils), (0, outpad), (0, pb),
+                                                                 (0, pe)))
     ks = [kH, kW]
-    full = [strides[i] * (ins_sp[i] - 1) + outpad[i] + (ks[i] - 1) * dils[i] + 1 for i in range(2)]
-    if "output_shape" in at:
-        oshape = [int(v) for v in at["output_shape"]][-nd:]
-        oshape = ([1] + oshape) if nd == 1 else oshape
-        total = [full[i] - oshape[i] for i in range(2)]
-        auto = at.get("auto_pad", b"NOTSET")
-        upper = (auto.decode() if isinstance(auto, bytes) else auto) == "SAME_UPPER"
-        pb = [t // 2 if upper else t - t // 2 for t in total]
-        pe = [t - p for t, p in zip(total, pb)]
-    else:
-        auto = at.get("auto_pad", b"NOTSET")
-        auto = auto.decode() if isinstance(auto, bytes) else auto
-        if auto in ("SAME_UPPER", "SAME_LOWER"):
-            total = [full[i] - ins_sp[i] * strides[i] for i in range(2)]
-            pb = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
-            pe = [t - p for t, p in zip(total, pb)]
-        else:
-            pads = [int(p) for p in at.get("pads", [0] * (2 * nd))]
-            pb, pe = pads[:nd], pads[nd:]
-            if nd == 1:
-                pb, pe = [0] + pb, [0] + pe
     t, shape = xt, xs
     for ax in (0, 1):
         t, shape = _dilate(b, t, shape, 2 + ax, strides[ax])
@@ -447,6 +455,42 @@ def _conv_transpose(b, node, ins, at):
         oshape = (oshape[0], oshape[1], oshape[3])
         y = reshape(b, y, oshape)
     return [b.out(y, oshape, x.dtype)]
+
+
+def _conv_transpose_3d(b, at, x, W, bias):
+    """3-D ConvTranspose (group 1): the input zero-dilated by the strides and padded, its windows gathered
+    by ggml_im2col_3d (ggml [W, H, D, N*C] in, one row of C*KD*KH*KW per output cell), times the flipped
+    kernel as one matrix product."""
+    b.need(int(at.get("group", 1)) == 1, "3-D ConvTranspose with group > 1 is not supported")
+    N, C = x.shape[:2]
+    b.need(W.ndim == 5 and W.shape[0] == C, f"weights {list(W.shape)} do not fit {C} input channels")
+    M, ks = W.shape[1], list(W.shape[2:])
+    strides, dils, outpad, pb, pe = _transpose_geometry(b, at, 3, list(x.shape[2:]), ks)
+    shape = (N * C,) + tuple(x.shape[2:])
+    t = reshape(b, b.tensor(x), shape)
+    for ax in range(3):
+        t, shape = _dilate(b, t, shape, 1 + ax, strides[ax])
+    cpb = [dils[i] * (ks[i] - 1) - pb[i] for i in range(3)]
+    cpe = [dils[i] * (ks[i] - 1) - pe[i] + outpad[i] for i in range(3)]
+    for ax in range(3):  # negative amounts crop
+        lo, hi = max(0, -cpb[ax]), shape[1 + ax] - max(0, -cpe[ax])
+        b.need(hi > lo, "ConvTranspose: the pads remove the whole output")
+        t, shape = slice_axis(b, t, shape, 1 + ax, lo, hi)
+    t, shape = pad_zero(b, t, shape, [0] + [max(0, p) for p in cpb], [0] + [max(0, p) for p in cpe])
+    outs = [shape[1 + i] - dils[i] * (ks[i] - 1) for i in range(3)]
+    b.need(all(o > 0 for o in outs), f"ConvTranspose: output size {outs}")
+    Wc = np.ascontiguousarray(np.transpose(W, (1, 0, 2, 3, 4))[:, :, ::-1, ::-1, ::-1])  # (M, C, kD, kH, kW)
+    taps = b.weight(np.zeros((C, *ks), np.float32))  # im2col_3d reads its shape only (one output channel)
+    cols = lib.ggml_im2col_3d(b.ctx, taps, cont(b, t), C, 1, 1, 1, 0, 0, 0, dils[2], dils[1], dils[0],
+                              lib.GGML_TYPE_F32)  # ne [C*K, OW, OH, OD*N]
+    S = int(np.prod(outs))
+    K = C * int(np.prod(ks))
+    y = lib.ggml_mul_mat(b.ctx, b.weight(Wc.reshape(M, K)), reshape(b, cols, (N * S, K)))  # ne [M, S*N]
+    y = permute(b, reshape(b, y, (N, S, M)), (0, 2, 1))  # (N, M, S)
+    if bias is not None:
+        y = lib.ggml_add(b.ctx, y, reshape(b, b.tensor(bias), (1, M, 1)))
+    oshape = (N, M) + tuple(outs)
+    return [b.out(reshape(b, y, oshape), oshape, x.dtype)]
 
 
 # -- pooling --------------------------------------------------------------------------------------------
