@@ -349,3 +349,50 @@ def test_conformance_harness_makes_shape_giving_inputs_initializers():
                            n("Shape", ["x"], ["sx"]), n("Reshape", ["x", "sx"], ["y"]),
                            n("CastLike", ["one", "x"], ["o"]), n("Unsqueeze", ["x", "o"], ["z"])], "m", [], [])
     assert {"size", "one", "zero"} <= _shape_inputs(g) and "x" not in _shape_inputs(g)
+
+
+# -- 3-D ConvTranspose ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("xshape,wshape,attrs,with_bias", [
+    ((1, 2, 3, 4, 5), (2, 3, 3, 2, 3), {}, True),
+    ((1, 2, 3, 3, 4), (2, 2, 2, 3, 2), dict(strides=[2, 1, 2], pads=[1, 0, 0, 1, 1, 0], output_padding=[1, 0, 1]),
+     False),
+    ((1, 3, 4, 3, 3), (3, 2, 2, 2, 3), dict(dilations=[2, 1, 2], strides=[1, 2, 1]), True),
+    ((2, 1, 3, 3, 3), (1, 1, 2, 2, 2), dict(strides=[2, 2, 2], output_shape=[6, 6, 5], auto_pad="SAME_UPPER"), True),
+])
+def test_convtranspose_3d_matches_the_reference(device, tol, xshape, wshape, attrs, with_bias):
+    inits = {"w": (RNG.standard_normal(wshape) / 4).astype(np.float32)}
+    if with_bias:
+        inits["bias"] = RNG.standard_normal(wshape[1]).astype(np.float32)
+
+    def make(out):
+        return one_node("ConvTranspose", [("x", T.FLOAT, list(xshape))], [("y", T.FLOAT, out)], inits, opset=17,
+                        **attrs)
+    x = RNG.standard_normal(xshape).astype(np.float32)
+    want = reference(make(None), {"x": x})[0]
+    got = run(make(list(want.shape)), {"x": x}, device)["y"]
+    assert got.shape == want.shape
+    if device != "cpu":  # ggml's Vulkan products round their operands to f16: a few 1e-4 on these sums
+        tol = {"rtol": 1e-2, "atol": 2e-3}
+    np.testing.assert_allclose(got, want, **tol)
+
+
+def test_convtranspose_3d_rejects_groups_and_bad_strides():
+    w = {"w": np.ones((2, 1, 2, 2, 2), np.float32)}
+    for attrs in (dict(group=2), dict(strides=[0, 1, 1])):
+        m = one_node("ConvTranspose", [("x", T.FLOAT, [1, 2, 3, 3, 3])], [("y", T.FLOAT, None)], w, opset=17,
+                     **attrs)
+        with pytest.raises(OnnxError):
+            ggmlpy.onnx_load(m, device="cpu")
+
+
+# -- Dropout in training mode -------------------------------------------------------------------------------
+def test_dropout_training_mode_with_ratio_zero_is_the_identity_and_other_ratios_are_refused(device):
+    def model(ratio):
+        return one_node("Dropout", [("x", T.FLOAT, [3, 4])], [("y", T.FLOAT, [3, 4]), ("m", T.BOOL, [3, 4])],
+                        {"r": np.array(ratio, np.float32), "t": np.array(True)}, opset=13)
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    got = run(model(0.0), {"x": x}, device)
+    np.testing.assert_array_equal(got["y"], x)
+    assert got["m"].dtype == bool and got["m"].all()
+    with pytest.raises(OnnxError, match="random mask"):
+        ggmlpy.onnx_load(model(0.5), device="cpu")

@@ -167,13 +167,18 @@ def _identity(b, node, ins, at):
     return [ins[0]]
 
 
-@op("Dropout")
+@op("Dropout", const_inputs=(1, 2))
 def _dropout(b, node, ins, at):
+    """Inference: the identity, and a mask of ones. Training mode passes only with ratio 0 (the same);
+    any other ratio draws a random mask, which a ggml graph cannot reproduce."""
     x = ins[0]
     training = ins[2] if len(ins) > 2 else None
     if training is not None:
-        b.need(training.is_const and not bool(np.asarray(training.const)),
-               "training_mode must be a constant false (inference only)")
+        b.need(training.is_const, "training_mode must be known at load time")
+        if bool(np.asarray(training.const).reshape(-1)[0]):
+            ratio = ins[1] if len(ins) > 1 else None
+            r = 0.5 if ratio is None else float(np.asarray(cval(b, ratio, "ratio")).reshape(-1)[0])
+            b.need(r == 0.0, f"training_mode with ratio {r} draws a random mask (not supported; ratio 0 is)")
     outs = [x]
     if len(node.output) > 1:
         outs.append(const(np.ones(x.shape, dtype=bool), BOOL))
