@@ -836,7 +836,6 @@ def _batchnorm(b, node, ins, at):
     eps = float(at.get("epsilon", 1e-5))
     if training:
         return _batchnorm_training(b, node, x, scale, bias, mean, var, eps, float(at.get("momentum", 0.9)))
-    b.need(len([o for o in node.output if o]) == 1, "running_mean and running_var are outputs in training mode only")
     if all(v.is_const for v in (scale, bias, mean, var)):  # one multiply and one add
         s = (scale.const.astype(np.float64) / np.sqrt(var.const.astype(np.float64) + eps))
         sh = bias.const.astype(np.float64) - mean.const.astype(np.float64) * s
