@@ -60,7 +60,5 @@ def test_function_expanded_cases():
     assert not failed, "\n".join(failed[:20])
 
 
-# Expanded cases that fail: attention computed in float16, where a row masked with -inf is -inf after the
-# cast to float16, its softmax NaN, and Where's arithmetic select (c * x + (1 - c) * y) keeps that NaN
-# where ONNX selects the zero.
-EXPANDED_KNOWN = ("softmax_precision",)
+# Expanded cases that fail (none now; an entry is a substring of the case names).
+EXPANDED_KNOWN: tuple = ()

@@ -397,3 +397,25 @@ def test_dropout_training_mode_with_ratio_zero_is_the_identity_and_other_ratios_
     assert got["m"].dtype == bool and got["m"].all()
     with pytest.raises(OnnxError, match="random mask"):
         ggmlpy.onnx_load(model(0.5), device="cpu")
+
+
+# -- Where selects: the unselected operand's inf or NaN stays out ------------------------------------------
+def test_where_of_computed_values_is_a_true_selection(device):
+    n = helper.make_node
+    nodes = [n("Log", ["a"], ["la"]), n("Div", ["a", "z"], ["q"]),  # -inf, NaN (0/0) and inf appear
+             n("Where", ["c", "la", "q"], ["y"]), n("Where", ["c", "zero", "q"], ["y2"])]
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("c", T.BOOL, [2, 3]),
+                                       helper.make_tensor_value_info("a", T.FLOAT, [2, 3]),
+                                       helper.make_tensor_value_info("z", T.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [2, 3]),
+                           helper.make_tensor_value_info("y2", T.FLOAT, [2, 3])],
+                          [numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    c = np.array([[1, 0, 1], [0, 1, 0]], bool)
+    a = np.array([[0, 0, 2], [1, -1, 3]], np.float32)
+    z = np.array([0, 0, 1], np.float32)
+    got = run(proto, {"c": c, "a": a, "z": z}, device)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = np.where(c, np.log(a), a / z), np.where(c, 0, a / z)
+    np.testing.assert_array_equal(got["y"], want[0].astype(np.float32))
+    np.testing.assert_array_equal(got["y2"], want[1].astype(np.float32))

@@ -449,6 +449,10 @@ def _where(b, node, ins, at):
             return const(np.clip(v.const, -FLT_MAX, FLT_MAX).astype(np.float32), v.dtype)
         return v
     x, y = finite(x), finite(y)
+    shape = broadcast_shape(b, cnd.shape, x.shape, y.shape)
+    n = int(np.prod(shape, dtype=np.int64))
+    if (not x.is_const or not y.is_const) and n < 2 ** 23 and len(shape) <= 4:
+        return [_select(b, cnd, x, y, shape, n)]
     # c * x + (1 - c) * y: exact for any finite x and y (y + c * (x - y) loses x next to a huge y)
     cx, sx = binary(b, lambda c, p, q: lib.ggml_mul(c, p, q), x, cnd, True)
     notc = Val(cnd.shape, cnd.dtype, t=lib.ggml_scale_bias(b.ctx, f(b, cnd), -1.0, 1.0))
@@ -456,6 +460,21 @@ def _where(b, node, ins, at):
     t, shape2 = binary(b, lambda c, p, q: lib.ggml_add(c, p, q), Val(sx, x.dtype, t=cx), Val(sy, x.dtype, t=cy),
                        True)
     return [b.out(t, shape2, x.dtype)]
+
+
+def _select(b, cnd, x, y, shape, n):
+    """Where as a true selection: x and y side by side as 2n one-element rows, ggml_get_rows picks
+    row i (x) or n + i (y). A computed operand may hold inf or NaN where it is not selected (a softmax
+    over a fully masked row), which the arithmetic select c * x + (1 - c) * y would spread."""
+    c = b.ctx
+
+    def full(v):
+        return reshape(b, repeat_to(b, reshape(b, b.tensor(v), (1,) * (len(shape) - v.rank) + v.shape), shape), (n, 1))
+    both = lib.ggml_concat(c, full(x), full(y), 1)  # ne [1, 2n]
+    pick = lib.ggml_scale_bias(c, full(cnd), -float(n), float(n))  # 0 where cnd, n elsewhere
+    idx = lib.ggml_add(c, pick, b.weight(np.arange(n, dtype=np.float32).reshape(n, 1)))  # exact below 2**24
+    rows = lib.ggml_get_rows(c, both, lib.ggml_cast(c, reshape(b, idx, (n,)), lib.GGML_TYPE_I32))
+    return b.out(reshape(b, rows, shape), shape, x.dtype)
 
 
 @op("PRelu")
