@@ -92,7 +92,7 @@ def pool_model(op, shape, attrs, outputs=("y",)):
 
 
 def numpy_pool(x, op, kernel_shape, strides=None, dilations=None, pads=None, ceil_mode=0, count_include_pad=0,
-               auto_pad=None):
+               auto_pad=None, p=2):
     """Pooling as ONNX's operator text defines it, cell by cell. (onnx's reference implementation pads
     AveragePool as if undilated under SAME padding and misplaces its ceil-mode windows with dilations;
     onnxruntime agrees with this one there.)"""
@@ -123,6 +123,8 @@ def numpy_pool(x, op, kernel_shape, strides=None, dilations=None, pads=None, cei
         win = x[(slice(None), slice(None)) + np.ix_(*inside)].reshape(x.shape[0], x.shape[1], -1)
         if op == "MaxPool":
             y[(slice(None), slice(None)) + o] = win.max(axis=2)
+        elif op == "LpPool":
+            y[(slice(None), slice(None)) + o] = (np.abs(win) ** p).sum(axis=2) ** (1.0 / p)
         else:
             lo_hi = [(-pb[i], size[i] + pe[i]) if count_include_pad else (0, size[i]) for i in range(nd)]
             count = np.prod([((p >= lo) & (p < hi)).sum() for p, (lo, hi) in zip(pos, lo_hi)])
@@ -142,6 +144,16 @@ def test_pooling_with_dilations_matches_the_operator_definition(device, tol, op,
     np.testing.assert_allclose(got, want, **tol)
     if op == "MaxPool":  # onnx's reference agrees for MaxPool
         np.testing.assert_array_equal(got, reference(proto, {"x": x})[0])
+
+
+@pytest.mark.parametrize("shape,attrs", POOLS)
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_lppool_matches_the_operator_definition(device, tol, shape, attrs, p):
+    proto = pool_model("LpPool", shape, {**attrs, "p": p})
+    x = RNG.standard_normal(shape).astype(np.float32)
+    got = run(proto, {"x": x}, device)["y"]
+    want = numpy_pool(x.astype(np.float64), "LpPool", **attrs, p=p)
+    np.testing.assert_allclose(got, want, rtol=max(tol["rtol"], 1e-5), atol=max(tol["atol"], 1e-5))
 
 
 @pytest.mark.parametrize("shape,attrs", POOLS + [((2, 3, 7, 6), dict(kernel_shape=[3, 2], strides=[2, 2],

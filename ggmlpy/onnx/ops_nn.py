@@ -538,6 +538,8 @@ def _pool_windows(b, x, at, kind, ks, strides, dils, pb, pe, ceil, indices=False
         ends.append((o - 1) * st3[i] + keff - pb3[i])  # input cells the windows reach, padding included
     shape4 = (N * C, *sizes)
     t = reshape(b, b.tensor(x), shape4)
+    if kind == "lp":  # (sum |x|^p)^(1/p) over the window; padding adds zeros
+        t = _abs_pow(b, cont(b, t), float(at.get("p", 2)))
     for i in range(3):
         if ends[i] < sizes[i]:  # the last cells are in no window
             t, shape4 = slice_axis(b, t, shape4, i + 1, 0, ends[i])
@@ -555,6 +557,8 @@ def _pool_windows(b, x, at, kind, ks, strides, dils, pb, pe, ceil, indices=False
     shape = (N, C) + tuple(outs[lead:])
     if kind == "max":
         y = _row_max(b, rows)
+    elif kind == "lp":
+        y = _abs_pow(b, lib.ggml_sum_rows(b.ctx, rows), 1.0 / float(at.get("p", 2)))
     else:
         y = lib.ggml_sum_rows(b.ctx, rows)
         incl = int(at.get("count_include_pad", 0))
@@ -603,6 +607,29 @@ def _pool_indices(b, rows, at, nd, planes, sizes, outs, ks3, st3, dl3, pb3, shap
     plane = (np.arange(planes, dtype=np.float32) * step).reshape(planes, 1, 1, 1)
     off = lib.ggml_add(c, off, b.weight(plane))
     return b.out(reshape(b, off, shape), shape, I64)
+
+
+def _abs_pow(b, t, p):
+    """|t| ** p: sqr, sqrt and abs for the usual exponents, exp(p log|t|) otherwise (log 0 = -inf gives 0)."""
+    c = b.ctx
+    a = lib.ggml_abs(c, t)
+    if p == 1.0:
+        return a
+    if p == 2.0:
+        return lib.ggml_sqr(c, t)
+    if p == 0.5:
+        return lib.ggml_sqrt(c, a)
+    return lib.ggml_exp(c, lib.ggml_scale(c, lib.ggml_log(c, a), p))
+
+
+@op("LpPool")
+def _lppool(b, node, ins, at):
+    x = ins[0]
+    b.need(x.rank in (3, 4, 5), f"only 1-, 2- and 3-D pooling are supported (input rank {x.rank})")
+    p = at.get("p", 2)
+    b.need(float(p) > 0, f"p must be positive, got {p}")
+    ks, strides, dils, pb, pe, ceil = _pool_attrs(b, x, at)
+    return _pool_windows(b, x, at, "lp", ks, strides, dils, pb, pe, ceil)
 
 
 def _pool(b, node, ins, at, kind):
