@@ -431,3 +431,11 @@ def test_where_of_computed_values_is_a_true_selection(device):
         want = np.where(c, np.log(a), a / z), np.where(c, 0, a / z)
     np.testing.assert_array_equal(got["y"], want[0].astype(np.float32))
     np.testing.assert_array_equal(got["y2"], want[1].astype(np.float32))
+
+
+# -- empty inputs: shape and type only -------------------------------------------------------------------------
+def test_an_empty_input_gives_castlike_its_type(device):
+    proto = one_node("CastLike", [("x", T.FLOAT, [2, 3]), ("like", T.FLOAT16, [0])], [("y", T.FLOAT16, [2, 3])])
+    x = np.array([[1.0001, -2.5, 3e-5], [65519.0, 7.0, -0.1]], np.float32)
+    got = run(proto, {"x": x, "like": np.zeros(0, np.float16)}, device)["y"]
+    np.testing.assert_array_equal(got, x.astype(np.float16))
