@@ -316,6 +316,9 @@ class _Plan:
             vals = dict(consts)
         for name, et in feed_types.items():
             shp = tuple(shapes[name])
+            if 0 in shp:  # an empty input holds no values: a constant (its shape and type are all it gives)
+                vals[name] = const(np.zeros(shp, dtype=np_dtype(et)), et)
+                continue
             t = b.new_tensor(b.ctx, F32, shp)
             lib.ggml_set_input(t)
             lib.ggml_set_name(t, name.encode()[:63])

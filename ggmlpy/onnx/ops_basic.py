@@ -167,13 +167,18 @@ def _identity(b, node, ins, at):
     return [ins[0]]
 
 
-@op("Dropout")
+@op("Dropout", const_inputs=(1, 2))
 def _dropout(b, node, ins, at):
+    """Inference: the identity, and a mask of ones. Training mode passes only with ratio 0 (the same);
+    any other ratio draws a random mask, which a ggml graph cannot reproduce."""
     x = ins[0]
     training = ins[2] if len(ins) > 2 else None
     if training is not None:
-        b.need(training.is_const and not bool(np.asarray(training.const)),
-               "training_mode must be a constant false (inference only)")
+        b.need(training.is_const, "training_mode must be known at load time")
+        if bool(np.asarray(training.const).reshape(-1)[0]):
+            ratio = ins[1] if len(ins) > 1 else None
+            r = 0.5 if ratio is None else float(np.asarray(cval(b, ratio, "ratio")).reshape(-1)[0])
+            b.need(r == 0.0, f"training_mode with ratio {r} draws a random mask (not supported; ratio 0 is)")
     outs = [x]
     if len(node.output) > 1:
         outs.append(const(np.ones(x.shape, dtype=bool), BOOL))
@@ -290,7 +295,25 @@ def _not(c, x):
 
 OPS["Greater"] = _bin(_cmp_gt, out_type=BOOL)
 OPS["Less"] = _bin(_cmp_lt, out_type=BOOL)
-OPS["Equal"] = _bin(_cmp_eq, True, out_type=BOOL)
+
+
+@op("Equal")
+def _equal(b, node, ins, at):
+    """x == y. Where stores a constant infinity as the largest float (see _where), so a comparison with a
+    constant infinity compares both sides clamped to +-FLT_MAX: a row that Where masked with -inf equals
+    -inf (the test attention's expanded function makes for fully masked rows)."""
+    va, vb = ins[0], ins[1]
+    inf = [v.is_const and v.const.dtype.kind == "f" and np.isinf(v.const).any() for v in (va, vb)]
+    if not any(inf):
+        return _bin(_cmp_eq, True, out_type=BOOL)(b, node, ins, at)
+
+    def finite(v):
+        if v.is_const:
+            return const(np.clip(v.const.astype(np.float32), -FLT_MAX, FLT_MAX), v.dtype)
+        return Val(v.shape, v.dtype, t=lib.ggml_clamp(b.ctx, f(b, v), -FLT_MAX, FLT_MAX))
+    return _bin(_cmp_eq, True, out_type=BOOL)(b, node, [finite(va), finite(vb)], at)
+
+
 OPS["GreaterOrEqual"] = _bin(lambda c, x, y: _not(c, _cmp_lt(c, x, y)), out_type=BOOL)
 OPS["LessOrEqual"] = _bin(lambda c, x, y: _not(c, _cmp_gt(c, x, y)), out_type=BOOL)
 OPS["And"] = _bin(lambda c, x, y: lib.ggml_mul(c, x, y), True, out_type=BOOL)
@@ -375,14 +398,45 @@ def _pow(b, node, ins, at):
 @op("Mod")
 def _mod(b, node, ins, at):
     fmod = int(at.get("fmod", 0))
+    b.need(fmod in (0, 1), f"Mod: fmod must be 0 or 1, got {fmod}")
     rnd = lib.ggml_trunc if fmod else lib.ggml_floor
+    va, vb = ins
+    c = b.ctx
 
-    va, vb = ins  # a - b * round(a / b), with trunc (fmod) or floor (Python's %)
-    t, shape = binary(b, lambda c, x, y: lib.ggml_div(c, x, y), va, vb)
-    q = rnd(b.ctx, t)
-    qy, _ = binary(b, lambda c, x, y: lib.ggml_mul(c, x, y), Val(shape, va.dtype, t=q), vb, True)
-    r, _ = binary(b, lambda c, x, y: lib.ggml_sub(c, x, y), va, Val(shape, va.dtype, t=qy))
-    return [b.out(r, shape, va.dtype)]
+    def ew(fn, x, y):  # element-wise with ONNX broadcasting, as a Val
+        t, s = binary(b, fn, x, y)
+        return Val(s, va.dtype, t=t)
+
+    def un(fn, x):
+        return Val(x.shape, va.dtype, t=fn(f(b, x)))
+
+    mul = lambda c_, x, y: lib.ggml_mul(c_, x, y)  # noqa: E731
+    if va.dtype not in FLOAT_TYPES:  # integers: a - b * round(a / b), trunc (fmod) or floor (Python's %)
+        q = un(lambda t: rnd(c, t), ew(lambda c_, x, y: lib.ggml_div(c_, x, y), va, vb))
+        r = ew(lambda c_, x, y: lib.ggml_sub(c_, x, y), va, ew(mul, q, vb))
+        return [b.out(f(b, r), r.shape, va.dtype)]
+    # Floats follow numpy (fmod=0) and C's fmod (fmod=1) on infinities: a finite a modulo +-inf is a,
+    # or (fmod=0, signs differ) b itself. The formula would give inf * 0 = NaN there, so it runs on b
+    # clamped to finite values and the infinite-b results are selected with 0/1 masks (no inf * 0).
+    binf = un(lambda t: lib.ggml_step(c, lib.ggml_scale_bias(c, lib.ggml_abs(c, t), 1.0, -FLT_MAX)), vb)
+    bfin = un(lambda t: lib.ggml_clamp(c, t, -FLT_MAX, FLT_MAX), vb)  # finite for +-inf, and NaN on some backends
+    q = un(lambda t: rnd(c, t), ew(lambda c_, x, y: lib.ggml_div(c_, x, y), va, bfin))
+    r = ew(lambda c_, x, y: lib.ggml_sub(c_, x, y), va, ew(mul, q, bfin))  # finite wherever a is and b is +-inf
+    r = ew(mul, r, un(lambda t: lib.ggml_scale_bias(c, t, -1.0, 1.0), binf))
+    if fmod:
+        at_inf = ew(mul, va, binf)
+    else:
+        opp = un(lambda t: lib.ggml_step(c, lib.ggml_neg(c, t)), ew(mul, va, bfin))  # a * b < 0
+        same = un(lambda t: lib.ggml_scale_bias(c, t, -1.0, 1.0), opp)
+        # a where the signs agree; b = +-inf where they differ, as FLT_MAX * 2 (overflows to inf)
+        big = un(lambda t: lib.ggml_scale(c, t, 2.0), ew(mul, ew(mul, bfin, opp), binf))
+        at_inf = ew(lambda c_, x, y: lib.ggml_add(c_, x, y), ew(mul, ew(mul, va, same), binf), big)
+    r = ew(lambda c_, x, y: lib.ggml_add(c_, x, y), r, at_inf)
+    # a NaN b gives NaN: multiply by (1 - isnan) / (1 - isnan), 1 or 0/0 (clamp may have dropped the NaN)
+    num = un(lambda t: lib.ggml_step(c, lib.ggml_scale_bias(c, lib.ggml_abs(c, t), 1.0, 1.0)), vb)
+    keep = un(lambda t: lib.ggml_div(c, t, t), num)
+    r = ew(mul, r, keep)
+    return [b.out(f(b, r), r.shape, va.dtype)]
 
 
 @op("Where")
@@ -395,6 +449,10 @@ def _where(b, node, ins, at):
             return const(np.clip(v.const, -FLT_MAX, FLT_MAX).astype(np.float32), v.dtype)
         return v
     x, y = finite(x), finite(y)
+    shape = broadcast_shape(b, cnd.shape, x.shape, y.shape)
+    n = int(np.prod(shape, dtype=np.int64))
+    if (not x.is_const or not y.is_const) and n < 2 ** 23 and len(shape) <= 4:
+        return [_select(b, cnd, x, y, shape, n)]
     # c * x + (1 - c) * y: exact for any finite x and y (y + c * (x - y) loses x next to a huge y)
     cx, sx = binary(b, lambda c, p, q: lib.ggml_mul(c, p, q), x, cnd, True)
     notc = Val(cnd.shape, cnd.dtype, t=lib.ggml_scale_bias(b.ctx, f(b, cnd), -1.0, 1.0))
@@ -402,6 +460,21 @@ def _where(b, node, ins, at):
     t, shape2 = binary(b, lambda c, p, q: lib.ggml_add(c, p, q), Val(sx, x.dtype, t=cx), Val(sy, x.dtype, t=cy),
                        True)
     return [b.out(t, shape2, x.dtype)]
+
+
+def _select(b, cnd, x, y, shape, n):
+    """Where as a true selection: x and y side by side as 2n one-element rows, ggml_get_rows picks
+    row i (x) or n + i (y). A computed operand may hold inf or NaN where it is not selected (a softmax
+    over a fully masked row), which the arithmetic select c * x + (1 - c) * y would spread."""
+    c = b.ctx
+
+    def full(v):
+        return reshape(b, repeat_to(b, reshape(b, b.tensor(v), (1,) * (len(shape) - v.rank) + v.shape), shape), (n, 1))
+    both = lib.ggml_concat(c, full(x), full(y), 1)  # ne [1, 2n]
+    pick = lib.ggml_scale_bias(c, full(cnd), -float(n), float(n))  # 0 where cnd, n elsewhere
+    idx = lib.ggml_add(c, pick, b.weight(np.arange(n, dtype=np.float32).reshape(n, 1)))  # exact below 2**24
+    rows = lib.ggml_get_rows(c, both, lib.ggml_cast(c, reshape(b, idx, (n,)), lib.GGML_TYPE_I32))
+    return b.out(reshape(b, rows, shape), shape, x.dtype)
 
 
 @op("PRelu")

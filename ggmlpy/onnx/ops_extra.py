@@ -72,12 +72,38 @@ def quantize(b, x, scale, zp, axis, out_type):
     return b.out(lib.ggml_clamp(b.ctx, v.t, float(lo), float(hi)), v.shape, out_type)
 
 
+def _blocks(b, x, scale, zp, at):
+    """Blocked quantization (block_size > 0): scale and zero point have x's shape but ceil(D / block_size)
+    entries along `axis`, each for a block of that many consecutive elements. They are expanded to x's
+    shape (np.repeat for constants, ggml_get_rows over the axis otherwise); then the element-wise path runs."""
+    bs = int(at.get("block_size", 0))
+    b.need(bs >= 0, f"block_size must be non-negative, got {bs}")
+    if bs == 0:
+        return scale, zp
+    axis = norm_axis(b, at.get("axis", 1), x.rank)
+    D = x.shape[axis]
+    want = tuple(-(-D // bs) if k == axis else d for k, d in enumerate(x.shape))
+    for name, v in (("scale", scale), ("zero point", zp)):
+        b.need(v is None or v.shape == want, f"blocked quantization: {name} has shape {list(v.shape) if v else None}, "
+                                             f"expected {list(want)} (block_size {bs} along axis {axis})")
+    idx = np.arange(D) // bs
+
+    def expand(v):
+        if v is None:
+            return None
+        if v.is_const:
+            return const(np.take(v.const, idx, axis=axis), v.dtype)
+        t, shape = take(b, b.tensor(v), v.shape, axis, idx)
+        return Val(shape, v.dtype, t=t)
+    return expand(scale), expand(zp)
+
+
 @op("DequantizeLinear")
 def _dequantize(b, node, ins, at):
     x, scale = ins[0], ins[1]
     zp = ins[2] if len(ins) > 2 else None
-    b.need(int(at.get("block_size", 0)) == 0, "blocked quantization (block_size)")
     out_type = int(at.get("output_dtype", 0)) or scale.dtype
+    scale, zp = _blocks(b, x, scale, zp, at)
     return [dequantize(b, x, scale, zp, at.get("axis", 1), out_type)]
 
 
@@ -85,8 +111,8 @@ def _dequantize(b, node, ins, at):
 def _quantize(b, node, ins, at):
     x, scale = ins[0], ins[1]
     zp = ins[2] if len(ins) > 2 else None
-    b.need(int(at.get("block_size", 0)) == 0, "blocked quantization (block_size)")
     out_type = zp.dtype if zp is not None else int(at.get("output_dtype", 0)) or TensorProto.UINT8
+    scale, zp = _blocks(b, x, scale, zp, at)
     return [quantize(b, x, scale, zp, at.get("axis", 1), out_type)]
 
 
@@ -195,11 +221,38 @@ def _depth_space(b, node, ins, at):
     return [b.out(reshape(b, y, out), out, x.dtype)]
 
 
-@op("GatherElements", const_inputs=(1,))
+def _gather_elements_computed(b, x, ind, axis):
+    """GatherElements with indices computed in the graph: each output's flat index into x (its own
+    position with the axis coordinate replaced, in float32, exact below 2**24), then ggml_get_rows over
+    x's elements. An index out of range cannot raise inside a graph: it is clamped and its output is NaN."""
+    c = b.ctx
+    b.need(ind.rank == x.rank and all(i <= d for k, (i, d) in enumerate(zip(ind.shape, x.shape)) if k != axis),
+           f"indices of shape {list(ind.shape)} do not fit data of shape {list(x.shape)} (axis {axis})")
+    b.limit(x.size < 2 ** 24, "GatherElements with computed indices into more than 2**24 elements")
+    L = x.shape[axis]
+    stride = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+    i = f(b, ind)
+    i = lib.ggml_add(c, i, lib.ggml_scale(c, lib.ggml_step(c, lib.ggml_neg(c, i)), float(L)))  # negatives wrap
+    ok = lib.ggml_mul(c, lib.ggml_step(c, lib.ggml_scale_bias(c, i, 1.0, 1.0)),  # 0 <= i < L
+                      lib.ggml_step(c, lib.ggml_scale_bias(c, i, -1.0, float(L))))
+    i = lib.ggml_clamp(c, i, 0.0, float(L - 1))
+    grid = list(np.indices(ind.shape))
+    grid[axis] = np.zeros(ind.shape, np.int64)
+    base = np.ravel_multi_index(tuple(grid), x.shape).astype(np.float32)
+    flat = lib.ggml_add(c, lib.ggml_scale(c, i, float(stride)), b.weight(base))
+    rows = reshape(b, b.tensor(x), (x.size, 1))
+    y = lib.ggml_get_rows(c, rows, lib.ggml_cast(c, reshape(b, flat, (ind.size,)), lib.GGML_TYPE_I32))
+    y = lib.ggml_mul(c, reshape(b, y, ind.shape), lib.ggml_div(c, ok, ok))  # 1, or 0/0 = NaN out of range
+    return [b.out(y, ind.shape, x.dtype)]
+
+
+@op("GatherElements")
 def _gather_elements(b, node, ins, at):
     x, ind = ins
     axis = norm_axis(b, at.get("axis", 0), x.rank)
-    idx = np.asarray(cval(b, ind, "indices"), dtype=np.int64)
+    if not ind.is_const:
+        return _gather_elements_computed(b, x, ind, axis)
+    idx = np.asarray(ind.const, dtype=np.int64)
     L = x.shape[axis]
     b.need(((idx >= -L) & (idx < L)).all(), f"indices out of range [-{L}, {L})")
     idx = np.where(idx < 0, idx + L, idx)

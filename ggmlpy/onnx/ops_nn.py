@@ -394,6 +394,34 @@ def _dilate(b, t, shape, axis, s):
     return reshape(b, x, out), out
 
 
+def _transpose_geometry(b, at, nd, ins_sp, ks):
+    """strides, dilations, output_padding, and the pads (begin, end) of a ConvTranspose with nd spatial
+    axes of sizes ins_sp and kernel ks (from output_shape, auto_pad or pads)."""
+    strides = [int(v) for v in at.get("strides", [1] * nd)]
+    dils = [int(v) for v in at.get("dilations", [1] * nd)]
+    outpad = [int(p) for p in at.get("output_padding", [0] * nd)]
+    for name, v, lo in (("strides", strides, 1), ("dilations", dils, 1), ("output_padding", outpad, 0)):
+        b.need(len(v) == nd and all(d >= lo for d in v), f"{name} must be {nd} integers >= {lo}, got {v}")
+    full = [strides[i] * (ins_sp[i] - 1) + outpad[i] + (ks[i] - 1) * dils[i] + 1 for i in range(nd)]
+    auto = at.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if "output_shape" in at:
+        oshape = [int(v) for v in at["output_shape"]][-nd:]
+        total = [full[i] - oshape[i] for i in range(nd)]
+        upper = auto == "SAME_UPPER"
+        pb = [t // 2 if upper else t - t // 2 for t in total]
+        pe = [t - p for t, p in zip(total, pb)]
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        total = [full[i] - ins_sp[i] * strides[i] for i in range(nd)]
+        pb = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+        pe = [t - p for t, p in zip(total, pb)]
+    else:
+        pads = [int(p) for p in at.get("pads", [0] * (2 * nd))]
+        b.need(len(pads) == 2 * nd, f"pads must have {2 * nd} values, got {pads}")
+        pb, pe = pads[:nd], pads[nd:]
+    return strides, dils, outpad, pb, pe
+
+
 @op("ConvTranspose", const_inputs=(1,))
 def _conv_transpose(b, node, ins, at):
     """A transposed convolution is a convolution of the zero-dilated input with the flipped kernel."""
@@ -401,39 +429,19 @@ def _conv_transpose(b, node, ins, at):
     bias = ins[2] if len(ins) > 2 else None
     nd = x.rank - 2
     b.need(w.is_const, "ConvTranspose weights must be known at load time (an initializer or constant)")
+    if nd == 3:
+        return _conv_transpose_3d(b, at, x, np.asarray(w.const, dtype=np.float32), bias)
     group = int(at.get("group", 1))
     xt, xs = _as_2d(b, x)
     W = np.asarray(w.const, dtype=np.float32)
     if nd == 1:
         W = W[:, :, None, :]
     C, Mg, kH, kW = W.shape
-    strides = _ints2(at, "strides", nd, 1)
-    dils = _ints2(at, "dilations", nd, 1)
-    outpad = [int(p) for p in at.get("output_padding", [0] * nd)]
-    outpad = ([0] + outpad) if nd == 1 else outpad
-    ins_sp = list(xs[2:])
+    strides, dils, outpad, pb, pe = _transpose_geometry(b, at, nd, list(x.shape[2:]), list(W.shape[4 - nd:]))
+    if nd == 1:
+        strides, dils, outpad, pb, pe = ([d0] + v for d0, v in ((1, strides), (1, dils), (0, outpad), (0, pb),
+                                                                 (0, pe)))
     ks = [kH, kW]
-    full = [strides[i] * (ins_sp[i] - 1) + outpad[i] + (ks[i] - 1) * dils[i] + 1 for i in range(2)]
-    if "output_shape" in at:
-        oshape = [int(v) for v in at["output_shape"]][-nd:]
-        oshape = ([1] + oshape) if nd == 1 else oshape
-        total = [full[i] - oshape[i] for i in range(2)]
-        auto = at.get("auto_pad", b"NOTSET")
-        upper = (auto.decode() if isinstance(auto, bytes) else auto) == "SAME_UPPER"
-        pb = [t // 2 if upper else t - t // 2 for t in total]
-        pe = [t - p for t, p in zip(total, pb)]
-    else:
-        auto = at.get("auto_pad", b"NOTSET")
-        auto = auto.decode() if isinstance(auto, bytes) else auto
-        if auto in ("SAME_UPPER", "SAME_LOWER"):
-            total = [full[i] - ins_sp[i] * strides[i] for i in range(2)]
-            pb = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
-            pe = [t - p for t, p in zip(total, pb)]
-        else:
-            pads = [int(p) for p in at.get("pads", [0] * (2 * nd))]
-            pb, pe = pads[:nd], pads[nd:]
-            if nd == 1:
-                pb, pe = [0] + pb, [0] + pe
     t, shape = xt, xs
     for ax in (0, 1):
         t, shape = _dilate(b, t, shape, 2 + ax, strides[ax])
@@ -449,17 +457,190 @@ def _conv_transpose(b, node, ins, at):
     return [b.out(y, oshape, x.dtype)]
 
 
+def _conv_transpose_3d(b, at, x, W, bias):
+    """3-D ConvTranspose (group 1): the input zero-dilated by the strides and padded, its windows gathered
+    by ggml_im2col_3d (ggml [W, H, D, N*C] in, one row of C*KD*KH*KW per output cell), times the flipped
+    kernel as one matrix product."""
+    b.need(int(at.get("group", 1)) == 1, "3-D ConvTranspose with group > 1 is not supported")
+    N, C = x.shape[:2]
+    b.need(W.ndim == 5 and W.shape[0] == C, f"weights {list(W.shape)} do not fit {C} input channels")
+    M, ks = W.shape[1], list(W.shape[2:])
+    strides, dils, outpad, pb, pe = _transpose_geometry(b, at, 3, list(x.shape[2:]), ks)
+    shape = (N * C,) + tuple(x.shape[2:])
+    t = reshape(b, b.tensor(x), shape)
+    for ax in range(3):
+        t, shape = _dilate(b, t, shape, 1 + ax, strides[ax])
+    cpb = [dils[i] * (ks[i] - 1) - pb[i] for i in range(3)]
+    cpe = [dils[i] * (ks[i] - 1) - pe[i] + outpad[i] for i in range(3)]
+    for ax in range(3):  # negative amounts crop
+        lo, hi = max(0, -cpb[ax]), shape[1 + ax] - max(0, -cpe[ax])
+        b.need(hi > lo, "ConvTranspose: the pads remove the whole output")
+        t, shape = slice_axis(b, t, shape, 1 + ax, lo, hi)
+    t, shape = pad_zero(b, t, shape, [0] + [max(0, p) for p in cpb], [0] + [max(0, p) for p in cpe])
+    outs = [shape[1 + i] - dils[i] * (ks[i] - 1) for i in range(3)]
+    b.need(all(o > 0 for o in outs), f"ConvTranspose: output size {outs}")
+    Wc = np.ascontiguousarray(np.transpose(W, (1, 0, 2, 3, 4))[:, :, ::-1, ::-1, ::-1])  # (M, C, kD, kH, kW)
+    taps = b.weight(np.zeros((C, *ks), np.float32))  # im2col_3d reads its shape only (one output channel)
+    cols = lib.ggml_im2col_3d(b.ctx, taps, cont(b, t), C, 1, 1, 1, 0, 0, 0, dils[2], dils[1], dils[0],
+                              lib.GGML_TYPE_F32)  # ne [C*K, OW, OH, OD*N]
+    S = int(np.prod(outs))
+    K = C * int(np.prod(ks))
+    y = lib.ggml_mul_mat(b.ctx, b.weight(Wc.reshape(M, K)), reshape(b, cols, (N * S, K)))  # ne [M, S*N]
+    y = permute(b, reshape(b, y, (N, S, M)), (0, 2, 1))  # (N, M, S)
+    if bias is not None:
+        y = lib.ggml_add(b.ctx, y, reshape(b, b.tensor(bias), (1, M, 1)))
+    oshape = (N, M) + tuple(outs)
+    return [b.out(reshape(b, y, oshape), oshape, x.dtype)]
+
+
 # -- pooling --------------------------------------------------------------------------------------------
-def _pool(b, node, ins, at, kind):
-    x = ins[0]
+def _pool_attrs(b, x, at):
+    """kernel_shape, strides, dilations, pads (begin, end) of a pooling node, checked."""
     nd = x.rank - 2
-    b.need(len(node.output) == 1 or not node.output[1], "MaxPool's Indices output is not supported")
-    xt, xs = _as_2d(b, x)
+    b.need(nd >= 1, f"pooling needs (N, C, spatial...), got rank {x.rank}")
+    b.need("kernel_shape" in at, "kernel_shape is required")
     ks = [int(k) for k in at["kernel_shape"]]
     strides = [int(s) for s in at.get("strides", [1] * nd)]
     dils = [int(d) for d in at.get("dilations", [1] * nd)]
-    b.need(all(d == 1 for d in dils), "pooling with dilations is not supported (ggml's pool has none)")
+    for name, v in (("kernel_shape", ks), ("strides", strides), ("dilations", dils)):
+        b.need(len(v) == nd and all(d >= 1 for d in v), f"{name} must be {nd} positive integers, got {v}")
+    if "pads" in at:
+        pads = [int(p) for p in at["pads"]]
+        b.need(len(pads) == 2 * nd and all(p >= 0 for p in pads), f"pads must be {2 * nd} non-negative integers, "
+                                                                   f"got {pads}")
+    ceil = int(at.get("ceil_mode", 0))
+    b.need(ceil in (0, 1), f"ceil_mode must be 0 or 1, got {ceil}")
     pb, pe = _conv_pads(b, at, list(x.shape[2:]), ks, strides, dils)
+    return ks, strides, dils, pb, pe, ceil
+
+
+def _pool_windows(b, x, at, kind, ks, strides, dils, pb, pe, ceil, indices=False):
+    """1-, 2- or 3-D pooling with dilations (and MaxPool's Indices) through ggml_im2col_3d: the input as
+    ggml [W, H, D, N*C] (every plane pooled alike, so N and C merge), padded by hand, each output cell's
+    window gathered into one row of K = KD*KH*KW taps, then the row's max (and the first tap reaching it),
+    or its sum over the window's cell count. Returns the output Vals."""
+    nd = x.rank - 2
+    N, C = x.shape[:2]
+    lead = 3 - nd  # missing leading spatial axes: size one, one tap
+    sizes = [1] * lead + list(x.shape[2:])
+    ks3, st3, dl3 = [1] * lead + ks, [1] * lead + strides, [1] * lead + dils
+    pb3, pe3 = [0] * lead + list(pb), [0] * lead + list(pe)
+    outs, ends = [], []
+    for i in range(3):
+        keff = (ks3[i] - 1) * dl3[i] + 1
+        span = sizes[i] + pb3[i] + pe3[i] - keff
+        b.need(span >= 0, f"the window ({keff} cells with dilation) is larger than the padded input "
+                          f"({sizes[i] + pb3[i] + pe3[i]})")
+        o = (-(-span // st3[i]) if ceil else span // st3[i]) + 1
+        if ceil and (o - 1) * st3[i] >= sizes[i] + pb3[i]:
+            o -= 1  # the last window must start inside the input or the left padding
+        outs.append(o)
+        ends.append((o - 1) * st3[i] + keff - pb3[i])  # input cells the windows reach, padding included
+    shape4 = (N * C, *sizes)
+    t = reshape(b, b.tensor(x), shape4)
+    if kind == "lp":  # (sum |x|^p)^(1/p) over the window; padding adds zeros
+        t = _abs_pow(b, cont(b, t), float(at.get("p", 2)))
+    for i in range(3):
+        if ends[i] < sizes[i]:  # the last cells are in no window
+            t, shape4 = slice_axis(b, t, shape4, i + 1, 0, ends[i])
+    t, padded = pad_zero(b, t, shape4, [0] + pb3, [0] + [max(0, ends[i] - sizes[i]) for i in range(3)])
+    if kind == "max" and padded != shape4:  # padding never wins a max
+        mask = np.full(padded[1:], -np.inf, dtype=np.float32)
+        mask[pb3[0]:pb3[0] + shape4[1], pb3[1]:pb3[1] + shape4[2], pb3[2]:pb3[2] + shape4[3]] = 0
+        t = lib.ggml_add(b.ctx, t, b.weight(mask))
+    K = int(np.prod(ks3))
+    taps = b.weight(np.zeros((1, *ks3), np.float32))  # only its shape matters: ne [KW, KH, KD, 1]
+    cols = lib.ggml_im2col_3d(b.ctx, taps, cont(b, t), 1, st3[2], st3[1], st3[0], 0, 0, 0, dl3[2], dl3[1], dl3[0],
+                              lib.GGML_TYPE_F32)  # ne [K, OW, OH, OD * N * C]
+    R = N * C * int(np.prod(outs))
+    rows = reshape(b, cols, (R, K))
+    shape = (N, C) + tuple(outs[lead:])
+    if kind == "max":
+        y = _row_max(b, rows)
+    elif kind == "lp":
+        y = _abs_pow(b, lib.ggml_sum_rows(b.ctx, rows), 1.0 / float(at.get("p", 2)))
+    else:
+        y = lib.ggml_sum_rows(b.ctx, rows)
+        incl = int(at.get("count_include_pad", 0))
+        counts = []
+        for i in range(3):  # taps inside the input (or its pads too), per axis: the window is a box
+            lo, hi = (-pb3[i], sizes[i] + pe3[i]) if incl else (0, sizes[i])
+            pos = np.arange(outs[i])[:, None] * st3[i] - pb3[i] + np.arange(ks3[i])[None, :] * dl3[i]
+            counts.append(((pos >= lo) & (pos < hi)).sum(axis=1))
+        div = np.einsum("i,j,k->ijk", *counts).astype(np.float64)
+        y = lib.ggml_mul(b.ctx, reshape(b, y, (N * C, *outs)), b.weight((1.0 / np.maximum(div, 1)).astype(np.float32)))
+    res = [b.out(reshape(b, y, shape), shape, x.dtype)]
+    if indices:
+        res.append(_pool_indices(b, rows, at, nd, N * C, sizes, outs, ks3, st3, dl3, pb3, shape))
+    return res
+
+
+def _pool_indices(b, rows, at, nd, planes, sizes, outs, ks3, st3, dl3, pb3, shape):
+    """MaxPool's Indices: the flat index in the input (N, C, spatial) of each maximum, the first in window
+    order; spatial axes row-major (storage_order 0) or column-major (1). Computed in float32, exact below
+    2**24."""
+    order = int(at.get("storage_order", 0))
+    b.need(order in (0, 1), f"storage_order must be 0 or 1, got {order}")
+    step = int(np.prod(sizes))
+    b.limit(planes * step < 2 ** 24, "MaxPool's Indices above 2**24 (computed in float32)")
+    c = b.ctx
+    if order == 0:
+        mult = [sizes[1] * sizes[2], sizes[2], 1]
+    else:  # column-major over the real spatial axes (the leading padded ones have one cell)
+        mult = [0, 0, 0]
+        acc = 1
+        for i in range(3 - nd, 3):
+            mult[i] = acc
+            acc *= sizes[i]
+    k = arg_rows(b, rows)  # the tap, k = k0 * K1 * K2 + k1 * K2 + k2
+    K12, K2 = ks3[1] * ks3[2], ks3[2]
+    cf = [mult[i] * dl3[i] for i in range(3)]
+    k0 = lib.ggml_floor(c, lib.ggml_scale_bias(c, k, 1.0 / K12, 0.5 / K12))
+    rem = lib.ggml_sub(c, k, lib.ggml_scale(c, k0, float(K12)))
+    k1 = lib.ggml_floor(c, lib.ggml_scale_bias(c, rem, 1.0 / K2, 0.5 / K2))
+    # offset = k2 cf2 + k1 cf1 + k0 cf0 with k2 = rem - k1 K2
+    off = lib.ggml_add(c, lib.ggml_scale(c, rem, float(cf[2])), lib.ggml_scale(c, k1, float(cf[1] - K2 * cf[2])))
+    off = lib.ggml_add(c, off, lib.ggml_scale(c, k0, float(cf[0])))
+    grid = np.meshgrid(*[np.arange(outs[i]) * st3[i] - pb3[i] for i in range(3)], indexing="ij")
+    base = sum(mult[i] * grid[i] for i in range(3)).astype(np.float32)  # window origins, (OD, OH, OW)
+    off = lib.ggml_add(c, reshape(b, off, (planes, *outs)), b.weight(base))
+    plane = (np.arange(planes, dtype=np.float32) * step).reshape(planes, 1, 1, 1)
+    off = lib.ggml_add(c, off, b.weight(plane))
+    return b.out(reshape(b, off, shape), shape, I64)
+
+
+def _abs_pow(b, t, p):
+    """|t| ** p: sqr, sqrt and abs for the usual exponents, exp(p log|t|) otherwise (log 0 = -inf gives 0)."""
+    c = b.ctx
+    a = lib.ggml_abs(c, t)
+    if p == 1.0:
+        return a
+    if p == 2.0:
+        return lib.ggml_sqr(c, t)
+    if p == 0.5:
+        return lib.ggml_sqrt(c, a)
+    return lib.ggml_exp(c, lib.ggml_scale(c, lib.ggml_log(c, a), p))
+
+
+@op("LpPool")
+def _lppool(b, node, ins, at):
+    x = ins[0]
+    b.need(x.rank in (3, 4, 5), f"only 1-, 2- and 3-D pooling are supported (input rank {x.rank})")
+    p = at.get("p", 2)
+    b.need(float(p) > 0, f"p must be positive, got {p}")
+    ks, strides, dils, pb, pe, ceil = _pool_attrs(b, x, at)
+    return _pool_windows(b, x, at, "lp", ks, strides, dils, pb, pe, ceil)
+
+
+def _pool(b, node, ins, at, kind):
+    x = ins[0]
+    b.need(x.rank in (3, 4, 5), f"only 1-, 2- and 3-D pooling are supported (input rank {x.rank})")
+    nd = x.rank - 2
+    ks, strides, dils, pb, pe, _ = _pool_attrs(b, x, at)
+    want_idx = kind == "max" and len(node.output) > 1 and bool(node.output[1])
+    if nd == 3 or want_idx or any(d != 1 for d in dils):
+        return _pool_windows(b, x, at, kind, ks, strides, dils, pb, pe, int(at.get("ceil_mode", 0)), want_idx)
+    xt, xs = _as_2d(b, x)
     if nd == 1:
         ks, strides, pb, pe = [1] + ks, [1] + strides, [0] + pb, [0] + pe
     sizes = list(xs[2:])
@@ -673,9 +854,15 @@ def _channel(b, v: Val, C, rank):
 @op("BatchNormalization")
 def _batchnorm(b, node, ins, at):
     x, scale, bias, mean, var = ins[:5]
-    b.need(not int(at.get("training_mode", 0)), "training_mode=1 is not supported (inference only)")
-    eps = float(at.get("epsilon", 1e-5))
+    b.need(x.rank >= 2, f"BatchNormalization needs (N, C, ...), got rank {x.rank}")
     C = x.shape[1]
+    for name, v in zip(("scale", "B", "input_mean", "input_var"), ins[1:5]):
+        b.need(v is not None and v.size == C, f"{name} must have {C} values (one per channel)")
+    training = int(at.get("training_mode", 0))
+    b.need(training in (0, 1), f"training_mode must be 0 or 1, got {training}")
+    eps = float(at.get("epsilon", 1e-5))
+    if training:
+        return _batchnorm_training(b, node, x, scale, bias, mean, var, eps, float(at.get("momentum", 0.9)))
     if all(v.is_const for v in (scale, bias, mean, var)):  # one multiply and one add
         s = (scale.const.astype(np.float64) / np.sqrt(var.const.astype(np.float64) + eps))
         sh = bias.const.astype(np.float64) - mean.const.astype(np.float64) * s
@@ -687,6 +874,27 @@ def _batchnorm(b, node, ins, at):
         y = lib.ggml_div(c, lib.ggml_sub(c, f(b, x), _channel(b, mean, C, x.rank)), inv)
         y = lib.ggml_add(c, lib.ggml_mul(c, y, _channel(b, scale, C, x.rank)), _channel(b, bias, C, x.rank))
     return [b.out(y, x.shape, x.dtype)]
+
+
+def _batchnorm_training(b, node, x, scale, bias, mean, var, eps, momentum):
+    """training_mode=1: normalised by the batch's statistics per channel (over N and the spatial axes,
+    population variance), and the running statistics updated: momentum * input + (1 - momentum) * batch."""
+    c = b.ctx
+    C = x.shape[1]
+    rows, _, _ = to_rows(b, b.tensor(x), x.shape, [k for k in range(x.rank) if k != 1])  # ne [N*spatial, C]
+    mu = lib.ggml_mean(c, rows)  # ne [1, C]
+    d = lib.ggml_sub(c, rows, mu)
+    sig = lib.ggml_mean(c, lib.ggml_sqr(c, d))
+    chan = (1, C) + (1,) * (x.rank - 2)
+    inv = lib.ggml_sqrt(c, lib.ggml_scale_bias(c, reshape(b, sig, chan), 1.0, eps))
+    y = lib.ggml_div(c, lib.ggml_sub(c, f(b, x), reshape(b, mu, chan)), inv)
+    y = lib.ggml_add(c, lib.ggml_mul(c, y, _channel(b, scale, C, x.rank)), _channel(b, bias, C, x.rank))
+    outs = [b.out(y, x.shape, x.dtype)]
+    for running, batch in ((mean, mu), (var, sig)):
+        r = lib.ggml_add(c, lib.ggml_scale(c, reshape(b, b.tensor(running), (C,)), momentum),
+                         lib.ggml_scale(c, reshape(b, batch, (C,)), 1.0 - momentum))
+        outs.append(b.out(r, (C,), x.dtype))
+    return outs[:max(1, len(node.output))]
 
 
 def _affine(b, y, shape, scale, bias, dtype):

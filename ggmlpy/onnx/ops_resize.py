@@ -53,6 +53,36 @@ def _cubic_weights(t, a):
                      ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a], axis=-1)
 
 
+def _cubic_kernel(d, a):
+    d = np.abs(d)
+    return np.where(d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1,
+                    np.where(d < 2, ((a * d - 5 * a) * d + 8 * a) * d - 4 * a, 0.0))
+
+
+def _antialiased(M, x, L, scale, mode, a, exclude_outside):
+    """Rows of M for antialias=1: when downsampling (scale < 1) the linear or cubic kernel is stretched
+    by 1/scale, so each output averages every input cell under it; weights normalised to sum 1. The taps
+    are the 2n cells nearest each source coordinate (the left ones on a tie), as ONNX's reference picks."""
+    s = min(scale, 1.0)
+    start = int(np.floor((-1.0 if mode == "linear" else -2.0) / s)) + 1
+    k = np.arange(start, 2 - start, dtype=np.float64)  # tap offsets from the cell left of x
+    x0 = np.floor(x)
+    exact = x == x0
+    ratio = np.where(exact, 1.0, x - x0)  # an exact coordinate counts as the right end of its left cell
+    base = np.where(exact, x0 - 1, x0)
+    d = (k[None, :] - ratio[:, None]) * s
+    w = np.clip(1 - np.abs(d), 0, 1) if mode == "linear" else _cubic_kernel(d, a)
+    w = w / w.sum(axis=1, keepdims=True)
+    js = base[:, None] + k[None, :]
+    if exclude_outside:
+        w = np.where((js >= 0) & (js <= L - 1), w, 0.0)
+        tot = w.sum(axis=1, keepdims=True)
+        w = w / np.where(tot == 0, 1.0, tot)
+    js = np.clip(js, 0, L - 1).astype(np.int64)
+    rows = np.repeat(np.arange(len(x)), len(k))
+    np.add.at(M, (rows, js.reshape(-1)), w.reshape(-1))
+
+
 def axis_matrix(L, O, scale, at, roi=(0.0, 1.0)):
     """(M, inside): M is (O, L); inside marks outputs within the input (tf_crop_and_resize)."""
     mode = _s(at.get("mode"), "nearest")
@@ -63,7 +93,9 @@ def axis_matrix(L, O, scale, at, roi=(0.0, 1.0)):
     inside = np.ones(O, dtype=bool)
     if ctm == "tf_crop_and_resize":
         inside = (x >= 0) & (x <= L - 1)
-    if mode == "nearest":
+    if mode in ("linear", "cubic") and int(at.get("antialias", 0)):
+        _antialiased(M, x, L, scale, mode, float(at.get("cubic_coeff_a", -0.75)), int(at.get("exclude_outside", 0)))
+    elif mode == "nearest":
         nm = _s(at.get("nearest_mode"), "round_prefer_floor")
         idx = {"round_prefer_floor": np.ceil(x - 0.5), "round_prefer_ceil": np.floor(x + 0.5),
                "floor": np.floor(x), "ceil": np.ceil(x)}[nm]
@@ -109,7 +141,8 @@ def apply_axis(b, t, shape, axis, M):
 
 def _resize(b, x, scales, sizes, at, roi=None, axes=None):
     r = x.rank
-    b.need(not int(at.get("antialias", 0)), "antialias=1 is not supported")
+    aa = int(at.get("antialias", 0))
+    b.need(aa in (0, 1), f"antialias must be 0 or 1, got {aa}")
     axes = list(range(r)) if axes is None else [a + r if a < 0 else a for a in axes]
     outs = list(x.shape)
     sc = [1.0] * r
