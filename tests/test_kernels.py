@@ -619,29 +619,14 @@ def test_layernorm_against_float64(R, rows, affine):
 @needs_conv
 @pytest.mark.parametrize("n_out,k,t", [(100, 7, 3), (5, 33, 70), (64, 64, 64), (1, 9, 1)])  # rows or columns split
 def test_linear_product_plus_bias(n_out, k, t):
-    from ggmlpy.bindings import ffi
     rng = np.random.default_rng(n_out + k + t)
     W = rng.standard_normal((k, n_out)).astype(np.float32)  # ONNX's (K, N): ggml [N, K]
     X = rng.standard_normal((t, k)).astype(np.float32)      # ggml [K, T]
     bias = rng.standard_normal(n_out).astype(np.float32)
     want = X.astype(np.float64) @ W + bias
     for threads in (1, 2, 3, 5):
-        params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 24, "mem_buffer": ffi.NULL, "no_alloc": False})
-        ctx = lib.ggml_init(params[0])
-        try:
-            def tensor(a, ne0, ne1):
-                tt = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, ne0, ne1)
-                ffi.memmove(tt.data, a.tobytes(), a.nbytes)
-                return tt
-            b = lib.ggml_reshape_1d(ctx, tensor(bias, n_out, 1), n_out)
-            y = K.linear(ctx, tensor(W, n_out, k), tensor(X, k, t), b)
-            graph = lib.ggml_new_graph(ctx)
-            lib.ggml_build_forward_expand(graph, y)
-            assert lib.ggml_graph_compute_with_ctx(ctx, graph, threads) == lib.GGML_STATUS_SUCCESS
-            got = np.frombuffer(ffi.buffer(y.data, 4 * t * n_out), np.float32).reshape(t, n_out)
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
-        finally:
-            lib.ggml_free(ctx)
+        got = on_cpu(lambda ctx, w, x, b: K.linear(ctx, w, x, b), [W, X, bias], threads)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
 needs_packed = pytest.mark.skipif(K is None or K.linear_packed is None,
@@ -655,7 +640,6 @@ needs_packed = pytest.mark.skipif(K is None or K.linear_packed is None,
     (1, 3, 1), (33, 7, 13), (100, 64, 2)])  # fewer column panels than threads: the weight panels split
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_linear_with_packed_weights(n_out, k, t, with_bias):
-    from ggmlpy.bindings import ffi
     rng = np.random.default_rng(n_out * k + t)
     W = rng.standard_normal((k, n_out)).astype(np.float32)
     X = rng.standard_normal((t, k)).astype(np.float32)
@@ -663,23 +647,10 @@ def test_linear_with_packed_weights(n_out, k, t, with_bias):
     want = X.astype(np.float64) @ W + (bias if with_bias else 0)
     wp = K.pack_linear(W)
     assert wp.shape == (-(-n_out // K.packed_rows), k, K.packed_rows)
+    arrays = [wp, X] + ([bias] if with_bias else [])
     for threads in (1, 2, 3):
-        params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 26, "mem_buffer": ffi.NULL, "no_alloc": False})
-        ctx = lib.ggml_init(params[0])
-        try:
-            def tensor(a, *ne):
-                tt = lib.ggml_new_tensor(ctx, lib.GGML_TYPE_F32, len(ne), ffi.new("int64_t[]", list(ne)))
-                ffi.memmove(tt.data, np.ascontiguousarray(a).tobytes(), a.nbytes)
-                return tt
-            y = K.linear_packed(ctx, tensor(wp, *wp.shape[::-1]), tensor(X, k, t), n_out,
-                                tensor(bias, n_out) if with_bias else None)
-            graph = lib.ggml_new_graph(ctx)
-            lib.ggml_build_forward_expand(graph, y)
-            assert lib.ggml_graph_compute_with_ctx(ctx, graph, threads) == lib.GGML_STATUS_SUCCESS
-            got = np.frombuffer(ffi.buffer(y.data, 4 * t * n_out), np.float32).reshape(t, n_out)
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5 * np.abs(want).max())
-        finally:
-            lib.ggml_free(ctx)
+        got = on_cpu(lambda ctx, w, x, *b: K.linear_packed(ctx, w, x, n_out, *b), arrays, threads).reshape(t, n_out)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5 * np.abs(want).max())
 
 
 needs_packed_conv = pytest.mark.skipif(K is None or K.conv2d_packed is None,

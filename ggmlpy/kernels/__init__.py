@@ -319,7 +319,9 @@ def _load_optional(cc: str, name: str):
 def _build(cc: str, source: Path, libs: tuple = ()) -> Path:
     """The compiled library in the cache, built (atomically) unless it is there already."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
-    key = hashlib.sha256("\0".join([source.read_text(), cc, version, *FLAGS, *libs, cpu_tag(native=True)]).encode())
+    headers = [h.read_text() for h in sorted(source.parent.glob("*.h"))]  # what the sources include
+    key = hashlib.sha256("\0".join([source.read_text(), *headers, cc, version, *FLAGS, *libs,
+                                      cpu_tag(native=True)]).encode())
     out_dir = cache_dir() / "kernels"
     path = out_dir / f"{source.stem}-{key.hexdigest()[:16]}.so"
     if path.exists():

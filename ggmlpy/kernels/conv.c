@@ -26,9 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef OFF_NE
-#error "build with -DOFF_NE=... -DOFF_NB=... -DOFF_SRC=... -DOFF_DATA=..."
-#endif
+#include "fields.h"
 
 enum { ColMajor = 102, NoTrans = 111 };
 extern void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
@@ -42,20 +40,6 @@ enum { F_RELU = 1, F_BIAS = 2, F_RESIDUAL = 4 };
 #define MIN_BLOCK 128             /* fewer pixels make the product inefficient */
 
 int ggmlpy_conv_params_count(void) { return P_COUNT; }
-
-static void ne_of(const void *t, int64_t ne[4]) { memcpy(ne, (const char *)t + OFF_NE, 4 * sizeof(int64_t)); }
-
-static float *data_of(const void *t) {
-    float *p;
-    memcpy(&p, (const char *)t + OFF_DATA, sizeof p);
-    return p;
-}
-
-static const void *src_of(const void *t, int i) {
-    const void *s;
-    memcpy(&s, (const char *)t + OFF_SRC + i * sizeof s, sizeof s);
-    return s;
-}
 
 static int imin(int a, int b) { return a < b ? a : b; }
 static int imax(int a, int b) { return a > b ? a : b; }
@@ -107,18 +91,25 @@ static void im2col_block(const float *x, float *col, int64_t p0, int64_t m, int6
             }
 }
 
-/* this thread's patch buffer, grown as needed and kept (ggml's threads live as long as the backend) */
-static float *scratch(size_t n) {
-    static __thread float *buf;
-    static __thread size_t cap;
-    if (n > cap) {
-        free(buf);
-        cap = (n + 1023) & ~(size_t)1023;
-        buf = aligned_alloc(64, cap * sizeof(float));
-        if (buf == NULL)
-            cap = 0;
+/* A buffer of at least n floats (64-byte aligned), grown as needed and kept: each thread has its
+ * own (ggml's threads live as long as the backend). NULL when out of memory. */
+typedef struct { float *buf; size_t cap; } kept_buffer;
+
+static float *grown(kept_buffer *b, size_t n) {
+    if (n > b->cap) {
+        free(b->buf);
+        b->cap = (n + 1023) & ~(size_t)1023;
+        b->buf = aligned_alloc(64, b->cap * sizeof(float));
+        if (b->buf == NULL)
+            b->cap = 0;
     }
-    return buf;
+    return b->buf;
+}
+
+/* this thread's patch buffer */
+static float *scratch(size_t n) {
+    static __thread kept_buffer b;
+    return grown(&b, n);
 }
 
 /* bias, residual and ReLU over out[p0 .. p0+m) of channels [o0, o1) of one image */
@@ -358,16 +349,8 @@ static inline void linear_kernel(int kc, const float *restrict a, const float *r
 
 /* this thread's buffer for x's packed panels (apart from the convolution's patch buffer) */
 static float *panel_scratch(size_t n) {
-    static __thread float *buf;
-    static __thread size_t cap;
-    if (n > cap) {
-        free(buf);
-        cap = (n + 1023) & ~(size_t)1023;
-        buf = aligned_alloc(64, cap * sizeof(float));
-        if (buf == NULL)
-            cap = 0;
-    }
-    return buf;
+    static __thread kept_buffer b;
+    return grown(&b, n);
 }
 
 void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {

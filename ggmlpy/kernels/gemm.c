@@ -19,9 +19,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#ifndef OFF_NE
-#error "build with -DOFF_NE=... -DOFF_NB=... -DOFF_SRC=... -DOFF_DATA=..."
-#endif
+#include "fields.h"
 
 enum { ColMajor = 102, NoTrans = 111, Trans = 112 };
 extern void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
@@ -37,16 +35,10 @@ typedef struct { int64_t ne[4], nb[4]; char *data; } view;
 
 static view view_of(const void *t) {
     view v;
-    memcpy(v.ne, (const char *)t + OFF_NE, sizeof v.ne);
-    memcpy(v.nb, (const char *)t + OFF_NB, sizeof v.nb);
-    memcpy(&v.data, (const char *)t + OFF_DATA, sizeof v.data);
+    ne_of(t, v.ne);
+    nb_of(t, v.nb);
+    v.data = (char *)data_of(t);
     return v;
-}
-
-static const void *src_of(const void *t, int i) {
-    const void *s;
-    memcpy(&s, (const char *)t + OFF_SRC + i * sizeof s, sizeof s);
-    return s;
 }
 
 static const float *matrix(const view *v, int64_t i2, int64_t i3, int64_t d2, int64_t d3) {

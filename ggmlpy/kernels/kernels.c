@@ -13,28 +13,13 @@
  * The exponential is range-reduced (x = n ln2 + r, |r| <= ln2/2) with 2^n applied in two
  * halves, so that results down to the denormals are right.
  *
- * Tensor fields are read at the offsets the build passes (-DOFF_NE, -DOFF_DATA), the ones
- * ggmlpy's loader checks against the library at import. Tensors are contiguous f32.
+ * Tensors are contiguous f32, their fields read through fields.h.
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#ifndef OFF_NE
-#error "build with -DOFF_NE=... -DOFF_DATA=..."
-#endif
-
-static inline float *data_of(const void *t) {
-    float *p;
-    memcpy(&p, (const char *)t + OFF_DATA, sizeof p);
-    return p;
-}
-
-static inline int64_t nelements(const void *t) {
-    int64_t ne[4];
-    memcpy(ne, (const char *)t + OFF_NE, sizeof ne);
-    return ne[0] * ne[1] * ne[2] * ne[3];
-}
+#include "fields.h"
 
 /* This thread's share [*lo, *hi) of n elements, in blocks of 16 (no two threads on a cache line). */
 static inline void share(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
@@ -164,7 +149,7 @@ void ggmlpy_layer_norm_back_f32(void *dst, const void *grad, const void *src, in
     float eps;
     memcpy(&eps, &bits, sizeof eps);
     int64_t ne[4];
-    memcpy(ne, (const char *)src + OFF_NE, sizeof ne);
+    ne_of(src, ne);
     const int64_t d = ne[0], cols = ne[1] * ne[2] * ne[3];
     const float *restrict g = data_of(grad);
     const float *restrict x = data_of(src);

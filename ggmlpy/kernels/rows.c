@@ -6,27 +6,9 @@
  * argument after x when gamma is absent). Sums run in 16 float lanes (as ggml's SIMD sums), added
  * up in double at the end of each row.
  */
-#include <stdint.h>
-#include <string.h>
 #include <math.h>
 
-#ifndef OFF_NE
-#error "build with -DOFF_NE=... -DOFF_SRC=... -DOFF_DATA=..."
-#endif
-
-static void ne_of(const void *t, int64_t ne[4]) { memcpy(ne, (const char *)t + OFF_NE, 4 * sizeof(int64_t)); }
-
-static float *data_of(const void *t) {
-    float *p;
-    memcpy(&p, (const char *)t + OFF_DATA, sizeof p);
-    return p;
-}
-
-static const void *src_of(const void *t, int i) {
-    const void *s;
-    memcpy(&s, (const char *)t + OFF_SRC + i * sizeof s, sizeof s);
-    return s;
-}
+#include "fields.h"
 
 #define LANES 16
 

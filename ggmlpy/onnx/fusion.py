@@ -41,6 +41,15 @@ def _uses(graph) -> dict:
     return uses
 
 
+def _first_consumers(nodes) -> dict:
+    """Each value's name -> the index of the first node that reads it."""
+    consumer = {}
+    for j, n in enumerate(nodes):
+        for i in n.input:
+            consumer.setdefault(i, j)
+    return consumer
+
+
 def find_conv_epilogues(graph) -> tuple[dict, set]:
     """(fused, skipped): fused maps the index of a pattern's last node (the Add or the Relu) to
     (the Conv's index, the residual's name or None, whether a ReLU ends it, the pattern's indices in
@@ -48,10 +57,7 @@ def find_conv_epilogues(graph) -> tuple[dict, set]:
     graph output, ends the pattern before it."""
     nodes = list(graph.node)
     uses = _uses(graph)
-    consumer = {}
-    for j, n in enumerate(nodes):
-        for i in n.input:
-            consumer.setdefault(i, j)
+    consumer = _first_consumers(nodes)
 
     def only(name, op):
         j = consumer.get(name)
@@ -88,10 +94,7 @@ def find_linear_bias(graph, initializers) -> tuple[dict, set]:
     vals = _const_values(graph, initializers)
     nodes = list(graph.node)
     uses = _uses(graph)
-    consumer = {}
-    for j, n in enumerate(nodes):
-        for i in n.input:
-            consumer.setdefault(i, j)
+    consumer = _first_consumers(nodes)
     fused, skipped = {}, set()
     for i, n in enumerate(nodes):
         if n.op_type != "MatMul" or n.domain not in ("", "ai.onnx") or len(n.input) != 2:
