@@ -132,23 +132,46 @@ static void epilogue(float *out, const float *res, const float *bias, int64_t P,
     }
 }
 
+/* What both convolution kernels read from their op: geometry, sizes and the arguments' data. */
+typedef struct {
+    geom g;
+    int N, G, Mg, flags;
+    int64_t P, in_plane, wne[4];
+    const float *x, *w, *bias, *res;
+    float *y;
+} conv_args;
+
+static conv_args conv_args_of(void *dst, const int32_t *pr) {
+    conv_args a;
+    const void *xt = src_of(dst, 0), *wt = src_of(dst, 1);
+    int64_t xne[4], dne[4];
+    ne_of(xt, xne);
+    ne_of(wt, a.wne);
+    ne_of(dst, dne);
+    a.G = pr[P_GROUPS];
+    a.flags = pr[P_FLAGS];
+    a.g = (geom){(int)xne[2] / a.G, (int)xne[1], (int)xne[0], (int)dne[1], (int)dne[0], pr[P_KH], pr[P_KW],
+                 pr[P_SH], pr[P_SW], pr[P_PH], pr[P_PW], pr[P_DH], pr[P_DW]};
+    a.N = (int)dne[3];
+    a.Mg = (int)dne[2] / a.G;
+    a.P = (int64_t)a.g.OH * a.g.OW;
+    a.in_plane = (int64_t)a.g.H * a.g.W;
+    a.x = data_of(xt);
+    a.w = data_of(wt);
+    a.bias = (a.flags & F_BIAS) ? data_of(src_of(dst, 2)) : NULL;
+    a.res = (a.flags & F_RESIDUAL) ? data_of(src_of(dst, (a.flags & F_BIAS) ? 3 : 2)) : NULL;
+    a.y = data_of(dst);
+    return a;
+}
+
 void ggmlpy_conv2d_f32(void *dst, int ith, int nth, void *userdata) {
     const int32_t *pr = (const int32_t *)userdata;
-    const void *xt = src_of(dst, 0), *wt = src_of(dst, 1);
-    int64_t xne[4], wne[4], dne[4];
-    ne_of(xt, xne);
-    ne_of(wt, wne);
-    ne_of(dst, dne);
-    const int G = pr[P_GROUPS], flags = pr[P_FLAGS];
-    geom g = {(int)xne[2] / G, (int)xne[1], (int)xne[0], (int)dne[1], (int)dne[0], pr[P_KH], pr[P_KW],
-              pr[P_SH], pr[P_SW], pr[P_PH], pr[P_PW], pr[P_DH], pr[P_DW]};
-    const int N = (int)dne[3], M = (int)dne[2], Mg = M / G;
-    const int CKK = g.C * g.KH * g.KW;
-    const int64_t P = (int64_t)g.OH * g.OW, in_plane = (int64_t)g.H * g.W;
-    const float *x = data_of(xt), *w = data_of(wt);
-    const float *bias = (flags & F_BIAS) ? data_of(src_of(dst, 2)) : NULL;
-    const float *res = (flags & F_RESIDUAL) ? data_of(src_of(dst, (flags & F_BIAS) ? 3 : 2)) : NULL;
-    float *y = data_of(dst);
+    const conv_args op = conv_args_of(dst, pr);
+    const geom g = op.g;
+    const int N = op.N, G = op.G, Mg = op.Mg, flags = op.flags, CKK = g.C * g.KH * g.KW;
+    const int64_t P = op.P, in_plane = op.in_plane;
+    const float *x = op.x, *w = op.w, *bias = op.bias, *res = op.res;
+    float *y = op.y;
     const int direct = g.KH == 1 && g.KW == 1 && g.SH == 1 && g.SW == 1 && g.PH == 0 && g.PW == 0 &&
                        g.OH == g.H && g.OW == g.W;  /* the input plane is the patch matrix */
     if (nth == 1)
@@ -412,22 +435,13 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
 #define CONV_STRIP_BYTES (256 * 1024)
 
 void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
-    const int32_t *pr = (const int32_t *)userdata;
-    const void *xt = src_of(dst, 0), *wt = src_of(dst, 1);
-    int64_t xne[4], wne[4], dne[4];
-    ne_of(xt, xne);
-    ne_of(wt, wne);
-    ne_of(dst, dne);
-    const int G = pr[P_GROUPS], flags = pr[P_FLAGS];
-    geom g = {(int)xne[2] / G, (int)xne[1], (int)xne[0], (int)dne[1], (int)dne[0], pr[P_KH], pr[P_KW],
-              pr[P_SH], pr[P_SW], pr[P_PH], pr[P_PW], pr[P_DH], pr[P_DW]};
-    const int N = (int)dne[3], M = (int)dne[2], Mg = M / G;
-    const int CKK = (int)wne[1], npan = (int)wne[2] / G;  /* each group's channels: npan panels */
-    const int64_t P = (int64_t)g.OH * g.OW, in_plane = (int64_t)g.H * g.W;
-    const float *x = data_of(xt), *wp = data_of(wt);
-    const float *bias = (flags & F_BIAS) ? data_of(src_of(dst, 2)) : NULL;
-    const float *res = (flags & F_RESIDUAL) ? data_of(src_of(dst, (flags & F_BIAS) ? 3 : 2)) : NULL;
-    float *y = data_of(dst);
+    const conv_args op = conv_args_of(dst, (const int32_t *)userdata);
+    const geom g = op.g;
+    const int N = op.N, G = op.G, Mg = op.Mg, flags = op.flags;
+    const int CKK = (int)op.wne[1], npan = (int)op.wne[2] / G;  /* each group's channels: npan panels */
+    const int64_t P = op.P, in_plane = op.in_plane;
+    const float *x = op.x, *wp = op.w, *bias = op.bias, *res = op.res;
+    float *y = op.y;
     const int64_t strips = (P + LNR - 1) / LNR;
     int64_t run = CONV_STRIP_BYTES / ((int64_t)LNR * CKK * (int64_t)sizeof(float));
     run = run < 1 ? 1 : run > strips ? strips : run;
