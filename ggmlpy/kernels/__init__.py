@@ -19,6 +19,7 @@ for ggml's CPU backend get them: the graph builders that know the device say so 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -101,7 +102,7 @@ class Kernels:
         self.conv2d_packed = self._conv2d_packed if self.packed_rows else None  # None: conv2d, over OpenBLAS
         self.conv2d = self._conv2d if clib is not None else None  # None: ggml's im2col and products
         self.maxpool2d = self._maxpool2d if clib is not None else None  # None: ggml's pool_2d
-        self._conv_params: dict = {}  # parameter tuple -> int32 array (userdata: lives as long as this)
+        self._params: dict = {}  # parameter tuple -> int32 array (userdata: lives as long as this)
         self._ln_fn = rlib.ggmlpy_layernorm_f32 if rlib is not None else None
         self.layernorm = self._layernorm if rlib is not None else None  # None: ggml's norm, mul and add
 
@@ -116,9 +117,8 @@ class Kernels:
 
     def layer_norm_back(self, ctx, g, x, eps: float):
         """Layer norm's input gradient per column (ggml_norm's normalisation), as one node."""
-        bits = struct.unpack("<I", struct.pack("<f", eps))[0]  # the float travels as userdata's bits
         return lib.ggml_map_custom2(ctx, _contiguous(ctx, g), _contiguous(ctx, x), self._layer_norm_back,
-                                    N_TASKS_MAX, ffi.cast("void *", bits))
+                                    N_TASKS_MAX, ffi.cast("void *", _float_bits(eps)))  # the float as userdata's bits
 
     def _gemm(self, ctx, a, b, ta=False, tb=False):
         """op(a) %*% op(b) of f32 tensors in R's column-major reading (ne0 rows), batched over
@@ -158,10 +158,7 @@ class Kernels:
     def _conv_node(self, ctx, fn, x, w, M, kernel, stride, pad, dilation, out_hw, groups, bias, residual, relu, block):
         args = [x, w] + [t for t in (bias, residual) if t is not None]
         flags = int(relu) | (2 if bias is not None else 0) | (4 if residual is not None else 0)
-        key = (*kernel, *stride, *pad, *dilation, groups, flags, block)
-        params = self._conv_params.get(key)
-        if params is None:
-            params = self._conv_params[key] = ffi.new("int32_t[]", list(key))
+        params = self._userdata((*kernel, *stride, *pad, *dilation, groups, flags, block))
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, out_hw[1], out_hw[0], M, x.ne[3],
                                   ffi.new("struct ggml_tensor *[]", args), len(args), fn, N_TASKS_MAX, params)
 
@@ -169,10 +166,7 @@ class Kernels:
         """Max pooling of x ne [W, H, C, N] (contiguous f32) as one node: windows `kernel` = (KH, KW) at
         `stride`, starting `pad` = (top, left) cells before the input, out_hw = (OH, OW) of them; cells
         outside the input never win. Returns ne [OW, OH, C, N]. The caller validates the geometry."""
-        key = ("pool", *kernel, *stride, *pad)
-        params = self._conv_params.get(key)
-        if params is None:
-            params = self._conv_params[key] = ffi.new("int32_t[]", list(key[1:]))
+        params = self._userdata((*kernel, *stride, *pad), "pool")
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, out_hw[1], out_hw[0], x.ne[2], x.ne[3],
                                   ffi.new("struct ggml_tensor *[]", [x]), 1, self._pool_fn, N_TASKS_MAX, params)
 
@@ -197,10 +191,7 @@ class Kernels:
         """X @ W (+ bias) as one node of conv.c's AVX-512 product: wp is pack_linear(W) as a ggml
         tensor [rows, K, panels], x [K, T] contiguous (T rows of ONNX's X, possibly over ne2/ne3),
         bias [N] or None. Returns ne [N, T]."""
-        key = ("linear", int(bias is not None))
-        params = self._conv_params.get(key)
-        if params is None:
-            params = self._conv_params[key] = ffi.new("int32_t[]", list(key[1:]))
+        params = self._userdata((int(bias is not None),), "linear")
         args = [wp, x] + ([bias] if bias is not None else [])
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, n_out, x.ne[1] * x.ne[2] * x.ne[3], 1, 1,
                                   ffi.new("struct ggml_tensor *[]", args), len(args), self._packed_fn, N_TASKS_MAX,
@@ -209,14 +200,26 @@ class Kernels:
     def _layernorm(self, ctx, x, gamma=None, beta=None, eps=1e-5):
         """(x - mean) / sqrt(var + eps) * gamma + beta over the rows (ne0) of a contiguous f32 x, as one
         node; gamma and beta: contiguous f32 of ne0 elements, or None."""
-        bits = int(np.float32(eps).view(np.int32))
-        key = ("ln", bits, int(gamma is not None) | (2 if beta is not None else 0))
-        params = self._conv_params.get(key)
-        if params is None:
-            params = self._conv_params[key] = ffi.new("int32_t[]", list(key[1:]))
+        flags = int(gamma is not None) | (2 if beta is not None else 0)
+        params = self._userdata((_float_bits(eps, signed=True), flags), "ln")
         args = [x] + [t for t in (gamma, beta) if t is not None]
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, x.ne[0], x.ne[1], x.ne[2], x.ne[3],
                                   ffi.new("struct ggml_tensor *[]", args), len(args), self._ln_fn, N_TASKS_MAX, params)
+
+
+    def _userdata(self, values: tuple, kind: str = "conv"):
+        """An int32 array of a kernel's parameters, made once per distinct (kind, values) and kept
+        here: the graphs hold its address."""
+        key = (kind, *values)
+        params = self._params.get(key)
+        if params is None:
+            params = self._params[key] = ffi.new("int32_t[]", list(values))
+        return params
+
+
+def _float_bits(x: float, signed: bool = False) -> int:
+    """The bits of float32(x) as an integer (unsigned, or as int32 for an int32 array)."""
+    return struct.unpack("<i" if signed else "<I", struct.pack("<f", x))[0]
 
 
 def gemm_fits(a, b) -> bool:
@@ -316,9 +319,15 @@ def _load_optional(cc: str, name: str):
     return so
 
 
+@functools.lru_cache(maxsize=None)
+def _compiler_version(cc: str) -> str:
+    """`cc --version` (part of the cache key), asked once per compiler, not once per library."""
+    return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
+
+
 def _build(cc: str, source: Path, libs: tuple = ()) -> Path:
     """The compiled library in the cache, built (atomically) unless it is there already."""
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    version = _compiler_version(cc)
     headers = [h.read_text() for h in sorted(source.parent.glob("*.h"))]  # what the sources include
     key = hashlib.sha256("\0".join([source.read_text(), *headers, cc, version, *FLAGS, *libs,
                                       cpu_tag(native=True)]).encode())

@@ -328,14 +328,14 @@ class _Plan:
         self.n_folded = 0
         gelu, skipped = find_gelu(g, model.initializers) if first else ({}, set())
         self.n_fused = len(gelu)
-        # Conv + Add + Relu as one kernel node: CPU graphs with ggmlpy's conv kernel, one stage only
+        # Conv + Add + Relu and MatMul + bias as one kernel node each: CPU graphs with ggmlpy's
+        # kernels, one stage only
+        fusing = b.kernels if first and not any(op_key(n) in HOST_OPS for n in nodes) else None
         convs, conv_skipped = ({}, set())
-        if first and b.kernels is not None and b.kernels.conv2d is not None and not any(
-                op_key(n) in HOST_OPS for n in nodes):
+        if fusing is not None and fusing.conv2d is not None:
             convs, conv_skipped = find_conv_epilogues(g)
         linears, lin_skipped = ({}, set())
-        if first and b.kernels is not None and b.kernels.linear is not None and not any(
-                op_key(n) in HOST_OPS for n in nodes):
+        if fusing is not None and fusing.linear is not None:
             linears, lin_skipped = find_linear_bias(g, model.initializers)
         skipped = skipped | conv_skipped | lin_skipped
         self.deferred, pending = [], set()
