@@ -247,3 +247,27 @@ def test_ag_fit_in_two_threads_equals_in_series():
     for a, b in zip(series, results):
         for pa, pb in zip(a, b):
             np.testing.assert_allclose(pa, pb, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("fixture", ["mlp", "resnet_block"])
+def test_one_onnx_model_shared_by_threads_gives_the_serial_results(fixture):
+    """A loaded model is shared as an onnxruntime session is: four threads calling onnx_run on one
+    model with one input shape (one plan, so one set of input tensors and one graph) get exactly
+    the serial results."""
+    from pathlib import Path
+    path = Path(__file__).parent / "onnx_fixtures" / f"{fixture}.onnx"
+    model = g.onnx_load(str(path), device="cpu")
+    (name, shape), = g.onnx_inputs(model).items()
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(shape).astype(np.float32) for _ in range(40)]
+    serial = [g.onnx_run(model, {name: x}) for x in xs]
+    got = [[None] * len(xs) for _ in range(4)]
+
+    def work(i):
+        for k in range(len(xs)):
+            j = (k + 7 * i) % len(xs)  # each thread in its own order: neighbours run different inputs
+            got[i][j] = g.onnx_run(model, {name: xs[j]})
+    _in_threads(4, work)
+    wrong = sum(any(not np.array_equal(out[o], ref[o]) for o in ref)
+                for res in got for out, ref in zip(res, serial))
+    assert wrong == 0, f"{wrong} of {4 * len(xs)} results differ from the serial ones"

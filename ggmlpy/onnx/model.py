@@ -11,6 +11,7 @@ operators are reported with their node before anything is built.
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from collections import Counter
 
@@ -92,7 +93,11 @@ def _dims(vi):
 
 
 class OnnxModel:
-    """A loaded ONNX model: the parsed file, its device, and one built ggml graph per input-shape set."""
+    """A loaded ONNX model: the parsed file, its device, and one built ggml graph per input-shape set.
+
+    Shared by threads as an onnxruntime session is: a plan's input tensors, graph and compute buffer,
+    and the CPU backend's work buffer, exist once per model, so `_lock` lets one call at a time plan,
+    feed, compute and read back (ggml's own threads already use every core for that one call)."""
 
     def __init__(self, proto, path, device, input_shapes, n_threads, dtype):
         from onnx import numpy_helper
@@ -149,6 +154,7 @@ class OnnxModel:
                                 f"{{'{name}': ({example})}}). Alternatively, re-export the model with static shapes.")
         self.input_shapes = {n: tuple(s) for n, s in shapes.items()}
         self._devices(device, n_threads)
+        self._lock = threading.RLock()
         self._plans = {}
         self._plan(self.input_shapes)  # build now: errors surface at load, as in ggmlR
 
@@ -218,6 +224,10 @@ class OnnxModel:
                 raise OnnxError(f"onnx_run: input '{name}' has shape {list(a.shape)}, the model expects "
                                 f"{_fmt(decl) if list(decl) != list(fixed) else list(fixed)}")
             arrays[name], shapes[name] = a, a.shape
+        with self._lock:
+            return self._run_checked(arrays, shapes)
+
+    def _run_checked(self, arrays: dict, shapes: dict) -> dict:
         plan = self._plan(shapes)
         values = plan.run(arrays)
         while plan.deferred:
@@ -644,12 +654,17 @@ def onnx_profile(model: OnnxModel, inputs: "dict | list", runs: int = 3) -> list
 
     Runs the model's graph through ggml's scheduler with an evaluation callback after every node,
     so each node is timed alone (a few microseconds of overhead each; the total exceeds onnx_run's)."""
+    arrays = {n: np.asarray(v) for n, v in (inputs.items() if isinstance(inputs, dict)
+                                             else zip(model.input_info, inputs))}
+    with model._lock:
+        return _profile(model, arrays, runs)
+
+
+def _profile(model: OnnxModel, arrays: dict, runs: int) -> list:
     import time
     from collections import defaultdict
 
     from ..backend.sched import Scheduler
-    arrays = {n: np.asarray(v) for n, v in (inputs.items() if isinstance(inputs, dict)
-                                             else zip(model.input_info, inputs))}
     model.run(arrays)  # builds (or finds) the plan and checks the inputs
     plan = model._plan({n: a.shape for n, a in arrays.items()})
     first = model.blas if model.backend is model.cpu else model.backend
