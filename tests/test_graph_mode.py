@@ -102,6 +102,38 @@ def test_compiled_steps_follow_the_eager_trajectory(opt_name, make_opt, backward
         np.testing.assert_allclose(p.numpy(), v, rtol=1e-5, atol=1e-6)
 
 
+MIXED_OPTIMIZERS = OPTIMIZERS + [("adamw", lambda ps: g.optimizer_adamw(ps, lr=0.01, weight_decay=0.1)),
+                                 ("momentum_wd", lambda ps: g.optimizer_sgd(ps, lr=0.05, momentum=0.9,
+                                                                            weight_decay=0.01))]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("opt_name,make_opt", MIXED_OPTIMIZERS, ids=[o[0] for o in MIXED_OPTIMIZERS])
+def test_compiled_steps_on_low_precision_parameters_follow_the_eager_trajectory(opt_name, make_opt, dtype):
+    """Under ag_dtype("f16") the compiled update is the mixed-precision one (f32 moments and
+    arithmetic, p rounded once) and the hyper-parameters stay f32 (ggml aborted on an f16 one)."""
+    old = g.ag_dtype(dtype)
+    try:
+        rng = np.random.default_rng(5)
+        x, y = g.ag_tensor(rng.normal(size=(16, 24))), g.ag_tensor(rng.normal(size=(16, 24)))
+        params, loss_fn = mlp(width=16)
+        init = [p.numpy() for p in params]
+        want = eager_losses(params, loss_fn, make_opt(params), x, y, 4)
+        final = [p.numpy().astype(np.float64) for p in params]
+        for p, v in zip(params, init):
+            p.data = v
+        step = g.ag_compile(loss_fn, [x, y], optimizer=make_opt(params))
+        got = [step(x, y) for _ in range(4)]
+    finally:
+        g.ag_dtype(old)
+    assert all(p.dtype == dtype for p in params)
+    tol = {"f16": 1e-2, "bf16": 5e-2}[dtype]
+    np.testing.assert_allclose(got, want, rtol=tol)
+    for p, v in zip(params, final):
+        assert np.isfinite(p.numpy()).all()
+        np.testing.assert_allclose(p.numpy().astype(np.float64), v, rtol=tol, atol=tol)
+
+
 def test_auto_backward_is_ggml_where_it_is_supported_and_faster_and_rules_otherwise():
     rng = np.random.default_rng(0)
     w = g.ag_param(rng.normal(size=(4, 4)))

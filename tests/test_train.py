@@ -414,7 +414,7 @@ def test_missing_kernel_falls_back_without_updating_twice(monkeypatch):
         np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-6)
 
 
-def test_f16_parameters_take_the_composed_path():
+def test_f16_parameters_take_the_mixed_precision_path():
     p = g.ag_param(np.ones((4, 3)), dtype="f16")  # ggml's kernels are f32 only
     opt = g.optimizer_adamw([p], lr=0.01, weight_decay=0.1)
     gm = g.GradMap()
@@ -423,6 +423,72 @@ def test_f16_parameters_take_the_composed_path():
     assert p.dtype == "f16" and opt._fused_ok
     np.testing.assert_allclose(p.numpy(), numpy_adam(np.ones((4, 3)), [np.full((4, 3), 2.0)], 0.01, 0.9, 0.999,
                                                      1e-8, 0.1), rtol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("make", [lambda ps: g.optimizer_adam(ps, lr=0.01),
+                                  lambda ps: g.optimizer_adamw(ps, lr=0.01, weight_decay=0.1),
+                                  lambda ps: g.optimizer_sgd(ps, lr=0.1, momentum=0.9, weight_decay=0.01),
+                                  lambda ps: g.optimizer_sgd(ps, lr=0.1)])
+def test_low_precision_parameters_step_in_f32(dtype, make):
+    """f16/bf16 parameters: moments in f32, the update computed in f32, the result rounded once.
+    A zero gradient (an embedding row no batch used) leaves its entries finite: in f16, Adam's v and
+    eps are 0 and the old update was 0 / 0 = NaN."""
+    p0s, grads = random_problem(n_params=3, steps=3)
+    for gs in grads:
+        gs[0][:, 1] = 0.0  # one column never gets a gradient
+        gs[1][:] = 1e-4 * gs[1]  # small gradients: (1 - b2) g^2 is below f16's smallest number
+    params = [g.ag_param(p0, dtype=dtype) for p0 in p0s]
+    start = [p.numpy().astype(np.float64) for p in params]
+    opt = make(params)
+    for gs in grads:
+        gm = g.GradMap()
+        for p, gr in zip(params, gs):
+            dict.__setitem__(gm, p.id, g.ag_tensor(gr, dtype=dtype))
+        opt.step(gm)
+    assert all(p.dtype == dtype for p in params)
+    assert all(np.isfinite(p.numpy()).all() for p in params)
+    ref_opt = make([g.ag_param(s0) for s0 in start])  # the same steps in f32 from the rounded start
+    for gs in grads:
+        gm = g.GradMap()
+        for p, gr in zip(ref_opt.params, gs):
+            dict.__setitem__(gm, p.id, g.ag_tensor(np.asarray(g.ag_tensor(gr, dtype=dtype).numpy(), float)))
+        ref_opt.step(gm)
+    tol = {"f16": 2e-3, "bf16": 1.6e-2}[dtype]
+    for p, r in zip(params, ref_opt.params):
+        np.testing.assert_allclose(p.numpy().astype(np.float64), r.numpy(), rtol=tol, atol=tol)
+
+
+def test_f16_adam_training_learns_as_in_f32():
+    """The ggmlR transformer demo's f16 fallback: an embedding lookup trained with Adam in f16 keeps
+    every row finite and its loss falls as in f32 (within f16's precision)."""
+    def train(dtype):
+        old = g.ag_dtype(dtype)
+        try:
+            r = np.random.default_rng(5)
+            emb = g.ag_param(r.normal(size=(8, 28)) * 0.1)  # 28 tokens, 8 dims; only 4 tokens are used
+            w = g.ag_param(r.normal(size=(3, 8)) * 0.1)
+            opt = g.optimizer_adam([emb, w], lr=0.02)
+            ids, labels = np.array([0, 1, 2, 3]), np.array([0, 1, 2, 0])
+            onehot = np.zeros((28, 4))
+            onehot[ids, np.arange(4)] = 1.0
+            target = np.eye(3)[:, labels]
+            losses = []
+            for _ in range(40):
+                with g.with_grad_tape():
+                    logits = g.ag_matmul(w, g.ag_matmul(emb, g.ag_tensor(onehot)))
+                    diff = g.ag_sub(logits, g.ag_tensor(target))
+                    loss = g.ag_mean(g.ag_mul(diff, diff))
+                opt.step(g.backward(loss))
+                losses.append(loss.item())
+            return np.array(losses), emb.numpy()
+        finally:
+            g.ag_dtype(old)
+    l16, e16 = train("f16")
+    l32, _ = train("f32")
+    assert np.isfinite(e16).all() and np.isfinite(l16).all()
+    assert l16[-1] < 0.5 * l16[0]
+    np.testing.assert_allclose(l16, l32, rtol=0.05, atol=2e-3)
 
 
 def test_fused_step_updates_in_place_and_skips_params_without_grad():

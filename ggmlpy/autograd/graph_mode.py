@@ -533,11 +533,13 @@ class CompiledStep:
             lib.ggml_build_forward_expand(b.graph, g.t)
         if self.clip_grad is not None:
             grads = _clip_by_global_norm(b, grads, self.clip_grad)
+        rows: dict = {}  # the hyper-parameters as rows, made once in this graph (fused.scalar_rows)
         for tid, p in params.items():
             g = grads.get(tid)
             if g is not None:
-                b.room(16)
-                lib.ggml_build_forward_expand(b.graph, self._updater.emit(b, p, g))
+                b.room(48)
+                for t in self._updater.emit(b, p, g, rows):
+                    lib.ggml_build_forward_expand(b.graph, t)
 
     def _hyper_update(self):
         self._updater.write_hyper()
@@ -592,29 +594,36 @@ class _GraphOptimizer:
         self.adam = isinstance(opt, optimizer_adam)
         if not (self.adam or isinstance(opt, optimizer_sgd)):
             raise GGMLError(f"ag_compile: no graph form for {type(opt).__name__}")
-        self.hyper = ag_tensor(np.zeros((7 if self.adam else 2, 1)), device=dc.spec)
+        # hyper-parameters are f32 inputs whatever ag_dtype() is: ggml's kernels abort on others
+        self.hyper = ag_tensor(np.zeros((7 if self.adam else 2, 1)), device=dc.spec, dtype="f32")
+        self.mixed_hyper = ag_tensor(np.zeros((9 if self.adam else 1, 1)), device=dc.spec, dtype="f32")
         self.index = {p.id: i for i, p in enumerate(opt.params)}
 
     def write_hyper(self):
-        from ..optim.fused import adam_hyper_values
+        from ..optim.fused import adam_hyper_values, adam_mixed_hyper_values
         o = self.opt
         if self.adam:  # with the kernel's float32 (1 - beta) folded back to ggmlR's values
             vals = adam_hyper_values(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.t)
+            mixed = adam_mixed_hyper_values(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.t)
         else:
-            vals = [o.lr, 0.0 if o.momentum else o.weight_decay]
+            vals, mixed = [o.lr, 0.0 if o.momentum else o.weight_decay], [o.lr]
         self.hyper.data = np.array(vals).reshape(-1, 1)
+        self.mixed_hyper.data = np.array(mixed).reshape(-1, 1)
 
-    def emit(self, b, p: AGTensor, g: Sym):
+    def emit(self, b, p: AGTensor, g: Sym, rows: dict) -> list:
+        """The nodes that update p (and its optimizer state) in place."""
         o, ctx = self.opt, b.ctx
         i = self.index.get(p.id)
         if i is None:
             raise GGMLError("ag_compile: a parameter fn uses is not in the optimizer's list")
+        if p.st.type != F32:  # ggml's kernels are f32 only: fused.py's mixed-precision update
+            return self._emit_mixed(ctx, p, g, i, rows)
         lib.ggml_set_param(p.st.t)  # the fused optimizer kernels insist on it
         if self.adam:
             m, v = o._state(o.m, i, p), o._state(o.v, i, p)
-            return lib.ggml_opt_step_adamw(ctx, p.st.t, g.t, m.st.t, v.st.t, self.hyper.st.t)
+            return [lib.ggml_opt_step_adamw(ctx, p.st.t, g.t, m.st.t, v.st.t, self.hyper.st.t)]
         if not o.momentum:
-            return lib.ggml_opt_step_sgd(ctx, p.st.t, g.t, self.hyper.st.t)
+            return [lib.ggml_opt_step_sgd(ctx, p.st.t, g.t, self.hyper.st.t)]
         # momentum: v = momentum * v + g (+ wd * p); p -= lr * v, written back into both
         vel = o._state(o.velocity, i, p)
         v_new = lib.ggml_add(ctx, lib.ggml_scale(ctx, vel.st.t, o.momentum), g.t)
@@ -623,7 +632,20 @@ class _GraphOptimizer:
         v_new = lib.ggml_cpy(ctx, v_new, vel.st.t)
         lr = lib.ggml_view_1d(ctx, self.hyper.st.t, 1, 0)
         step = lib.ggml_mul(ctx, v_new, lib.ggml_repeat(ctx, lr, v_new))
-        return lib.ggml_cpy(ctx, lib.ggml_sub(ctx, p.st.t, step), p.st.t)
+        return [lib.ggml_cpy(ctx, lib.ggml_sub(ctx, p.st.t, step), p.st.t)]
+
+    def _emit_mixed(self, ctx, p: AGTensor, g: Sym, i: int, rows: dict) -> list:
+        from ..optim import fused
+        o = self.opt
+        h = fused.scalar_rows(ctx, self.mixed_hyper.st.t, int(p.st.t.ne[0]), rows)
+        if self.adam:
+            state = [o._state(o.m, i, p), o._state(o.v, i, p)]
+            new = fused.adam_mixed_nodes(ctx, h, p.st.t, g.t, *(s.st.t for s in state), bool(o.weight_decay))
+        else:
+            state = [o._state(o.velocity, i, p)] if o.momentum else []
+            new = fused.sgd_mixed_nodes(ctx, h(0), p.st.t, g.t, state[0].st.t if state else None, o.momentum,
+                                        o.weight_decay)
+        return [lib.ggml_cpy(ctx, n, t.st.t) for n, t in zip(new, state + [p])]
 
 
 def _ggml_can_differentiate(b: Builder) -> bool:

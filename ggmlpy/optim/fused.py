@@ -32,6 +32,7 @@ from ..errors import GGMLError
 from ..tensor import AGTensor, ag_tensor
 
 F32 = lib.GGML_TYPE_F32
+LOW = (lib.GGML_TYPE_F16, lib.GGML_TYPE_BF16)
 # Tensors per parameter in a group graph: at most 4 leaves + step + view + add + 3 velocity
 # nodes (the executor's contexts hold 256 tensors and graphs of 256 nodes).
 GROUP = 24
@@ -129,6 +130,112 @@ def sgd_step(items, hyper: AGTensor, token: AGTensor, momentum: float, weight_de
         inputs = [hyper.st] + [t.st for it in group for t in it]
         out = [it[2].st for it in group] if momentum else []
         ex.run(("opt_step_sgd", momentum, weight_decay, len(group)), build, inputs, None, out=out + [token.st])
+        yield len(group)
+
+
+# -- parameters stored in f16 or bf16 ----------------------------------------------------------------------
+# ggml's optimizer kernels are f32 only. As in mixed-precision training, the moments (and SGD's
+# velocity) stay f32 and the whole update is computed in f32; only the new parameter is rounded to
+# its storage dtype. In f16, Adam's v = (1 - b2) g^2 underflows to 0 for small gradients and eps =
+# 1e-8 rounds to 0, so a parameter with a zero gradient would become 0 / 0 = NaN.
+def mixed_fusable(p: AGTensor, g: AGTensor, *state: AGTensor) -> bool:
+    return (p.st.type in LOW and g.st.type in (F32, *LOW) and all(t.st.type == F32 for t in state)
+            and all(t.shape == p.shape and t.dc is p.dc for t in (g, *state)))
+
+
+def scalar_rows(ctx, hyper, n0: int, rows: dict):
+    """hyper[k] as a row of n0 equal values, made once per row length in a graph: ggml broadcasts
+    a single element one call per element, but a row one call per row."""
+    def row(k):
+        if (n0, k) not in rows:
+            one = lib.ggml_view_1d(ctx, hyper, 1, k * 4)
+            rows[(n0, k)] = lib.ggml_repeat_4d(ctx, one, n0, 1, 1, 1)
+        return rows[(n0, k)]
+    return row
+
+
+def _as_f32(ctx, t):
+    return t if t.type == F32 else lib.ggml_cast(ctx, t, F32)
+
+
+def adam_mixed_nodes(ctx, h, p, g, m, v, weight_decay: bool) -> list:
+    """New m, v (f32) and p (its own dtype) as nodes, h(k) being hyper value k as a row
+    (adam_mixed_hyper_values). The formula is ggmlR's, as in ggml's kernel."""
+    p32, g32 = _as_f32(ctx, p), _as_f32(ctx, g)
+    m = lib.ggml_add(ctx, lib.ggml_mul(ctx, m, h(0)), lib.ggml_mul(ctx, g32, h(1)))
+    v = lib.ggml_add(ctx, lib.ggml_mul(ctx, v, h(2)), lib.ggml_mul(ctx, lib.ggml_sqr(ctx, g32), h(3)))
+    denom = lib.ggml_add(ctx, lib.ggml_sqrt(ctx, lib.ggml_mul(ctx, v, h(5))), h(6))
+    step = lib.ggml_mul(ctx, lib.ggml_div(ctx, lib.ggml_mul(ctx, m, h(4)), denom), h(7))
+    if weight_decay:  # decoupled: p (1 - lr wd) - lr * adam step, as ggml's kernel
+        step = lib.ggml_add(ctx, step, lib.ggml_mul(ctx, p32, h(8)))
+    return [m, v, lib.ggml_cast(ctx, lib.ggml_sub(ctx, p32, step), p.type)]
+
+
+def sgd_mixed_nodes(ctx, lr, p, g, v, momentum: float, weight_decay: float) -> list:
+    """[new v (f32), new p] with momentum (v = momentum v + g + wd p; p = p - lr v), else
+    [p - lr (g + wd p)]; `lr` is the learning rate as a row."""
+    p32, step = _as_f32(ctx, p), _as_f32(ctx, g)
+    if weight_decay:
+        step = lib.ggml_add(ctx, step, lib.ggml_scale(ctx, p32, weight_decay))
+    out = []
+    if momentum:
+        step = lib.ggml_add(ctx, lib.ggml_scale(ctx, v, momentum), step)
+        out.append(step)
+    return out + [lib.ggml_cast(ctx, lib.ggml_sub(ctx, p32, lib.ggml_mul(ctx, step, lr)), p.type)]
+
+
+def _build_adam_mixed(weight_decay: bool):
+    """quads = p0, g0, m0, v0, ...: m and v are written in place (f32), p with its own dtype;
+    every node reading an old value is an ancestor of its writer."""
+    def build(ctx, hyper, *quads):
+        rows, outs = {}, []
+        for k in range(0, len(quads), 4):
+            p, g, m, v = quads[k:k + 4]
+            outs += adam_mixed_nodes(ctx, scalar_rows(ctx, hyper, int(p.ne[0]), rows), p, g, m, v, weight_decay)
+        return outs
+    return build
+
+
+def adam_mixed_hyper_values(lr, beta1, beta2, eps, wd, t) -> list:
+    return [beta1, 1.0 - beta1, beta2, 1.0 - beta2, 1.0 / (1.0 - beta1 ** t), 1.0 / (1.0 - beta2 ** t), eps,
+            lr, lr * wd]
+
+
+def adam_mixed_step(items, hyper: AGTensor, weight_decay: float):
+    """items: (p, g, m, v) with p (and perhaps g) f16/bf16, m and v f32, on one device. Yields the
+    number of items each graph has updated."""
+    ex = hyper.dc.executor
+    build = _build_adam_mixed(bool(weight_decay))
+    for start in range(0, len(items), GROUP):
+        group = items[start:start + GROUP]
+        inputs = [hyper.st] + [t.st for quad in group for t in quad]
+        out = [s for p, g, m, v in group for s in (m.st, v.st, p.st)]
+        ex.run(("adam_mixed", bool(weight_decay), len(group)), build, inputs, None, out=out)
+        yield len(group)
+
+
+def _build_sgd_mixed(momentum: float, weight_decay: float):
+    """items = p, g (, v) per parameter; hyper = [lr]."""
+    def build(ctx, hyper, *items):
+        per = 3 if momentum else 2
+        rows, outs = {}, []
+        for k in range(0, len(items), per):
+            p, g = items[k], items[k + 1]
+            lr = scalar_rows(ctx, hyper, int(p.ne[0]), rows)(0)
+            outs += sgd_mixed_nodes(ctx, lr, p, g, items[k + 2] if momentum else None, momentum, weight_decay)
+        return outs
+    return build
+
+
+def sgd_mixed_step(items, hyper: AGTensor, momentum: float, weight_decay: float):
+    """items: (p, g) or (p, g, v) with p f16/bf16 (v f32); p and v are overwritten."""
+    ex = hyper.dc.executor
+    build = _build_sgd_mixed(momentum, weight_decay)
+    for start in range(0, len(items), GROUP):
+        group = items[start:start + GROUP]
+        inputs = [hyper.st] + [t.st for it in group for t in it]
+        out = [s for it in group for s in ((it[2].st, it[0].st) if momentum else (it[0].st,))]
+        ex.run(("sgd_mixed", momentum, weight_decay, len(group)), build, inputs, None, out=out)
         yield len(group)
 
 

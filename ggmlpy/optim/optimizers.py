@@ -50,7 +50,7 @@ class Optimizer:
         self.lr = float(lr)
         self.t = 0
         self._fused_ok = True
-        self._hyper = None  # f32 hyper-parameter vector read by the fused graphs
+        self._hyper: dict = {}  # kind of fused graph -> the f32 hyper-parameter vector it reads
         self._token = None
         self._stepping = threading.Lock()
 
@@ -112,8 +112,9 @@ class Optimizer:
         raise NotImplementedError
 
     def _state(self, store: dict, i: int, p: AGTensor) -> AGTensor:
+        """Optimizer state is f32 whatever the parameter's dtype (fused.mixed_fusable says why)."""
         if i not in store:
-            store[i] = ag_tensor(np.zeros(p.shape), device=p.dc.spec, dtype=p.dtype)
+            store[i] = ag_tensor(np.zeros(p.shape), device=p.dc.spec, dtype="f32")
         return store[i]
 
     def _token_for(self, device) -> AGTensor:
@@ -123,12 +124,22 @@ class Optimizer:
             self._token = ag_tensor(np.zeros((1, 1)), device=device.spec, dtype="f32")
         return self._token
 
-    def _hyper_for(self, device, values) -> AGTensor:
-        if self._hyper is None or self._hyper.dc is not device or not self._hyper.st.alive:
-            self._hyper = fused.hyper_tensor(values, device.spec)
+    def _hyper_for(self, device, values, kind: str = "kernel") -> AGTensor:
+        """The f32 hyper-parameter vector a fused graph of this `kind` reads, set to `values`."""
+        h = self._hyper.get(kind)
+        if h is None or h.dc is not device or not h.st.alive or h.shape[0] != len(values):
+            h = self._hyper[kind] = fused.hyper_tensor(values, device.spec)
         else:
-            self._hyper.data = np.asarray(values, dtype=np.float64)
-        return self._hyper
+            h.data = np.asarray(values, dtype=np.float64)
+        return h
+
+
+def _record(done: list, group: list, counts) -> None:
+    """Run a fused step's graphs (`counts` yields how many items each updated), recording in
+    `done` the items updated so far: a failing graph leaves the rest to the composed path."""
+    for n in counts:
+        done.extend(group[:n])
+        group = group[n:]
 
 
 def _group_by_device(items) -> dict:
@@ -170,18 +181,22 @@ class optimizer_sgd(Optimizer):
         assign(p, F.ag_sub(p, F.ag_scale(g, self.lr)))
 
     def _step(self, todo) -> None:
-        def fusable(item):
-            i, p, g = item
-            return fused.fusable(p, g) and (not self.momentum or fused.fusable(p, g, self._state(self.velocity, i, p)))
+        def rows(group):
+            return [(p, g, self._state(self.velocity, i, p)) if self.momentum else (p, g) for i, p, g in group]
 
         def run(items, done):
             for dc, group in _group_by_device(items).items():
-                hyper = self._hyper_for(dc, fused.sgd_hyper_values(self.lr, self.momentum, self.weight_decay))
-                rows = [(p, g, self._state(self.velocity, i, p)) if self.momentum else (p, g) for i, p, g in group]
-                for n in fused.sgd_step(rows, hyper, self._token_for(dc), self.momentum, self.weight_decay):
-                    done.extend(group[:n])
-                    group = group[n:]
-        self._fused_or_composed(todo, fusable, run)
+                full = [it for it in group if fused.fusable(*rows([it])[0])]
+                low = [it for it in group if fused.mixed_fusable(*rows([it])[0])]
+                if full:
+                    hyper = self._hyper_for(dc, fused.sgd_hyper_values(self.lr, self.momentum, self.weight_decay))
+                    _record(done, full, fused.sgd_step(rows(full), hyper, self._token_for(dc), self.momentum,
+                                                       self.weight_decay))
+                if low:
+                    hyper = self._hyper_for(dc, [self.lr], "mixed")
+                    _record(done, low, fused.sgd_mixed_step(rows(low), hyper, self.momentum, self.weight_decay))
+        self._fused_or_composed(todo, lambda it: fused.fusable(*rows([it])[0]) or fused.mixed_fusable(*rows([it])[0]),
+                                run)
 
     def _repr_fields(self) -> list:
         return [("momentum", self.momentum)] + ([("weight_decay", self.weight_decay)] if self.weight_decay else [])
@@ -211,19 +226,22 @@ class optimizer_adam(Optimizer):
         assign(p, F.ag_sub(p, upd))
 
     def _step(self, todo) -> None:
-        def fusable(item):
+        def quad(item):
             i, p, g = item
-            return fused.fusable(p, g, self._state(self.m, i, p), self._state(self.v, i, p))
+            return p, g, self._state(self.m, i, p), self._state(self.v, i, p)
 
         def run(items, done):
+            hyper_args = (self.lr, self.beta1, self.beta2, self.eps, self.weight_decay, self.t)
             for dc, group in _group_by_device(items).items():
-                hyper = self._hyper_for(dc, fused.adam_hyper_values(
-                    self.lr, self.beta1, self.beta2, self.eps, self.weight_decay, self.t))
-                rows = [(p, g, self.m[i], self.v[i]) for i, p, g in group]
-                for n in fused.adamw_step(rows, hyper, self._token_for(dc)):
-                    done.extend(group[:n])
-                    group = group[n:]
-        self._fused_or_composed(todo, fusable, run)
+                full = [it for it in group if fused.fusable(*quad(it))]
+                low = [it for it in group if fused.mixed_fusable(*quad(it))]
+                if full:
+                    hyper = self._hyper_for(dc, fused.adam_hyper_values(*hyper_args))
+                    _record(done, full, fused.adamw_step([quad(it) for it in full], hyper, self._token_for(dc)))
+                if low:
+                    hyper = self._hyper_for(dc, fused.adam_mixed_hyper_values(*hyper_args), "mixed")
+                    _record(done, low, fused.adam_mixed_step([quad(it) for it in low], hyper, self.weight_decay))
+        self._fused_or_composed(todo, lambda it: fused.fusable(*quad(it)) or fused.mixed_fusable(*quad(it)), run)
 
     def _repr_fields(self) -> list:
         return [("beta1", self.beta1), ("beta2", self.beta2), ("eps", self.eps)] + (
