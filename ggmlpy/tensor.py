@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ._threadlocal import bound
-from .backend.state import DTYPE_NAMES, DTYPES, STATE, DeviceContext
+from .runtime.state import DTYPE_NAMES, DTYPES, STATE, DeviceContext
 from .bindings import ffi, lib
 from .core.context import NP_DTYPES, _from_storage, _to_storage
 from .errors import DeviceError, GGMLError
@@ -114,7 +114,7 @@ class AGTensor:
         if typ == I32:
             _check_int32(arr)
         if lib.ggml_is_quantized(typ):  # a frozen quantized weight (ag_quantize): each column quantized
-            from .quant.kernels import ggml_quantize_chunk
+            from .core.quants import ggml_quantize_chunk
             raw = ggml_quantize_chunk(typ, np.asarray(arr, np.float32).T, self.shape[1], self.shape[0])
             self.dc.sync()
             lib.ggml_backend_tensor_set(t, ffi.from_buffer(raw), 0, raw.nbytes)
@@ -145,7 +145,7 @@ class AGTensor:
         self.dc.sync()  # queued ops may still be writing it
         lib.ggml_backend_tensor_get(t, ffi.from_buffer(raw), 0, raw.nbytes)
         if quantized:
-            from .quant.kernels import dequantize
+            from .core.quants import dequantize
             return dequantize(typ, raw).reshape(self.shape, order="F")  # float32, as ggml dequantizes
         return _from_storage(raw, typ).reshape(self.shape, order="F")
 
@@ -417,7 +417,7 @@ def ag_to_device(x: AGTensor, device: str) -> AGTensor:
 
 def _fallback(spec: str) -> str:
     """ag_device("gpu")'s fallback: "gpu" names the CPU where there is no GPU."""
-    from .backend.state import _has_gpu
+    from .runtime.state import _has_gpu
     if spec.strip().lower() == "gpu" and not _has_gpu():
         warnings.warn("device 'gpu': no GPU here; using the CPU", RuntimeWarning, stacklevel=3)
         return "cpu"

@@ -55,8 +55,8 @@ if ARGS.software_vulkan:
 import numpy as np  # noqa: E402
 
 import ggmlpy as g  # noqa: E402
-from ggmlpy.backend import device as D  # noqa: E402
-from ggmlpy.backend.state import release_device  # noqa: E402
+from ggmlpy.core import device as D  # noqa: E402
+from ggmlpy.runtime.state import release_device  # noqa: E402
 
 
 def timed_steps(step, a) -> tuple[float, float, float]:

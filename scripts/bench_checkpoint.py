@@ -44,7 +44,7 @@ def main():
     global pool
     weights, x, y = mlp_data()
     ws, xt, yt, _ = ggml_mlp(weights, x, y)
-    pool = g.backend.state.STATE.context().pass_pool
+    pool = g.runtime.state.STATE.context().pass_pool
     configs = [("plain", 1, None), ("every block (2 layers)", 2, 1), ("every block (3 layers)", 3, 1),
                ("every block (4 layers)", 4, 1), ("every second block (2 layers)", 2, 2)]
     rows = []

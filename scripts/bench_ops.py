@@ -85,7 +85,7 @@ def add_torch_numpy(torch, x, y):
 
 def add_ggml_eager_numpy(x, y):
     """ggmlpy's zero-copy numpy path: a cached graph pointed at the arrays themselves."""
-    from ggmlpy.backend import eager_numpy
+    from ggmlpy.autograd import eager_numpy
     return lambda: eager_numpy.add(x, y)
 
 

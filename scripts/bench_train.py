@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     x = rng.normal(size=(args.width, args.batch))
     y = rng.normal(size=(args.width, args.batch))
     weights = make_weights(args.layers, args.width)
-    threads = g.backend.state.STATE.context().backend.n_threads or os.cpu_count()
+    threads = g.runtime.state.STATE.context().backend.n_threads or os.cpu_count()
     print(f"{args.layers}-layer {args.width}x{args.width} relu MLP, batch {args.batch}, mse, Adam; "
           f"{threads} threads; median of {args.repeats} x {args.steps} steps")
 

@@ -22,7 +22,7 @@ stamp "checking the build"
 timeout 120 python - <<'PY'
 import sys
 import ggmlpy
-from ggmlpy.backend import device as D
+from ggmlpy.core import device as D
 missing = [b for b in ("Vulkan", "RPC") if b not in D.backends()]
 if missing:
     sys.exit(f"ci_vulkan: the active libggml ({ggmlpy.found.lib_dir}) lacks {', '.join(missing)}: "

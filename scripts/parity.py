@@ -89,7 +89,7 @@ def run_ggml_case(case: dict, tol: dict) -> None:
                 ggmlpy.ggml_set_output(env[step["out"]])
                 ggmlpy.ggml_build_forward_expand(graph, env[step["out"]])
         # Outputs of a no_alloc context live in a graph allocator's buffer, as ggmlR does it.
-        with ggmlpy.backend.graph_alloc.GraphAllocator(backend) as galloc:
+        with ggmlpy.core.graph_alloc.GraphAllocator(backend) as galloc:
             galloc.alloc(graph)
             ggmlpy.ggml_backend_graph_compute(backend, graph)
             _check_outputs(case, env, tol)

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import ggmlpy as g  # noqa: E402
-from ggmlpy.backend import device as D  # noqa: E402
+from ggmlpy.core import device as D  # noqa: E402
 
 RTOL = 1e-2
 LR = {"sgd": 0.05, "adam": 1e-3}

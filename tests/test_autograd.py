@@ -71,7 +71,7 @@ def test_tape_is_disabled_after_an_exception():
 def test_a_value_held_across_tapes_keeps_its_value():
     """A tensor the user still holds survives the next tape's reset (in ggmlR too): the reset
     moves it out of the pass pool, and ctx_gen still counts resets."""
-    from ggmlpy.backend.state import STATE
+    from ggmlpy.runtime.state import STATE
     x = g.ag_param(r(2, 2))
     with g.with_grad_tape():
         y = g.ag_relu(x)
@@ -87,8 +87,8 @@ def test_a_value_held_across_tapes_keeps_its_value():
 def test_a_pool_reset_without_keep_makes_its_storages_stale():
     """The generation guard itself: a pass pool that does not move held tensors (keep=None)
     makes them raise, naming the generations, instead of reading reused memory."""
-    from ggmlpy.backend.pool import PassPool
-    from ggmlpy.backend.state import STATE
+    from ggmlpy.runtime.pool import PassPool
+    from ggmlpy.runtime.state import STATE
     pool = PassPool(STATE.context().backend)
     s = pool.alloc(g.GGML_TYPE_F32, (2, 2))
     pool.reset()

@@ -365,7 +365,7 @@ def test_compile_clip_grad_arguments():
 
 
 def test_gpt_demo_trains_saves_gguf_and_samples(tmp_path):
-    from ggmlpy import demo_gpt
+    from ggmlpy.cli import demo_gpt
     r = demo_gpt.train(steps=60, out_dir=str(tmp_path), progress=False, layers=1, batch=8, context=16)
     assert r["steps"] == 60 and np.mean(r["losses"][-10:]) < np.mean(r["losses"][:10])
     assert len(r["sample"]) == len("def ") + 240 and set(r["sample"]) <= set(demo_gpt.CHARS)

@@ -5,7 +5,7 @@ import pytest
 
 import ggmlpy as g
 from ggmlpy import kernels
-from ggmlpy.backend.state import STATE
+from ggmlpy.runtime.state import STATE
 from ggmlpy.bindings import lib
 
 

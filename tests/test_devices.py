@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from ggmlpy.backend import device as D
+from ggmlpy.core import device as D
 from ggmlpy.bindings import ffi, lib
 from device_cases import mlp_case
 
@@ -209,7 +209,7 @@ def test_an_asynchronous_device_syncs_before_the_host_reads_or_writes(monkeypatc
     ex = x.dc.executor
     monkeypatch.setattr(ex, "asynchronous", True)
     monkeypatch.setattr(ex, "_compute", lib.ggml_backend_graph_compute_async)
-    from ggmlpy.backend import executor as E
+    from ggmlpy.runtime import executor as E
     waits = []
 
     class Lib:  # counts the waits the executor asks ggml for
@@ -271,7 +271,7 @@ def _clean_env(**extra):
 def test_enable_software_vulkan_right_after_import():
     if not _lavapipe_available():
         pytest.skip("needs the Vulkan backend and a CPU-type Vulkan device (apt-get install mesa-vulkan-drivers)")
-    code = ("import ggmlpy\nfrom ggmlpy.backend.device import enable_software_vulkan, software_vulkan_enabled\n"
+    code = ("import ggmlpy\nfrom ggmlpy.core.device import enable_software_vulkan, software_vulkan_enabled\n"
             "v = enable_software_vulkan()\nassert software_vulkan_enabled()\n"
             "print('VISIBLE', v, [d.name for d in ggmlpy.devices()])\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_clean_env(), capture_output=True,

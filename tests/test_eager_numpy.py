@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from ggmlpy.backend import eager_numpy as E
+from ggmlpy.autograd import eager_numpy as E
 
 rng = np.random.default_rng(4)
 

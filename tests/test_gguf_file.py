@@ -125,7 +125,7 @@ def test_tensors_of_every_kind_read_back_exactly(tmp_path, alignment):
             w.add_tensor(name, arr)
         w.add_tensor("bf", gguf.quants.quantize(bf, GQ.BF16), raw_dtype=GQ.BF16)
         for name, blocks in quant.items():
-            w.add_tensor(f"q.{name}", blocks.reshape(3, -1), raw_dtype=GQ(g.quant.types.type_id(name)))
+            w.add_tensor(f"q.{name}", blocks.reshape(3, -1), raw_dtype=GQ(g.core.types.type_id(name)))
     path = write(tmp_path / "t.gguf", fill, alignment=alignment)
     with g.gguf_load(path) as f:
         assert f.alignment == (alignment or 32)
@@ -185,7 +185,7 @@ def test_llama_cpp_like_file(tmp_path):
                 w.add_tensor(name, v)
             else:
                 w.add_tensor(name, g.ggml_quantize_chunk(t, v.reshape(-1, v.shape[-1])).reshape(v.shape[0], -1),
-                             raw_dtype=GQ(g.quant.types.type_id(t)))
+                             raw_dtype=GQ(g.core.types.type_id(t)))
     path = write(tmp_path / "tiny-llama.gguf", fill, arch="llama")
     with g.gguf_load(path) as f:
         meta = g.gguf_metadata(f)

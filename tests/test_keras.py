@@ -623,8 +623,8 @@ def test_softmax_ce_exact_trains_on_the_true_cross_entropy():
 
 def test_keras_demo_digits_cnn_reaches_97_percent():
     pytest.importorskip("sklearn")
-    from ggmlpy.backend.device import get_backend
-    from ggmlpy.keras.demo import digits_cnn
+    from ggmlpy.core.device import get_backend
+    from ggmlpy.cli.keras_demo import digits_cnn
     cpu = get_backend("cpu")
     threads = cpu.n_threads
     cpu.set_n_threads(1)   # tiny batches: one thread is fastest, and this machine is shared

@@ -1,4 +1,4 @@
-"""ggmlpy.linalg: ggmlR's matrix drop-ins. The dispatch (which products go to the GPU) is tested
+"""ggmlpy.extras.linalg: ggmlR's matrix drop-ins. The dispatch (which products go to the GPU) is tested
 with a recording stand-in for the Vulkan multiply, so it runs on any machine; the real Vulkan
 path runs where a Vulkan device is listed (GGMLPY_SOFTWARE_VULKAN=1 on lavapipe)."""
 import numpy as np

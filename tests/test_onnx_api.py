@@ -41,7 +41,7 @@ def test_load_run_summary(tiny):
     out = ggmlpy.onnx_run(model, {"x": x})
     np.testing.assert_allclose(out["y"], np.maximum(x @ W + B, 0), rtol=1e-5, atol=1e-6)
     out2 = ggmlpy.onnx_run(model, [x])  # a list in input order
-    from ggmlpy.backend.device import get_backend, is_software_device
+    from ggmlpy.core.device import get_backend, is_software_device
     try:  # the default device: a hardware GPU when there is one (a software Vulkan device is none), else the CPU
         gpu = get_backend("gpu").device_name
         expected = "CPU" if is_software_device(gpu) else gpu
@@ -176,7 +176,7 @@ def test_profile_and_cli(tiny, capsys):
     prof = go.onnx_profile(model, {"x": np.ones((2, 4), np.float32)}, runs=2)
     ops = {op for op, _, _ in prof}
     assert ops & {"MUL_MAT", "ggmlpy.gemm", "ggmlpy.linear"} and all(ms >= 0 and n >= 1 for _, ms, n in prof)
-    from ggmlpy.__main__ import main
+    from ggmlpy.cli.main import main
     assert main(["onnx", path, "--device", "cpu", "--runs", "2", "--profile"]) == 0
     out = capsys.readouterr().out
     assert "ONNX model: tiny" in out and "output y: [2, 3] float32" in out and ("MUL_MAT" in out or "ggmlpy.linear" in out)

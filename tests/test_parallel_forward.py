@@ -5,7 +5,7 @@ import pytest
 
 import ggmlpy as g
 from ggmlpy.errors import GGMLError
-from ggmlpy.parallel_forward import _batch_shards, _row_bands
+from ggmlpy.extras.parallel_forward import _batch_shards, _row_bands
 
 rng = np.random.default_rng(3)
 K, M = 8, 5

@@ -34,7 +34,7 @@ GAUSS_RMSE = {
 
 
 def _gtype(name):
-    return gguf.GGMLQuantizationType(q.types.type_id(name))
+    return gguf.GGMLQuantizationType(g.core.types.type_id(name))
 
 
 def _edge_cases():
@@ -185,7 +185,7 @@ def test_grid_magnitude_limit_is_safe_in_ggml():
     code = textwrap.dedent("""
         import sys, numpy as np
         from ggmlpy.bindings import ffi, lib
-        from ggmlpy.quant import kernels, types
+        from ggmlpy.core import quants as kernels, types
         scale = float(sys.argv[1])
         for name in sys.argv[2].split(","):
             t = types.type_id(name)

@@ -5,7 +5,7 @@ import pytest
 
 import ggmlpy as g
 from ggmlpy.quant import dequantize
-from ggmlpy.quant.types import type_id
+from ggmlpy.core.types import type_id
 
 rng = np.random.default_rng(23)
 # weight types whose CPU dot product quantizes the activations to q8_0 or to q8_K

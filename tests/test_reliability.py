@@ -212,7 +212,7 @@ def test_compiled_relu_keeps_nan(backward):
 
 
 def test_graph_caches_are_bounded_by_bytes():
-    ex = g.backend.state.STATE.context().executor
+    ex = g.runtime.state.STATE.context().executor
     before = g.set_cache_limits(graph_cache_bytes=1 << 20)
     try:
         for n in range(1, 60):

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from ggmlpy.backend import device as D
+from ggmlpy.core import device as D
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -83,7 +83,7 @@ CLIENT = r"""
 import json, sys
 import numpy as np
 import ggmlpy as g
-from ggmlpy.backend.state import release_device
+from ggmlpy.runtime.state import release_device
 
 endpoint = sys.argv[1]
 

@@ -1,4 +1,4 @@
-"""ggmlpy.singlecell beyond ggmlR's own tests: argument checks, overrides, edge cases."""
+"""ggmlpy.extras.singlecell beyond ggmlR's own tests: argument checks, overrides, edge cases."""
 import numpy as np
 import pytest
 

@@ -395,7 +395,7 @@ def test_fused_step_equals_composed_step(make):
 def test_missing_kernel_falls_back_without_updating_twice(monkeypatch):
     """A device without ggml's optimizer kernel: the groups already updated stay done, the rest
     (and every later step) take the op-by-op path."""
-    from ggmlpy.backend.executor import Executor
+    from ggmlpy.runtime.executor import Executor
     p0s, grads = random_problem(n_params=fused.GROUP + 3, steps=2)
     expect = run_optimizer(lambda ps: g.optimizer_adam(ps, lr=0.01), p0s, grads, fused_path=False)
     real_run, calls = Executor.run, []

@@ -36,7 +36,7 @@ from collections.abc import Callable
 
 from .. import random as grandom
 from .._frames import user_location, user_stacklevel
-from ..backend.state import DTYPE_NAMES, STATE
+from ..runtime.state import DTYPE_NAMES, STATE
 from ..errors import GGMLError, StaleTensorError
 from ..tensor import AGTensor
 from . import engine, forward_ad

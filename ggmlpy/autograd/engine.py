@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..backend.state import STATE
+from ..runtime.state import STATE
 from ..bindings import lib
 from ..errors import GGMLError
 from ..kernels import enabled as _kernels_on

@@ -28,9 +28,9 @@ import numpy as np
 
 from .. import random as grandom
 from .._threadlocal import bound
-from ..backend.executor import batched_small
-from ..backend.pool import shape_of
-from ..backend.state import STATE
+from ..runtime.executor import batched_small
+from ..runtime.pool import shape_of
+from ..runtime.state import STATE
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from ..kernels import enabled as kernels_enabled
@@ -241,7 +241,7 @@ class _Plan:
         one: 152 against 177 us at 256^3), and a one-thread CPU backend the products of many
         small matrices (executor.batched_small: their per-matrix barriers stall on a busy
         machine). All work in host memory, so nothing is copied between them."""
-        from ..backend.sched import Scheduler
+        from ..core.sched import Scheduler
         backends = ([blas] if blas is not None else []) + [self.backend]
         one = None
         if single:

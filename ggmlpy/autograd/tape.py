@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..backend.state import STATE
+from ..runtime.state import STATE
 
 
 @dataclass(eq=False)

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..backend.device import Backend, backends, devices, get_backend
-from ..backend.sched import Scheduler, ggml_backend_sched_graph_compute, ggml_backend_sched_new
-from ..backend.graph_alloc import GraphAllocator, ggml_gallocr_alloc_graph, ggml_gallocr_get_buffer_size, ggml_gallocr_new
+from .device import Backend, backends, devices, get_backend
+from .sched import Scheduler, ggml_backend_sched_graph_compute, ggml_backend_sched_new
+from .graph_alloc import GraphAllocator, ggml_gallocr_alloc_graph, ggml_gallocr_get_buffer_size, ggml_gallocr_new
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 from .context import Context, Tensor, get_data, numpy_view, set_data, type_name, wrap

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..backend import device as _device
-from ..backend.device import Backend
-from ..backend.graph_alloc import GraphAllocator
+from . import device as _device
+from .device import Backend
+from .graph_alloc import GraphAllocator
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 from .api import BackendBuffer
@@ -25,7 +25,7 @@ from .graph import Graph, check_graph
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
-    from ..backend.sched import Scheduler
+    from .sched import Scheduler
 
 _NULL = ffi.NULL
 
@@ -750,9 +750,9 @@ def ggml_gallocr_free(galloc: GraphAllocator) -> None:
         galloc.free()
 
 
-# -- the scheduler (ggmlpy.backend.sched.Scheduler) ----------------------------------------------------------------
+# -- the scheduler (ggmlpy.core.sched.Scheduler) ----------------------------------------------------------------
 def _sched(s, what):
-    from ..backend.sched import Scheduler
+    from .sched import Scheduler
     if not isinstance(s, Scheduler) or s.ptr is None:
         raise GGMLError(f"{what}: expected a live Scheduler (ggml_backend_sched_new)")
     return s
@@ -768,7 +768,7 @@ def _sched_graph(s, graph, what, leaves_placed=False):
 
 def ggml_backend_sched_free(sched: Scheduler) -> None:
     """Free the scheduler (and the buffers it allocated graphs in)."""
-    from ..backend.sched import Scheduler
+    from .sched import Scheduler
     if isinstance(sched, Scheduler):
         sched.free()
 

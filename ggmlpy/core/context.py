@@ -312,7 +312,7 @@ def _write_raw(t: Tensor, raw: np.ndarray, what: str = "writing tensor data") ->
 
 def _quantized_storage(t: Tensor, values, np_dtype, what: str) -> np.ndarray:
     """A quantized tensor's bytes: given as its encoded blocks, or quantized from float values."""
-    from ..quant.kernels import ggml_quantize_chunk
+    from .quants import ggml_quantize_chunk
     nbytes = t.nbytes()
     if isinstance(values, (bytes, bytearray, memoryview)):
         values = np.frombuffer(values, dtype=np.uint8)
@@ -333,7 +333,7 @@ def _quantized_storage(t: Tensor, values, np_dtype, what: str) -> np.ndarray:
 def get_data(t: Tensor, np_dtype, what: str) -> np.ndarray:
     _require_data(t, what)
     if lib.ggml_is_quantized(t.type):
-        from ..quant.kernels import dequantize
+        from .quants import dequantize
         if np.dtype(np_dtype).kind != "f":
             raise GGMLError(f"{what}: a {t.type_name} tensor holds floats")
         raw = np.empty(t.nbytes(), dtype=np.uint8)

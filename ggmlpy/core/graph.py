@@ -244,7 +244,7 @@ _CPU_BACKEND = None
 
 def _cpu_backend(n_threads: int):
     global _CPU_BACKEND
-    from ..backend.device import Backend
+    from .device import Backend
     if _CPU_BACKEND is None:
         _CPU_BACKEND = Backend(lib.ggml_backend_init_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU, _NULL), "CPU")
     if _CPU_BACKEND.n_threads != n_threads:

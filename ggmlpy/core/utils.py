@@ -645,7 +645,7 @@ def ggml_log_set_default() -> None:
 def ggml_log_set_python() -> None:
     """Route ggml's log into Python's logging (logger "ggmlpy.ggml"): ggmlpy's default, ggmlR's
     ggml_log_set_r() in Python."""
-    from ..backend import device as _device
+    from . import device as _device
     check(_device._LOG_CALLBACK is not None, "ggml_log_set_python: this system gives cffi no callbacks")
     lib.ggml_log_set(_device._LOG_CALLBACK, _NULL)
     _LOG["python"] = True
@@ -657,7 +657,7 @@ def ggml_log_is_python_enabled() -> bool:
 
 
 def _initial_log_state() -> bool:
-    from ..backend import device as _device
+    from . import device as _device
     return _device._LOG_CALLBACK is not None
 
 

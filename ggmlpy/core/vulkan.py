@@ -7,8 +7,8 @@ after enable_software_vulkan() / GGMLPY_SOFTWARE_VULKAN=1, as ggml-vulkan hides 
 """
 from __future__ import annotations
 
-from ..backend import device as _device
-from ..backend.device import Backend
+from . import device as _device
+from .device import Backend
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 

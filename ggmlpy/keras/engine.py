@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from ..backend.device import blas_backend, get_backend
-from ..backend.sched import Scheduler
+from ..core.device import blas_backend, get_backend
+from ..core.sched import Scheduler
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from . import graphsize

@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 
-from ..backend.device import get_backend
+from ..core.device import get_backend
 from ..errors import GGMLError
 from . import engine
 from .layers import Embedding, check_trainable_activations, ggml_to_r_shape
@@ -89,7 +89,7 @@ class _Model:
         self.metrics = list(metrics) if metrics is not None else []
         self.device = "cpu" if backend in ("cpu", None) else backend
         if backend == "auto":
-            from ..backend.state import ag_default_device
+            from ..runtime.state import ag_default_device
             self.device = ag_default_device() if callable(ag_default_device) else "cpu"
         get_backend(self.device)  # fail here, not in fit, on a bad device
         self.opt_settings = dict(lr=1e-3 if lr is None else float(lr), beta1=beta1, beta2=beta2, eps=eps,

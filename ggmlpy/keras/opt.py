@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 import numpy as np
 
-from ..backend.sched import Scheduler
+from ..core.sched import Scheduler
 from ..bindings import ffi, lib
 from ..core.context import Context, Tensor, wrap
 from ..errors import GGMLError

@@ -18,7 +18,7 @@ from collections import Counter
 import numpy as np
 
 from .. import kernels
-from ..backend.device import Backend, get_backend, is_software_device
+from ..core.device import Backend, get_backend, is_software_device
 from ..bindings import ffi, lib
 from ..errors import DeviceError
 from .graph import F32, NUMERIC_TYPES, Builder, OnnxError, Val, const, np_dtype, type_name
@@ -184,7 +184,7 @@ class OnnxModel:
         self.device = self.backend.device_name
         self.blas = None  # on the CPU, ggml's BLAS backend (OpenBLAS) takes the large matrix products
         if self.backend is self.cpu and os.environ.get("GGMLPY_ONNX_BLAS", "1") != "0":
-            from ..backend.device import blas_backend
+            from ..core.device import blas_backend
             self.blas = blas_backend(self.cpu.n_threads)
 
     # -- building -------------------------------------------------------------------------------------
@@ -496,7 +496,7 @@ class _Plan:
                 p.op == lib.GGML_OP_MUL_MAT and lib.ggml_backend_supports_op(blas.ptr, p) for p in nodes):
             # large f32 products run in OpenBLAS (ggml's BLAS backend accepts those of 32 or more rows,
             # columns and depth), the rest on the CPU backend: ggml's scheduler splits the graph
-            from ..backend.sched import Scheduler
+            from ..core.sched import Scheduler
             self.sched = Scheduler([blas, model.cpu], graph_size=max(2048, self.n_nodes + 64))
             if not lib.ggml_backend_sched_alloc_graph(self.sched.ptr, self.graph):
                 raise MemoryError(f"could not allocate the model's graph on {backend.device_name} + BLAS")
@@ -508,7 +508,7 @@ class _Plan:
             return
         if backend is model.cpu:
             raise OnnxError(f"the CPU backend has no kernel for {', '.join(self.cpu_fallback)}")
-        from ..backend.sched import Scheduler  # ops the device lacks run on the CPU, as in ggmlR
+        from ..core.sched import Scheduler  # ops the device lacks run on the CPU, as in ggmlR
         self.sched = Scheduler([backend, model.cpu], graph_size=max(2048, self.n_nodes + 64))
         if not lib.ggml_backend_sched_alloc_graph(self.sched.ptr, self.graph):
             raise MemoryError(f"could not allocate the model's graph on {backend.device_name} + CPU")
@@ -664,7 +664,7 @@ def _profile(model: OnnxModel, arrays: dict, runs: int) -> list:
     import time
     from collections import defaultdict
 
-    from ..backend.sched import Scheduler
+    from ..core.sched import Scheduler
     model.run(arrays)  # builds (or finds) the plan and checks the inputs
     plan = model._plan({n: a.shape for n, a in arrays.items()})
     first = model.blas if model.backend is model.cpu else model.backend

@@ -1,11 +1,11 @@
 """ggml's types and quantization (ggmlR's R/quants.R), and reading GGUF files (R/gguf.R)."""
-from .types import *  # noqa: F401,F403
-from .types import __all__ as _types_all
-from .kernels import *  # noqa: F401,F403
-from .kernels import __all__ as _kernels_all
-from .kernels import dequantize, quantize  # noqa: F401
-from .gguf_file import *  # noqa: F401,F403
-from .gguf_file import __all__ as _gguf_all
+from ..core.types import *  # noqa: F401,F403
+from ..core.types import __all__ as _types_all
+from ..core.quants import *  # noqa: F401,F403
+from ..core.quants import __all__ as _kernels_all
+from ..core.quants import dequantize, quantize  # noqa: F401
+from ..io.gguf_file import *  # noqa: F401,F403
+from ..io.gguf_file import __all__ as _gguf_all
 
 from .ag import ag_quantize  # noqa: F401
 

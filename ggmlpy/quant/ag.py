@@ -20,8 +20,8 @@ from ..bindings import ffi, lib
 from ..errors import GGMLError
 from ..nn.layers import Module, ag_embedding, ag_linear
 from ..tensor import AGTensor
-from .kernels import ggml_quantize_chunk
-from .types import TYPE_NAMES, type_id
+from ..core.quants import ggml_quantize_chunk
+from ..core.types import TYPE_NAMES, type_id
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -48,7 +48,7 @@ RULES["matmul_q_t"] = Rule(_matmul_q_t, lambda g, c: (None, ap("matmul_q", c.x(0
 def quantized_tensor(values: ArrayLike, type: int | str, device: str | None = None) -> AGTensor:
     """A frozen AGTensor of R shape values.shape stored as `type`: each column (ggml row) is
     quantized, so nrow must be a whole number of blocks."""
-    from ..backend.state import STATE
+    from ..runtime.state import STATE
     t = type_id(type, "quantized_tensor")
     if not lib.ggml_is_quantized(t):
         raise GGMLError(f"quantized_tensor: {TYPE_NAMES[t]} is not a quantized type")

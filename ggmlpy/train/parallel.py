@@ -15,7 +15,7 @@ import numpy as np
 
 from ..autograd.engine import backward
 from ..autograd.tape import with_grad_tape
-from ..backend.state import ag_default_device, ag_device
+from ..runtime.state import ag_default_device, ag_device
 from ..errors import GGMLError
 from ..optim.optimizers import optimizer_adam
 from ..params import ParamList

@@ -1,5 +1,5 @@
 """Saving and loading a model's weights as GGUF: written with llama.cpp's own `gguf` package,
-read back through ggmlpy's validating GGUF parser (ggmlpy/quant/gguf_file.py).
+read back through ggmlpy's validating GGUF parser (ggmlpy/io/gguf_file.py).
 
 Every entry of `model.state_dict()` (parameters by their `named_parameters()`
 names, then buffers such as batch norm's running statistics) becomes one f32
@@ -171,7 +171,7 @@ def atomic_write(path: str):
 
 
 def _type_name(ggml_type: int) -> str:
-    from ..quant.types import TYPE_NAMES
+    from ..core.types import TYPE_NAMES
     return TYPE_NAMES[ggml_type]
 
 
@@ -188,7 +188,7 @@ def read_gguf(path) -> tuple[dict, dict]:
     The file goes through ggmlpy's validating GGUF parser (magic, version, counts, types,
     tensor offsets: aligned, inside the file, not overlapping) before any tensor is read."""
     from ..bindings import lib
-    from ..quant.gguf_file import GGUFFile
+    from ..io.gguf_file import GGUFFile
     path = os.fspath(path)
     if not os.path.exists(path):
         raise GGMLError(f"no such model file: {path}")
@@ -282,7 +282,7 @@ def _load_into(model, tensors: dict, info: dict, path, strict: bool) -> dict:
 
 
 def _load_rebuilt(path, model_fn, device):
-    from ..backend.state import ag_device
+    from ..runtime.state import ag_device
     tensors, info = read_gguf(path)
     if model_fn is None and info["model_fn"] is not None:
         model_fn = _import_model_fn(info["model_fn"])

@@ -1,7 +1,7 @@
 """Port of ggmlR's tests/testthat/test-sc-chunked.R: the streamed (chunked) "scale" and "embed"
 engines equal the unstreamed ones at any block size.
 
-R's internal .ggmlr_chunk_cols is ggmlpy.singlecell._column_blocks (0-based slices); the engines
+R's internal .ggmlr_chunk_cols is ggmlpy.extras.singlecell._column_blocks (0-based slices); the engines
 are the registry's. R's sample/rpois draws are numpy's; R's dimnames are R-only.
 """
 import numpy as np

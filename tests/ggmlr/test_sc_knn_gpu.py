@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from ggmlpy.linalg import _VULKAN
-from ggmlpy.singlecell import _knn
+from ggmlpy.extras.linalg import _VULKAN
+from ggmlpy.extras.singlecell import _knn
 
 pytest.importorskip("scipy.sparse")      # R: skip_if_not_installed("Matrix")
 

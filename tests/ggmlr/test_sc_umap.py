@@ -44,7 +44,7 @@ def test_kdtree_knn_and_distance_matrix_path_build_the_same_graph(monkeypatch):
     """R compares FNN's kd-tree with its full-distance-matrix fallback; here scipy's kd-tree
     stands in for FNN against ggmlpy's exact blocked kNN."""
     from scipy.spatial import cKDTree
-    import ggmlpy.sc_umap as su
+    import ggmlpy.extras.sc_umap as su
     x = np.random.default_rng(5).standard_normal((120, 8))
     g_ours = g.umap_fuzzy_graph(x, n_neighbors=15)
     assert g_ours["dist_backend"] == "cpu"
@@ -257,7 +257,7 @@ def test_pcg_hash_matches_the_plain_integer_formula():
 
 
 def test_sgd_vulkan_request_falls_back_to_the_cpu_with_a_warning(monkeypatch):
-    import ggmlpy.singlecell as sc
+    import ggmlpy.extras.singlecell as sc
     monkeypatch.setattr(sc, "_resolve_backend", lambda want: "vulkan")   # as if a GPU were there
     with pytest.warns(RuntimeWarning, match="umap_sgd.comp"):
         res = g.ggml_run(g.ggml_task("umap", _cells(), device="vulkan"), n_neighbors=5, n_epochs=5,

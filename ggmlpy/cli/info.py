@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 from typing import TextIO
 
-from .backend.device import (backends, devices, is_software_device, rpc_server_binary, software_vulkan_enabled,
+from ..core.device import (backends, devices, is_software_device, rpc_server_binary, software_vulkan_enabled,
                              vulkan_physical_devices)
-from .bindings import ffi, found, lib
+from ..bindings import ffi, found, lib
 
 
 def info(file: TextIO | None = None) -> dict:

@@ -100,7 +100,7 @@ def _plot(losses, val_losses, path):
     ax.set_title("char-GPT on Python's standard library")
     ax.legend()
     fig.tight_layout()
-    from .train.serialization import atomic_write
+    from ..train.serialization import atomic_write
     with atomic_write(path) as tmp:
         fig.savefig(tmp, format="png")
     plt.close(fig)

@@ -20,7 +20,7 @@ import weakref
 
 from ..bindings import ffi, lib
 from ..errors import DeviceError, GGMLError
-from .device import Backend, _resolve, blas_backend, forget_backend, get_backend
+from ..core.device import Backend, _resolve, blas_backend, forget_backend, get_backend
 from .executor import Executor
 from .pool import PassPool, PersistentPool
 
@@ -180,7 +180,7 @@ STATE = _State()
 
 
 def _has_gpu() -> bool:
-    from .device import devices
+    from ..core.device import devices
     return any(d.type in ("gpu", "igpu") and d.backend in ("Vulkan", "CUDA") for d in devices())
 
 

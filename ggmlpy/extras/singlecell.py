@@ -23,7 +23,7 @@ Registered operations, as ggmlR's engines compute them:
   backend "vulkan", else float64 on the host): the binary kNN graph with each cell in its own
   neighbourhood, and the shared-nearest-neighbour graph of Jaccard overlaps, pruned below
   prune_snn (scipy.sparse matrices).
-- "umap": UMAP (ggmlpy/sc_umap.py): exact kNN, ggmlR's fuzzy simplicial set, spectral start and
+- "umap": UMAP (ggmlpy/extras/sc_umap.py): exact kNN, ggmlR's fuzzy simplicial set, spectral start and
   its SGD layout, on the CPU (ggmlR's Vulkan shaders for it are its own fork's).
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import GGMLError
+from ..errors import GGMLError
 from .linalg import _VULKAN
 
 __all__ = ["ggml_task", "ggml_result", "ggml_ops_registry", "ggml_run", "GGMLTask", "GGMLResult", "OpEntry"]
@@ -238,7 +238,7 @@ def _pca(mat, n_components=50, center=True, backend="cpu", chunk_size=None, **_)
 
 def _log1p_of_product_on_vulkan(x, f):
     """log1p(x * f) in f32 on the Vulkan device (f broadcast over x's rows), as log(x * f + 1)."""
-    from .core.ops import ggml_add, ggml_log, ggml_mul
+    from ..core.ops import ggml_add, ggml_log, ggml_mul
     return _VULKAN.run(lambda ctx, t: ggml_log(ctx, ggml_add(ctx, ggml_mul(ctx, t[0], t[1]), t[2])),
                        [x, f, np.ones((1, 1))])
 
@@ -302,7 +302,7 @@ def _scale(mat, max_value=10.0, backend="cpu", scale_backend="cpu", chunk_size=N
     sd = np.sqrt((xc * xc).sum(axis=1) / max(n_cell - 1, 1))
     sd[sd == 0] = 1.0
     if backend == "vulkan" and x.size:
-        from .core.ops import ggml_clamp, ggml_mul, ggml_sub
+        from ..core.ops import ggml_clamp, ggml_mul, ggml_sub
         # numpy (features, cells) is ne [cells, features]: the per-feature mean and 1/sd are one
         # column each (numpy (features, 1)), broadcast over the cells.
         out = _VULKAN.run(lambda ctx, t: ggml_clamp(ctx, ggml_mul(ctx, ggml_sub(ctx, t[0], t[1]), t[2]),

@@ -33,7 +33,7 @@ import warnings
 
 import numpy as np
 
-from .errors import GGMLError
+from ..errors import GGMLError
 from .singlecell import GGMLResult, _issparse, _knn, _register
 
 __all__ = ["umap_find_ab", "umap_knn", "umap_fuzzy_graph", "umap_spectral_init", "umap_sgd", "umap_pcg_hash"]

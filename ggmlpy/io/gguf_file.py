@@ -21,8 +21,8 @@ import numpy as np
 
 from ..bindings import lib
 from ..errors import GGMLError
-from .kernels import dequantize, ggml_validate_row_data
-from .types import TYPE_NAMES
+from ..core.quants import dequantize, ggml_validate_row_data
+from ..core.types import TYPE_NAMES
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSIONS = (2, 3)

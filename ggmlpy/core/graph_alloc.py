@@ -9,7 +9,7 @@ from ..errors import GGMLError
 from .device import Backend
 
 if TYPE_CHECKING:
-    from ..core.graph import Graph
+    from .graph import Graph
 
 
 class GraphAllocator:
@@ -33,7 +33,7 @@ class GraphAllocator:
         graph.ctx.ensure_alive()
         if self.backend.dev != ffi.NULL and \
                 lib.ggml_backend_dev_type(self.backend.dev) == lib.GGML_BACKEND_DEVICE_TYPE_META:
-            from ..core.meta_backend import check_graph  # ggml's meta buffer aborts on splits it has no rule for
+            from .meta_backend import check_graph  # ggml's meta buffer aborts on splits it has no rule for
             check_graph(graph, self.backend.dev, allocating=True)
         if not lib.ggml_gallocr_alloc_graph(self.ptr, graph.ptr):
             raise MemoryError(f"could not allocate the graph's buffer on {self.backend.device_name}")

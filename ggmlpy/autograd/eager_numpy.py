@@ -21,7 +21,7 @@ import numpy as np
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError
-from .device import Backend
+from ..core.device import Backend
 
 _NULL = ffi.NULL
 _OVERHEAD = int(lib.ggml_tensor_overhead())
@@ -93,7 +93,7 @@ class EagerNumpy:
         return out
 
     def _compile(self, op, arrs, params):
-        from ..autograd.rules import RULES
+        from .rules import RULES
         if op not in RULES:
             raise GGMLError(f"eager_numpy: unknown op {op!r}")
         if any(a.ndim not in (1, 2) or a.size == 0 for a in arrs):
@@ -119,7 +119,7 @@ _free: list = []  # engines of threads that have ended, for the next new thread
 def run(op: str, *arrays, **params) -> np.ndarray:
     eng = getattr(_local, "engine", None)
     if eng is None:
-        from .state import lease
+        from ..runtime.state import lease
         eng = lease(_local, "engine", _free, EagerNumpy)
     return eng.run(op, arrays, **params)
 

@@ -1,0 +1,1 @@
+"""The command line (`python -m ggmlpy`), the demos and info(): the top layer, which may use every other."""
