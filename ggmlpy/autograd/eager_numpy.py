@@ -22,50 +22,48 @@ import numpy as np
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from ..core.device import Backend
+from ..graph import CompiledGraph, GraphContext
 
 _NULL = ffi.NULL
-_OVERHEAD = int(lib.ggml_tensor_overhead())
 _F32 = np.dtype(np.float32)
 
 
 class _Plan:
-    __slots__ = ("ctx", "graph", "leaves", "out", "out_shape", "galloc")
+    """One op's graph: leaves and output re-pointed at numpy memory per call (graph.CompiledGraph
+    places any intermediates)."""
+
+    __slots__ = ("gctx", "graph", "compiled", "leaves", "out", "out_shape")
 
     def __init__(self, build, shapes, backend):
-        params = ffi.new("struct ggml_init_params *", {
-            "mem_size": 64 * _OVERHEAD + int(lib.ggml_graph_overhead_custom(64, False)),
-            "mem_buffer": _NULL, "no_alloc": True})
-        self.ctx = lib.ggml_init(params[0])
-        self.leaves = [lib.ggml_new_tensor(self.ctx, lib.GGML_TYPE_F32, len(s), ffi.new("int64_t[]", s[::-1]))
-                       for s in shapes]
-        out = build(self.ctx, *self.leaves)
+        self.gctx = GraphContext(64, n_nodes=64)
+        self.leaves = [self.gctx.new_tensor(lib.GGML_TYPE_F32, s[::-1]) for s in shapes]
+        out = build(self.gctx.ctx, *self.leaves)
         if out.view_src != _NULL or out.op == lib.GGML_OP_NONE:
-            out = lib.ggml_cont(self.ctx, out)
+            out = lib.ggml_cont(self.gctx.ctx, out)
         if out.type != lib.GGML_TYPE_F32:
             raise GGMLError("eager_numpy: only f32 results are supported")
         self.out = out
         n = lib.ggml_n_dims(out)
         self.out_shape = tuple(int(out.ne[i]) for i in reversed(range(n)))
-        self.graph = lib.ggml_new_graph_custom(self.ctx, 64, False)
-        lib.ggml_build_forward_expand(self.graph, out)
-        for i in range(lib.ggml_graph_n_nodes(self.graph)):
-            p = lib.ggml_graph_node(self.graph, i)
-            if p.view_src != _NULL or not lib.ggml_backend_supports_op(backend.ptr, p):
-                raise GGMLError("eager_numpy: this op needs views or kernels the CPU fast path does not handle")
+        self.gctx.expand([out])
+        nodes = self.gctx.nodes()
+        if any(p.view_src != _NULL for p in nodes):
+            raise GGMLError("eager_numpy: this op needs views, which the CPU fast path does not handle")
         # intermediates (if any) get their own buffer; inputs and output are pointed per call
         scratch = [np.empty(1, np.float32) for _ in self.leaves]
         for leaf, a in zip(self.leaves, scratch):
             leaf.data = ffi.from_buffer(a)
         self.out.data = ffi.from_buffer(np.empty(1, np.float32))
-        self.galloc = lib.ggml_gallocr_new(backend.buft)
-        if not lib.ggml_gallocr_alloc_graph(self.galloc, self.graph):
-            raise MemoryError("eager_numpy: could not allocate intermediates")
+        self.graph = self.gctx.graph  # read by _binary's inlined compute
+        self.compiled = CompiledGraph(self.graph, backend, nodes)
 
-    def __del__(self):
-        if self.ctx is not None:
-            lib.ggml_gallocr_free(self.galloc)
-            lib.ggml_free(self.ctx)
-            self.ctx = None
+    def free(self):
+        if getattr(self, "gctx", None) is not None:
+            self.compiled.free()
+            self.gctx.free()
+            self.gctx = None
+
+    __del__ = free
 
 
 class EagerNumpy:
@@ -88,8 +86,7 @@ class EagerNumpy:
             leaf.data = ffi.from_buffer(a)
         out = np.empty(plan.out_shape, np.float32)
         plan.out.data = ffi.from_buffer(out)
-        if lib.ggml_backend_graph_compute(self.backend.ptr, plan.graph) != lib.GGML_STATUS_SUCCESS:
-            raise GGMLError(f"eager_numpy: {op} failed")
+        plan.compiled.compute()
         return out
 
     def _compile(self, op, arrs, params):

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import random as grandom
 from .._threadlocal import bound
-from ..runtime.executor import batched_small
+from ..graph import CompiledGraph, GraphContext
 from ..runtime.pool import shape_of
 from ..runtime.state import STATE
 from ..bindings import ffi, lib
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from .engine import GradMap
 
 _NULL = ffi.NULL
-_OVERHEAD = int(lib.ggml_tensor_overhead())
 F32 = lib.GGML_TYPE_F32
 _local = threading.local()
 
@@ -82,38 +81,19 @@ class Sym:
         self.dc = dc
 
 
-class GraphFull(GGMLError):
-    """The builder's context has no room left; the caller retries with a bigger one."""
-
-
-class Builder:
-    """A graph under construction, sized from what will be emitted into it.
-
-    ggml aborts when a context runs out of room for tensor headers, or a graph out of node
-    slots. Every node of the graph is a tensor of this context or one of `n_external` tensors
-    that live elsewhere (parameters, optimizer state), so a graph of n_tensors + n_external
-    slots cannot overflow, and `room()` is checked before anything is emitted: a full builder
-    raises GraphFull, and the caller starts again with a bigger one."""
+class Builder(GraphContext):
+    """An autograd graph under construction (graph.GraphContext: `room()` before anything is
+    emitted, GraphFull when full, and the caller starts again with a bigger one). Every node is a
+    tensor of this context or one of `n_external` tensors that live elsewhere (parameters,
+    optimizer state), so a graph of n_tensors + n_external slots cannot overflow."""
 
     def __init__(self, dc, n_tensors: int = 4096, grads: bool = False, ggml_backward: bool = False,
                  n_external: int = 0):
+        super().__init__(n_tensors, n_nodes=n_tensors + n_external + 64, grads=grads)
         self.dc = dc
         # ggml's own backward (ggml_build_backward_expand) has no rule for OUT_PROD or custom ops
         self.blas = not ggml_backward and dc.blas is not None
         self.kernels = not ggml_backward and dc.backend.is_cpu and kernels_enabled()  # custom ops: CPU only
-        self.n_nodes = n_tensors + n_external + 64
-        self.mem_size = n_tensors * _OVERHEAD + int(lib.ggml_graph_overhead_custom(self.n_nodes, grads)) + 4096
-        params = ffi.new("struct ggml_init_params *", {"mem_size": self.mem_size, "mem_buffer": _NULL,
-                                                       "no_alloc": True})
-        self.ctx = lib.ggml_init(params[0])
-        if self.ctx == _NULL:
-            raise MemoryError(f"could not allocate {self.mem_size} bytes for a graph of {n_tensors} tensors")
-        self.graph = lib.ggml_new_graph_custom(self.ctx, self.n_nodes, grads)
-
-    def room(self, n_tensors: int) -> None:
-        """Raise GraphFull unless `n_tensors` more headers fit in the context."""
-        if lib.ggml_used_mem(self.ctx) + n_tensors * _OVERHEAD > self.mem_size - 1024:
-            raise GraphFull("the graph needs a bigger context")
 
     def emit(self, op: str, xs, params) -> Sym:
         self.room(64)  # more than any primitive makes (erf, with f32 casts, makes about 20)
@@ -126,17 +106,9 @@ class Builder:
             return Sym(rule.fwd(self.ctx, *as_f32(self.ctx, ts), **params), self.dc)
 
     def placeholder(self, ggml_type: int, shape) -> Sym:
-        self.room(1)
-        t = lib.ggml_new_tensor(self.ctx, ggml_type, len(shape), ffi.new("int64_t[]", list(shape)))
+        t = self.new_tensor(ggml_type, shape)
         lib.ggml_set_input(t)
         return Sym(t, self.dc)
-
-    def free(self):
-        if self.ctx is not None:
-            lib.ggml_free(self.ctx)
-            self.ctx = None
-
-    __del__ = free
 
 
 def emitting(builder: Builder):
@@ -210,53 +182,30 @@ def _add_slice(builder, cur, owned, g, start, shape):
 
 # -- running a built graph -------------------------------------------------------------------------------
 class _Plan:
-    """A built, allocated graph: re-point its inputs, compute, repeat."""
+    """A built graph placed for its device (graph.CompiledGraph): bind the inputs, compute, repeat.
 
-    galloc = sched = None
+    On the CPU, ggml's BLAS backend takes the OUT_PROD products (the CPU backend's MUL_MAT is the
+    faster one: 152 against 177 us at 256^3) and a one-thread CPU backend the products of many
+    small matrices (graph.batched_small: their per-matrix barriers stall on a busy machine). All
+    work in host memory, so nothing is copied between them."""
 
     def __init__(self, builder: Builder, inputs: list, dc):
-        backend, blas = dc.backend, dc.blas
         self.builder = builder
         self.dc = dc  # its lock is held while computing: the backend keeps scratch state per compute
         self.inputs = inputs  # placeholder ggml tensors, in call order
-        self.backend = backend
-        n = lib.ggml_graph_n_nodes(builder.graph)
-        nodes = [lib.ggml_graph_node(builder.graph, i) for i in range(n)]
-        self.views = [p for p in nodes if p.view_src != _NULL]
-        for p in nodes:
-            if p.op != lib.GGML_OP_NONE and not lib.ggml_backend_supports_op(backend.ptr, p):
-                raise GGMLError(f"{backend.device_name} has no kernel for {ffi.string(lib.ggml_op_desc(p)).decode()}")
-        single = [p for p in nodes if p.op == lib.GGML_OP_MUL_MAT and batched_small(p)] if backend.is_cpu else []
-        if single or (blas is not None and any(p.op == lib.GGML_OP_OUT_PROD for p in nodes)):
-            self._schedule(nodes, blas if any(p.op == lib.GGML_OP_OUT_PROD for p in nodes) else None, single)
-        else:
-            self.galloc = lib.ggml_gallocr_new(backend.buft)
-            if not lib.ggml_gallocr_alloc_graph(self.galloc, builder.graph):
-                raise MemoryError("could not allocate the compiled graph")
-            self.buffer_size = int(lib.ggml_gallocr_get_buffer_size(self.galloc, 0))
-        self.n_nodes = n
+        backend = dc.backend
+        self.compiled = CompiledGraph(builder.graph, backend, blas=dc.blas, blas_ops=(lib.GGML_OP_OUT_PROD,),
+                                      one_thread=dc.single_thread_backend if backend.is_cpu else None)
+        self.n_nodes = len(self.compiled.nodes)
 
-    def _schedule(self, nodes, blas, single):
-        """BLAS takes the OUT_PROD products, the CPU backend the rest (its MUL_MAT is the faster
-        one: 152 against 177 us at 256^3), and a one-thread CPU backend the products of many
-        small matrices (executor.batched_small: their per-matrix barriers stall on a busy
-        machine). All work in host memory, so nothing is copied between them."""
-        from ..core.sched import Scheduler
-        backends = ([blas] if blas is not None else []) + [self.backend]
-        one = None
-        if single:
-            one = self.dc.single_thread_backend()
-            backends.append(one)
-        self.sched = Scheduler(backends, graph_size=max(2048, 2 * len(nodes)))
-        for p in nodes:
-            if p.op != lib.GGML_OP_OUT_PROD:
-                lib.ggml_backend_sched_set_tensor_backend(self.sched.ptr, p, self.backend.ptr)
-        for p in single:
-            lib.ggml_backend_sched_set_tensor_backend(self.sched.ptr, p, one.ptr)
-        if not lib.ggml_backend_sched_alloc_graph(self.sched.ptr, self.builder.graph):
-            raise MemoryError("could not allocate the compiled graph")
-        self.buffer_size = sum(int(lib.ggml_backend_sched_get_buffer_size(self.sched.ptr, b.ptr))
-                               for b in backends)
+    @property
+    def sched(self):
+        return self.compiled.sched
+
+    @property
+    def buffer_size(self) -> int:
+        """Bytes of the compute buffers ggml allocated for the graph, all backends summed."""
+        return self.compiled.buffer_bytes
 
     def run(self, storages) -> None:
         """Bind the inputs and compute, holding the device's lock throughout."""
@@ -266,29 +215,15 @@ class _Plan:
             self.compute()
 
     def bind(self, storages) -> None:
-        for leaf, s in zip(self.inputs, storages):
-            leaf.data = s.data
-            leaf.buffer = s.buffer
-        for v in self.views:
-            src = v.view_src
-            v.data = ffi.cast("char *", src.data) + v.view_offs
-            v.buffer = src.buffer
+        self.compiled.bind(self.inputs, storages)
 
     def compute(self) -> None:
-        if self.sched is not None:
-            status = lib.ggml_backend_sched_graph_compute(self.sched.ptr, self.builder.graph)
-        else:
-            status = lib.ggml_backend_graph_compute(self.backend.ptr, self.builder.graph)
-        if status != lib.GGML_STATUS_SUCCESS:
-            raise GGMLError(f"graph compute failed (status {status})")
+        self.compiled.compute()
 
     def free(self):
-        if self.galloc is not None:
-            lib.ggml_gallocr_free(self.galloc)
-            self.galloc = None
-        if self.sched is not None:
-            self.sched.free()
-            self.sched = None
+        if getattr(self, "compiled", None) is not None:
+            self.compiled.free()
+            self.compiled = None
 
     __del__ = free
 
@@ -308,13 +243,7 @@ def _check_no_checkpoint(nodes) -> None:
 def _sized(build, n_prims: int, n_inputs: int):
     """build(n_tensors, n_external) with a builder sized for n_prims primitives, four times
     bigger while it reports GraphFull (a rule that emits more than the estimate)."""
-    n_tensors = 48 * n_prims + 1024
-    for _ in range(6):
-        try:
-            return build(n_tensors, 5 * n_inputs + 64)
-        except GraphFull:
-            n_tensors *= 4
-    raise GGMLError(f"ag_compile: the graph needs more than {n_tensors} tensors")
+    return GraphContext.retrying(lambda n: build(n, 5 * n_inputs + 64), 48 * n_prims + 1024, "ag_compile: the graph")
 
 
 # -- ag_backward_graph: the backward of a recorded tape, as one graph ---------------------------------------

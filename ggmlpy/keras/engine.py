@@ -15,8 +15,9 @@ from ..core.device import blas_backend, get_backend
 from ..core.sched import Scheduler
 from ..bindings import ffi, lib
 from ..errors import GGMLError
+from ..graph import CompiledGraph, GraphContext
 from . import graphsize
-from .builder import F32, GRAPH_SIZE, I32, ROOM_PER_LAYER, Builder, _init_ctx
+from .builder import F32, GRAPH_SIZE, I32, ROOM_PER_LAYER, Builder
 
 
 _blas = {}
@@ -60,7 +61,7 @@ def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
     specs = model._input_specs()
     dtype = I32 if specs[0][1] == "int32" else F32
     b = Builder(training=False)
-    sched = g_ctx = None
+    gctx = compiled = None
     try:
         inp = b.new_w([packed.shape[1], batch], dtype)
         xs, _ = _split_inputs(b, inp, specs, batch)
@@ -68,15 +69,12 @@ def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
         size = graphsize.forward_bound(b) + 16   # every tensor built: the graph cannot overflow
         if size > graphsize.MAX_GRAPH_NODES:
             raise graphsize.too_big(size)
-        g_ctx = _init_ctx(lib.ggml_graph_overhead_custom(size, False) + 4096)   # the graph's own context
-        graph = lib.ggml_new_graph_custom(g_ctx, size, False)
+        gctx = GraphContext(0, n_nodes=size)  # the graph only: its tensors live in the builder's contexts
         for o in outs:
             lib.ggml_set_output(o)
-            lib.ggml_build_forward_expand(graph, o)
+        gctx.expand(outs)
         b.allocate(backend)
-        sched = make_scheduler(backend, graph_size=2 * size)
-        if not lib.ggml_backend_sched_alloc_graph(sched.ptr, graph):
-            raise MemoryError("the scheduler could not allocate the prediction graph")
+        compiled = CompiledGraph(gctx.graph, backend, fallback=None if backend.is_cpu else get_backend("cpu"))
         sizes = [int(lib.ggml_nelements(o)) // batch for o in outs]
         results = [np.empty((n, s), np.float32) for s in sizes]
         np_dtype = np.int32 if dtype == I32 else np.float32
@@ -85,19 +83,16 @@ def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
             m = min(batch, n - start)
             chunk[:m] = packed[start:start + m]
             chunk[m:] = 0
-            lib.ggml_backend_tensor_set(inp, ffi.from_buffer(chunk), 0, chunk.nbytes)
-            if lib.ggml_backend_sched_graph_compute(sched.ptr, graph) != lib.GGML_STATUS_SUCCESS:
-                raise GGMLError("ggml_backend_sched_graph_compute failed")
+            compiled.write(inp, chunk)
+            compiled.compute()
             for o, r, s in zip(outs, results, sizes):
-                buf = np.empty((batch, s), np.float32)
-                lib.ggml_backend_tensor_get(o, ffi.from_buffer(buf), 0, buf.nbytes)
-                r[start:start + m] = buf[:m]
+                r[start:start + m] = compiled.read(o, (batch, s))[:m]
         return results
     finally:
-        if sched is not None:
-            sched.free()
-        if g_ctx is not None:
-            lib.ggml_free(g_ctx)
+        if compiled is not None:
+            compiled.free()
+        if gctx is not None:
+            gctx.free()
         b.free()
 
 

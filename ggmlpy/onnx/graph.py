@@ -17,9 +17,9 @@ from onnx import TensorProto, helper
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError
+from ..graph import GraphContext, Weights
 
 F32, F16, I32 = lib.GGML_TYPE_F32, lib.GGML_TYPE_F16, lib.GGML_TYPE_I32
-_OVERHEAD = int(lib.ggml_tensor_overhead())
 MAX_RANK = 4  # GGML_MAX_DIMS
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
@@ -94,16 +94,13 @@ def ne_of(shape) -> list[int]:
     return ne + [1] * (MAX_RANK - len(ne))
 
 
-class Builder:
-    """ggml contexts for one model graph: op nodes (no_alloc, placed by the graph allocator)
-    and weights (constants a ggml op reads, placed in a buffer of their own)."""
+class Builder(GraphContext):
+    """One model graph under construction (graph.GraphContext: op nodes, placed by the allocator)
+    and its weights (graph.Weights: the constants a ggml op reads, in a buffer of their own)."""
 
     def __init__(self, n_onnx_nodes: int, f16_weights: bool = False):
-        self.capacity = 200 * n_onnx_nodes + 4096  # tensor headers; checked before every node
-        self.ctx = self._context(self.capacity)
-        self.wctx = self._context(4 * n_onnx_nodes + 1024)
-        self.w_capacity = 4 * n_onnx_nodes + 1024
-        self.weights: list = []  # (ggml tensor, numpy array in the tensor's type)
+        super().__init__(200 * n_onnx_nodes + 4096)  # tensor headers; headroom checked before every node
+        self.weights = Weights(4 * n_onnx_nodes + 1024)
         self._const_cache: dict = {}
         self.f16_weights = f16_weights
         self.node = None  # the ONNX node being built, for error messages
@@ -120,15 +117,6 @@ class Builder:
             prev = self.index_inputs.get(name)
             self.index_inputs[name] = L if prev is None else min(prev, L)
 
-    @staticmethod
-    def _context(n_tensors: int):
-        params = ffi.new("struct ggml_init_params *", {
-            "mem_size": n_tensors * _OVERHEAD + 4096, "mem_buffer": ffi.NULL, "no_alloc": True})
-        ctx = lib.ggml_init(params[0])
-        if ctx == ffi.NULL:
-            raise MemoryError("ggml_init failed")
-        return ctx
-
     def gelu_erf(self, x):
         """Exact GELU: ggmlpy's fused kernel on the CPU (f32), ggml's gelu_erf elsewhere."""
         if self.kernels is not None and x.type == lib.GGML_TYPE_F32:
@@ -141,15 +129,10 @@ class Builder:
         lib.ggml_set_name(t, f"ggmlpy.{what}".encode())
         return t
 
-    def headroom(self) -> int:
-        return (self.capacity * _OVERHEAD - int(lib.ggml_used_mem(self.ctx))) // _OVERHEAD
-
     def free(self) -> None:
-        for name in ("ctx", "wctx"):
-            c = getattr(self, name, None)
-            if c is not None:
-                lib.ggml_free(c)
-                setattr(self, name, None)
+        if getattr(self, "weights", None) is not None:
+            self.weights.free()
+        super().free()
 
     # -- errors -------------------------------------------------------------------------------------
     def fail(self, msg: str) -> OnnxError:
@@ -171,12 +154,14 @@ class Builder:
         return f"node '{n.name or next((o for o in n.output if o), '?')}' ({n.op_type}): "
 
     # -- tensors ------------------------------------------------------------------------------------
-    def new_tensor(self, ctx, ggml_type: int, shape):
+    def value_tensor(self, ggml_type: int, shape, values=None):
+        """A tensor of ONNX shape `shape`: an op input of the graph, or with `values` a weight."""
         self.limit(len(compact(shape)) <= MAX_RANK, f"rank {len(shape)} tensors are not supported (ggml has at most "
                                           f"{MAX_RANK} dimensions); shape {list(shape)}")
         self.limit(all(d > 0 for d in shape), f"empty tensors are not supported (shape {list(shape)})")
-        ne = ffi.new("int64_t[4]", ne_of(shape))
-        return lib.ggml_new_tensor(ctx, ggml_type, MAX_RANK, ne)
+        if values is None:
+            return self.new_tensor(ggml_type, ne_of(shape))
+        return self.weights.new(ggml_type, ne_of(shape), values)
 
     def weight(self, arr: np.ndarray, ggml_type: int = F32):
         """A ggml tensor holding `arr` (ONNX layout), loaded into the weight buffer after the build."""
@@ -185,12 +170,11 @@ class Builder:
         hit = self._const_cache.get(key)
         if hit is not None and hit[1] is arr:
             return hit[0]
-        if len(self.weights) >= self.w_capacity - 1:
+        if self.weights.headroom() < 2:
             raise self.fail("too many constants for the weight context")
         shape = arr.shape if arr.ndim else (1,)
-        t = self.new_tensor(self.wctx, ggml_type, shape)
         np_t = {F32: np.float32, F16: np.float16, I32: np.int32}[ggml_type]
-        self.weights.append((t, np.ascontiguousarray(arr, dtype=np_t).reshape(shape)))
+        t = self.value_tensor(ggml_type, shape, np.ascontiguousarray(arr, dtype=np_t).reshape(shape))
         self._const_cache[key] = (t, arr)
         return t
 

@@ -20,7 +20,8 @@ import numpy as np
 from .. import kernels
 from ..core.device import Backend, get_backend, is_software_device
 from ..bindings import ffi, lib
-from ..errors import DeviceError
+from ..errors import DeviceError, GGMLError
+from ..graph import TENSOR_OVERHEAD, CompiledGraph, GraphContext
 from .graph import F32, NUMERIC_TYPES, Builder, OnnxError, Val, const, np_dtype, type_name
 from .fusion import find_conv_epilogues, find_gelu, find_linear_bias
 from .ops_basic import OPS
@@ -29,7 +30,6 @@ from .ops_host import HOST_OPS
 from .ops_nn import conv_epilogue, linear_bias
 
 _NULL = ffi.NULL
-_OVERHEAD = int(lib.ggml_tensor_overhead())
 # Resolve now what the finalizers call: cffi resolves a symbol under a lock of its own, and a
 # finalizer run by the garbage collector during another resolution would wait on it forever.
 for _sym in ("ggml_backend_free", "ggml_gallocr_free", "ggml_backend_buffer_free", "ggml_free",
@@ -305,7 +305,7 @@ class _Plan:
     lists those nodes, and `outputs` includes the values this graph hands them. OnnxModel.run runs
     `host_steps`, then a next _Plan built for the nodes left (`rest`; kept in `next_plans`, by shapes)."""
 
-    galloc = sched = wbuf = None
+    compiled = None
     MAX_NEXT_PLANS = 8  # shapes a data-dependent stage keeps graphs for (NMS gives a new count each call)
 
     def __init__(self, model: OnnxModel, shapes: dict, sched=None, nodes=None, feed_types=None, consts=None):
@@ -329,7 +329,7 @@ class _Plan:
             if 0 in shp:  # an empty input holds no values: a constant (its shape and type are all it gives)
                 vals[name] = const(np.zeros(shp, dtype=np_dtype(et)), et)
                 continue
-            t = b.new_tensor(b.ctx, F32, shp)
+            t = b.value_tensor(F32, shp)
             lib.ggml_set_input(t)
             lib.ggml_set_name(t, name.encode()[:63])
             self.input_tensors[name] = (t, shp, et)
@@ -464,54 +464,31 @@ class _Plan:
 
     def _build_graph(self, out_ts):
         b = self.builder
-        size = int(lib.ggml_used_mem(b.ctx)) // _OVERHEAD + len(b.weights) + 64
-        params = ffi.new("struct ggml_init_params *", {
-            "mem_size": int(lib.ggml_graph_overhead_custom(size, False)) + 4096, "mem_buffer": _NULL, "no_alloc": True})
-        self.gctx = lib.ggml_init(params[0])
-        self.graph = lib.ggml_new_graph_custom(self.gctx, size, False)
-        for t in out_ts:
-            lib.ggml_build_forward_expand(self.graph, t)
+        size = int(lib.ggml_used_mem(b.ctx)) // TENSOR_OVERHEAD + len(b.weights) + 64
+        self.gctx = GraphContext(0, n_nodes=size)  # the graph only: its tensors live in the builder's contexts
+        self.gctx.expand(out_ts)
+        self.graph = self.gctx.graph
         self.n_nodes = int(lib.ggml_graph_n_nodes(self.graph))
 
     def _allocate(self, model, sched=None):
+        """Weights into a buffer of their own, then the graph placed (graph.CompiledGraph): on the
+        CPU, ggml's BLAS backend takes the large f32 products it accepts (32 or more rows, columns
+        and depth); on another device, the ops it lacks run on the CPU, as in ggmlR."""
         b = self.builder
         backend = model.backend
-        if b.weights:
-            self.wbuf = lib.ggml_backend_alloc_ctx_tensors(b.wctx, backend.ptr)
-            if self.wbuf == _NULL:
-                raise MemoryError(f"could not allocate the model's weights on {backend.device_name}")
-            for t, arr in b.weights:
-                lib.ggml_backend_tensor_set(t, ffi.from_buffer(arr), 0, arr.nbytes)
-        if sched is not None:  # onnx_profile's scheduler (it does not own it: no free here)
-            self.cpu_fallback = []
-            self.sched, self._borrowed = sched, True
-            if not lib.ggml_backend_sched_alloc_graph(sched.ptr, self.graph):
-                raise MemoryError("could not allocate the model's graph")
-            return
-        nodes = [lib.ggml_graph_node(self.graph, i) for i in range(self.n_nodes)]
-        unsupported = [p for p in nodes if not lib.ggml_backend_supports_op(backend.ptr, p)]
-        self.cpu_fallback = sorted({ffi.string(lib.ggml_op_desc(p)).decode() for p in unsupported})
-        blas = model.blas
-        if not unsupported and blas is not None and any(
-                p.op == lib.GGML_OP_MUL_MAT and lib.ggml_backend_supports_op(blas.ptr, p) for p in nodes):
-            # large f32 products run in OpenBLAS (ggml's BLAS backend accepts those of 32 or more rows,
-            # columns and depth), the rest on the CPU backend: ggml's scheduler splits the graph
-            from ..core.sched import Scheduler
-            self.sched = Scheduler([blas, model.cpu], graph_size=max(2048, self.n_nodes + 64))
-            if not lib.ggml_backend_sched_alloc_graph(self.sched.ptr, self.graph):
-                raise MemoryError(f"could not allocate the model's graph on {backend.device_name} + BLAS")
-            return
-        if not unsupported:
-            self.galloc = lib.ggml_gallocr_new(backend.buft)
-            if not lib.ggml_gallocr_alloc_graph(self.galloc, self.graph):
-                raise MemoryError(f"could not allocate the model's graph on {backend.device_name}")
-            return
-        if backend is model.cpu:
-            raise OnnxError(f"the CPU backend has no kernel for {', '.join(self.cpu_fallback)}")
-        from ..core.sched import Scheduler  # ops the device lacks run on the CPU, as in ggmlR
-        self.sched = Scheduler([backend, model.cpu], graph_size=max(2048, self.n_nodes + 64))
-        if not lib.ggml_backend_sched_alloc_graph(self.sched.ptr, self.graph):
-            raise MemoryError(f"could not allocate the model's graph on {backend.device_name} + CPU")
+        b.weights.upload(backend)
+        try:
+            self.compiled = CompiledGraph(self.graph, backend, blas=model.blas, blas_ops=(lib.GGML_OP_MUL_MAT,),
+                                          fallback=model.cpu, sched=sched)
+        except OnnxError:
+            raise
+        except GGMLError as e:  # the CPU itself lacks a kernel
+            raise OnnxError(f"onnx_load: {e}") from None
+        self.cpu_fallback = self.compiled.fallback_ops
+
+    @property
+    def sched(self):
+        return self.compiled.sched if self.compiled is not None else None
 
     # -- running --------------------------------------------------------------------------------------
     def run(self, arrays: dict) -> dict:
@@ -529,12 +506,12 @@ class _Plan:
             a = np.ascontiguousarray(a, dtype=np.float32)
             lib.ggml_backend_tensor_set(t, ffi.from_buffer(a), 0, a.nbytes)
         if self.n_nodes:  # none when every output is an input or a constant, as a host step may need
-            if self.sched is not None:
-                status = lib.ggml_backend_sched_graph_compute(self.sched.ptr, self.graph)
-            else:
-                status = lib.ggml_backend_graph_compute(self.backend.ptr, self.graph)
-            if status != lib.GGML_STATUS_SUCCESS:
-                raise OnnxError(f"onnx_run: graph compute failed (status {status})")
+            try:
+                self.compiled.compute()
+            except OnnxError:
+                raise
+            except GGMLError as e:
+                raise OnnxError(f"onnx_run: {e}") from None
         out = {}
         for name, v, t, fed in self.outputs:
             dt = np_dtype(v.dtype)
@@ -569,18 +546,11 @@ class _Plan:
         for plan in getattr(self, "next_plans", {}).values():
             plan.free()
         self.next_plans = {}
-        if self.galloc is not None:
-            lib.ggml_gallocr_free(self.galloc)
-            self.galloc = None
-        if self.sched is not None:
-            if not getattr(self, "_borrowed", False):
-                self.sched.free()
-            self.sched = None
-        if self.wbuf is not None:
-            lib.ggml_backend_buffer_free(self.wbuf)
-            self.wbuf = None
+        if getattr(self, "compiled", None) is not None:
+            self.compiled.free()  # a borrowed scheduler (onnx_profile's) stays its owner's
+            self.compiled = None
         if getattr(self, "gctx", None) is not None:
-            lib.ggml_free(self.gctx)
+            self.gctx.free()
             self.gctx = None
         if getattr(self, "builder", None) is not None:
             self.builder.free()

@@ -16,60 +16,53 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections import OrderedDict
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError
+from ..graph import ByteCache, CompiledGraph, GraphContext, batched_small
 from .pool import Storage, shape_of as _shape
 
 _NULL = ffi.NULL
-_VIEW_OPS = {lib.GGML_OP_VIEW, lib.GGML_OP_RESHAPE, lib.GGML_OP_PERMUTE, lib.GGML_OP_TRANSPOSE}
-_OVERHEAD = int(lib.ggml_tensor_overhead())
 
 
 class _Compiled:
-    """One cached graph: leaf headers to re-point, output headers, and the views between them."""
+    """One cached graph: leaf headers to re-point, output headers, placed by graph/'s allocator."""
 
-    __slots__ = ("ctx", "graph", "nodes", "leaves", "outs", "views", "galloc", "out_specs", "backend_ptr", "nbytes",
-                 "quiet_ptr")
+    __slots__ = ("gctx", "run", "leaves", "outs", "out_specs", "backend_ptr", "nbytes", "quiet_ptr")
 
     def __init__(self, backend, build, in_specs, inputs, outs_into):
-        n_nodes = graph_room(len(in_specs))
-        mem_size = n_nodes * _OVERHEAD + int(lib.ggml_graph_overhead_custom(n_nodes, False)) + 1024
-        params = ffi.new("struct ggml_init_params *", {"mem_size": mem_size, "mem_buffer": _NULL, "no_alloc": True})
-        self.ctx = lib.ggml_init(params[0])
-        ctx = self.ctx
-        self.leaves = [lib.ggml_new_tensor(ctx, t, len(ne), ffi.new("int64_t[]", list(ne)))
-                       for t, ne in in_specs]
+        n = graph_room(len(in_specs))
+        self.gctx = GraphContext(n, n_nodes=n)
+        self.leaves = [self.gctx.new_tensor(t, ne) for t, ne in in_specs]
         for leaf, s in zip(self.leaves, inputs):
             _point(leaf, s)
             lib.ggml_set_input(leaf)
-        outs = build(ctx, *self.leaves)
+        outs = build(self.gctx.ctx, *self.leaves)
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
         # An output must own its memory: a view of an input would alias the caller's tensor. A
         # reshape of a node computed here instead has that node write into the output's memory
         # (no copy, no intermediate buffer: a batched product's result is reshaped every time).
         self.out_specs = [(int(o.type), _shape(o)) for o in outs]
-        self.outs = [o if _in_place(o, self.leaves, inputs, s) else _writer(ctx, o) for o, s in zip(outs, outs_into)]
-        self.graph = lib.ggml_new_graph_custom(ctx, n_nodes, False)
+        self.outs = [o if _in_place(o, self.leaves, inputs, s) else _writer(self.gctx.ctx, o)
+                     for o, s in zip(outs, outs_into)]
         for o in self.outs:
             lib.ggml_set_output(o)
-            lib.ggml_build_forward_expand(self.graph, o)
+        self.gctx.expand(self.outs)
         for o, s in zip(self.outs, outs_into):
             _point(o, s)
-        self.nodes = [lib.ggml_graph_node(self.graph, i) for i in range(lib.ggml_graph_n_nodes(self.graph))]
-        self.views = [p for p in self.nodes if p.view_src != _NULL]
         self.quiet_ptr = None  # the all-threads backend, for graphs that use one thread on a busy machine
-        self.galloc = lib.ggml_gallocr_new(backend.buft)
-        if not lib.ggml_gallocr_alloc_graph(self.galloc, self.graph):
-            raise MemoryError("could not allocate an op graph's intermediates")
-        self.nbytes = mem_size + int(lib.ggml_gallocr_get_buffer_size(self.galloc, 0))
+        self.run = CompiledGraph(self.gctx.graph, backend, self.gctx.nodes())  # raises when a kernel is missing
+        self.nbytes = int(lib.ggml_get_mem_size(self.gctx.ctx)) + self.run.buffer_bytes
+
+    @property
+    def nodes(self):
+        return self.run.nodes
 
     def free(self):
-        if getattr(self, "ctx", None) is not None:
-            lib.ggml_gallocr_free(self.galloc)
-            lib.ggml_free(self.ctx)
-            self.ctx = None
+        if getattr(self, "gctx", None) is not None:
+            self.run.free()
+            self.gctx.free()
+            self.gctx = None
 
     __del__ = free
 
@@ -99,15 +92,6 @@ def graph_room(n_inputs: int) -> int:
     context or graph runs out. Builders over many tensors (the fused optimizer steps, the squared
     norms for clipping) make a few nodes per input; the others stay far below 256."""
     return 256 + 8 * n_inputs
-
-
-def batched_small(p) -> bool:
-    """A product of many small matrices (attention's, per head and sequence). ggml's CPU kernel
-    runs one tiled product per matrix with two thread barriers each; on a busy machine a barrier
-    waits for a descheduled thread's whole time slice, so two threads took 23 ms where one
-    takes about 1 (128 products of 32x64x64)."""
-    batches = int(p.ne[2] * p.ne[3])
-    return batches >= 16 and int(p.ne[0] * p.ne[1] * p.src[0].ne[0]) < (1 << 19)
 
 
 def _in_place(o, leaves, inputs, dest) -> bool:
@@ -154,15 +138,18 @@ class Executor:
         self.lock = lock  # None: one thread uses this executor (the CPU device's, per thread)
         self.small_backend = small_backend or backend
         self.blas = blas  # ggml's BLAS backend, which runs graphs of OUT_PROD products
-        self.cache: OrderedDict = OrderedDict()
-        self.bytes = 0  # held by the cached graphs: metadata and intermediates
+        self.cache = ByteCache(lambda: GRAPH_CACHE_BYTES)  # signature -> _Compiled
         self.runs = 0
         # Asynchronous: an op is queued on the device's stream and the next one follows without
         # waiting; sync() waits, and every host read or write of device memory calls it first.
         # Freeing a buffer needs no sync: cudaFree waits for the device itself.
         self.asynchronous = asynchronous
-        self._compute = lib.ggml_backend_graph_compute_async if asynchronous else lib.ggml_backend_graph_compute
         self.pending = False
+
+    @property
+    def bytes(self) -> int:
+        """Held by the cached graphs: metadata and intermediates."""
+        return self.cache.bytes
 
     def sync(self) -> None:
         """Wait for the ops queued so far (asynchronous devices; a no-op elsewhere)."""
@@ -193,22 +180,13 @@ class Executor:
         if c is None:
             c, outs = self._compile(sig, build, [s.t for s in inputs], inputs, alloc, out)
         else:
-            self.cache.move_to_end(sig)
-            for leaf, s in zip(c.leaves, inputs):
-                leaf.data = s.data
-                leaf.buffer = s.buffer
             outs = out if out is not None else [alloc(t, ne) for t, ne in c.out_specs]
             for o, s in zip(c.outs, outs):
                 o.data = s.data
                 o.buffer = s.buffer
-            for v in c.views:  # views of leaves must follow them
-                src = v.view_src
-                v.data = ffi.cast("char *", src.data) + v.view_offs
-                v.buffer = src.buffer
-        ptr = c.backend_ptr if c.quiet_ptr is None or not machine_quiet() else c.quiet_ptr
-        status = self._compute(ptr, c.graph)
-        if status != lib.GGML_STATUS_SUCCESS:
-            raise GGMLError(f"graph compute failed on {self.backend.device_name} (status {status})")
+            c.run.bind(c.leaves, inputs)  # the views of leaves follow them
+        c.run.compute(c.backend_ptr if c.quiet_ptr is None or not machine_quiet() else c.quiet_ptr,
+                      self.asynchronous)
         self.pending = self.asynchronous
         self.runs += 1
         return outs
@@ -223,17 +201,11 @@ class Executor:
                 if (int(s.t.type), _shape(s.t)) != (t, ne):
                     raise GGMLError(f"in-place destination {_shape(s.t)} does not match the op's output {ne}")
         c = _Compiled(self.backend, build, in_specs, inputs, outs)
-        self._check_supported(c)
         c.backend_ptr = self._backend_for(c).ptr
         if c.backend_ptr == self.small_backend.ptr and self.small_backend is not self.backend and \
                 any(p.op == lib.GGML_OP_MUL_MAT and batched_small(p) for p in c.nodes):
             c.quiet_ptr = self.backend.ptr  # every thread while nothing else runs (machine_quiet)
-        self.cache[sig] = c
-        self.bytes += c.nbytes
-        while self.bytes > GRAPH_CACHE_BYTES and len(self.cache) > 1:
-            _, old = self.cache.popitem(last=False)
-            self.bytes -= old.nbytes
-            old.free()
+        self.cache.put(sig, c, c.nbytes)
         return c, outs
 
     def _backend_for(self, c: _Compiled):
@@ -258,29 +230,17 @@ class Executor:
                 return False
         return True
 
-    def _check_supported(self, c: _Compiled) -> None:
-        for p in c.nodes:
-            if not lib.ggml_backend_supports_op(self.backend.ptr, p):
-                desc = ffi.string(lib.ggml_op_desc(p)).decode()
-                raise GGMLError(f"{self.backend.device_name} has no kernel for {desc} "
-                                f"on {ffi.string(lib.ggml_type_name(p.type)).decode()}")
-
     def clear(self) -> None:
-        for c in self.cache.values():
-            c.free()
         self.cache.clear()
-        self.bytes = 0
 
 
 def _output_specs(build, in_specs):
     """Build the graph in a scratch context only to read its output types and shapes."""
-    params = ffi.new("struct ggml_init_params *", {"mem_size": graph_room(len(in_specs)) * _OVERHEAD, "mem_buffer": _NULL,
-                                                   "no_alloc": True})
-    ctx = lib.ggml_init(params[0])
+    scratch = GraphContext(graph_room(len(in_specs)))
     try:
-        leaves = [lib.ggml_new_tensor(ctx, t, len(ne), ffi.new("int64_t[]", list(ne))) for t, ne in in_specs]
-        outs = build(ctx, *leaves)
+        leaves = [scratch.new_tensor(t, ne) for t, ne in in_specs]
+        outs = build(scratch.ctx, *leaves)
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
         return [(int(o.type), _shape(o)) for o in outs]
     finally:
-        lib.ggml_free(ctx)
+        scratch.free()

@@ -1,0 +1,18 @@
+"""Building and running whole ggml graphs, for every front end (ag_* ops, compiled steps, ONNX,
+the Keras-like models).
+
+- context.py: no_alloc ggml contexts sized so that ggml never runs out of room (GraphFull
+  before it would abort), and the graph they hold.
+- compiled.py: a built graph placed in memory (one allocator, or ggml's scheduler across
+  backends), bound to its inputs, computed, freed.
+- cache.py: the least-recently-used cache, bounded by bytes, that keeps compiled graphs.
+
+Everything here works on raw ggml pointers: what a tensor means (an ag tensor, an ONNX value,
+a layer's output) is the front end's business.
+"""
+from .cache import ByteCache
+from .compiled import CompiledGraph, batched_small, unsupported_ops
+from .context import TENSOR_OVERHEAD, GraphContext, GraphFull, Weights, new_context
+
+__all__ = ["ByteCache", "CompiledGraph", "GraphContext", "GraphFull", "TENSOR_OVERHEAD", "Weights", "batched_small",
+           "new_context", "unsupported_ops"]
