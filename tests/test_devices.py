@@ -207,8 +207,7 @@ def test_an_asynchronous_device_syncs_before_the_host_reads_or_writes(monkeypatc
     backend computes at once either way, so only the bookkeeping is under test."""
     x = g.ag_tensor(np.ones((3, 4)))
     ex = x.dc.executor
-    monkeypatch.setattr(ex, "asynchronous", True)
-    monkeypatch.setattr(ex, "_compute", lib.ggml_backend_graph_compute_async)
+    monkeypatch.setattr(ex, "asynchronous", True)  # its graphs are then computed with ggml_backend_graph_compute_async
     from ggmlpy.runtime import executor as E
     waits = []
 
