@@ -34,8 +34,8 @@ from .optim import __all__ as _optim_all
 from .train import *  # noqa: F401,F403
 from .train import __all__ as _train_all
 from .random import get_rng_state, manual_seed, set_rng_state
+from ._version import __version__
 
-__version__ = "0.1.0"
 __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "StaleTensorError",
                              "DeviceError", "info", "found",
                              "AGTensor", "ag_tensor", "ag_param", "ag_to_device", "ag_device",

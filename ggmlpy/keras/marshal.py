@@ -12,6 +12,7 @@ import datetime
 import hashlib
 import platform
 
+from .._version import __version__
 from ..errors import GGMLError
 from .functional import Functional
 from .io import model_bytes, model_from_bytes
@@ -43,7 +44,6 @@ def ggml_marshal_model(model: Sequential | Functional) -> MarshaledModel:
     else:
         raise GGMLError(f"ggml_marshal_model(): unsupported model class {type(model).__name__!r}: only "
                         "Sequential and Functional models can be marshaled (autograd modules: ag_save_model)")
-    from .. import __version__
     payload = model_bytes(model)
     return MarshaledModel(format=MARSHAL_FORMAT, version=MARSHAL_VERSION, api=api,
                           backend=model.device if model.compiled else None,

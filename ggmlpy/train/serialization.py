@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .._version import __version__
 from ..errors import GGMLError
 from ..nn.layers import Module
 
@@ -92,7 +93,6 @@ def ag_save_model(model: Module, path: str | os.PathLike, metadata: dict | None 
     `model_fn` (ggmlR's): a function of no arguments that builds the architecture again; it is
     stored by name (module and qualified name, so it must be importable: ggmlR stores the R
     closure itself), and ag_load_model(path) then rebuilds the model without being told how."""
-    from .. import __version__
     gguf = _gguf()
     if not isinstance(model, Module):
         raise GGMLError(f"ag_save_model: model must be an ag_sequential or ag_* layer, got {type(model).__name__}")
