@@ -9,6 +9,7 @@ import ggmlpy as g
 from op_cases import CASES, TARGETS
 
 from ggmlpy import kernels
+from ggmlpy.optim.optimizers import Optimizer
 
 
 def gemm_kernel() -> bool:
@@ -221,6 +222,22 @@ def test_host_data_made_inside_fn_is_refused():
     with pytest.raises(g.GGMLError, match="host data"):
         g.ag_compile(lambda a: g.ag_sum(drop(g.ag_matmul(w, a))), [x], optimizer=g.optimizer_sgd([w]))
     assert g.get_rng_state() == state  # the mask the trace drew is put back: a refusal changes nothing
+
+
+def test_an_optimizer_without_a_graph_form_is_refused_by_ag_compile():
+    """The compiler asks the optimizer for its graph form (graph_update); one without is a clear error."""
+    params, loss_fn = mlp()
+    x = g.ag_tensor(np.ones((8, 2)))
+
+    class Plain(Optimizer):  # no update of its own
+        pass
+
+    class NotAnOptimizer:
+        def __init__(self, ps):
+            self.params, self.t = ps, 0
+    for opt in (Plain(params, lr=0.1), NotAnOptimizer(params)):
+        with pytest.raises(g.GGMLError, match="no graph form"):
+            g.ag_compile(loss_fn, [x, x], optimizer=opt)
 
 
 def test_parity_programs_compile_to_the_same_results():

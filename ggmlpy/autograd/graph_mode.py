@@ -9,8 +9,9 @@ emits into one ggml graph:
   forward op has a ggml backward, or ggmlpy's rule table: each tape op names
   its VJP rule, and the rules, written with primitives, emit graph nodes
   instead of running eagerly (see `emitting` and rules.ap);
-* the optimizer update (ggml_opt_step_adamw / ggml_opt_step_sgd, or emitted ops),
-  written in place into the parameters' own memory, after every other node.
+* the optimizer update, the nodes the optimizer emits itself (its `graph_update`:
+  ggml_opt_step_adamw / ggml_opt_step_sgd, or element-wise nodes), written in place
+  into the parameters' own memory, after every other node.
 
 The graph is allocated once with ggml's graph allocator (intermediates share
 memory) and re-run while the input shapes stay the same; parameters stay where
@@ -42,6 +43,7 @@ from .rules import RULES
 from .tape import TAPE, no_grad
 
 if TYPE_CHECKING:
+    from ..optim.graph_update import GraphUpdate
     from ..optim.optimizers import Optimizer
     from .engine import GradMap
 
@@ -343,7 +345,7 @@ class CompiledStep:
                 check_index_values(op, ins[pos]._read(), limit)
             if self.optimizer is not None:
                 self.optimizer.t += 1
-                self._hyper_update()
+                self._updater.write_hyper()
             plan.run([x.st for x in ins])
             return _read_scalar(plan.loss)
 
@@ -455,7 +457,7 @@ class CompiledStep:
     def _emit_update(self, b, params, grads):
         """The optimizer's step as graph nodes, expanded after everything that reads a parameter."""
         if self._updater is None:
-            self._updater = _GraphOptimizer(self.optimizer, b.dc)
+            self._updater = _graph_update(self.optimizer, b.dc)
         # Every gradient first: one computed after another parameter's in-place update
         # would read the new value.
         for g in grads.values():
@@ -467,11 +469,17 @@ class CompiledStep:
             g = grads.get(tid)
             if g is not None:
                 b.room(48)
-                for t in self._updater.emit(b, p, g, rows):
+                for t in self._updater.emit(b.ctx, p, g.t, rows):
                     lib.ggml_build_forward_expand(b.graph, t)
 
-    def _hyper_update(self):
-        self._updater.write_hyper()
+
+def _graph_update(optimizer, dc) -> GraphUpdate:
+    """The optimizer's update as graph nodes: optim/ sits above autograd, so the compiler asks the
+    optimizer it is handed for its graph form (optim.graph_update.GraphUpdate's two calls)."""
+    make = getattr(optimizer, "graph_update", None)
+    if make is None:
+        raise GGMLError(f"ag_compile: no graph form for {type(optimizer).__name__}")
+    return make(dc)
 
 
 def _clip_by_global_norm(b: Builder, grads: dict, max_norm: float) -> dict:
@@ -511,70 +519,6 @@ def _as_inputs(xs) -> list:
     """Tensors as they are; numpy arrays (and numbers) uploaded once (in the default float dtype:
     pass indices as ag_tensor(..., dtype="i32"))."""
     return [x if isinstance(x, AGTensor) else ag_tensor(x) for x in xs]
-
-
-class _GraphOptimizer:
-    """ggmlR's optimizers as graph nodes, sharing the eager optimizer's state (m, v, velocity)."""
-
-    def __init__(self, opt, dc):
-        from ..optim.optimizers import optimizer_adam, optimizer_sgd
-        from ..tensor import ag_tensor
-        self.opt = opt
-        self.adam = isinstance(opt, optimizer_adam)
-        if not (self.adam or isinstance(opt, optimizer_sgd)):
-            raise GGMLError(f"ag_compile: no graph form for {type(opt).__name__}")
-        # hyper-parameters are f32 inputs whatever ag_dtype() is: ggml's kernels abort on others
-        self.hyper = ag_tensor(np.zeros((7 if self.adam else 2, 1)), device=dc.spec, dtype="f32")
-        self.mixed_hyper = ag_tensor(np.zeros((9 if self.adam else 1, 1)), device=dc.spec, dtype="f32")
-        self.index = {p.id: i for i, p in enumerate(opt.params)}
-
-    def write_hyper(self):
-        from ..optim.fused import adam_hyper_values, adam_mixed_hyper_values
-        o = self.opt
-        if self.adam:  # with the kernel's float32 (1 - beta) folded back to ggmlR's values
-            vals = adam_hyper_values(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.t)
-            mixed = adam_mixed_hyper_values(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.t)
-        else:
-            vals, mixed = [o.lr, 0.0 if o.momentum else o.weight_decay], [o.lr]
-        self.hyper.data = np.array(vals).reshape(-1, 1)
-        self.mixed_hyper.data = np.array(mixed).reshape(-1, 1)
-
-    def emit(self, b, p: AGTensor, g: Sym, rows: dict) -> list:
-        """The nodes that update p (and its optimizer state) in place."""
-        o, ctx = self.opt, b.ctx
-        i = self.index.get(p.id)
-        if i is None:
-            raise GGMLError("ag_compile: a parameter fn uses is not in the optimizer's list")
-        if p.st.type != F32:  # ggml's kernels are f32 only: fused.py's mixed-precision update
-            return self._emit_mixed(ctx, p, g, i, rows)
-        lib.ggml_set_param(p.st.t)  # the fused optimizer kernels insist on it
-        if self.adam:
-            m, v = o._state(o.m, i, p), o._state(o.v, i, p)
-            return [lib.ggml_opt_step_adamw(ctx, p.st.t, g.t, m.st.t, v.st.t, self.hyper.st.t)]
-        if not o.momentum:
-            return [lib.ggml_opt_step_sgd(ctx, p.st.t, g.t, self.hyper.st.t)]
-        # momentum: v = momentum * v + g (+ wd * p); p -= lr * v, written back into both
-        vel = o._state(o.velocity, i, p)
-        v_new = lib.ggml_add(ctx, lib.ggml_scale(ctx, vel.st.t, o.momentum), g.t)
-        if o.weight_decay:
-            v_new = lib.ggml_add(ctx, v_new, lib.ggml_scale(ctx, p.st.t, o.weight_decay))
-        v_new = lib.ggml_cpy(ctx, v_new, vel.st.t)
-        lr = lib.ggml_view_1d(ctx, self.hyper.st.t, 1, 0)
-        step = lib.ggml_mul(ctx, v_new, lib.ggml_repeat(ctx, lr, v_new))
-        return [lib.ggml_cpy(ctx, lib.ggml_sub(ctx, p.st.t, step), p.st.t)]
-
-    def _emit_mixed(self, ctx, p: AGTensor, g: Sym, i: int, rows: dict) -> list:
-        from ..optim import fused
-        o = self.opt
-        h = fused.scalar_rows(ctx, self.mixed_hyper.st.t, int(p.st.t.ne[0]), rows)
-        if self.adam:
-            state = [o._state(o.m, i, p), o._state(o.v, i, p)]
-            new = fused.adam_mixed_nodes(ctx, h, p.st.t, g.t, *(s.st.t for s in state), bool(o.weight_decay))
-        else:
-            state = [o._state(o.velocity, i, p)] if o.momentum else []
-            new = fused.sgd_mixed_nodes(ctx, h(0), p.st.t, g.t, state[0].st.t if state else None, o.momentum,
-                                        o.weight_decay)
-        return [lib.ggml_cpy(ctx, n, t.st.t) for n, t in zip(new, state + [p])]
 
 
 def _ggml_can_differentiate(b: Builder) -> bool:

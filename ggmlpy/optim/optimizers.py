@@ -23,6 +23,7 @@ from ..errors import GGMLError
 from ..params import ParamList
 from ..tensor import AGTensor, ag_tensor, same_device
 from . import fused
+from .graph_update import GraphUpdate
 
 if TYPE_CHECKING:
     from ..nn.layers import Module
@@ -111,6 +112,11 @@ class Optimizer:
     def _update(self, i, p, g):
         raise NotImplementedError
 
+    def graph_update(self, device) -> GraphUpdate:
+        """This optimizer's update as nodes of a compiled graph on `device` (ag_compile), sharing
+        its state; a GGMLError for an optimizer that has no graph form."""
+        raise GGMLError(f"ag_compile: no graph form for {type(self).__name__}")
+
     def _state(self, store: dict, i: int, p: AGTensor) -> AGTensor:
         """Optimizer state is f32 whatever the parameter's dtype (fused.mixed_fusable says why)."""
         if i not in store:
@@ -180,6 +186,9 @@ class optimizer_sgd(Optimizer):
             g = v
         assign(p, F.ag_sub(p, F.ag_scale(g, self.lr)))
 
+    def graph_update(self, device) -> GraphUpdate:
+        return GraphUpdate(self, device, adam=False)
+
     def _step(self, todo) -> None:
         def rows(group):
             return [(p, g, self._state(self.velocity, i, p)) if self.momentum else (p, g) for i, p, g in group]
@@ -224,6 +233,9 @@ class optimizer_adam(Optimizer):
         if self.weight_decay:  # AdamW: decoupled decay, applied to the weights directly
             upd = F.ag_add(upd, F.ag_scale(p, self.lr * self.weight_decay))
         assign(p, F.ag_sub(p, upd))
+
+    def graph_update(self, device) -> GraphUpdate:
+        return GraphUpdate(self, device, adam=True)
 
     def _step(self, todo) -> None:
         def quad(item):
