@@ -7,7 +7,9 @@ tensors are matrices; ggmlpy's may also have batch and head axes after the first
 two ([d, T, B], [d, T, H, B]), which every op treats as batches. A shape never
 ends in 1s beyond its first two dims ([3, 4, 1] is [3, 4]), as ggml's specs.
 Tensors have reference semantics: an optimizer's in-place update is seen
-through every reference.
+through every reference. The methods that are ag_* calls (the Python operators,
+`.T`, `.backward()`, indexing) are set on AGTensor by the layer above that defines
+those functions (autograd.tensor_methods.install); this module imports nothing above it.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import itertools
 import numbers
 import threading
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -24,6 +27,9 @@ from .runtime.state import DTYPE_NAMES, DTYPES, STATE, DeviceContext
 from .bindings import ffi, lib
 from .core.context import NP_DTYPES, _from_storage, _to_storage
 from .errors import DeviceError, GGMLError
+
+if TYPE_CHECKING:
+    from .autograd.engine import GradMap
 
 _ids = itertools.count(1)
 F32 = lib.GGML_TYPE_F32
@@ -220,21 +226,9 @@ class AGTensor:
         """R's ncol(): the second dimension (samples, for activations)."""
         return self.shape[1]
 
-    @property
-    def T(self) -> "AGTensor":
-        """The transpose (ag_transpose), tracked by the tape."""
-        from .autograd.ops import ag_transpose
-        return ag_transpose(self)
-
     def nbytes(self) -> int:
         """Bytes of device memory the values take."""
         return self.st.nbytes
-
-    def backward(self, grad: "AGTensor | None" = None, retain_all: bool = False):
-        """`loss.backward()`: the same as `backward(loss)` (gradients into the leaves' `.grad`;
-        returns the gradient map)."""
-        from .autograd.engine import backward
-        return backward(self, grad, retain_all)
 
     # -- rows, indexing -------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -246,20 +240,23 @@ class AGTensor:
         for i in range(self.shape[0]):
             yield self[i]
 
-    def __getitem__(self, key) -> "AGTensor":
-        """`t[i]` (row i, as [1, ncol]), `t[i, j]` ([1, 1]), `t[:, 1:3]`, `t[-1]`, `t[:, :, b]`: numpy's
-        rules for ints and step-1 slices, but no dim is dropped (an int keeps a dim of 1, so a
-        matrix stays a matrix). Tracked by the tape (ag_slice)."""
-        if not isinstance(key, tuple):
-            key = (key,)
-        if len(key) > self.ndim:
-            raise IndexError(f"an ag tensor of {self.ndim} dims got {len(key)} indices")
-        key = key + (slice(None),) * (self.ndim - len(key))
-        names = ("row", "column", "dim-3", "dim-4")
-        sl = [_index(k, n, axis) for k, n, axis in zip(key, self.shape, names)]
-        if all(s == slice(0, n) for s, n in zip(sl, self.shape)):
-            return self
-        return _ops().ag_slice(self, *sl)
+    if TYPE_CHECKING:  # set by autograd.tensor_methods.install(): ag_* calls, declared here for type checkers
+        T: AGTensor
+
+        def backward(self, grad: AGTensor | None = None, retain_all: bool = False) -> GradMap: ...
+        def __getitem__(self, key) -> AGTensor: ...
+        def __add__(self, o: AGTensor | float | ArrayLike) -> AGTensor: ...
+        def __radd__(self, o: AGTensor | float | ArrayLike) -> AGTensor: ...
+        def __sub__(self, o: AGTensor | float | ArrayLike) -> AGTensor: ...
+        def __rsub__(self, o: AGTensor | float | ArrayLike) -> AGTensor: ...
+        def __mul__(self, o: AGTensor | float | ArrayLike) -> AGTensor: ...
+        def __rmul__(self, o: AGTensor | float | ArrayLike) -> AGTensor: ...
+        def __truediv__(self, o: AGTensor | float | ArrayLike) -> AGTensor: ...
+        def __rtruediv__(self, o: AGTensor | float | ArrayLike) -> AGTensor: ...
+        def __neg__(self) -> AGTensor: ...
+        def __matmul__(self, o: AGTensor | ArrayLike) -> AGTensor: ...
+        def __rmatmul__(self, o: AGTensor | ArrayLike) -> AGTensor: ...
+        def __pow__(self, p: float) -> AGTensor: ...
 
     def __repr__(self) -> str:
         prefix = "ag_tensor("
@@ -270,72 +267,6 @@ class AGTensor:
         grad = ", requires_grad=True" if self.requires_grad else ""
         return (f"{prefix}{body},\n{' ' * len(prefix)}shape={list(self.shape)}, "
                 f"dtype={self.dtype}, device={self.device}{grad})")
-
-    # -- Python operators, on top of the ag_* functions -------------------------------------------------
-    # The other operand may be an ag tensor, a number or a numpy array (see _operand for the rule).
-    def __add__(self, o):
-        return _ops().ag_add(self, _operand(o, self))
-
-    __radd__ = __add__  # a + b == b + a, and ag_add broadcasts its second argument
-
-    def __sub__(self, o):
-        return _ops().ag_sub(self, _operand(o, self))
-
-    def __rsub__(self, o):
-        F = _ops()
-        return F.ag_add(F.ag_neg(self), _operand(o, self))
-
-    def __mul__(self, o):
-        F = _ops()
-        o = _operand(o, self)
-        return F.ag_scale(self, o) if _is_number(o) else F.ag_mul(self, o)
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, o):
-        F = _ops()
-        o = _operand(o, self)
-        return F.ag_scale(self, 1.0 / o) if _is_number(o) else F.ag_div(self, o)
-
-    def __rtruediv__(self, o):
-        o = _operand(o, self)
-        if _is_number(o):  # c / t: a constant tensor of c's, divided element-wise
-            o = ag_tensor(np.full(self.shape, float(o)), device=self.dc.spec, dtype=_like_dtype(self))
-        return _ops().ag_div(o, self)
-
-    def __neg__(self):
-        return _ops().ag_neg(self)
-
-    def __matmul__(self, o):
-        return _ops().ag_matmul(self, _operand(o, self))
-
-    def __rmatmul__(self, o):
-        return _ops().ag_matmul(_operand(o, self), self)
-
-    def __pow__(self, p):
-        return _ops().ag_pow(self, p)
-
-
-def _index(k, n: int, axis: str) -> slice:
-    """One index of t[rows, cols] as a step-1 slice within range (numpy's rules)."""
-    if isinstance(k, (bool, np.bool_)):
-        raise IndexError(f"boolean {axis} index: ag tensors take ints and step-1 slices")
-    if isinstance(k, (int, np.integer)):
-        i = int(k)
-        if not -n <= i < n:
-            raise IndexError(f"{axis} index {i} is out of range for {n} {axis}s")
-        i %= n
-        return slice(i, i + 1)
-    if isinstance(k, slice):
-        lo, hi, step = k.indices(n)
-        if step != 1:
-            raise IndexError(f"{axis} slice {k}: only step 1 is supported")
-        if hi <= lo:
-            raise IndexError(f"{axis} slice {k} selects nothing from {n} {axis}s")
-        return slice(lo, hi)
-    raise IndexError(f"{axis} index of type {type(k).__name__}: ag tensors take ints and step-1 slices "
-                     "(use ag_slice, or gather with ag_embedding for index lists)")
-
 
 def _is_number(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
@@ -359,12 +290,6 @@ def _operand(o, like: AGTensor):
     if isinstance(o, (np.ndarray, list, tuple, np.generic)):
         return ag_tensor(np.asarray(o), device=like.dc.spec, dtype=_like_dtype(like))
     return o  # let the ag_* function name the bad type
-
-
-def _ops():
-    """The ag_* functions: imported on first use, since autograd imports this module."""
-    from .autograd import ops
-    return ops
 
 
 def _storage_type(dtype, arr: np.ndarray) -> int:

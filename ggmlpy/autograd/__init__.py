@@ -8,6 +8,9 @@ from .graph_mode import ag_backward_graph, ag_compile
 from .ops import *  # noqa: F401,F403
 from .ops import __dict__ as _ops_ns
 from .tape import no_grad, tape_bytes, tape_report, with_grad_tape
+from . import tensor_methods
+
+tensor_methods.install()  # AGTensor's operators, .T, .backward() and indexing are ag_* calls
 
 # the ag_* functions ops.py defines (not those it imports, such as ag_tensor)
 ag_ops = sorted(n for n, v in _ops_ns.items()

@@ -1,0 +1,24 @@
+"""The package's layers hold: the import-linter contracts in pyproject.toml are kept, and the hooks
+by which a layer equips what a lower one defines are in place whatever is imported first."""
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fresh(code: str) -> str:
+    """Run `code` in a fresh interpreter on this checkout; its stdout."""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_a_tensor_has_its_operators_whatever_module_is_imported_first():
+    """tensor.py sits below autograd; autograd.tensor_methods sets the ag_* methods on AGTensor when the
+    autograd package loads, which importing any part of ggmlpy does."""
+    out = _fresh("import ggmlpy.tensor as t\n"
+                 "print(all(hasattr(t.AGTensor, n) for n in ('__add__', '__matmul__', '__getitem__', 'T', 'backward')))\n"
+                 "x = t.ag_tensor([[1.0, 2.0]])\n"
+                 "print((x + 1).numpy().tolist(), (2 * x).T.shape, x[0, 1].item())")
+    assert out.split() == ["True", "[[2.0,", "3.0]]", "(2,", "1)", "2.0"]
