@@ -11,7 +11,7 @@ import pytest
 
 import ggmlpy as g
 from ggmlpy import kernels
-from ggmlpy.autograd.forward_ad import hvp
+from ggmlpy.autograd.functional import hvp
 from ggmlpy.bindings import lib
 
 K = kernels.get()

@@ -1,8 +1,8 @@
 """Reverse-mode autodiff on a tape, with ggmlR's ag_* API."""
 from .checkpoint import CheckpointReplayError, ag_checkpoint
 from .engine import GradMap, backward, zero_grad
-from .forward_ad import (dual_level, enter_dual_level, exit_dual_level, hvp, jacfwd, jvp, make_dual,
-                         unpack_dual)
+from .forward_ad import dual_level, enter_dual_level, exit_dual_level, make_dual, unpack_dual
+from .functional import hvp, jacfwd, jvp
 from .gradcheck import ag_gradcheck
 from .graph_mode import ag_backward_graph, ag_compile
 from .ops import *  # noqa: F401,F403

@@ -12,7 +12,8 @@ from ..errors import GGMLError
 from ..kernels import enabled as _kernels_on
 from ..tensor import AGTensor, same_device
 from . import forward_ad as _fwd
-from . import prims, rules
+from . import prims
+from .call import SAVED_KEY, Call
 from .rules import RULES
 from .tape import TAPE, Node, no_grad
 
@@ -130,9 +131,6 @@ def watch_params():
         _hook(-1)
 
 
-_SAVED_KEY = tuple(f"x{i}" for i in range(8))  # a rule's c.x(i) reads saved["x{i}"]
-
-
 def _reshape_in_place(x: AGTensor, shape, out_type: int, dc):
     """A reshape of a pass-pool tensor (contiguous, of the output's type) as a view of its memory:
     no copy. Pass-pool tensors are never written after they are made, so sharing is safe; a reset
@@ -169,19 +167,16 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
     tape = TAPE  # this thread's (a threading.local): read it once
     if tape.enabled and not tape.paused and rule.vjp is not None and any(x.requires_grad for x in inputs):
         out.requires_grad = True
-        saved = {_SAVED_KEY[i]: inputs[i] for i in rule.saves}
+        saved = {SAVED_KEY[i]: inputs[i] for i in rule.saves}
         if rule.saves_out:
             saved["out"] = out
         tape.nodes.append(Node(op, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in inputs],
                                saved, params, tuple(x.shape for x in inputs)))
     if _fwd.LEVELS:
-        _fwd.propagate(rule, out, inputs, params)
+        _fwd.propagate(rule, out, inputs, params, apply)  # its JVP rule's primitives are applied here too
     if hooks is not None and hooks.trace is not None:
         hooks.trace.append((op, inputs, params, out))
     return out
-
-
-rules.apply_eagerly = apply
 
 
 # -- backward --------------------------------------------------------------------------------------------
@@ -260,7 +255,7 @@ def walk(nodes, grads: dict, leaves: dict, retain_all: bool = False) -> None:
         if node.backward_fn is not None:  # a checkpoint: replays its segment
             in_grads = node.backward_fn(g, grads, leaves)
         else:
-            in_grads = RULES[node.op].vjp(g, node)
+            in_grads = RULES[node.op].vjp(g, Call(apply, node.saved, node.params, node.in_shapes))
         for (tid, needs, leaf), gi in zip(node.inputs, in_grads):
             if not needs or gi is None:
                 continue

@@ -37,11 +37,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import GGMLError
-from ..tensor import AGTensor
+from ..tensor import AGTensor, ag_tensor
+from .call import Call
+from .tape import TAPE, Node
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -225,7 +227,6 @@ def _innermost() -> int:
 
 def _alias(t: AGTensor) -> AGTensor:
     """A new tensor on t's memory, connected to t on the tape (gradients flow through)."""
-    from .tape import TAPE, Node
     out = AGTensor(t.st, t.shape, t.dc, requires_grad=t.requires_grad, is_leaf=False)
     if t.requires_grad and TAPE.recording():
         TAPE.nodes.append(Node("copy", out.id, [(t.id, True, t if t.is_leaf else None)], {}, {}, (t.shape,)))
@@ -238,7 +239,6 @@ def make_dual(primal: AGTensor, tangent: AGTensor | ArrayLike, level: int | None
         raise GGMLError(f"make_dual: primal must be an ag tensor, got {type(primal).__name__}")
     level = _innermost() if level is None else level
     if not isinstance(tangent, AGTensor):
-        from ..tensor import ag_tensor
         tangent = ag_tensor(tangent, device=primal.dc.spec)
     if tangent.shape != primal.shape:
         raise GGMLError(f"make_dual: tangent shape {list(tangent.shape)} differs from primal's {list(primal.shape)}")
@@ -283,20 +283,9 @@ def copy_tangents(src: AGTensor, dst: AGTensor) -> None:
 
 
 # -- propagation through primitives (called by engine.apply while a level is open) -----------------------
-class _Call:
-    """What a JVP rule sees: the inputs, the output, the parameters."""
-
-    __slots__ = ("inputs", "out", "params", "in_shapes")
-
-    def __init__(self, inputs, out, params):
-        self.inputs, self.out, self.params = inputs, out, params
-        self.in_shapes = tuple(x.shape for x in inputs)
-
-    def x(self, i):
-        return self.inputs[i]
-
-
-def propagate(rule: Rule, out: AGTensor, inputs: Sequence[AGTensor], params: dict) -> None:
+def propagate(rule: Rule, out: AGTensor, inputs: Sequence[AGTensor], params: dict, ap) -> None:
+    """Set out's tangents at this thread's levels from the inputs' by the primitive's JVP rule,
+    whose own primitives go through `ap` (engine.apply, which calls this)."""
     present = set()
     for x in inputs:
         if x.fwd_grad is not None:
@@ -311,7 +300,7 @@ def propagate(rule: Rule, out: AGTensor, inputs: Sequence[AGTensor], params: dic
         return
     if rule.jvp is None:
         raise GGMLError("this operation has no forward-mode (JVP) rule")
-    call = _Call(inputs, out, params)
+    call = Call.of(ap, inputs, out, params)
     for lv in levels:
         tangents = [tangent_of(x, lv) for x in inputs]
         masked.add(lv)
@@ -321,65 +310,3 @@ def propagate(rule: Rule, out: AGTensor, inputs: Sequence[AGTensor], params: dic
             masked.discard(lv)
         if t_out is not None:
             _forward_grad(out).set_value(t_out, lv)
-
-
-# -- functional API -------------------------------------------------------------------------------------------
-def jvp(fn: Callable[..., AGTensor | Sequence[AGTensor]], primals: AGTensor | Sequence[AGTensor],
-        tangents: AGTensor | ArrayLike | Sequence[AGTensor | ArrayLike],
-        ) -> tuple[AGTensor, AGTensor] | tuple[list[AGTensor], list[AGTensor]]:
-    """(fn(*primals), J v): outputs and their directional derivatives along `tangents`."""
-    single = not isinstance(primals, (list, tuple))
-    primals = [primals] if single else list(primals)
-    tangents = [tangents] if single or isinstance(tangents, AGTensor) and len(primals) == 1 else list(tangents)
-    if len(primals) != len(tangents):
-        raise GGMLError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
-    with dual_level() as lv:
-        outs = fn(*[make_dual(p, t, lv) for p, t in zip(primals, tangents)])
-        many = isinstance(outs, (list, tuple))
-        pairs = [unpack_dual(o, lv) for o in (outs if many else [outs])]
-        results = [p for p, _ in pairs]
-        jvps = [t if t is not None else _zeros_like(p) for p, t in pairs]
-    return (results, jvps) if many else (results[0], jvps[0])
-
-
-def _zeros_like(t):
-    from .ops import ag_zeros
-    return ag_zeros(*t.shape, device=t.dc.spec)
-
-
-def hvp(fn: Callable[[AGTensor], AGTensor], x: AGTensor, v: AGTensor | ArrayLike) -> tuple[AGTensor, AGTensor]:
-    """(fn(x), H v) for a scalar fn, by forward-over-reverse: the JVP of a backward pass.
-
-    Runs its own with_grad_tape() (which resets the pass pool)."""
-    from .engine import backward
-    from .tape import with_grad_tape
-    if not isinstance(x, AGTensor) or not callable(fn):
-        raise GGMLError("hvp: expected a function and an ag tensor, hvp(fn, x, v)")
-    leaf = AGTensor(x.st, x.shape, x.dc, requires_grad=True)
-    with dual_level() as lv:
-        with with_grad_tape():
-            loss = fn(make_dual(leaf, v, lv))  # on the tape, so the gradient reaches `leaf`
-        grads = backward(loss)
-        g = grads.get(leaf)
-        hv = tangent_of(g, lv) if g is not None else None
-        loss_primal, _ = unpack_dual(loss, lv)
-    return loss_primal, (hv if hv is not None else _zeros_like(x))
-
-
-def jacfwd(fn: Callable[[AGTensor], AGTensor]) -> Callable[[AGTensor], AGTensor]:
-    """A function computing the Jacobian of fn at x, column by column with jvp:
-    J[:, k] = d vec(fn(x)) / d vec(x)[k] (vec is R's column-major order)."""
-    import numpy as np
-
-    from ..tensor import ag_tensor
-
-    def jac(x: AGTensor) -> AGTensor:
-        n = x.nrow * x.ncol
-        cols = []
-        for k in range(n):
-            e = np.zeros(n)
-            e[k] = 1.0
-            _, t = jvp(fn, x, ag_tensor(e.reshape(x.shape, order="F"), device=x.dc.spec))
-            cols.append(t.numpy().ravel(order="F"))
-        return ag_tensor(np.stack(cols, axis=1), device=x.dc.spec)
-    return jac

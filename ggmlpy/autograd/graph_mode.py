@@ -8,7 +8,7 @@ emits into one ggml graph:
 * the backward pass, either ggml's own (`ggml_build_backward_expand`) when every
   forward op has a ggml backward, or ggmlpy's rule table: each tape op names
   its VJP rule, and the rules, written with primitives, emit graph nodes
-  instead of running eagerly (see `emitting` and rules.ap);
+  instead of running eagerly (the builder is their emitter: see `_graph_call`);
 * the optimizer update, the nodes the optimizer emits itself (its `graph_update`:
   ggml_opt_step_adamw / ggml_opt_step_sgd, or element-wise nodes), written in place
   into the parameters' own memory, after every other node.
@@ -38,6 +38,7 @@ from ..kernels import enabled as kernels_enabled
 from ..tensor import AGTensor, ag_tensor
 from ..tensor import _ids as tensor_ids
 from . import prims
+from .call import SAVED_KEY, Call
 from .engine import check_index_values
 from .rules import RULES
 from .tape import TAPE, no_grad
@@ -113,22 +114,13 @@ class Builder(GraphContext):
         return Sym(t, self.dc)
 
 
-def emitting(builder: Builder):
-    """Inside this block, rules.ap() emits graph nodes into `builder` instead of computing."""
-    from .rules import _emit_local
-    return bound(_emit_local, "builder", builder)
-
-
-class _Call:
-    """What a VJP rule sees, in symbolic form."""
-
-    __slots__ = ("inputs", "out", "params", "in_shapes")
-
-    def __init__(self, inputs, out, params, in_shapes):
-        self.inputs, self.out, self.params, self.in_shapes = inputs, out, params, in_shapes
-
-    def x(self, i):
-        return self.inputs[i]
+def _graph_call(builder: Builder, in_syms, out_sym, params, in_shapes) -> Call:
+    """What a VJP rule sees, in symbolic form: its primitives become nodes of `builder`'s graph.
+    An input's Sym may be None when the rule does not read it."""
+    saved = {SAVED_KEY[i]: s for i, s in enumerate(in_syms) if s is not None}
+    if out_sym is not None:
+        saved["out"] = out_sym
+    return Call(lambda op, *xs, **prm: builder.emit(op, xs, prm), saved, params, in_shapes)
 
 
 def _accumulate(builder, a, b):
@@ -146,30 +138,29 @@ def emit_backward(builder: Builder, entries, seed: Sym, loss_id: int, wanted: se
             needs.add(out_id)
     grads = {loss_id: seed}
     owned: dict = {}  # as in engine.walk: gradients made here that nothing else reads, safe to add into
-    with emitting(builder):
-        for op, in_ids, in_syms, params, out_id, out_sym, in_shapes in reversed(entries):
-            g = grads.pop(out_id, None)
-            owned.pop(out_id, None)
-            if g is None:
-                continue
-            if op == "slice":  # added where it lies, into an owned sum: no full-size sum per slice
-                tid = in_ids[0]
-                if tid in needs:
-                    grads[tid] = owned[tid] = _add_slice(builder, grads.get(tid), owned.get(tid), g, params["start"],
-                                                         in_shapes[0])
-                continue
-            rule = RULES[op]
-            if rule.vjp is None:
-                continue
-            in_grads = rule.vjp(g, _Call(in_syms, out_sym, params, in_shapes))
-            for tid, gi in zip(in_ids, in_grads):
-                if gi is not None and tid in needs:
-                    prev = grads.get(tid)
-                    grads[tid] = _accumulate(builder, prev, gi)
-                    if prev is None:
-                        owned.pop(tid, None)
-                    else:
-                        owned[tid] = grads[tid]
+    for op, in_ids, in_syms, params, out_id, out_sym, in_shapes in reversed(entries):
+        g = grads.pop(out_id, None)
+        owned.pop(out_id, None)
+        if g is None:
+            continue
+        if op == "slice":  # added where it lies, into an owned sum: no full-size sum per slice
+            tid = in_ids[0]
+            if tid in needs:
+                grads[tid] = owned[tid] = _add_slice(builder, grads.get(tid), owned.get(tid), g, params["start"],
+                                                     in_shapes[0])
+            continue
+        rule = RULES[op]
+        if rule.vjp is None:
+            continue
+        in_grads = rule.vjp(g, _graph_call(builder, in_syms, out_sym, params, in_shapes))
+        for tid, gi in zip(in_ids, in_grads):
+            if gi is not None and tid in needs:
+                prev = grads.get(tid)
+                grads[tid] = _accumulate(builder, prev, gi)
+                if prev is None:
+                    owned.pop(tid, None)
+                else:
+                    owned[tid] = grads[tid]
     return {tid: g for tid, g in grads.items() if tid in wanted}
 
 
@@ -294,8 +285,7 @@ def _backward_plan(loss, nodes, n_tensors, n_external):
         out_sym = sym_of(n.out) if "out" in n.saved else None
         entries.append((n.op, [tid for tid, _, _ in n.inputs], in_syms, n.params, n.out_id, out_sym, n.in_shapes))
     wanted = set(leaves)
-    with emitting(b):
-        seed = b.emit("fill", [sym_of(loss)], {"value": 1.0})
+    seed = b.emit("fill", [sym_of(loss)], {"value": 1.0})
     grads = emit_backward(b, entries, seed, loss.id, wanted)
     outs = {}
     for tid, gs in grads.items():
@@ -450,8 +440,7 @@ class CompiledStep:
         self.last_backward = "ggml" if use_ggml else "rules"
         if use_ggml:
             return _ggml_backward(b, loss_sym, params)
-        with emitting(b):
-            seed = b.emit("fill", [loss_sym], {"value": 1.0})
+        seed = b.emit("fill", [loss_sym], {"value": 1.0})
         return emit_backward(b, entries, seed, loss_id, set(params))
 
     def _emit_update(self, b, params, grads):

@@ -1,9 +1,11 @@
 """The rule table: for each primitive, its forward builder, its VJP and its JVP, side by side.
 
-A rule sees the call through `c`: `c.x(i)` is input i, `c.out` the output,
-`c.params` the primitive's parameters, `c.in_shapes` the inputs' shapes. On the
-tape only the snapshots a rule declares in `saves` (input indices) and
-`saves_out` are kept, so `c.x(i)` works exactly for those.
+A rule sees the call through `c` (call.Call): `c.x(i)` is input i, `c.out` the
+output, `c.params` the primitive's parameters, `c.in_shapes` the inputs' shapes.
+On the tape only the snapshots a rule declares in `saves` (input indices) and
+`saves_out` are kept, so `c.x(i)` works exactly for those. A rule applies its own
+primitives through the call, `c.ap(op, ...)` and the helpers `c.mul`, `c.unb`, ...:
+eagerly or as graph nodes, as the caller that handed in the call decides.
 
 VJPs take the output gradient `g` and return one gradient (or None) per input.
 JVPs take one tangent (or None) per input and return the output's tangent.
@@ -15,11 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import erf, pi, sqrt
 
-import threading
-
+from . import forward_ad
 from . import prims as P
-
-_emit_local = threading.local()  # graph_mode sets .builder while emitting rules as graph nodes
 
 
 @dataclass(frozen=True)
@@ -33,66 +32,6 @@ class Rule:
     index_bound: object = None  # (params, input shapes) -> n: the indices must lie in [0, n)
 
 
-apply_eagerly = None  # engine.apply; engine imports this module, and sets it
-
-
-def ap(op, *xs, **params):
-    """Apply a primitive: eagerly, or as graph nodes while graph_mode.emitting() is active."""
-    builder = getattr(_emit_local, "builder", None)
-    if builder is not None:
-        return builder.emit(op, xs, params)
-    return apply_eagerly(op, *xs, **params)
-
-
-# -- small helpers in terms of primitives ---------------------------------------------------------------
-def unb(g, shape):
-    """Sum a gradient down to `shape` (the adjoint of broadcasting)."""
-    if g is None or g.shape == tuple(shape):
-        return g
-    return ap("unbroadcast", g, shape=tuple(shape))
-
-
-def bcast(t, shape):
-    if t is None or t.shape == tuple(shape):
-        return t
-    return ap("broadcast", t, shape=tuple(shape))
-
-
-def covers(big, small) -> bool:
-    """Every dim of `big` at least `small`'s (shapes of different lengths padded with 1s)."""
-    n = max(len(big), len(small))
-    return all(a >= b for a, b in zip(tuple(big) + (1,) * (n - len(big)), tuple(small) + (1,) * (n - len(small))))
-
-
-def add(a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    if a.shape != b.shape and not covers(a.shape, b.shape):
-        a, b = b, a
-    return ap("add", a, b)
-
-
-def mul(a, b):
-    return ap("mul", a, b)
-
-
-def scale(a, s):
-    return ap("scale", a, s=float(s))
-
-
-def neg(a):
-    return ap("neg", a)
-
-
-def tangent_sum(*terms):
-    out = None
-    for t in terms:
-        out = add(out, t)
-    return out
-
-
 # -- VJPs and JVPs ---------------------------------------------------------------------------------------
 def _matmul_vjp(g, c):
     ta, tb = c.params["ta"], c.params["tb"]
@@ -100,59 +39,59 @@ def _matmul_vjp(g, c):
     if len(c.in_shapes[0]) == 2 and len(c.in_shapes[1]) > 2 and not tb:
         # a 2-D weight times a batch: its gradient contracts g and b over columns and batch at
         # once, as one 2-D product of the flattened tensors (no per-batch products summed after)
-        g2, b2 = _flat(g), _flat(b)
-        ga = ap("matmul", b2, g2, ta=False, tb=True) if ta else ap("matmul", g2, b2, ta=False, tb=True)
+        g2, b2 = _flat(c, g), _flat(c, b)
+        ga = c.ap("matmul", b2, g2, ta=False, tb=True) if ta else c.ap("matmul", g2, b2, ta=False, tb=True)
     else:
-        ga = ap("matmul", b, g, ta=tb, tb=True) if ta else ap("matmul", g, b, ta=False, tb=not tb)
-    gb = ap("matmul", g, a, ta=True, tb=ta) if tb else ap("matmul", a, g, ta=not ta, tb=False)
-    return unb(ga, c.in_shapes[0]), unb(gb, c.in_shapes[1])
+        ga = c.ap("matmul", b, g, ta=tb, tb=True) if ta else c.ap("matmul", g, b, ta=False, tb=not tb)
+    gb = c.ap("matmul", g, a, ta=True, tb=ta) if tb else c.ap("matmul", a, g, ta=not ta, tb=False)
+    return c.unb(ga, c.in_shapes[0]), c.unb(gb, c.in_shapes[1])
 
 
-def _flat(x):
+def _flat(c, x):
     """[k, n, B...] as the matrix [k, n * B...]."""
-    return ap("reshape", x, shape=(x.shape[0], _n(x.shape) // x.shape[0]))
+    return c.ap("reshape", x, shape=(x.shape[0], _n(x.shape) // x.shape[0]))
 
 
 def _matmul_jvp(t, c):
     ta, tb = c.params["ta"], c.params["tb"]
-    return tangent_sum(None if t[0] is None else ap("matmul", t[0], c.x(1), ta=ta, tb=tb),
-                       None if t[1] is None else ap("matmul", c.x(0), t[1], ta=ta, tb=tb))
+    return c.tangent_sum(None if t[0] is None else c.ap("matmul", t[0], c.x(1), ta=ta, tb=tb),
+                         None if t[1] is None else c.ap("matmul", c.x(0), t[1], ta=ta, tb=tb))
 
 
 def _div_vjp(g, c):
     b = c.x(1)
-    ga = ap("div", g, b)
-    gb = neg(ap("div", mul(g, c.out), b))
-    return unb(ga, c.in_shapes[0]), unb(gb, c.in_shapes[1])
+    ga = c.ap("div", g, b)
+    gb = c.neg(c.ap("div", c.mul(g, c.out), b))
+    return c.unb(ga, c.in_shapes[0]), c.unb(gb, c.in_shapes[1])
 
 
 def _div_jvp(t, c):
     b = c.x(1)
-    ta = None if t[0] is None else ap("div", bcast(t[0], c.out.shape), b)
-    tb = None if t[1] is None else neg(ap("div", mul(c.out, t[1]), b))
-    return tangent_sum(ta, tb)
+    ta = None if t[0] is None else c.ap("div", c.bcast(t[0], c.out.shape), b)
+    tb = None if t[1] is None else c.neg(c.ap("div", c.mul(c.out, t[1]), b))
+    return c.tangent_sum(ta, tb)
 
 
 def _softmax_vjp(g, c):
-    return (ap("softmax_back", g, c.out, scale=1.0),)
+    return (c.ap("softmax_back", g, c.out, scale=1.0),)
 
 
 def _softmax_jvp(t, c):
-    return ap("softmax_back", t[0], c.out, scale=1.0)
+    return c.ap("softmax_back", t[0], c.out, scale=1.0)
 
 
 def _softmax_ext_vjp(g, c):
     # y = softmax(s x + m): x's gradient is s times the mask's; a causally masked entry has
     # y = 0, so it gets none.
-    gx = ap("softmax_back", g, c.out, scale=c.params["scale"])
+    gx = c.ap("softmax_back", g, c.out, scale=c.params["scale"])
     if len(c.in_shapes) == 1:
         return (gx,)
-    return gx, unb(ap("softmax_back", g, c.out, scale=1.0), c.in_shapes[1])
+    return gx, c.unb(c.ap("softmax_back", g, c.out, scale=1.0), c.in_shapes[1])
 
 
 def _softmax_ext_jvp(t, c):
-    tin = tangent_sum(None if t[0] is None else scale(t[0], c.params["scale"]),
-                      bcast(t[1], c.out.shape) if len(t) > 1 else None)
+    tin = c.tangent_sum(None if t[0] is None else c.scale(t[0], c.params["scale"]),
+                        c.bcast(t[1], c.out.shape) if len(t) > 1 else None)
     return None if tin is None else _softmax_jvp((tin,), c)
 
 
@@ -160,32 +99,32 @@ def _softmax_back_vjp(G, c):
     # out = s y (g - colSums(g y)) is linear and self-adjoint in g; in y:
     # d<G, out>/dy = s (G (g - colSums(g y)) - g colSums(G y))
     g, y, s = c.x(0), c.x(1), c.params["scale"]
-    gy = scale(ap("sub", mul(G, ap("sub", g, ap("col_sums", mul(g, y)))), mul(g, ap("col_sums", mul(G, y)))), s)
-    return ap("softmax_back", G, y, scale=s), gy
+    gy = c.scale(c.ap("sub", c.mul(G, c.ap("sub", g, c.ap("col_sums", c.mul(g, y)))),
+                      c.mul(g, c.ap("col_sums", c.mul(G, y)))), s)
+    return c.ap("softmax_back", G, y, scale=s), gy
 
 
 def _softmax_back_jvp(t, c):
     g, y, s = c.x(0), c.x(1), c.params["scale"]
-    tg = None if t[0] is None else ap("softmax_back", t[0], y, scale=s)
-    ty = None if t[1] is None else scale(ap("sub", mul(t[1], ap("sub", g, ap("col_sums", mul(g, y)))),
-                                             mul(y, ap("col_sums", mul(g, t[1])))), s)
-    return tangent_sum(tg, ty)
+    tg = None if t[0] is None else c.ap("softmax_back", t[0], y, scale=s)
+    ty = None if t[1] is None else c.scale(c.ap("sub", c.mul(t[1], c.ap("sub", g, c.ap("col_sums", c.mul(g, y)))),
+                                               c.mul(y, c.ap("col_sums", c.mul(g, t[1])))), s)
+    return c.tangent_sum(tg, ty)
 
 
-def _col_mean(x):
-    return scale(ap("col_sums", x), 1.0 / x.shape[0])
+def _col_mean(c, x):
+    return c.scale(c.ap("col_sums", x), 1.0 / x.shape[0])
 
 
 def _layer_norm_vjp(g, c):
     # y = (x - mean) * r, r = (var + eps)^-1/2 per column: dx = r * (g - mean(g) - y * mean(g * y))
     x, y = c.x(0), c.out
-    from .forward_ad import LEVELS
-    if not LEVELS:  # nothing differentiates this again: the fused kernels (not differentiable)
-        return (ap("layer_norm_back", g, x, eps=c.params["eps"]),)
-    xc = ap("sub", x, _col_mean(x))
-    r = ap("pow", ap("add_scalar", _col_mean(ap("sqr", xc)), c=c.params["eps"]), p=-0.5)
-    inner = ap("sub", ap("sub", g, _col_mean(g)), mul(y, _col_mean(mul(g, y))))
-    return (mul(inner, r),)
+    if not forward_ad.LEVELS:  # nothing differentiates this again: the fused kernels (not differentiable)
+        return (c.ap("layer_norm_back", g, x, eps=c.params["eps"]),)
+    xc = c.ap("sub", x, _col_mean(c, x))
+    r = c.ap("pow", c.ap("add_scalar", _col_mean(c, c.ap("sqr", xc)), c=c.params["eps"]), p=-0.5)
+    inner = c.ap("sub", c.ap("sub", g, _col_mean(c, g)), c.mul(y, _col_mean(c, c.mul(g, y))))
+    return (c.mul(inner, r),)
 
 
 def _layer_norm_jvp(t, c):
@@ -194,37 +133,36 @@ def _layer_norm_jvp(t, c):
 
 def _pow_vjp(g, c):
     p = c.params["p"]
-    return (mul(g, scale(ap("pow", c.x(0), p=p - 1), p)),)
+    return (c.mul(g, c.scale(c.ap("pow", c.x(0), p=p - 1), p)),)
 
 
 def _pow_jvp(t, c):
     p = c.params["p"]
-    return mul(t[0], scale(ap("pow", c.x(0), p=p - 1), p))
+    return c.mul(t[0], c.scale(c.ap("pow", c.x(0), p=p - 1), p))
 
 
 def _gelu_deriv(c):
     # d/dx x*Phi(x) = Phi(x) + x*phi(x), from primitives so it can be differentiated again
     x = c.x(0)
-    phi = scale(ap("exp", scale(ap("sqr", x), -0.5)), 1 / sqrt(2 * pi))
-    cdf = ap("add_scalar", scale(ap("erf", scale(x, 1 / sqrt(2))), 0.5), c=0.5)
-    return add(cdf, mul(x, phi))
+    phi = c.scale(c.ap("exp", c.scale(c.ap("sqr", x), -0.5)), 1 / sqrt(2 * pi))
+    cdf = c.ap("add_scalar", c.scale(c.ap("erf", c.scale(x, 1 / sqrt(2))), 0.5), c=0.5)
+    return c.add(cdf, c.mul(x, phi))
 
 
 def _gelu_vjp(g, c):
-    from .forward_ad import LEVELS
-    if LEVELS:  # a forward level may differentiate this again
-        return (mul(g, _gelu_deriv(c)),)
-    return (ap("gelu_back", g, c.x(0), c.out),)  # one fused graph, not differentiable
+    if forward_ad.LEVELS:  # a forward level may differentiate this again
+        return (c.mul(g, _gelu_deriv(c)),)
+    return (c.ap("gelu_back", g, c.x(0), c.out),)  # one fused graph, not differentiable
 
 
-def _silu_deriv(x):
-    s = ap("sigmoid", x)
-    return mul(s, ap("add_scalar", mul(x, ap("add_scalar", neg(s), c=1.0)), c=1.0))
+def _silu_deriv(c, x):
+    s = c.ap("sigmoid", x)
+    return c.mul(s, c.ap("add_scalar", c.mul(x, c.ap("add_scalar", c.neg(s), c=1.0)), c=1.0))
 
 
 def _elementwise(fwd, deriv, saves=(0,), saves_out=False):
     """A rule for y = f(x) with f'(x) given by `deriv(c)`: VJP g*f', JVP t*f'."""
-    return Rule(fwd, vjp=lambda g, c: (mul(g, deriv(c)),), jvp=lambda t, c: mul(t[0], deriv(c)),
+    return Rule(fwd, vjp=lambda g, c: (c.mul(g, deriv(c)),), jvp=lambda t, c: c.mul(t[0], deriv(c)),
                 saves=saves, saves_out=saves_out)
 
 
@@ -244,54 +182,54 @@ def _linear(fwd, vjp1, jvp1=None, saves=()):
 
 
 def _add_relu_vjp(g, c):
-    gm = ap("where_positive", g, c.out)  # relu's mask; the bias then sums it over the broadcast
-    return gm, unb(gm, c.in_shapes[1])
+    gm = c.ap("where_positive", g, c.out)  # relu's mask; the bias then sums it over the broadcast
+    return gm, c.unb(gm, c.in_shapes[1])
 
 
 def _add_relu_jvp(t, c):
-    t_in = tangent_sum(t[0], bcast(t[1], c.in_shapes[0]))
-    return None if t_in is None else ap("where_positive", t_in, c.out)
+    t_in = c.tangent_sum(t[0], c.bcast(t[1], c.in_shapes[0]))
+    return None if t_in is None else c.ap("where_positive", t_in, c.out)
 
 
 RULES = {
     "matmul": Rule(P.matmul, _matmul_vjp, _matmul_jvp, saves=(0, 1)),
-    "add": Rule(P.add, lambda g, c: (g, unb(g, c.in_shapes[1])),
-                lambda t, c: tangent_sum(t[0], bcast(t[1], c.in_shapes[0]))),
-    "sub": Rule(P.sub, lambda g, c: (g, unb(neg(g), c.in_shapes[1])),
-                lambda t, c: tangent_sum(t[0], None if t[1] is None else neg(bcast(t[1], c.in_shapes[0])))),
-    "mul": Rule(P.mul, lambda g, c: (unb(mul(g, c.x(1)), c.in_shapes[0]), unb(mul(g, c.x(0)), c.in_shapes[1])),
-                lambda t, c: tangent_sum(None if t[0] is None else mul(t[0], c.x(1)),
-                                         None if t[1] is None else mul(c.x(0), t[1])), saves=(0, 1)),
+    "add": Rule(P.add, lambda g, c: (g, c.unb(g, c.in_shapes[1])),
+                lambda t, c: c.tangent_sum(t[0], c.bcast(t[1], c.in_shapes[0]))),
+    "sub": Rule(P.sub, lambda g, c: (g, c.unb(c.neg(g), c.in_shapes[1])),
+                lambda t, c: c.tangent_sum(t[0], None if t[1] is None else c.neg(c.bcast(t[1], c.in_shapes[0])))),
+    "mul": Rule(P.mul, lambda g, c: (c.unb(c.mul(g, c.x(1)), c.in_shapes[0]), c.unb(c.mul(g, c.x(0)), c.in_shapes[1])),
+                lambda t, c: c.tangent_sum(None if t[0] is None else c.mul(t[0], c.x(1)),
+                                           None if t[1] is None else c.mul(c.x(0), t[1])), saves=(0, 1)),
     "div": Rule(P.div, _div_vjp, _div_jvp, saves=(1,), saves_out=True),
-    "scale": _linear(P.scale, lambda g, c: scale(g, c.params["s"]), lambda t, c: scale(t, c.params["s"])),
+    "scale": _linear(P.scale, lambda g, c: c.scale(g, c.params["s"]), lambda t, c: c.scale(t, c.params["s"])),
     "add_scalar": _linear(P.add_scalar, lambda g, c: g, lambda t, c: t),
-    "neg": _linear(P.neg, lambda g, c: neg(g), lambda t, c: neg(t)),
+    "neg": _linear(P.neg, lambda g, c: c.neg(g), lambda t, c: c.neg(t)),
     "copy": _linear(P.copy, lambda g, c: g, lambda t, c: t),
     # relu keeps its output, not its input (x > 0 iff relu(x) > 0): the next layer keeps it
     # anyway, so the tape holds one tensor where it would hold two.
-    "relu": Rule(P.relu, vjp=lambda g, c: (ap("where_positive", g, c.out),),
-                 jvp=lambda t, c: ap("where_positive", t[0], c.out), saves_out=True),
+    "relu": Rule(P.relu, vjp=lambda g, c: (c.ap("where_positive", g, c.out),),
+                 jvp=lambda t, c: c.ap("where_positive", t[0], c.out), saves_out=True),
     "add_relu": Rule(P.add_relu, _add_relu_vjp, _add_relu_jvp, saves_out=True),
     # linear in g; y only selects, so it gets no gradient
-    "where_positive": Rule(P.where_positive, vjp=lambda g, c: (ap("where_positive", g, c.x(1)), None),
-                           jvp=lambda t, c: None if t[0] is None else ap("where_positive", t[0], c.x(1)),
+    "where_positive": Rule(P.where_positive, vjp=lambda g, c: (c.ap("where_positive", g, c.x(1)), None),
+                           jvp=lambda t, c: None if t[0] is None else c.ap("where_positive", t[0], c.x(1)),
                            saves=(1,)),
-    "sigmoid": _elementwise(_unary("sigmoid"), lambda c: mul(c.out, ap("add_scalar", neg(c.out), c=1.0)),
+    "sigmoid": _elementwise(_unary("sigmoid"), lambda c: c.mul(c.out, c.ap("add_scalar", c.neg(c.out), c=1.0)),
                             saves=(), saves_out=True),
-    "tanh": _elementwise(_unary("tanh"), lambda c: ap("add_scalar", neg(ap("sqr", c.out)), c=1.0),
+    "tanh": _elementwise(_unary("tanh"), lambda c: c.ap("add_scalar", c.neg(c.ap("sqr", c.out)), c=1.0),
                          saves=(), saves_out=True),
     "exp": _elementwise(_unary("exp"), lambda c: c.out, saves=(), saves_out=True),
-    "log": _elementwise(_unary("log"), lambda c: ap("pow", c.x(0), p=-1.0)),
-    "sqrt": _elementwise(_unary("sqrt"), lambda c: scale(ap("pow", c.out, p=-1.0), 0.5), saves=(), saves_out=True),
-    "sqr": _elementwise(_unary("sqr"), lambda c: scale(c.x(0), 2.0)),
-    "abs": _elementwise(_unary("abs"), lambda c: ap("sgn", c.x(0))),
-    "gelu": Rule(_unary("gelu_erf"), _gelu_vjp, lambda t, c: mul(t[0], _gelu_deriv(c)), saves=(0,), saves_out=True),
+    "log": _elementwise(_unary("log"), lambda c: c.ap("pow", c.x(0), p=-1.0)),
+    "sqrt": _elementwise(_unary("sqrt"), lambda c: c.scale(c.ap("pow", c.out, p=-1.0), 0.5), saves=(), saves_out=True),
+    "sqr": _elementwise(_unary("sqr"), lambda c: c.scale(c.x(0), 2.0)),
+    "abs": _elementwise(_unary("abs"), lambda c: c.ap("sgn", c.x(0))),
+    "gelu": Rule(_unary("gelu_erf"), _gelu_vjp, lambda t, c: c.mul(t[0], _gelu_deriv(c)), saves=(0,), saves_out=True),
     "gelu_back": Rule(P.gelu_back),  # used only where nothing differentiates it again (_gelu_vjp)
-    "silu": _elementwise(_unary("silu"), lambda c: _silu_deriv(c.x(0))),
+    "silu": _elementwise(_unary("silu"), lambda c: _silu_deriv(c, c.x(0))),
     "erf": _elementwise(lambda ctx, x: P.erf(ctx, x),
-                        lambda c: scale(ap("exp", neg(ap("sqr", c.x(0)))), 2 / sqrt(pi))),
+                        lambda c: c.scale(c.ap("exp", c.neg(c.ap("sqr", c.x(0)))), 2 / sqrt(pi))),
     "pow": Rule(P.pow_, _pow_vjp, _pow_jvp, saves=(0,)),
-    "clamp": _elementwise(P.clamp, lambda c: ap("inside", c.x(0), lo=c.params["lo"], hi=c.params["hi"])),
+    "clamp": _elementwise(P.clamp, lambda c: c.ap("inside", c.x(0), lo=c.params["lo"], hi=c.params["hi"])),
     "step": _const(_unary("step")),
     "sgn": _const(_unary("sgn")),
     "inside": _const(P.inside),
@@ -305,40 +243,40 @@ RULES = {
     "attention": Rule(P.attention),
     "softmax_back": Rule(P.softmax_back, _softmax_back_vjp, _softmax_back_jvp, saves=(0, 1)),
     "softmax_ext": Rule(P.softmax_ext, _softmax_ext_vjp, _softmax_ext_jvp, saves_out=True),
-    "sum_all": _linear(P.sum_all, lambda g, c: bcast(g, c.in_shapes[0]), lambda t, c: ap("sum_all", t)),
-    "col_sums": _linear(P.col_sums, lambda g, c: bcast(g, c.in_shapes[0]), lambda t, c: ap("col_sums", t)),
-    "row_sums": _linear(P.row_sums, lambda g, c: bcast(g, c.in_shapes[0]), lambda t, c: ap("row_sums", t)),
-    "broadcast": _linear(P.broadcast, lambda g, c: unb(g, c.in_shapes[0]),
-                         lambda t, c: ap("broadcast", t, **c.params)),
-    "unbroadcast": _linear(P.unbroadcast, lambda g, c: bcast(g, c.in_shapes[0]),
-                           lambda t, c: ap("unbroadcast", t, **c.params)),
-    "transpose": _linear(P.transpose, lambda g, c: ap("transpose", g), lambda t, c: ap("transpose", t)),
-    "permute": _linear(P.permute, lambda g, c: ap("permute", g, perm=_inverse(c.params["perm"])),
-                       lambda t, c: ap("permute", t, **c.params)),
-    "reshape": _linear(P.reshape, lambda g, c: ap("reshape", g, shape=c.in_shapes[0]),
-                       lambda t, c: ap("reshape", t, **c.params)),
-    "slice": _linear(P.slice_, lambda g, c: ap("pad_into", g, start=c.params["start"], shape=c.in_shapes[0]),
-                     lambda t, c: ap("slice", t, **c.params)),
-    "pad_into": _linear(P.pad_into, lambda g, c: ap("slice", g, start=c.params["start"], size=c.in_shapes[0]),
-                        lambda t, c: ap("pad_into", t, **c.params)),
+    "sum_all": _linear(P.sum_all, lambda g, c: c.bcast(g, c.in_shapes[0]), lambda t, c: c.ap("sum_all", t)),
+    "col_sums": _linear(P.col_sums, lambda g, c: c.bcast(g, c.in_shapes[0]), lambda t, c: c.ap("col_sums", t)),
+    "row_sums": _linear(P.row_sums, lambda g, c: c.bcast(g, c.in_shapes[0]), lambda t, c: c.ap("row_sums", t)),
+    "broadcast": _linear(P.broadcast, lambda g, c: c.unb(g, c.in_shapes[0]),
+                         lambda t, c: c.ap("broadcast", t, **c.params)),
+    "unbroadcast": _linear(P.unbroadcast, lambda g, c: c.bcast(g, c.in_shapes[0]),
+                           lambda t, c: c.ap("unbroadcast", t, **c.params)),
+    "transpose": _linear(P.transpose, lambda g, c: c.ap("transpose", g), lambda t, c: c.ap("transpose", t)),
+    "permute": _linear(P.permute, lambda g, c: c.ap("permute", g, perm=_inverse(c.params["perm"])),
+                       lambda t, c: c.ap("permute", t, **c.params)),
+    "reshape": _linear(P.reshape, lambda g, c: c.ap("reshape", g, shape=c.in_shapes[0]),
+                       lambda t, c: c.ap("reshape", t, **c.params)),
+    "slice": _linear(P.slice_, lambda g, c: c.ap("pad_into", g, start=c.params["start"], shape=c.in_shapes[0]),
+                     lambda t, c: c.ap("slice", t, **c.params)),
+    "pad_into": _linear(P.pad_into, lambda g, c: c.ap("slice", g, start=c.params["start"], size=c.in_shapes[0]),
+                        lambda t, c: c.ap("pad_into", t, **c.params)),
     "concat": Rule(P.concat, lambda g, c: _concat_vjp(g, c), lambda t, c: _concat_jvp(t, c)),
-    "get_cols": Rule(P.get_cols, lambda g, c: (ap("get_cols_back", g, c.x(1), vocab=c.in_shapes[0][1]), None),
-                     lambda t, c: None if t[0] is None else ap("get_cols", t[0], c.x(1)), saves=(1,),
+    "get_cols": Rule(P.get_cols, lambda g, c: (c.ap("get_cols_back", g, c.x(1), vocab=c.in_shapes[0][1]), None),
+                     lambda t, c: None if t[0] is None else c.ap("get_cols", t[0], c.x(1)), saves=(1,),
                      index_inputs=(1,), index_bound=lambda p, shapes: shapes[0][1]),
-    "get_cols_back": Rule(P.get_cols_back, lambda g, c: (ap("get_cols", g, c.x(1)), None),
-                          lambda t, c: None if t[0] is None else ap("get_cols_back", t[0], c.x(1), **c.params),
+    "get_cols_back": Rule(P.get_cols_back, lambda g, c: (c.ap("get_cols", g, c.x(1)), None),
+                          lambda t, c: None if t[0] is None else c.ap("get_cols_back", t[0], c.x(1), **c.params),
                           saves=(1,), index_inputs=(1,), index_bound=lambda p, shapes: p["vocab"]),
     "one_hot": Rule(P.one_hot, lambda g, c: (None,), lambda t, c: None, index_inputs=(0,),
                     index_bound=lambda p, shapes: p["shape"][0]),
     # Losses, with ggmlR's definitions and gradients (see prims.py): the target gets no gradient.
-    "mse": Rule(P.mse, lambda g, c: (mul(scale(ap("sub", c.x(0), c.x(1)), 2.0 / _n(c.in_shapes[0])), g), None),
-                lambda t, c: None if t[0] is None else ap("sum_all", mul(
-                    scale(ap("sub", c.x(0), c.x(1)), 2.0 / _n(c.in_shapes[0])), t[0])), saves=(0, 1)),
-    "cross_entropy": Rule(P.cross_entropy, lambda g, c: (mul(_ce_grad(c), g), None),
-                          lambda t, c: None if t[0] is None else ap("sum_all", mul(_ce_grad(c), t[0])),
+    "mse": Rule(P.mse, lambda g, c: (c.mul(c.scale(c.ap("sub", c.x(0), c.x(1)), 2.0 / _n(c.in_shapes[0])), g), None),
+                lambda t, c: None if t[0] is None else c.ap("sum_all", c.mul(
+                    c.scale(c.ap("sub", c.x(0), c.x(1)), 2.0 / _n(c.in_shapes[0])), t[0])), saves=(0, 1)),
+    "cross_entropy": Rule(P.cross_entropy, lambda g, c: (c.mul(_ce_grad(c), g), None),
+                          lambda t, c: None if t[0] is None else c.ap("sum_all", c.mul(_ce_grad(c), t[0])),
                           saves=(0, 1)),
-    "softmax_ce": Rule(P.softmax_ce, lambda g, c: (mul(_sce_grad(c), g), None),
-                       lambda t, c: None if t[0] is None else ap("sum_all", mul(_sce_grad(c), t[0])),
+    "softmax_ce": Rule(P.softmax_ce, lambda g, c: (c.mul(_sce_grad(c), g), None),
+                       lambda t, c: None if t[0] is None else c.ap("sum_all", c.mul(_sce_grad(c), t[0])),
                        saves=(0, 1)),
 }
 
@@ -361,26 +299,26 @@ def _inverse(perm):
 
 def _ce_grad(c):
     p, t = c.x(0), c.x(1)
-    pc = ap("clamp", p, lo=1e-7, hi=1 - 1e-7)
-    return scale(ap("div", t, pc), -1.0 / _cols(c.in_shapes[0]))
+    pc = c.ap("clamp", p, lo=1e-7, hi=1 - 1e-7)
+    return c.scale(c.ap("div", t, pc), -1.0 / _cols(c.in_shapes[0]))
 
 
 def _sce_grad(c):
-    return scale(ap("sub", ap("softmax", c.x(0)), c.x(1)), 1.0 / _cols(c.in_shapes[0]))
+    return c.scale(c.ap("sub", c.ap("softmax", c.x(0)), c.x(1)), 1.0 / _cols(c.in_shapes[0]))
 
 
 def _concat_vjp(g, c):
     a, b = (tuple(s) + (1,) * (4 - len(s)) for s in c.in_shapes[:2])
     dim = c.params["dim"]
     start_b = tuple(a[dim] if k == dim else 0 for k in range(4))
-    return ap("slice", g, start=(0,) * 4, size=a), ap("slice", g, start=start_b, size=b)
+    return c.ap("slice", g, start=(0,) * 4, size=a), c.ap("slice", g, start=start_b, size=b)
 
 
 def _concat_jvp(t, c):
-    from .ops import ag_zeros
-    ta = t[0] if t[0] is not None else ag_zeros(*c.in_shapes[0], device=c.out.dc.spec)
-    tb = t[1] if t[1] is not None else ag_zeros(*c.in_shapes[1], device=c.out.dc.spec)
-    return ap("concat", ta, tb, dim=c.params["dim"])
+    # an input without a tangent contributes zeros of its shape (forward mode sees every input)
+    ta = t[0] if t[0] is not None else c.ap("fill", c.x(0), value=0.0)
+    tb = t[1] if t[1] is not None else c.ap("fill", c.x(1), value=0.0)
+    return c.ap("concat", ta, tb, dim=c.params["dim"])
 
 
 _ = erf  # math.erf documents what the "erf" primitive computes

@@ -15,13 +15,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..autograd.engine import apply
-from ..autograd.rules import RULES, Rule, ap
+from ..autograd import ops as F
+from ..autograd.rules import RULES, Rule
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from ..nn.layers import Module, ag_embedding, ag_linear
 from ..tensor import AGTensor
 from ..core.quants import ggml_quantize_chunk
 from ..core.types import TYPE_NAMES, type_id
+from ..runtime.state import STATE
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -38,17 +40,16 @@ def _matmul_q_t(ctx, wq, g):
     return lib.ggml_out_prod(ctx, wq, lib.ggml_cont(ctx, lib.ggml_transpose(ctx, g)))
 
 
-RULES["matmul_q"] = Rule(_matmul_q, lambda g, c: (None, ap("matmul_q_t", c.x(0), g)),
-                         lambda t, c: None if t[1] is None else ap("matmul_q", c.x(0), t[1]), saves=(0,))
-RULES["matmul_q_t"] = Rule(_matmul_q_t, lambda g, c: (None, ap("matmul_q", c.x(0), g)),
-                           lambda t, c: None if t[1] is None else ap("matmul_q_t", c.x(0), t[1]), saves=(0,))
+RULES["matmul_q"] = Rule(_matmul_q, lambda g, c: (None, c.ap("matmul_q_t", c.x(0), g)),
+                         lambda t, c: None if t[1] is None else c.ap("matmul_q", c.x(0), t[1]), saves=(0,))
+RULES["matmul_q_t"] = Rule(_matmul_q_t, lambda g, c: (None, c.ap("matmul_q", c.x(0), g)),
+                           lambda t, c: None if t[1] is None else c.ap("matmul_q_t", c.x(0), t[1]), saves=(0,))
 
 
 # -- quantized layers -------------------------------------------------------------------------------
 def quantized_tensor(values: ArrayLike, type: int | str, device: str | None = None) -> AGTensor:
     """A frozen AGTensor of R shape values.shape stored as `type`: each column (ggml row) is
     quantized, so nrow must be a whole number of blocks."""
-    from ..runtime.state import STATE
     t = type_id(type, "quantized_tensor")
     if not lib.ggml_is_quantized(t):
         raise GGMLError(f"quantized_tensor: {TYPE_NAMES[t]} is not a quantized type")
@@ -68,7 +69,6 @@ class QuantizedLinear(ag_linear):
     """An ag_linear whose weight is frozen in a quantized type (`ag_quantize`). `Wt` holds t(W)."""
 
     def forward(self, x):
-        from ..autograd import ops as F
         z = apply("matmul_q", self.Wt, F._ag(x, "ag_linear", "x"))
         y = F.ag_add(z, self.b)
         act = {"relu": F.ag_relu, "sigmoid": F.ag_sigmoid, "tanh": F.ag_tanh, "softmax": F.ag_softmax,
