@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import itertools
 import numbers
-import threading
 import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._threadlocal import bound
-from .runtime.state import DTYPE_NAMES, DTYPES, STATE, DeviceContext
+from .runtime.autograd_state import AUTOGRAD
+from .runtime.state import DTYPE_NAMES, DTYPES, STATE, DeviceContext, _has_gpu
 from .bindings import ffi, lib
 from .core.context import NP_DTYPES, _from_storage, _to_storage
 from .errors import DeviceError, GGMLError
@@ -60,14 +59,6 @@ def _as_array(data) -> np.ndarray:
     if 0 in arr.shape:
         raise GGMLError(f"ag_tensor: empty shape {arr.shape}")
     return arr.reshape(norm_shape(arr.shape))
-
-
-_reads = threading.local()  # .list while graph mode traces in this thread: values read on the host
-
-
-def reads_into(lst: list):
-    """Record the tensors whose values this thread reads on the host (ag_compile refuses those)."""
-    return bound(_reads, "list", lst)
 
 
 def _check_int32(arr) -> None:
@@ -136,7 +127,7 @@ class AGTensor:
         """A copy of the values as a numpy array of R shape (nrow, ncol, ...), in the tensor's own dtype:
         float32 for f32, float16 for f16, int32 for i32; bf16 (which numpy lacks) as float32.
         `.data` gives float64, as ggmlR's `$data` (an R double matrix) does."""
-        reads = getattr(_reads, "list", None)
+        reads = AUTOGRAD.host_reads  # this thread's, while ag_compile traces: it refuses host reads
         if reads is not None:
             reads.append(self)
         return self._read()
@@ -342,7 +333,6 @@ def ag_to_device(x: AGTensor, device: str) -> AGTensor:
 
 def _fallback(spec: str) -> str:
     """ag_device("gpu")'s fallback: "gpu" names the CPU where there is no GPU."""
-    from .runtime.state import _has_gpu
     if spec.strip().lower() == "gpu" and not _has_gpu():
         warnings.warn("device 'gpu': no GPU here; using the CPU", RuntimeWarning, stacklevel=3)
         return "cpu"

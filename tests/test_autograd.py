@@ -56,16 +56,16 @@ def test_grad_accumulates_until_zero_grad_and_is_not_overcounted():
 
 
 def test_tape_is_disabled_after_an_exception():
-    from ggmlpy.autograd.tape import TAPE
+    from ggmlpy.runtime.autograd_state import AUTOGRAD
     x = g.ag_param(r(2, 2))
     with pytest.raises(RuntimeError):
         with g.with_grad_tape():
             g.ag_relu(x)
             raise RuntimeError("boom")
-    assert not TAPE.enabled
-    n = len(TAPE.nodes)
+    assert not AUTOGRAD.tape_enabled
+    n = len(AUTOGRAD.tape_nodes)
     g.ag_relu(x)
-    assert len(TAPE.nodes) == n
+    assert len(AUTOGRAD.tape_nodes) == n
 
 
 def test_a_value_held_across_tapes_keeps_its_value():

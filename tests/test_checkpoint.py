@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from ggmlpy.autograd.tape import TAPE
+from ggmlpy.runtime.autograd_state import AUTOGRAD
 
 rng = np.random.default_rng(3)
 
@@ -65,11 +65,11 @@ def test_segment_records_no_nodes_and_no_snapshots(stack):
     seen = []
     with g.with_grad_tape():
         h = layers[0](x)
-        n = len(TAPE.nodes)
-        g.ag_checkpoint(lambda t: (seen.append(TAPE.recording()), layers[1](layers[2](t)))[1], h)
+        n = len(AUTOGRAD.tape_nodes)
+        g.ag_checkpoint(lambda t: (seen.append(AUTOGRAD.recording()), layers[1](layers[2](t)))[1], h)
         assert seen == [False]
-        assert len(TAPE.nodes) == n + 1 and TAPE.nodes[-1].op is None  # just the checkpoint node
-        assert set(TAPE.nodes[-1].saved.values()) == {h}  # and it keeps only the segment's input
+        assert len(AUTOGRAD.tape_nodes) == n + 1 and AUTOGRAD.tape_nodes[-1].op is None  # just the checkpoint node
+        assert set(AUTOGRAD.tape_nodes[-1].saved.values()) == {h}  # and it keeps only the segment's input
 
 
 def test_segment_that_raises_leaves_the_tape_as_it_was(stack):
@@ -81,13 +81,13 @@ def test_segment_that_raises_leaves_the_tape_as_it_was(stack):
 
     with g.with_grad_tape():
         h = layers[1](x)
-        nodes, count = TAPE.nodes, len(TAPE.nodes)
+        nodes, count = AUTOGRAD.tape_nodes, len(AUTOGRAD.tape_nodes)
         with pytest.raises(RuntimeError, match="segment failed"):
             g.ag_checkpoint(boom, h)
-        assert TAPE.enabled and TAPE.recording()
-        assert TAPE.nodes is nodes and len(TAPE.nodes) == count
+        assert AUTOGRAD.tape_enabled and AUTOGRAD.recording()
+        assert AUTOGRAD.tape_nodes is nodes and len(AUTOGRAD.tape_nodes) == count
         layers[2](h)
-        assert len(TAPE.nodes) > count  # still recording
+        assert len(AUTOGRAD.tape_nodes) > count  # still recording
 
 
 # -- 2. RNG -------------------------------------------------------------------------------------------------
@@ -200,9 +200,9 @@ def test_replay_leaves_the_outer_tape_alone_and_routes_gradients():
 
     with g.with_grad_tape():
         loss = g.ag_sum(g.ag_checkpoint(seg, x))
-    nodes, count = TAPE.nodes, len(TAPE.nodes)
+    nodes, count = AUTOGRAD.tape_nodes, len(AUTOGRAD.tape_nodes)
     grads = g.backward(loss)
-    assert TAPE.nodes is nodes and len(TAPE.nodes) == count
+    assert AUTOGRAD.tape_nodes is nodes and len(AUTOGRAD.tape_nodes) == count
     assert x in grads and x.grad is not None          # the caller's input: returned to the outer pass
     assert lin.W.grad is not None and lin.b.grad is not None  # the segment's leaves: .grad written
     assert all(t.grad is None for t in inside)        # tensors made inside the segment: no .grad

@@ -129,6 +129,36 @@ def test_one_threads_tape_does_not_record_or_reset_anothers():
     np.testing.assert_array_equal(h.numpy(), 2.0)
 
 
+def test_every_autograd_mode_is_the_calling_threads():
+    """runtime/autograd_state.py is the one place of autograd's per-thread modes, and states them:
+    each field is named in its docstring, and every mode opened in one thread leaves another's at
+    its default."""
+    from ggmlpy.autograd import engine, prims
+    from ggmlpy.runtime import autograd_state
+    from ggmlpy.runtime.autograd_state import AUTOGRAD, AutogradState
+
+    defaults = dict(vars(AutogradState()))
+    assert all(f"`{name}`" in autograd_state.__doc__ for name in defaults), "a mode the contract does not state"
+    seen = {}
+
+    def other():
+        seen.update(vars(AUTOGRAD))
+        seen["recording"] = AUTOGRAD.recording()
+    w = g.ag_param(np.ones((2, 2)))
+    with g.with_grad_tape(), engine.trace_into(engine.Trace()), engine.watch_params(), g.dual_level(), \
+            prims.blas_products(), prims.cpu_kernels():
+        g.ag_sum(w)
+        with g.no_grad():
+            assert AUTOGRAD.tape_paused and AUTOGRAD.tape_nodes and AUTOGRAD.trace and AUTOGRAD.watchers
+            assert AUTOGRAD.dual_levels and AUTOGRAD.blas_products and AUTOGRAD.cpu_kernels
+            assert AUTOGRAD.host_reads is not None
+            t = threading.Thread(target=other)
+            t.start()
+            t.join()
+    assert seen.pop("recording") is False
+    assert seen == defaults
+
+
 def test_forward_ad_levels_are_per_thread():
     from ggmlpy.autograd import forward_ad
     wrong = []

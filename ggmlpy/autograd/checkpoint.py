@@ -36,11 +36,12 @@ from collections.abc import Callable
 
 from .. import random as grandom
 from .._frames import user_location, user_stacklevel
+from ..runtime.autograd_state import AUTOGRAD
 from ..runtime.state import DTYPE_NAMES, STATE
 from ..errors import GGMLError, StaleTensorError
 from ..tensor import AGTensor
 from . import engine, forward_ad
-from .tape import TAPE, Node
+from .tape import Node
 
 
 class CheckpointReplayError(GGMLError):
@@ -51,22 +52,22 @@ def ag_checkpoint(fn: Callable[..., AGTensor], *inputs: AGTensor) -> AGTensor:
     """Run `fn(*inputs)` without storing its activations; recompute them during backward()."""
     if not callable(fn):
         raise GGMLError("ag_checkpoint() expects a function as its first argument.")
-    if not TAPE.recording():
+    if not AUTOGRAD.recording():
         trace = engine.current_trace()
         if trace is not None:
             trace.checkpoints += 1  # ag_fit leaves a checkpointed model eager, for its memory
         return fn(*inputs)
 
     rng_state = grandom.get_rng_state()
-    saved_nodes, saved_enabled = TAPE.nodes, TAPE.enabled
-    TAPE.enabled = False
+    saved_nodes, saved_enabled = AUTOGRAD.tape_nodes, AUTOGRAD.tape_enabled
+    AUTOGRAD.tape_enabled = False
     ok = False
     with engine.watch_params() as used_first:
         try:
             out_val = fn(*inputs)
             ok = True
         finally:
-            TAPE.enabled, TAPE.nodes = saved_enabled, saved_nodes
+            AUTOGRAD.tape_enabled, AUTOGRAD.tape_nodes = saved_enabled, saved_nodes
             if not ok:
                 grandom.set_rng_state(rng_state)
     if not isinstance(out_val, AGTensor):
@@ -81,7 +82,7 @@ def ag_checkpoint(fn: Callable[..., AGTensor], *inputs: AGTensor) -> AGTensor:
     def replay(grad_out, grads, leaves):
         return _replay(fn, inputs, grad_out, rng_state, used_first, grads, leaves, where)
 
-    TAPE.nodes.append(Node(None, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in ag_inputs],
+    AUTOGRAD.tape_nodes.append(Node(None, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in ag_inputs],
                            {f"x{i}": x for i, x in enumerate(ag_inputs)}, {}, tuple(x.shape for x in ag_inputs),
                            backward_fn=replay))
     return out
@@ -109,21 +110,21 @@ def _check_generations(before) -> None:
 
 def _replay(fn, inputs, grad_out, rng_state, used_first, grads, leaves, where="<unknown>"):
     """Re-run the segment on a private tape and push `grad_out` back through it."""
-    outer_nodes, outer_enabled = TAPE.nodes, TAPE.enabled
-    outer_paused = TAPE.paused
+    outer_nodes, outer_enabled = AUTOGRAD.tape_nodes, AUTOGRAD.tape_enabled
+    outer_paused = AUTOGRAD.tape_paused
     outer_rng = grandom.get_rng_state()
     before = _state_now()
     try:
         grandom.set_rng_state(rng_state)
-        TAPE.nodes, TAPE.enabled, TAPE.paused = [], True, False
+        AUTOGRAD.tape_nodes, AUTOGRAD.tape_enabled, AUTOGRAD.tape_paused = [], True, False
         with engine.watch_params() as used_replay:
             redone = fn(*inputs)
-        seg_nodes = TAPE.nodes
+        seg_nodes = AUTOGRAD.tape_nodes
     except StaleTensorError:  # the segment freed memory it then tried to read: say why
         _check_generations(before)
         raise
     finally:
-        TAPE.nodes, TAPE.enabled, TAPE.paused = outer_nodes, outer_enabled, outer_paused
+        AUTOGRAD.tape_nodes, AUTOGRAD.tape_enabled, AUTOGRAD.tape_paused = outer_nodes, outer_enabled, outer_paused
         grandom.set_rng_state(outer_rng)
     _check_generations(before)
     if set(used_replay) != set(used_first):

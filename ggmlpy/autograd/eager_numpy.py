@@ -23,6 +23,8 @@ from ..bindings import ffi, lib
 from ..errors import GGMLError
 from ..core.device import Backend
 from ..graph import CompiledGraph, GraphContext
+from ..runtime.state import lease
+from .rules import RULES
 
 _NULL = ffi.NULL
 _F32 = np.dtype(np.float32)
@@ -90,7 +92,6 @@ class EagerNumpy:
         return out
 
     def _compile(self, op, arrs, params):
-        from .rules import RULES
         if op not in RULES:
             raise GGMLError(f"eager_numpy: unknown op {op!r}")
         if any(a.ndim not in (1, 2) or a.size == 0 for a in arrs):
@@ -116,7 +117,6 @@ _free: list = []  # engines of threads that have ended, for the next new thread
 def run(op: str, *arrays, **params) -> np.ndarray:
     eng = getattr(_local, "engine", None)
     if eng is None:
-        from ..runtime.state import lease
         eng = lease(_local, "engine", _free, EagerNumpy)
     return eng.run(op, arrays, **params)
 

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from ..runtime.autograd_state import AUTOGRAD, hook_opened, hooks_open, setting
 from ..runtime.state import STATE
 from ..bindings import lib
 from ..errors import GGMLError
@@ -15,7 +15,7 @@ from . import forward_ad as _fwd
 from . import prims
 from .call import SAVED_KEY, Call
 from .rules import RULES
-from .tape import TAPE, Node, no_grad
+from .tape import Node, no_grad
 
 if TYPE_CHECKING:
     from ..nn.layers import Module
@@ -72,45 +72,22 @@ def as_f32(ctx, xs) -> list:
     return [lib.ggml_cast(ctx, x, F32) if x.type in _LOW else x for x in xs]
 
 
-class _Hooks(threading.local):
-    """Per thread: the Trace while graph_mode.tracing() records every applied primitive, and the
-    parameter watchers of ag_checkpoint. Another thread's ops never reach them."""
-
-    def __init__(self):
-        self.trace = None
-        self.watchers: list = []
-
-
-HOOKS = _Hooks()
-_hooked = [0]  # threads with a trace or a watcher open: apply() skips the thread-local look-up at 0
-_hooked_lock = threading.Lock()
-
-
-def _hook(delta: int) -> None:
-    with _hooked_lock:
-        _hooked[0] += delta
-
-
 def current_trace():
     """This thread's Trace, or None."""
-    return HOOKS.trace
+    return AUTOGRAD.trace
 
 
 @contextlib.contextmanager
-def trace_into(trace):
-    """Make `trace` this thread's Trace in the block (graph_mode.tracing)."""
-    prev, HOOKS.trace = HOOKS.trace, trace
-    _hook(1)
-    try:
+def trace_into(trace: Trace):
+    """Make `trace` this thread's Trace in the block (graph_mode.tracing): it records every primitive
+    applied, and every tensor read on the host, in this thread."""
+    with hook_opened(), setting("trace", trace), setting("host_reads", trace.host_reads):
         yield trace
-    finally:
-        HOOKS.trace = prev
-        _hook(-1)
 
 
 class Trace(list):
     """The primitives applied while tracing; how many ag_checkpoint segments ran inside, and
-    which tensors were read on the host (tensor.TRACE_READS)."""
+    which tensors were read on the host."""
 
     def __init__(self):
         super().__init__()
@@ -122,13 +99,13 @@ class Trace(list):
 def watch_params():
     """Collect the ids of the trainable leaves the ops in this block read (used by ag_checkpoint)."""
     seen: set = set()
-    HOOKS.watchers.append(seen)
-    _hook(1)
+    watchers = AUTOGRAD.watchers
+    watchers.append(seen)
     try:
-        yield seen
+        with hook_opened():
+            yield seen
     finally:
-        HOOKS.watchers.remove(seen)
-        _hook(-1)
+        watchers.remove(seen)
 
 
 def _reshape_in_place(x: AGTensor, shape, out_type: int, dc):
@@ -150,11 +127,12 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
     dc = same_device(*inputs)
     if rule.index_bound is not None:
         _check_indices(rule, op, inputs, params)
-    hooks = HOOKS if _hooked[0] else None
-    if hooks is not None and hooks.watchers:
+    mode = AUTOGRAD  # this thread's modes (a threading.local)
+    hooks = hooks_open()
+    if hooks and mode.watchers:
         for x in inputs:
             if x.is_leaf and x.requires_grad:
-                for w in hooks.watchers:
+                for w in mode.watchers:
                     w.add(x.id)
     out_type = STATE.dtype
     st = _reshape_in_place(inputs[0], params["shape"], out_type, dc) if op == "reshape" else None
@@ -164,18 +142,17 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
         st = dc.executor.run(key, f32_builder(rule.fwd, params, out_type, dc.blas is not None, rule.index_inputs, op,
                                               kern), [x.st for x in inputs], dc.pass_pool.alloc)[0]
     out = AGTensor(st, st.spec[1], dc, is_leaf=False)  # the spec's ne: no reads through cffi
-    tape = TAPE  # this thread's (a threading.local): read it once
-    if tape.enabled and not tape.paused and rule.vjp is not None and any(x.requires_grad for x in inputs):
+    if mode.tape_enabled and not mode.tape_paused and rule.vjp is not None and any(x.requires_grad for x in inputs):
         out.requires_grad = True
         saved = {SAVED_KEY[i]: inputs[i] for i in rule.saves}
         if rule.saves_out:
             saved["out"] = out
-        tape.nodes.append(Node(op, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in inputs],
-                               saved, params, tuple(x.shape for x in inputs)))
+        mode.tape_nodes.append(Node(op, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in inputs],
+                                    saved, params, tuple(x.shape for x in inputs)))
     if _fwd.LEVELS:
         _fwd.propagate(rule, out, inputs, params, apply)  # its JVP rule's primitives are applied here too
-    if hooks is not None and hooks.trace is not None:
-        hooks.trace.append((op, inputs, params, out))
+    if hooks and mode.trace is not None:
+        mode.trace.append((op, inputs, params, out))
     return out
 
 
@@ -216,7 +193,7 @@ def backward(loss: AGTensor, grad: AGTensor | None = None, retain_all: bool = Fa
         raise GGMLError("backward: nothing was recorded for this loss, so no gradient can reach any "
                         "parameter. Compute it inside `with with_grad_tape():` (not under no_grad()), from "
                         "tensors that need gradients (ag_param, or requires_grad=True)")
-    if not loss.is_leaf and not any(n.out_id == loss.id for n in TAPE.nodes):
+    if not loss.is_leaf and not any(n.out_id == loss.id for n in AUTOGRAD.tape_nodes):
         raise GGMLError("backward: this loss was recorded on an earlier tape, which a later "
                         "with_grad_tape() has cleared; call backward() before starting the next tape")
     if grad is not None:
@@ -233,7 +210,7 @@ def backward(loss: AGTensor, grad: AGTensor | None = None, retain_all: bool = Fa
     leaves = {}
     with no_grad():
         dict.__setitem__(grads, loss.id, grad if grad is not None else ones_like(loss))
-        walk(TAPE.nodes, grads, leaves, retain_all)
+        walk(AUTOGRAD.tape_nodes, grads, leaves, retain_all)
         for tid, leaf in leaves.items():
             g = dict.get(grads, tid)
             if g is not None:
@@ -323,7 +300,7 @@ def _add_into_grad(leaf: AGTensor, g: AGTensor) -> None:
 def assign(dst: AGTensor, src: AGTensor) -> None:
     """Write src's values into dst's own memory, on the device: how layer state (batch-norm
     running statistics) and optimizer state are updated, seen through every reference."""
-    if HOOKS.trace is not None:
+    if AUTOGRAD.trace is not None:
         raise GGMLError("ag_compile: fn updates layer or optimizer state in place (batch-norm running "
                         "statistics?), which a compiled graph would not repeat; use eval mode, or eager mode")
     # (the executor keys in-place graphs on the destination's type too: f16 state is safe)

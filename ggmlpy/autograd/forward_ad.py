@@ -6,7 +6,7 @@ level index to tangent (itself an ag tensor, on the device). Setting a tangent
 registers the ForwardGrad with its level; resetting it unregisters it.
 
 Levels. One process-wide registry of level slots; each thread has its own stack
-of the levels it entered (PyTorch's contract for grad mode, extended to levels:
+of the levels it entered (runtime/autograd_state.py's dual_levels) (PyTorch's contract for grad mode, extended to levels:
 one thread's `dual_level()` neither sees nor closes another's). A level's index
 is the first free slot, so in one thread it is its nesting depth, and indices
 are reused after release. Exiting a level clears that level's tangents from
@@ -41,9 +41,10 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import GGMLError
+from ..runtime.autograd_state import AUTOGRAD
 from ..tensor import AGTensor, ag_tensor
 from .call import Call
-from .tape import TAPE, Node
+from .tape import Node
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -52,13 +53,6 @@ if TYPE_CHECKING:
 
 LEVELS: list = []  # the registry's slots (None: free), index = level; non-empty means forward AD is on
 _registry_lock = threading.Lock()
-class _PerThread(threading.local):
-    def __init__(self):
-        self.stack: list = []  # this thread's levels, outermost first
-        self.masked: set = set()  # levels whose JVP rule is running (see propagate)
-
-
-_local = _PerThread()
 
 
 class ForwardADLevel:
@@ -132,13 +126,13 @@ def enter_dual_level() -> int:
         if idx == len(LEVELS):
             LEVELS.append(None)
         LEVELS[idx] = ForwardADLevel(idx)
-    _local.stack.append(idx)
+    AUTOGRAD.dual_levels.append(idx)
     return idx
 
 
 def exit_dual_level(level: int | None = None) -> None:
     """Close this thread's innermost level, clearing its tangents from every tensor."""
-    stack = _local.stack
+    stack = AUTOGRAD.dual_levels
     if not stack:
         raise GGMLError("exit_dual_level: no forward AD level is active in this thread")
     inner = stack[-1]
@@ -219,7 +213,7 @@ def _forward_grad(t: AGTensor) -> ForwardGrad:
 
 
 def _innermost() -> int:
-    stack = _local.stack
+    stack = AUTOGRAD.dual_levels
     if not stack:
         raise GGMLError("no forward AD level is active in this thread: use `with dual_level():` first")
     return stack[-1]
@@ -228,8 +222,8 @@ def _innermost() -> int:
 def _alias(t: AGTensor) -> AGTensor:
     """A new tensor on t's memory, connected to t on the tape (gradients flow through)."""
     out = AGTensor(t.st, t.shape, t.dc, requires_grad=t.requires_grad, is_leaf=False)
-    if t.requires_grad and TAPE.recording():
-        TAPE.nodes.append(Node("copy", out.id, [(t.id, True, t if t.is_leaf else None)], {}, {}, (t.shape,)))
+    if t.requires_grad and AUTOGRAD.recording():
+        AUTOGRAD.tape_nodes.append(Node("copy", out.id, [(t.id, True, t if t.is_leaf else None)], {}, {}, (t.shape,)))
     return out
 
 
@@ -258,7 +252,7 @@ def unpack_dual(t: AGTensor, level: int | None = None) -> tuple[AGTensor, AGTens
     if not isinstance(t, AGTensor):
         raise GGMLError(f"unpack_dual: expected an ag tensor, got {type(t).__name__}")
     if level is None:
-        stack = _local.stack
+        stack = AUTOGRAD.dual_levels
         level = stack[-1] if stack else -1
     tangent = t.fwd_grad.value(level) if t.fwd_grad is not None else None
     if tangent is None:
@@ -292,10 +286,10 @@ def propagate(rule: Rule, out: AGTensor, inputs: Sequence[AGTensor], params: dic
             present.update(x.fwd_grad.levels())
     if not present:
         return
-    masked = _local.masked
+    masked = AUTOGRAD.masked_levels
     # this thread's levels only, outermost first: an inner level's tangent rule may read `out`,
     # whose outer tangents must already be set (that product is the second derivative)
-    levels = [lv for lv in _local.stack if lv in present and lv not in masked]
+    levels = [lv for lv in AUTOGRAD.dual_levels if lv in present and lv not in masked]
     if not levels:
         return
     if rule.jvp is None:

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import random as grandom
-from .._threadlocal import bound
 from ..graph import CompiledGraph, GraphContext
+from ..runtime.autograd_state import AUTOGRAD
 from ..runtime.pool import shape_of
 from ..runtime.state import STATE
 from ..bindings import ffi, lib
@@ -39,18 +39,16 @@ from ..tensor import AGTensor, ag_tensor
 from ..tensor import _ids as tensor_ids
 from . import prims
 from .call import SAVED_KEY, Call
-from .engine import check_index_values
+from .engine import GradMap, Trace, _add_into_grad, as_f32, check_index_values, check_operands, trace_into
 from .rules import RULES
-from .tape import TAPE, no_grad
+from .tape import no_grad
 
 if TYPE_CHECKING:
     from ..optim.graph_update import GraphUpdate
     from ..optim.optimizers import Optimizer
-    from .engine import GradMap
 
 _NULL = ffi.NULL
 F32 = lib.GGML_TYPE_F32
-_local = threading.local()
 
 # What ggml_build_backward_expand can differentiate without tripping one of its assertions
 # (which abort the process): ops with a ggml backward, under the conditions checked in
@@ -64,11 +62,10 @@ _SAME_SHAPE_OPS = {lib.GGML_OP_SUB, lib.GGML_OP_MUL, lib.GGML_OP_DIV}  # no broa
 # -- tracing -------------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def tracing():
-    """Record every primitive applied in the block (recorded or not): (op, inputs, params, out)."""
-    from . import engine
-    from .. import tensor
-    trace = engine.Trace()
-    with engine.trace_into(trace), tensor.reads_into(trace.host_reads):
+    """Record every primitive applied in the block (recorded or not): (op, inputs, params, out),
+    and the tensors read on the host."""
+    trace = Trace()
+    with trace_into(trace):
         yield trace
 
 
@@ -100,7 +97,6 @@ class Builder(GraphContext):
 
     def emit(self, op: str, xs, params) -> Sym:
         self.room(64)  # more than any primitive makes (erf, with f32 casts, makes about 20)
-        from .engine import as_f32, check_operands
         rule = RULES[op]
         ts = [x.t for x in xs]
         check_operands(op, ts, rule.index_inputs)
@@ -242,10 +238,9 @@ def _sized(build, n_prims: int, n_inputs: int):
 # -- ag_backward_graph: the backward of a recorded tape, as one graph ---------------------------------------
 def ag_backward_graph(loss: AGTensor) -> "GradMap":
     """Like backward(loss), but the whole backward pass runs as one ggml graph."""
-    from .engine import GradMap, _add_into_grad
     if not isinstance(loss, AGTensor):
         raise GGMLError(f"ag_backward_graph: expected an ag tensor, got {type(loss).__name__}")
-    nodes = TAPE.nodes
+    nodes = AUTOGRAD.tape_nodes
     _check_no_checkpoint(nodes)
     plan, outs, leaves = _sized(lambda n, ext: _backward_plan(loss, nodes, n, ext), len(nodes),
                                 sum(len(n.inputs) for n in nodes))

@@ -9,19 +9,17 @@ them, and graph mode (later) emits them into one big graph.
 """
 from __future__ import annotations
 
-import threading
-
-from .._threadlocal import bound
+from .. import kernels
 from ..bindings import ffi, lib
+from ..runtime.autograd_state import AUTOGRAD, setting
 
 L = lib
 F32 = lib.GGML_TYPE_F32
-_local = threading.local()
 
 
 def blas_products(enabled: bool = True):
     """Build products for ggml's BLAS backend: see matmul()."""
-    return bound(_local, "blas", enabled)
+    return setting("blas_products", enabled)
 
 
 # -- ggmlpy's fused CPU kernels (ggmlpy.kernels) -----------------------------------------------
@@ -29,14 +27,13 @@ def cpu_kernels(enabled: bool = True):
     """Build GELU and its backward as ggmlpy's fused C kernels, and products as its OpenBLAS
     product op (ggml custom ops), where they are loaded. Set by the graph builders that know
     the device: custom ops run on ggml's CPU backend only."""
-    return bound(_local, "kernels", enabled)
+    return setting("cpu_kernels", enabled)
 
 
 def _kernels(*xs):
     """ggmlpy.kernels' builders where this graph may use them on these operands (f32, one shape)."""
-    if not getattr(_local, "kernels", False) or any(x.type != F32 or _ne(x) != _ne(xs[0]) for x in xs):
+    if not AUTOGRAD.cpu_kernels or any(x.type != F32 or _ne(x) != _ne(xs[0]) for x in xs):
         return None
-    from .. import kernels
     return kernels.get()
 
 
@@ -47,9 +44,8 @@ def _t(ctx, x):
 
 def _gemm(a, b):
     """ggmlpy.kernels' product builder where this graph may use it on these operands."""
-    if not getattr(_local, "kernels", False) or a.type != F32 or b.type != F32:
+    if not AUTOGRAD.cpu_kernels or a.type != F32 or b.type != F32:
         return None
-    from .. import kernels
     k = kernels.get()
     return None if k is None or not kernels.gemm_fits(a, b) else k.gemm
 
@@ -74,7 +70,7 @@ def matmul(ctx, a, b, ta=False, tb=False):
     if batched and not all(nb % na == 0 for na, nb in zip(_batch(a), _batch(b))):
         # b's batch broadcasts over a's: compute the transposed product, op(b)ᵀ op(a)ᵀ
         return _t(ctx, matmul(ctx, b, a, ta=not tb, tb=not ta))
-    if not batched and not ta and getattr(_local, "blas", False) and min(a.ne[0], a.ne[1], b.ne[0], b.ne[1]) >= 32:
+    if not batched and not ta and AUTOGRAD.blas_products and min(a.ne[0], a.ne[1], b.ne[0], b.ne[1]) >= 32:
         return L.ggml_out_prod(ctx, a, b if tb else L.ggml_transpose(ctx, b))
     return L.ggml_mul_mat(ctx, a if ta else _t(ctx, a), _t(ctx, b) if tb else b)
 

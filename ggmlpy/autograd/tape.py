@@ -1,5 +1,9 @@
 """The gradient tape: ggmlR's `.ag_tape`, `with_grad_tape()` and `backward()`.
 
+The tape is the calling thread's (PyTorch's contract: grad mode and the tape are per
+thread, so one thread's with_grad_tape() neither records nor resets another's ops): its
+nodes and flags live in runtime/autograd_state.py with autograd's other per-thread modes.
+
 A node names its backward rule (`op`, a key of the rule table) and keeps, as
 snapshots, only the tensors that rule needs. Snapshots are the ag tensors
 themselves, i.e. references to ggml tensors in the pass pool: nothing is
@@ -8,11 +12,11 @@ copied to numpy.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ..runtime.autograd_state import AUTOGRAD
 from ..runtime.state import STATE
 
 
@@ -35,22 +39,6 @@ class Node:
         return self.saved["out"]
 
 
-class Tape(threading.local):
-    """The tape of the calling thread (PyTorch's contract: grad mode and the tape are per
-    thread, so one thread's with_grad_tape() neither records nor resets another's ops)."""
-
-    def __init__(self):
-        self.enabled = False
-        self.paused = False
-        self.nodes: list[Node] = []
-
-    def recording(self) -> bool:
-        return self.enabled and not self.paused
-
-
-TAPE = Tape()
-
-
 class with_grad_tape(contextlib.ContextDecorator):
     """Clear the tape, reset this thread's pass pool (bumping ctx_gen), and record ops in the block.
 
@@ -60,31 +48,31 @@ class with_grad_tape(contextlib.ContextDecorator):
     moves them out of the pass pool (see backend/pool.py)."""
 
     def __enter__(self):
-        TAPE.nodes = []  # first: the snapshots only the tape held are freed, not moved
+        AUTOGRAD.tape_nodes = []  # first: the snapshots only the tape held are freed, not moved
         STATE.context().pass_pool.reset()
-        TAPE.enabled = True
-        return TAPE
+        AUTOGRAD.tape_enabled = True
+        return AUTOGRAD
 
     def __exit__(self, *exc):
-        TAPE.enabled = False
+        AUTOGRAD.tape_enabled = False
         return False
 
 
 @contextlib.contextmanager
 def no_grad() -> Iterator[None]:
     """Run ops without recording them (the tape's nodes are left as they are)."""
-    prev = TAPE.paused
-    TAPE.paused = True
+    prev = AUTOGRAD.tape_paused
+    AUTOGRAD.tape_paused = True
     try:
         yield
     finally:
-        TAPE.paused = prev
+        AUTOGRAD.tape_paused = prev
 
 
 def tape_bytes() -> int:
     """Bytes of ggml memory the tape's snapshots hold (each tensor counted once)."""
     seen, total = set(), 0
-    for node in TAPE.nodes:
+    for node in AUTOGRAD.tape_nodes:
         for t in node.saved.values():
             if t.id not in seen:
                 seen.add(t.id)
@@ -95,7 +83,7 @@ def tape_bytes() -> int:
 def tape_report() -> dict:
     """Snapshot bytes held by the tape, by backward rule, plus node counts."""
     by_op, count, seen = defaultdict(int), defaultdict(int), set()
-    for node in TAPE.nodes:
+    for node in AUTOGRAD.tape_nodes:
         key = node.op or "checkpoint"
         count[key] += 1
         for t in node.saved.values():
@@ -104,6 +92,6 @@ def tape_report() -> dict:
                 by_op[key] += t.nbytes()
     total = sum(by_op.values())
     rows = sorted(count, key=lambda k: -by_op[k])
-    return {"total_bytes": total, "nodes": len(TAPE.nodes),
+    return {"total_bytes": total, "nodes": len(AUTOGRAD.tape_nodes),
             "by_op": {k: {"bytes": by_op[k], "nodes": count[k],
                           "share": (by_op[k] / total if total else 0.0)} for k in rows}}

@@ -7,11 +7,13 @@ from collections.abc import Iterator
 import numpy as np
 
 from .. import random as grandom
+from ..autograd import forward_ad
 from ..autograd import ops as F
 from ..autograd.engine import apply, assign
 from ..autograd.tape import no_grad
 from ..errors import GGMLError
 from ..params import ParamList
+from ..runtime.autograd_state import AUTOGRAD
 from ..tensor import AGTensor, ag_param, ag_tensor, norm_shape
 
 
@@ -310,10 +312,7 @@ class ag_multihead_attention(Module):
         """Whether the flash-attention kernel may run: on the CPU (other backends' kernels want f16
         keys and values and some head sizes only), with no tape recording, no ag_compile trace,
         no forward-mode level and no dropout to draw (it has no gradient rules of its own)."""
-        from ..autograd import forward_ad
-        from ..autograd.engine import current_trace
-        from ..autograd.tape import TAPE
-        return (self.W_q.dc.backend.is_cpu and not TAPE.recording() and current_trace() is None
+        return (self.W_q.dc.backend.is_cpu and not AUTOGRAD.recording() and AUTOGRAD.trace is None
                 and not forward_ad.LEVELS and not (self.training and self.dropout > 0))
 
     def _heads(self, x: AGTensor, W: AGTensor, b: AGTensor | None) -> AGTensor:

@@ -7,6 +7,7 @@ import numpy as np
 
 from .. import random as grandom
 from ..autograd import ops as F
+from ..autograd.tape import no_grad
 from ..errors import GGMLError
 from ..tensor import AGTensor, ag_param
 from .layers import Module, ag_dropout, ag_embedding, ag_layer_norm_layer, ag_linear, ag_multihead_attention
@@ -73,7 +74,6 @@ class ag_gpt(Module):
 
     def generate(self, idx, n_new: int, greedy: bool = True, temperature: float = 1.0) -> np.ndarray:
         """idx [T] extended by n_new tokens, each from the logits of the last context window."""
-        from ..autograd.tape import no_grad
         seq = [int(i) for i in np.asarray(idx).ravel()]
         rng = grandom.generator()
         with no_grad():
