@@ -10,8 +10,9 @@ from .layers import (GRU, LSTM, Add, BatchNorm, Concatenate, Conv1D, Conv2D, Den
                      Embedding, Flatten, GlobalAveragePooling2D, GlobalMaxPooling2D, Layer, MaxPooling2D)
 from .io import ggml_load_model, ggml_load_weights, ggml_save_model, ggml_save_weights  # noqa: F401
 from .marshal import MarshaledModel, ggml_marshal_model, ggml_unmarshal_model  # noqa: F401
-from .opt import *  # noqa: F401,F403
-from .opt import __all__ as _opt_all
+from ..core.opt import *  # noqa: F401,F403  (ggml-opt's bindings, exported with the Keras-like API as in ggmlR)
+from ..core.opt import __all__ as _opt_all
+from .fit_opt import ggml_fit_opt  # noqa: F401
 from .functional import Functional, Node  # noqa: F401
 from .model import CE_LOSSES, MSE_LOSSES  # noqa: F401
 from .sequential import Sequential  # noqa: F401
@@ -35,4 +36,4 @@ __all__ = [
     "Add", "Concatenate",
     "ggml_save_weights", "ggml_load_weights", "ggml_save_model", "ggml_load_model",
     "ggml_marshal_model", "ggml_unmarshal_model", "MarshaledModel",
-] + _opt_all
+] + _opt_all + ["ggml_fit_opt"]

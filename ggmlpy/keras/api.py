@@ -10,8 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..core.device import get_backend
+from ..core.sched import Scheduler
 from ..errors import GGMLError
 from . import layers as L
+from .fit_opt import ggml_fit_opt
 from .history import ggml_training_history  # noqa: F401
 from .functional import Functional, Node
 from .model import _Model
@@ -228,10 +231,8 @@ def ggml_fit(*args: Any, **kwargs: Any) -> _Model | dict[str, list]:
     As in ggmlR, a call whose first argument is a backend scheduler (or that names sched=) is the
     low-level loop: ggml_fit(sched, ctx_compute, inputs, outputs, dataset, ...) is
     ggml_fit_opt(...) and returns its history."""
-    from ..core.sched import Scheduler
     first = args[0] if args else kwargs.get("sched", kwargs.get("model"))
     if isinstance(first, Scheduler):
-        from .opt import ggml_fit_opt
         return ggml_fit_opt(*args, **kwargs)
     return _fit_model(*args, **kwargs)
 
@@ -360,7 +361,6 @@ def ggml_default_mlp(n_features: int, n_out: int, task_type: str = "classif",
 def ggml_model_backend(model: _Model, verbose: bool = False) -> str | dict[str, str | bool]:
     """The device a compiled model trains and predicts on: "cpu", "vulkan", ... (verbose: a dict
     with the requested and the used backend and the device name)."""
-    from ..core.device import get_backend
     _model(model, "ggml_model_backend")._need_compiled("ggml_model_backend")
     b = get_backend(model.device)
     used = "cpu" if b.is_cpu else b.name.lower().rstrip("0123456789")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from ..core.opt import ggml_opt_get_lr, ggml_opt_set_lr
 from ..errors import GGMLError
 
 
@@ -38,7 +39,6 @@ def _get_lr(state) -> float:
     """The rate a schedule starts from: state.lr, or ggmlR's state$lr_ud (its AdamW rate, as ggmlR reads)."""
     if hasattr(state, "lr"):
         return state.lr
-    from .opt import ggml_opt_get_lr
     return ggml_opt_get_lr(state.lr_ud)["adamw"]
 
 
@@ -48,7 +48,6 @@ def _set_lr(state, v: float) -> None:
     if hasattr(state, "lr"):
         state.lr = v
     else:
-        from .opt import ggml_opt_set_lr
         ggml_opt_set_lr(state.lr_ud, adamw_lr=v, sgd_lr=v)
 
 

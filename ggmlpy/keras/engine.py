@@ -7,8 +7,6 @@ sample-index column so the order ggml_opt's shuffle chose can be reported).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..core.device import blas_backend, get_backend
@@ -94,29 +92,6 @@ def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
         if gctx is not None:
             gctx.free()
         b.free()
-
-
-class OptParams:
-    """The struct ggml_opt reads its optimizer settings from each step
-    (`ggml_opt_get_constant_optimizer_params`): changing `lr` between epochs is a schedule."""
-
-    def __init__(self, optimizer: str, lr: float, beta1=0.9, beta2=0.999, eps=1e-8, wd=0.0):
-        self.struct = ffi.new("struct ggml_opt_optimizer_params *")
-        self.optimizer = optimizer
-        a = self.struct.adamw
-        a.alpha, a.beta1, a.beta2, a.eps, a.wd = lr, beta1, beta2, eps, wd
-        self.struct.sgd.alpha, self.struct.sgd.wd = lr, wd
-
-    @property
-    def lr(self) -> float:
-        return float(self.struct.adamw.alpha if self.optimizer == "adamw" else self.struct.sgd.alpha)
-
-    @lr.setter
-    def lr(self, v: float) -> None:
-        if not v > 0:
-            raise GGMLError(f"learning rate must be > 0, got {v}")
-        self.struct.adamw.alpha = v
-        self.struct.sgd.alpha = v
 
 
 def _result(res):
@@ -459,9 +434,3 @@ def _read_back(model, b) -> None:
                 out = np.empty_like(arr)
                 lib.ggml_backend_tensor_get(t, ffi.from_buffer(out), 0, out.nbytes)
                 layer.weights[k] = out
-
-
-def n_train_opt_fit(n_batches: int, v: float) -> int:
-    """ggml_opt_fit's split, computed in float32 as ggml does."""
-    f = np.float32(np.float32(1.0) - np.float32(v)) * np.float32(n_batches)
-    return int(math.trunc(float(np.float32(f))))

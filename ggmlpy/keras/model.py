@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 
 from ..core.device import get_backend
+from ..core.opt import OptParams, n_train_opt_fit
 from ..errors import GGMLError
 from . import engine
 from .layers import Embedding, check_trainable_activations, ggml_to_r_shape
@@ -372,7 +373,7 @@ class _Model:
                 raise GGMLError(f"batch_size {batch} is larger than the {n} samples")
             nb = n_used // batch
             if path == "opt_fit":
-                n_train = engine.n_train_opt_fit(nb, v) * batch
+                n_train = n_train_opt_fit(nb, v) * batch
             else:
                 n_train = int(np.floor((1 - v) * nb)) * batch
                 if path == "multi_input" and n_train == 0:
@@ -381,7 +382,7 @@ class _Model:
                 raise GGMLError(f"validation_split {v} leaves no training batch")
             shuffle_all = path == "opt_fit"
         shuffle_train = path == "opt_fit"
-        opt = engine.OptParams(self.ggml_optimizer, self.opt_settings["lr"], self.opt_settings["beta1"],
+        opt = OptParams(self.ggml_optimizer, self.opt_settings["lr"], self.opt_settings["beta1"],
                                self.opt_settings["beta2"], self.opt_settings["eps"], self.opt_settings["wd"])
         rng = self._rng
 

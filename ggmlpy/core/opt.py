@@ -7,25 +7,23 @@ GGMLError instead of aborting the interpreter. Python epoch callbacks are called
 through cffi; an exception inside one is kept, the remaining callbacks of that call are
 skipped, and it is raised once ggml_opt_epoch returns.
 
-The Keras-like models (ggml_fit) use exactly these functions.
+The Keras-like models (ggml_fit) use exactly these functions; ggmlR's epoch loop with
+callbacks over them, ggml_fit_opt, is the Keras-like API's (keras/fit_opt.py).
 """
 from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
+from collections.abc import Callable
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
-from ..core.sched import Scheduler
 from ..bindings import ffi, lib
-from ..core.context import Context, Tensor, wrap
 from ..errors import GGMLError
-from .engine import OptParams
-
-if TYPE_CHECKING:
-    from ..core.graph import Graph
+from .context import Context, Tensor, wrap
+from .graph import Graph
+from .sched import Scheduler
 
 _TYPES = {lib.GGML_TYPE_F32: np.float32, lib.GGML_TYPE_I32: np.int32}
 
@@ -306,6 +304,29 @@ def _reaches_a_param(outputs) -> bool:
 
 
 # -- optimizer contexts ------------------------------------------------------------------------------
+class OptParams:
+    """The struct ggml_opt reads its optimizer settings from each step
+    (`ggml_opt_get_constant_optimizer_params`): changing `lr` between epochs is a schedule."""
+
+    def __init__(self, optimizer: str, lr: float, beta1=0.9, beta2=0.999, eps=1e-8, wd=0.0):
+        self.struct = ffi.new("struct ggml_opt_optimizer_params *")
+        self.optimizer = optimizer
+        a = self.struct.adamw
+        a.alpha, a.beta1, a.beta2, a.eps, a.wd = lr, beta1, beta2, eps, wd
+        self.struct.sgd.alpha, self.struct.sgd.wd = lr, wd
+
+    @property
+    def lr(self) -> float:
+        return float(self.struct.adamw.alpha if self.optimizer == "adamw" else self.struct.sgd.alpha)
+
+    @lr.setter
+    def lr(self, v: float) -> None:
+        if not v > 0:
+            raise GGMLError(f"learning rate must be > 0, got {v}")
+        self.struct.adamw.alpha = v
+        self.struct.sgd.alpha = v
+
+
 class OptContext:
     """A ggml_opt context: with static graphs over (inputs, outputs) in ctx_compute, or, made
     without them (ggmlR's ggml_opt_init(sched, loss_type, ...)), one whose graphs are given
@@ -652,7 +673,6 @@ def ggml_opt_prepare_alloc(opt_ctx: OptContext, ctx_compute: Context | None = No
     graph `gf` for its next step: `inputs` and `outputs` in it, built in the no_alloc context
     `ctx_compute`, which must have room for the backward and optimizer graphs ggml adds. ggml
     forgets the graph after each ggml_opt_eval, so call it before every ggml_opt_alloc."""
-    from ..core.graph import Graph
     opt = _opt(opt_ctx)
     if opt_ctx.static:
         raise GGMLError("ggml_opt_prepare_alloc is for contexts without static graphs; this one was made with "
@@ -722,59 +742,10 @@ def ggml_opt_grad_acc(opt_ctx: OptContext, node: Tensor) -> Tensor | None:
     return None if p == ffi.NULL else wrap(p, opt_ctx.ctx)
 
 
-def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Tensor, dataset: OptDataset,
-                 loss_type: int | None = None, optimizer: int | None = None, nepoch: int = 10,
-                 nbatch_logical: int = 32, val_split: float = 0.0, callbacks: Iterable[object] | None = (),
-                 silent: bool = False, lr: float = 1e-3) -> dict[str, list]:
-    """ggmlR's ggml_fit_opt: ggml_opt_fit's loop (shuffle once, shuffle the training part every
-    epoch, train and validate) run epoch by epoch so that it returns the history (epoch,
-    train_loss, train_accuracy, val_loss, val_accuracy: one list each, None where there is no
-    validation part) and runs callbacks between epochs (objects with on_epoch_begin/end
-    methods, or ggmlR's dicts of them; state.stop ends training)."""
-    from .callbacks import run_callbacks
-    loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR if loss_type is None else loss_type
-    n, b = dataset.shape[0], int(inputs.ptr.ne[1])
-    nbatch_logical = int(nbatch_logical)
-    if nbatch_logical < 1 or n % nbatch_logical or nbatch_logical % b:
-        raise GGMLError(f"ggml_fit_opt: {n} samples must be a multiple of nbatch_logical {nbatch_logical}, "
-                        f"itself a multiple of the inputs' batch {b}")
-    if not 0 <= float(val_split) < 1 or int(nepoch) < 1:
-        raise GGMLError("ggml_fit_opt: need 0 <= val_split < 1 and nepoch >= 1")
-    period = nbatch_logical // b
-    from .engine import n_train_opt_fit
-    idata_split = n_train_opt_fit(n // nbatch_logical, val_split) * period * b
-    opt = ggml_opt_init(sched, ctx_compute, inputs, outputs, loss_type, optimizer, period, lr)
-    r_train, r_val = OptResult(), OptResult()
-    begin, end = run_callbacks(list(callbacks or ()), int(nepoch))
-    hist = {"epoch": [], "train_loss": [], "train_accuracy": [], "val_loss": [], "val_accuracy": []}
-    try:
-        _check_dataset(opt, dataset)
-        if nbatch_logical < n:
-            ggml_opt_dataset_shuffle(opt, dataset, -1)
-        for epoch in range(1, int(nepoch) + 1):
-            if nbatch_logical < idata_split:
-                ggml_opt_dataset_shuffle(opt, dataset, idata_split)
-            if begin(epoch, opt.pars):
-                break
-            ggml_opt_result_reset(r_train)
-            ggml_opt_result_reset(r_val)
-            ggml_opt_epoch(opt, dataset, r_train, r_val, idata_split, not silent, not silent)
-            row = []
-            for r in (r_train, r_val):
-                if ggml_opt_result_ndata(r):
-                    row += [ggml_opt_result_loss(r)[0], ggml_opt_result_accuracy(r)[0]]
-                else:
-                    row += [None, None]
-            hist["epoch"].append(epoch)
-            for k, v in zip(("train_loss", "train_accuracy", "val_loss", "val_accuracy"), row):
-                hist[k].append(v)
-            if end(epoch, tuple(row), opt.pars):
-                break
-    finally:
-        opt.free()
-        r_train.free()
-        r_val.free()
-    return hist
+def n_train_opt_fit(n_batches: int, v: float) -> int:
+    """ggml_opt_fit's split, computed in float32 as ggml does."""
+    f = np.float32(np.float32(1.0) - np.float32(v)) * np.float32(n_batches)
+    return int(math.trunc(float(np.float32(f))))
 
 
-__all__ = [n for n in dir() if n.startswith("ggml_opt_")] + ["ggml_fit_opt"]
+__all__ = [n for n in dir() if n.startswith("ggml_opt_")]
