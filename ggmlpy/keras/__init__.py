@@ -18,6 +18,10 @@ from .model import CE_LOSSES, MSE_LOSSES  # noqa: F401
 from .sequential import Sequential  # noqa: F401
 from ..errors import GGMLError  # noqa: F401
 
+from . import marshal
+
+marshal.install_pickling()  # models pickle through ggml_marshal_model
+
 KNOWN_LOSSES = CE_LOSSES | MSE_LOSSES
 
 __all__ = [

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import GGMLError
-from .layers import LAYER_TYPES, ggml_to_r_shape
+from .layers import LAYER_TYPES, ggml_to_r_shape, r_to_ggml_shape
 from .functional import Functional, Node
 from .sequential import Sequential
 
@@ -177,7 +177,6 @@ def ggml_load_model(path: str | os.PathLike[str] | io.BytesIO, backend: str | No
         if arch.get("input_shape") is not None:
             model.input_shape = tuple(arch["input_shape"])
     else:
-        from .layers import r_to_ggml_shape
         layers = [_make_layer(s) for s in arch["layers"]]
         nodes = []
         for spec in arch["nodes"]:

@@ -16,6 +16,7 @@ from .._version import __version__
 from ..errors import GGMLError
 from .functional import Functional
 from .io import model_bytes, model_from_bytes
+from .model import _Model
 from .sequential import Sequential
 
 MARSHAL_FORMAT = "ggmlpy.marshal"
@@ -74,5 +75,18 @@ def ggml_unmarshal_model(x: MarshaledModel, backend: str | None = None) -> Seque
 
 
 def _unpickle(container):
-    """pickle's constructor for models (see _Model.__reduce__)."""
+    """pickle's constructor for models (see install_pickling)."""
     return ggml_unmarshal_model(container)
+
+
+def _reduce(model: _Model):
+    """Pickling goes through ggml_marshal_model (architecture, weights, compile settings);
+    the training history travels beside it."""
+    return _unpickle, (ggml_marshal_model(model),), {"history": model.history}
+
+
+def install_pickling() -> None:
+    """Make every Keras-like model pickle through its marshaled form. The model base (model.py)
+    sits below the serializers this needs, so the layer that defines them sets its __reduce__:
+    once, when the keras package loads (subclasses inherit it)."""
+    _Model.__reduce__ = _reduce

@@ -14,7 +14,10 @@ import numpy as np
 from ..core.device import get_backend
 from ..core.opt import OptParams, n_train_opt_fit
 from ..errors import GGMLError
+from ..runtime.state import ag_default_device
 from . import engine
+from .callbacks import run_callbacks
+from .history import ggml_history
 from .layers import Embedding, check_trainable_activations, ggml_to_r_shape
 
 CE_LOSSES = {"categorical_crossentropy", "crossentropy", "cross_entropy"}
@@ -90,7 +93,6 @@ class _Model:
         self.metrics = list(metrics) if metrics is not None else []
         self.device = "cpu" if backend in ("cpu", None) else backend
         if backend == "auto":
-            from ..runtime.state import ag_default_device
             self.device = ag_default_device() if callable(ag_default_device) else "cpu"
         get_backend(self.device)  # fail here, not in fit, on a bad device
         self.opt_settings = dict(lr=1e-3 if lr is None else float(lr), beta1=beta1, beta2=beta2, eps=eps,
@@ -317,7 +319,6 @@ class _Model:
         Returns the ggml_history (also kept as `model.history`). `dropout_masks(name, epoch,
         shape)` supplies stochastic dropout masks (default: numpy's RNG);
         `record_batch_order` keeps each epoch's sample order in `history.batch_order`."""
-        from .callbacks import run_callbacks
         self._need_compiled("ggml_fit")
         for layer in self._all_layers():
             check_trainable_activations(layer)
@@ -396,7 +397,6 @@ class _Model:
                                     epochs, shuffle_all, shuffle_train, opt, get_backend(self.device), loss,
                                     bool(verbose), masks, hooks,
                                     record_batch_order or getattr(self, "_record_order", False), heads=heads)
-        from .history import ggml_history
         names = self._output_names()
         self.history = ggml_history(hist, n_used=n_used, n_train=n_train, fit_path=path, batch_order=orders,
                                     outputs=[names[j] for j, *_ in heads] if multi else ())
@@ -475,9 +475,3 @@ class _Model:
 
     def __call__(self, x, batch_size=32):
         return self.predict(x, batch_size)
-
-    def __reduce__(self):
-        """Pickling goes through ggml_marshal_model (architecture, weights, compile settings);
-        the training history travels beside it."""
-        from .marshal import _unpickle, ggml_marshal_model
-        return _unpickle, (ggml_marshal_model(self),), {"history": self.history}
