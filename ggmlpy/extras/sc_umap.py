@@ -34,7 +34,7 @@ import warnings
 import numpy as np
 
 from ..errors import GGMLError
-from .singlecell import GGMLResult, _issparse, _knn, _register
+from .sc_base import GGMLResult, _issparse, _knn
 
 __all__ = ["umap_find_ab", "umap_knn", "umap_fuzzy_graph", "umap_spectral_init", "umap_sgd", "umap_pcg_hash"]
 
@@ -264,7 +264,7 @@ def umap_sgd(graph: dict, embedding: np.ndarray, a: float, b: float, n_epochs: i
     return y
 
 
-def _umap(mat, n_components=2, n_neighbors=15, min_dist=0.1, spread=1.0, n_epochs=200,
+def umap_engine(mat, n_components=2, n_neighbors=15, min_dist=0.1, spread=1.0, n_epochs=200,
           gpu_neighbor_max_cells=None, backend="cpu", sgd_backend="cpu", knn_backend="cpu",
           sgd_method="epoch", seed=42, chunk_size=None, **_):
     if sgd_backend not in ("cpu", "vulkan"):
@@ -303,4 +303,3 @@ def _umap(mat, n_components=2, n_neighbors=15, min_dist=0.1, spread=1.0, n_epoch
     return GGMLResult(y, meta, {"total": t_end - t0, "graph": t_graph - t0, "sgd": t_end - t_graph})
 
 
-_register("umap", _umap, desc="UMAP embedding (exact kNN, fuzzy simplicial set, ggmlR's SGD layout; CPU)")
