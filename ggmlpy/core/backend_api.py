@@ -8,24 +8,27 @@ servers that are gone) is checked first.
 """
 from __future__ import annotations
 
+import glob
+import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import device as _device
-from .device import Backend
-from .graph_alloc import GraphAllocator
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
-from .api import BackendBuffer
-from .context import NP_DTYPES, Tensor, get_data, meta_check, on_meta, set_data  # noqa: F401
+from . import device as _device
+from .backend_compute import BackendBuffer, is_meta
+from .context import NP_DTYPES, Tensor, _to_storage, get_data, meta_check, on_meta, set_data  # noqa: F401
+from .device import Backend
 from .graph import Graph, check_graph
+from .graph_alloc import GraphAllocator
+from .meta_split import _DEVICES
+from .meta_split import check_graph as check_meta_graph
+from .sched import Scheduler
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
-
-    from .sched import Scheduler
 
 _NULL = ffi.NULL
 
@@ -273,7 +276,7 @@ def ggml_backend_get_device(backend: Backend) -> Device | None:
     b = _backend(backend, "ggml_backend_get_device")
     if b.dev == _NULL:
         return None
-    from .meta_backend import _DEVICES  # a meta device's own handle (its split function, its states)
+    # a meta device's own handle (its split function, its states)
     return _DEVICES.get(int(ffi.cast("uintptr_t", b.dev))) or Device(b.dev)
 
 
@@ -332,7 +335,6 @@ def ggml_backend_device_register(dev: Device) -> Device:
 
 def ggml_backend_load(path: str) -> Registry | None:
     """Load a backend module (a shared library) and register it; None when it cannot be loaded."""
-    import os
     if not os.path.isfile(str(path)):
         return None
     p = lib.ggml_backend_load(str(path).encode())
@@ -360,8 +362,6 @@ def ggml_backend_load_all() -> None:
     if _device._DL_BUILD:
         have = set(_device.backends())
         d = str(_device.found.lib_dir)
-        import glob
-        import os
         for f in sorted(glob.glob(os.path.join(d, "libggml-*.so"))):
             name = os.path.basename(f)[len("libggml-"):-3]
             if name not in ("base",) and not any(h.lower().startswith(name.split("-")[0]) for h in have):
@@ -538,7 +538,6 @@ def ggml_backend_tensor_set_data(tensor: Tensor, data: ArrayLike, offset: int = 
     if start == 0 and n == t.nelements():
         set_data(t, arr, _np_of(t), "ggml_backend_tensor_set_data")
         return t
-    from .context import _to_storage
     raw = _to_storage(arr.astype(_np_of(t)), t.type)
     es = int(lib.ggml_type_size(t.type))
     meta_check(t, "ggml_backend_tensor_set_data", start * es, n * es, write=True)
@@ -616,9 +615,7 @@ def ggml_backend_graph_compute_async(backend: Backend, graph: Graph) -> int:
     b = _backend(backend, "ggml_backend_graph_compute_async")
     if not isinstance(graph, Graph):
         raise GGMLError("ggml_backend_graph_compute_async: expected a Graph")
-    from .api import is_meta
     if is_meta(b):  # first: ggml's meta backend aborts on splits it has no rule for
-        from .meta_backend import check_graph as check_meta_graph
         check_meta_graph(graph, b.dev)
     check_graph(graph, device=b.dev, need_buffers=not b.is_host)
     status = lib.ggml_backend_graph_compute_async(b.ptr, graph.ptr)
@@ -752,7 +749,6 @@ def ggml_gallocr_free(galloc: GraphAllocator) -> None:
 
 # -- the scheduler (ggmlpy.core.sched.Scheduler) ----------------------------------------------------------------
 def _sched(s, what):
-    from .sched import Scheduler
     if not isinstance(s, Scheduler) or s.ptr is None:
         raise GGMLError(f"{what}: expected a live Scheduler (ggml_backend_sched_new)")
     return s
@@ -768,7 +764,6 @@ def _sched_graph(s, graph, what, leaves_placed=False):
 
 def ggml_backend_sched_free(sched: Scheduler) -> None:
     """Free the scheduler (and the buffers it allocated graphs in)."""
-    from .sched import Scheduler
     if isinstance(sched, Scheduler):
         sched.free()
 

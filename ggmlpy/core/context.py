@@ -15,6 +15,8 @@ import numpy as np
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
+from .meta_split import META_BUFTS, check_access
+from .quants import dequantize, ggml_quantize_chunk
 
 GGML_MEM_ALIGN = 16
 
@@ -248,11 +250,6 @@ def _np_shape(t: Tensor) -> tuple:
     return tuple(reversed(t.shape)) or (1,)
 
 
-# Buffer types of meta devices (core/meta_backend.py): a meta buffer over host devices reports
-# itself as host memory, but its tensors' data pointers are placeholders, not memory.
-META_BUFTS: set = set()
-
-
 def on_meta(p) -> bool:
     """Whether tensor pointer p lives in a meta device's buffer."""
     return bool(META_BUFTS) and p.buffer != ffi.NULL and \
@@ -262,7 +259,6 @@ def on_meta(p) -> bool:
 def meta_check(t, what: str, offset: int = 0, size: int | None = None, write: bool = False) -> None:
     """Raise GGMLError for a data access that ggml's meta buffer would abort on (no-op elsewhere)."""
     if META_BUFTS:
-        from .meta_backend import check_access
         check_access(t, what, offset, size, write)
 
 
@@ -312,7 +308,6 @@ def _write_raw(t: Tensor, raw: np.ndarray, what: str = "writing tensor data") ->
 
 def _quantized_storage(t: Tensor, values, np_dtype, what: str) -> np.ndarray:
     """A quantized tensor's bytes: given as its encoded blocks, or quantized from float values."""
-    from .quants import ggml_quantize_chunk
     nbytes = t.nbytes()
     if isinstance(values, (bytes, bytearray, memoryview)):
         values = np.frombuffer(values, dtype=np.uint8)
@@ -333,7 +328,6 @@ def _quantized_storage(t: Tensor, values, np_dtype, what: str) -> np.ndarray:
 def get_data(t: Tensor, np_dtype, what: str) -> np.ndarray:
     _require_data(t, what)
     if lib.ggml_is_quantized(t.type):
-        from .quants import dequantize
         if np.dtype(np_dtype).kind != "f":
             raise GGMLError(f"{what}: a {t.type_name} tensor holds floats")
         raw = np.empty(t.nbytes(), dtype=np.uint8)

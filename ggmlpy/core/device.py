@@ -39,6 +39,8 @@ import struct
 import threading
 from dataclasses import dataclass
 
+import cffi
+
 from ..bindings import ffi, found, lib
 from ..errors import DeviceError, GGMLError
 
@@ -137,7 +139,6 @@ def vulkan_physical_devices() -> list[VulkanDevice]:
     """Every Vulkan physical device the system's Vulkan loader reports, in its order (the
     indices GGML_VK_VISIBLE_DEVICES uses), including the CPU-type ones ggml hides.
     Empty when there is no Vulkan loader (libvulkan.so.1) or no driver."""
-    import cffi
     vffi = cffi.FFI()
     vffi.cdef(_VK_CDEF)
     try:

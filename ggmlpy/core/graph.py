@@ -12,7 +12,8 @@ import numpy as np
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
-from .context import Context, Tensor
+from .context import Context, Tensor, meta_check, on_meta
+from .device import Backend
 
 GGML_DEFAULT_GRAPH_SIZE = 2048
 _NULL = ffi.NULL
@@ -207,7 +208,6 @@ def _read_i32(t) -> np.ndarray:
         return np.empty(0, np.int32)
     nbytes = int(lib.ggml_nbytes(t))
     raw = np.empty(nbytes, np.uint8)
-    from .context import meta_check, on_meta
     if t.buffer == _NULL or (lib.ggml_backend_buffer_is_host(t.buffer) and not on_meta(t)):
         ffi.memmove(ffi.from_buffer(raw), t.data, nbytes)
     else:
@@ -244,7 +244,6 @@ _CPU_BACKEND = None
 
 def _cpu_backend(n_threads: int):
     global _CPU_BACKEND
-    from .device import Backend
     if _CPU_BACKEND is None:
         _CPU_BACKEND = Backend(lib.ggml_backend_init_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU, _NULL), "CPU")
     if _CPU_BACKEND.n_threads != n_threads:

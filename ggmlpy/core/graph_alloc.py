@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError
-from .device import Backend
-
-if TYPE_CHECKING:
-    from .graph import Graph
+from .device import Backend, get_backend
+from .graph import Graph
+from .meta_split import check_graph as check_meta_graph
 
 
 class GraphAllocator:
@@ -33,8 +31,7 @@ class GraphAllocator:
         graph.ctx.ensure_alive()
         if self.backend.dev != ffi.NULL and \
                 lib.ggml_backend_dev_type(self.backend.dev) == lib.GGML_BACKEND_DEVICE_TYPE_META:
-            from .meta_backend import check_graph  # ggml's meta buffer aborts on splits it has no rule for
-            check_graph(graph, self.backend.dev, allocating=True)
+            check_meta_graph(graph, self.backend.dev, allocating=True)  # ggml's meta buffer aborts on splits it has no rule for
         if not lib.ggml_gallocr_alloc_graph(self.ptr, graph.ptr):
             raise MemoryError(f"could not allocate the graph's buffer on {self.backend.device_name}")
         self.contexts.add(graph.ctx)
@@ -67,7 +64,6 @@ class GraphAllocator:
 def ggml_gallocr_new(backend: Backend | None = None) -> GraphAllocator:
     """A graph allocator for `backend`'s buffer type (default: the CPU, as ggmlR's ggml_gallocr_new())."""
     if backend is None:
-        from .device import get_backend
         backend = get_backend("cpu")
     return GraphAllocator(backend)
 

@@ -12,6 +12,8 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
+import numpy as np
+
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 from . import ops as _ops
@@ -196,7 +198,6 @@ def ggml_arange(ctx: Context, start: float, stop: float, step: float = 1.0) -> T
     check(stop > start, f"ggml_arange: stop ({stop}) must be greater than start ({start})")
     check(step > 0, f"ggml_arange: step must be positive, got {step}")
     # ggml computes the length in float32: do the same so the reservation matches
-    import numpy as np
     n = int(np.ceil(np.float32((np.float32(stop) - np.float32(start)) / np.float32(step))))
     check(0 < n < 2**40, f"ggml_arange: {n} steps")
     return _make(ctx, "ggml_arange", [n, 1, 1, 1], F32, lambda: lib.ggml_arange(ctx.ptr, start, stop, step))

@@ -8,14 +8,12 @@ devices at the splits. ggmlR names: ggml_backend_sched_new / _graph_compute.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from ..bindings import ffi, lib
 from ..errors import DeviceError, GGMLError
-
-if TYPE_CHECKING:
-    from .graph import Graph
-    from .device import Backend
+from .backend_compute import ggml_backend_cpu_init
+from .device import Backend
+from .graph import Graph, _check_row_indices
 
 GGML_SCHED_MAX_BACKENDS = 16
 
@@ -40,7 +38,6 @@ class Scheduler:
             if len(backends) == GGML_SCHED_MAX_BACKENDS:
                 raise DeviceError(f"ggml_backend_sched_new: the last backend must be a CPU backend (got "
                                   f"{backends[-1].device_name}), and there is no room to add one")
-            from .api import ggml_backend_cpu_init
             backends.append(ggml_backend_cpu_init())
         self.backends = backends  # kept alive as long as the scheduler
         self._arr = ffi.new("ggml_backend_t[]", [b.ptr for b in backends])
@@ -78,7 +75,6 @@ class Scheduler:
     def check(self, graph: Graph, leaves_placed: bool = False) -> None:
         """Raise for anything in `graph` that would make ggml's scheduler assert, or compute on
         leaves nobody filled (unless the scheduler places them: leaves_placed)."""
-        from .graph import _check_row_indices
         if self.ptr is None:
             raise GGMLError("scheduler already freed")
         graph.ctx.ensure_alive()

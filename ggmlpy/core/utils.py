@@ -14,8 +14,11 @@ import numpy as np
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
+from . import device as _device
 from . import graph as _graph
-from .context import Context, Tensor, get_data, set_data, wrap
+from . import ops as _ops
+from . import tensors as _tensors
+from .context import NP_DTYPES, Context, Tensor, _from_storage, _require_data, _to_storage, get_data, meta_check, set_data, wrap
 from .graph import Graph
 
 if TYPE_CHECKING:
@@ -198,15 +201,13 @@ def ggml_are_same_layout(a: Tensor, b: Tensor) -> bool:
 
 def ggml_can_repeat(a: Tensor, b: Tensor) -> bool:
     """Whether a tiles b (each of a's dims divides b's): ggml's broadcasting rule."""
-    from .ops import can_repeat
-    return can_repeat(_tensor(a, "ggml_can_repeat"), _tensor(b, "ggml_can_repeat"))
+    return _ops.can_repeat(_tensor(a, "ggml_can_repeat"), _tensor(b, "ggml_can_repeat"))
 
 
 # -- creating tensors ---------------------------------------------------------------------------------------
 def ggml_new_f32(ctx: Context, value: float) -> Tensor:
     """A one-element f32 tensor holding `value`."""
-    from .api import ggml_new_tensor_1d
-    t = ggml_new_tensor_1d(ctx, lib.GGML_TYPE_F32, 1)
+    t = _tensors.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_F32, 1)
     if not ctx.no_alloc:
         set_data(t, [float(value)], np.float32, "ggml_new_f32")
     return t
@@ -214,10 +215,9 @@ def ggml_new_f32(ctx: Context, value: float) -> Tensor:
 
 def ggml_new_i32(ctx: Context, value: int) -> Tensor:
     """A one-element i32 tensor holding `value`."""
-    from .api import ggml_new_tensor_1d
     v = int(value)
     check(v == value and -2**31 <= v < 2**31, f"ggml_new_i32: {value} is not an int32")
-    t = ggml_new_tensor_1d(ctx, lib.GGML_TYPE_I32, 1)
+    t = _tensors.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_I32, 1)
     if not ctx.no_alloc:
         set_data(t, [v], np.int32, "ggml_new_i32")
     return t
@@ -251,12 +251,10 @@ def ggml_set_param(t: Tensor) -> Tensor:
 def ggml_set_zero(t: Tensor) -> Tensor:
     """Fill t with zeros."""
     t = _tensor(t, "ggml_set_zero")
-    from .context import _require_data
     _require_data(t, "ggml_set_zero")
     if t.on_host:
         lib.ggml_set_zero(t.ptr)
     else:
-        from .context import meta_check
         meta_check(t, "ggml_set_zero", 0, t.nbytes(), write=True)
         lib.ggml_backend_tensor_memset(t.ptr, 0, 0, t.nbytes())
     return t
@@ -268,7 +266,6 @@ def _nd_index(t: Tensor, idx, what):
     for k, (i, n) in enumerate(zip(idx, ne)):
         if not 0 <= i < n:
             raise GGMLError(f"{what}: index i{k} = {i} is out of range 0..{n - 1} (0-based, ggml order)")
-    from .context import _require_data
     if not t.is_allocated:
         _require_data(t, what)
     return idx
@@ -280,7 +277,6 @@ def _element(t: Tensor, idx, what):
 
 
 def _read_scalar(t: Tensor, idx, what):
-    from .context import NP_DTYPES, _from_storage
     store = NP_DTYPES.get(t.type)
     if store is None:
         raise GGMLError(f"{what}: cannot read {t.type_name} tensors")
@@ -289,14 +285,12 @@ def _read_scalar(t: Tensor, idx, what):
     if t.on_host:
         ffi.memmove(ffi.from_buffer(raw), ffi.cast("char *", t.ptr.data) + off, store.itemsize)
     else:
-        from .context import meta_check
         meta_check(t, what, off, store.itemsize)
         lib.ggml_backend_tensor_get(t.ptr, ffi.from_buffer(raw), off, store.itemsize)
     return _from_storage(raw, t.type)[0]
 
 
 def _write_scalar(t: Tensor, idx, value, what):
-    from .context import NP_DTYPES, _to_storage
     store = NP_DTYPES.get(t.type)
     if store is None:
         raise GGMLError(f"{what}: cannot write {t.type_name} tensors")
@@ -306,7 +300,6 @@ def _write_scalar(t: Tensor, idx, value, what):
     if t.on_host:
         ffi.memmove(ffi.cast("char *", t.ptr.data) + off, ffi.from_buffer(raw), store.itemsize)
     else:
-        from .context import meta_check
         meta_check(t, what, off, store.itemsize, write=True)
         lib.ggml_backend_tensor_set(t.ptr, ffi.from_buffer(raw), off, store.itemsize)
 
@@ -356,7 +349,6 @@ def ggml_tensor_copy(dst: Tensor, src: Tensor) -> Tensor:
     dst, src = _tensor(dst, "ggml_tensor_copy"), _tensor(src, "ggml_tensor_copy")
     check(dst.type == src.type, f"ggml_tensor_copy: types differ ({dst.type_name} vs {src.type_name})")
     check(dst.nbytes() == src.nbytes(), f"ggml_tensor_copy: sizes differ ({dst.nbytes()} vs {src.nbytes()} bytes)")
-    from .context import NP_DTYPES
     check(src.type in NP_DTYPES, f"ggml_tensor_copy: cannot copy {src.type_name} tensors")
     raw = get_data(src, NP_DTYPES[src.type] if src.type != lib.GGML_TYPE_BF16 else np.float32, "ggml_tensor_copy")
     set_data(dst, raw.reshape(-1), NP_DTYPES[src.type] if src.type != lib.GGML_TYPE_BF16 else np.float32,
@@ -468,21 +460,19 @@ def ggml_init_auto(*shapes, extra_mb: float = 10, type: int = lib.GGML_TYPE_F32,
                    **named_shapes) -> Context:
     """A context sized for tensors of the given shapes (each a number or a sequence of 1 to 4 dims,
     positional or named as in ggmlR's ggml_init_auto(vec = 1000, mat = c(100, 100))) plus extra_mb."""
-    from .api import ggml_init
     total = 0
     for s in list(shapes) + list(named_shapes.values()):
         dims = [int(d) for d in np.ravel(s)]
         check(1 <= len(dims) <= 4, f"ggml_init_auto: a shape has 1 to 4 dims, got {dims}")
         total += ggml_estimate_memory(type, *dims)
-    return ggml_init(int(total + extra_mb * 1024 * 1024), no_alloc=no_alloc)
+    return _tensors.ggml_init(int(total + extra_mb * 1024 * 1024), no_alloc=no_alloc)
 
 
 @contextlib.contextmanager
 def ggml_with_temp_ctx(mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False) -> Iterator[Context]:
     """`with ggml_with_temp_ctx(n) as ctx:` a context freed at the end of the block (ggmlR evaluates an
     expression with a temporary ctx; Python's form is a with-block)."""
-    from .api import ggml_init
-    ctx = ggml_init(mem_size, no_alloc)
+    ctx = _tensors.ggml_init(mem_size, no_alloc)
     try:
         yield ctx
     finally:
@@ -645,7 +635,6 @@ def ggml_log_set_default() -> None:
 def ggml_log_set_python() -> None:
     """Route ggml's log into Python's logging (logger "ggmlpy.ggml"): ggmlpy's default, ggmlR's
     ggml_log_set_r() in Python."""
-    from . import device as _device
     check(_device._LOG_CALLBACK is not None, "ggml_log_set_python: this system gives cffi no callbacks")
     lib.ggml_log_set(_device._LOG_CALLBACK, _NULL)
     _LOG["python"] = True
@@ -657,7 +646,6 @@ def ggml_log_is_python_enabled() -> bool:
 
 
 def _initial_log_state() -> bool:
-    from . import device as _device
     return _device._LOG_CALLBACK is not None
 
 
@@ -702,13 +690,12 @@ def ggml_is_available() -> bool:
 
 def ggml_test() -> bool:
     """A smoke test: 2 + 3 computed by ggml."""
-    from .api import ggml_add, ggml_get_f32, ggml_init, ggml_new_tensor_1d, ggml_set_f32
-    with ggml_init(1024 * 1024) as ctx:
-        a = ggml_set_f32(ggml_new_tensor_1d(ctx, lib.GGML_TYPE_F32, 1), [2.0])
-        b = ggml_set_f32(ggml_new_tensor_1d(ctx, lib.GGML_TYPE_F32, 1), [3.0])
-        y = ggml_add(ctx, a, b)
+    with _tensors.ggml_init(1024 * 1024) as ctx:
+        a = _tensors.ggml_set_f32(_tensors.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_F32, 1), [2.0])
+        b = _tensors.ggml_set_f32(_tensors.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_F32, 1), [3.0])
+        y = _ops.ggml_add(ctx, a, b)
         _graph.ggml_graph_compute(ctx, _graph.ggml_build_forward_expand(ctx, y))
-        return bool(ggml_get_f32(y)[0] == 5.0)
+        return bool(_tensors.ggml_get_f32(y)[0] == 5.0)
 
 
 __all__ = sorted(n for n in globals() if n.startswith("ggml_"))
@@ -730,16 +717,15 @@ def ggml_graph_view(graph: Graph, i0: int, i1: int) -> Graph:
 
 
 def _host_binary(a, b, what, op):
-    from .api import ggml_add, ggml_get_f32, ggml_init, ggml_mul, ggml_new_from_numpy
     a, b = _tensor(a, what), _tensor(b, what)
     check(a.type == lib.GGML_TYPE_F32 and b.type == lib.GGML_TYPE_F32, f"{what}: Both tensors must be F32")
     check(a.nelements() == b.nelements(), f"{what}: Tensors must have same number of elements")
     xa, xb = get_data(a, np.float32, what).ravel(), get_data(b, np.float32, what).ravel()
-    with ggml_init(4 * (xa.size * 3) + 8 * int(lib.ggml_tensor_overhead()) + int(lib.ggml_graph_overhead()) + (1 << 16)) as ctx:
-        ta, tb = ggml_new_from_numpy(ctx, xa), ggml_new_from_numpy(ctx, xb)
-        y = (ggml_add if op == "add" else ggml_mul)(ctx, ta, tb)
+    with _tensors.ggml_init(4 * (xa.size * 3) + 8 * int(lib.ggml_tensor_overhead()) + int(lib.ggml_graph_overhead()) + (1 << 16)) as ctx:
+        ta, tb = _tensors.ggml_new_from_numpy(ctx, xa), _tensors.ggml_new_from_numpy(ctx, xb)
+        y = (_ops.ggml_add if op == "add" else _ops.ggml_mul)(ctx, ta, tb)
         _graph.ggml_graph_compute(ctx, _graph.ggml_build_forward_expand(ctx, y), n_threads=1)
-        return ggml_get_f32(y).astype(np.float64)
+        return _tensors.ggml_get_f32(y).astype(np.float64)
 
 
 def ggml_cpu_add(a: Tensor, b: Tensor) -> np.ndarray:
