@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import GGMLError
+
 _gen = np.random.default_rng()
 
 
@@ -35,7 +37,6 @@ def ggml_set_seed(seed: int | float | None) -> int | None:
     """ggmlR's ggml_set_seed: seed every random draw ggmlpy makes (weight initialisation, dropout
     masks, shuffling), as manual_seed does. Returns the seed as an int; None does nothing and
     returns None. Anything but a single integer value raises a GGMLError ("a single ... integer")."""
-    from .errors import GGMLError
     if seed is None:
         return None
     value = seed

@@ -25,6 +25,7 @@ from .runtime.autograd_state import AUTOGRAD
 from .runtime.state import DTYPE_NAMES, DTYPES, STATE, DeviceContext, _has_gpu
 from .bindings import ffi, lib
 from .core.context import NP_DTYPES, _from_storage, _to_storage
+from .core.quants import dequantize, ggml_quantize_chunk
 from .errors import DeviceError, GGMLError
 
 if TYPE_CHECKING:
@@ -111,7 +112,6 @@ class AGTensor:
         if typ == I32:
             _check_int32(arr)
         if lib.ggml_is_quantized(typ):  # a frozen quantized weight (ag_quantize): each column quantized
-            from .core.quants import ggml_quantize_chunk
             raw = ggml_quantize_chunk(typ, np.asarray(arr, np.float32).T, self.shape[1], self.shape[0])
             self.dc.sync()
             lib.ggml_backend_tensor_set(t, ffi.from_buffer(raw), 0, raw.nbytes)
@@ -142,7 +142,6 @@ class AGTensor:
         self.dc.sync()  # queued ops may still be writing it
         lib.ggml_backend_tensor_get(t, ffi.from_buffer(raw), 0, raw.nbytes)
         if quantized:
-            from .core.quants import dequantize
             return dequantize(typ, raw).reshape(self.shape, order="F")  # float32, as ggml dequantizes
         return _from_storage(raw, typ).reshape(self.shape, order="F")
 

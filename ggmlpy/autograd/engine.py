@@ -5,12 +5,14 @@ import contextlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..runtime.autograd_state import AUTOGRAD, hook_opened, hooks_open, setting
 from ..runtime.state import STATE
 from ..bindings import lib
 from ..errors import GGMLError
 from ..kernels import enabled as _kernels_on
-from ..tensor import AGTensor, same_device
+from ..tensor import AGTensor, ag_tensor, same_device
 from . import forward_ad as _fwd
 from . import prims
 from .call import SAVED_KEY, Call
@@ -55,7 +57,6 @@ def check_operands(op: str, xs, index_inputs: tuple) -> None:
 
 def check_index_values(op: str, values, bound: int) -> None:
     """Indices must lie in [0, bound): ggml's gathering kernels read (or abort) out of range."""
-    import numpy as np
     v = np.asarray(values)
     if v.size and (v.min() < 0 or v.max() >= bound):
         raise GGMLError(f"{op}: indices must lie in 0..{bound - 1}, got {int(v.min())} .. {int(v.max())}")
@@ -198,7 +199,6 @@ def backward(loss: AGTensor, grad: AGTensor | None = None, retain_all: bool = Fa
                         "with_grad_tape() has cleared; call backward() before starting the next tape")
     if grad is not None:
         if not isinstance(grad, AGTensor):
-            from ..tensor import ag_tensor
             grad = ag_tensor(grad, device=loss.dc.spec)
         if grad.shape != loss.shape:
             raise GGMLError(f"backward: grad has shape {list(grad.shape)}, but the output has shape "

@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 
 from ..errors import GGMLError
-from ..tensor import AGTensor, ag_tensor
+from ..tensor import AGTensor, ag_tensor, norm_shape
 from .engine import apply
 
 
@@ -247,7 +247,6 @@ def ag_reshape(x: AGTensor, nrow: int, ncol: int, *more: int) -> AGTensor:
         dims[dims.index(-1)] = n // known
     if any(d <= 0 for d in dims) or known == 0 or math.prod(dims) != n:
         raise GGMLError(f"ag_reshape: cannot reshape {n} elements {list(x.shape)} to {dims}")
-    from ..tensor import norm_shape
     shape = norm_shape(dims)
     return x if shape == x.shape else apply("reshape", x, shape=shape)
 
@@ -387,7 +386,6 @@ def ag_softmax_cross_entropy_loss(logits: AGTensor, target: AGTensor | np.ndarra
 def _index_layout(shape, logits) -> None:
     """Class indices pair with the logits' columns in column order: a vector, or the logits'
     own column dims ([T, B] for [V, T, B]). Same-size other shapes ([B, T]) would pair wrongly."""
-    from ..tensor import norm_shape
     n = logits.size // logits.nrow
     flat = norm_shape(shape) in ((n, 1), (1, n)) or len(shape) == 1
     if not flat and norm_shape(shape) != norm_shape(logits.shape[1:]):

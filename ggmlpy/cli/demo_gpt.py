@@ -9,11 +9,16 @@ and the model as GGUF, and prints a sample it generates.
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import time
 
 import numpy as np
+from tqdm import tqdm
+
+import ggmlpy as g  # the demo is written against the public, flat API
+from ..train.serialization import atomic_write
 
 CHARS = "\n" + "".join(chr(c) for c in range(32, 126))  # 95 symbols: newline and printable ASCII
 MODULES = ("argparse", "collections", "dataclasses", "json", "textwrap", "string", "functools", "fractions")
@@ -21,7 +26,6 @@ MODULES = ("argparse", "collections", "dataclasses", "json", "textwrap", "string
 
 def corpus() -> np.ndarray:
     """The source of MODULES as indices into CHARS (anything else becomes a space)."""
-    import importlib
     text = "\n".join(inspect.getsource(importlib.import_module(m)) for m in MODULES)
     lut = np.full(256, CHARS.index(" "), np.int64)
     for i, ch in enumerate(CHARS):
@@ -43,9 +47,6 @@ def _windows(data, rng, batch, context):
 def train(minutes: float = 3.0, steps: int | None = None, device: str | None = None, batch: int = 32,
           context: int = 64, layers: int = 2, out_dir: str = ".", seed: int = 0, progress: bool = True) -> dict:
     """Train the char-GPT for `minutes` (or `steps`); returns the losses, speed, paths and a sample."""
-    from tqdm import tqdm
-
-    import ggmlpy as g
     if device is not None:
         g.ag_device(device)
     g.manual_seed(seed)
@@ -86,7 +87,7 @@ def train(minutes: float = 3.0, steps: int | None = None, device: str | None = N
 
 def _plot(losses, val_losses, path):
     try:
-        import matplotlib
+        import matplotlib  # optional dependency (the demo extra), loaded when plotting
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -100,7 +101,6 @@ def _plot(losses, val_losses, path):
     ax.set_title("char-GPT on Python's standard library")
     ax.legend()
     fig.tight_layout()
-    from ..train.serialization import atomic_write
     with atomic_write(path) as tmp:
         fig.savefig(tmp, format="png")
     plt.close(fig)

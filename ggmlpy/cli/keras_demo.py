@@ -6,13 +6,13 @@ import time
 
 import numpy as np
 
+import ggmlpy as g  # the demo is written against the public, flat API
+
 
 def digits_cnn(epochs: int = 20, batch_size: int = 32, verbose: int = 0, seed: int = 0) -> dict:
     """Train the digits CNN; returns test accuracy, seconds per epoch and the model."""
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # optional dependency (the demo extra), loaded when run
     from sklearn.model_selection import train_test_split
-
-    import ggmlpy as g
     d = load_digits()
     x = (d.images / 16.0).reshape(-1, 8, 8, 1)          # [N, H, W, C]: samples as rows
     y = np.eye(10)[d.target]
@@ -36,7 +36,7 @@ def digits_cnn(epochs: int = 20, batch_size: int = 32, verbose: int = 0, seed: i
 
 def run() -> int:
     try:
-        import sklearn  # noqa: F401
+        import sklearn  # noqa: F401  (optional: the demo extra)
     except ImportError:
         print("the Keras demo needs scikit-learn (its bundled digits data set): pip install scikit-learn")
         return 1

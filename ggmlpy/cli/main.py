@@ -1,4 +1,8 @@
-"""python -m ggmlpy info | demo | rpc-server | onnx"""
+"""python -m ggmlpy info | demo | rpc-server | onnx
+
+Each command imports what it runs when it runs (onnx, a demo and its optional dependencies), so
+parsing the arguments and --help load none of them; the imports inside the functions below are
+that dispatch."""
 from __future__ import annotations
 
 import argparse

@@ -22,6 +22,13 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..bindings import lib
+from ..core.api import (GGML_TYPE_F32, ggml_backend_alloc_ctx_tensors, ggml_backend_graph_compute, ggml_free,
+                        ggml_init, ggml_new_tensor_2d)
+from ..core.backend_api import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
+from ..core.device import is_software_device
+from ..core.graph import ggml_build_forward_expand
+from ..core.ops import ggml_mul_mat
+from ..core.vulkan import ggml_vulkan_available, ggml_vulkan_init
 from ..errors import GGMLError
 
 __all__ = ["ggml_matmul", "ggml_matmul_f64", "ggml_crossprod", "ggml_tcrossprod", "as_gpu_matrix", "GGMLMatrix"]
@@ -63,7 +70,6 @@ class _VulkanRunner:
         self.backend = None
 
     def usable(self) -> bool:
-        from ..core.vulkan import ggml_vulkan_available
         try:
             return ggml_vulkan_available()
         except GGMLError:
@@ -71,18 +77,12 @@ class _VulkanRunner:
 
     def software(self) -> bool:
         """Whether the first Vulkan device is a CPU rasteriser (lavapipe, SwiftShader)."""
-        from ..core.device import is_software_device
         return is_software_device("Vulkan0")
 
     def run(self, build, arrays, prepare=None) -> np.ndarray:
         """build(ctx, tensors) -> output tensor, over 2-D f32 tensors holding `arrays` (numpy
         (r, c) is ggml ne [c, r]); `prepare(out)` may set op parameters. The output comes back
         as float64 numpy, its ggml ne reversed."""
-        from ..core.api import (GGML_TYPE_F32, ggml_backend_alloc_ctx_tensors, ggml_backend_graph_compute,
-                               ggml_free, ggml_init, ggml_new_tensor_2d)
-        from ..core.backend_api import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
-        from ..core.graph import ggml_build_forward_expand
-        from ..core.vulkan import ggml_vulkan_init
         with self.lock:
             if self.backend is None:
                 self.backend = ggml_vulkan_init(0)
@@ -108,7 +108,6 @@ class _VulkanRunner:
 
     def abt(self, x: np.ndarray, y: np.ndarray, prec: str) -> np.ndarray:
         """x @ y.T in f32 on the Vulkan device; x (m, k), y (n, k)."""
-        from ..core.ops import ggml_mul_mat
 
         def f32_accumulation(out):
             lib.ggml_mul_mat_set_prec(out.ptr, lib.GGML_PREC_F32)

@@ -18,6 +18,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..bindings import lib
+from ..core.api import (GGML_TYPE_F32, ggml_backend_alloc_ctx_tensors, ggml_backend_graph_compute,
+                        ggml_backend_init_by_name, ggml_init, ggml_new_tensor, ggml_new_tensor_2d)
+from ..core.backend_api import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
+from ..core.context import Tensor
+from ..core.device import _resolve
+from ..core.graph import ggml_build_forward_expand
+from ..core.ops import ggml_mul_mat
+from ..core.vulkan import ggml_vulkan_init
 from ..errors import GGMLError
 
 __all__ = ["ggml_pp_forward", "ggml_pp_dp_forward", "ggml_tp_dp_forward"]
@@ -27,9 +35,6 @@ _MIB16 = 16 * 1024 * 1024
 
 def _backend_for(device):
     """A fresh backend for one stage or group member (freed by the caller)."""
-    from ..core.device import _resolve
-    from ..core.api import ggml_backend_init_by_name
-    from ..core.vulkan import ggml_vulkan_init
     if isinstance(device, (bool, np.bool_)):
         raise GGMLError(f"a device is a Vulkan index or a device name, got {device!r}")
     if isinstance(device, (int, np.integer)):
@@ -68,11 +73,6 @@ def ggml_pp_forward(stages: Sequence[dict], x: ArrayLike, out_shape: Sequence[in
     `x` feeds the first stage (ggml order); each later stage's input receives the previous
     stage's output (same number of elements, f32). Returns the first prod(out_shape) values of
     the last output, flat, in ggml order."""
-    from ..core.api import (GGML_TYPE_F32, ggml_backend_alloc_ctx_tensors, ggml_backend_graph_compute, ggml_init,
-                           ggml_new_tensor)
-    from ..core.backend_api import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
-    from ..core.graph import ggml_build_forward_expand
-    from ..core.context import Tensor
     if not isinstance(stages, (list, tuple)) or not stages:
         raise GGMLError("stages must be a non-empty list of stage descriptors")
     x = np.ravel(np.asarray(x, dtype=np.float32))
@@ -159,11 +159,6 @@ def _row_bands(nrows: int, n: int, weights) -> list:
 
 def _mul_mat_on(device, w_band: np.ndarray, x: np.ndarray) -> np.ndarray:
     """x @ w_band.T with ggml's mul_mat on one device."""
-    from ..core.api import (GGML_TYPE_F32, ggml_backend_alloc_ctx_tensors, ggml_backend_graph_compute, ggml_init,
-                           ggml_new_tensor_2d)
-    from ..core.backend_api import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
-    from ..core.graph import ggml_build_forward_expand
-    from ..core.ops import ggml_mul_mat
     (nb, k), m = w_band.shape, x.shape[0]
     backend = _backend_for(device)
     ctx = ggml_init(_MIB16, no_alloc=True)

@@ -11,7 +11,7 @@ from .linalg import ggml_tcrossprod
 
 def _issparse(x) -> bool:
     try:
-        import scipy.sparse as sp
+        import scipy.sparse as sp  # optional dependency: without scipy nothing is sparse
     except ImportError:
         return False
     return sp.issparse(x)

@@ -46,7 +46,7 @@ def umap_find_ab(spread: float = 1.0, min_dist: float = 0.1) -> tuple:
     """UMAP's a, b: least-squares fit of 1 / (1 + a x^(2b)) to the membership curve (1 below
     min_dist, exp(-(x - min_dist) / spread) above) on 300 points of [0, 3 spread]; ggmlR's
     fallback (1.577, 0.895) when the fit fails."""
-    from scipy.optimize import curve_fit
+    from scipy.optimize import curve_fit  # optional dependency (scipy), loaded on first use
     x = np.linspace(0.0, spread * 3.0, 300)
     y = np.where(x < min_dist, 1.0, np.exp(-(x - min_dist) / spread))
     try:
@@ -112,7 +112,7 @@ def _smooth_sigmas(d: np.ndarray, target: float) -> np.ndarray:
 def umap_fuzzy_graph(x: np.ndarray, n_neighbors: int = 15, knn_backend: str = "cpu") -> dict:
     """The fuzzy simplicial set of x (cells x features) as ggmlR builds it: {"from", "to"
     (0-based, from < to), "weight" (in (0, 1]), "n", "dist_backend"}."""
-    import scipy.sparse as sp
+    import scipy.sparse as sp  # optional dependency (scipy), loaded on first use
     x = np.asarray(x, dtype=np.float64)
     n = x.shape[0]
     k = int(min(int(n_neighbors), n - 1))
@@ -135,7 +135,7 @@ def umap_spectral_init(graph: dict, n_components: int = 2, seed: int = 42) -> np
     """ggmlR's initial layout: the leading non-trivial eigenvectors of D^-1/2 W D^-1/2 (W the
     symmetric graph), scaled to +/-10, plus N(0, 1e-3) jitter; uniform(-10, 10) when the graph is
     too small or the eigensolver fails. Seeded by `seed` (numpy's generator, not R's)."""
-    import scipy.sparse as sp
+    import scipy.sparse as sp  # optional dependency (scipy), loaded on first use
     n = graph["n"]
     rng = np.random.default_rng(seed)
     try:
@@ -148,7 +148,7 @@ def umap_spectral_init(graph: dict, n_components: int = 2, seed: int = 42) -> np
         if n <= 2000:
             vals, vecs = np.linalg.eigh(m.toarray())
         else:
-            from scipy.sparse.linalg import eigsh
+            from scipy.sparse.linalg import eigsh  # optional (scipy), loaded on first use
             vals, vecs = eigsh(m, k=n_components + 1, which="LA", v0=np.full(n, 1.0 / math.sqrt(n)))
         v = vecs[:, np.argsort(vals)[::-1][1:n_components + 1]]    # drop the trivial leading one
         mx = np.abs(v).max()

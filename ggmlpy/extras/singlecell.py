@@ -35,6 +35,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..core.ops import ggml_add, ggml_clamp, ggml_log, ggml_mul, ggml_sub
 from ..errors import GGMLError
 from .linalg import _VULKAN
 from .sc_base import GGMLResult, _issparse, _knn, _product
@@ -208,7 +209,6 @@ def _pca(mat, n_components=50, center=True, backend="cpu", chunk_size=None, **_)
 
 def _log1p_of_product_on_vulkan(x, f):
     """log1p(x * f) in f32 on the Vulkan device (f broadcast over x's rows), as log(x * f + 1)."""
-    from ..core.ops import ggml_add, ggml_log, ggml_mul
     return _VULKAN.run(lambda ctx, t: ggml_log(ctx, ggml_add(ctx, ggml_mul(ctx, t[0], t[1]), t[2])),
                        [x, f, np.ones((1, 1))])
 
@@ -272,7 +272,6 @@ def _scale(mat, max_value=10.0, backend="cpu", scale_backend="cpu", chunk_size=N
     sd = np.sqrt((xc * xc).sum(axis=1) / max(n_cell - 1, 1))
     sd[sd == 0] = 1.0
     if backend == "vulkan" and x.size:
-        from ..core.ops import ggml_clamp, ggml_mul, ggml_sub
         # numpy (features, cells) is ne [cells, features]: the per-feature mean and 1/sd are one
         # column each (numpy (features, 1)), broadcast over the cells.
         out = _VULKAN.run(lambda ctx, t: ggml_clamp(ctx, ggml_mul(ctx, ggml_sub(ctx, t[0], t[1]), t[2]),
@@ -317,7 +316,7 @@ def _neighbors(mat, n_neighbors=20, prune_snn=1 / 15, backend="cpu", knn_backend
     if knn_backend not in ("cpu", "vulkan"):
         raise ValueError(f"knn_backend must be 'cpu' or 'vulkan', got {knn_backend!r}")
     try:
-        import scipy.sparse as sp
+        import scipy.sparse as sp  # optional dependency (scipy), loaded on first use
     except ImportError as e:
         raise GGMLError('op "neighbors" builds sparse graphs with scipy: pip install scipy') from e
     used = "vulkan" if backend == "vulkan" and knn_backend == "vulkan" else "cpu"

@@ -57,7 +57,7 @@ class ggml_history(dict):
     def plot(self, path):
         """Loss and accuracy curves side by side, saved as a PNG at `path` (needs matplotlib)."""
         try:
-            import matplotlib
+            import matplotlib  # optional dependency, loaded when a plot is asked for
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
         except ImportError as e:

@@ -10,6 +10,7 @@ at run time between ggml graphs (ops_host.py), count as passes.
 """
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -168,8 +169,7 @@ class Table:
 
 
 def collect(filter_ops=None):
-    from onnx.backend.test.case.node import collect_testcases
-    import warnings
+    from onnx.backend.test.case.node import collect_testcases  # onnx's test data: loaded when run
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cases = collect_testcases(None)

@@ -12,18 +12,24 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import warnings
-from collections import Counter
+from collections import Counter, defaultdict
 
 import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import helper, numpy_helper
 
 from .. import kernels
-from ..core.device import Backend, get_backend, is_software_device
 from ..bindings import ffi, lib
+from ..core.device import Backend, blas_backend, get_backend, is_software_device
+from ..core.sched import Scheduler
 from ..errors import DeviceError, GGMLError
 from ..graph import TENSOR_OVERHEAD, CompiledGraph, GraphContext
-from .graph import F32, NUMERIC_TYPES, Builder, OnnxError, Val, const, np_dtype, type_name
+from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (their builders register in OPS)
 from .fusion import find_conv_epilogues, find_gelu, find_linear_bias
+from .graph import F32, NUMERIC_TYPES, Builder, OnnxError, Val, const, np_dtype, type_name
 from .ops_basic import OPS
 from .ops_basic import f as contiguous_f32
 from .ops_host import HOST_OPS
@@ -49,13 +55,10 @@ def op_key(node) -> str:
 
 def supported_ops() -> list[str]:
     """The ONNX operator types onnx_load can build (others' domains as "com.microsoft:QGemm")."""
-    from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (register their builders)
     return sorted(set(OPS) | set(HOST_OPS))
 
 
 def _read_model(path):
-    import onnx
-    from google.protobuf.message import DecodeError
     if isinstance(path, onnx.ModelProto):
         model = path
         try:
@@ -100,8 +103,6 @@ class OnnxModel:
     feed, compute and read back (ggml's own threads already use every core for that one call)."""
 
     def __init__(self, proto, path, device, input_shapes, n_threads, dtype):
-        from onnx import numpy_helper
-        from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401
         self.proto = proto
         self.path = str(path)
         g = proto.graph
@@ -184,7 +185,6 @@ class OnnxModel:
         self.device = self.backend.device_name
         self.blas = None  # on the CPU, ggml's BLAS backend (OpenBLAS) takes the large matrix products
         if self.backend is self.cpu and os.environ.get("GGMLPY_ONNX_BLAS", "1") != "0":
-            from ..core.device import blas_backend
             self.blas = blas_backend(self.cpu.n_threads)
 
     # -- building -------------------------------------------------------------------------------------
@@ -269,8 +269,7 @@ def _fmt(dims):
 
 def _fold(model: OnnxModel, node, ins):
     """Evaluate a node whose inputs are all constants, with onnx's reference implementation."""
-    from onnx import helper
-    from onnx.reference import ReferenceEvaluator
+    from onnx.reference import ReferenceEvaluator  # loaded when a node is folded: some 60 modules
     vis = [helper.make_tensor_value_info(n, v.dtype, None) for n, v in zip(node.input, ins) if n]
     outs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
     g = helper.make_graph([node], "fold", vis, outs)
@@ -283,7 +282,6 @@ def _fold(model: OnnxModel, node, ins):
 def _evaluate_on_host(model: OnnxModel, nodes, values: dict, consts: dict) -> dict:
     """Nodes evaluated one by one in numpy (onnx's reference implementation, ours for host ops):
     for what follows a host step that produced an empty tensor, which no ggml graph can hold."""
-    from onnx import helper
     known = {n: v.const for n, v in consts.items()}
     known.update(values)
     for node in nodes:
@@ -309,7 +307,6 @@ class _Plan:
     MAX_NEXT_PLANS = 8  # shapes a data-dependent stage keeps graphs for (NMS gives a new count each call)
 
     def __init__(self, model: OnnxModel, shapes: dict, sched=None, nodes=None, feed_types=None, consts=None):
-        from onnx import helper
         g = model.proto.graph
         first = nodes is None
         nodes = list(g.node) if first else nodes
@@ -533,7 +530,6 @@ class _Plan:
         key = tuple(sorted((n, a.shape, a.dtype.str) for n, a in feeds.items()))
         plan = self.next_plans.pop(key, None)
         if plan is None:
-            from onnx import helper
             types = {n: helper.np_dtype_to_tensor_dtype(a.dtype) for n, a in feeds.items()}
             plan = _Plan(model, {n: a.shape for n, a in feeds.items()}, nodes=self.rest, feed_types=types,
                          consts=self.consts)
@@ -631,10 +627,6 @@ def onnx_profile(model: OnnxModel, inputs: "dict | list", runs: int = 3) -> list
 
 
 def _profile(model: OnnxModel, arrays: dict, runs: int) -> list:
-    import time
-    from collections import defaultdict
-
-    from ..core.sched import Scheduler
     model.run(arrays)  # builds (or finds) the plan and checks the inputs
     plan = model._plan({n: a.shape for n, a in arrays.items()})
     first = model.blas if model.backend is model.cpu else model.backend

@@ -8,7 +8,7 @@ known at load time (they fix shapes or ggml op parameters).
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from .safe import lib
 from .graph import FLOAT_TYPES, Val, const, np_dtype
@@ -741,7 +741,6 @@ def _tile(b, node, ins, at):
 
 @op("Constant")
 def _constant(b, node, ins, at):
-    from onnx import numpy_helper
     if "value" in at:
         arr = numpy_helper.to_array(at["value"])
         return [const(arr, at["value"].data_type)]
@@ -754,7 +753,6 @@ def _constant(b, node, ins, at):
 
 @op("ConstantOfShape", const_inputs=(0,))
 def _constant_of_shape(b, node, ins, at):
-    from onnx import numpy_helper
     shape = tuple(int(d) for d in cval(b, ins[0], "input").reshape(-1))
     val = numpy_helper.to_array(at["value"]).reshape(-1) if "value" in at else np.zeros(1, np.float32)
     dt = at["value"].data_type if "value" in at else FLOAT

@@ -8,8 +8,8 @@ from onnx import TensorProto
 
 from .graph import Val, const, np_dtype
 from .layout import binary, permute, reshape, take, to_rows
-from .ops_basic import OPS, _round_even, _unary, cval, f, norm_axis, op
-from .ops_nn import _conv, _matmul_op, arg_rows
+from .ops_basic import OPS, _concat, _round_even, _unary, cval, f, norm_axis, op
+from .ops_nn import _conv, _gemm, _global, _matmul_op, arg_rows
 from .safe import lib
 
 QRANGE = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127), TensorProto.UINT16: (0, 65535),
@@ -441,7 +441,6 @@ OPS[MS + "QLinearLeakyRelu"] = _qunary(lambda b, t, at: lib.ggml_leaky_relu(b.ct
 
 
 def _qgap(b, node, ins, at):
-    from .ops_nn import _global
     x, sx, zx, sy, zy = ins[:5]
     b.need(not int(at.get("channels_last", 0)), "QLinearGlobalAveragePool with channels_last")
     y = _global(b, dequantize(b, x, sx, zx, 0), "avg")[0]
@@ -452,7 +451,6 @@ OPS[MS + "QLinearGlobalAveragePool"] = _qgap
 
 
 def _qconcat(b, node, ins, at):
-    from .ops_basic import _concat
     sy, zy = ins[0], ins[1]
     parts = [dequantize(b, ins[k], ins[k + 1], ins[k + 2], 0) for k in range(2, len(ins), 3)]
     y = _concat(b, node, parts, at)[0]
@@ -463,7 +461,6 @@ OPS[MS + "QLinearConcat"] = _qconcat
 
 
 def _qgemm(b, node, ins, at):
-    from .ops_nn import _gemm
     a, sa, za, w, sw, zw = ins[:6]
     C = ins[6] if len(ins) > 6 else None
     sy = ins[7] if len(ins) > 7 else None

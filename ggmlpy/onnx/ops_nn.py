@@ -5,8 +5,8 @@ import numpy as np
 
 from .safe import lib
 from .graph import Val, const
-from .layout import (binary, broadcast_shape, cont, pad_zero, permute, permuted_source, reshape, scalar_f32,
-                     slice_axis, take, to_rows)
+from .layout import (binary, broadcast_shape, cont, pad_zero, permute, permuted_source, repeat_to, reshape,
+                     scalar_f32, slice_axis, take, to_rows)
 from .ops_basic import FLT_MAX, I64, cval, f, norm_axis, op
 
 POOL_MAX, POOL_AVG = lib.GGML_OP_POOL_MAX, lib.GGML_OP_POOL_AVG
@@ -24,7 +24,6 @@ def _matmul(b, a: Val, bt, b_shape, out_batch=None):
     b.need(a.shape[-1] == K, f"matmul shapes {list(a.shape)} and {list(b_shape)} do not match")
     M = a.shape[-2]
     ab, bb = a.shape[:-2], tuple(b_shape[:-2])
-    from .layout import broadcast_shape, repeat_to
     batch = broadcast_shape(b, ab, bb) if (ab or bb) else ()
     if ab and not bb:  # (..., M, K) @ (K, N): one product of all the rows, not one per batch entry
         rows = int(np.prod(ab, dtype=np.int64)) * M

@@ -20,7 +20,8 @@ import weakref
 
 from ..bindings import ffi, lib
 from ..errors import DeviceError, GGMLError
-from ..core.device import Backend, _resolve, blas_backend, forget_backend, get_backend
+from ..core.device import Backend, _resolve, blas_backend, devices, forget_backend, get_backend
+from . import executor as ex_mod
 from .executor import Executor
 from .pool import PassPool, PersistentPool
 
@@ -180,7 +181,6 @@ STATE = _State()
 
 
 def _has_gpu() -> bool:
-    from ..core.device import devices
     return any(d.type in ("gpu", "igpu") and d.backend in ("Vulkan", "CUDA") for d in devices())
 
 
@@ -253,7 +253,6 @@ def set_cache_limits(graph_cache_bytes: int | None = None, spare_bytes: int | No
     spare_bytes: freed persistent buffers kept for reuse by a tensor of the same type and shape
       (a training loop's gradients), per device. Default 64 MiB (GGMLPY_SPARE_BYTES).
     Lowering a limit frees what is above it at the next allocation."""
-    from . import executor as ex_mod
     before = {"graph_cache_bytes": ex_mod.GRAPH_CACHE_BYTES, "spare_bytes": PersistentPool.SPARE_BYTES}
     for name, value in (("graph_cache_bytes", graph_cache_bytes), ("spare_bytes", spare_bytes)):
         if value is not None and (not isinstance(value, int) or value < 0):

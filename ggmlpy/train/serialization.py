@@ -20,8 +20,12 @@ from collections.abc import Callable
 import numpy as np
 
 from .._version import __version__
+from ..bindings import ffi, lib
+from ..core.types import TYPE_NAMES
 from ..errors import GGMLError
+from ..io.gguf_file import GGUFFile
 from ..nn.layers import Module
+from ..runtime.state import ag_device
 
 ARCH = "ggmlpy"
 _MAX_NAME = 63  # GGML_MAX_NAME (64) including the terminating zero
@@ -29,7 +33,7 @@ _MAX_NAME = 63  # GGML_MAX_NAME (64) including the terminating zero
 
 def _gguf():
     try:
-        import gguf
+        import gguf  # loaded when a model file is written or read: its import is slow
     except ImportError as e:  # a declared dependency, but say how to fix it if it is missing
         raise GGMLError("saving and loading models needs the gguf package: pip install gguf") from e
     return gguf
@@ -43,14 +47,12 @@ def _state_of(model) -> dict:
 
 def _quantized_tensors(model) -> dict:
     """{state name: AGTensor} of the model's entries stored in a quantized type (ag_quantize)."""
-    from ..bindings import lib
     own = dict(model.named_parameters()) if hasattr(model, "named_parameters") else {}
     own.update(dict(model.named_buffers()) if hasattr(model, "named_buffers") else {})
     return {n: t for n, t in own.items() if hasattr(t, "st") and lib.ggml_is_quantized(t.st.type)}
 
 
 def _blocks_of(t) -> np.ndarray:
-    from ..bindings import ffi, lib
     raw = np.empty(t.st.nbytes, dtype=np.uint8)
     t.dc.sync()
     lib.ggml_backend_tensor_get(t.st.ptr, ffi.from_buffer(raw), 0, raw.nbytes)
@@ -171,7 +173,6 @@ def atomic_write(path: str):
 
 
 def _type_name(ggml_type: int) -> str:
-    from ..core.types import TYPE_NAMES
     return TYPE_NAMES[ggml_type]
 
 
@@ -187,8 +188,6 @@ def read_gguf(path) -> tuple[dict, dict]:
 
     The file goes through ggmlpy's validating GGUF parser (magic, version, counts, types,
     tensor offsets: aligned, inside the file, not overlapping) before any tensor is read."""
-    from ..bindings import lib
-    from ..io.gguf_file import GGUFFile
     path = os.fspath(path)
     if not os.path.exists(path):
         raise GGMLError(f"no such model file: {path}")
@@ -248,7 +247,6 @@ def ag_load_model(model_or_path: Module | str | os.PathLike, path: str | os.Path
 
 
 def _load_into(model, tensors: dict, info: dict, path, strict: bool) -> dict:
-    from ..bindings import lib
     state = _state_of(model)
     missing = [n for n in state if n not in tensors]
     unexpected = [n for n in tensors if n not in state]
@@ -272,7 +270,6 @@ def _load_into(model, tensors: dict, info: dict, path, strict: bool) -> dict:
     model.load_state_dict({n: tensors[n] for n in state})
     # a quantized weight of the same type takes the file's blocks as they are (re-quantizing the
     # dequantized values is not exact for every type)
-    from ..bindings import ffi
     for name, t in _quantized_tensors(model).items():
         ftype, blocks = info["blocks"].get(name, (None, None))
         if ftype == t.st.type and blocks.size == t.st.nbytes:
@@ -282,7 +279,6 @@ def _load_into(model, tensors: dict, info: dict, path, strict: bool) -> dict:
 
 
 def _load_rebuilt(path, model_fn, device):
-    from ..runtime.state import ag_device
     tensors, info = read_gguf(path)
     if model_fn is None and info["model_fn"] is not None:
         model_fn = _import_model_fn(info["model_fn"])
