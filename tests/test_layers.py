@@ -1,10 +1,29 @@
-"""The package's layers hold: the import-linter contracts in pyproject.toml are kept, and the hooks
-by which a layer equips what a lower one defines are in place whatever is imported first."""
+"""The package's layers hold: the import-linter contracts in pyproject.toml are kept (the layers,
+no import cycle inside any package, the flat namespace used by the command line only), and the
+hooks by which a layer equips what a lower one defines are in place whatever is imported first."""
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+CONTRACTS = ("ggmlpy's layers", "no import cycles between the modules of any package",
+             "only the command line uses the package's flat namespace")
+
+
+def test_the_import_contracts_are_kept():
+    """lint-imports over this checkout (its own ggmlpy first on the path): every contract KEPT.
+    A broken one prints the offending import chains, e.g. `ggmlpy.tensor is not allowed to import
+    ggmlpy.autograd: ggmlpy.tensor -> ggmlpy.autograd.ops (l.226)`."""
+    pytest.importorskip("importlinter", reason="import-linter is in the test extra: pip install -e '.[test]'")
+    proc = subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command as c; c()",
+                           "pyproject.toml", "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    report = proc.stdout + proc.stderr
+    assert proc.returncode == 0, report
+    for name in CONTRACTS:
+        assert any(line.startswith(name) and "KEPT" in line for line in report.splitlines()), report
+    assert "0 broken" in report, report
 
 
 def _fresh(code: str) -> str:
