@@ -1,13 +1,17 @@
 """ggmlpy: ggml from Python, with ggmlR's API.
 
-Layers, bottom up (each imports only from those below it):
+Layers, bottom up (each imports only from those below it; pyproject.toml's import-linter
+contracts state them and tests/test_layers.py checks them):
   bindings/   cffi over libggml (found, loaded and version-checked at import)
   core/       the checked ggml_* API: contexts, tensors, ops, graphs, backends and devices,
-              the allocator and scheduler, quantization; kernels/ are ggmlpy's own C ops
-  runtime/    per-device and per-thread state, memory pools with generation counters,
-              the eager executor's cached op graphs
+              the allocator and scheduler, ggml-opt, quantization; kernels/ are ggmlpy's own C ops
+  graph/      building and running whole graphs, for every front end
+  runtime/    per-device and per-thread state (autograd's modes in runtime/autograd_state.py),
+              memory pools with generation counters, the eager executor's cached op graphs;
+              io/ beside it reads and writes GGUF files
   tensor.py   ag tensors (R matrix shapes, on a device)
-  autograd/   the tape, VJP/JVP rule tables, checkpointing, forward-mode AD, compiling
+  autograd/   the tape, VJP/JVP rule tables, checkpointing, forward-mode AD, compiling; it sets
+              the tensors' operators (autograd/tensor_methods.py)
   nn/, optim/, train/   layers, optimizers, fit loops and model files
   keras/, onnx/, quant/ the Keras-like API, ONNX import, GGUF and quantized ag tensors
   extras/     ggmlR's add-ons: matrix drop-ins, model-parallel forwards, single-cell tasks
