@@ -301,3 +301,60 @@ def test_one_onnx_model_shared_by_threads_gives_the_serial_results(fixture):
     wrong = sum(any(not np.array_equal(out[o], ref[o]) for o in ref)
                 for res in got for out, ref in zip(res, serial))
     assert wrong == 0, f"{wrong} of {4 * len(xs)} results differ from the serial ones"
+
+
+def test_a_level_entered_in_one_thread_carries_tangents_in_every_thread():
+    """The seed's process-wide levels: a worker makes duals at the main thread's level, computes
+    and unpacks them (8 threads x 50 times, every tangent 2v)."""
+    with g.dual_level() as lvl:
+        wrong, missing = [], []
+
+        def work(i):
+            x = g.ag_tensor(np.full((3, 2), float(i)))
+            v = g.ag_tensor(np.arange(6.0).reshape(3, 2) + i)
+            for _ in range(50):
+                _, t = g.unpack_dual(g.ag_scale(g.make_dual(x, v, level=lvl), 2), level=lvl)
+                if t is None:
+                    missing.append(i)
+                elif not np.array_equal(t.numpy(), 2 * v.numpy()):
+                    wrong.append(i)
+        _in_threads(8, work)
+    assert not missing and not wrong, (len(missing), len(wrong))
+
+
+def test_nested_levels_across_threads_give_second_derivatives():
+    """The main thread's outer level and a worker's inner one nest: d/dx (d/dx x^3) = 6x, the
+    outer tangent of the inner tangent, computed in the worker on the main thread's dual."""
+    x0 = np.array([[1.5, -2.0]])
+    with g.dual_level() as outer:
+        x = g.make_dual(g.ag_tensor(x0), g.ag_tensor(np.ones_like(x0)), level=outer)
+        out = {}
+
+        def work(_):
+            with g.dual_level() as inner:
+                xi = g.make_dual(x, g.ag_tensor(np.ones_like(x0)), level=inner)
+                y = g.ag_mul(g.ag_mul(xi, xi), xi)
+                _, dy = g.unpack_dual(y, level=inner)   # 3 x^2, still dual at the outer level
+                _, d2y = g.unpack_dual(dy, level=outer)  # 6 x
+                out["d2y"] = d2y.numpy()
+        _in_threads(1, work)
+    np.testing.assert_allclose(out["d2y"], 6 * x0, rtol=1e-6)
+
+
+def test_a_level_exited_while_another_thread_uses_it_raises_or_has_no_tangent():
+    """Never a wrong value: a worker computing at a level the main thread has exited gets a clear
+    error when it makes a dual there, and no stale tangent from what it held."""
+    lvl = g.enter_dual_level()
+    x = g.make_dual(g.ag_tensor(np.ones((2, 2))), g.ag_tensor(np.full((2, 2), 3.0)), level=lvl)
+    g.exit_dual_level(lvl)
+    got = {}
+
+    def work(_):
+        got["held"] = g.unpack_dual(g.ag_scale(x, 2), level=lvl)[1]
+        try:
+            g.make_dual(g.ag_tensor(np.ones((2, 2))), g.ag_tensor(np.ones((2, 2))), level=lvl)
+        except g.GGMLError as e:
+            got["error"] = str(e)
+    _in_threads(1, work)
+    assert got["held"] is None
+    assert "not active" in got["error"]

@@ -5,15 +5,23 @@ Storage. Every ag tensor that has a tangent owns a `ForwardGrad`: a map from
 level index to tangent (itself an ag tensor, on the device). Setting a tangent
 registers the ForwardGrad with its level; resetting it unregisters it.
 
-Levels. One process-wide registry of level slots; each thread has its own stack
-of the levels it entered (runtime/autograd_state.py's dual_levels) (PyTorch's contract for grad mode, extended to levels:
-one thread's `dual_level()` neither sees nor closes another's). A level's index
-is the first free slot, so in one thread it is its nesting depth, and indices
-are reused after release. Exiting a level clears that level's tangents from
-every ForwardGrad registered with it, and only that level's: a stale index can
-therefore never reach the tangents of a later level with the same number. Only
-the calling thread's innermost level may be exited, and a thread's ops
-propagate only its own levels, outermost first.
+Levels. One process-wide registry of level slots, as the seed designs it: a
+level is a plain integer that every thread may use, so a level entered in one
+thread carries duals made, computed on and unpacked in another. A level's index
+is the first free slot (in one thread, its nesting depth), and indices are
+reused only after the level is cleaned. Exiting a level clears that level's
+tangents from every ForwardGrad registered with it, and only that level's: a
+stale index can therefore never reach the tangents of a later level with the
+same number. Ops propagate every open level their inputs carry a tangent for,
+oldest first (levels are ordered by when they were entered, not by index).
+
+What stays per thread (runtime/autograd_state.py's dual_levels): the stack of
+levels a thread entered, which gives `make_dual`/`unpack_dual` their default
+level, and whose innermost only that thread may exit: one thread's
+`dual_level()` can neither close nor mask another thread's levels (masking, the
+JVP rule of level L running with L off, is per thread too). A level exited
+while another thread still computes with it: that thread's next tangent write
+at it raises "level N is not active"; what it already holds was cleared.
 
 Lifetime. A level is "initialised" while the registry holds it; after exit it is
 "about to be cleaned" while some ForwardGrad method still holds an owning
@@ -35,6 +43,7 @@ perturbations apart, so `d/dx (x * d/dy (x + y))` is 1, not 2.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -55,9 +64,13 @@ LEVELS: list = []  # the registry's slots (None: free), index = level; non-empty
 _registry_lock = threading.Lock()
 
 
+_serials = itertools.count()  # entry order of levels across threads (an index is reused, this is not)
+
+
 class ForwardADLevel:
     def __init__(self, idx: int):
         self.idx = idx
+        self.serial = next(_serials)
         self._lock = threading.Lock()
         self._grads: set = set()
         self._refs = 1  # the registry's own reference; guarded by _registry_lock
@@ -119,8 +132,8 @@ def try_get_by_idx(idx: int) -> _Ref | None:
 
 
 def enter_dual_level() -> int:
-    """Open a new (innermost) level in this thread and return its index (in one thread, its
-    nesting depth)."""
+    """Open a new level, innermost in this thread, and return its index (in one thread, its
+    nesting depth). Any thread may make duals at it, compute with them and unpack them."""
     with _registry_lock:
         idx = LEVELS.index(None) if None in LEVELS else len(LEVELS)
         if idx == len(LEVELS):
@@ -277,6 +290,13 @@ def copy_tangents(src: AGTensor, dst: AGTensor) -> None:
 
 
 # -- propagation through primitives (called by engine.apply while a level is open) -----------------------
+def _open_in_entry_order(indices) -> list:
+    """The indices of open levels among `indices`, in the order the levels were entered."""
+    with _registry_lock:
+        open_ = [LEVELS[i] for i in indices if 0 <= i < len(LEVELS) and LEVELS[i] is not None]
+    return [lvl.idx for lvl in sorted(open_, key=lambda lvl: lvl.serial)]
+
+
 def propagate(rule: Rule, out: AGTensor, inputs: Sequence[AGTensor], params: dict, ap) -> None:
     """Set out's tangents at this thread's levels from the inputs' by the primitive's JVP rule,
     whose own primitives go through `ap` (engine.apply, which calls this)."""
@@ -287,9 +307,9 @@ def propagate(rule: Rule, out: AGTensor, inputs: Sequence[AGTensor], params: dic
     if not present:
         return
     masked = AUTOGRAD.masked_levels
-    # this thread's levels only, outermost first: an inner level's tangent rule may read `out`,
-    # whose outer tangents must already be set (that product is the second derivative)
-    levels = [lv for lv in AUTOGRAD.dual_levels if lv in present and lv not in masked]
+    # every open level the inputs carry, oldest first: an inner level's tangent rule may read
+    # `out`, whose outer tangents must already be set (that product is the second derivative)
+    levels = _open_in_entry_order(lv for lv in present if lv not in masked)
     if not levels:
         return
     if rule.jvp is None:
