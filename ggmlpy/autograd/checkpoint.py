@@ -25,7 +25,10 @@ The contract, point by point (each has a test in tests/test_checkpoint.py):
     pool's generation, the device and the dtype are checked, and a change raises
     instead of returning gradients from freed memory or from another computation.
  7. Gradients stay on the device: each leaf's is accumulated once, at the end.
- 8. The graph backward path declines a tape holding a checkpoint node (op None).
+ 8. ag_backward_graph declines a tape holding a checkpoint node (op None). When ag_compile traces
+    a segment, its primitives are recorded as a range; the compiled step emits them a second time
+    in the backward part of its graph (graph_mode.emit_backward), so the compute buffer does not
+    keep their activations either.
  9. The loop-variable trap: a closure that sees a different layer at replay time
     is detected by comparing the parameters the segment touched in both runs.
 """
@@ -54,9 +57,12 @@ def ag_checkpoint(fn: Callable[..., AGTensor], *inputs: AGTensor) -> AGTensor:
         raise GGMLError("ag_checkpoint() expects a function as its first argument.")
     if not AUTOGRAD.recording():
         trace = engine.current_trace()
-        if trace is not None:
-            trace.checkpoints += 1  # ag_fit leaves a checkpointed model eager, for its memory
-        return fn(*inputs)
+        if trace is None:
+            return fn(*inputs)
+        start = len(trace)  # compiling: the compiled step emits this range again in its backward
+        out = fn(*inputs)
+        trace.segments.append((start, len(trace)))
+        return out
 
     rng_state = grandom.get_rng_state()
     saved_nodes, saved_enabled = AUTOGRAD.tape_nodes, AUTOGRAD.tape_enabled

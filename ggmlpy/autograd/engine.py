@@ -87,12 +87,12 @@ def trace_into(trace: Trace):
 
 
 class Trace(list):
-    """The primitives applied while tracing; how many ag_checkpoint segments ran inside, and
-    which tensors were read on the host."""
+    """The primitives applied while tracing; the (start, end) ranges of them that ag_checkpoint
+    segments applied, and which tensors were read on the host."""
 
     def __init__(self):
         super().__init__()
-        self.checkpoints = 0
+        self.segments: list = []
         self.host_reads: list = []
 
 
@@ -106,7 +106,9 @@ def watch_params():
         with hook_opened():
             yield seen
     finally:
-        watchers.remove(seen)
+        # by identity: a nested checkpoint's set may equal its outer one's, and list.remove
+        # would take the outer's
+        del watchers[next(i for i in range(len(watchers) - 1, -1, -1) if watchers[i] is seen)]
 
 
 def _reshape_in_place(x: AGTensor, shape, out_type: int, dc):
@@ -218,26 +220,62 @@ def backward(loss: AGTensor, grad: AGTensor | None = None, retain_all: bool = Fa
     return grads
 
 
-def walk(nodes, grads: dict, leaves: dict, retain_all: bool = False) -> None:
-    """Push gradients from outputs to inputs through `nodes`, newest first."""
+class EagerBackward:
+    """How the walker computes eagerly: primitives applied to ag tensors now."""
+
+    ap = staticmethod(apply)
+
+    @staticmethod
+    def slice_fast_path(node) -> bool:
+        return not _fwd.LEVELS  # forward AD may differentiate the gradients again: no in-place sums
+
+    @staticmethod
+    def acc_into(cur, g, start):
+        """cur[start:] += g in cur's own memory (ggml_acc), or None where that cannot be done."""
+        if cur.st.type != F32 or g.st.type != F32:
+            return None
+        _acc_into(cur, g, start)
+        return cur
+
+    @staticmethod
+    def emitted(g) -> None:
+        pass
+
+    @staticmethod
+    def node_done(node, grads) -> None:
+        pass
+
+
+EAGER = EagerBackward()
+
+
+def walk(nodes, grads: dict, leaves: dict, retain_all: bool = False, how=EAGER) -> None:
+    """The one backward walker: push gradients from outputs to inputs through `nodes` (tape Nodes,
+    in forward order), newest first. `how` computes: EAGER applies primitives now; graph_mode's
+    emits graph nodes (the same rules, the same sums, the same slice fast path), and hears when
+    each node is done (`node_done`: a gradient no later node adds to is final). A node with a
+    `backward_fn` is a checkpointed segment, which replays itself (eagerly or as graph nodes)."""
     owned: dict = {}  # tid -> a gradient this walk made and nothing else holds: safe to add into
     for node in reversed(nodes):
         g = dict.get(grads, node.out_id) if retain_all else dict.pop(grads, node.out_id, None)
         owned.pop(node.out_id, None)  # handed on to the rule, which may pass it to several inputs
         if g is None:
+            how.node_done(node, grads)
             continue
-        if node.op == "slice" and node.backward_fn is None and not _fwd.LEVELS:
-            _slice_backward(node, g, grads, leaves, owned)
+        if node.op == "slice" and node.backward_fn is None and how.slice_fast_path(node):
+            _slice_backward(node, g, grads, leaves, owned, how)
+            how.node_done(node, grads)
             continue
         if node.backward_fn is not None:  # a checkpoint: replays its segment
             in_grads = node.backward_fn(g, grads, leaves)
         else:
-            in_grads = RULES[node.op].vjp(g, Call(apply, node.saved, node.params, node.in_shapes))
+            in_grads = RULES[node.op].vjp(g, Call(how.ap, node.saved, node.params, node.in_shapes))
         for (tid, needs, leaf), gi in zip(node.inputs, in_grads):
             if not needs or gi is None:
                 continue
             prev = dict.get(grads, tid)
-            total = accumulate(prev, gi)
+            total = gi if prev is None else how.ap("add", prev, gi)
+            how.emitted(total)
             dict.__setitem__(grads, tid, total)
             if prev is None:
                 owned.pop(tid, None)  # a rule's own result: it may be held elsewhere
@@ -245,9 +283,10 @@ def walk(nodes, grads: dict, leaves: dict, retain_all: bool = False) -> None:
                 owned[tid] = total  # a fresh sum
             if leaf is not None:
                 leaves[tid] = leaf
+        how.node_done(node, grads)
 
 
-def _slice_backward(node, g, grads, leaves, owned) -> None:
+def _slice_backward(node, g, grads, leaves, owned, how) -> None:
     """A slice's gradient added into its input's gradient where it lies: in place (ggml_acc) when
     the walk made that gradient itself, so n slices of one tensor cost one full-size pass, not n
     (a padded copy and a full-size sum each)."""
@@ -256,13 +295,15 @@ def _slice_backward(node, g, grads, leaves, owned) -> None:
         return
     cur = dict.get(grads, tid)
     start, shape = node.params["start"], node.in_shapes[0]
-    if cur is not None and owned.get(tid) is cur and cur.st.type == F32 and g.st.type == F32 and cur.shape == shape:
-        _acc_into(cur, g, start)
-    else:
-        padded = apply("pad_into", g, start=start, shape=shape)
-        total = padded if cur is None else apply("add", cur, padded)
-        dict.__setitem__(grads, tid, total)
-        owned[tid] = total
+    total = None
+    if cur is not None and owned.get(tid) is cur and tuple(cur.shape) == tuple(shape):
+        total = how.acc_into(cur, g, start)
+    if total is None:
+        padded = how.ap("pad_into", g, start=start, shape=shape)
+        total = padded if cur is None else how.ap("add", cur, padded)
+    how.emitted(total)
+    dict.__setitem__(grads, tid, total)
+    owned[tid] = total
     if leaf is not None:
         leaves[tid] = leaf
 

@@ -8,7 +8,8 @@ emits into one ggml graph:
 * the backward pass, either ggml's own (`ggml_build_backward_expand`) when every
   forward op has a ggml backward, or ggmlpy's rule table: each tape op names
   its VJP rule, and the rules, written with primitives, emit graph nodes
-  instead of running eagerly (the builder is their emitter: see `_graph_call`);
+  instead of running eagerly, walked by the one walker (engine.walk, with GraphBackward);
+  a checkpointed segment is emitted again for the backward, so its activations are not kept;
 * the optimizer update, the nodes the optimizer emits itself (its `graph_update`:
   ggml_opt_step_adamw / ggml_opt_step_sgd, or element-wise nodes), written in place
   into the parameters' own memory, after every other node.
@@ -38,10 +39,10 @@ from ..kernels import enabled as kernels_enabled
 from ..tensor import AGTensor, ag_tensor
 from ..tensor import _ids as tensor_ids
 from . import prims
-from .call import SAVED_KEY, Call
-from .engine import GradMap, Trace, _add_into_grad, as_f32, check_index_values, check_operands, trace_into
+from .call import SAVED_KEY
+from .engine import GradMap, Trace, _add_into_grad, as_f32, check_index_values, check_operands, trace_into, walk
 from .rules import RULES
-from .tape import no_grad
+from .tape import Node, no_grad
 
 if TYPE_CHECKING:
     from ..optim.graph_update import GraphUpdate
@@ -110,63 +111,129 @@ class Builder(GraphContext):
         return Sym(t, self.dc)
 
 
-def _graph_call(builder: Builder, in_syms, out_sym, params, in_shapes) -> Call:
-    """What a VJP rule sees, in symbolic form: its primitives become nodes of `builder`'s graph.
-    An input's Sym may be None when the rule does not read it."""
+def _saved(in_syms, out_sym) -> dict:
+    """A node's snapshots in symbolic form; an input's Sym may be None when its rule does not read it."""
     saved = {SAVED_KEY[i]: s for i, s in enumerate(in_syms) if s is not None}
     if out_sym is not None:
         saved["out"] = out_sym
-    return Call(lambda op, *xs, **prm: builder.emit(op, xs, prm), saved, params, in_shapes)
+    return saved
 
 
-def _accumulate(builder, a, b):
-    return b if a is None else builder.emit("add", [a, b], {})
+class GraphBackward:
+    """How engine.walk computes when compiling: every primitive becomes a node of `builder`'s graph.
+
+    With `in_order`, each gradient joins the graph as soon as it is made, so ggml computes in the
+    walker's order: a checkpointed segment's recomputation lands right before the gradients that
+    read it, and ggml's allocator (which frees a tensor after its last reader) never holds the
+    first run's activations across the backward pass."""
+
+    def __init__(self, builder: Builder, in_order: bool = False, on_final=None):
+        self.b, self.in_order = builder, in_order
+        self.on_final = on_final  # (id, gradient) for a wanted id once no node left adds to it
+        self.readers: dict = {}  # wanted id -> outer nodes reading it that are still to be walked
+        self.watched: set = set()  # those outer nodes (a segment's inner copies are not counted)
+
+    def count_readers(self, nodes, wanted) -> None:
+        for node in nodes:
+            ids = {tid for tid, _, _ in node.inputs} & wanted
+            if ids:
+                self.watched.add(id(node))
+                for tid in ids:
+                    self.readers[tid] = self.readers.get(tid, 0) + 1
+
+    def node_done(self, node, grads) -> None:
+        """Every reader of a wanted id walked: its gradient is final, and every graph node that
+        reads the id has joined the graph (in_order): it may be updated in place now."""
+        if self.on_final is None or id(node) not in self.watched:
+            return
+        for tid in {tid for tid, _, _ in node.inputs}:
+            left = self.readers.get(tid)
+            if left is None:
+                continue
+            self.readers[tid] = left - 1
+            if left == 1 and tid in grads:
+                self.on_final(tid, grads[tid])
+
+    def ap(self, op, *xs, **params) -> Sym:
+        return self.b.emit(op, list(xs), params)
+
+    @staticmethod
+    def slice_fast_path(node) -> bool:
+        return True
+
+    def acc_into(self, cur: Sym, g: Sym, start) -> Sym:
+        self.b.room(2)
+        return Sym(prims.acc_into(self.b.ctx, cur.t, g.t, start), self.b.dc)
+
+    def emitted(self, g: Sym) -> None:
+        if self.in_order:
+            lib.ggml_build_forward_expand(self.b.graph, g.t)
 
 
-def emit_backward(builder: Builder, entries, seed: Sym, loss_id: int, wanted: set) -> dict:
-    """ggmlpy's rule table as graph nodes: symbolic gradients of loss for the ids in `wanted`.
+def emit_backward(builder: Builder, entries, seed: Sym, loss_id: int, wanted: set, segments=(),
+                  on_final=None) -> dict:
+    """ggmlpy's rule table as graph nodes, by the one walker (engine.walk): symbolic gradients of
+    loss for the ids in `wanted`.
 
-    `entries` are (op, input ids, input Syms, params, out id, out Sym, input shapes), in
-    forward order; an input's Sym may be None when its rule does not read it."""
+    `entries` are (op, input ids, input Syms, params, out id, out Sym, input shapes), in forward
+    order; an input's Sym may be None when its rule does not read it. `segments`: (start, end)
+    ranges of entries that ag_checkpoint ran; each becomes one node whose backward emits the
+    segment's forward again from its inputs and walks that copy, so no gradient reads the first
+    run's activations inside it. `on_final(id, gradient)` hears of each wanted gradient as soon
+    as it is final (the graph then computes in the walker's order), so an optimizer can update
+    that parameter right away and its gradient need not wait for the others."""
     needs = set(wanted)
     for op, in_ids, _, _, out_id, _, _ in entries:  # which outputs lie on a path from a wanted input
         if any(i in needs for i in in_ids):
             needs.add(out_id)
+    how = GraphBackward(builder, in_order=bool(segments) or on_final is not None, on_final=on_final)
+    nodes, k = [], 0
+    for start, end in _outermost(segments):
+        nodes += [_node(e, needs) for e in entries[k:start]]
+        nodes.append(_segment_node(entries[start:end], needs, how))
+        k = end
+    nodes += [_node(e, needs) for e in entries[k:]]
+    how.count_readers(nodes, set(wanted))
     grads = {loss_id: seed}
-    owned: dict = {}  # as in engine.walk: gradients made here that nothing else reads, safe to add into
-    for op, in_ids, in_syms, params, out_id, out_sym, in_shapes in reversed(entries):
-        g = grads.pop(out_id, None)
-        owned.pop(out_id, None)
-        if g is None:
-            continue
-        if op == "slice":  # added where it lies, into an owned sum: no full-size sum per slice
-            tid = in_ids[0]
-            if tid in needs:
-                grads[tid] = owned[tid] = _add_slice(builder, grads.get(tid), owned.get(tid), g, params["start"],
-                                                     in_shapes[0])
-            continue
-        rule = RULES[op]
-        if rule.vjp is None:
-            continue
-        in_grads = rule.vjp(g, _graph_call(builder, in_syms, out_sym, params, in_shapes))
-        for tid, gi in zip(in_ids, in_grads):
-            if gi is not None and tid in needs:
-                prev = grads.get(tid)
-                grads[tid] = _accumulate(builder, prev, gi)
-                if prev is None:
-                    owned.pop(tid, None)
-                else:
-                    owned[tid] = grads[tid]
+    walk(nodes, grads, {}, how=how)
     return {tid: g for tid, g in grads.items() if tid in wanted}
 
 
-def _add_slice(builder, cur, owned, g, start, shape):
-    """cur + g placed at `start` in zeros of `shape`: ggml_acc in place when cur is owned."""
-    if cur is not None and owned is cur:
-        builder.room(2)
-        return Sym(prims.acc_into(builder.ctx, cur.t, g.t, start), builder.dc)
-    padded = builder.emit("pad_into", [g], {"start": start, "shape": shape})
-    return padded if cur is None else builder.emit("add", [cur, padded], {})
+def _node(entry, needs) -> Node:
+    op, in_ids, in_syms, params, out_id, out_sym, in_shapes = entry
+    return Node(op, out_id, [(i, i in needs, None) for i in in_ids], _saved(in_syms, out_sym), params, in_shapes)
+
+
+def _outermost(segments) -> list:
+    """The segments not inside another (an inner one is recomputed as part of its outer one)."""
+    out: list = []
+    for start, end in sorted(segments, key=lambda se: (se[0], -se[1])):
+        if out and start < out[-1][1]:
+            continue
+        if end > start:
+            out.append((start, end))
+    return out
+
+
+def _segment_node(seg, needs, how: GraphBackward) -> Node:
+    """One node for a checkpointed segment: its inputs are what it reads from outside (the caller's
+    tensors, parameters), its backward re-emits the segment from them and walks the copy."""
+    made = {e[4] for e in seg}
+    ext = list(dict.fromkeys(i for e in seg for i in e[1] if i not in made))
+
+    def replay(g, grads, leaves):
+        remap: dict = {}
+        inner = []
+        for op, in_ids, in_syms, params, out_id, _, in_shapes in seg:
+            xs = [remap.get(i, x) for i, x in zip(in_ids, in_syms)]
+            out = remap[out_id] = how.ap(op, *xs, **params)
+            inner.append(Node(op, out_id, [(i, i in needs, None) for i in in_ids], _saved(xs, out), params,
+                              in_shapes))
+        seg_grads = {seg[-1][4]: g}
+        walk(inner, seg_grads, {}, how=how)
+        return [seg_grads.get(i) for i in ext]
+
+    return Node(None, seg[-1][4], [(i, i in needs, None) for i in ext], {}, {}, (), backward_fn=replay)
 
 
 # -- running a built graph -------------------------------------------------------------------------------
@@ -315,7 +382,8 @@ class CompiledStep:
         self.plans: dict = {}
         self.last_backward = None
         self._updater = None  # one per step, not per graph: every graph reads its hyperparameters
-        self.checkpoints = 0  # ag_checkpoint segments in fn: compiled, they keep their activations
+        self.checkpoints = 0  # ag_checkpoint segments in fn: recomputed in the backward part of the graph
+        self.segments: list = []  # their (start, end) ranges among the traced primitives
         self._lock = threading.RLock()  # calls from several threads run one after another
         if isinstance(example_inputs, AGTensor) or not isinstance(example_inputs, (list, tuple)):
             raise GGMLError("ag_compile: example_inputs must be a list of tensors (or numpy arrays)")
@@ -341,8 +409,12 @@ class CompiledStep:
         return plan if plan is not None else self._build(ins)
 
     @property
-    def compute_buffer_bytes(self) -> int:
+    def buffer_bytes(self) -> int:
+        """The compute buffer ggml allocated for the step (all backends summed; the largest, with
+        several input shapes): what checkpointing saves."""
         return max((p.buffer_size for p in self.plans.values()), default=0)
+
+    compute_buffer_bytes = buffer_bytes
 
     def _build(self, ins):
         # The same tensor passed twice is traced as two inputs: each argument its own placeholder.
@@ -357,7 +429,8 @@ class CompiledStep:
                 out = self.fn(*ins)
         finally:
             grandom.set_rng_state(rng)  # tracing is not a step: numbers a dropout drew go back
-        self.checkpoints = trace.checkpoints
+        self.checkpoints = len(trace.segments)
+        self.segments = list(trace.segments)
         if trace.host_reads:
             raise GGMLError("ag_compile: fn reads tensor values on the host while being traced (.numpy(), "
                             ".item(), a check of indices?); what it does with them would be frozen into the "
@@ -371,6 +444,8 @@ class CompiledStep:
 
     def _emit(self, ins, trace, out, start_id, dc, n_tensors, n_external):
         """The traced step as one graph: forward, backward, optimizer update."""
+        self._updated: set = set()  # parameters whose update this graph already holds
+        self._rows: dict = {}  # the hyper-parameters as rows, made once in this graph (fused.scalar_rows)
         in_ids = {x.id: i for i, x in enumerate(ins)}
         trained = {p.id for p in self.optimizer.params} if self.optimizer is not None else set()
         b = Builder(dc, n_tensors, grads=True, ggml_backward=self.backward_mode == "ggml",
@@ -436,25 +511,35 @@ class CompiledStep:
         if use_ggml:
             return _ggml_backward(b, loss_sym, params)
         seed = b.emit("fill", [loss_sym], {"value": 1.0})
-        return emit_backward(b, entries, seed, loss_id, set(params))
+        early = None
+        if self.optimizer is not None and self.clip_grad is None:  # clipping needs every gradient first
+            early = lambda tid, g: self._emit_param_update(b, tid, params[tid], g)  # noqa: E731
+        return emit_backward(b, entries, seed, loss_id, set(params), self.segments, on_final=early)
 
-    def _emit_update(self, b, params, grads):
-        """The optimizer's step as graph nodes, expanded after everything that reads a parameter."""
+    def _emit_param_update(self, b, tid, p, g) -> None:
+        """p's optimizer step as graph nodes, expanded now: after every node that reads p."""
         if self._updater is None:
             self._updater = _graph_update(self.optimizer, b.dc)
+        b.room(48)
+        for t in self._updater.emit(b.ctx, p, g.t, self._rows):
+            lib.ggml_build_forward_expand(b.graph, t)
+        self._updated.add(tid)
+
+    def _emit_update(self, b, params, grads):
+        """The optimizer's step for the parameters not updated during the backward (all of them
+        with clipping, or ggml's own backward), expanded after everything that reads a parameter."""
+        updated = self._updated
         # Every gradient first: one computed after another parameter's in-place update
         # would read the new value.
-        for g in grads.values():
-            lib.ggml_build_forward_expand(b.graph, g.t)
+        for tid, g in grads.items():
+            if tid not in updated:
+                lib.ggml_build_forward_expand(b.graph, g.t)
         if self.clip_grad is not None:
             grads = _clip_by_global_norm(b, grads, self.clip_grad)
-        rows: dict = {}  # the hyper-parameters as rows, made once in this graph (fused.scalar_rows)
         for tid, p in params.items():
             g = grads.get(tid)
-            if g is not None:
-                b.room(48)
-                for t in self._updater.emit(b.ctx, p, g.t, rows):
-                    lib.ggml_build_forward_expand(b.graph, t)
+            if g is not None and tid not in updated:
+                self._emit_param_update(b, tid, p, g)
 
 
 def _graph_update(optimizer, dc) -> GraphUpdate:

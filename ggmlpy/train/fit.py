@@ -127,7 +127,7 @@ class _Steps:
             if self.required:
                 raise
             return False
-        return self.required or not self.compiled.checkpoints
+        return True
 
     def _eager(self, xb, yb) -> float:
         with with_grad_tape():
