@@ -242,3 +242,63 @@ def test_hvp_through_a_checkpointed_segment():
     plain = plain.numpy()
     _, ckpt = g.hvp(lambda a: g.ag_sum(g.ag_checkpoint(lin, a)), x0, v)
     np.testing.assert_allclose(ckpt.numpy(), plain, rtol=1e-6)
+
+
+# -- forward AD compiled: jvp and hvp traced by ag_compile, one ggml graph ----------------------------------------
+def _tanh_mlp(layers=4, width=12, seed=3):
+    """A 4-layer tanh MLP's mean square output: the ag_* function (weights made outside it, as a
+    compiled graph reads them where they live) and its float64 numpy twin."""
+    rng = np.random.default_rng(seed)
+    ws = [rng.normal(size=(width, width)) * 0.5 for _ in range(layers)]
+    W = [g.ag_tensor(w) for w in ws]
+
+    def f(x):
+        h = x
+        for w in W:
+            h = g.ag_tanh(g.ag_matmul(w, h))
+        return g.ag_mean(g.ag_mul(h, h))
+
+    def np_f(x):
+        h = x
+        for w in ws:
+            h = np.tanh(w @ h)
+        return np.mean(h * h)
+    return f, np_f
+
+
+def test_compiled_jvp_matches_eager_and_central_differences(device):
+    f, np_f = _tanh_mlp()
+    rng = np.random.default_rng(0)
+    x0, v0 = rng.normal(size=(12, 8)), rng.normal(size=(12, 8))
+    x, v = g.ag_tensor(x0), g.ag_tensor(v0)
+    step = g.ag_compile(lambda a, t: g.jvp(f, (a,), (t,))[1], [x, v])
+    got = step(x, v)
+    want = g.jvp(f, (x,), (v,))[1].item()
+    h = 1e-6
+    num = (np_f(x0 + h * v0) - np_f(x0 - h * v0)) / (2 * h)
+    tol = 1e-5 if device == "cpu" else 2e-3
+    np.testing.assert_allclose(got, want, rtol=tol)
+    np.testing.assert_allclose(got, num, rtol=10 * tol, atol=1e-6)
+
+
+def test_compiled_hvp_matches_eager_and_finite_differences_of_gradients(device):
+    """Forward over reverse in one graph: the traced backward's primitives carry tangents."""
+    f, _ = _tanh_mlp()
+    rng = np.random.default_rng(1)
+    x0, v0 = rng.normal(size=(12, 8)), rng.normal(size=(12, 8))
+    x, v = g.ag_tensor(x0), g.ag_tensor(v0)
+    step = g.ag_compile(lambda a, t: g.ag_sum(g.ag_mul(g.hvp(f, a, t)[1], t)), [x, v])  # v' H v
+    got = [step(x, v), step(x, v)]
+    _, hv = g.hvp(f, x, v)
+    want = float(np.sum(hv.numpy() * v0))
+
+    def grad(a):
+        p = g.ag_param(a)
+        with g.with_grad_tape():
+            loss = f(p)
+        return g.backward(loss)[p].numpy().astype(np.float64)
+    num = float(np.sum((grad(x0 + 1e-3 * v0) - grad(x0 - 1e-3 * v0)) / 2e-3 * v0))
+    tol = 1e-5 if device == "cpu" else 2e-3
+    assert got[0] == got[1]
+    np.testing.assert_allclose(got[0], want, rtol=tol)
+    np.testing.assert_allclose(got[0], num, rtol=2e-2)

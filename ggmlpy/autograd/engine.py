@@ -152,10 +152,10 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
             saved["out"] = out
         mode.tape_nodes.append(Node(op, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in inputs],
                                     saved, params, tuple(x.shape for x in inputs)))
+    if hooks and mode.trace is not None:  # before the tangents: their primitives read `out`
+        mode.trace.append((op, inputs, params, out))
     if _fwd.LEVELS:
         _fwd.propagate(rule, out, inputs, params, apply)  # its JVP rule's primitives are applied here too
-    if hooks and mode.trace is not None:
-        mode.trace.append((op, inputs, params, out))
     return out
 
 

@@ -9,10 +9,10 @@ import numpy as np
 
 from ..errors import GGMLError
 from ..tensor import AGTensor, ag_tensor
-from .engine import backward
+from .engine import backward, current_trace
 from .forward_ad import dual_level, make_dual, tangent_of, unpack_dual
 from .ops import ag_zeros
-from .tape import with_grad_tape
+from .tape import private_tape, with_grad_tape
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -43,14 +43,20 @@ def _zeros_like(t):
 def hvp(fn: Callable[[AGTensor], AGTensor], x: AGTensor, v: AGTensor | ArrayLike) -> tuple[AGTensor, AGTensor]:
     """(fn(x), H v) for a scalar fn, by forward-over-reverse: the JVP of a backward pass.
 
-    Runs its own with_grad_tape() (which resets the pass pool)."""
+    Runs its own with_grad_tape() (which resets the pass pool); inside a function ag_compile
+    traces, a tape of its own, so the Hessian-vector product is one ggml graph."""
     if not isinstance(x, AGTensor) or not callable(fn):
         raise GGMLError("hvp: expected a function and an ag tensor, hvp(fn, x, v)")
     leaf = AGTensor(x.st, x.shape, x.dc, requires_grad=True)
+    # Traced by ag_compile, the backward's primitives join the compiled graph: a tape of its own,
+    # no pool reset in the middle of the trace. Eagerly, a fresh tape as with_grad_tape() gives.
+    tape = private_tape if current_trace() is not None else with_grad_tape
     with dual_level() as lv:
-        with with_grad_tape():
+        with tape():
             loss = fn(make_dual(leaf, v, lv))  # on the tape, so the gradient reaches `leaf`
-        grads = backward(loss)
+            grads = backward(loss) if tape is private_tape else None
+        if grads is None:
+            grads = backward(loss)
         g = grads.get(leaf)
         hv = tangent_of(g, lv) if g is not None else None
         loss_primal, _ = unpack_dual(loss, lv)

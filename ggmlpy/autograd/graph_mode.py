@@ -453,11 +453,15 @@ class CompiledStep:
         placeholders = [b.placeholder(x.st.type, x.shape) for x in ins]
         syms, params = {}, {}
 
+        by_storage = {id(x.st): placeholders[i] for i, x in enumerate(ins)}  # for aliases (make_dual's)
+
         def sym_of(t: AGTensor) -> Sym:
             if t.id in syms:
                 return syms[t.id]
             if t.id in in_ids:
                 return placeholders[in_ids[t.id]]
+            if id(t.st) in by_storage:  # a new tensor over a traced value's memory: that value
+                return by_storage[id(t.st)]
             if t.id > start_id:
                 raise GGMLError("ag_compile: fn made a tensor from host data while being traced (a dropout "
                                 "mask, or class indices turned into one-hot targets?); such a tensor would be "
@@ -481,7 +485,7 @@ class CompiledStep:
                 index_checks += [(in_ids[inputs[i].id], op, limit) for i in rule.index_inputs if inputs[i].id in in_ids]
             in_syms = [sym_of(x) for x in inputs]
             out_sym = b.emit(op, in_syms, prm)
-            syms[o.id] = out_sym
+            syms[o.id] = by_storage[id(o.st)] = out_sym
             entries.append((op, [x.id for x in inputs], in_syms, prm, o.id, out_sym, tuple(x.shape for x in inputs)))
         if out.id not in syms:
             raise GGMLError("ag_compile: the loss was not computed by ag ops inside fn")

@@ -69,6 +69,20 @@ def no_grad() -> Iterator[None]:
         AUTOGRAD.tape_paused = prev
 
 
+@contextlib.contextmanager
+def private_tape() -> Iterator[None]:
+    """Record the block on a tape of its own, without resetting any pool (the caller's tape,
+    flags and tensors are as they were afterwards): for a backward pass inside a computation that
+    must not be interrupted, such as a function ag_compile traces."""
+    saved = AUTOGRAD.tape_nodes, AUTOGRAD.tape_enabled, AUTOGRAD.tape_paused
+    AUTOGRAD.tape_nodes, AUTOGRAD.tape_enabled, AUTOGRAD.tape_paused = [], True, False
+    try:
+        yield
+    finally:
+        AUTOGRAD.tape_enabled, AUTOGRAD.tape_paused = saved[1], saved[2]
+        AUTOGRAD.tape_nodes = saved[0]
+
+
 def tape_bytes() -> int:
     """Bytes of ggml memory the tape's snapshots hold (each tensor counted once)."""
     seen, total = set(), 0
