@@ -219,9 +219,45 @@ def test_host_data_made_inside_fn_is_refused():
     w = g.ag_param(np.eye(3))
     x = g.ag_tensor(np.ones((3, 4)))
     state = g.get_rng_state()
+
+    def fn(a):  # a dropout mask (drawn: an input of the step), then a tensor made from host data
+        return g.ag_sum(g.ag_mul(drop(g.ag_matmul(w, a)), g.ag_tensor(np.full((3, 4), 2.0))))
     with pytest.raises(g.GGMLError, match="host data"):
-        g.ag_compile(lambda a: g.ag_sum(drop(g.ag_matmul(w, a))), [x], optimizer=g.optimizer_sgd([w]))
+        g.ag_compile(fn, [x], optimizer=g.optimizer_sgd([w]))
     assert g.get_rng_state() == state  # the mask the trace drew is put back: a refusal changes nothing
+
+
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_compiled_dropout_draws_the_eager_masks(checkpointed):
+    """Dropout compiles: each call draws its masks from ggmlpy's stream in the eager forward's
+    order, so the same seed gives the eager numbers; in a checkpointed segment the recomputation
+    reads the forward's mask (it is one input of the graph)."""
+    def run(compiled):
+        g.manual_seed(7)
+        layers = [g.ag_linear(4, 16, "relu"), g.ag_dropout(0.3), g.ag_linear(16, 16, "tanh"), g.ag_dropout(0.5),
+                  g.ag_linear(16, 2)]
+        m = g.ag_sequential(*layers)
+        opt = g.optimizer_sgd(m.parameters(), lr=0.1)
+        rng = np.random.default_rng(0)
+        x, y = g.ag_tensor(rng.normal(size=(4, 8))), g.ag_tensor(rng.normal(size=(2, 8)))
+
+        def f(a, b):
+            h = g.ag_checkpoint(lambda t: layers[1](layers[0](t)), a) if checkpointed else layers[1](layers[0](a))
+            return g.ag_mse_loss(layers[4](layers[3](layers[2](h))), b)
+        if compiled:
+            step = g.ag_compile(f, [x, y], optimizer=opt)
+            return [step(x, y) for _ in range(4)], [p.numpy() for p in m.parameters()]
+        out = []
+        for _ in range(4):
+            with g.with_grad_tape():
+                loss = f(x, y)
+            out.append(loss.item())
+            opt.step(g.backward(loss))
+        return out, [p.numpy() for p in m.parameters()]
+    (le, we), (lc, wc) = run(False), run(True)
+    np.testing.assert_allclose(lc, le, rtol=1e-6)
+    for a, b in zip(wc, we):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
 
 
 def test_an_optimizer_without_a_graph_form_is_refused_by_ag_compile():

@@ -235,11 +235,11 @@ def test_fit_compiles_gradient_clipping_with_the_eager_losses(monkeypatch):
         np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
-def test_fit_keeps_dropout_and_host_reads_eager_and_unchanged_and_compiles_checkpoints(monkeypatch):
-    """Dropout draws a new mask each step and a value read on the host may steer the model:
-    "auto" runs them eagerly, and the failed trace leaves the random stream where it was, so the
-    losses are exactly the eager ones. A checkpointed model compiles (the compiled step
-    recomputes its segments) and follows the eager losses."""
+def test_fit_keeps_host_reads_eager_and_unchanged_and_compiles_dropout_and_checkpoints(monkeypatch):
+    """A value read on the host may steer the model: "auto" runs it eagerly, and the failed trace
+    leaves the random stream where it was, so the losses are exactly the eager ones. Dropout (its
+    masks are inputs the compiled step draws each call) and checkpointed models compile and
+    follow the eager losses."""
     class Checkpointed(g.ag_sequential):
         def forward(self, x):
             return g.ag_checkpoint(lambda t: g.ag_sequential.forward(self, t), x)
@@ -247,19 +247,22 @@ def test_fit_keeps_dropout_and_host_reads_eager_and_unchanged_and_compiles_check
         def forward(self, x):
             h = g.ag_sequential.forward(self, x)
             return g.ag_scale(h, 2.0) if h.numpy().max() > 100 else h
-    cases = [(lambda: small_model(0.3), None), (lambda: small_model(0.3), 1.0),
-             (lambda: Peeks(g.ag_linear(2, 16, "relu"), g.ag_linear(16, 3)), None)]
-    for model_fn, clip in cases:
+    peeks = lambda: Peeks(g.ag_linear(2, 16, "relu"), g.ag_linear(16, 3))  # noqa: E731
+    want, _ = _fit_losses(peeks, False, monkeypatch, epochs=2)
+    got, eager_steps = _fit_losses(peeks, "auto", monkeypatch, epochs=2)
+    assert eager_steps == 6 and got == want
+    checkpointed = lambda: Checkpointed(g.ag_linear(2, 16, "relu"), g.ag_linear(16, 3))  # noqa: E731
+    for model_fn, clip in [(lambda: small_model(0.3), None), (lambda: small_model(0.3), 1.0), (checkpointed, None)]:
         want, _ = _fit_losses(model_fn, False, monkeypatch, epochs=2, clip_grad=clip)
         got, eager_steps = _fit_losses(model_fn, "auto", monkeypatch, epochs=2, clip_grad=clip)
-        assert eager_steps == 6 and got == want
-    checkpointed = lambda: Checkpointed(g.ag_linear(2, 16, "relu"), g.ag_linear(16, 3))  # noqa: E731
-    want, _ = _fit_losses(checkpointed, False, monkeypatch, epochs=2)
-    got, eager_steps = _fit_losses(checkpointed, "auto", monkeypatch, epochs=2)
-    assert eager_steps == 0
-    np.testing.assert_allclose(got, want, rtol=1e-5)
+        assert eager_steps == 0
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+    class MadeFromHostData(g.ag_sequential):  # a constant made inside the model: frozen into a graph
+        def forward(self, x):
+            return g.ag_mul(g.ag_sequential.forward(self, x), g.ag_tensor(np.full((3, 1), 2.0)))
     with pytest.raises(g.GGMLError, match="host data"):
-        _fit_losses(lambda: small_model(0.3), True, monkeypatch)
+        _fit_losses(lambda: MadeFromHostData(g.ag_linear(2, 3)), True, monkeypatch)
     with pytest.raises(g.GGMLError, match="compile must be"):
         _fit_losses(small_model, "yes", monkeypatch)
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import random as grandom
 from ..runtime.autograd_state import AUTOGRAD, hook_opened, hooks_open, setting
 from ..runtime.state import STATE
 from ..bindings import lib
@@ -88,12 +89,29 @@ def trace_into(trace: Trace):
 
 class Trace(list):
     """The primitives applied while tracing; the (start, end) ranges of them that ag_checkpoint
-    segments applied, and which tensors were read on the host."""
+    segments applied, the random masks drawn (keep_mask), and which tensors were read on the host."""
 
     def __init__(self):
         super().__init__()
         self.segments: list = []
+        self.random_inputs: list = []  # (mask tensor, shape, rate), in the order they were drawn
         self.host_reads: list = []
+
+
+def keep_mask_values(shape, rate: float):
+    """Inverted dropout's mask: (U > rate) / (1 - rate), U uniform from ggmlpy's random stream."""
+    return (grandom.generator().uniform(size=shape) > rate) / (1.0 - rate)
+
+
+def keep_mask(shape, rate: float, like: AGTensor) -> AGTensor:
+    """A dropout mask on `like`'s device. Traced by ag_compile, it becomes an input of the compiled
+    step that each call draws again, from the same stream in the same order as the eager forward,
+    so a compiled and an eager run with the same seed drop the same units."""
+    t = ag_tensor(keep_mask_values(shape, rate), device=like.dc.spec)
+    trace = current_trace()
+    if trace is not None:
+        trace.random_inputs.append((t, tuple(shape), float(rate)))
+    return t
 
 
 @contextlib.contextmanager

@@ -32,7 +32,7 @@ from .. import random as grandom
 from ..graph import CompiledGraph, GraphContext
 from ..runtime.autograd_state import AUTOGRAD
 from ..runtime.pool import shape_of
-from ..runtime.state import STATE
+from ..runtime.state import DTYPE_NAMES, STATE
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from ..kernels import enabled as kernels_enabled
@@ -40,7 +40,8 @@ from ..tensor import AGTensor, ag_tensor
 from ..tensor import _ids as tensor_ids
 from . import prims
 from .call import SAVED_KEY
-from .engine import GradMap, Trace, _add_into_grad, as_f32, check_index_values, check_operands, trace_into, walk
+from .engine import (GradMap, Trace, _add_into_grad, as_f32, check_index_values, check_operands, keep_mask_values,
+                     trace_into, walk)
 from .rules import RULES
 from .tape import Node, no_grad
 
@@ -399,7 +400,9 @@ class CompiledStep:
             if self.optimizer is not None:
                 self.optimizer.t += 1
                 self._updater.write_hyper()
-            plan.run([x.st for x in ins])
+            for mask, shape, rate in plan.masks:  # in the eager forward's order: the same draws
+                mask.data = keep_mask_values(shape, rate)
+            plan.run([x.st for x in ins] + [m.st for m, _, _ in plan.masks])
             return _read_scalar(plan.loss)
 
     def plan_for(self, ins):
@@ -451,6 +454,8 @@ class CompiledStep:
         b = Builder(dc, n_tensors, grads=True, ggml_backward=self.backward_mode == "ggml",
                     n_external=n_external)
         placeholders = [b.placeholder(x.st.type, x.shape) for x in ins]
+        # dropout masks: inputs too, drawn again at every call (engine.keep_mask)
+        randoms = {t.id: (b.placeholder(t.st.type, t.shape), shape, rate) for t, shape, rate in trace.random_inputs}
         syms, params = {}, {}
 
         by_storage = {id(x.st): placeholders[i] for i, x in enumerate(ins)}  # for aliases (make_dual's)
@@ -462,6 +467,8 @@ class CompiledStep:
                 return placeholders[in_ids[t.id]]
             if id(t.st) in by_storage:  # a new tensor over a traced value's memory: that value
                 return by_storage[id(t.st)]
+            if t.id in randoms:
+                return randoms[t.id][0]
             if t.id > start_id:
                 raise GGMLError("ag_compile: fn made a tensor from host data while being traced (a dropout "
                                 "mask, or class indices turned into one-hot targets?); such a tensor would be "
@@ -498,9 +505,12 @@ class CompiledStep:
                 raise GGMLError("ag_compile: fn uses no parameters (ag_param) to optimise")
             grads = self._emit_backward(b, entries, syms[out.id], out.id, params)
             self._emit_update(b, params, grads)
-        plan = _Plan(b, [p.t for p in placeholders], dc)
+        plan = _Plan(b, [p.t for p in placeholders] + [r[0].t for r in randoms.values()], dc)
         plan.loss = loss
         plan.index_checks = index_checks
+        # one persistent tensor per mask, refilled from the random stream before each run
+        plan.masks = [(ag_tensor(np.zeros(ph.shape), device=dc.spec, dtype=DTYPE_NAMES[ph.t.type]), shape, rate)
+                      for ph, shape, rate in randoms.values()]
         return plan
 
     def _emit_backward(self, b, entries, loss_sym, loss_id, params):

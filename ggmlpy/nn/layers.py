@@ -9,7 +9,7 @@ import numpy as np
 from .. import random as grandom
 from ..autograd import forward_ad
 from ..autograd import ops as F
-from ..autograd.engine import apply, assign
+from ..autograd.engine import apply, assign, keep_mask
 from ..autograd.tape import no_grad
 from ..errors import GGMLError
 from ..params import ParamList
@@ -188,8 +188,7 @@ class ag_dropout(Module):
         x = F._ag(x, "ag_dropout")
         if not self.training or self.rate == 0:
             return x
-        keep = (grandom.generator().uniform(size=x.shape) > self.rate) / (1.0 - self.rate)
-        return F.ag_mul(x, ag_tensor(keep, device=x.dc.spec))
+        return F.ag_mul(x, keep_mask(x.shape, self.rate, x))
 
     def extra_repr(self) -> str:
         return f"rate={self.rate}"
@@ -360,8 +359,7 @@ class ag_multihead_attention(Module):
         # scores [T_k, T_q, heads, B]: a column-wise softmax of them is the softmax over keys
         attn = F.ag_softmax(F.ag_matmul(k, q, transpose_a=True), mask=mask, scale=self.scale, causal=causal)
         if self.training and self.dropout > 0:
-            keep = (grandom.generator().uniform(size=attn.shape) > self.dropout) / (1.0 - self.dropout)
-            attn = F.ag_mul(attn, ag_tensor(keep, device=attn.dc.spec))
+            attn = F.ag_mul(attn, keep_mask(attn.shape, self.dropout, attn))
         heads = F.ag_matmul(v, attn)  # [d_k, T_q, heads, B]
         if self.n_heads > 1:
             heads = F.ag_permute(heads, 0, 2, 1, 3)
