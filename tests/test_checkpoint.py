@@ -452,3 +452,69 @@ def test_compiled_step_reports_its_compute_buffer():
     params, loss_fn, x, y = _compiled_mlp(2, False, layers=2, width=16, batch=64)
     step = g.ag_compile(loss_fn, [x, y], optimizer=g.optimizer_sgd(params, lr=0.1))
     assert step.buffer_bytes > 16 * 64 * 4 and step.buffer_bytes == step.compute_buffer_bytes
+
+
+# -- checkpointing planned under a memory budget ---------------------------------------------------------
+def _sgd_step(fn_args, **kw):
+    params, loss_fn, x, y = fn_args
+    return params, x, y, g.ag_compile(loss_fn, [x, y], optimizer=g.optimizer_sgd(params, lr=0.05), **kw)
+
+
+def test_memory_budget_plans_the_recomputation():
+    """The planned step's buffer is within the budget; at the budget the hand-placed per-block plan
+    reaches it recomputes no more than that plan; at a budget the plain step meets it recomputes
+    nothing; its numbers are the plain step's, bit for bit; below the reachable minimum, an error
+    naming that minimum."""
+    _, _, _, plain = _sgd_step(_compiled_mlp(3, False, layers=12))
+    _, _, _, hand = _sgd_step(_compiled_mlp(3, True, layers=12))
+    hand_recomputed = sum(e - s for s, e in hand.segments)
+    p0, x0, y0, _ = _sgd_step(_compiled_mlp(3, False, layers=12))
+    for budget in (plain.buffer_bytes, hand.buffer_bytes):
+        params, x, y, step = _sgd_step(_compiled_mlp(3, False, layers=12), memory_budget=budget)
+        assert step.buffer_bytes <= budget and step.plan["allocated_bytes"] == step.buffer_bytes
+        if budget == plain.buffer_bytes:
+            assert step.plan["segments"] == [] and step.plan["recomputed_primitives"] == 0
+        else:
+            assert 0 < step.plan["recomputed_primitives"] <= hand_recomputed
+        ref_params, rx, ry, ref = _sgd_step(_compiled_mlp(3, False, layers=12))
+        assert [step(x, y) for _ in range(2)] == [ref(rx, ry) for _ in range(2)]
+        assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(params, ref_params))
+    with pytest.raises(g.GGMLError, match=r"smallest compute buffer reachable is \d+ bytes"):
+        _sgd_step(_compiled_mlp(3, False, layers=12), memory_budget=1000)
+
+
+def test_memory_budget_is_checked_and_not_mixed_with_hand_placed_checkpoints():
+    with pytest.raises(g.GGMLError, match="memory_budget must be a positive"):
+        _sgd_step(_compiled_mlp(3, False, layers=4), memory_budget=-5)
+    with pytest.raises(g.GGMLError, match="plans the checkpoints itself"):
+        _sgd_step(_compiled_mlp(2, True, layers=4), memory_budget=1 << 30)
+
+
+def test_memory_budget_on_a_small_gpt():
+    """The char-GPT's blocks are cut where the residual stream alone crosses."""
+    g.manual_seed(0)
+    model = g.ag_gpt(16, d_model=32, n_heads=2, n_layers=4, context=16)
+    rng = np.random.default_rng(0)
+    x = g.ag_tensor(rng.integers(0, 16, (16, 4)), dtype="i32")
+    y = g.ag_tensor(rng.integers(0, 16, (16, 4)), dtype="i32")
+    plain = g.ag_compile(lambda a, b: model.loss(a, b), [x, y], optimizer=g.optimizer_sgd(model.parameters(), lr=0.01))
+    budget = int(0.7 * plain.buffer_bytes)
+    step = g.ag_compile(lambda a, b: model.loss(a, b), [x, y], optimizer=g.optimizer_sgd(model.parameters(), lr=0.01),
+                        memory_budget=budget)
+    assert step.buffer_bytes <= budget and step.plan["segments"]
+    assert np.isfinite(step(x, y))
+
+
+def test_ag_fit_takes_a_memory_budget():
+    params, loss_fn, x, y = _compiled_mlp(3, False, layers=6, width=32, batch=64)
+    model = lambda a: a  # noqa: E731  (the stack is in loss_fn)
+    loader = [(x, y)] * 2
+    hist = g.ag_fit(model, loss_fn, g.optimizer_sgd(params, lr=0.05), loader, epochs=1, progress=False,
+                    memory_budget=1 << 30)
+    assert np.isfinite(hist["loss"][0])
+    with pytest.raises(g.GGMLError, match="no checkpoint plan fits"):
+        g.ag_fit(model, loss_fn, g.optimizer_sgd(params, lr=0.05), loader, epochs=1, progress=False,
+                 memory_budget=100)
+    with pytest.raises(g.GGMLError, match="needs compile"):
+        g.ag_fit(model, loss_fn, g.optimizer_sgd(params, lr=0.05), loader, epochs=1, progress=False,
+                 memory_budget=1 << 30, compile=False)

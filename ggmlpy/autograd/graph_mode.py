@@ -368,9 +368,16 @@ def _backward_plan(loss, nodes, n_tensors, n_external):
 class CompiledStep:
     """A training (or evaluation) step compiled into one ggml graph per input signature."""
 
-    def __init__(self, fn, example_inputs, optimizer=None, backward: str = "auto", clip_grad: float | None = None):
+    def __init__(self, fn, example_inputs, optimizer=None, backward: str = "auto", clip_grad: float | None = None,
+                 memory_budget: int | None = None):
         if not callable(fn):
             raise GGMLError("ag_compile: fn must be callable")
+        if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int)
+                                          or memory_budget <= 0):
+            raise GGMLError(f"ag_compile: memory_budget must be a positive number of bytes or None, "
+                            f"got {memory_budget!r}")
+        self.memory_budget = memory_budget
+        self.plan = None  # with memory_budget: what the planner chose (see _plan_checkpoints)
         if backward not in ("auto", "ggml", "rules"):
             raise GGMLError("ag_compile: backward must be 'auto', 'ggml' or 'rules'")
         if clip_grad is not None and (isinstance(clip_grad, bool) or not isinstance(clip_grad, (int, float))
@@ -440,10 +447,46 @@ class CompiledStep:
                             "graph. Keep such code out of fn, or run it eagerly.")
         if not isinstance(out, AGTensor) or out.shape != (1, 1):
             raise GGMLError("ag_compile: fn must return a [1, 1] loss tensor")
-        plan = _sized(lambda n, ext: self._emit(ins, trace, out, start_id, dc, n, ext), len(trace),
-                      sum(len(inputs) for _, inputs, _, _ in trace))
+        build = lambda: _sized(lambda n, ext: self._emit(ins, trace, out, start_id, dc, n, ext),  # noqa: E731
+                               len(trace), sum(len(inputs) for _, inputs, _, _ in trace))
+        plan = build() if self.memory_budget is None else self._plan_checkpoints(trace, ins, build)
         self.plans[tuple((x.shape, x.st.type) for x in ins)] = plan
         return plan
+
+    def _plan_checkpoints(self, trace, ins, build):
+        """The graph whose compute buffer fits memory_budget at the least recomputation.
+
+        Candidates cut the traced primitives where one value alone crosses (a layer's output,
+        a block's residual stream: _cuts), and recompute the first m of the segments j cuts
+        long; each is built and ggml's allocator says its buffer (so the bytes reported are
+        exact, not a model of them). They are tried cheapest first, the first that fits wins."""
+        if self.segments:
+            raise GGMLError("ag_compile: memory_budget plans the checkpoints itself; remove ag_checkpoint from fn, "
+                            "or drop memory_budget")
+        cuts = _cuts(trace)
+        spans = list(zip(cuts, cuts[1:]))[:-1]  # the last span ends in the loss: nothing to free after it
+        candidates = {(): 0}
+        for j in range(1, len(spans) + 1):
+            segs = [(spans[i][0], spans[min(i + j, len(spans)) - 1][1]) for i in range(0, len(spans), j)]
+            for m in range(1, len(segs) + 1):
+                chosen = tuple(segs[:m])
+                candidates.setdefault(chosen, sum(e - s for s, e in chosen))
+        smallest = None
+        for segments, cost in sorted(candidates.items(), key=lambda kv: (kv[1], len(kv[0]))):
+            self.segments = list(segments)
+            plan = build()
+            size = plan.buffer_size
+            if size <= self.memory_budget:
+                self.checkpoints = len(segments)
+                self.plan = {"segments": list(segments), "recomputed_primitives": cost, "primitives": len(trace),
+                             "predicted_bytes": size, "allocated_bytes": plan.buffer_size,
+                             "budget": self.memory_budget}
+                return plan
+            smallest = size if smallest is None else min(smallest, size)
+            plan.free()
+        self.segments = []
+        raise GGMLError(f"ag_compile: no checkpoint plan fits memory_budget={self.memory_budget} bytes; the "
+                        f"smallest compute buffer reachable is {smallest} bytes")
 
     def _emit(self, ins, trace, out, start_id, dc, n_tensors, n_external):
         """The traced step as one graph: forward, backward, optimizer update."""
@@ -668,8 +711,37 @@ def _reshape_like(b, t, like):
 
 def ag_compile(fn: Callable[..., AGTensor], example_inputs: Sequence[AGTensor | np.ndarray],
                optimizer: Optimizer | None = None, backward: str = "auto",
-               clip_grad: float | None = None) -> CompiledStep:
+               clip_grad: float | None = None, memory_budget: int | None = None) -> CompiledStep:
     """Compile fn (inputs -> [1,1] loss) into one ggml graph: forward, backward and, if an
     optimizer is given, its update (after clipping the gradients' global L2 norm to `clip_grad`,
-    as clip_grad_norm does, when given). Returns a callable that runs a step and returns the loss."""
-    return CompiledStep(fn, example_inputs, optimizer, backward, clip_grad)
+    as clip_grad_norm does, when given). Returns a callable that runs a step and returns the loss.
+
+    ag_checkpoint segments in fn are recomputed in the graph's backward part. `memory_budget`
+    (bytes): choose the segments to recompute so that the step's compute buffer fits, at the least
+    recomputation, with no ag_checkpoint written by hand; `step.plan` says what was chosen, and a
+    budget below the smallest reachable buffer is a GGMLError naming it. `step.buffer_bytes` is
+    the compute buffer ggml allocated."""
+    return CompiledStep(fn, example_inputs, optimizer, backward, clip_grad, memory_budget)
+
+
+def _cuts(trace) -> list:
+    """Positions k in the trace (0 and len(trace) included) where exactly one value made before k
+    is read at k or later, and it is the output of primitive k - 1: a checkpointed segment between
+    two cuts has one input from the segments before and one output to those after."""
+    last_read: dict = {}
+    made_at: dict = {}
+    for k, (_, inputs, _, out) in enumerate(trace):
+        for x in inputs:
+            last_read[x.id] = k
+        made_at[out.id] = k
+    crossing: dict = {}  # value id -> still read later, as k advances
+    cuts = [0]
+    for k, (_, _, _, out) in enumerate(trace[:-1]):
+        if last_read.get(out.id, -1) > k:
+            crossing[out.id] = last_read[out.id]
+        for vid in [v for v, until in crossing.items() if until <= k]:
+            del crossing[vid]
+        if len(crossing) == 1 and out.id in crossing:
+            cuts.append(k + 1)
+    cuts.append(len(trace))
+    return sorted(set(cuts))

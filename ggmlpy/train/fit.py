@@ -45,7 +45,7 @@ def ag_evaluate(model: Model, loss_fn: LossFn, loader: Batches) -> float:
 
 def ag_fit(model: Model, loss_fn: LossFn, optimizer: Optimizer, loader: Batches, epochs: int,
            val_loader: Batches | None = None, callbacks: Sequence = (), progress: bool = True,
-           clip_grad: float | None = None, compile: bool | str = "auto") -> dict:
+           clip_grad: float | None = None, compile: bool | str = "auto", memory_budget: int | None = None) -> dict:
     """Train `model` for `epochs` passes over `loader`; return the history.
 
     Per batch: `with with_grad_tape(): loss = loss_fn(model(xb), yb)`, `backward`,
@@ -54,10 +54,12 @@ def ag_fit(model: Model, loss_fn: LossFn, optimizer: Optimizer, loader: Batches,
     and in eval mode (ag_eval) for validation; it is left in the mode it had.
 
     `compile`: "auto" runs that step as one ggml graph (ag_compile: the same numbers,
-    faster; clip_grad is clipped inside the graph) where it can be one: no dropout or batch norm in training mode
-    (their masks and running statistics change every step), no ag_checkpoint (kept
-    eager for the memory it saves), no values read on the host inside the model; other
+    faster; clip_grad is clipped inside the graph; dropout masks are drawn each step; ag_checkpoint
+    segments are recomputed in the graph) where it can be one: no batch norm in training mode (its
+    running statistics change every step), no values read on the host inside the model; other
     steps run eagerly. True insists (a GGMLError says why it cannot), False is always eager.
+    `memory_budget` (bytes, compiled steps only): ag_compile plans the recomputation so that the
+    step's compute buffer fits.
 
     History: "loss" (per epoch, the per-sample mean of the training batches' losses),
     "val_loss" (with a val_loader), "lr" (the optimizer's lr during the epoch) and
@@ -71,7 +73,9 @@ def ag_fit(model: Model, loss_fn: LossFn, optimizer: Optimizer, loader: Batches,
     history = {"loss": [], "lr": [], "time": []}
     if val_loader is not None:
         history["val_loss"] = []
-    step = _Steps(model, loss_fn, optimizer, clip_grad, compile)
+    if memory_budget is not None and compile is False:
+        raise GGMLError("ag_fit: memory_budget plans a compiled step's memory; it needs compile=True or 'auto'")
+    step = _Steps(model, loss_fn, optimizer, clip_grad, compile, memory_budget)
     was_training = getattr(model, "training", True)
     bar = tqdm(total=int(epochs) * n_batches, disable=not progress, unit="batch", dynamic_ncols=True)
     try:
@@ -103,11 +107,12 @@ class _Steps:
     """One training step per batch, compiled (see ag_fit's `compile`) or eager; the choice is
     made at the first batch of each input shape, in training mode."""
 
-    def __init__(self, model, loss_fn, optimizer, clip_grad, compile):
+    def __init__(self, model, loss_fn, optimizer, clip_grad, compile, memory_budget=None):
         if compile not in (True, False, "auto"):
             raise GGMLError(f"ag_fit: compile must be True, False or 'auto', got {compile!r}")
         self.model, self.loss_fn, self.optimizer, self.clip_grad = model, loss_fn, optimizer, clip_grad
-        self.required = compile is True
+        self.required = compile is True or memory_budget is not None  # a budget is not silently dropped
+        self.memory_budget = memory_budget
         self.compiled = None if compile else False  # None: not tried yet
 
     def __call__(self, xb, yb) -> float:
@@ -120,7 +125,8 @@ class _Steps:
         try:  # a refusal changes nothing (ag_compile puts back what a traced dropout drew)
             if self.compiled is None:
                 self.compiled = ag_compile(lambda x, y: self.loss_fn(self.model(x), y), [xb, yb],
-                                           optimizer=self.optimizer, clip_grad=self.clip_grad)
+                                           optimizer=self.optimizer, clip_grad=self.clip_grad,
+                                           memory_budget=self.memory_budget)
             else:
                 self.compiled.plan_for([xb, yb])
         except GGMLError:
