@@ -609,36 +609,11 @@ def _graph_update(optimizer, dc) -> GraphUpdate:
 
 
 def _clip_by_global_norm(b: Builder, grads: dict, max_norm: float) -> dict:
-    """Gradients scaled by min(1, max_norm / (norm + 1e-6)), norm their global L2 norm, as graph
-    nodes (clip_grad_norm's rule, and PyTorch's clip_grad_norm_). Every node is a thread barrier,
-    so the gradients are first set one after another into one flat buffer: its squared norm is
-    one product, its scaling one multiply, and each parameter's update reads a view of it
-    (some 40 nodes for 36 parameters, where a product and a multiply per gradient took 110)."""
-    ctx = b.ctx
-    b.room(2 * len(grads) + 16)
-    sizes = {tid: int(lib.ggml_nelements(g.t)) for tid, g in grads.items()}
-    total = sum(sizes.values())
-    flat = lib.ggml_new_tensor_1d(ctx, F32, total)
-    offset = 0
-    for tid, g in grads.items():
-        t = g.t if lib.ggml_is_contiguous(g.t) else lib.ggml_cont(ctx, g.t)
-        # in place, chained: each set depends on the previous one, so all precede the norm
-        flat = lib.ggml_set_1d_inplace(ctx, flat, lib.ggml_reshape_1d(ctx, t, sizes[tid]), offset * 4)
-        offset += sizes[tid]
-    column = lib.ggml_reshape_2d(ctx, flat, total, 1)
-    denom = lib.ggml_scale_bias(ctx, lib.ggml_sqrt(ctx, lib.ggml_mul_mat(ctx, column, column)), 1.0, 1e-6)
-    factor = lib.ggml_clamp(ctx, lib.ggml_div(ctx, lib.ggml_scale_bias(ctx, denom, 0.0, max_norm), denom),
-                            float("-inf"), 1.0)
-    # ggml broadcasts a single element one call per element: multiply rows of r at once
-    r = next((r for r in (256, 128, 64, 32, 16, 8, 4, 2, 1) if total % r == 0))
-    scaled = lib.ggml_mul(ctx, lib.ggml_reshape_2d(ctx, flat, r, total // r), lib.ggml_repeat_4d(ctx, factor, r, 1, 1, 1))
-    out, offset = {}, 0
-    for tid, g in grads.items():
-        ne = [int(n) for n in g.t.ne]
-        view = lib.ggml_view_4d(ctx, scaled, *ne, ne[0] * 4, ne[0] * ne[1] * 4, ne[0] * ne[1] * ne[2] * 4, offset * 4)
-        out[tid] = Sym(view, b.dc)
-        offset += sizes[tid]
-    return out
+    """The gradients clipped by their global L2 norm, as graph nodes (prims.clip_by_global_norm:
+    the rule clip_grad_norm applies eagerly, and PyTorch's clip_grad_norm_)."""
+    b.room(2 * len(grads) + 24)
+    _, scaled = prims.clip_by_global_norm(b.ctx, [g.t for g in grads.values()], max_norm)
+    return {tid: Sym(t, b.dc) for tid, t in zip(grads, scaled)}
 
 
 def _as_inputs(xs) -> list:

@@ -437,3 +437,39 @@ def erf(ctx, x):
     poly = L.ggml_mul(ctx, poly, t)
     y = L.ggml_scale_bias(ctx, L.ggml_mul(ctx, poly, L.ggml_exp(ctx, L.ggml_neg(ctx, L.ggml_sqr(ctx, x)))), -1.0, 1.0)
     return L.ggml_mul(ctx, y, L.ggml_sgn(ctx, x))
+
+
+def clip_by_global_norm(ctx, gs, max_norm: float):
+    """(norm [1, 1], [g * factor for g in gs]): the gradients' global L2 norm, and each gradient
+    scaled by max_norm / (norm + 1e-6) where norm > max_norm, else unchanged (ggmlR's
+    clip_grad_norm rule), for f32 gradients. One rule for eager steps (clip_grad_norm runs it as
+    one cached graph) and compiled ones (ag_compile emits it).
+
+    Every node is a thread barrier, so the gradients are first set one after another into one
+    flat buffer: its squared norm is one product, its scaling one multiply, and each result a
+    view of it (some 40 nodes for 36 gradients, where a product and a multiply each took 110)."""
+    sizes = [int(L.ggml_nelements(g)) for g in gs]
+    total = sum(sizes)
+    flat = L.ggml_new_tensor_1d(ctx, L.GGML_TYPE_F32, total)
+    offset = 0
+    for g, n in zip(gs, sizes):
+        t = g if L.ggml_is_contiguous(g) else L.ggml_cont(ctx, g)
+        # in place, chained: each set depends on the previous one, so all precede the norm
+        flat = L.ggml_set_1d_inplace(ctx, flat, L.ggml_reshape_1d(ctx, t, n), offset * 4)
+        offset += n
+    column = L.ggml_reshape_2d(ctx, flat, total, 1)
+    norm = L.ggml_sqrt(ctx, L.ggml_mul_mat(ctx, column, column))
+    ratio = L.ggml_div(ctx, L.ggml_scale_bias(ctx, norm, 0.0, max_norm), L.ggml_scale_bias(ctx, norm, 1.0, 1e-6))
+    over = L.ggml_step(ctx, L.ggml_scale_bias(ctx, norm, 1.0, -max_norm))  # 1 where norm > max_norm
+    # over * ratio + (1 - over): exact for over in {0, 1} (1 + over * (ratio - 1) would cancel)
+    factor = L.ggml_add(ctx, L.ggml_mul(ctx, over, ratio), L.ggml_scale_bias(ctx, over, -1.0, 1.0))
+    # ggml broadcasts a single element one call per element: multiply rows of r at once
+    r = next(r for r in (256, 128, 64, 32, 16, 8, 4, 2, 1) if total % r == 0)
+    scaled = L.ggml_mul(ctx, L.ggml_reshape_2d(ctx, flat, r, total // r), L.ggml_repeat_4d(ctx, factor, r, 1, 1, 1))
+    out, offset = [], 0
+    for g, n in zip(gs, sizes):
+        ne = [int(d) for d in g.ne]
+        out.append(L.ggml_view_4d(ctx, scaled, *ne, ne[0] * 4, ne[0] * ne[1] * 4, ne[0] * ne[1] * ne[2] * 4,
+                                  offset * 4))
+        offset += n
+    return norm, out

@@ -8,7 +8,6 @@ the kernel, take the composed per-parameter path.
 """
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Union
@@ -16,7 +15,8 @@ from typing import TYPE_CHECKING, Union
 import numpy as np
 
 from ..autograd import ops as F
-from ..autograd.engine import assign, f32_builder
+from ..autograd import prims
+from ..autograd.engine import as_f32, assign
 from ..autograd.tape import no_grad
 from ..bindings import lib
 from ..errors import GGMLError
@@ -268,50 +268,34 @@ class optimizer_adamw(optimizer_adam):
         super().__init__(params, lr, beta1, beta2, eps, weight_decay)
 
 
-def _sum_of_squares(ctx, *gs):
-    total = None
-    for g in gs:
-        s = lib.ggml_sum(ctx, lib.ggml_sqr(ctx, g))
-        total = s if total is None else lib.ggml_add(ctx, total, s)
-    return total
-
-
 def clip_grad_norm(params: Params, grads: dict, max_norm: float) -> float:
     """Global L2 norm of the params' gradients; if above max_norm, scale every one by
     max_norm / (norm + 1e-6), in place in `grads`. Returns the norm before clipping.
-    The squares are summed in one graph, read once: one wait on a GPU, not one per tensor."""
+    One cached graph computes the norm and the clipped gradients (prims.clip_by_global_norm,
+    the rule compiled steps emit too), read once: one wait on a GPU, not one per tensor."""
     params = _param_list(params)
     with no_grad():
         present = [(p, grads[p]) for p in params if p in grads]
         if not present:
             return 0.0
         dc = same_device(*[g for _, g in present])
-        st = dc.executor.run(("sum_of_squares",), f32_builder(_sum_of_squares, {}, F32), [g.st for _, g in present],
-                             dc.pass_pool.alloc)[0]
-        norm = math.sqrt(AGTensor(st, (1, 1), dc).item())
+        max_norm = float(max_norm)
+        outs = dc.executor.run(("clip_by_global_norm", max_norm), _clipper(max_norm), [g.st for _, g in present],
+                               dc.pass_pool.alloc)
+        norm = AGTensor(outs[0], (1, 1), dc).item()
         if norm > max_norm:
-            c = max_norm / (norm + 1e-6)
-            if all(g.st.type == F32 for _, g in present):  # one graph scales them all
-                factor = ag_tensor(np.array([[c]]), device=dc.spec, dtype="f32")
-                outs = dc.executor.run(("scale_all",), _scale_all, [factor.st] + [g.st for _, g in present],
-                                       dc.pass_pool.alloc)
-                for (p, g), st in zip(present, outs):
+            if all(g.st.type == F32 for _, g in present):  # the graph's own results
+                for (p, g), st in zip(present, outs[1:]):
                     dict.__setitem__(grads, p.id, AGTensor(st, g.shape, dc))
-            else:
+            else:  # f16/bf16 gradients keep their dtype
+                c = max_norm / (norm + 1e-6)
                 for p, g in present:
                     dict.__setitem__(grads, p.id, F.ag_scale(g, c))
     return norm
 
 
-def _scale_all(ctx, factor, *gs):
-    """Every g times the [1, 1] factor (an input, so one cached graph serves every step): the
-    factor is widened to one row of each length, since ggml broadcasts a single element one
-    call per element."""
-    rows: dict = {}
-    out = []
-    for g in gs:
-        n0 = int(g.ne[0])
-        if n0 not in rows:
-            rows[n0] = lib.ggml_repeat_4d(ctx, factor, n0, 1, 1, 1)
-        out.append(lib.ggml_mul(ctx, g, rows[n0]))
-    return out
+def _clipper(max_norm: float):
+    def build(ctx, *gs):
+        norm, scaled = prims.clip_by_global_norm(ctx, as_f32(ctx, gs), max_norm)
+        return [norm] + scaled
+    return build
