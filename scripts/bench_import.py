@@ -1,20 +1,29 @@
 """How long a fresh `import ggmlpy` takes, against a fresh `import torch`, in one run.
 
-    python scripts/bench_import.py [--runs 15] [--peer torch] [--module ggmlpy]
+    python scripts/bench_import.py [--runs 15] [--peer torch] [--module ggmlpy] [--as-is]
 
 Each sample is a new interpreter that times its own import statement with perf_counter (the
 interpreter's start-up, the same for both, is not counted). The two imports alternate, one
-of each per round after a warm-up round (which fills the byte-code caches and the page cache),
-so both see the same machine load; prints the median and best of each, their ratio, and
-/proc/loadavg before and after. The last line is the summary the targets are quoted from.
+of each per round after a warm-up round, so both see the same machine load; prints the median
+and best of each, their ratio, and /proc/loadavg before and after. The last line is the
+summary the targets are quoted from.
+
+Byte code: an installed package has its .pyc files (pip compiles them), a checkout gets them at
+its first import, unless PYTHONDONTWRITEBYTECODE is set, as it may be in CI and containers:
+then every import of the checkout compiles every module again while the installed peer reads
+its .pyc files. So by default the children write and read byte code under a private
+PYTHONPYCACHEPREFIX (made in the warm-up round, for both modules alike, removed at the end);
+--as-is runs them in this environment unchanged.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,10 +40,18 @@ def loadavg() -> str:
         return "n/a"
 
 
-def import_seconds(module: str) -> float:
+def import_seconds(module: str, env: dict) -> float:
     out = subprocess.run([sys.executable, "-c", CHILD.format(root=ROOT, module=module)],
-                         capture_output=True, text=True, check=True, cwd=ROOT)
+                         capture_output=True, text=True, check=True, cwd=ROOT, env=env)
     return float(out.stdout.strip().splitlines()[-1])
+
+
+def child_env(as_is: bool, prefix: str) -> dict:
+    env = dict(os.environ)
+    if not as_is:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = prefix
+    return env
 
 
 def main(argv=None) -> None:
@@ -42,16 +59,24 @@ def main(argv=None) -> None:
     ap.add_argument("--runs", type=int, default=15, help="interleaved rounds (one import of each per round)")
     ap.add_argument("--module", default="ggmlpy")
     ap.add_argument("--peer", default="torch")
+    ap.add_argument("--as-is", action="store_true",
+                    help="leave byte code to this environment (PYTHONDONTWRITEBYTECODE and all)")
     args = ap.parse_args(argv)
 
-    print(f"loadavg before: {loadavg()}   ({os.cpu_count()} cores)")
-    modules = (args.module, args.peer)
-    for m in modules:  # warm-up: byte-code and page caches
-        import_seconds(m)
-    times = {m: [] for m in modules}
-    for _ in range(args.runs):
-        for m in modules:
-            times[m].append(import_seconds(m))
+    prefix = tempfile.mkdtemp(prefix="bench-import-pycache-")
+    try:
+        env = child_env(args.as_is, prefix)
+        mode = "as this environment has it" if args.as_is else "cached (a private PYTHONPYCACHEPREFIX)"
+        print(f"loadavg before: {loadavg()}   ({os.cpu_count()} cores); byte code {mode}")
+        modules = (args.module, args.peer)
+        for m in modules:  # warm-up: byte code, page cache, ggmlpy's cached declarations
+            import_seconds(m, env)
+        times = {m: [] for m in modules}
+        for _ in range(args.runs):
+            for m in modules:
+                times[m].append(import_seconds(m, env))
+    finally:
+        shutil.rmtree(prefix, ignore_errors=True)
     med = {m: statistics.median(ts) for m, ts in times.items()}
     for m in modules:
         print(f"  import {m:<10} median {med[m] * 1e3:8.1f} ms   best {min(times[m]) * 1e3:8.1f} ms   "
