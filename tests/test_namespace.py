@@ -112,3 +112,13 @@ def test_touching_an_onnx_name_loads_onnx():
             "print(json.dumps([before, 'onnx' in sys.modules, f is sys.modules['ggmlpy.onnx'].onnx_load, "
             "'onnx_load' in vars(ggmlpy)]))")
     assert json.loads(_fresh(code)) == [False, True, True, True]
+
+
+def test_the_import_benchmark_prints_its_summary():
+    """scripts/bench_import.py, the smallest run, against a cheap peer (torch's import is the real one)."""
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_import.py"), "--runs", "1",
+                          "--peer", "json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.startswith("summary: import ggmlpy ") and " x import json (ggmlpy " in last, out.stdout
+    assert "loadavg before:" in out.stdout
