@@ -9,6 +9,10 @@ cffi understands and that ggmlpy binds, and writes one flat file.
     python scripts/gen_cdef.py      # rewrites ggmlpy/bindings/cdef.h
 
 Run it again after a pin bump; the load-time layout check catches a stale file.
+ggmlpy/bindings/custom_ops.h, beside it, is written by hand: ggml's custom-op entry points,
+which this script leaves out, and the functions of ggmlpy's own kernels. At first import the two
+are parsed into cffi's out-of-line module in the cache (ggmlpy/bindings/declarations.py); a
+changed cdef.h gets a module of its own there, nothing to clear.
 """
 import pathlib
 import re

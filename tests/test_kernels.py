@@ -340,8 +340,10 @@ def test_gemm_is_off_with_a_pthreads_openblas(monkeypatch, caplog):
     class FakeLib:
         def ggmlpy_blas_parallel(self):
             return 1
-    kernels._declare()  # ggml_custom_4d's declaration (get() makes it; GGMLPY_KERNELS=0 skips get())
-    monkeypatch.setattr(kernels.ffi, "dlopen", lambda path: FakeLib())
+    class FakeFFI:
+        def dlopen(self, path):
+            return FakeLib()
+    monkeypatch.setattr(kernels, "ffi", FakeFFI())
     monkeypatch.setattr(kernels, "_build", lambda *a, **k: "x.so")
     with caplog.at_level("INFO", logger="ggmlpy.kernels"):
         assert kernels._load_optional("cc", "gemm") is None
@@ -683,7 +685,6 @@ def test_libraries_that_fail_to_build_are_off_and_logged(name, what, monkeypatch
     """A gemm.c, conv.c or rows.c that does not compile leaves ggml's own ops in place, said in the log."""
     def fail(*a, **k):
         raise RuntimeError("cc failed: boom")
-    kernels._declare()  # ggml_custom_4d's declaration (get() makes it; GGMLPY_KERNELS=0 skips get())
     monkeypatch.setattr(kernels, "_build", fail)
     with caplog.at_level("INFO", logger="ggmlpy.kernels"):
         assert kernels._load_optional("cc", name) is None

@@ -3,19 +3,14 @@
 ABI mode: no C compiler is needed at install time, and one wheel-free package
 works with whichever libggml the loader finds. The price is a layout check at
 load time (see loader.check) and a slightly higher per-call cost, measured in
-the README.
+the README. The declarations are parsed once and kept as cffi's out-of-line
+module in the cache (see declarations.py), not parsed again at every import.
 """
-import pathlib
-
-import cffi
-
+from . import loader as _loader
+from .declarations import load_ffi
 from .loader import GGML_VERSION, GGMLLoadError
 
-ffi = cffi.FFI()
-ffi.cdef((pathlib.Path(__file__).with_name("cdef.h")).read_text())
-
-from . import loader as _loader  # noqa: E402
-
+ffi = load_ffi()
 lib, found = _loader.load(ffi)
 
 __all__ = ["ffi", "lib", "found", "GGML_VERSION", "GGMLLoadError"]

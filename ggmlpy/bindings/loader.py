@@ -13,14 +13,16 @@ import json
 import os
 import pathlib
 from dataclasses import dataclass
-
-import cffi
+from typing import TYPE_CHECKING
 
 from .._buildinfo import GGML_VERSION, LLAMA_CPP_PYTHON_VERSION, cache_dir, cpu_tag
 
 # Layout facts the bindings rely on: ABI mode writes these fields directly.
 TENSOR_SIZE = 336
 TENSOR_OFFSETS = {"ne": 16, "nb": 48, "op": 80, "src": 152, "data": 248, "name": 256}
+
+if TYPE_CHECKING:  # the FFI is cffi's parsed one or its out-of-line module's (declarations.py)
+    from cffi import FFI
 
 FIX_HINT = "python build_ggml.py   (or: pip install llama-cpp-python==" + LLAMA_CPP_PYTHON_VERSION + ")"
 
@@ -93,6 +95,9 @@ class Lib:
     def __init__(self, ffi, handles, lib_dir):
         self._ffi, self._handles, self._lib_dir = ffi, handles, lib_dir
         self._modules = []
+        # A declared symbol a library lacks: AttributeError from a parsed FFI's library,
+        # ffi.error from an out-of-line one's.
+        self._missing = (AttributeError, getattr(ffi, "error", AttributeError))
         self.dl_build = self._find("ggml_backend_cpu_reg", handles) is None
 
     def resolve_declared(self) -> None:
@@ -115,12 +120,11 @@ class Lib:
         setattr(self, name, fn)
         return fn
 
-    @staticmethod
-    def _find(name, handles):
+    def _find(self, name, handles):
         for h in handles:
             try:
                 return getattr(h, name)
-            except AttributeError:
+            except self._missing:
                 continue
         return None
 
@@ -167,7 +171,7 @@ def omp_spin_default():
             os.environ.pop("GOMP_SPINCOUNT", None)
 
 
-def load(ffi: cffi.FFI) -> tuple[Lib, Found]:
+def load(ffi: FFI) -> tuple[Lib, Found]:
     keep_cuda_products_f32()
     found = find()
     d = found.lib_dir
@@ -188,7 +192,7 @@ def load(ffi: cffi.FFI) -> tuple[Lib, Found]:
     return lib, found
 
 
-def check(ffi: cffi.FFI, lib: Lib, found: Found) -> None:
+def check(ffi: FFI, lib: Lib, found: Found) -> None:
     version = ffi.string(lib.ggml_version()).decode()
     if version != GGML_VERSION:
         raise GGMLLoadError(
@@ -201,7 +205,7 @@ def check(ffi: cffi.FFI, lib: Lib, found: Found) -> None:
                             f"{problem}. Regenerate them with scripts/gen_cdef.py.")
 
 
-def _layout_problem(ffi: cffi.FFI, lib: Lib) -> str | None:
+def _layout_problem(ffi: FFI, lib: Lib) -> str | None:
     """Ask the library to fill a tensor, then read it back through our struct definition."""
     if ffi.sizeof("struct ggml_tensor") != TENSOR_SIZE:
         return f"cdef size {ffi.sizeof('struct ggml_tensor')} != {TENSOR_SIZE}"

@@ -45,36 +45,6 @@ FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
 BLAS_LIBS = ("-l:libopenblas.so.0",)  # the library ggml's BLAS backend loads (Debian's alternatives)
 N_TASKS_MAX = -1  # ggml's GGML_N_TASKS_MAX: as many tasks as the backend has threads
 
-# ggml.h's custom-op declarations, which gen_cdef.py leaves out of cdef.h
-_GGML_CDEF = """
-typedef void (*ggml_custom1_op_t)(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
-typedef void (*ggml_custom2_op_t)(struct ggml_tensor * dst, const struct ggml_tensor * a, const struct ggml_tensor * b, int ith, int nth, void * userdata);
-struct ggml_tensor * ggml_map_custom1(struct ggml_context * ctx, struct ggml_tensor * a, ggml_custom1_op_t fun, int n_tasks, void * userdata);
-struct ggml_tensor * ggml_map_custom2(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, ggml_custom2_op_t fun, int n_tasks, void * userdata);
-"""
-_KERNELS_CDEF = """
-void ggmlpy_gelu_erf_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
-void ggmlpy_gelu_back_f32(struct ggml_tensor * dst, const struct ggml_tensor * g, const struct ggml_tensor * x, int ith, int nth, void * userdata);
-void ggmlpy_layer_norm_back_f32(struct ggml_tensor * dst, const struct ggml_tensor * g, const struct ggml_tensor * x, int ith, int nth, void * userdata);
-"""
-_GEMM_CDEF = """
-typedef void (*ggml_custom_op_t)(struct ggml_tensor * dst, int ith, int nth, void * userdata);
-struct ggml_tensor * ggml_custom_4d(struct ggml_context * ctx, enum ggml_type type, int64_t ne0, int64_t ne1,
-    int64_t ne2, int64_t ne3, struct ggml_tensor ** args, int n_args, ggml_custom_op_t fun, int n_tasks, void * userdata);
-void ggmlpy_gemm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
-int ggmlpy_blas_parallel(void);
-"""
-_CONV_CDEF = """
-void ggmlpy_conv2d_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
-void ggmlpy_maxpool2d_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
-void ggmlpy_linear_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
-void ggmlpy_linear_packed_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
-void ggmlpy_conv2d_packed_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
-int ggmlpy_linear_packed_mr(void);
-int ggmlpy_conv_params_count(void);
-void ggmlpy_layernorm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
-"""
-
 _lock = threading.Lock()
 _state: dict = {}  # "kernels": the loaded Kernels or None, once tried
 _enabled = [os.environ.get("GGMLPY_KERNELS", "1").strip().lower() not in ("0", "false", "no", "off")]
@@ -277,7 +247,6 @@ def _load() -> Kernels | None:
         return None
     try:
         path = _build(cc, SOURCE)
-        _declare()
         glib = _load_optional(cc, "gemm")
         return Kernels(ffi.dlopen(str(path)), path, glib, _load_optional(cc, "conv") if glib is not None else None,
                        _load_optional(cc, "rows"))
@@ -347,11 +316,3 @@ def _build(cc: str, source: Path, libs: tuple = ()) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
-
-
-def _declare() -> None:
-    """Add the custom-op declarations to ggmlpy's FFI (once): cffi allows further cdefs, and
-    the libggml already loaded resolves the new names on first use."""
-    if not _state.get("declared"):
-        ffi.cdef(_GGML_CDEF + _KERNELS_CDEF + _GEMM_CDEF + _CONV_CDEF)
-        _state["declared"] = True

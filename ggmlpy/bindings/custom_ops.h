@@ -1,0 +1,28 @@
+// Declarations beside cdef.h, written by hand: ggml.h's custom-op entry points (which
+// scripts/gen_cdef.py leaves out of cdef.h) in the form ggmlpy's kernels call them, and the
+// functions those kernels export (ggmlpy/kernels/*.c, compiled on first use; resolved on the
+// library ggmlpy.kernels loads, never on libggml).
+typedef void (*ggml_custom1_op_t)(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
+typedef void (*ggml_custom2_op_t)(struct ggml_tensor * dst, const struct ggml_tensor * a, const struct ggml_tensor * b, int ith, int nth, void * userdata);
+struct ggml_tensor * ggml_map_custom1(struct ggml_context * ctx, struct ggml_tensor * a, ggml_custom1_op_t fun, int n_tasks, void * userdata);
+struct ggml_tensor * ggml_map_custom2(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, ggml_custom2_op_t fun, int n_tasks, void * userdata);
+typedef void (*ggml_custom_op_t)(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+struct ggml_tensor * ggml_custom_4d(struct ggml_context * ctx, enum ggml_type type, int64_t ne0, int64_t ne1,
+    int64_t ne2, int64_t ne3, struct ggml_tensor ** args, int n_args, ggml_custom_op_t fun, int n_tasks, void * userdata);
+// kernels.c
+void ggmlpy_gelu_erf_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
+void ggmlpy_gelu_back_f32(struct ggml_tensor * dst, const struct ggml_tensor * g, const struct ggml_tensor * x, int ith, int nth, void * userdata);
+void ggmlpy_layer_norm_back_f32(struct ggml_tensor * dst, const struct ggml_tensor * g, const struct ggml_tensor * x, int ith, int nth, void * userdata);
+// gemm.c
+void ggmlpy_gemm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+int ggmlpy_blas_parallel(void);
+// conv.c
+void ggmlpy_conv2d_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+void ggmlpy_maxpool2d_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+void ggmlpy_linear_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+void ggmlpy_linear_packed_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+void ggmlpy_conv2d_packed_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+int ggmlpy_linear_packed_mr(void);
+int ggmlpy_conv_params_count(void);
+// rows.c
+void ggmlpy_layernorm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
