@@ -32,11 +32,12 @@ def op(*names, const_inputs=()):
 
 
 def cval(b, v: Val, what: str):
-    """A value that must be a load-time constant (a shape, axes, a scale...)."""
+    """A value that must be known on the host when the graph is planned (a shape, axes, a scale...):
+    a constant, or computed from graph inputs (the model then plans for their values, see shaping.py)."""
     if v is None:
         return None
-    b.need(v.is_const, f"input '{what}' must be known at load time (an initializer or constant: ggml graphs "
-                       f"have static shapes and parameters)")
+    b.need_value(v.is_const, f"input '{what}' must be known at load time (an initializer, a constant, or "
+                             f"computed from graph inputs only: ggml graphs have static shapes and parameters)", v)
     return v.const
 
 
@@ -174,7 +175,7 @@ def _dropout(b, node, ins, at):
     x = ins[0]
     training = ins[2] if len(ins) > 2 else None
     if training is not None:
-        b.need(training.is_const, "training_mode must be known at load time")
+        b.need_value(training.is_const, "training_mode must be known at load time", training)
         if bool(np.asarray(training.const).reshape(-1)[0]):
             ratio = ins[1] if len(ins) > 1 else None
             r = 0.5 if ratio is None else float(np.asarray(cval(b, ratio, "ratio")).reshape(-1)[0])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from .graph import Val, const, np_dtype
+from .graph import NeedsValue, Val, const, np_dtype
 from .layout import binary, permute, reshape, take, to_rows
 from .ops_basic import OPS, _round_even, _unary, cval, f, norm_axis, op
 from .ops_nn import _conv, _matmul_op, arg_rows
@@ -133,7 +133,7 @@ def _qlinear_conv(b, node, ins, at):
     W = dequantize(b, w, sw, zw, 0)
     args = [X, W]
     if bias is not None:  # int32 bias in units of x_scale * w_scale
-        b.need(bias.is_const and sx.is_const and sw.is_const, "QLinearConv's bias and scales must be constant")
+        b.need_value(bias.is_const and sx.is_const and sw.is_const, "QLinearConv's bias and scales must be constant", bias, sx, sw)
         args.append(const((bias.const.astype(np.float64) * sx.const.reshape(-1) * sw.const.reshape(-1))
                           .astype(np.float32)))
     y = _conv(b, node, args, at)[0]
@@ -266,8 +266,8 @@ def _gather_elements(b, node, ins, at):
 
 def _needs_constants(name):
     def build(b, node, ins, at):
-        raise b.fail(f"{name}'s output shape depends on its input values: ggml graphs have static shapes, so its "
-                     "inputs must be known at load time")
+        raise NeedsValue(b.where() + f"{name}'s output shape depends on its input values: ggml graphs have static "
+                         "shapes, so its inputs must be known at load time (constants, or computed from graph inputs)")
     return build
 
 
@@ -472,7 +472,7 @@ def _qgemm(b, node, ins, at):
     W = dequantize(b, w, sw, zw, 0 if int(at.get("transB", 0)) else 1)
     args = [A, W]
     if C is not None:  # int32 bias in units of a_scale * b_scale * alpha
-        b.need(C.is_const and sa.is_const and sw.is_const, "QGemm's bias and scales must be constant")
+        b.need_value(C.is_const and sa.is_const and sw.is_const, "QGemm's bias and scales must be constant", C, sa, sw)
         args.append(const((C.const.astype(np.float64) * sa.const.reshape(-1) * sw.const.reshape(-1)
                            * float(at.get("alpha", 1.0))).astype(np.float32)))
     y = _gemm(b, node, args, {k: v for k, v in at.items() if k != "beta"})[0]
