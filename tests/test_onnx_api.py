@@ -186,6 +186,26 @@ def test_profile_and_cli(tiny, capsys):
     assert main(["onnx", path + ".missing"]) == 1
 
 
+def test_cli_rejects_names_that_are_not_inputs(tiny, tmp_path, capsys):
+    """--input / --shape naming something that is not an input is an error in the CLI's own words
+    (not a warning about input_shapes, then a run on random data)."""
+    path, _, _ = tiny
+    from ggmlpy.cli.main import main
+    npy = tmp_path / "x.npy"
+    np.save(npy, np.ones((2, 4), np.float32))
+    assert main(["onnx", path, "--device", "cpu", "--input", f"wrongname={npy}"]) == 2
+    err = capsys.readouterr().err
+    assert "--input names 'wrongname', which is not an input of the model (its inputs: x)" in err
+    assert "input_shapes" not in err
+    assert main(["onnx", path, "--device", "cpu", "--shape", "nope=2x4"]) == 2
+    assert "--shape names 'nope'" in capsys.readouterr().err
+    assert main(["onnx", path, "--device", "cpu", "--input", f"x={npy}"]) == 0
+    capsys.readouterr()
+    np.save(npy, np.ones((3, 4), np.float32))  # a wrong shape: an error naming it, exit 1, no traceback
+    assert main(["onnx", path, "--device", "cpu", "--input", f"x={npy}"]) == 1
+    assert "the shape [3, 4], but the model declares [2, 4]" in capsys.readouterr().err
+
+
 def test_gelu_pattern_fused():
     """Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5 becomes one ggml_gelu_erf; a pattern whose
     intermediate value is also an output is left alone (and computes the same)."""

@@ -380,7 +380,8 @@ class _Plan:
         self.backend = model.backend  # not the model itself: no reference cycle, freed as soon as dropped
         self.input_tensors = {}
         if first:
-            vals = {n: const(a, init.data_type) for (n, a), init in zip(model.initializers.items(), g.initializer)}
+            vals = {n: const(_as_onnx_type(a, init.data_type), init.data_type)
+                    for (n, a), init in zip(model.initializers.items(), g.initializer)}
             feed_types = {name: et for name, (et, _) in model.input_info.items()}
         else:
             vals = dict(consts)

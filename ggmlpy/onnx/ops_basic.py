@@ -11,7 +11,8 @@ import numpy as np
 from onnx import TensorProto
 
 from .safe import lib
-from .graph import FLOAT_TYPES, Val, const, np_dtype
+from . import float8
+from .graph import FLOAT8_TYPES, FLOAT_TYPES, Val, const, np_dtype
 from .layout import (binary, broadcast_shape, cont, permute, permuted_source, repeat_to, reshape, scalar_f32,
                      slice_axis, squeeze_for, take)
 
@@ -491,13 +492,18 @@ def _prelu(b, node, ins, at):
 
 
 # -- casts ------------------------------------------------------------------------------------------------
-def _cast_to(b, x: Val, to: int):
+def _cast_to(b, x: Val, to: int, saturate: bool = True):
     if x.is_const:
+        if to in FLOAT8_TYPES:
+            return const(float8.round_const(x.const, to, saturate), to)
         return const(x.const.astype(np_dtype(to)), to)
     b.need(to != TensorProto.STRING, "casts to string are not supported")
     t = f(b, x)
     c = b.ctx
-    if to == BOOL:
+    if to in FLOAT8_TYPES:
+        if x.dtype != to:
+            t = float8.round_in_graph(b, t, to, saturate)
+    elif to == BOOL:
         t = lib.ggml_step(c, lib.ggml_abs(c, t))
     elif to not in FLOAT_TYPES and x.dtype in FLOAT_TYPES:
         t = lib.ggml_trunc(c, t)
@@ -510,12 +516,12 @@ def _cast_to(b, x: Val, to: int):
 
 @op("Cast")
 def _cast(b, node, ins, at):
-    return [_cast_to(b, ins[0], int(at["to"]))]
+    return [_cast_to(b, ins[0], int(at["to"]), bool(at.get("saturate", 1)))]
 
 
 @op("CastLike")
 def _castlike(b, node, ins, at):
-    return [_cast_to(b, ins[0], ins[1].dtype)]
+    return [_cast_to(b, ins[0], ins[1].dtype, bool(at.get("saturate", 1)))]
 
 
 # -- shapes -----------------------------------------------------------------------------------------------
@@ -744,8 +750,9 @@ def _tile(b, node, ins, at):
 def _constant(b, node, ins, at):
     from onnx import numpy_helper
     if "value" in at:
+        et = at["value"].data_type
         arr = numpy_helper.to_array(at["value"])
-        return [const(arr, at["value"].data_type)]
+        return [const(arr if arr.dtype.kind in "fiub" else arr.astype(np_dtype(et)), et)]
     for key, dt in (("value_float", np.float32), ("value_floats", np.float32), ("value_int", np.int64),
                     ("value_ints", np.int64)):
         if key in at:
