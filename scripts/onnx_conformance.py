@@ -32,6 +32,7 @@ def main(argv=None) -> int:
                     help="feed every input at run time, make shape-giving inputs initializers, or both (default)")
     args = ap.parse_args(argv)
     from ggmlpy.onnx.conformance import Table, collect, run_case
+    t0 = time.time()
     cases = collect(set(args.op) if args.op else None)
     if args.verbose:  # a case that hangs shows where
         import faulthandler
@@ -41,7 +42,6 @@ def main(argv=None) -> int:
     if args.mode == "both":
         other = Table()
         other.results = [run_case(c, args.device, args.verbose, at_load=True) for c in cases]
-    t0 = time.time()
     table = Table()
     for c in cases:
         table.results.append(run_case(c, args.device, args.verbose, at_load=main_mode == "load-time"))
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     tot = table.totals()
     if unsupported:
         print(f"\nnot supported ({sum(unsupported.values())} cases): " + ", ".join(sorted(unsupported)))
-    print(f"\n{len(cases)} cases in {time.time() - t0:.0f} s: {tot['skip']} skipped (ggml limitation), "
+    print(f"\n{len(cases)} cases ({'both modes' if other is not None else main_mode}) in {time.time() - t0:.0f} s: {tot['skip']} skipped (ggml limitation), "
           f"{tot['folded']} folded at load time, {tot['unsupported']} of unsupported operators")
     if other is not None:
         lt = other.totals()

@@ -98,3 +98,34 @@ def test_value_inputs_analysis():
              helper.make_node("Reshape", ["x", "shape"], ["y"])]
     assert value_inputs(nodes, {"a", "b", "x"}) == {"a", "b"}  # x reaches the shape only through Shape
     assert upstream(nodes, ["shape"], {"a", "x"}) == {"a"}
+
+
+def test_clip_bounds_fed_at_run_time_are_computed_in_the_graph():
+    g = helper.make_graph([helper.make_node("Clip", ["x", "lo", "hi"], ["y"])], "c",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [5]),
+                           helper.make_tensor_value_info("lo", T.FLOAT, []),
+                           helper.make_tensor_value_info("hi", T.FLOAT, [])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [5])])
+    model = go.onnx_load(helper.make_model(g), device="cpu")
+    assert model.value_inputs == set()  # data, not parameters: one plan for every value
+    x = np.array([-3, -0.5, 0.25, 2, np.nan], np.float32)
+    for lo, hi in ((-1, 1), (0, 0.5), (1, -1)):
+        y = go.onnx_run(model, {"x": x, "lo": np.float32(lo), "hi": np.float32(hi)})["y"]
+        want = np.minimum(np.maximum(x, np.float32(lo)), np.float32(hi))
+        np.testing.assert_array_equal(y, want)
+    assert model.plans_built == 1
+
+
+def test_nonzero_of_a_fed_input_runs_on_the_host_between_graphs():
+    """NonZero's output shape depends on the values: the graph is split at it, as at NonMaxSuppression."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("NonZero", ["r"], ["nz"]),
+                           helper.make_node("Cast", ["nz"], ["nzf"], to=T.FLOAT),
+                           helper.make_node("Neg", ["nzf"], ["y"])], "nz",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [2, "n"])])
+    model = go.onnx_load(helper.make_model(g), device="cpu")
+    assert go.onnx_summary(model)["host_ops"] == ["NonZero"]
+    for x in (np.array([[1, -1, 2], [0, 3, -2]], np.float32), np.array([[1, 1, 1], [1, 1, 0]], np.float32),
+              np.zeros((2, 3), np.float32)):
+        y = go.onnx_run(model, {"x": x})["y"]
+        np.testing.assert_array_equal(y, -np.array(np.nonzero(np.maximum(x, 0)), dtype=np.float32))

@@ -187,9 +187,25 @@ def _dropout(b, node, ins, at):
     return outs
 
 
-@op("Clip", const_inputs=(1, 2))
+def _max_with(c, x, lo):  # max(x, lo) = x + relu(lo - x); a NaN x stays NaN
+    return lib.ggml_add(c, x, lib.ggml_relu(c, lib.ggml_neg(c, lib.ggml_sub(c, x, lo))))
+
+
+def _min_with(c, x, hi):  # min(x, hi) = x - relu(x - hi)
+    return lib.ggml_sub(c, x, lib.ggml_relu(c, lib.ggml_sub(c, x, hi)))
+
+
+@op("Clip")
 def _clip(b, node, ins, at):
     x = ins[0]
+    bounds = [ins[k] if len(ins) > k else None for k in (1, 2)]
+    if any(v is not None and not v.is_const for v in bounds):  # computed bounds: in the graph
+        y = x
+        for v, fn in zip(bounds, (_max_with, _min_with)):  # min first, then max (lo > hi gives max)
+            if v is not None:
+                t, shape = binary(b, fn, y, v)
+                y = b.out(t, shape, x.dtype)
+        return [y]
     lo = cval(b, ins[1], "min") if len(ins) > 1 else None
     hi = cval(b, ins[2], "max") if len(ins) > 2 else None
     lo = float(at.get("min", -FLT_MAX)) if lo is None else float(lo)

@@ -277,7 +277,7 @@ def _needs_constants(name):
     return build
 
 
-for _name, _idx in (("Range", (0, 1, 2)), ("NonZero", (0,)), ("Unique", (0,)), ("Compress", (0, 1)),
+for _name, _idx in (("Range", (0, 1, 2)), ("Unique", (0,)), ("Compress", (0, 1)),
                     ("OneHot", (0, 1, 2))):
     op(_name, const_inputs=_idx)(_needs_constants(_name))
 
