@@ -45,7 +45,8 @@ def main(argv=None) -> int:
     table = Table()
     for c in cases:
         table.results.append(run_case(c, args.device, args.verbose, at_load=main_mode == "load-time"))
-    print(f"mode: {main_mode} ({'every input fed at run time' if main_mode == 'run-time' else 'inputs that fix shapes or parameters as initializers'})")
+    print(f"mode: {main_mode} (" + ("every input fed at run time" if main_mode == "run-time"
+                                    else "inputs that fix shapes or parameters as initializers") + ")")
     rows = table.by_op()
     print(f"{'operator':<28} {'passed/run':>10} {'skipped':>8} {'folded':>7}")
     unsupported = Counter()
@@ -65,7 +66,8 @@ def main(argv=None) -> int:
     tot = table.totals()
     if unsupported:
         print(f"\nnot supported ({sum(unsupported.values())} cases): " + ", ".join(sorted(unsupported)))
-    print(f"\n{len(cases)} cases ({'both modes' if other is not None else main_mode}) in {time.time() - t0:.0f} s: {tot['skip']} skipped (ggml limitation), "
+    what = "both modes" if other is not None else main_mode
+    print(f"\n{len(cases)} cases ({what}) in {time.time() - t0:.0f} s: {tot['skip']} skipped (ggml limitation), "
           f"{tot['folded']} folded at load time, {tot['unsupported']} of unsupported operators")
     if other is not None:
         lt = other.totals()
