@@ -161,13 +161,16 @@ def test_constant_subgraph_is_folded():
     np.testing.assert_allclose(go.onnx_run(model, {"x": x})["y"], 1 / (1 + np.exp(-x.reshape(2, 12))), rtol=1e-5)
 
 
-def test_shape_input_must_be_constant():
+def test_shape_input_fed_at_run_time():
+    """A Reshape's shape as a graph input is read on the host and the graph planned for it (as
+    onnxruntime takes it); more in test_onnx_value_inputs.py."""
     g = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")], "r",
                           [helper.make_tensor_value_info("x", T.FLOAT, [2, 3]),
                            helper.make_tensor_value_info("s", T.INT64, [2])],
                           [helper.make_tensor_value_info("y", T.FLOAT, [3, 2])])
-    with pytest.raises(go.OnnxError, match="node 'rs' \\(Reshape\\): input 'shape' must be known at load time"):
-        go.onnx_load(helper.make_model(g), device="cpu")
+    model = go.onnx_load(helper.make_model(g), device="cpu")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(go.onnx_run(model, {"x": x, "s": np.array([3, 2])})["y"], x.reshape(3, 2))
 
 
 def test_profile_and_cli(tiny, capsys):
@@ -181,6 +184,26 @@ def test_profile_and_cli(tiny, capsys):
     out = capsys.readouterr().out
     assert "ONNX model: tiny" in out and "output y: [2, 3] float32" in out and ("MUL_MAT" in out or "ggmlpy.linear" in out)
     assert main(["onnx", path + ".missing"]) == 1
+
+
+def test_cli_rejects_names_that_are_not_inputs(tiny, tmp_path, capsys):
+    """--input / --shape naming something that is not an input is an error in the CLI's own words
+    (not a warning about input_shapes, then a run on random data)."""
+    path, _, _ = tiny
+    from ggmlpy.cli.main import main
+    npy = tmp_path / "x.npy"
+    np.save(npy, np.ones((2, 4), np.float32))
+    assert main(["onnx", path, "--device", "cpu", "--input", f"wrongname={npy}"]) == 2
+    err = capsys.readouterr().err
+    assert "--input names 'wrongname', which is not an input of the model (its inputs: x)" in err
+    assert "input_shapes" not in err
+    assert main(["onnx", path, "--device", "cpu", "--shape", "nope=2x4"]) == 2
+    assert "--shape names 'nope'" in capsys.readouterr().err
+    assert main(["onnx", path, "--device", "cpu", "--input", f"x={npy}"]) == 0
+    capsys.readouterr()
+    np.save(npy, np.ones((3, 4), np.float32))  # a wrong shape: an error naming it, exit 1, no traceback
+    assert main(["onnx", path, "--device", "cpu", "--input", f"x={npy}"]) == 1
+    assert "the shape [3, 4], but the model declares [2, 4]" in capsys.readouterr().err
 
 
 def test_gelu_pattern_fused():

@@ -1,6 +1,8 @@
 """ONNX's own node test cases (onnx.backend.test.case.node) for every operator ggmlpy supports.
 
-One test per operator runs all of its cases. A case may be skipped only for a documented
+One test per operator runs all of its cases as onnxruntime takes them (every input fed at run
+time, the default mode); a few operators also in the load-time mode (shape-giving inputs as
+initializers). A case may be skipped only for a documented
 ggml limitation (float64, strings, more than 4 non-unit dimensions, empty tensors...), and the
 remaining known failures are listed below with their reasons: a case not listed must pass.
 """
@@ -58,6 +60,14 @@ def test_function_expanded_cases():
     failed += [f"no expanded case containing {k!r} fails now: remove it from EXPANDED_KNOWN"
                for k in EXPANDED_KNOWN if k not in known_failing]
     assert not failed, "\n".join(failed[:20])
+
+
+@pytest.mark.parametrize("op", ["Reshape", "Slice", "Resize", "Pad", "Expand", "Cast", "Clip", "ConvTranspose"])
+def test_operator_at_load_time(op):
+    """The load-time mode (scripts/onnx_conformance.py --mode load-time) still passes."""
+    failed = [f"{c.name}: {r.detail}" for c in _cases() if case_op(c) == op
+              for r in [run_case(c, at_load=True)] if r.status == "fail" and c.name not in KNOWN_FAILURES]
+    assert not failed, "\n".join(failed)
 
 
 # Expanded cases that fail (none now; an entry is a substring of the case names).

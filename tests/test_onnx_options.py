@@ -353,15 +353,15 @@ def test_gather_elements_out_of_range_runtime_index_gives_nan_not_a_crash(device
     assert got[0, 0] == 0 and got[1, 1] == 5 and np.isnan(got[0, 1]) and np.isnan(got[1, 0])
 
 
-def test_conformance_harness_makes_shape_giving_inputs_initializers():
-    """Graph inputs from which a shape or op parameter is computed become initializers (a Range bound two
-    nodes away), but not those only read for their shape or type (Shape, CastLike's target)."""
-    from ggmlpy.onnx.conformance import _shape_inputs
+def test_value_inputs_are_those_shapes_and_parameters_are_computed_from():
+    """The graph inputs from which a shape or op parameter is computed (a Range bound two nodes away), but
+    not those only read for their shape or type (Shape, CastLike's target)."""
+    from ggmlpy.onnx.shaping import value_inputs
     n = helper.make_node
-    g = helper.make_graph([n("Add", ["size", "one"], ["s1"]), n("Range", ["zero", "s1", "one"], ["r"]),
-                           n("Shape", ["x"], ["sx"]), n("Reshape", ["x", "sx"], ["y"]),
-                           n("CastLike", ["one", "x"], ["o"]), n("Unsqueeze", ["x", "o"], ["z"])], "m", [], [])
-    assert {"size", "one", "zero"} <= _shape_inputs(g) and "x" not in _shape_inputs(g)
+    nodes = [n("Add", ["size", "one"], ["s1"]), n("Range", ["zero", "s1", "one"], ["r"]),
+             n("Shape", ["x"], ["sx"]), n("Reshape", ["x", "sx"], ["y"]),
+             n("CastLike", ["one", "x"], ["o"]), n("Unsqueeze", ["x", "o"], ["z"])]
+    assert value_inputs(nodes, {"size", "one", "zero", "x"}) == {"size", "one", "zero"}
 
 
 # -- 3-D ConvTranspose ---------------------------------------------------------------------------------------

@@ -50,6 +50,30 @@ def rpc_server(args) -> int:
     return 1  # not reached
 
 
+def _check_cli_inputs(path, given: dict, shapes: dict) -> str | None:
+    """What is wrong with --input / --shape for this model, in the CLI's words (None: nothing, or the
+    file cannot be parsed here: onnx_load then says why). Only the graph is read, not external weights."""
+    try:
+        import onnx
+        g = onnx.load(path, load_external_data=False).graph
+    except Exception:
+        return None
+    inits = {i.name for i in g.initializer}
+    inputs = {vi.name: vi for vi in g.input if vi.name not in inits}
+    names = ", ".join(inputs) or "none"
+    for flag, items in (("--input", given), ("--shape", shapes)):
+        bad = [n for n in items if n not in inputs]
+        if bad:
+            return f"{flag} names {', '.join(repr(n) for n in bad)}, which is not an input of the model (its inputs: {names})"
+    for name, vi in inputs.items():
+        dims = vi.type.tensor_type.shape.dim if vi.type.tensor_type.HasField("shape") else None
+        if name not in shapes and (dims is None or any(not d.HasField("dim_value") for d in dims)):
+            shown = "x".join(str(d.dim_value) if d.HasField("dim_value") else "?" for d in dims or [])
+            return (f"input '{name}' has a dynamic shape [{shown}]: fix it with --shape {name}=1x... "
+                    f"or give its data with --input {name}=file.npy")
+    return None
+
+
 def onnx_cmd(args) -> int:
     """Summary of an ONNX model, then a run on random (or given) inputs: output shapes and timings."""
     import time
@@ -68,6 +92,10 @@ def onnx_cmd(args) -> int:
     for item in args.shape or []:
         name, _, dims = item.partition("=")
         shapes[name] = tuple(int(d) for d in dims.replace("x", ",").split(",") if d)
+    problem = _check_cli_inputs(args.model, given, shapes)
+    if problem:
+        print(f"ggmlpy onnx: {problem}", file=sys.stderr)
+        return 2
     try:
         t0 = time.perf_counter()
         model = onnx_load(args.model, device=args.device, input_shapes=shapes or None, n_threads=args.threads,
@@ -79,7 +107,8 @@ def onnx_cmd(args) -> int:
     s = onnx_summary(model)
     print(f"ONNX model: {s['graph_name']}  (producer {s['producer'] or '?'}, IR {s['ir_version']}, "
           f"opset {s['opset_version']})")
-    print(f"  nodes: {s['n_nodes']}  weights: {s['n_initializers']}  ggml graph nodes: {s['ggml_nodes']}  "
+    planned = s["ggml_nodes"] if s["planned"] else f"planned at the first run (for {', '.join(s['value_inputs'])})"
+    print(f"  nodes: {s['n_nodes']}  weights: {s['n_initializers']}  ggml graph nodes: {planned}  "
           f"device: {s['device']}  dtype: {s['dtype']}")
     print("  ops: " + ", ".join(f"{k} x{v}" for k, v in sorted(s["op_counts"].items(), key=lambda kv: -kv[1])))
     if s["cpu_fallback_ops"]:
@@ -102,7 +131,11 @@ def onnx_cmd(args) -> int:
     times = []
     for _ in range(max(1, args.runs)):
         t0 = time.perf_counter()
-        out = onnx_run(model, feeds)
+        try:
+            out = onnx_run(model, feeds)
+        except OnnxError as e:
+            print(f"ggmlpy onnx: {e}", file=sys.stderr)
+            return 1
         times.append(time.perf_counter() - t0)
     for name, y in out.items():
         mean = f"  mean {float(np.mean(y)):.6g}" if y.size else ""

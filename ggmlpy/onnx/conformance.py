@@ -1,12 +1,17 @@
 """ONNX's own node test cases (shipped in the onnx wheel) run through onnx_load / onnx_run.
 
 Each case is a small model (usually one node) with input data and expected
-outputs. Inputs that fix shapes or op parameters (a Reshape's shape, a Slice's
-starts...) become initializers, since a ggml graph has static shapes; every
-other input stays a graph input, so the op really runs in ggml. A case whose
-outputs were all computed at load time (Shape, Constant...) is counted as
-"folded", not as a ggml pass; NonMaxSuppression and RoiAlign, computed in numpy
-at run time between ggml graphs (ops_host.py), count as passes.
+outputs. Two modes:
+- run time (the default, as onnxruntime takes a model): every input is fed at
+  run time; those that fix shapes or op parameters are read on the host and the
+  graph is planned for their values (shaping.py). A case with no inputs at all
+  (its outputs computed when planning: Constant...) is "folded".
+- load time (`at_load=True`): inputs that fix shapes or op parameters (a
+  Reshape's shape, a Slice's starts...) become initializers, as in a deployed
+  model; a case whose outputs were all computed at load time (Shape...) is
+  "folded", not a ggml pass.
+NonMaxSuppression and RoiAlign, computed in numpy at run time between ggml
+graphs (ops_host.py), count as passes.
 """
 from __future__ import annotations
 
@@ -18,8 +23,9 @@ import numpy as np
 from onnx import TensorProto, numpy_helper
 
 from .graph import OnnxError, OnnxLimitation
-from .model import _Plan, onnx_load, supported_ops
-from .ops_basic import CONST_INPUTS
+from .graph import FLOAT8_TYPES, INT4_TYPES
+from .model import onnx_load, supported_ops
+from .shaping import value_inputs
 
 # Element types ggml has no place for: the cases using them are skipped with this reason.
 UNSUPPORTED_TYPES = {
@@ -29,10 +35,12 @@ UNSUPPORTED_TYPES = {
     TensorProto.BFLOAT16: "bfloat16 (computed in float32; the reference rounds every step to bfloat16)",
     TensorProto.UINT64: "uint64 beyond float32's exact range", TensorProto.UINT32: "uint32 beyond float32's exact range",
 }
-for _n in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4", "INT4", "FLOAT4E2M1",
-           "FLOAT8E8M0", "INT2", "UINT2"):
+for _n in ("FLOAT4E2M1", "FLOAT8E8M0", "INT2", "UINT2"):
     if hasattr(TensorProto, _n):
         UNSUPPORTED_TYPES[getattr(TensorProto, _n)] = "8/4/2-bit float or integer types"
+for _t in FLOAT8_TYPES | INT4_TYPES:  # at the boundary only (a Cast or a quantization), see run_case
+    UNSUPPORTED_TYPES[_t] = "float8/int4 beyond casts and quantization (the reference rounds every step)"
+BOUNDARY_OPS = {"Cast", "CastLike", "QuantizeLinear", "DequantizeLinear"}
 
 
 @dataclass
@@ -62,21 +70,9 @@ def _array(x):
     return numpy_helper.to_array(x) if isinstance(x, TensorProto) else np.asarray(x)
 
 
-def _shape_inputs(graph) -> set:
-    """The values that fix shapes or op parameters (CONST_INPUTS), and everything they are computed from:
-    graph inputs among them become initializers, as a deployed model's would be."""
-    need = {n.input[i] for n in graph.node for i in CONST_INPUTS.get(n.op_type, ()) if i < len(n.input) and n.input[i]}
-    producer = {o: n for n in graph.node for o in n.output if o}
-    todo = list(need)
-    while todo:
-        n = producer.get(todo.pop())
-        if n is None or n.op_type in ("Shape", "Size"):  # a shape is known at load time whatever the values
-            continue
-        for i in (n.input[:1] if n.op_type == "CastLike" else n.input):  # CastLike's target gives a type only
-            if i and i not in need:
-                need.add(i)
-                todo.append(i)
-    return need
+def _ml_dtype(dt) -> bool:
+    """One of ml_dtypes' types (numpy has no bfloat16, float8 or int4)."""
+    return dt.kind == "V" or dt.name.startswith("float8")
 
 
 def case_op(case) -> str:
@@ -84,7 +80,9 @@ def case_op(case) -> str:
     return nodes[0].op_type if len(nodes) == 1 else "(multi-node)"
 
 
-def run_case(case, device="cpu", verbose=False) -> Result:
+def run_case(case, device="cpu", verbose=False, at_load=False) -> Result:
+    """One case: every input fed at run time, or (at_load) those that fix shapes or parameters as
+    initializers."""
     model = case.model
     op = case_op(case)
     if verbose:
@@ -94,15 +92,19 @@ def run_case(case, device="cpu", verbose=False) -> Result:
     if not ops <= known or any(n.domain not in ("", "ai.onnx") for n in model.graph.node):  # ONNX's own only
         return Result(case.name, op, "unsupported", ", ".join(sorted(ops - known)))
     casts_only = ops <= {"Cast", "CastLike"}  # one rounding to bfloat16, which ggml's BF16 type does exactly
+    at_boundary = not at_load and ops <= BOUNDARY_OPS  # float8/int4 converted on the way in and out
     for t in _types_in(model):
         if t == -1:
             return Result(case.name, op, "skip", "sequence/optional values")
-        if t == TensorProto.BFLOAT16 and casts_only:
+        if t == TensorProto.BFLOAT16 and (casts_only or at_boundary):
+            continue
+        if t in FLOAT8_TYPES | INT4_TYPES and at_boundary:
             continue
         if t in UNSUPPORTED_TYPES:
             return Result(case.name, op, "skip", UNSUPPORTED_TYPES[t])
-    const_idx = _shape_inputs(model.graph)
-    status, detail, folded = "pass", "", True
+    const_idx = value_inputs(model.graph.node, [vi.name for vi in model.graph.input]) if at_load else set()
+    status, detail = "pass", ""
+    folded = at_load or not model.graph.input
     for inputs, expected in case.data_sets:
         inputs, expected = [_array(x) for x in inputs], [_array(x) for x in expected]
         m = type(model)()
@@ -121,11 +123,10 @@ def run_case(case, device="cpu", verbose=False) -> Result:
         del names
         try:
             mod = onnx_load(m, device=device)
-            plan = next(iter(mod._plans.values()))
-            assert isinstance(plan, _Plan)
-            if plan.n_nodes or plan.deferred:  # a ggml graph or a host step runs at onnx_run
-                folded = False
             got = mod.run(feeds)
+            plan = mod._any_plan()
+            if at_load and (plan.n_nodes or plan.deferred):  # a ggml graph or a host step ran at onnx_run
+                folded = False
         except OnnxLimitation as e:
             return Result(case.name, op, "skip", str(e))
         except OnnxError as e:
@@ -134,6 +135,10 @@ def run_case(case, device="cpu", verbose=False) -> Result:
             return Result(case.name, op, "fail", f"{type(e).__name__}: {e}")
         for vi, want in zip(model.graph.output, expected):
             y = got[vi.name]
+            if _ml_dtype(want.dtype) or _ml_dtype(y.dtype):  # bfloat16, float8, int4: the type, then as float32
+                if y.dtype != want.dtype:
+                    return Result(case.name, op, "fail", f"{vi.name}: dtype {y.dtype}, expected {want.dtype}")
+                y, want = y.astype(np.float32), want.astype(np.float32)
             if y.shape != want.shape:
                 return Result(case.name, op, "fail", f"{vi.name}: shape {y.shape}, expected {want.shape}")
             if want.dtype.kind in "biu":

@@ -22,9 +22,14 @@ from ..graph import GraphContext, Weights
 F32, F16, I32 = lib.GGML_TYPE_F32, lib.GGML_TYPE_F16, lib.GGML_TYPE_I32
 MAX_RANK = 4  # GGML_MAX_DIMS
 
-FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
+# ONNX's 8- and 4-bit types: carried in float32 inside (float8) or int8/uint8 (int4/uint4), converted
+# from and to ml_dtypes' numpy types at the model's boundary (boundary_dtype).
+FLOAT8_TYPES = {TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2,
+                TensorProto.FLOAT8E5M2FNUZ}
+INT4_TYPES = {TensorProto.INT4, TensorProto.UINT4}
+FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16} | FLOAT8_TYPES
 INT_TYPES = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
-             TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
+             TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64} | INT4_TYPES
 NUMERIC_TYPES = FLOAT_TYPES | INT_TYPES | {TensorProto.BOOL}
 
 
@@ -36,9 +41,38 @@ class OnnxLimitation(OnnxError):
     """What ggml itself cannot represent (more than 4 dimensions, empty tensors, float64...)."""
 
 
+class NeedsValue(OnnxError):
+    """A builder needs a value on the host (a shape, axes, weights...) that the graph computes.
+
+    When that value is computed from graph inputs, the model plans again with those inputs' values
+    known (they join the plan cache's key); otherwise this is the error the user sees. `vals`: the
+    values needed; `names`: theirs, filled in by the plan being built."""
+
+    def __init__(self, msg: str, vals=()):
+        super().__init__(msg)
+        self.vals = tuple(vals)
+        self.names: list = []
+
+
+def op_key(node) -> str:
+    """The operator table's key: the op type, prefixed by its domain outside the standard one."""
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
+
+
 def np_dtype(onnx_type: int):
-    if onnx_type == TensorProto.BFLOAT16:
+    """The numpy type a value of this ONNX type is carried in while planning (constants)."""
+    if onnx_type == TensorProto.BFLOAT16 or onnx_type in FLOAT8_TYPES:
         return np.dtype(np.float32)
+    if onnx_type == TensorProto.INT4:
+        return np.dtype(np.int8)
+    if onnx_type == TensorProto.UINT4:
+        return np.dtype(np.uint8)
+    return np.dtype(helper.tensor_dtype_to_np_dtype(onnx_type))
+
+
+def boundary_dtype(onnx_type: int):
+    """The numpy type of a value of this ONNX type outside the model: onnx's own (ml_dtypes' bfloat16,
+    float8_*, int4, uint4 for the types numpy lacks)."""
     return np.dtype(helper.tensor_dtype_to_np_dtype(onnx_type))
 
 
@@ -141,6 +175,12 @@ class Builder(GraphContext):
     def need(self, cond, msg: str) -> None:
         if not cond:
             raise self.fail(msg)
+
+    def need_value(self, cond, msg: str, *vals: "Val") -> None:
+        """Like need, for values that must be known on the host when the graph is planned: `vals`
+        are those values (none: all the node's computed inputs)."""
+        if not cond:
+            raise NeedsValue(self.where() + msg, [v for v in vals if v is not None])
 
     def limit(self, cond, msg: str) -> None:
         """Like need, for what ggml cannot represent at all."""

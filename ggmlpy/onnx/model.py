@@ -1,6 +1,7 @@
 """onnx_load / onnx_run / onnx_summary / onnx_inputs: ONNX models as one ggml graph (ggmlR's API).
 
-The file is parsed by the `onnx` package. For each set of input shapes the
+The file is parsed by the `onnx` package. For each set of input shapes (and
+values of the inputs that fix shapes or op parameters, see shaping.py) the
 whole model becomes ONE ggml graph: weights in a backend buffer of their own,
 intermediates placed by ggml's graph allocator (they share memory), inputs
 uploaded and outputs read back per call. On a device other than the CPU, ops
@@ -10,6 +11,7 @@ operators are reported with their node before anything is built.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -26,14 +28,16 @@ from ..bindings import ffi, lib
 from ..core.device import Backend, blas_backend, get_backend, is_software_device
 from ..core.sched import Scheduler
 from ..errors import DeviceError, GGMLError
-from ..graph import TENSOR_OVERHEAD, CompiledGraph, GraphContext
+from ..graph import TENSOR_OVERHEAD, ByteCache, CompiledGraph, GraphContext
 from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (their builders register in OPS)
+from .graph import (F32, NUMERIC_TYPES, Builder, NeedsValue, OnnxError, Val, boundary_dtype, const, np_dtype, op_key,
+                    type_name)
 from .fusion import find_conv_epilogues, find_gelu, find_linear_bias
-from .graph import F32, NUMERIC_TYPES, Builder, OnnxError, Val, const, np_dtype, type_name
 from .ops_basic import OPS
 from .ops_basic import f as contiguous_f32
 from .ops_host import HOST_OPS
 from .ops_nn import conv_epilogue, linear_bias
+from .shaping import upstream, value_inputs
 
 _NULL = ffi.NULL
 # Resolve now what the finalizers call: cffi resolves a symbol under a lock of its own, and a
@@ -42,15 +46,12 @@ for _sym in ("ggml_backend_free", "ggml_gallocr_free", "ggml_backend_buffer_free
              "ggml_backend_sched_free"):
     getattr(lib, _sym)
 DTYPES = {"f32": "f32", "f16": "f16", "fp16": "f16", "float16": "f16"}
+# The bytes of built plans (graph buffers and weights) a model keeps; the least recently used go first.
+PLAN_CACHE_BYTES = int(os.environ.get("GGMLPY_ONNX_PLAN_CACHE_BYTES", 1 << 30))
 
 # Builders that turn constant inputs into constant outputs themselves (cheap, no ggml tensor).
 _SELF_FOLDING = {"Constant", "Shape", "Size", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
                  "Cast", "CastLike", "ConstantOfShape", "EyeLike", "Split", "Dropout"}
-
-
-def op_key(node) -> str:
-    """The operator table's key: the op type, prefixed by its domain outside the standard one."""
-    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
 
 
 def supported_ops() -> list[str]:
@@ -96,7 +97,8 @@ def _dims(vi):
 
 
 class OnnxModel:
-    """A loaded ONNX model: the parsed file, its device, and one built ggml graph per input-shape set.
+    """A loaded ONNX model: the parsed file, its device, and one built ggml graph per set of input shapes
+    and values of `value_inputs` (the graph inputs that fix shapes or op parameters).
 
     Shared by threads as an onnxruntime session is: a plan's input tensors, graph and compute buffer,
     and the CPU backend's work buffer, exist once per model, so `_lock` lets one call at a time plan,
@@ -156,8 +158,13 @@ class OnnxModel:
         self.input_shapes = {n: tuple(s) for n, s in shapes.items()}
         self._devices(device, n_threads)
         self._lock = threading.RLock()
-        self._plans = {}
-        self._plan(self.input_shapes)  # build now: errors surface at load, as in ggmlR
+        self._plans = ByteCache(lambda: PLAN_CACHE_BYTES)  # plan key -> _Plan
+        self.plans_built, self.replans, self.plan_seconds = 0, 0, 0.0
+        # Inputs read on the host to plan the graph: found statically here, or by a builder (NeedsValue).
+        self.value_inputs = value_inputs(g.node, self.input_info)
+        if not self.value_inputs:
+            self._plan(self.input_shapes)  # build now: errors surface at load, as in ggmlR
+        # else the graph is planned at the first run, for the values it is given
 
     # -- set-up ---------------------------------------------------------------------------------------
     def _check_ops(self):
@@ -188,12 +195,41 @@ class OnnxModel:
             self.blas = blas_backend(self.cpu.n_threads)
 
     # -- building -------------------------------------------------------------------------------------
-    def _plan(self, shapes: dict):
-        key = tuple(sorted((n, tuple(s)) for n, s in shapes.items()))
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = _Plan(self, shapes)
-        return plan
+    def _plan(self, shapes: dict, arrays: dict | None = None):
+        """The plan for these input shapes and, when the model has value_inputs, these arrays' values
+        (None at load: the model is then planned at its first run). Builds and caches it if new."""
+        while True:
+            if self.value_inputs and arrays is None:
+                return None
+            values = {n: arrays[n] for n in self.value_inputs} if self.value_inputs else {}
+            key = plan_key(shapes, values)
+            plan = self._plans.get(key)
+            if plan is not None:
+                return plan
+            t0 = time.perf_counter()
+            try:
+                plan = _Plan(self, shapes, values=values)
+            except NeedsValue as e:
+                found = upstream(self.proto.graph.node, e.names, self.input_info) - self.value_inputs
+                if not found:
+                    raise OnnxError(str(e)) from None
+                self.value_inputs |= found  # plans keyed without their values are no longer valid
+                self._plans.clear()
+                continue
+            self.note_plan(time.perf_counter() - t0, replan=self.plans_built > 0)
+            self._plans.put(key, plan, plan.nbytes)
+            return plan
+
+    def note_plan(self, seconds: float, replan: bool) -> None:
+        """Count a plan built (a re-plan: for a stage that had one, new shapes or values)."""
+        self.plans_built += 1
+        self.replans += bool(replan)
+        self.plan_seconds += seconds
+
+    def _any_plan(self):
+        """The most recently used plan, or None before the first run of a model planned at run time."""
+        plans = list(self._plans.values())
+        return plans[-1] if plans else None
 
     def run(self, inputs: "dict | list") -> dict:
         """onnx_run(self, inputs): numpy inputs by name (or in order) in, outputs by name out."""
@@ -228,7 +264,7 @@ class OnnxModel:
             return self._run_checked(arrays, shapes)
 
     def _run_checked(self, arrays: dict, shapes: dict) -> dict:
-        plan = self._plan(shapes)
+        plan = self._plan(shapes, arrays)
         values = plan.run(arrays)
         while plan.deferred:
             for node, attrs in plan.host_steps:
@@ -261,6 +297,25 @@ class OnnxModel:
     def __repr__(self):
         return (f"<OnnxModel '{self.graph_name}' from {os.path.basename(self.path)}: {self.n_nodes} nodes, "
                 f"opset {self.opset}, on {self.device}>")
+
+
+def plan_key(shapes: dict, values: dict) -> tuple:
+    """A plan cache key: the input shapes, and the values (type, shape and a digest of the bytes) of
+    the inputs that fix shapes or parameters."""
+    def digest(a):
+        a = np.ascontiguousarray(a)
+        return a.dtype.str, a.shape, hashlib.blake2b(a.tobytes(), digest_size=16).digest()
+    return (tuple(sorted((n, tuple(s)) for n, s in shapes.items())),
+            tuple(sorted((n, digest(a)) for n, a in values.items())))
+
+
+def _as_onnx_type(a, et: int) -> np.ndarray:
+    """A fed array in the numpy type of its declared ONNX type (ggml's types: float32 for those it lacks)."""
+    a = np.asarray(a)
+    dt = np_dtype(et)
+    if a.dtype.kind not in "fiub":
+        a = a.astype(np.float32)
+    return a if a.dtype == dt else a.astype(dt)
 
 
 def _fmt(dims):
@@ -301,12 +356,16 @@ class _Plan:
     A node that needs a value known only after the graph ran (the output of a host step such as
     NonMaxSuppression, see ops_host.py) is deferred with everything depending on it: `deferred`
     lists those nodes, and `outputs` includes the values this graph hands them. OnnxModel.run runs
-    `host_steps`, then a next _Plan built for the nodes left (`rest`; kept in `next_plans`, by shapes)."""
+    `host_steps`, then a next _Plan built for the nodes left (`rest`; kept in `next_plans`, by shapes
+    and the values of the fed inputs that fix its shapes or parameters, `rest_value_inputs`).
+
+    `values`: inputs whose values are known when planning (name -> array): constants of this graph."""
 
     compiled = None
     MAX_NEXT_PLANS = 8  # shapes a data-dependent stage keeps graphs for (NMS gives a new count each call)
 
-    def __init__(self, model: OnnxModel, shapes: dict, sched=None, nodes=None, feed_types=None, consts=None):
+    def __init__(self, model: OnnxModel, shapes: dict, sched=None, nodes=None, feed_types=None, consts=None,
+                 values=None):
         g = model.proto.graph
         first = nodes is None
         nodes = list(g.node) if first else nodes
@@ -317,7 +376,8 @@ class _Plan:
         self.backend = model.backend  # not the model itself: no reference cycle, freed as soon as dropped
         self.input_tensors = {}
         if first:
-            vals = {n: const(a, init.data_type) for (n, a), init in zip(model.initializers.items(), g.initializer)}
+            vals = {n: const(_as_onnx_type(a, init.data_type), init.data_type)
+                    for (n, a), init in zip(model.initializers.items(), g.initializer)}
             feed_types = {name: et for name, (et, _) in model.input_info.items()}
         else:
             vals = dict(consts)
@@ -325,6 +385,9 @@ class _Plan:
             shp = tuple(shapes[name])
             if 0 in shp:  # an empty input holds no values: a constant (its shape and type are all it gives)
                 vals[name] = const(np.zeros(shp, dtype=np_dtype(et)), et)
+                continue
+            if values and name in values:  # read on the host: this graph is planned for its value
+                vals[name] = const(_as_onnx_type(values[name], et), et)
                 continue
             t = b.value_tensor(F32, shp)
             lib.ggml_set_input(t)
@@ -372,7 +435,12 @@ class _Plan:
                     raise b.fail(f"constant folding failed: {e}") from None
                 self.n_folded += 1
             else:
-                outs = OPS[op_key(node)](b, node, ins, attrs)
+                try:
+                    outs = OPS[op_key(node)](b, node, ins, attrs)
+                except NeedsValue as e:  # the names of the values it needed, for the model to trace
+                    e.names = [n for n, v in zip(node.input, ins) if v is not None and not v.is_const and
+                               (not e.vals or any(v is w for w in e.vals))]
+                    raise
             for name, v in zip(node.output, outs):
                 if name:
                     vals[name] = v
@@ -452,7 +520,7 @@ class _Plan:
             lib.ggml_set_output(t)
             self.outputs.append((name, v, t, None))
             out_ts.append(t)
-        self.next_plans = {}
+        self.next_plans, self.rest_value_inputs, self.n_next_built = {}, None, 0
         self._build_graph(out_ts)
         if self.n_nodes:
             self._allocate(model, sched)
@@ -511,9 +579,9 @@ class _Plan:
                 raise OnnxError(f"onnx_run: {e}") from None
         out = {}
         for name, v, t, fed in self.outputs:
-            dt = np_dtype(v.dtype)
+            dt = boundary_dtype(v.dtype)
             if t is None and fed is None:
-                out[name] = np.array(v.const, copy=True)
+                out[name] = np.array(v.const, copy=True).astype(dt, copy=False)
                 continue
             if fed is not None:  # the input itself, or a reshaping of it that kept its tensor (Squeeze...)
                 y = np.asarray(arrays[fed]).reshape(v.shape)
@@ -526,17 +594,45 @@ class _Plan:
         return out
 
     def next_plan(self, model: OnnxModel, feeds: dict) -> "_Plan":
-        """The graph of the deferred nodes for these fed values (built once per set of shapes)."""
-        key = tuple(sorted((n, a.shape, a.dtype.str) for n, a in feeds.items()))
-        plan = self.next_plans.pop(key, None)
-        if plan is None:
+        """The graph of the deferred nodes for these fed values (built once per set of shapes and
+        values of the feeds that fix its shapes or parameters)."""
+        if self.rest_value_inputs is None:
+            self.rest_value_inputs = value_inputs(self.rest, feeds)
+        while True:
+            values = {n: feeds[n] for n in self.rest_value_inputs}
+            key = plan_key({n: a.shape for n, a in feeds.items()}, values) + (
+                tuple(sorted((n, a.dtype.str) for n, a in feeds.items())),)
+            plan = self.next_plans.pop(key, None)
+            if plan is not None:
+                break
             types = {n: helper.np_dtype_to_tensor_dtype(a.dtype) for n, a in feeds.items()}
-            plan = _Plan(model, {n: a.shape for n, a in feeds.items()}, nodes=self.rest, feed_types=types,
-                         consts=self.consts)
+            t0 = time.perf_counter()
+            try:
+                plan = _Plan(model, {n: a.shape for n, a in feeds.items()}, nodes=self.rest, feed_types=types,
+                             consts=self.consts, values=values)
+            except NeedsValue as e:
+                found = upstream(self.rest, e.names, feeds) - self.rest_value_inputs
+                if not found:
+                    raise OnnxError(str(e)) from None
+                self.rest_value_inputs |= found
+                for p in self.next_plans.values():
+                    p.free()
+                self.next_plans = {}
+                continue
+            model.note_plan(time.perf_counter() - t0, replan=self.n_next_built > 0)
+            self.n_next_built += 1
             if len(self.next_plans) >= self.MAX_NEXT_PLANS:
                 self.next_plans.pop(next(iter(self.next_plans))).free()
+            break
         self.next_plans[key] = plan  # most recently used last
         return plan
+
+    @property
+    def nbytes(self) -> int:
+        """The memory this plan holds on its device: the graph's buffer and the weights."""
+        n = self.compiled.buffer_bytes if self.compiled is not None else 0
+        w = self.builder.weights.buffer if getattr(self, "builder", None) is not None else None
+        return n + (int(lib.ggml_backend_buffer_get_size(w)) if w is not None else 0)
 
     def free(self):
         for plan in getattr(self, "next_plans", {}).values():
@@ -590,18 +686,27 @@ def onnx_summary(model: OnnxModel) -> dict:
     """ggmlR's summary: ir_version, opset_version, producer, graph_name, n_nodes, n_initializers,
     ops (unique, in order of appearance); plus op_counts (a histogram), inputs, outputs (shape None when
     a host step decides it at run time), device, and host_ops (NonMaxSuppression, RoiAlign: run in numpy
-    between ggml graphs)."""
+    between ggml graphs); value_inputs (inputs whose values fix shapes or parameters: the graph is
+    planned for their values at run time), planned (False until the first run of such a model: then
+    ggml_nodes, cpu_fallback_ops and the output shapes are None, not known yet), plans (graphs cached),
+    plans_built and replans (plans built after the first for a stage: new shapes or values)."""
     if not isinstance(model, OnnxModel):
         raise TypeError("onnx_summary: model must come from onnx_load()")
-    plan = next(iter(model._plans.values()))
-    known = {name: list(v.shape) for name, v, *_ in plan.outputs}
-    outs = {name: known.get(name) for name in model.output_names}  # None: known only at run time (after a host step)
+    plan = model._any_plan()
+    known = {name: list(v.shape) for name, v, *_ in plan.outputs} if plan is not None else {}
+    outs = {name: known.get(name) for name in model.output_names}  # None: known only at run time
+    host = {n.op_type for n in model.proto.graph.node if op_key(n) in HOST_OPS}
     return {"ir_version": model.ir_version, "opset_version": model.opset, "producer": model.producer,
             "graph_name": model.graph_name, "n_nodes": model.n_nodes, "n_initializers": model.n_weights,
             "ops": list(model.ops), "op_counts": dict(model.op_counts), "inputs": onnx_inputs(model),
-            "outputs": outs, "device": model.device, "dtype": model.dtype, "ggml_nodes": plan.n_nodes,
-            "cpu_fallback_ops": list(plan.cpu_fallback),
-            "host_ops": sorted({n.op_type for n in plan.deferred if op_key(n) in HOST_OPS})}
+            "outputs": outs, "device": model.device, "dtype": model.dtype,
+            "ggml_nodes": plan.n_nodes if plan is not None else None,
+            "cpu_fallback_ops": list(plan.cpu_fallback) if plan is not None else None,
+            "host_ops": sorted({n.op_type for n in plan.deferred if op_key(n) in HOST_OPS} if plan is not None
+                               else host),
+            "value_inputs": [n for n in model.input_info if n in model.value_inputs],
+            "planned": plan is not None, "plans": len(model._plans), "plans_built": model.plans_built,
+            "replans": model.replans}
 
 
 def onnx_inputs(model: OnnxModel) -> dict:
@@ -619,7 +724,9 @@ def onnx_profile(model: OnnxModel, inputs: "dict | list", runs: int = 3) -> list
     """Time per ggml op type for one set of inputs: [(op, ms per run, node count)], slowest first.
 
     Runs the model's graph through ggml's scheduler with an evaluation callback after every node,
-    so each node is timed alone (a few microseconds of overhead each; the total exceeds onnx_run's)."""
+    so each node is timed alone (a few microseconds of overhead each; the total exceeds onnx_run's).
+    When the model has planned again (new shapes, or new values of its value_inputs), a last row
+    ("onnx.replan", mean ms to build a plan, number of re-plans so far) says what that costs."""
     arrays = {n: np.asarray(v) for n, v in (inputs.items() if isinstance(inputs, dict)
                                              else zip(model.input_info, inputs))}
     with model._lock:
@@ -628,7 +735,9 @@ def onnx_profile(model: OnnxModel, inputs: "dict | list", runs: int = 3) -> list
 
 def _profile(model: OnnxModel, arrays: dict, runs: int) -> list:
     model.run(arrays)  # builds (or finds) the plan and checks the inputs
-    plan = model._plan({n: a.shape for n, a in arrays.items()})
+    shapes = {n: a.shape for n, a in arrays.items()}
+    plan = model._plan(shapes, arrays)
+    values = {n: arrays[n] for n in model.value_inputs}
     first = model.blas if model.backend is model.cpu else model.backend
     sched = Scheduler([model.cpu] if first is None else [first, model.cpu], graph_size=max(2048, plan.n_nodes + 64))
     totals, counts = defaultdict(float), defaultdict(int)
@@ -648,7 +757,7 @@ def _profile(model: OnnxModel, arrays: dict, runs: int) -> list:
     c_cb = ffi.callback("ggml_backend_sched_eval_callback", cb)
     lib.ggml_backend_sched_set_eval_callback(sched.ptr, c_cb, _NULL)
     # the plan's allocator owns the graph's memory: a second placement would clash, so build a fresh plan
-    fresh = _Plan(model, {n: a.shape for n, a in arrays.items()}, sched=sched)
+    fresh = _Plan(model, shapes, sched=sched, values=values)
     try:
         for _ in range(runs):
             last[0] = time.perf_counter()
@@ -657,7 +766,10 @@ def _profile(model: OnnxModel, arrays: dict, runs: int) -> list:
         fresh.free()
         sched.free()
     n = max(1, runs)
-    return sorted(((k, v * 1e3 / n, counts[k] // n) for k, v in totals.items()), key=lambda r: -r[1])
+    rows = sorted(((k, v * 1e3 / n, counts[k] // n) for k, v in totals.items()), key=lambda r: -r[1])
+    if model.replans:  # planning again for new shapes or values: its mean time, and how often so far
+        rows.append(("onnx.replan", model.plan_seconds * 1e3 / model.plans_built, model.replans))
+    return rows
 
 
 def onnx_device_info(model: OnnxModel) -> dict:
@@ -667,8 +779,13 @@ def onnx_device_info(model: OnnxModel) -> dict:
     device has no kernel for, which run on the CPU)."""
     if not isinstance(model, OnnxModel):
         raise TypeError("onnx_device_info: model must come from onnx_load()")
-    plan = next(iter(model._plans.values()))
+    plan = model._any_plan()
     on_cpu = model.backend is model.cpu
+    if plan is None:  # planned at the first run (value_inputs): the placement is not known yet
+        backends = (["BLAS"] if on_cpu and model.blas is not None else [] if on_cpu else [model.backend.name]) + \
+            [model.cpu.name]
+        return {"backends": backends, "n_backends": len(backends), "n_splits": None, "n_nodes": None,
+                "gpu_ops": None, "cpu_ops": None, "cpu_only_ops": None, "planned": False}
     nodes = [lib.ggml_graph_node(plan.graph, i) for i in range(plan.n_nodes)]
     cpu_only: dict = {}
     n_dev = 0
@@ -681,4 +798,4 @@ def onnx_device_info(model: OnnxModel) -> dict:
     backends = ([model.backend.name] if not on_cpu else ["BLAS"] if plan.sched is not None else []) + [model.cpu.name]
     splits = int(lib.ggml_backend_sched_get_n_splits(plan.sched.ptr)) if plan.sched is not None else 1
     return {"backends": backends, "n_backends": len(backends), "n_splits": splits, "n_nodes": plan.n_nodes,
-            "gpu_ops": n_dev, "cpu_ops": plan.n_nodes - n_dev, "cpu_only_ops": cpu_only}
+            "gpu_ops": n_dev, "cpu_ops": plan.n_nodes - n_dev, "cpu_only_ops": cpu_only, "planned": True}

@@ -11,7 +11,8 @@ import numpy as np
 from onnx import TensorProto, numpy_helper
 
 from .safe import lib
-from .graph import FLOAT_TYPES, Val, const, np_dtype
+from . import float8
+from .graph import FLOAT8_TYPES, FLOAT_TYPES, Val, const, np_dtype
 from .layout import (binary, broadcast_shape, cont, permute, permuted_source, repeat_to, reshape, scalar_f32,
                      slice_axis, squeeze_for, take)
 
@@ -32,11 +33,12 @@ def op(*names, const_inputs=()):
 
 
 def cval(b, v: Val, what: str):
-    """A value that must be a load-time constant (a shape, axes, a scale...)."""
+    """A value that must be known on the host when the graph is planned (a shape, axes, a scale...):
+    a constant, or computed from graph inputs (the model then plans for their values, see shaping.py)."""
     if v is None:
         return None
-    b.need(v.is_const, f"input '{what}' must be known at load time (an initializer or constant: ggml graphs "
-                       f"have static shapes and parameters)")
+    b.need_value(v.is_const, f"input '{what}' must be known at load time (an initializer, a constant, or "
+                             f"computed from graph inputs only: ggml graphs have static shapes and parameters)", v)
     return v.const
 
 
@@ -174,7 +176,7 @@ def _dropout(b, node, ins, at):
     x = ins[0]
     training = ins[2] if len(ins) > 2 else None
     if training is not None:
-        b.need(training.is_const, "training_mode must be known at load time")
+        b.need_value(training.is_const, "training_mode must be known at load time", training)
         if bool(np.asarray(training.const).reshape(-1)[0]):
             ratio = ins[1] if len(ins) > 1 else None
             r = 0.5 if ratio is None else float(np.asarray(cval(b, ratio, "ratio")).reshape(-1)[0])
@@ -185,9 +187,25 @@ def _dropout(b, node, ins, at):
     return outs
 
 
-@op("Clip", const_inputs=(1, 2))
+def _max_with(c, x, lo):  # max(x, lo) = x + relu(lo - x); a NaN x stays NaN
+    return lib.ggml_add(c, x, lib.ggml_relu(c, lib.ggml_neg(c, lib.ggml_sub(c, x, lo))))
+
+
+def _min_with(c, x, hi):  # min(x, hi) = x - relu(x - hi)
+    return lib.ggml_sub(c, x, lib.ggml_relu(c, lib.ggml_sub(c, x, hi)))
+
+
+@op("Clip")
 def _clip(b, node, ins, at):
     x = ins[0]
+    bounds = [ins[k] if len(ins) > k else None for k in (1, 2)]
+    if any(v is not None and not v.is_const for v in bounds):  # computed bounds: in the graph
+        y = x
+        for v, fn in zip(bounds, (_max_with, _min_with)):  # min first, then max (lo > hi gives max)
+            if v is not None:
+                t, shape = binary(b, fn, y, v)
+                y = b.out(t, shape, x.dtype)
+        return [y]
     lo = cval(b, ins[1], "min") if len(ins) > 1 else None
     hi = cval(b, ins[2], "max") if len(ins) > 2 else None
     lo = float(at.get("min", -FLT_MAX)) if lo is None else float(lo)
@@ -490,13 +508,18 @@ def _prelu(b, node, ins, at):
 
 
 # -- casts ------------------------------------------------------------------------------------------------
-def _cast_to(b, x: Val, to: int):
+def _cast_to(b, x: Val, to: int, saturate: bool = True):
     if x.is_const:
+        if to in FLOAT8_TYPES:
+            return const(float8.round_const(x.const, to, saturate), to)
         return const(x.const.astype(np_dtype(to)), to)
     b.need(to != TensorProto.STRING, "casts to string are not supported")
     t = f(b, x)
     c = b.ctx
-    if to == BOOL:
+    if to in FLOAT8_TYPES:
+        if x.dtype != to:
+            t = float8.round_in_graph(b, t, to, saturate)
+    elif to == BOOL:
         t = lib.ggml_step(c, lib.ggml_abs(c, t))
     elif to not in FLOAT_TYPES and x.dtype in FLOAT_TYPES:
         t = lib.ggml_trunc(c, t)
@@ -509,12 +532,12 @@ def _cast_to(b, x: Val, to: int):
 
 @op("Cast")
 def _cast(b, node, ins, at):
-    return [_cast_to(b, ins[0], int(at["to"]))]
+    return [_cast_to(b, ins[0], int(at["to"]), bool(at.get("saturate", 1)))]
 
 
 @op("CastLike")
 def _castlike(b, node, ins, at):
-    return [_cast_to(b, ins[0], ins[1].dtype)]
+    return [_cast_to(b, ins[0], ins[1].dtype, bool(at.get("saturate", 1)))]
 
 
 # -- shapes -----------------------------------------------------------------------------------------------
@@ -742,8 +765,9 @@ def _tile(b, node, ins, at):
 @op("Constant")
 def _constant(b, node, ins, at):
     if "value" in at:
+        et = at["value"].data_type
         arr = numpy_helper.to_array(at["value"])
-        return [const(arr, at["value"].data_type)]
+        return [const(arr if arr.dtype.kind in "fiub" else arr.astype(np_dtype(et)), et)]
     for key, dt in (("value_float", np.float32), ("value_floats", np.float32), ("value_int", np.int64),
                     ("value_ints", np.int64)):
         if key in at:

@@ -6,14 +6,16 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from .graph import Val, const, np_dtype
+from . import float8
+from .graph import FLOAT8_TYPES, NeedsValue, Val, const, np_dtype
 from .layout import binary, permute, reshape, take, to_rows
 from .ops_basic import OPS, _concat, _round_even, _unary, cval, f, norm_axis, op
 from .ops_nn import _conv, _gemm, _global, _matmul_op, arg_rows
 from .safe import lib
 
 QRANGE = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127), TensorProto.UINT16: (0, 65535),
-          TensorProto.INT16: (-32768, 32767), TensorProto.INT32: (-2 ** 31, 2 ** 31 - 1)}
+          TensorProto.INT16: (-32768, 32767), TensorProto.INT32: (-2 ** 31, 2 ** 31 - 1),
+          TensorProto.UINT4: (0, 15), TensorProto.INT4: (-8, 7)}
 
 
 def _along(b, v: Val, axis, rank):
@@ -59,12 +61,16 @@ def dequantize(b, x, scale, zp, axis, out_type=TensorProto.FLOAT):
     return b.out(y.t, y.shape, out_type)
 
 
-def quantize(b, x, scale, zp, axis, out_type):
+def quantize(b, x, scale, zp, axis, out_type, saturate=True):
     axis = norm_axis(b, axis, x.rank) if scale.size > 1 else 0
     scale, zp = _along(b, scale, axis, x.rank), _along(b, zp, axis, x.rank)
+    q = _div(b, Val(x.shape, x.dtype, t=f(b, x)), scale)
+    if out_type in FLOAT8_TYPES:  # x / scale (+ a zero point, 0 for these types) rounded to the type
+        if zp is not None:
+            q = _add(b, q, zp)
+        return b.out(float8.round_in_graph(b, q.t, out_type, saturate), q.shape, out_type)
     lo, hi = QRANGE.get(out_type, (None, None))
     b.need(lo is not None, f"quantization to {TensorProto.DataType.Name(out_type)}")
-    q = _div(b, Val(x.shape, x.dtype, t=f(b, x)), scale)
     t = _round_even(b, q.t)
     v = Val(q.shape, x.dtype, t=t)
     if zp is not None:
@@ -113,7 +119,7 @@ def _quantize(b, node, ins, at):
     zp = ins[2] if len(ins) > 2 else None
     out_type = zp.dtype if zp is not None else int(at.get("output_dtype", 0)) or TensorProto.UINT8
     scale, zp = _blocks(b, x, scale, zp, at)
-    return [quantize(b, x, scale, zp, at.get("axis", 1), out_type)]
+    return [quantize(b, x, scale, zp, at.get("axis", 1), out_type, bool(at.get("saturate", 1)))]
 
 
 @op("QLinearMatMul")
@@ -133,7 +139,7 @@ def _qlinear_conv(b, node, ins, at):
     W = dequantize(b, w, sw, zw, 0)
     args = [X, W]
     if bias is not None:  # int32 bias in units of x_scale * w_scale
-        b.need(bias.is_const and sx.is_const and sw.is_const, "QLinearConv's bias and scales must be constant")
+        b.need_value(bias.is_const and sx.is_const and sw.is_const, "QLinearConv's bias and scales must be constant", bias, sx, sw)
         args.append(const((bias.const.astype(np.float64) * sx.const.reshape(-1) * sw.const.reshape(-1))
                           .astype(np.float32)))
     y = _conv(b, node, args, at)[0]
@@ -266,12 +272,12 @@ def _gather_elements(b, node, ins, at):
 
 def _needs_constants(name):
     def build(b, node, ins, at):
-        raise b.fail(f"{name}'s output shape depends on its input values: ggml graphs have static shapes, so its "
-                     "inputs must be known at load time")
+        raise NeedsValue(b.where() + f"{name}'s output shape depends on its input values: ggml graphs have static "
+                         "shapes, so its inputs must be known at load time (constants, or computed from graph inputs)")
     return build
 
 
-for _name, _idx in (("Range", (0, 1, 2)), ("NonZero", (0,)), ("Unique", (0,)), ("Compress", (0, 1)),
+for _name, _idx in (("Range", (0, 1, 2)), ("Unique", (0,)), ("Compress", (0, 1)),
                     ("OneHot", (0, 1, 2))):
     op(_name, const_inputs=_idx)(_needs_constants(_name))
 
@@ -469,7 +475,7 @@ def _qgemm(b, node, ins, at):
     W = dequantize(b, w, sw, zw, 0 if int(at.get("transB", 0)) else 1)
     args = [A, W]
     if C is not None:  # int32 bias in units of a_scale * b_scale * alpha
-        b.need(C.is_const and sa.is_const and sw.is_const, "QGemm's bias and scales must be constant")
+        b.need_value(C.is_const and sa.is_const and sw.is_const, "QGemm's bias and scales must be constant", C, sa, sw)
         args.append(const((C.const.astype(np.float64) * sa.const.reshape(-1) * sw.const.reshape(-1)
                            * float(at.get("alpha", 1.0))).astype(np.float32)))
     y = _gemm(b, node, args, {k: v for k, v in at.items() if k != "beta"})[0]

@@ -1,8 +1,9 @@
-"""Operators computed on the host, in numpy, between ggml graphs: NonMaxSuppression and RoiAlign.
+"""Operators computed on the host, in numpy, between ggml graphs: NonMaxSuppression, RoiAlign, NonZero.
 
 Why not in the graph:
 - NonMaxSuppression's output has as many rows as boxes survive: a size known only after the
   scores are computed, and ggml graphs have static shapes.
+- NonZero's output has as many columns as its input has non-zero elements.
 - RoiAlign samples its input at positions computed from data (the ROIs), with a number of samples
   per bin that depends on each ROI's size (sampling_ratio=0). ggml has no kernel for it, and the
   custom-op entry points (ggml_custom_4d, ggml_map_custom*) are not among the bound declarations.
@@ -172,3 +173,10 @@ def _axis_weights(pos: np.ndarray, size: int):
     frac = p - lo
     return lo, hi, 1.0 - frac, frac, valid
 
+
+
+@host_op("NonZero")
+def nonzero(ins, attrs, opset):
+    """The indices of the non-zero elements, one row per axis (a scalar counts as one element)."""
+    x = np.asarray(ins[0])
+    return [np.array(np.nonzero(x.reshape(1) if x.ndim == 0 else x), dtype=np.int64).reshape(max(x.ndim, 1), -1)]

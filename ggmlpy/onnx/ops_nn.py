@@ -427,7 +427,7 @@ def _conv_transpose(b, node, ins, at):
     x, w = ins[0], ins[1]
     bias = ins[2] if len(ins) > 2 else None
     nd = x.rank - 2
-    b.need(w.is_const, "ConvTranspose weights must be known at load time (an initializer or constant)")
+    b.need_value(w.is_const, "ConvTranspose weights must be known at load time (an initializer or constant)", w)
     if nd == 3:
         return _conv_transpose_3d(b, at, x, np.asarray(w.const, dtype=np.float32), bias)
     group = int(at.get("group", 1))
@@ -967,7 +967,7 @@ def _groupnorm(b, node, ins, at):
     rows = reshape(b, b.tensor(x), (N * G, (C // G) * S))
     y = reshape(b, lib.ggml_norm(b.ctx, rows, eps), x.shape)
     if scale.size == G and G != C:  # opset 18: one scale and bias per group
-        b.need(scale.is_const and bias.is_const, "per-group scale and bias must be constant")
+        b.need_value(scale.is_const and bias.is_const, "per-group scale and bias must be constant", scale, bias)
         scale = const(np.repeat(scale.const, C // G), scale.dtype)
         bias = const(np.repeat(bias.const, C // G), bias.dtype)
     y = lib.ggml_mul(b.ctx, y, _channel(b, scale, C, x.rank))

@@ -36,8 +36,8 @@ def _lstm(b, node, ins, at):
     acts = [_s(a) for a in at.get("activations", [])]
     b.need(all(a == d for a, d in zip(acts, ["Sigmoid", "Tanh", "Tanh"] * 2)),
            f"LSTM activations {acts} (only the default Sigmoid, Tanh, Tanh)")
-    b.need(W.is_const and R.is_const and (B is None or B.is_const) and (P is None or P.is_const),
-           "LSTM weights must be known at load time")
+    b.need_value(W.is_const and R.is_const and (B is None or B.is_const) and (P is None or P.is_const),
+           "LSTM weights must be known at load time", W, R, B, P)
     direction = _s(at.get("direction", "forward"))
     T, N, _ = X.shape
     nd, H4, _ = W.shape
@@ -119,7 +119,8 @@ def _recurrent(b, node, ins, at, n_gates, step, name):
         h0 = None if h0 is None else Val((h0.shape[1], h0.shape[0], h0.shape[2]), h0.dtype,
                                          t=permute(b, b.tensor(h0), (1, 0, 2)))
     b.need("clip" not in at, f"{name} clip is not supported")
-    b.need(W.is_const and R.is_const and (B is None or B.is_const), f"{name} weights must be known at load time")
+    b.need_value(W.is_const and R.is_const and (B is None or B.is_const), f"{name} weights must be known at load time",
+                 W, R, B)
     direction = _s(at.get("direction", "forward"))
     T, N, _ = X.shape
     nd, HG, _ = W.shape

@@ -1,0 +1,46 @@
+"""Which inputs of a graph (or of a stage of it) fix shapes or op parameters.
+
+A ggml graph has static shapes and parameters: a Reshape's shape, a Slice's starts, a Resize's
+scales... must be numbers on the host when the graph is planned. When such a value is an input
+fed at run time (or is computed from one), the model reads those inputs' values on the host and
+plans the graph for them: they join the plan cache's key (model.py, OnnxModel._plan).
+
+The analysis is static: the inputs that builders declare they need as values (CONST_INPUTS),
+traced upstream through the nodes that compute them. A Shape or Size node ends the trace (a
+shape is known whatever the values), and CastLike's second input gives only a type. Builders
+that find out during the build that they need a value (graph.NeedsValue) are traced the same way.
+"""
+from __future__ import annotations
+
+from .graph import op_key
+from .ops_basic import CONST_INPUTS
+
+
+def upstream(nodes, names, inputs) -> set:
+    """The members of `inputs` that the values `names` are computed from (themselves included)."""
+    producer = {o: n for n in nodes for o in n.output if o}
+    seen, todo, found = set(names), list(names), set()
+    while todo:
+        name = todo.pop()
+        if name in inputs:
+            found.add(name)
+            continue
+        n = producer.get(name)
+        if n is None or n.op_type in ("Shape", "Size"):  # a shape is known whatever the values
+            continue
+        for i in (n.input[:1] if n.op_type == "CastLike" else n.input):  # CastLike's target: a type only
+            if i and i not in seen:
+                seen.add(i)
+                todo.append(i)
+    return found
+
+
+def parameter_values(nodes) -> set:
+    """The values the builders of `nodes` need on the host (CONST_INPUTS), by name."""
+    return {n.input[i] for n in nodes for i in CONST_INPUTS.get(op_key(n), ())
+            if i < len(n.input) and n.input[i]}
+
+
+def value_inputs(nodes, inputs) -> set:
+    """The members of `inputs` whose values fix shapes or op parameters of `nodes`."""
+    return upstream(nodes, parameter_values(nodes), set(inputs))
