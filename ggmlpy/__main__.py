@@ -3,4 +3,5 @@ import sys
 
 from .cli.main import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing the module (documentation tools do) runs nothing
+    sys.exit(main())

@@ -103,7 +103,7 @@ def _check_outputs(case, env, tol):
 
 
 # -- suites: ag and train (autograd programs) ---------------------------------------------------------------
-# ggmlR defects ggmlpy does not copy (see README, "Known divergences from ggmlR"). For these the
+# ggmlR defects ggmlpy does not copy (docs/divergences.md). For these the
 # recorded value is not compared; ggmlpy's own value is checked by finite differences instead.
 DIVERGENCES = {
     "grad_fields": "ggmlR adds a gradient into $grad once per use of a tensor; ggmlpy's .grad is the true gradient",

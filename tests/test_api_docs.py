@@ -66,3 +66,18 @@ def test_the_package_says_it_is_typed():
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert '"ggmlpy" = ["py.typed"]' in pyproject                # shipped as package data
     assert '\nlicense = "MIT"\n' in pyproject                    # an SPDX expression, not a table
+
+
+def test_public_callables_are_found_where_they_say_they_are_defined():
+    """Each public function and class is `<its __module__>.<its __qualname__>`, as for a def at
+    module level: so documentation tools (the API reference), pickle and tracebacks find it under its
+    own name (functions made by a factory say their name, not `_binary.<locals>.op`)."""
+    import importlib
+    wrong = []
+    for name in ggmlpy.__all__:
+        obj = getattr(ggmlpy, name)
+        if inspect.isfunction(obj) or inspect.isclass(obj):
+            home = importlib.import_module(obj.__module__)
+            if obj.__qualname__ != name or getattr(home, name, None) is not obj:
+                wrong.append(f"{name}: {obj.__module__}.{obj.__qualname__}")
+    assert not wrong, f"{len(wrong)} public callables not found at their own name: {wrong[:20]}"

@@ -43,6 +43,13 @@ def test_module_info_cli():
     assert proc.returncode == 0 and "0.25.3" in proc.stdout
 
 
+def test_importing_the_cli_module_runs_nothing():
+    """Documentation tools import every module, ggmlpy.__main__ included: only `python -m` runs it."""
+    proc = subprocess.run([sys.executable, "-c", "import sys; sys.argv = ['x', 'info']; import ggmlpy.__main__"],
+                          capture_output=True, text=True, timeout=120, cwd=_ROOT, env=dict(os.environ, PYTHONPATH=_ROOT))
+    assert proc.returncode == 0 and proc.stdout == "", proc.stdout + proc.stderr
+
+
 def test_ggml_and_its_openmp_runtime_stay_out_of_the_global_symbol_scope():
     """libggml is loaded RTLD_LOCAL: a library loaded after it (PyTorch, with its own OpenMP
     runtime) must not bind to ggml's libgomp (free() aborted so on an H200 machine)."""

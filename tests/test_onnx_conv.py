@@ -143,7 +143,7 @@ def test_half_precision_weights_keep_ggmls_products():
     proto = resnet_block()
     x = RNG.standard_normal((2, 3, 15, 14)).astype(np.float32)
     m, out = run(proto, {"x": x}, dtype="f16")
-    assert len(custom_nodes(m)) == 2  # W0 and Wd: below 256 weights, which stay f32 (README)
+    assert len(custom_nodes(m)) == 2  # W0 and Wd: below 256 weights, which stay f32 (docs/onnx.md, dtype="f16")
     np.testing.assert_allclose(out["y"], ReferenceEvaluator(proto).run(None, {"x": x})[0], rtol=1e-2, atol=1e-2)
 
 

@@ -23,7 +23,7 @@ CHUNK_TYPES = sorted(n.removeprefix("quantize_") for n in q.__all__
                      if n.startswith("quantize_") and not n.startswith("quantize_row_"))
 
 # Relative RMSE bound on N(0, 1) data (8 rows of 4096, seeds 0-2 measured, bound about 15 % above):
-# the README's table. ggml_quantize_chunk without importance weights, or with unit weights where required.
+# the table in docs/gguf-quant.md. ggml_quantize_chunk without importance weights, or with unit weights where required.
 GAUSS_RMSE = {
     "q8_0": 0.0062, "q8_K": 0.008, "q6_K": 0.020, "q5_K": 0.042, "q5_1": 0.044, "q5_0": 0.049,
     "q4_K": 0.082, "q4_1": 0.090, "q4_0": 0.099, "iq4_nl": 0.088, "iq4_xs": 0.088, "nvfp4": 0.109,

@@ -1,59 +1,21 @@
-"""Every ```python block of README.md runs as written: in order, in one interpreter (a child
-process, started in an empty temporary folder), as a reader pasting them one by one would."""
-import os
+"""The README is a front page: short, its quick start is what CI runs, its links lead into docs/.
+Its code blocks run with the docs' (tests/test_doc_examples.py)."""
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-_FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
+from doc_blocks import ROOT, page_blocks
 
-# The child runs each block with compile(..., "README.md:<line>"), so a failure names the block.
-_RUNNER = r"""
-import json, sys
-ns = {"__name__": "__main__"}
-for line, src in json.load(sys.stdin):
-    code = compile("\n" * (line - 1) + src, "README.md", "exec")
-    print(f"--- README.md:{line}", flush=True)
-    exec(code, ns)
-print("--- all blocks ran", flush=True)
-"""
+README = ROOT / "README.md"
+MAX_BYTES = 12 * 1024
 
 
-def readme_blocks(text: str):
-    """(first line number, source) of every ```python block, in order."""
-    return [(text.count("\n", 0, m.start(1)) + 1, m.group(1)) for m in _FENCE.finditer(text)]
-
-
-def test_extracts_every_python_block():
-    blocks = readme_blocks("x\n```python\na = 1\n```\n```sh\nls\n```\n```python\nb = a\n```\n")
-    assert blocks == [(3, "a = 1\n"), (9, "b = a\n")]
-
-
-def _needs_torch(src: str) -> bool:
-    return re.search(r"^import .*\btorch\b|^from torch\b", src, re.M) is not None
-
-
-def test_readme_python_blocks_run_in_order(tmp_path):
-    import importlib.util
-    import json
-    blocks = readme_blocks((ROOT / "README.md").read_text())
-    assert len(blocks) >= 7, "the README's examples went missing"
-    if importlib.util.find_spec("torch") is None:  # the PyTorch export example runs where torch is (CI has it)
-        blocks = [b for b in blocks if not _needs_torch(b[1])]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GGMLPY_TEST_", "PYTEST_"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
-    env["MPLBACKEND"] = "Agg"
-    proc = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps(blocks), cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0 and "--- all blocks ran" in proc.stdout, out[-6000:]
+def test_readme_is_a_front_page():
+    size = len(README.read_bytes())
+    assert size <= MAX_BYTES, f"README.md is {size} bytes; keep it under {MAX_BYTES} and move detail to docs/"
 
 
 def test_ci_runs_exactly_the_quick_start_commands():
     """The README's quick start is the whole set-up, and CI (.ci/run) runs it as written."""
-    text = (ROOT / "README.md").read_text()
+    text = README.read_text()
     section = text[text.index("## Quick start"):]
     block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
     commands = [line.split("#")[0].strip() for line in block.splitlines() if line.split("#")[0].strip()]
@@ -62,3 +24,24 @@ def test_ci_runs_exactly_the_quick_start_commands():
     for cmd in commands:
         assert cmd in ci, f".ci/run does not run the README's `{cmd}`"
     assert ci.index(commands[0]) < ci.index(commands[1])
+
+
+def test_readme_links_lead_to_files():
+    text = README.read_text()
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if "://" not in link]
+    assert len([link for link in local if link.startswith("docs/")]) >= 10, "the README links into docs/"
+    missing = [link for link in local if not (ROOT / link).exists()]
+    assert not missing, f"README.md links to missing files: {missing}"
+
+
+def test_readme_has_an_example_per_front_end():
+    """ag_* (autograd and training), the Keras-like API, ONNX and GGUF each have a runnable example;
+    the ONNX one needs PyTorch and says how to install it."""
+    blocks = [b for b in page_blocks(README.read_text(), "README.md") if b.lang == "python"]
+    srcs = [b.src for b in blocks]
+    for name in ("ag_fit", "ggml_model_sequential", "onnx_load", "gguf_load"):
+        assert any(name in s for s in srcs), f"no README example uses {name}"
+    onnx = next(b for b in blocks if "onnx_load" in b.src)
+    assert onnx.needs == ["torch"]
+    assert "pip install torch==2.13.0" in README.read_text()

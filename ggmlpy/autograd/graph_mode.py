@@ -241,8 +241,8 @@ def _segment_node(seg, needs, how: GraphBackward) -> Node:
 class _Plan:
     """A built graph placed for its device (graph.CompiledGraph): bind the inputs, compute, repeat.
 
-    On the CPU, ggml's BLAS backend takes the OUT_PROD products (the CPU backend's MUL_MAT is the
-    faster one: 152 against 177 us at 256^3) and a one-thread CPU backend the products of many
+    On the CPU, ggml's BLAS backend takes the OUT_PROD products (for MUL_MAT the CPU backend's own
+    kernel is the faster one; docs/benchmarks.md) and a one-thread CPU backend the products of many
     small matrices (graph.batched_small: their per-matrix barriers stall on a busy machine). All
     work in host memory, so nothing is copied between them."""
 

@@ -133,7 +133,7 @@ def ag_neg(x: AGTensor) -> AGTensor:
 def _unary(op, doc):
     def f(x: AGTensor) -> AGTensor:
         return apply(op, _ag(x, f"ag_{op}"))
-    f.__name__ = f"ag_{op}"
+    f.__name__ = f.__qualname__ = f"ag_{op}"
     f.__doc__ = doc
     return f
 

@@ -55,10 +55,10 @@ def matmul(ctx, a, b, ta=False, tb=False):
     Under cpu_kernels(), one OpenBLAS product in any orientation (ggmlpy.kernels.gemm): no copies.
     Otherwise ggml_mul_mat(x, y), which computes
     t(x) %*% y with x, y sharing ne0 (x's batch broadcasting over y's), so a %*% b costs ggml's
-    CPU kernels a transposed copy of a, and a %*% t(b) two copies (51 us each at 256x256,
-    against 130 us for the product itself).
+    CPU kernels a transposed copy of a, and a %*% t(b) two copies, each costing a good part of
+    the product itself (docs/benchmarks.md).
     Under blas_products(), 2-D products become ggml_out_prod(a, op(b)ᵀ), which ggml's BLAS
-    backend computes from the transposed view in place (176 against 235 and 349 us)."""
+    backend computes from the transposed view in place, faster than copy and product."""
     batched = _batch(a) != (1, 1) or _batch(b) != (1, 1)
     if not tb and _batch(a) == (1, 1) and batched and L.ggml_is_contiguous(b):
         # a 2-D weight times a batch: one product over all the batch's columns
@@ -103,10 +103,10 @@ def _ne(x) -> list:
 
 def _widen(ctx, small, big):
     """ggml broadcasts a one-element-wide operand one element per call (a 256x256 times a
-    1x1 took 116 us against 4 us), and its repeat copies one element per call on one thread:
-    a scalar is repeated to one full row (cheap), which then broadcasts at full speed; a row of
-    per-column values [1, n...] becomes full size as an outer product with ones (all threads,
-    or BLAS: 0.64 against 1.1 ms for a [128, 2048] multiply)."""
+    1x1 costs some thirty times a same-shape multiply), and its repeat copies one element per
+    call on one thread: a scalar is repeated to one full row (cheap), which then broadcasts at
+    full speed; a row of per-column values [1, n...] becomes full size as an outer product with
+    ones (all threads, or BLAS), faster than repeat."""
     if small.ne[0] == 1 and big.ne[0] > 1:
         n = int(small.ne[1] * small.ne[2] * small.ne[3])
         if n <= 64:
@@ -149,7 +149,7 @@ def relu(ctx, x):
     """max(x, 0), keeping NaN as PyTorch does (ggml's relu turns NaN into 0, a silent wrong value):
     x * step(x), two cheap kernels that ggml's own backward also differentiates. The price: an
     input of -inf gives NaN (-inf * 0) where PyTorch gives 0. Exact forms cost a transcendental
-    kernel (elu, tanh or exp: +27 % on the 12-layer eager step, measured), this one about 5 %."""
+    kernel (elu, tanh or exp), several times this one's cost (docs/benchmarks.md)."""
     return L.ggml_mul(ctx, x, L.ggml_step(ctx, x))
 
 
@@ -252,7 +252,7 @@ def layer_norm_back(ctx, g, x, eps):
     rms_norm_back(center(g), center(x)): centering both leaves rms_norm's gradient equal to layer
     norm's. The centering is one product with I - 1/d (made in the graph; ggml's sum_rows runs on
     one thread, and broadcasting its result costs a pass more).
-    Under cpu_kernels(), one fused kernel (the product took 15 % of a char-GPT step)."""
+    Under cpu_kernels(), one fused kernel (the product was a large share of a transformer step)."""
     if (k := _kernels(g, x)) is not None:
         return k.layer_norm_back(ctx, g, x, eps)
     d = int(x.ne[0])
@@ -268,7 +268,8 @@ def layer_norm_back(ctx, g, x, eps):
 
 def gelu_back(ctx, g, x, y):
     """g * gelu'(x) = g * (Phi(x) + x phi(x)), from x and y = gelu(x), as one graph: Phi(x) is
-    y / x (erff costs 5 ns an element), with x = 0 moved to 1e-30 and y to 0.5e-30 there.
+    y / x (cheap, where erff again would cost a slow pass of its own), with x = 0 moved to 1e-30
+    and y to 0.5e-30 there.
     Under cpu_kernels(), one fused kernel computing Phi itself."""
     if (k := _kernels(g, x)) is not None:
         return k.gelu_back(ctx, g, x)

@@ -2,8 +2,8 @@
 
 ABI mode: no C compiler is needed at install time, and one wheel-free package
 works with whichever libggml the loader finds. The price is a layout check at
-load time (see loader.check) and a slightly higher per-call cost, measured in
-the README. The declarations are parsed once and kept as cffi's out-of-line
+load time (see loader.check) and a slightly higher per-call cost (docs/benchmarks.md,
+"Bindings"). The declarations are parsed once and kept as cffi's out-of-line
 module in the cache (see declarations.py), not parsed again at every import.
 """
 from . import loader as _loader

@@ -1,9 +1,9 @@
 """The C declarations ggmlpy binds, as a cffi FFI, parsed once per machine instead of at every import.
 
-cffi reads C text with pycparser, which is slow: cdef.h takes 0.2 s on a quiet machine and 0.8 s
-on a busy one, at every `import ggmlpy`. cffi's out-of-line ABI mode (`set_source(name, None)`,
+cffi reads C text with pycparser, which is slow: parsing cdef.h was a large part of every
+`import ggmlpy` (docs/benchmarks.md). cffi's out-of-line ABI mode (`set_source(name, None)`,
 then `compile()`) writes the parsed declarations as a small pure-Python module, a type table in
-a bytes literal that `_cffi_backend` reads in about 10 ms. It needs no C compiler, so nothing
+a bytes literal that `_cffi_backend` reads in a small fraction of that time. It needs no C compiler, so nothing
 changes at install time: the module is made on first import, into ggmlpy's cache directory.
 
 Invariants:

@@ -156,9 +156,8 @@ OMP_SPINCOUNT = "2000"
 def omp_spin_default():
     """ggml's CPU threads wait for each other through OpenMP, whose libgomp spins 300 000 times
     before sleeping. When another process is busy, spinning threads steal the cores the
-    others need: a 12-layer MLP step went from 7.7 to 86 ms (measured here: 1 016 ms eager
-    with the default, 65 ms at 2 000 spins, on a machine with three times more runnable
-    threads than cores). 2 000 spins keep the quiet machine's speed. libgomp reads the
+    others need, and a training step becomes ten times slower or worse (docs/benchmarks.md,
+    "Threads"); 2 000 spins keep the quiet machine's speed. libgomp reads the
     setting once, when it is loaded with libggml-cpu: it is set for that moment only, and
     never over the user's own GOMP_SPINCOUNT or OMP_WAIT_POLICY."""
     mine = not any(k in os.environ for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"))

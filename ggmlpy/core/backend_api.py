@@ -879,7 +879,7 @@ def _cpu_has(feature):
 
     def q() -> bool:
         return bool(_cpu_fn(cname)())
-    q.__name__ = cname
+    q.__name__ = q.__qualname__ = cname
     q.__doc__ = f"Whether ggml's CPU backend was built for, and runs with, {feature.upper()}."
     return q
 

@@ -377,7 +377,7 @@ class Backend:
 
     def single_threaded(self) -> "Backend":
         """One thread, with a threadpool kept across computes instead of one made per compute
-        (0.2 us of a 1.3 us small op). Portable builds keep the CPU entry points out of reach:
+        (making one is a sizeable part of a small op). Portable builds keep the CPU entry points out of reach:
         there the backend stays as it is."""
         self.set_n_threads(1)
         try:

@@ -124,7 +124,7 @@ def _binary(cname: str):
                             "ggml broadcasts only the second operand, and each of its dims must divide a's")
         return _same(ctx, what, a, lambda: _c(cname, _inplace)(ctx.ptr, a.ptr, b.ptr), view=_inplace)
 
-    op.__name__ = cname
+    op.__name__ = op.__qualname__ = cname
     op.__doc__ = f"{cname}(ctx, a, b): element-wise; b broadcasts to a's shape (ggml's rule)."
     return op
 
@@ -145,7 +145,7 @@ def _unary(cname: str, types=CPU_FLOAT):
         _dense0(a, cname)  # every CPU unary kernel asserts it, whatever ne0
         return _same(ctx, cname, a, lambda: _c(cname, _inplace)(ctx.ptr, a.ptr), view=_inplace)
 
-    op.__name__ = cname
+    op.__name__ = op.__qualname__ = cname
     op.__doc__ = f"{cname}(ctx, a): element-wise, same shape as a."
     return op
 
@@ -300,7 +300,7 @@ def _norm(cname: str):
         check(eps >= 0, f"{cname}: eps must be >= 0")
         return _same(ctx, cname, a, lambda: _c(cname, _inplace)(ctx.ptr, a.ptr, float(eps)), view=_inplace)
 
-    op.__name__ = cname
+    op.__name__ = op.__qualname__ = cname
     op.__doc__ = f"{cname}(ctx, a, eps=1e-5): normalise along ne0 (per R column)."
     return op
 

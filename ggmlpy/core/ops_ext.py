@@ -99,7 +99,8 @@ def _glu_named(name: str, op: int) -> tuple[Callable[..., Tensor], Callable[...,
     def split(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         return _glu(ctx, a, b, op, False, f"ggml_{name}_split")
 
-    fused.__name__, split.__name__ = f"ggml_{name}", f"ggml_{name}_split"
+    fused.__name__ = fused.__qualname__ = f"ggml_{name}"
+    split.__name__ = split.__qualname__ = f"ggml_{name}_split"
     fused.__doc__ = f"ggml_{name}(ctx, a): ggml_glu(ctx, a, GGML_GLU_OP_{name.upper()}): halves of ne0, [2n, ...] -> [n, ...]."
     split.__doc__ = f"ggml_{name}_split(ctx, a, b): act(a) * b with GGML_GLU_OP_{name.upper()}'s activation."
     return fused, split
@@ -556,6 +557,7 @@ def _make_inplace(name: str) -> Callable[..., Tensor]:
         return base(*args, _inplace=True, **kw)
 
     op.__name__ = op.__qualname__ = f"ggml_{name}_inplace"
+    op.__module__ = __name__  # defined here, not where wraps() copied the base op's module from
     op.__doc__ = (f"ggml_{name}_inplace: ggml_{name} computed into its first input's memory "
                   "(the result is a view of it). Same arguments and checks as ggml_" + name + ".")
     del op.__wrapped__

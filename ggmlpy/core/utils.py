@@ -166,7 +166,7 @@ def _pred(cname: str, doc: str, n_args: int = 1) -> Callable[..., bool]:
     else:
         def q(a: Tensor, b: Tensor) -> bool:
             return bool(fn(_tensor(a, cname).ptr, _tensor(b, cname).ptr))
-    q.__name__ = cname
+    q.__name__ = q.__qualname__ = cname
     q.__doc__ = doc
     return q
 

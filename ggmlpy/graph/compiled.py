@@ -30,8 +30,8 @@ for _sym in ("ggml_gallocr_free", "ggml_backend_sched_free"):
 def batched_small(p) -> bool:
     """A product of many small matrices (attention's, per head and sequence). ggml's CPU kernel
     runs one tiled product per matrix with two thread barriers each; on a busy machine a barrier
-    waits for a descheduled thread's whole time slice, so two threads took 23 ms where one
-    takes about 1 (128 products of 32x64x64)."""
+    waits for a descheduled thread's whole time slice, so two threads can take twenty times as
+    long as one (docs/benchmarks.md, "Threads")."""
     batches = int(p.ne[2] * p.ne[3])
     return batches >= 16 and int(p.ne[0] * p.ne[1] * p.src[0].ne[0]) < (1 << 19)
 

@@ -2,7 +2,7 @@
 compiled on first use, used as ggml custom ops.
 
 ggml's CPU `gelu_erf` calls `erff` one element at a time, and GELU's backward is a graph of a
-dozen element-wise ops; kernels.c does each in one vectorised pass (measured in the README).
+dozen element-wise ops; kernels.c does each in one vectorised pass (docs/benchmarks.md).
 gemm.c serves products that ggml_mul_mat would need a transposed copy for (see its header).
 conv.c holds the ONNX importer's convolution, max pooling and linear layers (over OpenBLAS, and
 on AVX-512 a product of its own with weights packed at load), rows.c its layer normalisation.

@@ -199,7 +199,7 @@ class ag_batch_norm(Module):
 
     Training mode uses the batch statistics and moves the running ones by
     `momentum`; eval mode uses the running ones. The input gradient includes the
-    path through the batch statistics (ggmlR drops it; see README)."""
+    path through the batch statistics (ggmlR drops it; docs/divergences.md)."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1):
         super().__init__()

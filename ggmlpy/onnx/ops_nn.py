@@ -41,8 +41,8 @@ def _linear(b, a: Val, w_kn, bias: Val | None = None):
     """A (..., M, K) @ W (K, N) for a constant f32 W on ggml's CPU backend with ggmlpy's gemm kernel:
     W kept in its own row-major layout (ggml ne [N, K]) is the first operand of one OpenBLAS product
     C = W X (column-major, N x rows), which lands in the output's layout; all rows of all batches at
-    once. OpenBLAS runs this orientation 5-20 % faster than the one ggml's BLAS backend uses (measured
-    on a transformer's projections), and no ggml copy is made. A bias (N values) is added in the same
+    once. OpenBLAS runs this orientation faster than the one ggml's BLAS backend uses (on a
+    transformer's projections; docs/benchmarks.md), and no ggml copy is made. A bias (N values) is added in the same
     node (conv.c's linear). None where it does not apply."""
     k = b.kernels
     if k is None or k.gemm is None or (b.f16_weights and w_kn.size >= 256) or a.rank < 2 or w_kn.ndim != 2:

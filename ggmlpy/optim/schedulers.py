@@ -82,7 +82,7 @@ class lr_scheduler_cosine(_Scheduler):
     `eta_min` is PyTorch's name for `lr_min`. ggmlR differs by one step: its k-th step sets the
     value of step k - 1, so its first step leaves the lr at lr_max and, without restarts, it
     holds the value of step T_max - 1 and never reaches lr_min, which its documentation
-    promises (README, "Known divergences from ggmlR")."""
+    promises (docs/divergences.md)."""
 
     def __init__(self, optimizer, T_max: int, lr_min: float = 0.0, restart: bool = False,
                  eta_min: float | None = None, hold: bool = True):

@@ -3,7 +3,7 @@
 One file per R file (test-foo-bar.R -> test_foo_bar.py), one test per `test_that` block,
 one assert per expectation, with R's numbers. Blocks that test R-only behaviour are
 skipped with a one-line reason; where ggmlR is wrong, the test asserts the right
-behaviour and its docstring says how ggmlR differs (also listed in the README).
+behaviour and its docstring says how ggmlR differs (also listed in docs/divergences.md).
 """
 import numpy as np
 import pytest

@@ -2,8 +2,8 @@
 
 ggmlR guards its "GPU" blocks with `ggml_backend_dev_count() < 1`, which never skips (the CPU is a
 device), so they run everywhere, on the CPU where there is no GPU: ag_device("gpu") falls back to
-ggml_backend_init_best()'s CPU backend. ggmlpy does the same, and differs in two ways (README,
-"Known divergences from ggmlR"):
+ggml_backend_init_best()'s CPU backend. ggmlpy does the same, and differs in two ways (docs/divergences.md,
+"Autograd"):
   * it warns when "gpu" falls back to the CPU (ggmlR is silent);
   * a tensor reports where it really is: "cpu" after such a fallback (ggmlR labels it "gpu").
 ag_default_device() reports the setting, "gpu", in both. The values compare as in R."""

@@ -107,7 +107,7 @@ def test_lr_scheduler_step_no_decay_before_step_size():
 # ---- lr_scheduler_cosine ----------------------------------------------------------------------------
 def test_lr_scheduler_cosine_lr_decreases_toward_lr_min():
     """First step slightly below the max, the last near 0. (ggmlR's first step leaves the lr at
-    the max: its k-th step sets step k - 1's value; see lr_scheduler_cosine and the README.)"""
+    the max: its k-th step sets step k - 1's value; see lr_scheduler_cosine and docs/divergences.md.)"""
     opt = g.optimizer_adam({"w": g.ag_param(np.ones((2, 2)))}, lr=0.1)
     sch = g.lr_scheduler_cosine(opt, T_max=10, lr_min=0)
     lrs = [sch.step() for _ in range(10)]

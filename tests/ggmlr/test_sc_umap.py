@@ -268,7 +268,7 @@ def test_sgd_vulkan_request_falls_back_to_the_cpu_with_a_warning(monkeypatch):
 
 def test_n_components_other_than_two():
     """ggmlR's SGD (C and shader) is hard-wired to 2 columns and fails for other n_components;
-    ggmlpy lays out any number of dimensions (README: known divergences)."""
+    ggmlpy lays out any number of dimensions (docs/divergences.md)."""
     mat, lab = _blobs()
     res = engine(mat, n_components=3, n_neighbors=15, n_epochs=200, backend="cpu")
     assert res.embedding.shape == (180, 3)
