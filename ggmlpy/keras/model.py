@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 
 from ..core.device import get_backend
-from ..core.opt import OptParams, n_train_opt_fit
+from ..core.opt import OptParams, n_train_opt_fit, optimizer_settings
 from ..errors import GGMLError
 from ..runtime.state import ag_default_device
 from . import engine
@@ -72,6 +72,8 @@ class _Model:
         fit minimises and evaluate reports: sum_i loss_weights[i] * loss_i."""
         if softmax_ce not in ("ggmlr", "exact"):
             raise GGMLError(f"softmax_ce must be 'ggmlr' or 'exact', got {softmax_ce!r}")
+        settings = optimizer_settings("ggml_compile", 1e-3 if lr is None else lr, beta1, beta2, eps,
+                                      weight_decay)  # ggml_opt would abort on a bad one mid-fit
         self.softmax_ce = softmax_ce
         self._build()
         losses = self._per_output(loss, "loss", None)
@@ -95,8 +97,7 @@ class _Model:
         if backend == "auto":
             self.device = ag_default_device() if callable(ag_default_device) else "cpu"
         get_backend(self.device)  # fail here, not in fit, on a bad device
-        self.opt_settings = dict(lr=1e-3 if lr is None else float(lr), beta1=beta1, beta2=beta2, eps=eps,
-                                 wd=weight_decay)
+        self.opt_settings = settings
         self.compiled = True
         return self
 

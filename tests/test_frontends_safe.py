@@ -1,0 +1,95 @@
+"""Safe in every front end (the Keras-like models, the ONNX importer, the CLI): what ggml asserts
+on is a clear error before ggml sees it, hostile inputs are refused or handled, NaN is kept
+through ReLU, and errors are ggmlpy's own kind naming the argument or file. Calls that aborted
+the process before run in a child process, so a regression is a failed test, not a dead run."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+from ggmlpy.core.opt import OptParams
+from ggmlpy.errors import GGMLError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_child(code: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=env)
+
+
+def _last_json(out: subprocess.CompletedProcess):
+    assert out.returncode == 0, f"the child died ({out.returncode}) after: {out.stdout[-600:]}\n{out.stderr[-1500:]}"
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# -- optimizer settings ggml_opt asserts on ----------------------------------------------------------------
+BAD_SETTINGS = {  # each aborted the interpreter inside ggml_opt_eval (or gave NaN weights silently)
+    "lr=-1": ("adam", dict(lr=-1)), "lr=0": ("adam", dict(lr=0)), "lr=nan": ("adam", dict(lr=float("nan"))),
+    "lr=inf": ("adam", dict(lr=float("inf"))), "lr=1e-50 (0 in float32)": ("adam", dict(lr=1e-50)),
+    "sgd lr=-1": ("sgd", dict(lr=-1)), "beta1=1.5": ("adam", dict(beta1=1.5)), "beta1=1": ("adam", dict(beta1=1.0)),
+    "beta2=-0.5": ("adam", dict(beta2=-0.5)), "beta2=1": ("adam", dict(beta2=1.0)), "eps=-1": ("adam", dict(eps=-1)),
+    "eps=0": ("adam", dict(eps=0.0)), "weight_decay=2": ("adam", dict(weight_decay=2)),
+    "sgd weight_decay=-1": ("sgd", dict(weight_decay=-1)), "lr='x'": ("adam", dict(lr="x")),
+    "beta1=None": ("adam", dict(beta1=None)),
+}
+
+
+def test_optimizer_settings_ggml_asserts_on_are_refused_at_compile():
+    out = run_child(f"""
+        import json, numpy as np, ggmlpy as g
+        cases = json.loads({json.dumps(BAD_SETTINGS)!r})
+        res = {{}}
+        X = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+        Y = np.eye(2, dtype=np.float32)[np.random.default_rng(1).integers(0, 2, 64)]
+        for name, (opt, kw) in cases.items():
+            print("case", name, flush=True)
+            m = g.ggml_layer_dense(g.ggml_model_sequential(), 4, activation="relu", input_shape=(3,))
+            m = g.ggml_layer_dense(m, 2, activation="softmax")
+            try:
+                g.ggml_compile(m, opt, **kw)
+            except g.GGMLError as e:
+                res[name] = ["compile", str(e)]
+                continue
+            try:
+                g.ggml_fit(m, X, Y, verbose=0)
+                res[name] = ["accepted", ""]
+            except Exception as e:
+                res[name] = ["fit", type(e).__name__]
+        print(json.dumps(res))
+    """)
+    res = _last_json(out)
+    for name, (opt, kw) in BAD_SETTINGS.items():
+        when, msg = res[name]
+        assert when == "compile", (name, res[name])
+        assert next(iter(kw)) in msg, (name, msg)  # the argument is named
+
+
+def test_good_optimizer_settings_still_train():
+    X = np.random.default_rng(0).normal(size=(32, 3)).astype(np.float32)
+    Y = np.eye(2, dtype=np.float32)[np.random.default_rng(1).integers(0, 2, 32)]
+    for opt, kw in (("adam", dict(lr=1e-2, beta1=0.0, beta2=0.5, eps=1e-6, weight_decay=1.0)),
+                    ("sgd", dict(lr=0.1, weight_decay=0.0))):
+        m = g.ggml_layer_dense(g.ggml_model_sequential(), 2, activation="softmax", input_shape=(3,))
+        g.ggml_compile(m, opt, **kw)
+        g.ggml_fit(m, X, Y, epochs=2, batch_size=8, verbose=0)
+        assert all(np.isfinite(w).all() for layer in m.get_weights().values() for w in layer.values()), (opt, kw)
+
+
+def test_learning_rates_set_later_are_checked_too():
+    """ggml_opt_set_lr, ggml_opt_init and a callback's state.lr reach the same asserts."""
+    with pytest.raises(GGMLError, match="adamw_lr"):
+        g.ggml_opt_set_lr(OptParams("adamw", 1e-3), adamw_lr=1e-50)
+    with pytest.raises(GGMLError, match="lr"):
+        OptParams("sgd", float("inf"))
+    pars = OptParams("adamw", 1e-3)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(GGMLError, match="learning rate"):
+            pars.lr = bad
+    assert pars.lr == pytest.approx(1e-3)
