@@ -93,3 +93,62 @@ def test_learning_rates_set_later_are_checked_too():
         with pytest.raises(GGMLError, match="learning rate"):
             pars.lr = bad
     assert pars.lr == pytest.approx(1e-3)
+
+
+# -- hostile ONNX graphs -----------------------------------------------------------------------------------
+_HOSTILE = """
+    import json, time, numpy as np, ggmlpy as g
+    from onnx import helper, TensorProto
+    def model(op, n, out_rows, **attrs):
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [out_rows, 3])
+        node = helper.make_node(op, ["x"] * n, ["y"], **attrs)
+        return helper.make_model(helper.make_graph([node], "hostile", [x], [y]),
+                                 opset_imports=[helper.make_opsetid("", 17)])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    res = {}
+    for op, n, rows, attrs in (("Sum", 10000, 2, {}), ("Mean", 3000, 2, {}), ("Max", 3000, 2, {}),
+                               ("Concat", 10000, 20000, {"axis": 0})):
+        print("case", op, n, flush=True)
+        t = time.perf_counter()
+        try:
+            y = g.onnx_run(g.onnx_load(model(op, n, rows, **attrs), device="cpu"), {"x": x})["y"]
+            res[op] = ["ran", y.tolist() if y.size < 100 else [y.shape, float(y.sum())], time.perf_counter() - t]
+        except g.OnnxError as e:
+            res[op] = ["refused", str(e), time.perf_counter() - t]
+    print(json.dumps(res))
+"""
+
+
+def test_a_node_with_thousands_of_inputs_runs_or_is_refused_never_aborts():
+    """A Sum of one input 10 000 times ran the op context out (GGML_ASSERT(obj_new), SIGABRT);
+    a 10 000-input Concat spent 54 s building (a quadratic error message and a chain of copies).
+    The context is now sized from the model's nodes and operands, and Concat is a balanced tree."""
+    res = _last_json(run_child(_HOSTILE))
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert res["Sum"][0] == "ran" and np.allclose(res["Sum"][1], 10000 * x), res["Sum"]
+    assert res["Mean"][0] == "ran" and np.allclose(res["Mean"][1], x), res["Mean"]
+    assert res["Max"][0] == "ran" and np.allclose(res["Max"][1], x), res["Max"]
+    assert res["Concat"][0] == "ran" and res["Concat"][1] == [[20000, 3], 10000 * 15.0], res["Concat"]
+    assert res["Concat"][2] < 20, f"a 10 000-input Concat took {res['Concat'][2]:.1f} s"
+
+
+def test_a_builder_that_overruns_its_context_is_an_onnx_error():
+    """safe.lib checks the room before every ggml call that makes a tensor: the last line of
+    defence if a converter makes far more tensors than its node's budget."""
+    out = run_child("""
+        import ggmlpy as g
+        from onnx import helper
+        from ggmlpy.onnx.graph import Builder, OnnxError
+        from ggmlpy.onnx.safe import lib
+        b = Builder([helper.make_node("Relu", ["x"], ["y"])])
+        x = b.new_tensor(g.GGML_TYPE_F32, (4,))
+        try:
+            for _ in range(100000):
+                x = lib.ggml_neg(b.ctx, x)
+            print("no error")
+        except OnnxError as e:
+            print("raised", e)
+        b.free()
+    """)
+    assert out.returncode == 0 and "outgrew its context" in out.stdout, out.stdout + out.stderr[-1000:]

@@ -30,8 +30,8 @@ from ..core.sched import Scheduler
 from ..errors import DeviceError, GGMLError
 from ..graph import TENSOR_OVERHEAD, ByteCache, CompiledGraph, GraphContext
 from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (their builders register in OPS)
-from .graph import (F32, NUMERIC_TYPES, Builder, NeedsValue, OnnxError, Val, boundary_dtype, const, np_dtype, op_key,
-                    type_name)
+from .graph import (F32, NUMERIC_TYPES, Builder, NeedsValue, OnnxError, Val, boundary_dtype, const, node_budget,
+                    np_dtype, op_key, type_name)
 from .fusion import find_conv_epilogues, find_gelu, find_linear_bias
 from .ops_basic import OPS
 from .ops_basic import f as contiguous_f32
@@ -369,7 +369,7 @@ class _Plan:
         g = model.proto.graph
         first = nodes is None
         nodes = list(g.node) if first else nodes
-        b = self.builder = Builder(len(nodes), f16_weights=model.dtype == "f16")
+        b = self.builder = Builder(nodes, f16_weights=model.dtype == "f16")
         b.opset = model.opset
         b.columns_first = not (model.backend is model.cpu and model.blas is None)  # see ops_nn.conv2d
         b.kernels = kernels.get() if model.backend is model.cpu else None  # custom ops: CPU graphs only
@@ -412,7 +412,7 @@ class _Plan:
 
         def build(node):
             b.node = node
-            if b.headroom() < 4096:
+            if b.headroom() < node_budget(node):
                 raise b.fail("the graph outgrew its context (a builder made far more ggml tensors than expected)")
             try:
                 ins = [vals[n] if n else None for n in node.input]
