@@ -152,3 +152,95 @@ def test_a_builder_that_overruns_its_context_is_an_onnx_error():
         b.free()
     """)
     assert out.returncode == 0 and "outgrew its context" in out.stdout, out.stdout + out.stderr[-1000:]
+
+
+# -- NaN through ReLU in every front end --------------------------------------------------------------------
+SPECIALS = np.array([[np.nan, -np.inf, -2.0, -0.0, 0.0, 3.0, np.inf, 1e30, -1e30]], np.float32)
+RELU_OF_SPECIALS = np.array([[np.nan, 0.0, 0.0, 0.0, 0.0, 3.0, np.inf, 1e30, 0.0]], np.float32)  # PyTorch, onnxruntime
+
+
+@pytest.fixture(params=[True, False], ids=["kernels", "ggml-ops"])
+def kernels_on(request):
+    from ggmlpy import kernels
+    before = kernels.set_enabled(request.param)
+    yield request.param
+    kernels.set_enabled(before)
+
+
+def _onnx_relu_model():
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SPECIALS.shape))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, list(SPECIALS.shape))
+    return helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [x], [y]),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _onnx_cnn(prelu=False, M=4):
+    """Conv + Relu (fused into conv.c's kernel where the kernels are on; M >= 128 channels take its
+    AVX-512 packed product, where there is one) -> flatten -> MatMul."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.normal(size=(M, 1, 3, 3)).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.normal(size=(M,)).astype(np.float32), "B"),
+             numpy_helper.from_array(rng.normal(size=(M * 8 * 8, 3)).astype(np.float32), "W2"),
+             numpy_helper.from_array(np.array([1, -1], np.int64), "shape"),
+             numpy_helper.from_array(np.full((1, M, 1, 1), 0.1, np.float32), "slope")]
+    act = helper.make_node("PRelu", ["c", "slope"], ["r"]) if prelu else helper.make_node("Relu", ["c"], ["r"])
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]), act,
+             helper.make_node("Reshape", ["r", "shape"], ["f"]), helper.make_node("MatMul", ["f", "W2"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])
+    return helper.make_model(helper.make_graph(nodes, "cnn", [x], [y], initializer=inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_onnx_relu_keeps_nan_as_onnxruntime(kernels_on):
+    ort = pytest.importorskip("onnxruntime")
+    m = _onnx_relu_model()
+    got = g.onnx_run(g.onnx_load(m, device="cpu"), {"x": SPECIALS})["y"]
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": SPECIALS})[0]
+    np.testing.assert_array_equal(want, RELU_OF_SPECIALS)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("prelu, M", [(False, 4), (True, 4), (False, 128)], ids=["relu", "prelu", "relu-128"])
+def test_a_cnn_with_one_nan_pixel_gives_nan_logits_as_onnxruntime(kernels_on, prelu, M):
+    """A CNN with one NaN pixel gave finite logits (ggml's relu and conv.c's fused one mapped NaN to 0)."""
+    ort = pytest.importorskip("onnxruntime")
+    m = _onnx_cnn(prelu, M)
+    x = np.random.default_rng(1).normal(size=(1, 1, 8, 8)).astype(np.float32)
+    x[0, 0, 3, 4] = np.nan
+    got = g.onnx_run(g.onnx_load(m, device="cpu"), {"x": x})["y"]
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.isnan(want).all() and np.isnan(got).all(), (got, want)
+    x[0, 0, 3, 4] = 0.5  # and the finite image still matches
+    got = g.onnx_run(g.onnx_load(m, device="cpu"), {"x": x})["y"]
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _keras_relu_net(units=3):
+    m = g.ggml_layer_dense(g.ggml_model_sequential(), 8, activation="relu", input_shape=(3,))
+    m = g.ggml_layer_dense(m, units, activation="softmax")
+    return g.ggml_compile(m, "adam")
+
+
+def test_keras_predict_and_fit_keep_nan(kernels_on):
+    """ggml_predict on a row with a NaN returned [1/3, 1/3, 1/3]; ggml_fit on it a finite loss."""
+    m = _keras_relu_net()
+    X = np.random.default_rng(0).normal(size=(32, 3)).astype(np.float32)
+    Y = np.eye(3, dtype=np.float32)[np.random.default_rng(1).integers(0, 3, 32)]
+    X[0, 1] = np.nan
+    p = g.ggml_predict(m, X[:2])
+    assert np.isnan(p[0]).all() and np.isfinite(p[1]).all(), p
+    g.ggml_fit(m, X, Y, epochs=1, batch_size=32, verbose=0)
+    assert np.isnan(m.history.train_loss[0]), m.history.train_loss
+
+
+def test_keras_relu_of_specials(kernels_on):
+    m = g.ggml_layer_dense(g.ggml_model_sequential(), 1, activation="relu", input_shape=(1,))
+    g.ggml_compile(m, "sgd", loss="mse")
+    name = next(iter(m.get_weights()))
+    m.set_weights({name: {"weight": np.ones((1, 1), np.float32), "bias": np.zeros(1, np.float32)}})
+    got = g.ggml_predict(m, SPECIALS.reshape(-1, 1)).ravel()
+    np.testing.assert_array_equal(got, np.asarray(RELU_OF_SPECIALS).ravel())

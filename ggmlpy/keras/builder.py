@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import kernels
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 
@@ -47,6 +48,8 @@ class Builder:
     caller-built graphs need one per step): the weight-buffer tensors the layers create
     (constants, masks, statistics) are then handed back in creation order instead of made anew,
     so the rebuilt graph reads the same allocated tensors."""
+
+    kernels = None  # ggmlpy.kernels, for a graph on ggml's CPU backend that ggml's backward never sees
 
     def __init__(self, training: bool, n_tensors: int = WEIGHT_TENSORS, graph_size: int = GRAPH_SIZE * 8):
         self.training = training
@@ -209,8 +212,8 @@ class Builder:
             raise GGMLError(f"ggml has no backward for activation {name!r}: such a model can predict "
                             "but not be trained")
         x = self.cont(x)
-        if name == "relu":
-            return lib.ggml_relu(c, x)
+        if name == "relu":  # NaN kept, as in every front end (ggml's relu maps it to 0)
+            return kernels.relu(c, x, self.kernels)
         if name == "sigmoid":
             return self.sigmoid(x)
         if name == "tanh":

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper
 
+from .. import kernels
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from ..graph import GraphContext, Weights
@@ -172,6 +173,11 @@ class Builder(GraphContext):
         if self.kernels is not None and x.type == lib.GGML_TYPE_F32:
             return self.kernel_node(self.kernels.gelu(self.ctx, x), "gelu")
         return lib.ggml_gelu_erf(self.ctx, x)
+
+    def relu(self, x):
+        """max(x, 0) with NaN kept and relu(-inf) = 0, the ReLU of every front end (kernels.relu)."""
+        y = kernels.relu(self.ctx, x, self.kernels)
+        return self.kernel_node(y, "relu") if self.kernels is not None and x.type == lib.GGML_TYPE_F32 else y
 
     @staticmethod
     def kernel_node(t, what: str):

@@ -118,7 +118,7 @@ UNARY = {
     "Exp": lambda b, x, at: lib.ggml_exp(b.ctx, x),
     "Log": lambda b, x, at: lib.ggml_log(b.ctx, x),
     "Sqrt": lambda b, x, at: lib.ggml_sqrt(b.ctx, x),
-    "Relu": lambda b, x, at: lib.ggml_relu(b.ctx, x),
+    "Relu": lambda b, x, at: b.relu(x),
     "Sigmoid": lambda b, x, at: lib.ggml_sigmoid(b.ctx, x),
     "Tanh": lambda b, x, at: lib.ggml_tanh(b.ctx, x),
     "Sin": lambda b, x, at: lib.ggml_sin(b.ctx, x),
@@ -503,7 +503,7 @@ def _prelu(b, node, ins, at):
     neg = Val(x.shape, x.dtype, t=lib.ggml_neg(c, lib.ggml_relu(c, lib.ggml_neg(c, t))))  # min(x, 0)
     m, shape = binary(b, lambda c_, p, q: lib.ggml_mul(c_, p, q), neg, slope, True)
     r, shape = binary(b, lambda c_, p, q: lib.ggml_add(c_, p, q), Val(shape, x.dtype, t=m),
-                      Val(x.shape, x.dtype, t=lib.ggml_relu(c, t)), True)
+                      Val(x.shape, x.dtype, t=b.relu(t)), True)  # NaN kept here
     return [b.out(r, shape, x.dtype)]
 
 

@@ -215,7 +215,7 @@ def conv2d(b, x, x_shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, 
         b.need(tuple(residual.shape) == shape, f"conv residual of shape {list(residual.shape)}, output {list(shape)}")
         y = lib.ggml_add(b.ctx, y, reshape(b, b.tensor(residual), shape))
     if relu:
-        y = lib.ggml_relu(b.ctx, y)
+        y = b.relu(y)
     return y, shape
 
 
