@@ -244,3 +244,163 @@ def test_keras_relu_of_specials(kernels_on):
     m.set_weights({name: {"weight": np.ones((1, 1), np.float32), "bias": np.zeros(1, np.float32)}})
     got = g.ggml_predict(m, SPECIALS.reshape(-1, 1)).ravel()
     np.testing.assert_array_equal(got, np.asarray(RELU_OF_SPECIALS).ravel())
+
+
+# -- errors of ggmlpy's own kind, naming the argument or file -------------------------------------------------
+def _damaged_keras_files(good: bytes, n: int):
+    """Byte flips, truncations, and archives whose architecture JSON is broken or mistyped."""
+    import io as _io
+    rng = np.random.default_rng(0)
+    z = dict(np.load(_io.BytesIO(good)))
+    arch = json.loads(str(z["__architecture__"]))
+    mistyped = [("layers", 5), ("type", None), ("compile", "x"), ("layers", [{"kind": ["dense"]}]),
+                ("layers", [None]), ("layers", [{"kind": "dense", "name": "d", "trainable": True, "config": None}])]
+    for i in range(n):
+        b = bytearray(good)
+        if i % 4 == 0:
+            for _ in range(int(rng.integers(1, 8))):
+                b[int(rng.integers(0, len(b)))] = int(rng.integers(0, 256))
+        elif i % 4 == 1:
+            b = b[:int(rng.integers(0, len(b)))]
+        else:
+            text = json.dumps(arch)
+            if i % 4 == 2:
+                j = int(rng.integers(0, len(text)))
+                text = text[:j] + str(rng.choice(list('{}[]":,0a-'))) + text[j + 1:]
+            else:
+                key, value = mistyped[(i // 4) % len(mistyped)]
+                text = json.dumps(dict(arch, **{key: value}))
+            buf = _io.BytesIO()
+            np.savez(buf, **dict(z, __architecture__=np.array(text)))
+            b = buf.getvalue()
+        yield bytes(b)
+
+
+def test_damaged_keras_model_files_are_ggml_errors():
+    """ggml_load_model let BadZipFile, KeyError, JSONDecodeError and TypeError through."""
+    m = _keras_relu_net()
+    good = g.keras.io.model_bytes(m)
+    others = []
+    for b in _damaged_keras_files(good, 200):
+        try:
+            g.keras.io.model_from_bytes(b)
+        except (GGMLError, g.DeviceError):
+            pass
+        except Exception as e:  # noqa: BLE001 - what the test counts
+            others.append(f"{type(e).__name__}: {e}")
+    assert not others, others[:5]
+    with pytest.raises(GGMLError, match="ggml_load_model: path"):
+        g.ggml_load_model(None)
+
+
+def test_model_file_paths_are_checked(tmp_path):
+    model = g.ag_sequential(g.ag_linear(2, 2))
+    with pytest.raises(GGMLError, match="ag_save_model: path"):
+        g.ag_save_model(model, None)
+    with pytest.raises(GGMLError, match="ag_load_model: path"):
+        g.ag_load_model(model, 3)
+    with pytest.raises(GGMLError, match="ggml_save_model: path"):
+        g.ggml_save_model(_keras_relu_net(), None)
+    np.save(tmp_path / "lone.npy", np.zeros(3))
+    with pytest.raises(GGMLError, match="lone.npy"):
+        g.ggml_load_model(tmp_path / "lone.npy")
+
+
+def _bad_array(kind, shape):
+    if kind == "rectangular":  # a ragged list: one row short
+        rows = np.ones(shape).reshape(shape[0], -1).tolist()
+        return rows[:-1] + [rows[-1][:-1]] if len(rows) > 1 else [rows[0], rows[0][:-1]]
+    fill = {"complex": 1 + 2j, "None": None, "numbers": "1.5"}[kind]
+    a = np.ones(shape).astype(object)
+    a.flat[1] = fill
+    return a if kind != "complex" else a.astype(complex)
+
+
+@pytest.mark.parametrize("kind", ["rectangular", "complex", "None", "numbers"])
+def test_arrays_numpy_converts_silently_are_refused_in_every_front_end(kind):
+    """ag_tensor of a ragged list raised numpy's ValueError; onnx_run and the Keras-like models
+    dropped a complex number's imaginary part, turned None into NaN and parsed strings."""
+    with pytest.raises(GGMLError, match=kind):
+        g.ag_tensor(_bad_array(kind, (2, 3)))
+    model = g.onnx_load(_onnx_relu_model(), device="cpu")
+    with pytest.raises(g.OnnxError, match=kind):
+        g.onnx_run(model, {"x": _bad_array(kind, SPECIALS.shape)})
+    m = _keras_relu_net()
+    x = _bad_array(kind, (4, 3))
+    x = [x] if kind == "rectangular" else x  # a list of arrays is one per input
+    with pytest.raises(GGMLError, match=kind):
+        g.ggml_predict(m, x)
+    with pytest.raises(GGMLError, match=kind):
+        g.ggml_fit(m, np.ones((4, 3)), _bad_array(kind, (4, 3)), verbose=0)
+
+
+def test_keras_arguments_silently_rounded_or_ignored_are_refused():
+    for make, match in ((lambda: g.ggml_layer_dense(g.ggml_model_sequential(), 2.5, input_shape=(3,)), "units"),
+                        (lambda: g.ggml_layer_dense(g.ggml_model_sequential(), True, input_shape=(3,)), "units"),
+                        (lambda: g.ggml_layer_conv_2d(g.ggml_model_sequential(), 1.5, 3, input_shape=(4, 4, 1)),
+                         "filters"),
+                        (lambda: g.ggml_layer_conv_2d(g.ggml_model_sequential(), 2, 2.5, input_shape=(4, 4, 1)),
+                         "kernel_size"),
+                        (lambda: g.ggml_layer_dense(g.ggml_model_sequential(), 2, input_shape=(3.5,)), "input_shape"),
+                        (lambda: g.ggml_compile(_keras_relu_net(), metrics=["bogus"]), "metrics")):
+        with pytest.raises(GGMLError, match=match):
+            make()
+    m = _keras_relu_net()
+    X, Y = np.ones((8, 3), np.float32), np.eye(3, dtype=np.float32)[[0, 1] * 4]
+    for kw, match in ((dict(epochs=2.5), "epochs"), (dict(batch_size=2.5), "batch_size"),
+                      (dict(validation_split="x"), "validation_split")):
+        with pytest.raises(GGMLError, match=match):
+            g.ggml_fit(m, X, Y, verbose=0, **kw)
+    assert g.ggml_layer_dense(g.ggml_model_sequential(), 2.0, input_shape=(3,)).layers[0].units == 2  # R's numerics
+    assert g.ggml_compile(_keras_relu_net(), metrics="accuracy").metrics == ["accuracy"]
+
+
+def _write(tmp_path, name, data: bytes):
+    p = tmp_path / name
+    p.write_bytes(data)
+    return p
+
+
+def test_onnx_files_that_raised_pythons_errors_are_onnx_errors(tmp_path):
+    """onnx_load let UnicodeDecodeError (the checker's message about a name that is not UTF-8) and
+    ZeroDivisionError (a Conv with stride 0) through, and accepted opset 1000 (onnxruntime refuses it)."""
+    from onnx import TensorProto, helper, numpy_helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])
+
+    def model(node, opset=17, inits=()):
+        return helper.make_model(helper.make_graph([node], "g", [x], [y], initializer=list(inits)),
+                                 opset_imports=[helper.make_opsetid("", opset)])
+    w = numpy_helper.from_array(np.ones((1, 1, 2, 2), np.float32), "W")
+    stride0 = model(helper.make_node("Conv", ["x", "W"], ["y"], strides=[0, 0], name="c"), inits=[w])
+    with pytest.raises(g.OnnxError, match="node 'c' \\(Conv\\): strides"):
+        g.onnx_load(stride0, device="cpu")
+    not_utf8 = model(helper.make_node("Reluq", ["x"], ["y"])).SerializeToString().replace(b"Reluq", b"Rel\xff\xfe")
+    with pytest.raises(g.OnnxError, match="not a valid ONNX model"):
+        g.onnx_load(_write(tmp_path, "utf8.onnx", not_utf8), device="cpu")
+    with pytest.raises(g.OnnxError, match="opset 1000"):
+        g.onnx_load(model(helper.make_node("Relu", ["x"], ["y"]), opset=1000), device="cpu")
+
+
+def test_a_converter_failing_with_pythons_error_is_an_onnx_error_naming_the_node(monkeypatch):
+    from ggmlpy.onnx import ops_basic
+
+    def broken(b, node, ins, at):
+        return [][1]
+    monkeypatch.setitem(ops_basic.OPS, "Relu", broken)
+    with pytest.raises(g.OnnxError, match="node 'y' \\(Relu\\): cannot be built: IndexError"):
+        g.onnx_load(_onnx_relu_model(), device="cpu")
+
+
+def test_the_onnx_cli_reports_bad_arguments_without_a_traceback(tmp_path):
+    import onnx
+    path = tmp_path / "relu.onnx"
+    onnx.save(_onnx_relu_model(), str(path))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    for extra in (["--input", "x=/nonexistent/x.npy"], ["--shape", "x=1xax3"], ["--shape", "x"],
+                  ["--input", f"x={path}"]):
+        out = subprocess.run([sys.executable, "-m", "ggmlpy", "onnx", str(path), "--device", "cpu", *extra],
+                             capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+        assert out.returncode == 2 and "Traceback" not in out.stderr and "ggmlpy onnx:" in out.stderr, \
+            (extra, out.returncode, out.stderr[-800:])
+
