@@ -13,6 +13,7 @@ import weakref
 
 import numpy as np
 
+from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 from .meta_split import META_BUFTS, check_access
@@ -77,6 +78,7 @@ class Context:
         self._finalizer = weakref.finalize(self, lib.ggml_free, ptr)
 
     # -- lifetime -----------------------------------------------------------------
+    @uninterruptible
     def free(self) -> None:
         """Free the context now. Its tensors become unusable (GGMLError on use)."""
         if not self.alive:
@@ -86,6 +88,7 @@ class Context:
         if not len(self._views):
             self._finalizer()
 
+    @uninterruptible
     def _view_released(self) -> None:
         if self._free_requested and not len(self._views):
             self._finalizer()
@@ -398,6 +401,7 @@ class _ViewHolder:
             "data": (int(ffi.cast("uintptr_t", t.ptr.data)), False),
         }
 
+    @uninterruptible
     def __del__(self):
         ctx = self.ctx
         ctx._views.discard(self)

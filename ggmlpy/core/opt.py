@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
+from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from .context import Context, Tensor, wrap
@@ -102,6 +103,7 @@ class OptDataset:
         buf = ffi.buffer(t.data, self.shape[0] * ne * np.dtype(dtype).itemsize)
         return np.frombuffer(buf, dtype=dtype).reshape(self.shape[0], ne)
 
+    @uninterruptible
     def free(self):
         if self.ptr is not None:
             lib.ggml_opt_dataset_free(self.ptr)
@@ -220,6 +222,7 @@ class OptResult:
     def __init__(self):
         self.ptr = lib.ggml_opt_result_init()
 
+    @uninterruptible
     def free(self):
         if self.ptr is not None:
             lib.ggml_opt_result_free(self.ptr)
@@ -440,6 +443,7 @@ class OptContext:
     def __contains__(self, key):
         return key in self.keys()
 
+    @uninterruptible
     def free(self):
         if getattr(self, "ptr", None) is not None:
             lib.ggml_opt_free(self.ptr)
@@ -587,6 +591,7 @@ class _BorrowedResult(OptResult):
     def __init__(self, ptr):
         self.ptr = ptr
 
+    @uninterruptible
     def free(self):
         pass
 

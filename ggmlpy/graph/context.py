@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..core.context import arena
 from ..errors import GGMLError
@@ -42,6 +43,7 @@ def new_context(n_tensors: int, extra_bytes: int = 0):
     return ctx
 
 
+@uninterruptible
 def free_context(ctx) -> None:
     """Free a context of new_context, then its memory."""
     lib.ggml_free(ctx)
@@ -82,6 +84,7 @@ class GraphContext:
     def nodes(self) -> list:
         return [lib.ggml_graph_node(self.graph, i) for i in range(lib.ggml_graph_n_nodes(self.graph))]
 
+    @uninterruptible
     def free(self) -> None:
         if getattr(self, "ctx", None) is not None:
             free_context(self.ctx)
@@ -139,6 +142,7 @@ class Weights:
         for t, arr in self.values:
             lib.ggml_backend_tensor_set(t, ffi.from_buffer(arr), 0, arr.nbytes)
 
+    @uninterruptible
     def free(self) -> None:
         if getattr(self, "buffer", None) is not None:
             lib.ggml_backend_buffer_free(self.buffer)

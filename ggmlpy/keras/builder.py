@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._sigint import uninterruptible
 from .. import kernels
 from ..bindings import ffi, lib
 from ..errors import GGMLError
@@ -151,6 +152,7 @@ class Builder:
         for t, arr in self.uploads:
             lib.ggml_backend_tensor_set(t, ffi.from_buffer(arr), 0, arr.nbytes)
 
+    @uninterruptible
     def free(self) -> None:
         if self.buffer is not None and self.buffer != ffi.NULL:
             lib.ggml_backend_buffer_free(self.buffer)

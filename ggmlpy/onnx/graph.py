@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper
 
+from .._sigint import uninterruptible
 from .. import kernels
 from ..bindings import ffi, lib
 from ..errors import GGMLError
@@ -185,6 +186,7 @@ class Builder(GraphContext):
         lib.ggml_set_name(t, f"ggmlpy.{what}".encode())
         return t
 
+    @uninterruptible
     def free(self) -> None:
         if getattr(self, "weights", None) is not None:
             self.weights.free()

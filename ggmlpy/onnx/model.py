@@ -23,6 +23,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
+from .._sigint import uninterruptible
 from .. import kernels
 from ..bindings import ffi, lib
 from .._arrays import numeric_array
@@ -646,6 +647,7 @@ class _Plan:
         w = self.builder.weights.buffer if getattr(self, "builder", None) is not None else None
         return n + (int(lib.ggml_backend_buffer_get_size(w)) if w is not None else 0)
 
+    @uninterruptible
     def free(self):
         for plan in getattr(self, "next_plans", {}).values():
             plan.free()
@@ -659,6 +661,7 @@ class _Plan:
         if getattr(self, "builder", None) is not None:
             self.builder.free()
 
+    @uninterruptible
     def __del__(self):
         try:
             self.free()
