@@ -21,79 +21,13 @@ def run_child(code: str, timeout: int = 300) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, cwd=ROOT, env=env)
 
 
-# The child: `work` in a loop until a SIGINT, sent by a timer thread at a random moment of it;
-# every SIGINT must come back as a KeyboardInterrupt within a few seconds, and at the end the
-# gradients must equal those computed before any interrupt.
-_RANDOM_SIGINTS = """
-import json, os, signal, sys, threading, time
-import numpy as np
-import ggmlpy as g
-
-kind, n = sys.argv[1], int(sys.argv[2])
-rng = np.random.default_rng(int(sys.argv[3]))
-g.manual_seed(0)
-layers = [g.ag_linear(64, 128, "relu")] + [g.ag_linear(128, 128, "relu") for _ in range(8)] + [g.ag_linear(128, 4)]
-model = g.ag_sequential(*layers)
-X, Y = g.ag_tensor(np.random.default_rng(0).normal(size=(64, 32))), g.ag_tensor(np.zeros((4, 32)))
-
-
-def loss_of(x, y):
-    return g.ag_mse_loss(model(x), y)
-
-
-def backward():
-    with g.with_grad_tape():
-        loss = loss_of(X, Y)
-    g.backward(loss)
-
-
-def checkpointed():
-    with g.with_grad_tape():
-        h = X
-        for layer in layers:
-            h = g.ag_checkpoint(layer, h)
-        loss = g.ag_mse_loss(h, Y)
-    g.backward(loss)
-
-
-def compiled():
-    g.ag_compile(loss_of, [X, Y], optimizer=None)(X, Y)
-
-
-def gradient():
-    with g.with_grad_tape():
-        loss = loss_of(X, Y)
-    return g.backward(loss)[layers[0].W].numpy()
-
-
-work = {"backward": backward, "checkpoint": checkpointed, "compile": compiled}[kind]
-want = gradient()
-t0 = time.perf_counter()
-work()
-T = time.perf_counter() - t0
-caught = lost = 0
-for _ in range(n):
-    delay = float(rng.uniform(0, 2 * T))
-    timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
-    deadline = time.monotonic() + delay + 3.0
-    try:
-        timer.start()
-        while time.monotonic() < deadline:
-            work()
-        lost += 1  # the SIGINT never came back
-    except KeyboardInterrupt:
-        caught += 1
-    timer.join()
-usable = bool(np.array_equal(gradient(), want))
-work()
-print(json.dumps({"caught": caught, "lost": lost, "usable": usable}))
-"""
+CHILD = os.path.join(ROOT, "scripts", "sigint_child.py")
 
 
 @pytest.mark.parametrize("kind", ["backward", "checkpoint", "compile"])
 def test_sigint_at_random_moments_is_always_a_keyboard_interrupt(kind):
-    out = run_child(_RANDOM_SIGINTS.replace("sys.argv[1], int(sys.argv[2])", f"{kind!r}, 100")
-                    .replace("int(sys.argv[3])", "1"), timeout=600)
+    out = subprocess.run([sys.executable, "-X", "faulthandler", CHILD, kind, "100", "1"], capture_output=True,
+                         text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, f"the child died ({out.returncode}): {out.stderr[-2000:]}"
     assert "Exception ignored" not in out.stderr, out.stderr[-2000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
