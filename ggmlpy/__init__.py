@@ -27,6 +27,7 @@ _LAZY_FAMILIES keeps the order their star-imports ran in (a later family's name 
 eager import binds a name a lazy family gives, unless to the same object (tests/test_namespace.py).
 """
 import importlib as _importlib
+import weakref as _weakref
 
 from .bindings import GGML_VERSION, GGMLLoadError, found
 from .core.api import *  # noqa: F401,F403
@@ -52,6 +53,12 @@ from .core.types import ggml_blck_size, ggml_ftype_to_ggml_type, ggml_is_quantiz
 from .runtime.state import ag_default_dtype, ag_device_name
 from .params import ParamList
 from .random import ggml_set_seed
+from . import _sigint
+
+# Ctrl-C never lands half-way through a release (see _sigint): weakref.finalize runs the
+# contexts' and forward-AD levels' finalizers, so its call is marked too.
+_sigint.mark(_weakref.finalize.__call__)
+_sigint.install()
 
 __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "StaleTensorError",
                              "DeviceError", "info", "found",

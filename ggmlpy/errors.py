@@ -1,4 +1,5 @@
 """Exceptions. ggml aborts the process on a failed assertion, so ggmlpy checks first and raises these."""
+import os
 
 
 class GGMLError(ValueError):
@@ -16,3 +17,12 @@ class DeviceError(RuntimeError):
 def check(cond: bool, message: str) -> None:
     if not cond:
         raise GGMLError(message)
+
+
+def checked_path(path, what: str) -> str:
+    """A file name argument as a str: a GGMLError naming `what` for anything else (None, a number),
+    where os.fspath would raise its TypeError."""
+    try:
+        return os.fspath(path)
+    except TypeError:
+        raise GGMLError(f"{what}: path must be a file name (str or os.PathLike), got {type(path).__name__}") from None

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ._arrays import numeric_array
 from .runtime.autograd_state import AUTOGRAD
 from .runtime.state import DTYPE_NAMES, DTYPES, STATE, DeviceContext, _has_gpu
 from .bindings import ffi, lib
@@ -48,9 +49,7 @@ def norm_shape(shape) -> tuple:
 
 
 def _as_array(data) -> np.ndarray:
-    arr = np.asarray(data)
-    if arr.dtype.kind not in "biuf":
-        raise GGMLError(f"ag_tensor: expected numbers, got dtype {arr.dtype}")
+    arr = numeric_array(data, "ag_tensor")
     if arr.ndim == 0:
         arr = arr.reshape(1, 1)
     elif arr.ndim == 1:

@@ -1,4 +1,6 @@
-"""Stress ggmlpy as a hostile user would and count what happens: threads, fuzzing, files, long runs.
+"""Stress ggmlpy as a hostile user would and count what happens: threads, fuzzing, files, long runs,
+and the front ends (one ONNX model in threads, hostile ONNX graphs, optimizer settings, NaN through
+every ReLU, Ctrl-C at random moments).
 
 Each scenario runs in a child process with a time limit, so a crash or a hang is counted, not
 fatal. Per scenario: calls tried, clear exceptions (a refusal with a message), silent wrong
@@ -236,10 +238,195 @@ def long_run(scale):
     return c
 
 
+# -- the front ends: ONNX, the Keras-like models, Ctrl-C ----------------------------------------------------------
+def _onnx_mlp():
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.normal(size=s).astype(np.float32), n)
+             for n, s in (("W1", (16, 64)), ("b1", (64,)), ("W2", (64, 4)))]
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["a"]),
+             helper.make_node("Relu", ["a"], ["r"]), helper.make_node("MatMul", ["r", "W2"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 4])
+    return helper.make_model(helper.make_graph(nodes, "mlp", [x], [y], initializer=inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def onnx_threads(scale):
+    """One loaded ONNX model shared by 4 threads, one input shape: every result the serial one."""
+    import ggmlpy as g
+    c = _counts()
+    model = g.onnx_load(_onnx_mlp(), device="cpu")
+    xs = [np.random.default_rng(i).normal(size=(8, 16)).astype(np.float32) for i in range(4)]
+    want = [g.onnx_run(model, {"x": x})["y"] for x in xs]
+
+    def work(i):
+        for k in range(int(100 * scale) + 10):
+            c["tried"] += 1
+            if not np.array_equal(g.onnx_run(model, {"x": xs[(i + k) % 4]})["y"], want[(i + k) % 4]):
+                c["wrong"] += 1
+    c["clear"] += len(_threads(4, work))
+    return c
+
+
+def _hostile_models():
+    """(name, model, feeds, check(outputs) -> bool) for graphs that aborted or stalled the importer."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def graph(nodes, ins, outs, inits=(), opset=17):
+        return helper.make_model(helper.make_graph(nodes, "hostile", ins, outs, initializer=list(inits)),
+                                 opset_imports=[helper.make_opsetid("", opset)])
+
+    def vi(name, shape):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    yield ("Sum of 10 000 inputs", graph([helper.make_node("Sum", ["x"] * 10000, ["y"])], [vi("x", [2, 3])],
+                                         [vi("y", [2, 3])]), {"x": x}, lambda o: np.allclose(o["y"], 10000 * x))
+    yield ("Concat of 10 000 inputs", graph([helper.make_node("Concat", ["x"] * 10000, ["y"], axis=0)],
+                                            [vi("x", [2, 3])], [vi("y", [20000, 3])]), {"x": x},
+           lambda o: o["y"].shape == (20000, 3) and np.array_equal(o["y"][-2:], x))
+    yield ("Split into 5 000", graph([helper.make_node("Split", ["x"], [f"y{i}" for i in range(5000)], axis=0,
+                                                       num_outputs=5000)],
+                                     [vi("x", [5000, 3])], [vi(f"y{i}", [1, 3]) for i in range(5000)], opset=18),
+           {"x": np.arange(15000, dtype=np.float32).reshape(5000, 3)},
+           lambda o: np.array_equal(o["y4999"], [[14997, 14998, 14999]]))
+    yield ("a chain of 20 000 nodes", graph([helper.make_node("Neg", [f"h{i}" if i else "x"], [f"h{i + 1}"])
+                                             for i in range(20000)], [vi("x", [2, 3])], [vi("h20000", [2, 3])]),
+           {"x": x}, lambda o: np.array_equal(o["h20000"], x))
+    w = numpy_helper.from_array(np.ones((1, 1, 2, 2), np.float32), "W")
+    yield ("Conv of stride 0", graph([helper.make_node("Conv", ["x", "W"], ["y"], strides=[0, 0])],
+                                     [vi("x", [1, 1, 4, 4])], [vi("y", [1, 1, 4, 4])], [w]), None, None)
+    yield ("opset 1000", graph([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [2, 3])], [vi("y", [2, 3])],
+                               opset=1000), None, None)
+
+
+def onnx_hostile(scale):
+    """Graphs that aborted the process (GGML_ASSERT(obj_new)), stalled it (54 s), or raised Python's
+    errors: each runs right or is an OnnxError."""
+    import ggmlpy as g
+    c = _counts()
+    for _, proto, feeds, check in _hostile_models():
+        c["tried"] += 1
+        t = time.perf_counter()
+        try:
+            model = g.onnx_load(proto, device="cpu")
+            c["wrong"] += check is None or not check(g.onnx_run(model, feeds))  # None: must be refused
+        except g.OnnxError:
+            c["clear"] += 1
+        c["hang"] += time.perf_counter() - t > 30
+    return c
+
+
+_BAD_SETTINGS = [("adam", dict(lr=-1)), ("adam", dict(lr=0)), ("adam", dict(lr=float("nan"))),
+                 ("adam", dict(lr=float("inf"))), ("adam", dict(lr=1e-50)), ("sgd", dict(lr=-1)),
+                 ("adam", dict(beta1=1.5)), ("adam", dict(beta1=1.0)), ("adam", dict(beta2=-0.5)),
+                 ("adam", dict(beta2=1.0)), ("adam", dict(eps=-1)), ("adam", dict(eps=0.0)),
+                 ("adam", dict(weight_decay=2)), ("sgd", dict(weight_decay=-1)), ("adam", dict(lr="x"))]
+
+
+def keras_settings(scale):
+    """Optimizer settings ggml_opt asserts on (SIGABRT before) or that give NaN weights: refused at
+    compile; good settings train to finite weights."""
+    import ggmlpy as g
+    c = _counts()
+    X = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+    Y = np.eye(2, dtype=np.float32)[np.random.default_rng(1).integers(0, 2, 64)]
+    good = [("adam", dict(lr=1e-2, beta1=0.0, beta2=0.5, eps=1e-6, weight_decay=1.0)), ("sgd", dict(lr=0.1)),
+            ("adam", {})]
+    for opt, kw in _BAD_SETTINGS + good:
+        c["tried"] += 1
+        m = g.ggml_layer_dense(g.ggml_model_sequential(), 4, activation="relu", input_shape=(3,))
+        m = g.ggml_layer_dense(m, 2, activation="softmax")
+        try:
+            g.ggml_compile(m, opt, **kw)
+            g.ggml_fit(m, X, Y, epochs=2, verbose=0)
+        except g.GGMLError:
+            c["clear"] += 1
+            c["wrong"] += (opt, kw) in good  # a good setting refused
+            continue
+        finite = all(np.isfinite(w).all() for layer in m.get_weights().values() for w in layer.values())
+        c["wrong"] += (opt, kw) in _BAD_SETTINGS or not finite  # accepted: it must have trained
+    return c
+
+
+def nan_frontends(scale):
+    """NaN through ReLU in every front end, ggmlpy's kernels on and off: ag_relu, ONNX Relu and a CNN
+    (Conv + Relu fused into conv.c), ggml_predict and ggml_fit; relu(-inf) = 0 everywhere."""
+    import ggmlpy as g
+    from ggmlpy import kernels
+    from onnx import TensorProto, helper, numpy_helper
+    c = _counts()
+    specials = np.array([[np.nan, -np.inf, -2.0, 0.0, 3.0, np.inf]], np.float32)
+    want = np.array([[np.nan, 0.0, 0.0, 0.0, 3.0, np.inf]], np.float32)
+
+    def check(ok):
+        c["tried"] += 1
+        c["wrong"] += not ok
+    relu = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "relu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6])]), opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(0)
+    cnn = helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("ReduceSum", ["r"], ["y"], keepdims=0)], "cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+        initializer=[numpy_helper.from_array(rng.normal(size=(4, 1, 3, 3)).astype(np.float32), "W"),
+                     numpy_helper.from_array(rng.normal(size=(4,)).astype(np.float32), "B")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    image = rng.normal(size=(1, 1, 8, 8)).astype(np.float32)
+    image[0, 0, 3, 4] = np.nan
+    X = rng.normal(size=(32, 3)).astype(np.float32)
+    X[0, 1] = np.nan
+    Y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 32)]
+    before = kernels.enabled()
+    try:
+        for on in (True, False):
+            kernels.set_enabled(on)
+            check(np.array_equal(g.ag_relu(g.ag_tensor(specials)).numpy(), want, equal_nan=True))
+            check(np.array_equal(g.onnx_run(g.onnx_load(relu, device="cpu"), {"x": specials})["y"], want,
+                                 equal_nan=True))
+            check(bool(np.isnan(g.onnx_run(g.onnx_load(cnn, device="cpu"), {"x": image})["y"])))
+            m = g.ggml_layer_dense(g.ggml_model_sequential(), 8, activation="relu", input_shape=(3,))
+            m = g.ggml_compile(g.ggml_layer_dense(m, 3, activation="softmax"), "adam")
+            p = g.ggml_predict(m, X[:2])
+            check(bool(np.isnan(p[0]).all() and np.isfinite(p[1]).all()))
+            g.ggml_fit(m, X, Y, epochs=1, batch_size=32, verbose=0)
+            check(bool(np.isnan(m.history.train_loss[0])))
+    finally:
+        kernels.set_enabled(before)
+    return c
+
+
+def sigint(scale):
+    """SIGINT at random moments of ag_compile, backward and checkpointed backward (scripts/sigint_child.py,
+    100 each in the full run): always a KeyboardInterrupt, never a crash, usable after."""
+    c = _counts()
+    n = max(10, int(100 * scale))
+    for kind in ("compile", "backward", "checkpoint"):
+        c["tried"] += n
+        try:
+            out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "sigint_child.py"), kind, str(n), "1"],
+                                 capture_output=True, text=True, timeout=600)
+        except subprocess.TimeoutExpired:
+            c["hang"] += 1
+            continue
+        if out.returncode != 0:
+            c["crash"] += 1
+            continue
+        res = json.loads(out.stdout.strip().splitlines()[-1])
+        c["clear"] += res["caught"]
+        c["lost"] += res["lost"] + out.stderr.count("Exception ignored")
+        c["wrong"] += not res["usable"]
+    return c
+
+
 SCENARIOS = {"threads: eager ops x sizes": eager_threads, "threads: tapes + backward": tapes_threads,
              "threads: forward-AD levels": forward_ad_threads, "threads: serve while training": serve_while_training,
              "fuzz: ag_* API (child processes)": fuzz, "files: killed saves, full disk": files,
-             "long run: ag_fit, random shapes": long_run}
+             "long run: ag_fit, random shapes": long_run, "threads: one ONNX model": onnx_threads,
+             "onnx: hostile graphs": onnx_hostile, "keras: optimizer settings": keras_settings,
+             "nan: ReLU in every front end": nan_frontends, "sigint: compile, backward, checkpoint": sigint}
 
 
 def run_child(name: str, scale: float, timeout: int) -> dict:

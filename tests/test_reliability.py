@@ -191,15 +191,20 @@ def test_bad_metadata_json_is_a_ggml_error(tmp_path):
 SPECIALS = np.array([[np.nan, -np.inf, -2.0, 0.0, 3.0, np.inf]])
 
 
-def test_relu_and_clamp_keep_nan_and_infinities():
-    """relu(-inf) is NaN here (x * step(x)), where PyTorch gives 0: the price of a fast NaN-keeping
-    relu from ggml's kernels (see prims.relu); every other value is PyTorch's."""
-    x = g.ag_tensor(SPECIALS)
-    np.testing.assert_array_equal(g.ag_relu(x).numpy(), [[np.nan, np.nan, 0.0, 0.0, 3.0, np.inf]])
-    np.testing.assert_array_equal(g.ag_clamp(x, -1.0, 1.0).numpy(), [[np.nan, -1.0, -1.0, 0.0, 1.0, 1.0]])
-    lin = g.ag_linear(1, 1, "relu")
-    lin.W.data, lin.b.data = np.ones((1, 1)), np.zeros((1, 1))
-    np.testing.assert_array_equal(lin(g.ag_tensor(SPECIALS)).numpy(), [[np.nan, np.nan, 0.0, 0.0, 3.0, np.inf]])
+@pytest.mark.parametrize("kernels_on", [True, False])
+def test_relu_and_clamp_keep_nan_and_infinities(kernels_on):
+    """PyTorch's values, relu(-inf) = 0 included, with ggmlpy's kernels and with ggml ops alone."""
+    from ggmlpy import kernels
+    before = kernels.set_enabled(kernels_on)
+    try:
+        x = g.ag_tensor(SPECIALS)
+        np.testing.assert_array_equal(g.ag_relu(x).numpy(), [[np.nan, 0.0, 0.0, 0.0, 3.0, np.inf]])
+        np.testing.assert_array_equal(g.ag_clamp(x, -1.0, 1.0).numpy(), [[np.nan, -1.0, -1.0, 0.0, 1.0, 1.0]])
+        lin = g.ag_linear(1, 1, "relu")
+        lin.W.data, lin.b.data = np.ones((1, 1)), np.zeros((1, 1))
+        np.testing.assert_array_equal(lin(g.ag_tensor(SPECIALS)).numpy(), [[np.nan, 0.0, 0.0, 0.0, 3.0, np.inf]])
+    finally:
+        kernels.set_enabled(before)
 
 
 @pytest.mark.parametrize("backward", ["rules", "ggml"])

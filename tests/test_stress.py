@@ -1,5 +1,5 @@
-"""CI's short version of scripts/stress.py: threads, fuzzing, files and a long run, each in a child
-process; no silent wrong value, hang, crash or lost file."""
+"""CI's short version of scripts/stress.py: threads, fuzzing, files, a long run and the front ends'
+scenarios, each in a child process; no silent wrong value, hang, crash or lost file or interrupt."""
 import os
 import subprocess
 import sys

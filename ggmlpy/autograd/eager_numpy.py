@@ -19,6 +19,7 @@ import threading
 
 import numpy as np
 
+from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from ..core.device import Backend
@@ -59,9 +60,12 @@ class _Plan:
         self.graph = self.gctx.graph  # read by _binary's inlined compute
         self.compiled = CompiledGraph(self.graph, backend, nodes)
 
-    def free(self):
-        if getattr(self, "gctx", None) is not None:
+    @uninterruptible
+    def free(self):  # also of one whose __init__ raised half-way: only what was made
+        if getattr(self, "compiled", None) is not None:
             self.compiled.free()
+            self.compiled = None
+        if getattr(self, "gctx", None) is not None:
             self.gctx.free()
             self.gctx = None
 

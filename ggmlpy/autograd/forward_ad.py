@@ -49,6 +49,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from .._sigint import uninterruptible
 from ..errors import GGMLError
 from ..runtime.autograd_state import AUTOGRAD
 from ..tensor import AGTensor, ag_tensor
@@ -208,6 +209,7 @@ class ForwardGrad:
         with self._lock:
             return level in self._content
 
+    @uninterruptible
     def clear(self) -> None:
         """The owning tensor is gone: unregister from every level (another thread may be exiting one)."""
         for idx in self.levels():

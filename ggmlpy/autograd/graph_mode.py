@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._sigint import uninterruptible
 from .. import random as grandom
 from ..graph import CompiledGraph, GraphContext
 from ..runtime.autograd_state import AUTOGRAD
@@ -277,6 +278,7 @@ class _Plan:
     def compute(self) -> None:
         self.compiled.compute()
 
+    @uninterruptible
     def free(self):
         if getattr(self, "compiled", None) is not None:
             self.compiled.free()

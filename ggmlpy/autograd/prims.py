@@ -146,11 +146,8 @@ def unary(ctx, x, fn):
 
 
 def relu(ctx, x):
-    """max(x, 0), keeping NaN as PyTorch does (ggml's relu turns NaN into 0, a silent wrong value):
-    x * step(x), two cheap kernels that ggml's own backward also differentiates. The price: an
-    input of -inf gives NaN (-inf * 0) where PyTorch gives 0. Exact forms cost a transcendental
-    kernel (elu, tanh or exp), several times this one's cost (docs/benchmarks.md)."""
-    return L.ggml_mul(ctx, x, L.ggml_step(ctx, x))
+    """max(x, 0), NaN kept, relu(-inf) = 0: the one ReLU of every front end (kernels.relu)."""
+    return kernels.relu(ctx, x, _kernels(x))
 
 
 def add_relu(ctx, a, b):

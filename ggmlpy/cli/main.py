@@ -50,6 +50,11 @@ def rpc_server(args) -> int:
     return 1  # not reached
 
 
+def _usage(msg: str) -> int:
+    print(f"ggmlpy onnx: {msg}", file=sys.stderr)
+    return 2
+
+
 def _check_cli_inputs(path, given: dict, shapes: dict) -> str | None:
     """What is wrong with --input / --shape for this model, in the CLI's words (None: nothing, or the
     file cannot be parsed here: onnx_load then says why). Only the graph is read, not external weights."""
@@ -80,28 +85,36 @@ def onnx_cmd(args) -> int:
 
     import numpy as np
 
-    from ..onnx import OnnxError, onnx_inputs, onnx_load, onnx_run, onnx_summary
+    from ..errors import DeviceError, GGMLError
+    from ..onnx import onnx_inputs, onnx_load, onnx_run, onnx_summary
     given = {}
     for item in args.input or []:
         name, sep, file = item.partition("=")
-        if not sep:
-            print(f"ggmlpy onnx: --input takes name=file.npy, got {item!r}", file=sys.stderr)
-            return 2
-        given[name] = np.load(file)
+        if not sep or not name:
+            return _usage(f"--input takes name=file.npy, got {item!r}")
+        try:
+            given[name] = np.load(file, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as e:  # missing, unreadable, not an .npy file
+            return _usage(f"--input {name}: cannot read {file!r}: {e}")
     shapes = {k: v.shape for k, v in given.items()}
     for item in args.shape or []:
-        name, _, dims = item.partition("=")
-        shapes[name] = tuple(int(d) for d in dims.replace("x", ",").split(",") if d)
+        name, sep, dims = item.partition("=")
+        try:
+            shape = tuple(int(d) for d in dims.replace("x", ",").split(",") if d)
+        except ValueError:
+            shape = ()
+        if not sep or not name or not shape or min(shape) < 1:
+            return _usage(f"--shape takes name=1x3x224x224 (positive sizes), got {item!r}")
+        shapes[name] = shape
     problem = _check_cli_inputs(args.model, given, shapes)
     if problem:
-        print(f"ggmlpy onnx: {problem}", file=sys.stderr)
-        return 2
+        return _usage(problem)
     try:
         t0 = time.perf_counter()
         model = onnx_load(args.model, device=args.device, input_shapes=shapes or None, n_threads=args.threads,
                           dtype=args.dtype)
         t_load = time.perf_counter() - t0
-    except (OnnxError, FileNotFoundError) as e:
+    except (GGMLError, DeviceError, OSError) as e:  # OnnxError, a device that is not there, a missing file
         print(f"ggmlpy onnx: {e}", file=sys.stderr)
         return 1
     s = onnx_summary(model)
@@ -129,14 +142,14 @@ def onnx_cmd(args) -> int:
             feeds[name] = rng.standard_normal(shape).astype(np.float32)
         print(f"  input  {name}: {list(shape)}" + ("" if name in given else " (random)"))
     times = []
-    for _ in range(max(1, args.runs)):
-        t0 = time.perf_counter()
-        try:
+    try:
+        for _ in range(max(1, args.runs)):
+            t0 = time.perf_counter()
             out = onnx_run(model, feeds)
-        except OnnxError as e:
-            print(f"ggmlpy onnx: {e}", file=sys.stderr)
-            return 1
-        times.append(time.perf_counter() - t0)
+            times.append(time.perf_counter() - t0)
+    except GGMLError as e:  # an --input of the wrong shape or type, a failed compute
+        print(f"ggmlpy onnx: {e}", file=sys.stderr)
+        return 1
     for name, y in out.items():
         mean = f"  mean {float(np.mean(y)):.6g}" if y.size else ""
         print(f"  output {name}: {list(y.shape)} {y.dtype}{mean}")

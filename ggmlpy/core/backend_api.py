@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 from . import device as _device
@@ -460,11 +461,13 @@ class MultiBuffer(BackendBuffer):
     def size(self) -> int:
         return sum(b.size() for b in self.parts)
 
+    @uninterruptible
     def free(self):
         for b in self.parts:
             b.free()
         self.ptr = None
 
+    @uninterruptible
     def __del__(self):
         pass
 
@@ -477,6 +480,7 @@ def ggml_backend_buffer_is_multi_buffer(buf: BackendBuffer) -> bool:
 class _NoContext:
     """Stands in for the context of a buffer that has none of its own (a multi buffer)."""
 
+    @uninterruptible
     def free(self):
         pass
 
@@ -631,12 +635,14 @@ class Event:
     def __init__(self, ptr, dev: Device):
         self.ptr, self.dev = ptr, dev
 
+    @uninterruptible
     def free(self) -> None:
         """Free the event now (otherwise when it is garbage-collected)."""
         if self.ptr is not None:
             lib.ggml_backend_event_free(self.ptr)
             self.ptr = None
 
+    @uninterruptible
     def __del__(self):
         self.free()
 
@@ -688,12 +694,14 @@ class GraphPlan:
     def __init__(self, ptr, backend: Backend, graph: Graph):
         self.ptr, self.backend, self.graph = ptr, backend, graph
 
+    @uninterruptible
     def free(self) -> None:
         """Free the plan now (otherwise when it is garbage-collected)."""
         if self.ptr is not None and self.backend.ptr is not None:
             lib.ggml_backend_graph_plan_free(self.backend.ptr, self.ptr)
         self.ptr = None
 
+    @uninterruptible
     def __del__(self):
         self.free()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 from .context import Context, Tensor
@@ -58,6 +59,7 @@ class BackendBuffer:
         """The buffer's size in bytes (0 once freed)."""
         return int(lib.ggml_backend_buffer_get_size(self.ptr)) if self.ptr is not None else 0
 
+    @uninterruptible
     def free(self):
         """Free the buffer now; the context whose tensors it holds is freed with it."""
         if self.ptr is not None:
@@ -66,6 +68,7 @@ class BackendBuffer:
             lib.ggml_backend_buffer_free(self.ptr)
             self.ptr = None
 
+    @uninterruptible
     def __del__(self):
         if self.ptr is not None:
             lib.ggml_backend_buffer_free(self.ptr)

@@ -13,6 +13,7 @@ import weakref
 
 import numpy as np
 
+from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 from .meta_split import META_BUFTS, check_access
@@ -42,18 +43,23 @@ _MEM_ALIGN = 64  # >= ggml's GGML_MEM_ALIGN (16), and a cache line
 _alloc_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
 
 
+def arena(mem_size: int):
+    """(owner, aligned pointer) of `mem_size` bytes for a ggml context's mem_buffer. ggml asserts
+    (aborting the process) when its own malloc of an arena fails; here a failure is a MemoryError.
+    Not cleared: pages are only touched when tensors are written, as with ggml's malloc. The
+    owner must outlive the context (ggml_free leaves memory it was given alone)."""
+    owner = _alloc_uncleared("char[]", int(mem_size) + _MEM_ALIGN)
+    return owner, owner + (-int(ffi.cast("uintptr_t", owner)) % _MEM_ALIGN)
+
+
 class Context:
     """A ggml context: a fixed arena for tensor metadata and, unless no_alloc, their data."""
 
     def __init__(self, mem_size: int = 16 * 1024 * 1024, no_alloc: bool = False):
         mem_size = int(mem_size)
         check(mem_size > 0, f"ggml_init: mem_size must be positive, got {mem_size}")
-        # ggml asserts (aborting the process) when its own malloc of the arena fails: the arena
-        # is allocated here instead, where a failure is a MemoryError, and aligned as ggml wants.
-        # Not cleared: pages are only touched when tensors are written, as with ggml's malloc.
-        self._arena = _alloc_uncleared("char[]", mem_size + _MEM_ALIGN)
-        base = -int(ffi.cast("uintptr_t", self._arena)) % _MEM_ALIGN
-        params = ffi.new("struct ggml_init_params *", {"mem_size": mem_size, "mem_buffer": self._arena + base,
+        self._arena, buf = arena(mem_size)
+        params = ffi.new("struct ggml_init_params *", {"mem_size": mem_size, "mem_buffer": buf,
                                                        "no_alloc": bool(no_alloc)})
         ptr = lib.ggml_init(params[0])
         if ptr == ffi.NULL:
@@ -72,6 +78,7 @@ class Context:
         self._finalizer = weakref.finalize(self, lib.ggml_free, ptr)
 
     # -- lifetime -----------------------------------------------------------------
+    @uninterruptible
     def free(self) -> None:
         """Free the context now. Its tensors become unusable (GGMLError on use)."""
         if not self.alive:
@@ -81,6 +88,7 @@ class Context:
         if not len(self._views):
             self._finalizer()
 
+    @uninterruptible
     def _view_released(self) -> None:
         if self._free_requested and not len(self._views):
             self._finalizer()
@@ -393,6 +401,7 @@ class _ViewHolder:
             "data": (int(ffi.cast("uintptr_t", t.ptr.data)), False),
         }
 
+    @uninterruptible
     def __del__(self):
         ctx = self.ctx
         ctx._views.discard(self)

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import cffi
 
+from .._sigint import uninterruptible
 from ..bindings import ffi, found, lib
 from ..errors import DeviceError, GGMLError
 
@@ -393,6 +394,7 @@ class Backend:
         """True if this backend has a kernel for the ggml tensor (op node) `p`."""
         return bool(lib.ggml_backend_supports_op(self.ptr, p))
 
+    @uninterruptible
     def free(self) -> None:
         """Free the backend now (also done when the object is collected)."""
         self._free()
@@ -407,6 +409,7 @@ class _ThreadpoolFreer:
     def __init__(self, ptr):
         self.ptr = ptr
 
+    @uninterruptible
     def __del__(self):
         try:
             lib.ggml_threadpool_free(self.ptr)
@@ -427,6 +430,7 @@ class _Freer:
             lib.ggml_backend_free(self.ptr)
             self.ptr = None
 
+    @uninterruptible
     def __del__(self):
         self()
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import weakref
 
+from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from .device import Backend, get_backend
@@ -41,6 +42,7 @@ class GraphAllocator:
         """The size in bytes of the allocator's buffer (0 once freed)."""
         return int(lib.ggml_gallocr_get_buffer_size(self.ptr, 0)) if self.ptr is not None else 0
 
+    @uninterruptible
     def free(self) -> None:
         """Free the buffer now; the contexts whose tensors live in it are retired first."""
         if self.ptr is not None:
@@ -49,6 +51,7 @@ class GraphAllocator:
             lib.ggml_gallocr_free(self.ptr)
             self.ptr = None
 
+    @uninterruptible
     def __del__(self):  # only once no context holds it: nothing points into the buffer any more
         if self.ptr is not None:
             lib.ggml_gallocr_free(self.ptr)

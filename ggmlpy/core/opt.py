@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
+from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from .context import Context, Tensor, wrap
@@ -102,6 +103,7 @@ class OptDataset:
         buf = ffi.buffer(t.data, self.shape[0] * ne * np.dtype(dtype).itemsize)
         return np.frombuffer(buf, dtype=dtype).reshape(self.shape[0], ne)
 
+    @uninterruptible
     def free(self):
         if self.ptr is not None:
             lib.ggml_opt_dataset_free(self.ptr)
@@ -220,6 +222,7 @@ class OptResult:
     def __init__(self):
         self.ptr = lib.ggml_opt_result_init()
 
+    @uninterruptible
     def free(self):
         if self.ptr is not None:
             lib.ggml_opt_result_free(self.ptr)
@@ -304,16 +307,60 @@ def _reaches_a_param(outputs) -> bool:
 
 
 # -- optimizer contexts ------------------------------------------------------------------------------
+def _setting(what: str, name: str, v) -> float:
+    """A hyper-parameter as the float32 ggml_opt reads (bools and non-numbers refused)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise GGMLError(f"{what}: {name} must be a number, got {v!r}")
+    v32 = float(np.float32(v))
+    if not math.isfinite(v32):
+        raise GGMLError(f"{what}: {name} must be finite as a float32, got {v!r}")
+    return v32
+
+
+def optimizer_settings(what: str, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0) -> dict:
+    """The AdamW and SGD settings checked, as the float32 values ggml_opt reads each step.
+
+    ggml_opt_eval aborts the process when alpha <= 0, a beta lies outside [0, 1], eps < 0 or
+    wd outside [0, 1] (ggml-opt.cpp's asserts); each is refused here with its name, so misuse is a
+    GGMLError at compile (and fit) time. Stricter than ggml, which ggmlR passes them to: a beta of 1
+    makes Adam's bias correction 1 / (1 - beta^t) infinite, and eps = 0 divides 0 by 0 for a weight
+    whose gradient has been exactly zero so far; both turn parameters into NaN without an error.
+    An lr that rounds to 0 in float32 (1e-50) is refused like 0."""
+    lr, b1, b2, eps, wd = (_setting(what, n, v) for n, v in (("lr", lr), ("beta1", beta1), ("beta2", beta2),
+                                                                ("eps", eps), ("weight_decay", weight_decay)))
+    if not lr > 0:
+        raise GGMLError(f"{what}: lr must be > 0, got {lr}")
+    for name, b in (("beta1", b1), ("beta2", b2)):
+        if not 0 <= b < 1:
+            why = " (1 gives NaN weights: Adam's bias correction divides by 1 - beta^t = 0)" if b >= 1 else ""
+            raise GGMLError(f"{what}: {name} must be in [0, 1), got {b}{why}")
+    if not eps > 0:
+        raise GGMLError(f"{what}: eps must be > 0, got {eps} (0 gives NaN weights where a gradient is zero)")
+    if not 0 <= wd <= 1:
+        raise GGMLError(f"{what}: weight_decay must be in [0, 1] (ggml's decoupled decay), got {wd}")
+    return {"lr": lr, "beta1": b1, "beta2": b2, "eps": eps, "wd": wd}
+
+
+def checked_rate(name: str, v) -> float:
+    """A learning rate ggml_opt accepts: finite and > 0 as a float32 (a schedule's or a callback's)."""
+    v = _setting("ggml_opt", name, v)
+    if not v > 0:
+        raise GGMLError(f"{name} must be > 0, got {v}")
+    return v
+
+
 class OptParams:
     """The struct ggml_opt reads its optimizer settings from each step
-    (`ggml_opt_get_constant_optimizer_params`): changing `lr` between epochs is a schedule."""
+    (`ggml_opt_get_constant_optimizer_params`): changing `lr` between epochs is a schedule.
+    Every value is checked first (optimizer_settings): ggml asserts on them mid-fit."""
 
     def __init__(self, optimizer: str, lr: float, beta1=0.9, beta2=0.999, eps=1e-8, wd=0.0):
+        s = optimizer_settings("ggml_opt", lr, beta1, beta2, eps, wd)
         self.struct = ffi.new("struct ggml_opt_optimizer_params *")
         self.optimizer = optimizer
         a = self.struct.adamw
-        a.alpha, a.beta1, a.beta2, a.eps, a.wd = lr, beta1, beta2, eps, wd
-        self.struct.sgd.alpha, self.struct.sgd.wd = lr, wd
+        a.alpha, a.beta1, a.beta2, a.eps, a.wd = s["lr"], s["beta1"], s["beta2"], s["eps"], s["wd"]
+        self.struct.sgd.alpha, self.struct.sgd.wd = s["lr"], s["wd"]
 
     @property
     def lr(self) -> float:
@@ -321,8 +368,7 @@ class OptParams:
 
     @lr.setter
     def lr(self, v: float) -> None:
-        if not v > 0:
-            raise GGMLError(f"learning rate must be > 0, got {v}")
+        v = checked_rate("learning rate", v)
         self.struct.adamw.alpha = v
         self.struct.sgd.alpha = v
 
@@ -397,6 +443,7 @@ class OptContext:
     def __contains__(self, key):
         return key in self.keys()
 
+    @uninterruptible
     def free(self):
         if getattr(self, "ptr", None) is not None:
             lib.ggml_opt_free(self.ptr)
@@ -466,10 +513,7 @@ def ggml_opt_get_lr(opt_ctx: OptContext | OptParams) -> float | dict[str, float]
 def _rate(v, what):
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return None                               # ggmlR's NA: leave that rate alone
-    v = float(v)
-    if not v > 0:
-        raise GGMLError(f"ggml_opt_set_lr: {what} must be > 0, got {v}")
-    return v
+    return checked_rate(f"ggml_opt_set_lr: {what}", v)
 
 
 def ggml_opt_set_lr(opt_ctx: OptContext | OptParams, lr: float | None = None, adamw_lr: float | None = None,
@@ -547,6 +591,7 @@ class _BorrowedResult(OptResult):
     def __init__(self, ptr):
         self.ptr = ptr
 
+    @uninterruptible
     def free(self):
         pass
 

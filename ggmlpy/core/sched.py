@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import DeviceError, GGMLError
 from .backend_compute import ggml_backend_cpu_init
@@ -103,6 +104,7 @@ class Scheduler:
         b = lib.ggml_backend_sched_get_tensor_backend(self.ptr, t.ptr)
         return ffi.string(lib.ggml_backend_name(b)).decode() if b != ffi.NULL else ""
 
+    @uninterruptible
     def free(self) -> None:
         """Free the scheduler and its buffers now."""
         if self.ptr is not None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
+from .._sigint import uninterruptible
+
 
 class ByteCache:
     """key -> entry, each with its size in bytes; `limit()` says the bound (read at every insert,
@@ -27,6 +29,7 @@ class ByteCache:
             self._entries.move_to_end(key)
         return e
 
+    @uninterruptible
     def put(self, key: Hashable, entry, nbytes: int) -> None:
         """Add `entry`, then evict the least recently used ones while over the bound."""
         old = self._entries.pop(key, None)
@@ -42,6 +45,7 @@ class ByteCache:
             self.bytes -= self._sizes.pop(k)
             self._release(e)
 
+    @uninterruptible
     def clear(self) -> None:
         entries = list(self._entries.values())
         self._entries.clear()

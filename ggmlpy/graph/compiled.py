@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..core.sched import Scheduler
 from ..errors import GGMLError
@@ -145,6 +146,7 @@ class CompiledGraph:
         if status != lib.GGML_STATUS_SUCCESS:
             raise GGMLError(f"graph compute failed on {self.backend.device_name} (status {status})")
 
+    @uninterruptible
     def free(self) -> None:
         if getattr(self, "galloc", None) is not None:
             lib.ggml_gallocr_free(self.galloc)

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from .._sigint import uninterruptible
 from ..bindings import ffi, lib
+from ..core.context import arena
 from ..errors import GGMLError
 
 TENSOR_OVERHEAD = int(lib.ggml_tensor_overhead())
@@ -23,14 +25,29 @@ class GraphFull(GGMLError):
     """A context or graph is about to run out of room (ggml would abort): build in a bigger one."""
 
 
+_ARENAS: dict = {}  # context address -> the memory it was given (new_context), released by free_context
+
+
 def new_context(n_tensors: int, extra_bytes: int = 0):
-    """A no_alloc ggml context with room for `n_tensors` headers and `extra_bytes` more (a graph)."""
+    """A no_alloc ggml context with room for `n_tensors` headers and `extra_bytes` more (a graph);
+    free it with free_context. Its memory is allocated here (core.context.arena): a size from a
+    hostile model file that cannot be allocated is a MemoryError, where ggml's malloc would abort."""
     mem_size = int(n_tensors) * TENSOR_OVERHEAD + int(extra_bytes) + _SLACK
-    params = ffi.new("struct ggml_init_params *", {"mem_size": mem_size, "mem_buffer": ffi.NULL, "no_alloc": True})
+    try:
+        owner, buf = arena(mem_size)
+    except MemoryError:
+        raise MemoryError(f"could not allocate {mem_size} bytes for a ggml context of {n_tensors} tensors") from None
+    params = ffi.new("struct ggml_init_params *", {"mem_size": mem_size, "mem_buffer": buf, "no_alloc": True})
     ctx = lib.ggml_init(params[0])
-    if ctx == ffi.NULL:
-        raise MemoryError(f"could not allocate {mem_size} bytes for a ggml context of {n_tensors} tensors")
+    _ARENAS[int(ffi.cast("uintptr_t", ctx))] = owner
     return ctx
+
+
+@uninterruptible
+def free_context(ctx) -> None:
+    """Free a context of new_context, then its memory."""
+    lib.ggml_free(ctx)
+    _ARENAS.pop(int(ffi.cast("uintptr_t", ctx)), None)
 
 
 class GraphContext:
@@ -67,9 +84,10 @@ class GraphContext:
     def nodes(self) -> list:
         return [lib.ggml_graph_node(self.graph, i) for i in range(lib.ggml_graph_n_nodes(self.graph))]
 
+    @uninterruptible
     def free(self) -> None:
         if getattr(self, "ctx", None) is not None:
-            lib.ggml_free(self.ctx)
+            free_context(self.ctx)
             self.ctx = self.graph = None
 
     __del__ = free
@@ -124,12 +142,13 @@ class Weights:
         for t, arr in self.values:
             lib.ggml_backend_tensor_set(t, ffi.from_buffer(arr), 0, arr.nbytes)
 
+    @uninterruptible
     def free(self) -> None:
         if getattr(self, "buffer", None) is not None:
             lib.ggml_backend_buffer_free(self.buffer)
             self.buffer = None
         if getattr(self, "ctx", None) is not None:
-            lib.ggml_free(self.ctx)
+            free_context(self.ctx)
             self.ctx = None
 
     __del__ = free

@@ -19,6 +19,7 @@ import struct
 
 import numpy as np
 
+from .._sigint import uninterruptible
 from ..bindings import lib
 from ..errors import GGMLError
 from ..core.quants import dequantize, ggml_validate_row_data
@@ -314,6 +315,7 @@ class GGUFFile:
     def __exit__(self, *exc):
         self.close()
 
+    @uninterruptible
     def __del__(self):
         self.close()
 

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from ..core.types import _count as count
 from ..errors import GGMLError
 from .builder import ACTIVATIONS
 
@@ -19,9 +20,7 @@ _counters: dict[str, int] = {}
 
 def r_to_ggml_shape(shape) -> tuple:
     """An R/Keras per-sample shape to ggml order: (F,), (T, C) -> (C, T), (H, W, C) -> (W, H, C)."""
-    s = tuple(int(v) for v in np.atleast_1d(shape))
-    if any(v <= 0 for v in s):
-        raise GGMLError(f"shape must be positive, got {s}")
+    s = tuple(count(v, "input_shape") for v in np.atleast_1d(shape))
     if len(s) == 1:
         return s
     if len(s) == 2:
@@ -41,10 +40,10 @@ def ggml_to_r_shape(shape) -> tuple:
 
 
 def _pair(v, what):
-    v = [int(a) for a in np.atleast_1d(v)]
+    v = [count(a, what) for a in np.atleast_1d(v)]
     if len(v) == 1:
         v = v * 2
-    if len(v) != 2 or min(v) < 1:
+    if len(v) != 2:
         raise GGMLError(f"{what} must be one or two positive integers, got {v}")
     return v
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._sigint import uninterruptible
+from .. import kernels
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 
@@ -47,6 +49,8 @@ class Builder:
     caller-built graphs need one per step): the weight-buffer tensors the layers create
     (constants, masks, statistics) are then handed back in creation order instead of made anew,
     so the rebuilt graph reads the same allocated tensors."""
+
+    kernels = None  # ggmlpy.kernels, for a graph on ggml's CPU backend that ggml's backward never sees
 
     def __init__(self, training: bool, n_tensors: int = WEIGHT_TENSORS, graph_size: int = GRAPH_SIZE * 8):
         self.training = training
@@ -148,6 +152,7 @@ class Builder:
         for t, arr in self.uploads:
             lib.ggml_backend_tensor_set(t, ffi.from_buffer(arr), 0, arr.nbytes)
 
+    @uninterruptible
     def free(self) -> None:
         if self.buffer is not None and self.buffer != ffi.NULL:
             lib.ggml_backend_buffer_free(self.buffer)
@@ -209,8 +214,8 @@ class Builder:
             raise GGMLError(f"ggml has no backward for activation {name!r}: such a model can predict "
                             "but not be trained")
         x = self.cont(x)
-        if name == "relu":
-            return lib.ggml_relu(c, x)
+        if name == "relu":  # NaN kept, as in every front end (ggml's relu maps it to 0)
+            return kernels.relu(c, x, self.kernels)
         if name == "sigmoid":
             return self.sigmoid(x)
         if name == "tanh":

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..bindings import lib
 from ..errors import GGMLError
-from .base import Layer, _check_activation, _pair, ggml_to_r_shape
+from .base import Layer, _check_activation, _pair, count, ggml_to_r_shape
 
 
 class Conv2D(Layer):
@@ -19,7 +19,7 @@ class Conv2D(Layer):
     def __init__(self, filters, kernel_size, activation=None, strides=(1, 1), padding="valid",
                  name=None, trainable=True, input_shape=None):
         super().__init__(name, trainable, input_shape)
-        self.filters = int(filters)
+        self.filters = count(filters, "conv_2d: filters")
         self.kernel_size = _pair(kernel_size, "kernel_size")   # (height, width)
         self.strides = _pair(strides, "strides")
         if padding not in ("valid", "same"):
@@ -106,9 +106,9 @@ class Conv1D(Layer):
     def __init__(self, filters, kernel_size, activation=None, strides=1, padding="valid",
                  name=None, trainable=True, input_shape=None):
         super().__init__(name, trainable, input_shape)
-        self.filters = int(filters)
-        self.kernel_size = int(np.atleast_1d(kernel_size)[0])
-        self.strides = int(np.atleast_1d(strides)[0])
+        self.filters = count(filters, "conv_1d: filters")
+        self.kernel_size = count(np.atleast_1d(kernel_size)[0], "conv_1d: kernel_size")
+        self.strides = count(np.atleast_1d(strides)[0], "conv_1d: strides")
         if padding not in ("valid", "same"):
             raise GGMLError(f"padding must be 'valid' or 'same', got {padding!r}")
         self.padding = padding

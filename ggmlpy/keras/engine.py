@@ -11,6 +11,7 @@ import numpy as np
 
 from ..core.device import blas_backend, get_backend
 from ..core.sched import Scheduler
+from .. import kernels
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from ..graph import CompiledGraph, GraphContext
@@ -59,6 +60,7 @@ def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
     specs = model._input_specs()
     dtype = I32 if specs[0][1] == "int32" else F32
     b = Builder(training=False)
+    b.kernels = kernels.get() if backend.is_cpu else None  # custom ops: CPU graphs only
     gctx = compiled = None
     try:
         inp = b.new_w([packed.shape[1], batch], dtype)

@@ -7,15 +7,18 @@ preferring the loaded copy over trained weights at every graph build).
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import tempfile
+import zipfile
+import zlib
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import GGMLError
+from ..errors import DeviceError, GGMLError, checked_path
 from .layers import LAYER_TYPES, ggml_to_r_shape, r_to_ggml_shape
 from .functional import Functional, Node
 from .sequential import Sequential
@@ -26,8 +29,8 @@ if TYPE_CHECKING:
 FORMAT = "ggmlpy-keras-1"
 
 
-def _atomic_write(path, payload: bytes) -> None:
-    path = os.fspath(path)
+def _atomic_write(path, payload: bytes, what: str) -> None:
+    path = checked_path(path, what)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=folder)
     try:
@@ -68,16 +71,27 @@ def ggml_save_weights(model: _Model, path: str | os.PathLike[str]) -> _Model:
     """Write every layer's weights to `path` (.npz, atomically). Returns the model."""
     arrays = _weight_arrays(model)
     arrays["__format__"] = np.array(FORMAT + "-weights")
-    _atomic_write(path, _npz_bytes(arrays))
+    _atomic_write(path, _npz_bytes(arrays), "ggml_save_weights")
     return model
 
 
-def _read(path):
+def _where(path) -> str:
+    return "the model bytes" if isinstance(path, io.BytesIO) else repr(os.fspath(path))
+
+
+def _read(path, what: str):
+    if not isinstance(path, io.BytesIO):
+        path = checked_path(path, what)
     try:
-        with np.load(os.fspath(path) if not isinstance(path, io.BytesIO) else path, allow_pickle=False) as z:
+        z = np.load(os.fspath(path) if not isinstance(path, io.BytesIO) else path, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):  # a lone .npy array
+            raise ValueError("not an .npz archive")
+        with z:
             return {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError) as e:
-        raise GGMLError(f"cannot read {'the model bytes' if isinstance(path, io.BytesIO) else path}: {e}") from e
+    # a missing file; a damaged archive fails in zipfile (BadZipFile, a CRC error, an unknown
+    # compression) or in numpy
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error, NotImplementedError) as e:
+        raise GGMLError(f"cannot read {_where(path)}: {type(e).__name__}: {e}") from e
 
 
 def _install(model, arrays):
@@ -95,11 +109,27 @@ def _install(model, arrays):
 
 def ggml_load_weights(model: _Model, path: str | os.PathLike[str]) -> _Model:
     """Install weights saved by ggml_save_weights into a model of the same architecture."""
-    arrays = _read(path)
+    arrays = _read(path, "ggml_load_weights")
     if str(arrays.get("__format__", "")) not in (FORMAT + "-weights", FORMAT + "-model"):
-        raise GGMLError(f"{path} is not a ggmlpy weights file")
-    _install(model, arrays)
+        raise GGMLError(f"{_where(path)} is not a ggmlpy weights file")
+    with _damaged(path):
+        _install(model, arrays)
     return model
+
+
+@contextlib.contextmanager
+def _damaged(path):
+    """A file that reads but whose contents do not describe a model (JSON that does not parse, a
+    field missing or of another type) is a GGMLError naming it, not the KeyError of the first
+    look-up that failed."""
+    try:
+        yield
+    except GGMLError:
+        raise
+    except DeviceError as e:  # the device it was compiled for is not here (or its name is damaged)
+        raise DeviceError(f"{_where(path)}: {e}") from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # json's errors are ValueErrors
+        raise GGMLError(f"{_where(path)} is not a valid ggmlpy model file ({type(e).__name__}: {e})") from e
 
 
 def _layer_spec(l):
@@ -151,7 +181,7 @@ def model_bytes(model: _Model) -> bytes:
 
 def ggml_save_model(model: _Model, path: str | os.PathLike[str]) -> _Model:
     """Write architecture, weights and compile settings to `path` (.npz, atomically)."""
-    _atomic_write(path, model_bytes(model))
+    _atomic_write(path, model_bytes(model), "ggml_save_model")
     return model
 
 
@@ -163,14 +193,18 @@ def model_from_bytes(data: bytes, backend: str | None = None) -> Sequential | Fu
 def ggml_load_model(path: str | os.PathLike[str] | io.BytesIO, backend: str | None = None,
                     ) -> Sequential | Functional:
     """A model saved by ggml_save_model, compiled again if it was (on `backend` if given)."""
-    arrays = _read(path)
-    if isinstance(path, io.BytesIO):
-        path = "the model bytes"
+    arrays = _read(path, "ggml_load_model")
     fmt = str(arrays.get("__format__", ""))
     if fmt == FORMAT + "-weights":
-        raise GGMLError(f"{path} holds weights only (ggml_save_weights): build the model, then ggml_load_weights")
+        raise GGMLError(f"{_where(path)} holds weights only (ggml_save_weights): build the model, then "
+                        "ggml_load_weights")
     if fmt != FORMAT + "-model":
-        raise GGMLError(f"{path} is not a ggmlpy model file")
+        raise GGMLError(f"{_where(path)} is not a ggmlpy model file")
+    with _damaged(path):
+        return _rebuild(arrays, backend)
+
+
+def _rebuild(arrays: dict, backend):
     arch = json.loads(str(arrays["__architecture__"]))
     if arch["type"] == "sequential":
         model = Sequential([_make_layer(s) for s in arch["layers"]])

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..bindings import lib
 from ..errors import GGMLError
-from .base import (Layer, _check_activation, _glorot, ggml_to_r_shape,  # noqa: F401
+from .base import (Layer, _check_activation, _glorot, count, ggml_to_r_shape,  # noqa: F401
                    r_to_ggml_shape)
 from .builder import NO_BACKWARD
 from .conv import Conv1D, Conv2D, GlobalAveragePooling2D, GlobalMaxPooling2D, MaxPooling2D  # noqa: F401
@@ -26,9 +26,7 @@ class Dense(Layer):
 
     def __init__(self, units, activation=None, name=None, trainable=True, input_shape=None):
         super().__init__(name, trainable, input_shape)
-        self.units = int(units)
-        if self.units < 1:
-            raise GGMLError(f"dense: units must be >= 1, got {units}")
+        self.units = count(units, "dense: units")
         self.activation = _check_activation(activation)
 
     def infer(self, s):
@@ -218,7 +216,7 @@ class Embedding(Layer):
 
     def __init__(self, vocab_size, dim, name=None, trainable=True, input_shape=None):
         super().__init__(name, trainable, input_shape)
-        self.vocab_size, self.dim = int(vocab_size), int(dim)
+        self.vocab_size, self.dim = count(vocab_size, "embedding: vocab_size"), count(dim, "embedding: dim")
 
     def infer(self, s):
         if len(s[0]) != 1:

@@ -11,8 +11,10 @@ import warnings
 
 import numpy as np
 
+from .._arrays import numeric_array
 from ..core.device import get_backend
-from ..core.opt import OptParams, n_train_opt_fit
+from ..core.opt import OptParams, n_train_opt_fit, optimizer_settings
+from ..core.types import _count as count
 from ..errors import GGMLError
 from ..runtime.state import ag_default_device
 from . import engine
@@ -23,6 +25,7 @@ from .layers import Embedding, check_trainable_activations, ggml_to_r_shape
 CE_LOSSES = {"categorical_crossentropy", "crossentropy", "cross_entropy"}
 MSE_LOSSES = {"mse", "mean_squared_error"}
 
+METRICS = {"accuracy", "mae", "mse", "rmse"}  # what evaluate computes (accuracy also in fit)
 
 def rows_to_ggml(x: np.ndarray, shape: tuple) -> np.ndarray:
     """Samples-as-rows data for one input of ggml per-sample shape `shape` -> [N, prod(shape)]
@@ -72,6 +75,12 @@ class _Model:
         fit minimises and evaluate reports: sum_i loss_weights[i] * loss_i."""
         if softmax_ce not in ("ggmlr", "exact"):
             raise GGMLError(f"softmax_ce must be 'ggmlr' or 'exact', got {softmax_ce!r}")
+        metrics = [metrics] if isinstance(metrics, str) else list(metrics) if metrics is not None else []
+        bad = [m for m in metrics if not isinstance(m, str) or m not in METRICS]
+        if bad:
+            raise GGMLError(f"ggml_compile: unknown metrics {bad}; the metrics are {sorted(METRICS)}")
+        settings = optimizer_settings("ggml_compile", 1e-3 if lr is None else lr, beta1, beta2, eps,
+                                      weight_decay)  # ggml_opt would abort on a bad one mid-fit
         self.softmax_ce = softmax_ce
         self._build()
         losses = self._per_output(loss, "loss", None)
@@ -90,13 +99,12 @@ class _Model:
         self.output_losses, self.loss_weights = losses, weights
         self.optimizer = str(optimizer)
         self.loss = loss
-        self.metrics = list(metrics) if metrics is not None else []
+        self.metrics = metrics
         self.device = "cpu" if backend in ("cpu", None) else backend
         if backend == "auto":
             self.device = ag_default_device() if callable(ag_default_device) else "cpu"
         get_backend(self.device)  # fail here, not in fit, on a bad device
-        self.opt_settings = dict(lr=1e-3 if lr is None else float(lr), beta1=beta1, beta2=beta2, eps=eps,
-                                 wd=weight_decay)
+        self.opt_settings = settings
         self.compiled = True
         return self
 
@@ -176,7 +184,7 @@ class _Model:
             raise GGMLError(f"the model has {len(specs)} inputs; got {len(xs)} arrays")
         cols = []
         for xi, (shape, dtype) in zip(xs, specs):
-            xi = np.asarray(xi)
+            xi = numeric_array(xi, "x")
             if dtype == "int32":
                 if not np.all(np.asarray(xi) == np.round(xi)):
                     raise GGMLError("token ids must be integers")
@@ -199,7 +207,7 @@ class _Model:
             raise GGMLError(f"token ids must be in [0, {vocab}); got {packed.min()}..{packed.max()}")
 
     def _pack_y(self, y, n) -> np.ndarray:
-        y = np.asarray(y, dtype=np.float64)
+        y = numeric_array(y, "y").astype(np.float64)
         if y.ndim == 1:
             y = y.reshape(-1, 1)
         if y.ndim != 2 or y.shape[0] != n:
@@ -212,9 +220,7 @@ class _Model:
         self._need_compiled("ggml_predict")
         packed = self._pack_x(x)
         n = packed.shape[0]
-        batch_size = int(batch_size)
-        if batch_size < 1:
-            raise GGMLError(f"batch_size must be >= 1, got {batch_size}")
+        batch_size = count(batch_size, "ggml_predict: batch_size")
         if n == 0:
             raise GGMLError("x has no samples")
         if self.functional and n < batch_size:
@@ -322,10 +328,11 @@ class _Model:
         self._need_compiled("ggml_fit")
         for layer in self._all_layers():
             check_trainable_activations(layer)
-        epochs, batch = int(epochs), int(batch_size)
-        if epochs < 1 or batch < 1:
-            raise GGMLError("epochs and batch_size must be >= 1")
-        v = float(validation_split)
+        epochs, batch = count(epochs, "ggml_fit: epochs"), count(batch_size, "ggml_fit: batch_size")
+        try:
+            v = float(validation_split)
+        except (TypeError, ValueError):
+            raise GGMLError(f"validation_split must be a number in [0, 1), got {validation_split!r}") from None
         if not 0 <= v < 1:
             raise GGMLError(f"validation_split must be in [0, 1), got {validation_split}")
         packed = self._pack_x(x)

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..bindings import lib
 from ..errors import GGMLError
-from .base import Layer, _check_activation, _zigzag, ggml_to_r_shape
+from .base import Layer, _check_activation, _zigzag, count, ggml_to_r_shape
 
 
 class _Recurrent(Layer):
@@ -14,7 +14,7 @@ class _Recurrent(Layer):
     def __init__(self, units, return_sequences=False, activation="tanh", recurrent_activation="sigmoid",
                  name=None, trainable=True, input_shape=None):
         super().__init__(name, trainable, input_shape)
-        self.units = int(units)
+        self.units = count(units, f"{self.kind}: units")
         self.return_sequences = bool(return_sequences)
         self.activation = _check_activation(activation)
         self.recurrent_activation = _check_activation(recurrent_activation)

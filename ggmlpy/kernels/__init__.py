@@ -57,6 +57,7 @@ class Kernels:
         self.klib, self.glib, self.clib, self.rlib = klib, glib, clib, rlib  # kept alive: graphs hold their pointers
         self.path = path
         self._gelu = klib.ggmlpy_gelu_erf_f32
+        self._relu = klib.ggmlpy_relu_f32
         self._gelu_back = klib.ggmlpy_gelu_back_f32
         self._layer_norm_back = klib.ggmlpy_layer_norm_back_f32
         self._gemm_fn = glib.ggmlpy_gemm_f32 if glib is not None else None
@@ -79,6 +80,10 @@ class Kernels:
     def gelu(self, ctx, x):
         """x Phi(x) (exact GELU) of an f32 tensor, as one custom-op node."""
         return lib.ggml_map_custom1(ctx, _contiguous(ctx, x), self._gelu, N_TASKS_MAX, ffi.NULL)
+
+    def relu(self, ctx, x):
+        """max(x, 0) of an f32 tensor keeping NaN, relu(-inf) = 0, as one custom-op node (see relu())."""
+        return lib.ggml_map_custom1(ctx, _contiguous(ctx, x), self._relu, N_TASKS_MAX, ffi.NULL)
 
     def gelu_back(self, ctx, g, x):
         """g (Phi(x) + x phi(x)), GELU's input gradient, as one custom-op node."""
@@ -190,6 +195,19 @@ class Kernels:
 def _float_bits(x: float, signed: bool = False) -> int:
     """The bits of float32(x) as an integer (unsigned, or as int32 for an int32 array)."""
     return struct.unpack("<i" if signed else "<I", struct.pack("<f", x))[0]
+
+
+def relu(ctx, x, k: Kernels | None = None):
+    """The ReLU of every front end (ag_relu, ONNX Relu, the Keras-like models): max(x, 0) with NaN
+    kept and relu(-inf) = 0, PyTorch's and onnxruntime's values (ggml's relu maps NaN to 0, a
+    silent wrong value). With the kernels `k` (a graph for ggml's CPU backend that ggml's own
+    backward will not differentiate), one pass of kernels.c; otherwise ggml ops that every backend
+    runs and ggml's backward differentiates: relu(x) + 0 * exp(-|x|), whose last term is 0 for
+    every number, infinities included, and NaN exactly where x is."""
+    if k is not None and x.type == lib.GGML_TYPE_F32:
+        return k.relu(ctx, x)
+    nan_of_x = lib.ggml_scale(ctx, lib.ggml_exp(ctx, lib.ggml_neg(ctx, lib.ggml_abs(ctx, x))), 0.0)
+    return lib.ggml_add(ctx, lib.ggml_relu(ctx, x), nan_of_x)
 
 
 def gemm_fits(a, b) -> bool:

@@ -112,7 +112,8 @@ static float *scratch(size_t n) {
     return grown(&b, n);
 }
 
-/* bias, residual and ReLU over out[p0 .. p0+m) of channels [o0, o1) of one image */
+/* bias, residual and ReLU over out[p0 .. p0+m) of channels [o0, o1) of one image; the ReLU keeps NaN
+ * (v < 0 is false for it) and maps -inf to 0, as ggmlpy's every ReLU (kernels.relu) */
 static void epilogue(float *out, const float *res, const float *bias, int64_t P, int64_t p0, int64_t m, int o0,
                      int o1, int flags) {
     for (int o = o0; o < o1; o++) {
@@ -121,11 +122,11 @@ static void epilogue(float *out, const float *res, const float *bias, int64_t P,
         if (res) {
             const float *r = res + o * P + p0;
             if (flags & F_RELU)
-                for (int64_t i = 0; i < m; i++) { float v = y[i] + bv + r[i]; y[i] = v > 0.0f ? v : 0.0f; }
+                for (int64_t i = 0; i < m; i++) { float v = y[i] + bv + r[i]; y[i] = v < 0.0f ? 0.0f : v; }
             else
                 for (int64_t i = 0; i < m; i++) y[i] = y[i] + bv + r[i];
         } else if (flags & F_RELU) {
-            for (int64_t i = 0; i < m; i++) { float v = y[i] + bv; y[i] = v > 0.0f ? v : 0.0f; }
+            for (int64_t i = 0; i < m; i++) { float v = y[i] + bv; y[i] = v < 0.0f ? 0.0f : v; }
         } else if (bias) {
             for (int64_t i = 0; i < m; i++) y[i] += bv;
         }

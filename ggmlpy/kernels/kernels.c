@@ -113,6 +113,18 @@ void ggmlpy_gelu_erf_f32(void *dst, const void *src, int ith, int nth, void *use
     }
 }
 
+/* max(x, 0) keeping NaN (ggml's relu maps it to 0) and with relu(-inf) = 0, PyTorch's and
+ * onnxruntime's values; a select that gcc vectorises. */
+void ggmlpy_relu_f32(void *dst, const void *src, int ith, int nth, void *userdata) {
+    (void)userdata;
+    const float *restrict x = data_of(src);
+    float *restrict y = data_of(dst);
+    int64_t lo, hi;
+    share(nelements(dst), ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++)
+        y[i] = x[i] > 0.0f ? x[i] : (x[i] != x[i] ? x[i] : 0.0f);
+}
+
 /* dx = g (Phi(x) + x phi(x)), phi(x) = exp(-x^2/2) / sqrt(2 pi) */
 void ggmlpy_gelu_back_f32(void *dst, const void *grad, const void *src, int ith, int nth, void *userdata) {
     (void)userdata;

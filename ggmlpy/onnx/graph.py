@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper
 
+from .._sigint import uninterruptible
+from .. import kernels
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from ..graph import GraphContext, Weights
@@ -128,13 +130,29 @@ def ne_of(shape) -> list[int]:
     return ne + [1] * (MAX_RANK - len(ne))
 
 
+# Tensor headers the op context holds: a budget per ONNX node (a Resize or an LSTM makes about a
+# hundred) and per operand (a variadic Sum, Concat or Split makes a few per input or output). ggml
+# aborts when a context runs out, so the budget is checked before every node (and safe.lib checks
+# the room before every call that makes a tensor).
+TENSORS_PER_NODE, TENSORS_PER_OPERAND = 200, 8
+
+
+def node_budget(node) -> int:
+    """The tensor headers one ONNX node may make."""
+    return TENSORS_PER_NODE + TENSORS_PER_OPERAND * (len(node.input) + len(node.output))
+
+
 class Builder(GraphContext):
     """One model graph under construction (graph.GraphContext: op nodes, placed by the allocator)
-    and its weights (graph.Weights: the constants a ggml op reads, in a buffer of their own)."""
+    and its weights (graph.Weights: the constants a ggml op reads, in a buffer of their own), both
+    sized from the ONNX nodes they will hold."""
 
-    def __init__(self, n_onnx_nodes: int, f16_weights: bool = False):
-        super().__init__(200 * n_onnx_nodes + 4096)  # tensor headers; headroom checked before every node
-        self.weights = Weights(4 * n_onnx_nodes + 1024)
+    def __init__(self, nodes, f16_weights: bool = False):
+        try:  # headroom checked before every node
+            super().__init__(sum(node_budget(n) for n in nodes) + 4096)
+            self.weights = Weights(sum(len(n.input) for n in nodes) + 1024)  # a weight per constant operand at most
+        except MemoryError as e:
+            raise OnnxError(f"onnx_load: {e}") from None
         self._const_cache: dict = {}
         self.f16_weights = f16_weights
         self.node = None  # the ONNX node being built, for error messages
@@ -157,12 +175,18 @@ class Builder(GraphContext):
             return self.kernel_node(self.kernels.gelu(self.ctx, x), "gelu")
         return lib.ggml_gelu_erf(self.ctx, x)
 
+    def relu(self, x):
+        """max(x, 0) with NaN kept and relu(-inf) = 0, the ReLU of every front end (kernels.relu)."""
+        y = kernels.relu(self.ctx, x, self.kernels)
+        return self.kernel_node(y, "relu") if self.kernels is not None and x.type == lib.GGML_TYPE_F32 else y
+
     @staticmethod
     def kernel_node(t, what: str):
         """Name a node of ggmlpy's kernels (onnx_profile reports it as ggmlpy.<what>, not CUSTOM)."""
         lib.ggml_set_name(t, f"ggmlpy.{what}".encode())
         return t
 
+    @uninterruptible
     def free(self) -> None:
         if getattr(self, "weights", None) is not None:
             self.weights.free()

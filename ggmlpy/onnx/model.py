@@ -23,15 +23,17 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
+from .._sigint import uninterruptible
 from .. import kernels
 from ..bindings import ffi, lib
+from .._arrays import numeric_array
 from ..core.device import Backend, blas_backend, get_backend, is_software_device
 from ..core.sched import Scheduler
 from ..errors import DeviceError, GGMLError
 from ..graph import TENSOR_OVERHEAD, ByteCache, CompiledGraph, GraphContext
 from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (their builders register in OPS)
-from .graph import (F32, NUMERIC_TYPES, Builder, NeedsValue, OnnxError, Val, boundary_dtype, const, np_dtype, op_key,
-                    type_name)
+from .graph import (F32, NUMERIC_TYPES, Builder, NeedsValue, OnnxError, Val, boundary_dtype, const, node_budget,
+                    np_dtype, op_key, type_name)
 from .fusion import find_conv_epilogues, find_gelu, find_linear_bias
 from .ops_basic import OPS
 from .ops_basic import f as contiguous_f32
@@ -61,12 +63,8 @@ def supported_ops() -> list[str]:
 
 def _read_model(path):
     if isinstance(path, onnx.ModelProto):
-        model = path
-        try:
-            onnx.checker.check_model(model)
-        except onnx.checker.ValidationError as e:
-            raise OnnxError(f"onnx_load: not a valid ONNX model: {' '.join(str(e).strip().splitlines()[:3])}") from None
-        return model
+        _check(path, "not a valid ONNX model")
+        return path
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"onnx_load: no such file: '{path}'")
@@ -81,12 +79,24 @@ def _read_model(path):
         raise OnnxError(f"onnx_load: cannot read '{path}': {e}") from None
     if not model.graph.node and not model.graph.output:
         raise OnnxError(f"onnx_load: '{path}' holds no ONNX graph (not an ONNX file, or truncated)")
+    _check(model, f"'{path}' is not a valid ONNX model")
+    return model
+
+
+def _check(model, what: str) -> None:
+    """onnx.checker, whose failures include more than its ValidationError (a UnicodeDecodeError
+    for a name that is not UTF-8), and the default domain's opset: one newer than the onnx
+    package knows is refused, as onnxruntime refuses it (its operators' meaning is unknown)."""
     try:
         onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as e:
-        msg = str(e).strip().splitlines()
-        raise OnnxError(f"onnx_load: '{path}' is not a valid ONNX model: {' '.join(msg[:3])}") from None
-    return model
+    except Exception as e:  # noqa: BLE001 - any failure of the checker is the file's
+        msg = " ".join(str(e).strip().splitlines()[:3]) or type(e).__name__
+        raise OnnxError(f"onnx_load: {what}: {msg}") from None
+    newest = onnx.defs.onnx_opset_version()
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx") and o.version > newest:
+            raise OnnxError(f"onnx_load: {what}: opset {o.version} is newer than any this onnx package knows "
+                            f"({newest})")
 
 
 def _dims(vi):
@@ -248,12 +258,10 @@ class OnnxModel:
             raise OnnxError(f"onnx_run: missing input(s) {missing}")
         arrays, shapes = {}, {}
         for name, x in inputs.items():
-            a = np.asarray(x)
-            if a.dtype.kind not in "fiub":
-                try:  # bfloat16 and other ml_dtypes convert to float32; strings and objects do not
-                    a = a.astype(np.float32)
-                except (TypeError, ValueError):
-                    raise OnnxError(f"onnx_run: input '{name}' has dtype {a.dtype}; numeric arrays only") from None
+            try:
+                a = numeric_array(x, f"onnx_run: input '{name}'")
+            except GGMLError as e:
+                raise OnnxError(str(e)) from None
             decl = self.input_info[name][1]
             fixed = self.input_shapes[name]
             if a.shape != fixed and (len(decl) != a.ndim or any(d >= 0 and d != s for d, s in zip(decl, a.shape))):
@@ -369,7 +377,7 @@ class _Plan:
         g = model.proto.graph
         first = nodes is None
         nodes = list(g.node) if first else nodes
-        b = self.builder = Builder(len(nodes), f16_weights=model.dtype == "f16")
+        b = self.builder = Builder(nodes, f16_weights=model.dtype == "f16")
         b.opset = model.opset
         b.columns_first = not (model.backend is model.cpu and model.blas is None)  # see ops_nn.conv2d
         b.kernels = kernels.get() if model.backend is model.cpu else None  # custom ops: CPU graphs only
@@ -412,7 +420,7 @@ class _Plan:
 
         def build(node):
             b.node = node
-            if b.headroom() < 4096:
+            if b.headroom() < node_budget(node):
                 raise b.fail("the graph outgrew its context (a builder made far more ggml tensors than expected)")
             try:
                 ins = [vals[n] if n else None for n in node.input]
@@ -445,47 +453,52 @@ class _Plan:
                 if name:
                     vals[name] = v
 
-        for k, node in enumerate(nodes):
-            b.node = node
-            host = op_key(node) in HOST_OPS
-            if any(n in pending for n in node.input if n) or (
-                    host and any(not vals[n].is_const for n in node.input if n and n in vals)):
-                self.deferred.append(node)  # needs what only a host step after this graph knows
-                pending.update(o for o in node.output if o)
-                continue
-            if k in skipped:  # inside a fused pattern: its value is never read
-                continue
-            if k in gelu:
-                x = vals[gelu[k]]
-                vals[node.output[0]] = b.out(b.gelu_erf(contiguous_f32(b, x)), x.shape, x.dtype)
-                continue
-            if k in convs:
-                ci, res, relu, members = convs[k]
-                cnode = b.node = nodes[ci]
-                ins = [vals.get(n) if n else None for n in cnode.input]
-                out = None
-                if all(n in vals for n in cnode.input if n) and not ins[0].is_const and (res is None or res in vals):
-                    out = conv_epilogue(b, cnode, ins, {a.name: helper.get_attribute_value(a) for a in cnode.attribute},
-                                        vals[res] if res else None, relu)
-                if out is not None:
-                    vals[node.output[0]] = out[0]
+        try:
+            for k, node in enumerate(nodes):
+                b.node = node
+                host = op_key(node) in HOST_OPS
+                if any(n in pending for n in node.input if n) or (
+                        host and any(not vals[n].is_const for n in node.input if n and n in vals)):
+                    self.deferred.append(node)  # needs what only a host step after this graph knows
+                    pending.update(o for o in node.output if o)
                     continue
-                for j in members:  # the pattern does not apply here: its nodes one by one
-                    build(nodes[j])
-                continue
-            if k in linears:
-                mi, bias, members = linears[k]
-                mnode = b.node = nodes[mi]
-                out = None
-                if all(n in vals for n in mnode.input) and bias in vals:
-                    out = linear_bias(b, mnode, [vals[n] for n in mnode.input], {}, vals[bias])
-                if out is not None:
-                    vals[node.output[0]] = out[0]
+                if k in skipped:  # inside a fused pattern: its value is never read
                     continue
-                for j in members:
-                    build(nodes[j])
-                continue
-            build(node)
+                if k in gelu:
+                    x = vals[gelu[k]]
+                    vals[node.output[0]] = b.out(b.gelu_erf(contiguous_f32(b, x)), x.shape, x.dtype)
+                    continue
+                if k in convs:
+                    ci, res, relu, members = convs[k]
+                    cnode = b.node = nodes[ci]
+                    ins = [vals.get(n) if n else None for n in cnode.input]
+                    out = None
+                    if all(n in vals for n in cnode.input if n) and not ins[0].is_const and (res is None or res in vals):
+                        out = conv_epilogue(b, cnode, ins, {a.name: helper.get_attribute_value(a) for a in cnode.attribute},
+                                            vals[res] if res else None, relu)
+                    if out is not None:
+                        vals[node.output[0]] = out[0]
+                        continue
+                    for j in members:  # the pattern does not apply here: its nodes one by one
+                        build(nodes[j])
+                    continue
+                if k in linears:
+                    mi, bias, members = linears[k]
+                    mnode = b.node = nodes[mi]
+                    out = None
+                    if all(n in vals for n in mnode.input) and bias in vals:
+                        out = linear_bias(b, mnode, [vals[n] for n in mnode.input], {}, vals[bias])
+                    if out is not None:
+                        vals[node.output[0]] = out[0]
+                        continue
+                    for j in members:
+                        build(nodes[j])
+                    continue
+                build(node)
+        except (GGMLError, MemoryError):
+            raise
+        except Exception as e:  # noqa: BLE001 - a converter's failure on this model (a stride of 0...): its node named
+            raise b.fail(f"cannot be built: {type(e).__name__}: {e}") from e
         b.node = None
         self.consts = {n: v for n, v in vals.items() if v.is_const}
         # host steps that can run as soon as this graph is computed; the rest is the next stage
@@ -634,6 +647,7 @@ class _Plan:
         w = self.builder.weights.buffer if getattr(self, "builder", None) is not None else None
         return n + (int(lib.ggml_backend_buffer_get_size(w)) if w is not None else 0)
 
+    @uninterruptible
     def free(self):
         for plan in getattr(self, "next_plans", {}).values():
             plan.free()
@@ -647,6 +661,7 @@ class _Plan:
         if getattr(self, "builder", None) is not None:
             self.builder.free()
 
+    @uninterruptible
     def __del__(self):
         try:
             self.free()

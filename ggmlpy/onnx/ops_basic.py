@@ -118,7 +118,7 @@ UNARY = {
     "Exp": lambda b, x, at: lib.ggml_exp(b.ctx, x),
     "Log": lambda b, x, at: lib.ggml_log(b.ctx, x),
     "Sqrt": lambda b, x, at: lib.ggml_sqrt(b.ctx, x),
-    "Relu": lambda b, x, at: lib.ggml_relu(b.ctx, x),
+    "Relu": lambda b, x, at: b.relu(x),
     "Sigmoid": lambda b, x, at: lib.ggml_sigmoid(b.ctx, x),
     "Tanh": lambda b, x, at: lib.ggml_tanh(b.ctx, x),
     "Sin": lambda b, x, at: lib.ggml_sin(b.ctx, x),
@@ -503,7 +503,7 @@ def _prelu(b, node, ins, at):
     neg = Val(x.shape, x.dtype, t=lib.ggml_neg(c, lib.ggml_relu(c, lib.ggml_neg(c, t))))  # min(x, 0)
     m, shape = binary(b, lambda c_, p, q: lib.ggml_mul(c_, p, q), neg, slope, True)
     r, shape = binary(b, lambda c_, p, q: lib.ggml_add(c_, p, q), Val(shape, x.dtype, t=m),
-                      Val(x.shape, x.dtype, t=lib.ggml_relu(c, t)), True)
+                      Val(x.shape, x.dtype, t=b.relu(t)), True)  # NaN kept here
     return [b.out(r, shape, x.dtype)]
 
 
@@ -643,19 +643,22 @@ def _concat(b, node, ins, at):
     vals = [v for v in ins if v is not None and v.size > 0]
     r = vals[0].rank
     axis = norm_axis(b, at["axis"], r)
-    for v in vals:
-        b.need(v.rank == r and all(v.shape[k] == vals[0].shape[k] for k in range(r) if k != axis),
-               f"cannot concatenate shapes {[list(v.shape) for v in vals]} along axis {axis}")
+    others = [k for k in range(r) if k != axis]
+    if any(v.rank != r or any(v.shape[k] != vals[0].shape[k] for k in others) for v in vals):
+        raise b.fail(f"cannot concatenate shapes {[list(v.shape) for v in vals]} along axis {axis}")
     shape = list(vals[0].shape)
+    shape[axis] = sum(v.shape[axis] for v in vals)
     small, (ax,), kept = squeeze_for(b, shape, [axis])
 
     def piece(v):  # above rank 4: the same compacted layout for every piece
         return reshape(b, b.tensor(v), tuple(v.shape[k] for k in kept)) if r > 4 else f(b, v)
-    t = piece(vals[0])
-    for v in vals[1:]:
-        t = lib.ggml_concat(b.ctx, t, piece(v), len(small) - 1 - ax)
-        shape[axis] += v.shape[axis]
-    return [b.out(t, tuple(shape), vals[0].dtype)]
+    # pairwise, as a balanced tree: a chain would copy the growing result once per input (quadratic
+    # in time and memory for a Concat of thousands of inputs)
+    ts = [piece(v) for v in vals]
+    while len(ts) > 1:
+        ts = [lib.ggml_concat(b.ctx, ts[i], ts[i + 1], len(small) - 1 - ax) if i + 1 < len(ts) else ts[i]
+              for i in range(0, len(ts), 2)]
+    return [b.out(ts[0], tuple(shape), vals[0].dtype)]
 
 
 @op("Split", const_inputs=(1,))

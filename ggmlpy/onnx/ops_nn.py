@@ -172,6 +172,8 @@ def _gemm(b, node, ins, at):
 # -- convolution ----------------------------------------------------------------------------------------
 def _conv_pads(b, at, in_sizes, k_sizes, strides, dils):
     nd = len(in_sizes)
+    for name, v in (("strides", strides), ("dilations", dils), ("kernel_shape", k_sizes)):
+        b.need(len(v) == nd and all(int(d) >= 1 for d in v), f"{name} must be {nd} values >= 1, got {list(v)}")
     auto = at.get("auto_pad", b"NOTSET")
     auto = auto.decode() if isinstance(auto, bytes) else auto
     if auto in ("SAME_UPPER", "SAME_LOWER"):
@@ -215,7 +217,7 @@ def conv2d(b, x, x_shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, 
         b.need(tuple(residual.shape) == shape, f"conv residual of shape {list(residual.shape)}, output {list(shape)}")
         y = lib.ggml_add(b.ctx, y, reshape(b, b.tensor(residual), shape))
     if relu:
-        y = lib.ggml_relu(b.ctx, y)
+        y = b.relu(y)
     return y, shape
 
 

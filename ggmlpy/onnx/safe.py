@@ -6,6 +6,7 @@ Python exception naming the ggml call, never an abort.
 """
 from __future__ import annotations
 
+from ..bindings import ffi as _ffi
 from ..bindings import lib as _lib
 from .graph import OnnxError
 
@@ -85,20 +86,48 @@ def _get_rows(ctx, a, b):
     return _lib.ggml_get_rows(ctx, a, b)
 
 
+_CONTEXT, _TENSOR = _ffi.typeof("struct ggml_context *"), _ffi.typeof("struct ggml_tensor *")
+_ROOM = 8 * int(_lib.ggml_tensor_overhead())  # more than any single ggml call makes in its context
+
+
+def _with_room(name, fn):
+    """fn(ctx, ...) after checking that ctx has room for the tensors it makes: ggml aborts the
+    process when a context runs out (a builder that made far more tensors than its node's budget)."""
+    def checked(ctx, *args):
+        if _lib.ggml_get_mem_size(ctx) - _lib.ggml_used_mem(ctx) < _ROOM:
+            raise OnnxError(f"{name}: the graph outgrew its context (a builder made far more ggml tensors "
+                            "than its node's budget)")
+        return fn(ctx, *args)
+    return checked
+
+
+def _makes_a_tensor(name, fn) -> bool:
+    """Whether fn(ctx, ...) makes a tensor in ctx (an op, a view, a new tensor): not a look-up
+    (ggml_get_*), nor what reads or frees a context (ggml_free, ggml_backend_alloc_ctx_tensors)."""
+    try:
+        t = _ffi.typeof(fn)
+        args, result = t.args, t.result
+    except (TypeError, AttributeError):  # a constant, not a function
+        return False
+    return bool(args) and args[0] is _CONTEXT and result is _TENSOR and not name.startswith("ggml_get_")
+
+
 class _SafeLib:
     def __init__(self):
-        for n in ("ggml_add", "ggml_sub", "ggml_mul", "ggml_div"):
-            setattr(self, n, _binary(n))
-        self.ggml_mul_mat = _mul_mat
-        self.ggml_concat = _concat
-        self.ggml_repeat = _repeat
-        self.ggml_repeat_4d = _repeat_4d
-        self.ggml_get_rows = _get_rows
+        checked = {n: _binary(n) for n in ("ggml_add", "ggml_sub", "ggml_mul", "ggml_div")}
+        checked.update(ggml_mul_mat=_mul_mat, ggml_concat=_concat, ggml_repeat=_repeat, ggml_repeat_4d=_repeat_4d,
+                       ggml_get_rows=_get_rows)
         for n, k in (("ggml_reshape_1d", 1), ("ggml_reshape_2d", 2), ("ggml_reshape_3d", 3), ("ggml_reshape_4d", 4)):
-            setattr(self, n, _reshape(n, k))
+            checked[n] = _reshape(n, k)
+        for n, fn in checked.items():
+            setattr(self, n, _with_room(n, fn))
 
     def __getattr__(self, name):
-        return getattr(_lib, name)
+        fn = getattr(_lib, name)
+        if _makes_a_tensor(name, fn):
+            fn = _with_room(name, fn)
+        setattr(self, name, fn)  # looked up once
+        return fn
 
 
 lib = _SafeLib()

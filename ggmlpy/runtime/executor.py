@@ -17,6 +17,7 @@ import contextlib
 import os
 import time
 
+from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from ..graph import ByteCache, CompiledGraph, GraphContext, batched_small
@@ -58,9 +59,12 @@ class _Compiled:
     def nodes(self):
         return self.run.nodes
 
-    def free(self):
-        if getattr(self, "gctx", None) is not None:
+    @uninterruptible
+    def free(self):  # also of one whose __init__ raised half-way: only what was made
+        if getattr(self, "run", None) is not None:
             self.run.free()
+            self.run = None
+        if getattr(self, "gctx", None) is not None:
             self.gctx.free()
             self.gctx = None
 
@@ -230,6 +234,7 @@ class Executor:
                 return False
         return True
 
+    @uninterruptible
     def clear(self) -> None:
         self.cache.clear()
 

@@ -33,6 +33,7 @@ import os
 import threading
 import weakref
 
+from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import StaleTensorError
 
@@ -118,6 +119,7 @@ class Storage:
     def alive(self) -> bool:
         return self.gen == self.pool.gen
 
+    @uninterruptible
     def alias(self) -> "Storage":
         """A second Storage on the same memory: a reset then moves each on its own (a leaf's
         `.grad` and backward()'s result start on the same memory, and must part later)."""
@@ -127,6 +129,7 @@ class Storage:
         chunk.refs.append(weakref.ref(s))
         return s
 
+    @uninterruptible
     def reshaped(self, shape) -> "Storage | None":
         """A Storage on the same memory with another shape (a zero-copy reshape of a pass-pool
         tensor), or None where the chunk has no room left for one more header."""
@@ -140,12 +143,14 @@ class Storage:
         chunk.refs.append(weakref.ref(s))
         return s
 
+    @uninterruptible
     def _become(self, other: "Storage") -> None:
         """Take over `other`'s memory (other is then forgotten without releasing it)."""
         self._t, self.pool, self.gen, self.chunk = other._t, other.pool, other.gen, other.chunk
         self.data, self.buffer = other.data, other.buffer
         other.chunk = None
 
+    @uninterruptible
     def __del__(self):
         chunk = self.chunk
         if chunk is not None:
@@ -158,6 +163,7 @@ class _Chunk:
     __slots__ = ("pool", "buffer", "base", "size", "offset", "meta", "capacity", "count", "live",
                  "gen", "dedicated", "headers", "refs")
 
+    @uninterruptible
     def __init__(self, pool, size: int, capacity: int, dedicated: bool):
         self.pool, self.size, self.capacity, self.dedicated = pool, size, capacity, dedicated
         self.buffer = lib.ggml_backend_buft_alloc_buffer(pool.backend.buft, size)
@@ -172,6 +178,7 @@ class _Chunk:
     def fits(self, nbytes: int) -> bool:
         return self.offset + nbytes <= self.size and self.count < self.capacity
 
+    @uninterruptible
     def take(self, ggml_type: int, ne, nbytes: int, padded: int, gen: int) -> Storage:
         addr = self.base + self.offset
         self.offset += padded
@@ -181,12 +188,14 @@ class _Chunk:
         self.refs.append(weakref.ref(s))
         return s
 
+    @uninterruptible
     def adopt(self, gen: int) -> None:
         """One more Storage on memory already taken (Storage.alias)."""
         with self.pool.lock:
             if gen == self.gen:
                 self.live += 1
 
+    @uninterruptible
     def header(self, s: Storage):
         """The ggml tensor header of `s`, made on first use (Storage.t)."""
         if s.gen != self.gen:
@@ -200,6 +209,7 @@ class _Chunk:
             lib.ggml_backend_tensor_alloc(self.buffer, t, s.data)
         return t
 
+    @uninterruptible
     def rewind(self) -> None:
         if self.headers and self.buffer is not None:  # most chunks never made one (Storage.t)
             lib.ggml_reset(self.meta)
@@ -210,6 +220,7 @@ class _Chunk:
     def live_storages(self) -> list:
         return [s for s in (r() for r in self.refs) if s is not None and s.chunk is self and s.gen == self.gen]
 
+    @uninterruptible
     def release(self, gen: int) -> None:
         with self.pool.lock:
             if gen != self.gen or self.buffer is None:
@@ -218,6 +229,7 @@ class _Chunk:
             if self.live == 0:
                 self.pool._chunk_empty(self)
 
+    @uninterruptible
     def free(self) -> None:
         if self.buffer is not None:
             lib.ggml_backend_buffer_free(self.buffer)
@@ -254,6 +266,7 @@ class PassPool:
         self.spare_dedicated: dict = {}  # exact size -> chunks
         self.in_use = self.spare_bytes = self.peak_bytes = 0
 
+    @uninterruptible
     def alloc(self, ggml_type: int, ne) -> Storage:
         nbytes = _nbytes(ggml_type, ne)
         padded = max(self.align, -(-nbytes // self.align) * self.align)
@@ -268,6 +281,7 @@ class PassPool:
                 self.peak_bytes = self.in_use
             return c.take(ggml_type, ne, nbytes, padded, self.gen)
 
+    @uninterruptible
     def _dedicated(self, padded: int) -> _Chunk:
         pool = self.spare_dedicated.get(padded)
         if pool:
@@ -279,6 +293,7 @@ class PassPool:
         self.full.add(c)
         return c
 
+    @uninterruptible
     def _next_shared(self) -> _Chunk:
         if self.current is not None:
             self.full.add(self.current)
@@ -291,6 +306,7 @@ class PassPool:
         self.current = c
         return c
 
+    @uninterruptible
     def _chunk_empty(self, c: _Chunk) -> None:
         """Every tensor of `c` has been dropped: its memory can be reused now."""
         self.in_use -= c.offset
@@ -302,6 +318,7 @@ class PassPool:
         if self.spare_bytes > self.peak_bytes:
             self._trim()
 
+    @uninterruptible
     def _to_spare(self, c: _Chunk) -> None:
         if c.dedicated:
             self.spare_dedicated.setdefault(c.size, []).append(c)
@@ -309,6 +326,7 @@ class PassPool:
             self.spare_shared.append(c)
         self.spare_bytes += c.size
 
+    @uninterruptible
     def _trim(self) -> None:
         """Keep spare memory up to the most ever in use at once; free the rest, biggest first."""
         chunks = self.spare_shared + [c for cs in self.spare_dedicated.values() for c in cs]
@@ -325,6 +343,7 @@ class PassPool:
             chunks = list(self.full) + ([self.current] if self.current is not None else [])
             return [s for c in chunks if c.live for s in c.live_storages()]
 
+    @uninterruptible
     def reset(self) -> None:
         """Move the tensors still held out (`keep`), then forget this generation's memory and
         bump the generation counter. Drop the tape before: its snapshots are not "held"."""
@@ -353,6 +372,7 @@ class PassPool:
     def bytes_reserved(self) -> int:
         return self.in_use + self.spare_bytes  # approximately: shared chunks' unused tails not counted
 
+    @uninterruptible
     def free_spare(self) -> None:
         """Free the chunks no tensor uses (those in use go with their last tensor)."""
         with self.lock:
@@ -369,14 +389,17 @@ class _Owned:
     def __init__(self, pool, buffer, meta, t):
         self.pool, self.buffer, self.meta, self.t = pool, buffer, meta, t
 
+    @uninterruptible
     def release(self, gen: int) -> None:
         if self.buffer is not None:
             self.pool._recycle(self)
             self.buffer = None
 
+    @uninterruptible
     def adopt(self, gen: int) -> None:
         raise AssertionError("persistent tensors are never aliased")
 
+    @uninterruptible
     def free(self) -> None:
         lib.ggml_backend_buffer_free(self.buffer)
         lib.ggml_free(self.meta)
@@ -400,6 +423,7 @@ class PersistentPool:
         self.spare: dict = {}  # spec -> [_Owned]
         self.spare_bytes = 0
 
+    @uninterruptible
     def alloc(self, ggml_type: int, ne) -> Storage:
         nbytes = _nbytes(ggml_type, ne)
         spec = (ggml_type, tuple(ne))
@@ -420,6 +444,7 @@ class PersistentPool:
         lib.ggml_backend_tensor_alloc(buffer, t, base)
         return Storage(t, self, self.gen, _Owned(self, buffer, meta, t), nbytes, spec, t.data, buffer)
 
+    @uninterruptible
     def _recycle(self, owned: _Owned) -> None:
         t = owned.t
         spec = (int(t.type), shape_of(t))
@@ -432,6 +457,7 @@ class PersistentPool:
             self.spare.setdefault(spec, []).append(kept)
             self.spare_bytes += nbytes
 
+    @uninterruptible
     def free_spare(self) -> None:
         with self.lock:
             for owned in (o for lst in self.spare.values() for o in lst):

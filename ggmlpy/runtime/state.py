@@ -18,6 +18,7 @@ import threading
 import warnings
 import weakref
 
+from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import DeviceError, GGMLError
 from ..core.device import Backend, _resolve, blas_backend, devices, forget_backend, get_backend
@@ -39,6 +40,7 @@ class _Lease:
     def __init__(self, item, free: list):
         self.item, self.free = item, free
 
+    @uninterruptible
     def __del__(self):
         self.free.append(self.item)
 

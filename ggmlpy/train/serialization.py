@@ -22,7 +22,7 @@ import numpy as np
 from .._version import __version__
 from ..bindings import ffi, lib
 from ..core.types import TYPE_NAMES
-from ..errors import GGMLError
+from ..errors import GGMLError, checked_path
 from ..io.gguf_file import GGUFFile
 from ..nn.layers import Module
 from ..runtime.state import ag_device
@@ -109,7 +109,7 @@ def ag_save_model(model: Module, path: str | os.PathLike, metadata: dict | None 
     for name in state:
         if len(name.encode()) > _MAX_NAME:
             raise GGMLError(f"ag_save_model: tensor name {name!r} is longer than GGUF's {_MAX_NAME} bytes")
-    path = os.fspath(path)
+    path = checked_path(path, "ag_save_model")
     with atomic_write(path) as tmp:
         writer = gguf.GGUFWriter(tmp, ARCH)
         try:
@@ -188,7 +188,7 @@ def read_gguf(path) -> tuple[dict, dict]:
 
     The file goes through ggmlpy's validating GGUF parser (magic, version, counts, types,
     tensor offsets: aligned, inside the file, not overlapping) before any tensor is read."""
-    path = os.fspath(path)
+    path = checked_path(path, "ag_load_model")
     if not os.path.exists(path):
         raise GGMLError(f"no such model file: {path}")
     try:
