@@ -214,6 +214,7 @@ class ag_batch_norm(Module):
 
     def forward(self, x: AGTensor) -> AGTensor:
         """x [features, batch] normalised per row; updates the running statistics in training mode."""
+        x = F._ag(x, "ag_batch_norm", like=self.gamma)
         if self.training:
             mean = F.ag_mean(x, 1)
             xc = F.ag_sub(x, mean)
@@ -332,9 +333,9 @@ class ag_multihead_attention(Module):
         [T_k, 1], or per sequence [T_k, T_q or 1, 1, B]. `key_padding_mask`: [T_k, B] (or [T_k]),
         true (or nonzero) where a key is padding, as PyTorch's. Masks given as ag tensors can be
         inputs of ag_compile; numpy ones are uploaded per call."""
-        query = F._ag(query, "ag_multihead_attention", "query")
-        key = query if key is None else F._ag(key, "ag_multihead_attention", "key")
-        value = key if value is None else F._ag(value, "ag_multihead_attention", "value")
+        query = F._ag(query, "ag_multihead_attention", "query", like=self.W_q)
+        key = query if key is None else F._ag(key, "ag_multihead_attention", "key", like=self.W_q)
+        value = key if value is None else F._ag(value, "ag_multihead_attention", "value", like=self.W_q)
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x.nrow != self.d_model or x.ndim > 3:
                 raise GGMLError(f"ag_multihead_attention: {name} must be [d_model={self.d_model}, T] or "
