@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 
+from .. import random as grandom
 from ..core.device import get_backend
 from ..core.opt import OptParams, n_train_opt_fit
 from ..errors import GGMLError
@@ -51,7 +52,12 @@ class _Model:
         self.metrics = ["accuracy"]
         self.device = "cpu"
         self.seed = None
-        self._rng = np.random.default_rng()
+
+    @property
+    def _rng(self) -> np.random.Generator:
+        """Weight initialisation and dropout masks draw from ggmlpy's one generator: ggml_set_seed
+        (manual_seed) governs them, as it governs the ag_* layers and dataloaders."""
+        return grandom.generator()
 
     # -- compile -----------------------------------------------------------------------------------
     def compile(self, optimizer="adam", loss="categorical_crossentropy", metrics=("accuracy",), backend="cpu",
@@ -310,14 +316,19 @@ class _Model:
     # -- fit ---------------------------------------------------------------------------------------
     def fit(self, x, y, epochs=1, batch_size=32, validation_split=0.0, validation_data=None,
             class_weight=None, sample_weight=None, callbacks=(), verbose=0, dropout_masks=None,
-            record_batch_order=False):
+            record_batch_order=False, shuffle=True):
         """Train on ggml's ggml_opt loop: one optimizer step per batch of `batch_size` rows (a
         remainder smaller than a batch is dropped, as ggml_opt does), a fresh optimizer per call.
         `y` is [N, K]; for several outputs a list (one target per output, None for an output
         not trained) or a dict by output name: the loss is then the loss_weights-weighted sum of
         the outputs' losses (see compile) and the history adds each output's curves.
-        Returns the ggml_history (also kept as `model.history`). `dropout_masks(name, epoch,
-        shape)` supplies stochastic dropout masks (default: numpy's RNG);
+        Returns the ggml_history (also kept as `model.history`).
+        `shuffle` (Keras'): True (the default) orders the rows as ggmlR does: where ggml_opt
+        trains the model (no stochastic dropout, one input) it shuffles them before every
+        epoch with its own generator, seeded afresh by every fit, so the order is ggmlR's
+        whatever ggml_set_seed says; False keeps the given order. `dropout_masks(name, epoch,
+        shape)` supplies stochastic dropout masks (default: ggmlpy's generator, under
+        ggml_set_seed);
         `record_batch_order` keeps each epoch's sample order in `history.batch_order`."""
         self._need_compiled("ggml_fit")
         for layer in self._all_layers():
@@ -381,8 +392,8 @@ class _Model:
                     n_train = n_used
             if n_train == 0:
                 raise GGMLError(f"validation_split {v} leaves no training batch")
-            shuffle_all = path == "opt_fit"
-        shuffle_train = path == "opt_fit"
+            shuffle_all = path == "opt_fit" and bool(shuffle)
+        shuffle_train = path == "opt_fit" and bool(shuffle)
         opt = OptParams(self.ggml_optimizer, self.opt_settings["lr"], self.opt_settings["beta1"],
                                self.opt_settings["beta2"], self.opt_settings["eps"], self.opt_settings["wd"])
         rng = self._rng
