@@ -397,6 +397,11 @@ class Backend:
         """Free the backend now (also done when the object is collected)."""
         self._free()
 
+    @property
+    def freed(self) -> bool:
+        """Whether free() (ggml_backend_free) has run: the backend must not compute any more."""
+        return self._free.ptr is None
+
     def __repr__(self):
         return f"<ggml Backend {self.device_name}>"
 
@@ -626,15 +631,21 @@ def get_backend(spec: str = "cpu") -> Backend:
         name = _resolve(spec)
         b = _cache.get(name)
         if b is None:
-            dev = lib.ggml_backend_dev_by_name(name.encode())
-            if dev == _NULL:
-                raise DeviceError(_unavailable(spec, _names()))
-            endpoint = _endpoint_of(dev)
-            if endpoint:  # the server may have gone since it was added: ggml would abort
-                host, port, _ = _split_endpoint(endpoint)
-                rpc_probe(host, port)
-            b = _cache[name] = Backend(lib.ggml_backend_dev_init(dev, _NULL), name)
+            b = _cache[name] = new_backend(name)
         return b
+
+
+def new_backend(spec: str = "cpu") -> Backend:
+    """A backend of one's own on a device (any spelling get_backend takes), freed with the object."""
+    name = _resolve(spec)
+    dev = lib.ggml_backend_dev_by_name(name.encode())
+    if dev == _NULL:
+        raise DeviceError(_unavailable(spec, _names()))
+    endpoint = _endpoint_of(dev)
+    if endpoint:  # the server may have gone since it was added: ggml would abort
+        host, port, _ = _split_endpoint(endpoint)
+        rpc_probe(host, port)
+    return Backend(lib.ggml_backend_dev_init(dev, _NULL), name)
 
 
 def forget_backend(name: str) -> None:

@@ -516,7 +516,7 @@ def _set_mode(obj, mode: bool, seen: set) -> None:
         _set_mode(item, mode, seen)
 
 
-def ag_train(model):
+def ag_train(model: object) -> object:
     """Training mode for every layer reachable from `model` (an ag_* layer or ag_sequential, a
     Module of one's own, a dict or list of them, or any object holding layers in its attributes;
     ggmlR reaches only one level down). Returns the model."""
@@ -524,7 +524,7 @@ def ag_train(model):
     return model
 
 
-def ag_eval(model):
+def ag_eval(model: object) -> object:
     """Eval mode for every layer reachable from `model` (see ag_train). Returns the model."""
     _set_mode(model, False, set())
     return model
