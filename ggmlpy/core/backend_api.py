@@ -234,16 +234,7 @@ def ggml_backend_dev_get_props(dev: Device) -> dict:
     `props["caps"]["async"]`), and the same flags flat as caps_async, caps_host_buffer, ..."""
     dev = _dev(dev, "ggml_backend_dev_get_props")
     _check_reachable(dev)
-    props = ffi.new("struct ggml_backend_dev_props *")
-    lib.ggml_backend_dev_get_props(dev.ptr, props)
-    c = props.caps
-    caps = {"async": bool(getattr(c, "async")),  # a keyword in Python
-            "host_buffer": bool(c.host_buffer), "buffer_from_host_ptr": bool(c.buffer_from_host_ptr),
-            "events": bool(c.events), "mmap_support": bool(c.mmap_support)}
-    return {"name": _s(props.name), "description": _s(props.description),
-            "memory_free": float(props.memory_free), "memory_total": float(props.memory_total),
-            "type": int(props.type), "device_id": _s(props.device_id) or None, "caps": caps,
-            **{f"caps_{k}": v for k, v in caps.items()}}
+    return _device.dev_props(dev.ptr)
 
 
 def ggml_backend_dev_init(dev: Device, params: str | None = None) -> Backend:
