@@ -8,6 +8,7 @@ after enable_software_vulkan() / GGMLPY_SOFTWARE_VULKAN=1, as ggml-vulkan hides 
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import device as _device
 from .device import Backend
@@ -149,7 +150,7 @@ def _cumulative_split(weights, n_devices: int) -> np.ndarray:
     return (np.arange(n_devices, dtype=np.float32) / np.float32(n_devices)).astype(np.float32)
 
 
-def ggml_vulkan_split_row_ranges(nrows: int, n_devices: int, weights=None) -> dict:
+def ggml_vulkan_split_row_ranges(nrows: int, n_devices: int, weights: ArrayLike | None = None) -> dict:
     """ggmlR's row split for tensor parallelism: the half-open, 0-based row range [row_low,
     row_high) of each device, from `weights` (relative shares, default even). Boundaries are
     rounded down to multiples of 512 rows and the last device always ends at `nrows`, so the
