@@ -217,13 +217,12 @@ class _Model:
         """The scheduler fit's ggml_opt runs on (on the CPU with ggml's BLAS backend for the
         weight-gradient products), for graphs of up to `graph_size` nodes. Kept between calls,
         reset before each use; made again when freed or too small."""
-        from .engine import make_scheduler
         backend = self._backend()
         s = self.__dict__.get("_sched")
         if s is None or s.ptr is None or s.graph_size < graph_size:
             if s is not None:
                 s.free()
-            s = self._sched = make_scheduler(backend, blas=True, graph_size=graph_size)
+            s = self._sched = engine.make_scheduler(backend, blas=True, graph_size=graph_size)
         else:
             lib.ggml_backend_sched_reset(s.ptr)
         return s
