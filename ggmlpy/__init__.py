@@ -113,10 +113,11 @@ _LAZY_FAMILIES = (
         "ggml_cpu_has_neon", "ggml_cpu_has_riscv_v", "ggml_cpu_has_sme", "ggml_cpu_has_sse3",
         "ggml_cpu_has_ssse3", "ggml_cpu_has_sve", "ggml_cpu_has_vsx", "ggml_cpu_has_vxe",
         "ggml_cpu_has_wasm_simd", "ggml_gallocr_free", "ggml_gallocr_reserve", "ggml_vulkan_available",
-        "ggml_vulkan_backend_name", "ggml_vulkan_device_count", "ggml_vulkan_device_description",
-        "ggml_vulkan_device_memory", "ggml_vulkan_free", "ggml_vulkan_init", "ggml_vulkan_is_backend",
-        "ggml_vulkan_list_devices", "ggml_vulkan_status", "Device", "Registry", "Event", "GraphPlan",
-        "MultiBuffer",
+        "ggml_vulkan_backend_name", "ggml_vulkan_device_caps", "ggml_vulkan_device_count",
+        "ggml_vulkan_device_description", "ggml_vulkan_device_groups", "ggml_vulkan_device_memory",
+        "ggml_vulkan_free", "ggml_vulkan_hard_exit_available", "ggml_vulkan_init", "ggml_vulkan_is_backend",
+        "ggml_vulkan_list_devices", "ggml_vulkan_split_row_ranges", "ggml_vulkan_status", "Device", "Registry",
+        "Event", "GraphPlan", "MultiBuffer",
     )),
     (".keras", (
         "ggml_model_sequential", "ggml_layer_dense", "ggml_layer_conv_2d", "ggml_layer_conv_1d",
@@ -126,7 +127,8 @@ _LAZY_FAMILIES = (
         "ggml_layer_concatenate", "ggml_dense", "ggml_batch_norm", "ggml_embedding", "ggml_lstm", "ggml_gru",
         "ggml_apply", "ggml_compile", "ggml_fit", "ggml_evaluate", "ggml_predict", "ggml_predict_classes",
         "ggml_freeze_weights", "ggml_unfreeze_weights", "ggml_get_layer", "ggml_pop_layer",
-        "ggml_model_summary", "ggml_default_mlp", "ggml_training_history", "ggml_history", "ggml_model_backend",
+        "ggml_model_summary", "nn_infer_shapes", "ggml_default_mlp", "ggml_training_history", "ggml_history",
+        "ggml_model_backend",
         "ggml_callback_early_stopping", "ggml_schedule_step_decay", "ggml_schedule_cosine_decay",
         "ggml_schedule_reduce_on_plateau", "Sequential", "Functional", "Node", "Layer", "Dense", "Conv1D",
         "Conv2D", "MaxPooling2D", "GlobalAveragePooling2D", "GlobalMaxPooling2D", "Flatten", "BatchNorm",
@@ -202,12 +204,17 @@ _LAZY_FAMILIES = (
     (".extras.sc_umap", (
         "umap_find_ab", "umap_knn", "umap_fuzzy_graph", "umap_spectral_init", "umap_sgd", "umap_pcg_hash",
     )),
+    (".extras.vulkan_parallel", (
+        "ggml_vulkan_p2p_selftest", "ggml_vulkan_shutdown", "ggml_vulkan_split_buffer_type",
+        "ggml_vulkan_split_mul_mat",
+    )),
 )
 # Modules reachable as attributes of the package: ggmlpy.onnx, ggmlpy.linalg, ...
 _LAZY_MODULES = {
     "backend_api": ".core.backend_api", "meta_backend": ".core.meta_backend", "keras": ".keras", "quant": ".quant",
     "onnx": ".onnx", "io": ".io", "extras": ".extras", "linalg": ".extras.linalg",
     "parallel_forward": ".extras.parallel_forward", "singlecell": ".extras.singlecell", "sc_umap": ".extras.sc_umap",
+    "vulkan_parallel": ".extras.vulkan_parallel",
     "cli": ".cli", "train": ".train",
 }
 

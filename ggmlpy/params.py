@@ -63,3 +63,17 @@ class ParamList(list):
         if self._names is None:
             return f"ParamList({list.__repr__(self)})"
         return "ParamList({" + ", ".join(f"{n!r}: {v!r}" for n, v in self.items()) + "})"
+
+
+class NamedList(dict):
+    """R's named list(...) as a dict that also answers by attribute: `res["model"]` and
+    `res.model` are the same, so R's `res$model$forward(x)` ports either way."""
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"no entry {name!r}; entries: {list(self)}") from None
+
+    def __dir__(self):
+        return list(super().__dir__()) + [k for k in self if isinstance(k, str)]

@@ -265,18 +265,21 @@ def _like_dtype(t: AGTensor):
     return None if t.dtype == "i32" else t.dtype
 
 
-def _operand(o, like: AGTensor):
-    """The other operand of a Python operator on ag tensor `like`.
+def _operand(o, like: AGTensor | None):
+    """An operand of an ag_* function or a Python operator, next to ag tensor `like` (or None).
 
     Rule: an ag tensor is used as it is; a real number stays a number (a constant); anything
     else array-like (numpy arrays of any real or bool dtype, lists, 0-d arrays) becomes a constant
-    ag tensor on `like`'s device, stored in `like`'s dtype: float64 values round to the nearest
-    float32 (or f16/bf16), int64 values convert to float (exact up to 2**24 in f32), a 1-D array
-    becomes a column [n, 1] and a 0-d array a [1, 1], as ag_tensor() does. It never needs a
-    gradient. Shapes then broadcast by ggmlR's rules (a column [m, 1], a row [1, n] or a [1, 1])."""
+    ag tensor on `like`'s device, stored in `like`'s dtype (with no `like`: the current device and
+    dtype, as ag_tensor()): float64 values round to the nearest float32 (or f16/bf16), int64
+    values convert to float (exact up to 2**24 in f32), a 1-D array becomes a column [n, 1] and a
+    0-d array a [1, 1], as ag_tensor() does. It never needs a gradient. Shapes then broadcast by
+    ggmlR's rules (a column [m, 1], a row [1, n] or a [1, 1])."""
     if isinstance(o, AGTensor) or _is_number(o):
         return o
     if isinstance(o, (np.ndarray, list, tuple, np.generic)):
+        if like is None:
+            return ag_tensor(np.asarray(o))
         return ag_tensor(np.asarray(o), device=like.dc.spec, dtype=_like_dtype(like))
     return o  # let the ag_* function name the bad type
 

@@ -16,14 +16,23 @@ import warnings
 import numpy as np
 
 from ..errors import GGMLError
-from ..tensor import AGTensor, ag_tensor, norm_shape
+from ..tensor import AGTensor, _operand, ag_tensor, norm_shape
 from .engine import apply
 
 
-def _ag(x, what: str, arg: str = "x") -> AGTensor:
+def _ag(x, what: str, arg: str = "x", like: AGTensor | None = None) -> AGTensor:
+    """A tensor argument: an ag tensor as it is, or (as in ggmlR) a numeric matrix or array made a
+    constant by the operators' rule (tensor._operand: on `like`'s device, in its dtype)."""
+    x = _operand(x, like)
     if not isinstance(x, AGTensor):
-        raise GGMLError(f"{what}: {arg} must be an ag tensor, got {type(x).__name__}")
+        raise GGMLError(f"{what}: {arg} must be an ag tensor or a numeric matrix, got {type(x).__name__}")
     return x
+
+
+def _ag2(a, b, what: str, names=("a", "b")) -> tuple[AGTensor, AGTensor]:
+    """Both tensor arguments of a binary op; a plain matrix joins the other operand's device and dtype."""
+    like = a if isinstance(a, AGTensor) else b if isinstance(b, AGTensor) else None
+    return _ag(a, what, names[0], like), _ag(b, what, names[1], like)
 
 
 def _num(v) -> bool:
@@ -51,7 +60,7 @@ def ag_matmul(a: AGTensor, b: AGTensor, transpose_a: bool = False, transpose_b: 
     [m, n, B...]; a batch of 1 broadcasts, so a 2-D weight multiplies every sample of a batch).
     `transpose_a` / `transpose_b` take t(a) / t(b) (per batch) without a transposed copy where
     ggml can: t(k) %*% q is ggml's native product."""
-    a, b = _ag(a, "ag_matmul", "a"), _ag(b, "ag_matmul", "b")
+    a, b = _ag2(a, b, "ag_matmul")
     ka = a.nrow if transpose_a else a.ncol
     kb = b.ncol if transpose_b else b.nrow
     if ka != kb:
@@ -77,30 +86,30 @@ def _second_broadcasts(what, a, b):
 
 def ag_add(a: AGTensor, b: AGTensor | float) -> AGTensor:
     """a + b; b may be a column [m,1], a row [1,n], a [1,1] or a number."""
-    a = _ag(a, "ag_add", "a")
+    a = _ag(a, "ag_add", "a", like=b if isinstance(b, AGTensor) else None)
     if _num(b):
         return apply("add_scalar", a, c=float(b))
-    b = _ag(b, "ag_add", "b")
+    b = _ag(b, "ag_add", "b", like=a)
     _second_broadcasts("ag_add", a, b)
     return apply("add", a, b)
 
 
 def ag_sub(a: AGTensor, b: AGTensor | float) -> AGTensor:
     """a - b; b may be a column [m,1], a row [1,n], a [1,1] or a number."""
-    a = _ag(a, "ag_sub", "a")
+    a = _ag(a, "ag_sub", "a", like=b if isinstance(b, AGTensor) else None)
     if _num(b):
         return apply("add_scalar", a, c=-float(b))
-    b = _ag(b, "ag_sub", "b")
+    b = _ag(b, "ag_sub", "b", like=a)
     _second_broadcasts("ag_sub", a, b)
     return apply("sub", a, b)
 
 
 def ag_mul(a: AGTensor, b: AGTensor) -> AGTensor:
     """Element-wise a * b; either may broadcast. A plain number is an error, as in ggmlR: use ag_scale."""
-    a = _ag(a, "ag_mul", "a")
+    a = _ag(a, "ag_mul", "a", like=b if isinstance(b, AGTensor) else None)
     if _num(b):
         raise GGMLError("ag_mul: b is a number; use ag_scale(x, scalar) to multiply by a scalar")
-    b = _ag(b, "ag_mul", "b")
+    b = _ag(b, "ag_mul", "b", like=a)
     if not (_fits(b.shape, a.shape) or _fits(a.shape, b.shape)):
         raise GGMLError(f"ag_mul: shapes {list(a.shape)} and {list(b.shape)} do not broadcast")
     return apply("mul", a, b)
@@ -108,10 +117,10 @@ def ag_mul(a: AGTensor, b: AGTensor) -> AGTensor:
 
 def ag_div(a: AGTensor, b: AGTensor | float) -> AGTensor:
     """Element-wise a / b; either may broadcast; b may be a number."""
-    a = _ag(a, "ag_div", "a")
+    a = _ag(a, "ag_div", "a", like=b if isinstance(b, AGTensor) else None)
     if _num(b):
         return apply("scale", a, s=float(np.float64(1.0) / np.float64(b)) if b else float("inf"))
-    b = _ag(b, "ag_div", "b")
+    b = _ag(b, "ag_div", "b", like=a)
     if not (_fits(b.shape, a.shape) or _fits(a.shape, b.shape)):
         raise GGMLError(f"ag_div: shapes {list(a.shape)} and {list(b.shape)} do not broadcast")
     return apply("div", a, b)
@@ -164,7 +173,7 @@ def ag_softmax(x: AGTensor, mask: AGTensor | None = None, scale: float = 1.0, ca
     params = {"scale": float(scale), "causal": bool(causal)}
     if mask is None:
         return apply("softmax_ext", x, **params)
-    mask = _ag(mask, "ag_softmax", "mask")
+    mask = _ag(mask, "ag_softmax", "mask", like=x)
     ms, xs = _pad4(mask.shape), _pad4(x.shape)
     if ms[0] != xs[0] or ms[1] not in (1, xs[1]) or any(xs[i] % ms[i] for i in (2, 3)):
         raise GGMLError(f"ag_softmax: mask {list(mask.shape)} does not broadcast to x {list(x.shape)} "
@@ -267,7 +276,7 @@ def ag_permute(x: AGTensor, *perm: int) -> AGTensor:
 
 def ag_concat(a: AGTensor, b: AGTensor, dim: int = 1) -> AGTensor:
     """Stack along R dim 1 (rows, rbind) or 2 (columns, cbind), or 3 / 4 for batched tensors."""
-    a, b = _ag(a, "ag_concat", "a"), _ag(b, "ag_concat", "b")
+    a, b = _ag2(a, b, "ag_concat")
     if dim not in (1, 2, 3, 4):
         raise GGMLError(f"ag_concat: dim must be 1 (rows), 2 (columns), 3 or 4, got {dim!r}")
     pa, pb = _pad4(a.shape), _pad4(b.shape)
@@ -339,13 +348,9 @@ def _same_shape(what, p, t):
 
 
 def _target(target, pred: AGTensor, what: str) -> AGTensor:
-    """A loss target: an ag tensor as it is, or (as in ggmlR) a plain matrix, made a constant on pred's device."""
-    if isinstance(target, (np.ndarray, list, tuple)) or _num(target):
-        arr = np.asarray(target)
-        if arr.dtype.kind not in "biuf":
-            raise GGMLError(f"{what}: target must be an ag tensor or a numeric matrix, got dtype {arr.dtype}")
-        return ag_tensor(arr, device=pred.dc.spec, dtype=None if pred.dtype == "i32" else pred.dtype)
-    return _ag(target, what, "target")
+    """A loss target: an ag tensor as it is, or (as in ggmlR) a plain matrix or a number, made a
+    constant on pred's device."""
+    return _ag(np.asarray(target) if _num(target) else target, what, "target", like=pred)
 
 
 def ag_mse_loss(pred: AGTensor, target: AGTensor | np.ndarray) -> AGTensor:

@@ -229,17 +229,13 @@ def ggml_backend_dev_memory(dev: Device) -> dict:
 
 
 def ggml_backend_dev_get_props(dev: Device) -> dict:
-    """name, description, memory_free, memory_total, type and capabilities (caps_*) of a device."""
+    """name, description, memory_free, memory_total, type, device_id (ggml's PCI bus id, or None)
+    and capabilities of a device: ggmlR's nested `caps` {"async", "host_buffer",
+    "buffer_from_host_ptr", "events", "mmap_support"} (R's `props$caps["async"]` is
+    `props["caps"]["async"]`), and the same flags flat as caps_async, caps_host_buffer, ..."""
     dev = _dev(dev, "ggml_backend_dev_get_props")
     _check_reachable(dev)
-    props = ffi.new("struct ggml_backend_dev_props *")
-    lib.ggml_backend_dev_get_props(dev.ptr, props)
-    caps = props.caps
-    return {"name": _s(props.name), "description": _s(props.description),
-            "memory_free": float(props.memory_free), "memory_total": float(props.memory_total),
-            "type": int(props.type), "caps_async": bool(getattr(caps, "async")),  # a keyword in Python
-            "caps_host_buffer": bool(caps.host_buffer), "caps_buffer_from_host_ptr": bool(caps.buffer_from_host_ptr),
-            "caps_events": bool(caps.events)}
+    return _device.dev_props(dev.ptr)
 
 
 def ggml_backend_dev_init(dev: Device, params: str | None = None) -> Backend:

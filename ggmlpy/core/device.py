@@ -74,9 +74,26 @@ _LEVELS = {
 _CONT = lib.GGML_LOG_LEVEL_CONT
 _log_state = threading.local()  # a message may arrive in pieces (GGML_LOG_LEVEL_CONT), per thread
 
+# ggml-vulkan says what it decided about each device (fp16, subgroup size, matrix cores, ...) in
+# one DEBUG line as the device registers, "ggml_vulkan: <index> = <name> (<driver>) | uma: 0 |
+# fp16: 1 | ...", and nowhere else: kept whatever the log level, for ggml_vulkan_device_caps.
+VK_DEVICE_REPORTS: dict[int, str] = {}
+_VK_REPORT = b"ggml_vulkan: "
+
+
+def _note_vulkan_report(text: bytes) -> None:
+    head, sep, rest = text.partition(b" = ")
+    index = head[len(_VK_REPORT):]
+    if sep and index.isdigit() and b" | " in rest:
+        VK_DEVICE_REPORTS[int(index)] = rest.decode(errors="replace").strip()
+
 
 def _on_ggml_log(level, text, _user_data) -> None:
     try:
+        if text != _NULL and level != _CONT:
+            raw = ffi.string(text)
+            if raw.startswith(_VK_REPORT):
+                _note_vulkan_report(raw)
         st = _log_state
         if level == _CONT:
             lvl = getattr(st, "level", logging.INFO)
@@ -399,6 +416,11 @@ class Backend:
         """Free the backend now (also done when the object is collected)."""
         self._free()
 
+    @property
+    def freed(self) -> bool:
+        """Whether free() (ggml_backend_free) has run: the backend must not compute any more."""
+        return self._free.ptr is None
+
     def __repr__(self):
         return f"<ggml Backend {self.device_name}>"
 
@@ -630,15 +652,41 @@ def get_backend(spec: str = "cpu") -> Backend:
         name = _resolve(spec)
         b = _cache.get(name)
         if b is None:
-            dev = lib.ggml_backend_dev_by_name(name.encode())
-            if dev == _NULL:
-                raise DeviceError(_unavailable(spec, _names()))
-            endpoint = _endpoint_of(dev)
-            if endpoint:  # the server may have gone since it was added: ggml would abort
-                host, port, _ = _split_endpoint(endpoint)
-                rpc_probe(host, port)
-            b = _cache[name] = Backend(lib.ggml_backend_dev_init(dev, _NULL), name)
+            b = _cache[name] = new_backend(name)
         return b
+
+
+def new_backend(spec: str = "cpu") -> Backend:
+    """A backend of one's own on a device (any spelling get_backend takes), freed with the object."""
+    name = _resolve(spec)
+    dev = lib.ggml_backend_dev_by_name(name.encode())
+    if dev == _NULL:
+        raise DeviceError(_unavailable(spec, _names()))
+    endpoint = _endpoint_of(dev)
+    if endpoint:  # the server may have gone since it was added: ggml would abort
+        host, port, _ = _split_endpoint(endpoint)
+        rpc_probe(host, port)
+    return Backend(lib.ggml_backend_dev_init(dev, _NULL), name)
+
+
+def dev_props(dev) -> dict:
+    """ggml_backend_dev_get_props of a device handle, as ggmlpy.ggml_backend_dev_get_props returns it."""
+    props = ffi.new("struct ggml_backend_dev_props *")
+    lib.ggml_backend_dev_get_props(dev, props)
+    c = props.caps
+    caps = {"async": bool(getattr(c, "async")),  # a keyword in Python
+            "host_buffer": bool(c.host_buffer), "buffer_from_host_ptr": bool(c.buffer_from_host_ptr),
+            "events": bool(c.events), "mmap_support": bool(c.mmap_support)}
+    return {"name": _s(props.name), "description": _s(props.description),
+            "memory_free": float(props.memory_free), "memory_total": float(props.memory_total),
+            "type": int(props.type), "device_id": _s(props.device_id) or None, "caps": caps,
+            **{f"caps_{k}": v for k, v in caps.items()}}
+
+
+def cached_backend_names() -> list[str]:
+    """The devices whose shared backend (get_backend) exists now."""
+    with _lock:
+        return list(_cache)
 
 
 def forget_backend(name: str) -> None:

@@ -689,13 +689,18 @@ def ggml_is_available() -> bool:
 
 
 def ggml_test() -> bool:
-    """A smoke test: 2 + 3 computed by ggml."""
+    """ggmlR's self-test: ggml computes 2 + 3, and what ggmlR prints is printed (the library
+    loaded, its version, the bytes of one tensor's metadata). Returns whether the sum was 5."""
     with _tensors.ggml_init(1024 * 1024) as ctx:
         a = _tensors.ggml_set_f32(_tensors.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_F32, 1), [2.0])
         b = _tensors.ggml_set_f32(_tensors.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_F32, 1), [3.0])
         y = _ops.ggml_add(ctx, a, b)
         _graph.ggml_graph_compute(ctx, _graph.ggml_build_forward_expand(ctx, y))
-        return bool(_tensors.ggml_get_f32(y)[0] == 5.0)
+        ok = bool(_tensors.ggml_get_f32(y)[0] == 5.0)
+    print("GGML library loaded successfully!" if ok else "GGML self-test FAILED: 2 + 3 != 5")
+    print(f"GGML version: {_tensors.ggml_version()}")
+    print(f"Tensor overhead: {_tensors.ggml_tensor_overhead()} bytes")
+    return ok
 
 
 __all__ = sorted(n for n in globals() if n.startswith("ggml_"))

@@ -27,6 +27,7 @@ from ..core.graph import ggml_build_forward_expand
 from ..core.ops import ggml_mul_mat
 from ..core.vulkan import ggml_vulkan_init
 from ..errors import GGMLError
+from .vulkan_parallel import check_transport
 
 __all__ = ["ggml_pp_forward", "ggml_pp_dp_forward", "ggml_tp_dp_forward"]
 
@@ -187,9 +188,7 @@ def ggml_tp_dp_forward(W: ArrayLike, X: ArrayLike, replicas: Sequence, weights: 
     split into bands (by `weights`, one per device, even without), each device multiplies its
     band with ggml's mul_mat (f32), and the bands are gathered on the host. Only ggmlR's
     "host-staging" transport exists here (its others are Vulkan peer-to-peer paths of its fork)."""
-    if transport != "host-staging":
-        raise GGMLError(f"transport {transport!r}: only 'host-staging' exists on ggml 0.25.3 (ggmlR's "
-                        "'opaque-fd' and 'device-group' are Vulkan peer-to-peer paths of its own ggml fork)")
+    check_transport(transport)
     groups = _check_replicas(replicas, "each a list of devices")
     W = np.asarray(W, dtype=np.float64)
     X = np.asarray(X, dtype=np.float64)

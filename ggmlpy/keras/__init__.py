@@ -32,6 +32,7 @@ __all__ = [
     "ggml_dense", "ggml_batch_norm", "ggml_embedding", "ggml_lstm", "ggml_gru", "ggml_apply",
     "ggml_compile", "ggml_fit", "ggml_evaluate", "ggml_predict", "ggml_predict_classes",
     "ggml_freeze_weights", "ggml_unfreeze_weights", "ggml_get_layer", "ggml_pop_layer", "ggml_model_summary",
+    "nn_infer_shapes",
     "ggml_default_mlp", "ggml_training_history", "ggml_history", "ggml_model_backend",
     "ggml_callback_early_stopping", "ggml_schedule_step_decay", "ggml_schedule_cosine_decay",
     "ggml_schedule_reduce_on_plateau",

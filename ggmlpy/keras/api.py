@@ -240,10 +240,11 @@ def ggml_fit(*args: Any, **kwargs: Any) -> _Model | dict[str, list]:
 def ggml_evaluate(model: _Model, x: ArrayLike | Sequence[ArrayLike],
                   y: ArrayLike | Sequence[ArrayLike | None] | Mapping[str, ArrayLike], batch_size: int = 32,
                   sample_weight: ArrayLike | None = None,
-                  class_weight: Mapping[int, float] | None = None) -> dict[str, float]:
+                  class_weight: Mapping[int, float] | None = None, verbose: bool | int = False) -> dict[str, float]:
     """dict(loss, accuracy, n_samples[, mae, mse, rmse]); with a target per output (list or dict),
-    loss is the weighted sum and each output adds <name>_loss, <name>_accuracy, ..."""
-    return _model(model, "ggml_evaluate").evaluate(x, y, batch_size, sample_weight, class_weight)
+    loss is the weighted sum and each output adds <name>_loss, <name>_accuracy, ...
+    `verbose` prints them on one line."""
+    return _model(model, "ggml_evaluate").evaluate(x, y, batch_size, sample_weight, class_weight, verbose)
 
 
 def ggml_predict(model: _Model, x: ArrayLike | Sequence[ArrayLike],
@@ -329,9 +330,18 @@ def ggml_pop_layer(model: Sequential) -> Sequential:
     return model
 
 
-def ggml_model_summary(model: _Model, print_fn: Callable[[str], object] | None = print) -> str:
-    """Layers, output shapes and parameter counts."""
+def ggml_model_summary(model: _Model, print_fn: Callable[[str], object] | None = print) -> str | None:
+    """Layers, output shapes and parameter counts, printed (then None is returned, so a REPL shows
+    the table once); with print_fn=None, the text is returned instead."""
     return model.summary(print_fn)
+
+
+def nn_infer_shapes(model: _Model) -> _Model:
+    """ggmlR's nn_infer_shapes: work out every layer's input and output shape (and make its
+    weights) without building a graph; returns the model, whose layers then answer
+    `output_shape` (R order, per sample). A GGMLError says what is missing (input_shape)."""
+    _model(model, "nn_infer_shapes")._build()
+    return model
 
 
 def ggml_default_mlp(n_features: int, n_out: int, task_type: str = "classif",

@@ -7,7 +7,10 @@ sample-index column so the order ggml_opt's shuffle chose can be reported).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from tqdm import tqdm
 
 from ..core.device import blas_backend, get_backend
 from ..core.sched import Scheduler
@@ -96,6 +99,36 @@ def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
         b.free()
 
 
+class _Progress:
+    """fit's verbose display: a tqdm bar over each epoch's training batches, then one over its
+    validation batches, showing the mean loss (and accuracy, where ggml_opt counts it) of the
+    batches so far. It replaces ggml's own progress line, whose first batch reads "±nan"
+    (an uncertainty needs two batches)."""
+
+    def __init__(self):
+        self.bar = None
+        self.epoch = ""
+
+    def batch(self, train: bool, result, ibatch: int, ibatch_max: int) -> None:
+        if self.bar is None or ibatch == 1:
+            self.close()
+            self.bar = tqdm(total=int(ibatch_max), desc=f"{self.epoch} {'train' if train else 'val'}".strip(),
+                            unit="batch", dynamic_ncols=True)
+        loss, acc = _result(result)
+        post = {"loss": f"{loss:.4f}"} if loss is not None else {}
+        if acc is not None and math.isfinite(acc):
+            post["accuracy"] = f"{acc:.4f}"
+        self.bar.set_postfix(post, refresh=False)
+        self.bar.update(1)
+        if ibatch >= ibatch_max:
+            self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
 def _result(res):
     nd = ffi.new("int64_t *")
     lib.ggml_opt_result_ndata(res, nd)
@@ -140,7 +173,7 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
     ne_dp = data.shape[1]
 
     b = Builder(training=True)
-    sched = opt = ds = r_train = r_val = None
+    sched = opt = ds = r_train = r_val = progress = None
     logits_of, log_of = set(), set()
     if getattr(model, "softmax_ce", "exact") == "exact":
         ce_layers = [model._output_layers()[j] for j, kind, _, _ in heads if kind == "cross_entropy"]
@@ -201,7 +234,7 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         static = graphsize.fits_static(n_step) and not FORCE_CALLER_GRAPHS
         step_size = None if static else graphsize.dynamic_size(n_step)
         b.allocate(backend)
-        sched = make_scheduler(backend, blas=True, graph_size=2 * (step_size or GRAPH_SIZE))
+        sched = model._scheduler(graph_size=2 * (step_size or GRAPH_SIZE))
         params = lib.ggml_opt_default_params(sched.ptr, loss_type)
         if step_size is None:
             params.ctx_compute = b.ctx
@@ -223,11 +256,11 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         r_train, r_val = lib.ggml_opt_result_init(), lib.ggml_opt_result_init()
         if shuffle_all and batch < n_used:
             lib.ggml_opt_dataset_shuffle(opt, ds, -1)
-        cb = lib.ggml_opt_epoch_callback_progress_bar if verbose else ffi.NULL
-        cb_train, cb_val, errors = cb, cb, []
-        if ctx.get("bn_stats") or head_losses:
-            cb_train = _batch_callback(ctx.get("bn_stats", []), head_losses, verbose, errors)
-        if head_losses:
+        progress = _Progress() if verbose else None
+        cb_train, cb_val, errors = ffi.NULL, ffi.NULL, []
+        if ctx.get("bn_stats") or head_losses or progress:
+            cb_train = _batch_callback(ctx.get("bn_stats", []), head_losses, progress, errors)
+        if head_losses or progress:
             cb_val = cb_train
         history, orders = [], []
         for epoch in range(1, epochs + 1):
@@ -242,8 +275,8 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
                 lib.ggml_backend_tensor_set(mask, ffi.from_buffer(m), 0, m.nbytes)
             lib.ggml_opt_result_reset(r_train)
             lib.ggml_opt_result_reset(r_val)
-            if verbose:
-                print(f"Epoch {epoch}/{epochs}", flush=True)
+            if progress is not None:
+                progress.epoch = f"epoch {epoch}/{epochs}"
             for _, per_batch in head_losses:
                 per_batch["train"].clear()
                 per_batch["val"].clear()
@@ -270,6 +303,8 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         _read_back(model, b)
         return history, orders
     finally:
+        if progress is not None:
+            progress.close()
         for res in (r_train, r_val):
             if res is not None:
                 lib.ggml_opt_result_free(res)
@@ -277,8 +312,8 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
             lib.ggml_opt_dataset_free(ds)
         if opt is not None:
             lib.ggml_opt_free(opt)
-        if sched is not None:
-            sched.free()
+        if sched is not None and sched.ptr is not None:  # the model keeps it: let go of this graph
+            lib.ggml_backend_sched_reset(sched.ptr)
         b.free()
 
 
@@ -385,11 +420,12 @@ def _head_logs(model, b, packed, labels, heads, head_losses, n_train, n_used, ba
     return logs
 
 
-def _batch_callback(stats, head_losses, verbose, errors):
+def _batch_callback(stats, head_losses, progress, errors):
     """A ggml_opt epoch callback (called after every batch): after a training batch it folds
     the batch statistics of true batch-norm layers into their running averages; after every
-    batch it records each output's loss (multi-output fits). Python exceptions are kept and
-    raised after ggml_opt_epoch returns: they must not unwind through C."""
+    batch it records each output's loss (multi-output fits) and moves the progress bar.
+    Python exceptions are kept and raised after ggml_opt_epoch returns: they must not unwind
+    through C."""
     def on_batch(train, opt_ctx, dataset, result, ibatch, ibatch_max, t0):
         if errors:
             return
@@ -404,8 +440,8 @@ def _batch_callback(stats, head_losses, verbose, errors):
                 lib.ggml_backend_tensor_get(t_mean, ffi.from_buffer(mean), 0, mean.nbytes)
                 lib.ggml_backend_tensor_get(t_var, ffi.from_buffer(var), 0, var.nbytes)
                 layer.update_running(mean, var)
-            if verbose:
-                lib.ggml_opt_epoch_callback_progress_bar(train, opt_ctx, dataset, result, ibatch, ibatch_max, t0)
+            if progress is not None:
+                progress.batch(bool(train), result, int(ibatch), int(ibatch_max))
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
     return ffi.callback("ggml_opt_epoch_callback", on_batch)

@@ -107,6 +107,28 @@ class Functional(_Model):
                 raise GGMLError(f"ggml_model: outputs must be nodes (ggml_tensor_node), got {type(o).__name__}")
         return nn_topo_sort(self.outputs)
 
+    def __repr__(self):
+        """Inputs, outputs and every node (parents first) with its layer kind, parents, output
+        shape (R order, per sample) and parameters, as Sequential's repr lists its layers."""
+        try:
+            self._build()
+            shapes = self._shapes
+        except GGMLError:
+            shapes = None
+        rows = [("node", "type", "from", "output", "params")]
+        for n in self.order:
+            shape = "?" if shapes is None else str(tuple(ggml_to_r_shape(shapes[id(n)])))
+            params = "" if n.layer is None else (str(n.layer.n_params()) if shapes is not None else "?")
+            rows.append((n.name, n.node_type, ", ".join(p.name for p in n.parents), shape, params))
+        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        table = ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        head = [f"Functional Model: {len(self.inputs)} input(s) {[n.name for n in self.inputs]}, "
+                f"{len(self.outputs)} output(s) {[n.name for n in self.outputs]}"]
+        head.append("-" * len(head[0]))
+        total = self.count_params() if shapes is not None else "?"
+        return "\n".join(head + table + [f"Total parameters: {total}",
+                                         "compiled" if self.compiled else "not compiled"])
+
     def _all_layers(self):
         out, seen = [], set()
         for n in self.order:

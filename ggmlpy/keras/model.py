@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 
 import numpy as np
 
+from .. import random as grandom
 from .._arrays import numeric_array
-from ..core.device import get_backend
+from ..bindings import lib
+from ..core.device import Backend, get_backend, new_backend
 from ..core.opt import OptParams, n_train_opt_fit, optimizer_settings
+from ..core.sched import Scheduler
 from ..core.types import _count as count
 from ..errors import GGMLError
 from ..runtime.state import ag_default_device
@@ -22,10 +26,24 @@ from .callbacks import run_callbacks
 from .history import ggml_history
 from .layers import Embedding, check_trainable_activations, ggml_to_r_shape
 
-CE_LOSSES = {"categorical_crossentropy", "crossentropy", "cross_entropy"}
+CE_LOSSES = {"categorical_crossentropy", "crossentropy"}   # ggmlR's names, as its evaluate knows them
 MSE_LOSSES = {"mse", "mean_squared_error"}
 
 METRICS = {"accuracy", "mae", "mse", "rmse"}  # what evaluate computes (accuracy also in fit)
+
+# Models holding a backend of their own (compilation["backend"]), for release_model_backends.
+_HOLDERS: "weakref.WeakSet[_Model]" = weakref.WeakSet()
+
+
+def release_model_backends(device_prefix: str = "") -> None:
+    """Free the backends and schedulers that compiled models hold on devices whose ggml name
+    starts with `device_prefix` ("Vulkan"; "" for all). A model makes them again when it next
+    trains or predicts."""
+    for m in list(_HOLDERS):
+        b = m.__dict__.get("_own_backend")
+        if b is not None and b.device_name.startswith(device_prefix):
+            m._drop_backend()
+
 
 def rows_to_ggml(x: np.ndarray, shape: tuple) -> np.ndarray:
     """Samples-as-rows data for one input of ggml per-sample shape `shape` -> [N, prod(shape)]
@@ -54,20 +72,27 @@ class _Model:
         self.metrics = ["accuracy"]
         self.device = "cpu"
         self.seed = None
-        self._rng = np.random.default_rng()
+
+    @property
+    def _rng(self) -> np.random.Generator:
+        """Weight initialisation and dropout masks draw from ggmlpy's one generator: ggml_set_seed
+        (manual_seed) governs them, as it governs the ag_* layers and dataloaders."""
+        return grandom.generator()
 
     # -- compile -----------------------------------------------------------------------------------
     def compile(self, optimizer="adam", loss="categorical_crossentropy", metrics=("accuracy",), backend="cpu",
                 lr=None, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, softmax_ce="exact", loss_weights=None):
         """ggmlR's ggml_compile. `optimizer`: "sgd", or anything else = ggml's AdamW (ggmlR's rule).
-        `loss`: categorical_crossentropy (also crossentropy, cross_entropy) or mse
-        (mean_squared_error). ggmlR fixes lr = 1e-3, beta1 .9, beta2 .999, eps 1e-8, no weight
+        `loss`: categorical_crossentropy (also crossentropy) or mse (mean_squared_error);
+        another name raises, as in Keras, unless softmax_ce="ggmlr" asks for ggmlR's handling of
+        it: trained as cross-entropy, with `evaluate` scoring its loss NaN (ggmlR's NA). ggmlR fixes lr = 1e-3, beta1 .9, beta2 .999, eps 1e-8, no weight
         decay; the keyword arguments change them. `backend`: "cpu", "auto" or a ggmlpy device.
         `softmax_ce`: "exact" (the default) trains a dense softmax output layer with
         cross-entropy on the true CE(softmax(z)), by handing ggml's loss (which applies
         log-softmax itself) the logits, and weights samples (sample_weight, class_weight) in
-        the loss. "ggmlr" reproduces ggmlR's training: CE(softmax(softmax(z))), and weights as
-        scaled labels, whose gradient in ggml is wrong (ggml assumes labels summing to 1).
+        the loss. "ggmlr" reproduces ggmlR's training: CE(softmax(softmax(z))), weights as
+        scaled labels, whose gradient in ggml is wrong (ggml assumes labels summing to 1), and
+        unknown loss names.
 
         Multi-output models (Keras' rules): `loss` is one name for every output, a list (one
         per output) or a dict by output name (an output left out is not trained);
@@ -86,7 +111,11 @@ class _Model:
         losses = self._per_output(loss, "loss", None)
         for name in losses:
             if name is not None and (not isinstance(name, str) or name not in CE_LOSSES | MSE_LOSSES):
-                raise GGMLError(f"unknown loss {name!r}: one of {sorted(CE_LOSSES | MSE_LOSSES)}")
+                if isinstance(name, str) and softmax_ce == "ggmlr":
+                    continue  # ggmlR trains any other name with ggml's cross-entropy
+                raise GGMLError(f"unknown loss {name!r}: one of {sorted(CE_LOSSES | MSE_LOSSES)} "
+                                "(softmax_ce='ggmlr' trains an unknown name as ggmlR does: cross-entropy, "
+                                "with evaluate's loss NaN)")
         if all(name is None for name in losses):
             raise GGMLError("loss: no output has a loss")
         weights = self._per_output(1.0 if loss_weights is None else loss_weights, "loss_weights", 1.0)
@@ -104,6 +133,7 @@ class _Model:
         if backend == "auto":
             self.device = ag_default_device() if callable(ag_default_device) else "cpu"
         get_backend(self.device)  # fail here, not in fit, on a bad device
+        self._drop_backend()  # a new compile, perhaps for another device: its own backend
         self.opt_settings = settings
         self.compiled = True
         return self
@@ -170,11 +200,51 @@ class _Model:
 
     @property
     def compilation(self) -> dict | None:
-        """ggmlR's model$compilation: optimizer, loss, metrics, backend (None before compile)."""
+        """ggmlR's model$compilation (None before compile): optimizer, loss, metrics, loss_weights,
+        the optimizer settings, device (the device spelling given to compile), and as in ggmlR
+        the `backend` and the `sched` (scheduler) the model trains and predicts with. A script
+        may free them (ggml_backend_sched_free, ggml_backend_free) as ggmlR's do: the model then
+        makes new ones when it next trains or predicts."""
         if not self.compiled:
             return None
         return {"optimizer": self.optimizer, "loss": self.loss, "metrics": list(self.metrics),
-                "backend": self.device, "loss_weights": list(self.loss_weights), **self.opt_settings}
+                "device": self.device, "backend": self._backend(), "sched": self._scheduler(),
+                "loss_weights": list(self.loss_weights), **self.opt_settings}
+
+    # -- the backend and schedulers fit and predict run on --------------------------------------
+    def _backend(self) -> Backend:
+        """The model's own backend on its device; one freed by the user is made again (with the
+        scheduler over it: it must not run on a freed backend)."""
+        b = self.__dict__.get("_own_backend")
+        if b is None or b.freed:
+            self._drop_backend()
+            b = self._own_backend = new_backend(self.device)
+            _HOLDERS.add(self)
+        return b
+
+    def _scheduler(self, graph_size: int = 0) -> Scheduler:
+        """The scheduler fit's ggml_opt runs on (on the CPU with ggml's BLAS backend for the
+        weight-gradient products), for graphs of up to `graph_size` nodes. Kept between calls,
+        reset before each use; made again when freed or too small."""
+        backend = self._backend()
+        s = self.__dict__.get("_sched")
+        if s is None or s.ptr is None or s.graph_size < graph_size:
+            if s is not None:
+                s.free()
+            s = self._sched = engine.make_scheduler(backend, blas=True, graph_size=graph_size)
+        else:
+            lib.ggml_backend_sched_reset(s.ptr)
+        return s
+
+    def _drop_backend(self) -> None:
+        """Free the model's scheduler and backend now (the scheduler first: it runs on it)."""
+        s = self.__dict__.pop("_sched", None)
+        if s is not None:
+            s.free()
+        b = self.__dict__.pop("_own_backend", None)
+        if b is not None:
+            b.free()
+        _HOLDERS.discard(self)
 
     # -- data --------------------------------------------------------------------------------------
     def _pack_x(self, x) -> np.ndarray:
@@ -226,7 +296,7 @@ class _Model:
         if self.functional and n < batch_size:
             raise GGMLError(f"Not enough samples ({n}) for batch_size={batch_size}")
         batch = min(batch_size, n)
-        outs = engine.predict_packed(self, packed, batch, get_backend(self.device))
+        outs = engine.predict_packed(self, packed, batch, self._backend())
         res = [self._out_rows(o, s) for o, s in zip(outs, self._output_shapes())]
         return res if len(res) > 1 else res[0]
 
@@ -247,11 +317,19 @@ class _Model:
         return np.argmax(p.reshape(p.shape[0], -1), axis=1) + 1
 
     # -- evaluate ----------------------------------------------------------------------------------
-    def evaluate(self, x, y, batch_size=32, sample_weight=None, class_weight=None):
+    def evaluate(self, x, y, batch_size=32, sample_weight=None, class_weight=None, verbose=False):
         """Loss and accuracy (plus mae/mse/rmse when listed in the metrics), in double precision
         from the predictions. Sample and class weights weight each sample's loss. With targets
         for several outputs (a list or dict, see fit), `loss` is the weighted sum of the
-        outputs' losses and each output adds <name>_loss, <name>_accuracy and its metrics."""
+        outputs' losses and each output adds <name>_loss, <name>_accuracy and its metrics.
+        `verbose` (ggmlR takes it and prints nothing) prints the scores on one line, as Keras."""
+        scores = self._evaluate(x, y, batch_size, sample_weight, class_weight)
+        if verbose:
+            print(" - ".join(f"{k}: {v:.4f}" if isinstance(v, float) else f"{k}: {v}"
+                             for k, v in scores.items() if v is not None))
+        return scores
+
+    def _evaluate(self, x, y, batch_size, sample_weight, class_weight):
         p = self.predict(x, batch_size)
         ps = p if isinstance(p, list) else [p]
         n = ps[0].shape[0]
@@ -281,8 +359,10 @@ class _Model:
         """One output's loss, accuracy and listed metrics (predictions p, targets y, weights w)."""
         if loss in CE_LOSSES:
             per = -np.sum(y * np.log(np.clip(p, 1e-7, 1 - 1e-7)), axis=1)
-        else:
+        elif loss in MSE_LOSSES:
             per = np.sum((y - p) ** 2, axis=1) / y.shape[1]
+        else:  # an unknown name, accepted in ggmlR's mode: its evaluate scores NA
+            per = np.full(y.shape[0], np.nan)
         out = {"loss": float(np.mean(per * w)),
                "accuracy": float(np.mean(np.argmax(p, 1) == np.argmax(y, 1))) if y.shape[1] > 1 else None,
                "n_samples": int(p.shape[0])}
@@ -316,14 +396,19 @@ class _Model:
     # -- fit ---------------------------------------------------------------------------------------
     def fit(self, x, y, epochs=1, batch_size=32, validation_split=0.0, validation_data=None,
             class_weight=None, sample_weight=None, callbacks=(), verbose=0, dropout_masks=None,
-            record_batch_order=False):
+            record_batch_order=False, shuffle=True):
         """Train on ggml's ggml_opt loop: one optimizer step per batch of `batch_size` rows (a
         remainder smaller than a batch is dropped, as ggml_opt does), a fresh optimizer per call.
         `y` is [N, K]; for several outputs a list (one target per output, None for an output
         not trained) or a dict by output name: the loss is then the loss_weights-weighted sum of
         the outputs' losses (see compile) and the history adds each output's curves.
-        Returns the ggml_history (also kept as `model.history`). `dropout_masks(name, epoch,
-        shape)` supplies stochastic dropout masks (default: numpy's RNG);
+        Returns the ggml_history (also kept as `model.history`).
+        `shuffle` (Keras'): True (the default) orders the rows as ggmlR does: where ggml_opt
+        trains the model (no stochastic dropout, one input) it shuffles them before every
+        epoch with its own generator, seeded afresh by every fit, so the order is ggmlR's
+        whatever ggml_set_seed says; False keeps the given order. `dropout_masks(name, epoch,
+        shape)` supplies stochastic dropout masks (default: ggmlpy's generator, under
+        ggml_set_seed);
         `record_batch_order` keeps each epoch's sample order in `history.batch_order`."""
         self._need_compiled("ggml_fit")
         for layer in self._all_layers():
@@ -388,8 +473,8 @@ class _Model:
                     n_train = n_used
             if n_train == 0:
                 raise GGMLError(f"validation_split {v} leaves no training batch")
-            shuffle_all = path == "opt_fit"
-        shuffle_train = path == "opt_fit"
+            shuffle_all = path == "opt_fit" and bool(shuffle)
+        shuffle_train = path == "opt_fit" and bool(shuffle)
         opt = OptParams(self.ggml_optimizer, self.opt_settings["lr"], self.opt_settings["beta1"],
                                self.opt_settings["beta2"], self.opt_settings["eps"], self.opt_settings["wd"])
         rng = self._rng
@@ -401,7 +486,7 @@ class _Model:
 
         hooks = run_callbacks(list(callbacks or ()), epochs)
         hist, orders = engine.train(self, packed[:n_used], yy[:n_used], w[:n_used], batch, n_train, n_used,
-                                    epochs, shuffle_all, shuffle_train, opt, get_backend(self.device), loss,
+                                    epochs, shuffle_all, shuffle_train, opt, self._backend(), loss,
                                     bool(verbose), masks, hooks,
                                     record_batch_order or getattr(self, "_record_order", False), heads=heads)
         names = self._output_names()
@@ -455,8 +540,10 @@ class _Model:
         self._build()
         return sum(l.n_params() for l in self._all_layers())
 
-    def summary(self, print_fn=print) -> str:
-        """A table of layers, output shapes (R order, batch first) and parameter counts."""
+    def summary(self, print_fn=print) -> str | None:
+        """A table of layers, output shapes (R order, batch first) and parameter counts: printed
+        (by `print_fn`), as Keras' summary(), which then returns None (so a REPL shows it once);
+        `print_fn=None` returns the text instead."""
         self._build()
         rows = [("Layer (type)", "Output shape", "Param #", "Trainable")]
         for l in self._summary_layers():
@@ -473,9 +560,10 @@ class _Model:
                   f"Non-trainable params: {total - trainable}",
                   f"Weight memory: {total * 4} bytes (float32)"]
         text = "\n".join(lines)
-        if print_fn is not None:
-            print_fn(text)
-        return text
+        if print_fn is None:
+            return text
+        print_fn(text)
+        return None
 
     def _summary_layers(self):
         return self._all_layers()

@@ -1,7 +1,10 @@
 """Layers with ggmlR's names and initialisations. Activations are [features, batch]."""
 from __future__ import annotations
 
+import functools
 import math
+import numbers
+import types
 from collections.abc import Iterator
 
 import numpy as np
@@ -18,7 +21,12 @@ from ..tensor import AGTensor, ag_param, ag_tensor, norm_shape
 
 
 class Module:
-    """Base layer: `forward`, `__call__`, parameters, training mode and state dicts."""
+    """Base layer: `forward`, `__call__`, parameters, training mode and state dicts.
+
+    The base for one's own layers (docs/custom_layers.md): call `super().__init__()`, keep
+    parameters (ag_param) and sub-layers as attributes (or in lists and dicts), define
+    `forward`. parameters(), ag_train/ag_eval, state_dict, ag_save_model and optimizers
+    then find everything by walking the attributes."""
 
     def __init__(self):
         self.training = True
@@ -26,14 +34,22 @@ class Module:
     def __call__(self, *args, **kwargs) -> AGTensor:
         return self.forward(*args, **kwargs)
 
+    def forward(self, *args, **kwargs) -> AGTensor:
+        """The layer's computation: a subclass defines it."""
+        raise NotImplementedError(f"{type(self).__name__} defines no forward(): a Module subclass computes "
+                                  "its output in forward()")
+
     def children(self) -> list:
-        """Sub-layers: by default the Module-valued attributes (and lists of Modules), in order."""
+        """Sub-layers: by default the Module-valued attributes (and lists, tuples and dict values
+        that are Modules), in order."""
         out = []
         for value in self.__dict__.values():
             if isinstance(value, Module):
                 out.append(value)
             elif isinstance(value, (list, tuple)):
                 out.extend(v for v in value if isinstance(v, Module))
+            elif isinstance(value, dict):
+                out.extend(v for v in value.values() if isinstance(v, Module))
         return out
 
     def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, AGTensor]]:
@@ -214,6 +230,7 @@ class ag_batch_norm(Module):
 
     def forward(self, x: AGTensor) -> AGTensor:
         """x [features, batch] normalised per row; updates the running statistics in training mode."""
+        x = F._ag(x, "ag_batch_norm", like=self.gamma)
         if self.training:
             mean = F.ag_mean(x, 1)
             xc = F.ag_sub(x, mean)
@@ -332,9 +349,9 @@ class ag_multihead_attention(Module):
         [T_k, 1], or per sequence [T_k, T_q or 1, 1, B]. `key_padding_mask`: [T_k, B] (or [T_k]),
         true (or nonzero) where a key is padding, as PyTorch's. Masks given as ag tensors can be
         inputs of ag_compile; numpy ones are uploaded per call."""
-        query = F._ag(query, "ag_multihead_attention", "query")
-        key = query if key is None else F._ag(key, "ag_multihead_attention", "key")
-        value = key if value is None else F._ag(value, "ag_multihead_attention", "value")
+        query = F._ag(query, "ag_multihead_attention", "query", like=self.W_q)
+        key = query if key is None else F._ag(key, "ag_multihead_attention", "key", like=self.W_q)
+        value = key if value is None else F._ag(value, "ag_multihead_attention", "value", like=self.W_q)
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x.nrow != self.d_model or x.ndim > 3:
                 raise GGMLError(f"ag_multihead_attention: {name} must be [d_model={self.d_model}, T] or "
@@ -468,19 +485,46 @@ def ag_silu_layer() -> ag_activation:
     return ag_activation("silu")
 
 
-def _module(model, what: str) -> Module:
-    if not isinstance(model, Module):
-        raise GGMLError(f"{what}: expected a model (an ag_* layer or ag_sequential), got {type(model).__name__}")
+_NOT_MODELS = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType,
+               functools.partial, AGTensor, np.ndarray)
+
+
+def _set_mode(obj, mode: bool, seen: set) -> None:
+    """Switch every Module reachable from `obj`: the object itself, its attributes, dict values and
+    list, tuple or set items, recursively (each object once). Any other object of a user's own
+    class gets `training = mode` too, as ggmlR's default method sets it on an environment;
+    what has no attributes (a function, a number, a tensor) is left alone, quietly."""
+    if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, numbers.Number, *_NOT_MODELS)):
+        return
+    seen.add(id(obj))
+    if isinstance(obj, Module):
+        obj.set_training(mode)  # its children, by its own rule
+        return
+    if isinstance(obj, dict):
+        items = list(obj.values())
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        items = list(obj)
+    elif hasattr(obj, "__dict__"):
+        items = list(vars(obj).values())
+        try:
+            obj.training = mode
+        except AttributeError:  # a read-only property or __slots__: nothing to switch here
+            pass
+    else:
+        return
+    for item in items:
+        _set_mode(item, mode, seen)
+
+
+def ag_train(model: object) -> object:
+    """Training mode for every layer reachable from `model` (an ag_* layer or ag_sequential, a
+    Module of one's own, a dict or list of them, or any object holding layers in its attributes;
+    ggmlR reaches only one level down). Returns the model."""
+    _set_mode(model, True, set())
     return model
 
 
-def ag_train(model: Module) -> Module:
-    """Training mode, recursively (ggmlR reaches only one level down)."""
-    _module(model, "ag_train").set_training(True)
-    return model
-
-
-def ag_eval(model: Module) -> Module:
-    """Eval mode, recursively."""
-    _module(model, "ag_eval").set_training(False)
+def ag_eval(model: object) -> object:
+    """Eval mode for every layer reachable from `model` (see ag_train). Returns the model."""
+    _set_mode(model, False, set())
     return model

@@ -69,7 +69,7 @@ class QuantizedLinear(ag_linear):
     """An ag_linear whose weight is frozen in a quantized type (`ag_quantize`). `Wt` holds t(W)."""
 
     def forward(self, x):
-        z = apply("matmul_q", self.Wt, F._ag(x, "ag_linear", "x"))
+        z = apply("matmul_q", self.Wt, F._ag(x, "ag_linear", "x", like=self.b))
         y = F.ag_add(z, self.b)
         act = {"relu": F.ag_relu, "sigmoid": F.ag_sigmoid, "tanh": F.ag_tanh, "softmax": F.ag_softmax,
                "gelu": F.ag_gelu, "silu": F.ag_silu}.get(self.activation)

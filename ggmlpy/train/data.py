@@ -155,7 +155,13 @@ class ag_dataloader:
             self.y = _Columns(y, self.x.t.dc.spec, "y")
             n_y = self.y.n
         if self.y is not None and n_y != self.n:
-            raise GGMLError(f"ag_dataloader: x has {self.n} samples (columns) but y has {n_y}")
+            hint = ""
+            both_rows = isinstance(self.y, _Columns) and self.y.t.nrow == self.x.t.nrow
+            if self.x.t.nrow == n_y or both_rows:  # x is [n, features]: PyTorch's layout
+                hint = ("; x looks like [n, features] (rows as samples, PyTorch's layout): the ag_* API "
+                        "takes samples as columns, [features, n], so pass x.T (and y.T for a [n, k] y), "
+                        "or col_major=False")
+            raise GGMLError(f"ag_dataloader: x has {self.n} samples (columns) but y has {n_y}{hint}")
         self.batch_size, self.shuffle, self.drop_last = int(batch_size), bool(shuffle), bool(drop_last)
         self._order: np.ndarray | None = None  # drawn on first use, so making a loader draws nothing
         self.pos = 0

@@ -18,7 +18,7 @@ from ..autograd.tape import with_grad_tape
 from ..runtime.state import ag_default_device, ag_device
 from ..errors import GGMLError
 from ..optim.optimizers import optimizer_adam
-from ..params import ParamList
+from ..params import NamedList, ParamList
 from ..tensor import AGTensor, ag_tensor
 
 
@@ -49,12 +49,14 @@ def _as_ag(x) -> AGTensor:
 def dp_train(make_model: Callable, data: Sequence, loss_fn: Callable | None = None,
              forward_fn: Callable | None = None, target_fn: Callable | None = None,
              n_gpu: int | None = None, n_iter: int = 10, lr: float = 1e-3, max_norm: float = math.inf,
-             verbose: int | bool = 10, devices: Sequence[str] | None = None) -> dict:
-    """Data-parallel training with ggmlR's arguments; returns {"params", "loss_history", "model"}.
+             verbose: int | bool = 10, devices: Sequence[str] | None = None) -> NamedList:
+    """Data-parallel training with ggmlR's arguments; returns {"params", "loss_history", "model"}
+    (a dict that answers by attribute too: `res.model`).
 
     make_model(): builds one replica: an ag_* layer, or anything (a dict too) with `forward(x)`
       and `parameters()` (a list or dict of ag tensors). Replica 0's initial weights are copied
-      to the others.
+      to the others. A dict model comes back as one that answers by attribute as well
+      (`res["model"].forward(x)`, as R's `res$model$forward(x)`).
     data: a list of samples. Each step replica i gets sample (base + i) mod len(data).
     forward_fn(model, sample) -> output (default: model.forward(sample) as an ag tensor);
     target_fn(sample) -> target (default: the sample itself); loss_fn(output, target) -> loss
@@ -91,6 +93,7 @@ def dp_train(make_model: Callable, data: Sequence, loss_fn: Callable | None = No
             ag_device(previous)
 
     replicas = [on(i, make_model) for i in range(n)]
+    replicas = [NamedList(r) if type(r) is dict else r for r in replicas]
     params = [_named_params(r) for r in replicas]
     keys = params[0].keys() or [str(k) for k in range(len(params[0]))]
     for i in range(1, n):
@@ -135,4 +138,4 @@ def dp_train(make_model: Callable, data: Sequence, loss_fn: Callable | None = No
         history[it] = float(np.mean([r[0] for r in results]))
         if verbose and (it + 1) % int(verbose) == 0:
             print(f"dp_train: iteration {it + 1}/{n_iter}, loss {history[it]:.6f}")
-    return {"params": params[0], "loss_history": history, "model": replicas[0]}
+    return NamedList(params=params[0], loss_history=history, model=replicas[0])

@@ -1,5 +1,9 @@
 """ggmlR tests/testthat/test-model-ops.R: predict_classes, freeze/unfreeze, save/load.
-iris comes from scikit-learn (the same 150 rows as R's datasets::iris)."""
+iris comes from scikit-learn (the same 150 rows as R's datasets::iris).
+
+ggmlR's tests compile with loss = "cross_entropy", a name ggmlR does not know (it trains it as
+cross-entropy and its evaluate scores NA); ggmlpy refuses unknown names unless
+softmax_ce="ggmlr" asks for ggmlR's behaviour, as these ports do."""
 import numpy as np
 import pytest
 
@@ -27,7 +31,7 @@ def test_ggml_predict_classes_returns_integer_class_indices():
     x = iris.data[:10]
     x = (x - x.mean(0)) / x.std(0, ddof=1)   # R's scale()
     y = np.eye(3)[iris.target[:10]]
-    m = g.ggml_compile(_mlp(3), optimizer="adam", loss="cross_entropy")
+    m = g.ggml_compile(_mlp(3), optimizer="adam", loss="cross_entropy", softmax_ce="ggmlr")
     m = g.ggml_fit(m, x, y, epochs=1, batch_size=10, verbose=False)
     classes = g.ggml_predict_classes(m, x)
     assert np.issubdtype(classes.dtype, np.integer)
@@ -65,19 +69,19 @@ def test_ggml_freeze_weights_and_ggml_unfreeze_weights_work_for_functional():
 
 def test_ggml_save_weights_and_ggml_load_weights_roundtrip(tmp_path):
     x, y = _xy()
-    m = g.ggml_compile(_mlp(), optimizer="adam", loss="cross_entropy")
+    m = g.ggml_compile(_mlp(), optimizer="adam", loss="cross_entropy", softmax_ce="ggmlr")
     m = g.ggml_fit(m, x, y, epochs=1, batch_size=10, verbose=False)
     pred_before = g.ggml_predict(m, x)
     tmp = tmp_path / "w.rds"
     g.ggml_save_weights(m, tmp)
-    m2 = g.ggml_compile(_mlp(), optimizer="adam", loss="cross_entropy")
+    m2 = g.ggml_compile(_mlp(), optimizer="adam", loss="cross_entropy", softmax_ce="ggmlr")
     m2 = g.ggml_load_weights(m2, tmp)
     np.testing.assert_allclose(pred_before, g.ggml_predict(m2, x), rtol=1e-5)
 
 
 def test_ggml_save_model_and_ggml_load_model_roundtrip_for_sequential(tmp_path):
     x, y = _xy()
-    m = g.ggml_compile(_mlp(), optimizer="adam", loss="cross_entropy")
+    m = g.ggml_compile(_mlp(), optimizer="adam", loss="cross_entropy", softmax_ce="ggmlr")
     m = g.ggml_fit(m, x, y, epochs=1, batch_size=10, verbose=False)
     pred_before = g.ggml_predict(m, x)
     tmp = tmp_path / "m.rds"

@@ -98,7 +98,7 @@ def test_ggml_layer_dense_adds_layer_correctly():
 # -- shape inference ---------------------------------------------------------------------------------------
 def test_nn_infer_shapes_computes_correct_output_shapes_for_cnn():
     model = seq(*CNN)
-    model._build()   # ggmlR's internal nn_infer_shapes
+    g.nn_infer_shapes(model)
     assert model.layers[0].output_shape == (26, 26, 32)
     assert model.layers[1].output_shape == (13, 13, 32)
     assert model.layers[2].output_shape == (5408,)
@@ -108,14 +108,14 @@ def test_nn_infer_shapes_computes_correct_output_shapes_for_cnn():
 
 def test_nn_infer_shapes_works_with_same_padding():
     model = seq(L("conv_2d", 16, (3, 3), padding="same", input_shape=(28, 28, 1)))
-    model._build()
+    g.nn_infer_shapes(model)
     assert model.layers[0].output_shape == (28, 28, 16)
 
 
 def test_nn_infer_shapes_fails_without_input_shape():
     model = seq(L("dense", 10))
     with pytest.raises(GGMLError, match="input_shape"):
-        model._build()
+        g.nn_infer_shapes(model)
 
 
 # -- compile ------------------------------------------------------------------------------------------------
@@ -240,7 +240,7 @@ def test_ggml_layer_conv_1d_adds_layer_correctly():
 
 def test_nn_infer_shapes_works_for_conv_1d():
     model = seq(L("conv_1d", 16, 5, input_shape=(100, 1)), L("flatten"), L("dense", 10))
-    model._build()
+    g.nn_infer_shapes(model)
     assert model.layers[0].output_shape == (96, 16)
     assert model.layers[1].output_shape == (1536,)
     assert model.layers[2].output_shape == (10,)
@@ -248,7 +248,7 @@ def test_nn_infer_shapes_works_for_conv_1d():
 
 def test_nn_infer_shapes_works_for_conv_1d_with_same_padding():
     model = seq(L("conv_1d", 16, 5, padding="same", input_shape=(100, 1)))
-    model._build()
+    g.nn_infer_shapes(model)
     assert model.layers[0].output_shape == (100, 16)
 
 
@@ -260,7 +260,7 @@ def test_ggml_layer_batch_norm_adds_layer_correctly():
 
 def test_nn_infer_shapes_works_for_batch_norm():
     model = seq(L("dense", 64), L("batch_norm"), L("dense", 10), input_shape=10)
-    model._build()
+    g.nn_infer_shapes(model)
     assert model.layers[1].output_shape == (64,)
     assert model.layers[2].output_shape == (10,)
 
