@@ -52,6 +52,7 @@ from .core.types import ggml_blck_size, ggml_ftype_to_ggml_type, ggml_is_quantiz
 from .runtime.state import ag_default_dtype, ag_device_name
 from .params import ParamList
 from .random import ggml_set_seed
+from .core.threads import get_num_threads, set_num_threads
 
 __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "StaleTensorError",
                              "DeviceError", "info", "found",
@@ -62,7 +63,8 @@ __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "Stal
                              "dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual",
                              "jvp", "hvp", "jacfwd", "ag_compile", "ag_backward_graph",
                              "get_rng_state", "set_rng_state", "enable_software_vulkan",
-                             "software_vulkan_enabled", "release_device", "set_cache_limits"]
+                             "software_vulkan_enabled", "release_device", "set_cache_limits",
+                             "get_num_threads", "set_num_threads"]
 __all__ += _ag_ops + _nn_all + _optim_all + ["ag_default_dtype", "ag_device_name", "ParamList", "ggml_set_seed"]
 
 # The families loaded on first use: (module, the names it gives the namespace), in the order

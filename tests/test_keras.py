@@ -623,15 +623,13 @@ def test_softmax_ce_exact_trains_on_the_true_cross_entropy():
 
 def test_keras_demo_digits_cnn_reaches_97_percent():
     pytest.importorskip("sklearn")
-    from ggmlpy.core.device import get_backend
     from ggmlpy.cli.keras_demo import digits_cnn
-    cpu = get_backend("cpu")
-    threads = cpu.n_threads
-    cpu.set_n_threads(1)   # tiny batches: one thread is fastest, and this machine is shared
+    threads = g.get_num_threads()
+    g.set_num_threads(1)   # tiny batches: one thread is fastest, and this machine is shared
     try:
         r = digits_cnn(epochs=20)
     finally:
-        cpu.set_n_threads(threads)
+        g.set_num_threads(threads)
     assert r["test_accuracy"] >= 0.97
 
 
