@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 
+from .. import random as _random
 from ..core.device import get_backend
 from ..core.opt import OptParams, n_train_opt_fit
 from ..errors import GGMLError
@@ -51,7 +52,18 @@ class _Model:
         self.metrics = ["accuracy"]
         self.device = "cpu"
         self.seed = None
-        self._rng = np.random.default_rng()
+
+    @property
+    def _rng(self) -> np.random.Generator:
+        """The generator for initialisation and dropout masks: ggmlpy's own, so that ggml_set_seed
+        (manual_seed) before building, compiling and fitting makes them repeat, as in ggmlR;
+        or one given to this model alone (model._rng = np.random.default_rng(seed))."""
+        own = getattr(self, "_own_rng", None)
+        return own if own is not None else _random.generator()
+
+    @_rng.setter
+    def _rng(self, generator: np.random.Generator | None) -> None:
+        self._own_rng = generator
 
     # -- compile -----------------------------------------------------------------------------------
     def compile(self, optimizer="adam", loss="categorical_crossentropy", metrics=("accuracy",), backend="cpu",
