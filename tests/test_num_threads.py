@@ -47,6 +47,10 @@ elif front == "keras":
     m = g.ggml_compile(m, optimizer="adam", loss="categorical_crossentropy")
     yk = np.eye(4, dtype=np.float32)[rng.integers(0, 4, 256)]
     run = lambda: g.ggml_fit(m, a, yk, epochs=1, batch_size=128, verbose=0)
+elif front == "keras_small":   # every product under 2M multiply-adds: one thread whatever the setting
+    m = g.ggml_compile(g.ggml_default_mlp(50, 4, hidden_layers=(128, 64), dropout=0.0))
+    xs, ys = a[:, :50], np.eye(4, dtype=np.float32)[rng.integers(0, 4, 256)]
+    run = lambda: g.ggml_fit(m, xs, ys, epochs=1, batch_size=32, verbose=0)
 elif front in ("onnx", "onnx_explicit"):
     import onnx
     from onnx import TensorProto as T, helper, numpy_helper
@@ -90,6 +94,13 @@ def test_every_front_end_computes_with_the_set_number_of_threads(front):
 @needs_proc
 def test_a_model_given_its_own_thread_count_keeps_it():
     assert _growth("onnx_explicit") == 0
+
+
+@needs_proc
+def test_a_small_model_fits_on_one_thread():
+    """ggml synchronises its threads after every node: for a model this small a second thread
+    costs more than it saves (and on a busy machine it made such a fit ten times slower)."""
+    assert _growth("keras_small") == 0
 
 
 @pytest.fixture
