@@ -50,7 +50,8 @@ def test_cosine_scheduler_matches_closed_form():
 
 
 def test_schedulers_match_pytorch():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="compares with PyTorch: pip install torch==2.13.0 "
+                                        "--index-url https://download.pytorch.org/whl/cpu")
     for ours_cls, theirs_cls, kw in ((g.lr_scheduler_step, torch.optim.lr_scheduler.StepLR,
                                       {"step_size": 2, "gamma": 0.3}),
                                      (g.lr_scheduler_cosine, torch.optim.lr_scheduler.CosineAnnealingLR,
