@@ -198,6 +198,7 @@ _LAZY_FAMILIES = (
         "umap_find_ab", "umap_knn", "umap_fuzzy_graph", "umap_spectral_init", "umap_sgd", "umap_pcg_hash",
     )),
     (".extras.parsnip", ("ggmlr_parsnip_fit_classif", "ggmlr_parsnip_fit_regr")),
+    (".extras.sc_anndata", ("RunGGML", "ggml_extract", "ggml_inject")),
 )
 # Modules reachable as attributes of the package: ggmlpy.onnx, ggmlpy.linalg, ...
 _LAZY_MODULES = {
