@@ -3,7 +3,9 @@
 
 The source is the ggml subtree of the llama-cpp-python 0.3.36 sdist (sha256-pinned),
 unpacked into vendor/ggml/. Builds go to <cache>/builds/<key>/ and the last one used
-is recorded in <cache>/active.json for the runtime loader.
+is recorded in <cache>/active.json for the runtime loader, and, when this script runs in a
+virtual environment, in <venv>/share/ggmlpy/active.json too (so a shell without the build's
+cache variables still finds it).
 
 Usage:
     python build_ggml.py                      # CPU backend, tuned for this CPU
@@ -363,10 +365,12 @@ def _open_log(cmd: list[str], cwd: Path | None):
 def run(cmd: list[str], cwd: Path | None = None, progress: bool = False) -> None:
     """Run a command with its output appended to the build log; on failure raise with its tail.
 
-    progress: print a line at every tenth of the way through a ninja or make build."""
+    progress: print a line at every tenth of the way through a ninja or make build. A build
+    runs nested builds (the Vulkan backend's shader generator: "[1/2]", "[2/2]" in the middle
+    of "[37/365]"): only the build with the most steps counts."""
     tail = collections.deque(maxlen=TAIL_LINES)
     path, f = _open_log(cmd, cwd)
-    shown = 0
+    shown = total = 0
     with f:
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 errors="replace")
@@ -374,6 +378,12 @@ def run(cmd: list[str], cwd: Path | None = None, progress: bool = False) -> None
             f.write(line)
             tail.append(line)
             m = _PROGRESS.match(line) if progress else None
+            if m and m.group(2):
+                steps = int(m.group(2))
+                if steps < total:
+                    m = None   # a nested build's step
+                elif steps > total:
+                    shown, total = 0, steps   # the outer build (or a nested one seen first, now outgrown)
             if m:
                 pct = (100 * int(m.group(1)) // max(int(m.group(2)), 1)) if m.group(2) else int(m.group(3))
                 if pct >= shown + 10:
@@ -561,6 +571,13 @@ def main(argv=None) -> int:
             print(f"build_ggml.py: {e}", file=sys.stderr)
             return e.code
     write_json(cache / "active.json", info)
+    if _info.in_virtual_environment():  # found from this environment whatever a later shell's cache variables
+        record = _info.environment_record()
+        try:
+            record.parent.mkdir(parents=True, exist_ok=True)
+            write_json(record, info)
+        except OSError as e:
+            log(f"could not record the build in {record} ({e}); ggmlpy finds it through {cache / 'active.json'}")
     log(f"done in {time.monotonic() - t0:.1f}s; lib dir:")
     print(info["lib_dir"], flush=True)
     return 0

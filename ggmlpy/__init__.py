@@ -53,6 +53,7 @@ from .core.types import ggml_blck_size, ggml_ftype_to_ggml_type, ggml_is_quantiz
 from .runtime.state import ag_default_dtype, ag_device_name
 from .params import ParamList
 from .random import ggml_set_seed
+from .core.threads import get_num_threads, set_num_threads
 from . import _sigint
 
 # Ctrl-C never lands half-way through a release (see _sigint): weakref.finalize runs the
@@ -69,7 +70,8 @@ __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "Stal
                              "dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual",
                              "jvp", "hvp", "jacfwd", "ag_compile", "ag_backward_graph",
                              "get_rng_state", "set_rng_state", "enable_software_vulkan",
-                             "software_vulkan_enabled", "release_device", "set_cache_limits"]
+                             "software_vulkan_enabled", "release_device", "set_cache_limits",
+                             "get_num_threads", "set_num_threads"]
 __all__ += _ag_ops + _nn_all + _optim_all + ["ag_default_dtype", "ag_device_name", "ParamList", "ggml_set_seed"]
 
 # The families loaded on first use: (module, the names it gives the namespace), in the order
@@ -208,6 +210,8 @@ _LAZY_FAMILIES = (
         "ggml_vulkan_p2p_selftest", "ggml_vulkan_shutdown", "ggml_vulkan_split_buffer_type",
         "ggml_vulkan_split_mul_mat",
     )),
+    (".extras.parsnip", ("ggmlr_parsnip_fit_classif", "ggmlr_parsnip_fit_regr")),
+    (".extras.sc_anndata", ("RunGGML", "ggml_extract", "ggml_inject")),
 )
 # Modules reachable as attributes of the package: ggmlpy.onnx, ggmlpy.linalg, ...
 _LAZY_MODULES = {

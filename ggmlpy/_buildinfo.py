@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import sys
 from pathlib import Path
 
 GGML_VERSION = "0.25.3"
@@ -22,6 +23,16 @@ def cache_dir() -> Path:
         return Path(os.environ["GGMLPY_CACHE_DIR"]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "ggmlpy"
+
+
+def environment_record() -> Path:
+    """Where build_ggml.py also records its build when it runs in a virtual environment: inside
+    that environment, so a shell without the build's cache variables still finds the build."""
+    return Path(sys.prefix) / "share" / "ggmlpy" / "active.json"
+
+
+def in_virtual_environment() -> bool:
+    return sys.prefix != getattr(sys, "base_prefix", sys.prefix)
 
 
 def cpu_tag(native: bool) -> str:

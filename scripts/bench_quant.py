@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchlib import interleaved, timed  # noqa: E402
 
 import ggmlpy as g  # noqa: E402
-from ggmlpy.core.graph import default_threads  # noqa: E402
+from ggmlpy.core.threads import get_num_threads  # noqa: E402
 from ggmlpy.bindings import lib  # noqa: E402
 
 TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_K")
@@ -124,7 +124,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--file-mb", type=int, default=1024)
-    ap.add_argument("--threads", type=int, default=default_threads())
+    ap.add_argument("--threads", type=int, default=get_num_threads())
     args = ap.parse_args()
     print(f"ggml {g.ggml_version()}, loadavg {open('/proc/loadavg').read().split()[:3]}")
     bw = numpy_bandwidth()

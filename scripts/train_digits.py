@@ -12,6 +12,7 @@ out/digits_loss.png when matplotlib is installed.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
@@ -81,26 +82,11 @@ def tape_bytes_per_batch(model, xb, yb, checkpoint: bool) -> int:
 
 
 def save_loss_curve(history, path: str) -> str | None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None  # optional: the numbers are printed anyway
+    """ag_fit's history plots itself; without matplotlib there is no plot (the numbers are printed anyway)."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return None
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    epochs = np.arange(1, len(history["loss"]) + 1)
-    ax.plot(epochs, history["loss"], label="train")
-    if history.get("val_loss"):
-        ax.plot(epochs, history["val_loss"], label="test")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("softmax cross-entropy")
-    ax.set_title("ggmlpy: digits MLP")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return history.plot(path)
 
 
 def train(epochs: int = 20, batch: int = 32, lr: float = 2e-3, seed: int = 0, progress: bool = True,

@@ -2,6 +2,7 @@
 tail on failure. (No build runs here: run() is driven with small shell commands.)"""
 import importlib.util
 import io
+import re
 import sys
 from pathlib import Path
 
@@ -52,3 +53,30 @@ def test_help_documents_auto_blas_and_the_cache(bg, capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "plus blas when OpenBLAS is installed" in out
     assert "GGMLPY_CACHE_DIR" in out and "--cache-dir DIR" in out
+
+
+def test_progress_follows_the_outer_build_through_a_nested_one(bg):
+    """The Vulkan backend builds its shader generator as a nested build in the middle of the outer
+    one: its "[1/2]" and "[2/2]" once took the progress line to 100 % with 328 steps to go."""
+    outer = [f"echo '[{i}/365] Building CXX object ggml-vulkan/op{i}.o'; " for i in range(1, 366)]
+    nested = "echo '[1/2] Building CXX object vulkan-shaders-gen.o'; echo '[2/2] Linking vulkan-shaders-gen'; "
+    script = "".join(outer[:37]) + nested + "".join(outer[37:])
+    bg.run(["sh", "-c", script], progress=True)
+    shown = bg.LOG.getvalue().splitlines()
+    assert shown[-1].endswith("100% (365/365)")
+    assert not any("/2)" in line for line in shown)
+    assert [int(re.search(r"(\d+)%", line).group(1)) for line in shown] == list(range(10, 101, 10))
+
+
+def test_a_virtual_environment_records_the_build_too(bg, tmp_path, monkeypatch):
+    """A shell without the build's cache variables finds the build through the environment's record."""
+    venv = tmp_path / "venv"
+    monkeypatch.setattr(bg._info.sys, "prefix", str(venv))
+    monkeypatch.setattr(bg._info.sys, "base_prefix", "/usr")
+    info = {"key": "k", "lib_dir": str(tmp_path / "lib")}
+    monkeypatch.setattr(bg, "build_or_hit", lambda args, backends, cache: info)
+    (tmp_path / "cache").mkdir()
+    assert bg.main(["--cache-dir", str(tmp_path / "cache")]) == 0
+    import json
+    assert json.loads((tmp_path / "cache" / "active.json").read_text()) == info
+    assert json.loads((venv / "share" / "ggmlpy" / "active.json").read_text()) == info

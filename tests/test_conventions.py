@@ -45,6 +45,23 @@ def test_backward_method_is_backward_of_the_loss():
     np.testing.assert_allclose(w.grad.numpy(), 2 * w.numpy(), rtol=1e-6)
 
 
+def test_backward_method_follows_pytorch_for_a_non_scalar_loss():
+    """loss.backward() on a loss of several elements needs grad= (PyTorch's rule); ggmlR's
+    backward(loss) seeds every element with 1, as before."""
+    w = g.ag_param(r(3, 2))
+    with g.with_grad_tape():
+        out = g.ag_mul(w, w)
+    with pytest.raises(g.GGMLError, match=r"only for a loss of one element; this one has shape \[3, 2\]"):
+        out.backward()
+    assert w.grad is None   # nothing was accumulated
+    seed = r(3, 2)
+    grads = out.backward(grad=seed)
+    np.testing.assert_allclose(grads[w].numpy(), 2 * w.numpy() * seed, rtol=1e-6)
+    with g.with_grad_tape():
+        out = g.ag_mul(w, w)
+    np.testing.assert_allclose(g.backward(out)[w].numpy(), 2 * w.numpy(), rtol=1e-6)   # ggmlR's form
+
+
 # -- indexing, len, iteration ---------------------------------------------------------------------------
 def test_indexing_follows_numpy_but_stays_a_matrix():
     a = r(3, 4)

@@ -7,10 +7,9 @@ import ggmlpy
 
 EXPORTS = Path(__file__).resolve().parents[2] / "shared" / "ggmlR" / "exports.txt"
 
-# No Python meaning (shared/ggmlR/README.md): Seurat/SCE and tidymodels integration, routing ggml's
-# abort and log into R (ggmlpy raises Python exceptions and logs to `logging`), and R generics.
-R_ONLY = {"RunGGML", "ggml_extract", "ggml_inject", "ggmlr_parsnip_fit_classif", "ggmlr_parsnip_fit_regr",
-          "ggml_abort_is_r_enabled", "ggml_set_abort_callback_r", "ggml_log_is_r_enabled", "ggml_log_set_r",
+# No Python meaning (shared/ggmlR/README.md): routing ggml's abort and log into R (ggmlpy raises
+# Python exceptions and logs to `logging`), and R generics.
+R_ONLY = {"ggml_abort_is_r_enabled", "ggml_set_abort_callback_r", "ggml_log_is_r_enabled", "ggml_log_set_r",
           "compile", "fit", "evaluate"}
 
 pytestmark = pytest.mark.skipif(not EXPORTS.is_file(), reason=f"ggmlR's export list is not at {EXPORTS}")

@@ -623,15 +623,13 @@ def test_softmax_ce_exact_trains_on_the_true_cross_entropy():
 
 def test_keras_demo_digits_cnn_reaches_97_percent():
     pytest.importorskip("sklearn")
-    from ggmlpy.core.device import get_backend
     from ggmlpy.cli.keras_demo import digits_cnn
-    cpu = get_backend("cpu")
-    threads = cpu.n_threads
-    cpu.set_n_threads(1)   # tiny batches: one thread is fastest, and this machine is shared
+    threads = g.get_num_threads()
+    g.set_num_threads(1)   # tiny batches: one thread is fastest, and this machine is shared
     try:
         r = digits_cnn(epochs=20)
     finally:
-        cpu.set_n_threads(threads)
+        g.set_num_threads(threads)
     assert r["test_accuracy"] >= 0.97
 
 
@@ -836,3 +834,23 @@ def test_model_too_big_is_an_error_not_an_abort(monkeypatch):
         g.ggml_predict(m, np.zeros((1, 20000, 1)))
     with pytest.raises(GGMLError, match="too big"):
         m.fit(np.zeros((2, 20000, 1)), np.zeros((2, 2)), batch_size=2)
+
+
+def test_ggml_set_seed_makes_initialisation_and_dropout_repeat():
+    """ggmlR's ggml_set_seed fixes a Keras-like model's weight initialisation and dropout masks."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 5)).astype(np.float32)
+    y = np.eye(3)[rng.integers(0, 3, 64)]
+
+    def run():
+        g.ggml_set_seed(42)
+        m = g.ggml_compile(g.ggml_default_mlp(5, 3, hidden_layers=(8,), dropout=0.5))
+        init = m.get_weights()
+        m.fit(x, y, epochs=2, batch_size=16)
+        return init, m.get_weights()
+
+    (a0, a1), (b0, b1) = run(), run()
+    for name in a0:
+        for k in a0[name]:
+            np.testing.assert_array_equal(a0[name][k], b0[name][k])
+            np.testing.assert_array_equal(a1[name][k], b1[name][k])

@@ -482,13 +482,13 @@ def test_op_params_roundtrip(ctx):
 
 
 def test_threads_setting_drives_graph_compute():
-    old = g.core.graph._N_THREADS
+    old = g.ggml_get_n_threads()
     try:
         assert g.ggml_set_n_threads(1) == 1 and g.ggml_get_n_threads() == 1
         with pytest.raises(GGMLError, match="at least 1"):
             g.ggml_set_n_threads(0)
     finally:
-        g.core.graph._N_THREADS = old
+        g.ggml_set_n_threads(old)
 
 
 def test_backend_async_and_plans():

@@ -10,7 +10,8 @@ import warnings
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="exports the models with PyTorch: pip install torch==2.13.0 "
+                                    "--index-url https://download.pytorch.org/whl/cpu")
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 

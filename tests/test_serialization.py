@@ -161,3 +161,80 @@ def test_not_a_model_file(tmp_path):
 def test_metadata_must_be_json(tmp_path):
     with pytest.raises(g.GGMLError, match="JSON"):
         g.ag_save_model(g.ag_linear(2, 2), tmp_path / "m.gguf", metadata={"f": object()})
+
+
+# -- ag_load_model(path): ggmlpy's own layers rebuild without model_fn ---------------------------------
+BUILT_IN_MODELS = {
+    "linear": (lambda: g.ag_linear(4, 3, "tanh"), lambda: x_of(4)),
+    "sequential": (lambda: g.ag_sequential(g.ag_linear(6, 8, "relu"), g.ag_batch_norm(8, momentum=0.2),
+                                           g.ag_dropout(0.3), g.ag_layer_norm_layer(8, eps=1e-4),
+                                           g.ag_activation("gelu"), g.ag_linear(8, 3)), lambda: x_of(6, 7)),
+    "nested": (lambda: g.ag_sequential([g.ag_sequential(g.ag_linear(np.int64(5), 4)), g.ag_silu_layer()]),
+               lambda: x_of(5)),
+    "attention": (lambda: g.ag_multihead_attention(8, 2, causal=True, bias=False, qkv_bias=True),
+                  lambda: x_of(8, 6)),
+    "transformer_block": (lambda: g.ag_transformer_block(8, 2, mlp_ratio=2, activation="relu"),
+                          lambda: x_of(8, 5)),
+    "gpt": (lambda: g.ag_gpt(20, d_model=8, n_heads=2, n_layers=2, context=6), lambda: np.array([[1, 4, 7, 2]]).T),
+}
+
+
+@pytest.mark.parametrize("name", list(BUILT_IN_MODELS))
+def test_builtin_layers_load_without_model_fn(tmp_path, name):
+    make, inputs = BUILT_IN_MODELS[name]
+    x = inputs()
+    g.manual_seed(1)
+    model = make()
+    train_a_little(model, lambda m: m(x) if name != "gpt" else m.loss(x, x))
+    g.ag_eval(model)
+    path = g.ag_save_model(model, tmp_path / "m.gguf")
+    g.manual_seed(2)
+    back = g.ag_load_model(path)
+    assert type(back) is type(model) and repr(back) == repr(model) and not back.training
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(back.state_dict()[k], v, err_msg=k)
+    np.testing.assert_array_equal(back(x).numpy(), model(x).numpy())
+
+
+def test_own_layers_still_need_model_fn(tmp_path):
+    class Twice(g.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = g.ag_linear(3, 3)
+
+        def forward(self, x):
+            return self.lin(self.lin(x))
+
+    for model in (Twice(), g.ag_sequential(g.ag_linear(3, 3), Twice())):
+        path = g.ag_save_model(model, tmp_path / "own.gguf")
+        with pytest.raises(g.GGMLError, match="neither an architecture .* nor a model_fn: pass model_fn="):
+            g.ag_load_model(path)
+
+
+def test_a_setting_changed_after_building_is_not_rebuilt_silently(tmp_path):
+    model = g.ag_sequential(g.ag_linear(3, 4, "relu"), g.ag_linear(4, 2))
+    model.layers[0].activation = "tanh"   # not what the constructor was told
+    path = g.ag_save_model(model, tmp_path / "m.gguf")
+    with pytest.raises(g.GGMLError, match="a setting changed after it was built.*pass model_fn="):
+        g.ag_load_model(path)
+    back = g.ag_load_model(path, model_fn=lambda: g.ag_sequential(g.ag_linear(3, 4, "tanh"), g.ag_linear(4, 2)))
+    x = x_of(3)
+    np.testing.assert_array_equal(back(x).numpy(), model(x).numpy())
+
+
+@pytest.mark.parametrize("bad,match", [("{", "not valid JSON"), ('{"x": 1}', "no model description"),
+                                       ('{"model": {"layer": "os.system", "args": {}}}', "unknown layer"),
+                                       ('{"model": {"layer": "ag_linear", "args": {"nope": 1}}}', "cannot be built"),
+                                       ('{"model": {"layer": "ag_linear", "args": {"in_features": -1, '
+                                        '"out_features": 2}}}', "ag_linear")])
+def test_a_damaged_architecture_is_a_clear_error(tmp_path, bad, match):
+    path = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(path), "ggmlpy")
+    w.add_string("ggmlpy.architecture", bad)
+    w.add_tensor("W", np.zeros((2, 2), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(g.GGMLError, match=match):
+        g.ag_load_model(path)

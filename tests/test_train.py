@@ -2,6 +2,7 @@
 steps against numpy's formulas, memory over a long run, and a short digits run."""
 import math
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -49,7 +50,8 @@ def test_cosine_scheduler_matches_closed_form():
 
 
 def test_schedulers_match_pytorch():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="compares with PyTorch: pip install torch==2.13.0 "
+                                        "--index-url https://download.pytorch.org/whl/cpu")
     for ours_cls, theirs_cls, kw in ((g.lr_scheduler_step, torch.optim.lr_scheduler.StepLR,
                                       {"step_size": 2, "gamma": 0.3}),
                                      (g.lr_scheduler_cosine, torch.optim.lr_scheduler.CosineAnnealingLR,
@@ -596,3 +598,18 @@ def test_clipping_and_optimizer_steps_over_hundreds_of_parameters():
     assert g.clip_grad_norm(ps, grads, 1.0) == pytest.approx(np.sqrt(400 * 6), rel=1e-5)
     g.optimizer_adam(ps, lr=0.1).step(grads)
     np.testing.assert_allclose(ps[0].numpy(), 0.4, rtol=1e-5)
+
+
+def test_ag_fit_history_plots_itself(tmp_path):
+    pytest.importorskip("matplotlib")
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(4, 64)), rng.integers(0, 2, 64)
+    model = g.ag_sequential(g.ag_linear(4, 8, "relu"), g.ag_linear(8, 2))
+    opt = g.optimizer_adam(model.parameters(), lr=1e-2)
+    history = g.ag_fit(model, g.ag_softmax_cross_entropy_loss, opt, g.ag_dataloader(x, y, 16), epochs=3,
+                       val_loader=g.ag_dataloader(x, y, 32, shuffle=False), progress=False)
+    assert isinstance(history, dict) and set(history) == {"loss", "lr", "time", "val_loss"}
+    path = history.plot(tmp_path / "fit.png")
+    assert pathlib.Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(g.GGMLError, match="could not write"):
+        history.plot(tmp_path / "no" / "such" / "folder" / "fit.png")

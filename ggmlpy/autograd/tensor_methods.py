@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import GGMLError
 from ..tensor import AGTensor, _is_number, _like_dtype, _operand, ag_tensor
 from . import ops as F
 from .engine import backward as _backward
@@ -69,8 +70,15 @@ def T(self) -> AGTensor:
 
 
 def backward(self, grad: AGTensor | None = None, retain_all: bool = False):
-    """`loss.backward()`: the same as `backward(loss)` (gradients into the leaves' `.grad`;
-    returns the gradient map)."""
+    """`loss.backward()`: gradients into the leaves' `.grad` (returns the gradient map), with
+    PyTorch's rule where ggmlR has none: a loss of more than one element needs `grad`, the
+    gradient of what it feeds (a GGMLError otherwise). ggmlR's `backward(loss)` keeps its
+    own rule: every element of a non-scalar loss is seeded with 1."""
+    if grad is None and self.size != 1:
+        raise GGMLError(f"backward: grad can be implicitly created only for a loss of one element; this one "
+                        f"has shape {list(self.shape)}. Pass grad= (a tensor of that shape), reduce the loss "
+                        "first (ag_sum, ag_mean), or call backward(loss), ggmlR's form, which seeds every "
+                        "element with 1")
     return _backward(self, grad, retain_all)
 
 

@@ -2,8 +2,12 @@
 
 Search order (first hit wins):
   1. the folder named by $GGMLPY_LIB_DIR;
-  2. the build made by build_ggml.py (its cache records it in active.json);
-  3. the libraries bundled with an installed llama-cpp-python (llama_cpp/lib).
+  2. the build made by build_ggml.py, as its cache records it (<cache>/active.json; the cache is
+     $GGMLPY_CACHE_DIR, else $XDG_CACHE_HOME/ggmlpy, else ~/.cache/ggmlpy);
+  3. the build made by build_ggml.py run in this virtual environment, as the environment records
+     it (<venv>/share/ggmlpy/active.json): found whatever the cache variables of this shell;
+  4. the libraries bundled with an installed llama-cpp-python (llama_cpp/lib).
+When none holds a usable libggml, the error says what each place held.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import pathlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .._buildinfo import GGML_VERSION, LLAMA_CPP_PYTHON_VERSION, cache_dir, cpu_tag
+from .._buildinfo import GGML_VERSION, LLAMA_CPP_PYTHON_VERSION, cache_dir, cpu_tag, environment_record
 
 # Layout facts the bindings rely on: ABI mode writes these fields directly.
 TENSOR_SIZE = 336
@@ -42,32 +46,41 @@ def _has_libggml(d: pathlib.Path) -> bool:
     return (d / "libggml.so").exists() or (d / "libggml.dylib").exists()
 
 
-def _from_build_cache() -> Found | None:
-    active = cache_dir() / "active.json"
+def _from_record(active: pathlib.Path, source: str) -> Found | str:
+    """The build a build_ggml.py record names, or why it cannot be used."""
     if not active.exists():
-        return None
+        return f"{active}: no such file"
     try:
         info = json.loads(active.read_text())
-    except (OSError, ValueError):
-        return None
+    except (OSError, ValueError) as e:
+        return f"{active}: unreadable ({e})"
     lib_dir = pathlib.Path(info.get("lib_dir", ""))
     if info.get("native", True) and info.get("cpu") not in (None, cpu_tag(native=True)):
-        return None  # a native build from another CPU could hit illegal instructions
+        # a native build from another CPU could hit illegal instructions
+        return f"{active}: a build for another CPU ({info.get('cpu')}; this one is {cpu_tag(native=True)})"
     if not _has_libggml(lib_dir):
-        return None
+        return f"{active}: names {lib_dir}, which holds no libggml"
     bin_dir = info.get("bin_dir")
-    return Found(lib_dir, "build_ggml.py", pathlib.Path(bin_dir) if bin_dir else None)
+    return Found(lib_dir, source, pathlib.Path(bin_dir) if bin_dir else None)
 
 
-def _from_llama_cpp() -> Found | None:
+def _from_build_cache() -> Found | str:
+    return _from_record(cache_dir() / "active.json", "build_ggml.py")
+
+
+def _from_environment() -> Found | str:
+    return _from_record(environment_record(), "build_ggml.py (this environment's record)")
+
+
+def _from_llama_cpp() -> Found | str:
     spec = importlib.util.find_spec("llama_cpp")
     if spec is None or not spec.submodule_search_locations:
-        return None
+        return "not installed"
     for loc in spec.submodule_search_locations:
         d = pathlib.Path(loc) / "lib"
         if _has_libggml(d):
             return Found(d, "llama-cpp-python")
-    return None
+    return f"installed, but {', '.join(spec.submodule_search_locations)} has no lib/libggml"
 
 
 def find() -> Found:
@@ -77,11 +90,23 @@ def find() -> Found:
         if not _has_libggml(d):
             raise GGMLLoadError(f"GGMLPY_LIB_DIR={env} holds no libggml.so")
         return Found(d, "GGMLPY_LIB_DIR")
-    for probe in (_from_build_cache, _from_llama_cpp):
+    places = (("build_ggml.py's cache record ($GGMLPY_CACHE_DIR, else $XDG_CACHE_HOME/ggmlpy, else "
+               "~/.cache/ggmlpy, then active.json)", _from_build_cache),
+              ("this Python environment's record (build_ggml.py run with this environment's python)",
+               _from_environment),
+              (f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}'s bundled libraries", _from_llama_cpp))
+    searched = ["$GGMLPY_LIB_DIR: not set"]
+    for what, probe in places:
         hit = probe()
-        if hit:
+        if isinstance(hit, Found):
             return hit
-    raise GGMLLoadError("ggmlpy could not find libggml " + GGML_VERSION + ". Build it with:\n    " + FIX_HINT)
+        searched.append(f"{what}: {hit}")
+    raise GGMLLoadError(
+        f"ggmlpy could not find libggml {GGML_VERSION}. Searched, in order:\n"
+        + "".join(f"  {i}. {line}\n" for i, line in enumerate(searched, 1))
+        + "A build made in a shell with other cache variables is found again by setting them as they were "
+          "(GGMLPY_CACHE_DIR, XDG_CACHE_HOME), or with GGMLPY_LIB_DIR=<the build>/install/lib. Otherwise build "
+          "it (about 30 s for the CPU, 5-6 minutes with Vulkan) with:\n    " + FIX_HINT)
 
 
 class Lib:

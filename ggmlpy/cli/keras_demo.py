@@ -17,7 +17,7 @@ def digits_cnn(epochs: int = 20, batch_size: int = 32, verbose: int = 0, seed: i
     x = (d.images / 16.0).reshape(-1, 8, 8, 1)          # [N, H, W, C]: samples as rows
     y = np.eye(10)[d.target]
     x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=0.25, random_state=seed, stratify=d.target)
-    g.ggml_set_seed(seed)  # the weights' initialisation
+    g.ggml_set_seed(seed)   # initialisation and dropout
     m = g.ggml_model_sequential()
     m = g.ggml_layer_conv_2d(m, 16, kernel_size=3, activation="relu", padding="same", input_shape=(8, 8, 1))
     m = g.ggml_layer_max_pooling_2d(m, pool_size=2)

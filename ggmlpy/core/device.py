@@ -44,6 +44,7 @@ import cffi
 from .._sigint import uninterruptible
 from ..bindings import ffi, found, lib
 from ..errors import DeviceError, GGMLError
+from . import threads
 
 _NULL = ffi.NULL
 _TYPES = {
@@ -380,17 +381,27 @@ class Backend:
         self.is_host = bool(lib.ggml_backend_buft_is_host(self.buft))
         self.n_threads = None
         self._free = _Freer(ptr)
+        self._thread_setter = _set_n_threads if self.is_cpu else None
         if self.is_cpu:
-            self.set_n_threads(_default_threads())
+            threads.follow(self)
 
-    def set_n_threads(self, n: int) -> None:
-        """Set how many threads this CPU backend computes with (DeviceError for other backends)."""
-        if not self.is_cpu:
+    def set_n_threads(self, n: int | None) -> None:
+        """Set how many threads this CPU backend computes with, from now on whatever
+        set_num_threads() says; None: follow set_num_threads() again. DeviceError for
+        backends without a thread count."""
+        if self._thread_setter is None:
             raise DeviceError(f"{self.name} is not a CPU backend; it has no thread count")
-        n = int(n)
-        if n < 1:
-            raise GGMLError(f"n_threads must be >= 1, got {n}")
-        _set_n_threads(self.ptr, n)
+        if n is None:
+            threads.follow(self)
+            return
+        n = threads.checked_count(n, "set_n_threads")
+        threads.unfollow(self)
+        self._use_threads(n)
+
+    def _use_threads(self, n: int) -> None:
+        if self._free.ptr is None:
+            return  # freed: nothing computes here any more
+        self._thread_setter(self.ptr, n)
         self.n_threads = n
 
     def single_threaded(self) -> "Backend":
@@ -414,6 +425,7 @@ class Backend:
     @uninterruptible
     def free(self) -> None:
         """Free the backend now (also done when the object is collected)."""
+        threads.unfollow(self)
         self._free()
 
     @property
@@ -457,13 +469,6 @@ class _Freer:
         self()
 
 
-def _default_threads() -> int:
-    env = os.environ.get("GGMLPY_N_THREADS")
-    if env:
-        return max(1, int(env))
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-
-
 def _set_n_threads(ptr, n: int) -> None:
     try:
         fn = lib.ggml_backend_cpu_set_n_threads
@@ -474,18 +479,20 @@ def _set_n_threads(ptr, n: int) -> None:
     fn(ptr, n)
 
 
-def blas_backend(n_threads: int) -> "Backend | None":
+def blas_backend(n_threads: int | None = None) -> "Backend | None":
     """ggml's BLAS backend (OpenBLAS), when this libggml has one: not a device of its own but
     the CPU device's helper for matrix products with a transposed operand, which BLAS reads
-    in place where ggml's CPU kernels need a copy."""
+    in place where ggml's CPU kernels need a copy. Its threads: `n_threads`, or (None) the
+    thread setting, followed as CPU backends follow it."""
     dev = lib.ggml_backend_dev_by_name(b"BLAS")
     if dev == _NULL:
         return None
     b = Backend(lib.ggml_backend_dev_init(dev, _NULL), "BLAS")
     addr = lib.ggml_backend_reg_get_proc_address(lib.ggml_backend_dev_backend_reg(dev), b"ggml_backend_set_n_threads")
     if addr != _NULL:  # never ggml_backend_cpu_set_n_threads: it asserts on a non-CPU backend
-        ffi.cast("ggml_backend_set_n_threads_t", addr)(b.ptr, int(n_threads))
-        b.n_threads = int(n_threads)
+        setter = ffi.cast("ggml_backend_set_n_threads_t", addr)
+        b._thread_setter = lambda ptr, n: setter(ptr, int(n))
+        b.set_n_threads(n_threads)
     return b
 
 

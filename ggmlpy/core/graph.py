@@ -6,26 +6,16 @@ indices. `check_graph` looks for all of these before any compute call.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 from .context import Context, Tensor, meta_check, on_meta
 from .device import Backend
+from .threads import get_num_threads
 
 GGML_DEFAULT_GRAPH_SIZE = 2048
 _NULL = ffi.NULL
-
-
-_N_THREADS = None  # ggml_set_n_threads(); None: every core this process may use
-
-
-def default_threads() -> int:
-    if _N_THREADS is not None:
-        return _N_THREADS
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 class Graph:
@@ -224,7 +214,7 @@ def ggml_graph_compute(ctx_or_graph: Context | Graph, graph: Graph | None = None
         graph = ctx_or_graph
     if not isinstance(graph, Graph):
         raise GGMLError(f"ggml_graph_compute: expected a Graph, got {type(graph).__name__}")
-    n_threads = default_threads() if n_threads is None else int(n_threads)
+    n_threads = get_num_threads() if n_threads is None else int(n_threads)
     check(n_threads > 0, "ggml_graph_compute: n_threads must be positive")
     check_graph(graph, run=lambda sub: ggml_graph_compute(sub, n_threads=n_threads))
     for p in graph.leafs + graph.nodes:

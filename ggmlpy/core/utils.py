@@ -18,6 +18,7 @@ from . import device as _device
 from . import graph as _graph
 from . import ops as _ops
 from . import tensors as _tensors
+from . import threads as _threads
 from .context import NP_DTYPES, Context, Tensor, _from_storage, _require_data, _to_storage, get_data, meta_check, set_data, wrap
 from .graph import Graph
 
@@ -603,16 +604,14 @@ def ggml_graph_compute_with_ctx(ctx: Context, graph: Graph, n_threads: int = 0) 
 
 # -- threads and time ---------------------------------------------------------------------------------------------
 def ggml_set_n_threads(n_threads: int) -> int:
-    """Threads ggml_graph_compute uses from now on (ggmlR's global setting); returns it."""
-    n = int(n_threads)
-    check(n >= 1, "ggml_set_n_threads: Number of threads must be at least 1")
-    _graph._N_THREADS = n
-    return n
+    """ggmlR's name for set_num_threads(): the threads every CPU computation uses from now on
+    (ggml_graph_compute, ag_*, the Keras-like models, ONNX models); returns it."""
+    return _threads.set_num_threads(_threads.checked_count(n_threads, "ggml_set_n_threads"))
 
 
 def ggml_get_n_threads() -> int:
-    """Threads ggml_graph_compute uses by default."""
-    return _graph.default_threads()
+    """ggmlR's name for get_num_threads()."""
+    return _threads.get_num_threads()
 
 
 def ggml_set_omp_threads(n: int) -> int:

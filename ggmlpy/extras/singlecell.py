@@ -329,8 +329,10 @@ def _neighbors(mat, n_neighbors=20, prune_snn=1 / 15, backend="cpu", knn_backend
     k = int(min(int(n_neighbors), n - 1))
     if k < 1:
         raise GGMLError(f"n_neighbors must be >= 1, got {n_neighbors}")
-    idx, _ = _knn(x, k, used)
+    idx, dist = _knn(x, k, used)
     t_knn = time.perf_counter()
+    # each cell's k nearest others and their Euclidean distances (scanpy's obsp["distances"])
+    distances = sp.csr_matrix((dist.ravel(), (np.repeat(np.arange(n), k), idx.ravel())), shape=(n, n))
     # binary kNN graph with the point itself (Seurat counts it: |N(i)| = k + 1)
     rows = np.repeat(np.arange(n), k + 1)
     cols = np.concatenate([np.arange(n)[:, None], idx], axis=1).ravel()
@@ -342,8 +344,8 @@ def _neighbors(mat, n_neighbors=20, prune_snn=1 / 15, backend="cpu", knn_backend
     snn.data[snn.data < prune_snn] = 0.0
     snn.eliminate_zeros()
     t_end = time.perf_counter()
-    meta = {"kind": "graph", "backend": used, "nn": knn, "snn": snn, "n_neighbors": k, "prune_snn": prune_snn,
-            "n_snn_edges": int(snn.nnz)}
+    meta = {"kind": "graph", "backend": used, "nn": knn, "snn": snn, "distances": distances, "n_neighbors": k,
+            "prune_snn": prune_snn, "n_snn_edges": int(snn.nnz)}
     return GGMLResult(snn, meta, {"total": t_end - t0, "knn": t_knn - t0, "snn": t_end - t_knn})
 
 

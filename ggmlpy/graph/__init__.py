@@ -11,8 +11,8 @@ Everything here works on raw ggml pointers: what a tensor means (an ag tensor, a
 a layer's output) is the front end's business.
 """
 from .cache import ByteCache
-from .compiled import CompiledGraph, batched_small, unsupported_ops
+from .compiled import CompiledGraph, batched_small, one_thread_is_best, unsupported_ops
 from .context import TENSOR_OVERHEAD, GraphContext, GraphFull, Weights, new_context
 
 __all__ = ["ByteCache", "CompiledGraph", "GraphContext", "GraphFull", "TENSOR_OVERHEAD", "Weights", "batched_small",
-           "new_context", "unsupported_ops"]
+           "new_context", "one_thread_is_best", "unsupported_ops"]

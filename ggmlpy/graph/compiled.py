@@ -37,6 +37,33 @@ def batched_small(p) -> bool:
     return batches >= 16 and int(p.ne[0] * p.ne[1] * p.src[0].ne[0]) < (1 << 19)
 
 
+# A graph this small runs on one thread: waking a second costs more than it saves
+# (64x64 add: 1.3 vs 2.3 us), and on a busy machine two threads that wait on each
+# other stall for a whole scheduling slice (128x128x32 product: 64 us vs 2.5 ms).
+SMALL = 32768            # output elements of an element-wise node
+SMALL_MATMUL = 1 << 21   # multiply-adds of a matrix product
+
+
+def node_work(p) -> int:
+    """A node's work in multiply-adds (an element-wise node's outputs weighted so that SMALL of
+    them count as SMALL_MATMUL)."""
+    if p.op == lib.GGML_OP_MUL_MAT:
+        return lib.ggml_nelements(p) * p.src[0].ne[0]
+    if p.op == lib.GGML_OP_OUT_PROD:
+        return lib.ggml_nelements(p) * p.src[0].ne[1]
+    if p.op == lib.GGML_OP_CUSTOM and p.src[1] != _NULL:  # ggmlpy.kernels' gemm: m x k by k x n
+        return lib.ggml_nelements(p) * (p.src[0].ne[0] * p.src[0].ne[1] // p.ne[0])
+    return lib.ggml_nelements(p) * (SMALL_MATMUL // SMALL)
+
+
+def one_thread_is_best(nodes) -> bool:
+    """Whether a graph of these nodes computes fastest on one CPU thread: ggml synchronises its
+    threads after every node, so nodes this small pay more in barriers than they save."""
+    if any(p.op == lib.GGML_OP_MUL_MAT and batched_small(p) for p in nodes):
+        return True  # many small products: one thread (see batched_small)
+    return all(node_work(p) < SMALL_MATMUL for p in nodes)
+
+
 def unsupported_ops(nodes, backend) -> list:
     """The nodes (ops, not leaves) `backend` has no kernel for."""
     return [p for p in nodes if p.op != lib.GGML_OP_NONE and not lib.ggml_backend_supports_op(backend.ptr, p)]

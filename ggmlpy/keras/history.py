@@ -6,6 +6,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 from ..errors import GGMLError
+from ..train.history import plot_curves
 
 if TYPE_CHECKING:
     from .model import _Model
@@ -56,26 +57,9 @@ class ggml_history(dict):
 
     def plot(self, path):
         """Loss and accuracy curves side by side, saved as a PNG at `path` (needs matplotlib)."""
-        try:
-            import matplotlib  # optional dependency, loaded when a plot is asked for
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError as e:
-            raise GGMLError("ggml_history.plot needs matplotlib (pip install matplotlib)") from e
-        fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-        ep = self["epochs"]
-        for ax, key, title in ((axes[0], "loss", "Loss"), (axes[1], "accuracy", "Accuracy")):
-            tr = [math.nan if v is None else v for v in self[f"train_{key}"]]
-            ax.plot(ep, tr, color="tab:blue", label="Train")
-            if any(v is not None for v in self[f"val_{key}"]):
-                ax.plot(ep, [math.nan if v is None else v for v in self[f"val_{key}"]], color="tab:red", label="Val")
-                ax.legend()
-            ax.set_xlabel("Epoch")
-            ax.set_title(title)
-        fig.tight_layout()
-        fig.savefig(path, format="png")
-        plt.close(fig)
-        return path
+        return plot_curves(path, self["epochs"], [
+            (title, key, [("Train", self[f"train_{key}"], "tab:blue"), ("Val", self[f"val_{key}"], "tab:red")])
+            for title, key in (("Loss", "loss"), ("Accuracy", "accuracy"))], "ggml_history.plot")
 
 
 def ggml_training_history(model: _Model, format: str = "wide") -> ggml_history | dict[str, list] | None:

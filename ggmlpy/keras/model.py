@@ -75,9 +75,15 @@ class _Model:
 
     @property
     def _rng(self) -> np.random.Generator:
-        """Weight initialisation and dropout masks draw from ggmlpy's one generator: ggml_set_seed
-        (manual_seed) governs them, as it governs the ag_* layers and dataloaders."""
-        return grandom.generator()
+        """The generator for initialisation and dropout masks: ggmlpy's own, so that ggml_set_seed
+        (manual_seed) before building, compiling and fitting makes them repeat, as in ggmlR;
+        or one given to this model alone (model._rng = np.random.default_rng(seed))."""
+        own = getattr(self, "_own_rng", None)
+        return own if own is not None else grandom.generator()
+
+    @_rng.setter
+    def _rng(self, generator: np.random.Generator | None) -> None:
+        self._own_rng = generator
 
     # -- compile -----------------------------------------------------------------------------------
     def compile(self, optimizer="adam", loss="categorical_crossentropy", metrics=("accuracy",), backend="cpu",

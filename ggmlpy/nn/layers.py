@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import numbers
 import types
@@ -20,6 +21,36 @@ from ..runtime.autograd_state import AUTOGRAD
 from ..tensor import AGTensor, ag_param, ag_tensor, norm_shape
 
 
+class InitArgs:
+    """The arguments a layer was constructed with, by parameter name (what nn.architecture
+    describes a built-in layer by). Not a list or a Module, so children() passes over it."""
+
+    __slots__ = ("arguments",)
+
+    def __init__(self, arguments: dict):
+        self.arguments = arguments
+
+
+def _recording(init):
+    """`init`, recording its arguments in `self._init_args` (the outermost constructor's: a
+    subclass calling super().__init__ keeps its own)."""
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def recording_init(self, *args, **kwargs):
+        if "_init_args" not in self.__dict__:
+            try:
+                bound = signature.bind(self, *args, **kwargs)
+            except TypeError:
+                bound = None   # the call fails as init's own; nothing to record
+            if bound is not None:
+                bound.apply_defaults()
+                self.__dict__["_init_args"] = InitArgs(dict(list(bound.arguments.items())[1:]))
+        init(self, *args, **kwargs)
+
+    return recording_init
+
+
 class Module:
     """Base layer: `forward`, `__call__`, parameters, training mode and state dicts.
 
@@ -30,6 +61,11 @@ class Module:
 
     def __init__(self):
         self.training = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _recording(cls.__dict__["__init__"])
 
     def __call__(self, *args, **kwargs) -> AGTensor:
         return self.forward(*args, **kwargs)

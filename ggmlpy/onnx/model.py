@@ -29,6 +29,7 @@ from ..bindings import ffi, lib
 from .._arrays import numeric_array
 from ..core.device import Backend, blas_backend, get_backend, is_software_device
 from ..core.sched import Scheduler
+from ..core.threads import checked_count
 from ..errors import DeviceError, GGMLError
 from ..graph import TENSOR_OVERHEAD, ByteCache, CompiledGraph, GraphContext
 from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (their builders register in OPS)
@@ -195,14 +196,15 @@ class OnnxModel:
                 device = "cpu" if is_software_device(get_backend("gpu").device_name) else "gpu"
             except DeviceError:
                 device = "cpu"
-        self.cpu = Backend(lib.ggml_backend_dev_init(cpu_dev, _NULL), "CPU")  # private: its threads are ours
+        # private, so that n_threads= is this model's alone; without it, the thread setting's
+        self.cpu = Backend(lib.ggml_backend_dev_init(cpu_dev, _NULL), "CPU")
         if n_threads is not None:
-            self.cpu.set_n_threads(int(n_threads))
+            self.cpu.set_n_threads(checked_count(n_threads, "onnx_load: n_threads"))
         self.backend = self.cpu if str(device).strip().lower() == "cpu" else get_backend(device)
         self.device = self.backend.device_name
         self.blas = None  # on the CPU, ggml's BLAS backend (OpenBLAS) takes the large matrix products
         if self.backend is self.cpu and os.environ.get("GGMLPY_ONNX_BLAS", "1") != "0":
-            self.blas = blas_backend(self.cpu.n_threads)
+            self.blas = blas_backend(None if n_threads is None else self.cpu.n_threads)
 
     # -- building -------------------------------------------------------------------------------------
     def _plan(self, shapes: dict, arrays: dict | None = None):
@@ -676,8 +678,8 @@ def onnx_load(path: "str | os.PathLike", device: str | None = None,
 
     device: "cpu", "vulkan", "vulkan:1", "cuda", "gpu", "rpc://host:port"; None takes a GPU when one is
     available, else the CPU (ggmlR's default). input_shapes: {input name: full shape} fixing dynamic
-    dimensions (required when the model has any). n_threads: CPU threads (default: GGMLPY_N_THREADS or
-    all cores). dtype: "f32", or "f16" to store the weights of MatMul, Gemm and Conv with at least 256
+    dimensions (required when the model has any). n_threads: this model's CPU threads (default: the
+    thread setting, ggmlpy.set_num_threads(), which follows later changes). dtype: "f32", or "f16" to store the weights of MatMul, Gemm and Conv with at least 256
     elements in half precision (inputs, outputs and arithmetic stay f32)."""
     if dtype not in DTYPES:
         raise ValueError(f"onnx_load: dtype must be one of {sorted(DTYPES)}, got {dtype!r}")

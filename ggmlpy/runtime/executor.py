@@ -20,7 +20,7 @@ import time
 from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import GGMLError
-from ..graph import ByteCache, CompiledGraph, GraphContext, batched_small
+from ..graph import ByteCache, CompiledGraph, GraphContext, batched_small, one_thread_is_best
 from .pool import Storage, shape_of as _shape
 
 _NULL = ffi.NULL
@@ -131,12 +131,6 @@ class Executor:
     """A cache of compiled op graphs, bounded by the bytes they hold (GGMLPY_GRAPH_CACHE_BYTES,
     default 32 MiB, or ggmlpy.set_cache_limits): the least recently used are freed first."""
 
-    # A graph this small runs on one thread: waking a second costs more than it saves
-    # (64x64 add: 1.3 vs 2.3 us), and on a busy machine two threads that wait on each
-    # other stall for a whole scheduling slice (128x128x32 product: 64 us vs 2.5 ms).
-    SMALL = 32768            # output elements of an element-wise node
-    SMALL_MATMUL = 1 << 21   # multiply-adds of a matrix product
-
     def __init__(self, backend, small_backend=None, blas=None, asynchronous: bool = False, lock=None):
         self.backend = backend
         self.lock = lock  # None: one thread uses this executor (the CPU device's, per thread)
@@ -216,23 +210,7 @@ class Executor:
         if (self.blas is not None and any(p.op == lib.GGML_OP_OUT_PROD for p in c.nodes)
                 and all(lib.ggml_backend_supports_op(self.blas.ptr, p) for p in c.nodes)):
             return self.blas
-        return self.small_backend if self._is_small(c) else self.backend
-
-    def _is_small(self, c: _Compiled) -> bool:
-        if any(p.op == lib.GGML_OP_MUL_MAT and batched_small(p) for p in c.nodes):
-            return True  # many small products: one thread (see batched_small)
-        for p in c.nodes:
-            if p.op == lib.GGML_OP_MUL_MAT:
-                work = lib.ggml_nelements(p) * p.src[0].ne[0]
-            elif p.op == lib.GGML_OP_OUT_PROD:
-                work = lib.ggml_nelements(p) * p.src[0].ne[1]
-            elif p.op == lib.GGML_OP_CUSTOM and p.src[1] != _NULL:  # ggmlpy.kernels' gemm: m x k by k x n
-                work = lib.ggml_nelements(p) * (p.src[0].ne[0] * p.src[0].ne[1] // p.ne[0])
-            else:
-                work = lib.ggml_nelements(p) * (self.SMALL_MATMUL // self.SMALL)
-            if work >= self.SMALL_MATMUL:
-                return False
-        return True
+        return self.small_backend if one_thread_is_best(c.nodes) else self.backend
 
     @uninterruptible
     def clear(self) -> None:

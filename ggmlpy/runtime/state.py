@@ -70,7 +70,7 @@ class DeviceContext:
         self._free_pools: list = []  # of threads that have ended (see _Lease)
         self._pools = weakref.WeakSet()  # every thread's, for release_device
         self._free_executors: list = []
-        self.blas = blas_backend(self.backend.n_threads) if self.backend.is_cpu else None
+        self.blas = blas_backend() if self.backend.is_cpu else None
         # CUDA queues ops on its stream: measured on an H200, a 4-layer 256-wide Adam step took
         # 2.7 ms waiting for each op, 2.1 ms queued. Host transfers call sync() first. Vulkan
         # stays synchronous: queued that way, ggml's Vulkan backend crashed on lavapipe.
@@ -104,12 +104,11 @@ class DeviceContext:
             return lease(self._local, "executor", self._free_executors, self._cpu_executor)
 
     def _cpu_executor(self) -> Executor:
-        """CPU backends of this thread's own: ggml's CPU backend keeps its work buffer per backend."""
-        n = self.backend.n_threads
+        """CPU backends of this thread's own: ggml's CPU backend keeps its work buffer per backend.
+        The main one and its BLAS helper follow the thread setting; the small one has one thread."""
         main = Backend(lib.ggml_backend_dev_init(self.backend.dev, ffi.NULL), self.name)
-        main.set_n_threads(n)
         small = Backend(lib.ggml_backend_dev_init(self.backend.dev, ffi.NULL), self.name).single_threaded()
-        return Executor(main, small_backend=small, blas=blas_backend(n) if self.blas is not None else None)
+        return Executor(main, small_backend=small, blas=blas_backend() if self.blas is not None else None)
 
     def single_thread_backend(self) -> Backend:
         """A one-thread CPU backend of this device, for compiled graphs' nodes that run best on one

@@ -13,6 +13,7 @@ from ..errors import GGMLError
 from ..nn.layers import ag_eval, ag_train
 from ..optim.optimizers import Optimizer, clip_grad_norm
 from ..tensor import AGTensor
+from .history import FitHistory
 
 Model = Callable[[AGTensor], AGTensor]          # a layer, or any function of the input batch
 LossFn = Callable[[AGTensor, AGTensor], AGTensor]  # (prediction, target) -> [1, 1] loss
@@ -45,7 +46,8 @@ def ag_evaluate(model: Model, loss_fn: LossFn, loader: Batches) -> float:
 
 def ag_fit(model: Model, loss_fn: LossFn, optimizer: Optimizer, loader: Batches, epochs: int,
            val_loader: Batches | None = None, callbacks: Sequence = (), progress: bool = True,
-           clip_grad: float | None = None, compile: bool | str = "auto", memory_budget: int | None = None) -> dict:
+           clip_grad: float | None = None, compile: bool | str = "auto",
+           memory_budget: int | None = None) -> FitHistory:
     """Train `model` for `epochs` passes over `loader`; return the history.
 
     Per batch: `with with_grad_tape(): loss = loss_fn(model(xb), yb)`, `backward`,
@@ -61,16 +63,16 @@ def ag_fit(model: Model, loss_fn: LossFn, optimizer: Optimizer, loader: Batches,
     `memory_budget` (bytes, compiled steps only): ag_compile plans the recomputation so that the
     step's compute buffer fits.
 
-    History: "loss" (per epoch, the per-sample mean of the training batches' losses),
-    "val_loss" (with a val_loader), "lr" (the optimizer's lr during the epoch) and
-    "time" (seconds per epoch, validation included). A callback's
+    History (a dict, whose `.plot(path)` saves the curves as a PNG): "loss" (per epoch, the
+    per-sample mean of the training batches' losses), "val_loss" (with a val_loader), "lr" (the
+    optimizer's lr during the epoch) and "time" (seconds per epoch, validation included). A callback's
     `on_epoch_end(epoch, history)` returning True stops training after that epoch."""
     if int(epochs) != epochs or epochs < 0:
         raise GGMLError(f"ag_fit: epochs must be a non-negative integer, got {epochs!r}")
     n_batches = len(loader)
     if n_batches == 0 and epochs:
         raise GGMLError("ag_fit: the loader yields no batch (fewer samples than batch_size with drop_last?)")
-    history = {"loss": [], "lr": [], "time": []}
+    history = FitHistory(loss=[], lr=[], time=[])
     if val_loader is not None:
         history["val_loss"] = []
     if memory_budget is not None and compile is False:

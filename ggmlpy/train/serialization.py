@@ -24,6 +24,7 @@ from ..bindings import ffi, lib
 from ..core.types import TYPE_NAMES
 from ..errors import GGMLError, checked_path
 from ..io.gguf_file import GGUFFile
+from ..nn import architecture
 from ..nn.layers import Module
 from ..runtime.state import ag_device
 
@@ -92,9 +93,12 @@ def ag_save_model(model: Module, path: str | os.PathLike, metadata: dict | None 
 
     `metadata` is any JSON-serialisable dict, returned by ag_load_model(model, path). Weights
     quantized with ag_quantize are written as their blocks, in their quantized type.
-    `model_fn` (ggmlR's): a function of no arguments that builds the architecture again; it is
-    stored by name (module and qualified name, so it must be importable: ggmlR stores the R
-    closure itself), and ag_load_model(path) then rebuilds the model without being told how."""
+    A model made of ggmlpy's own layers (ag_sequential, ag_linear, ..., ag_gpt) also gets its
+    architecture written (nn.architecture), so ag_load_model(path) rebuilds it unaided.
+    `model_fn` (ggmlR's): a function of no arguments that builds the architecture again, for a
+    model of the user's own layers; it is stored by name (module and qualified name, so it must
+    be importable: ggmlR stores the R closure itself), and ag_load_model(path) then rebuilds
+    the model without being told how."""
     gguf = _gguf()
     if not isinstance(model, Module):
         raise GGMLError(f"ag_save_model: model must be an ag_sequential or ag_* layer, got {type(model).__name__}")
@@ -117,6 +121,9 @@ def ag_save_model(model: Module, path: str | os.PathLike, metadata: dict | None 
             writer.add_string("ggmlpy.metadata", meta_json)
             if fn_ref is not None:
                 writer.add_string("ggmlpy.model_fn", fn_ref)
+            described = architecture.describe(model)
+            if described is not None:
+                writer.add_string("ggmlpy.architecture", described)
             quantized = _quantized_tensors(model)
             for name, value in state.items():
                 qtype = _gguf_qtype(gguf, quantized[name].st.type) if name in quantized else None
@@ -201,7 +208,7 @@ def read_gguf(path) -> tuple[dict, dict]:
         if arch != ARCH:
             raise GGMLError(f"{path}: GGUF architecture is {arch!r}, not {ARCH!r}: not a ggmlpy model file "
                            "(container)")
-        for key in ("ggmlpy.version", "ggmlpy.metadata", "ggmlpy.model_fn"):
+        for key in ("ggmlpy.version", "ggmlpy.metadata", "ggmlpy.model_fn", "ggmlpy.architecture"):
             if key in meta and f.metadata_types[key] != "string":
                 raise GGMLError(f"{path}: {key} must be a string, is {f.metadata_types[key]}")
         try:
@@ -209,7 +216,8 @@ def read_gguf(path) -> tuple[dict, dict]:
         except ValueError as e:
             raise GGMLError(f"{path}: ggmlpy.metadata is not valid JSON: {e}") from None
         info = {"architecture": arch, "version": meta.get("ggmlpy.version"), "metadata": user_meta,
-                "blocks": {}, "model_fn": meta.get("ggmlpy.model_fn")}
+                "blocks": {}, "model_fn": meta.get("ggmlpy.model_fn"),
+                "model_architecture": meta.get("ggmlpy.architecture")}
         tensors = {}
         for name, t in f.tensors.items():
             if t.type_name != "f32" and not lib.ggml_is_quantized(t.type):
@@ -233,8 +241,9 @@ def ag_load_model(model_or_path: Module | str | os.PathLike, path: str | os.Path
     * `ag_load_model(model, path, strict=True)`: into `model`, an already built model of the
       same architecture; returns the metadata dict saved with it.
     * ggmlR's `ag_load_model(path, model_fn=None, device=None)`: builds the model with
-      `model_fn()` (or the model_fn saved in the file), on `device` if given, loads the weights,
-      switches it to eval mode and returns it.
+      `model_fn()`, or the model_fn saved in the file, or (a model of ggmlpy's own layers) the
+      architecture saved in the file, on `device` if given, loads the weights, switches it to
+      eval mode and returns it.
 
     Every name and shape is checked before anything is written; strict=False ignores tensors
     in the file that the model does not have."""
@@ -282,9 +291,13 @@ def _load_rebuilt(path, model_fn, device):
     tensors, info = read_gguf(path)
     if model_fn is None and info["model_fn"] is not None:
         model_fn = _import_model_fn(info["model_fn"])
+    if model_fn is None and info["model_architecture"] is not None:
+        where = f"ag_load_model: {os.fspath(path)}"
+        model_fn = lambda: architecture.build(info["model_architecture"], where)  # noqa: E731
     if model_fn is None:
-        raise GGMLError(f"ag_load_model: {os.fspath(path)} holds no model_fn: pass model_fn= (a function that "
-                        "builds the architecture), or save with ag_save_model(..., model_fn=)")
+        raise GGMLError(f"ag_load_model: {os.fspath(path)} holds neither an architecture (its model has layers "
+                        "of its own) nor a model_fn: pass model_fn= (a function that builds the architecture), "
+                        "or save with ag_save_model(..., model_fn=)")
     if not callable(model_fn):
         raise GGMLError(f"ag_load_model: model_fn must be a function, got {type(model_fn).__name__}")
     previous = ag_device(device) if device is not None else None

@@ -75,12 +75,27 @@ def test_model_fn_can_be_supplied_at_load_time_instead_of_save_time(tmp_path):
     expect_equal(m2.forward(xt).data, out_before, rtol=1e-6, atol=0)
 
 
+class _OwnMlp(g.Module):
+    """A model of the user's own layer class: its file has no architecture, as every ggmlR file."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = build_mlp()
+
+    def forward(self, x):
+        return self.net(x)
+
+
 def test_loading_without_any_model_fn_errors_clearly(tmp_path):
+    # ggmlpy divergence: a model of ggmlpy's own layers (build_mlp itself) saves its architecture
+    # and loads without model_fn; ggmlR's expectation holds for a model with layers of its own.
     g.ggml_set_seed(4)
     f = tmp_path / "m.gguf"
-    g.ag_save_model(build_mlp(), f)  # no model_fn
+    g.ag_save_model(_OwnMlp(), f)  # no model_fn
     with pytest.raises(g.GGMLError, match="model_fn"):
         g.ag_load_model(f)
+    g.ag_save_model(build_mlp(), f)
+    assert repr(g.ag_load_model(f)) == repr(build_mlp())
 
 
 def test_architecture_mismatch_is_rejected(tmp_path):

@@ -2,7 +2,9 @@
 
 ggmlR's seed sets R's generator, which all its randomness uses; ggmlpy's sets ggmlpy's own
 numpy generator (ggmlpy.random.generator()), which all of ggmlpy's randomness uses (weight
-initialisation, dropout masks, shuffling). The parsnip and mlr3 engines are R-only."""
+initialisation, dropout masks, shuffling). The parsnip engine's blocks run on
+ggmlr_parsnip_fit_classif/regr, the mlr3 learners' on their Python counterparts, the
+scikit-learn estimators (seed is their random_state)."""
 import numpy as np
 import pytest
 
@@ -44,21 +46,63 @@ def test_ggml_set_seed_makes_model_initialisation_and_dropout_reproducible():
     assert not np.allclose(run(7), run(8))
 
 
-@pytest.mark.skip(reason="R-only: the parsnip engine")
+def _iris():
+    datasets = pytest.importorskip("sklearn.datasets", reason="the parsnip engine and the learners need scikit-learn")
+    d = datasets.load_iris()
+    return d.data, d.target_names[d.target]   # Species as labels
+
+
+def _cars():
+    """mtcars' shape (32 cars, 10 predictors of mpg): generated, as numpy has no mtcars."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(32, 10))
+    return x, x @ rng.normal(size=10) + 20
+
+
 def test_parsnip_ggml_engine_seed_makes_classification_reproducible():
-    pass
+    x, species = _iris()
+
+    def fit_with(s):
+        fit = g.ggmlr_parsnip_fit_classif(x, species, hidden_layers=[16], epochs=5, dropout=0.1, batch_size=10,
+                                          backend="cpu", seed=s)
+        return fit.predict_proba(x)
+
+    p1, p2, p3 = fit_with(7), fit_with(7), fit_with(8)
+    np.testing.assert_array_equal(p1, p2)   # same seed -> identical
+    assert not np.allclose(p1, p3)          # different seed -> different
 
 
-@pytest.mark.skip(reason="R-only: the parsnip engine")
 def test_parsnip_ggml_engine_seed_makes_regression_reproducible():
-    pass
+    x, mpg = _cars()
+
+    def fit_with(s):
+        return g.ggmlr_parsnip_fit_regr(x, mpg, hidden_layers=[16], epochs=5, batch_size=8, backend="cpu",
+                                        seed=s).predict(x)
+
+    np.testing.assert_array_equal(fit_with(11), fit_with(11))
 
 
-@pytest.mark.skip(reason="R-only: the mlr3 learners")
+# mlr3's learners are, in Python, scikit-learn's estimators (ggmlpy.sklearn); seed is random_state
 def test_mlr3_classif_ggml_exposes_seed_and_trains_reproducibly():
-    pass
+    x, species = _iris()
+    from ggmlpy.sklearn import GGMLClassifier
+
+    def fit_pred(s):
+        return GGMLClassifier(epochs=5, batch_size=10, device="cpu", random_state=s).fit(x, species).predict_proba(x)
+
+    assert "random_state" in GGMLClassifier().get_params()
+    p1, p2, p3 = fit_pred(5), fit_pred(5), fit_pred(6)
+    np.testing.assert_array_equal(p1, p2)
+    assert not np.allclose(p1, p3)
 
 
-@pytest.mark.skip(reason="R-only: the mlr3 learners")
 def test_mlr3_regr_ggml_exposes_seed_and_trains_reproducibly():
-    pass
+    x, mpg = _cars()
+    _iris()   # skips without scikit-learn
+    from ggmlpy.sklearn import GGMLRegressor
+
+    def fit_pred(s):
+        return GGMLRegressor(epochs=5, batch_size=8, device="cpu", random_state=s).fit(x, mpg).predict(x)
+
+    assert "random_state" in GGMLRegressor().get_params()
+    np.testing.assert_array_equal(fit_pred(9), fit_pred(9))

@@ -12,10 +12,10 @@ from .rlike import *  # noqa: F401,F403
 def _restore_threads():
     """The thread setting is process-wide: put it back for the tests that follow."""
     import os
-    import ggmlpy.core.graph as graph
-    old, env = graph._N_THREADS, os.environ.get("OMP_NUM_THREADS")
+    import ggmlpy
+    old, env = ggmlpy.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
     yield
-    graph._N_THREADS = old
+    ggmlpy.set_num_threads(old)
     if env is None:
         os.environ.pop("OMP_NUM_THREADS", None)
     else:

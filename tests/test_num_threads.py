@@ -1,0 +1,171 @@
+"""One thread setting (ggmlpy.set_num_threads / get_num_threads, $GGMLPY_N_THREADS) that every
+front end obeys: ag_* eager and compiled, the Keras-like models, ONNX models, ggml_graph_compute.
+
+What is checked is what the operating system sees: in a child process, each front end is made
+and first computes with one thread (which loads everything and starts no worker), then computes
+with five; ggml's OpenMP team (and OpenBLAS's, with the OpenMP build) must then hold at least
+four more threads. A front end that ignored the setting would keep its one thread, or take this
+machine's core count.
+"""
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+from ggmlpy.core.device import get_backend
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+PROBE = r'''
+import os, sys
+import numpy as np
+import ggmlpy as g
+
+def tasks():
+    return len(os.listdir("/proc/self/task"))
+
+g.set_num_threads(1)   # everything below is made, and first run, with one thread
+rng = np.random.default_rng(0)
+a = rng.normal(size=(256, 256)).astype(np.float32)
+front = sys.argv[1]
+if front == "eager":
+    x = g.ag_tensor(a)
+    run = lambda: g.ag_matmul(x, x).numpy()
+elif front == "compiled":
+    w = g.ag_param(a)
+    x, y = g.ag_tensor(a), g.ag_tensor(a)
+    step = g.ag_compile(lambda x, y: g.ag_mse_loss(g.ag_matmul(w, x), y), [x, y])
+    run = lambda: step(x, y)
+elif front == "keras":
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_dense(m, units=256, activation="relu", input_shape=(256,))
+    m = g.ggml_layer_dense(m, units=4, activation="softmax")
+    m = g.ggml_compile(m, optimizer="adam", loss="categorical_crossentropy")
+    yk = np.eye(4, dtype=np.float32)[rng.integers(0, 4, 256)]
+    run = lambda: g.ggml_fit(m, a, yk, epochs=1, batch_size=128, verbose=0)
+elif front == "keras_small":   # every product under 2M multiply-adds: one thread whatever the setting
+    m = g.ggml_compile(g.ggml_default_mlp(50, 4, hidden_layers=(128, 64), dropout=0.0))
+    xs, ys = a[:, :50], np.eye(4, dtype=np.float32)[rng.integers(0, 4, 256)]
+    run = lambda: g.ggml_fit(m, xs, ys, epochs=1, batch_size=32, verbose=0)
+elif front in ("onnx", "onnx_explicit"):
+    import onnx
+    from onnx import TensorProto as T, helper, numpy_helper
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "mm",
+                              [helper.make_tensor_value_info("x", T.FLOAT, [256, 256])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, [256, 256])],
+                              [numpy_helper.from_array(a, "W")])
+    model = g.onnx_load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), device="cpu",
+                        n_threads=1 if front == "onnx_explicit" else None)
+    run = lambda: g.onnx_run(model, {"x": a})
+elif front == "graph_compute":
+    ctx = g.ggml_init(16 << 20)
+    t = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 256, 256)
+    g.ggml_set_f32(t, a.ravel())
+    graph = g.ggml_build_forward_expand(g.ggml_new_graph(ctx), g.ggml_mul_mat(ctx, t, t))
+    run = lambda: g.ggml_graph_compute(ctx, graph)
+run(); run()
+before = tasks()
+g.set_num_threads(5)
+run(); run()
+print("GROWTH", tasks() - before)
+'''
+
+
+def _growth(front: str, **env) -> int:
+    out = subprocess.run([sys.executable, "-c", PROBE, front], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT), **env), cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return int(out.stdout.split("GROWTH")[-1])
+
+
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc/self/task")
+
+
+@needs_proc
+@pytest.mark.parametrize("front", ["eager", "compiled", "keras", "onnx", "graph_compute"])
+def test_every_front_end_computes_with_the_set_number_of_threads(front):
+    assert _growth(front) >= 4
+
+
+@needs_proc
+def test_a_model_given_its_own_thread_count_keeps_it():
+    assert _growth("onnx_explicit") == 0
+
+
+@needs_proc
+def test_a_small_model_fits_on_one_thread():
+    """ggml synchronises its threads after every node: for a model this small a second thread
+    costs more than it saves (and on a busy machine it made such a fit ten times slower)."""
+    assert _growth("keras_small") == 0
+
+
+@pytest.fixture
+def restore_threads():
+    before = g.get_num_threads()
+    yield
+    g.set_num_threads(before)
+
+
+def test_the_setting_reaches_backends_made_before_it(restore_threads):
+    cpu = get_backend("cpu")
+    g.set_num_threads(3)
+    assert g.get_num_threads() == 3 and cpu.n_threads == 3
+    assert g.ggml_get_n_threads() == 3   # ggmlR's name for the same setting
+    g.ggml_set_n_threads(1)
+    assert g.get_num_threads() == 1 and cpu.n_threads == 1
+
+
+def test_a_backend_set_explicitly_stops_following_until_told_to(restore_threads):
+    b = g.ggml_backend_cpu_init()
+    g.ggml_backend_cpu_set_n_threads(b, 2)
+    g.set_num_threads(3)
+    assert b.n_threads == 2
+    b.set_n_threads(None)
+    assert b.n_threads == 3
+    b.free()
+    g.set_num_threads(1)   # a freed backend is no longer told (its pointer is gone)
+
+
+@pytest.mark.parametrize("bad", [0, -2, 513, 2 ** 40, 1.5, True, "2", None])
+def test_a_bad_count_raises_naming_the_setting(bad, restore_threads):
+    with pytest.raises(g.GGMLError, match="set_num_threads"):
+        g.set_num_threads(bad)
+    with pytest.raises(g.GGMLError, match="ggml_set_n_threads"):
+        g.ggml_set_n_threads(bad)
+
+
+def test_onnx_load_checks_its_thread_count():
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto as T, helper
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", T.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, [2])])
+    with pytest.raises(g.GGMLError, match="onnx_load: n_threads"):
+        g.onnx_load(helper.make_model(graph), device="cpu", n_threads=0)
+
+
+@pytest.mark.parametrize("value,ok", [("3", True), ("0", False), ("many", False), ("100000", False)])
+def test_the_environment_variable_sets_the_starting_count(value, ok):
+    code = "import ggmlpy as g; print('N', g.get_num_threads(), g.ggml_get_n_threads())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT), GGMLPY_N_THREADS=value), cwd=ROOT)
+    if ok:
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.split("N")[-1].split() == [value, value]
+    else:
+        assert out.returncode != 0 and "GGMLPY_N_THREADS" in out.stderr
+        assert "Traceback" in out.stderr   # a Python exception, not an abort
+
+
+def test_threads_for_the_user_do_not_change_values(restore_threads):
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(64, 64)).astype(np.float32)
+    g.set_num_threads(1)
+    one = g.ag_matmul(g.ag_tensor(a), g.ag_tensor(a)).numpy()
+    g.set_num_threads(3)
+    three = g.ag_matmul(g.ag_tensor(a), g.ag_tensor(a)).numpy()
+    np.testing.assert_allclose(one, three, rtol=1e-5, atol=1e-5)
