@@ -836,3 +836,53 @@ def test_model_too_big_is_an_error_not_an_abort(monkeypatch):
         g.ggml_predict(m, np.zeros((1, 20000, 1)))
     with pytest.raises(GGMLError, match="too big"):
         m.fit(np.zeros((2, 20000, 1)), np.zeros((2, 2)), batch_size=2)
+
+
+def test_fit_and_predict_multiply_on_the_product_kernel(monkeypatch):
+    """On the CPU every product of the training graphs (the forward pass and those ggml's backward
+    pass makes) and of the prediction graph runs on ggmlpy.kernels' gemm, the ag_* path's product
+    kernel; the numbers are those of ggml's own products up to float rounding."""
+    from ggmlpy import kernels
+    from ggmlpy.bindings import ffi, lib
+    if kernels.get() is None or kernels.get().gemm is None:
+        pytest.skip("no gemm kernel (no C compiler or no OpenMP/sequential OpenBLAS)")
+    seen = []   # per adopt_products call: (products moved, products left to ggml)
+    adopt = kernels.Kernels.adopt_products
+
+    def spy(self, ctx):
+        n, left, t = adopt(self, ctx), 0, lib.ggml_get_first_tensor(ctx)
+        while t != ffi.NULL:
+            left += t.op in (lib.GGML_OP_MUL_MAT, lib.GGML_OP_OUT_PROD)
+            t = lib.ggml_get_next_tensor(ctx, t)
+        seen.append((n, left))
+        return n
+    monkeypatch.setattr(kernels.Kernels, "adopt_products", spy)
+    x = RNG.uniform(0, 1, (16,) + IMG)
+    y = np.eye(2)[RNG.integers(0, 2, 16)]
+
+    def run():
+        m = _seq((g.ggml_layer_conv_2d, dict(filters=3, kernel_size=3, activation="relu", padding="same")),
+                 (g.ggml_layer_max_pooling_2d, dict(pool_size=2)),
+                 (g.ggml_layer_conv_2d, dict(filters=4, kernel_size=2, activation="relu")),
+                 (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=5, activation="relu")),
+                 (g.ggml_layer_dense, dict(units=2, activation="softmax")), input_shape=IMG)
+        m._rng = np.random.default_rng(0)
+        m = g.ggml_compile(m, lr=0.01)
+        h = m.fit(x, y, epochs=3, batch_size=8)
+        return h["train_loss"], m.get_weights(), g.ggml_predict(m, x)
+
+    loss, weights, pred = run()
+    # training: 4 forward products, 7 of the backward pass (the first convolution's input needs
+    # no gradient); the prediction graph's 4
+    assert seen == [(11, 0), (4, 0)]
+    prev = kernels.set_enabled(False)
+    try:
+        loss0, weights0, pred0 = run()
+    finally:
+        kernels.set_enabled(prev)
+    assert len(seen) == 2   # without the kernels nothing is adopted
+    np.testing.assert_allclose(loss, loss0, rtol=1e-5)
+    for ln, ps in weights0.items():
+        for k, v in ps.items():
+            np.testing.assert_allclose(weights[ln][k], v, rtol=1e-4, atol=1e-6, err_msg=f"{ln}.{k}")
+    np.testing.assert_allclose(pred, pred0, rtol=1e-4, atol=1e-6)

@@ -335,6 +335,43 @@ def test_gemm_reads_a_view_through_its_leading_dimension():
     np.testing.assert_allclose(gemm_on_cpu(A, B, 0, 0, 2, view_rows=7), ref, rtol=1e-5, atol=1e-5)
 
 
+@needs_gemm
+@pytest.mark.parametrize("threads", [1, 3])
+def test_adopt_products_turns_ggml_products_into_gemm_nodes_with_the_same_values(threads):
+    """MUL_MAT and OUT_PROD nodes (also of a transposed view, as ggml's backward makes them)
+    become gemm nodes computing the same product; an operand BLAS cannot read stays ggml's."""
+    from ggmlpy.bindings import ffi
+    rng = np.random.default_rng(5)
+    A = rng.standard_normal((3, 7, 9)).astype(np.float32)   # ne [9, 7, 3]
+    B = rng.standard_normal((3, 5, 9)).astype(np.float32)   # ne [9, 5, 3]
+    C = rng.standard_normal((3, 5, 7)).astype(np.float32)   # ne [7, 5, 3]
+    kinds = {}
+
+    def build(ctx, a, b, c):
+        t = lib.ggml_transpose
+        out = [lib.ggml_mul_mat(ctx, a, b),                          # t(A) B: [7, 5, 3]
+               lib.ggml_out_prod(ctx, a, t(ctx, c)),                 # A C: [9, 5, 3]
+               lib.ggml_out_prod(ctx, lib.ggml_cont(ctx, t(ctx, c)), a),  # t(C) t(A): [5, 9, 3]
+               lib.ggml_mul_mat(ctx, lib.ggml_cont(ctx, t(ctx, b)), t(ctx, c)),   # B t(C): [9, 7, 3]
+               # A C again, through a permuted view: no transposed source to read, so it stays ggml's
+               lib.ggml_out_prod(ctx, a, lib.ggml_permute(ctx, c, 1, 0, 2, 3))]
+        assert K.adopt_products(ctx) == 4
+        kinds.update(ops=[x.op for x in out])
+        flat = [lib.ggml_reshape_1d(ctx, x, int(lib.ggml_nelements(x))) for x in out]
+        cat = flat[0]
+        for x in flat[1:]:
+            cat = lib.ggml_concat(ctx, cat, x, 0)
+        return cat
+
+    got = on_cpu(build, [A, B, C], threads).ravel()
+    assert kinds["ops"] == [lib.GGML_OP_CUSTOM] * 4 + [lib.GGML_OP_OUT_PROD]
+    a, b, c = (colmajor(x).astype(np.float64) for x in (A, B, C))
+    tr = lambda x: x.swapaxes(-1, -2)  # noqa: E731
+    refs = [tr(a) @ b, a @ c, tr(c) @ tr(a), b @ tr(c), a @ c]
+    ref = np.concatenate([colmajor(r).ravel() for r in refs])
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
 def test_gemm_is_off_with_a_pthreads_openblas(monkeypatch, caplog):
     """A pthreads OpenBLAS would start its own threads inside each of ggml's: no products then."""
     class FakeLib:

@@ -12,6 +12,7 @@ import math
 import numpy as np
 from tqdm import tqdm
 
+from .. import kernels
 from ..core.device import blas_backend, get_backend
 from ..core.sched import Scheduler
 from .. import kernels
@@ -40,6 +41,19 @@ def make_scheduler(backend, blas=False, graph_size=GRAPH_SIZE * 8):
     else:
         bs = [backend, get_backend("cpu")]
     return Scheduler(bs, graph_size=max(int(graph_size), GRAPH_SIZE * 8))
+
+
+def products_on_kernels(b, backend) -> int:
+    """On the CPU, the products among the builder's compute tensors (in training also those
+    ggml's backward pass made there) run on ggmlpy's product kernel, the one the ag_* path
+    uses (kernels.gemm, over OpenBLAS), instead of ggml's MUL_MAT and OUT_PROD: one BLAS call
+    per product in any orientation, also for a convolution's short inner dimension (K*K*C),
+    which ggml's BLAS backend leaves to ggml's far slower CPU kernel. Before the graph is
+    allocated (see Kernels.adopt_products). Returns how many products moved."""
+    k = kernels.get() if backend.is_cpu else None
+    if k is None or k.gemm is None:
+        return 0
+    return k.adopt_products(b.ctx)
 
 
 def _split_inputs(b, inp, specs, batch, extra=0):
@@ -77,6 +91,7 @@ def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
             lib.ggml_set_output(o)
         gctx.expand(outs)
         b.allocate(backend)
+        products_on_kernels(b, backend)
         compiled = CompiledGraph(gctx.graph, backend, fallback=None if backend.is_cpu else get_backend("cpu"))
         sizes = [int(lib.ggml_nelements(o)) // batch for o in outs]
         results = [np.empty((n, s), np.float32) for s in sizes]
@@ -246,6 +261,12 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         params.optimizer = (lib.GGML_OPT_OPTIMIZER_TYPE_SGD if opt_params.optimizer == "sgd"
                             else lib.GGML_OPT_OPTIMIZER_TYPE_ADAMW)
         opt = lib.ggml_opt_init(params)
+        if step_size is None:
+            # ggml_opt_init built the static graphs (forward, backward, optimizer steps) in b.ctx;
+            # they are allocated at the first step. Graphs built per step are allocated as soon
+            # as ggml_opt builds them, so their products stay ggml's (models past 2048 nodes,
+            # whose products are large enough for ggml's BLAS backend).
+            products_on_kernels(b, backend)
         lab = None if weighted else labels
         ds = lib.ggml_opt_dataset_init(dtype, F32, ne_dp, 0 if lab is None else k, n_used, 1)
         t_data = lib.ggml_opt_dataset_data(ds)

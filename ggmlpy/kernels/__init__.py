@@ -102,10 +102,60 @@ class Kernels:
         a, b = _rows_contiguous(ctx, a), _rows_contiguous(ctx, b)
         if not gemm_fits(a, b):
             raise ValueError("gemm: a dimension past BLAS's int range (check gemm_fits first)")
+        return self._gemm_node(ctx, a, b, ta, tb)
+
+    def _gemm_node(self, ctx, a, b, ta, tb):
+        """The gemm node itself, of operands BLAS can read as they are (_gemm_operand)."""
         m, n = (a.ne[1] if ta else a.ne[0]), (b.ne[0] if tb else b.ne[1])
         args = ffi.new("struct ggml_tensor *[2]", [a, b])
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, m, n, max(a.ne[2], b.ne[2]), max(a.ne[3], b.ne[3]),
                                   args, 2, self._gemm_fn, N_TASKS_MAX, ffi.cast("void *", int(ta) | int(tb) << 1))
+
+    def adopt_products(self, ctx) -> int:
+        """Turn ggml's own f32 products among the tensors of context `ctx` (MUL_MAT and OUT_PROD
+        nodes: a graph's forward products and those ggml's backward pass made for them) into
+        gemm nodes, in place; returns how many.
+
+        For graphs whose products ggml makes itself: ggml's backward pass has no rule for a
+        custom op, so a graph it differentiates is built with MUL_MAT and adopted afterwards.
+        Each node keeps its shape, memory and readers; only its op and operands change (a
+        transposed view is read as its source, transposed by BLAS). Call it before the graph
+        is allocated or scheduled: only the CPU backend runs gemm nodes. Products whose
+        operands BLAS cannot read without a copy stay ggml's."""
+        products = []
+        t = lib.ggml_get_first_tensor(ctx)
+        while t != ffi.NULL:
+            if t.op in (lib.GGML_OP_MUL_MAT, lib.GGML_OP_OUT_PROD) and t.type == lib.GGML_TYPE_F32:
+                products.append(t)
+            t = lib.ggml_get_next_tensor(ctx, t)
+        if not products:
+            return 0
+        # the gemm nodes are made in a scratch context, and their op and op parameters (the
+        # kernel's function pointer, task count and userdata, in ggml's own layout) copied over
+        params = ffi.new("struct ggml_init_params *", {"mem_size": (len(products) + 1) * lib.ggml_tensor_overhead(),
+                                                       "mem_buffer": ffi.NULL, "no_alloc": True})
+        scratch = lib.ggml_init(params[0])
+        if scratch == ffi.NULL:
+            raise MemoryError("adopt_products: ggml_init failed")
+        adopted = 0
+        try:
+            for t in products:
+                a, b = _gemm_operand(t.src[0]), _gemm_operand(t.src[1])
+                if a is None or b is None or not gemm_fits(a[0], b[0]):
+                    continue
+                # MUL_MAT is t(a) %*% b, OUT_PROD a %*% t(b); an operand read through its source flips
+                ta = (t.op == lib.GGML_OP_MUL_MAT) != a[1]
+                tb = (t.op == lib.GGML_OP_OUT_PROD) != b[1]
+                node = self._gemm_node(scratch, a[0], b[0], ta, tb)
+                if list(node.ne) != list(t.ne):  # never expected: ggml's broadcasting is gemm's
+                    continue
+                t.op = node.op
+                ffi.memmove(t.op_params, node.op_params, ffi.sizeof(t.op_params))
+                t.src[0], t.src[1] = a[0], b[0]
+                adopted += 1
+        finally:
+            lib.ggml_free(scratch)
+        return adopted
 
     def _conv2d(self, ctx, x, w, kernel, stride, pad, dilation, out_hw, groups=1, bias=None, residual=None,
                 relu=False, block=0):
@@ -215,9 +265,26 @@ def gemm_fits(a, b) -> bool:
     return max(a.ne[0], a.ne[1], b.ne[0], b.ne[1], a.nb[1] // 4, b.nb[1] // 4) < 1 << 31
 
 
+def _blas_readable(x) -> bool:
+    """Whether BLAS can read x's matrices as they are: unit element stride, columns not overlapping."""
+    return x.nb[0] == 4 and x.nb[1] >= 4 * x.ne[0]
+
+
 def _rows_contiguous(ctx, x):
-    """x itself where BLAS can read its matrices (unit element stride, columns not overlapping)."""
-    return x if x.nb[0] == 4 and x.nb[1] >= 4 * x.ne[0] else lib.ggml_cont(ctx, x)
+    """x itself where BLAS can read its matrices, else a contiguous copy."""
+    return x if _blas_readable(x) else lib.ggml_cont(ctx, x)
+
+
+def _gemm_operand(x):
+    """(tensor, transposed) that a product operand x is read from without a copy: x itself, or
+    the source of a transposed view of one; None when neither can be read (or x is not f32)."""
+    if x.type != lib.GGML_TYPE_F32:
+        return None
+    if _blas_readable(x):
+        return x, False
+    if x.op == lib.GGML_OP_TRANSPOSE and _blas_readable(x.src[0]):
+        return x.src[0], True
+    return None
 
 
 def _contiguous(ctx, x):
