@@ -2,16 +2,16 @@
 """One training epoch of ggml_fit (ggmlpy.keras on ggml's ggml_opt loop) against Keras 3 on the
 PyTorch backend and a plain PyTorch loop, same models, same data, same thread count.
 
-    python scripts/bench_keras.py [--threads N] [--repeats R] [--ggml-products]
+    python scripts/bench_keras.py [--threads N] [--repeats R] [--ggml-kernels]
 
 Models: a 784-256-256-10 MLP (relu, softmax; Adam, cross-entropy, batch 128, 9984 synthetic
 samples = 78 full batches, since ggml_opt drops a remainder) and the digits CNN of
 `python -m ggmlpy demo --keras` (batch 32). Each figure is the median over R epochs (each a
 fit(epochs=1) call, set-up included, after one warm-up call), timed in interleaved rounds
 (one epoch of each framework in turn) so that the machine's drifting speed hits all alike.
-Needs torch; Keras is optional (pip install keras). `--ggml-products` adds ggml_fit with ggml's own
-MUL_MAT and OUT_PROD kernels (ggmlpy.kernels off while its graphs are built), as ggml_fit computed
-before its products moved to the product kernel. Ends with
+Needs torch; Keras is optional (pip install keras). `--ggml-kernels` adds ggml_fit on ggml's own
+kernels alone (ggmlpy.kernels off while its graphs are built: the products are ggml's MUL_MAT and
+OUT_PROD, a convolution's input gradient ggml's IM2COL_BACK). Ends with
 `summary: MLP R1x PyTorch, CNN R2x PyTorch[, CNN R3x Keras 3]` (ggml_fit's epochs).
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--threads", type=int, default=1)
 ap.add_argument("--repeats", type=int, default=3)
-ap.add_argument("--ggml-products", action="store_true", help="also time ggml_fit on ggml's own product kernels")
+ap.add_argument("--ggml-kernels", action="store_true", help="also time ggml_fit on ggml's own kernels alone")
 args = ap.parse_args()
 os.environ["GGMLPY_N_THREADS"] = str(args.threads)   # before ggmlpy is imported
 os.environ.setdefault("KERAS_BACKEND", "torch")
@@ -121,17 +121,17 @@ def run(name, data, ggml_model, keras_model, torch_model, channels_first=False):
     fns = {}
     m = ggml_model()
     fns["ggmlpy ggml_fit"] = (lambda: m.fit(x, y, epochs=1, batch_size=batch), 1)
-    if args.ggml_products:
+    if args.ggml_kernels:
         from ggmlpy import kernels
         m0 = ggml_model()
 
-        def ggml_products_fit():
+        def ggml_kernels_fit():
             prev = kernels.set_enabled(False)   # read when fit builds its graphs
             try:
                 m0.fit(x, y, epochs=1, batch_size=batch)
             finally:
                 kernels.set_enabled(prev)
-        fns["ggml's products"] = (ggml_products_fit, 1)
+        fns["ggml's kernels"] = (ggml_kernels_fit, 1)
     if keras is not None:
         km = keras_model()
         fns["Keras 3 (torch)"] = (lambda: km.fit(x, y, epochs=1, batch_size=batch, verbose=0), 1)

@@ -838,25 +838,26 @@ def test_model_too_big_is_an_error_not_an_abort(monkeypatch):
         m.fit(np.zeros((2, 20000, 1)), np.zeros((2, 2)), batch_size=2)
 
 
-def test_fit_and_predict_multiply_on_the_product_kernel(monkeypatch):
+def test_fit_and_predict_run_on_ggmlpy_kernels(monkeypatch):
     """On the CPU every product of the training graphs (the forward pass and those ggml's backward
     pass makes) and of the prediction graph runs on ggmlpy.kernels' gemm, the ag_* path's product
-    kernel; the numbers are those of ggml's own products up to float rounding."""
+    kernel, and a convolution's input gradient on conv.c's; the numbers are those of ggml's own
+    kernels up to float rounding."""
     from ggmlpy import kernels
     from ggmlpy.bindings import ffi, lib
-    if kernels.get() is None or kernels.get().gemm is None:
-        pytest.skip("no gemm kernel (no C compiler or no OpenMP/sequential OpenBLAS)")
-    seen = []   # per adopt_products call: (products moved, products left to ggml)
-    adopt = kernels.Kernels.adopt_products
+    if kernels.get() is None or kernels.get().gemm is None or kernels.get().conv2d is None:
+        pytest.skip("no gemm or conv kernels (no C compiler or no OpenMP/sequential OpenBLAS)")
+    seen = []   # per Kernels.adopt call: (nodes moved, products and im2col gradients left to ggml)
+    adopt = kernels.Kernels.adopt
 
     def spy(self, ctx):
         n, left, t = adopt(self, ctx), 0, lib.ggml_get_first_tensor(ctx)
         while t != ffi.NULL:
-            left += t.op in (lib.GGML_OP_MUL_MAT, lib.GGML_OP_OUT_PROD)
+            left += t.op in (lib.GGML_OP_MUL_MAT, lib.GGML_OP_OUT_PROD, lib.GGML_OP_IM2COL_BACK)
             t = lib.ggml_get_next_tensor(ctx, t)
         seen.append((n, left))
         return n
-    monkeypatch.setattr(kernels.Kernels, "adopt_products", spy)
+    monkeypatch.setattr(kernels.Kernels, "adopt", spy)
     x = RNG.uniform(0, 1, (16,) + IMG)
     y = np.eye(2)[RNG.integers(0, 2, 16)]
 
@@ -872,9 +873,10 @@ def test_fit_and_predict_multiply_on_the_product_kernel(monkeypatch):
         return h["train_loss"], m.get_weights(), g.ggml_predict(m, x)
 
     loss, weights, pred = run()
-    # training: 4 forward products, 7 of the backward pass (the first convolution's input needs
-    # no gradient); the prediction graph's 4
-    assert seen == [(11, 0), (4, 0)]
+    # training: 6 forward products (two per convolution: its kernel, its bias row), 9 of the
+    # backward pass and the second convolution's input gradient (the first convolution's input
+    # needs none); the prediction graph's 6 products
+    assert seen == [(16, 0), (6, 0)]
     prev = kernels.set_enabled(False)
     try:
         loss0, weights0, pred0 = run()

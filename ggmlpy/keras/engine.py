@@ -43,17 +43,16 @@ def make_scheduler(backend, blas=False, graph_size=GRAPH_SIZE * 8):
     return Scheduler(bs, graph_size=max(int(graph_size), GRAPH_SIZE * 8))
 
 
-def products_on_kernels(b, backend) -> int:
-    """On the CPU, the products among the builder's compute tensors (in training also those
-    ggml's backward pass made there) run on ggmlpy's product kernel, the one the ag_* path
-    uses (kernels.gemm, over OpenBLAS), instead of ggml's MUL_MAT and OUT_PROD: one BLAS call
-    per product in any orientation, also for a convolution's short inner dimension (K*K*C),
-    which ggml's BLAS backend leaves to ggml's far slower CPU kernel. Before the graph is
-    allocated (see Kernels.adopt_products). Returns how many products moved."""
+def on_kernels(b, backend) -> int:
+    """On the CPU, the builder's compute tensors (in training also those ggml's backward pass made
+    there) run on ggmlpy's kernels where it has faster ones (Kernels.adopt): the products on the
+    ag_* path's product kernel (kernels.gemm, over OpenBLAS) instead of ggml's MUL_MAT and
+    OUT_PROD, one BLAS call per product in any orientation, also for a convolution's short inner
+    dimension (K*K*C), which ggml's BLAS backend leaves to ggml's far slower CPU kernel; and a
+    convolution's input gradient (IM2COL_BACK). Before the graph is allocated. Returns how many
+    nodes moved."""
     k = kernels.get() if backend.is_cpu else None
-    if k is None or k.gemm is None:
-        return 0
-    return k.adopt_products(b.ctx)
+    return 0 if k is None else k.adopt(b.ctx)
 
 
 def _split_inputs(b, inp, specs, batch, extra=0):
@@ -91,7 +90,7 @@ def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
             lib.ggml_set_output(o)
         gctx.expand(outs)
         b.allocate(backend)
-        products_on_kernels(b, backend)
+        on_kernels(b, backend)
         compiled = CompiledGraph(gctx.graph, backend, fallback=None if backend.is_cpu else get_backend("cpu"))
         sizes = [int(lib.ggml_nelements(o)) // batch for o in outs]
         results = [np.empty((n, s), np.float32) for s in sizes]
@@ -264,9 +263,9 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         if step_size is None:
             # ggml_opt_init built the static graphs (forward, backward, optimizer steps) in b.ctx;
             # they are allocated at the first step. Graphs built per step are allocated as soon
-            # as ggml_opt builds them, so their products stay ggml's (models past 2048 nodes,
+            # as ggml_opt builds them, so their nodes stay ggml's (models past 2048 nodes,
             # whose products are large enough for ggml's BLAS backend).
-            products_on_kernels(b, backend)
+            on_kernels(b, backend)
         lab = None if weighted else labels
         ds = lib.ggml_opt_dataset_init(dtype, F32, ne_dp, 0 if lab is None else k, n_used, 1)
         t_data = lib.ggml_opt_dataset_data(ds)
