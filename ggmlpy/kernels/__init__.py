@@ -5,7 +5,8 @@ ggml's CPU `gelu_erf` calls `erff` one element at a time, and GELU's backward is
 dozen element-wise ops; kernels.c does each in one vectorised pass (docs/benchmarks.md).
 gemm.c serves products that ggml_mul_mat would need a transposed copy for (see its header).
 conv.c holds the ONNX importer's convolution, max pooling and linear layers (over OpenBLAS, and
-on AVX-512 a product of its own with weights packed at load), rows.c its layer normalisation.
+on AVX-512 a product of its own with weights packed at load) and im2col's gradient, rows.c the
+importer's layer normalisation.
 Each source is compiled once per machine with the system C compiler into ggmlpy's cache
 directory (keyed by the source, the compiler and its flags: `-march=native` code never runs
 on another CPU) and loaded with cffi. Without a compiler, or when compiling fails, `get()`
@@ -15,7 +16,9 @@ OpenMP or sequential OpenBLAS to link, `Kernels.gemm` is None and products stay 
 
 They are C function pointers inside the graph (never a Python callback), and only graphs
 for ggml's CPU backend get them: the graph builders that know the device say so through
-`autograd.prims.cpu_kernels()`.
+`autograd.prims.cpu_kernels()`; graphs that ggml's own backward pass differentiates (the
+Keras-like models' ggml_opt loop) are built with ggml's ops, whose nodes `Kernels.adopt` then
+turns into these kernels' before the graph is allocated.
 """
 from __future__ import annotations
 
