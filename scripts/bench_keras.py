@@ -2,14 +2,17 @@
 """One training epoch of ggml_fit (ggmlpy.keras on ggml's ggml_opt loop) against Keras 3 on the
 PyTorch backend and a plain PyTorch loop, same models, same data, same thread count.
 
-    python scripts/bench_keras.py [--threads N] [--repeats R]
+    python scripts/bench_keras.py [--threads N] [--repeats R] [--ggml-kernels]
 
 Models: a 784-256-256-10 MLP (relu, softmax; Adam, cross-entropy, batch 128, 9984 synthetic
 samples = 78 full batches, since ggml_opt drops a remainder) and the digits CNN of
 `python -m ggmlpy demo --keras` (batch 32). Each figure is the median over R epochs (each a
 fit(epochs=1) call, set-up included, after one warm-up call), timed in interleaved rounds
 (one epoch of each framework in turn) so that the machine's drifting speed hits all alike.
-Needs torch; Keras is optional (pip install keras).
+Needs torch; Keras is optional (pip install keras). `--ggml-kernels` adds ggml_fit on ggml's own
+kernels alone (ggmlpy.kernels off while its graphs are built: the products are ggml's MUL_MAT and
+OUT_PROD, a convolution's input gradient ggml's IM2COL_BACK). Ends with
+`summary: MLP R1x PyTorch, CNN R2x PyTorch[, CNN R3x Keras 3]` (ggml_fit's epochs).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import sys
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--threads", type=int, default=1)
 ap.add_argument("--repeats", type=int, default=3)
+ap.add_argument("--ggml-kernels", action="store_true", help="also time ggml_fit on ggml's own kernels alone")
 args = ap.parse_args()
 os.environ["GGMLPY_N_THREADS"] = str(args.threads)   # before ggmlpy is imported
 os.environ.setdefault("KERAS_BACKEND", "torch")
@@ -117,6 +121,17 @@ def run(name, data, ggml_model, keras_model, torch_model, channels_first=False):
     fns = {}
     m = ggml_model()
     fns["ggmlpy ggml_fit"] = (lambda: m.fit(x, y, epochs=1, batch_size=batch), 1)
+    if args.ggml_kernels:
+        from ggmlpy import kernels
+        m0 = ggml_model()
+
+        def ggml_kernels_fit():
+            prev = kernels.set_enabled(False)   # read when fit builds its graphs
+            try:
+                m0.fit(x, y, epochs=1, batch_size=batch)
+            finally:
+                kernels.set_enabled(prev)
+        fns["ggml's kernels"] = (ggml_kernels_fit, 1)
     if keras is not None:
         km = keras_model()
         fns["Keras 3 (torch)"] = (lambda: km.fit(x, y, epochs=1, batch_size=batch, verbose=0), 1)
@@ -136,6 +151,11 @@ def run(name, data, ggml_model, keras_model, torch_model, channels_first=False):
 
 if __name__ == "__main__":
     print(f"loadavg: {open('/proc/loadavg').read().strip()}")
-    run("MLP 784-256-256-10", mlp_data(), ggml_mlp, keras_mlp, torch_mlp)
-    run("digits CNN", digits_data(), ggml_cnn, keras_cnn, torch_cnn, channels_first=True)
+    mlp = run("MLP 784-256-256-10", mlp_data(), ggml_mlp, keras_mlp, torch_mlp)
+    cnn = run("digits CNN", digits_data(), ggml_cnn, keras_cnn, torch_cnn, channels_first=True)
     print(f"loadavg: {open('/proc/loadavg').read().strip()}")
+    fit = "ggmlpy ggml_fit"
+    line = f"summary: MLP {mlp[fit] / mlp['PyTorch loop']:.2f}x PyTorch, CNN {cnn[fit] / cnn['PyTorch loop']:.2f}x PyTorch"
+    if "Keras 3 (torch)" in cnn:
+        line += f", CNN {cnn[fit] / cnn['Keras 3 (torch)']:.2f}x Keras 3"
+    print(line)

@@ -4,6 +4,7 @@ through ReLU, and errors are ggmlpy's own kind naming the argument or file. Call
 the process before run in a child process, so a regression is a failed test, not a dead run."""
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -247,33 +248,53 @@ def test_keras_relu_of_specials(kernels_on):
 
 
 # -- errors of ggmlpy's own kind, naming the argument or file -------------------------------------------------
+_MISTYPED = [("layers", 5), ("type", None), ("compile", "x"), ("layers", [{"kind": ["dense"]}]),
+             ("layers", [None]), ("layers", [{"kind": "dense", "name": "d", "trainable": True, "config": None}])]
+
+
+def _edited_architecture(arch: dict, i: int, rng) -> str:
+    text = json.dumps(arch)
+    if i % 4 == 2:
+        j = int(rng.integers(0, len(text)))
+        return text[:j] + str(rng.choice(list('{}[]":,0a-'))) + text[j + 1:]
+    key, value = _MISTYPED[(i // 4) % len(_MISTYPED)]
+    return json.dumps(dict(arch, **{key: value}))
+
+
+def _damaged_bytes(good: bytes, i: int, rng, rewrite):
+    """Byte flips, truncations, or (through rewrite(architecture text)) a broken or mistyped architecture."""
+    b = bytearray(good)
+    if i % 4 == 0:
+        for _ in range(int(rng.integers(1, 8))):
+            b[int(rng.integers(0, len(b)))] = int(rng.integers(0, 256))
+        return bytes(b)
+    if i % 4 == 1:
+        return bytes(b[:int(rng.integers(0, len(b)))])
+    return rewrite(i)
+
+
 def _damaged_keras_files(good: bytes, n: int):
-    """Byte flips, truncations, and archives whose architecture JSON is broken or mistyped."""
+    """Damaged model files: ggml_save_model's GGUF, and the .npz files of earlier versions."""
     import io as _io
+    from ggmlpy.io import model_file
     rng = np.random.default_rng(0)
-    z = dict(np.load(_io.BytesIO(good)))
-    arch = json.loads(str(z["__architecture__"]))
-    mistyped = [("layers", 5), ("type", None), ("compile", "x"), ("layers", [{"kind": ["dense"]}]),
-                ("layers", [None]), ("layers", [{"kind": "dense", "name": "d", "trainable": True, "config": None}])]
+    f = model_file.read_model_file(good, ["keras.model"], "test")
+    arch = f.json("ggmlpy.architecture")
+
+    def gguf_with(i):
+        keys = dict(f.keys, **{"ggmlpy.architecture": _edited_architecture(arch, i, rng)})
+        return model_file.model_file_bytes("keras.model", [(k, a, None) for k, a in f.arrays.items()], keys, "test")
+    npz = (pathlib.Path(__file__).resolve().parent / "keras_npz" / "sequential.npz").read_bytes()
+    z = dict(np.load(_io.BytesIO(npz)))
+    npz_arch = json.loads(str(z["__architecture__"]))
+
+    def npz_with(i):
+        buf = _io.BytesIO()
+        np.savez(buf, **dict(z, __architecture__=np.array(_edited_architecture(npz_arch, i, rng))))
+        return buf.getvalue()
     for i in range(n):
-        b = bytearray(good)
-        if i % 4 == 0:
-            for _ in range(int(rng.integers(1, 8))):
-                b[int(rng.integers(0, len(b)))] = int(rng.integers(0, 256))
-        elif i % 4 == 1:
-            b = b[:int(rng.integers(0, len(b)))]
-        else:
-            text = json.dumps(arch)
-            if i % 4 == 2:
-                j = int(rng.integers(0, len(text)))
-                text = text[:j] + str(rng.choice(list('{}[]":,0a-'))) + text[j + 1:]
-            else:
-                key, value = mistyped[(i // 4) % len(mistyped)]
-                text = json.dumps(dict(arch, **{key: value}))
-            buf = _io.BytesIO()
-            np.savez(buf, **dict(z, __architecture__=np.array(text)))
-            b = buf.getvalue()
-        yield bytes(b)
+        yield _damaged_bytes(good, i, rng, gguf_with)
+        yield _damaged_bytes(npz, i, rng, npz_with)
 
 
 def test_damaged_keras_model_files_are_ggml_errors():

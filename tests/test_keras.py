@@ -854,3 +854,55 @@ def test_ggml_set_seed_makes_initialisation_and_dropout_repeat():
         for k in a0[name]:
             np.testing.assert_array_equal(a0[name][k], b0[name][k])
             np.testing.assert_array_equal(a1[name][k], b1[name][k])
+
+
+def test_fit_and_predict_run_on_ggmlpy_kernels(monkeypatch):
+    """On the CPU every product of the training graphs (the forward pass and those ggml's backward
+    pass makes) and of the prediction graph runs on ggmlpy.kernels' gemm, the ag_* path's product
+    kernel, and a convolution's input gradient on conv.c's; the numbers are those of ggml's own
+    kernels up to float rounding."""
+    from ggmlpy import kernels
+    from ggmlpy.bindings import ffi, lib
+    if kernels.get() is None or kernels.get().gemm is None or kernels.get().conv2d is None:
+        pytest.skip("no gemm or conv kernels (no C compiler or no OpenMP/sequential OpenBLAS)")
+    seen = []   # per Kernels.adopt call: (nodes moved, products and im2col gradients left to ggml)
+    adopt = kernels.Kernels.adopt
+
+    def spy(self, ctx):
+        n, left, t = adopt(self, ctx), 0, lib.ggml_get_first_tensor(ctx)
+        while t != ffi.NULL:
+            left += t.op in (lib.GGML_OP_MUL_MAT, lib.GGML_OP_OUT_PROD, lib.GGML_OP_IM2COL_BACK)
+            t = lib.ggml_get_next_tensor(ctx, t)
+        seen.append((n, left))
+        return n
+    monkeypatch.setattr(kernels.Kernels, "adopt", spy)
+    x = RNG.uniform(0, 1, (16,) + IMG)
+    y = np.eye(2)[RNG.integers(0, 2, 16)]
+
+    def run():
+        m = _seq((g.ggml_layer_conv_2d, dict(filters=3, kernel_size=3, activation="relu", padding="same")),
+                 (g.ggml_layer_max_pooling_2d, dict(pool_size=2)),
+                 (g.ggml_layer_conv_2d, dict(filters=4, kernel_size=2, activation="relu")),
+                 (g.ggml_layer_flatten, {}), (g.ggml_layer_dense, dict(units=5, activation="relu")),
+                 (g.ggml_layer_dense, dict(units=2, activation="softmax")), input_shape=IMG)
+        m._rng = np.random.default_rng(0)
+        m = g.ggml_compile(m, lr=0.01)
+        h = m.fit(x, y, epochs=3, batch_size=8)
+        return h["train_loss"], m.get_weights(), g.ggml_predict(m, x)
+
+    loss, weights, pred = run()
+    # training: 6 forward products (two per convolution: its kernel, its bias row), 9 of the
+    # backward pass and the second convolution's input gradient (the first convolution's input
+    # needs none); the prediction graph's 6 products
+    assert seen == [(16, 0), (6, 0)]
+    prev = kernels.set_enabled(False)
+    try:
+        loss0, weights0, pred0 = run()
+    finally:
+        kernels.set_enabled(prev)
+    assert len(seen) == 2   # without the kernels nothing is adopted
+    np.testing.assert_allclose(loss, loss0, rtol=1e-5)
+    for ln, ps in weights0.items():
+        for k, v in ps.items():
+            np.testing.assert_allclose(weights[ln][k], v, rtol=1e-4, atol=1e-6, err_msg=f"{ln}.{k}")
+    np.testing.assert_allclose(pred, pred0, rtol=1e-4, atol=1e-6)

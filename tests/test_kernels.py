@@ -335,6 +335,78 @@ def test_gemm_reads_a_view_through_its_leading_dimension():
     np.testing.assert_allclose(gemm_on_cpu(A, B, 0, 0, 2, view_rows=7), ref, rtol=1e-5, atol=1e-5)
 
 
+@needs_gemm
+@pytest.mark.parametrize("threads", [1, 3])
+def test_adopt_turns_ggml_products_into_gemm_nodes_with_the_same_values(threads):
+    """MUL_MAT and OUT_PROD nodes (also of a transposed view, as ggml's backward makes them)
+    become gemm nodes computing the same product; an operand BLAS cannot read stays ggml's."""
+    from ggmlpy.bindings import ffi
+    rng = np.random.default_rng(5)
+    A = rng.standard_normal((3, 7, 9)).astype(np.float32)   # ne [9, 7, 3]
+    B = rng.standard_normal((3, 5, 9)).astype(np.float32)   # ne [9, 5, 3]
+    C = rng.standard_normal((3, 5, 7)).astype(np.float32)   # ne [7, 5, 3]
+    kinds = {}
+
+    def build(ctx, a, b, c):
+        t = lib.ggml_transpose
+        out = [lib.ggml_mul_mat(ctx, a, b),                          # t(A) B: [7, 5, 3]
+               lib.ggml_out_prod(ctx, a, t(ctx, c)),                 # A C: [9, 5, 3]
+               lib.ggml_out_prod(ctx, lib.ggml_cont(ctx, t(ctx, c)), a),  # t(C) t(A): [5, 9, 3]
+               lib.ggml_mul_mat(ctx, lib.ggml_cont(ctx, t(ctx, b)), t(ctx, c)),   # B t(C): [9, 7, 3]
+               # A C again, through a permuted view: no transposed source to read, so it stays ggml's
+               lib.ggml_out_prod(ctx, a, lib.ggml_permute(ctx, c, 1, 0, 2, 3))]
+        assert K.adopt(ctx) == 4
+        kinds.update(ops=[x.op for x in out])
+        flat = [lib.ggml_reshape_1d(ctx, x, int(lib.ggml_nelements(x))) for x in out]
+        cat = flat[0]
+        for x in flat[1:]:
+            cat = lib.ggml_concat(ctx, cat, x, 0)
+        return cat
+
+    got = on_cpu(build, [A, B, C], threads).ravel()
+    assert kinds["ops"] == [lib.GGML_OP_CUSTOM] * 4 + [lib.GGML_OP_OUT_PROD]
+    a, b, c = (colmajor(x).astype(np.float64) for x in (A, B, C))
+    tr = lambda x: x.swapaxes(-1, -2)  # noqa: E731
+    refs = [tr(a) @ b, a @ c, tr(c) @ tr(a), b @ tr(c), a @ c]
+    ref = np.concatenate([colmajor(r).ravel() for r in refs])
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+needs_conv = pytest.mark.skipif(K is None or K.conv2d is None, reason="no conv.c (no OpenMP/sequential OpenBLAS)")
+
+
+@needs_conv
+@pytest.mark.parametrize("image,kernel,stride,pad,dilation", [
+    ((7, 6, 3, 2), (3, 3), (1, 1), (1, 1), (1, 1)), ((8, 5, 2, 3), (2, 4), (2, 3), (0, 1), (1, 1)),
+    ((9, 9, 1, 1), (3, 2), (2, 2), (2, 0), (2, 1)), ((4, 4, 16, 32), (3, 3), (1, 1), (1, 1), (1, 1)),
+    ((5, 1, 4, 3), (2, 1), (1, 1), (0, 0), (1, 1))])
+def test_adopted_im2col_back_is_ggml_s_to_the_bit(image, kernel, stride, pad, dilation):
+    """conv.c's IM2COL_BACK (a convolution's input gradient) sums in ggml's order: the same bits,
+    for strides, paddings and dilations, on 1 and 3 threads."""
+    from ggmlpy.bindings import ffi
+    W, H, C, N = image
+    (kw, kh), (s0, s1), (p0, p1), (d0, d1) = kernel, stride, pad, dilation
+    OW, OH = (W + 2 * p0 - d0 * (kw - 1) - 1) // s0 + 1, (H + 2 * p1 - d1 * (kh - 1) - 1) // s1 + 1
+    rng = np.random.default_rng(W * H + C)
+    grad = rng.standard_normal((N, OH, OW, C * kh * kw)).astype(np.float32)
+    kern = np.zeros((1, C, kh, kw), np.float32)  # read for its shape only
+
+    def build(adopted):
+        def b(ctx, gr, k):
+            out = lib.ggml_im2col_back(ctx, gr, k, ffi.new("int64_t[4]", [W, H, C, N]), s0, s1, p0, p1, d0, d1, True)
+            assert not adopted or (K.adopt(ctx) == 1 and out.op == lib.GGML_OP_CUSTOM)
+            return out
+        return b
+    for threads in (1, 3):
+        want = on_cpu(build(False), [grad, kern], threads)
+        np.testing.assert_array_equal(on_cpu(build(True), [grad, kern], threads), want)
+    # and it is the gradient of im2col: <im2col(x), g> = <x, im2col_back(g)>
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    col = on_cpu(lambda ctx, k, xt: lib.ggml_im2col(ctx, k, xt, s0, s1, p0, p1, d0, d1, True, lib.GGML_TYPE_F32),
+                 [kern, x], 1)
+    np.testing.assert_allclose(np.vdot(col.astype(np.float64), grad), np.vdot(x.astype(np.float64), want), rtol=1e-5)
+
+
 def test_gemm_is_off_with_a_pthreads_openblas(monkeypatch, caplog):
     """A pthreads OpenBLAS would start its own threads inside each of ggml's: no products then."""
     class FakeLib:

@@ -25,5 +25,6 @@ void ggmlpy_linear_packed_f32(struct ggml_tensor * dst, int ith, int nth, void *
 void ggmlpy_conv2d_packed_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 int ggmlpy_linear_packed_mr(void);
 int ggmlpy_conv_params_count(void);
+void ggmlpy_im2col_back_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 // rows.c
 void ggmlpy_layernorm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);

@@ -18,7 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 import ggmlpy as g  # the demo is written against the public, flat API
-from ..train.serialization import atomic_write
+from ..io.atomic import atomic_write
 
 CHARS = "\n" + "".join(chr(c) for c in range(32, 126))  # 95 symbols: newline and printable ASCII
 MODULES = ("argparse", "collections", "dataclasses", "json", "textwrap", "string", "functools", "fractions")

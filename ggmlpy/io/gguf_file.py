@@ -125,6 +125,11 @@ def _read_array(cur: _Cursor, key: str):
     return ename, arr
 
 
+def _check_size(size: int, path: str) -> None:
+    if size < 24:
+        raise GGMLError(f"{path}: not a valid GGUF file: {size} bytes is shorter than a GGUF header (24)")
+
+
 class GGUFFile:
     """An open GGUF file (`gguf_load`): header, metadata and tensor table, data memory-mapped.
 
@@ -142,13 +147,26 @@ class GGUFFile:
         self.path, self.meta_only = path, bool(meta_only)
         self._map = None
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < 24:
-                raise GGMLError(f"{path}: not a valid GGUF file: {size} bytes is shorter than a GGUF header (24)")
+            _check_size(os.fstat(f.fileno()).st_size, path)
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self._parse_map()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, name: str = "the GGUF bytes", meta_only: bool = False) -> "GGUFFile":
+        """The same, over a GGUF file's bytes held in memory (copied into an anonymous map);
+        `name` stands for the path in messages."""
+        self = cls.__new__(cls)
+        self.path, self.meta_only, self._map = name, bool(meta_only), None
+        _check_size(len(data), name)
+        self._map = mmap.mmap(-1, len(data))
+        self._map.write(data)
+        self._parse_map()
+        return self
+
+    def _parse_map(self) -> None:
         try:
             with memoryview(self._map) as view:
-                self._parse(_Cursor(view, path))
+                self._parse(_Cursor(view, self.path))
         except BaseException:
             self.close()
             raise

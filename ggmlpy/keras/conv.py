@@ -10,6 +10,15 @@ from ..errors import GGMLError
 from .base import Layer, _check_activation, _pair, count, ggml_to_r_shape
 
 
+def _kernel_shape(b, k):
+    """What ggml_im2col takes as its kernel operand: a [KW, KH, C] tensor of the weight buffer
+    that is never read, not the trained kernel. im2col reads only its shape, and ggml's backward
+    has no gradient rule for it; given the kernel, ggml's backward would check, on reaching
+    im2col, that the kernel already has a gradient from a node later in the graph (and crash
+    when the product that gives it one comes earlier)."""
+    return b.new_w([int(k.ne[0]), int(k.ne[1]), int(k.ne[2]), 1])
+
+
 class Conv2D(Layer):
     """2-d cross-correlation over images (W, H, C); kernel ne [KW, KH, C, filters], He uniform."""
 
@@ -79,12 +88,15 @@ class Conv2D(Layer):
             ph, pw = pt, pl
         # ggml_conv_2d's im2col is F16 in this ggml; ggmlR's (and ours) stays F32
         k = W["kernel"]
-        col = lib.ggml_im2col(b.ctx, k, x, sw, sh, pw, ph, 1, 1, True, lib.GGML_TYPE_F32)
+        col = lib.ggml_im2col(b.ctx, _kernel_shape(b, k), x, sw, sh, pw, ph, 1, 1, True, lib.GGML_TYPE_F32)
         n_col = int(col.ne[1] * col.ne[2] * col.ne[3])
         y = b.matmul(b.reshape(col, [int(col.ne[0]), n_col]), b.reshape(k, [int(k.ne[0] * k.ne[1] * k.ne[2]), int(k.ne[3])]))
-        # bias and activation on the [OW*OH*N, OC] product, before the one permute to [OW, OH, OC, N]:
-        # a broadcast along ne0 reduces (in the backward pass) far faster than one over a 4-d image
-        y = b.add(y, b.reshape(W["bias"], [1, self.filters]))
+        # bias and activation on the [OW*OH*N, OC] product, before the one permute to [OW, OH, OC, N]
+        # (which then moves whole image rows). The bias [1, OC] is added as the product of a row
+        # of ones and the bias row: ggml's kernels broadcast along ne0 one element per call (the
+        # add, and the sum in the backward pass), a product's rule makes the sum a product too
+        ones = b.const(np.ones((n_col, 1), np.float32))
+        y = b.add(y, b.matmul(ones, b.reshape(W["bias"], [1, self.filters])))
         if self.activation != "softmax":   # element-wise: before the permute is as good as after
             y = b.activation(y, self.activation)
         y = b.reshape(y, [int(col.ne[1]), int(col.ne[2]), int(col.ne[3]), int(k.ne[3])])
@@ -159,17 +171,13 @@ class Conv1D(Layer):
             x = lib.ggml_acc(b.ctx, zeros, x, zeros.nb[1], zeros.nb[2], zeros.nb[3], pl * zeros.nb[1])
             p = 0
         k4 = b.reshape(W["kernel"], [c, self.kernel_size, 1, oc])
-        col = lib.ggml_im2col(b.ctx, k4, x, 1, self.strides, 0, p, 1, 1, True, lib.GGML_TYPE_F32)
+        col = lib.ggml_im2col(b.ctx, _kernel_shape(b, k4), x, 1, self.strides, 0, p, 1, 1, True, lib.GGML_TYPE_F32)
         col = b.reshape(col, [c * self.kernel_size, ol * batch])            # [C*K, OL*N]
-        # bias and activation before the one permute
-        # the product's kernel is a view of k4: ggml's backward needs a gradient for im2col's
-        # kernel operand by the time it reaches im2col, or its build crashes
-        y = b.matmul(col, b.reshape(k4, [c * self.kernel_size, oc]))       # [OL*N, OC]
-        y = b.add(y, b.reshape(W["bias"], [1, oc]))
-        if self.activation != "softmax":
-            y = b.activation(y, self.activation)
-        y = b.cont(lib.ggml_permute(b.ctx, b.reshape(y, [ol, batch, oc]), 1, 2, 0, 3))   # [OC, OL, N]
-        return b.activation(y, "softmax") if self.activation == "softmax" else y
+        # [OC, OL*N], the layer's output layout: no permute, and the bias adds along rows
+        y = b.matmul(b.reshape(k4, [c * self.kernel_size, oc]), col)
+        y = b.add(y, b.reshape(W["bias"], [oc, 1]))
+        y = b.reshape(y, [oc, ol, batch])
+        return b.activation(y, self.activation)
 
     def config(self):
         return {"filters": self.filters, "kernel_size": self.kernel_size, "strides": self.strides,

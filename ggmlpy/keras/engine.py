@@ -12,6 +12,7 @@ import math
 import numpy as np
 from tqdm import tqdm
 
+from .. import kernels
 from ..core.device import Backend, blas_backend, get_backend
 from ..core.sched import Scheduler
 from .. import kernels
@@ -59,6 +60,18 @@ def compute_backend(backend, ctx):
     return Backend(lib.ggml_backend_dev_init(backend.dev, ffi.NULL), backend.name).single_threaded()
 
 
+def on_kernels(b, backend) -> int:
+    """On the CPU, the builder's compute tensors (in training also those ggml's backward pass made
+    there) run on ggmlpy's kernels where it has faster ones (Kernels.adopt): the products on the
+    ag_* path's product kernel (kernels.gemm, over OpenBLAS) instead of ggml's MUL_MAT and
+    OUT_PROD, one BLAS call per product in any orientation, also for a convolution's short inner
+    dimension (K*K*C), which ggml's BLAS backend leaves to ggml's far slower CPU kernel; and a
+    convolution's input gradient (IM2COL_BACK). Before the graph is allocated. Returns how many
+    nodes moved."""
+    k = kernels.get() if backend.is_cpu else None
+    return 0 if k is None else k.adopt(b.ctx)
+
+
 def _split_inputs(b, inp, specs, batch, extra=0):
     """Views of the packed input: one tensor per model input, in its per-sample shape."""
     xs, off = [], 0
@@ -94,6 +107,7 @@ def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
             lib.ggml_set_output(o)
         gctx.expand(outs)
         b.allocate(backend)
+        on_kernels(b, backend)
         backend = compute_backend(backend, b.ctx)
         compiled = CompiledGraph(gctx.graph, backend, fallback=None if backend.is_cpu else get_backend("cpu"))
         sizes = [int(lib.ggml_nelements(o)) // batch for o in outs]
@@ -267,6 +281,12 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         params.optimizer = (lib.GGML_OPT_OPTIMIZER_TYPE_SGD if opt_params.optimizer == "sgd"
                             else lib.GGML_OPT_OPTIMIZER_TYPE_ADAMW)
         opt = lib.ggml_opt_init(params)
+        if step_size is None:
+            # ggml_opt_init built the static graphs (forward, backward, optimizer steps) in b.ctx;
+            # they are allocated at the first step. Graphs built per step are allocated as soon
+            # as ggml_opt builds them, so their nodes stay ggml's (models past 2048 nodes,
+            # whose products are large enough for ggml's BLAS backend).
+            on_kernels(b, backend)
         lab = None if weighted else labels
         ds = lib.ggml_opt_dataset_init(dtype, F32, ne_dp, 0 if lab is None else k, n_used, 1)
         t_data = lib.ggml_opt_dataset_data(ds)

@@ -5,7 +5,8 @@ ggml's CPU `gelu_erf` calls `erff` one element at a time, and GELU's backward is
 dozen element-wise ops; kernels.c does each in one vectorised pass (docs/benchmarks.md).
 gemm.c serves products that ggml_mul_mat would need a transposed copy for (see its header).
 conv.c holds the ONNX importer's convolution, max pooling and linear layers (over OpenBLAS, and
-on AVX-512 a product of its own with weights packed at load), rows.c its layer normalisation.
+on AVX-512 a product of its own with weights packed at load) and im2col's gradient, rows.c the
+importer's layer normalisation.
 Each source is compiled once per machine with the system C compiler into ggmlpy's cache
 directory (keyed by the source, the compiler and its flags: `-march=native` code never runs
 on another CPU) and loaded with cffi. Without a compiler, or when compiling fails, `get()`
@@ -15,7 +16,9 @@ OpenMP or sequential OpenBLAS to link, `Kernels.gemm` is None and products stay 
 
 They are C function pointers inside the graph (never a Python callback), and only graphs
 for ggml's CPU backend get them: the graph builders that know the device say so through
-`autograd.prims.cpu_kernels()`.
+`autograd.prims.cpu_kernels()`; graphs that ggml's own backward pass differentiates (the
+Keras-like models' ggml_opt loop) are built with ggml's ops, whose nodes `Kernels.adopt` then
+turns into these kernels' before the graph is allocated.
 """
 from __future__ import annotations
 
@@ -73,6 +76,7 @@ class Kernels:
         self.conv2d_packed = self._conv2d_packed if self.packed_rows else None  # None: conv2d, over OpenBLAS
         self.conv2d = self._conv2d if clib is not None else None  # None: ggml's im2col and products
         self.maxpool2d = self._maxpool2d if clib is not None else None  # None: ggml's pool_2d
+        self._im2col_back_fn = clib.ggmlpy_im2col_back_f32 if clib is not None else None
         self._params: dict = {}  # parameter tuple -> int32 array (userdata: lives as long as this)
         self._ln_fn = rlib.ggmlpy_layernorm_f32 if rlib is not None else None
         self.layernorm = self._layernorm if rlib is not None else None  # None: ggml's norm, mul and add
@@ -102,10 +106,84 @@ class Kernels:
         a, b = _rows_contiguous(ctx, a), _rows_contiguous(ctx, b)
         if not gemm_fits(a, b):
             raise ValueError("gemm: a dimension past BLAS's int range (check gemm_fits first)")
+        return self._gemm_node(ctx, a, b, ta, tb)
+
+    def _gemm_node(self, ctx, a, b, ta, tb):
+        """The gemm node itself, of operands BLAS can read as they are (_gemm_operand)."""
         m, n = (a.ne[1] if ta else a.ne[0]), (b.ne[0] if tb else b.ne[1])
         args = ffi.new("struct ggml_tensor *[2]", [a, b])
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, m, n, max(a.ne[2], b.ne[2]), max(a.ne[3], b.ne[3]),
                                   args, 2, self._gemm_fn, N_TASKS_MAX, ffi.cast("void *", int(ta) | int(tb) << 1))
+
+    def adopt(self, ctx) -> int:
+        """Turn the nodes among the tensors of context `ctx` that ggmlpy has a faster CPU kernel
+        for into that kernel's node, in place; returns how many. f32 products (MUL_MAT, OUT_PROD)
+        become gemm nodes (a transposed view read through its source); im2col's gradient
+        (IM2COL_BACK, 2-D) becomes conv.c's, which sums in ggml's order (the same bits).
+
+        For graphs whose nodes ggml makes itself: ggml's backward pass has no rule for a custom
+        op, so a graph it differentiates is built with ggml's ops and adopted afterwards, its
+        backward nodes included. Each node keeps its shape, memory and readers; only its op and
+        operands change. Call it before the graph is allocated or scheduled: only the CPU
+        backend runs these nodes. Nodes whose operands the kernels cannot read as they are stay
+        ggml's."""
+        nodes = []
+        t = lib.ggml_get_first_tensor(ctx)
+        while t != ffi.NULL:
+            if t.type == lib.GGML_TYPE_F32 and t.op in self._adopters:
+                nodes.append(t)
+            t = lib.ggml_get_next_tensor(ctx, t)
+        if not nodes:
+            return 0
+        # each kernel's node is made in a scratch context, and its op and op parameters (the
+        # kernel's function pointer, task count and userdata, in ggml's own layout) copied over
+        params = ffi.new("struct ggml_init_params *", {"mem_size": (len(nodes) + 1) * lib.ggml_tensor_overhead(),
+                                                       "mem_buffer": ffi.NULL, "no_alloc": True})
+        scratch = lib.ggml_init(params[0])
+        if scratch == ffi.NULL:
+            raise MemoryError("Kernels.adopt: ggml_init failed")
+        adopted = 0
+        try:
+            for t in nodes:
+                made = self._adopters[t.op](self, scratch, t)
+                if made is None or list(made[0].ne) != list(t.ne):  # the same shape, never expected otherwise
+                    continue
+                node, srcs = made
+                t.op = node.op
+                ffi.memmove(t.op_params, node.op_params, ffi.sizeof(t.op_params))
+                for i in range(len(t.src)):
+                    t.src[i] = srcs[i] if i < len(srcs) else ffi.NULL
+                adopted += 1
+        finally:
+            lib.ggml_free(scratch)
+        return adopted
+
+    def _adopt_product(self, scratch, t):
+        """(gemm node, its operands) computing product node t, or None."""
+        if self.gemm is None:
+            return None
+        a, b = _gemm_operand(t.src[0]), _gemm_operand(t.src[1])
+        if a is None or b is None or not gemm_fits(a[0], b[0]):
+            return None
+        # MUL_MAT is t(a) %*% b, OUT_PROD a %*% t(b); an operand read through its source flips
+        ta = (t.op == lib.GGML_OP_MUL_MAT) != a[1]
+        tb = (t.op == lib.GGML_OP_OUT_PROD) != b[1]
+        return self._gemm_node(scratch, a[0], b[0], ta, tb), (a[0], b[0])
+
+    def _adopt_im2col_back(self, scratch, t):
+        """(conv.c's node, its operand) computing IM2COL_BACK node t (2-D, contiguous), or None."""
+        g, k = t.src[0], t.src[1]
+        s0, s1, p0, p1, d0, d1, is_2d = (int(t.op_params[i]) for i in range(7))
+        if self._im2col_back_fn is None or not is_2d or g.type != lib.GGML_TYPE_F32 or not lib.ggml_is_contiguous(g) \
+                or not lib.ggml_is_contiguous(t) or min(s0, s1, d0, d1) < 1:
+            return None
+        params = self._userdata((int(k.ne[0]), int(k.ne[1]), s0, s1, p0, p1, d0, d1), "im2col_back")
+        node = lib.ggml_custom_4d(scratch, lib.GGML_TYPE_F32, t.ne[0], t.ne[1], t.ne[2], t.ne[3],
+                                  ffi.new("struct ggml_tensor *[1]", [g]), 1, self._im2col_back_fn, N_TASKS_MAX, params)
+        return node, (g,)
+
+    _adopters = {lib.GGML_OP_MUL_MAT: _adopt_product, lib.GGML_OP_OUT_PROD: _adopt_product,
+                 lib.GGML_OP_IM2COL_BACK: _adopt_im2col_back}
 
     def _conv2d(self, ctx, x, w, kernel, stride, pad, dilation, out_hw, groups=1, bias=None, residual=None,
                 relu=False, block=0):
@@ -215,9 +293,26 @@ def gemm_fits(a, b) -> bool:
     return max(a.ne[0], a.ne[1], b.ne[0], b.ne[1], a.nb[1] // 4, b.nb[1] // 4) < 1 << 31
 
 
+def _blas_readable(x) -> bool:
+    """Whether BLAS can read x's matrices as they are: unit element stride, columns not overlapping."""
+    return x.nb[0] == 4 and x.nb[1] >= 4 * x.ne[0]
+
+
 def _rows_contiguous(ctx, x):
-    """x itself where BLAS can read its matrices (unit element stride, columns not overlapping)."""
-    return x if x.nb[0] == 4 and x.nb[1] >= 4 * x.ne[0] else lib.ggml_cont(ctx, x)
+    """x itself where BLAS can read its matrices, else a contiguous copy."""
+    return x if _blas_readable(x) else lib.ggml_cont(ctx, x)
+
+
+def _gemm_operand(x):
+    """(tensor, transposed) that a product operand x is read from without a copy: x itself, or
+    the source of a transposed view of one; None when neither can be read (or x is not f32)."""
+    if x.type != lib.GGML_TYPE_F32:
+        return None
+    if _blas_readable(x):
+        return x, False
+    if x.op == lib.GGML_OP_TRANSPOSE and _blas_readable(x.src[0]):
+        return x.src[0], True
+    return None
 
 
 def _contiguous(ctx, x):

@@ -284,6 +284,49 @@ void ggmlpy_maxpool2d_f32(void *dst, int ith, int nth, void *userdata) {
     }
 }
 
+/* The input gradient of a 2-D im2col (ggml's IM2COL_BACK) as one node: dst [IW, IH, IC, N] from the
+ * patch gradients g [IC*KH*KW, OW, OH, N] (both contiguous; g in im2col's layout: each output pixel's
+ * patch, by channel, then kernel row, then column). Each input cell is the sum of the patch entries
+ * that read it, added in ggml's order (kernel row, then column, from +0.0) so that the result is
+ * ggml's to the bit; but where ggml works out for every cell and tap whether and which pixel read it
+ * (two 64-bit divisions each), this walks each tap's pixels along an input row at the stride.
+ * userdata: int32_t[8] = KW, KH, s0, s1, p0, p1, d0, d1 (ggml's op parameters; 0 along W, 1 along H).
+ * Threads split the (image, channel) planes. */
+void ggmlpy_im2col_back_f32(void *dst, int ith, int nth, void *userdata) {
+    const int32_t *pr = (const int32_t *)userdata;
+    const int KW = pr[0], KH = pr[1], S0 = pr[2], S1 = pr[3], P0 = pr[4], P1 = pr[5], D0 = pr[6], D1 = pr[7];
+    const void *gt = src_of(dst, 0);
+    int64_t gne[4], dne[4];
+    ne_of(gt, gne);
+    ne_of(dst, dne);
+    const int IW = (int)dne[0], IH = (int)dne[1], IC = (int)dne[2], OW = (int)gne[1], OH = (int)gne[2];
+    const int64_t CKK = gne[0], planes = dne[2] * dne[3];
+    const float *g = data_of(gt);
+    float *x = data_of(dst);
+    const int64_t q0 = planes * ith / nth, q1 = planes * (ith + 1) / nth;
+    for (int64_t q = q0; q < q1; q++) {
+        const int64_t n = q / IC, c = q % IC;
+        const float *gc = g + n * OH * OW * CKK + c * KH * KW;  /* this channel's taps, pixel (0, 0) */
+        float *plane = x + q * IH * IW;
+        for (int ih = 0; ih < IH; ih++) {
+            float *row = plane + (int64_t)ih * IW;
+            memset(row, 0, (size_t)IW * sizeof(float));
+            for (int kh = 0; kh < KH; kh++) {
+                const int th = ih + P1 - kh * D1;  /* = oh S1 for the output row oh that reads ih at kh */
+                if (th < 0 || th % S1 != 0 || th / S1 >= OH)
+                    continue;
+                const float *gr = gc + (int64_t)(th / S1) * OW * CKK + kh * KW;
+                for (int kw = 0; kw < KW; kw++) {
+                    const int off = kw * D0 - P0;  /* pixel ow reads input column ow S0 + off */
+                    const int lo = imin(first_in(off, S0), OW), hi = imin(first_past(off, S0, IW), OW);
+                    for (int ow = lo; ow < hi; ow++)
+                        row[ow * S0 + off] += gr[(int64_t)ow * CKK + kw];
+                }
+            }
+        }
+    }
+}
+
 /* A linear layer's product and bias as one node: dst [N, T] = w [N, K] x [K, T] + bias [N] in
  * column-major terms (ONNX's X (T, K) @ W (K, N) + b, with W in its own row-major layout), each
  * thread's block of dst set to the bias and the product added onto it (beta = 1) by OpenBLAS.

@@ -1,43 +1,31 @@
-"""Saving and loading a model's weights as GGUF: written with llama.cpp's own `gguf` package,
-read back through ggmlpy's validating GGUF parser (ggmlpy/io/gguf_file.py).
+"""Saving and loading a model's weights: ggmlpy's model file (ggmlpy/io/model_file.py, GGUF)
+of kind "ag".
 
 Every entry of `model.state_dict()` (parameters by their `named_parameters()`
 names, then buffers such as batch norm's running statistics) becomes one f32
 tensor. A GGUF tensor's dims are ggml's ne, so an R matrix [nrow, ncol] is
 stored with ne = [nrow, ncol] and its column-major data as is: the layout
-ggml itself would use. Metadata: `general.architecture = "ggmlpy"`,
-`ggmlpy.version`, and the user's dict as JSON in `ggmlpy.metadata`.
+ggml itself would use. Keys: the user's dict as JSON in `ggmlpy.metadata`, and
+`ggmlpy.model_fn` when given.
 """
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import os
-import tempfile
 from collections.abc import Callable
 
 import numpy as np
 
-from .._version import __version__
 from ..bindings import ffi, lib
 from ..core.types import TYPE_NAMES
 from ..errors import GGMLError, checked_path
-from ..io.gguf_file import GGUFFile
+from ..io.model_file import ARCH, gguf_type_of, read_model_file, write_model_file
 from ..nn import architecture
 from ..nn.layers import Module
 from ..runtime.state import ag_device
 
-ARCH = "ggmlpy"
-_MAX_NAME = 63  # GGML_MAX_NAME (64) including the terminating zero
-
-
-def _gguf():
-    try:
-        import gguf  # loaded when a model file is written or read: its import is slow
-    except ImportError as e:  # a declared dependency, but say how to fix it if it is missing
-        raise GGMLError("saving and loading models needs the gguf package: pip install gguf") from e
-    return gguf
+__all__ = ["ARCH", "ag_load_model", "ag_save_model", "read_gguf"]
 
 
 def _state_of(model) -> dict:
@@ -99,7 +87,6 @@ def ag_save_model(model: Module, path: str | os.PathLike, metadata: dict | None 
     model of the user's own layers; it is stored by name (module and qualified name, so it must
     be importable: ggmlR stores the R closure itself), and ag_load_model(path) then rebuilds
     the model without being told how."""
-    gguf = _gguf()
     if not isinstance(model, Module):
         raise GGMLError(f"ag_save_model: model must be an ag_sequential or ag_* layer, got {type(model).__name__}")
     try:
@@ -110,126 +97,42 @@ def ag_save_model(model: Module, path: str | os.PathLike, metadata: dict | None 
     state = _state_of(model)
     if not state:
         raise GGMLError("ag_save_model: the model has no parameters or buffers to save")
-    for name in state:
-        if len(name.encode()) > _MAX_NAME:
-            raise GGMLError(f"ag_save_model: tensor name {name!r} is longer than GGUF's {_MAX_NAME} bytes")
-    path = checked_path(path, "ag_save_model")
-    with atomic_write(path) as tmp:
-        writer = gguf.GGUFWriter(tmp, ARCH)
-        try:
-            writer.add_string("ggmlpy.version", __version__)
-            writer.add_string("ggmlpy.metadata", meta_json)
-            if fn_ref is not None:
-                writer.add_string("ggmlpy.model_fn", fn_ref)
-            described = architecture.describe(model)
-            if described is not None:
-                writer.add_string("ggmlpy.architecture", described)
-            quantized = _quantized_tensors(model)
-            for name, value in state.items():
-                qtype = _gguf_qtype(gguf, quantized[name].st.type) if name in quantized else None
-                if qtype is not None:  # the blocks as they are: ggml rows = the R matrix's columns
-                    blocks = _blocks_of(quantized[name])
-                    writer.add_tensor(name, blocks.reshape(np.shape(value)[1], -1), raw_dtype=qtype)
-                    continue
-                # numpy (ncol, nrow) in C order = ggml ne [nrow, ncol], column-major data
-                writer.add_tensor(name, np.ascontiguousarray(np.asarray(value).T, dtype=np.float32))
-            writer.write_header_to_file()
-            writer.write_kv_data_to_file()
-            writer.write_tensors_to_file()
-        finally:
-            writer.close()
-    return path
-
-
-def _file_mode(path: str) -> int:
-    """The mode the replaced file had, or what a new file gets under the current umask."""
-    try:
-        return os.stat(path).st_mode & 0o7777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
-@contextlib.contextmanager
-def atomic_write(path: str):
-    """Yield a temporary path beside `path`; when the block succeeds, its file (flushed to disk)
-    replaces `path` in one rename. A failure, a full disk or a killed process leaves the old
-    file as it was, and a failure (not a kill) leaves no temporary file behind."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    os.close(fd)
-    try:
-        yield tmp
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, _file_mode(path))  # mkstemp made it private
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise GGMLError(f"could not write {path}: {e}; the previous file, if any, is unchanged") from e
-        raise
-    with contextlib.suppress(OSError):  # the rename itself, on disk (not possible everywhere)
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    keys = {"ggmlpy.metadata": meta_json}
+    if fn_ref is not None:
+        keys["ggmlpy.model_fn"] = fn_ref
+    described = architecture.describe(model)
+    if described is not None:
+        keys["ggmlpy.architecture"] = described
+    quantized = _quantized_tensors(model)
+    tensors = []
+    for name, value in state.items():
+        qtype = gguf_type_of(quantized[name].st.type) if name in quantized else None
+        if qtype is not None:  # the blocks as they are: ggml rows = the R matrix's columns
+            tensors.append((name, _blocks_of(quantized[name]).reshape(np.shape(value)[1], -1), qtype))
+        else:  # numpy (ncol, nrow) in C order = ggml ne [nrow, ncol], column-major data
+            tensors.append((name, np.asarray(value).T, None))
+    return write_model_file(checked_path(path, "ag_save_model"), "ag", tensors, keys, "ag_save_model")
 
 
 def _type_name(ggml_type: int) -> str:
     return TYPE_NAMES[ggml_type]
 
 
-def _gguf_qtype(gguf, ggml_type: int):
-    try:
-        return gguf.GGMLQuantizationType(int(ggml_type))
-    except ValueError:  # a type newer than the gguf package: written as f32 values instead
-        return None
-
-
 def read_gguf(path) -> tuple[dict, dict]:
-    """(tensors {name: R-shaped float64 matrix}, info {"version", "metadata", "architecture"}).
-
-    The file goes through ggmlpy's validating GGUF parser (magic, version, counts, types,
-    tensor offsets: aligned, inside the file, not overlapping) before any tensor is read."""
-    path = checked_path(path, "ag_load_model")
-    if not os.path.exists(path):
-        raise GGMLError(f"no such model file: {path}")
-    try:
-        f = GGUFFile(path)
-    except GGMLError as e:
-        raise GGMLError(f"{path} is not a readable GGUF file (not a ggmlpy model container): {e}") from None
-    with f:
-        meta = f.metadata
-        arch = meta.get("general.architecture")
-        if arch != ARCH:
-            raise GGMLError(f"{path}: GGUF architecture is {arch!r}, not {ARCH!r}: not a ggmlpy model file "
-                           "(container)")
-        for key in ("ggmlpy.version", "ggmlpy.metadata", "ggmlpy.model_fn", "ggmlpy.architecture"):
-            if key in meta and f.metadata_types[key] != "string":
-                raise GGMLError(f"{path}: {key} must be a string, is {f.metadata_types[key]}")
-        try:
-            user_meta = json.loads(meta["ggmlpy.metadata"]) if "ggmlpy.metadata" in meta else {}
-        except ValueError as e:
-            raise GGMLError(f"{path}: ggmlpy.metadata is not valid JSON: {e}") from None
-        info = {"architecture": arch, "version": meta.get("ggmlpy.version"), "metadata": user_meta,
-                "blocks": {}, "model_fn": meta.get("ggmlpy.model_fn"),
-                "model_architecture": meta.get("ggmlpy.architecture")}
-        tensors = {}
-        for name, t in f.tensors.items():
-            if t.type_name != "f32" and not lib.ggml_is_quantized(t.type):
-                raise GGMLError(f"{path}: tensor {name!r} is {t.type_name}, expected f32 or a quantized type")
-            if lib.ggml_is_quantized(t.type):  # ag_quantize'd weights: kept as blocks too
-                info["blocks"][name] = (t.type, np.array(f.data(name, raw=True)).reshape(-1))
-            ne = list(t.ne)
-            nrow, ncol = (ne + [1, 1])[:2]
-            if len(ne) > 2 and any(d != 1 for d in ne[2:]):
-                raise GGMLError(f"{path}: tensor {name!r} has {len(ne)} dims {ne}; ggmlpy models hold matrices")
-            # data come as numpy (ncol, nrow) C order; .T gives R's [nrow, ncol]
-            tensors[name] = np.array(f.data(name), dtype=np.float64).reshape(ncol, nrow).T
+    """(tensors {name: R-shaped float64 matrix}, info {"version", "metadata", "architecture",
+    "blocks", "model_fn", "model_architecture"}) of an ag model file, read and checked by read_model_file."""
+    f = read_model_file(checked_path(path, "ag_load_model"), ("ag",), "ag_load_model")
+    info = {"architecture": ARCH, "version": f.version, "metadata": f.json("ggmlpy.metadata", {}),
+            "blocks": f.blocks, "model_fn": f.keys.get("ggmlpy.model_fn"),
+            "model_architecture": f.keys.get("ggmlpy.architecture")}
+    tensors = {}
+    for name, values in f.arrays.items():
+        ne = f.ne[name]
+        nrow, ncol = (ne + [1, 1])[:2]
+        if len(ne) > 2 and any(d != 1 for d in ne[2:]):
+            raise GGMLError(f"{f.where}: tensor {name!r} has {len(ne)} dims {ne}; ggmlpy models hold matrices")
+        # data come as numpy (ncol, nrow) C order; .T gives R's [nrow, ncol]
+        tensors[name] = values.astype(np.float64).reshape(ncol, nrow).T
     return tensors, info
 
 
