@@ -15,7 +15,6 @@ from tqdm import tqdm
 from .. import kernels
 from ..core.device import Backend, blas_backend, get_backend
 from ..core.sched import Scheduler
-from .. import kernels
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from ..graph import CompiledGraph, GraphContext, one_thread_is_best
@@ -107,8 +106,8 @@ def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
             lib.ggml_set_output(o)
         gctx.expand(outs)
         b.allocate(backend)
+        backend = compute_backend(backend, b.ctx)  # decided on ggml's own nodes, as for training
         on_kernels(b, backend)
-        backend = compute_backend(backend, b.ctx)
         compiled = CompiledGraph(gctx.graph, backend, fallback=None if backend.is_cpu else get_backend("cpu"))
         sizes = [int(lib.ggml_nelements(o)) // batch for o in outs]
         results = [np.empty((n, s), np.float32) for s in sizes]
