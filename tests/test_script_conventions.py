@@ -1,7 +1,7 @@
 """The smaller differences a ported ggmlR script hits (issue: ggmlR's own example scripts):
 nested device capabilities, a compiled model's scheduler and backend, evaluate(verbose=),
 nn_infer_shapes, ggml_test's output, printing Functional models and summaries, fit's progress
-bar, unknown loss names, the dataloader's layout hint, and the registry order."""
+bar, unknown loss names, the dataloader's layout hint, and the registry order (docs/devices.md)."""
 import re
 from pathlib import Path
 
@@ -128,8 +128,8 @@ def test_the_dataloader_says_pass_x_T_for_pytorchs_layout():
         g.ag_dataloader(np.ones((50, 3)), np.zeros((50, 2)))
 
 
-def test_the_readme_says_how_registries_are_ordered():
-    text = " ".join((ROOT / "README.md").read_text().split())
+def test_the_docs_say_how_registries_are_ordered():
+    text = " ".join((ROOT / "docs" / "devices.md").read_text().split())
     assert "ggml_backend_reg_get(0)" in text and "CPU registry last" in text
     cpu = g.ggml_backend_reg_by_name("CPU")
     n = g.ggml_backend_reg_count()

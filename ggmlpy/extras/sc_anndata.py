@@ -6,7 +6,7 @@ AnnData holds cells in rows (obs) and genes in columns (var); the engines take f
 so extraction transposes. Results go where scanpy's own functions put theirs:
 - "embed" (PCA): obsm["X_pca"], the loadings in varm["PCs"] (zeros for genes left out, as
   scanpy's mask_var), uns["pca"] with "variance", "variance_ratio" and "params";
-- "umap": obsm["X_umap"], uns["umap"]["params"] with the curve's a and b;
+- "umap": `obsm["X_umap"]`, `uns["umap"]["params"]` with the curve's a and b;
 - "neighbors": obsp["connectivities"] (the shared-nearest-neighbour graph, Seurat's FindNeighbors
   snn, which clustering reads), obsp["distances"] (each cell's k nearest, Euclidean),
   obsp["neighbors_nn"] (the binary kNN graph, each cell in its own neighbourhood) and
