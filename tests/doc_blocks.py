@@ -28,6 +28,8 @@ NEEDS = {
     "vulkan": "a Vulkan device (GGMLPY_SOFTWARE_VULKAN=1 lists Mesa's lavapipe)",
     "cuda": "a CUDA device and a build with --backend cuda",
     "rpc-server": "a ggml rpc-server listening on 127.0.0.1:50052 (python -m ggmlpy rpc-server)",
+    "sklearn": "scikit-learn (pip install 'ggmlpy[sklearn]')",
+    "anndata": "anndata (pip install 'ggmlpy[anndata]')",
 }
 
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)

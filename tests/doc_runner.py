@@ -43,6 +43,8 @@ _CHECKS = {
     "vulkan": lambda: _has_backend("vulkan"),
     "cuda": lambda: _has_backend("cuda"),
     "rpc-server": _rpc_server_listening,
+    "sklearn": lambda: importlib.util.find_spec("sklearn") is not None,
+    "anndata": lambda: importlib.util.find_spec("anndata") is not None,
 }
 
 

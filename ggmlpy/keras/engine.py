@@ -46,7 +46,7 @@ def compute_backend(backend, ctx):
     """The backend a graph over `ctx`'s tensors computes on: `backend`, or on the CPU a
     one-thread backend of its own when every node is small (graph.one_thread_is_best: ggml
     synchronises its threads after each node, and on a busy machine a second thread made a
-    20 000-sample fit of a 50-128-64-4 MLP take 10-13 s instead of 1)."""
+    small MLP's fit more than ten times slower; docs/benchmarks.md, "Threads")."""
     if not backend.is_cpu:
         return backend
     nodes, t = [], lib.ggml_get_first_tensor(ctx)
