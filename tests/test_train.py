@@ -613,3 +613,10 @@ def test_ag_fit_history_plots_itself(tmp_path):
     assert pathlib.Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(g.GGMLError, match="could not write"):
         history.plot(tmp_path / "no" / "such" / "folder" / "fit.png")
+
+
+def test_the_demo_finds_the_digits_script_of_the_checkout():
+    """`python -m ggmlpy demo` trains scripts/train_digits.py in a source checkout (it had fallen
+    back to the XOR model when the module moved one folder down)."""
+    from ggmlpy.cli import demo
+    assert os.path.isfile(demo.SCRIPT), demo.SCRIPT

@@ -10,7 +10,9 @@ import numpy as np
 
 import ggmlpy as g
 
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "train_digits.py")
+# the checkout's scripts/ folder: this file is ggmlpy/cli/demo.py, three levels below the checkout
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts",
+                      "train_digits.py")
 
 
 def low_level_graph() -> None:
