@@ -96,22 +96,36 @@ def main() -> None:
         for _, _, theirs in stages(args.device, args.skip_umap):
             theirs(warm)
     times: dict = {}
+    failed: dict = {}   # (stage, side) -> why: that side skips the stage and the ones after it
+    names = [name for name, _, _ in stages(args.device, args.skip_umap)]
     for r in range(args.rounds):
         ours, theirs = anndata.AnnData(x.copy()), anndata.AnnData(x.copy())
         for name, run_ours, run_theirs in stages(args.device, args.skip_umap):
             order = [("ggmlpy", run_ours, ours), ("scanpy", run_theirs, theirs)]
             for label, fn, a in (order if r % 2 == 0 else order[::-1]):
+                if (name, label) in failed:
+                    continue
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     t0 = time.perf_counter()
-                    fn(a)
+                    try:
+                        fn(a)
+                    except Exception as e:   # one side's own failure: the stages after it need its result
+                        why = f"{type(e).__name__}: {e}"
+                        failed.update({(later, label): why for later in names[names.index(name):]})
+                        print(f"  round {r + 1} {name:9s} {label:6s} failed: {failed[(name, label)]}", flush=True)
+                        continue
                     dt = time.perf_counter() - t0
                 times.setdefault((name, label), []).append(dt)
                 print(f"  round {r + 1} {name:9s} {label:6s} {dt:8.2f} s  (loadavg {loadavg()})", flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
     parts = []
     for name, _, _ in stages(args.device, args.skip_umap):
-        o, t = med[(name, "ggmlpy")], med[(name, "scanpy")]
+        o, t = med.get((name, "ggmlpy")), med.get((name, "scanpy"))
+        if o is None or t is None:
+            why = "; ".join(f"{lbl} failed" for lbl in ("ggmlpy", "scanpy") if (name, lbl) in failed)
+            parts.append(f"{name} {why}" + (f" (ggmlpy {o:.2f} s)" if o is not None else ""))
+            continue
         parts.append(f"{name} {o:.2f} s vs {t:.2f} s = {o / t:.2f}x")
     print("summary: " + "; ".join(parts) + f"; loadavg {loadavg()}")
 
