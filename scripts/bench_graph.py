@@ -91,7 +91,7 @@ def node_profile(compiled, top=6):
             continue
         one = lib.ggml_new_graph_custom(ctx, 1, False)
         lib.ggml_graph_add_node(one, node)
-        backend = blas if blas is not None and node.op == lib.GGML_OP_OUT_PROD else plan.backend.ptr
+        backend = blas if blas is not None and node.op == lib.GGML_OP_OUT_PROD else plan.compiled.backend.ptr
         t = timed(lambda: lib.ggml_backend_graph_compute(backend, one), repeats=15)
         kind = ffi.string(lib.ggml_op_desc(node)).decode()
         by_kind[kind][0] += 1
