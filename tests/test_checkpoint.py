@@ -407,10 +407,7 @@ def _compiled_mlp(block, checkpointed, shared=False, nested=False, layers=8, wid
     return params, loss_fn, x, y
 
 
-# block 3: 0.60 measured while relu was x * step(x), whose product the allocator wrote over x; the
-# NaN-keeping relu (kernels.relu: a custom op, or relu + 0 * exp(-|x|)) is never placed over its
-# input, and the checkpointed step holds one 64 x 256 activation more (0.667; blocks 2 and 4 as before)
-@pytest.mark.parametrize("block,bound", [(2, 0.8), (3, 0.7), (4, 0.7)])
+@pytest.mark.parametrize("block,bound", [(2, 0.8), (3, 0.65), (4, 0.7)])
 def test_compiled_checkpoint_recomputes_and_saves_compute_memory(block, bound):
     """Gradients (hence weights) bit for bit those of the uncheckpointed compiled step, and a
     smaller compute buffer: the segments' activations are not held across the backward pass

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._sigint import uninterruptible
+from .. import kernels
 from ..bindings import ffi, lib
 from ..core.sched import Scheduler
 from ..errors import GGMLError
@@ -78,6 +79,46 @@ def no_kernel_error(backend, p) -> GGMLError:
                      f"on {ffi.string(lib.ggml_type_name(p.type)).decode()}")
 
 
+_NOT_INTERMEDIATE = lib.GGML_TENSOR_FLAG_INPUT | lib.GGML_TENSOR_FLAG_OUTPUT | lib.GGML_TENSOR_FLAG_PARAM
+
+
+def _addr(p) -> int:
+    return int(ffi.cast("uintptr_t", p))
+
+
+def compute_in_place(graph, elsewhere=frozenset()) -> int:
+    """Turn each kernel node that may overwrite its input (kernels.overwrites_input) into a view of
+    that input where ggml's allocator would compute one of its own in-place ops over it: the input
+    is an intermediate of this graph (an op's result, not a view, not flagged input, output or
+    parameter, not given memory by the caller), read by that node alone, of the same layout, and
+    both run on the same backend (`elsewhere`: addresses of nodes placed on another one). The view
+    keeps the input's memory alive exactly as long as the node's own would have lived: ggml's
+    allocator frees a tensor after its last reader and last view. Returns how many were turned."""
+    nodes = [lib.ggml_graph_node(graph, i) for i in range(lib.ggml_graph_n_nodes(graph))]
+    candidates = [p for p in nodes if p.view_src == _NULL and p.data == _NULL and kernels.overwrites_input(p)]
+    if not candidates:
+        return 0
+    readers: dict = {}
+    for p in nodes:
+        for s in p.src:
+            if s != _NULL:
+                readers[_addr(s)] = readers.get(_addr(s), 0) + 1
+        if p.view_src != _NULL:
+            readers[_addr(p.view_src)] = readers.get(_addr(p.view_src), 0) + 1
+    ops = {_addr(p) for p in nodes if p.op != lib.GGML_OP_NONE}
+    turned = 0
+    for p in candidates:
+        x = p.src[0]
+        if (_addr(x) not in ops or readers.get(_addr(x)) != 1 or x.view_src != _NULL or x.data != _NULL
+                or x.flags & _NOT_INTERMEDIATE or x.type != p.type or _addr(x) in elsewhere or _addr(p) in elsewhere
+                or any(x.ne[i] != p.ne[i] or x.nb[i] != p.nb[i] for i in range(4))):
+            continue
+        p.view_src, p.view_offs = x, 0
+        readers[_addr(x)] += 1  # now also its view's
+        turned += 1
+    return turned
+
+
 class CompiledGraph:
     """`graph` (a ggml_cgraph whose nodes are `nodes`) placed for `backend`; see the module's
     docstring for the placement. `one_thread`: a function giving the one-thread CPU backend, called
@@ -94,7 +135,6 @@ class CompiledGraph:
         self._own_sched = False
         self.nodes = nodes if nodes is not None else [lib.ggml_graph_node(graph, i)
                                                       for i in range(lib.ggml_graph_n_nodes(graph))]
-        self.views = [p for p in self.nodes if p.view_src != _NULL]
         missing = unsupported_ops(self.nodes, backend)
         self.fallback_ops = sorted({op_desc(p) for p in missing})
         if missing and (fallback is None or fallback is backend):
@@ -103,6 +143,9 @@ class CompiledGraph:
             if blas is not None and not missing else []
         single = [p for p in self.nodes if p.op == lib.GGML_OP_MUL_MAT and batched_small(p)] \
             if one_thread is not None and not missing else []
+        if not missing:
+            compute_in_place(graph, frozenset(map(_addr, to_blas + single)))
+        self.views = [p for p in self.nodes if p.view_src != _NULL]
         if sched is not None:
             self.sched = sched
             self._allocate_scheduled()

@@ -288,6 +288,16 @@ def relu(ctx, x, k: Kernels | None = None):
     return lib.ggml_add(ctx, lib.ggml_relu(ctx, x), nan_of_x)
 
 
+def overwrites_input(node) -> bool:
+    """Whether `node` is an element-wise map of these kernels that may be computed over its own
+    input (element i read before it is written, and no other): today the ReLU."""
+    k = _state.get("kernels")
+    if k is None or node.op != lib.GGML_OP_MAP_CUSTOM1:
+        return False
+    fun = ffi.cast("void **", node.op_params)[0]  # ggml_map_custom1_op_params' first field
+    return int(ffi.cast("uintptr_t", fun)) == int(ffi.cast("uintptr_t", k._relu))
+
+
 def gemm_fits(a, b) -> bool:
     """Whether cblas_sgemm's int sizes and leading dimensions can describe these operands."""
     return max(a.ne[0], a.ne[1], b.ne[0], b.ne[1], a.nb[1] // 4, b.nb[1] // 4) < 1 << 31

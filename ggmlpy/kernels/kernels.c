@@ -114,13 +114,16 @@ void ggmlpy_gelu_erf_f32(void *dst, const void *src, int ith, int nth, void *use
 }
 
 /* max(x, 0) keeping NaN (ggml's relu maps it to 0) and with relu(-inf) = 0, PyTorch's and
- * onnxruntime's values; a select that gcc vectorises. */
+ * onnxruntime's values; a select that gcc vectorises. dst may be src itself (a graph computes it
+ * in place where src has no other reader): element i is read before it is written, and no other,
+ * which `ivdep` tells gcc so that the aliasing case is vectorised too. */
 void ggmlpy_relu_f32(void *dst, const void *src, int ith, int nth, void *userdata) {
     (void)userdata;
-    const float *restrict x = data_of(src);
-    float *restrict y = data_of(dst);
+    const float *x = data_of(src);
+    float *y = data_of(dst);
     int64_t lo, hi;
     share(nelements(dst), ith, nth, &lo, &hi);
+#pragma GCC ivdep
     for (int64_t i = lo; i < hi; i++)
         y[i] = x[i] > 0.0f ? x[i] : (x[i] != x[i] ? x[i] : 0.0f);
 }
