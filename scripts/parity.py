@@ -222,7 +222,7 @@ def _run_ag_program(case: dict) -> None:
         _run_gradcheck(case, prog)
 
 
-# float32 results against R's doubles (issue 3): rtol 1e-4, atol 1e-5.
+# float32 results against R's doubles: rtol 1e-4, atol 1e-5.
 TOL_F32 = {"rtol": 1e-4, "atol": 1e-5}
 
 

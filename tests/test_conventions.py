@@ -1,4 +1,4 @@
-"""The Python conventions ag tensors, layers and optimizers follow (issue 14): methods and
+"""The Python conventions ag tensors, layers and optimizers follow: methods and
 operators people expect from numpy and PyTorch, clear errors, and readable reprs."""
 import numpy as np
 import pytest

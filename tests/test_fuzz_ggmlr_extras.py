@@ -1,4 +1,4 @@
-"""Random, often invalid, calls into issue 16's late additions that reach ggml (get_batch into
+"""Random, often invalid, calls into the later ggmlR additions that reach ggml (get_batch into
 tensors, the model-parallel forwards, contexts without static graphs, the matrix drop-ins) must
 raise an allowed exception or succeed, never abort. Run in a child process, as test_fuzz.py."""
 import os

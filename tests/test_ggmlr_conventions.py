@@ -1,4 +1,4 @@
-"""ggmlR's calling conventions in the ag_* API (issue 16), beyond what the ported testthat files check:
+"""ggmlR's calling conventions in the ag_* API, beyond what the ported testthat files check:
 named parameter lists, previous-setting returns, the dataloader's iterator, ag_gradcheck's two forms,
 model_fn saving, dp_train and the cosine schedule's options, including the refusals."""
 import numpy as np

@@ -9,6 +9,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [p for p in sorted((ROOT / "ggmlpy").rglob("*")) if p.suffix in (".py", ".c", ".h") and p.name != "cdef.h"]
 
 HISTORY = re.compile(r"\bissue\s*#?\d+|\bsuite2\b|\bsession\s*\d+|\bREADME\b", re.I)
+# the tests and scripts may name the README (they check it) but carry no history either
+TOOLS = [p for d in ("tests", "scripts") for p in sorted((ROOT / d).rglob("*.py")) if p != Path(__file__).resolve()]
+TOOL_HISTORY = re.compile(r"\bissue\s*#?\d+|\bsuite2\b|\bsession\s*\d+", re.I)
 # A measured duration ("51 us", "1.2 ms", "0.8 s"; "1s" is ones); a duration the code itself uses
 # ("every 20 ms") is allowed.
 TIMING = re.compile(r"(?<!every )\b(?:\d+(?:\.\d+)?\s?(?:ms|us|µs|ns)|\d+(?:\.\d+)? s)\b")
@@ -17,6 +20,12 @@ TIMING = re.compile(r"(?<!every )\b(?:\d+(?:\.\d+)?\s?(?:ms|us|µs|ns)|\d+(?:\.\
 def test_no_issue_numbers_history_or_readme_pointers():
     found = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in SOURCES
              for i, line in enumerate(p.read_text().splitlines(), 1) if HISTORY.search(line)]
+    assert not found, "\n".join(found)
+
+
+def test_tests_and_scripts_carry_no_issue_numbers_or_history():
+    found = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in TOOLS
+             for i, line in enumerate(p.read_text().splitlines(), 1) if TOOL_HISTORY.search(line)]
     assert not found, "\n".join(found)
 
 
