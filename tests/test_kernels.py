@@ -768,3 +768,31 @@ def test_conv_and_rows_libraries_are_cached_beside_the_others():
     assert K.clib is not None and K.rlib is not None
     names = {p.name.split("-")[0] for p in K.path.parent.glob("*.so")}
     assert {"kernels", "gemm", "conv", "rows"} <= names
+
+
+
+def gelu_second64(x):
+    x = np.asarray(x, np.float64)
+    return np.exp(-x * x / 2) * INV_SQRT_2PI * (2 - x * x)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_gelu_derivatives_as_values_for_forward_ad(fused):
+    """jvp of gelu gives gelu' v, hvp of sum(gelu) gives gelu'' v: one kernel each on the CPU
+    (with the infinities' limits), ggml ops without the kernels, the same numbers."""
+    if fused and kernels.get() is None:
+        pytest.skip("no C compiler: the kernels are not built")
+    x = np.linspace(-12, 12, 2401)
+    if fused:
+        x = np.concatenate([x, [np.inf, -np.inf]])
+    ones = np.ones((x.size, 1))
+    was = kernels.set_enabled(fused)
+    try:
+        t = g.ag_tensor(x.reshape(-1, 1))
+        _, jv = g.jvp(g.ag_gelu, t, g.ag_tensor(ones))
+        _, hv = hvp(lambda a: g.ag_sum(g.ag_gelu(a)), t, g.ag_tensor(ones))
+    finally:
+        kernels.set_enabled(was)
+    want1, want2 = gelu_grad64(np.clip(x, -20, 20)), gelu_second64(np.clip(x, -20, 20))
+    np.testing.assert_allclose(jv.numpy().ravel(), want1, atol=2e-6)
+    np.testing.assert_allclose(hv.numpy().ravel(), want2, atol=2e-6)

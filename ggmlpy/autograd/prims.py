@@ -272,8 +272,27 @@ def gelu_back(ctx, g, x, y):
         return k.gelu_back(ctx, g, x)
     zero = L.ggml_scale_bias(ctx, L.ggml_sgn(ctx, L.ggml_abs(ctx, x)), -1e-30, 1e-30)  # 1e-30 where x == 0
     cdf = L.ggml_div(ctx, L.ggml_add(ctx, y, L.ggml_scale(ctx, zero, 0.5)), L.ggml_add(ctx, x, zero))
-    phi = L.ggml_exp(ctx, L.ggml_scale_bias(ctx, L.ggml_sqr(ctx, x), -0.5, -0.9189385332046727))  # ln sqrt(2 pi)
-    return L.ggml_mul(ctx, g, L.ggml_add(ctx, cdf, L.ggml_mul(ctx, x, phi)))
+    return L.ggml_mul(ctx, g, L.ggml_add(ctx, cdf, L.ggml_mul(ctx, x, _normal_pdf(ctx, x))))
+
+
+def _normal_pdf(ctx, x):
+    return L.ggml_exp(ctx, L.ggml_scale_bias(ctx, L.ggml_sqr(ctx, x), -0.5, -0.9189385332046727))  # ln sqrt(2 pi)
+
+
+def gelu_deriv(ctx, x):
+    """gelu'(x) = Phi(x) + x phi(x) as values (what differentiating GELU's backward again needs):
+    under cpu_kernels() one kernel, otherwise from ggml ops through erf."""
+    if (k := _kernels(x)) is not None:
+        return k.gelu_deriv(ctx, x)
+    cdf = L.ggml_scale_bias(ctx, erf(ctx, L.ggml_scale(ctx, x, 0.7071067811865476)), 0.5, 0.5)
+    return L.ggml_add(ctx, cdf, L.ggml_mul(ctx, x, _normal_pdf(ctx, x)))
+
+
+def gelu_deriv2(ctx, x):
+    """gelu''(x) = phi(x) (2 - x^2): under cpu_kernels() one kernel, otherwise ggml ops."""
+    if (k := _kernels(x)) is not None:
+        return k.gelu_deriv2(ctx, x)
+    return L.ggml_mul(ctx, _normal_pdf(ctx, x), L.ggml_scale_bias(ctx, L.ggml_sqr(ctx, x), -1.0, 2.0))
 
 
 def sum_all(ctx, x):

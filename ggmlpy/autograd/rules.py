@@ -141,18 +141,17 @@ def _pow_jvp(t, c):
     return c.mul(t[0], c.scale(c.ap("pow", c.x(0), p=p - 1), p))
 
 
-def _gelu_deriv(c):
-    # d/dx x*Phi(x) = Phi(x) + x*phi(x), from primitives so it can be differentiated again
+def _gelu_vjp(g, c):
+    if forward_ad.LEVELS:  # a forward level may differentiate this again: gelu' as a primitive
+        return (c.mul(g, c.ap("gelu_deriv", c.x(0))),)
+    return (c.ap("gelu_back", g, c.x(0), c.out),)  # one fused graph, not differentiable
+
+
+def _gelu_third_derivative(c):
+    # phi(x) (x^3 - 4x), from primitives: any further order differentiates those
     x = c.x(0)
     phi = c.scale(c.ap("exp", c.scale(c.ap("sqr", x), -0.5)), 1 / sqrt(2 * pi))
-    cdf = c.ap("add_scalar", c.scale(c.ap("erf", c.scale(x, 1 / sqrt(2))), 0.5), c=0.5)
-    return c.add(cdf, c.mul(x, phi))
-
-
-def _gelu_vjp(g, c):
-    if forward_ad.LEVELS:  # a forward level may differentiate this again
-        return (c.mul(g, _gelu_deriv(c)),)
-    return (c.ap("gelu_back", g, c.x(0), c.out),)  # one fused graph, not differentiable
+    return c.mul(phi, c.mul(x, c.ap("add_scalar", c.ap("sqr", x), c=-4.0)))
 
 
 def _silu_deriv(c, x):
@@ -223,7 +222,11 @@ RULES = {
     "sqrt": _elementwise(_unary("sqrt"), lambda c: c.scale(c.ap("pow", c.out, p=-1.0), 0.5), saves=(), saves_out=True),
     "sqr": _elementwise(_unary("sqr"), lambda c: c.scale(c.x(0), 2.0)),
     "abs": _elementwise(_unary("abs"), lambda c: c.ap("sgn", c.x(0))),
-    "gelu": Rule(_unary("gelu_erf"), _gelu_vjp, lambda t, c: c.mul(t[0], _gelu_deriv(c)), saves=(0,), saves_out=True),
+    "gelu": Rule(_unary("gelu_erf"), _gelu_vjp, lambda t, c: c.mul(t[0], c.ap("gelu_deriv", c.x(0))),
+                 saves=(0,), saves_out=True),
+    # GELU's first and second derivatives as values (one kernel each on the CPU), for hvp
+    "gelu_deriv": _elementwise(P.gelu_deriv, lambda c: c.ap("gelu_deriv2", c.x(0))),
+    "gelu_deriv2": _elementwise(P.gelu_deriv2, _gelu_third_derivative),
     "gelu_back": Rule(P.gelu_back),  # used only where nothing differentiates it again (_gelu_vjp)
     "silu": _elementwise(_unary("silu"), lambda c: _silu_deriv(c, c.x(0))),
     "erf": _elementwise(lambda ctx, x: P.erf(ctx, x),

@@ -62,6 +62,8 @@ class Kernels:
         self._gelu = klib.ggmlpy_gelu_erf_f32
         self._relu = klib.ggmlpy_relu_f32
         self._gelu_back = klib.ggmlpy_gelu_back_f32
+        self._gelu_deriv = klib.ggmlpy_gelu_deriv_f32
+        self._gelu_deriv2 = klib.ggmlpy_gelu_deriv2_f32
         self._layer_norm_back = klib.ggmlpy_layer_norm_back_f32
         self._gemm_fn = glib.ggmlpy_gemm_f32 if glib is not None else None
         self.gemm = self._gemm if glib is not None else None  # None: products stay ggml's
@@ -93,6 +95,14 @@ class Kernels:
         """g (Phi(x) + x phi(x)), GELU's input gradient, as one custom-op node."""
         return lib.ggml_map_custom2(ctx, _contiguous(ctx, g), _contiguous(ctx, x), self._gelu_back,
                                     N_TASKS_MAX, ffi.NULL)
+
+    def gelu_deriv(self, ctx, x):
+        """gelu'(x) = Phi(x) + x phi(x), as one custom-op node."""
+        return lib.ggml_map_custom1(ctx, _contiguous(ctx, x), self._gelu_deriv, N_TASKS_MAX, ffi.NULL)
+
+    def gelu_deriv2(self, ctx, x):
+        """gelu''(x) = phi(x) (2 - x^2), as one custom-op node."""
+        return lib.ggml_map_custom1(ctx, _contiguous(ctx, x), self._gelu_deriv2, N_TASKS_MAX, ffi.NULL)
 
     def layer_norm_back(self, ctx, g, x, eps: float):
         """Layer norm's input gradient per column (ggml_norm's normalisation), as one node."""
