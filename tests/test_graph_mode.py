@@ -231,7 +231,8 @@ def test_host_data_made_inside_fn_is_refused():
 def test_compiled_dropout_draws_the_eager_masks(checkpointed):
     """Dropout compiles: each call draws its masks from ggmlpy's stream in the eager forward's
     order, so the same seed gives the eager numbers; in a checkpointed segment the recomputation
-    reads the forward's mask (it is one input of the graph)."""
+    reads the forward's mask (it is one input of the graph). Two segments: the first is replayed
+    (the last one's backward follows the forward at once and is not)."""
     def run(compiled):
         g.manual_seed(7)
         layers = [g.ag_linear(4, 16, "relu"), g.ag_dropout(0.3), g.ag_linear(16, 16, "tanh"), g.ag_dropout(0.5),
@@ -242,8 +243,12 @@ def test_compiled_dropout_draws_the_eager_masks(checkpointed):
         x, y = g.ag_tensor(rng.normal(size=(4, 8))), g.ag_tensor(rng.normal(size=(2, 8)))
 
         def f(a, b):
-            h = g.ag_checkpoint(lambda t: layers[1](layers[0](t)), a) if checkpointed else layers[1](layers[0](a))
-            return g.ag_mse_loss(layers[4](layers[3](layers[2](h))), b)
+            if checkpointed:
+                h = g.ag_checkpoint(lambda t: layers[1](layers[0](t)), a)
+                h = g.ag_checkpoint(lambda t: layers[3](layers[2](t)), h)
+            else:
+                h = layers[3](layers[2](layers[1](layers[0](a))))
+            return g.ag_mse_loss(layers[4](h), b)
         if compiled:
             step = g.ag_compile(f, [x, y], optimizer=opt)
             return [step(x, y) for _ in range(4)], [p.numpy() for p in m.parameters()]

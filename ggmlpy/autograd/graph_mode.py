@@ -181,7 +181,8 @@ def emit_backward(builder: Builder, entries, seed: Sym, loss_id: int, wanted: se
     order; an input's Sym may be None when its rule does not read it. `segments`: (start, end)
     ranges of entries that ag_checkpoint ran; each becomes one node whose backward emits the
     segment's forward again from its inputs and walks that copy, so no gradient reads the first
-    run's activations inside it. `on_final(id, gradient)` hears of each wanted gradient as soon
+    run's activations inside it. The last one is walked as it ran: its backward follows the loss's
+    at once, so a replay would only recreate what the allocator still holds. `on_final(id, gradient)` hears of each wanted gradient as soon
     as it is final (the graph then computes in the walker's order), so an optimizer can update
     that parameter right away and its gradient need not wait for the others."""
     needs = set(wanted)
@@ -190,7 +191,9 @@ def emit_backward(builder: Builder, entries, seed: Sym, loss_id: int, wanted: se
             needs.add(out_id)
     how = GraphBackward(builder, in_order=bool(segments) or on_final is not None, on_final=on_final)
     nodes, k = [], 0
-    for start, end in _outermost(segments):
+    # The last segment's backward starts as soon as the loss's does: a replay would recreate what
+    # the allocator still holds, for no memory saved, so it is walked as it ran.
+    for start, end in _outermost(segments)[:-1]:
         nodes += [_node(e, needs) for e in entries[k:start]]
         nodes.append(_segment_node(entries[start:end], needs, how))
         k = end
@@ -472,7 +475,7 @@ class CompiledStep:
             segs = [(spans[i][0], spans[min(i + j, len(spans)) - 1][1]) for i in range(0, len(spans), j)]
             for m in range(1, len(segs) + 1):
                 chosen = tuple(segs[:m])
-                candidates.setdefault(chosen, sum(e - s for s, e in chosen))
+                candidates.setdefault(chosen, sum(e - s for s, e in chosen[:-1]))  # the last is not replayed
         smallest = None
         for segments, cost in sorted(candidates.items(), key=lambda kv: (kv[1], len(kv[0]))):
             self.segments = list(segments)
