@@ -204,6 +204,51 @@ def test_onnx_relu_keeps_nan_as_onnxruntime(kernels_on):
     np.testing.assert_array_equal(got, want)
 
 
+# ops that ggml builds from comparisons (clamp, leaky_relu, max and min), which map NaN to a number
+NAN_CASES = {
+    "LeakyRelu": ([], {"alpha": 0.1}), "HardSigmoid": ([], {}), "HardSwish": ([], {}),
+    "Clip": (["lo", "hi"], {}), "Max": (["other"], {}), "Min": (["other"], {}),
+}
+
+
+def _onnx_specials_model(op, operands, attrs, fed: bool):
+    """One node over SPECIALS; its other operands are initializers or (fed) graph inputs."""
+    from onnx import TensorProto, helper, numpy_helper
+    values = {"lo": np.array(-1.5, np.float32), "hi": np.array(2.0, np.float32),
+              "other": np.array([[5.0, np.nan, -np.inf, np.inf, -3.0, 2.0, -1e30, 1e30, 0.0]], np.float32)}
+    feeds = {k: values[k] for k in operands}
+    info = [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()]
+    inits = [] if fed else [numpy_helper.from_array(v, k) for k, v in feeds.items()]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SPECIALS.shape))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, list(SPECIALS.shape))
+    graph = helper.make_graph([helper.make_node(op, ["x", *operands], ["y"], **attrs)], op.lower(),
+                              [x, *(info if fed else [])], [y], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), feeds if fed else {}
+
+
+@pytest.mark.parametrize("op, fed", [(op, fed) for op in sorted(NAN_CASES) for fed in (False, True)
+                                     if NAN_CASES[op][0] or not fed])
+def test_onnx_ops_built_from_comparisons_keep_nan_and_infinities_as_onnxruntime(kernels_on, op, fed):
+    """Max(1, NaN) was 1 and Max(-inf, 5) NaN (built as x + relu(y - x), which also rounds
+    Max(-1e30, 1) to 0), LeakyRelu, HardSigmoid and a constant Clip turned NaN into a number."""
+    ort = pytest.importorskip("onnxruntime")
+    operands, attrs = NAN_CASES[op]
+    m, feeds = _onnx_specials_model(op, operands, attrs, fed)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": SPECIALS, **feeds})[0]
+    got = g.onnx_run(g.onnx_load(m, device="cpu"), {"x": SPECIALS, **feeds})["y"]
+    if not kernels_on and (op in ("Max", "Min") or op == "Clip" and fed):
+        # ggml ops' select is exact for numbers; an infinite operand may give NaN there (inf * 0)
+        finite = np.isfinite(SPECIALS) | np.isnan(SPECIALS)
+        if op != "Clip":
+            other = _onnx_specials_model(op, operands, attrs, True)[1]["other"]
+            finite &= np.isfinite(other) | np.isnan(other)
+        np.testing.assert_array_equal(got[finite], want[finite])
+        assert np.all((got[~finite] == want[~finite]) | np.isnan(got[~finite]))
+        return
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("prelu, M", [(False, 4), (True, 4), (False, 128)], ids=["relu", "prelu", "relu-128"])
 def test_a_cnn_with_one_nan_pixel_gives_nan_logits_as_onnxruntime(kernels_on, prelu, M):
     """A CNN with one NaN pixel gave finite logits (ggml's relu and conv.c's fused one mapped NaN to 0)."""
@@ -236,6 +281,16 @@ def test_keras_predict_and_fit_keep_nan(kernels_on):
     assert np.isnan(p[0]).all() and np.isfinite(p[1]).all(), p
     g.ggml_fit(m, X, Y, epochs=1, batch_size=32, verbose=0)
     assert np.isnan(m.history.train_loss[0]), m.history.train_loss
+
+
+@pytest.mark.parametrize("act", ["hardsigmoid", "hardswish"])
+def test_keras_hard_activations_keep_nan_in_predict(kernels_on, act):
+    """ggml's hardsigmoid clamps NaN to 0 (hardswish's product with x keeps it)."""
+    m = g.ggml_layer_dense(g.ggml_model_sequential(), 4, activation=act, input_shape=(3,))
+    m = g.ggml_compile(m, "adam")
+    X = np.array([[np.nan, 1.0, 2.0], [0.5, -1.0, 2.0]], np.float32)
+    p = g.ggml_predict(m, X)
+    assert np.isnan(p[0]).all() and np.isfinite(p[1]).all(), p
 
 
 def test_keras_relu_of_specials(kernels_on):

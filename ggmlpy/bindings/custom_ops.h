@@ -15,6 +15,8 @@ void ggmlpy_relu_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, int
 void ggmlpy_gelu_deriv_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
 void ggmlpy_gelu_deriv2_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
 void ggmlpy_gelu_back_f32(struct ggml_tensor * dst, const struct ggml_tensor * g, const struct ggml_tensor * x, int ith, int nth, void * userdata);
+void ggmlpy_keep_nan_f32(struct ggml_tensor * dst, const struct ggml_tensor * fx, const struct ggml_tensor * x, int ith, int nth, void * userdata);
+void ggmlpy_extremum_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, const struct ggml_tensor * b, int ith, int nth, void * userdata);
 void ggmlpy_layer_norm_back_f32(struct ggml_tensor * dst, const struct ggml_tensor * g, const struct ggml_tensor * x, int ith, int nth, void * userdata);
 // gemm.c
 void ggmlpy_gemm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);

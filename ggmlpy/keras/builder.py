@@ -226,8 +226,8 @@ class Builder:
             return lib.ggml_silu(c, x)
         if name == "gelu":
             return lib.ggml_gelu(c, x)
-        if name == "hardsigmoid":
-            return lib.ggml_hardsigmoid(c, x)
+        if name == "hardsigmoid":  # ggml's clamps NaN to 0
+            return kernels.keep_nan(c, lib.ggml_hardsigmoid(c, x), x, self.kernels)
         if name == "hardswish":
             return lib.ggml_hardswish(c, x)
         raise GGMLError(f"unknown activation {name!r}; one of {sorted(a for a in ACTIVATIONS if a)}")

@@ -63,6 +63,8 @@ class Kernels:
         self._relu = klib.ggmlpy_relu_f32
         self._gelu_back = klib.ggmlpy_gelu_back_f32
         self._gelu_deriv = klib.ggmlpy_gelu_deriv_f32
+        self._keep_nan = klib.ggmlpy_keep_nan_f32
+        self._extremum = klib.ggmlpy_extremum_f32
         self._gelu_deriv2 = klib.ggmlpy_gelu_deriv2_f32
         self._layer_norm_back = klib.ggmlpy_layer_norm_back_f32
         self._gemm_fn = glib.ggmlpy_gemm_f32 if glib is not None else None
@@ -103,6 +105,16 @@ class Kernels:
     def gelu_deriv2(self, ctx, x):
         """gelu''(x) = phi(x) (2 - x^2), as one custom-op node."""
         return lib.ggml_map_custom1(ctx, _contiguous(ctx, x), self._gelu_deriv2, N_TASKS_MAX, ffi.NULL)
+
+    def keep_nan(self, ctx, fx, x):
+        """fx (f(x), x's shape) with x's NaN put back, as one custom-op node."""
+        return lib.ggml_map_custom2(ctx, _contiguous(ctx, fx), _contiguous(ctx, x), self._keep_nan, N_TASKS_MAX,
+                                    ffi.NULL)
+
+    def extremum(self, ctx, a, b, larger: bool):
+        """max(a, b) or min(a, b) of tensors of one shape, NaN where either is, as one node."""
+        return lib.ggml_map_custom2(ctx, _contiguous(ctx, a), _contiguous(ctx, b), self._extremum, N_TASKS_MAX,
+                                    ffi.NULL if larger else ffi.cast("void *", 1))
 
     def layer_norm_back(self, ctx, g, x, eps: float):
         """Layer norm's input gradient per column (ggml_norm's normalisation), as one node."""
@@ -296,6 +308,28 @@ def relu(ctx, x, k: Kernels | None = None):
         return k.relu(ctx, x)
     nan_of_x = lib.ggml_scale(ctx, lib.ggml_exp(ctx, lib.ggml_neg(ctx, lib.ggml_abs(ctx, x))), 0.0)
     return lib.ggml_add(ctx, lib.ggml_relu(ctx, x), nan_of_x)
+
+
+def keep_nan(ctx, fx, x, k: Kernels | None = None):
+    """fx = f(x), computed by a ggml op that maps NaN to a number (clamp, leaky_relu), with x's NaN
+    put back, so NaN propagates as in PyTorch and onnxruntime. With the kernels `k` one pass;
+    otherwise fx + 0 * tanh(x), whose last term is 0 for every number and infinity."""
+    if k is not None and x.type == fx.type == lib.GGML_TYPE_F32:
+        return k.keep_nan(ctx, fx, x)
+    return lib.ggml_add(ctx, fx, lib.ggml_scale(ctx, lib.ggml_tanh(ctx, x), 0.0))
+
+
+def extremum(ctx, a, b, larger: bool, k: Kernels | None = None):
+    """max(a, b) (or min) element-wise, b broadcast to a's shape; NaN where either is NaN. With the
+    kernels `k` exact for every number and infinity; otherwise a select by ggml's step, exact for
+    numbers (an infinite operand gives NaN there: inf * 0)."""
+    same = all(a.ne[i] == b.ne[i] for i in range(4))
+    if k is not None and a.type == b.type == lib.GGML_TYPE_F32:
+        return k.extremum(ctx, a, b if same else lib.ggml_repeat(ctx, b, a), larger)
+    d = lib.ggml_sub(ctx, b, a) if same else lib.ggml_sub(ctx, lib.ggml_repeat(ctx, b, a), a)
+    m = lib.ggml_step(ctx, d if larger else lib.ggml_neg(ctx, d))  # 1 where b wins
+    bb = b if same else lib.ggml_repeat(ctx, b, a)
+    return lib.ggml_add(ctx, lib.ggml_mul(ctx, a, lib.ggml_scale_bias(ctx, m, -1.0, 1.0)), lib.ggml_mul(ctx, bb, m))
 
 
 def overwrites_input(node) -> bool:

@@ -144,6 +144,36 @@ void ggmlpy_gelu_deriv2_f32(void *dst, const void *src, int ith, int nth, void *
     }
 }
 
+/* f(x) with x's NaN put back: ggml's clamp and leaky_relu compare, a comparison with NaN is false,
+ * and they map NaN to a number. fx and x have one shape. */
+void ggmlpy_keep_nan_f32(void *dst, const void *fx, const void *src, int ith, int nth, void *userdata) {
+    (void)userdata;
+    const float *restrict f = data_of(fx);
+    const float *restrict x = data_of(src);
+    float *restrict y = data_of(dst);
+    int64_t lo, hi;
+    share(nelements(dst), ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++)
+        y[i] = x[i] != x[i] ? x[i] : f[i];
+}
+
+/* The larger (userdata NULL) or smaller of two tensors of one shape, NaN where either is NaN
+ * (numpy's maximum and minimum, onnxruntime's Max and Min), exact for every number and infinity. */
+void ggmlpy_extremum_f32(void *dst, const void *pa, const void *pb, int ith, int nth, void *userdata) {
+    const float *restrict a = data_of(pa);
+    const float *restrict b = data_of(pb);
+    float *restrict y = data_of(dst);
+    int64_t lo, hi;
+    share(nelements(dst), ith, nth, &lo, &hi);
+    if (userdata == NULL) {
+        for (int64_t i = lo; i < hi; i++)
+            y[i] = a[i] != a[i] || b[i] != b[i] ? a[i] + b[i] : (a[i] > b[i] ? a[i] : b[i]);
+    } else {
+        for (int64_t i = lo; i < hi; i++)
+            y[i] = a[i] != a[i] || b[i] != b[i] ? a[i] + b[i] : (a[i] < b[i] ? a[i] : b[i]);
+    }
+}
+
 /* max(x, 0) keeping NaN (ggml's relu maps it to 0) and with relu(-inf) = 0, PyTorch's and
  * onnxruntime's values; a select that gcc vectorises. dst may be src itself (a graph computes it
  * in place where src has no other reader): element i is read before it is written, and no other,

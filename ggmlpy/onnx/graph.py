@@ -180,6 +180,16 @@ class Builder(GraphContext):
         y = kernels.relu(self.ctx, x, self.kernels)
         return self.kernel_node(y, "relu") if self.kernels is not None and x.type == lib.GGML_TYPE_F32 else y
 
+    def keep_nan(self, fx, x):
+        """fx = f(x) from a ggml op that maps NaN to a number, with x's NaN put back (kernels.keep_nan)."""
+        y = kernels.keep_nan(self.ctx, fx, x, self.kernels)
+        return self.kernel_node(y, "keep_nan") if self.kernels is not None and x.type == lib.GGML_TYPE_F32 else y
+
+    def extremum(self, x, y, larger: bool):
+        """max(x, y) or min(x, y), y broadcast to x; NaN where either is (kernels.extremum)."""
+        t = kernels.extremum(self.ctx, x, y, larger, self.kernels)
+        return self.kernel_node(t, "max" if larger else "min") if self.kernels is not None and x.type == lib.GGML_TYPE_F32 else t
+
     @staticmethod
     def kernel_node(t, what: str):
         """Name a node of ggmlpy's kernels (onnx_profile reports it as ggmlpy.<what>, not CUSTOM)."""

@@ -136,9 +136,9 @@ UNARY = {
                                             float(at.get("gamma", 1.05070102214813232421875))),
     "Celu": lambda b, x, at: lib.ggml_scale(b.ctx, lib.ggml_elu(b.ctx, lib.ggml_scale(b.ctx, x, 1.0 / float(at.get("alpha", 1.0)))),
                                             float(at.get("alpha", 1.0))),
-    "LeakyRelu": lambda b, x, at: lib.ggml_leaky_relu(b.ctx, x, float(at.get("alpha", 0.01)), False),
-    "HardSigmoid": lambda b, x, at: lib.ggml_clamp(b.ctx, lib.ggml_scale_bias(b.ctx, x, float(at.get("alpha", 0.2)),
-                                                                              float(at.get("beta", 0.5))), 0.0, 1.0),
+    "LeakyRelu": lambda b, x, at: b.keep_nan(lib.ggml_leaky_relu(b.ctx, x, float(at.get("alpha", 0.01)), False), x),
+    "HardSigmoid": lambda b, x, at: b.keep_nan(lib.ggml_clamp(b.ctx, lib.ggml_scale_bias(
+        b.ctx, x, float(at.get("alpha", 0.2)), float(at.get("beta", 0.5))), 0.0, 1.0), x),
     "HardSwish": lambda b, x, at: lib.ggml_mul(b.ctx, x, lib.ggml_clamp(b.ctx, lib.ggml_scale_bias(b.ctx, x, 1 / 6, 0.5), 0.0, 1.0)),
     "Mish": lambda b, x, at: lib.ggml_mul(b.ctx, x, lib.ggml_tanh(b.ctx, lib.ggml_softplus(b.ctx, x))),
     "Swish": lambda b, x, at: lib.ggml_mul(b.ctx, x, lib.ggml_sigmoid(b.ctx, lib.ggml_scale(b.ctx, x, float(at.get("alpha", 1.0))))),
@@ -187,23 +187,15 @@ def _dropout(b, node, ins, at):
     return outs
 
 
-def _max_with(c, x, lo):  # max(x, lo) = x + relu(lo - x); a NaN x stays NaN
-    return lib.ggml_add(c, x, lib.ggml_relu(c, lib.ggml_neg(c, lib.ggml_sub(c, x, lo))))
-
-
-def _min_with(c, x, hi):  # min(x, hi) = x - relu(x - hi)
-    return lib.ggml_sub(c, x, lib.ggml_relu(c, lib.ggml_sub(c, x, hi)))
-
-
 @op("Clip")
 def _clip(b, node, ins, at):
     x = ins[0]
     bounds = [ins[k] if len(ins) > k else None for k in (1, 2)]
     if any(v is not None and not v.is_const for v in bounds):  # computed bounds: in the graph
         y = x
-        for v, fn in zip(bounds, (_max_with, _min_with)):  # min first, then max (lo > hi gives max)
+        for v, larger in zip(bounds, (True, False)):  # min first, then max (lo > hi gives max)
             if v is not None:
-                t, shape = binary(b, fn, y, v)
+                t, shape = binary(b, lambda c, p, q, larger=larger: b.extremum(p, q, larger), y, v)
                 y = b.out(t, shape, x.dtype)
         return [y]
     lo = cval(b, ins[1], "min") if len(ins) > 1 else None
@@ -213,7 +205,7 @@ def _clip(b, node, ins, at):
     t = f(b, x)
     if lo > hi:  # ONNX: every element becomes max
         return [b.out(lib.ggml_repeat(b.ctx, scalar_f32(b, hi), t), x.shape, x.dtype)]
-    return [b.out(lib.ggml_clamp(b.ctx, t, lo, hi), x.shape, x.dtype)]
+    return [b.out(b.keep_nan(lib.ggml_clamp(b.ctx, t, lo, hi), t), x.shape, x.dtype)]
 
 
 # -- element-wise: two or more inputs --------------------------------------------------------------------
@@ -340,16 +332,10 @@ OPS["Xor"] = _bin(lambda c, x, y: lib.ggml_step(c, lib.ggml_abs(c, lib.ggml_sub(
 OPS["Not"] = _unary(lambda b, x, at: _not(b.ctx, x))
 
 
-def _max2(c, x, y):  # max(x, y) = x + relu(y - x); x is the full-shape operand
-    return lib.ggml_add(c, x, lib.ggml_relu(c, lib.ggml_neg(c, lib.ggml_sub(c, x, y))))
-
-
-def _min2(c, x, y):  # min(x, y) = x - relu(x - y)
-    return lib.ggml_sub(c, x, lib.ggml_relu(c, lib.ggml_sub(c, x, y)))
-
-
-def _variadic(fn, post=None):
+def _variadic(make, post=None):
+    """ONNX's n-ary element-wise ops, folded pairwise: make(builder) gives fn(ctx, x, y)."""
     def build(b, node, ins, at):
+        fn = make(b)
         vals = [v for v in ins if v is not None]
         acc = vals[0]
         if len(vals) == 1:
@@ -364,10 +350,10 @@ def _variadic(fn, post=None):
     return build
 
 
-OPS["Max"] = _variadic(_max2)
-OPS["Min"] = _variadic(_min2)
-OPS["Sum"] = _variadic(lambda c, x, y: lib.ggml_add(c, x, y))
-OPS["Mean"] = _variadic(lambda c, x, y: lib.ggml_add(c, x, y), post=lambda b, t, n: lib.ggml_scale(b.ctx, t, 1.0 / n))
+OPS["Max"] = _variadic(lambda b: lambda c, x, y: b.extremum(x, y, True))  # NaN where any operand is
+OPS["Min"] = _variadic(lambda b: lambda c, x, y: b.extremum(x, y, False))
+OPS["Sum"] = _variadic(lambda b: lib.ggml_add)
+OPS["Mean"] = _variadic(lambda b: lib.ggml_add, post=lambda b, t, n: lib.ggml_scale(b.ctx, t, 1.0 / n))
 
 
 @op("Pow")
