@@ -13,7 +13,6 @@ struct ggml_tensor * ggml_custom_4d(struct ggml_context * ctx, enum ggml_type ty
 void ggmlpy_gelu_erf_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
 void ggmlpy_relu_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
 void ggmlpy_gelu_deriv_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
-void ggmlpy_gelu_deriv2_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
 void ggmlpy_gelu_back_f32(struct ggml_tensor * dst, const struct ggml_tensor * g, const struct ggml_tensor * x, int ith, int nth, void * userdata);
 void ggmlpy_keep_nan_f32(struct ggml_tensor * dst, const struct ggml_tensor * fx, const struct ggml_tensor * x, int ith, int nth, void * userdata);
 void ggmlpy_extremum_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, const struct ggml_tensor * b, int ith, int nth, void * userdata);

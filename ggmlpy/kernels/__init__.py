@@ -65,7 +65,6 @@ class Kernels:
         self._gelu_deriv = klib.ggmlpy_gelu_deriv_f32
         self._keep_nan = klib.ggmlpy_keep_nan_f32
         self._extremum = klib.ggmlpy_extremum_f32
-        self._gelu_deriv2 = klib.ggmlpy_gelu_deriv2_f32
         self._layer_norm_back = klib.ggmlpy_layer_norm_back_f32
         self._gemm_fn = glib.ggmlpy_gemm_f32 if glib is not None else None
         self.gemm = self._gemm if glib is not None else None  # None: products stay ggml's
@@ -104,7 +103,7 @@ class Kernels:
 
     def gelu_deriv2(self, ctx, x):
         """gelu''(x) = phi(x) (2 - x^2), as one custom-op node."""
-        return lib.ggml_map_custom1(ctx, _contiguous(ctx, x), self._gelu_deriv2, N_TASKS_MAX, ffi.NULL)
+        return lib.ggml_map_custom1(ctx, _contiguous(ctx, x), self._gelu_deriv, N_TASKS_MAX, ffi.cast("void *", 1))
 
     def keep_nan(self, ctx, fx, x):
         """fx (f(x), x's shape) with x's NaN put back, as one custom-op node."""

@@ -113,34 +113,21 @@ void ggmlpy_gelu_erf_f32(void *dst, const void *src, int ith, int nth, void *use
     }
 }
 
-/* gelu'(x) = Phi(x) + x phi(x) and gelu''(x) = phi(x) (2 - x^2): GELU's derivatives as values,
+/* gelu'(x) = Phi(x) + x phi(x) or gelu''(x) = phi(x) (2 - x^2): GELU's derivatives as values,
  * for the forward-over-reverse products (hvp) that differentiate GELU's backward once more.
  * x is clamped at X_MAX where a factor of it meets phi's underflow (inf * 0 would be NaN). */
 void ggmlpy_gelu_deriv_f32(void *dst, const void *src, int ith, int nth, void *userdata) {
-    (void)userdata;
     const float *restrict x = data_of(src);
     float *restrict y = data_of(dst);
+    const int second = userdata != NULL;  /* NULL: gelu', otherwise gelu'' */
     int64_t lo, hi;
     share(nelements(dst), ith, nth, &lo, &hi);
     for (int64_t i = lo; i < hi; i++) {
         float cdf, e, xq;
         normal(x[i], &cdf, &e, &xq);
         float xc = x[i] > X_MAX ? X_MAX : (x[i] < -X_MAX ? -X_MAX : x[i]);
-        y[i] = fmaf(xc, e * 0.398942280401432678f, cdf);
-    }
-}
-
-void ggmlpy_gelu_deriv2_f32(void *dst, const void *src, int ith, int nth, void *userdata) {
-    (void)userdata;
-    const float *restrict x = data_of(src);
-    float *restrict y = data_of(dst);
-    int64_t lo, hi;
-    share(nelements(dst), ith, nth, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) {
-        float cdf, e, xq;
-        normal(x[i], &cdf, &e, &xq);
-        float xc = x[i] > X_MAX ? X_MAX : (x[i] < -X_MAX ? -X_MAX : x[i]);
-        y[i] = e * 0.398942280401432678f * fmaf(-xc, xc, 2.0f);
+        float phi = e * 0.398942280401432678f;
+        y[i] = second ? phi * fmaf(-xc, xc, 2.0f) : fmaf(xc, phi, cdf);
     }
 }
 
