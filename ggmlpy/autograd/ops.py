@@ -429,3 +429,61 @@ def _one_hot_target(logits, target):
         raise GGMLError(f"ag_softmax_cross_entropy_loss: class indices must be integers in 0..{logits.nrow - 1}")
     ids = ag_tensor(cls.reshape(-1, 1), device=logits.dc.spec, dtype="i32")
     return apply("one_hot", ids, shape=logits.shape)
+
+
+# -- images ---------------------------------------------------------------------------------------------
+def _pair(v, what: str, name: str, least: int) -> tuple:
+    """An int or a pair of ints (along W, then H: the tensor's own axis order), each >= least."""
+    pair = (v, v) if isinstance(v, (numbers.Integral, np.integer)) and not isinstance(v, bool) else v
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2 \
+            or any(isinstance(p, bool) or not isinstance(p, (numbers.Integral, np.integer)) or p < least for p in pair):
+        raise GGMLError(f"{what}: {name} must be an int >= {least} or a pair of them (along W, then H), got {v!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def _image(x) -> tuple:
+    """[W, H, C, N] of images (shapes drop trailing 1s: [W, H] is one image of one channel)."""
+    return _pad4(x.shape)
+
+
+def _out_size(n, k, s, p, d) -> int:
+    return (n + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def ag_conv2d(x: AGTensor, w: AGTensor, b: AGTensor | None = None, stride=1, padding=0, dilation=1) -> AGTensor:
+    """2-D cross-correlation, as ggml_conv_2d lays it out: x [W, H, C, N] (a batch of N images of C
+    channels), kernel w [KW, KH, C, OC], optional bias b of OC values (any shape) -> [OW, OH, OC, N].
+    `stride`, `padding` (zeros on both sides) and `dilation` are ints or pairs along W, then H.
+    Computed as im2col and one product (the product's rule gives w's gradient, im2col's adjoint x's)."""
+    x, w = _ag2(x, w, "ag_conv2d", ("x", "w"))
+    W, H, C, N = _image(x)
+    kw, kh, kc, oc = _image(w)
+    s, p, d = (_pair(stride, "ag_conv2d", "stride", 1), _pair(padding, "ag_conv2d", "padding", 0),
+               _pair(dilation, "ag_conv2d", "dilation", 1))
+    if kc != C:
+        raise GGMLError(f"ag_conv2d: w [KW, KH, C, OC] {list(w.shape)} has {kc} input channels, x {list(x.shape)} has {C}")
+    ow, oh = _out_size(W, kw, s[0], p[0], d[0]), _out_size(H, kh, s[1], p[1], d[1])
+    if ow < 1 or oh < 1:
+        raise GGMLError(f"ag_conv2d: the (dilated) kernel {kw}x{kh} does not fit the padded input {W}x{H}")
+    cols = apply("im2col", x, k=(kw, kh), s=s, p=p, d=d)  # [C*KH*KW, OW, OH, N]
+    y = ag_matmul(ag_reshape(w, kw * kh * C, oc), cols, transpose_a=True)  # [OC, OW, OH, N]
+    y = apply("permute", y, perm=(1, 2, 0, 3)) if oc > 1 else ag_reshape(y, ow, oh, 1, N)  # [OW, OH, OC, N]
+    if b is None:
+        return y
+    b = _ag(b, "ag_conv2d", "b", like=x)
+    if b.size != oc:
+        raise GGMLError(f"ag_conv2d: b must hold one value per output channel ({oc}), got {list(b.shape)}")
+    return ag_add(y, ag_reshape(b, 1, 1, oc))
+
+
+def ag_max_pool2d(x: AGTensor, kernel, stride=None) -> AGTensor:
+    """Max over each kernel window of images x [W, H, C] or [W, H, C, N] (no padding; a partial
+    window at the far edge is dropped) -> [OW, OH, C, N]. `kernel` and `stride` (default: the
+    kernel) are ints or pairs along W, then H. A window holding NaN gives NaN."""
+    x = _ag(x, "ag_max_pool2d")
+    W, H, _, _ = _image(x)
+    k = _pair(kernel, "ag_max_pool2d", "kernel", 1)
+    s = k if stride is None else _pair(stride, "ag_max_pool2d", "stride", 1)
+    if k[0] > W or k[1] > H:
+        raise GGMLError(f"ag_max_pool2d: kernel {list(k)} larger than the images {W}x{H}")
+    return apply("max_pool2d", x, k=k, s=s)

@@ -490,3 +490,44 @@ def clip_by_global_norm(ctx, gs, max_norm: float):
                                   offset * 4))
         offset += n
     return norm, out
+
+
+# -- images: x ne [W, H, C, N]; window sizes, strides, paddings and dilations in that axis order (W, then H) --
+def _shape_only(ctx, kw, kh, c):
+    """What ggml_im2col takes as its kernel operand: a [KW, KH, C] tensor it reads the shape of only
+    (the trained kernel would make im2col depend on the weights)."""
+    return L.ggml_new_tensor_4d(ctx, F32, kw, kh, c, 1)
+
+
+def im2col(ctx, x, k, s, p, d):
+    """The columns of a 2-D convolution: x [W, H, C, N] -> [C*KH*KW, OW, OH, N], one row per output
+    cell, ordered as a kernel [KW, KH, C] flattens (ggml_im2col in f32: its f16 columns lose 1e-3)."""
+    return L.ggml_im2col(ctx, _shape_only(ctx, k[0], k[1], x.ne[2]), x, s[0], s[1], p[0], p[1], d[0], d[1],
+                         True, F32)
+
+
+def im2col_back(ctx, g, shape, k, s, p, d):
+    """The adjoint of im2col: each column entry added back into the input cell it came from."""
+    if not L.ggml_is_contiguous(g):
+        g = L.ggml_cont(ctx, g)
+    # ggml's own backward passes the gradient first and the kernel's shape second (its CPU kernel reads them so)
+    return L.ggml_im2col_back(ctx, g, _shape_only(ctx, k[0], k[1], shape[2]), _ne4(shape), s[0], s[1], p[0], p[1],
+                              d[0], d[1], True)
+
+
+def max_pool2d(ctx, x, k, s):
+    """Max over each window (no padding). ggml's pool never picks a NaN (it keeps the larger of
+    the running max and the next value), so a window's NaN is added back as 0 * tanh(x) averaged
+    over the window (0 for every number, infinities included; NaN for NaN), as clamp does."""
+    x = x if L.ggml_is_contiguous(x) else L.ggml_cont(ctx, x)
+    m = L.ggml_pool_2d(ctx, x, L.GGML_OP_POOL_MAX, k[0], k[1], s[0], s[1], 0.0, 0.0)
+    nan = L.ggml_pool_2d(ctx, L.ggml_scale(ctx, L.ggml_tanh(ctx, x), 0.0), L.GGML_OP_POOL_AVG, k[0], k[1], s[0], s[1],
+                         0.0, 0.0)
+    return L.ggml_add(ctx, m, nan)
+
+
+def max_pool2d_back(ctx, g, x, k, s):
+    """max_pool2d's input gradient: each window's g added at the place of its maximum (ggml's pool_2d_back)."""
+    g = g if L.ggml_is_contiguous(g) else L.ggml_cont(ctx, g)
+    x = x if L.ggml_is_contiguous(x) else L.ggml_cont(ctx, x)
+    return L.ggml_pool_2d_back(ctx, g, x, L.GGML_OP_POOL_MAX, k[0], k[1], s[0], s[1], 0.0, 0.0)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import erf, pi, sqrt
 
+from ..errors import GGMLError
 from . import forward_ad
 from . import prims as P
 
@@ -190,7 +191,51 @@ def _add_relu_jvp(t, c):
     return None if t_in is None else c.ap("where_positive", t_in, c.out)
 
 
+def _pad4(shape):
+    return tuple(shape) + (1,) * (4 - len(shape))
+
+
+def _window_sum(c, t, k, s, shape):
+    """The sum of t [W, H, C, N] over each pooling window, as `shape` [OW, OH, C, N]: t's channels
+    as images of one channel, their columns (im2col), each column summed."""
+    w, h, ch, n = _pad4(t.shape)
+    cols = c.ap("im2col", c.ap("reshape", t, shape=(w, h, 1, ch * n)), k=k, s=s, p=(0, 0), d=(1, 1))
+    return c.ap("reshape", c.ap("col_sums", cols), shape=tuple(shape))
+
+
+def _pool_select(c, t, x, pooled, k, s):
+    """t at the place of each window's maximum of x (the windows of `pooled`, max_pool2d(x)):
+    max pooling's JVP, and the adjoint of its gradient. The places are max_pool2d_back's (one per
+    window, ties as its backward breaks them), so forward and reverse mode agree; with windows
+    that overlap a place may be one window's maximum and not another's, which this mask cannot
+    tell apart."""
+    if s[0] < k[0] or s[1] < k[1]:
+        raise GGMLError(f"ag_max_pool2d: forward-mode derivatives need windows that do not overlap "
+                        f"(stride {list(s)} at least kernel {list(k)}); reverse mode has no such limit")
+    mask = c.ap("max_pool2d_back", c.ap("fill", pooled, value=1.0), x, k=k, s=s)
+    return _window_sum(c, c.mul(t, mask), k, s, pooled.shape)
+
+
+def _window(params):
+    return {key: params[key] for key in ("k", "s", "p", "d")}
+
+
 RULES = {
+    # 2-D convolution is im2col (below) and a product (ag_conv2d): the product's rule gives the
+    # kernel's gradient, im2col's adjoint the input's.
+    "im2col": _linear(P.im2col, lambda g, c: c.ap("im2col_back", g, shape=_pad4(c.in_shapes[0]), **c.params),
+                      lambda t, c: c.ap("im2col", t, **c.params)),
+    "im2col_back": _linear(P.im2col_back, lambda g, c: c.ap("im2col", g, **_window(c.params)),
+                           lambda t, c: c.ap("im2col_back", t, **c.params)),
+    "max_pool2d": Rule(P.max_pool2d, vjp=lambda g, c: (c.ap("max_pool2d_back", g, c.x(0), **c.params),),
+                       jvp=lambda t, c: _pool_select(c, t[0], c.x(0), c.out, **c.params), saves=(0,)),
+    # linear in g; x only places it (no gradient: max pooling is piecewise linear)
+    "max_pool2d_back": Rule(P.max_pool2d_back,
+                            vjp=lambda g, c: (_pool_select(c, g, c.x(1), c.x(0), **c.params), None),
+                            jvp=lambda t, c: None if t[0] is None else c.ap("max_pool2d_back", t[0], c.x(1),
+                                                                           **c.params),
+                            saves=(0, 1)),
+
     "matmul": Rule(P.matmul, _matmul_vjp, _matmul_jvp, saves=(0, 1)),
     "add": Rule(P.add, lambda g, c: (g, c.unb(g, c.in_shapes[1])),
                 lambda t, c: c.tangent_sum(t[0], c.bcast(t[1], c.in_shapes[0]))),

@@ -22,7 +22,8 @@ from .layers import Module, ag_sequential
 # the layers a description may name: ggmlpy's own, by their ggmlR names
 BUILT_IN = {cls.__name__: cls for cls in (
     layers.ag_linear, layers.ag_dropout, layers.ag_batch_norm, layers.ag_embedding, layers.ag_multihead_attention,
-    layers.ag_sequential, layers.ag_layer_norm_layer, layers.ag_activation,
+    layers.ag_sequential, layers.ag_layer_norm_layer, layers.ag_activation, layers.ag_conv2d_layer,
+    layers.ag_max_pool2d_layer, layers.ag_flatten_layer,
     transformer.ag_transformer_block, transformer.ag_gpt)}
 
 

@@ -151,7 +151,7 @@ class Module:
 
     def num_parameters(self) -> int:
         """How many trainable numbers the model holds (all its parameters' elements)."""
-        return sum(p.shape[0] * p.shape[1] for p in self.parameters())
+        return sum(p.size for p in self.parameters())  # every axis: a convolution's kernel has four
 
     def extra_repr(self) -> str:
         """The layer's settings, shown inside its repr's parentheses."""
@@ -170,8 +170,8 @@ class Module:
         own = [(name, v) for name, v in self.__dict__.items() if isinstance(v, AGTensor) and v.requires_grad]
         note = ""
         if own:
-            shapes = ", ".join(f"{name} {v.shape[0]}x{v.shape[1]}" for name, v in own)
-            note = f"  [{shapes}: {sum(v.shape[0] * v.shape[1] for _, v in own):,} parameters]"
+            shapes = ", ".join(f"{name} {'x'.join(map(str, v.shape))}" for name, v in own)
+            note = f"  [{shapes}: {sum(v.size for _, v in own):,} parameters]"
         children = self.children()
         if not children:
             return [head + ")" + note]
@@ -492,6 +492,64 @@ class ag_layer_norm_layer(Module):
 
     def extra_repr(self) -> str:
         return f"{self.gamma.shape[0]}, eps={self.eps}"
+
+
+class ag_conv2d_layer(Module):
+    """ag_conv2d with a learnt kernel W [KW, KH, in_channels, out_channels] (Glorot uniform over
+    KH*KW*in and KH*KW*out, as Keras' Conv2D) and bias b [out_channels, 1] (zeros), then an
+    optional activation. Images are [W, H, C, N]; `kernel_size`, `stride`, `padding` and
+    `dilation` are ints or pairs along W, then H."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
+                 activation: str | None = None):
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise GGMLError(f"ag_conv2d_layer: activation must be one of {sorted(a for a in _ACTIVATIONS if a)} "
+                            "or None")
+        _sizes("ag_conv2d_layer", in_channels=in_channels, out_channels=out_channels)
+        kw, kh = F._pair(kernel_size, "ag_conv2d_layer", "kernel_size", 1)
+        limit = math.sqrt(6.0 / (kw * kh * (in_channels + out_channels)))
+        self.W = ag_param(_uniform((kw, kh, in_channels, out_channels), limit))
+        self.b = ag_param(np.zeros((out_channels, 1)))
+        self.stride, self.padding, self.dilation = stride, padding, dilation
+        self.activation = activation
+
+    def forward(self, x: AGTensor) -> AGTensor:
+        """The convolution of images x [W, H, in_channels, N], plus b, then the activation."""
+        y = F.ag_conv2d(x, self.W, self.b, stride=self.stride, padding=self.padding, dilation=self.dilation)
+        act = _ACTIVATIONS[self.activation]
+        return act(y) if act else y
+
+    def extra_repr(self) -> str:
+        kw, kh, c, oc = (tuple(self.W.shape) + (1, 1))[:4]
+        act = f", activation={self.activation!r}" if self.activation else ""
+        return f"{c}, {oc}, kernel_size=({kw}, {kh}), stride={self.stride!r}, padding={self.padding!r}{act}"
+
+
+class ag_max_pool2d_layer(Module):
+    """ag_max_pool2d as a layer: the max over each `kernel` window, `stride` apart (default: the kernel)."""
+
+    def __init__(self, kernel, stride=None):
+        super().__init__()
+        F._pair(kernel, "ag_max_pool2d_layer", "kernel", 1)
+        if stride is not None:
+            F._pair(stride, "ag_max_pool2d_layer", "stride", 1)
+        self.kernel, self.stride = kernel, stride
+
+    def forward(self, x: AGTensor) -> AGTensor:
+        """Max pooling of images x [W, H, C, N]."""
+        return F.ag_max_pool2d(x, self.kernel, self.stride)
+
+    def extra_repr(self) -> str:
+        return f"{self.kernel!r}" + ("" if self.stride is None else f", stride={self.stride!r}")
+
+
+class ag_flatten_layer(Module):
+    """Each sample's features as one column: [d1, ..., N] -> [d1 * ..., N] (the last axis is the batch)."""
+
+    def forward(self, x: AGTensor) -> AGTensor:
+        """x with all but its last axis flattened, column-major (a reshape: no copy)."""
+        return F.ag_reshape(x, -1, x.shape[-1])
 
 
 class ag_activation(Module):
