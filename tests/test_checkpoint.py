@@ -505,6 +505,48 @@ def test_memory_budget_on_a_small_gpt():
     assert np.isfinite(step(x, y))
 
 
+def _keras_cnn(seed=0):
+    """conv 3x3 -> relu -> max pool -> conv 3x3 -> relu -> max pool -> flatten -> linear, on 16x16 images, batch 64."""
+    g.manual_seed(seed)
+    model = g.ag_sequential(g.ag_conv2d_layer(3, 8, 3, padding=1, activation="relu"), g.ag_max_pool2d_layer(2),
+                            g.ag_conv2d_layer(8, 16, 3, padding=1, activation="relu"), g.ag_max_pool2d_layer(2),
+                            g.ag_flatten_layer(), g.ag_linear(4 * 4 * 16, 10))
+    rng = np.random.default_rng(seed)
+    x = g.ag_tensor(rng.uniform(-1, 1, (16, 16, 3, 64)))
+    y = g.ag_tensor(np.eye(10)[:, rng.integers(0, 10, 64)])
+    return model, lambda p, t: g.ag_softmax_cross_entropy_loss(model(p), t), x, y
+
+
+def test_memory_budget_on_a_keras_style_cnn():
+    """Below the plain step's buffer the planner recomputes part of the network within the budget; its
+    numbers are the plain step's, bit for bit, compiled and through ag_fit; below the reachable
+    minimum, the clear error naming it."""
+    def run(budget):
+        model, loss_fn, x, y = _keras_cnn()
+        step = g.ag_compile(loss_fn, [x, y], optimizer=g.optimizer_sgd(model.parameters(), lr=0.05),
+                            memory_budget=budget)
+        return step, [step(x, y) for _ in range(3)], [p.numpy() for p in model.parameters()]
+    plain, plain_losses, plain_params = run(None)
+    planned, losses, params = run(int(0.75 * plain.buffer_bytes))
+    assert planned.buffer_bytes <= planned.plan["budget"] < plain.buffer_bytes
+    assert planned.plan["segments"] and planned.plan["allocated_bytes"] == planned.buffer_bytes
+    assert losses == plain_losses and all(np.array_equal(a, b) for a, b in zip(params, plain_params))
+    with pytest.raises(g.GGMLError, match=r"smallest compute buffer reachable is \d+ bytes"):
+        run(1000)
+    fitted = []
+    for budget in (None, planned.plan["budget"], planned.buffer_bytes // 2):
+        model, _, x, y = _keras_cnn()
+        fit = functools.partial(g.ag_fit, model, g.ag_softmax_cross_entropy_loss,
+                                g.optimizer_sgd(model.parameters(), lr=0.05), [(x, y)] * 3, epochs=1, progress=False,
+                                compile=True, memory_budget=budget)
+        if budget == planned.buffer_bytes // 2:
+            with pytest.raises(g.GGMLError, match=r"smallest compute buffer reachable is \d+ bytes"):
+                fit()
+        else:
+            fitted.append((fit()["loss"], [p.numpy() for p in model.parameters()]))
+    assert fitted[0][0] == fitted[1][0] and all(np.array_equal(a, b) for a, b in zip(fitted[0][1], fitted[1][1]))
+
+
 def test_ag_fit_takes_a_memory_budget():
     params, loss_fn, x, y = _compiled_mlp(3, False, layers=6, width=32, batch=64)
     model = lambda a: a  # noqa: E731  (the stack is in loss_fn)
