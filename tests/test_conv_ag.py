@@ -201,8 +201,20 @@ def test_layers_make_a_keras_style_cnn():
     x = g.ag_tensor(rng.uniform(-1, 1, (8, 8, 3, 5)))
     assert model(x).shape == (2, 5)
     assert model.num_parameters() == 3 * 3 * 3 * 4 + 4 + 64 * 2 + 2
-    assert "ag_conv2d_layer(3, 4, kernel_size=(3, 3)" in repr(model) and "[W 3x3x3x4, b 4x1: 112 parameters]" in repr(model)
+    assert "ag_conv2d_layer(3, 4, kernel_size=(3, 3)" in repr(model)
+    assert "[W 3x3x3x4, b 4x1: 112 parameters]" in repr(model)
     with pytest.raises(g.GGMLError, match="ag_conv2d_layer: kernel_size must be"):
         g.ag_conv2d_layer(3, 4, 0)
     with pytest.raises(g.GGMLError, match="ag_conv2d_layer: activation must be"):
         g.ag_conv2d_layer(3, 4, 3, activation="swish")
+
+
+def test_a_saved_cnn_loads_with_its_architecture(tmp_path):
+    g.manual_seed(1)
+    model = g.ag_sequential(g.ag_conv2d_layer(2, 3, (3, 2), stride=(1, 2), padding=1, activation="tanh"),
+                            g.ag_max_pool2d_layer(2, stride=(2, 1)), g.ag_flatten_layer())
+    x = g.ag_tensor(rng.uniform(-1, 1, (6, 7, 2, 3)))
+    path = tmp_path / "cnn.gguf"
+    g.ag_save_model(model, str(path))
+    again = g.ag_load_model(str(path))
+    np.testing.assert_array_equal(again(x).numpy(), g.ag_eval(model)(x).numpy())

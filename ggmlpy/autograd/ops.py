@@ -450,7 +450,11 @@ def _out_size(n, k, s, p, d) -> int:
     return (n + 2 * p - d * (k - 1) - 1) // s + 1
 
 
-def ag_conv2d(x: AGTensor, w: AGTensor, b: AGTensor | None = None, stride=1, padding=0, dilation=1) -> AGTensor:
+_IntPair = int | tuple[int, int]  # one value for both image axes, or (along W, along H)
+
+
+def ag_conv2d(x: AGTensor, w: AGTensor, b: AGTensor | None = None, stride: _IntPair = 1, padding: _IntPair = 0,
+              dilation: _IntPair = 1) -> AGTensor:
     """2-D cross-correlation, as ggml_conv_2d lays it out: x [W, H, C, N] (a batch of N images of C
     channels), kernel w [KW, KH, C, OC], optional bias b of OC values (any shape) -> [OW, OH, OC, N].
     `stride`, `padding` (zeros on both sides) and `dilation` are ints or pairs along W, then H.
@@ -461,7 +465,8 @@ def ag_conv2d(x: AGTensor, w: AGTensor, b: AGTensor | None = None, stride=1, pad
     s, p, d = (_pair(stride, "ag_conv2d", "stride", 1), _pair(padding, "ag_conv2d", "padding", 0),
                _pair(dilation, "ag_conv2d", "dilation", 1))
     if kc != C:
-        raise GGMLError(f"ag_conv2d: w [KW, KH, C, OC] {list(w.shape)} has {kc} input channels, x {list(x.shape)} has {C}")
+        raise GGMLError(f"ag_conv2d: w [KW, KH, C, OC] {list(w.shape)} has {kc} input channels, "
+                        f"x {list(x.shape)} has {C}")
     ow, oh = _out_size(W, kw, s[0], p[0], d[0]), _out_size(H, kh, s[1], p[1], d[1])
     if ow < 1 or oh < 1:
         raise GGMLError(f"ag_conv2d: the (dilated) kernel {kw}x{kh} does not fit the padded input {W}x{H}")
@@ -476,7 +481,7 @@ def ag_conv2d(x: AGTensor, w: AGTensor, b: AGTensor | None = None, stride=1, pad
     return ag_add(y, ag_reshape(b, 1, 1, oc))
 
 
-def ag_max_pool2d(x: AGTensor, kernel, stride=None) -> AGTensor:
+def ag_max_pool2d(x: AGTensor, kernel: _IntPair, stride: _IntPair | None = None) -> AGTensor:
     """Max over each kernel window of images x [W, H, C] or [W, H, C, N] (no padding; a partial
     window at the far edge is dropped) -> [OW, OH, C, N]. `kernel` and `stride` (default: the
     kernel) are ints or pairs along W, then H. A window holding NaN gives NaN."""

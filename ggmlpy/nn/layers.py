@@ -500,8 +500,8 @@ class ag_conv2d_layer(Module):
     optional activation. Images are [W, H, C, N]; `kernel_size`, `stride`, `padding` and
     `dilation` are ints or pairs along W, then H."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
-                 activation: str | None = None):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: F._IntPair, stride: F._IntPair = 1,
+                 padding: F._IntPair = 0, dilation: F._IntPair = 1, activation: str | None = None):
         super().__init__()
         if activation not in _ACTIVATIONS:
             raise GGMLError(f"ag_conv2d_layer: activation must be one of {sorted(a for a in _ACTIVATIONS if a)} "
@@ -511,7 +511,10 @@ class ag_conv2d_layer(Module):
         limit = math.sqrt(6.0 / (kw * kh * (in_channels + out_channels)))
         self.W = ag_param(_uniform((kw, kh, in_channels, out_channels), limit))
         self.b = ag_param(np.zeros((out_channels, 1)))
-        self.stride, self.padding, self.dilation = stride, padding, dilation
+        # as pairs (along W, then H): a description read back from JSON (lists) rebuilds the same repr
+        self.stride = F._pair(stride, "ag_conv2d_layer", "stride", 1)
+        self.padding = F._pair(padding, "ag_conv2d_layer", "padding", 0)
+        self.dilation = F._pair(dilation, "ag_conv2d_layer", "dilation", 1)
         self.activation = activation
 
     def forward(self, x: AGTensor) -> AGTensor:
@@ -523,29 +526,31 @@ class ag_conv2d_layer(Module):
     def extra_repr(self) -> str:
         kw, kh, c, oc = (tuple(self.W.shape) + (1, 1))[:4]
         act = f", activation={self.activation!r}" if self.activation else ""
-        return f"{c}, {oc}, kernel_size=({kw}, {kh}), stride={self.stride!r}, padding={self.padding!r}{act}"
+        return (f"{c}, {oc}, kernel_size=({kw}, {kh}), stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}{act}")
 
 
 class ag_max_pool2d_layer(Module):
     """ag_max_pool2d as a layer: the max over each `kernel` window, `stride` apart (default: the kernel)."""
 
-    def __init__(self, kernel, stride=None):
+    def __init__(self, kernel: F._IntPair, stride: F._IntPair | None = None):
         super().__init__()
-        F._pair(kernel, "ag_max_pool2d_layer", "kernel", 1)
-        if stride is not None:
-            F._pair(stride, "ag_max_pool2d_layer", "stride", 1)
-        self.kernel, self.stride = kernel, stride
+        self.kernel = F._pair(kernel, "ag_max_pool2d_layer", "kernel", 1)
+        self.stride = self.kernel if stride is None else F._pair(stride, "ag_max_pool2d_layer", "stride", 1)
 
     def forward(self, x: AGTensor) -> AGTensor:
         """Max pooling of images x [W, H, C, N]."""
         return F.ag_max_pool2d(x, self.kernel, self.stride)
 
     def extra_repr(self) -> str:
-        return f"{self.kernel!r}" + ("" if self.stride is None else f", stride={self.stride!r}")
+        return f"{self.kernel}, stride={self.stride}"
 
 
 class ag_flatten_layer(Module):
     """Each sample's features as one column: [d1, ..., N] -> [d1 * ..., N] (the last axis is the batch)."""
+
+    def __init__(self):  # its own, so that its (empty) arguments are recorded for ag_save_model
+        super().__init__()
 
     def forward(self, x: AGTensor) -> AGTensor:
         """x with all but its last axis flattened, column-major (a reshape: no copy)."""

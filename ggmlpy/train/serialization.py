@@ -127,12 +127,13 @@ def read_gguf(path) -> tuple[dict, dict]:
             "model_architecture": f.keys.get("ggmlpy.architecture")}
     tensors = {}
     for name, values in f.arrays.items():
-        ne = f.ne[name]
-        nrow, ncol = (ne + [1, 1])[:2]
-        if len(ne) > 2 and any(d != 1 for d in ne[2:]):
-            raise GGMLError(f"{f.where}: tensor {name!r} has {len(ne)} dims {ne}; ggmlpy models hold matrices")
-        # data come as numpy (ncol, nrow) C order; .T gives R's [nrow, ncol]
-        tensors[name] = values.astype(np.float64).reshape(ncol, nrow).T
+        dims = list(f.ne[name]) + [1] * (2 - len(f.ne[name]))
+        while len(dims) > 2 and dims[-1] == 1:  # as ag shapes drop them
+            dims.pop()
+        if len(dims) > 4:
+            raise GGMLError(f"{f.where}: tensor {name!r} has {len(dims)} dims {dims}; ag tensors hold at most 4")
+        # data come as numpy ne reversed (for a matrix (ncol, nrow)) in C order; .T gives R's [nrow, ncol, ...]
+        tensors[name] = values.astype(np.float64).reshape(dims[::-1]).T
     return tensors, info
 
 
