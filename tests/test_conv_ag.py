@@ -168,6 +168,10 @@ def test_nan_propagates():
     inf = np.full((4, 4, 1, 1), -1.0)
     inf[0, 0, 0, 0] = np.inf
     assert g.ag_max_pool2d(g.ag_tensor(inf), 2).numpy().ravel()[0] == np.inf
+    low = np.full((4, 4, 1, 1), -np.inf)  # ggml's pool starts from -FLT_MAX
+    low[2, 2, 0, 0], low[0, 2, 0, 0] = 1.0, -3.4028234663852886e38
+    np.testing.assert_array_equal(g.ag_max_pool2d(g.ag_tensor(low), 2).numpy().ravel(),
+                                  [-np.inf, -3.4028234663852886e38, -np.inf, 1.0])
 
 
 def test_bad_arguments_are_clear_errors():

@@ -515,15 +515,24 @@ def im2col_back(ctx, g, shape, k, s, p, d):
                               d[0], d[1], True)
 
 
+_FLT_MAX = 3.4028234663852886e38
+
+
 def max_pool2d(ctx, x, k, s):
     """Max over each window (no padding). ggml's pool never picks a NaN (it keeps the larger of
-    the running max and the next value), so a window's NaN is added back as 0 * tanh(x) averaged
-    over the window (0 for every number, infinities included; NaN for NaN), as clamp does."""
+    the running max and the next value) and starts from -FLT_MAX, so two terms are added, each 0
+    unless it corrects the window: a NaN, as 0 * tanh(x) averaged over the window (0 for every
+    number, infinities included; NaN for NaN), as clamp does; and -inf where every value is -inf,
+    as log(0) (the window's share of -inf values, 1 exactly when all are)."""
     x = x if L.ggml_is_contiguous(x) else L.ggml_cont(ctx, x)
+
+    def avg(t):
+        return L.ggml_pool_2d(ctx, t, L.GGML_OP_POOL_AVG, k[0], k[1], s[0], s[1], 0.0, 0.0)
     m = L.ggml_pool_2d(ctx, x, L.GGML_OP_POOL_MAX, k[0], k[1], s[0], s[1], 0.0, 0.0)
-    nan = L.ggml_pool_2d(ctx, L.ggml_scale(ctx, L.ggml_tanh(ctx, x), 0.0), L.GGML_OP_POOL_AVG, k[0], k[1], s[0], s[1],
-                         0.0, 0.0)
-    return L.ggml_add(ctx, m, nan)
+    nan = avg(L.ggml_scale(ctx, L.ggml_tanh(ctx, x), 0.0))
+    share = avg(L.ggml_step(ctx, L.ggml_scale_bias(ctx, x, -1.0, -_FLT_MAX)))  # of -inf (-x > FLT_MAX)
+    every = L.ggml_step(ctx, L.ggml_scale_bias(ctx, share, 1.0, 0.5 / (k[0] * k[1]) - 1.0))
+    return L.ggml_add(ctx, L.ggml_add(ctx, m, nan), L.ggml_log(ctx, L.ggml_scale_bias(ctx, every, -1.0, 1.0)))
 
 
 def max_pool2d_back(ctx, g, x, k, s):
