@@ -26,6 +26,8 @@ CALLS = {
     "ag_layer_norm": ((A,), {"gamma": np.full((3, 1), 2.0), "beta": COL}),
     "ag_mse_loss": ((A, B), {}), "ag_cross_entropy_loss": ((A / 4, B), {}),
     "ag_softmax_cross_entropy_loss": ((A, B), {}),
+    # A as one image [W, H] of one channel
+    "ag_conv2d": ((A, C[:2]), {"b": np.full((1, 1), 0.5), "padding": 1}), "ag_max_pool2d": ((A, 2), {}),
 }
 NO_TENSOR_ARGS = {"ag_zeros", "ag_ones"}  # they take sizes
 
