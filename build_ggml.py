@@ -120,9 +120,310 @@ _VK_NEW = """    // ggmlpy patch (vk-descriptors): write all MAX_PARAMETER_COUNT
         ctx->device->device.updateDescriptorSets({ write_descriptor_set }, {});
         bindings.assign(all_infos, all_infos + MAX_PARAMETER_COUNT);
     }"""
+
+# rpc-fail-soft (tag rpcp1): ggml-rpc's client calls GGML_ABORT on any failed send or receive
+# (a server killed mid-training aborts the client process) and sets no socket timeout (a frozen
+# server blocks it in recv() forever). The patch gives client sockets send/receive timeouts,
+# marks a connection whose send or receive fails as lost instead of aborting (later commands
+# are skipped, replies read as zeros, the few values ggml asserts on are made harmless), and
+# exports ggml_backend_rpc_lost(endpoint) and ggml_backend_rpc_set_timeout_ms(ms) through the
+# RPC registry's get_proc_address: ggmlpy sets the timeout before connecting and asks after
+# its calls on an RPC device, raising DeviceError. Several replacements, one tag.
+_RPC_DISPATCH_OLD = """// macro for nicer error messages on server crash
+#define RPC_STATUS_ASSERT(x) if (!(x)) GGML_ABORT("Remote RPC server crashed or returned malformed response")
+"""
+_RPC_DISPATCH_NEW = _RPC_DISPATCH_OLD + """
+#include <chrono>
+
+// ggmlpy patch (rpc-fail-soft): a connection whose send or receive fails (the server died) or
+// times out (it froze: see rpc_transport_set_timeout_ms) is marked lost for good instead of
+// aborting the process. From then on every command to it is skipped and its reply reads as
+// zeros, so each ggml call returns harmlessly; the caller asks ggml_backend_rpc_lost(endpoint)
+// after its calls (both reached through the RPC registry's get_proc_address).
+static std::mutex g_rpc_lost_mutex;
+static std::unordered_map<std::string, int> g_rpc_lost;  // endpoint -> 1 failed or closed, 2 timed out
+
+static void rpc_mark_lost(const std::string & endpoint, int why) {
+    std::lock_guard<std::mutex> lock(g_rpc_lost_mutex);
+    if (g_rpc_lost.find(endpoint) == g_rpc_lost.end()) {
+        g_rpc_lost[endpoint] = why;
+        GGML_LOG_ERROR("RPC connection to %s lost (%s)\\n", endpoint.c_str(), why == 2 ? "timed out" : "failed");
+    }
+}
+
+// 0: the connection to endpoint works (or was never made); 1: it failed or the server closed
+// it; 2: the server did not answer within the timeout. A lost endpoint stays lost.
+static int ggml_backend_rpc_lost(const char * endpoint) {
+    std::lock_guard<std::mutex> lock(g_rpc_lost_mutex);
+    auto it = g_rpc_lost.find(endpoint);
+    return it == g_rpc_lost.end() ? 0 : it->second;
+}
+
+// Send and receive timeout of the connections made from now on, in ms (0: wait forever).
+static void ggml_backend_rpc_set_timeout_ms(int ms) {
+    rpc_transport_set_timeout_ms(ms);
+}
+"""
+
+_RPC_HELLO_OLD = """    bool status = send_rpc_cmd(sock, RPC_CMD_HELLO, &request, sizeof(request), &response, sizeof(response));
+    RPC_STATUS_ASSERT(status);
+"""
+_RPC_HELLO_NEW = """    bool status = send_rpc_cmd(sock, RPC_CMD_HELLO, &request, sizeof(request), &response, sizeof(response));
+    if (!status) {  // ggmlpy patch (rpc-fail-soft): the caller marks the connection lost
+        return false;
+    }
+"""
+
+_RPC_MEMBERS_OLD = """    rpc_msg_queue    queue;
+    socket_ptr       sock;
+    std::atomic_bool running;
+    std::thread      thread;
+};
+"""
+_RPC_MEMBERS_NEW = """    rpc_msg_queue    queue;
+    socket_ptr       sock;
+    std::atomic_bool running;
+    std::thread      thread;
+    std::string      endpoint;     // ggmlpy patch (rpc-fail-soft)
+    std::atomic_bool lost{false};  // set once a send/receive failed: nothing is sent any more
+    int              timeout_ms = 0;
+};
+"""
+
+_RPC_START_OLD = """void rpc_dispatcher::start(const std::string & endpoint) {
+    std::string host;
+    int port;
+    if (!parse_endpoint(endpoint, host, port)) {
+        GGML_ABORT("Failed to parse endpoint: %s\\n", endpoint.c_str());
+    }
+    if (!rpc_transport_init()) {
+        GGML_ABORT("RPC transport initialization failed\\n");
+    }
+
+    sock = socket_t::connect(host.c_str(), port);
+    if (sock == nullptr) {
+        GGML_ABORT("Failed to connect to %s\\n", endpoint.c_str());
+    }
+    if (!negotiate_hello(sock)) {
+        GGML_ABORT("RPC handshake failed for %s\\n", endpoint.c_str());
+    }
+    LOG_DBG("[%s] connected to %s\\n", __func__, endpoint.c_str());
+    running = true;
+    thread = std::thread(rpc_dispatcher_trampoline, this);
+}
+
+void rpc_dispatcher::work() {
+    while (running) {
+        rpc_msg_ptr msg_ptr;
+        if (!queue.pop(&msg_ptr)) {
+            break;
+        }
+        if (msg_ptr->cmd != RPC_CMD_NONE) {
+            if (msg_ptr->output) {
+                bool status = send_rpc_cmd(sock, msg_ptr->cmd, msg_ptr->input.get(), msg_ptr->input_size, msg_ptr->output, msg_ptr->output_size);
+                RPC_STATUS_ASSERT(status);
+            } else {
+                bool status = send_rpc_cmd(sock, msg_ptr->cmd, msg_ptr->input.get(), msg_ptr->input_size);
+                RPC_STATUS_ASSERT(status);
+            }
+        }
+        msg_ptr->completion.set_value();
+    }
+}
+"""
+_RPC_START_NEW = """// ggmlpy patch (rpc-fail-soft): a server that cannot be reached marks the connection lost; the
+// worker thread starts anyway, so that every command completes (skipped) instead of waiting.
+void rpc_dispatcher::start(const std::string & endpoint) {
+    this->endpoint = endpoint;
+    timeout_ms = rpc_transport_get_timeout_ms();
+    std::string host;
+    int port;
+    if (!parse_endpoint(endpoint, host, port)) {
+        GGML_LOG_ERROR("Failed to parse endpoint: %s\\n", endpoint.c_str());
+        lost = true;
+    } else if (!rpc_transport_init()) {
+        GGML_LOG_ERROR("RPC transport initialization failed\\n");
+        lost = true;
+    } else {
+        const auto t0 = std::chrono::steady_clock::now();
+        sock = socket_t::connect(host.c_str(), port);
+        if (sock == nullptr) {
+            GGML_LOG_ERROR("Failed to connect to %s\\n", endpoint.c_str());
+            lost = true;
+        } else if (!negotiate_hello(sock)) {
+            GGML_LOG_ERROR("RPC handshake failed for %s\\n", endpoint.c_str());
+            lost = true;
+        }
+        if (lost) {
+            const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+            rpc_mark_lost(endpoint, timeout_ms > 0 && ms >= timeout_ms * 9 / 10 ? 2 : 1);
+            sock = nullptr;
+        }
+    }
+    if (lost) {
+        rpc_mark_lost(endpoint, 1);  // no-op when already marked
+    } else {
+        LOG_DBG("[%s] connected to %s\\n", __func__, endpoint.c_str());
+    }
+    running = true;
+    thread = std::thread(rpc_dispatcher_trampoline, this);
+}
+
+void rpc_dispatcher::work() {
+    while (running) {
+        rpc_msg_ptr msg_ptr;
+        if (!queue.pop(&msg_ptr)) {
+            break;
+        }
+        if (msg_ptr->cmd != RPC_CMD_NONE) {
+            bool status = false;
+            const auto t0 = std::chrono::steady_clock::now();
+            if (!lost) {
+                if (msg_ptr->output) {
+                    status = send_rpc_cmd(sock, msg_ptr->cmd, msg_ptr->input.get(), msg_ptr->input_size, msg_ptr->output, msg_ptr->output_size);
+                } else {
+                    status = send_rpc_cmd(sock, msg_ptr->cmd, msg_ptr->input.get(), msg_ptr->input_size);
+                }
+            }
+            if (!status) {
+                if (!lost) {
+                    // a receive that waited the whole timeout is a frozen server, anything else a dead one
+                    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+                    lost = true;
+                    rpc_mark_lost(endpoint, timeout_ms > 0 && ms >= timeout_ms * 9 / 10 ? 2 : 1);
+                }
+                if (msg_ptr->output) {  // the caller reads zeros, never a half-received reply
+                    memset(msg_ptr->output, 0, msg_ptr->output_size);
+                }
+            }
+        }
+        msg_ptr->completion.set_value();
+    }
+}
+"""
+
+_RPC_BASE_OLD = """    ctx->dispatcher->send(RPC_CMD_BUFFER_GET_BASE, request, sizeof(*request), &response, sizeof(response));
+    ctx->base_ptr = reinterpret_cast<void *>(response.base_ptr);
+"""
+_RPC_BASE_NEW = """    ctx->dispatcher->send(RPC_CMD_BUFFER_GET_BASE, request, sizeof(*request), &response, sizeof(response));
+    if (response.base_ptr == 0) {
+        // ggmlpy patch (rpc-fail-soft): the connection is lost; ggml asserts on a NULL base, and
+        // the client never dereferences a remote address: any aligned non-NULL value will do
+        return reinterpret_cast<void *>(uintptr_t(4096));
+    }
+    ctx->base_ptr = reinterpret_cast<void *>(response.base_ptr);
+"""
+
+_RPC_ALIGN_OLD = """    dispatcher->send(RPC_CMD_GET_ALIGNMENT, request, sizeof(*request), &response, sizeof(response));
+    return response.alignment;
+"""
+_RPC_ALIGN_NEW = """    dispatcher->send(RPC_CMD_GET_ALIGNMENT, request, sizeof(*request), &response, sizeof(response));
+    // ggmlpy patch (rpc-fail-soft): 0 from a lost connection would divide by zero in ggml-alloc
+    return response.alignment != 0 ? response.alignment : 32;
+"""
+
+_RPC_MAXSIZE_OLD = """    dispatcher->send(RPC_CMD_GET_MAX_SIZE, request, sizeof(*request), &response, sizeof(response));
+    return response.max_size;
+"""
+_RPC_MAXSIZE_NEW = """    dispatcher->send(RPC_CMD_GET_MAX_SIZE, request, sizeof(*request), &response, sizeof(response));
+    // ggmlpy patch (rpc-fail-soft): 0 from a lost connection: no limit (allocations fail anyway)
+    return response.max_size != 0 ? response.max_size : SIZE_MAX;
+"""
+
+_RPC_PROC_OLD = """    if (std::strcmp(name, "ggml_backend_rpc_start_server") == 0) {
+        return (void *)ggml_backend_rpc_start_server;
+    }
+"""
+_RPC_PROC_NEW = _RPC_PROC_OLD + """    if (std::strcmp(name, "ggml_backend_rpc_lost") == 0) {  // ggmlpy patch (rpc-fail-soft)
+        return (void *)ggml_backend_rpc_lost;
+    }
+    if (std::strcmp(name, "ggml_backend_rpc_set_timeout_ms") == 0) {
+        return (void *)ggml_backend_rpc_set_timeout_ms;
+    }
+"""
+
+_RPC_TRANSPORT_H_OLD = """bool rpc_transport_init();
+void rpc_transport_shutdown();
+"""
+_RPC_TRANSPORT_H_NEW = _RPC_TRANSPORT_H_OLD + """// ggmlpy patch (rpc-fail-soft): SO_RCVTIMEO/SO_SNDTIMEO (and the connect timeout) of the
+// client connections made from now on, in ms; 0 (the default) waits forever
+void rpc_transport_set_timeout_ms(int ms);
+int rpc_transport_get_timeout_ms();
+"""
+
+_RPC_TRANSPORT_OLD = """static bool set_no_delay(sockfd_t sockfd) {
+"""
+_RPC_TRANSPORT_NEW = """// ggmlpy patch (rpc-fail-soft): a frozen server makes send/recv fail after the timeout instead
+// of blocking forever (on Linux SO_SNDTIMEO bounds connect() too)
+static std::atomic<int> g_rpc_timeout_ms{0};
+
+void rpc_transport_set_timeout_ms(int ms) {
+    g_rpc_timeout_ms = ms > 0 ? ms : 0;
+}
+
+int rpc_transport_get_timeout_ms() {
+    return g_rpc_timeout_ms;
+}
+
+static bool set_io_timeout(sockfd_t sockfd) {
+    const int ms = g_rpc_timeout_ms;
+    if (ms <= 0) {
+        return true;
+    }
+#ifdef _WIN32
+    DWORD tv = (DWORD)ms;
+#else
+    struct timeval tv;
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+#endif
+    return setsockopt(sockfd, SOL_SOCKET, SO_RCVTIMEO, (const char *)&tv, sizeof(tv)) == 0
+        && setsockopt(sockfd, SOL_SOCKET, SO_SNDTIMEO, (const char *)&tv, sizeof(tv)) == 0;
+}
+
+static bool set_no_delay(sockfd_t sockfd) {
+"""
+
+_RPC_CONNECT_OLD = """    if (!set_no_delay(sockfd)) {
+        GGML_LOG_ERROR("Failed to set TCP_NODELAY\\n");
+        return nullptr;
+    }
+    struct sockaddr_in addr;
+"""
+_RPC_CONNECT_NEW = """    if (!set_no_delay(sockfd)) {
+        GGML_LOG_ERROR("Failed to set TCP_NODELAY\\n");
+        return nullptr;
+    }
+    if (!set_io_timeout(sockfd)) {  // ggmlpy patch (rpc-fail-soft)
+        GGML_LOG_ERROR("Failed to set the socket timeouts\\n");
+        return nullptr;
+    }
+    struct sockaddr_in addr;
+"""
+
+_RPC_INCLUDE_OLD = """#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <optional>
+"""
+_RPC_INCLUDE_NEW = """#include <atomic>  // ggmlpy patch (rpc-fail-soft)
+""" + _RPC_INCLUDE_OLD
 PATCHES = [
     # (name, backend it concerns, key tag, file under vendor/ggml, old text, new text)
     ("vk-descriptors", "vulkan", "vkp1", "src/ggml-vulkan/ggml-vulkan-common.h", _VK_OLD, _VK_NEW),
+    *(("rpc-fail-soft", "rpc", "rpcp1", f"src/ggml-rpc/{rel}", old, new) for rel, old, new in (
+        ("transport.h", _RPC_TRANSPORT_H_OLD, _RPC_TRANSPORT_H_NEW),
+        ("transport.cpp", _RPC_INCLUDE_OLD, _RPC_INCLUDE_NEW),
+        ("transport.cpp", _RPC_TRANSPORT_OLD, _RPC_TRANSPORT_NEW),
+        ("transport.cpp", _RPC_CONNECT_OLD, _RPC_CONNECT_NEW),
+        ("ggml-rpc.cpp", _RPC_DISPATCH_OLD, _RPC_DISPATCH_NEW),
+        ("ggml-rpc.cpp", _RPC_HELLO_OLD, _RPC_HELLO_NEW),
+        ("ggml-rpc.cpp", _RPC_MEMBERS_OLD, _RPC_MEMBERS_NEW),
+        ("ggml-rpc.cpp", _RPC_START_OLD, _RPC_START_NEW),
+        ("ggml-rpc.cpp", _RPC_BASE_OLD, _RPC_BASE_NEW),
+        ("ggml-rpc.cpp", _RPC_ALIGN_OLD, _RPC_ALIGN_NEW),
+        ("ggml-rpc.cpp", _RPC_MAXSIZE_OLD, _RPC_MAXSIZE_NEW),
+        ("ggml-rpc.cpp", _RPC_PROC_OLD, _RPC_PROC_NEW))),
 ]
 
 
@@ -165,9 +466,8 @@ CODEGEN_TAG = "nme"
 def build_key(backends, native: bool, extra_cmake=()) -> str:
     names = "+".join(sorted(set(backends) | {"cpu"}))
     key = f"ggml-{GGML_VERSION}-{names}-{'native' if native else 'portable'}-{cpu_tag(native)}-{CODEGEN_TAG}"
-    for _name, backend, tag, *_ in PATCHES:  # a patched build never reuses an unpatched one
-        if backend in backends:
-            key += f"-{tag}"
+    for tag in dict.fromkeys(tag for _name, backend, tag, *_ in PATCHES if backend in backends):
+        key += f"-{tag}"  # a patched build never reuses an unpatched one; a patch of several parts: one tag
     if extra_cmake:  # extra CMake options make another build: give it its own key
         key += "-x" + hashlib.sha1("\0".join(extra_cmake).encode()).hexdigest()[:8]
     return key
@@ -236,7 +536,8 @@ def apply_patches(backends: set[str]) -> list[str]:
                                  "delete vendor/ggml/.unpacked-* and rerun to unpack a fresh copy")
             path.write_text(text.replace(old, new, 1))
             log(f"patched {rel} ({name})")
-        done.append(name)
+        if name not in done:
+            done.append(name)
     return done
 
 

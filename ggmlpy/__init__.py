@@ -32,10 +32,10 @@ import weakref as _weakref
 from .bindings import GGML_VERSION, GGMLLoadError, found
 from .core.api import *  # noqa: F401,F403
 from .core.api import __all__ as _core_all
-from .errors import DeviceError, GGMLError, StaleTensorError
+from .errors import DeviceError, DeviceLostError, GGMLError, StaleTensorError
 from .autograd import eager_numpy  # noqa: F401  (ggmlpy.eager_numpy.add: numpy in, numpy out)
 from .core import graph_alloc  # noqa: F401
-from .core.device import enable_software_vulkan, software_vulkan_enabled
+from .core.device import enable_software_vulkan, set_rpc_timeout, software_vulkan_enabled
 from .runtime.state import ag_default_device, ag_device, ag_dtype, release_device, set_cache_limits
 from .tensor import AGTensor, ag_param, ag_tensor, ag_to_device
 from .autograd import *  # noqa: F401,F403
@@ -62,7 +62,7 @@ _sigint.mark(_weakref.finalize.__call__)
 _sigint.install()
 
 __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "StaleTensorError",
-                             "DeviceError", "info", "found",
+                             "DeviceError", "DeviceLostError", "set_rpc_timeout", "info", "found",
                              "AGTensor", "ag_tensor", "ag_param", "ag_to_device", "ag_device",
                              "ag_default_device", "ag_dtype", "with_grad_tape", "backward", "no_grad",
                              "tape_bytes", "tape_report", "ag_gradcheck", "GradMap", "zero_grad", "manual_seed",

@@ -14,6 +14,15 @@ class DeviceError(RuntimeError):
     """A device that is not available, or tensors from different devices mixed in one op."""
 
 
+class DeviceLostError(DeviceError):
+    """A device that worked and is gone: an RPC server that died or stopped answering. The device
+    stays unusable for the rest of the process; `device` is its ggml name, `endpoint` "host:port"."""
+
+    def __init__(self, message: str, device: str, endpoint: str):
+        super().__init__(message)
+        self.device, self.endpoint = device, endpoint
+
+
 def check(cond: bool, message: str) -> None:
     if not cond:
         raise GGMLError(message)

@@ -114,12 +114,14 @@ class AGTensor:
             raw = ggml_quantize_chunk(typ, np.asarray(arr, np.float32).T, self.shape[1], self.shape[0])
             self.dc.sync()
             lib.ggml_backend_tensor_set(t, ffi.from_buffer(raw), 0, raw.nbytes)
+            self.dc.backend.check()  # an RPC server lost on the way: the values did not arrive
             return
         # one pass to the element type in column-major (ggml) order; f16/bf16 go through f32
         flat = np.asarray(arr).astype(np.int32 if typ == I32 else np.float32, order="F").ravel(order="F")
         raw = np.ascontiguousarray(_to_storage(flat, typ))
         self.dc.sync()  # queued ops may still read this memory
         lib.ggml_backend_tensor_set(t, ffi.from_buffer(raw), 0, raw.nbytes)
+        self.dc.backend.check()  # an RPC server lost on the way: the values did not arrive
 
     # -- reading -------------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
@@ -140,6 +142,7 @@ class AGTensor:
                        dtype=np.uint8 if quantized else NP_DTYPES[typ])
         self.dc.sync()  # queued ops may still be writing it
         lib.ggml_backend_tensor_get(t, ffi.from_buffer(raw), 0, raw.nbytes)
+        self.dc.backend.check()  # from a lost RPC server the read gives zeros: never return them
         if quantized:
             return dequantize(typ, raw).reshape(self.shape, order="F")  # float32, as ggml dequantizes
         return _from_storage(raw, typ).reshape(self.shape, order="F")

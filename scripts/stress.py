@@ -1,6 +1,6 @@
 """Stress ggmlpy as a hostile user would and count what happens: threads, fuzzing, files, long runs,
 and the front ends (one ONNX model in threads, hostile ONNX graphs, optimizer settings, NaN through
-every ReLU, Ctrl-C at random moments).
+every ReLU, Ctrl-C at random moments, RPC servers killed or frozen under a client).
 
 Each scenario runs in a child process with a time limit, so a crash or a hang is counted, not
 fatal. Per scenario: calls tried, clear exceptions (a refusal with a message), silent wrong
@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -421,12 +422,58 @@ def sigint(scale):
     return c
 
 
+def rpc_loss(scale):
+    """RPC servers killed (SIGKILL) and frozen (SIGSTOP) at random moments of a client's ops or
+    dp_train (scripts/rpc_loss_child.py, one loopback server each): the client gets DeviceLostError,
+    never a wrong value, an abort or a hang, and dp_train finishes on the CPU replica."""
+    from ggmlpy.core import device as D
+    c = _counts()
+    binary = D.rpc_server_binary()
+    if "RPC" not in D.backends() or binary is None:
+        return _counts(note="skipped: this libggml has no RPC backend / rpc-server")
+    env = {**os.environ, "GGMLPY_RPC_TIMEOUT": "1"}
+    rounds = max(1, int(3 * scale))
+    for seed in range(rounds):
+        for work in ("ops", "dp"):
+            for how in ("kill", "freeze"):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", 0))
+                    port = sock.getsockname()[1]
+                server = subprocess.Popen([str(binary), "--host", "127.0.0.1", "--port", str(port), "--device", "CPU",
+                                           "--threads", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                try:
+                    for _ in range(200):
+                        try:
+                            D.rpc_probe("127.0.0.1", port, timeout=2)
+                            break
+                        except Exception:  # noqa: BLE001 - not up yet
+                            time.sleep(0.1)
+                    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "rpc_loss_child.py"), work,
+                                          how, str(port), str(server.pid), str(seed)],
+                                         capture_output=True, text=True, timeout=240, env=env)
+                except subprocess.TimeoutExpired:
+                    c["hang"] += 1
+                    continue
+                finally:
+                    if server.poll() is None:
+                        server.send_signal(signal.SIGCONT)
+                        server.kill()
+                    server.wait(timeout=30)
+                if out.returncode != 0:
+                    c["crash"] += 1
+                    continue
+                for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items():
+                    c[k] += v
+    return c
+
+
 SCENARIOS = {"threads: eager ops x sizes": eager_threads, "threads: tapes + backward": tapes_threads,
              "threads: forward-AD levels": forward_ad_threads, "threads: serve while training": serve_while_training,
              "fuzz: ag_* API (child processes)": fuzz, "files: killed saves, full disk": files,
              "long run: ag_fit, random shapes": long_run, "threads: one ONNX model": onnx_threads,
              "onnx: hostile graphs": onnx_hostile, "keras: optimizer settings": keras_settings,
-             "nan: ReLU in every front end": nan_frontends, "sigint: compile, backward, checkpoint": sigint}
+             "nan: ReLU in every front end": nan_frontends, "sigint: compile, backward, checkpoint": sigint,
+             "rpc: kill and freeze": rpc_loss}
 
 
 def run_child(name: str, scale: float, timeout: int) -> dict:

@@ -22,12 +22,18 @@ Three things here happen before ggml's backends start, and that order matters:
   after ``import ggmlpy``. Builds with loadable backends (``--portable``) still
   load them at import, so there only the environment variable works.
 
-RPC (``ag_device("rpc://host:port")``): ggml's RPC client aborts the process
-when a server cannot be reached or dies, so ggmlpy checks the endpoint itself
-first (a TCP connect plus ggml's HELLO handshake, with a timeout), never asks an
-RPC device for its memory in `devices()`, and checks the server again before
-opening a new backend on it. ggml's rpc-server has no authentication: bind it to
-loopback or a private network only.
+RPC (``ag_device("rpc://host:port")``): ggmlpy checks an endpoint itself before
+ggml connects (a TCP connect plus ggml's HELLO handshake, with a timeout), never
+asks an RPC device for its memory in `devices()`, and checks the server again
+before opening a new backend on it. A server that dies or stops answering later
+costs its device, not the process: build_ggml.py patches ggml's RPC client
+(rpc-fail-soft) so that a failed send or receive, or one that waits longer than
+the RPC timeout (`set_rpc_timeout`, ``GGMLPY_RPC_TIMEOUT``, default 5 s), marks
+the connection lost instead of aborting; every ggmlpy call on that device then
+raises `DeviceLostError` (a DeviceError), at once from the first loss on, and the
+other devices go on. Without the patch (an older build) ggml's client aborts as
+before. ggml's rpc-server has no authentication: bind it to loopback or a private
+network only.
 """
 from __future__ import annotations
 
@@ -43,7 +49,7 @@ import cffi
 
 from .._sigint import uninterruptible
 from ..bindings import ffi, found, lib
-from ..errors import DeviceError, GGMLError
+from ..errors import DeviceError, DeviceLostError, GGMLError
 from . import threads
 
 _NULL = ffi.NULL
@@ -380,6 +386,7 @@ class Backend:
         self.alignment = int(lib.ggml_backend_get_alignment(ptr))
         self.is_host = bool(lib.ggml_backend_buft_is_host(self.buft))
         self.n_threads = None
+        self.endpoint = _endpoint_of(self.dev) if self.dev != _NULL else None  # "host:port" of an RPC device
         self._free = _Freer(ptr)
         self._thread_setter = _set_n_threads if self.is_cpu else None
         if self.is_cpu:
@@ -417,6 +424,13 @@ class Backend:
             return self
         self._threadpool = _ThreadpoolFreer(pool)
         return self
+
+    def check(self) -> None:
+        """Raise DeviceLostError if this is an RPC device whose server died or froze (the patched
+        ggml client then skips every command and its replies read as zeros: call this after each
+        call that reaches the device, and before trusting what it returned). Free elsewhere."""
+        if self.endpoint is not None:
+            rpc_check(self.endpoint, self.device_name)
 
     def supports_op(self, p) -> bool:
         """True if this backend has a kernel for the ggml tensor (op node) `p`."""
@@ -570,8 +584,93 @@ _RPC_CMD_HELLO, _RPC_CONN_CAPS_SIZE = 14, 24
 _rpc_endpoints: dict[str, list[str]] = {}  # "host:port" -> its device names, once registered
 
 
+_rpc_timeout_setting: list = [None]  # set_rpc_timeout's value; None: GGMLPY_RPC_TIMEOUT, else 5 s
+_rpc_lost: dict[str, str] = {}  # "host:port" -> why it was lost, for good
+
+
 def rpc_timeout() -> float:
-    return float(os.environ.get("GGMLPY_RPC_TIMEOUT", "5"))
+    """Seconds an RPC server may take to answer before its device is given up: set_rpc_timeout(),
+    else $GGMLPY_RPC_TIMEOUT, else 5."""
+    if _rpc_timeout_setting[0] is not None:
+        return _rpc_timeout_setting[0]
+    text = os.environ.get("GGMLPY_RPC_TIMEOUT", "5")
+    try:
+        value = float(text)
+    except ValueError:
+        raise DeviceError(f"GGMLPY_RPC_TIMEOUT={text!r}: expected a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise DeviceError(f"GGMLPY_RPC_TIMEOUT={text!r}: expected a positive, finite number of seconds")
+    return value
+
+
+def set_rpc_timeout(seconds: float | None) -> float:
+    """How long an RPC server may take to answer (each send or receive, and the connection
+    check) before its device is given up and DeviceLostError raised; None: back to
+    $GGMLPY_RPC_TIMEOUT, else 5 s. It applies to connections made from now on (ggml sets it on
+    the socket as it connects), so set it before the first ag_device("rpc://..."). It must
+    exceed the longest graph a server computes in one go: ggml waits for the result in one
+    receive. Returns the previous value."""
+    previous = rpc_timeout()
+    if seconds is not None:
+        try:
+            value = float(seconds)
+        except (TypeError, ValueError):
+            raise DeviceError(f"set_rpc_timeout: seconds must be a number, got {seconds!r}") from None
+        if not value > 0 or value == float("inf"):
+            raise DeviceError(f"set_rpc_timeout: seconds must be positive and finite, got {seconds!r}")
+        seconds = value
+    _rpc_timeout_setting[0] = seconds
+    return previous
+
+
+def _rpc_proc(name: str, ctype: str):
+    """A function of the patched RPC client (build_ggml.py's rpc-fail-soft), or None."""
+    reg = lib.ggml_backend_reg_by_name(b"RPC")
+    addr = lib.ggml_backend_reg_get_proc_address(reg, name.encode()) if reg != _NULL else _NULL
+    return ffi.cast(ctype, addr) if addr != _NULL else None
+
+
+_rpc_fns: dict = {}
+
+
+def _rpc_fn(name: str, ctype: str):
+    if name not in _rpc_fns:
+        _rpc_fns[name] = _rpc_proc(name, ctype)
+    return _rpc_fns[name]
+
+
+def rpc_fail_soft() -> bool:
+    """Whether this libggml's RPC client survives a lost server (build_ggml.py's rpc-fail-soft)."""
+    return _rpc_fn("ggml_backend_rpc_lost", "int (*)(const char *)") is not None
+
+
+def rpc_lost(endpoint: str) -> str | None:
+    """Why the RPC connection to "host:port" was lost, or None while it works."""
+    why = _rpc_lost.get(endpoint)
+    if why is None:
+        fn = _rpc_fn("ggml_backend_rpc_lost", "int (*)(const char *)")
+        code = int(fn(endpoint.encode())) if fn is not None else 0
+        if code:
+            why = _rpc_lost.setdefault(endpoint, (
+                f"did not answer within {rpc_timeout():g} s (set_rpc_timeout, GGMLPY_RPC_TIMEOUT): frozen?"
+                if code == 2 else "closed the connection or could not be reached: it died?"))
+    return why
+
+
+def rpc_check(endpoint: str, device: str | None = None) -> None:
+    """DeviceLostError if the RPC connection to endpoint is lost."""
+    why = rpc_lost(endpoint)
+    if why is not None:
+        name = device or f"rpc://{endpoint}"
+        raise DeviceLostError(f"RPC device {name}: the server at {endpoint} {why} The device is lost for the "
+                              "rest of this process (its tensors and gradients there are gone); the other "
+                              "devices go on.", name, endpoint)
+
+
+def _set_ggml_rpc_timeout() -> None:
+    fn = _rpc_fn("ggml_backend_rpc_set_timeout_ms", "void (*)(int)")
+    if fn is not None:
+        fn(max(1, int(round(rpc_timeout() * 1000))))
 
 
 def _split_endpoint(text: str) -> tuple[str, int, int]:
@@ -636,7 +735,9 @@ def _rpc_device(text: str, names) -> str:
             add = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server")
             if add == _NULL:
                 raise DeviceError("this libggml's RPC backend cannot add servers")
-            rpc_probe(host, port)  # ggml's client would abort() on an unreachable server
+            rpc_check(endpoint)
+            rpc_probe(host, port)  # a clear message now; ggml's own connect would only log one
+            _set_ggml_rpc_timeout()
             sub = ffi.cast("ggml_backend_reg_t (*)(const char *)", add)(endpoint.encode())
             if sub == _NULL or lib.ggml_backend_reg_dev_count(sub) == 0:
                 raise DeviceError(f"the ggml RPC server at {endpoint} reports no devices")
@@ -646,6 +747,7 @@ def _rpc_device(text: str, names) -> str:
             log.info("RPC server %s: devices %s", endpoint, ", ".join(devs))
     if index >= len(devs):
         raise DeviceError(f"the RPC server at {endpoint} has {len(devs)} device(s); no device {index}")
+    rpc_check(endpoint, devs[index])
     return devs[index]
 
 
@@ -660,6 +762,7 @@ def get_backend(spec: str = "cpu") -> Backend:
         b = _cache.get(name)
         if b is None:
             b = _cache[name] = new_backend(name)
+        b.check()  # a lost RPC device: DeviceLostError at once
         return b
 
 
@@ -670,9 +773,11 @@ def new_backend(spec: str = "cpu") -> Backend:
     if dev == _NULL:
         raise DeviceError(_unavailable(spec, _names()))
     endpoint = _endpoint_of(dev)
-    if endpoint:  # the server may have gone since it was added: ggml would abort
+    if endpoint:  # the server may have gone since it was added
+        rpc_check(endpoint, name)
         host, port, _ = _split_endpoint(endpoint)
         rpc_probe(host, port)
+        _set_ggml_rpc_timeout()
     return Backend(lib.ggml_backend_dev_init(dev, _NULL), name)
 
 

@@ -155,6 +155,7 @@ class Executor:
             with self.lock or contextlib.nullcontext():
                 lib.ggml_backend_synchronize(self.backend.ptr)
                 self.pending = False
+                self.backend.check()
 
     def run(self, key, build, inputs: list[Storage], alloc, out=None) -> list[Storage]:
         """Run `build(ctx, *leaf_tensors) -> ggml tensor(s)` on `inputs`.
@@ -165,10 +166,15 @@ class Executor:
         for s in inputs:
             if s.gen != s.pool.gen:
                 s.check()  # raises StaleTensorError
-        if self.lock is None:
-            return self._run(key, build, inputs, alloc, out)
-        with self.lock:
-            return self._run(key, build, inputs, alloc, out)
+        self.backend.check()  # a lost RPC device: nothing is sent any more
+        try:
+            if self.lock is None:
+                return self._run(key, build, inputs, alloc, out)
+            with self.lock:
+                return self._run(key, build, inputs, alloc, out)
+        except Exception:
+            self.backend.check()  # whatever failed on a device lost meanwhile failed of that loss
+            raise
 
     def _run(self, key, build, inputs, alloc, out):
         sig = (key, *[s.spec for s in inputs])
@@ -187,6 +193,7 @@ class Executor:
                       self.asynchronous)
         self.pending = self.asynchronous
         self.runs += 1
+        self.backend.check()  # an RPC server lost during the compute: its outputs are not there
         return outs
 
     def _compile(self, sig, build, ts, inputs, alloc, out):

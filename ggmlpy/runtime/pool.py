@@ -168,6 +168,7 @@ class _Chunk:
         self.pool, self.size, self.capacity, self.dedicated = pool, size, capacity, dedicated
         self.buffer = lib.ggml_backend_buft_alloc_buffer(pool.backend.buft, size)
         if self.buffer == _NULL:
+            pool.backend.check()  # a lost RPC server allocates nothing: say so, not "out of memory"
             raise MemoryError(f"could not allocate {size} bytes on {pool.backend.device_name}")
         self.base = ffi.cast("char *", lib.ggml_backend_buffer_get_base(self.buffer))
         self.meta = _meta_context(capacity)
@@ -439,6 +440,7 @@ class PersistentPool:
         buffer = lib.ggml_backend_buft_alloc_buffer(self.backend.buft, max(nbytes, 1))
         if buffer == _NULL:
             lib.ggml_free(meta)
+            self.backend.check()  # a lost RPC server allocates nothing: say so, not "out of memory"
             raise MemoryError(f"could not allocate {nbytes} bytes on {self.backend.device_name}")
         base = lib.ggml_backend_buffer_get_base(buffer)
         lib.ggml_backend_tensor_alloc(buffer, t, base)

@@ -5,10 +5,18 @@ forward and backward on its device, the gradients are averaged on the host,
 optionally clipped by their global norm, Adam steps replica 0, and its weights are
 copied to the others. Replicas run one after another, as ggmlR's do; what the
 devices buy is memory and placement (CPU, a GPU, ggml RPC servers), not overlap.
+
+A replica whose device is lost (an RPC server that dies or stops answering:
+DeviceLostError) costs its sample of that step, not the job: training goes on with
+the others (the mean gradient over the replicas that finished the step), with a
+warning, and the result's "dropped" lists each lost replica and the iteration.
+When replica 0, which holds the optimizer, is lost, the next live replica (whose
+weights are replica 0's of the last step) takes over with a fresh Adam.
 """
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -16,7 +24,7 @@ import numpy as np
 from ..autograd.engine import backward
 from ..autograd.tape import with_grad_tape
 from ..runtime.state import ag_default_device, ag_device
-from ..errors import GGMLError
+from ..errors import DeviceError, DeviceLostError, GGMLError
 from ..optim.optimizers import optimizer_adam
 from ..params import NamedList, ParamList
 from ..tensor import AGTensor, ag_tensor
@@ -50,8 +58,10 @@ def dp_train(make_model: Callable, data: Sequence, loss_fn: Callable | None = No
              forward_fn: Callable | None = None, target_fn: Callable | None = None,
              n_gpu: int | None = None, n_iter: int = 10, lr: float = 1e-3, max_norm: float = math.inf,
              verbose: int | bool = 10, devices: Sequence[str] | None = None) -> NamedList:
-    """Data-parallel training with ggmlR's arguments; returns {"params", "loss_history", "model"}
-    (a dict that answers by attribute too: `res.model`).
+    """Data-parallel training with ggmlR's arguments; returns {"params", "loss_history", "model",
+    "dropped"} (a dict that answers by attribute too: `res.model`). "dropped" (not in ggmlR) lists
+    the replicas lost on the way, each {"replica", "device", "iteration", "error"}: empty unless
+    a device was lost (see the module's docstring).
 
     make_model(): builds one replica: an ag_* layer, or anything (a dict too) with `forward(x)`
       and `parameters()` (a list or dict of ag tensors). Replica 0's initial weights are copied
@@ -101,7 +111,19 @@ def dp_train(make_model: Callable, data: Sequence, loss_fn: Callable | None = No
             raise GGMLError("dp_train: the replicas have different numbers of parameters")
         for p, p0 in zip(params[i], params[0]):
             p.data = p0.data  # every replica starts from replica 0's weights
+    live = list(range(n))  # the replicas whose device still works; live[0] holds the optimizer
+    dropped: list[dict] = []
+    owner = 0
     opt = optimizer_adam(params[0], lr=lr)
+
+    def drop(i: int, it: int, err: DeviceLostError) -> None:
+        live.remove(i)
+        dropped.append({"replica": i, "device": places[i], "iteration": it + 1, "error": str(err)})
+        if not live:
+            raise DeviceError(f"dp_train: every replica is lost (the last, replica {i} on {places[i]}, at "
+                              f"iteration {it + 1}): {err}") from err
+        warnings.warn(f"dp_train: replica {i} on {places[i]} lost at iteration {it + 1} ({err}); going on "
+                      f"with {len(live)} replica(s)", RuntimeWarning, stacklevel=3)
 
     def replica_step(i: int, sample) -> tuple[float, list]:
         model = replicas[i]
@@ -118,24 +140,42 @@ def dp_train(make_model: Callable, data: Sequence, loss_fn: Callable | None = No
 
     history = np.zeros(int(n_iter))
     for it in range(int(n_iter)):
-        base = (it * n) % len(data)
-        results = [on(i, lambda i=i: replica_step(i, data[(base + i) % len(data)])) for i in range(n)]
+        base = (it * n) % len(data)  # each replica keeps its own samples when others are lost
+        results = []
+        for i in list(live):
+            try:
+                results.append(on(i, lambda i=i: replica_step(i, data[(base + i) % len(data)])))
+            except DeviceLostError as e:
+                drop(i, it, e)
         mean = []
         for k in range(len(keys)):
             got = [r[1][k] for r in results if r[1][k] is not None]
-            mean.append(sum(got) / n if got else None)  # a replica without a gradient adds zero
+            mean.append(sum(got) / len(results) if got else None)  # a replica without a gradient adds zero
         if math.isfinite(max_norm):
             norm = math.sqrt(sum(float(np.sum(g * g)) for g in mean if g is not None))
             if norm > max_norm:
                 mean = [g * (max_norm / (norm + 1e-6)) if g is not None else None for g in mean]
-        for p, g in zip(params[0], mean):
-            p.grad = ag_tensor(g, device=p.dc.spec, dtype=p.dtype) if g is not None else None
-        opt.step()
-        opt.zero_grad()
-        for i in range(1, n):
-            for p, p0 in zip(params[i], params[0]):
-                p.data = p0.data
+        while True:  # Adam steps the first live replica; lost, the next one takes over
+            if live[0] != owner:
+                owner = live[0]
+                opt = optimizer_adam(params[owner], lr=lr)
+                warnings.warn(f"dp_train: replica {owner} on {places[owner]} holds the weights from iteration "
+                              f"{it + 1} on; Adam's moments start again", RuntimeWarning, stacklevel=2)
+            try:
+                for p, g in zip(params[owner], mean):
+                    p.grad = ag_tensor(g, device=p.dc.spec, dtype=p.dtype) if g is not None else None
+                opt.step()
+                opt.zero_grad()
+                break
+            except DeviceLostError as e:
+                drop(owner, it, e)
+        for i in live[1:]:
+            try:
+                for p, p0 in zip(params[i], params[owner]):
+                    p.data = p0.data
+            except DeviceLostError as e:
+                drop(i, it, e)
         history[it] = float(np.mean([r[0] for r in results]))
         if verbose and (it + 1) % int(verbose) == 0:
             print(f"dp_train: iteration {it + 1}/{n_iter}, loss {history[it]:.6f}")
-    return NamedList(params=params[0], loss_history=history, model=replicas[0])
+    return NamedList(params=params[owner], loss_history=history, model=replicas[owner], dropped=dropped)
