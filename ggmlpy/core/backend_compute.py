@@ -135,6 +135,7 @@ def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
     check_graph(graph, device=backend.dev, need_buffers=not backend.is_host,
                 run=lambda sub: ggml_backend_graph_compute(backend, sub))
     status = lib.ggml_backend_graph_compute(backend.ptr, graph.ptr)
+    backend.check()  # a lost RPC server: DeviceLostError, not a compute that did not happen
     if status != lib.GGML_STATUS_SUCCESS:
         raise GGMLError(f"ggml_backend_graph_compute failed with status {status}")
     return int(status)

@@ -16,6 +16,7 @@ import numpy as np
 from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
+from .device import check_tensor_device
 from .meta_split import META_BUFTS, check_access
 from .quants import dequantize, ggml_quantize_chunk
 
@@ -312,6 +313,7 @@ def _write_raw(t: Tensor, raw: np.ndarray, what: str = "writing tensor data") ->
     else:
         meta_check(t, what, 0, raw.nbytes, write=True)
         lib.ggml_backend_tensor_set(t.ptr, ffi.from_buffer(raw), 0, raw.nbytes)
+        check_tensor_device(t.ptr)
 
 
 def _quantized_storage(t: Tensor, values, np_dtype, what: str) -> np.ndarray:
@@ -357,6 +359,7 @@ def _read_raw(t: Tensor, raw: np.ndarray, what: str = "reading tensor data") -> 
     else:
         meta_check(t, what, 0, raw.nbytes)
         lib.ggml_backend_tensor_get(t.ptr, ffi.from_buffer(raw), 0, raw.nbytes)
+        check_tensor_device(t.ptr)  # from a lost RPC server the read gives zeros
 
 
 def _to_storage(src: np.ndarray, ggml_type: int) -> np.ndarray:

@@ -667,6 +667,16 @@ def rpc_check(endpoint: str, device: str | None = None) -> None:
                               "devices go on.", name, endpoint)
 
 
+def check_tensor_device(t) -> None:
+    """DeviceLostError if ggml tensor `t` (a cdata pointer) has its memory on a lost RPC device: call
+    after reading or writing device memory outside ggmlpy's executor. Free before any RPC device."""
+    if not _rpc_endpoints or t.buffer == _NULL:
+        return
+    dev = lib.ggml_backend_buft_get_device(lib.ggml_backend_buffer_get_type(t.buffer))
+    if dev != _NULL and _is_rpc(dev):
+        rpc_check(_s(lib.ggml_backend_dev_description(dev)), _s(lib.ggml_backend_dev_name(dev)))
+
+
 def _set_ggml_rpc_timeout() -> None:
     fn = _rpc_fn("ggml_backend_rpc_set_timeout_ms", "void (*)(int)")
     if fn is not None:

@@ -11,7 +11,7 @@ import numpy as np
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 from .context import Context, Tensor, meta_check, on_meta
-from .device import Backend
+from .device import Backend, check_tensor_device
 from .threads import get_num_threads
 
 GGML_DEFAULT_GRAPH_SIZE = 2048
@@ -203,6 +203,7 @@ def _read_i32(t) -> np.ndarray:
     else:
         meta_check(t, "reading row indices", 0, nbytes)
         lib.ggml_backend_tensor_get(t, ffi.from_buffer(raw), 0, nbytes)
+        check_tensor_device(t)
     return np.ndarray([int(t.ne[i]) for i in range(3, -1, -1)], np.int32, buffer=raw,
                       strides=[int(t.nb[i]) for i in range(3, -1, -1)])
 

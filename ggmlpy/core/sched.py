@@ -71,6 +71,8 @@ class Scheduler:
         if status != lib.GGML_STATUS_SUCCESS:
             raise GGMLError(f"ggml_backend_sched_graph_compute failed (status {status})")
         lib.ggml_backend_sched_synchronize(self.ptr)
+        for b in self.backends:  # a lost RPC server among them: DeviceLostError
+            b.check()
         self.mark_allocated(graph)  # its intermediates live in the scheduler's buffers until the next compute
 
     def check(self, graph: Graph, leaves_placed: bool = False) -> None:

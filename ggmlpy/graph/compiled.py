@@ -213,6 +213,7 @@ class CompiledGraph:
             status = lib.ggml_backend_graph_compute_async(backend_ptr or self.backend.ptr, self.graph)
         else:
             status = lib.ggml_backend_graph_compute(backend_ptr or self.backend.ptr, self.graph)
+        self.backend.check()  # a lost RPC server: nothing was computed
         if status != lib.GGML_STATUS_SUCCESS:
             raise GGMLError(f"graph compute failed on {self.backend.device_name} (status {status})")
 

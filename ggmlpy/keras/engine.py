@@ -13,7 +13,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import kernels
-from ..core.device import Backend, blas_backend, get_backend
+from ..core.device import Backend, blas_backend, check_tensor_device, get_backend
 from ..core.sched import Scheduler
 from ..bindings import ffi, lib
 from ..errors import GGMLError
@@ -514,4 +514,5 @@ def _read_back(model, b) -> None:
             if t is not None and (t.flags & lib.GGML_TENSOR_FLAG_PARAM):
                 out = np.empty_like(arr)
                 lib.ggml_backend_tensor_get(t, ffi.from_buffer(out), 0, out.nbytes)
+                check_tensor_device(t)  # never a lost RPC server's zeros as the weights
                 layer.weights[k] = out

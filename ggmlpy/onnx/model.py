@@ -27,7 +27,7 @@ from .._sigint import uninterruptible
 from .. import kernels
 from ..bindings import ffi, lib
 from .._arrays import numeric_array
-from ..core.device import Backend, blas_backend, get_backend, is_software_device
+from ..core.device import Backend, blas_backend, check_tensor_device, get_backend, is_software_device
 from ..core.sched import Scheduler
 from ..core.threads import checked_count
 from ..errors import DeviceError, GGMLError
@@ -603,6 +603,7 @@ class _Plan:
             else:
                 y = np.empty(v.shape, dtype=np.float32)
                 lib.ggml_backend_tensor_get(t, ffi.from_buffer(y), 0, y.nbytes)
+                check_tensor_device(t)
             if dt.kind in "iu" and y.dtype.kind == "f":
                 y = np.rint(y)
             out[name] = y.astype(dt) if y.dtype != dt else y
