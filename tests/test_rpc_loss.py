@@ -97,6 +97,32 @@ result(history=[float(v) for v in res["loss_history"]], dropped=res.get("dropped
        other=float(g.ag_sum(after).numpy()[0, 0]))
 """
 
+DP_KILL_FIRST = PRELUDE + r"""
+port, victim = int(sys.argv[1]), int(sys.argv[2])
+devices = ["rpc://127.0.0.1:%d" % port, "cpu"]
+rng = np.random.default_rng(0)
+data = [rng.normal(size=(2, 1)) for _ in range(8)]
+calls = [0]
+
+def forward(model, x):
+    calls[0] += 1
+    if calls[0] == 5:  # iteration 3, replica 0 (which holds the optimizer): its server dies now
+        os.kill(victim, signal.SIGKILL)
+        time.sleep(0.5)
+    return model.forward(g.ag_tensor(x))
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    res = g.dp_train(lambda: g.ag_linear(2, 2), data, loss_fn=lambda o, t: g.ag_mse_loss(o, t), n_iter=6,
+                     lr=1e-2, verbose=False, devices=devices, forward_fn=forward)
+g.ag_device("cpu")
+y = res["model"].forward(g.ag_tensor(np.ones((2, 1)))).numpy()
+result(history=[float(v) for v in res["loss_history"]], dropped=[(d["replica"], d["iteration"]) for d in res["dropped"]],
+       warnings=[str(w.message) for w in caught if "dp_train" in str(w.message)],
+       model_device=res["model"].parameters()[0].device_name if hasattr(res["model"].parameters()[0], "device_name") else None,
+       y=y.tolist())
+"""
+
 FREEZE = PRELUDE + r"""
 port, victim = int(sys.argv[1]), int(sys.argv[2])
 g.ag_device("rpc://127.0.0.1:%d" % port)
@@ -169,6 +195,16 @@ def test_a_server_killed_mid_dp_train_costs_its_replica_not_the_job(servers):
     assert len(out["warnings"]) == 1 and f"rpc://127.0.0.1:{p1}" in out["warnings"][0]
     assert "iteration 4" in out["warnings"][0] and "2 replica(s)" in out["warnings"][0]
     assert out["other"] == 4.0
+
+
+def test_losing_the_replica_that_holds_the_optimizer_hands_over_to_the_next(servers):
+    port, pid = servers()
+    out = run_child(DP_KILL_FIRST, port, pid)
+    assert len(out["history"]) == 6 and all(v == v for v in out["history"])
+    assert out["dropped"] == [[0, 3]]
+    assert len(out["warnings"]) == 2 and "replica 0" in out["warnings"][0]
+    assert "replica 1 on cpu holds the weights from iteration 3" in out["warnings"][1]
+    assert out["model_device"] in (None, "CPU") and all(v == v for row in out["y"] for v in row)
 
 
 def test_a_frozen_server_is_a_device_error_within_the_timeout(servers):
