@@ -71,7 +71,7 @@ def dp() -> None:
         except g.DeviceError:
             c["lost"] += 1  # the job, for one lost replica
             return
-    dropped = res["dropped"]
+    dropped = res.dropped
     c["clear"] += len(dropped)
     c["wrong"] += not all(math.isfinite(v) for v in res["loss_history"])
     c["wrong"] += len(dropped) > 1 or any(d["device"] != spec or d["replica"] != 1 for d in dropped)

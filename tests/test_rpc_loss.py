@@ -92,7 +92,7 @@ with warnings.catch_warnings(record=True) as caught:
     res = g.dp_train(lambda: g.ag_linear(2, 2), data, loss_fn=lambda o, t: g.ag_mse_loss(o, t), n_iter=8,
                      lr=1e-2, verbose=False, devices=devices, forward_fn=forward)
 after = g.ag_to_device(g.ag_tensor(np.ones((2, 2))), devices[2])  # the other server still works
-result(history=[float(v) for v in res["loss_history"]], dropped=res.get("dropped"),
+result(history=[float(v) for v in res["loss_history"]], dropped=getattr(res, "dropped", None), entries=list(res),
        warnings=[str(w.message) for w in caught if "dp_train" in str(w.message)],
        other=float(g.ag_sum(after).numpy()[0, 0]))
 """
@@ -117,7 +117,7 @@ with warnings.catch_warnings(record=True) as caught:
                      lr=1e-2, verbose=False, devices=devices, forward_fn=forward)
 g.ag_device("cpu")
 y = res["model"].forward(g.ag_tensor(np.ones((2, 1)))).numpy()
-result(history=[float(v) for v in res["loss_history"]], dropped=[(d["replica"], d["iteration"]) for d in res["dropped"]],
+result(history=[float(v) for v in res["loss_history"]], dropped=[(d["replica"], d["iteration"]) for d in res.dropped],
        warnings=[str(w.message) for w in caught if "dp_train" in str(w.message)],
        model_device=res["model"].parameters()[0].device_name if hasattr(res["model"].parameters()[0], "device_name") else None,
        y=y.tolist())
@@ -167,6 +167,13 @@ for what, fn in [("op", lambda: g.ag_mul(x, x)), ("read", lambda: x.numpy()),
     except Lost as e:
         out[what] = [type(e).__name__, str(e), time.monotonic() - t0]
 out["cpu"] = float(g.ag_sum(g.ag_tensor(np.ones((2, 2)))).numpy()[0, 0])
+del x
+g.release_device(spec)  # frees what ggmlpy holds there; the device stays lost
+try:
+    g.ag_device(spec)
+    out["after_release"] = None
+except Lost as e:
+    out["after_release"] = type(e).__name__
 result(**out)
 """
 
@@ -194,7 +201,7 @@ def test_a_server_killed_mid_dp_train_costs_its_replica_not_the_job(servers):
     assert "DeviceLost" in out["dropped"][0]["error"] or f"127.0.0.1:{p1}" in out["dropped"][0]["error"]
     assert len(out["warnings"]) == 1 and f"rpc://127.0.0.1:{p1}" in out["warnings"][0]
     assert "iteration 4" in out["warnings"][0] and "2 replica(s)" in out["warnings"][0]
-    assert out["other"] == 4.0
+    assert out["other"] == 4.0 and out["entries"] == ["params", "loss_history", "model"]  # ggmlR's
 
 
 def test_losing_the_replica_that_holds_the_optimizer_hands_over_to_the_next(servers):
@@ -227,7 +234,7 @@ def test_an_op_on_a_dead_rpc_device_raises_at_once(servers):
         assert f"127.0.0.1:{port}" in out[what][1]
     assert "died" in out["op"][1] or "closed" in out["op"][1]
     assert max(out[w][2] for w in ("read", "select", "new")) < 0.5
-    assert out["cpu"] == 4.0
+    assert out["cpu"] == 4.0 and out["after_release"] == "DeviceLostError"
 
 
 def test_set_rpc_timeout_checks_its_value_and_returns_the_previous():

@@ -745,7 +745,6 @@ def _rpc_device(text: str, names) -> str:
             add = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server")
             if add == _NULL:
                 raise DeviceError("this libggml's RPC backend cannot add servers")
-            rpc_check(endpoint)
             rpc_probe(host, port)  # a clear message now; ggml's own connect would only log one
             _set_ggml_rpc_timeout()
             sub = ffi.cast("ggml_backend_reg_t (*)(const char *)", add)(endpoint.encode())
@@ -757,8 +756,7 @@ def _rpc_device(text: str, names) -> str:
             log.info("RPC server %s: devices %s", endpoint, ", ".join(devs))
     if index >= len(devs):
         raise DeviceError(f"the RPC server at {endpoint} has {len(devs)} device(s); no device {index}")
-    rpc_check(endpoint, devs[index])
-    return devs[index]
+    return devs[index]  # lost or not: get_backend and new_backend say (release_device must not)
 
 
 def _endpoint_of(dev) -> str | None:

@@ -9,7 +9,7 @@ devices buy is memory and placement (CPU, a GPU, ggml RPC servers), not overlap.
 A replica whose device is lost (an RPC server that dies or stops answering:
 DeviceLostError) costs its sample of that step, not the job: training goes on with
 the others (the mean gradient over the replicas that finished the step), with a
-warning, and the result's "dropped" lists each lost replica and the iteration.
+warning, and the result's `dropped` attribute lists each lost replica and the iteration.
 When replica 0, which holds the optimizer, is lost, the next live replica (whose
 weights are replica 0's of the last step) takes over with a fresh Adam.
 """
@@ -58,10 +58,10 @@ def dp_train(make_model: Callable, data: Sequence, loss_fn: Callable | None = No
              forward_fn: Callable | None = None, target_fn: Callable | None = None,
              n_gpu: int | None = None, n_iter: int = 10, lr: float = 1e-3, max_norm: float = math.inf,
              verbose: int | bool = 10, devices: Sequence[str] | None = None) -> NamedList:
-    """Data-parallel training with ggmlR's arguments; returns {"params", "loss_history", "model",
-    "dropped"} (a dict that answers by attribute too: `res.model`). "dropped" (not in ggmlR) lists
-    the replicas lost on the way, each {"replica", "device", "iteration", "error"}: empty unless
-    a device was lost (see the module's docstring).
+    """Data-parallel training with ggmlR's arguments; returns {"params", "loss_history", "model"}
+    (a dict that answers by attribute too: `res.model`). `res.dropped` (an attribute, not in
+    ggmlR) lists the replicas lost on the way, each {"replica", "device", "iteration", "error"}:
+    empty unless a device was lost (see the module's docstring).
 
     make_model(): builds one replica: an ag_* layer, or anything (a dict too) with `forward(x)`
       and `parameters()` (a list or dict of ag tensors). Replica 0's initial weights are copied
@@ -178,4 +178,6 @@ def dp_train(make_model: Callable, data: Sequence, loss_fn: Callable | None = No
         history[it] = float(np.mean([r[0] for r in results]))
         if verbose and (it + 1) % int(verbose) == 0:
             print(f"dp_train: iteration {it + 1}/{n_iter}, loss {history[it]:.6f}")
-    return NamedList(params=params[owner], loss_history=history, model=replicas[owner], dropped=dropped)
+    res = NamedList(params=params[owner], loss_history=history, model=replicas[owner])
+    res.dropped = dropped  # an attribute, not an entry: the entries stay ggmlR's
+    return res
