@@ -80,3 +80,32 @@ def test_a_virtual_environment_records_the_build_too(bg, tmp_path, monkeypatch):
     import json
     assert json.loads((tmp_path / "cache" / "active.json").read_text()) == info
     assert json.loads((venv / "share" / "ggmlpy" / "active.json").read_text()) == info
+
+
+def test_a_patch_of_several_parts_gives_its_tag_once(bg):
+    rpc = bg.build_key({"rpc"}, native=True)
+    assert rpc.count("-rpcp1") == 1 and "-rpcp1" not in bg.build_key({"cpu"}, native=True)
+    assert "-vkp1" in bg.build_key({"rpc", "vulkan"}, native=True)
+
+
+def test_the_rpc_patch_applies_to_the_pinned_sources_once(bg, tmp_path):
+    """rpc-fail-soft against the files of the pinned sdist (CI builds from a fresh unpack): every
+    part finds its text, and a second run changes nothing."""
+    import tarfile
+    sdist = next((p for p in (bg.cache_dir() / "sdist" / bg.SDIST_NAME, Path.home() / ".cache/ggmlpy/sdist" / bg.SDIST_NAME)
+                  if p.exists()), None)
+    if sdist is None:
+        pytest.skip("the pinned llama-cpp-python sdist is not in the cache")
+    files = sorted({rel for name, _, _, rel, *_ in bg.PATCHES if name == "rpc-fail-soft"})
+    with tarfile.open(sdist) as tar:
+        for rel in files:
+            member = tar.getmember(bg.GGML_PREFIX + rel)
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / rel).write_bytes(tar.extractfile(member).read())
+    bg.VENDOR = tmp_path
+    assert bg.apply_patches({"cpu", "rpc"}) == ["rpc-fail-soft"]
+    once = {rel: (tmp_path / rel).read_text() for rel in files}
+    assert "GGML_ABORT(\"Failed to connect" not in once["src/ggml-rpc/ggml-rpc.cpp"]
+    assert "SO_RCVTIMEO" in once["src/ggml-rpc/transport.cpp"]
+    assert bg.apply_patches({"cpu", "rpc"}) == ["rpc-fail-soft"]
+    assert {rel: (tmp_path / rel).read_text() for rel in files} == once
