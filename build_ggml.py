@@ -144,11 +144,14 @@ static std::mutex g_rpc_lost_mutex;
 static std::unordered_map<std::string, int> g_rpc_lost;  // endpoint -> 1 failed or closed, 2 timed out
 
 static void rpc_mark_lost(const std::string & endpoint, int why) {
-    std::lock_guard<std::mutex> lock(g_rpc_lost_mutex);
-    if (g_rpc_lost.find(endpoint) == g_rpc_lost.end()) {
-        g_rpc_lost[endpoint] = why;
-        GGML_LOG_ERROR("RPC connection to %s lost (%s)\\n", endpoint.c_str(), why == 2 ? "timed out" : "failed");
+    {
+        std::lock_guard<std::mutex> lock(g_rpc_lost_mutex);
+        if (!g_rpc_lost.emplace(endpoint, why).second) {
+            return;  // marked already
+        }
     }
+    // outside the lock: the log callback may be the application's, and may ask ggml_backend_rpc_lost
+    GGML_LOG_ERROR("RPC connection to %s lost (%s)\\n", endpoint.c_str(), why == 2 ? "timed out" : "failed");
 }
 
 // 0: the connection to endpoint works (or was never made); 1: it failed or the server closed
@@ -261,7 +264,7 @@ void rpc_dispatcher::start(const std::string & endpoint) {
         }
     }
     if (lost) {
-        rpc_mark_lost(endpoint, 1);  // no-op when already marked
+        rpc_mark_lost(endpoint, 1);  // the endpoint or transport failures above; a no-op after a connect failure
     } else {
         LOG_DBG("[%s] connected to %s\\n", __func__, endpoint.c_str());
     }

@@ -28,7 +28,7 @@ asks an RPC device for its memory in `devices()`, and checks the server again
 before opening a new backend on it. A server that dies or stops answering later
 costs its device, not the process: build_ggml.py patches ggml's RPC client
 (rpc-fail-soft) so that a failed send or receive, or one that waits longer than
-the RPC timeout (`set_rpc_timeout`, ``GGMLPY_RPC_TIMEOUT``, default 5 s), marks
+the RPC timeout (`set_rpc_timeout`, ``GGMLPY_RPC_TIMEOUT``, in seconds, default 5), marks
 the connection lost instead of aborting; every ggmlpy call on that device then
 raises `DeviceLostError` (a DeviceError), at once from the first loss on, and the
 other devices go on. Without the patch (an older build) ggml's client aborts as
@@ -606,7 +606,7 @@ def rpc_timeout() -> float:
 def set_rpc_timeout(seconds: float | None) -> float:
     """How long an RPC server may take to answer (each send or receive, and the connection
     check) before its device is given up and DeviceLostError raised; None: back to
-    $GGMLPY_RPC_TIMEOUT, else 5 s. It applies to connections made from now on (ggml sets it on
+    $GGMLPY_RPC_TIMEOUT, else five seconds. It applies to connections made from now on (ggml sets it on
     the socket as it connects), so set it before the first ag_device("rpc://..."). It must
     exceed the longest graph a server computes in one go: ggml waits for the result in one
     receive. Returns the previous value."""
