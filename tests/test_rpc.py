@@ -2,9 +2,10 @@
 
 The server is ggml's own rpc-server binary from the same build, started through the
 `rpc-server` subcommand on a free loopback port and killed at the end. The client runs in a
-child process: ggml's RPC client aborts the whole process if its server goes away while it
-still holds buffers there, and an RPC device, once added, is listed (as a "gpu") by every
-later devices() call of that process, which other tests must not see. Everything has a
+child process: an RPC device, once added, is listed (as a "gpu") by every later devices() call
+of that process, which other tests must not see, and a build without build_ggml.py's
+rpc-fail-soft patch aborts the whole process if its server goes away (test_rpc_loss.py covers
+servers that die or freeze). Everything has a
 timeout. Skips cleanly when the build has no RPC backend or no rpc-server binary.
 """
 from __future__ import annotations
