@@ -518,8 +518,9 @@ def conv_ref(x, W, stride, pads_b, pads_e, dil, groups):
 
 
 def conv_on_cpu(x, W, stride, pads_b, pads_e, dil, groups, threads, bias=None, residual=None, relu=False, block=0,
-                packed=False):
-    """K.conv2d (or, packed, K.conv2d_packed) of numpy arrays on ggml's CPU backend (one graph)."""
+                packed=False, pixels=0):
+    """K.conv2d (or, packed, K.conv2d_packed; with pixels = 1, 2 or 3, K.conv2d_pixels with that many
+    vectors of pixels a block) of numpy arrays on ggml's CPU backend (one graph)."""
     from ggmlpy.bindings import ffi
     N, C, H, Wd = x.shape
     M, Cg, KH, KW = W.shape
@@ -536,7 +537,11 @@ def conv_on_cpu(x, W, stride, pads_b, pads_e, dil, groups, threads, bias=None, r
         xt = tensor(x, Wd, H, C, N)
         bt = None if bias is None else lib.ggml_reshape_1d(ctx, tensor(bias, M, 1, 1, 1), M)
         rt = None if residual is None else tensor(residual, OW, OH, M, N)
-        if packed:
+        if pixels:
+            wp = K.pack_conv_pixels(W, groups, pixels)
+            y = K.conv2d_pixels(ctx, xt, tensor(wp, *wp.shape[::-1], 1), M, (KH, KW), stride, pads_b, dil, (OH, OW),
+                                groups, bt, rt, relu, pixels)
+        elif packed:
             wp = K.pack_conv(W, groups)
             y = K.conv2d_packed(ctx, xt, tensor(wp, *wp.shape[::-1], 1), M, (KH, KW), stride, pads_b, dil, (OH, OW),
                                 groups, bt, rt, relu)
@@ -749,6 +754,76 @@ def test_packed_conv_every_geometry_and_thread_count(case):
         out = conv_on_cpu(x, W, stride, pb, pe, dil, groups, threads, bias=bias, residual=r, relu=True, packed=True)
         want = np.maximum(ref + r, 0)
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+PIXEL_CASES = CONV_CASES + [  # planes past one block of pixels, with tails; channels past one panel, with tails
+    ((1, 5, 13, 11), (17, 5, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1),   # 143 pixels: 2 blocks of 48 and a tail
+    ((2, 7, 17, 19), (9, 7, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1),    # stride 2 across vector boundaries
+    ((1, 3, 40, 37), (8, 3, 7, 7), (2, 2), (3, 3), (3, 3), (1, 1), 1),    # ResNet's stem, rows wider than a vector
+    ((1, 6, 21, 35), (10, 6, 1, 1), (1, 1), (0, 0), (0, 0), (1, 1), 1),   # 1x1 on rows of 35 (two vectors and 3)
+    ((1, 6, 21, 35), (10, 6, 1, 1), (2, 2), (0, 0), (0, 0), (1, 1), 1),   # 1x1 stride 2
+    ((1, 4, 20, 33), (6, 4, 3, 3), (3, 3), (2, 1), (0, 2), (2, 1), 1),    # stride 3 (one column at a time), dilation
+    ((2, 8, 12, 18), (26, 4, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 2),   # groups of 13 channels
+]
+
+
+@needs_packed_conv
+@pytest.mark.parametrize("vectors", [1, 2, 3])
+@pytest.mark.parametrize("case", PIXEL_CASES, ids=lambda c: "x{}w{}s{}p{}{}d{}g{}".format(*c))
+def test_pixel_conv_every_geometry_block_and_thread_count(case, vectors):
+    """conv.c's pixel-major AVX-512 convolution: blocks of 16, 32 or 48 pixels (plane tails, blocks
+    across output rows), panels of 24 / vectors channels (tails, groups), with bias, residual, ReLU."""
+    xs, ws, stride, pb, pe, dil, groups = case
+    rng = np.random.default_rng(sum(xs) + sum(ws) + 2)
+    x = rng.standard_normal(xs).astype(np.float32)
+    W = rng.standard_normal(ws).astype(np.float32)
+    bias = rng.standard_normal(ws[0]).astype(np.float32)
+    ref = conv_ref(x, W, stride, pb, pe, dil, groups)
+    r = rng.standard_normal(ref.shape).astype(np.float32)
+    for threads in (1, 2, 3):
+        out = conv_on_cpu(x, W, stride, pb, pe, dil, groups, threads, pixels=vectors)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+        out = conv_on_cpu(x, W, stride, pb, pe, dil, groups, threads, bias=bias, residual=r, relu=True,
+                          pixels=vectors)
+        want = np.maximum(ref + bias.reshape(1, -1, 1, 1) + r, 0)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@needs_packed_conv
+def test_pixel_conv_sums_past_one_block_of_patch_rows_and_keeps_nan():
+    """More than PKC (192) patch rows: partial sums wait in the output between row blocks; a NaN
+    input stays NaN through the ReLU, and -inf becomes 0."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 40, 9, 10)).astype(np.float32)  # 40 * 9 = 360 patch rows
+    W = rng.standard_normal((12, 40, 3, 3)).astype(np.float32)
+    ref = conv_ref(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1)
+    for threads in (1, 2):
+        out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, pixels=3)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    r = np.zeros(ref.shape, np.float32)
+    r[0, 0, 0, 0], r[0, 1, 8, 9] = np.nan, -np.inf
+    out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, 1, residual=r, relu=True, pixels=3)
+    assert np.isnan(out[0, 0, 0, 0]) and out[0, 1, 8, 9] == 0.0
+    assert np.isfinite(out).sum() == out.size - 1
+
+
+@needs_packed_conv
+def test_pack_conv_pixels_layout_and_bad_vector_count():
+    W = np.arange(2 * 10 * 3 * 1 * 1, dtype=np.float32).reshape(20, 3, 1, 1)  # 2 groups of 10 channels
+    wp = K.pack_conv_pixels(W, 2, 3)  # panels of 8 channels: 2 a group
+    assert wp.shape == (4, 3, 8)
+    assert wp[1, 2, 1] == W[9, 2, 0, 0] and wp[1, 2, 2] == 0.0 and wp[2, 0, 0] == W[10, 0, 0, 0]
+    with pytest.raises(ValueError, match="vectors"):
+        K.pack_conv_pixels(W, 2, 4)
+
+
+@needs_packed_conv
+def test_packed_conv_kind_follows_the_padding_lanes():
+    assert K.packed_conv_kind(56 * 56, 64) == "pixels"      # ResNet's wide planes
+    assert K.packed_conv_kind(28 * 28, 128) == "pixels"
+    assert K.packed_conv_kind(14 * 14, 256) == "channels"   # 196 pixels: 4 blocks of 48 and a sliver
+    assert K.packed_conv_kind(7 * 7, 512) == "channels"
+    assert K.packed_conv_kind(56 * 56, 1) is None           # depthwise: OpenBLAS's conv2d
 
 
 @pytest.mark.parametrize("name,what", [("gemm", "products stay"), ("conv", "convolutions stay"),

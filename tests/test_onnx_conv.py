@@ -151,8 +151,8 @@ def test_half_precision_weights_keep_ggmls_products():
 @needs_conv
 @pytest.mark.parametrize("threads", [1, 2])
 def test_wide_convs_use_the_packed_kernel_where_there_is_avx512(threads):
-    """From 128 output channels (ops_nn.PACKED_CONV_MIN_CHANNELS) conv.c's AVX-512 product runs them:
-    the same numbers (a stem of 64 channels stays on OpenBLAS)."""
+    """With AVX-512 conv.c's products with weights packed at load run them (Kernels.packed_conv_kind
+    picks pixel-major or channel-major blocks per layer): the same numbers."""
     n = helper.make_node
     proto = model([n("Conv", ["x", "W0", "b0"], ["c0"], pads=[1, 1, 1, 1]), n("Relu", ["c0"], ["r0"]),
                    n("Conv", ["r0", "W1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
@@ -166,4 +166,7 @@ def test_wide_convs_use_the_packed_kernel_where_there_is_avx512(threads):
     nodes = custom_nodes(m)
     assert len(nodes) == 3
     if K.conv2d_packed is not None:  # packed weights: ne [rows, C*KH*KW, panels]
-        assert [int(t.src[1].ne[0]) == K.packed_rows and int(t.src[1].ne[2]) == 5 for t in nodes] == [False, True, True]
+        kinds = [K.packed_conv_kind(13 * 11, 64), K.packed_conv_kind(7 * 6, 130), K.packed_conv_kind(7 * 6, 130)]
+        rows = {"pixels": 8, "channels": K.packed_rows}
+        assert [int(t.src[1].ne[0]) for t in nodes] == [rows[k] for k in kinds]
+        assert [int(t.src[1].ne[2]) for t in nodes] == [-(-m // rows[k]) for m, k in zip((64, 130, 130), kinds)]

@@ -47,6 +47,7 @@ FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
          *(f"-DOFF_{k.upper()}={TENSOR_OFFSETS[k]}" for k in ("ne", "nb", "src", "data"))]
 BLAS_LIBS = ("-l:libopenblas.so.0",)  # the library ggml's BLAS backend loads (Debian's alternatives)
 N_TASKS_MAX = -1  # ggml's GGML_N_TASKS_MAX: as many tasks as the backend has threads
+LNR_PACKED = 12  # conv2d_packed's pixels a block (conv.c's LNR)
 
 _lock = threading.Lock()
 _state: dict = {}  # "kernels": the loaded Kernels or None, once tried
@@ -77,6 +78,8 @@ class Kernels:
         self.linear_packed = self._linear_packed if self.packed_rows else None  # None: linear, over OpenBLAS
         self._conv_packed_fn = clib.ggmlpy_conv2d_packed_f32 if self.packed_rows else None
         self.conv2d_packed = self._conv2d_packed if self.packed_rows else None  # None: conv2d, over OpenBLAS
+        self._conv_pixels_fn = clib.ggmlpy_conv2d_pixels_f32 if self.packed_rows else None
+        self.conv2d_pixels = self._conv2d_pixels if self.packed_rows else None  # None: no AVX-512
         self.conv2d = self._conv2d if clib is not None else None  # None: ggml's im2col and products
         self.maxpool2d = self._maxpool2d if clib is not None else None  # None: ggml's pool_2d
         self._im2col_back_fn = clib.ggmlpy_im2col_back_f32 if clib is not None else None
@@ -228,6 +231,45 @@ class Kernels:
         AVX-512 product. Same arguments and result otherwise."""
         return self._conv_node(ctx, self._conv_packed_fn, x, wp, out_channels, kernel, stride, pad, dilation, out_hw,
                                groups, bias, residual, relu, 0)
+
+    def packed_conv_kind(self, pixels: int, channels: int) -> str | None:
+        """Which of conv.c's AVX-512 convolutions (weights packed at load) suits a layer of `pixels`
+        output pixels an image and `channels` output channels a group: "pixels" (conv2d_pixels, blocks
+        of 48 pixels by 8 channels, stored as whole vectors into NCHW), "channels" (conv2d_packed,
+        32 channels by 12 pixels), whichever computes fewer padding lanes (the pixel kernel counted
+        10 % faster, as measured on ResNet-18's layers); None without AVX-512 or below 8 channels
+        (depthwise), where OpenBLAS's conv2d runs it."""
+        if not self.packed_rows or channels < 8 or pixels < 1:
+            return None
+
+        def used(n, block):  # the share of a block's lanes that hold real values
+            return n / (-(-n // block) * block)
+        by_pixels = 1.1 * used(pixels, 48) * used(channels, 8)
+        by_channels = used(pixels, LNR_PACKED) * used(channels, self.packed_rows)
+        return "pixels" if by_pixels >= by_channels else "channels"
+
+    def pack_conv_pixels(self, w: np.ndarray, groups: int, vectors: int) -> np.ndarray:
+        """ONNX conv weights (M, C/groups, KH, KW) in the panels conv2d_pixels reads with `vectors`
+        (1, 2 or 3) vectors of pixels: (groups * panels, C/groups*KH*KW, rows) with rows = 24 / vectors
+        output channels a panel, out[g * panels + p, k, r] = W[g * M/groups + p * rows + r, k], zero
+        past each group's channels."""
+        rows = int(self.clib.ggmlpy_conv_pixels_rows(vectors))
+        if rows == 0:
+            raise ValueError(f"pack_conv_pixels: vectors must be 1, 2 or 3, got {vectors}")
+        M = w.shape[0]
+        Mg = M // groups
+        npan = -(-Mg // rows)
+        mats = np.zeros((groups, npan * rows, w[0].size), np.float32)
+        mats[:, :Mg] = w.reshape(groups, Mg, -1)
+        return np.ascontiguousarray(mats.reshape(groups, npan, rows, -1).transpose(0, 1, 3, 2).reshape(groups * npan, -1, rows))
+
+    def _conv2d_pixels(self, ctx, x, wp, out_channels, kernel, stride, pad, dilation, out_hw, groups=1, bias=None,
+                       residual=None, relu=False, vectors=2):
+        """conv2d with the weights as pack_conv_pixels(W, groups, vectors) (ne [rows, C/groups*KH*KW,
+        groups * panels]): conv.c's AVX-512 product with `vectors` 16-pixel vectors in a block. Same
+        arguments and result otherwise."""
+        return self._conv_node(ctx, self._conv_pixels_fn, x, wp, out_channels, kernel, stride, pad, dilation, out_hw,
+                               groups, bias, residual, relu, vectors)
 
     def _conv_node(self, ctx, fn, x, w, M, kernel, stride, pad, dilation, out_hw, groups, bias, residual, relu, block):
         args = [x, w] + [t for t in (bias, residual) if t is not None]

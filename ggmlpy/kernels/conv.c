@@ -53,42 +53,107 @@ typedef struct {
     int C, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW;
 } geom;
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+
+/* lanes [lo, hi) of 16 set (none when hi <= lo) */
+static inline __mmask16 lanes(int lo, int hi) {
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > 16 ? 16 : hi;
+    return hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+
+/* 16 floats from row[i0 .. i0 + 16) with the lanes outside row[0 .. W) zero: a masked load never
+ * touches (nor faults on) the lanes it leaves out */
+static inline __m512 load_in_row(const float *row, int i0, int W) {
+    if (i0 >= 0 && i0 + 16 <= W)  /* the usual case: a plain load (masked ones are slower) */
+        return _mm512_loadu_ps(row + i0);
+    return _mm512_maskz_loadu_ps(lanes(-i0, W - i0), (const float *)((uintptr_t)row + (intptr_t)i0 * 4));
+}
+
+/* o[q] = row[q SW + off] for ow <= q < end, zero where that column is outside row[0 .. W): a vector
+ * of 16 output columns a step (stride 2: two loads, the even lanes); other strides one at a time.
+ * Whole vectors are stored (masked stores are slow here): up to 15 floats past o[end] are written
+ * too, which the caller overwrites later or has room for (im2col_block's SLACK). */
+static inline void patch_row(float *o, int ow, int end, const float *row, int off, int SW, int W) {
+    if (SW == 1) {
+        for (int q = ow; q < end; q += 16)
+            _mm512_storeu_ps(o + q, load_in_row(row, q + off, W));
+    } else if (SW == 2) {
+        const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+        for (int q = ow; q < end; q += 16) {
+            const int i0 = 2 * q + off;
+            _mm512_storeu_ps(o + q, _mm512_permutex2var_ps(load_in_row(row, i0, W), even, load_in_row(row, i0 + 16, W)));
+        }
+    } else {
+        for (int q = ow; q < end; q++) {
+            const int64_t i = (int64_t)q * SW + off;
+            o[q] = i >= 0 && i < W ? row[i] : 0.0f;
+        }
+    }
+}
+
+static inline void zero_row(float *o, int ow, int end) {  /* whole vectors, as patch_row */
+    for (int q = ow; q < end; q += 16)
+        _mm512_storeu_ps(o + q, _mm512_setzero_ps());
+}
+#else
+static void patch_row(float *o, int ow, int end, const float *row, int off, int SW, int W) {
+    const int a = clampi(imin(first_in(off, SW), end), ow, end), b = clampi(imin(first_past(off, SW, W), end), a, end);
+    if (a > ow)
+        memset(o + ow, 0, (size_t)(a - ow) * sizeof(float));
+    if (SW == 1)
+        memcpy(o + a, row + off + a, (size_t)(b - a) * sizeof(float));
+    else
+        for (int q = a; q < b; q++)
+            o[q] = row[(int64_t)q * SW + off];
+    if (end > b)
+        memset(o + b, 0, (size_t)(end - b) * sizeof(float));
+}
+
+static void zero_row(float *o, int ow, int end) { memset(o + ow, 0, (size_t)(end - ow) * sizeof(float)); }
+#endif
+
 /* col[r * ld + (p - p0)] for the pixels p0 <= p < p0 + m and rows r = (c KH + kh) KW + kw of one image
- * (and group) whose channels start at x (ld >= m) */
+ * (and group) whose channels start at x (ld >= m), with SLACK floats of room after the last row. The
+ * block's pieces of output rows are worked out once; each row of col is then a few vector copies
+ * (patch_row) per piece. */
+enum { SLACK = 16 };
+
 static void im2col_block(const float *x, float *col, int64_t p0, int64_t m, int64_t ld, const geom *g) {
+    enum { MAX_PIECES = 64 };
     const int64_t plane = (int64_t)g->H * g->W;
-    float *out = col;
-    for (int c = 0; c < g->C; c++)
-        for (int kh = 0; kh < g->KH; kh++)
-            for (int kw = 0; kw < g->KW; kw++, out += ld) {
-                const int off_w = kw * g->DW - g->PW;  /* iw = ow SW + off_w */
-                const int ow_lo = imin(first_in(off_w, g->SW), g->OW);
-                const int ow_hi = imin(first_past(off_w, g->SW, g->W), g->OW);
-                int oh = (int)(p0 / g->OW), ow = (int)(p0 % g->OW);
-                for (int64_t done = 0; done < m; oh++, ow = 0) {
-                    const int end = (int)(ow + (m - done) < g->OW ? ow + (m - done) : g->OW);
-                    float *o = out + done - ow;  /* o[ow'] is output column ow' of this row */
-                    const int ih = oh * g->SH - g->PH + kh * g->DH;
-                    if (ih < 0 || ih >= g->H) {
-                        memset(o + ow, 0, (size_t)(end - ow) * sizeof(float));
-                    } else {
-                        const int a = clampi(ow_lo, ow, end), b = clampi(ow_hi, a, end);
-                        const float *row = x + c * plane + (int64_t)ih * g->W + off_w;
-                        if (a > ow)
-                            memset(o + ow, 0, (size_t)(a - ow) * sizeof(float));
-                        if (g->SW == 1) {
-                            memcpy(o + a, row + a, (size_t)(b - a) * sizeof(float));
-                        } else {
-                            const int s = g->SW;
-                            for (int q = a; q < b; q++)
-                                o[q] = row[(int64_t)q * s];
-                        }
-                        if (end > b)
-                            memset(o + b, 0, (size_t)(end - b) * sizeof(float));
+    int64_t p = p0;
+    while (p < p0 + m) {  /* at most MAX_PIECES output rows at a time */
+        int oh[MAX_PIECES], ow0[MAX_PIECES], ow1[MAX_PIECES];
+        int64_t at[MAX_PIECES];  /* where each piece starts in a row of col */
+        int n = 0;
+        for (int h = (int)(p / g->OW), w = (int)(p % g->OW); n < MAX_PIECES && p < p0 + m; n++, h++, w = 0) {
+            const int end = (int)(w + (p0 + m - p) < g->OW ? w + (p0 + m - p) : g->OW);
+            oh[n] = h, ow0[n] = w, ow1[n] = end, at[n] = p - p0;
+            p += end - w;
+        }
+        float *out = col;
+        for (int c = 0; c < g->C; c++)
+            for (int kh = 0; kh < g->KH; kh++) {
+                const float *rows[MAX_PIECES];  /* each piece's input row, NULL in the padding */
+                for (int i = 0; i < n; i++) {
+                    const int ih = oh[i] * g->SH - g->PH + kh * g->DH;
+                    rows[i] = ih < 0 || ih >= g->H ? NULL : x + c * plane + (int64_t)ih * g->W;
+                }
+                for (int kw = 0; kw < g->KW; kw++, out += ld) {
+                    const int off_w = kw * g->DW - g->PW;  /* iw = ow SW + off_w */
+                    for (int i = 0; i < n; i++) {
+                        float *o = out + at[i] - ow0[i];  /* o[ow] is output column ow of this row */
+                        if (rows[i] == NULL)
+                            zero_row(o, ow0[i], ow1[i]);
+                        else
+                            patch_row(o, ow0[i], ow1[i], rows[i], off_w, g->SW, g->W);
                     }
-                    done += end - ow;
                 }
             }
+        col += at[n - 1] + (ow1[n - 1] - ow0[n - 1]);  /* the next pieces' columns */
+    }
 }
 
 /* A buffer of at least n floats (64-byte aligned), grown as needed and kept: each thread has its
@@ -218,7 +283,7 @@ void ggmlpy_conv2d_f32(void *dst, int ith, int nth, void *userdata) {
             a = xg + p0;
             lda = in_plane;
         } else {
-            float *col = scratch((size_t)m * CKK);
+            float *col = scratch((size_t)m * CKK + SLACK);
             if (col == NULL) {  /* out of memory (a few MB): never a silently wrong value */
                 float *out = y + ((int64_t)n * G + gi) * Mg * P;
                 for (int o = o0; o < o1; o++)
@@ -371,8 +436,6 @@ void ggmlpy_linear_f32(void *dst, int ith, int nth, void *userdata) {
  * OpenBLAS's 88-94 on one core. Threads split the (column panel, weight panel) pairs evenly.
  * userdata: int32_t[1] = has bias. */
 #ifdef __AVX512F__
-#include <immintrin.h>
-
 enum { LMR = 32, LNR = 12, LKC = 512 };
 
 int ggmlpy_linear_packed_mr(void) { return LMR; }
@@ -514,7 +577,7 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
         }
         {  /* the run's patches as one block (long contiguous runs), then cut into [k][LNR] strips */
             const int64_t p0 = s0 * LNR, m = (P < s1 * LNR ? P : s1 * LNR) - p0, ld = (s1 - s0) * LNR;
-            float *blk = panel_scratch((size_t)ld * CKK);
+            float *blk = panel_scratch((size_t)ld * CKK + SLACK);
             if (blk == NULL) {
                 col = NULL;
                 it--;
@@ -551,6 +614,128 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
         }
     }
 }
+
+/* The convolution with pixels in the vector lanes (AVX-512), for layers whose output planes are
+ * wide: out (P x M) = col (P x CKK) W^T (CKK x M) in blocks of PV*16 pixels by PR output channels
+ * (PV * PR = 24 accumulators), so that each block's channel rows land in the NCHW output as whole
+ * vectors (bias, residual and ReLU applied in registers, masked at the plane's end). A strip of
+ * PV*16 pixels' patches is exactly what im2col_block writes with ld = PV*16 ([k][pixels]); the
+ * weights are packed at load in panels of PR channels, [CKK][PR] each (pack_conv_pixels in
+ * kernels/__init__.py, zero past the group's channels), read as broadcasts. The strip is consumed
+ * PKC rows of CKK at a time (PKC * PV*16 floats stay in L1 while every channel panel passes over
+ * them); partial sums wait in the output. Work items are (image, group, strip) times channel panels,
+ * split evenly over the threads. userdata as ggmlpy_conv2d_f32's, with block = PV (1, 2 or 3). */
+enum { PKC = 192 };
+
+static inline __attribute__((always_inline)) void pixel_tile(const int PV, const int PR, int kc,
+                                                             const float *restrict a, const float *restrict b,
+                                                             float *out, int64_t P, int nr, const __mmask16 *mask,
+                                                             int first, int last, const float *bias, const float *res,
+                                                             int relu) {
+    __m512 c[24];
+#pragma GCC unroll 24
+    for (int j = 0; j < PR; j++)
+#pragma GCC unroll 3
+        for (int v = 0; v < PV; v++) {
+            if (j >= nr)
+                c[j * PV + v] = _mm512_setzero_ps();
+            else if (first)
+                c[j * PV + v] = bias ? _mm512_set1_ps(bias[j]) : _mm512_setzero_ps();
+            else if (mask[v] == 0xFFFF)  /* masked loads and stores are slow here: only at the plane's end */
+                c[j * PV + v] = _mm512_loadu_ps(out + j * P + 16 * v);
+            else
+                c[j * PV + v] = _mm512_maskz_loadu_ps(mask[v], out + j * P + 16 * v);
+        }
+    for (int k = 0; k < kc; k++) {
+        __m512 av[3];
+#pragma GCC unroll 3
+        for (int v = 0; v < PV; v++)
+            av[v] = _mm512_load_ps(a + (int64_t)k * PV * 16 + 16 * v);  /* the strip buffer is 64-byte aligned */
+#pragma GCC unroll 24
+        for (int j = 0; j < PR; j++) {
+            const __m512 bj = _mm512_set1_ps(b[k * PR + j]);
+#pragma GCC unroll 3
+            for (int v = 0; v < PV; v++)
+                c[j * PV + v] = _mm512_fmadd_ps(av[v], bj, c[j * PV + v]);
+        }
+    }
+    const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 24
+    for (int j = 0; j < PR; j++)
+        if (j < nr)
+#pragma GCC unroll 3
+            for (int v = 0; v < PV; v++) {
+                __m512 y = c[j * PV + v];
+                const int full = mask[v] == 0xFFFF;
+                if (last && res)
+                    y = _mm512_add_ps(y, full ? _mm512_loadu_ps(res + j * P + 16 * v)
+                                              : _mm512_maskz_loadu_ps(mask[v], res + j * P + 16 * v));
+                if (last && relu)
+                    y = _mm512_max_ps(zero, y);  /* max(0, NaN) is the NaN: the second operand wins */
+                if (full)
+                    _mm512_storeu_ps(out + j * P + 16 * v, y);
+                else
+                    _mm512_mask_storeu_ps(out + j * P + 16 * v, mask[v], y);
+            }
+}
+
+static inline __attribute__((always_inline)) void conv_pixels(const int PV, const int PR, void *dst, int ith, int nth,
+                                                              const int32_t *pr) {
+    const conv_args op = conv_args_of(dst, pr);
+    const geom g = op.g;
+    const int N = op.N, G = op.G, Mg = op.Mg, flags = op.flags;
+    const int CKK = (int)op.wne[1], npan = (int)op.wne[2] / G;  /* each group's channels: npan panels */
+    const int64_t P = op.P, in_plane = op.in_plane, LD = PV * 16;
+    const float *x = op.x, *wp = op.w, *bias = op.bias, *res = op.res;
+    float *y = op.y;
+    const int64_t strips = (P + LD - 1) / LD, items = (int64_t)N * G * strips;
+    const int64_t units = items * npan, u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
+    if (u0 >= u1)
+        return;
+    float *col = scratch((size_t)LD * CKK + SLACK);
+    for (int64_t it = u0 / npan; it <= (u1 - 1) / npan; it++) {
+        const int q0 = it == u0 / npan ? (int)(u0 % npan) : 0;
+        const int q1 = it == (u1 - 1) / npan ? (int)((u1 - 1) % npan) + 1 : npan;
+        const int64_t si = it % strips, ng = it / strips;
+        const int gi = (int)(ng % G), n = (int)(ng / G);
+        const int64_t p0 = si * LD, m = P - p0 < LD ? P - p0 : LD;
+        float *out = y + ((int64_t)n * G + gi) * Mg * P + p0;
+        const float *rg = res ? res + ((int64_t)n * G + gi) * Mg * P + p0 : NULL;
+        if (col == NULL) {  /* out of memory (a few hundred KB): never a silently wrong value */
+            for (int64_t o = (int64_t)q0 * PR; o < Mg && o < (int64_t)q1 * PR; o++)
+                for (int64_t i = 0; i < m; i++)
+                    out[o * P + i] = __builtin_nanf("");
+            continue;
+        }
+        if (m < LD)  /* the lanes past the plane's end: computed, never stored (zeros, not stale bits) */
+            for (int r = 0; r < CKK; r++)
+                memset(col + (int64_t)r * LD + m, 0, (size_t)(LD - m) * sizeof(float));
+        im2col_block(x + ((int64_t)n * G + gi) * g.C * in_plane, col, p0, m, LD, &g);
+        __mmask16 mask[3];
+        for (int v = 0; v < 3; v++)
+            mask[v] = m >= 16 * (v + 1) ? 0xFFFF : m > 16 * v ? (__mmask16)((1u << (m - 16 * v)) - 1) : 0;
+        for (int kb = 0; kb < CKK; kb += PKC) {
+            const int kc = imin(PKC, CKK - kb), last = kb + kc >= CKK;
+            for (int q = q0; q < q1; q++) {
+                const int o0 = q * PR;
+                pixel_tile(PV, PR, kc, col + (int64_t)kb * LD, wp + (((int64_t)gi * npan + q) * CKK + kb) * PR,
+                           out + (int64_t)o0 * P, P, imin(PR, Mg - o0), mask, kb == 0, last,
+                           bias ? bias + gi * Mg + o0 : NULL, rg ? rg + (int64_t)o0 * P : NULL, flags & F_RELU);
+            }
+        }
+    }
+}
+
+int ggmlpy_conv_pixels_rows(int pv) { return pv >= 1 && pv <= 3 ? 24 / pv : 0; }
+
+void ggmlpy_conv2d_pixels_f32(void *dst, int ith, int nth, void *userdata) {
+    const int32_t *pr = (const int32_t *)userdata;
+    switch (pr[P_BLOCK]) {
+    case 1: conv_pixels(1, 24, dst, ith, nth, pr); break;
+    case 2: conv_pixels(2, 12, dst, ith, nth, pr); break;
+    default: conv_pixels(3, 8, dst, ith, nth, pr); break;
+    }
+}
 #else
 int ggmlpy_linear_packed_mr(void) { return 0; }  /* no AVX-512: linear layers use ggmlpy_linear_f32 */
 
@@ -559,6 +744,12 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
 }
 
 void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
+    (void)dst; (void)ith; (void)nth; (void)userdata;
+}
+
+int ggmlpy_conv_pixels_rows(int pv) { (void)pv; return 0; }  /* no AVX-512: no pixel-major convolution */
+
+void ggmlpy_conv2d_pixels_f32(void *dst, int ith, int nth, void *userdata) {
     (void)dst; (void)ith; (void)nth; (void)userdata;
 }
 #endif

@@ -11,10 +11,9 @@ from .ops_basic import FLT_MAX, I64, cval, f, norm_axis, op
 
 POOL_MAX, POOL_AVG = lib.GGML_OP_POOL_MAX, lib.GGML_OP_POOL_AVG
 COLUMNS_FIRST = True  # conv product order where the builder does not choose (see conv2d)
-# conv.c's AVX-512 convolution from this many output channels a group on (measured on ResNet-18, one
-# core: 4-9 % faster than OpenBLAS from 128 channels, 3 % slower at 64, where each block of patches
-# feeds only two weight panels); fewer go through OpenBLAS
-PACKED_CONV_MIN_CHANNELS = 128
+# conv.c's pixel-major AVX-512 convolution: blocks of this many 16-pixel vectors (by 24 / it channels);
+# 3 measured fastest on ResNet-18's wide planes (Kernels.packed_conv_kind picks the kernel per layer)
+PIXEL_VECTORS = 3
 
 
 # -- products -------------------------------------------------------------------------------------------
@@ -246,7 +245,13 @@ def conv_kernel(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dil
         bt = (b.weight(np.asarray(bias.const, dtype=np.float32).reshape(M)) if bias.is_const
               else lib.ggml_reshape_1d(b.ctx, cont(b, b.tensor(bias)), M))
     rt = None if residual is None else reshape(b, b.tensor(residual), out_shape)
-    if is_const and k.conv2d_packed is not None and M // group >= PACKED_CONV_MIN_CHANNELS:
+    kind = k.packed_conv_kind(OH * OW, M // group) if is_const else None
+    if kind == "pixels":
+        wp = b.weight(k.pack_conv_pixels(np.asarray(w_arr_or_val, dtype=np.float32), group, PIXEL_VECTORS))
+        y = k.conv2d_pixels(b.ctx, cont(b, x), wp, M, (kH, kW), tuple(strides), (pads_b[0], pads_b[1]), tuple(dils),
+                            (OH, OW), group, bt, rt, relu, PIXEL_VECTORS)
+        return b.kernel_node(y, "conv2d"), out_shape
+    if kind == "channels":
         wp = b.weight(k.pack_conv(np.asarray(w_arr_or_val, dtype=np.float32), group))
         y = k.conv2d_packed(b.ctx, cont(b, x), wp, M, (kH, kW), tuple(strides), (pads_b[0], pads_b[1]), tuple(dils),
                             (OH, OW), group, bt, rt, relu)
