@@ -45,3 +45,21 @@ def test_readme_has_an_example_per_front_end():
     onnx = next(b for b in blocks if "onnx_load" in b.src)
     assert onnx.needs == ["torch"]
     assert "pip install torch==2.13.0" in README.read_text()
+
+
+def test_readme_onnx_example_uses_torchs_default_exporter_without_a_deprecation_warning():
+    """torch's TorchScript exporter (dynamo=False) warns that it is deprecated; the README's example
+    uses the default one (dynamo=True), says that it needs onnxscript, and exports without a
+    DeprecationWarning."""
+    import warnings
+
+    import pytest
+    block = next(b for b in page_blocks(README.read_text(), "README.md") if b.lang == "python" and "onnx_load" in b.src)
+    assert "dynamo=True" in block.src and "dynamo=False" not in block.src and "onnxscript" in block.src
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3)).eval()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.onnx.export(net, (torch.randn(1, 4),), None, dynamo=True, verbose=False)
+    assert not [w for w in caught if issubclass(w.category, DeprecationWarning)], [str(w.message) for w in caught]
