@@ -1,14 +1,19 @@
 """ggmlpy's ONNX import against onnxruntime (CPU provider), same thread count, one process.
 
-    python scripts/bench_onnx.py [--threads 2] [--batch 1 8] [--seq 128] [--reps 10] [--cpu-time]
-                                 [--device cpu|cuda|vulkan]
+    python scripts/bench_onnx.py [--threads 1 2] [--batch 1 8] [--seq 128] [--reps 10] [--cpu-time]
+                                 [--dynamo] [--models resnet18 encoder vit lstm] [--device cpu|cuda|vulkan]
 
-Models are exported from PyTorch with random weights (no downloads): ResNet-18 at 224x224 and a
-BERT-style encoder (4 layers, d=256, 4 heads, FFN 1024) at sequence 128. The two runtimes alternate
+Models are exported from PyTorch with random weights (no downloads): ResNet-18 at 224x224, a
+BERT-style encoder (4 layers, d=256, 4 heads, FFN 1024) at sequence 128, a small ViT (16x16 patches
+of a 224x224 image, 4 layers, d=192, 3 heads, MLP 768) and a 2-layer LSTM classifier (100 steps of
+64 features, hidden 128, 10 classes), by torch's TorchScript exporter (--dynamo: its default one,
+which needs onnxscript). Each thread count of --threads is a pass over every model. The two runtimes alternate
 (--reps interleaved rounds after a warm-up, so both see the same machine load; 3 calls a turn after
 a 0.1 s pause, the first not counted, so that neither is timed while the other's idle threads still
 spin); prints the best and the median ms per inference, their ratios ggmlpy / onnxruntime, and
-/proc/loadavg before and after.
+/proc/loadavg before and after. The last line, for scripts, is
+`summary: resnet18 b1 1.43x, b8 1.56x, encoder 0.85x, vit 0.90x, lstm 3.00x onnxruntime (1 thread)`:
+the best-time ratios of the first thread count.
 --cpu-time measures process CPU time instead of wall time: with --threads 1 it is what a shared,
 busy machine can measure reliably (wall time there depends on who else runs).
 --device runs ggmlpy on a GPU (CUDA, Vulkan) against onnxruntime's CPU provider (the wheel the
@@ -68,6 +73,43 @@ def encoder(seq):
     return Enc()
 
 
+def vit():
+    import torch
+    import torch.nn as nn
+
+    class ViT(nn.Module):
+        def __init__(self, d=192, patch=16, image=224, depth=4, heads=3):
+            super().__init__()
+            self.embed = nn.Conv2d(3, d, patch, patch)
+            self.cls = nn.Parameter(torch.randn(1, 1, d) * 0.02)
+            self.pos = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, d) * 0.02)
+            layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, activation="gelu", batch_first=True,
+                                               norm_first=True)
+            self.enc = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+            self.head = nn.Linear(d, 1000)
+
+        def forward(self, x):
+            t = self.embed(x).flatten(2).transpose(1, 2)
+            t = torch.cat([self.cls.expand(x.shape[0], -1, -1), t], 1) + self.pos
+            return self.head(self.enc(t)[:, 0])
+    return ViT()
+
+
+def lstm_classifier():
+    import torch.nn as nn
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = nn.LSTM(64, 128, num_layers=2, batch_first=True)
+            self.head = nn.Linear(128, 10)
+
+        def forward(self, x):
+            out, _ = self.lstm(x)
+            return self.head(out[:, -1])
+    return Classifier()
+
+
 def interleaved(fns, reps, clock, block=3, pause=0.1):
     """ms per call of each function over `reps` rounds that call them in turn, `block` calls at a
     time with the first of each block not counted, after an untimed `pause` (seconds): a runtime's
@@ -91,11 +133,14 @@ def interleaved(fns, reps, clock, block=3, pause=0.1):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--threads", type=int, nargs="+", default=[len(os.sched_getaffinity(0))])
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--cpu-time", action="store_true", help="process CPU time instead of wall time")
+    ap.add_argument("--dynamo", action="store_true", help="torch's default exporter (needs onnxscript)")
+    ap.add_argument("--models", nargs="+", default=["resnet18", "encoder", "vit", "lstm"],
+                    choices=["resnet18", "encoder", "vit", "lstm"])
     ap.add_argument("--device", default="cpu", help="ggmlpy's device (onnxruntime stays on the CPU)")
     args = ap.parse_args()
     import onnxruntime as ort
@@ -104,38 +149,62 @@ def main() -> None:
     import ggmlpy as g
     torch.manual_seed(0)
     tmp = tempfile.mkdtemp()
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = args.threads
-    so.inter_op_num_threads = 1
     clock = time.process_time if args.cpu_time else time.perf_counter
-    print(f"ggmlpy on {args.device}; threads {args.threads}; {'CPU' if args.cpu_time else 'wall'} time; "
-          f"loadavg {open('/proc/loadavg').read().split()[:3]}")
-    cases = []
-    net = resnet18().eval()
-    for bn in net.modules():
-        if isinstance(bn, torch.nn.BatchNorm2d):
-            bn.running_var.uniform_(0.5, 2.0)
-    for bsz in args.batch:
-        x = torch.randn(bsz, 3, 224, 224)
-        cases.append((f"ResNet-18 batch {bsz}", net, (x,), ["image"], {"image": x.numpy()}))
-    enc = encoder(args.seq).eval()
-    ids = torch.randint(0, 1000, (1, args.seq))
-    mask = torch.ones(1, args.seq, dtype=torch.int64)
-    cases.append((f"BERT-style encoder seq {args.seq}", enc, (ids, mask), ["ids", "mask"],
-                  {"ids": ids.numpy(), "mask": mask.numpy()}))
-    print(f"{'model':<28} {'ggmlpy ms best/median':>22} {'onnxruntime ms':>16} {'ratio':>11}  max |diff|")
-    for name, model, inputs, names, feeds in cases:
-        path = os.path.join(tmp, name.replace(" ", "_") + ".onnx")
+    cases = []  # (label, summary key, model, inputs, input names, feeds)
+    if "resnet18" in args.models:
+        net = resnet18().eval()
+        for bn in net.modules():
+            if isinstance(bn, torch.nn.BatchNorm2d):
+                bn.running_var.uniform_(0.5, 2.0)
+        for bsz in args.batch:
+            x = torch.randn(bsz, 3, 224, 224)
+            cases.append((f"ResNet-18 batch {bsz}", f"resnet18 b{bsz}", net, (x,), ["image"], {"image": x.numpy()}))
+    if "encoder" in args.models:
+        enc = encoder(args.seq).eval()
+        ids = torch.randint(0, 1000, (1, args.seq))
+        mask = torch.ones(1, args.seq, dtype=torch.int64)
+        cases.append((f"BERT-style encoder seq {args.seq}", "encoder", enc, (ids, mask), ["ids", "mask"],
+                      {"ids": ids.numpy(), "mask": mask.numpy()}))
+    if "vit" in args.models:
+        x = torch.randn(1, 3, 224, 224)
+        cases.append(("ViT (4 layers, d=192)", "vit", vit().eval(), (x,), ["image"], {"image": x.numpy()}))
+    if "lstm" in args.models:
+        x = torch.randn(1, 100, 64)
+        cases.append(("LSTM 2x128, 100 steps", "lstm", lstm_classifier().eval(), (x,), ["x"], {"x": x.numpy()}))
+    paths = {}
+    for name, _, model, inputs, names, _ in cases:
+        paths[name] = os.path.join(tmp, name.replace(" ", "_").replace(",", "").replace("(", "").replace(")", "")
+                                   + ".onnx")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(model, inputs, path, dynamo=False, input_names=names, output_names=["y"], opset_version=17)
-        m = g.onnx_load(path, device=args.device, n_threads=args.threads)
-        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        (gb, gm), (ob, om) = interleaved([lambda: g.onnx_run(m, feeds), lambda: sess.run(None, feeds)], args.reps,
-                                         clock)
-        diff = float(np.abs(g.onnx_run(m, feeds)["y"] - sess.run(None, feeds)[0]).max())
-        print(f"{name:<28} {gb:>10.2f} /{gm:>9.2f} {ob:>7.2f} /{om:>7.2f} {gb / ob:>5.2f}/{gm / om:<5.2f}  {diff:.2e}")
-    print(f"loadavg after {open('/proc/loadavg').read().split()[:3]}")
+            if args.dynamo:
+                torch.onnx.export(model, inputs, paths[name], dynamo=True, verbose=False, input_names=names,
+                                  output_names=["y"])
+            else:
+                torch.onnx.export(model, inputs, paths[name], dynamo=False, input_names=names, output_names=["y"],
+                                  opset_version=17)
+    first = {}
+    for threads in args.threads:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        print(f"ggmlpy on {args.device}; threads {threads}; {'CPU' if args.cpu_time else 'wall'} time; "
+              f"{'dynamo' if args.dynamo else 'TorchScript'} export; loadavg {open('/proc/loadavg').read().split()[:3]}")
+        print(f"{'model':<28} {'ggmlpy ms best/median':>22} {'onnxruntime ms':>16} {'ratio':>11}  max |diff|")
+        for name, key, _, _, _, feeds in cases:
+            m = g.onnx_load(paths[name], device=args.device, n_threads=threads)
+            sess = ort.InferenceSession(paths[name], so, providers=["CPUExecutionProvider"])
+            (gb, gm), (ob, om) = interleaved([lambda: g.onnx_run(m, feeds), lambda: sess.run(None, feeds)],
+                                             args.reps, clock)
+            diff = float(np.abs(g.onnx_run(m, feeds)["y"] - sess.run(None, feeds)[0]).max())
+            print(f"{name:<28} {gb:>10.2f} /{gm:>9.2f} {ob:>7.2f} /{om:>7.2f} {gb / ob:>5.2f}/{gm / om:<5.2f}  "
+                  f"{diff:.2e}")
+            if threads == args.threads[0]:
+                first[key] = gb / ob
+        print(f"loadavg after {open('/proc/loadavg').read().split()[:3]}")
+    t0 = args.threads[0]
+    print("summary: " + ", ".join(f"{k} {v:.2f}x" for k, v in first.items()).replace(", resnet18 b", ", b")
+          + f" onnxruntime ({t0} thread{'s' if t0 > 1 else ''})")
 
 
 if __name__ == "__main__":
