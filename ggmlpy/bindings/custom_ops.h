@@ -31,5 +31,8 @@ void ggmlpy_conv2d_pixels_f32(struct ggml_tensor * dst, int ith, int nth, void *
 int ggmlpy_conv_pixels_rows(int pv);
 int ggmlpy_conv_params_count(void);
 void ggmlpy_im2col_back_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+// rnn.c
+void ggmlpy_lstm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+int ggmlpy_rnn_vector_math(void);
 // rows.c
 void ggmlpy_layernorm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);

@@ -5,8 +5,8 @@ ggml's CPU `gelu_erf` calls `erff` one element at a time, and GELU's backward is
 dozen element-wise ops; kernels.c does each in one vectorised pass (docs/benchmarks.md).
 gemm.c serves products that ggml_mul_mat would need a transposed copy for (see its header).
 conv.c holds the ONNX importer's convolution, max pooling and linear layers (over OpenBLAS, and
-on AVX-512 a product of its own with weights packed at load) and im2col's gradient, rows.c the
-importer's layer normalisation.
+on AVX-512 products of its own with weights packed at load) and im2col's gradient, rows.c the
+importer's layer normalisation, rnn.c its LSTM (a direction's whole sequence as one node).
 Each source is compiled once per machine with the system C compiler into ggmlpy's cache
 directory (keyed by the source, the compiler and its flags: `-march=native` code never runs
 on another CPU) and loaded with cffi. Without a compiler, or when compiling fails, `get()`
@@ -57,8 +57,8 @@ _enabled = [os.environ.get("GGMLPY_KERNELS", "1").strip().lower() not in ("0", "
 class Kernels:
     """The loaded library: builders of the custom-op nodes."""
 
-    def __init__(self, klib, path: Path, glib=None, clib=None, rlib=None):
-        self.klib, self.glib, self.clib, self.rlib = klib, glib, clib, rlib  # kept alive: graphs hold their pointers
+    def __init__(self, klib, path: Path, glib=None, clib=None, rlib=None, nlib=None):
+        self.klib, self.glib, self.clib, self.rlib, self.nlib = klib, glib, clib, rlib, nlib  # kept alive: graphs hold their pointers
         self.path = path
         self._gelu = klib.ggmlpy_gelu_erf_f32
         self._relu = klib.ggmlpy_relu_f32
@@ -86,6 +86,8 @@ class Kernels:
         self._params: dict = {}  # parameter tuple -> int32 array (userdata: lives as long as this)
         self._ln_fn = rlib.ggmlpy_layernorm_f32 if rlib is not None else None
         self.layernorm = self._layernorm if rlib is not None else None  # None: ggml's norm, mul and add
+        self._lstm_fn = nlib.ggmlpy_lstm_f32 if nlib is not None else None
+        self.lstm = self._lstm if nlib is not None else None  # None: the cell unrolled into ggml's ops
 
     def gelu(self, ctx, x):
         """x Phi(x) (exact GELU) of an f32 tensor, as one custom-op node."""
@@ -322,6 +324,17 @@ class Kernels:
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, x.ne[0], x.ne[1], x.ne[2], x.ne[3],
                                   ffi.new("struct ggml_tensor *[]", args), len(args), self._ln_fn, N_TASKS_MAX, params)
 
+    def _lstm(self, ctx, xw, rt, h0, c0, peepholes=None, reverse=False):
+        """One LSTM direction over its sequence as one node (rnn.c; one task): xw ne [4H, N*T] the input
+        projections with both biases (column t*N + n), rt ne [4H, H] the recurrent weights R (4H, H)
+        transposed, h0 and c0 ne [H, N], peepholes ne [3H] (i, o, f) or None; all contiguous f32.
+        Returns ne [H, N, T + 1]: slice t is h_t, slice T the last cell state."""
+        G, NT = int(xw.ne[0]), int(xw.ne[1])
+        H, N = G // 4, int(h0.ne[1])
+        args = [xw, rt, h0, c0] + ([peepholes] if peepholes is not None else [])
+        params = self._userdata((int(reverse), int(peepholes is not None)), "lstm")
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, H, N, NT // N + 1, 1, ffi.new("struct ggml_tensor *[]", args),
+                                  len(args), self._lstm_fn, 1, params)
 
     def _userdata(self, values: tuple, kind: str = "conv"):
         """An int32 array of a kernel's parameters, made once per distinct (kind, values) and kept
@@ -457,7 +470,7 @@ def _load() -> Kernels | None:
         path = _build(cc, SOURCE)
         glib = _load_optional(cc, "gemm")
         return Kernels(ffi.dlopen(str(path)), path, glib, _load_optional(cc, "conv") if glib is not None else None,
-                       _load_optional(cc, "rows"))
+                       _load_optional(cc, "rows"), _load_optional(cc, "rnn"))
     except Exception as e:  # noqa: BLE001 - any failure means: use ggml's ops
         log.warning("ggmlpy.kernels: could not build or load %s (%s); using ggml's own ops", SOURCE.name, e)
         return None
@@ -478,6 +491,7 @@ OPTIONAL = {
              lambda so: None if so.ggmlpy_conv_params_count() == 11 else "its parameter layout does not match",
              "convolutions stay ggml's"),
     "rows": ("rows.c", (), lambda so: None, "layer norms stay ggml's"),
+    "rnn": ("rnn.c", ("-lm",), lambda so: None, "LSTM cells stay ggml's ops"),
 }
 
 

@@ -3,7 +3,8 @@
 The input projection of every step is one product (X @ W^T for the whole sequence); each
 step adds H_{t-1} @ R^T and applies ONNX's gate equations (gate order i, o, f, c; default
 activations Sigmoid, Tanh, Tanh; optional peepholes). Directions: forward, reverse,
-bidirectional.
+bidirectional. On ggml's CPU backend with ggmlpy's kernels an LSTM direction's steps are one
+node (kernels/rnn.c) instead of about sixteen ggml nodes a step.
 """
 from __future__ import annotations
 
@@ -67,6 +68,16 @@ def _lstm(b, node, ins, at):
                                           Hs * 4, d * N * Hs * 4))
         else:
             cc = b.weight(np.zeros((N, Hs), np.float32))
+        kern = b.kernels
+        if kern is not None and kern.lstm is not None:  # ggml's CPU backend: the whole sequence as rnn.c's one node
+            peeps = None if P is None else b.weight(np.ascontiguousarray(P.const[d], np.float32))
+            seq = kern.lstm(c, cont(b, xw), b.weight(np.ascontiguousarray(Rd.T)), cont(b, h), cont(b, cc), peeps, rev)
+            b.kernel_node(seq, "lstm")
+            slice_bytes = Hs * N * 4
+            ys.append(lib.ggml_view_4d(c, seq, Hs, N, 1, T, Hs * 4, slice_bytes, slice_bytes, 0))
+            hs.append(lib.ggml_view_2d(c, seq, Hs, N, Hs * 4, (0 if rev else T - 1) * slice_bytes))
+            cs.append(lib.ggml_view_2d(c, seq, Hs, N, Hs * 4, T * slice_bytes))
+            continue
         peep = None if P is None else [b.weight(np.ascontiguousarray(P.const[d][k * Hs:(k + 1) * Hs], np.float32))
                                        for k in range(3)]  # i, o, f
         out = [None] * T

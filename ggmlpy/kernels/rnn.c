@@ -1,0 +1,183 @@
+/* An ONNX LSTM direction over its whole sequence as one ggml custom op (one task: each step needs
+ * the one before).
+ *
+ * Unrolled into ggml nodes, a step is about sixteen small nodes (the recurrent product, gate
+ * views, sigmoids, tanhs, products and sums) and each node costs more to dispatch than its
+ * arithmetic; here a step is one pass: g = xw_t + R h_{t-1} (R's transpose packed at load, [H][4H],
+ * so that the product is a sum of scaled rows over vectors of gates), then the gates (ONNX's
+ * order i, o, f, c; optional peepholes), c_t = f c_{t-1} + i tanh(g_c), h_t = o tanh(c_t).
+ *
+ * Layout (ggml ne): xw [4H, N*T] (the input projections of every step with both biases, column
+ * t*N + n for step t and batch entry n), rt [4H, H], h0 and c0 [H, N], peepholes [3H] (i, o, f);
+ * dst [H, N, T + 1]: slice t is h_t, slice T the last cell state. userdata: int32_t[2] = reverse,
+ * has peepholes.
+ *
+ * exp, sigmoid and tanh: with AVX-512 a vector exp (range reduction by ln 2 in two parts, a degree-6
+ * polynomial, scalef: about 1 ulp) and tanh as an odd polynomial near 0 (where 1 - 2/(e^2x + 1)
+ * would cancel); otherwise libm's expf and tanhf.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fields.h"
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+
+static inline __m512 vexp(__m512 x) {
+    /* clamped (min and max return their second operand when one is NaN: a NaN stays NaN) */
+    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), _mm512_min_ps(_mm512_set1_ps(88.7f), x));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);  /* ln 2's high part: n of it is exact */
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);  /* p 2^n, to 0 below the smallest float */
+}
+
+static inline __m512 vsigmoid(__m512 x) {
+    return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), vexp(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+}
+
+static inline __m512 vtanh(__m512 x) {
+    /* |x| >= 0.125: 1 - 2 / (e^{2|x|} + 1) with x's sign; below, x + x^3 q(x^2) (Taylor to x^11) */
+    const __m512 ax = _mm512_abs_ps(x);
+    const __m512 big = _mm512_sub_ps(_mm512_set1_ps(1.0f),
+                                     _mm512_div_ps(_mm512_set1_ps(2.0f),
+                                                   _mm512_add_ps(vexp(_mm512_add_ps(ax, ax)), _mm512_set1_ps(1.0f))));
+    const __m512 x2 = _mm512_mul_ps(x, x);
+    __m512 q = _mm512_set1_ps(-1382.0f / 155925);
+    q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(62.0f / 2835));
+    q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(-17.0f / 315));
+    q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(2.0f / 15));
+    q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(-1.0f / 3));
+    const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(q, x2), x, x);
+    const __mmask16 is_small = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.125f), _CMP_LT_OQ);
+    /* x's sign onto the large branch; NaN stays NaN (neither branch's compare holds, big is NaN) */
+    const __m512 signed_big = _mm512_castsi512_ps(_mm512_or_si512(
+        _mm512_castps_si512(big), _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u))));
+    return _mm512_mask_blend_ps(is_small, signed_big, small);
+}
+
+/* g[0 .. G) += sum_k h[k] rt[k G ..]: chunks of 8 vectors, then single vectors, then one at a time */
+static void recurrent_product(float *g, const float *rt, const float *h, int H, int G) {
+    int j = 0;
+    for (; j + 128 <= G; j += 128) {
+        __m512 acc[8];
+        for (int v = 0; v < 8; v++)
+            acc[v] = _mm512_loadu_ps(g + j + 16 * v);
+        for (int k = 0; k < H; k++) {
+            const __m512 hk = _mm512_set1_ps(h[k]);
+            const float *row = rt + (int64_t)k * G + j;
+            for (int v = 0; v < 8; v++)
+                acc[v] = _mm512_fmadd_ps(_mm512_loadu_ps(row + 16 * v), hk, acc[v]);
+        }
+        for (int v = 0; v < 8; v++)
+            _mm512_storeu_ps(g + j + 16 * v, acc[v]);
+    }
+    for (; j + 16 <= G; j += 16) {
+        __m512 acc = _mm512_loadu_ps(g + j);
+        for (int k = 0; k < H; k++)
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(rt + (int64_t)k * G + j), _mm512_set1_ps(h[k]), acc);
+        _mm512_storeu_ps(g + j, acc);
+    }
+    for (; j < G; j++)
+        for (int k = 0; k < H; k++)
+            g[j] += h[k] * rt[(int64_t)k * G + j];
+}
+
+static void sigmoid_n(float *x, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(x + i, vsigmoid(_mm512_loadu_ps(x + i)));
+    for (; i < n; i++)
+        x[i] = 1.0f / (1.0f + expf(-x[i]));
+}
+
+static void tanh_n(float *x, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(x + i, vtanh(_mm512_loadu_ps(x + i)));
+    for (; i < n; i++)
+        x[i] = tanhf(x[i]);
+}
+
+int ggmlpy_rnn_vector_math(void) { return 1; }
+#else
+static void recurrent_product(float *g, const float *rt, const float *h, int H, int G) {
+    for (int k = 0; k < H; k++)
+        for (int j = 0; j < G; j++)
+            g[j] += h[k] * rt[(int64_t)k * G + j];
+}
+
+static void sigmoid_n(float *x, int n) {
+    for (int i = 0; i < n; i++)
+        x[i] = 1.0f / (1.0f + expf(-x[i]));
+}
+
+static void tanh_n(float *x, int n) {
+    for (int i = 0; i < n; i++)
+        x[i] = tanhf(x[i]);
+}
+
+int ggmlpy_rnn_vector_math(void) { return 0; }
+#endif
+
+void ggmlpy_lstm_f32(void *dst, int ith, int nth, void *userdata) {
+    (void)nth;
+    if (ith != 0)  /* one task (the op is made with n_tasks = 1); never split a sequence */
+        return;
+    const int32_t *pr = (const int32_t *)userdata;
+    const int reverse = pr[0], has_peep = pr[1];
+    int64_t dne[4];
+    ne_of(dst, dne);
+    const int H = (int)dne[0], N = (int)dne[1], T = (int)dne[2] - 1, G = 4 * H;
+    const float *xw = data_of(src_of(dst, 0)), *rt = data_of(src_of(dst, 1));
+    const float *h0 = data_of(src_of(dst, 2)), *c0 = data_of(src_of(dst, 3));
+    const float *peep = has_peep ? data_of(src_of(dst, 4)) : NULL;
+    float *y = data_of(dst);
+    float *cell = y + (int64_t)T * N * H;  /* slice T: the cell state, carried there step to step */
+    float *g = malloc((size_t)G * sizeof(float));
+    if (g == NULL) {  /* out of memory (a few KB): never a silently wrong value */
+        for (int64_t i = 0; i < (int64_t)(T + 1) * N * H; i++)
+            y[i] = __builtin_nanf("");
+        return;
+    }
+    memcpy(cell, c0, (size_t)N * H * sizeof(float));
+    for (int s = 0; s < T; s++) {
+        const int t = reverse ? T - 1 - s : s, prev = reverse ? t + 1 : t - 1;
+        for (int n = 0; n < N; n++) {
+            const float *h = s == 0 ? h0 + (int64_t)n * H : y + ((int64_t)prev * N + n) * H;
+            float *c = cell + (int64_t)n * H, *ho = y + ((int64_t)t * N + n) * H;
+            memcpy(g, xw + ((int64_t)t * N + n) * G, (size_t)G * sizeof(float));
+            recurrent_product(g, rt, h, H, G);
+            float *gi = g, *go = g + H, *gf = g + 2 * H, *gc = g + 3 * H;
+            if (peep)
+                for (int k = 0; k < H; k++) {
+                    gi[k] += peep[k] * c[k];
+                    gf[k] += peep[2 * H + k] * c[k];
+                }
+            sigmoid_n(gi, H);
+            sigmoid_n(gf, H);
+            tanh_n(gc, H);
+            for (int k = 0; k < H; k++)
+                c[k] = gf[k] * c[k] + gi[k] * gc[k];
+            if (peep)
+                for (int k = 0; k < H; k++)
+                    go[k] += peep[H + k] * c[k];
+            sigmoid_n(go, H);
+            memcpy(ho, c, (size_t)H * sizeof(float));
+            tanh_n(ho, H);
+            for (int k = 0; k < H; k++)
+                ho[k] *= go[k];
+        }
+    }
+    free(g);
+}
