@@ -535,11 +535,19 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
 /* The convolution of ggmlpy_conv2d_f32 on AVX-512 with its weights packed at load (pack_linear of
  * W^T: panels of LMR output channels, [C*KH*KW][LMR]): out^T (M x P) = W (M x CKK) col^T (CKK x P),
  * the orientation of the linear layers above, whose x panels ([k][LNR pixels]) are exactly what
- * im2col_block writes for a strip of LNR pixels. Each LMR x LNR block is computed over the whole of
- * CKK into registers (starting from the bias), then written to the NCHW output a channel row at a
- * time with the residual and ReLU. Work items are (image, group, a run of strips) times channel
+ * im2col_block writes for a strip of LNR pixels. Each channel panel passes over a run of strips CKB
+ * rows of CKK at a time (those rows of the panel stay in L1 for the whole run, instead of the panel
+ * streaming from L2 or L3 once a strip), its LMR x LNR blocks summed into tiles (from the bias), which
+ * are then written to the NCHW output a channel row at a time with the residual and ReLU. Work items are (image, group, a run of strips) times channel
  * panels, split evenly over the threads. userdata as ggmlpy_conv2d_f32's. */
-#define CONV_STRIP_BYTES (256 * 1024)
+#define CONV_STRIP_BYTES (512 * 1024)
+enum { CKB = 256 };  /* rows of a channel panel that stay in L1 while a run of strips passes */
+
+/* this thread's buffer of a run's output tiles */
+static float *tile_scratch(size_t n) {
+    static __thread kept_buffer b;
+    return grown(&b, n);
+}
 
 void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
     const conv_args op = conv_args_of(dst, (const int32_t *)userdata);
@@ -559,7 +567,6 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
     if (u0 >= u1)
         return;
     float *col = scratch((size_t)run * LNR * CKK);
-    float tile[LNR * LMR] __attribute__((aligned(64)));
     for (int64_t it = u0 / npan; it <= (u1 - 1) / npan; it++) {
         const int q0 = it == u0 / npan ? (int)(u0 % npan) : 0;
         const int q1 = it == (u1 - 1) / npan ? (int)((u1 - 1) % npan) + 1 : npan;
@@ -594,14 +601,27 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
                     memcpy(c + (int64_t)r * LNR, b + (int64_t)r * ld, LNR * sizeof(float));
             }
         }
-        for (int64_t s = s0; s < s1; s++) {
-            const int64_t p0 = s * LNR;
-            const int m = (int)(P - p0 < LNR ? P - p0 : LNR);
-            const float *c = col + (s - s0) * LNR * CKK;
-            for (int q = q0; q < q1; q++) {
-                const int o0 = q * LMR, mr = imin(LMR, Mg - o0);
-                linear_kernel(CKK, wp + ((int64_t)gi * npan + q) * CKK * LMR, c, tile, LMR, 1,
-                              bias ? bias + gi * Mg + o0 : NULL, 0xFFFF, 0xFFFF, LNR);
+        float *tiles = tile_scratch((size_t)(s1 - s0) * LNR * LMR);
+        if (tiles == NULL) {
+            col = NULL;
+            it--;
+            continue;
+        }
+        for (int q = q0; q < q1; q++) {
+            /* CKB rows of the channel panel at a time (in L1) over every strip of the run */
+            const int o0 = q * LMR, mr = imin(LMR, Mg - o0);
+            const float *wq = wp + ((int64_t)gi * npan + q) * CKK * LMR;
+            for (int kb = 0; kb < CKK; kb += CKB) {
+                const int kc = imin(CKB, CKK - kb);
+                for (int64_t s = s0; s < s1; s++)
+                    linear_kernel(kc, wq + (int64_t)kb * LMR, col + (s - s0) * LNR * CKK + (int64_t)kb * LNR,
+                                  tiles + (s - s0) * LNR * LMR, LMR, kb == 0, bias ? bias + gi * Mg + o0 : NULL,
+                                  0xFFFF, 0xFFFF, LNR);
+            }
+            for (int64_t s = s0; s < s1; s++) {
+                const int64_t p0 = s * LNR;
+                const int m = (int)(P - p0 < LNR ? P - p0 : LNR);
+                const float *tile = tiles + (s - s0) * LNR * LMR;
                 for (int o = 0; o < mr; o++) {
                     float *yo = out + (int64_t)(o0 + o) * P + p0;
                     const float *ro = rg ? rg + (int64_t)(o0 + o) * P + p0 : NULL;
