@@ -819,11 +819,29 @@ def test_pack_conv_pixels_layout_and_bad_vector_count():
 
 @needs_packed_conv
 def test_packed_conv_kind_follows_the_padding_lanes():
-    assert K.packed_conv_kind(56 * 56, 64) == "pixels"      # ResNet's wide planes
-    assert K.packed_conv_kind(28 * 28, 128) == "pixels"
-    assert K.packed_conv_kind(14 * 14, 256) == "channels"   # 196 pixels: 4 blocks of 48 and a sliver
-    assert K.packed_conv_kind(7 * 7, 512) == "channels"
-    assert K.packed_conv_kind(56 * 56, 1) is None           # depthwise: OpenBLAS's conv2d
+    assert K.packed_conv_kind((56, 56), 64, (58, 58), 64) == "pixels"      # ResNet's wide planes, stride 1
+    assert K.packed_conv_kind((28, 28), 128) == "pixels"                   # stride 2: patches
+    assert K.packed_conv_kind((14, 14), 256, (16, 16), 256) == "pixels"    # read without patches
+    assert K.packed_conv_kind((14, 14), 256) == "channels"                 # 196 pixels in patches: 4 blocks and a sliver
+    assert K.packed_conv_kind((7, 7), 512, (9, 9), 512) == "channels"      # 2 of 9 columns a row extra
+    assert K.packed_conv_kind((56, 56), 1) is None                         # depthwise: OpenBLAS's conv2d
+    big = kernels.DIRECT_MAX_FLOATS // (16 * 16)  # a padded input past the copy's budget: patches
+    assert K.packed_conv_kind((14, 14), 256, (16, 16), big) == "channels"
+
+
+@needs_packed_conv
+def test_pixel_conv_reads_a_padded_copy_where_it_fits_and_patches_beyond():
+    """Stride 1 reads the zero-padded input without patches (rows of virtual pixels whose ends are
+    dropped); an input past the copy's budget takes patches: the same numbers either way."""
+    rng = np.random.default_rng(13)
+    W = rng.standard_normal((8, 5, 3, 3)).astype(np.float32)
+    for hw in ((5, 70), (920, 920)):  # the second: 5 x 922 x 922 floats, past DIRECT_MAX_FLOATS
+        x = rng.standard_normal((1, 5) + hw).astype(np.float32)
+        assert (5 * (hw[0] + 2) * (hw[1] + 2) + 64 > kernels.DIRECT_MAX_FLOATS) == (hw[0] > 100)
+        ref = conv_ref(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1)
+        for threads in (1, 2):
+            out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, relu=True, pixels=3)
+            np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("name,what", [("gemm", "products stay"), ("conv", "convolutions stay"),

@@ -48,6 +48,7 @@ FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
 BLAS_LIBS = ("-l:libopenblas.so.0",)  # the library ggml's BLAS backend loads (Debian's alternatives)
 N_TASKS_MAX = -1  # ggml's GGML_N_TASKS_MAX: as many tasks as the backend has threads
 LNR_PACKED = 12  # conv2d_packed's pixels a block (conv.c's LNR)
+DIRECT_MAX_FLOATS = 4 << 20  # conv.c's: the largest padded input its stride-1 pixel kernel copies
 
 _lock = threading.Lock()
 _state: dict = {}  # "kernels": the loaded Kernels or None, once tried
@@ -234,19 +235,27 @@ class Kernels:
         return self._conv_node(ctx, self._conv_packed_fn, x, wp, out_channels, kernel, stride, pad, dilation, out_hw,
                                groups, bias, residual, relu, 0)
 
-    def packed_conv_kind(self, pixels: int, channels: int) -> str | None:
-        """Which of conv.c's AVX-512 convolutions (weights packed at load) suits a layer of `pixels`
-        output pixels an image and `channels` output channels a group: "pixels" (conv2d_pixels, blocks
-        of 48 pixels by 8 channels, stored as whole vectors into NCHW), "channels" (conv2d_packed,
-        32 channels by 12 pixels), whichever computes fewer padding lanes (the pixel kernel counted
-        10 % faster, as measured on ResNet-18's layers); None without AVX-512 or below 8 channels
-        (depthwise), where OpenBLAS's conv2d runs it."""
+    def packed_conv_kind(self, out_hw: tuple, channels: int, padded_hw: tuple | None = None,
+                         in_channels: int = 0) -> str | None:
+        """Which of conv.c's AVX-512 convolutions (weights packed at load) suits a layer of output planes
+        out_hw = (OH, OW) and `channels` output channels a group: "pixels" (conv2d_pixels, blocks of 48
+        pixels by 8 channels, stored as whole vectors into NCHW), "channels" (conv2d_packed, 32
+        channels by 12 pixels), whichever computes fewer padding lanes, weighted by their speed per
+        useful lane as measured on ResNet-18's layers (pixels 1.1, and 1.25 for a stride-1 layer, whose
+        padded input of padded_hw = (Hp, Wp) a channel, in_channels of them, the pixel kernel reads
+        without patches: its Wp - OW extra pixels a row count as padding); None without AVX-512 or
+        below 8 channels (depthwise), where OpenBLAS's conv2d runs it."""
+        oh, ow = out_hw
+        pixels = oh * ow
         if not self.packed_rows or channels < 8 or pixels < 1:
             return None
 
-        def used(n, block):  # the share of a block's lanes that hold real values
-            return n / (-(-n // block) * block)
-        by_pixels = 1.1 * used(pixels, 48) * used(channels, 8)
+        def used(n, block, real=None):  # the share of a block's lanes that hold real values
+            return (n if real is None else real) / (-(-n // block) * block)
+        if padded_hw is not None and in_channels * padded_hw[0] * padded_hw[1] + 64 <= DIRECT_MAX_FLOATS:
+            by_pixels = 1.25 * used((oh - 1) * padded_hw[1] + ow, 48, pixels) * used(channels, 8)
+        else:
+            by_pixels = 1.1 * used(pixels, 48) * used(channels, 8)
         by_channels = used(pixels, LNR_PACKED) * used(channels, self.packed_rows)
         return "pixels" if by_pixels >= by_channels else "channels"
 

@@ -746,10 +746,156 @@ static inline __attribute__((always_inline)) void conv_pixels(const int PV, cons
     }
 }
 
+/* The pixel-major convolution of a stride-1 layer without patches. With the input zero-padded into
+ * a per-thread copy xp (C planes of Hp x Wp: the padded height and width the output needs), output
+ * pixel (oh, ow) at "virtual" index p' = oh Wp + ow reads tap (c, kh, kw) at xp[c Hp Wp + kh DH Wp +
+ * kw DW + p']: for a block of 48 consecutive virtual pixels each patch row is a contiguous run of xp
+ * at a fixed offset (koff), so the product reads xp directly. The Wp - OW virtual pixels at the end
+ * of each row are computed and dropped: the valid lanes of each vector are compressed into the NCHW
+ * output, whose pixels they are in order. Blocks, weights (pack_conv_pixels, 8 channels a panel)
+ * and threads as conv_pixels; a layer whose padded copy would pass DIRECT_MAX_FLOATS takes patches.
+ * Returns 0 (and does nothing) where it does not apply: the same answer on every thread. */
+enum { DIRECT_MAX_FLOATS = 4 << 20, DIRECT_SLACK = 64 };
+
+static float *padded_scratch(size_t n) {
+    static __thread kept_buffer b;
+    return grown(&b, n);
+}
+
+static void pad_image(const float *x, float *xp, const geom *g, int Hp, int Wp) {
+    for (int c = 0; c < g->C; c++)
+        for (int r = 0; r < Hp; r++) {
+            float *o = xp + ((int64_t)c * Hp + r) * Wp;
+            const int ih = r - g->PH, n = imin(g->W, Wp - g->PW);
+            if (ih < 0 || ih >= g->H || n <= 0) {
+                memset(o, 0, (size_t)Wp * sizeof(float));
+                continue;
+            }
+            memset(o, 0, (size_t)g->PW * sizeof(float));
+            memcpy(o + g->PW, x + ((int64_t)c * g->H + ih) * g->W, (size_t)n * sizeof(float));
+            memset(o + g->PW + n, 0, (size_t)(Wp - g->PW - n) * sizeof(float));
+        }
+    memset(xp + (int64_t)g->C * Hp * Wp, 0, DIRECT_SLACK * sizeof(float));
+}
+
+static inline __attribute__((always_inline)) void direct_tile(int CKK, const float *restrict a,
+                                                              const int32_t *restrict koff, const float *restrict b,
+                                                              __m512 *acc, const float *bias) {
+    __m512 c[24];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+#pragma GCC unroll 3
+        for (int v = 0; v < 3; v++)
+            c[j * 3 + v] = bias ? _mm512_set1_ps(bias[j]) : _mm512_setzero_ps();
+    for (int k = 0; k < CKK; k++) {
+        const float *ak = a + koff[k];
+        const __m512 a0 = _mm512_loadu_ps(ak), a1 = _mm512_loadu_ps(ak + 16), a2 = _mm512_loadu_ps(ak + 32);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const __m512 bj = _mm512_set1_ps(b[k * 8 + j]);
+            c[j * 3] = _mm512_fmadd_ps(a0, bj, c[j * 3]);
+            c[j * 3 + 1] = _mm512_fmadd_ps(a1, bj, c[j * 3 + 1]);
+            c[j * 3 + 2] = _mm512_fmadd_ps(a2, bj, c[j * 3 + 2]);
+        }
+    }
+#pragma GCC unroll 24
+    for (int i = 0; i < 24; i++)
+        acc[i] = c[i];
+}
+
+static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
+    const conv_args op = conv_args_of(dst, pr);
+    const geom g = op.g;
+    const int Hp = g.OH + g.DH * (g.KH - 1), Wp = g.OW + g.DW * (g.KW - 1);
+    const int64_t plane_p = (int64_t)Hp * Wp, need = (int64_t)g.C * plane_p + DIRECT_SLACK;
+    const int CKK = (int)op.wne[1];
+    if (g.SH != 1 || g.SW != 1 || need > DIRECT_MAX_FLOATS || (int64_t)op.wne[0] != 8 || CKK != g.C * g.KH * g.KW)
+        return 0;
+    const int N = op.N, G = op.G, Mg = op.Mg, flags = op.flags, npan = (int)op.wne[2] / G;
+    const int64_t P = op.P, in_plane = op.in_plane, Pv = (int64_t)(g.OH - 1) * Wp + g.OW;
+    const int64_t strips = (Pv + 47) / 48, items = (int64_t)N * G * strips;
+    const int64_t units = items * npan, u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
+    if (u0 >= u1)
+        return 1;
+    float *xp = padded_scratch((size_t)need);
+    int32_t *koff = malloc((size_t)CKK * sizeof(int32_t));
+    if (xp == NULL || koff == NULL) {  /* out of memory: never a silently wrong value */
+        free(koff);
+        for (int64_t u = u0; u < u1; u++) {
+            const int64_t it = u / npan, si = it % strips, ng = it / strips;
+            const int q = (int)(u % npan);
+            float *out = op.y + ng * Mg * P;
+            for (int o = q * 8; o < Mg && o < q * 8 + 8; o++)
+                for (int64_t pv = si * 48; pv < Pv && pv < si * 48 + 48; pv++)
+                    if (pv % Wp < g.OW)
+                        out[o * P + pv / Wp * g.OW + pv % Wp] = __builtin_nanf("");
+        }
+        return 1;
+    }
+    for (int c = 0, k = 0; c < g.C; c++)
+        for (int kh = 0; kh < g.KH; kh++)
+            for (int kw = 0; kw < g.KW; kw++)
+                koff[k++] = (int32_t)(c * plane_p + (int64_t)kh * g.DH * Wp + kw * g.DW);
+    int64_t padded = -1;  /* the (image, group) xp holds */
+    for (int64_t it = u0 / npan; it <= (u1 - 1) / npan; it++) {
+        const int q0 = it == u0 / npan ? (int)(u0 % npan) : 0;
+        const int q1 = it == (u1 - 1) / npan ? (int)((u1 - 1) % npan) + 1 : npan;
+        const int64_t si = it % strips, ng = it / strips;
+        const int gi = (int)(ng % G);
+        if (ng != padded) {
+            pad_image(op.x + ng * g.C * in_plane, xp, &g, Hp, Wp);
+            padded = ng;
+        }
+        /* each vector's valid lanes (virtual pixels inside a row and before the end) and where the
+         * first of them goes in the output plane */
+        __mmask16 valid[3], count[3];
+        int64_t first[3];
+        for (int v = 0; v < 3; v++) {
+            unsigned bits = 0;
+            first[v] = -1;
+            for (int l = 0; l < 16; l++) {
+                const int64_t pv = si * 48 + 16 * v + l;
+                if (pv < Pv && pv % Wp < g.OW) {
+                    bits |= 1u << l;
+                    if (first[v] < 0)
+                        first[v] = pv / Wp * g.OW + pv % Wp;
+                }
+            }
+            valid[v] = (__mmask16)bits;
+            const int n = __builtin_popcount(bits);
+            count[v] = (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
+        }
+        float *out = op.y + ng * Mg * P;
+        const float *rg = op.res ? op.res + ng * Mg * P : NULL;
+        for (int q = q0; q < q1; q++) {
+            const int o0 = q * 8, nr = imin(8, Mg - o0);
+            __m512 acc[24];
+            direct_tile(CKK, xp + si * 48, koff, op.w + ((int64_t)gi * npan + q) * CKK * 8, acc,
+                        op.bias ? op.bias + gi * Mg + o0 : NULL);
+            for (int j = 0; j < nr; j++)
+                for (int v = 0; v < 3; v++) {
+                    if (!valid[v])
+                        continue;
+                    const int64_t at = (int64_t)(o0 + j) * P + first[v];
+                    __m512 y = _mm512_maskz_compress_ps(valid[v], acc[j * 3 + v]);
+                    if (rg)
+                        y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(count[v], rg + at));
+                    if (flags & F_RELU)
+                        y = _mm512_max_ps(_mm512_setzero_ps(), y);  /* NaN kept, as pixel_tile */
+                    _mm512_mask_storeu_ps(out + at, count[v], y);
+                }
+        }
+    }
+    free(koff);
+    return 1;
+}
+
 int ggmlpy_conv_pixels_rows(int pv) { return pv >= 1 && pv <= 3 ? 24 / pv : 0; }
 
 void ggmlpy_conv2d_pixels_f32(void *dst, int ith, int nth, void *userdata) {
     const int32_t *pr = (const int32_t *)userdata;
+    if (pr[P_BLOCK] == 3 && conv_pixels_direct(dst, ith, nth, pr))
+        return;
     switch (pr[P_BLOCK]) {
     case 1: conv_pixels(1, 24, dst, ith, nth, pr); break;
     case 2: conv_pixels(2, 12, dst, ith, nth, pr); break;
