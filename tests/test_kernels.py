@@ -819,28 +819,34 @@ def test_pack_conv_pixels_layout_and_bad_vector_count():
 
 @needs_packed_conv
 def test_packed_conv_kind_follows_the_padding_lanes():
-    assert K.packed_conv_kind((56, 56), 64, (58, 58), 64) == "pixels"      # ResNet's wide planes, stride 1
-    assert K.packed_conv_kind((28, 28), 128) == "pixels"                   # stride 2: patches
-    assert K.packed_conv_kind((14, 14), 256, (16, 16), 256) == "pixels"    # read without patches
+    def kind(out_hw, channels, kernel=(3, 3), stride=(1, 1), cin=64):
+        return K.packed_conv_kind(out_hw, channels, *kernels.direct_planes(out_hw, kernel, stride, (1, 1), cin))
+    assert kernels.direct_planes((56, 56), (3, 3), (1, 1), (1, 1), 64) == ((58, 58), 64)
+    assert kernels.direct_planes((28, 28), (3, 3), (2, 2), (1, 1), 64) == ((29, 29), 256)  # 57 x 57 in 4 phases
+    assert kernels.direct_planes((28, 14), (3, 3), (2, 1), (1, 1), 64) == (None, 0)
+    assert kind((56, 56), 64) == "pixels"                                  # ResNet's wide planes
+    assert kind((28, 28), 128, stride=(2, 2)) == "pixels"
+    assert kind((14, 14), 256, cin=256) == "pixels"                        # 2 of 16 columns a row extra
     assert K.packed_conv_kind((14, 14), 256) == "channels"                 # 196 pixels in patches: 4 blocks and a sliver
-    assert K.packed_conv_kind((7, 7), 512, (9, 9), 512) == "channels"      # 2 of 9 columns a row extra
+    assert kind((7, 7), 512, cin=512) == "channels"                        # 2 of 9 columns a row extra
     assert K.packed_conv_kind((56, 56), 1) is None                         # depthwise: OpenBLAS's conv2d
-    big = kernels.DIRECT_MAX_FLOATS // (16 * 16)  # a padded input past the copy's budget: patches
+    big = kernels.DIRECT_MAX_FLOATS // (16 * 16)  # planes past the copy's budget: patches
     assert K.packed_conv_kind((14, 14), 256, (16, 16), big) == "channels"
 
 
 @needs_packed_conv
 def test_pixel_conv_reads_a_padded_copy_where_it_fits_and_patches_beyond():
-    """Stride 1 reads the zero-padded input without patches (rows of virtual pixels whose ends are
-    dropped); an input past the copy's budget takes patches: the same numbers either way."""
+    """Equal strides read the zero-padded input's phase planes without patches (rows of virtual pixels
+    whose ends are dropped); an input past the copy's budget takes patches: the same numbers."""
     rng = np.random.default_rng(13)
     W = rng.standard_normal((8, 5, 3, 3)).astype(np.float32)
-    for hw in ((5, 70), (920, 920)):  # the second: 5 x 922 x 922 floats, past DIRECT_MAX_FLOATS
+    for hw, s in (((5, 70), 1), ((11, 70), 2), ((13, 40), 3), ((920, 920), 1)):  # the last past DIRECT_MAX_FLOATS
         x = rng.standard_normal((1, 5) + hw).astype(np.float32)
-        assert (5 * (hw[0] + 2) * (hw[1] + 2) + 64 > kernels.DIRECT_MAX_FLOATS) == (hw[0] > 100)
-        ref = conv_ref(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1)
+        ref = conv_ref(x, W, (s, s), (1, 1), (1, 1), (1, 1), 1)
+        planes_hw, planes = kernels.direct_planes(ref.shape[2:], (3, 3), (s, s), (1, 1), 5)
+        assert (planes * planes_hw[0] * planes_hw[1] + 64 > kernels.DIRECT_MAX_FLOATS) == (hw[0] > 100)
         for threads in (1, 2):
-            out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, relu=True, pixels=3)
+            out = conv_on_cpu(x, W, (s, s), (1, 1), (1, 1), (1, 1), 1, threads, relu=True, pixels=3)
             np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
 

@@ -48,7 +48,18 @@ FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
 BLAS_LIBS = ("-l:libopenblas.so.0",)  # the library ggml's BLAS backend loads (Debian's alternatives)
 N_TASKS_MAX = -1  # ggml's GGML_N_TASKS_MAX: as many tasks as the backend has threads
 LNR_PACKED = 12  # conv2d_packed's pixels a block (conv.c's LNR)
-DIRECT_MAX_FLOATS = 4 << 20  # conv.c's: the largest padded input its stride-1 pixel kernel copies
+DIRECT_MAX_FLOATS = 4 << 20  # conv.c's: the largest padded input its pixel kernel copies (direct_planes)
+
+
+def direct_planes(out_hw: tuple, kernel: tuple, stride: tuple, dilation: tuple, in_channels: int):
+    """((Hs, Ws), count): the phase planes conv.c's pixel kernel copies the zero-padded input into to
+    read it without patches (s x s of Hs x Ws a channel for equal strides s), or (None, 0) where the
+    strides differ."""
+    if stride[0] != stride[1]:
+        return None, 0
+    s = stride[0]
+    hp, wp = ((o - 1) * s + d * (k - 1) + 1 for o, k, d in zip(out_hw, kernel, dilation))
+    return (-(-hp // s), -(-wp // s)), in_channels * s * s
 
 _lock = threading.Lock()
 _state: dict = {}  # "kernels": the loaded Kernels or None, once tried
@@ -235,16 +246,16 @@ class Kernels:
         return self._conv_node(ctx, self._conv_packed_fn, x, wp, out_channels, kernel, stride, pad, dilation, out_hw,
                                groups, bias, residual, relu, 0)
 
-    def packed_conv_kind(self, out_hw: tuple, channels: int, padded_hw: tuple | None = None,
-                         in_channels: int = 0) -> str | None:
+    def packed_conv_kind(self, out_hw: tuple, channels: int, planes_hw: tuple | None = None,
+                         planes: int = 0) -> str | None:
         """Which of conv.c's AVX-512 convolutions (weights packed at load) suits a layer of output planes
         out_hw = (OH, OW) and `channels` output channels a group: "pixels" (conv2d_pixels, blocks of 48
         pixels by 8 channels, stored as whole vectors into NCHW), "channels" (conv2d_packed, 32
         channels by 12 pixels), whichever computes fewer padding lanes, weighted by their speed per
-        useful lane as measured on ResNet-18's layers (pixels 1.1, and 1.25 for a stride-1 layer, whose
-        padded input of padded_hw = (Hp, Wp) a channel, in_channels of them, the pixel kernel reads
-        without patches: its Wp - OW extra pixels a row count as padding); None without AVX-512 or
-        below 8 channels (depthwise), where OpenBLAS's conv2d runs it."""
+        useful lane as measured on ResNet-18's layers: pixels 1.1 with patches, 1.25 where the layer's
+        strides are equal and the pixel kernel reads the padded input's `planes` phase planes of
+        planes_hw = (Hs, Ws) without patches (direct_planes; its Ws - OW extra pixels a row count as
+        padding); None without AVX-512 or below 8 channels (depthwise), where OpenBLAS's conv2d runs it."""
         oh, ow = out_hw
         pixels = oh * ow
         if not self.packed_rows or channels < 8 or pixels < 1:
@@ -252,8 +263,8 @@ class Kernels:
 
         def used(n, block, real=None):  # the share of a block's lanes that hold real values
             return (n if real is None else real) / (-(-n // block) * block)
-        if padded_hw is not None and in_channels * padded_hw[0] * padded_hw[1] + 64 <= DIRECT_MAX_FLOATS:
-            by_pixels = 1.25 * used((oh - 1) * padded_hw[1] + ow, 48, pixels) * used(channels, 8)
+        if planes_hw is not None and planes * planes_hw[0] * planes_hw[1] + 64 <= DIRECT_MAX_FLOATS:
+            by_pixels = 1.25 * used((oh - 1) * planes_hw[1] + ow, 48, pixels) * used(channels, 8)
         else:
             by_pixels = 1.1 * used(pixels, 48) * used(channels, 8)
         by_channels = used(pixels, LNR_PACKED) * used(channels, self.packed_rows)

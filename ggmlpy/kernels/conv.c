@@ -746,15 +746,18 @@ static inline __attribute__((always_inline)) void conv_pixels(const int PV, cons
     }
 }
 
-/* The pixel-major convolution of a stride-1 layer without patches. With the input zero-padded into
- * a per-thread copy xp (C planes of Hp x Wp: the padded height and width the output needs), output
- * pixel (oh, ow) at "virtual" index p' = oh Wp + ow reads tap (c, kh, kw) at xp[c Hp Wp + kh DH Wp +
- * kw DW + p']: for a block of 48 consecutive virtual pixels each patch row is a contiguous run of xp
- * at a fixed offset (koff), so the product reads xp directly. The Wp - OW virtual pixels at the end
- * of each row are computed and dropped: the valid lanes of each vector are compressed into the NCHW
- * output, whose pixels they are in order. Blocks, weights (pack_conv_pixels, 8 channels a panel)
- * and threads as conv_pixels; a layer whose padded copy would pass DIRECT_MAX_FLOATS takes patches.
- * Returns 0 (and does nothing) where it does not apply: the same answer on every thread. */
+/* The pixel-major convolution without patches, for layers of equal strides s along both axes. The
+ * input, zero-padded, is copied per thread into s x s phase planes a channel (xp: plane (c, a, b)
+ * holds padded rows a, a + s, ... and columns b, b + s, ..., Hs x Ws of them, Hs = ceil(Hp / s) and
+ * Ws = ceil(Wp / s) for the padded height and width Hp, Wp the output needs). Output pixel (oh, ow)
+ * at "virtual" index p' = oh Ws + ow then reads tap (c, kh, kw) at plane (c, kh DH mod s, kw DW mod s),
+ * offset (kh DH / s) Ws + kw DW / s + p': for a block of 48 consecutive virtual pixels each patch row
+ * is a contiguous run of xp at a fixed offset (koff), so the product reads xp directly. The Ws - OW
+ * virtual pixels at the end of each row are computed and dropped: the valid lanes of each vector are
+ * compressed into the NCHW output, whose pixels they are in order. Blocks, weights
+ * (pack_conv_pixels, 8 channels a panel) and threads as conv_pixels; a layer whose copy would pass
+ * DIRECT_MAX_FLOATS takes patches. Returns 0 (and does nothing) where it does not apply: the same
+ * answer on every thread. */
 enum { DIRECT_MAX_FLOATS = 4 << 20, DIRECT_SLACK = 64 };
 
 static float *padded_scratch(size_t n) {
@@ -762,20 +765,37 @@ static float *padded_scratch(size_t n) {
     return grown(&b, n);
 }
 
-static void pad_image(const float *x, float *xp, const geom *g, int Hp, int Wp) {
+/* the phase planes of x (one image and group) that some tap reads, `used` (a S + b) the ones to make;
+ * the others are left as they are (only the dropped lanes read into them) */
+static void phase_planes(const float *x, float *xp, const geom *g, int S, int Hs, int Ws, const char *used) {
+    float *o = xp;
     for (int c = 0; c < g->C; c++)
-        for (int r = 0; r < Hp; r++) {
-            float *o = xp + ((int64_t)c * Hp + r) * Wp;
-            const int ih = r - g->PH, n = imin(g->W, Wp - g->PW);
-            if (ih < 0 || ih >= g->H || n <= 0) {
-                memset(o, 0, (size_t)Wp * sizeof(float));
-                continue;
+        for (int a = 0; a < S; a++)
+            for (int b = 0; b < S; b++) {
+                if (!used[a * S + b]) {
+                    o += (int64_t)Hs * Ws;
+                    continue;
+                }
+                for (int i = 0; i < Hs; i++, o += Ws) {
+                    const int ih = i * S + a - g->PH;
+                    if (ih < 0 || ih >= g->H) {
+                        memset(o, 0, (size_t)Ws * sizeof(float));
+                        continue;
+                    }
+                    const float *row = x + ((int64_t)c * g->H + ih) * g->W;
+                    /* columns j with 0 <= j S + b - PW < W */
+                    const int off = b - g->PW;
+                    const int lo = imin(first_in(off, S), Ws), hi = imax(lo, imin(first_past(off, S, g->W), Ws));
+                    memset(o, 0, (size_t)lo * sizeof(float));
+                    if (S == 1)
+                        memcpy(o + lo, row + lo + off, (size_t)(hi - lo) * sizeof(float));
+                    else
+                        for (int j = lo; j < hi; j++)
+                            o[j] = row[(int64_t)j * S + off];
+                    memset(o + hi, 0, (size_t)(Ws - hi) * sizeof(float));
+                }
             }
-            memset(o, 0, (size_t)g->PW * sizeof(float));
-            memcpy(o + g->PW, x + ((int64_t)c * g->H + ih) * g->W, (size_t)n * sizeof(float));
-            memset(o + g->PW + n, 0, (size_t)(Wp - g->PW - n) * sizeof(float));
-        }
-    memset(xp + (int64_t)g->C * Hp * Wp, 0, DIRECT_SLACK * sizeof(float));
+    memset(o, 0, DIRECT_SLACK * sizeof(float));
 }
 
 static inline __attribute__((always_inline)) void direct_tile(int CKK, const float *restrict a,
@@ -806,36 +826,42 @@ static inline __attribute__((always_inline)) void direct_tile(int CKK, const flo
 static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
     const conv_args op = conv_args_of(dst, pr);
     const geom g = op.g;
-    const int Hp = g.OH + g.DH * (g.KH - 1), Wp = g.OW + g.DW * (g.KW - 1);
-    const int64_t plane_p = (int64_t)Hp * Wp, need = (int64_t)g.C * plane_p + DIRECT_SLACK;
+    const int S = g.SH, Hp = (g.OH - 1) * S + g.DH * (g.KH - 1) + 1, Wp = (g.OW - 1) * S + g.DW * (g.KW - 1) + 1;
+    const int Hs = (Hp + S - 1) / S, Ws = (Wp + S - 1) / S;
+    const int64_t plane_p = (int64_t)Hs * Ws, need = (int64_t)g.C * S * S * plane_p + DIRECT_SLACK;
     const int CKK = (int)op.wne[1];
-    if (g.SH != 1 || g.SW != 1 || need > DIRECT_MAX_FLOATS || (int64_t)op.wne[0] != 8 || CKK != g.C * g.KH * g.KW)
+    if (g.SW != S || need > DIRECT_MAX_FLOATS || (int64_t)op.wne[0] != 8 || CKK != g.C * g.KH * g.KW)
         return 0;
     const int N = op.N, G = op.G, Mg = op.Mg, flags = op.flags, npan = (int)op.wne[2] / G;
-    const int64_t P = op.P, in_plane = op.in_plane, Pv = (int64_t)(g.OH - 1) * Wp + g.OW;
+    const int64_t P = op.P, in_plane = op.in_plane, Pv = (int64_t)(g.OH - 1) * Ws + g.OW;
     const int64_t strips = (Pv + 47) / 48, items = (int64_t)N * G * strips;
     const int64_t units = items * npan, u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
     if (u0 >= u1)
         return 1;
     float *xp = padded_scratch((size_t)need);
     int32_t *koff = malloc((size_t)CKK * sizeof(int32_t));
-    if (xp == NULL || koff == NULL) {  /* out of memory: never a silently wrong value */
+    char *used = calloc((size_t)S * S, 1);
+    if (xp == NULL || koff == NULL || used == NULL) {  /* out of memory: never a silently wrong value */
         free(koff);
+        free(used);
         for (int64_t u = u0; u < u1; u++) {
             const int64_t it = u / npan, si = it % strips, ng = it / strips;
             const int q = (int)(u % npan);
             float *out = op.y + ng * Mg * P;
             for (int o = q * 8; o < Mg && o < q * 8 + 8; o++)
                 for (int64_t pv = si * 48; pv < Pv && pv < si * 48 + 48; pv++)
-                    if (pv % Wp < g.OW)
-                        out[o * P + pv / Wp * g.OW + pv % Wp] = __builtin_nanf("");
+                    if (pv % Ws < g.OW)
+                        out[o * P + pv / Ws * g.OW + pv % Ws] = __builtin_nanf("");
         }
         return 1;
     }
     for (int c = 0, k = 0; c < g.C; c++)
         for (int kh = 0; kh < g.KH; kh++)
-            for (int kw = 0; kw < g.KW; kw++)
-                koff[k++] = (int32_t)(c * plane_p + (int64_t)kh * g.DH * Wp + kw * g.DW);
+            for (int kw = 0; kw < g.KW; kw++) {
+                const int dh = kh * g.DH, dw = kw * g.DW;
+                koff[k++] = (int32_t)((((int64_t)c * S + dh % S) * S + dw % S) * plane_p + (int64_t)(dh / S) * Ws + dw / S);
+                used[(dh % S) * S + dw % S] = 1;
+            }
     int64_t padded = -1;  /* the (image, group) xp holds */
     for (int64_t it = u0 / npan; it <= (u1 - 1) / npan; it++) {
         const int q0 = it == u0 / npan ? (int)(u0 % npan) : 0;
@@ -843,7 +869,7 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
         const int64_t si = it % strips, ng = it / strips;
         const int gi = (int)(ng % G);
         if (ng != padded) {
-            pad_image(op.x + ng * g.C * in_plane, xp, &g, Hp, Wp);
+            phase_planes(op.x + ng * g.C * in_plane, xp, &g, S, Hs, Ws, used);
             padded = ng;
         }
         /* each vector's valid lanes (virtual pixels inside a row and before the end) and where the
@@ -855,10 +881,10 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
             first[v] = -1;
             for (int l = 0; l < 16; l++) {
                 const int64_t pv = si * 48 + 16 * v + l;
-                if (pv < Pv && pv % Wp < g.OW) {
+                if (pv < Pv && pv % Ws < g.OW) {
                     bits |= 1u << l;
                     if (first[v] < 0)
-                        first[v] = pv / Wp * g.OW + pv % Wp;
+                        first[v] = pv / Ws * g.OW + pv % Ws;
                 }
             }
             valid[v] = (__mmask16)bits;
@@ -887,6 +913,7 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
         }
     }
     free(koff);
+    free(used);
     return 1;
 }
 

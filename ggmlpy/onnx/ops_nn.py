@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import kernels
 from .safe import lib
 from .graph import Val, const
 from .layout import (binary, broadcast_shape, cont, pad_zero, permute, permuted_source, repeat_to, reshape,
@@ -245,8 +246,8 @@ def conv_kernel(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dil
         bt = (b.weight(np.asarray(bias.const, dtype=np.float32).reshape(M)) if bias.is_const
               else lib.ggml_reshape_1d(b.ctx, cont(b, b.tensor(bias)), M))
     rt = None if residual is None else reshape(b, b.tensor(residual), out_shape)
-    padded = (OH + dils[0] * (kH - 1), OW + dils[1] * (kW - 1)) if tuple(strides) == (1, 1) else None
-    kind = k.packed_conv_kind((OH, OW), M // group, padded, C // group) if is_const else None
+    kind = (k.packed_conv_kind((OH, OW), M // group, *kernels.direct_planes((OH, OW), (kH, kW), strides, dils,
+                                                                           C // group)) if is_const else None)
     if kind == "pixels":
         wp = b.weight(k.pack_conv_pixels(np.asarray(w_arr_or_val, dtype=np.float32), group, PIXEL_VECTORS))
         y = k.conv2d_pixels(b.ctx, cont(b, x), wp, M, (kH, kW), tuple(strides), (pads_b[0], pads_b[1]), tuple(dils),
