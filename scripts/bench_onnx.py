@@ -12,7 +12,7 @@ which needs onnxscript). Each thread count of --threads is a pass over every mod
 a 0.1 s pause, the first not counted, so that neither is timed while the other's idle threads still
 spin); prints the best and the median ms per inference, their ratios ggmlpy / onnxruntime, and
 /proc/loadavg before and after. The last line, for scripts, is
-`summary: resnet18 b1 1.43x, b8 1.56x, encoder 0.85x, vit 0.90x, lstm 3.00x onnxruntime (1 thread)`:
+`summary: resnet18 b1 1.27x, b8 1.28x, encoder 0.93x, vit 1.22x, lstm 1.10x onnxruntime (1 thread)`:
 the best-time ratios of the first thread count.
 --cpu-time measures process CPU time instead of wall time: with --threads 1 it is what a shared,
 busy machine can measure reliably (wall time there depends on who else runs).
