@@ -465,10 +465,19 @@ SDIST_PIN = f"llama-cpp-python=={_info.LLAMA_CPP_PYTHON_VERSION}"
 CODEGEN_FLAGS = ("-fno-math-errno",)
 CODEGEN_TAG = "nme"
 
+# ggml's CPU threads are its own pool (ggml_threadpool), not OpenMP: which libgomp served
+# OpenMP, and with which spin policy, depended on what the process imported first (torch ships
+# its own libgomp.so.1, which then took ggml's place and its spin setting), up to 4x on a busy
+# machine. The pool's polling is ggmlpy's to set whatever else is loaded. Its tag keeps an
+# OpenMP build from being reused.
+THREADING_FLAGS = ("-DGGML_OPENMP=OFF",)
+THREADING_TAG = "tp"
+
 
 def build_key(backends, native: bool, extra_cmake=()) -> str:
     names = "+".join(sorted(set(backends) | {"cpu"}))
-    key = f"ggml-{GGML_VERSION}-{names}-{'native' if native else 'portable'}-{cpu_tag(native)}-{CODEGEN_TAG}"
+    key = (f"ggml-{GGML_VERSION}-{names}-{'native' if native else 'portable'}-{cpu_tag(native)}-{CODEGEN_TAG}"
+           f"-{THREADING_TAG}")
     for tag in dict.fromkeys(tag for _name, backend, tag, *_ in PATCHES if backend in backends):
         key += f"-{tag}"  # a patched build never reuses an unpatched one; a patch of several parts: one tag
     if extra_cmake:  # extra CMake options make another build: give it its own key
@@ -711,7 +720,7 @@ def cmake_flags(args, backends: set[str], install: Path, cache: Path) -> list[st
              "-DCMAKE_INSTALL_LIBDIR=lib",  # never lib64: the loader expects install/lib
              "-DCMAKE_INSTALL_RPATH=$ORIGIN", "-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON",
              "-DBUILD_SHARED_LIBS=ON", "-DGGML_LLAMAFILE=ON",  # OFF halves f32 mul_mat speed
-             "-DGGML_BUILD_TESTS=OFF", "-DGGML_BUILD_EXAMPLES=OFF", "-DGGML_OPENMP=ON",
+             "-DGGML_BUILD_TESTS=OFF", "-DGGML_BUILD_EXAMPLES=OFF", *THREADING_FLAGS,
              "-DGIT_EXE=OFF",  # else ggml reports ggmlpy's git commit as its own
              f"-DCMAKE_C_FLAGS={' '.join(CODEGEN_FLAGS)}", f"-DCMAKE_CXX_FLAGS={' '.join(CODEGEN_FLAGS)}"]
     if args.native:
