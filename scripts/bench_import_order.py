@@ -1,6 +1,6 @@
 """Does ggmlpy's CPU speed depend on what was imported first, or on the machine's load?
 
-    python scripts/bench_import_order.py [--calls 15] [--build LABEL=CACHE_DIR ...]
+    python scripts/bench_import_order.py [--calls 15] [--build LABEL=CACHE_DIR[;VAR=VALUE...] ...]
                                          [--conditions quiet busy] [--no-ort]
 
 Each figure is a fresh child process (median ms of --calls timed calls after a warm-up), so that
@@ -53,15 +53,16 @@ def resized_model(path: str) -> None:
 
 # -- the child: one figure ------------------------------------------------------------------------
 def child(order: str, workload: str, calls: int, model_path: str) -> float:
+    sys.path[:0] = [ROOT, HERE]  # this checkout's ggmlpy, and bench_train beside this script
     if order == "torch first":
         import torch  # noqa: F401
     import numpy as np
     import ggmlpy as g
+    assert os.path.dirname(os.path.dirname(os.path.abspath(g.__file__))) == ROOT, g.__file__
     if order == "torch after":
         import torch  # noqa: F401,F811
     rng = np.random.default_rng(0)
     if workload == "mlp":
-        sys.path.insert(0, HERE)
         from bench_train import compiled_step_fn, make_weights
         fn = compiled_step_fn(make_weights(12, 256), rng.normal(size=(256, 256)), rng.normal(size=(256, 256)))
     else:
@@ -132,24 +133,26 @@ def main() -> int:
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=15, help="timed calls per figure")
-    ap.add_argument("--build", action="append", default=[], metavar="LABEL=CACHE_DIR",
-                    help="a libggml build to measure (its GGMLPY_CACHE_DIR); repeatable; default: this shell's")
+    ap.add_argument("--build", action="append", default=[], metavar="LABEL=CACHE_DIR[;VAR=VALUE...]",
+                    help="a libggml build to measure (its GGMLPY_CACHE_DIR, and environment variables for "
+                         "it, e.g. GGMLPY_THREAD_POLL=1); repeatable; default: this shell's")
     ap.add_argument("--conditions", nargs="+", default=["quiet", "busy"], choices=["quiet", "busy"])
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
     ap.add_argument("--no-ort", action="store_true", help="skip onnxruntime's reference")
     args = ap.parse_args()
     builds = {}
     for spec in args.build:
-        label, sep, path = spec.partition("=")
-        if not sep:
-            ap.error(f"--build {spec!r}: expected LABEL=CACHE_DIR")
-        builds[label] = {"GGMLPY_CACHE_DIR": os.path.expanduser(path)}
+        label, sep, rest = spec.partition("=")
+        path, *settings = rest.split(";")
+        if not sep or not all("=" in v for v in settings):
+            ap.error(f"--build {spec!r}: expected LABEL=CACHE_DIR[;VAR=VALUE...]")
+        builds[label] = {"GGMLPY_CACHE_DIR": os.path.expanduser(path), **dict(v.split("=", 1) for v in settings)}
     builds = builds or {"this build": {}}
     tmp = tempfile.mkdtemp()
     args.model = os.path.join(tmp, "resnet_block_b8_64.onnx")
     resized_model(args.model)
     print(f"ResNet-style ONNX model {'x'.join(map(str, SHAPE))}; compiled 12-layer 256^2 MLP step; "
-          f"median ms of {args.calls} calls, each figure a fresh process; loadavg {loadavg()}")
+          f"median ms of {args.calls} calls, each figure a fresh process; loadavg {loadavg()}", flush=True)
     ms: dict = {}  # (build, condition, workload, order) -> ms
     ort_ms: dict = {}
     for cond in args.conditions:
@@ -161,8 +164,11 @@ def main() -> int:
                 for order in ORDERS:
                     for label, env in builds.items():  # interleaved: every build sees the same load
                         ms[label, cond, wl, order] = figure(args, env, order, wl)
+                        print(f"  {label:<12} {cond:<6} {wl:<11} {order:<12} {ms[label, cond, wl, order]:8.2f} ms"
+                              f"   (loadavg {loadavg()})", flush=True)
                 if cond == "quiet" and wl.startswith("onnx") and not args.no_ort:
                     ort_ms[wl] = figure(args, {}, "onnxruntime", wl)
+                    print(f"  onnxruntime  {cond:<6} {wl:<11} {'':<12} {ort_ms[wl]:8.2f} ms", flush=True)
         finally:
             if busy:
                 busy.__exit__()
