@@ -163,3 +163,39 @@ print("IDLE_CPU", (t1.user - t0.user) + (t1.system - t0.system))
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     assert float(out.stdout.split("IDLE_CPU")[-1]) < 0.05
+
+
+@needs_own_pool
+def test_more_threads_than_cores_still_compute_in_good_time():
+    """ggml's barrier after every node spins; a thread the scheduler took off its core then kept the
+    others spinning for whole time slices (measured: over 20 s a 400-node graph with 8 threads on 2
+    busy cores). build_ggml.py's patch makes a waiting thread sleep after 2 000 spins (0.4 s there)."""
+    probe = r'''
+import os, numpy as np, ggmlpy as g
+b = g.ggml_backend_cpu_init()
+b.set_n_threads(4 * len(os.sched_getaffinity(0)))
+ctx = g.ggml_init(64 << 20)
+t = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 256, 64)
+g.ggml_set_f32(t, np.ones(256 * 64, np.float32))
+y = t
+for _ in range(150):
+    y = g.ggml_scale(ctx, g.ggml_add(ctx, y, t), 0.5)
+graph = g.ggml_build_forward_expand(g.ggml_new_graph(ctx), y)
+for _ in range(3):
+    g.ggml_backend_graph_compute(b, graph)
+print("VALUE", float(np.asarray(g.ggml_get_f32(y)).ravel()[0]))
+'''
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert float(out.stdout.split("VALUE")[-1]) == 1.0
+
+
+def test_build_ggml_s_cpu_patches_apply_to_the_pinned_ggml():
+    b = _build_ggml()
+    for name, backend, _tag, rel, old, new in b.PATCHES:
+        path = b.VENDOR / rel
+        if backend != "cpu" or not path.exists():
+            continue
+        text = path.read_text()
+        assert old in text or new in text, f"{name}: neither its old nor its new text is in {rel}"

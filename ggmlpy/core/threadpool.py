@@ -6,7 +6,10 @@ ggml_threadpool. Without one set on the backend, ggml makes a pool for every gra
 as long as the backend instead. No OpenMP runtime is involved, so neither the import order (torch
 ships its own libgomp.so.1) nor any GOMP_* or OMP_* variable changes how ggml's threads wait.
 
-How the threads wait: within a graph, ggml's barrier between nodes spins. After a graph, a
+How the threads wait: within a graph, at the barrier after every node, a thread spins 2 000 times,
+then sleeps until the last one arrives (build_ggml.py's patch of ggml's barrier, which otherwise
+spins for ever: a thread the scheduler took off its core then kept the others spinning for whole
+time slices). After a graph, a
 pool's workers poll for the next one for a while, then sleep on a condition variable until a
 compute wakes them; the polling level (ggml's `poll`, 0-100, in units of 128K pause
 instructions) is POLL, or $GGMLPY_THREAD_POLL. ggml's own default (50) polls for a tenth of a
