@@ -199,3 +199,4 @@ def test_build_ggml_s_cpu_patches_apply_to_the_pinned_ggml():
             continue
         text = path.read_text()
         assert old in text or new in text, f"{name}: neither its old nor its new text is in {rel}"
+
