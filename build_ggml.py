@@ -411,9 +411,62 @@ _RPC_INCLUDE_OLD = """#include <cstdlib>
 """
 _RPC_INCLUDE_NEW = """#include <atomic>  // ggmlpy patch (rpc-fail-soft)
 """ + _RPC_INCLUDE_OLD
+# ggml's thread pool waits at the barrier after every node by spinning, for ever: with more
+# runnable threads than cores (another busy process, or a loaded shared machine) a thread the
+# scheduler took off its core keeps the others spinning for whole time slices. Measured on 2
+# cores at load 10, a ResNet-style ONNX call took 116-220 ms against OpenMP's 3-7 ms (libgomp
+# spins GOMP_SPINCOUNT times, then sleeps on a futex). The patch does the same: 2 000 spins,
+# then a futex wait on the barrier's counter, woken by the last thread only when one sleeps.
+_BARRIER_OLD = """        // exit barrier (full seq-cst fence)
+        atomic_fetch_add_explicit(&tp->n_barrier_passed, 1, memory_order_seq_cst);
+        return;
+    }
+
+    // wait for other threads
+    while (atomic_load_explicit(&tp->n_barrier_passed, memory_order_relaxed) == n_passed) {
+        ggml_thread_cpu_relax();
+    }
+"""
+_BARRIER_NEW = """        // exit barrier (full seq-cst fence)
+        atomic_fetch_add_explicit(&tp->n_barrier_passed, 1, memory_order_seq_cst);
+#if defined(__gnu_linux__)
+        // wake the threads that stopped spinning (seq-cst: a waiter counted after this load
+        // sees the new n_barrier_passed in its futex wait, and returns at once)
+        if (atomic_load_explicit(&ggml_barrier_sleepers, memory_order_seq_cst) > 0) {
+            syscall(SYS_futex, &tp->n_barrier_passed, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+        }
+#endif
+        return;
+    }
+
+    // wait for other threads: spin, then sleep until the last one arrives
+    for (int spins = 0; atomic_load_explicit(&tp->n_barrier_passed, memory_order_relaxed) == n_passed; spins++) {
+#if defined(__gnu_linux__)
+        if (spins >= GGML_BARRIER_SPINS) {
+            atomic_fetch_add_explicit(&ggml_barrier_sleepers, 1, memory_order_seq_cst);
+            syscall(SYS_futex, &tp->n_barrier_passed, FUTEX_WAIT_PRIVATE, n_passed, NULL, NULL, 0);
+            atomic_fetch_sub_explicit(&ggml_barrier_sleepers, 1, memory_order_seq_cst);
+            continue;
+        }
+#endif
+        ggml_thread_cpu_relax();
+    }
+"""
+_BARRIER_DECL_OLD = """void ggml_barrier(struct ggml_threadpool * tp) {
+    int n_threads"""
+_BARRIER_DECL_NEW = """#if defined(__gnu_linux__) && !defined(GGML_USE_OPENMP)
+#include <linux/futex.h>
+#define GGML_BARRIER_SPINS 2000
+static atomic_int ggml_barrier_sleepers; // threads of any pool asleep in ggml_barrier
+#endif
+
+void ggml_barrier(struct ggml_threadpool * tp) {
+    int n_threads"""
 PATCHES = [
     # (name, backend it concerns, key tag, file under vendor/ggml, old text, new text)
     ("vk-descriptors", "vulkan", "vkp1", "src/ggml-vulkan/ggml-vulkan-common.h", _VK_OLD, _VK_NEW),
+    ("cpu-barrier-sleep", "cpu", "bs1", "src/ggml-cpu/ggml-cpu.c", _BARRIER_DECL_OLD, _BARRIER_DECL_NEW),
+    ("cpu-barrier-sleep", "cpu", "bs1", "src/ggml-cpu/ggml-cpu.c", _BARRIER_OLD, _BARRIER_NEW),
     *(("rpc-fail-soft", "rpc", "rpcp1", f"src/ggml-rpc/{rel}", old, new) for rel, old, new in (
         ("transport.h", _RPC_TRANSPORT_H_OLD, _RPC_TRANSPORT_H_NEW),
         ("transport.cpp", _RPC_INCLUDE_OLD, _RPC_INCLUDE_NEW),
@@ -465,10 +518,19 @@ SDIST_PIN = f"llama-cpp-python=={_info.LLAMA_CPP_PYTHON_VERSION}"
 CODEGEN_FLAGS = ("-fno-math-errno",)
 CODEGEN_TAG = "nme"
 
+# ggml's CPU threads are its own pool (ggml_threadpool), not OpenMP: which libgomp served
+# OpenMP, and with which spin policy, depended on what the process imported first (torch ships
+# its own libgomp.so.1, which then took ggml's place and its spin setting), up to 4x on a busy
+# machine. The pool's polling is ggmlpy's to set whatever else is loaded. Its tag keeps an
+# OpenMP build from being reused.
+THREADING_FLAGS = ("-DGGML_OPENMP=OFF",)
+THREADING_TAG = "tp"
+
 
 def build_key(backends, native: bool, extra_cmake=()) -> str:
     names = "+".join(sorted(set(backends) | {"cpu"}))
-    key = f"ggml-{GGML_VERSION}-{names}-{'native' if native else 'portable'}-{cpu_tag(native)}-{CODEGEN_TAG}"
+    key = (f"ggml-{GGML_VERSION}-{names}-{'native' if native else 'portable'}-{cpu_tag(native)}-{CODEGEN_TAG}"
+           f"-{THREADING_TAG}")
     for tag in dict.fromkeys(tag for _name, backend, tag, *_ in PATCHES if backend in backends):
         key += f"-{tag}"  # a patched build never reuses an unpatched one; a patch of several parts: one tag
     if extra_cmake:  # extra CMake options make another build: give it its own key
@@ -711,7 +773,7 @@ def cmake_flags(args, backends: set[str], install: Path, cache: Path) -> list[st
              "-DCMAKE_INSTALL_LIBDIR=lib",  # never lib64: the loader expects install/lib
              "-DCMAKE_INSTALL_RPATH=$ORIGIN", "-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON",
              "-DBUILD_SHARED_LIBS=ON", "-DGGML_LLAMAFILE=ON",  # OFF halves f32 mul_mat speed
-             "-DGGML_BUILD_TESTS=OFF", "-DGGML_BUILD_EXAMPLES=OFF", "-DGGML_OPENMP=ON",
+             "-DGGML_BUILD_TESTS=OFF", "-DGGML_BUILD_EXAMPLES=OFF", *THREADING_FLAGS,
              "-DGIT_EXE=OFF",  # else ggml reports ggmlpy's git commit as its own
              f"-DCMAKE_C_FLAGS={' '.join(CODEGEN_FLAGS)}", f"-DCMAKE_CXX_FLAGS={' '.join(CODEGEN_FLAGS)}"]
     if args.native:

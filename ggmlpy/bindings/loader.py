@@ -179,12 +179,14 @@ OMP_SPINCOUNT = "2000"
 
 @contextlib.contextmanager
 def omp_spin_default():
-    """ggml's CPU threads wait for each other through OpenMP, whose libgomp spins 300 000 times
-    before sleeping. When another process is busy, spinning threads steal the cores the
-    others need, and a training step becomes ten times slower or worse (docs/benchmarks.md,
-    "Threads"); 2 000 spins keep the quiet machine's speed. libgomp reads the
-    setting once, when it is loaded with libggml-cpu: it is set for that moment only, and
-    never over the user's own GOMP_SPINCOUNT or OMP_WAIT_POLICY."""
+    """OpenBLAS's OpenMP build (ggml's BLAS backend, and libggml builds made with OpenMP) waits
+    through libgomp, which spins 300 000 times before sleeping. When another process is busy,
+    spinning threads steal the cores the others need, and a training step becomes ten times
+    slower or worse (docs/benchmarks.md, "Threads"); 2 000 spins keep the quiet machine's speed.
+    libgomp reads the setting once, when it is loaded (with libggml's backends, unless another
+    library loaded one before: PyTorch ships its own libgomp.so.1): it is set for that moment
+    only, and never over the user's own GOMP_SPINCOUNT or OMP_WAIT_POLICY. ggml's own CPU threads
+    are its thread pool (core/threadpool.py), whatever libgomp is loaded."""
     mine = not any(k in os.environ for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"))
     if mine:
         os.environ["GOMP_SPINCOUNT"] = OMP_SPINCOUNT

@@ -50,7 +50,7 @@ import cffi
 from .._sigint import uninterruptible
 from ..bindings import ffi, found, lib
 from ..errors import DeviceError, DeviceLostError, GGMLError
-from . import threads
+from . import threadpool, threads
 
 _NULL = ffi.NULL
 _TYPES = {
@@ -389,6 +389,7 @@ class Backend:
         self.endpoint = _endpoint_of(self.dev) if self.dev != _NULL else None  # "host:port" of an RPC device
         self._free = _Freer(ptr)
         self._thread_setter = _set_n_threads if self.is_cpu else None
+        self._pools = threadpool.PoolSet(ptr) if self.is_cpu and threadpool.available() else None
         if self.is_cpu:
             threads.follow(self)
 
@@ -408,21 +409,14 @@ class Backend:
     def _use_threads(self, n: int) -> None:
         if self._free.ptr is None:
             return  # freed: nothing computes here any more
+        if self._pools is not None:  # the pool first: while a count grows, a compute planned between the two still fits its pool
+            self._pools.use(n)
         self._thread_setter(self.ptr, n)
         self.n_threads = n
 
     def single_threaded(self) -> "Backend":
-        """One thread, with a threadpool kept across computes instead of one made per compute
-        (making one is a sizeable part of a small op). Portable builds keep the CPU entry points out of reach:
-        there the backend stays as it is."""
+        """This backend, computing on one thread from now on whatever set_num_threads() says."""
         self.set_n_threads(1)
-        try:
-            params = ffi.new("struct ggml_threadpool_params *", lib.ggml_threadpool_params_default(1))
-            pool = lib.ggml_threadpool_new(params)
-            lib.ggml_backend_cpu_set_threadpool(self.ptr, pool)
-        except AttributeError:
-            return self
-        self._threadpool = _ThreadpoolFreer(pool)
         return self
 
     def check(self) -> None:
@@ -441,6 +435,8 @@ class Backend:
         """Free the backend now (also done when the object is collected)."""
         threads.unfollow(self)
         self._free()
+        if self._pools is not None:
+            self._pools.free()
 
     @property
     def freed(self) -> bool:
@@ -449,20 +445,6 @@ class Backend:
 
     def __repr__(self):
         return f"<ggml Backend {self.device_name}>"
-
-
-class _ThreadpoolFreer:
-    __slots__ = ("ptr",)
-
-    def __init__(self, ptr):
-        self.ptr = ptr
-
-    @uninterruptible
-    def __del__(self):
-        try:
-            lib.ggml_threadpool_free(self.ptr)
-        except Exception:  # interpreter shutdown
-            pass
 
 
 class _Freer:

@@ -615,8 +615,9 @@ def ggml_get_n_threads() -> int:
 
 
 def ggml_set_omp_threads(n: int) -> int:
-    """Threads for OpenMP regions (ggml's CPU backend is built with OpenMP): sets OMP_NUM_THREADS for
-    threads started from now on, and ggml_graph_compute's default."""
+    """ggmlR's thread setter (its ggml is built with OpenMP): the thread setting (set_num_threads),
+    and OMP_NUM_THREADS for OpenMP runtimes started from now on (OpenBLAS's, with its OpenMP build;
+    ggml's own CPU threads are its thread pool, sized by the setting)."""
     n = int(n)
     check(n >= 1, "ggml_set_omp_threads: Number of threads must be at least 1")
     os.environ["OMP_NUM_THREADS"] = str(n)

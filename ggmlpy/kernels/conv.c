@@ -20,18 +20,18 @@
  * Threads: the work items are (image, group, pixel block); ggml's threads take contiguous ranges of
  * them. With fewer items than threads (a deep layer of one image), every thread builds the item's
  * patch block and computes its own range of output channels. Each thread's cblas_sgemm runs on
- * that thread alone (see gemm.c).
+ * that thread alone (blas_threads.h).
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "blas_threads.h"
 #include "fields.h"
 
 enum { ColMajor = 102, NoTrans = 111 };
 extern void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
                         int lda, const float *b, int ldb, float beta, float *c, int ldc);
-extern void openblas_set_num_threads(int n);
 
 enum { P_KH, P_KW, P_SH, P_SW, P_PH, P_PW, P_DH, P_DW, P_GROUPS, P_FLAGS, P_BLOCK, P_COUNT };
 enum { F_RELU = 1, F_BIAS = 2, F_RESIDUAL = 4 };
@@ -240,8 +240,7 @@ void ggmlpy_conv2d_f32(void *dst, int ith, int nth, void *userdata) {
     float *y = op.y;
     const int direct = g.KH == 1 && g.KW == 1 && g.SH == 1 && g.SW == 1 && g.PH == 0 && g.PW == 0 &&
                        g.OH == g.H && g.OW == g.W;  /* the input plane is the patch matrix */
-    if (nth == 1)
-        openblas_set_num_threads(1);
+    blas_on_this_thread_only();
 
     int64_t block = pr[P_BLOCK];
     if (block <= 0) {
@@ -405,8 +404,7 @@ void ggmlpy_linear_f32(void *dst, int ith, int nth, void *userdata) {
     const int m = (int)wne[0], k = (int)wne[1], n = (int)(xne[1] * xne[2] * xne[3]);
     const float *w = data_of(wt), *x = data_of(xt), *bias = data_of(src_of(dst, 2));
     float *y = data_of(dst);
-    if (nth == 1)
-        openblas_set_num_threads(1);
+    blas_on_this_thread_only();
     int i0 = 0, i1 = m, j0 = 0, j1 = n;
     if (n >= m) {
         int per = ((n + nth - 1) / nth + 15) & ~15;

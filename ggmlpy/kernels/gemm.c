@@ -11,21 +11,17 @@
  *
  * Threads: ggml's threads split the batch matrices, or, with fewer matrices than threads, the
  * columns (or rows) of each product in blocks of 16. Each thread's cblas_sgemm runs on that one
- * thread: an OpenMP OpenBLAS does so inside ggml's OpenMP region by itself (the loader checks
- * that it is the OpenMP or the sequential build); a lone thread (nth = 1, no region) sets
- * OpenBLAS to one thread first, as the caller asked for one (ggml's BLAS backend sets its own
- * count before each of its graphs).
+ * thread (blas_threads.h; the loader checks that OpenBLAS is the OpenMP or the sequential build).
  */
 #include <stdint.h>
 #include <string.h>
 
+#include "blas_threads.h"
 #include "fields.h"
 
 enum { ColMajor = 102, NoTrans = 111, Trans = 112 };
 extern void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
                         int lda, const float *b, int ldb, float beta, float *c, int ldc);
-extern void openblas_set_num_threads(int n);
-extern int openblas_get_num_threads(void);
 extern int openblas_get_parallel(void);
 
 /* 0: sequential OpenBLAS, 1: pthreads, 2: OpenMP (the loader uses the op for 0 and 2 only) */
@@ -52,8 +48,7 @@ void ggmlpy_gemm_f32(void *dst, int ith, int nth, void *userdata) {
     const int m = (int)c.ne[0], n = (int)c.ne[1], k = (int)(ta ? a.ne[0] : a.ne[1]);
     const int lda = (int)(a.nb[1] / 4), ldb = (int)(b.nb[1] / 4), ldc = (int)(c.nb[1] / 4);
     const int64_t batches = c.ne[2] * c.ne[3];
-    if (nth == 1 && openblas_get_num_threads() != 1)
-        openblas_set_num_threads(1);
+    blas_on_this_thread_only();
     /* this thread's batches, and within each its columns [j0, j1) and rows [i0, i1) */
     int64_t b0 = 0, b1 = batches;
     int j0 = 0, j1 = n, i0 = 0, i1 = m;

@@ -1,0 +1,202 @@
+"""ggml's own thread pools under ggmlpy's CPU backends (ggmlpy/core/threadpool.py): libggml is
+built without OpenMP, each CPU backend computes on a pool of its thread count that outlives the
+graph computes, the polling level is ggmlpy's, and a forked child gets pools of its own."""
+import os
+import pathlib
+import select
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ggmlpy as g
+from ggmlpy.core import threadpool
+from ggmlpy.errors import GGMLError
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+needs_pools = pytest.mark.skipif(not threadpool.available(), reason="this libggml keeps the CPU backend's pool out of reach")
+
+
+def _build_ggml():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("build_ggml", ROOT / "build_ggml.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_build_ggml_builds_without_openmp_and_never_reuses_an_openmp_build():
+    b = _build_ggml()
+
+    class Args:
+        native, cmake_arg, cuda_arch = True, [], None
+    flags = b.cmake_flags(Args(), {"cpu"}, pathlib.Path("/nonexistent"), pathlib.Path("/nonexistent"))
+    assert "-DGGML_OPENMP=OFF" in flags and "-DGGML_OPENMP=ON" not in flags
+    assert f"-{b.THREADING_TAG}" in b.build_key({"cpu"}, native=True)
+
+
+@needs_pools
+def test_a_cpu_backend_computes_on_a_pool_of_its_thread_count_kept_per_count():
+    b = g.ggml_backend_cpu_init()
+    try:
+        b.set_n_threads(3)
+        three = b._pools.pools[3]
+        assert b._pools.n == 3
+        b.set_n_threads(2)
+        assert b._pools.n == 2 and b._pools.pools[2] != three
+        b.set_n_threads(3)
+        assert b._pools.pools[3] == three and len(b._pools.pools) == 2  # a count used again: its pool
+    finally:
+        b.free()
+    assert b._pools.pools == {}
+
+
+def _matmul_on(backend, n=64):
+    """A ggml product computed on `backend` (a host backend), against numpy."""
+    rng = np.random.default_rng(1)
+    a, c = rng.normal(size=(n, n)).astype(np.float32), rng.normal(size=(n, n)).astype(np.float32)
+    ctx = g.ggml_init(16 << 20)
+    ta = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, n, n)
+    tc = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, n, n)
+    g.ggml_set_f32(ta, a.ravel())
+    g.ggml_set_f32(tc, c.ravel())
+    out = g.ggml_mul_mat(ctx, ta, tc)
+    graph = g.ggml_build_forward_expand(g.ggml_new_graph(ctx), out)
+    g.ggml_backend_graph_compute(backend, graph)
+    got = np.asarray(g.ggml_get_f32(out)).reshape(n, n)
+    return float(np.abs(got - c @ a.T).max())
+
+
+@needs_pools
+def test_results_do_not_depend_on_the_pool_size():
+    b = g.ggml_backend_cpu_init()
+    try:
+        for n in (1, 2, 3, 4, 2):
+            b.set_n_threads(n)
+            assert _matmul_on(b) < 1e-3, n
+    finally:
+        b.free()
+
+
+needs_own_pool = pytest.mark.skipif(not threadpool.available() or threadpool.uses_openmp(),
+                                    reason="an OpenMP libggml (its threads are OpenMP's) or no pool to set")
+
+
+@needs_own_pool
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="lists threads in /proc/self/task")
+def test_pool_threads_start_with_the_count_and_outlive_graph_computes():
+    """ggml starts a pool per graph compute when the backend has none; each backend's is kept."""
+    def tasks():
+        return set(os.listdir("/proc/self/task"))
+    b = g.ggml_backend_cpu_init()
+    n = b.n_threads + 2
+    try:
+        before = tasks()
+        b.set_n_threads(n)
+        workers = tasks() - before
+        assert len(workers) == n - 1  # the calling thread is the last
+        for _ in range(3):
+            assert _matmul_on(b) < 1e-3
+            assert workers <= tasks()
+    finally:
+        b.free()
+    assert not workers & tasks()  # stopped with their backend
+
+
+@needs_own_pool
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_computes_on_pools_of_its_own():
+    """The parent's pool threads do not exist in a forked child: computing on the parent's pool
+    would wait at ggml's barrier for them for ever. (With an OpenMP libggml the child hangs in
+    GNU libgomp, which does not support fork after a parallel region.)"""
+    b = g.ggml_backend_cpu_init()
+    b.set_n_threads(2)
+    assert _matmul_on(b) < 1e-3  # the parent has used its pool
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, and leave without running the parent's cleanup
+        try:
+            os.write(w, f"{_matmul_on(b):.3e}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        ready, _, _ = select.select([r], [], [], 60)
+        assert ready, "the forked child hung computing on the parent's pool"
+        assert float(os.read(r, 64).decode()) < 1e-3
+    finally:
+        os.close(r)
+        if not ready:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        b.free()
+
+
+@pytest.mark.parametrize("text, want", [("", threadpool.POLL), ("0", 0), (" 7 ", 7), ("100", 100)])
+def test_the_polling_level_comes_from_the_environment(monkeypatch, text, want):
+    monkeypatch.setenv(threadpool.ENV_VAR, text)
+    assert threadpool.poll_level() == want
+
+
+@pytest.mark.parametrize("text", ["-1", "101", "fast", "1.5"])
+def test_a_bad_polling_level_raises_naming_the_variable(monkeypatch, text):
+    monkeypatch.setenv(threadpool.ENV_VAR, text)
+    with pytest.raises(GGMLError, match=threadpool.ENV_VAR):
+        threadpool.poll_level()
+
+
+@needs_own_pool
+def test_idle_pool_threads_leave_the_cores_alone():
+    """After a compute, the default polling level lets the pool's workers sleep within a few ms
+    (ggml's own default, 50, keeps them spinning a tenth of a second or more after every graph)."""
+    probe = r'''
+import os, time, numpy as np, ggmlpy as g
+x = g.ag_tensor(np.ones((512, 512), np.float32))
+g.ag_matmul(x, x).numpy()
+time.sleep(0.05)
+t0 = os.times(); time.sleep(0.3); t1 = os.times()
+print("IDLE_CPU", (t1.user - t0.user) + (t1.system - t0.system))
+'''
+    env = dict(os.environ, GGMLPY_N_THREADS="2", PYTHONPATH=str(ROOT))
+    env.pop(threadpool.ENV_VAR, None)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert float(out.stdout.split("IDLE_CPU")[-1]) < 0.05
+
+
+@needs_own_pool
+def test_more_threads_than_cores_still_compute_in_good_time():
+    """ggml's barrier after every node spins; a thread the scheduler took off its core then kept the
+    others spinning for whole time slices (measured: over 20 s a 400-node graph with 8 threads on 2
+    busy cores). build_ggml.py's patch makes a waiting thread sleep after 2 000 spins (0.4 s there)."""
+    probe = r'''
+import os, numpy as np, ggmlpy as g
+b = g.ggml_backend_cpu_init()
+b.set_n_threads(4 * len(os.sched_getaffinity(0)))
+ctx = g.ggml_init(64 << 20)
+t = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 256, 64)
+g.ggml_set_f32(t, np.ones(256 * 64, np.float32))
+y = t
+for _ in range(150):
+    y = g.ggml_scale(ctx, g.ggml_add(ctx, y, t), 0.5)
+graph = g.ggml_build_forward_expand(g.ggml_new_graph(ctx), y)
+for _ in range(3):
+    g.ggml_backend_graph_compute(b, graph)
+print("VALUE", float(np.asarray(g.ggml_get_f32(y)).ravel()[0]))
+'''
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert float(out.stdout.split("VALUE")[-1]) == 1.0
+
+
+def test_build_ggml_s_cpu_patches_apply_to_the_pinned_ggml():
+    b = _build_ggml()
+    for name, backend, _tag, rel, old, new in b.PATCHES:
+        path = b.VENDOR / rel
+        if backend != "cpu" or not path.exists():
+            continue
+        text = path.read_text()
+        assert old in text or new in text, f"{name}: neither its old nor its new text is in {rel}"
+
