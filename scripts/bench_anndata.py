@@ -27,13 +27,7 @@ import anndata  # noqa: E402
 import scanpy as sc  # noqa: E402
 
 import ggmlpy as g  # noqa: E402
-
-
-def loadavg() -> str:
-    try:
-        return " ".join(open("/proc/loadavg").read().split()[:3])
-    except OSError:
-        return "n/a"
+from benchlib import loadavg  # noqa: E402
 
 
 def counts(n_cells: int, n_genes: int, n_types: int = 8, seed: int = 0) -> sp.csr_matrix:

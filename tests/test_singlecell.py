@@ -97,3 +97,27 @@ def test_auto_skips_a_software_vulkan_device_but_vulkan_takes_it(monkeypatch):
     monkeypatch.setattr(singlecell._VULKAN, "software", lambda: True)
     assert singlecell._resolve_backend("auto") == "cpu"
     assert singlecell._resolve_backend("vulkan") == "vulkan"
+
+
+def test_normalize_keeps_float32_and_the_layout_and_sums_duplicates_first():
+    sp = pytest.importorskip("scipy.sparse")
+    rng = np.random.default_rng(3)
+    counts = rng.poisson(1.0, (300, 40)).astype(np.float32)       # cells x genes, as AnnData holds them
+    counts[7] = 0                                                  # an empty cell
+    ref = np.log1p(counts.astype(np.float64) / np.maximum(counts.sum(1, keepdims=True), 1) * 1e4)
+    engine = g.ggml_ops_registry("normalize").engine
+    dense = engine(counts.T, backend="cpu").embedding              # a features x cells view, cells contiguous
+    assert dense.dtype == np.float32 and dense.T.flags.c_contiguous
+    np.testing.assert_allclose(dense.T, ref, rtol=3e-7)
+    csr = sp.csr_matrix(counts)
+    out = engine(csr.T, backend="cpu").embedding
+    assert out.dtype == np.float32 and out.has_canonical_format
+    np.testing.assert_allclose(out.T.toarray(), ref, rtol=3e-7)
+    assert not np.shares_memory(out.indices, csr.indices)          # the result owns its pattern
+    # a stored value split in two is one count of 2, not log1p(1) twice; the input is left as it is
+    dup = sp.csc_matrix((np.array([1.0, 1.0, 2.0]), np.array([0, 0, 1]), np.array([0, 2, 3])), shape=(2, 2))
+    before = dup.data.copy()
+    got = engine(dup, backend="cpu").embedding.toarray()
+    np.testing.assert_allclose(got, [[np.log1p(1e4), 0.0], [0.0, np.log1p(1e4)]])
+    np.testing.assert_array_equal(dup.data, before)
+    assert engine(counts.T.astype(np.float64), backend="cpu").embedding.dtype == np.float64

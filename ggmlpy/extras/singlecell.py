@@ -13,7 +13,7 @@ Registered operations, as ggmlR's engines compute them:
   so a sparse matrix is never densified whole; more than 20 000 cells stream in blocks of 20 000.
 - "normalize": LogNormalize, log1p(x / colSums(x) * scale_factor), on the Vulkan device under
   backend "vulkan" (f32); a sparse matrix keeps its sparsity (log1p(0) = 0), only its stored
-  values are transformed.
+  values are transformed. float32 counts give float32 values (as scanpy's), others float64.
 - "scale": ScaleData, (x - rowMeans) / rowSds (n - 1 divisor, a zero sd counts as 1), clipped
   above at max_value. Memory-bound, so it stays on the host unless scale_backend="vulkan".
 - "largest_gene": per cell, the feature with the largest value (the first on ties) and its
@@ -213,31 +213,63 @@ def _log1p_of_product_on_vulkan(x, f):
                        [x, f, np.ones((1, 1))])
 
 
+def _float_dtype(x) -> np.dtype:
+    """float32 stays float32 (scanpy's counts are float32, and log1p of a count needs no more);
+    anything else is computed in float64."""
+    return np.dtype(np.float32) if x.dtype == np.float32 else np.dtype(np.float64)
+
+
+def _lognorm_factor(col_sums, scale_factor, dtype) -> np.ndarray:
+    """scale_factor / each cell's total, in `dtype`; an empty cell's factor is 1 (it stays zero)."""
+    sums = np.asarray(col_sums, dtype=np.float64).ravel()
+    sums[sums == 0] = 1.0
+    return (float(scale_factor) / sums).astype(dtype)
+
+
 def _normalize(mat, scale_factor=1e4, backend="cpu", chunk_size=None, **_):
     t0 = time.perf_counter()
-    col_sums = np.asarray(mat.sum(axis=0), dtype=np.float64).ravel()
-    col_sums[col_sums == 0] = 1.0                          # an empty cell stays zero
-    factor = float(scale_factor) / col_sums
+    dtype = _float_dtype(mat)
     if _issparse(mat):
-        # only the stored values change (log1p(0) = 0): the sparsity pattern is kept
-        out = mat.tocsc(copy=True).astype(np.float64)
-        per_value = factor[np.repeat(np.arange(out.shape[1]), np.diff(out.indptr))]
-        if backend == "vulkan" and out.nnz:
-            out.data = _log1p_of_product_on_vulkan(out.data[None, :], per_value[None, :]).ravel()
+        # only the stored values change (log1p(0) = 0): the sparsity pattern is kept, and the
+        # values are transformed in one pass over them, in the input's precision
+        csc = mat.tocsc()
+        if not csc.has_canonical_format:        # duplicates sum before the log; the input stays as it is
+            csc = csc.copy()
+            csc.sum_duplicates()
+        per_cell = np.diff(csc.indptr)
+        col_sums = np.zeros(csc.shape[1])
+        filled = per_cell > 0
+        if csc.nnz:
+            # in the values' own type: numpy sums each segment pairwise (error ~log2(n) ulp), and a
+            # float64 accumulator would cost a cast of every value (30x the time)
+            col_sums[filled] = np.add.reduceat(csc.data, csc.indptr[:-1][filled])
+        per_value = np.repeat(_lognorm_factor(col_sums, scale_factor, dtype), per_cell)
+        if backend == "vulkan" and csc.nnz:
+            data = _log1p_of_product_on_vulkan(csc.data[None, :], per_value[None, :]).ravel().astype(dtype)
         else:
             backend = "cpu"
-            out.data = np.log1p(out.data * per_value)
+            data = np.multiply(per_value, csc.data, out=per_value)
+            np.log1p(data, out=data)
+        out = type(csc)((data, csc.indices.copy(), csc.indptr.copy()), shape=csc.shape)
+        out.has_canonical_format = True        # the input's pattern, made canonical above
         meta = {"kind": "transform", "layer": "data", "backend": backend, "scale_factor": scale_factor,
                 "sparse": True}
         return GGMLResult(out, meta, {"total": time.perf_counter() - t0})
-    x = np.asarray(mat, dtype=np.float64)
+    x = np.asarray(mat)
     if backend == "vulkan" and x.size:
         # numpy (features, cells) is ggml ne [cells, features]: the per-cell factor is one row,
         # broadcast over the features
-        out = _log1p_of_product_on_vulkan(x, factor[None, :])
+        out = _log1p_of_product_on_vulkan(x, _lognorm_factor(x.sum(axis=0), scale_factor, dtype)[None, :])
+        out = out.astype(dtype, copy=False)
     else:
         backend = "cpu"
-        out = np.log1p(x * factor[None, :])
+        out = np.empty_like(x, dtype=dtype)              # the input's layout (AnnData's: cells contiguous)
+        # cells in blocks that stay in cache between the sum, the product and the log
+        step = max(1, (1 << 18) // max(x.shape[0], 1)) if x.flags.f_contiguous else x.shape[1]
+        for lo in range(0, x.shape[1], step):
+            blk, dst = x[:, lo:lo + step], out[:, lo:lo + step]
+            np.multiply(blk, _lognorm_factor(blk.sum(axis=0), scale_factor, dtype)[None, :], out=dst)
+            np.log1p(dst, out=dst)
     meta = {"kind": "transform", "layer": "data", "backend": backend, "scale_factor": scale_factor}
     return GGMLResult(out, meta, {"total": time.perf_counter() - t0})
 
