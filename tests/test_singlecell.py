@@ -121,3 +121,20 @@ def test_normalize_keeps_float32_and_the_layout_and_sums_duplicates_first():
     np.testing.assert_allclose(got, [[np.log1p(1e4), 0.0], [0.0, np.log1p(1e4)]])
     np.testing.assert_array_equal(dup.data, before)
     assert engine(counts.T.astype(np.float64), backend="cpu").embedding.dtype == np.float64
+
+
+def test_pca_takes_float32_sparse_counts_as_they_are_and_matches_float64():
+    sp = pytest.importorskip("scipy.sparse")
+    rng = np.random.default_rng(5)
+    types = rng.gamma(0.6, 2.0, (4, 60)) * (rng.random((4, 60)) < 0.3)
+    counts = np.log1p(rng.poisson(types[rng.integers(0, 4, 900)] + 0.05)).astype(np.float32)   # cells x genes
+    entry = g.ggml_ops_registry("embed")
+    assert entry.sparse_ok                                          # never densified whole
+    ref = entry.engine(counts.T.astype(np.float64), n_components=6, backend="cpu")
+    for chunk in (None, 200):
+        got = entry.engine(sp.csr_matrix(counts).T, n_components=6, backend="cpu", chunk_size=chunk)
+        np.testing.assert_allclose(got.metadata["stdev"], ref.metadata["stdev"], rtol=1e-5)
+        for i in range(6):
+            assert abs(np.corrcoef(got.embedding[:, i], ref.embedding[:, i])[0, 1]) > 1 - 1e-5
+    np.testing.assert_allclose(ref.metadata["total_variance"], counts.astype(np.float64).var(axis=0, ddof=1).sum(),
+                               rtol=1e-10)

@@ -304,7 +304,7 @@ def RunGGML(object: Any, op: str = "embed", layer: str | None = None, n_componen
     result = ggml_run(ggml_task(op, mat, params=run_params, device=device))
     if not adata:
         return result
-    total = _total_variance(mat) if op == "embed" else None
+    total = (result.metadata.get("total_variance") or _total_variance(mat)) if op == "embed" else None
     return ggml_inject(object, result, reduction_name=reduction_name,
                        genes=None if reduction is not None else genes, cells=cells, total_variance=total,
                        params={"op": op, "device": device, **{k: v for k, v in run_params.items() if k != "genes"}})
