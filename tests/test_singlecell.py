@@ -138,3 +138,30 @@ def test_pca_takes_float32_sparse_counts_as_they_are_and_matches_float64():
             assert abs(np.corrcoef(got.embedding[:, i], ref.embedding[:, i])[0, 1]) > 1 - 1e-5
     np.testing.assert_allclose(ref.metadata["total_variance"], counts.astype(np.float64).var(axis=0, ddof=1).sum(),
                                rtol=1e-10)
+
+
+def test_the_pruned_knn_is_exact_across_clusters_and_ties():
+    """From 4 096 cells the host kNN compares a cluster's cells only with the clusters that can
+    hold a neighbour; the answer is still the exact one, ties by index."""
+    from scipy.spatial.distance import cdist
+
+    from ggmlpy.extras.sc_base import _coarse_clusters, _knn
+    rng = np.random.default_rng(11)
+    x = rng.normal(0, 4, (12, 6))[rng.integers(0, 12, 6500)] + rng.standard_normal((6500, 6))
+    x[1:4] = x[0]                                       # exact ties
+    x[100:104] = x[100] + 1e-9 * np.array([0, 1, 3, 7])[:, None]   # near ties, below float32 resolution
+    assert np.unique(_coarse_clusters(x - x.mean(0), 15)[0]).size > 2
+    idx, dist = _knn(x, 15, "cpu")
+    for lo in range(0, 6500, 1300):
+        d = cdist(x[lo:lo + 1300], x)
+        d[np.arange(d.shape[0]), np.arange(lo, lo + d.shape[0])] = np.inf
+        ref = np.argsort(d, axis=1, kind="stable")[:, :15]
+        np.testing.assert_array_equal(idx[lo:lo + 1300], ref)
+        np.testing.assert_allclose(dist[lo:lo + 1300], np.take_along_axis(d, ref, 1), rtol=1e-12, atol=1e-12)
+
+
+def test_knn_refuses_non_finite_features():
+    x = np.random.default_rng(0).standard_normal((50, 3))
+    x[7, 1] = np.nan
+    with pytest.raises(GGMLError, match="NaN or infinite"):
+        g.ggml_run(g.ggml_task("neighbors", x.T, device="cpu"), n_neighbors=5)

@@ -2,6 +2,7 @@
 result type, the sparse-matrix test, matrix products on the requested device and the exact kNN."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,10 +47,20 @@ def _product(backend, x, y_t):
 _VULKAN_DOT_REL_ERR = 2.0 ** -8
 
 
+def _one_blas_thread():
+    """A context in which BLAS and LAPACK run on one thread, for the eigensolvers: a tridiagonal
+    reduction and ARPACK's reorthogonalisation are memory-bound, and OpenBLAS's spinning
+    threads make them 6x slower on a busy 2-core machine (measured)."""
+    try:
+        from threadpoolctl import threadpool_limits  # optional (ships with scikit-learn)
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(1, user_api="blas")
+
+
 # float32 rounding of a length-m dot product a.b is at most m * 2^-24 * sum |a_t b_t| (Higham's
 # gamma_m); the margin below takes it with a factor 2 to spare, plus the additions around it.
 _F32_UNIT = 2.0 ** -24
-_BOUND_SAMPLE = 2048     # columns whose k-th nearest bounds a row's k-th nearest from above
 
 
 def _knn(x, k, backend, block=2048):
@@ -79,42 +90,109 @@ def _exact_top_k(x, lo, rows, cols, k, n_rows):
 
 
 def _knn_host(x, k):
-    """The exact kNN from float32 products (BLAS), pruned before any sort. For a block of rows,
-    one product gives every approximate squared distance less the row's own norm; the k-th
-    smallest over a fixed sample of columns, plus twice the rounding bound, is above the true
-    k-th distance, so the columns under it hold every true neighbour (k * n / sample of them
-    on average). Among those, the ones within twice the bound of the approximate k-th are the
-    only ones that can be in the true k nearest: their distances are recomputed exactly in
-    float64 and sorted. The answer is the exact kNN whatever the float32 rounding."""
+    """The exact kNN from float32 products (BLAS), pruned twice before any sort.
+
+    Coarse clusters first (_coarse_clusters): a block of one cluster's rows is compared with its
+    own cluster, whose k-th nearest bounds each row's true k-th nearest from above, then only
+    with the clusters that can hold a neighbour: another cluster is left out when, along the
+    line between the two clusters' centres, all of it lies further than that bound from every
+    row of the block (a distance is at least its projection on a unit vector). The clusters only
+    decide the speed, never the answer.
+
+    One product gives every approximate squared distance less the row's own norm; the columns
+    under the bound, plus twice the float32 rounding bound, hold every true neighbour, and of
+    those only the ones within twice the rounding bound of the approximate k-th can be among the
+    true k nearest: their distances are recomputed exactly in float64 and sorted (_exact_top_k).
+    The answer is the exact kNN whatever the rounding."""
     n, dims = x.shape
     x = x - x.mean(axis=0)                                # distances unchanged, smaller norms and error
-    sq = np.einsum("ij,ij->i", x, x)
+    labels, centres = _coarse_clusters(x, k)
+    perm = np.argsort(labels, kind="stable")              # each cluster's rows contiguous
+    xp, labels = x[perm], labels[perm]
+    sq = np.einsum("ij,ij->i", xp, xp)
     norm = np.sqrt(sq)
     # [x_i, 1] . [-2 x_j, |x_j|^2] = |x_i - x_j|^2 - |x_i|^2
-    left = np.hstack([x, np.ones((n, 1))]).astype(np.float32)
-    right = np.hstack([-2.0 * x, sq[:, None]]).astype(np.float32)
+    left = np.hstack([xp, np.ones((n, 1))]).astype(np.float32)
+    right = np.hstack([-2.0 * xp, sq[:, None]]).astype(np.float32)
     gamma = 2.0 * (dims + 4) * _F32_UNIT
-    # |rounding| <= gamma * (2 |x_i| |x_j| + |x_j|^2), plus the inputs' own float32 rounding (in gamma)
+    # |rounding| <= gamma * (2 |x_i| |x_j| + |x_j|^2), the inputs' own float32 rounding included
     err = gamma * (2.0 * norm * norm.max() + sq.max()) + 1e-30
-    sample = np.arange(n) if n <= _BOUND_SAMPLE + k else np.linspace(0, n - 1, _BOUND_SAMPLE).astype(np.int64)
+    n_clusters = centres.shape[0]
+    starts = np.searchsorted(labels, np.arange(n_clusters + 1))
+    sizes = np.diff(starts)
     idx, dist = np.empty((n, k), dtype=np.int64), np.empty((n, k))
-    block = max(1, min(n, (1 << 25) // n))                # rows per block: at most 2^25 distances held
-    for lo in range(0, n, block):
-        hi = min(lo + block, n)
-        m = hi - lo
-        a = left[lo:hi] @ right.T                         # (m, n) float32
-        a[np.arange(m), np.arange(lo, hi)] = np.inf       # not one's own neighbour
-        e = err[lo:hi]
-        kth = np.partition(a[:, sample], k - 1, axis=1)[:, k - 1]
-        r, c = np.nonzero(a <= (kth + 2.0 * e)[:, None])  # every true k nearest, sorted by row
-        v = a[r, c]
-        order = np.lexsort((v, r))
-        r, c, v = r[order], c[order], v[order]
-        first = np.searchsorted(r, np.arange(m))
-        near = v[first + k - 1]                           # each row's approximate k-th
-        keep = v <= near[r] + 2.0 * e[r]
-        idx[lo:hi], dist[lo:hi] = _exact_top_k(x, lo, r[keep], c[keep], k, m)
-    return idx, dist
+    for a in np.flatnonzero(sizes):
+        own = (starts[a], starts[a + 1])
+        if sizes[a] <= k:                                 # too few to bound the k-th: the whole matrix
+            own = (0, n)
+        towards = centres - centres[a]
+        length = np.linalg.norm(towards, axis=1)
+        length[length == 0] = np.inf
+        proj = xp @ (towards / length[:, None]).T         # (n, n_clusters): on each unit vector from a
+        # each cluster's least projection on the direction towards it (empty ones are never read)
+        low = np.minimum.reduceat(proj, starts[:-1].clip(max=n - 1), axis=0).diagonal()
+        step = max(1, min(1024, (1 << 24) // max(own[1] - own[0], 1)))
+        for lo in range(starts[a], starts[a + 1], step):
+            rows = np.arange(lo, min(lo + step, starts[a + 1]))
+            own_part = left[rows] @ right[own[0]:own[1]].T
+            own_part[np.arange(rows.size), rows - own[0]] = np.inf     # not one's own neighbour
+            kth = np.partition(own_part, k - 1, axis=1)[:, k - 1].astype(np.float64)
+            parts = [(own[0], own_part)]
+            if own != (0, n):
+                reach = np.sqrt(np.maximum(kth + sq[rows] + 3.0 * err[rows], 0.0)) * (1 + 1e-9)
+                needed = ((low[None, :] - proj[rows]) <= reach[:, None]).any(axis=0) & (sizes > 0)
+                needed[a] = False
+                parts += [(starts[b], left[rows] @ right[starts[b]:starts[b + 1]].T) for b in np.flatnonzero(needed)]
+            idx[rows], dist[rows] = _rows_knn(xp, rows, parts, kth, err[rows], k)
+    out_idx, out_dist = np.empty_like(idx), np.empty_like(dist)
+    out_idx[perm], out_dist[perm] = perm[idx], dist
+    return out_idx, out_dist
+
+
+def _rows_knn(xp, rows, parts, kth, e, k):
+    """The exact k nearest of each of `rows` from `parts`, (first column, approximate distances
+    less |x_i|^2) covering every true neighbour; kth: an approximate k-th within e of an upper
+    bound of the true k-th."""
+    m = rows.size
+    threshold = (kth + 2.0 * e)[:, None]
+    rs, cs, vs = [], [], []
+    for first, part in parts:
+        r, c = np.nonzero(part <= threshold)
+        rs.append(r), cs.append(c + first), vs.append(part[r, c])
+    r, c, v = np.concatenate(rs), np.concatenate(cs), np.concatenate(vs)
+    order = np.lexsort((v, r))
+    r, c, v = r[order], c[order], v[order]
+    first = np.searchsorted(r, np.arange(m))
+    near = v[first + k - 1]                               # each row's approximate k-th
+    keep = v <= near[r] + 2.0 * e[r]
+    return _exact_top_k(xp, rows[0], r[keep], c[keep], k, m)
+
+
+def _coarse_clusters(x, k, max_clusters=16, sample=4096, iters=8):
+    """Labels and centres of a few k-means clusters (seeded k-means++ and Lloyd steps on a
+    sample, then every row to its nearest centre): n // 2 048 of them, at most 16, one below 4 096 rows."""
+    n = x.shape[0]
+    n_clusters = int(min(max_clusters, n // 2048))
+    if n_clusters < 2:
+        return np.zeros(n, dtype=np.int64), x.mean(axis=0, keepdims=True)
+    rng = np.random.default_rng(0)
+    s = x[rng.choice(n, min(sample, n), replace=False)]
+    centres = [s[rng.integers(s.shape[0])]]
+    d2 = ((s - centres[0]) ** 2).sum(axis=1)
+    for _ in range(1, n_clusters):
+        centres.append(s[rng.choice(s.shape[0], p=d2 / d2.sum()) if d2.sum() > 0 else rng.integers(s.shape[0])])
+        d2 = np.minimum(d2, ((s - centres[-1]) ** 2).sum(axis=1))
+    centres = np.array(centres)
+
+    def nearest(pts):
+        return np.argmin((centres ** 2).sum(axis=1)[None, :] - 2.0 * pts @ centres.T, axis=1)
+
+    for _ in range(iters):
+        lab = nearest(s)
+        for c in range(n_clusters):
+            if np.any(lab == c):
+                centres[c] = s[lab == c].mean(axis=0)
+    return nearest(x).astype(np.int64), centres
 
 
 def _knn_vulkan(x, k, block):

@@ -38,7 +38,7 @@ import numpy as np
 from ..core.ops import ggml_add, ggml_clamp, ggml_log, ggml_mul, ggml_sub
 from ..errors import GGMLError
 from .linalg import _VULKAN
-from .sc_base import GGMLResult, _issparse, _knn, _product
+from .sc_base import GGMLResult, _issparse, _knn, _one_blas_thread, _product
 from .sc_umap import umap_engine
 
 __all__ = ["ggml_task", "ggml_result", "ggml_ops_registry", "ggml_run", "GGMLTask", "GGMLResult", "OpEntry"]
@@ -192,18 +192,6 @@ def _add_gram(cov, blk):
     syrk = blas.ssyrk if blk.dtype == np.float32 else blas.dsyrk
     # blk (features, cells) is C-ordered when it comes from AnnData: its transpose is Fortran-ordered
     cov += syrk(1.0, blk.T, trans=1) if blk.flags.c_contiguous else syrk(1.0, blk, trans=0)
-
-
-def _one_blas_thread():
-    """A context in which BLAS and LAPACK run on one thread: the tridiagonal reduction of an
-    eigensolver is memory-bound, and OpenBLAS's spinning threads make it 6x slower on a busy
-    2-core machine (measured)."""
-    try:
-        from threadpoolctl import threadpool_limits  # optional (ships with scikit-learn)
-    except ImportError:
-        import contextlib
-        return contextlib.nullcontext()
-    return threadpool_limits(1, user_api="blas")
 
 
 def _top_eigenpairs(cov, k, dtype):
