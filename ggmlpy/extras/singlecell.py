@@ -7,10 +7,12 @@ SingleCellExperiment glue (ggmlR's RunGGML, ggml_extract, ggml_inject) is R-only
 
 Registered operations, as ggmlR's engines compute them:
 - "embed": PCA. The features x features covariance and the projection of the cells are matrix
-  products (ggml's mul_mat on the Vulkan device under backend "vulkan", float64 on the host
-  under "cpu"); the eigendecomposition is numpy's (ggml has no eigensolver). With
-  `chunk_size`, the cells are streamed in blocks (mean, covariance, projection in three passes),
-  so a sparse matrix is never densified whole; more than 20 000 cells stream in blocks of 20 000.
+  products (ggml's mul_mat on the Vulkan device under backend "vulkan"; on the host under
+  "cpu", BLAS in the data's precision: float32 for float32 counts, summed in float64 over blocks
+  of 4 096 cells); the leading eigenpairs are LAPACK's (scipy's subset solver; ggml has no
+  eigensolver). A sparse matrix is densified one block of cells at a time, never whole, and
+  multiplied as it is for the projection. With `chunk_size`, the cells are streamed in blocks
+  of that many; more than 20 000 cells stream in blocks of 20 000.
 - "normalize": LogNormalize, log1p(x / colSums(x) * scale_factor), on the Vulkan device under
   backend "vulkan" (f32); a sparse matrix keeps its sparsity (log1p(0) = 0), only its stored
   values are transformed. float32 counts give float32 values (as scanpy's), others float64.
@@ -20,7 +22,8 @@ Registered operations, as ggmlR's engines compute them:
   share of the cell's total, in percent.
 - "neighbors": Seurat's FindNeighbors graphs from the cells' exact k nearest neighbours
   (Euclidean; the distance products on the Vulkan device with knn_backend="vulkan" under
-  backend "vulkan", else float64 on the host): the binary kNN graph with each cell in its own
+  backend "vulkan", else float32 BLAS on the host, pruned by coarse clusters; either way the
+  candidates' distances are recomputed in float64, so the kNN is exact): the binary kNN graph with each cell in its own
   neighbourhood, and the shared-nearest-neighbour graph of Jaccard overlaps, pruned below
   prune_snn (scipy.sparse matrices).
 - "umap": UMAP (ggmlpy/extras/sc_umap.py): exact kNN, ggmlR's fuzzy simplicial set, spectral start and
