@@ -133,9 +133,10 @@ def _knn_host(x, k):
         low = np.minimum.reduceat(proj, starts[:-1].clip(max=n - 1), axis=0).diagonal()
         step = max(1, min(1024, (1 << 24) // max(own[1] - own[0], 1)))
         for lo in range(starts[a], starts[a + 1], step):
-            rows = np.arange(lo, min(lo + step, starts[a + 1]))
+            rows = slice(lo, min(lo + step, starts[a + 1]))
+            m = rows.stop - lo
             own_part = left[rows] @ right[own[0]:own[1]].T
-            own_part[np.arange(rows.size), rows - own[0]] = np.inf     # not one's own neighbour
+            own_part[np.arange(m), np.arange(lo, rows.stop) - own[0]] = np.inf   # not one's own neighbour
             kth = np.partition(own_part, k - 1, axis=1)[:, k - 1].astype(np.float64)
             parts = [(own[0], own_part)]
             if own != (0, n):
@@ -143,29 +144,34 @@ def _knn_host(x, k):
                 needed = ((low[None, :] - proj[rows]) <= reach[:, None]).any(axis=0) & (sizes > 0)
                 needed[a] = False
                 parts += [(starts[b], left[rows] @ right[starts[b]:starts[b + 1]].T) for b in np.flatnonzero(needed)]
-            idx[rows], dist[rows] = _rows_knn(xp, rows, parts, kth, err[rows], k)
+            idx[rows], dist[rows] = _rows_knn(xp, lo, parts, kth, err[rows], k)
     out_idx, out_dist = np.empty_like(idx), np.empty_like(dist)
     out_idx[perm], out_dist[perm] = perm[idx], dist
     return out_idx, out_dist
 
 
-def _rows_knn(xp, rows, parts, kth, e, k):
-    """The exact k nearest of each of `rows` from `parts`, (first column, approximate distances
-    less |x_i|^2) covering every true neighbour; kth: an approximate k-th within e of an upper
-    bound of the true k-th."""
-    m = rows.size
-    threshold = (kth + 2.0 * e)[:, None]
+def _rows_knn(xp, lo, parts, kth, e, k):
+    """The exact k nearest of rows lo, lo + 1, ... (one per entry of kth) from `parts`, (first
+    column, approximate distances less |x_i|^2) covering every true neighbour; kth: an
+    approximate k-th within e of an upper bound of the true k-th."""
+    m = kth.size
+    threshold = kth + 2.0 * e
     rs, cs, vs = [], [], []
     for first, part in parts:
-        r, c = np.nonzero(part <= threshold)
-        rs.append(r), cs.append(c + first), vs.append(part[r, c])
+        hit = np.flatnonzero(part.min(axis=1) <= threshold)   # most rows have nothing in another cluster
+        if hit.size == 0:
+            continue
+        sub = part[hit] if hit.size < m else part
+        flat = np.flatnonzero(sub <= threshold[hit, None])
+        r, c = np.divmod(flat, sub.shape[1])
+        rs.append(hit[r]), cs.append(c + first), vs.append(sub.ravel()[flat])
     r, c, v = np.concatenate(rs), np.concatenate(cs), np.concatenate(vs)
     order = np.lexsort((v, r))
     r, c, v = r[order], c[order], v[order]
     first = np.searchsorted(r, np.arange(m))
     near = v[first + k - 1]                               # each row's approximate k-th
     keep = v <= near[r] + 2.0 * e[r]
-    return _exact_top_k(xp, rows[0], r[keep], c[keep], k, m)
+    return _exact_top_k(xp, lo, r[keep], c[keep], k, m)
 
 
 def _coarse_clusters(x, k, max_clusters=16, sample=4096, iters=8):
