@@ -26,14 +26,8 @@ from sklearn.neural_network import MLPClassifier  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 
 import ggmlpy as g  # noqa: E402
+from benchlib import loadavg  # noqa: E402
 from ggmlpy.sklearn import GGMLClassifier  # noqa: E402
-
-
-def loadavg() -> str:
-    try:
-        return " ".join(open("/proc/loadavg").read().split()[:3])
-    except OSError:
-        return "n/a"
 
 
 def data(n=20_000, features=50, classes=4, seed=0):

@@ -1,4 +1,5 @@
-"""Shared by the benchmark scripts: the 12-layer MLP both ways, timing, and PyTorch if present."""
+"""Shared by the benchmark scripts: the 12-layer MLP both ways, timing, the machine's load, and
+PyTorch if present."""
 from __future__ import annotations
 
 import os
@@ -11,6 +12,15 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ggmlpy as g  # noqa: E402
+
+
+def loadavg() -> str:
+    """The 1, 5 and 15 minute load averages, for quoting beside every figure ("n/a" off Linux)."""
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "n/a"
 
 
 def timed(fn, repeats: int = 7, number: int = 1, warmup: int = 2) -> float:

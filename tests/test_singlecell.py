@@ -97,3 +97,71 @@ def test_auto_skips_a_software_vulkan_device_but_vulkan_takes_it(monkeypatch):
     monkeypatch.setattr(singlecell._VULKAN, "software", lambda: True)
     assert singlecell._resolve_backend("auto") == "cpu"
     assert singlecell._resolve_backend("vulkan") == "vulkan"
+
+
+def test_normalize_keeps_float32_and_the_layout_and_sums_duplicates_first():
+    sp = pytest.importorskip("scipy.sparse")
+    rng = np.random.default_rng(3)
+    counts = rng.poisson(1.0, (300, 40)).astype(np.float32)       # cells x genes, as AnnData holds them
+    counts[7] = 0                                                  # an empty cell
+    ref = np.log1p(counts.astype(np.float64) / np.maximum(counts.sum(1, keepdims=True), 1) * 1e4)
+    engine = g.ggml_ops_registry("normalize").engine
+    dense = engine(counts.T, backend="cpu").embedding              # a features x cells view, cells contiguous
+    assert dense.dtype == np.float32 and dense.T.flags.c_contiguous
+    np.testing.assert_allclose(dense.T, ref, rtol=3e-7)
+    csr = sp.csr_matrix(counts)
+    out = engine(csr.T, backend="cpu").embedding
+    assert out.dtype == np.float32 and out.has_canonical_format
+    np.testing.assert_allclose(out.T.toarray(), ref, rtol=3e-7)
+    assert not np.shares_memory(out.indices, csr.indices)          # the result owns its pattern
+    # a stored value split in two is one count of 2, not log1p(1) twice; the input is left as it is
+    dup = sp.csc_matrix((np.array([1.0, 1.0, 2.0]), np.array([0, 0, 1]), np.array([0, 2, 3])), shape=(2, 2))
+    before = dup.data.copy()
+    got = engine(dup, backend="cpu").embedding.toarray()
+    np.testing.assert_allclose(got, [[np.log1p(1e4), 0.0], [0.0, np.log1p(1e4)]])
+    np.testing.assert_array_equal(dup.data, before)
+    assert engine(counts.T.astype(np.float64), backend="cpu").embedding.dtype == np.float64
+
+
+def test_pca_takes_float32_sparse_counts_as_they_are_and_matches_float64():
+    sp = pytest.importorskip("scipy.sparse")
+    rng = np.random.default_rng(5)
+    types = rng.gamma(0.6, 2.0, (4, 60)) * (rng.random((4, 60)) < 0.3)
+    counts = np.log1p(rng.poisson(types[rng.integers(0, 4, 900)] + 0.05)).astype(np.float32)   # cells x genes
+    entry = g.ggml_ops_registry("embed")
+    assert entry.sparse_ok                                          # never densified whole
+    ref = entry.engine(counts.T.astype(np.float64), n_components=6, backend="cpu")
+    for chunk in (None, 200):
+        got = entry.engine(sp.csr_matrix(counts).T, n_components=6, backend="cpu", chunk_size=chunk)
+        np.testing.assert_allclose(got.metadata["stdev"], ref.metadata["stdev"], rtol=1e-5)
+        for i in range(6):
+            assert abs(np.corrcoef(got.embedding[:, i], ref.embedding[:, i])[0, 1]) > 1 - 1e-5
+    np.testing.assert_allclose(ref.metadata["total_variance"], counts.astype(np.float64).var(axis=0, ddof=1).sum(),
+                               rtol=1e-10)
+
+
+def test_the_pruned_knn_is_exact_across_clusters_and_ties():
+    """From 4 096 cells the host kNN compares a cluster's cells only with the clusters that can
+    hold a neighbour; the answer is still the exact one, ties by index."""
+    from scipy.spatial.distance import cdist
+
+    from ggmlpy.extras.sc_base import _coarse_clusters, _knn
+    rng = np.random.default_rng(11)
+    x = rng.normal(0, 4, (12, 6))[rng.integers(0, 12, 6500)] + rng.standard_normal((6500, 6))
+    x[1:4] = x[0]                                       # exact ties
+    x[100:104] = x[100] + 1e-9 * np.array([0, 1, 3, 7])[:, None]   # near ties, below float32 resolution
+    assert np.unique(_coarse_clusters(x - x.mean(0), 15)[0]).size > 2
+    idx, dist = _knn(x, 15, "cpu")
+    for lo in range(0, 6500, 1300):
+        d = cdist(x[lo:lo + 1300], x)
+        d[np.arange(d.shape[0]), np.arange(lo, lo + d.shape[0])] = np.inf
+        ref = np.argsort(d, axis=1, kind="stable")[:, :15]
+        np.testing.assert_array_equal(idx[lo:lo + 1300], ref)
+        np.testing.assert_allclose(dist[lo:lo + 1300], np.take_along_axis(d, ref, 1), rtol=1e-12, atol=1e-12)
+
+
+def test_knn_refuses_non_finite_features():
+    x = np.random.default_rng(0).standard_normal((50, 3))
+    x[7, 1] = np.nan
+    with pytest.raises(GGMLError, match="NaN or infinite"):
+        g.ggml_run(g.ggml_task("neighbors", x.T, device="cpu"), n_neighbors=5)

@@ -86,12 +86,13 @@ def _source(adata, layer, use_raw):
 
 
 def ggml_extract(x: Any, layer: str | None = None, genes: Selection = None, cells: Selection = None,
-                 keep_sparse: bool = False, use_raw: bool = False) -> Any:
+                 keep_sparse: bool = False, use_raw: bool = False, dtype: Any = np.float64) -> Any:
     """A features x cells matrix for the engines: from an AnnData (its X, a layer, or .raw with
     use_raw, transposed), or from a features x cells numpy / scipy.sparse matrix. `genes` and
     `cells` select features and cells (names, 0-based positions or boolean masks) before any
-    densifying; a sparse matrix stays sparse with keep_sparse, else it becomes a dense float64
-    array (only the selected part)."""
+    densifying; a sparse matrix stays sparse with keep_sparse, else it becomes a dense `dtype`
+    array (only the selected part; dtype=None keeps a float32 matrix float32, without a copy
+    where it can: the transpose of AnnData's matrix is a view of it)."""
     if _is_anndata(x):
         mat, gene_names = _source(x, layer, use_raw)
         rows = _positions(cells, x.obs_names, "cells")
@@ -114,11 +115,13 @@ def ggml_extract(x: Any, layer: str | None = None, genes: Selection = None, cell
     else:
         raise GGMLError(f"ggml_extract: expected an AnnData or a features x cells matrix, got {type(x).__name__}"
                         " (pip install anndata for AnnData)")
+    if dtype is None:
+        dtype = np.float32 if getattr(mat, "dtype", None) == np.float32 else np.float64
     if _issparse(mat):
-        return mat.tocsc() if keep_sparse else np.asarray(mat.toarray(), dtype=np.float64)
+        return mat.tocsc() if keep_sparse else np.asarray(mat.toarray(), dtype=dtype)
     if hasattr(mat, "toarray") and not isinstance(mat, np.ndarray):   # anndata's backed or array views
         mat = mat.toarray()
-    return np.asarray(mat, dtype=np.float64)
+    return np.asarray(mat, dtype=dtype)
 
 
 def _kind(result: GGMLResult) -> str:
@@ -292,7 +295,8 @@ def RunGGML(object: Any, op: str = "embed", layer: str | None = None, n_componen
     else:
         if adata and layer is None and not use_raw and op in _COUNT_OPS and "counts" in object.layers:
             layer = "counts"
-        mat = ggml_extract(object, layer=layer, genes=genes, cells=cells, keep_sparse=keep_sparse, use_raw=use_raw)
+        mat = ggml_extract(object, layer=layer, genes=genes, cells=cells, keep_sparse=keep_sparse, use_raw=use_raw,
+                           dtype=None)
     if adata and op == "largest_gene" and reduction is None and "genes" not in run_params:
         source_genes = object.raw.var_names if use_raw else object.var_names
         sel = _positions(genes, source_genes, "genes")
@@ -300,7 +304,7 @@ def RunGGML(object: Any, op: str = "embed", layer: str | None = None, n_componen
     result = ggml_run(ggml_task(op, mat, params=run_params, device=device))
     if not adata:
         return result
-    total = _total_variance(mat) if op == "embed" else None
+    total = (result.metadata.get("total_variance") or _total_variance(mat)) if op == "embed" else None
     return ggml_inject(object, result, reduction_name=reduction_name,
                        genes=None if reduction is not None else genes, cells=cells, total_variance=total,
                        params={"op": op, "device": device, **{k: v for k, v in run_params.items() if k != "genes"}})
