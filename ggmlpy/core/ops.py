@@ -2,7 +2,9 @@
 
 ggml asserts (and so aborts the process) on shapes, types and context memory it
 cannot handle. Every constructor here validates its inputs against the same
-conditions first and raises GGMLError instead. The kernels are ggml's own.
+conditions first and raises GGMLError instead: its arguments, types and strides
+here, the shape rule of each ggml op in core/checked.py (the one table every
+front end uses). The kernels are ggml's own.
 
 Naming and argument order follow ggml's C API (and so ggmlR's R functions):
 `ggml_add(ctx, a, b)`, `ggml_soft_max_ext(ctx, a, mask, scale, max_bias)`.
@@ -10,11 +12,12 @@ Naming and argument order follow ggml's C API (and so ggmlR's R functions):
 from __future__ import annotations
 
 import functools
-import math
 import threading
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
+from . import checked as _rules
+from .checked import check_rule, context_arg, conv_out as _conv_out, tensor_arg
 from .context import Context, Tensor, type_name, wrap
 
 F32, F16, BF16, I32 = lib.GGML_TYPE_F32, lib.GGML_TYPE_F16, lib.GGML_TYPE_BF16, lib.GGML_TYPE_I32
@@ -33,17 +36,13 @@ _inputs = threading.local()
 
 
 def _ctx(ctx) -> Context:
-    if not isinstance(ctx, Context):
-        raise GGMLError(f"expected a ggml Context as first argument, got {type(ctx).__name__}")
-    ctx.ensure_alive()
+    ctx = context_arg(ctx)
     _inputs.ctxs = []
     return ctx
 
 
 def _t(x, what: str, arg: str = "a") -> Tensor:
-    if not isinstance(x, Tensor):
-        raise GGMLError(f"{what}: argument {arg} must be a ggml Tensor, got {type(x).__name__}")
-    x.ptr  # raises on a freed context
+    x = tensor_arg(x, what, arg)
     getattr(_inputs, "ctxs", []).append(x.ctx)
     return x
 
@@ -73,8 +72,7 @@ def _ne(x: Tensor) -> list:
 
 def can_repeat(small: Tensor, big: Tensor) -> bool:
     """ggml's rule for broadcasting: every dim of `small` divides the same dim of `big`."""
-    s, b = _ne(small), _ne(big)
-    return all(sd != 0 and bd % sd == 0 for sd, bd in zip(s, b)) or (0 in s and 0 in b)
+    return _rules.can_repeat(small.ptr, big.ptr)
 
 
 def _nodiv(big: int, small: int) -> bool:
@@ -119,9 +117,7 @@ def _binary(cname: str):
         _dense0(a, what, "a")  # the CPU kernel asserts it (b may be strided)
         if b.type != a.type and b.type != F32:
             raise GGMLError(f"{what}: b has type {b.type_name}, a has {a.type_name}; they must match (or b be f32)")
-        if not can_repeat(b, a):
-            raise GGMLError(f"{what}: b {_shape_str(b)} cannot be broadcast to a {_shape_str(a)}; "
-                            "ggml broadcasts only the second operand, and each of its dims must divide a's")
+        check_rule(cname, what, a.ptr, b.ptr)
         return _same(ctx, what, a, lambda: _c(cname, _inplace)(ctx.ptr, a.ptr, b.ptr), view=_inplace)
 
     op.__name__ = op.__qualname__ = cname
@@ -177,10 +173,7 @@ def ggml_scale(ctx: Context, a: Tensor, s: float, *, _inplace: bool = False) -> 
     a = _t(a, "ggml_scale")
     _types(a, (F32,), "ggml_scale")
     check(lib.ggml_is_contiguous(a.ptr), "ggml_scale: a must be contiguous")
-    ne, nb = _ne(a), [int(v) for v in a.ptr.nb]
-    # ggml asserts ggml_is_padded_1d, stricter than contiguous about the strides of size-1 dims
-    check(nb[0] == lib.ggml_type_size(a.type) and nb[2] == nb[1] * ne[1] and nb[3] == nb[2] * ne[2],
-          "ggml_scale: a must be densely packed (a view with size-1 dims can fail this); use ggml_cont() first")
+    check_rule("ggml_scale", "ggml_scale", a.ptr)  # ggml_is_padded_1d, stricter about size-1 dims' strides
     return _same(ctx, "ggml_scale", a, lambda: _c("ggml_scale", _inplace)(ctx.ptr, a.ptr, float(s)), view=_inplace)
 
 
@@ -219,13 +212,7 @@ def ggml_mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     _types(a, FLOAT + QUANTIZED, "ggml_mul_mat", "a")
     _types(b, (F32,), "ggml_mul_mat", "b")
     na, nb_ = _ne(a), _ne(b)
-    if na[0] != nb_[0]:
-        raise GGMLError(f"ggml_mul_mat: a {_shape_str(a)} and b {_shape_str(b)} must share ne0 "
-                        f"(the reduced dimension): {na[0]} != {nb_[0]}")
-    if _nodiv(nb_[2], na[2]) or _nodiv(nb_[3], na[3]):
-        raise GGMLError(f"ggml_mul_mat: a's batch dims {na[2:]} must divide b's {nb_[2:]}")
-    if lib.ggml_is_transposed(a.ptr):
-        raise GGMLError("ggml_mul_mat: a must not be a transposed view; use ggml_cont(ggml_transpose(a))")
+    check_rule("ggml_mul_mat", "ggml_mul_mat", a.ptr, b.ptr)
     _dense0(a, "ggml_mul_mat", "a")
     _dense0(b, "ggml_mul_mat", "b")
     return _make(ctx, "ggml_mul_mat", [na[1], nb_[1], nb_[2], nb_[3]], F32,
@@ -239,11 +226,7 @@ def ggml_out_prod(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     _types(a, (F32,), "ggml_out_prod", "a")
     _types(b, (F32,), "ggml_out_prod", "b")
     na, nb_ = _ne(a), _ne(b)
-    if na[1] != nb_[1] or _nodiv(nb_[2], na[2]) or _nodiv(nb_[3], na[3]):
-        raise GGMLError(f"ggml_out_prod: a {_shape_str(a)} and b {_shape_str(b)} must share ne1, "
-                        "and a's batch dims must divide b's")
-    if lib.ggml_is_transposed(a.ptr):
-        raise GGMLError("ggml_out_prod: a must not be a transposed view")
+    check_rule("ggml_out_prod", "ggml_out_prod", a.ptr, b.ptr)
     _dense0(a, "ggml_out_prod", "a")
     return _make(ctx, "ggml_out_prod", [na[0], nb_[0], nb_[2], nb_[3]], F32,
                  lambda: lib.ggml_out_prod(ctx.ptr, a.ptr, b.ptr))
@@ -267,14 +250,10 @@ def ggml_soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None = None, scale
     if mask is not None:
         mask = _t(mask, what, "mask")
         _types(mask, (F32, F16), what, "mask")
-        na, nm = _ne(a), _ne(mask)
         check(lib.ggml_is_contiguous(mask.ptr), f"{what}: mask must be contiguous")
-        if nm[0] != na[0] or nm[1] < na[1] or _nodiv(na[2], nm[2]) or _nodiv(na[3], nm[3]):
-            raise GGMLError(f"{what}: mask {_shape_str(mask)} does not fit a {_shape_str(a)} "
-                            "(needs the same ne0, at least as many rows, and dims 2-3 dividing a's)")
         mp = mask.ptr
     check(max_bias >= 0, f"{what}: max_bias must be >= 0")
-    check(max_bias == 0 or mask is not None, f"{what}: max_bias > 0 needs a mask")
+    check_rule("ggml_soft_max_ext", what, a.ptr, mp, scale, max_bias)
     if _inplace and mask is None and scale == 1.0:
         return _same(ctx, what, a, lambda: lib.ggml_soft_max_inplace(ctx.ptr, a.ptr), view=True)
     return _same(ctx, what, a, lambda: _c("ggml_soft_max_ext", _inplace)(ctx.ptr, a.ptr, mp, float(scale),
@@ -364,7 +343,7 @@ def ggml_argmax(ctx: Context, a: Tensor) -> Tensor:
     a = _t(a, "ggml_argmax")
     _types(a, (F32,), "ggml_argmax")
     _dense0(a, "ggml_argmax")
-    check(bool(lib.ggml_is_matrix(a.ptr)), f"ggml_argmax: a must be a matrix, got {_shape_str(a)}")
+    check_rule("ggml_argmax", "ggml_argmax", a.ptr)
     return _make(ctx, "ggml_argmax", [_ne(a)[1], 1, 1, 1], I32, lambda: lib.ggml_argmax(ctx.ptr, a.ptr))
 
 
@@ -393,10 +372,8 @@ def ggml_reshape(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
 
 def _reshape(ctx, what, a, ne, call):
-    check(bool(lib.ggml_is_contiguous(a.ptr)), f"{what}: a must be contiguous; use ggml_cont() first")
     check(all(d >= 0 for d in ne), f"{what}: dims must be >= 0, got {ne}")
-    if math.prod(ne) != a.nelements():
-        raise GGMLError(f"{what}: cannot reshape {a.nelements()} elements {_shape_str(a)} to {list(ne)}")
+    check_rule(f"ggml_reshape_{len(ne)}d", what, a.ptr, *ne)
     return _make(ctx, what, ne, a.type, call, view=True)
 
 
@@ -433,16 +410,9 @@ def _view(what, ctx, a, ne, nbs, offset, call):
     ne = [int(d) for d in ne]
     offset = int(offset)
     check(all(d >= 0 for d in ne) and offset >= 0, f"{what}: dims and offset must be >= 0")
-    esize = int(lib.ggml_type_size(a.type))
-    strides = [esize] + [int(s) for s in nbs]
-    check(all(s > 0 for s in strides), f"{what}: strides must be positive")
-    # The last byte the view can touch, as ggml computes a view's size.
-    span = 0 if 0 in ne else esize + sum((d - 1) * s for d, s in zip(ne, strides))
-    # ggml also asserts that the view's *contiguous* size fits after the offset, whatever the strides
-    end = max(span, esize * math.prod(ne)) if span else 0
-    if end and offset + end > a.nbytes():
-        raise GGMLError(f"{what}: view of {ne} at offset {offset} reaches byte {offset + end}, "
-                        f"past the source's {a.nbytes()} bytes")
+    nbs = [int(s) for s in nbs]
+    check(all(s > 0 for s in nbs), f"{what}: strides must be positive")
+    check_rule(f"ggml_view_{len(ne)}d", what, a.ptr, *ne, *nbs, offset)
     return _make(ctx, what, ne + [1] * (4 - len(ne)), a.type, lambda: call(ctx, a), view=True)
 
 
@@ -478,8 +448,7 @@ def ggml_permute(ctx: Context, a: Tensor, axis0: int, axis1: int, axis2: int, ax
     """Axis i of a becomes axis `axis_i` of the result (a view)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_permute")
     axes = [int(axis0), int(axis1), int(axis2), int(axis3)]
-    if sorted(axes) != [0, 1, 2, 3]:
-        raise GGMLError(f"ggml_permute: axes must be a permutation of 0..3, got {axes}")
+    check_rule("ggml_permute", "ggml_permute", a.ptr, *axes)
     ne = [0] * 4
     for i, ax in enumerate(axes):
         ne[ax] = _ne(a)[i]
@@ -514,8 +483,7 @@ def ggml_cpy(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     _types(b, (F32, F16, BF16, I32), "ggml_cpy", "b")
     if (a.type == I32) != (b.type == I32):
         raise GGMLError("ggml_cpy: the CPU backend cannot convert between i32 and floating point")
-    if a.nelements() != b.nelements():
-        raise GGMLError(f"ggml_cpy: a has {a.nelements()} elements, b has {b.nelements()}")
+    check_rule("ggml_cpy", "ggml_cpy", a.ptr, b.ptr)
     return _make(ctx, "ggml_cpy", _ne(b), b.type, lambda: lib.ggml_cpy(ctx.ptr, a.ptr, b.ptr), view=True)
 
 
@@ -534,13 +502,10 @@ def ggml_concat(ctx: Context, a: Tensor, b: Tensor, dim: int = 0) -> Tensor:
     a, b = _t(a, "ggml_concat", "a"), _t(b, "ggml_concat", "b")
     _types(a, (F32, F16, I32), "ggml_concat", "a")
     dim = int(dim)
-    check(0 <= dim < 4, f"ggml_concat: dim must be 0..3, got {dim}")
-    check(a.type == b.type, f"ggml_concat: types differ ({a.type_name} vs {b.type_name})")
+    check_rule("ggml_concat", "ggml_concat", a.ptr, b.ptr, dim)
     check(bool(lib.ggml_is_contiguous_rows(a.ptr) and lib.ggml_is_contiguous_rows(b.ptr)),
           "ggml_concat: a and b must have packed rows; use ggml_cont() first")
     na, nb_ = _ne(a), _ne(b)
-    if any(na[d] != nb_[d] for d in range(4) if d != dim):
-        raise GGMLError(f"ggml_concat: shapes {_shape_str(a)} and {_shape_str(b)} differ outside dim {dim}")
     ne = list(na)
     ne[dim] += nb_[dim]
     return _make(ctx, "ggml_concat", ne, a.type, lambda: lib.ggml_concat(ctx.ptr, a.ptr, b.ptr, dim))
@@ -553,9 +518,8 @@ def ggml_get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     _types(a, (F32, F16, BF16, I32) + QUANTIZED, "ggml_get_rows", "a")
     _types(b, (I32,), "ggml_get_rows", "b")
     _dense0(a, "ggml_get_rows", "a")
+    check_rule("ggml_get_rows", "ggml_get_rows", a.ptr, b.ptr)
     na, nb_ = _ne(a), _ne(b)
-    if na[2] != nb_[1] or na[3] != nb_[2] or nb_[3] != 1:
-        raise GGMLError(f"ggml_get_rows: indices {_shape_str(b)} do not fit a {_shape_str(a)}")
     out_type = I32 if a.type == I32 else F32
     return _make(ctx, "ggml_get_rows", [na[0], nb_[0], nb_[1], nb_[2]], out_type,
                  lambda: lib.ggml_get_rows(ctx.ptr, a.ptr, b.ptr))
@@ -581,7 +545,7 @@ def ggml_repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     a, b = _t(a, "ggml_repeat", "a"), _t(b, "ggml_repeat", "b")
     _types(a, CPU_FLOAT, "ggml_repeat")
     _dense0(a, "ggml_repeat")
-    check(can_repeat(a, b), f"ggml_repeat: a {_shape_str(a)} does not tile b {_shape_str(b)}")
+    check_rule("ggml_repeat", "ggml_repeat", a.ptr, b.ptr)
     return _make(ctx, "ggml_repeat", _ne(b), a.type, lambda: lib.ggml_repeat(ctx.ptr, a.ptr, b.ptr))
 
 
@@ -591,7 +555,7 @@ def ggml_repeat_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     a, b = _t(a, "ggml_repeat_back", "a"), _t(b, "ggml_repeat_back", "b")
     _types(a, (F32,), "ggml_repeat_back")  # the CPU kernel aborts on f16
     _dense0(a, "ggml_repeat_back")
-    check(can_repeat(b, a), f"ggml_repeat_back: b {_shape_str(b)} does not tile a {_shape_str(a)}")
+    check_rule("ggml_repeat_back", "ggml_repeat_back", a.ptr, b.ptr)
     return _make(ctx, "ggml_repeat_back", _ne(b), a.type, lambda: lib.ggml_repeat_back(ctx.ptr, a.ptr, b.ptr))
 
 
@@ -611,8 +575,7 @@ def ggml_acc(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, o
     a, b = _t(a, "ggml_acc", "a"), _t(b, "ggml_acc", "b")
     _types(a, (F32,), "ggml_acc", "a")
     _types(b, (F32,), "ggml_acc", "b")
-    check(bool(lib.ggml_is_contiguous(a.ptr)), "ggml_acc: a must be contiguous")
-    check(b.nelements() <= a.nelements(), "ggml_acc: b has more elements than a")
+    check_rule("ggml_acc", "ggml_acc", a.ptr, b.ptr)
     _dense0(b, "ggml_acc", "b")
     nb = _ne(b)
     strides = [4, int(nb1), int(nb2), int(nb3)]
@@ -626,10 +589,6 @@ def ggml_acc(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, o
 
 
 # -- convolution, pooling, resampling -----------------------------------------------------------------
-def _conv_out(ins, ks, s, p, d):
-    return (ins + 2 * p - d * (ks - 1) - 1) // s + 1
-
-
 def ggml_im2col(ctx: Context, a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int,
                 is_2D: bool = True, dst_type: int = F32) -> Tensor:
     """Unfold b [W, H, C, N] into columns for kernel a [KW, KH, C, OC]."""
@@ -640,17 +599,10 @@ def ggml_im2col(ctx: Context, a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p
     check(0 not in _ne(a) + _ne(b), "ggml_im2col: kernel and input must not be empty")
     check(dst_type in (F32, F16), "ggml_im2col: dst_type must be f32 or f16")
     s0, s1, p0, p1, d0, d1 = (int(v) for v in (s0, s1, p0, p1, d0, d1))
-    check(s0 > 0 and s1 > 0 and d0 > 0 and d1 > 0 and p0 >= 0 and p1 >= 0,
-          "ggml_im2col: strides and dilations must be > 0, paddings >= 0")
+    check_rule("ggml_im2col", "ggml_im2col", a.ptr, b.ptr, s0, s1, p0, p1, d0, d1, bool(is_2D))
     na, nb_ = _ne(a), _ne(b)
-    if is_2D:
-        check(na[2] == nb_[2], f"ggml_im2col: channels differ: kernel {na[2]}, input {nb_[2]}")
-        oh = _conv_out(nb_[1], na[1], s1, p1, d1)
-    else:
-        check(nb_[1] == na[1] and nb_[3] == 1, "ggml_im2col: 1-d kernel and input do not fit")
-        oh = 0
+    oh = _conv_out(nb_[1], na[1], s1, p1, d1) if is_2D else 0
     ow = _conv_out(nb_[0], na[0], s0, p0, d0)
-    check(ow > 0 and (not is_2D or oh > 0), "ggml_im2col: input too small for the kernel")
     ne = [na[2] * na[1] * na[0], ow, oh, nb_[3]] if is_2D else [na[1] * na[0], ow, nb_[2], 1]
     return _make(ctx, "ggml_im2col", ne, dst_type,
                  lambda: lib.ggml_im2col(ctx.ptr, a.ptr, b.ptr, s0, s1, p0, p1, d0, d1, bool(is_2D), dst_type))
@@ -667,12 +619,9 @@ def ggml_conv_2d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p
     check(0 not in _ne(a) + _ne(b), "ggml_conv_2d: kernel and input must not be empty")  # ggml asserts deep inside
     check(bool(lib.ggml_is_contiguous(a.ptr)), "ggml_conv_2d: kernel must be contiguous")
     na, nb_ = _ne(a), _ne(b)
-    check(na[2] == nb_[2], f"ggml_conv_2d: channels differ: kernel {na[2]}, input {nb_[2]}")
     s0, s1, p0, p1, d0, d1 = (int(v) for v in (s0, s1, p0, p1, d0, d1))
-    check(s0 > 0 and s1 > 0 and d0 > 0 and d1 > 0 and p0 >= 0 and p1 >= 0,
-          "ggml_conv_2d: strides and dilations must be > 0, paddings >= 0")
+    check_rule("ggml_conv_2d", "ggml_conv_2d", a.ptr, b.ptr, s0, s1, p0, p1, d0, d1)
     ow, oh = _conv_out(nb_[0], na[0], s0, p0, d0), _conv_out(nb_[1], na[1], s1, p1, d1)
-    check(ow > 0 and oh > 0, "ggml_conv_2d: input too small for the kernel")
     cols = na[0] * na[1] * na[2] * ow * oh * nb_[3]
     out = ow * oh * na[3] * nb_[3]
     # im2col (f16), mul_mat, then a permuted copy: reserve all of them, plus the views between.
@@ -696,10 +645,9 @@ def ggml_pool_1d(ctx: Context, a: Tensor, op: int | str, k0: int, s0: int, p0: i
     _types(a, (F32, F16), "ggml_pool_1d")
     _contiguous(a, "ggml_pool_1d")  # the kernel steps through rows by nb1 alone
     op, k0, s0, p0 = _pool_op(op), int(k0), int(s0), int(p0)
-    check(k0 > 0 and s0 > 0 and p0 >= 0, "ggml_pool_1d: kernel and stride must be > 0, padding >= 0")
+    check_rule("ggml_pool_1d", "ggml_pool_1d", a.ptr, op, k0, s0, p0)
     n = _ne(a)
-    o0 = (n[0] + 2 * p0 - k0) // s0 + 1
-    check(o0 > 0, "ggml_pool_1d: input too small for the kernel")
+    o0 = _rules.pool_out(n[0], k0, s0, p0)
     return _make(ctx, "ggml_pool_1d", [o0] + n[1:], F32, lambda: lib.ggml_pool_1d(ctx.ptr, a.ptr, op, k0, s0, p0))
 
 
@@ -710,11 +658,9 @@ def ggml_pool_2d(ctx: Context, a: Tensor, op: int | str, k0: int, k1: int, s0: i
     _types(a, (F32, F16), "ggml_pool_2d")
     _contiguous(a, "ggml_pool_2d")  # it walks planes by nb2 to the end of a's bytes: more planes than dst has
     op, k0, k1, s0, s1 = _pool_op(op), int(k0), int(k1), int(s0), int(s1)
-    check(k0 > 0 and k1 > 0 and s0 > 0 and s1 > 0 and p0 >= 0 and p1 >= 0,
-          "ggml_pool_2d: kernel and stride must be > 0, padding >= 0")
+    check_rule("ggml_pool_2d", "ggml_pool_2d", a.ptr, op, k0, k1, s0, s1, float(p0), float(p1))
     n = _ne(a)
-    o0, o1 = int((n[0] + 2 * p0 - k0) // s0 + 1), int((n[1] + 2 * p1 - k1) // s1 + 1)
-    check(o0 > 0 and o1 > 0, "ggml_pool_2d: input too small for the kernel")
+    o0, o1 = _rules.pool_out(n[0], k0, s0, p0), _rules.pool_out(n[1], k1, s1, p1)
     return _make(ctx, "ggml_pool_2d", [o0, o1] + n[2:], F32,
                  lambda: lib.ggml_pool_2d(ctx.ptr, a.ptr, op, k0, k1, s0, s1, float(p0), float(p1)))
 

@@ -13,16 +13,13 @@ from typing import TypeVar
 
 from .._sigint import uninterruptible
 from ..bindings import ffi, lib
+from ..core.checked import GraphFull
 from ..core.context import arena
 from ..errors import GGMLError
 
 TENSOR_OVERHEAD = int(lib.ggml_tensor_overhead())
 _SLACK = 4096  # bytes ggml's context keeps for its own bookkeeping beyond the objects
 T = TypeVar("T")
-
-
-class GraphFull(GGMLError):
-    """A context or graph is about to run out of room (ggml would abort): build in a bigger one."""
 
 
 _ARENAS: dict = {}  # context address -> the memory it was given (new_context), released by free_context
