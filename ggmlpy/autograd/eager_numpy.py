@@ -20,7 +20,8 @@ import threading
 import numpy as np
 
 from .._sigint import uninterruptible
-from ..bindings import ffi, lib
+from ..bindings import ffi
+from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from ..core.device import Backend
 from ..graph import CompiledGraph, GraphContext

@@ -10,7 +10,7 @@ import numpy as np
 from .. import random as grandom
 from ..runtime.autograd_state import AUTOGRAD, hook_opened, hooks_open, setting
 from ..runtime.state import STATE
-from ..bindings import lib
+from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from ..kernels import enabled as _kernels_on
 from ..tensor import AGTensor, ag_tensor, same_device

@@ -34,7 +34,8 @@ from ..graph import CompiledGraph, GraphContext
 from ..runtime.autograd_state import AUTOGRAD
 from ..runtime.pool import shape_of
 from ..runtime.state import DTYPE_NAMES, STATE
-from ..bindings import ffi, lib
+from ..bindings import ffi
+from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from ..kernels import enabled as kernels_enabled
 from ..tensor import AGTensor, ag_tensor

@@ -10,7 +10,8 @@ them, and graph mode (later) emits them into one big graph.
 from __future__ import annotations
 
 from .. import kernels
-from ..bindings import ffi, lib
+from ..bindings import ffi
+from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
 from ..runtime.autograd_state import AUTOGRAD, setting
 
 L = lib

@@ -34,13 +34,15 @@ class GraphFull(GGMLError):
 
 
 # -- the Python arguments of ggmlR's ggml_* functions ---------------------------------------------
-def context_arg(ctx, what: str | None = None) -> Context:
-    """ctx as a live Context, or a GGMLError naming the function."""
+def context_arg(ctx, what: str | None = None, live: bool = True) -> Context:
+    """ctx as a Context (a live one unless `live` is False: freeing twice, asking its size), or a
+    GGMLError naming the function."""
     if not isinstance(ctx, Context):
         got = type(ctx).__name__
         raise GGMLError(f"{what}: expected a ggml Context, got {got}" if what
                         else f"expected a ggml Context as first argument, got {got}")
-    ctx.ensure_alive()
+    if live:
+        ctx.ensure_alive()
     return ctx
 
 

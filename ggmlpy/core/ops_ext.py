@@ -17,7 +17,8 @@ import numpy as np
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 from . import ops as _ops
-from .ops import (F16, F32, I32, _c, _conv_out, _contiguous, _ctx, _dense0, _make, _ne, _rope_check, _same,
+from .checked import conv_out as _conv_out
+from .ops import (F16, F32, I32, _c, _contiguous, _ctx, _dense0, _make, _ne, _rope_check, _same,
                   _shape_str, _t, _types)
 
 if TYPE_CHECKING:

@@ -9,6 +9,7 @@ from numpy.typing import ArrayLike
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
+from .checked import context_arg, tensor_arg
 from .context import Context, Tensor, get_data, numpy_view, set_data, type_name, wrap
 
 GGML_TYPE_F32 = lib.GGML_TYPE_F32
@@ -55,9 +56,7 @@ def ggml_used_mem(ctx: Context) -> int:
 # -- tensors ----------------------------------------------------------------------------------------
 def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne: Sequence[int]) -> Tensor:
     """A new tensor of `type` with n_dims dims ne (ne[0] fastest-changing) in ctx."""
-    if not isinstance(ctx, Context):
-        raise GGMLError("ggml_new_tensor: first argument must be a Context")
-    ctx.ensure_alive()
+    context_arg(ctx, "ggml_new_tensor")
     if type not in _CREATABLE and type not in _QUANTIZED:
         raise GGMLError(f"ggml_new_tensor: unsupported type {type} ({type_name(type) if 0 <= type < 43 else '?'})")
     n_dims = int(n_dims)
@@ -172,17 +171,11 @@ def ggml_tensor_view(t: Tensor) -> np.ndarray:
     return numpy_view(t)
 
 
-def _tensor(t, what) -> Tensor:
-    if not isinstance(t, Tensor):
-        raise GGMLError(f"{what}: expected a ggml Tensor, got {type(t).__name__}")
-    t.ptr
-    return t
+_tensor = tensor_arg
 
 
 def _context(ctx, what) -> Context:
-    if not isinstance(ctx, Context):
-        raise GGMLError(f"{what}: expected a ggml Context, got {type(ctx).__name__}")
-    return ctx
+    return context_arg(ctx, what, live=False)
 
 
 def ggml_nelements(t: Tensor) -> int:

@@ -12,7 +12,8 @@ import numpy as np
 
 from .._sigint import uninterruptible
 from .. import kernels
-from ..bindings import ffi, lib
+from ..bindings import ffi
+from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 
 F32 = lib.GGML_TYPE_F32

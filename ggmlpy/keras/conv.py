@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from ..bindings import lib
+from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from .base import Layer, _check_activation, _pair, count, ggml_to_r_shape
 

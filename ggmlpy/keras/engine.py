@@ -15,7 +15,8 @@ from tqdm import tqdm
 from .. import kernels
 from ..core.device import Backend, blas_backend, check_tensor_device, get_backend
 from ..core.sched import Scheduler
-from ..bindings import ffi, lib
+from ..bindings import ffi
+from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from ..graph import CompiledGraph, GraphContext, one_thread_is_best
 from . import graphsize

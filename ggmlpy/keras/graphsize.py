@@ -9,7 +9,8 @@ sized here from the model.
 """
 from __future__ import annotations
 
-from ..bindings import ffi, lib
+from ..bindings import ffi
+from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 
 STATIC_GRAPH_SIZE = 2048     # GGML_DEFAULT_GRAPH_SIZE: ggml_opt_init's static graphs and their copies

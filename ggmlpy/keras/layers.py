@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..bindings import lib
+from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from .base import (Layer, _check_activation, _glorot, count, ggml_to_r_shape,  # noqa: F401
                    r_to_ggml_shape)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..bindings import lib
+from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from ..tensor import AGTensor, ag_tensor
 

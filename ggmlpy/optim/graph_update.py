@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..bindings import lib
+from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from ..tensor import AGTensor, ag_tensor
 from . import fused

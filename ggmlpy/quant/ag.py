@@ -17,7 +17,8 @@ import numpy as np
 from ..autograd.engine import apply
 from ..autograd import ops as F
 from ..autograd.rules import RULES, Rule
-from ..bindings import ffi, lib
+from ..bindings import ffi
+from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from ..nn.layers import Module, ag_embedding, ag_linear
 from ..tensor import AGTensor
