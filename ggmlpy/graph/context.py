@@ -52,12 +52,14 @@ class GraphContext:
     node slots in it. A graph node is a tensor of this context or one of the tensors that live
     elsewhere (parameters, weights), so n_nodes = capacity + those can never overflow."""
 
-    def __init__(self, capacity: int, n_nodes: int = 0, grads: bool = False):
+    def __init__(self, capacity: int, n_nodes: int = 0, grads: bool = False, reserve_bytes: int = 0):
+        """`reserve_bytes`: room kept past the headers for graphs others make in this context
+        (ggml_opt_init builds its static graphs in the caller's compute context)."""
         self.capacity = int(capacity)
         self.n_nodes = int(n_nodes)
         graph_bytes = int(lib.ggml_graph_overhead_custom(self.n_nodes, grads)) if self.n_nodes else 0
         self._limit = self.capacity * TENSOR_OVERHEAD + graph_bytes
-        self.ctx = new_context(self.capacity, graph_bytes)
+        self.ctx = new_context(self.capacity, graph_bytes + int(reserve_bytes))
         self.graph = lib.ggml_new_graph_custom(self.ctx, self.n_nodes, grads) if self.n_nodes else None
 
     def headroom(self) -> int:

@@ -1,41 +1,37 @@
 """Graph building for the Keras-like models: ggml ops on raw tensor pointers.
 
-A `Builder` owns two no-alloc contexts: `ctx_w` (weights, constants and the input tensor,
-allocated in one backend buffer once the graph is built) and `ctx` (the compute graph's
-intermediates, placed by the scheduler). In training mode every non-linearity whose ggml
-op has no backward in the pinned ggml (sigmoid, tanh, concat) is built from ops that have
-one, so ggml's own `ggml_build_backward_expand` can differentiate the whole graph.
+A `Builder` holds the graph's weights, constants and input (graph.Weights: allocated in one
+backend buffer once the graph is built) and a compute context for the graph's intermediates
+(graph.GraphContext, placed by the scheduler), sized by graph/, which raises GraphFull before
+ggml would run out of room. In training mode every non-linearity whose ggml op has no backward
+in the pinned ggml (sigmoid, tanh, concat) is built from ops that have one, so ggml's own
+`ggml_build_backward_expand` can differentiate the whole graph.
 """
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
 from .._sigint import uninterruptible
 from .. import kernels
-from ..bindings import ffi
 from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
+from ..graph import GraphContext, Weights
 
 F32 = lib.GGML_TYPE_F32
 I32 = lib.GGML_TYPE_I32
 GRAPH_SIZE = 2048  # ggml's GGML_DEFAULT_GRAPH_SIZE
 WEIGHT_TENSORS = 65536   # weights, constants and inputs of one model graph
+COMPUTE_TENSORS = 65536  # the compute context's first size; a graph that outgrows it is built again ...
+MAX_COMPUTE_TENSORS = 1 << 18  # ... in a bigger one, up to this (graphsize.MAX_GRAPH_NODES)
 ROOM_PER_LAYER = 4096    # compute-context tensors kept free before each layer is built
+T = TypeVar("T")
 
 # activations ggml cannot differentiate in any form
 NO_BACKWARD = {"gelu", "hardsigmoid", "hardswish"}
 ACTIVATIONS = {None, "linear", "relu", "sigmoid", "tanh", "softmax", "silu", "gelu", "hardsigmoid", "hardswish"}
-
-
-def _init_ctx(mem: int):
-    p = ffi.new("struct ggml_init_params *")
-    p.mem_size = int(mem)
-    p.mem_buffer = ffi.NULL
-    p.no_alloc = True
-    ctx = lib.ggml_init(p[0])
-    if ctx == ffi.NULL:
-        raise MemoryError("ggml_init failed")
-    return ctx
 
 
 def ne_of(t) -> tuple:
@@ -47,48 +43,66 @@ class Builder:
     """One graph's tensors. `training` selects differentiable forms and dropout scaling.
 
     `restart()` starts a fresh compute context for building the same graph again (ggml_opt's
-    caller-built graphs need one per step): the weight-buffer tensors the layers create
-    (constants, masks, statistics) are then handed back in creation order instead of made anew,
-    so the rebuilt graph reads the same allocated tensors."""
+    caller-built graphs need one per step, and a graph that outgrew its context is built again
+    in a bigger one): the weight-buffer tensors the layers create (constants, masks, statistics)
+    are then handed back in creation order instead of made anew, so the rebuilt graph reads the
+    same allocated tensors."""
 
     kernels = None  # ggmlpy.kernels, for a graph on ggml's CPU backend that ggml's backward never sees
 
-    def __init__(self, training: bool, n_tensors: int = WEIGHT_TENSORS, graph_size: int = GRAPH_SIZE * 8):
+    def __init__(self, training: bool, n_tensors: int = COMPUTE_TENSORS, graph_size: int = GRAPH_SIZE * 8):
         self.training = training
         self.n_tensors, self.graph_size = int(n_tensors), int(graph_size)
-        overhead = lib.ggml_tensor_overhead()
-        self.ctx_w = _init_ctx(overhead * WEIGHT_TENSORS)
-        self.ctx = self._compute_ctx()
-        self.uploads = []   # (tensor, numpy array) written once ctx_w is allocated
+        self.weights = Weights(WEIGHT_TENSORS)
+        self.gctx = self._compute_ctx()
         self.param_tensors = {}  # (owner, pname) -> tensor
-        self.buffer = None
         self.created = []   # weight-buffer tensors made by the layers, in order (replayed by restart)
         self.replay = None  # index into `created` while rebuilding
 
-    def _compute_ctx(self):
-        return _init_ctx(lib.ggml_tensor_overhead() * self.n_tensors
-                         + 4 * lib.ggml_graph_overhead_custom(self.graph_size, True))
+    @property
+    def ctx(self):
+        """The compute context (ggml's pointer)."""
+        return self.gctx.ctx
+
+    @property
+    def ctx_w(self):
+        """The weights' context (ggml's pointer)."""
+        return self.weights.ctx
+
+    def _compute_ctx(self) -> GraphContext:
+        # ggml_opt_init builds its three static graphs (and ggml_opt_prepare_alloc a caller's) here
+        return GraphContext(self.n_tensors, reserve_bytes=4 * lib.ggml_graph_overhead_custom(self.graph_size, True))
 
     def restart(self, n_tensors: int = None, graph_size: int = None) -> None:
         """A fresh compute context (optionally resized); weight-buffer tensors are replayed."""
-        lib.ggml_free(self.ctx)
-        self.ctx = None
+        self.gctx.free()
         self.n_tensors = int(n_tensors or self.n_tensors)
         self.graph_size = int(graph_size or self.graph_size)
-        self.ctx = self._compute_ctx()
+        self.gctx = self._compute_ctx()
         self.replay = 0
+
+    def building(self, build: Callable[[], T]) -> T:
+        """build(), again in a compute context four times bigger while it raises GraphFull
+        (graph.GraphContext.retrying), up to MAX_COMPUTE_TENSORS."""
+        first = self.n_tensors
+
+        def attempt(capacity: int) -> T:
+            if capacity != self.n_tensors:
+                self.restart(n_tensors=capacity)
+            return build()
+        attempts = 1
+        while first * 4 ** attempts <= MAX_COMPUTE_TENSORS:
+            attempts += 1
+        return GraphContext.retrying(attempt, first, what="the model is too big to build: its graph",
+                                     attempts=attempts)
 
     def room(self) -> int:
         """Tensors the compute context still holds (ggml aborts past its end)."""
-        free = lib.ggml_get_mem_size(self.ctx) - lib.ggml_used_mem(self.ctx) \
-            - 4 * lib.ggml_graph_overhead_custom(self.graph_size, True)
-        return int(free // lib.ggml_tensor_overhead())
+        return self.gctx.headroom()
 
     def check_room(self, need: int = ROOM_PER_LAYER) -> None:
-        """GGMLError, rather than ggml's abort, when the graph outgrows its context."""
-        if self.room() < need:
-            raise GGMLError(f"the model's graph outgrows its context ({self.n_tensors} tensors): the model "
-                            "is too big to build")
+        """GraphFull, rather than ggml's abort, when the graph outgrows its context."""
+        self.gctx.room(need)
 
     # -- tensors in the weight buffer ------------------------------------------------------------
     def weight(self, key, arr: np.ndarray, trainable: bool):
@@ -104,31 +118,35 @@ class Builder:
     def const(self, arr: np.ndarray, dtype=F32):
         """A tensor of the weight buffer holding `arr` (uploaded once the buffer exists)."""
         if self.replay is not None:
-            return self._replayed(list(np.shape(arr)[::-1]) or [1], dtype)
+            return self._replayed(list(np.shape(arr)[::-1]) or [1], dtype, arr)
         t = self._upload(arr, dtype)
         self.created.append(t)
         return t
 
     def _upload(self, arr, dtype):
         arr = np.ascontiguousarray(arr, dtype=np.float32 if dtype == F32 else np.int32)
-        ne = list(arr.shape[::-1]) or [1]
-        t = self._new_w(ne, dtype)
-        self.uploads.append((t, arr))
-        return t
+        return self.weights.new(dtype, list(arr.shape[::-1]) or [1], arr)
 
     def new_w(self, ne, dtype=F32, record=True):
         """An (uninitialised) tensor of the weight buffer; `record=False` for tensors the caller
         keeps itself across restarts."""
         if record and self.replay is not None:
             return self._replayed(ne, dtype)
-        t = self._new_w(ne, dtype)
+        t = self.weights.new(dtype, [int(v) for v in ne])
         if record:
             self.created.append(t)
         return t
 
-    def _replayed(self, ne, dtype):
+    def _replayed(self, ne, dtype, values=None):
         if self.replay >= len(self.created):
-            raise GGMLError("the rebuilt graph makes more weight-buffer tensors than the first build")
+            # a build that outgrew its context stopped part-way: before the weights are allocated
+            # the rebuilt graph goes on making the tensors the first build did not reach
+            if self.weights.buffer is not None:
+                raise GGMLError("the rebuilt graph makes more weight-buffer tensors than the first build")
+            self.replay = None
+            t = self.const(values, dtype) if values is not None else self.new_w(ne, dtype)
+            self.replay = len(self.created)
+            return t
         t = self.created[self.replay]
         want = [int(v) for v in ne] + [1] * (4 - len(ne))
         if t.type != dtype or [int(t.ne[i]) for i in range(4)] != want:
@@ -136,33 +154,18 @@ class Builder:
         self.replay += 1
         return t
 
-    def _new_w(self, ne, dtype):
-        ne = [int(v) for v in ne]
-        if lib.ggml_get_mem_size(self.ctx_w) - lib.ggml_used_mem(self.ctx_w) < 2 * lib.ggml_tensor_overhead():
-            raise GGMLError(f"the model has more than {WEIGHT_TENSORS} weight and constant tensors")
-        arr = ffi.new("int64_t[]", ne + [1] * (4 - len(ne)))
-        return lib.ggml_new_tensor(self.ctx_w, dtype, len(ne), arr)
-
     def zeros(self, ne):
         return self.const(np.zeros(tuple(ne)[::-1], np.float32))
 
     def allocate(self, backend) -> None:
-        self.buffer = lib.ggml_backend_alloc_ctx_tensors(self.ctx_w, backend.ptr)
-        if self.buffer == ffi.NULL:
-            raise MemoryError("could not allocate the model's weights on " + backend.name)
-        for t, arr in self.uploads:
-            lib.ggml_backend_tensor_set(t, ffi.from_buffer(arr), 0, arr.nbytes)
+        """Allocate the weights in one buffer of `backend` and write the values given."""
+        self.weights.upload(backend)
 
     @uninterruptible
     def free(self) -> None:
-        if self.buffer is not None and self.buffer != ffi.NULL:
-            lib.ggml_backend_buffer_free(self.buffer)
-        self.buffer = None
-        for name in ("ctx", "ctx_w"):
-            c = getattr(self, name, None)
-            if c is not None:
-                lib.ggml_free(c)
-                setattr(self, name, None)
+        for part in ("gctx", "weights"):
+            if getattr(self, part, None) is not None:
+                getattr(self, part).free()
 
     # -- ops ---------------------------------------------------------------------------------------
     def cont(self, x):

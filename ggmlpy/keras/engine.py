@@ -96,9 +96,12 @@ def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
     b.kernels = kernels.get() if backend.is_cpu else None  # custom ops: CPU graphs only
     gctx = compiled = None
     try:
-        inp = b.new_w([packed.shape[1], batch], dtype)
-        xs, _ = _split_inputs(b, inp, specs, batch)
-        outs = model._forward(b, xs, batch, {"functional": model.functional})
+        inp = b.new_w([packed.shape[1], batch], dtype, record=False)
+
+        def forward():
+            xs, _ = _split_inputs(b, inp, specs, batch)
+            return model._forward(b, xs, batch, {"functional": model.functional})
+        outs = b.building(forward)
         size = graphsize.forward_bound(b) + 16   # every tensor built: the graph cannot overflow
         if size > graphsize.MAX_GRAPH_NODES:
             raise graphsize.too_big(size)
@@ -256,7 +259,7 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
 
     try:
         inp = b.new_w([ne_dp, batch], dtype, record=False)
-        out, loss_type, ctx, head_losses = build()
+        out, loss_type, ctx, head_losses = b.building(build)
         params_ = [t for t in b.param_tensors.values() if t.flags & lib.GGML_TENSOR_FLAG_PARAM]
         if not params_:
             raise GGMLError("the model has no trainable weights (all layers are frozen)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..bindings import ffi
 from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
+from ..graph import free_context, new_context
 
 STATIC_GRAPH_SIZE = 2048     # GGML_DEFAULT_GRAPH_SIZE: ggml_opt_init's static graphs and their copies
 STATIC_MARGIN = 16           # tensors of ggml_opt's own besides those counted here
@@ -69,14 +70,7 @@ def step_graph_size(b, out, loss_type, n_params: int, adamw: bool) -> int:
     size = BACKWARD_FACTOR * bound + 1024
     if size > MAX_GRAPH_NODES * 4:
         raise too_big(bound * 3)
-    overhead = lib.ggml_tensor_overhead()
-    p = ffi.new("struct ggml_init_params *")
-    p.mem_size = overhead * size + 3 * lib.ggml_graph_overhead_custom(size, True)
-    p.mem_buffer = ffi.NULL
-    p.no_alloc = True
-    ctx = lib.ggml_init(p[0])
-    if ctx == ffi.NULL:
-        raise MemoryError("ggml_init failed")
+    ctx = new_context(size, 3 * lib.ggml_graph_overhead_custom(size, True))
     try:
         gf = lib.ggml_new_graph_custom(ctx, size, True)
         loss, extra = _loss_nodes(ctx, out, loss_type)
@@ -91,7 +85,7 @@ def step_graph_size(b, out, loss_type, n_params: int, adamw: bool) -> int:
         leafs = sum(ctx_tensors(c, leafs_only=True) for c in (b.ctx, b.ctx_w, ctx))
         n = lib.ggml_graph_n_nodes(gb) + leafs
     finally:
-        lib.ggml_free(ctx)
+        free_context(ctx)
     # per parameter: its optimizer step (a node) and, for AdamW, two moment tensors; the
     # optimizer's settings tensor; the loss gradient's accumulator
     return int(n) + n_params * (3 if adamw else 1) + 2
