@@ -232,3 +232,39 @@ def test_the_ggml_wrappers_report_the_tables_rule_under_their_own_name():
         assert g.ggml_mul_mat(ctx, a, g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 4, 7)).shape == (3, 7)
     finally:
         g.ggml_free(ctx)
+
+
+# -- graph/: the owner of a context and its placement; the Keras-like builder on graph/ -----------------
+def test_graph_plan_places_its_graph_and_frees_both():
+    import numpy as np
+    from ggmlpy.bindings import ffi, lib as raw
+    from ggmlpy.core.device import get_backend
+    from ggmlpy.graph import GraphPlan
+    plan = GraphPlan(8)
+    a = plan.gctx.new_tensor(raw.GGML_TYPE_F32, (4,))
+    out = checked.lib.ggml_neg(plan.gctx.ctx, a)
+    plan.gctx.expand([out])
+    run = plan.place(get_backend("cpu"))
+    assert plan.run is run and run.nodes
+    x = np.arange(4, dtype=np.float32)
+    a.data = ffi.from_buffer(x)
+    run.compute()
+    assert list(run.read(out, (4,))) == [0.0, -1.0, -2.0, -3.0]
+    plan.free()
+    assert plan.run is None and plan.gctx is None
+    plan.free()  # twice is harmless (and the finalizer's call)
+
+
+def test_a_keras_graph_past_the_first_compute_context_is_built_again_in_a_bigger_one():
+    """A recurrent layer over 5000 steps makes more than the builder's first 65 536 compute
+    tensors: GraphFull, then the same graph in a context four times bigger (graph.GraphContext
+    .retrying), where it used to be refused as too big."""
+    import numpy as np
+    import ggmlpy as g
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_gru(m, units=2, input_shape=(5000, 1))
+    m = g.ggml_layer_dense(m, 2)
+    m = g.ggml_compile(m, loss="mse")
+    x = np.random.default_rng(0).normal(size=(1, 5000, 1)).astype(np.float32)
+    y = g.ggml_predict(m, x)
+    assert y.shape == (1, 2) and np.isfinite(y).all()

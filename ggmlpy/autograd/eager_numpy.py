@@ -19,12 +19,11 @@ import threading
 
 import numpy as np
 
-from .._sigint import uninterruptible
 from ..bindings import ffi
 from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from ..core.device import Backend
-from ..graph import CompiledGraph, GraphContext
+from ..graph import GraphPlan
 from ..runtime.state import lease
 from .rules import RULES
 
@@ -32,14 +31,14 @@ _NULL = ffi.NULL
 _F32 = np.dtype(np.float32)
 
 
-class _Plan:
+class _Plan(GraphPlan):
     """One op's graph: leaves and output re-pointed at numpy memory per call (graph.CompiledGraph
     places any intermediates)."""
 
-    __slots__ = ("gctx", "graph", "compiled", "leaves", "out", "out_shape")
+    __slots__ = ("graph", "leaves", "out", "out_shape")
 
     def __init__(self, build, shapes, backend):
-        self.gctx = GraphContext(64, n_nodes=64)
+        super().__init__(64)
         self.leaves = [self.gctx.new_tensor(lib.GGML_TYPE_F32, s[::-1]) for s in shapes]
         out = build(self.gctx.ctx, *self.leaves)
         if out.view_src != _NULL or out.op == lib.GGML_OP_NONE:
@@ -59,18 +58,7 @@ class _Plan:
             leaf.data = ffi.from_buffer(a)
         self.out.data = ffi.from_buffer(np.empty(1, np.float32))
         self.graph = self.gctx.graph  # read by _binary's inlined compute
-        self.compiled = CompiledGraph(self.graph, backend, nodes)
-
-    @uninterruptible
-    def free(self):  # also of one whose __init__ raised half-way: only what was made
-        if getattr(self, "compiled", None) is not None:
-            self.compiled.free()
-            self.compiled = None
-        if getattr(self, "gctx", None) is not None:
-            self.gctx.free()
-            self.gctx = None
-
-    __del__ = free
+        self.place(backend, nodes)
 
 
 class EagerNumpy:
@@ -93,7 +81,7 @@ class EagerNumpy:
             leaf.data = ffi.from_buffer(a)
         out = np.empty(plan.out_shape, np.float32)
         plan.out.data = ffi.from_buffer(out)
-        plan.compiled.compute()
+        plan.run.compute()
         return out
 
     def _compile(self, op, arrs, params):

@@ -5,6 +5,7 @@ the Keras-like models).
   before it would abort), and the graph they hold.
 - compiled.py: a built graph placed in memory (one allocator, or ggml's scheduler across
   backends), bound to its inputs, computed, freed.
+- plan.py: a GraphContext and the CompiledGraph placed from it, owned and freed together.
 - cache.py: the least-recently-used cache, bounded by bytes, that keeps compiled graphs.
 
 Everything here works on raw ggml pointers: what a tensor means (an ag tensor, an ONNX value,
@@ -12,7 +13,8 @@ a layer's output) is the front end's business.
 """
 from .cache import ByteCache
 from .compiled import CompiledGraph, batched_small, one_thread_is_best, unsupported_ops
-from .context import TENSOR_OVERHEAD, GraphContext, GraphFull, Weights, new_context
+from .plan import GraphPlan
+from .context import TENSOR_OVERHEAD, GraphContext, GraphFull, Weights, free_context, new_context
 
-__all__ = ["ByteCache", "CompiledGraph", "GraphContext", "GraphFull", "TENSOR_OVERHEAD", "Weights", "batched_small",
-           "new_context", "one_thread_is_best", "unsupported_ops"]
+__all__ = ["ByteCache", "CompiledGraph", "GraphContext", "GraphFull", "GraphPlan", "TENSOR_OVERHEAD", "Weights", "batched_small",
+           "free_context", "new_context", "one_thread_is_best", "unsupported_ops"]

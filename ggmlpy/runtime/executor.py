@@ -20,20 +20,19 @@ import time
 from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import GGMLError
-from ..graph import ByteCache, CompiledGraph, GraphContext, batched_small, one_thread_is_best
+from ..graph import ByteCache, GraphContext, GraphPlan, batched_small, one_thread_is_best
 from .pool import Storage, shape_of as _shape
 
 _NULL = ffi.NULL
 
 
-class _Compiled:
+class _Compiled(GraphPlan):
     """One cached graph: leaf headers to re-point, output headers, placed by graph/'s allocator."""
 
-    __slots__ = ("gctx", "run", "leaves", "outs", "out_specs", "backend_ptr", "nbytes", "quiet_ptr")
+    __slots__ = ("leaves", "outs", "out_specs", "backend_ptr", "nbytes", "quiet_ptr")
 
     def __init__(self, backend, build, in_specs, inputs, outs_into):
-        n = graph_room(len(in_specs))
-        self.gctx = GraphContext(n, n_nodes=n)
+        super().__init__(graph_room(len(in_specs)))
         self.leaves = [self.gctx.new_tensor(t, ne) for t, ne in in_specs]
         for leaf, s in zip(self.leaves, inputs):
             _point(leaf, s)
@@ -52,23 +51,12 @@ class _Compiled:
         for o, s in zip(self.outs, outs_into):
             _point(o, s)
         self.quiet_ptr = None  # the all-threads backend, for graphs that use one thread on a busy machine
-        self.run = CompiledGraph(self.gctx.graph, backend, self.gctx.nodes())  # raises when a kernel is missing
+        self.place(backend)  # raises when a kernel is missing
         self.nbytes = int(lib.ggml_get_mem_size(self.gctx.ctx)) + self.run.buffer_bytes
 
     @property
     def nodes(self):
         return self.run.nodes
-
-    @uninterruptible
-    def free(self):  # also of one whose __init__ raised half-way: only what was made
-        if getattr(self, "run", None) is not None:
-            self.run.free()
-            self.run = None
-        if getattr(self, "gctx", None) is not None:
-            self.gctx.free()
-            self.gctx = None
-
-    __del__ = free
 
 
 _quiet = [0.0, False]  # when last looked, and what was seen
