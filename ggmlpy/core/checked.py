@@ -322,7 +322,7 @@ RULES: dict[str, Callable[..., str | None]] = {
 
 
 def check_rule(name: str, what: str, *args) -> None:
-    """RULES[name](*args), raised as a GGMLError of ggmlR's wrapper `what`."""
+    """Apply `RULES[name]` to `args`; a failure is a ShapeError (a GGMLError) naming ggmlR's function `what`."""
     msg = RULES[name](*args)
     if msg is not None:
         raise ShapeError(f"{what}: {msg}")

@@ -17,7 +17,8 @@ import threading
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 from . import checked as _rules
-from .checked import check_rule, context_arg, conv_out as _conv_out, tensor_arg
+from .checked import check_rule as _check_rule, context_arg as _context_arg, conv_out as _conv_out
+from .checked import tensor_arg as _tensor_arg
 from .context import Context, Tensor, type_name, wrap
 
 F32, F16, BF16, I32 = lib.GGML_TYPE_F32, lib.GGML_TYPE_F16, lib.GGML_TYPE_BF16, lib.GGML_TYPE_I32
@@ -36,13 +37,13 @@ _inputs = threading.local()
 
 
 def _ctx(ctx) -> Context:
-    ctx = context_arg(ctx)
+    ctx = _context_arg(ctx)
     _inputs.ctxs = []
     return ctx
 
 
 def _t(x, what: str, arg: str = "a") -> Tensor:
-    x = tensor_arg(x, what, arg)
+    x = _tensor_arg(x, what, arg)
     getattr(_inputs, "ctxs", []).append(x.ctx)
     return x
 
@@ -117,7 +118,7 @@ def _binary(cname: str):
         _dense0(a, what, "a")  # the CPU kernel asserts it (b may be strided)
         if b.type != a.type and b.type != F32:
             raise GGMLError(f"{what}: b has type {b.type_name}, a has {a.type_name}; they must match (or b be f32)")
-        check_rule(cname, what, a.ptr, b.ptr)
+        _check_rule(cname, what, a.ptr, b.ptr)
         return _same(ctx, what, a, lambda: _c(cname, _inplace)(ctx.ptr, a.ptr, b.ptr), view=_inplace)
 
     op.__name__ = op.__qualname__ = cname
@@ -173,7 +174,7 @@ def ggml_scale(ctx: Context, a: Tensor, s: float, *, _inplace: bool = False) -> 
     a = _t(a, "ggml_scale")
     _types(a, (F32,), "ggml_scale")
     check(lib.ggml_is_contiguous(a.ptr), "ggml_scale: a must be contiguous")
-    check_rule("ggml_scale", "ggml_scale", a.ptr)  # ggml_is_padded_1d, stricter about size-1 dims' strides
+    _check_rule("ggml_scale", "ggml_scale", a.ptr)  # ggml_is_padded_1d, stricter about size-1 dims' strides
     return _same(ctx, "ggml_scale", a, lambda: _c("ggml_scale", _inplace)(ctx.ptr, a.ptr, float(s)), view=_inplace)
 
 
@@ -212,7 +213,7 @@ def ggml_mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     _types(a, FLOAT + QUANTIZED, "ggml_mul_mat", "a")
     _types(b, (F32,), "ggml_mul_mat", "b")
     na, nb_ = _ne(a), _ne(b)
-    check_rule("ggml_mul_mat", "ggml_mul_mat", a.ptr, b.ptr)
+    _check_rule("ggml_mul_mat", "ggml_mul_mat", a.ptr, b.ptr)
     _dense0(a, "ggml_mul_mat", "a")
     _dense0(b, "ggml_mul_mat", "b")
     return _make(ctx, "ggml_mul_mat", [na[1], nb_[1], nb_[2], nb_[3]], F32,
@@ -226,7 +227,7 @@ def ggml_out_prod(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     _types(a, (F32,), "ggml_out_prod", "a")
     _types(b, (F32,), "ggml_out_prod", "b")
     na, nb_ = _ne(a), _ne(b)
-    check_rule("ggml_out_prod", "ggml_out_prod", a.ptr, b.ptr)
+    _check_rule("ggml_out_prod", "ggml_out_prod", a.ptr, b.ptr)
     _dense0(a, "ggml_out_prod", "a")
     return _make(ctx, "ggml_out_prod", [na[0], nb_[0], nb_[2], nb_[3]], F32,
                  lambda: lib.ggml_out_prod(ctx.ptr, a.ptr, b.ptr))
@@ -253,7 +254,7 @@ def ggml_soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None = None, scale
         check(lib.ggml_is_contiguous(mask.ptr), f"{what}: mask must be contiguous")
         mp = mask.ptr
     check(max_bias >= 0, f"{what}: max_bias must be >= 0")
-    check_rule("ggml_soft_max_ext", what, a.ptr, mp, scale, max_bias)
+    _check_rule("ggml_soft_max_ext", what, a.ptr, mp, scale, max_bias)
     if _inplace and mask is None and scale == 1.0:
         return _same(ctx, what, a, lambda: lib.ggml_soft_max_inplace(ctx.ptr, a.ptr), view=True)
     return _same(ctx, what, a, lambda: _c("ggml_soft_max_ext", _inplace)(ctx.ptr, a.ptr, mp, float(scale),
@@ -343,7 +344,7 @@ def ggml_argmax(ctx: Context, a: Tensor) -> Tensor:
     a = _t(a, "ggml_argmax")
     _types(a, (F32,), "ggml_argmax")
     _dense0(a, "ggml_argmax")
-    check_rule("ggml_argmax", "ggml_argmax", a.ptr)
+    _check_rule("ggml_argmax", "ggml_argmax", a.ptr)
     return _make(ctx, "ggml_argmax", [_ne(a)[1], 1, 1, 1], I32, lambda: lib.ggml_argmax(ctx.ptr, a.ptr))
 
 
@@ -373,7 +374,7 @@ def ggml_reshape(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 
 def _reshape(ctx, what, a, ne, call):
     check(all(d >= 0 for d in ne), f"{what}: dims must be >= 0, got {ne}")
-    check_rule(f"ggml_reshape_{len(ne)}d", what, a.ptr, *ne)
+    _check_rule(f"ggml_reshape_{len(ne)}d", what, a.ptr, *ne)
     return _make(ctx, what, ne, a.type, call, view=True)
 
 
@@ -412,7 +413,7 @@ def _view(what, ctx, a, ne, nbs, offset, call):
     check(all(d >= 0 for d in ne) and offset >= 0, f"{what}: dims and offset must be >= 0")
     nbs = [int(s) for s in nbs]
     check(all(s > 0 for s in nbs), f"{what}: strides must be positive")
-    check_rule(f"ggml_view_{len(ne)}d", what, a.ptr, *ne, *nbs, offset)
+    _check_rule(f"ggml_view_{len(ne)}d", what, a.ptr, *ne, *nbs, offset)
     return _make(ctx, what, ne + [1] * (4 - len(ne)), a.type, lambda: call(ctx, a), view=True)
 
 
@@ -448,7 +449,7 @@ def ggml_permute(ctx: Context, a: Tensor, axis0: int, axis1: int, axis2: int, ax
     """Axis i of a becomes axis `axis_i` of the result (a view)."""
     ctx, a = _ctx(ctx), _t(a, "ggml_permute")
     axes = [int(axis0), int(axis1), int(axis2), int(axis3)]
-    check_rule("ggml_permute", "ggml_permute", a.ptr, *axes)
+    _check_rule("ggml_permute", "ggml_permute", a.ptr, *axes)
     ne = [0] * 4
     for i, ax in enumerate(axes):
         ne[ax] = _ne(a)[i]
@@ -483,7 +484,7 @@ def ggml_cpy(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     _types(b, (F32, F16, BF16, I32), "ggml_cpy", "b")
     if (a.type == I32) != (b.type == I32):
         raise GGMLError("ggml_cpy: the CPU backend cannot convert between i32 and floating point")
-    check_rule("ggml_cpy", "ggml_cpy", a.ptr, b.ptr)
+    _check_rule("ggml_cpy", "ggml_cpy", a.ptr, b.ptr)
     return _make(ctx, "ggml_cpy", _ne(b), b.type, lambda: lib.ggml_cpy(ctx.ptr, a.ptr, b.ptr), view=True)
 
 
@@ -502,7 +503,7 @@ def ggml_concat(ctx: Context, a: Tensor, b: Tensor, dim: int = 0) -> Tensor:
     a, b = _t(a, "ggml_concat", "a"), _t(b, "ggml_concat", "b")
     _types(a, (F32, F16, I32), "ggml_concat", "a")
     dim = int(dim)
-    check_rule("ggml_concat", "ggml_concat", a.ptr, b.ptr, dim)
+    _check_rule("ggml_concat", "ggml_concat", a.ptr, b.ptr, dim)
     check(bool(lib.ggml_is_contiguous_rows(a.ptr) and lib.ggml_is_contiguous_rows(b.ptr)),
           "ggml_concat: a and b must have packed rows; use ggml_cont() first")
     na, nb_ = _ne(a), _ne(b)
@@ -518,7 +519,7 @@ def ggml_get_rows(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     _types(a, (F32, F16, BF16, I32) + QUANTIZED, "ggml_get_rows", "a")
     _types(b, (I32,), "ggml_get_rows", "b")
     _dense0(a, "ggml_get_rows", "a")
-    check_rule("ggml_get_rows", "ggml_get_rows", a.ptr, b.ptr)
+    _check_rule("ggml_get_rows", "ggml_get_rows", a.ptr, b.ptr)
     na, nb_ = _ne(a), _ne(b)
     out_type = I32 if a.type == I32 else F32
     return _make(ctx, "ggml_get_rows", [na[0], nb_[0], nb_[1], nb_[2]], out_type,
@@ -545,7 +546,7 @@ def ggml_repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     a, b = _t(a, "ggml_repeat", "a"), _t(b, "ggml_repeat", "b")
     _types(a, CPU_FLOAT, "ggml_repeat")
     _dense0(a, "ggml_repeat")
-    check_rule("ggml_repeat", "ggml_repeat", a.ptr, b.ptr)
+    _check_rule("ggml_repeat", "ggml_repeat", a.ptr, b.ptr)
     return _make(ctx, "ggml_repeat", _ne(b), a.type, lambda: lib.ggml_repeat(ctx.ptr, a.ptr, b.ptr))
 
 
@@ -555,7 +556,7 @@ def ggml_repeat_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     a, b = _t(a, "ggml_repeat_back", "a"), _t(b, "ggml_repeat_back", "b")
     _types(a, (F32,), "ggml_repeat_back")  # the CPU kernel aborts on f16
     _dense0(a, "ggml_repeat_back")
-    check_rule("ggml_repeat_back", "ggml_repeat_back", a.ptr, b.ptr)
+    _check_rule("ggml_repeat_back", "ggml_repeat_back", a.ptr, b.ptr)
     return _make(ctx, "ggml_repeat_back", _ne(b), a.type, lambda: lib.ggml_repeat_back(ctx.ptr, a.ptr, b.ptr))
 
 
@@ -575,7 +576,7 @@ def ggml_acc(ctx: Context, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, o
     a, b = _t(a, "ggml_acc", "a"), _t(b, "ggml_acc", "b")
     _types(a, (F32,), "ggml_acc", "a")
     _types(b, (F32,), "ggml_acc", "b")
-    check_rule("ggml_acc", "ggml_acc", a.ptr, b.ptr)
+    _check_rule("ggml_acc", "ggml_acc", a.ptr, b.ptr)
     _dense0(b, "ggml_acc", "b")
     nb = _ne(b)
     strides = [4, int(nb1), int(nb2), int(nb3)]
@@ -599,7 +600,7 @@ def ggml_im2col(ctx: Context, a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p
     check(0 not in _ne(a) + _ne(b), "ggml_im2col: kernel and input must not be empty")
     check(dst_type in (F32, F16), "ggml_im2col: dst_type must be f32 or f16")
     s0, s1, p0, p1, d0, d1 = (int(v) for v in (s0, s1, p0, p1, d0, d1))
-    check_rule("ggml_im2col", "ggml_im2col", a.ptr, b.ptr, s0, s1, p0, p1, d0, d1, bool(is_2D))
+    _check_rule("ggml_im2col", "ggml_im2col", a.ptr, b.ptr, s0, s1, p0, p1, d0, d1, bool(is_2D))
     na, nb_ = _ne(a), _ne(b)
     oh = _conv_out(nb_[1], na[1], s1, p1, d1) if is_2D else 0
     ow = _conv_out(nb_[0], na[0], s0, p0, d0)
@@ -620,7 +621,7 @@ def ggml_conv_2d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p
     check(bool(lib.ggml_is_contiguous(a.ptr)), "ggml_conv_2d: kernel must be contiguous")
     na, nb_ = _ne(a), _ne(b)
     s0, s1, p0, p1, d0, d1 = (int(v) for v in (s0, s1, p0, p1, d0, d1))
-    check_rule("ggml_conv_2d", "ggml_conv_2d", a.ptr, b.ptr, s0, s1, p0, p1, d0, d1)
+    _check_rule("ggml_conv_2d", "ggml_conv_2d", a.ptr, b.ptr, s0, s1, p0, p1, d0, d1)
     ow, oh = _conv_out(nb_[0], na[0], s0, p0, d0), _conv_out(nb_[1], na[1], s1, p1, d1)
     cols = na[0] * na[1] * na[2] * ow * oh * nb_[3]
     out = ow * oh * na[3] * nb_[3]
@@ -645,7 +646,7 @@ def ggml_pool_1d(ctx: Context, a: Tensor, op: int | str, k0: int, s0: int, p0: i
     _types(a, (F32, F16), "ggml_pool_1d")
     _contiguous(a, "ggml_pool_1d")  # the kernel steps through rows by nb1 alone
     op, k0, s0, p0 = _pool_op(op), int(k0), int(s0), int(p0)
-    check_rule("ggml_pool_1d", "ggml_pool_1d", a.ptr, op, k0, s0, p0)
+    _check_rule("ggml_pool_1d", "ggml_pool_1d", a.ptr, op, k0, s0, p0)
     n = _ne(a)
     o0 = _rules.pool_out(n[0], k0, s0, p0)
     return _make(ctx, "ggml_pool_1d", [o0] + n[1:], F32, lambda: lib.ggml_pool_1d(ctx.ptr, a.ptr, op, k0, s0, p0))
@@ -658,7 +659,7 @@ def ggml_pool_2d(ctx: Context, a: Tensor, op: int | str, k0: int, k1: int, s0: i
     _types(a, (F32, F16), "ggml_pool_2d")
     _contiguous(a, "ggml_pool_2d")  # it walks planes by nb2 to the end of a's bytes: more planes than dst has
     op, k0, k1, s0, s1 = _pool_op(op), int(k0), int(k1), int(s0), int(s1)
-    check_rule("ggml_pool_2d", "ggml_pool_2d", a.ptr, op, k0, k1, s0, s1, float(p0), float(p1))
+    _check_rule("ggml_pool_2d", "ggml_pool_2d", a.ptr, op, k0, k1, s0, s1, float(p0), float(p1))
     n = _ne(a)
     o0, o1 = _rules.pool_out(n[0], k0, s0, p0), _rules.pool_out(n[1], k1, s1, p1)
     return _make(ctx, "ggml_pool_2d", [o0, o1] + n[2:], F32,
