@@ -41,3 +41,13 @@ def test_a_tensor_has_its_operators_whatever_module_is_imported_first():
                  "x = t.ag_tensor([[1.0, 2.0]])\n"
                  "print((x + 1).numpy().tolist(), (2 * x).T.shape, x[0, 1].item())")
     assert out.split() == ["True", "[[2.0,", "3.0]]", "(2,", "1)", "2.0"]
+
+
+def test_ggml_contexts_are_made_only_in_graph_and_core():
+    """Sizing a ggml context (ggml aborts when one runs out) is graph/'s and core/'s business; the
+    loader's probe and ggmlpy's kernels (below core) make their own small ones."""
+    allowed = {"graph", "core"}
+    allowed_files = {Path("bindings/loader.py"), Path("kernels/__init__.py")}
+    pkg = ROOT / "ggmlpy"
+    makers = [p.relative_to(pkg) for p in pkg.rglob("*.py") if "ggml_init_params" in p.read_text()]
+    assert [p for p in makers if p.parts[0] not in allowed and p not in allowed_files] == []

@@ -14,7 +14,7 @@ a layer's output) is the front end's business.
 from .cache import ByteCache
 from .compiled import CompiledGraph, batched_small, one_thread_is_best, unsupported_ops
 from .plan import GraphPlan
-from .context import TENSOR_OVERHEAD, GraphContext, GraphFull, Weights, free_context, new_context
+from .context import TENSOR_OVERHEAD, GraphContext, GraphFull, Weights, free_context, header_context, new_context
 
 __all__ = ["ByteCache", "CompiledGraph", "GraphContext", "GraphFull", "GraphPlan", "TENSOR_OVERHEAD", "Weights", "batched_small",
-           "free_context", "new_context", "one_thread_is_best", "unsupported_ops"]
+           "free_context", "header_context", "new_context", "one_thread_is_best", "unsupported_ops"]

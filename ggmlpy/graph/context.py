@@ -40,6 +40,18 @@ def new_context(n_tensors: int, extra_bytes: int = 0):
     return ctx
 
 
+def header_context(n_tensors: int):
+    """A no_alloc ggml context of ggml's own memory for exactly `n_tensors` headers, freed with
+    lib.ggml_free: the memory pools make one per chunk, and one per persistent tensor, where
+    new_context's arena and slack would cost more than the headers."""
+    params = ffi.new("struct ggml_init_params *", {"mem_size": int(n_tensors) * TENSOR_OVERHEAD + 256,
+                                                   "mem_buffer": ffi.NULL, "no_alloc": True})
+    ctx = lib.ggml_init(params[0])
+    if ctx == ffi.NULL:
+        raise MemoryError("ggml_init failed for tensor metadata")
+    return ctx
+
+
 @uninterruptible
 def free_context(ctx) -> None:
     """Free a context of new_context, then its memory."""

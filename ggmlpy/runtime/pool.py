@@ -36,9 +36,9 @@ import weakref
 from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import StaleTensorError
+from ..graph import header_context
 
 _NULL = ffi.NULL
-_OVERHEAD = int(lib.ggml_tensor_overhead())
 
 
 _ESIZE = {lib.GGML_TYPE_F32: 4, lib.GGML_TYPE_F16: 2, lib.GGML_TYPE_BF16: 2, lib.GGML_TYPE_I32: 4}
@@ -64,15 +64,6 @@ def shape_of(t) -> tuple:
     while len(ne) > 2 and ne[-1] == 1:
         ne.pop()
     return tuple(ne)
-
-
-def _meta_context(n_tensors: int):
-    params = ffi.new("struct ggml_init_params *", {"mem_size": n_tensors * _OVERHEAD + 256,
-                                                   "mem_buffer": _NULL, "no_alloc": True})
-    ctx = lib.ggml_init(params[0])
-    if ctx == _NULL:
-        raise MemoryError("ggml_init failed for tensor metadata")
-    return ctx
 
 
 class Storage:
@@ -171,7 +162,7 @@ class _Chunk:
             pool.backend.check()  # a lost RPC server allocates nothing: say so, not "out of memory"
             raise MemoryError(f"could not allocate {size} bytes on {pool.backend.device_name}")
         self.base = ffi.cast("char *", lib.ggml_backend_buffer_get_base(self.buffer))
-        self.meta = _meta_context(capacity)
+        self.meta = header_context(capacity)
         self.offset = self.count = self.live = self.headers = 0
         self.gen = pool.gen
         self.refs: list = []  # weak references to the chunk's Storages: a reset moves the live ones
@@ -435,7 +426,7 @@ class PersistentPool:
                 self.spare_bytes -= nbytes
                 t = owned.t
                 return Storage(t, self, self.gen, owned, nbytes, spec, t.data, owned.buffer)
-        meta = _meta_context(1)
+        meta = header_context(1)
         t = _new_header(meta, ggml_type, ne)
         buffer = lib.ggml_backend_buft_alloc_buffer(self.backend.buft, max(nbytes, 1))
         if buffer == _NULL:
