@@ -103,9 +103,9 @@ def test_the_rpc_patch_applies_to_the_pinned_sources_once(bg, tmp_path):
             (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / rel).write_bytes(tar.extractfile(member).read())
     bg.VENDOR = tmp_path
-    assert bg.apply_patches({"cpu", "rpc"}) == ["rpc-fail-soft"]
+    assert bg.apply_patches({"rpc"}) == ["rpc-fail-soft"]
     once = {rel: (tmp_path / rel).read_text() for rel in files}
     assert "GGML_ABORT(\"Failed to connect" not in once["src/ggml-rpc/ggml-rpc.cpp"]
     assert "SO_RCVTIMEO" in once["src/ggml-rpc/transport.cpp"]
-    assert bg.apply_patches({"cpu", "rpc"}) == ["rpc-fail-soft"]
+    assert bg.apply_patches({"rpc"}) == ["rpc-fail-soft"]
     assert {rel: (tmp_path / rel).read_text() for rel in files} == once
