@@ -190,6 +190,8 @@ def test_bad_arguments_are_clear_errors():
         g.ag_max_pool2d(x, 6)
     with pytest.raises(g.GGMLError, match="padding must be"):
         g.ag_conv2d(x, g.ag_tensor(np.zeros((3, 3, 3, 4))), padding=(1, 2, 3))
+    with pytest.raises(g.GGMLError, match="ag_flatten_layer: expected an ag tensor, got function"):
+        g.ag_flatten_layer()(lambda: x)  # was an AttributeError (the fuzzer's "unchecked input")
 
 
 def test_forward_mode_through_overlapping_pooling_is_refused():

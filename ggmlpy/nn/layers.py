@@ -554,6 +554,8 @@ class ag_flatten_layer(Module):
 
     def forward(self, x: AGTensor) -> AGTensor:
         """x with all but its last axis flattened, column-major (a reshape: no copy)."""
+        if not isinstance(x, AGTensor):
+            raise GGMLError(f"ag_flatten_layer: expected an ag tensor, got {type(x).__name__}")
         return F.ag_reshape(x, -1, x.shape[-1])
 
 
