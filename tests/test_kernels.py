@@ -895,3 +895,30 @@ def test_gelu_derivatives_as_values_for_forward_ad(fused):
     want1, want2 = gelu_grad64(np.clip(x, -20, 20)), gelu_second64(np.clip(x, -20, 20))
     np.testing.assert_allclose(jv.numpy().ravel(), want1, atol=2e-6)
     np.testing.assert_allclose(hv.numpy().ravel(), want2, atol=2e-6)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 3), (8, 5), (64, 130), (1000, 9), (3, 4000)])
+def test_column_sums_share_the_columns_among_threads_at_ggmls_values(shape):
+    """ag_sum(x, 2) (ggml's sum_rows: accumulated in double) as one kernel whose threads share the
+    columns; eight accumulators a column, so values within one float32 rounding of the exact sums
+    (NaN and infinities kept); the same with the kernels off."""
+    if kernels.get() is None:
+        pytest.skip("no C compiler: the kernels are not built")
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 1e4], size=shape)).astype(np.float32)
+    if x.size > 2:
+        x.flat[1] = np.nan
+        x.flat[-1] = np.inf
+    want = x.astype(np.float64).sum(axis=0, keepdims=True)
+    got = {}
+    for on in (True, False):
+        was = kernels.set_enabled(on)
+        try:
+            got[on] = g.ag_sum(g.ag_tensor(x), 2).numpy()
+        finally:
+            kernels.set_enabled(was)
+    finite = np.isfinite(want)
+    for on in (True, False):
+        np.testing.assert_array_equal(np.isnan(got[on]), np.isnan(want))
+        np.testing.assert_array_equal(got[on][~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
+        np.testing.assert_allclose(got[on][finite], want[finite], rtol=1.2e-7, atol=0)

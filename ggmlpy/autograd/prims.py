@@ -301,7 +301,11 @@ def sum_all(ctx, x):
 
 
 def col_sums(ctx, x):
-    return L.ggml_sum_rows(ctx, x)  # [nrow, ncol] -> [1, ncol]
+    """[nrow, ncol] -> [1, ncol]: under cpu_kernels() one kernel whose threads share the columns
+    (ggml's sum_rows runs on one thread), otherwise ggml_sum_rows."""
+    if (k := _kernels(x)) is not None:
+        return k.sum_rows(ctx, x)
+    return L.ggml_sum_rows(ctx, x)
 
 
 def row_sums(ctx, x):

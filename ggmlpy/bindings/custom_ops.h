@@ -14,6 +14,7 @@ void ggmlpy_gelu_erf_f32(struct ggml_tensor * dst, const struct ggml_tensor * a,
 void ggmlpy_relu_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
 void ggmlpy_gelu_deriv_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
 void ggmlpy_gelu_back_f32(struct ggml_tensor * dst, const struct ggml_tensor * g, const struct ggml_tensor * x, int ith, int nth, void * userdata);
+void ggmlpy_sum_rows_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 void ggmlpy_keep_nan_f32(struct ggml_tensor * dst, const struct ggml_tensor * fx, const struct ggml_tensor * x, int ith, int nth, void * userdata);
 void ggmlpy_extremum_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, const struct ggml_tensor * b, int ith, int nth, void * userdata);
 void ggmlpy_layer_norm_back_f32(struct ggml_tensor * dst, const struct ggml_tensor * g, const struct ggml_tensor * x, int ith, int nth, void * userdata);

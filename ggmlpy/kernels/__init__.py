@@ -77,6 +77,7 @@ class Kernels:
         self._gelu_back = klib.ggmlpy_gelu_back_f32
         self._gelu_deriv = klib.ggmlpy_gelu_deriv_f32
         self._keep_nan = klib.ggmlpy_keep_nan_f32
+        self._sum_rows = klib.ggmlpy_sum_rows_f32
         self._extremum = klib.ggmlpy_extremum_f32
         self._layer_norm_back = klib.ggmlpy_layer_norm_back_f32
         self._gemm_fn = glib.ggmlpy_gemm_f32 if glib is not None else None
@@ -121,6 +122,14 @@ class Kernels:
     def gelu_deriv2(self, ctx, x):
         """gelu''(x) = phi(x) (2 - x^2), as one custom-op node."""
         return lib.ggml_map_custom1(ctx, _contiguous(ctx, x), self._gelu_deriv, N_TASKS_MAX, ffi.cast("void *", 1))
+
+    def sum_rows(self, ctx, x):
+        """Each row's sum (ggml_sum_rows' values, [1, ne1, ne2, ne3]) with the rows shared among
+        the threads, as one node."""
+        x = _contiguous(ctx, x)
+        args = ffi.new("struct ggml_tensor *[1]", [x])
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, 1, x.ne[1], x.ne[2], x.ne[3], args, 1, self._sum_rows,
+                                  N_TASKS_MAX, ffi.NULL)
 
     def keep_nan(self, ctx, fx, x):
         """fx (f(x), x's shape) with x's NaN put back, as one custom-op node."""

@@ -161,6 +161,34 @@ void ggmlpy_extremum_f32(void *dst, const void *pa, const void *pb, int ith, int
     }
 }
 
+/* The sum of each row (ne0 elements) of a contiguous f32 tensor, accumulated in double as ggml's
+ * sum_rows does, with the rows shared among the threads (ggml computes sum_rows on thread 0
+ * alone) and eight accumulators a row, so that the additions are not one chain of dependent
+ * double adds. A ggml_custom_4d node: its source is argument 0, its shape [1, ne1, ne2, ne3]. */
+void ggmlpy_sum_rows_f32(void *dst, int ith, int nth, void *userdata) {
+    (void)userdata;
+    const void *src = src_of(dst, 0);
+    int64_t ne[4];
+    ne_of(src, ne);
+    const float *x = data_of(src);
+    float *y = data_of(dst);
+    const int64_t n = ne[0], rows = ne[1] * ne[2] * ne[3];
+    int64_t lo, hi;
+    share(rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *row = x + r * n;
+        double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (int j = 0; j < 8; j++)
+                acc[j] += (double)row[i + j];
+        double sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        for (; i < n; i++)
+            sum += (double)row[i];
+        y[r] = (float)sum;
+    }
+}
+
 /* max(x, 0) keeping NaN (ggml's relu maps it to 0) and with relu(-inf) = 0, PyTorch's and
  * onnxruntime's values; a select that gcc vectorises. dst may be src itself (a graph computes it
  * in place where src has no other reader): element i is read before it is written, and no other,
