@@ -406,13 +406,13 @@ def extremum(ctx, a, b, larger: bool, k: Kernels | None = None):
     """max(a, b) (or min) element-wise, b broadcast to a's shape; NaN where either is NaN. With the
     kernels `k` exact for every number and infinity; otherwise a select by ggml's step, exact for
     numbers (an infinite operand gives NaN there: inf * 0)."""
-    same = all(a.ne[i] == b.ne[i] for i in range(4))
+    if any(a.ne[i] != b.ne[i] for i in range(4)):
+        b = lib.ggml_repeat(ctx, b, a)
     if k is not None and a.type == b.type == lib.GGML_TYPE_F32:
-        return k.extremum(ctx, a, b if same else lib.ggml_repeat(ctx, b, a), larger)
-    d = lib.ggml_sub(ctx, b, a) if same else lib.ggml_sub(ctx, lib.ggml_repeat(ctx, b, a), a)
+        return k.extremum(ctx, a, b, larger)
+    d = lib.ggml_sub(ctx, b, a)
     m = lib.ggml_step(ctx, d if larger else lib.ggml_neg(ctx, d))  # 1 where b wins
-    bb = b if same else lib.ggml_repeat(ctx, b, a)
-    return lib.ggml_add(ctx, lib.ggml_mul(ctx, a, lib.ggml_scale_bias(ctx, m, -1.0, 1.0)), lib.ggml_mul(ctx, bb, m))
+    return lib.ggml_add(ctx, lib.ggml_mul(ctx, a, lib.ggml_scale_bias(ctx, m, -1.0, 1.0)), lib.ggml_mul(ctx, b, m))
 
 
 def overwrites_input(node) -> bool:
