@@ -1,10 +1,13 @@
 """Does ggmlpy's CPU speed depend on what was imported first, or on the machine's load?
 
-    python scripts/bench_import_order.py [--calls 15] [--build LABEL=CACHE_DIR[;VAR=VALUE...] ...]
+    python scripts/bench_import_order.py [--calls 15] [--repeat 3] [--build LABEL=CACHE_DIR[;VAR=VALUE...] ...]
                                          [--conditions quiet busy] [--no-ort]
 
-Each figure is a fresh child process (median ms of --calls timed calls after a warm-up), so that
-nothing one runtime loaded or started can reach another figure. The table crosses
+Each measurement is a fresh child process (median ms of --calls timed calls after a warm-up), so
+that nothing one runtime loaded or started can reach another; each figure is the median of
+--repeat such processes, taken in turns with the cell's other imports and builds (one process's
+figure on a busy 2-core machine depends on where the scheduler put its threads: single figures
+differed 4x between processes of the same configuration). The table crosses
   conditions  quiet, and busy: a child that spins on one core for the whole measurement;
   workloads   the ResNet-style ONNX fixture (tests/onnx_fixtures/resnet_block.onnx at batch 8,
               64x64) called back to back, the same after a 0.1 s pause before each call, and a
@@ -133,6 +136,7 @@ def main() -> int:
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=15, help="timed calls per figure")
+    ap.add_argument("--repeat", type=int, default=3, help="processes per figure (their median)")
     ap.add_argument("--build", action="append", default=[], metavar="LABEL=CACHE_DIR[;VAR=VALUE...]",
                     help="a libggml build to measure (its GGMLPY_CACHE_DIR, and environment variables for "
                          "it, e.g. GGMLPY_THREAD_POLL=1); repeatable; default: this shell's")
@@ -152,7 +156,8 @@ def main() -> int:
     args.model = os.path.join(tmp, "resnet_block_b8_64.onnx")
     resized_model(args.model)
     print(f"ResNet-style ONNX model {'x'.join(map(str, SHAPE))}; compiled 12-layer 256^2 MLP step; "
-          f"median ms of {args.calls} calls, each figure a fresh process; loadavg {loadavg()}", flush=True)
+          f"median ms of {args.calls} calls a process, each figure the median of {args.repeat} fresh processes; "
+          f"loadavg {loadavg()}", flush=True)
     ms: dict = {}  # (build, condition, workload, order) -> ms
     ort_ms: dict = {}
     for cond in args.conditions:
@@ -161,14 +166,23 @@ def main() -> int:
             busy.__enter__()
         try:
             for wl in args.workloads:
-                for order in ORDERS:
-                    for label, env in builds.items():  # interleaved: every build sees the same load
-                        ms[label, cond, wl, order] = figure(args, env, order, wl)
-                        print(f"  {label:<12} {cond:<6} {wl:<11} {order:<12} {ms[label, cond, wl, order]:8.2f} ms"
-                              f"   (loadavg {loadavg()})", flush=True)
-                if cond == "quiet" and wl.startswith("onnx") and not args.no_ort:
-                    ort_ms[wl] = figure(args, {}, "onnxruntime", wl)
-                    print(f"  onnxruntime  {cond:<6} {wl:<11} {'':<12} {ort_ms[wl]:8.2f} ms", flush=True)
+                runs: dict = {}
+                for _ in range(args.repeat):  # in turns: every import and build sees the same load
+                    for order in ORDERS:
+                        for label, env in builds.items():
+                            v = figure(args, env, order, wl)
+                            runs.setdefault((label, order), []).append(v)
+                            print(f"  {label:<12} {cond:<6} {wl:<11} {order:<12} {v:8.2f} ms"
+                                  f"   (loadavg {loadavg()})", flush=True)
+                    if cond == "quiet" and wl.startswith("onnx") and not args.no_ort:
+                        v = figure(args, {}, "onnxruntime", wl)
+                        runs.setdefault(("onnxruntime", ""), []).append(v)
+                        print(f"  onnxruntime  {cond:<6} {wl:<11} {'':<12} {v:8.2f} ms", flush=True)
+                for (label, order), vs in runs.items():
+                    if label == "onnxruntime":
+                        ort_ms[wl] = statistics.median(vs)
+                    else:
+                        ms[label, cond, wl, order] = statistics.median(vs)
         finally:
             if busy:
                 busy.__exit__()
