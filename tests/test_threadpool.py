@@ -6,6 +6,7 @@ import pathlib
 import select
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -199,4 +200,65 @@ def test_build_ggml_s_cpu_patches_apply_to_the_pinned_ggml():
             continue
         text = path.read_text()
         assert old in text or new in text, f"{name}: neither its old nor its new text is in {rel}"
+
+
+
+needs_prewake = pytest.mark.skipif(not threadpool.available() or threadpool.uses_openmp()
+                                   or not threadpool._has_prewake(),
+                                   reason="a libggml without build_ggml.py's cpu-prewake patch")
+
+
+def _on_cpu_ns(tids) -> int:
+    """Nanoseconds threads `tids` of this process have run (the kernel's schedstat)."""
+    total = 0
+    for tid in tids:
+        with open(f"/proc/self/task/{tid}/schedstat") as f:
+            total += int(f.read().split()[0])
+    return total
+
+
+@needs_prewake
+@pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="reads /proc/<tid>/schedstat")
+def test_a_prewake_wakes_sleeping_workers_to_poll_for_a_bounded_while():
+    """Sleeping workers woken by prewake() poll for the coming graph (they run, not sleep) for a
+    bounded while, then sleep again; a compute after the prewake is right."""
+    b = g.ggml_backend_cpu_init()
+    try:
+        before = set(os.listdir("/proc/self/task"))
+        b.set_n_threads(b.n_threads + 1)  # a count new to this backend: a pool of new threads
+        workers = set(os.listdir("/proc/self/task")) - before
+        assert workers
+        assert _matmul_on(b) < 1e-3
+        time.sleep(0.05)  # the worker sleeps now
+        ran = []
+        for _ in range(5):  # the machine may be busy: the best of a few tries
+            idle0 = _on_cpu_ns(workers)
+            time.sleep(0.01)
+            idle = _on_cpu_ns(workers) - idle0
+            t0 = _on_cpu_ns(workers)
+            b.prewake()
+            time.sleep(0.02)
+            ran.append(_on_cpu_ns(workers) - t0 - idle)
+            t1 = _on_cpu_ns(workers)
+            time.sleep(0.05)
+            after = _on_cpu_ns(workers) - t1
+            assert after < 5e6 * len(workers), "prewoken workers must sleep again within a few ms"
+        assert max(ran) > 2e5 * len(workers), f"the workers ran {max(ran) / 1e3:.0f} us after a prewake: no polling"
+        assert _matmul_on(b) < 1e-3
+    finally:
+        b.free()
+
+
+@needs_prewake
+def test_prewake_is_harmless_on_one_thread_and_after_free():
+    b = g.ggml_backend_cpu_init()
+    b.set_n_threads(1)
+    b.prewake()  # one thread: no worker to wake
+    assert _matmul_on(b) < 1e-3
+    b.set_n_threads(2)
+    b.prewake()
+    b.prewake()  # twice before a compute
+    assert _matmul_on(b) < 1e-3
+    b.free()
+    b.prewake()  # freed: nothing to wake
 

@@ -414,6 +414,12 @@ class Backend:
         self._thread_setter(self.ptr, n)
         self.n_threads = n
 
+    def prewake(self) -> None:
+        """A compute on this backend is near: wake its sleeping CPU threads now, so that they are
+        up when the graph arrives (core/threadpool.py, "Waking ahead"). Nothing for other backends."""
+        if self._pools is not None:
+            self._pools.prewake()
+
     def single_threaded(self) -> "Backend":
         """This backend, computing on one thread from now on whatever set_num_threads() says."""
         self.set_n_threads(1)
