@@ -53,7 +53,7 @@ from .core.types import ggml_blck_size, ggml_ftype_to_ggml_type, ggml_is_quantiz
 from .runtime.state import ag_default_dtype, ag_device_name
 from .params import ParamList
 from .random import ggml_set_seed
-from .core.threads import get_num_threads, set_num_threads
+from .core.threads import get_dynamic_threads, get_num_threads, set_dynamic_threads, set_num_threads
 from . import _sigint
 
 # Ctrl-C never lands half-way through a release (see _sigint): weakref.finalize runs the
@@ -71,7 +71,8 @@ __all__ = list(_core_all) + ["GGML_VERSION", "GGMLLoadError", "GGMLError", "Stal
                              "jvp", "hvp", "jacfwd", "ag_compile", "ag_backward_graph",
                              "get_rng_state", "set_rng_state", "enable_software_vulkan",
                              "software_vulkan_enabled", "release_device", "set_cache_limits",
-                             "get_num_threads", "set_num_threads"]
+                             "get_num_threads", "set_num_threads",
+                             "get_dynamic_threads", "set_dynamic_threads"]
 __all__ += _ag_ops + _nn_all + _optim_all + ["ag_default_dtype", "ag_device_name", "ParamList", "ggml_set_seed"]
 
 # The families loaded on first use: (module, the names it gives the namespace), in the order

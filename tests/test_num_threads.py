@@ -82,14 +82,34 @@ before = cpu_times()
 run(); run()
 after, me = cpu_times(), str(threading.get_native_id())
 print("WORKED", sum(1 for t, s in after.items() if t != me and s - before.get(t, 0.0) > 1e-6))
+# threads that took a real share of the work: a tenth of the calling thread's CPU time or more
+# (a pool's threads also wake, briefly, when a backend switches pools)
+mine = after[me] - before[me]
+print("SHARED", sum(1 for t, s in after.items() if t != me and s - before.get(t, 0.0) > 0.1 * mine))
+'''
+
+# Spinning processes for the probe's whole life, the probe itself on two cores (so that two
+# spinners leave it no free core whatever the machine has).
+BUSY_PREFIX = r'''
+import atexit, os, subprocess, sys, time
+os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+_spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range({busy})]
+atexit.register(lambda: [p.kill() for p in _spin])
+time.sleep(0.5)
 '''
 
 
-def _workers(front: str, **env) -> int:
-    out = subprocess.run([sys.executable, "-c", PROBE, front], capture_output=True, text=True, timeout=300,
+def _workers(front: str, *, busy: int = 0, **env) -> int:
+    """Threads besides the calling one that computed in `front`'s probe; `busy`: that many
+    spinning processes run meanwhile, the probe on two cores, and what counts is a thread that
+    took a real share of the work. Dynamic threads are off unless `env` turns them on: the count
+    asked for is what is checked."""
+    env = {"GGMLPY_DYNAMIC_THREADS": "0", **env}
+    code = PROBE if not busy else BUSY_PREFIX.format(busy=busy) + PROBE
+    out = subprocess.run([sys.executable, "-c", code, front], capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, PYTHONPATH=str(ROOT), **env), cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
-    return int(out.stdout.split("WORKED")[-1])
+    return int(out.stdout.split("SHARED" if busy else "WORKED")[-1].split()[0])
 
 
 needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc/self/task")
@@ -99,6 +119,49 @@ needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="co
 @pytest.mark.parametrize("front", ["eager", "compiled", "keras", "onnx", "graph_compute"])
 def test_every_front_end_computes_with_the_set_number_of_threads(front):
     assert _workers(front) >= 4
+
+
+@needs_proc
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pins the probe to two cores")
+@pytest.mark.parametrize("front", ["compiled", "keras", "onnx"])
+def test_on_a_busy_machine_graphs_compute_on_the_cores_left(front):
+    """Two spinning processes on the probe's two cores: ggml's static split would make every node
+    wait for a thread without a core, so the graph computes on one (dynamic threads, the default);
+    with dynamic threads off it takes the five asked for."""
+    assert _workers(front, busy=2, GGMLPY_DYNAMIC_THREADS="1") == 0
+    assert _workers(front, busy=2) >= 4
+
+
+def test_threads_for_load_leaves_the_cores_others_hold(monkeypatch):
+    from ggmlpy.core import threads
+    monkeypatch.setattr(threads, "_cores", lambda: 8)
+    monkeypatch.setattr(threads, "_dynamic", True)
+    for others, n, want in [(0, 8, 8), (None, 8, 8), (1, 8, 4), (3, 4, 4), (4, 4, 4), (5, 4, 2), (6, 4, 2),
+                            (7, 4, 1), (8, 4, 1), (20, 16, 1), (0, 12, 12), (2, 12, 4), (4, 1, 1)]:
+        monkeypatch.setattr(threads, "others_runnable", lambda: others)
+        assert threads.threads_for_load(n) == want, (others, n)
+    monkeypatch.setattr(threads, "others_runnable", lambda: 8)
+    g.set_dynamic_threads(False)
+    assert threads.threads_for_load(8) == 8 and not g.get_dynamic_threads()
+    g.set_dynamic_threads(True)
+    assert threads.threads_for_load(8) == 1 and g.get_dynamic_threads()
+
+
+@pytest.mark.parametrize("value,ok", [("0", True), ("1", True), ("", True), ("yes", False), ("2", False)])
+def test_the_dynamic_threads_variable(value, ok):
+    code = "import ggmlpy as g; print('D', g.get_dynamic_threads())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT), GGMLPY_DYNAMIC_THREADS=value), cwd=ROOT)
+    if ok:
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.split("D")[-1].strip() == str(value != "0")
+    else:
+        assert "GGMLPY_DYNAMIC_THREADS" in out.stderr and "Traceback" in out.stderr
+
+
+def test_set_dynamic_threads_takes_a_bool():
+    with pytest.raises(g.GGMLError, match="set_dynamic_threads"):
+        g.set_dynamic_threads(1)
 
 
 @needs_proc

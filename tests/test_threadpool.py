@@ -221,8 +221,11 @@ def _on_cpu_ns(tids) -> int:
 @pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="reads /proc/<tid>/schedstat")
 def test_a_prewake_wakes_sleeping_workers_to_poll_for_a_bounded_while():
     """Sleeping workers woken by prewake() poll for the coming graph (they run, not sleep) for a
-    bounded while, then sleep again; a compute after the prewake is right."""
+    bounded while, then sleep again; a compute after the prewake is right. (Dynamic threads off:
+    on a busy machine a prewake wakes nobody, as the graph would take fewer threads.)"""
     b = g.ggml_backend_cpu_init()
+    dynamic = g.get_dynamic_threads()
+    g.set_dynamic_threads(False)
     try:
         before = set(os.listdir("/proc/self/task"))
         b.set_n_threads(b.n_threads + 1)  # a count new to this backend: a pool of new threads
@@ -246,6 +249,7 @@ def test_a_prewake_wakes_sleeping_workers_to_poll_for_a_bounded_while():
         assert max(ran) > 2e5 * len(workers), f"the workers ran {max(ran) / 1e3:.0f} us after a prewake: no polling"
         assert _matmul_on(b) < 1e-3
     finally:
+        g.set_dynamic_threads(dynamic)
         b.free()
 
 

@@ -390,6 +390,8 @@ class Backend:
         self._free = _Freer(ptr)
         self._thread_setter = _set_n_threads if self.is_cpu else None
         self._pools = threadpool.PoolSet(ptr) if self.is_cpu and threadpool.available() else None
+        self._threads_lock = threading.Lock()  # the count ggml holds and n_threads change together
+        self._applied = None  # the count ggml computes with: n_threads, or fewer under load
         if self.is_cpu:
             threads.follow(self)
 
@@ -407,17 +409,39 @@ class Backend:
         self._use_threads(n)
 
     def _use_threads(self, n: int) -> None:
-        if self._free.ptr is None:
-            return  # freed: nothing computes here any more
+        with self._threads_lock:
+            if self._free.ptr is None:
+                return  # freed: nothing computes here any more
+            self._apply_threads(n)
+            self.n_threads = n
+
+    def _apply_threads(self, n: int) -> None:
         if self._pools is not None:  # the pool first: while a count grows, a compute planned between the two still fits its pool
             self._pools.use(n)
         self._thread_setter(self.ptr, n)
-        self.n_threads = n
+        self._applied = n
+
+    def fit_threads_to_load(self) -> int:
+        """Have this backend compute from now on with as many of its n_threads as the machine's
+        load leaves cores for (threads.threads_for_load), on the pool of that count; returns the
+        count. Called before each graph compute; the count stays until a compute finds another
+        load or the count is set (switching pools wakes the old pool's threads, so it happens
+        only when the load changes). Backends without a thread count: unchanged."""
+        n = self.n_threads
+        if self._thread_setter is None or not n:
+            return n
+        k = threads.threads_for_load(n)
+        if k != self._applied:
+            with self._threads_lock:
+                if self._free.ptr is not None and self.n_threads == n:  # else a count set meanwhile holds
+                    self._apply_threads(k)
+        return k
 
     def prewake(self) -> None:
         """A compute on this backend is near: wake its sleeping CPU threads now, so that they are
-        up when the graph arrives (core/threadpool.py, "Waking ahead"). Nothing for other backends."""
-        if self._pools is not None:
+        up when the graph arrives (core/threadpool.py, "Waking ahead"): those of the count the
+        machine's load leaves (fit_threads_to_load). Nothing for other backends."""
+        if self._pools is not None and self.fit_threads_to_load() > 1:
             self._pools.prewake()
 
     def single_threaded(self) -> "Backend":

@@ -656,6 +656,7 @@ def ggml_opt_epoch(opt_ctx: OptContext, dataset: OptDataset, result_train: OptRe
         return f
     rt = result_train.ptr if result_train is not None else ffi.NULL
     re = result_eval.ptr if result_eval is not None else ffi.NULL
+    opt_ctx.sched.fit_threads_to_load()  # for the epoch: ggml runs its batches
     lib.ggml_opt_epoch(opt, dataset._live(), rt, re, idata_split, make(callback_train), make(callback_eval))
     if errors:
         raise errors[0]
@@ -775,6 +776,7 @@ def ggml_opt_eval(opt_ctx: OptContext, result: OptResult | None = None) -> None:
     opt = _opt(opt_ctx)
     if not getattr(opt_ctx, "eval_ready", False):
         raise GGMLError("ggml_opt_eval: call ggml_opt_alloc first")
+    opt_ctx.sched.fit_threads_to_load()
     lib.ggml_opt_eval(opt, result.ptr if result is not None else ffi.NULL)
     opt_ctx.eval_ready = False
     if not opt_ctx.static:

@@ -15,11 +15,12 @@ compute wakes them; the polling level (ggml's `poll`, 0-100, in units of 128K pa
 instructions) is POLL, or $GGMLPY_THREAD_POLL. ggml's own default (50) polls for a tenth of a
 second or more, which keeps a core busy between calls and slows whatever else runs there.
 
-Waking ahead: a worker asleep between graphs takes a while to wake, the longer the
-longer it slept (on a virtual machine an idle core is a halted vCPU), and ggml splits each node
+Waking ahead: a worker asleep between graphs takes a while to wake (the longer it slept, the
+longer: on a virtual machine an idle core is a halted vCPU), and ggml splits each node
 between the threads up front, so a late worker delays the whole graph. A caller that knows a
 compute is near calls prewake() before it copies the inputs: the workers wake while the host
-works and poll for the graph for a bounded while (about 2 ms; build_ggml.py's cpu-prewake).
+works and poll for the graph for a bounded while (64K pause instructions; build_ggml.py's
+cpu-prewake).
 
 Invariants: a backend's pools are freed with the backend, never when the thread count changes (a
 compute in another thread may still be running on the pool it was planned with), and a count used

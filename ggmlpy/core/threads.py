@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 
 from ..errors import GGMLError
@@ -56,6 +57,71 @@ def checked_count(n, what: str = "set_num_threads") -> int:
     if n > MAX_THREADS:
         raise GGMLError(f"{what}: ggml runs at most {MAX_THREADS} threads, got {n}")
     return n
+
+
+_others: list = [float("-inf"), None]  # when /proc/loadavg was last read, and what others_runnable() said
+
+
+def others_runnable() -> int | None:
+    """How many threads besides the caller were runnable a moment ago, machine-wide
+    (/proc/loadavg's instantaneous count, read at most every 20 ms): on a machine with as many
+    cores as ggml has threads, each of them takes a core away from ggml. None when unknown (no
+    /proc). The caller's own pool threads count only while they run: between graphs they sleep."""
+    now = time.monotonic()
+    if now - _others[0] > 0.02:
+        try:
+            with open("/proc/loadavg", "rb") as f:
+                others = max(0, int(f.read().split()[3].split(b"/")[0]) - 1)
+        except (OSError, ValueError, IndexError):
+            others = None
+        _others[0], _others[1] = now, others
+    return _others[1]
+
+
+def threads_for_load(n: int) -> int:
+    """The threads a graph planned for `n` should compute with now: `n` while the other runnable
+    threads leave it that many cores (or while dynamic threads are off), else the cores they
+    leave, rounded down to a power of two (so that a backend keeps a pool for few counts), at
+    least 1. ggml splits every node between its threads up front and waits for the last one: a
+    thread that shares its core with another process makes every node wait for it (a small
+    ONNX model took three times as long on two threads as on one: docs/benchmarks.md, "Threads")."""
+    if n <= 1 or not get_dynamic_threads():
+        return n
+    others = others_runnable()
+    if not others:
+        return n
+    left = _cores() - others
+    if left >= n:
+        return n
+    return 1 << (max(1, left).bit_length() - 1)
+
+
+DYNAMIC_ENV_VAR = "GGMLPY_DYNAMIC_THREADS"
+_dynamic: bool | None = None  # None: not set yet ($GGMLPY_DYNAMIC_THREADS decides)
+
+
+def get_dynamic_threads() -> bool:
+    """Whether CPU graphs may compute on fewer threads than get_num_threads() while other
+    processes' runnable threads hold cores (like OpenMP's omp_get_dynamic). On unless
+    $GGMLPY_DYNAMIC_THREADS is 0 or set_dynamic_threads(False) was called."""
+    global _dynamic
+    if _dynamic is None:
+        text = os.environ.get(DYNAMIC_ENV_VAR, "").strip()
+        if text not in ("", "0", "1"):
+            raise GGMLError(f"{DYNAMIC_ENV_VAR}={text!r}: expected 0 or 1")
+        _dynamic = text != "0"
+    return _dynamic
+
+
+def set_dynamic_threads(on: bool) -> bool:
+    """Let CPU graphs compute on fewer threads than set while the machine is busy (True, the
+    default), or always on exactly get_num_threads() (False: timings that must not depend on
+    the load, thread-count experiments). Results are the same either way. Returns `on`."""
+    global _dynamic
+    if not isinstance(on, bool):
+        raise GGMLError(f"set_dynamic_threads: expected True or False, got {on!r}")
+    _dynamic = on
+    return on
 
 
 def get_num_threads() -> int:

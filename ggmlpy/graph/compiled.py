@@ -206,16 +206,24 @@ class CompiledGraph:
 
     def compute(self, backend_ptr=None, asynchronous: bool = False) -> None:
         """Compute the graph (on `backend_ptr` instead of its backend: another backend of the same
-        memory, such as a one-thread CPU backend for a small graph)."""
+        memory, such as a one-thread CPU backend for a small graph). On its own backends, the
+        graph computes on as many CPU (and BLAS) threads as the machine's load leaves cores for
+        (Backend.fit_threads_to_load)."""
         if self.sched is not None:
-            status = lib.ggml_backend_sched_graph_compute(self.sched.ptr, self.graph)
-        elif asynchronous:
-            status = lib.ggml_backend_graph_compute_async(backend_ptr or self.backend.ptr, self.graph)
-        else:
-            status = lib.ggml_backend_graph_compute(backend_ptr or self.backend.ptr, self.graph)
+            self.sched.fit_threads_to_load()
+        elif backend_ptr is None:
+            self.backend.fit_threads_to_load()
+        status = self._compute(backend_ptr or self.backend.ptr, asynchronous)
         self.backend.check()  # a lost RPC server: nothing was computed
         if status != lib.GGML_STATUS_SUCCESS:
             raise GGMLError(f"graph compute failed on {self.backend.device_name} (status {status})")
+
+    def _compute(self, backend_ptr, asynchronous: bool) -> int:
+        if self.sched is not None:
+            return lib.ggml_backend_sched_graph_compute(self.sched.ptr, self.graph)
+        if asynchronous:
+            return lib.ggml_backend_graph_compute_async(backend_ptr, self.graph)
+        return lib.ggml_backend_graph_compute(backend_ptr, self.graph)
 
     @uninterruptible
     def free(self) -> None:

@@ -324,6 +324,7 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
             for _, per_batch in head_losses:
                 per_batch["train"].clear()
                 per_batch["val"].clear()
+            sched.fit_threads_to_load()  # for the epoch: ggml runs its batches
             if step_size is None:
                 lib.ggml_opt_epoch(opt, ds, r_train, r_val, n_train, cb_train, cb_val)
             else:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 
 from .._sigint import uninterruptible
 from ..bindings import ffi, lib
+from ..core import threads
 from ..errors import GGMLError
 from ..graph import ByteCache, GraphContext, GraphPlan, batched_small, one_thread_is_best
 from .pool import Storage, shape_of as _shape
@@ -59,24 +59,12 @@ class _Compiled(GraphPlan):
         return self.run.nodes
 
 
-_quiet = [0.0, False]  # when last looked, and what was seen
-
-
 def machine_quiet() -> bool:
-    """Whether no other thread on the machine was runnable a moment ago (/proc/loadavg's
-    instantaneous count, read at most every 20 ms; this process's pool threads sleep between
-    ops). Then products of many small matrices may use every thread: their per-matrix barriers
-    only stall when a thread is descheduled. Unknown (no /proc): False, which a busy machine
-    survives."""
-    now = time.monotonic()
-    if now - _quiet[0] > 0.02:
-        try:
-            with open("/proc/loadavg", "rb") as f:
-                running = int(f.read().split()[3].split(b"/")[0])
-        except (OSError, ValueError, IndexError):
-            running = 1 << 30
-        _quiet[0], _quiet[1] = now, running <= 1
-    return _quiet[1]
+    """Whether no other thread on the machine was runnable a moment ago (threads.others_runnable;
+    this process's pool threads sleep between ops). Then products of many small matrices may use
+    every thread: their per-matrix barriers only stall when a thread is descheduled. Unknown (no
+    /proc): False, which a busy machine survives."""
+    return threads.others_runnable() == 0
 
 
 def graph_room(n_inputs: int) -> int:
@@ -193,7 +181,8 @@ class Executor:
                 if (int(s.t.type), _shape(s.t)) != (t, ne):
                     raise GGMLError(f"in-place destination {_shape(s.t)} does not match the op's output {ne}")
         c = _Compiled(self.backend, build, in_specs, inputs, outs)
-        c.backend_ptr = self._backend_for(c).ptr
+        chosen = self._backend_for(c)
+        c.backend_ptr = None if chosen is self.backend else chosen.ptr  # None: on the threads the load leaves
         if c.backend_ptr == self.small_backend.ptr and self.small_backend is not self.backend and \
                 any(p.op == lib.GGML_OP_MUL_MAT and batched_small(p) for p in c.nodes):
             c.quiet_ptr = self.backend.ptr  # every thread while nothing else runs (machine_quiet)
