@@ -35,11 +35,11 @@ from ..graph import TENSOR_OVERHEAD, ByteCache, CompiledGraph, GraphContext
 from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (their builders register in OPS)
 from .graph import (F32, NUMERIC_TYPES, Builder, NeedsValue, OnnxError, Val, boundary_dtype, const, node_budget,
                     np_dtype, op_key, type_name)
-from .fusion import find_conv_epilogues, find_gelu, find_linear_bias
+from .fusion import find_attention, find_conv_epilogues, find_gelu, find_linear_bias
 from .ops_basic import OPS
 from .ops_basic import f as contiguous_f32
 from .ops_host import HOST_OPS
-from .ops_nn import conv_epilogue, linear_bias
+from .ops_nn import attention, conv_epilogue, linear_bias
 from .shaping import upstream, value_inputs
 
 _NULL = ffi.NULL
@@ -417,7 +417,11 @@ class _Plan:
         linears, lin_skipped = ({}, set())
         if fusing is not None and fusing.linear is not None:
             linears, lin_skipped = find_linear_bias(g, model.initializers)
-        skipped = skipped | conv_skipped | lin_skipped
+        attns = {}  # attention as one node: patterns that share no node with another fusion's
+        if fusing is not None and fusing.attention is not None:
+            others = skipped | conv_skipped | lin_skipped | set(gelu) | set(convs) | set(linears)
+            attns = {k: p for k, p in find_attention(g, model.initializers)[0].items() if not others & set(p[4])}
+        skipped = skipped | conv_skipped | lin_skipped | {j for p in attns.values() for j in p[4][:-1]}
         self.deferred, pending = [], set()
 
         def build(node):
@@ -478,6 +482,22 @@ class _Plan:
                     if all(n in vals for n in cnode.input if n) and not ins[0].is_const and (res is None or res in vals):
                         out = conv_epilogue(b, cnode, ins, {a.name: helper.get_attribute_value(a) for a in cnode.attribute},
                                             vals[res] if res else None, relu)
+                    if out is not None:
+                        vals[node.output[0]] = out[0]
+                        continue
+                    for j in members:  # the pattern does not apply here: its nodes one by one
+                        build(nodes[j])
+                    continue
+                if k in attns:
+                    si, scale, mask, smi, members = attns[k]
+                    snode, smnode = nodes[si], nodes[smi]
+                    names = [snode.input[0], snode.input[1], node.input[1]] + ([mask] if mask else [])
+                    out = None
+                    if all(n in vals for n in names):
+                        axis = next((helper.get_attribute_value(a) for a in smnode.attribute if a.name == "axis"),
+                                    -1 if model.opset >= 13 else 1)
+                        out = attention(b, vals[names[0]], vals[names[1]], vals[names[2]],
+                                        vals[mask] if mask else None, scale, axis)
                     if out is not None:
                         vals[node.output[0]] = out[0]
                         continue
