@@ -169,6 +169,7 @@ class OnnxModel:
         self.input_shapes = {n: tuple(s) for n, s in shapes.items()}
         self._devices(device, n_threads)
         self._lock = threading.RLock()
+        self._cpu1 = None  # single_thread_cpu()
         self._plans = ByteCache(lambda: PLAN_CACHE_BYTES)  # plan key -> _Plan
         self.plans_built, self.replans, self.plan_seconds = 0, 0, 0.0
         # Inputs read on the host to plan the graph: found statically here, or by a builder (NeedsValue).
@@ -231,6 +232,14 @@ class OnnxModel:
             self.note_plan(time.perf_counter() - t0, replan=self.plans_built > 0)
             self._plans.put(key, plan, plan.nbytes)
             return plan
+
+    def single_thread_cpu(self) -> Backend:
+        """A one-thread CPU backend of this model's own (made on first use), for graphs whose time
+        is in one-task nodes (sequence_bound)."""
+        if self._cpu1 is None:
+            self._cpu1 = Backend(lib.ggml_backend_dev_init(lib.ggml_backend_dev_by_type(
+                lib.GGML_BACKEND_DEVICE_TYPE_CPU), _NULL), "CPU").single_threaded()
+        return self._cpu1
 
     def note_plan(self, seconds: float, replan: bool) -> None:
         """Count a plan built (a re-plan: for a stage that had one, new shapes or values)."""
@@ -319,6 +328,29 @@ def plan_key(shapes: dict, values: dict) -> tuple:
             tuple(sorted((n, digest(a)) for n, a in values.items())))
 
 
+def _multiply_adds(p) -> int:
+    """A node's multiply-adds, roughly: ggml's products, LSTM sequences and linear layers by their
+    depth, anything else one per output."""
+    if p.op == lib.GGML_OP_MUL_MAT:
+        return int(lib.ggml_nelements(p)) * int(p.src[0].ne[0])
+    name = ffi.string(p.name)
+    if name == b"ggmlpy.lstm":  # T steps of a (4H x H) by (H x N) product: ne [H, N, T + 1]
+        return 4 * int(p.ne[0]) ** 2 * int(p.ne[1]) * (int(p.ne[2]) - 1)
+    if name == b"ggmlpy.linear":  # x, the second operand: ne [K, rows]
+        return int(lib.ggml_nelements(p)) * int(p.src[1].ne[0])
+    return int(lib.ggml_nelements(p))
+
+
+def sequence_bound(nodes) -> bool:
+    """Whether a CPU graph's work is mostly in one-task nodes (rnn.c's LSTM, a sequence step by step):
+    it then runs on one thread. ggml's other threads would wait at a barrier after every node and spin
+    through the sequence node; on a busy machine that made a 2-layer LSTM classifier 1.5 times slower
+    on two threads than on one (0.99 ms against 0.63), and the products its other nodes split save
+    less than that."""
+    sequential = sum(_multiply_adds(p) for p in nodes if ffi.string(p.name) == b"ggmlpy.lstm")
+    return sequential > 0 and 2 * sequential >= sum(_multiply_adds(p) for p in nodes)
+
+
 def _as_onnx_type(a, et: int) -> np.ndarray:
     """A fed array in the numpy type of its declared ONNX type (ggml's types: float32 for those it lacks)."""
     a = np.asarray(a)
@@ -372,6 +404,7 @@ class _Plan:
     `values`: inputs whose values are known when planning (name -> array): constants of this graph."""
 
     compiled = None
+    compute_on = None  # a backend (pointer) to compute on instead of the model's: see sequence_bound
     MAX_NEXT_PLANS = 8  # shapes a data-dependent stage keeps graphs for (NMS gives a new count each call)
 
     def __init__(self, model: OnnxModel, shapes: dict, sched=None, nodes=None, feed_types=None, consts=None,
@@ -585,6 +618,8 @@ class _Plan:
         except GGMLError as e:  # the CPU itself lacks a kernel
             raise OnnxError(f"onnx_load: {e}") from None
         self.cpu_fallback = self.compiled.fallback_ops
+        if self.compiled.sched is None and backend is model.cpu and sequence_bound(self.compiled.nodes):
+            self.compute_on = model.single_thread_cpu().ptr
 
     @property
     def sched(self):
@@ -609,7 +644,7 @@ class _Plan:
             lib.ggml_backend_tensor_set(t, ffi.from_buffer(a), 0, a.nbytes)
         if self.n_nodes:  # none when every output is an input or a constant, as a host step may need
             try:
-                self.compiled.compute()
+                self.compiled.compute(self.compute_on)
             except OnnxError:
                 raise
             except GGMLError as e:
