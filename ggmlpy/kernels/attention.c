@@ -63,6 +63,26 @@ static float *scratch(size_t n) {
 
 static int64_t round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
+/* Batch matrix (h, b) of x (ne0 = n0, ne1 = n1) into out as n1 rows of ld floats, out[i1][i0] =
+ * x(i0, i1), zeros past n0. The loops run along whichever axis is contiguous in memory (a
+ * transposed copy's source: along i1). */
+static void pack_rows(const view *x, int64_t h, int64_t b, int64_t n0, int64_t n1, int64_t ld, float *out) {
+    const char *base = (const char *)ptr(x, 0, 0, h, b);
+    const int64_t s0 = x->ne[0] == 1 ? 0 : x->nb[0], s1 = x->ne[1] == 1 ? 0 : x->nb[1];
+    for (int64_t i1 = 0; i1 < n1; i1++)
+        memset(out + i1 * ld + n0, 0, (size_t)(ld - n0) * sizeof(float));
+    if (s0 != (int64_t)sizeof(float) && s1 == (int64_t)sizeof(float))
+        for (int64_t i0 = 0; i0 < n0; i0++) {
+            const float *row = (const float *)(base + i0 * s0);
+            for (int64_t i1 = 0; i1 < n1; i1++)
+                out[i1 * ld + i0] = row[i1];
+        }
+    else
+        for (int64_t i1 = 0; i1 < n1; i1++)
+            for (int64_t i0 = 0; i0 < n0; i0++)
+                out[i1 * ld + i0] = *(const float *)(base + i0 * s0 + i1 * s1);
+}
+
 #ifdef __AVX512F__
 /* sc[r][j0 .. j0 + 16 nv) = sum_c qb[c][r] kp[c][j0 ..] for the QR rows of a block */
 static inline __attribute__((always_inline)) void scores(const float *qb, const float *kp, int64_t D, int64_t Sp,
@@ -198,28 +218,18 @@ void ggmlpy_attention_f32(void *dst, int ith, int nth, void *userdata) {
     for (int64_t u = u0; u < u1; u++) {
         const int64_t bh = u / blocks, h = bh % H, b = bh / H;
         if (bh != packed) {
-            for (int64_t c = 0; c < D; c++) {
-                float *row = kp + c * Sp;
-                for (int64_t j = 0; j < S; j++)
-                    row[j] = at(&kt, j, c, h, b);
-                for (int64_t j = S; j < Sp; j++)
-                    row[j] = 0.0f;
-            }
-            for (int64_t j = 0; j < S; j++) {
-                float *row = vp + j * Ep;
-                for (int64_t e = 0; e < E; e++)
-                    row[e] = at(&v, e, j, h, b);
-                for (int64_t e = E; e < Ep; e++)
-                    row[e] = 0.0f;
-            }
+            pack_rows(&kt, h, b, S, D, Sp, kp);
+            pack_rows(&v, h, b, E, S, Ep, vp);
             packed = bh;
         }
         const int64_t i0 = (u % blocks) * QC, i1 = i0 + QC < L ? i0 + QC : L;
         for (int64_t ib = i0; ib < i1; ib += QR) {
             const int rows = (int)(i1 - ib < QR ? i1 - ib : QR);
-            for (int64_t c = 0; c < D; c++)
-                for (int r = 0; r < QR; r++)
-                    qb[c * QR + r] = r < rows ? at(&q, c, ib + r, h, b) : 0.0f;
+            for (int r = 0; r < QR; r++) {
+                const char *row = r < rows ? (const char *)ptr(&q, 0, ib + r, h, b) : NULL;
+                for (int64_t c = 0; c < D; c++)
+                    qb[c * QR + r] = row ? *(const float *)(row + c * q.nb[0]) : 0.0f;
+            }
 #ifdef __AVX512F__
             int64_t j0 = 0;
             for (; j0 + 64 <= Sp; j0 += 64)
