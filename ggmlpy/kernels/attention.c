@@ -84,8 +84,8 @@ static void pack_rows(const view *x, int64_t h, int64_t b, int64_t n0, int64_t n
 }
 
 #ifdef __AVX512F__
-/* sc[r][j0 .. j0 + 16 nv) = sum_c qb[c][r] kp[c][j0 ..] for the QR rows of a block */
-static inline __attribute__((always_inline)) void scores(const float *qb, const float *kp, int64_t D, int64_t Sp,
+/* sc[r][j0 .. j0 + 16 nv) = sum_c qr[r][c] kp[c][j0 ..] for the QR query rows of a block */
+static inline __attribute__((always_inline)) void scores(const float *const *qr, const float *kp, int64_t D, int64_t Sp,
                                                          int64_t j0, int nv, float *sc) {
     __m512 acc[QR][4];
     for (int r = 0; r < QR; r++)
@@ -96,7 +96,7 @@ static inline __attribute__((always_inline)) void scores(const float *qb, const 
         for (int u = 0; u < nv; u++)
             k[u] = _mm512_load_ps(kp + c * Sp + j0 + 16 * u);
         for (int r = 0; r < QR; r++) {
-            const __m512 q = _mm512_set1_ps(qb[c * QR + r]);
+            const __m512 q = _mm512_set1_ps(qr[r][c]);
             for (int u = 0; u < nv; u++)
                 acc[r][u] = _mm512_fmadd_ps(k[u], q, acc[r][u]);
         }
@@ -160,12 +160,13 @@ static float softmax_row(float *x, int64_t S) {
 
 int ggmlpy_attention_vector_math(void) { return 1; }
 #else
-static void scores_any(const float *qb, const float *kp, int64_t D, int64_t Sp, int64_t j0, int64_t j1, float *sc) {
+static void scores_any(const float *const *qr, const float *kp, int64_t D, int64_t Sp, int64_t j0, int64_t j1,
+                       float *sc) {
     for (int r = 0; r < QR; r++)
         for (int64_t j = j0; j < j1; j++) {
             float s = 0.0f;
             for (int64_t c = 0; c < D; c++)
-                s += qb[c * QR + r] * kp[c * Sp + j];
+                s += qr[r][c] * kp[c * Sp + j];
             sc[r * Sp + j] = s;
         }
 }
@@ -202,9 +203,9 @@ void ggmlpy_attention_f32(void *dst, int ith, int nth, void *userdata) {
     const int64_t u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
     if (u0 >= u1)
         return;
-    /* K^T [D][Sp], V [S][Ep], scores [QR][Sp], the block's queries [D][QR], 1 / sums [QR]: each
-     * part 64-byte aligned (the first three are read with aligned loads) */
-    float *kp = scratch((size_t)(D * Sp + S * Ep + QR * Sp + round16(D * QR) + 16));
+    /* K^T [D][Sp], V [S][Ep], scores [QR][Sp], the block's strided queries copied [QR][D], 1 / sums
+     * [QR], D zeros: the first four 64-byte aligned (the first three are read with aligned loads) */
+    float *kp = scratch((size_t)(D * Sp + S * Ep + QR * Sp + round16(D * QR) + 16 + D));
     if (kp == NULL) {  /* out of memory: never a silently wrong value */
         for (int64_t u = u0; u < u1; u++) {
             const int64_t bh = u / blocks, i0 = (u % blocks) * QC, i1 = i0 + QC < L ? i0 + QC : L;
@@ -214,6 +215,8 @@ void ggmlpy_attention_f32(void *dst, int ith, int nth, void *userdata) {
         return;
     }
     float *vp = kp + D * Sp, *sc = vp + S * Ep, *qb = sc + QR * Sp, *inv = qb + round16(D * QR);
+    const float *zero = inv + 16;  /* D zeros: the query rows past L */
+    memset(inv + 16, 0, (size_t)D * sizeof(float));
     int64_t packed = -1;
     for (int64_t u = u0; u < u1; u++) {
         const int64_t bh = u / blocks, h = bh % H, b = bh / H;
@@ -225,23 +228,28 @@ void ggmlpy_attention_f32(void *dst, int ith, int nth, void *userdata) {
         const int64_t i0 = (u % blocks) * QC, i1 = i0 + QC < L ? i0 + QC : L;
         for (int64_t ib = i0; ib < i1; ib += QR) {
             const int rows = (int)(i1 - ib < QR ? i1 - ib : QR);
+            const float *qr[QR];  /* the block's query rows, read in place when contiguous */
             for (int r = 0; r < QR; r++) {
-                const char *row = r < rows ? (const char *)ptr(&q, 0, ib + r, h, b) : NULL;
-                for (int64_t c = 0; c < D; c++)
-                    qb[c * QR + r] = row ? *(const float *)(row + c * q.nb[0]) : 0.0f;
+                const float *row = r < rows ? ptr(&q, 0, ib + r, h, b) : zero;
+                if (r < rows && D > 1 && q.nb[0] != (int64_t)sizeof(float)) {
+                    for (int64_t c = 0; c < D; c++)
+                        qb[r * D + c] = *(const float *)((const char *)row + c * q.nb[0]);
+                    row = qb + r * D;
+                }
+                qr[r] = row;
             }
 #ifdef __AVX512F__
             int64_t j0 = 0;
             for (; j0 + 64 <= Sp; j0 += 64)
-                scores(qb, kp, D, Sp, j0, 4, sc);
+                scores(qr, kp, D, Sp, j0, 4, sc);
             switch ((Sp - j0) / 16) {
-            case 3: scores(qb, kp, D, Sp, j0, 3, sc); break;
-            case 2: scores(qb, kp, D, Sp, j0, 2, sc); break;
-            case 1: scores(qb, kp, D, Sp, j0, 1, sc); break;
+            case 3: scores(qr, kp, D, Sp, j0, 3, sc); break;
+            case 2: scores(qr, kp, D, Sp, j0, 2, sc); break;
+            case 1: scores(qr, kp, D, Sp, j0, 1, sc); break;
             default: break;
             }
 #else
-            scores_any(qb, kp, D, Sp, 0, S, sc);
+            scores_any(qr, kp, D, Sp, 0, S, sc);
 #endif
             for (int r = 0; r < rows; r++) {
                 float *x = sc + r * Sp;
