@@ -344,9 +344,8 @@ def _multiply_adds(p) -> int:
 def sequence_bound(nodes) -> bool:
     """Whether a CPU graph's work is mostly in one-task nodes (rnn.c's LSTM, a sequence step by step):
     it then runs on one thread. ggml's other threads would wait at a barrier after every node and spin
-    through the sequence node; on a busy machine that made a 2-layer LSTM classifier 1.5 times slower
-    on two threads than on one (0.99 ms against 0.63), and the products its other nodes split save
-    less than that."""
+    through the sequence node, which on a busy machine cost a 2-layer LSTM classifier more than the
+    products its other nodes split save (docs/benchmarks.md, "ONNX")."""
     sequential = sum(_multiply_adds(p) for p in nodes if ffi.string(p.name) == b"ggmlpy.lstm")
     return sequential > 0 and 2 * sequential >= sum(_multiply_adds(p) for p in nodes)
 
