@@ -104,3 +104,49 @@ def test_lstm_kernel_keeps_nan_and_saturates_at_large_gates():
     _, got = run(proto, feeds, 1)
     for g_, w_ in zip(got, want):
         np.testing.assert_allclose(g_, w_, rtol=1e-5, atol=2e-6)
+
+
+def kernel_names(m):
+    plan = next(iter(m._plans.values()))
+    nodes = [lib.ggml_graph_node(plan.graph, i) for i in range(plan.n_nodes)]
+    return [ffi.string(t.name).decode() for t in nodes if t.op == lib.GGML_OP_CUSTOM]
+
+
+@needs_rnn
+@pytest.mark.parametrize("case", [CASES[1], CASES[2], CASES[3]], ids=["reverse", "bidirectional", "batch_first"])
+def test_input_projection_is_one_linear_node_a_direction(case):
+    """Every step's input projection and both biases: one packed product (not a product and an add)."""
+    if K.linear_packed is None:
+        pytest.skip("no AVX-512: the projection stays ggml's product")
+    proto, feeds = lstm_model(*case)
+    want = ReferenceEvaluator(proto).run(None, feeds)
+    m, got = run(proto, feeds, 2)
+    for g_, w_ in zip(got, want):
+        np.testing.assert_allclose(g_, w_, rtol=1e-5, atol=2e-6)
+    nd = 2 if case[4] == "bidirectional" else 1
+    assert kernel_names(m).count("ggmlpy.linear") == nd
+    plan = next(iter(m._plans.values()))
+    assert not any(lib.ggml_graph_node(plan.graph, i).op == lib.GGML_OP_MUL_MAT for i in range(plan.n_nodes))
+
+
+@needs_rnn
+@pytest.mark.parametrize("T_,I,H,one_thread", [(50, 16, 32, True),    # the recurrence holds the work
+                                               (2, 512, 8, False)])   # the projection does: threads split it
+def test_sequence_bound_graphs_run_on_one_thread(T_, I, H, one_thread, monkeypatch):
+    """A graph whose multiply-adds are mostly in the LSTM's one-task nodes computes on a one-thread
+    backend of the model's (ggml's other threads would only wait and spin), with the same numbers,
+    and wakes none of the model's pool threads ahead of it."""
+    from ggmlpy.core.device import Backend
+    proto, feeds = lstm_model(T_, 1, I, H)
+    want = ReferenceEvaluator(proto).run(None, feeds)
+    m, got = run(proto, feeds, 2)
+    for g_, w_ in zip(got, want):
+        np.testing.assert_allclose(g_, w_, rtol=1e-5, atol=2e-6)
+    plan = next(iter(m._plans.values()))
+    assert (plan.compute_on is not None) == one_thread
+    if one_thread:
+        assert m.single_thread_cpu().n_threads == 1 and m.cpu.n_threads == 2
+    woken = []
+    monkeypatch.setattr(Backend, "prewake", lambda self: woken.append(self))
+    ggmlpy.onnx_run(m, feeds)
+    assert woken == ([] if one_thread else [m.cpu])

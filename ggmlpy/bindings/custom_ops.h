@@ -37,5 +37,8 @@ void ggmlpy_im2col_back_f32(struct ggml_tensor * dst, int ith, int nth, void * u
 // rnn.c
 void ggmlpy_lstm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 int ggmlpy_rnn_vector_math(void);
+// attention.c
+void ggmlpy_attention_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+int ggmlpy_attention_vector_math(void);
 // rows.c
 void ggmlpy_layernorm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);

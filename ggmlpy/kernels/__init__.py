@@ -6,7 +6,8 @@ dozen element-wise ops; kernels.c does each in one vectorised pass (docs/benchma
 gemm.c serves products that ggml_mul_mat would need a transposed copy for (see its header).
 conv.c holds the ONNX importer's convolution, max pooling and linear layers (over OpenBLAS, and
 on AVX-512 products of its own with weights packed at load) and im2col's gradient, rows.c the
-importer's layer normalisation, rnn.c its LSTM (a direction's whole sequence as one node).
+importer's layer normalisation, rnn.c its LSTM (a direction's whole sequence as one node),
+attention.c its scaled dot-product attention (both products and the softmax as one node).
 Each source is compiled once per machine with the system C compiler into ggmlpy's cache
 directory (keyed by the source, the compiler and its flags: `-march=native` code never runs
 on another CPU) and loaded with cffi. Without a compiler, or when compiling fails, `get()`
@@ -69,8 +70,9 @@ _enabled = [os.environ.get("GGMLPY_KERNELS", "1").strip().lower() not in ("0", "
 class Kernels:
     """The loaded library: builders of the custom-op nodes."""
 
-    def __init__(self, klib, path: Path, glib=None, clib=None, rlib=None, nlib=None):
-        self.klib, self.glib, self.clib, self.rlib, self.nlib = klib, glib, clib, rlib, nlib  # kept alive: graphs hold their pointers
+    def __init__(self, klib, path: Path, glib=None, clib=None, rlib=None, nlib=None, alib=None):
+        # kept alive: graphs hold their pointers
+        self.klib, self.glib, self.clib, self.rlib, self.nlib, self.alib = klib, glib, clib, rlib, nlib, alib
         self.path = path
         self._gelu = klib.ggmlpy_gelu_erf_f32
         self._relu = klib.ggmlpy_relu_f32
@@ -101,6 +103,8 @@ class Kernels:
         self.layernorm = self._layernorm if rlib is not None else None  # None: ggml's norm, mul and add
         self._lstm_fn = nlib.ggmlpy_lstm_f32 if nlib is not None else None
         self.lstm = self._lstm if nlib is not None else None  # None: the cell unrolled into ggml's ops
+        self._attention_fn = alib.ggmlpy_attention_f32 if alib is not None else None
+        self.attention = self._attention if alib is not None else None  # None: products and ggml's softmax
 
     def gelu(self, ctx, x):
         """x Phi(x) (exact GELU) of an f32 tensor, as one custom-op node."""
@@ -365,6 +369,18 @@ class Kernels:
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, H, N, NT // N + 1, 1, ffi.new("struct ggml_tensor *[]", args),
                                   len(args), self._lstm_fn, 1, params)
 
+    def _attention(self, ctx, q, kt, v, mask=None, scale: float = 1.0):
+        """softmax(scale q kt + mask) v per batch matrix, as one node (attention.c): q ne [D, L, H, B],
+        kt [S, D, H, B], v [E, S, H, B], mask [S | 1, L | 1, H | 1, B | 1] or None, all f32 read through
+        their strides (views need no copy); the operands' H and B may be 1 (broadcast). Returns ne
+        [E, L, H, B] contiguous. The caller checks the shapes."""
+        E, L = int(v.ne[0]), int(q.ne[1])
+        H, B = (max(int(t.ne[i]) for t in (q, kt, v)) for i in (2, 3))
+        args = [q, kt, v] + ([mask] if mask is not None else [])
+        params = self._userdata((_float_bits(scale, signed=True), int(mask is not None)), "attention")
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, E, L, H, B, ffi.new("struct ggml_tensor *[]", args),
+                                  len(args), self._attention_fn, N_TASKS_MAX, params)
+
     def _userdata(self, values: tuple, kind: str = "conv"):
         """An int32 array of a kernel's parameters, made once per distinct (kind, values) and kept
         here: the graphs hold its address."""
@@ -499,7 +515,7 @@ def _load() -> Kernels | None:
         path = _build(cc, SOURCE)
         glib = _load_optional(cc, "gemm")
         return Kernels(ffi.dlopen(str(path)), path, glib, _load_optional(cc, "conv") if glib is not None else None,
-                       _load_optional(cc, "rows"), _load_optional(cc, "rnn"))
+                       _load_optional(cc, "rows"), _load_optional(cc, "rnn"), _load_optional(cc, "attention"))
     except Exception as e:  # noqa: BLE001 - any failure means: use ggml's ops
         log.warning("ggmlpy.kernels: could not build or load %s (%s); using ggml's own ops", SOURCE.name, e)
         return None
@@ -521,6 +537,7 @@ OPTIONAL = {
              "convolutions stay ggml's"),
     "rows": ("rows.c", (), lambda so: None, "layer norms stay ggml's"),
     "rnn": ("rnn.c", ("-lm",), lambda so: None, "LSTM cells stay ggml's ops"),
+    "attention": ("attention.c", ("-lm",), lambda so: None, "attention stays two products and ggml's softmax"),
 }
 
 

@@ -12,9 +12,8 @@
  * dst [H, N, T + 1]: slice t is h_t, slice T the last cell state. userdata: int32_t[2] = reverse,
  * has peepholes.
  *
- * exp, sigmoid and tanh: with AVX-512 a vector exp (range reduction by ln 2 in two parts, a degree-6
- * polynomial, scalef: about 1 ulp) and tanh as an odd polynomial near 0 (where 1 - 2/(e^2x + 1)
- * would cancel); otherwise libm's expf and tanhf.
+ * exp, sigmoid and tanh: with AVX-512 vmath.h's vector exp (about 1 ulp), and tanh as an odd
+ * polynomial near 0 (where 1 - 2/(e^2x + 1) would cancel); otherwise libm's expf and tanhf.
  */
 #include <math.h>
 #include <stdint.h>
@@ -22,25 +21,10 @@
 #include <string.h>
 
 #include "fields.h"
+#include "vmath.h"
 
 #ifdef __AVX512F__
 #include <immintrin.h>
-
-static inline __m512 vexp(__m512 x) {
-    /* clamped (min and max return their second operand when one is NaN: a NaN stays NaN) */
-    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), _mm512_min_ps(_mm512_set1_ps(88.7f), x));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);  /* ln 2's high part: n of it is exact */
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);  /* p 2^n, to 0 below the smallest float */
-}
 
 static inline __m512 vsigmoid(__m512 x) {
     return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), vexp(_mm512_sub_ps(_mm512_setzero_ps(), x))));

@@ -163,3 +163,65 @@ def find_gelu(graph, initializers) -> tuple[dict, set]:
         fused[half[0]] = x
         skipped |= {i, erf[0], add[0], mul[0]}
     return fused, skipped
+
+
+def find_attention(graph, initializers) -> tuple[dict, set]:
+    """(fused, skipped) for scaled dot-product attention as exporters write it: MatMul(Q, K^T) ->
+    optional Mul or Div by a constant scalar -> optional Add(mask) -> Softmax -> MatMul(., V), each
+    intermediate read by the next node alone (built as attention.c's one node). fused maps the last
+    MatMul's index to (the first MatMul's index, the scale (1.0 without one), the mask's name or
+    None, the Softmax's index, the pattern's indices in order); skipped holds the indices before the
+    last. Whether the shapes and the Softmax's axis fit is the builder's to check."""
+    vals = _const_values(graph, initializers)
+    nodes = list(graph.node)
+    uses = _uses(graph)
+    consumer = _first_consumers(nodes)
+
+    def next_node(name):
+        j = consumer.get(name)
+        if uses[name] != 1 or j is None or nodes[j].domain not in ("", "ai.onnx"):
+            return None
+        return j
+
+    def scalar(name):
+        v = vals.get(name)
+        if v is None or np.size(v) != 1 or np.asarray(v).dtype.kind != "f":
+            return None
+        return float(np.asarray(v).reshape(-1)[0])
+
+    fused, skipped = {}, set()
+    for i, n in enumerate(nodes):
+        if n.op_type != "MatMul" or n.domain not in ("", "ai.onnx") or len(n.input) != 2 or len(n.output) != 1:
+            continue
+        members, scale, mask = [i], 1.0, None
+        cur = n.output[0]
+        j = next_node(cur)
+        if j is not None and nodes[j].op_type in ("Mul", "Div") and len(nodes[j].input) == 2:
+            a, c = nodes[j].input
+            s = scalar(c) if a == cur else scalar(a) if nodes[j].op_type == "Mul" and c == cur else None
+            if s is not None and s != 0.0 and np.isfinite(s):
+                scale = s if nodes[j].op_type == "Mul" else 1.0 / s
+                members.append(j)
+                cur = nodes[j].output[0]
+                j = next_node(cur)
+        if j is not None and nodes[j].op_type == "Add" and len(nodes[j].input) == 2 and \
+                nodes[j].input[0] != nodes[j].input[1]:
+            mask = nodes[j].input[1] if nodes[j].input[0] == cur else nodes[j].input[0]
+            members.append(j)
+            cur = nodes[j].output[0]
+            j = next_node(cur)
+        if j is None or nodes[j].op_type != "Softmax":
+            continue
+        sm = j
+        members.append(sm)
+        cur = nodes[sm].output[0]
+        j = next_node(cur)
+        if j is None or nodes[j].op_type != "MatMul" or len(nodes[j].input) != 2 or nodes[j].input[0] != cur \
+                or nodes[j].input[1] == cur:
+            continue
+        members.append(j)
+        if any(m in skipped or m in fused for m in members):
+            continue
+        fused[j] = (i, scale, mask, sm, tuple(members))
+        skipped |= set(members[:-1])
+    return fused, skipped

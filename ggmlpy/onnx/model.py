@@ -35,11 +35,11 @@ from ..graph import TENSOR_OVERHEAD, ByteCache, CompiledGraph, GraphContext
 from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (their builders register in OPS)
 from .graph import (F32, NUMERIC_TYPES, Builder, NeedsValue, OnnxError, Val, boundary_dtype, const, node_budget,
                     np_dtype, op_key, type_name)
-from .fusion import find_conv_epilogues, find_gelu, find_linear_bias
+from .fusion import find_attention, find_conv_epilogues, find_gelu, find_linear_bias
 from .ops_basic import OPS
 from .ops_basic import f as contiguous_f32
 from .ops_host import HOST_OPS
-from .ops_nn import conv_epilogue, linear_bias
+from .ops_nn import attention, conv_epilogue, linear_bias
 from .shaping import upstream, value_inputs
 
 _NULL = ffi.NULL
@@ -169,6 +169,7 @@ class OnnxModel:
         self.input_shapes = {n: tuple(s) for n, s in shapes.items()}
         self._devices(device, n_threads)
         self._lock = threading.RLock()
+        self._cpu1 = None  # single_thread_cpu()
         self._plans = ByteCache(lambda: PLAN_CACHE_BYTES)  # plan key -> _Plan
         self.plans_built, self.replans, self.plan_seconds = 0, 0, 0.0
         # Inputs read on the host to plan the graph: found statically here, or by a builder (NeedsValue).
@@ -231,6 +232,14 @@ class OnnxModel:
             self.note_plan(time.perf_counter() - t0, replan=self.plans_built > 0)
             self._plans.put(key, plan, plan.nbytes)
             return plan
+
+    def single_thread_cpu(self) -> Backend:
+        """A one-thread CPU backend of this model's own (made on first use), for graphs whose time
+        is in one-task nodes (sequence_bound)."""
+        if self._cpu1 is None:
+            self._cpu1 = Backend(lib.ggml_backend_dev_init(lib.ggml_backend_dev_by_type(
+                lib.GGML_BACKEND_DEVICE_TYPE_CPU), _NULL), "CPU").single_threaded()
+        return self._cpu1
 
     def note_plan(self, seconds: float, replan: bool) -> None:
         """Count a plan built (a re-plan: for a stage that had one, new shapes or values)."""
@@ -319,6 +328,28 @@ def plan_key(shapes: dict, values: dict) -> tuple:
             tuple(sorted((n, digest(a)) for n, a in values.items())))
 
 
+def _multiply_adds(p) -> int:
+    """A node's multiply-adds, roughly: ggml's products, LSTM sequences and linear layers by their
+    depth, anything else one per output."""
+    if p.op == lib.GGML_OP_MUL_MAT:
+        return int(lib.ggml_nelements(p)) * int(p.src[0].ne[0])
+    name = ffi.string(p.name)
+    if name == b"ggmlpy.lstm":  # T steps of a (4H x H) by (H x N) product: ne [H, N, T + 1]
+        return 4 * int(p.ne[0]) ** 2 * int(p.ne[1]) * (int(p.ne[2]) - 1)
+    if name == b"ggmlpy.linear":  # x, the second operand: ne [K, rows]
+        return int(lib.ggml_nelements(p)) * int(p.src[1].ne[0])
+    return int(lib.ggml_nelements(p))
+
+
+def sequence_bound(nodes) -> bool:
+    """Whether a CPU graph's work is mostly in one-task nodes (rnn.c's LSTM, a sequence step by step):
+    it then runs on one thread. ggml's other threads would wait at a barrier after every node and spin
+    through the sequence node, which on a busy machine cost a 2-layer LSTM classifier more than the
+    products its other nodes split save (docs/benchmarks.md, "ONNX")."""
+    sequential = sum(_multiply_adds(p) for p in nodes if ffi.string(p.name) == b"ggmlpy.lstm")
+    return sequential > 0 and 2 * sequential >= sum(_multiply_adds(p) for p in nodes)
+
+
 def _as_onnx_type(a, et: int) -> np.ndarray:
     """A fed array in the numpy type of its declared ONNX type (ggml's types: float32 for those it lacks)."""
     a = np.asarray(a)
@@ -372,6 +403,7 @@ class _Plan:
     `values`: inputs whose values are known when planning (name -> array): constants of this graph."""
 
     compiled = None
+    compute_on = None  # a backend (pointer) to compute on instead of the model's: see sequence_bound
     MAX_NEXT_PLANS = 8  # shapes a data-dependent stage keeps graphs for (NMS gives a new count each call)
 
     def __init__(self, model: OnnxModel, shapes: dict, sched=None, nodes=None, feed_types=None, consts=None,
@@ -417,7 +449,11 @@ class _Plan:
         linears, lin_skipped = ({}, set())
         if fusing is not None and fusing.linear is not None:
             linears, lin_skipped = find_linear_bias(g, model.initializers)
-        skipped = skipped | conv_skipped | lin_skipped
+        attns = {}  # attention as one node: patterns that share no node with another fusion's
+        if fusing is not None and fusing.attention is not None:
+            others = skipped | conv_skipped | lin_skipped | set(gelu) | set(convs) | set(linears)
+            attns = {k: p for k, p in find_attention(g, model.initializers)[0].items() if not others & set(p[4])}
+        skipped = skipped | conv_skipped | lin_skipped | {j for p in attns.values() for j in p[4][:-1]}
         self.deferred, pending = [], set()
 
         def build(node):
@@ -478,6 +514,22 @@ class _Plan:
                     if all(n in vals for n in cnode.input if n) and not ins[0].is_const and (res is None or res in vals):
                         out = conv_epilogue(b, cnode, ins, {a.name: helper.get_attribute_value(a) for a in cnode.attribute},
                                             vals[res] if res else None, relu)
+                    if out is not None:
+                        vals[node.output[0]] = out[0]
+                        continue
+                    for j in members:  # the pattern does not apply here: its nodes one by one
+                        build(nodes[j])
+                    continue
+                if k in attns:
+                    si, scale, mask, smi, members = attns[k]
+                    snode, smnode = nodes[si], nodes[smi]
+                    names = [snode.input[0], snode.input[1], node.input[1]] + ([mask] if mask else [])
+                    out = None
+                    if all(n in vals for n in names):
+                        axis = next((helper.get_attribute_value(a) for a in smnode.attribute if a.name == "axis"),
+                                    -1 if model.opset >= 13 else 1)
+                        out = attention(b, vals[names[0]], vals[names[1]], vals[names[2]],
+                                        vals[mask] if mask else None, scale, axis)
                     if out is not None:
                         vals[node.output[0]] = out[0]
                         continue
@@ -565,6 +617,8 @@ class _Plan:
         except GGMLError as e:  # the CPU itself lacks a kernel
             raise OnnxError(f"onnx_load: {e}") from None
         self.cpu_fallback = self.compiled.fallback_ops
+        if self.compiled.sched is None and backend is model.cpu and sequence_bound(self.compiled.nodes):
+            self.compute_on = model.single_thread_cpu().ptr
 
     @property
     def sched(self):
@@ -573,7 +627,7 @@ class _Plan:
     # -- running --------------------------------------------------------------------------------------
     def run(self, arrays: dict) -> dict:
         """Compute the graph: model outputs and exports by name, as numpy arrays in their ONNX types."""
-        if self.n_nodes:
+        if self.n_nodes and self.compute_on is None:  # a one-thread graph wakes no pool
             self.compiled.backend.prewake()  # its threads wake while the inputs are copied
         for name, (t, shp, et) in self.input_tensors.items():
             if t.buffer == _NULL:  # an input no output depends on: not in the graph
@@ -589,7 +643,7 @@ class _Plan:
             lib.ggml_backend_tensor_set(t, ffi.from_buffer(a), 0, a.nbytes)
         if self.n_nodes:  # none when every output is an input or a constant, as a host step may need
             try:
-                self.compiled.compute()
+                self.compiled.compute(self.compute_on)
             except OnnxError:
                 raise
             except GGMLError as e:

@@ -78,6 +78,45 @@ def linear_bias(b, node, ins, at, bias: Val):
     return None if out is None else [b.out(out[0], out[1], a.dtype)]
 
 
+def _strided(b, v: Val):
+    """v's f32 ggml tensor as a reader through strides takes it: a Transpose's copy is read in its
+    source's place (the permuted view; the copy then leaves the graph unless another node reads it)."""
+    t = b.tensor(v)
+    src = permuted_source(t)
+    return t.src[0] if src is not None and t.src[0].type == lib.GGML_TYPE_F32 else t
+
+
+def attention(b, q: Val, kt: Val, v: Val, mask: Val | None, scale: float, softmax_axis: int):
+    """softmax(scale Q K^T + mask) V as one node (fusion.find_attention; attention.c): Q (..., L, D),
+    K^T (..., D, S), V (..., S, E), the batch dimensions (at most two) broadcasting (each equal or 1), the mask
+    broadcasting to the scores (..., L, S), the Softmax over their last axis. None where that does
+    not apply (the pattern's nodes are then built one by one)."""
+    k = b.kernels
+    if k is None or k.attention is None or mask is not None and mask.dtype != 1:
+        return None
+    if any(not 2 <= x.rank <= 4 or x.dtype != 1 for x in (q, kt, v)):
+        return None
+    L, D = q.shape[-2:]
+    S, E = kt.shape[-1], v.shape[-1]
+    if kt.shape[-2] != D or v.shape[-2] != S:
+        return None
+    nb = max(x.rank for x in (q, kt, v)) - 2
+    padded = [(1,) * (nb + 2 - x.rank) + x.shape[:-2] for x in (q, kt, v)]  # ggml's ne past the rank are 1
+    batch = tuple(max(d) for d in zip(*padded))
+    if any(d not in (1, m) for p in padded for d, m in zip(p, batch)):
+        return None
+    scores = batch + (L, S)
+    if int(softmax_axis) not in (-1, len(scores) - 1):
+        return None
+    if mask is not None and (mask.rank > len(scores) or
+                             any(d not in (1, s) for d, s in zip(mask.shape[::-1], scores[::-1]))):
+        return None
+    mt = _strided(b, mask) if mask is not None else None
+    t = k.attention(b.ctx, _strided(b, q), _strided(b, kt), _strided(b, v), mt, scale)
+    shape = batch + (L, E)
+    return [b.out(b.kernel_node(t, "attention"), shape, q.dtype)]
+
+
 def _matmul_gemm(b, a: Val, w: Val):
     """A (..., M, K) @ B (..., K, N) for a computed B on ggml's CPU backend with ggmlpy's gemm kernel: one
     product per batch matrix, C = B A in column-major terms, reading B as it is (ggml's mul_mat would

@@ -56,7 +56,13 @@ def _lstm(b, node, ins, at):
         Wd = np.ascontiguousarray(W.const[d], dtype=np.float32)  # (4H, input): ggml ne [input, 4H]
         Rd = np.ascontiguousarray(R.const[d], dtype=np.float32)
         bias = np.zeros(4 * Hs, np.float32) if B is None else (B.const[d][:4 * Hs] + B.const[d][4 * Hs:]).astype(np.float32)
-        xw = lib.ggml_add(c, lib.ggml_mul_mat(c, b.weight(Wd), xt), b.weight(bias))  # ne [4H, T*N]
+        kern = b.kernels
+        if kern is not None and kern.lstm is not None and kern.linear_packed is not None:
+            # every step's input projection with both biases as one packed product (not a product, then an add)
+            xw = b.kernel_node(kern.linear_packed(c, b.weight(kern.pack_linear(np.ascontiguousarray(Wd.T))), xt,
+                                                  4 * Hs, b.weight(bias)), "linear")
+        else:
+            xw = lib.ggml_add(c, lib.ggml_mul_mat(c, b.weight(Wd), xt), b.weight(bias))  # ne [4H, T*N]
         wr = b.weight(Rd)
         if h0 is not None:
             h = cont(b, lib.ggml_view_2d(c, reshape(b, b.tensor(h0), (nd * N, Hs)), Hs, N,
@@ -68,7 +74,6 @@ def _lstm(b, node, ins, at):
                                           Hs * 4, d * N * Hs * 4))
         else:
             cc = b.weight(np.zeros((N, Hs), np.float32))
-        kern = b.kernels
         if kern is not None and kern.lstm is not None:  # ggml's CPU backend: the whole sequence as rnn.c's one node
             peeps = None if P is None else b.weight(np.ascontiguousarray(P.const[d], np.float32))
             seq = kern.lstm(c, cont(b, xw), b.weight(np.ascontiguousarray(Rd.T)), cont(b, h), cont(b, cc), peeps, rev)

@@ -1,0 +1,293 @@
+/* Scaled dot-product attention as one ggml custom op: softmax(scale Q K^T + mask) V for every
+ * (batch, head), as exporters write it in ONNX (MatMul, an optional scale and mask, Softmax over
+ * the keys, MatMul). Node by node that is two batched products with the score matrix written out,
+ * read back by the softmax and again by the second product; here each block of queries keeps its
+ * scores in a buffer of its own (one row per query, S keys), from the first product to the second.
+ *
+ * Operands are read through their strides (ggml ne / nb), so views (a head slice of a projection,
+ * a transposed copy's source) need no copy: q ne [D, L, H, B] (q(c, i) the c-th feature of query
+ * i), kt ne [S, D, H, B] (ONNX's K^T [B, H, D, S]: kt(j, c)), v ne [E, S, H, B], mask ne
+ * [S | 1, L | 1, H | 1, B | 1] (ONNX broadcasting: a dimension of 1 is repeated); the operands' H
+ * and B may also be 1. dst ne [E, L, H, B] contiguous (ONNX's [B, H, L, E]). userdata: int32_t[2]
+ * = the bits of the float scale, has mask (the mask is the fourth argument).
+ *
+ * Per (batch, head), K^T is packed into [D][Sp] (Sp: S rounded up to 16, zeros past S) and V into
+ * [S][Ep]; per block of QR queries, the scores are QR rows of Sp, the softmax is taken in place
+ * (max subtracted, exp, the sum kept) and the second product is normalised by 1 / sum as it is
+ * stored. A row with a NaN score is NaN throughout; one whose every key is masked with -inf is NaN
+ * too (-inf - (-inf)), as onnxruntime's Softmax gives. Threads split the (batch, head, block of
+ * QC queries) units evenly; a thread packs a head's K and V once for the units it takes of it.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fields.h"
+#include "vmath.h"
+
+enum { QR = 6, QC = 48 };  /* queries a register block, queries a unit (a multiple of QR) */
+
+typedef struct { int64_t ne[4], nb[4]; const char *data; } view;
+
+static view view_of(const void *t) {
+    view v;
+    ne_of(t, v.ne);
+    nb_of(t, v.nb);
+    v.data = (const char *)data_of(t);
+    return v;
+}
+
+/* element (i0, i1) of batch matrix (h, b), a dimension of 1 broadcast */
+static inline const float *ptr(const view *v, int64_t i0, int64_t i1, int64_t h, int64_t b) {
+    return (const float *)(v->data + (v->ne[0] == 1 ? 0 : i0 * v->nb[0]) + (v->ne[1] == 1 ? 0 : i1 * v->nb[1]) +
+                            (v->ne[2] == 1 ? 0 : h * v->nb[2]) + (v->ne[3] == 1 ? 0 : b * v->nb[3]));
+}
+
+static inline float at(const view *v, int64_t i0, int64_t i1, int64_t h, int64_t b) { return *ptr(v, i0, i1, h, b); }
+
+typedef struct { float *buf; size_t cap; } kept_buffer;
+
+/* this thread's scratch of at least n floats (64-byte aligned), kept between calls; NULL when out of memory */
+static float *scratch(size_t n) {
+    static __thread kept_buffer b;
+    if (n > b.cap) {
+        free(b.buf);
+        b.cap = (n + 1023) & ~(size_t)1023;
+        b.buf = aligned_alloc(64, b.cap * sizeof(float));
+        if (b.buf == NULL)
+            b.cap = 0;
+    }
+    return b.buf;
+}
+
+static int64_t round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+/* Batch matrix (h, b) of x (ne0 = n0, ne1 = n1) into out as n1 rows of ld floats, out[i1][i0] =
+ * x(i0, i1), zeros past n0. The loops run along whichever axis is contiguous in memory (a
+ * transposed copy's source: along i1). */
+static void pack_rows(const view *x, int64_t h, int64_t b, int64_t n0, int64_t n1, int64_t ld, float *out) {
+    const char *base = (const char *)ptr(x, 0, 0, h, b);
+    const int64_t s0 = x->ne[0] == 1 ? 0 : x->nb[0], s1 = x->ne[1] == 1 ? 0 : x->nb[1];
+    for (int64_t i1 = 0; i1 < n1; i1++)
+        memset(out + i1 * ld + n0, 0, (size_t)(ld - n0) * sizeof(float));
+    if (s0 != (int64_t)sizeof(float) && s1 == (int64_t)sizeof(float))
+        for (int64_t i0 = 0; i0 < n0; i0++) {
+            const float *row = (const float *)(base + i0 * s0);
+            for (int64_t i1 = 0; i1 < n1; i1++)
+                out[i1 * ld + i0] = row[i1];
+        }
+    else
+        for (int64_t i1 = 0; i1 < n1; i1++)
+            for (int64_t i0 = 0; i0 < n0; i0++)
+                out[i1 * ld + i0] = *(const float *)(base + i0 * s0 + i1 * s1);
+}
+
+#ifdef __AVX512F__
+/* sc[r][j0 .. j0 + 16 nv) = sum_c qr[r][c] kp[c][j0 ..] for the QR query rows of a block */
+static inline __attribute__((always_inline)) void scores(const float *const *qr, const float *kp, int64_t D, int64_t Sp,
+                                                         int64_t j0, int nv, float *sc) {
+    __m512 acc[QR][4];
+    for (int r = 0; r < QR; r++)
+        for (int u = 0; u < 4; u++)
+            acc[r][u] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < D; c++) {
+        __m512 k[4];
+        for (int u = 0; u < nv; u++)
+            k[u] = _mm512_load_ps(kp + c * Sp + j0 + 16 * u);
+        for (int r = 0; r < QR; r++) {
+            const __m512 q = _mm512_set1_ps(qr[r][c]);
+            for (int u = 0; u < nv; u++)
+                acc[r][u] = _mm512_fmadd_ps(k[u], q, acc[r][u]);
+        }
+    }
+    for (int r = 0; r < QR; r++)
+        for (int u = 0; u < nv; u++)
+            _mm512_store_ps(sc + r * Sp + j0 + 16 * u, acc[r][u]);
+}
+
+/* o[r][e0 .. e0 + 16 nv) = inv[r] sum_j sc[r][j] vp[j][e0 ..], stored for rows < rows and e < E */
+static inline __attribute__((always_inline)) void values(const float *sc, const float *vp, int64_t S, int64_t Sp,
+                                                         int64_t Ep, int64_t e0, int nv, const float *inv, float *o,
+                                                         int64_t E, int rows) {
+    __m512 acc[QR][4];
+    for (int r = 0; r < QR; r++)
+        for (int u = 0; u < 4; u++)
+            acc[r][u] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < S; j++) {
+        __m512 x[4];
+        for (int u = 0; u < nv; u++)
+            x[u] = _mm512_load_ps(vp + j * Ep + e0 + 16 * u);
+        for (int r = 0; r < QR; r++) {
+            const __m512 p = _mm512_set1_ps(sc[r * Sp + j]);
+            for (int u = 0; u < nv; u++)
+                acc[r][u] = _mm512_fmadd_ps(x[u], p, acc[r][u]);
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int u = 0; u < nv; u++) {
+            const int64_t e = e0 + 16 * u;
+            const int64_t left = E - e;
+            const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+            _mm512_mask_storeu_ps(o + r * E + e, m, _mm512_mul_ps(acc[r][u], _mm512_set1_ps(inv[r])));
+        }
+}
+
+/* softmax of row x[0 .. S) in place (the exps), returning 1 / their sum */
+static float softmax_row(float *x, int64_t S) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 16 <= S; j += 16)
+        mx = _mm512_max_ps(mx, _mm512_load_ps(x + j));
+    float m = _mm512_reduce_max_ps(mx);
+    for (; j < S; j++)
+        m = x[j] > m ? x[j] : m;
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 sum = _mm512_setzero_ps();
+    for (j = 0; j + 16 <= S; j += 16) {
+        const __m512 e = vexp(_mm512_sub_ps(_mm512_load_ps(x + j), vm));
+        _mm512_store_ps(x + j, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    if (j < S) {
+        const __mmask16 k = (__mmask16)((1u << (S - j)) - 1);
+        const __m512 e = _mm512_maskz_mov_ps(k, vexp(_mm512_sub_ps(_mm512_maskz_load_ps(k, x + j), vm)));
+        _mm512_mask_store_ps(x + j, k, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    return 1.0f / _mm512_reduce_add_ps(sum);
+}
+
+int ggmlpy_attention_vector_math(void) { return 1; }
+#else
+static void scores_any(const float *const *qr, const float *kp, int64_t D, int64_t Sp, int64_t j0, int64_t j1,
+                       float *sc) {
+    for (int r = 0; r < QR; r++)
+        for (int64_t j = j0; j < j1; j++) {
+            float s = 0.0f;
+            for (int64_t c = 0; c < D; c++)
+                s += qr[r][c] * kp[c * Sp + j];
+            sc[r * Sp + j] = s;
+        }
+}
+
+static float softmax_row(float *x, int64_t S) {
+    float m = -INFINITY;
+    for (int64_t j = 0; j < S; j++)
+        m = x[j] > m ? x[j] : m;
+    float sum = 0.0f;
+    for (int64_t j = 0; j < S; j++) {
+        x[j] = expf(x[j] - m);
+        sum += x[j];
+    }
+    return 1.0f / sum;
+}
+
+int ggmlpy_attention_vector_math(void) { return 0; }
+#endif
+
+void ggmlpy_attention_f32(void *dst, int ith, int nth, void *userdata) {
+    const int32_t *pr = (const int32_t *)userdata;
+    float scale;
+    memcpy(&scale, pr, sizeof scale);
+    const int has_mask = pr[1];
+    view q = view_of(src_of(dst, 0)), kt = view_of(src_of(dst, 1)), v = view_of(src_of(dst, 2)), mk;
+    if (has_mask)
+        mk = view_of(src_of(dst, 3));
+    int64_t dne[4];
+    ne_of(dst, dne);
+    const int64_t E = dne[0], L = dne[1], H = dne[2], B = dne[3], D = q.ne[0], S = kt.ne[0];
+    const int64_t Sp = round16(S), Ep = round16(E);
+    float *out = data_of(dst);
+    const int64_t blocks = (L + QC - 1) / QC, units = B * H * blocks;
+    const int64_t u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
+    if (u0 >= u1)
+        return;
+    /* K^T [D][Sp], V [S][Ep], scores [QR][Sp], the block's strided queries copied [QR][D], 1 / sums
+     * [QR], D zeros: the first four 64-byte aligned (the first three are read with aligned loads) */
+    float *kp = scratch((size_t)(D * Sp + S * Ep + QR * Sp + round16(D * QR) + 16 + D));
+    if (kp == NULL) {  /* out of memory: never a silently wrong value */
+        for (int64_t u = u0; u < u1; u++) {
+            const int64_t bh = u / blocks, i0 = (u % blocks) * QC, i1 = i0 + QC < L ? i0 + QC : L;
+            for (int64_t i = i0 * E; i < i1 * E; i++)
+                out[bh * L * E + i] = __builtin_nanf("");
+        }
+        return;
+    }
+    float *vp = kp + D * Sp, *sc = vp + S * Ep, *qb = sc + QR * Sp, *inv = qb + round16(D * QR);
+    const float *zero = inv + 16;  /* D zeros: the query rows past L */
+    memset(inv + 16, 0, (size_t)D * sizeof(float));
+    int64_t packed = -1;
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t bh = u / blocks, h = bh % H, b = bh / H;
+        if (bh != packed) {
+            pack_rows(&kt, h, b, S, D, Sp, kp);
+            pack_rows(&v, h, b, E, S, Ep, vp);
+            packed = bh;
+        }
+        const int64_t i0 = (u % blocks) * QC, i1 = i0 + QC < L ? i0 + QC : L;
+        for (int64_t ib = i0; ib < i1; ib += QR) {
+            const int rows = (int)(i1 - ib < QR ? i1 - ib : QR);
+            const float *qr[QR];  /* the block's query rows, read in place when contiguous */
+            for (int r = 0; r < QR; r++) {
+                const float *row = r < rows ? ptr(&q, 0, ib + r, h, b) : zero;
+                if (r < rows && D > 1 && q.nb[0] != (int64_t)sizeof(float)) {
+                    for (int64_t c = 0; c < D; c++)
+                        qb[r * D + c] = *(const float *)((const char *)row + c * q.nb[0]);
+                    row = qb + r * D;
+                }
+                qr[r] = row;
+            }
+#ifdef __AVX512F__
+            int64_t j0 = 0;
+            for (; j0 + 64 <= Sp; j0 += 64)
+                scores(qr, kp, D, Sp, j0, 4, sc);
+            switch ((Sp - j0) / 16) {
+            case 3: scores(qr, kp, D, Sp, j0, 3, sc); break;
+            case 2: scores(qr, kp, D, Sp, j0, 2, sc); break;
+            case 1: scores(qr, kp, D, Sp, j0, 1, sc); break;
+            default: break;
+            }
+#else
+            scores_any(qr, kp, D, Sp, 0, S, sc);
+#endif
+            for (int r = 0; r < rows; r++) {
+                float *x = sc + r * Sp;
+                const int64_t i = ib + r;
+                if (has_mask && mk.ne[0] == S && mk.nb[0] == sizeof(float)) {
+                    const float *m = ptr(&mk, 0, i, h, b);
+                    for (int64_t j = 0; j < S; j++)
+                        x[j] = x[j] * scale + m[j];
+                } else if (has_mask)
+                    for (int64_t j = 0; j < S; j++)
+                        x[j] = x[j] * scale + at(&mk, j, i, h, b);
+                else if (scale != 1.0f)
+                    for (int64_t j = 0; j < S; j++)
+                        x[j] *= scale;
+                inv[r] = softmax_row(x, S);
+            }
+            for (int r = rows; r < QR; r++)  /* rows past L (their scores are 0): never stored */
+                inv[r] = 0.0f;
+            float *o = out + (bh * L + ib) * E;
+#ifdef __AVX512F__
+            int64_t e0 = 0;
+            for (; e0 + 64 <= Ep; e0 += 64)
+                values(sc, vp, S, Sp, Ep, e0, 4, inv, o, E, rows);
+            switch ((Ep - e0) / 16) {
+            case 3: values(sc, vp, S, Sp, Ep, e0, 3, inv, o, E, rows); break;
+            case 2: values(sc, vp, S, Sp, Ep, e0, 2, inv, o, E, rows); break;
+            case 1: values(sc, vp, S, Sp, Ep, e0, 1, inv, o, E, rows); break;
+            default: break;
+            }
+#else
+            for (int r = 0; r < rows; r++)
+                for (int64_t e = 0; e < E; e++) {
+                    float s = 0.0f;
+                    for (int64_t j = 0; j < S; j++)
+                        s += sc[r * Sp + j] * vp[j * Ep + e];
+                    o[r * E + e] = s * inv[r];
+                }
+#endif
+        }
+    }
+}
