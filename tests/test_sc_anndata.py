@@ -53,6 +53,33 @@ def test_normalize_matches_normalize_total_and_log1p(pair):
     assert sp.issparse(ours.X)   # LogNormalize keeps the counts' sparsity
 
 
+def test_normalize_of_x_is_in_place_as_scanpys():
+    counts, _ = _counts(n_cells=200, n_genes=50)
+    ref = np.log1p(counts.astype(np.float64) / np.maximum(counts.sum(1, keepdims=True), 1) * 1e4)
+    a = anndata.AnnData(sp.csr_matrix(counts))
+    held = a.X
+    g.RunGGML(a, "normalize", device="cpu")
+    assert a.uns["normalize_ggml"]["inplace"] and np.shares_memory(a.X.data, held.data)
+    np.testing.assert_allclose(held.toarray(), ref, rtol=3e-7)      # X's own values, as normalize_total's
+    b = anndata.AnnData(sp.csr_matrix(counts))
+    held = b.X
+    g.RunGGML(b, "normalize", device="cpu", inplace=False)           # a new matrix when asked
+    assert not b.uns["normalize_ggml"]["inplace"] and not np.shares_memory(b.X.data, held.data)
+    np.testing.assert_array_equal(held.toarray(), counts)
+    np.testing.assert_allclose(b.X.toarray(), ref, rtol=3e-7)
+    c = _adata(n_cells=200, n_genes=50)                               # counts in their layer: read, never written
+    g.RunGGML(c, "normalize", device="cpu")
+    assert not np.shares_memory(c.X.data, c.layers["counts"].data)
+    np.testing.assert_array_equal(c.layers["counts"].toarray(), _counts(n_cells=200, n_genes=50)[0])
+    d = anndata.AnnData(sp.csr_matrix(counts))
+    view = d[:100]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                               # anndata: the view becomes its own AnnData
+        g.RunGGML(view, "normalize", device="cpu")
+    np.testing.assert_array_equal(d.X.toarray(), counts)             # a view's parent is left alone
+    np.testing.assert_allclose(view.X.toarray(), ref[:100], rtol=3e-7)
+
+
 def test_pca_matches_scanpy(pair):
     from scipy.linalg import subspace_angles
     ours, theirs, _ = pair

@@ -123,6 +123,45 @@ def test_normalize_keeps_float32_and_the_layout_and_sums_duplicates_first():
     assert engine(counts.T.astype(np.float64), backend="cpu").embedding.dtype == np.float64
 
 
+@pytest.mark.parametrize("kernels", [True, False], ids=["kernels", "numpy"])
+def test_normalize_in_place_transforms_the_values_where_they_are(kernels, monkeypatch):
+    sp = pytest.importorskip("scipy.sparse")
+    from ggmlpy.extras import sc_kernels
+    if not kernels:
+        monkeypatch.setattr(sc_kernels, "_library", lambda: None)
+    elif not sc_kernels.available():
+        pytest.skip("no C compiler for ggmlpy/kernels/singlecell.c")
+    rng = np.random.default_rng(4)
+    counts = rng.poisson(0.7, (500, 60)).astype(np.float32)        # cells x genes
+    counts[11] = 0                                                  # an empty cell
+    ref = np.log1p(counts.astype(np.float64) / np.maximum(counts.sum(1, keepdims=True), 1) * 1e4)
+    engine = g.ggml_ops_registry("normalize").engine
+    for index in (np.int32, np.int64):
+        csr = sp.csr_matrix(counts)
+        csr.indices, csr.indptr = csr.indices.astype(index), csr.indptr.astype(index)
+        data = csr.data
+        res = engine(csr.T, backend="cpu", inplace=True)
+        assert res.metadata["inplace"] and np.shares_memory(res.embedding.data, data)
+        np.testing.assert_allclose(csr.toarray(), ref, rtol=3e-7)   # the input itself holds the result
+        np.testing.assert_allclose(res.embedding.T.toarray(), ref, rtol=3e-7)
+    dense = counts.copy()
+    res = engine(dense.T, backend="cpu", inplace=True)
+    assert res.metadata["inplace"] and np.shares_memory(res.embedding, dense)
+    np.testing.assert_allclose(dense, ref, rtol=3e-7)
+    # where it cannot be in place, a new matrix and the input as it was: duplicates, integer counts
+    dup = sp.csc_matrix((np.array([1.0, 1.0, 2.0]), np.array([0, 0, 1]), np.array([0, 2, 3])), shape=(2, 2))
+    before = dup.data.copy()
+    res = engine(dup, backend="cpu", inplace=True)
+    assert not res.metadata["inplace"]
+    np.testing.assert_allclose(res.embedding.toarray(), [[np.log1p(1e4), 0.0], [0.0, np.log1p(1e4)]])
+    np.testing.assert_array_equal(dup.data, before)
+    ints = sp.csr_matrix(counts.astype(np.int64))
+    res = engine(ints.T, backend="cpu", inplace=True)
+    assert not res.metadata["inplace"] and res.embedding.dtype == np.float64
+    np.testing.assert_allclose(res.embedding.T.toarray(), ref, rtol=1e-12)
+    assert ints.data.dtype == np.int64 and ints.data.max() == counts.max()
+
+
 def test_pca_takes_float32_sparse_counts_as_they_are_and_matches_float64():
     sp = pytest.importorskip("scipy.sparse")
     rng = np.random.default_rng(5)

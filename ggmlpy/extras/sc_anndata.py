@@ -23,6 +23,7 @@ it, as ggmlR's matrix methods do: RunGGML then returns the ggml_result.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any, Union
 
@@ -184,6 +185,14 @@ def ggml_inject(x: Any, result: GGMLResult, reduction_name: str | None = None, g
         raise GGMLError(f"ggml_inject: expected an AnnData, got {type(x).__name__} (pip install anndata)")
     if not isinstance(result, GGMLResult):
         raise GGMLError("ggml_inject: `result` must be a ggml_result")
+    if x.is_view:
+        from anndata import ImplicitModificationWarning  # optional dependency, there since x is an AnnData
+
+        # anndata writes a view's X through to its parent, but its obsm, obsp and uns into a copy:
+        # the view becomes its own AnnData first, as scanpy's functions make it
+        warnings.warn("ggml_inject: received a view of an AnnData; making it a copy", ImplicitModificationWarning,
+                      stacklevel=2)
+        x._init_as_actual(x.copy())
     kind = _kind(result)
     name = reduction_name or _default_name(kind)
     meta = result.metadata
@@ -278,7 +287,10 @@ def RunGGML(object: Any, op: str = "embed", layer: str | None = None, n_componen
     obsm embedding ("pca" or "X_pca"; `dims`: 0-based columns of it), runs `op` on `device`
     ("auto", "cpu", "vulkan") with `params` (n_components for "embed"; n_neighbors, ... for the
     others), writes the result where scanpy would (see the module's docstring) and returns the
-    AnnData. On a features x cells matrix: returns the ggml_result, as ggmlR's default method."""
+    AnnData. "normalize" from X into X transforms X's values in place, as scanpy's
+    normalize_total and log1p do (an array or sparse matrix the caller holds of X changes too;
+    inplace=False writes a new matrix instead). On a features x cells matrix: returns the
+    ggml_result, as ggmlR's default method."""
     entry = ggml_ops_registry(op)
     if entry is None:
         raise GGMLError(f"Unsupported op '{op}'. Supported: {', '.join(ggml_ops_registry())}.")
@@ -297,6 +309,9 @@ def RunGGML(object: Any, op: str = "embed", layer: str | None = None, n_componen
             layer = "counts"
         mat = ggml_extract(object, layer=layer, genes=genes, cells=cells, keep_sparse=keep_sparse, use_raw=use_raw,
                            dtype=None)
+        if (adata and op == "normalize" and reduction_name is None and layer is None and not use_raw and genes is None
+                and cells is None and not object.is_view):
+            run_params.setdefault("inplace", True)   # X into X, as scanpy's normalize_total: no second matrix
     if adata and op == "largest_gene" and reduction is None and "genes" not in run_params:
         source_genes = object.raw.var_names if use_raw else object.var_names
         sel = _positions(genes, source_genes, "genes")

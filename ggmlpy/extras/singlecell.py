@@ -41,6 +41,7 @@ import numpy as np
 from ..core.ops import ggml_add, ggml_clamp, ggml_log, ggml_mul, ggml_sub
 from ..errors import GGMLError
 from .linalg import _VULKAN
+from . import sc_kernels
 from .sc_base import GGMLResult, _issparse, _knn, _one_blas_thread, _product
 from .sc_umap import umap_engine
 
@@ -285,36 +286,22 @@ def _lognorm_factor(col_sums, scale_factor, dtype) -> np.ndarray:
     return (float(scale_factor) / sums).astype(dtype)
 
 
-def _normalize(mat, scale_factor=1e4, backend="cpu", chunk_size=None, **_):
+def _normalize(mat, scale_factor=1e4, backend="cpu", chunk_size=None, inplace=False, **_):
+    """LogNormalize. With `inplace`, a float matrix's values are transformed where they are (the
+    result shares the input's arrays, as scanpy's normalize_total and log1p do): no new matrix,
+    whose first touch of fresh memory costs more than the arithmetic. Without it, or where it
+    cannot be (integer counts, duplicates to sum, the Vulkan device), the result is a new matrix
+    and the input stays as it is; metadata["inplace"] says which."""
     t0 = time.perf_counter()
     dtype = _float_dtype(mat)
+    inplace = bool(inplace) and mat.dtype == dtype and backend != "vulkan"
     if _issparse(mat):
-        # only the stored values change (log1p(0) = 0): the sparsity pattern is kept, and the
-        # values are transformed in one pass over them, in the input's precision
-        csc = mat.tocsc()
-        if not csc.has_canonical_format:        # duplicates sum before the log; the input stays as it is
-            csc = csc.copy()
-            csc.sum_duplicates()
-        per_cell = np.diff(csc.indptr)
-        col_sums = np.zeros(csc.shape[1])
-        filled = per_cell > 0
-        if csc.nnz:
-            # in the values' own type: numpy sums each segment pairwise (error ~log2(n) ulp), and a
-            # float64 accumulator would cost a cast of every value (30x the time)
-            col_sums[filled] = np.add.reduceat(csc.data, csc.indptr[:-1][filled])
-        per_value = np.repeat(_lognorm_factor(col_sums, scale_factor, dtype), per_cell)
-        if backend == "vulkan" and csc.nnz:
-            data = _log1p_of_product_on_vulkan(csc.data[None, :], per_value[None, :]).ravel().astype(dtype)
-        else:
-            backend = "cpu"
-            data = np.multiply(per_value, csc.data, out=per_value)
-            np.log1p(data, out=data)
-        out = type(csc)((data, csc.indices.copy(), csc.indptr.copy()), shape=csc.shape)
-        out.has_canonical_format = True        # the input's pattern, made canonical above
-        meta = {"kind": "transform", "layer": "data", "backend": backend, "scale_factor": scale_factor,
-                "sparse": True}
+        out = _normalize_sparse(mat, scale_factor, backend, dtype, inplace)
+        meta = {"kind": "transform", "layer": "data", "backend": "vulkan" if backend == "vulkan" else "cpu",
+                "scale_factor": scale_factor, "sparse": True, "inplace": out.data is mat.data}
         return GGMLResult(out, meta, {"total": time.perf_counter() - t0})
     x = np.asarray(mat)
+    inplace = inplace and x.flags.writeable
     if backend == "vulkan" and x.size:
         # numpy (features, cells) is ggml ne [cells, features]: the per-cell factor is one row,
         # broadcast over the features
@@ -322,15 +309,48 @@ def _normalize(mat, scale_factor=1e4, backend="cpu", chunk_size=None, **_):
         out = out.astype(dtype, copy=False)
     else:
         backend = "cpu"
-        out = np.empty_like(x, dtype=dtype)              # the input's layout (AnnData's: cells contiguous)
+        out = x if inplace else np.empty_like(x, dtype=dtype)   # the input's layout (AnnData's: cells contiguous)
         # cells in blocks that stay in cache between the sum, the product and the log
         step = max(1, (1 << 18) // max(x.shape[0], 1)) if x.flags.f_contiguous else x.shape[1]
         for lo in range(0, x.shape[1], step):
             blk, dst = x[:, lo:lo + step], out[:, lo:lo + step]
             np.multiply(blk, _lognorm_factor(blk.sum(axis=0), scale_factor, dtype)[None, :], out=dst)
             np.log1p(dst, out=dst)
-    meta = {"kind": "transform", "layer": "data", "backend": backend, "scale_factor": scale_factor}
+    meta = {"kind": "transform", "layer": "data", "backend": backend, "scale_factor": scale_factor,
+            "inplace": out is x}
     return GGMLResult(out, meta, {"total": time.perf_counter() - t0})
+
+
+def _normalize_sparse(mat, scale_factor, backend, dtype, inplace):
+    """LogNormalize of a sparse features x cells matrix: only the stored values change (log1p(0)
+    = 0), the pattern is kept, the values transformed in one pass in their own precision."""
+    csc = mat.tocsc()                           # AnnData's transposed CSR is one already: no copy
+    if inplace and csc.data is mat.data and sc_kernels.lognormalize_in_place(
+            csc.data, csc.indices, csc.indptr, scale_factor):
+        csc.has_canonical_format = True         # the kernel checked it
+        return csc
+    if not csc.has_canonical_format:            # duplicates sum before the log; the input stays as it is
+        csc = csc.copy()
+        csc.sum_duplicates()
+    inplace = inplace and csc.data is mat.data  # without the kernels: numpy, in place
+    per_cell = np.diff(csc.indptr)
+    col_sums = np.zeros(csc.shape[1])
+    filled = per_cell > 0
+    if csc.nnz:
+        # in the values' own type: numpy sums each segment pairwise (error ~log2(n) ulp), and a
+        # float64 accumulator would cost a cast of every value (30x the time)
+        col_sums[filled] = np.add.reduceat(csc.data, csc.indptr[:-1][filled])
+    per_value = np.repeat(_lognorm_factor(col_sums, scale_factor, dtype), per_cell)
+    if backend == "vulkan" and csc.nnz:
+        data = _log1p_of_product_on_vulkan(csc.data[None, :], per_value[None, :]).ravel().astype(dtype)
+    else:
+        data = np.multiply(per_value, csc.data, out=csc.data if inplace else per_value)
+        np.log1p(data, out=data)
+    if inplace:
+        return csc
+    out = type(csc)((data, csc.indices.copy(), csc.indptr.copy()), shape=csc.shape)
+    out.has_canonical_format = True             # the input's pattern, made canonical above
+    return out
 
 
 def _scale(mat, max_value=10.0, backend="cpu", scale_backend="cpu", chunk_size=None, **_):

@@ -8,6 +8,9 @@ conv.c holds the ONNX importer's convolution, max pooling and linear layers (ove
 on AVX-512 products of its own with weights packed at load) and im2col's gradient, rows.c the
 importer's layer normalisation, rnn.c its LSTM (a direction's whole sequence as one node),
 attention.c its scaled dot-product attention (both products and the softmax as one node).
+singlecell.c is a host library (host_library): the single-cell engines' LogNormalize passes,
+kNN selection and shared-nearest-neighbour graph, called from Python on numpy's buffers, not
+a ggml op.
 Each source is compiled once per machine with the system C compiler into ggmlpy's cache
 directory (keyed by the source, the compiler and its flags: `-march=native` code never runs
 on another CPU) and loaded with cffi. Without a compiler, or when compiling fails, `get()`
@@ -34,6 +37,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+import cffi
 import numpy as np
 
 from .._buildinfo import cache_dir, cpu_tag
@@ -554,6 +558,34 @@ def _load_optional(cc: str, name: str):
         log.info("ggmlpy.kernels: no %s (%s); %s", source, why, without)
         return None
     return so
+
+
+def host_library(source: str, declarations: str):
+    """(ffi, lib) of a host library beside these sources: C functions that Python calls on numpy's
+    buffers (not ggml ops), declared by `declarations` in an FFI of their own; built and loaded
+    on the first call, None where that fails (the reason logged once) or the kernels are off
+    (GGMLPY_KERNELS=0, set_enabled(False)): the caller then computes without them."""
+    if not _enabled[0]:
+        return None
+    key = f"host:{source}"
+    with _lock:
+        if key not in _state:
+            _state[key] = _load_host(source, declarations)
+        return _state[key]
+
+
+def _load_host(source: str, declarations: str):
+    cc = _compiler()
+    if cc is None:
+        log.info("ggmlpy.kernels: no C compiler (cc, gcc, clang or $CC) found; %s is not built", source)
+        return None
+    try:
+        host_ffi = cffi.FFI()  # the bindings' FFI holds ggml's declarations, this one the library's
+        host_ffi.cdef(declarations)
+        return host_ffi, host_ffi.dlopen(str(_build(cc, Path(__file__).with_name(source), ("-lm",))))
+    except Exception as e:  # noqa: BLE001 - any failure means: the caller's own path
+        log.warning("ggmlpy.kernels: could not build or load %s (%s)", source, e)
+        return None
 
 
 @functools.lru_cache(maxsize=None)

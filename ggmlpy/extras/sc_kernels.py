@@ -1,0 +1,94 @@
+"""The single-cell engines' host kernels (ggmlpy/kernels/singlecell.c) on numpy's buffers, each
+call's rows split over ggmlpy's threads (get_num_threads): LogNormalize's passes over a
+compressed sparse matrix, the exact kNN's selection of a block of rows, and the
+shared-nearest-neighbour graph. `available()` is False where the library cannot be built (no C
+compiler, GGMLPY_KERNELS=0): the engines then compute with numpy and scipy alone."""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..core.threads import get_num_threads
+from ..errors import GGMLError
+from ..kernels import host_library
+
+_ROWS = "int64_t lo, int64_t hi"
+DECLARATIONS = "\n".join(
+    [f"int ggmlpy_row_sums_{s}(const {t} *data, const {i} *indices, const {i} *indptr, {_ROWS}, double *sums);\n"
+     f"void ggmlpy_row_scale_{s}({t} *data, const {i} *indptr, {_ROWS}, const {t} *factor);"
+     for t, i, s in (("float", "int32_t", "f32_i32"), ("float", "int64_t", "f32_i64"),
+                     ("double", "int32_t", "f64_i32"), ("double", "int64_t", "f64_i64"))]
+    + ["int ggmlpy_knn_kth(const float *part, int64_t m, int64_t ncols, int64_t self0, int k, double *kth);",
+       "int ggmlpy_knn_select(int nparts, const float *const *parts, const int64_t *ncols, "
+       "const int64_t *const *colmap, int64_t m, int64_t row0, const double *kth, const double *err, "
+       "const double *x, int64_t dims, const int64_t *rank, int k, int64_t *out_idx, double *out_dist);",
+       f"int ggmlpy_snn_rows(const int64_t *nbr, int64_t n, int kk, const int64_t *rev_ptr, const int64_t *rev_idx, "
+       f"{_ROWS}, double prune, int64_t *row_nnz, const int64_t *out_ptr, int64_t *cols, double *vals);"])
+
+_SUFFIX = {(np.dtype(np.float32), np.dtype(np.int32)): "f32_i32", (np.dtype(np.float32), np.dtype(np.int64)): "f32_i64",
+           (np.dtype(np.float64), np.dtype(np.int32)): "f64_i32", (np.dtype(np.float64), np.dtype(np.int64)): "f64_i64"}
+_pool: dict = {}   # n threads -> the executor that runs the calls beyond the first
+
+
+def _library():
+    return host_library("singlecell.c", DECLARATIONS)
+
+
+def available() -> bool:
+    return _library() is not None
+
+
+def _ranges(n: int, weights: np.ndarray | None = None) -> list[tuple[int, int]]:
+    """[lo, hi) row ranges, one a thread, of about equal work (weights: each row's cumulative
+    work, n + 1 entries from 0, as a compressed matrix's indptr)."""
+    parts = max(1, min(get_num_threads(), n))
+    if weights is None or weights[-1] == 0:
+        cuts = np.linspace(0, n, parts + 1).round().astype(np.int64)
+    else:
+        cuts = np.searchsorted(weights, np.linspace(0, weights[-1], parts + 1)).clip(0, n)
+        cuts[0], cuts[-1] = 0, n
+    return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+
+
+def _in_threads(fn, ranges):
+    """fn(lo, hi) for each range, the first on the calling thread; their results in order."""
+    if len(ranges) <= 1:
+        return [fn(*r) for r in ranges]
+    pool = _pool.get(len(ranges))
+    if pool is None:
+        pool = _pool[len(ranges)] = ThreadPoolExecutor(len(ranges) - 1, thread_name_prefix="ggmlpy-sc")
+    later = [pool.submit(fn, *r) for r in ranges[1:]]
+    return [fn(*ranges[0])] + [f.result() for f in later]
+
+
+def _ptr(ffi, a: np.ndarray, ctype: str):
+    return ffi.cast(ctype, a.ctypes.data)
+
+
+def lognormalize_in_place(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, scale_factor: float) -> bool:
+    """log1p(value * scale_factor / its row's sum) for every stored value of a compressed matrix
+    (rows = cells), in place in `data`; an empty row stays empty. Returns False, having changed
+    nothing, when a row's indices do not ascend strictly (a duplicate would need summing first)
+    or the kernels are unavailable or the dtypes are not theirs."""
+    lib_ = _library()
+    suffix = _SUFFIX.get((data.dtype, indices.dtype))
+    if lib_ is None or suffix is None or indptr.dtype != indices.dtype or not (
+            data.flags.c_contiguous and indices.flags.c_contiguous and indptr.flags.c_contiguous):
+        return False
+    ffi, lib = lib_
+    n = indptr.size - 1
+    ranges = _ranges(n, indptr)
+    sums = np.empty(n)
+    ctype, itype = ("float *" if data.dtype == np.float32 else "double *"), f"{indices.dtype.name}_t *"
+    sum_fn, scale_fn = getattr(lib, f"ggmlpy_row_sums_{suffix}"), getattr(lib, f"ggmlpy_row_scale_{suffix}")
+    d, i, p = _ptr(ffi, data, ctype), _ptr(ffi, indices, itype), _ptr(ffi, indptr, itype)
+    if not all(_in_threads(lambda lo, hi: sum_fn(d, i, p, lo, hi, _ptr(ffi, sums[lo:], "double *")), ranges)):
+        return False
+    sums[sums == 0] = 1.0
+    factor = (float(scale_factor) / sums).astype(data.dtype)
+    f = _ptr(ffi, factor, ctype)
+    _in_threads(lambda lo, hi: scale_fn(d, p, lo, hi, f), ranges)
+    # numpy's log1p is vectorised (glibc's log1pf is not); it releases the GIL over a slice
+    _in_threads(lambda lo, hi: np.log1p(data[indptr[lo]:indptr[hi]], out=data[indptr[lo]:indptr[hi]]), ranges)
+    return True

@@ -1,0 +1,279 @@
+/* Host kernels of the single-cell engines (ggmlpy/extras/sc_kernels.py), called from Python
+ * through cffi on numpy's buffers, not ggml ops. Each call handles a range of rows and shares
+ * nothing writable with another, so Python runs one call per thread on disjoint ranges (cffi
+ * releases the GIL for the call).
+ *
+ * LogNormalize of a compressed sparse matrix in place: each row's (cell's) sum in double, with
+ * a check that its indices ascend strictly (no duplicate to sum first), then each stored value
+ * times its row's factor (the log1p is numpy's, vectorised).
+ *
+ * The exact kNN: BLAS gives, for a block of rows i and a set of columns j, the float32
+ * approximation v_ij of |x_i - x_j|^2 - |x_i|^2, within err_i of it. ggmlpy_knn_kth reads one
+ * such part for each row's approximate k-th; ggmlpy_knn_select takes every part that can hold a
+ * true neighbour, keeps the columns that can rank among the k nearest by the bound, recomputes
+ * their squared distances exactly in double from the float64 coordinates and returns the k
+ * nearest, ties by the columns' original indices.
+ *
+ * The shared-nearest-neighbour graph: for each row, the Jaccard overlap |N(i) & N(j)| /
+ * |N(i) | N(j)| with every j that shares a neighbour, N(i) being i and its k nearest; overlaps
+ * below `prune` are left out, columns ascending.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- LogNormalize's passes over a compressed matrix (data, indices, indptr), rows lo .. hi - 1 ---- */
+#define ROW_KERNELS(T, I, SUFFIX)                                                                          \
+    /* sums[r - lo]: row r's sum in double; returns 1 when every row's indices ascend strictly */      \
+    int ggmlpy_row_sums_##SUFFIX(const T *data, const I *indices, const I *indptr, int64_t lo, int64_t hi, \
+                                 double *sums) {                                                       \
+        int canonical = 1;                                                                             \
+        for (int64_t r = lo; r < hi; r++) {                                                            \
+            const int64_t a = indptr[r], b = indptr[r + 1];                                            \
+            double s = 0.0;                                                                            \
+            for (int64_t t = a; t < b; t++)                                                            \
+                s += data[t];                                                                          \
+            for (int64_t t = a + 1; t < b; t++)                                                        \
+                canonical &= indices[t - 1] < indices[t];                                              \
+            sums[r - lo] = s;                                                                          \
+        }                                                                                              \
+        return canonical;                                                                              \
+    }                                                                                                  \
+    /* row r's stored values times factor[r] */                                                        \
+    void ggmlpy_row_scale_##SUFFIX(T *data, const I *indptr, int64_t lo, int64_t hi, const T *factor) { \
+        for (int64_t r = lo; r < hi; r++) {                                                            \
+            const T f = factor[r];                                                                     \
+            for (int64_t t = indptr[r]; t < indptr[r + 1]; t++)                                        \
+                data[t] *= f;                                                                          \
+        }                                                                                              \
+    }
+
+ROW_KERNELS(float, int32_t, f32_i32)
+ROW_KERNELS(float, int64_t, f32_i64)
+ROW_KERNELS(double, int32_t, f64_i32)
+ROW_KERNELS(double, int64_t, f64_i64)
+
+/* ---- a max-heap of the k smallest values seen (h[0] the largest of them) ---- */
+static void heap_sift(float *h, int k, int i) {
+    const float v = h[i];
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= k)
+            break;
+        if (c + 1 < k && h[c + 1] > h[c])
+            c++;
+        if (h[c] <= v)
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+}
+
+/* The k-th smallest of row r of part (m x ncols, row-major), the column self0 + r left out, for
+ * each of the m rows, in kth[r]. Returns 0, or -1 when a row has fewer than k columns to rank
+ * (kth is then undefined). */
+int ggmlpy_knn_kth(const float *part, int64_t m, int64_t ncols, int64_t self0, int k, double *kth) {
+    if (k < 1)
+        return -1;
+    float *h = malloc(sizeof(float) * (size_t)k);
+    if (!h)
+        return -1;
+    int status = 0;
+    for (int64_t r = 0; r < m; r++) {
+        const float *row = part + r * ncols;
+        const int64_t self = self0 + r;
+        int fill = 0;
+        int64_t c = 0;
+        for (; c < ncols && fill < k; c++)
+            if (c != self)
+                h[fill++] = row[c];
+        if (fill < k) {
+            status = -1;
+            break;
+        }
+        for (int i = k / 2 - 1; i >= 0; i--)
+            heap_sift(h, k, i);
+        float top = h[0];
+        for (; c < ncols; c++) {
+            const float v = row[c];
+            if (v < top && c != self) {
+                h[0] = v;
+                heap_sift(h, k, 0);
+                top = h[0];
+            }
+        }
+        kth[r] = top;
+    }
+    free(h);
+    return status;
+}
+
+typedef struct {
+    double key;   /* the approximate value, then the exact squared distance */
+    int64_t col;  /* the column (an index into x) */
+    int64_t rank; /* its original index: ties go to the smaller */
+} candidate;
+
+static int by_key(const void *a, const void *b) {
+    const candidate *p = a, *q = b;
+    if (p->key != q->key)
+        return p->key < q->key ? -1 : 1;
+    return (p->rank > q->rank) - (p->rank < q->rank);
+}
+
+/* The exact k nearest of rows row0 .. row0 + m - 1 of x (n x dims, row-major, double).
+ * parts[p] (m x ncols[p]) holds the approximate values of the columns colmap[p][0 ..), every
+ * true neighbour of a row in one of them; kth[r]: an approximate k-th of row r within err[r] of
+ * an upper bound of its true k-th (ggmlpy_knn_kth's on a part of its own); err[r] bounds each
+ * |v - (d^2 - |x_i|^2)| of the row. rank (n entries, or NULL for the identity) breaks ties.
+ * Writes k indices (into x) and distances per row, nearest first. Returns 0, -1 out of memory,
+ * -2 when a row has fewer than k candidates (the bound did not hold). */
+int ggmlpy_knn_select(int nparts, const float *const *parts, const int64_t *ncols, const int64_t *const *colmap,
+                      int64_t m, int64_t row0, const double *kth, const double *err, const double *x, int64_t dims,
+                      const int64_t *rank, int k, int64_t *out_idx, double *out_dist) {
+    size_t cap = 1024;
+    candidate *cand = malloc(sizeof(candidate) * cap);
+    if (!cand)
+        return -1;
+    int status = 0;
+    for (int64_t r = 0; r < m && status == 0; r++) {
+        const int64_t self = row0 + r;
+        const double e2 = 2.0 * err[r];
+        const float limit = (float)(kth[r] + e2);  /* v <= limit holds every true k nearest */
+        size_t nc = 0;
+        for (int p = 0; p < nparts; p++) {
+            const float *row = parts[p] + r * ncols[p];
+            const int64_t *map = colmap[p];
+            for (int64_t c = 0; c < ncols[p]; c++) {
+                if (row[c] > limit || map[c] == self)
+                    continue;
+                if (nc == cap) {
+                    candidate *grown = realloc(cand, sizeof(candidate) * cap * 2);
+                    if (!grown) {
+                        status = -1;
+                        break;
+                    }
+                    cand = grown;
+                    cap *= 2;
+                }
+                cand[nc].key = row[c];
+                cand[nc].col = map[c];
+                cand[nc].rank = rank ? rank[map[c]] : map[c];
+                nc++;
+            }
+        }
+        if (status)
+            break;
+        if (nc < (size_t)k) {
+            status = -2;
+            break;
+        }
+        /* only the ones within 2 err of the candidates' approximate k-th can rank */
+        qsort(cand, nc, sizeof(candidate), by_key);
+        const double near = cand[k - 1].key + e2;
+        size_t keep = (size_t)k;
+        while (keep < nc && cand[keep].key <= near)
+            keep++;
+        const double *xi = x + self * dims;
+        for (size_t t = 0; t < keep; t++) {
+            const double *xj = x + cand[t].col * dims;
+            double s = 0.0;
+            for (int64_t d = 0; d < dims; d++) {
+                const double diff = xi[d] - xj[d];
+                s += diff * diff;
+            }
+            cand[t].key = s;
+        }
+        qsort(cand, keep, sizeof(candidate), by_key);
+        for (int t = 0; t < k; t++) {
+            out_idx[r * k + t] = cand[t].col;
+            out_dist[r * k + t] = sqrt(cand[t].key);
+        }
+    }
+    free(cand);
+    return status;
+}
+
+typedef struct {
+    int64_t col;
+    double overlap;
+} edge;
+
+static int by_col(const void *a, const void *b) {
+    const int64_t p = ((const edge *)a)->col, q = ((const edge *)b)->col;
+    return (p > q) - (p < q);
+}
+
+/* Rows lo .. hi - 1 of the shared-nearest-neighbour graph. nbr (n x kk): each row's neighbourhood
+ * N(i), i itself among them, kk = k + 1 distinct members; rev_ptr / rev_idx: the rows whose
+ * neighbourhood holds m are rev_idx[rev_ptr[m] .. rev_ptr[m + 1]). Counting pass (cols == NULL):
+ * row_nnz[i - lo] = how many j have a Jaccard overlap of at least prune. Filling pass: writes
+ * them from out_ptr[i] on, columns ascending, the overlaps in vals. Returns 0, or -1 out of
+ * memory. */
+int ggmlpy_snn_rows(const int64_t *nbr, int64_t n, int kk, const int64_t *rev_ptr, const int64_t *rev_idx,
+                    int64_t lo, int64_t hi, double prune, int64_t *row_nnz, const int64_t *out_ptr, int64_t *cols,
+                    double *vals) {
+    int32_t *count = calloc((size_t)n, sizeof(int32_t));
+    size_t cap = 1024;
+    int64_t *touched = malloc(sizeof(int64_t) * cap);
+    edge *kept = malloc(sizeof(edge) * cap);
+    int status = 0;
+    if (!count || !touched || !kept) {
+        status = -1;
+        goto done;
+    }
+    const double both = 2.0 * kk;   /* |N(i)| + |N(j)| */
+    for (int64_t i = lo; i < hi; i++) {
+        size_t nt = 0;
+        for (int a = 0; a < kk; a++) {
+            const int64_t mid = nbr[i * kk + a];
+            for (int64_t t = rev_ptr[mid]; t < rev_ptr[mid + 1]; t++) {
+                const int64_t j = rev_idx[t];
+                if (count[j]++ == 0) {
+                    if (nt == cap) {
+                        int64_t *grown = realloc(touched, sizeof(int64_t) * cap * 2);
+                        edge *grown_kept = grown ? realloc(kept, sizeof(edge) * cap * 2) : NULL;
+                        if (grown)
+                            touched = grown;
+                        if (!grown_kept) {
+                            status = -1;
+                            goto done;
+                        }
+                        kept = grown_kept;
+                        cap *= 2;
+                    }
+                    touched[nt++] = j;
+                }
+            }
+        }
+        size_t nk = 0;
+        for (size_t t = 0; t < nt; t++) {   /* the overlaps at or above prune; the counts back to 0 */
+            const int64_t j = touched[t];
+            const double c = count[j];
+            count[j] = 0;
+            const double jaccard = c / (both - c);
+            if (!(jaccard < prune)) {
+                kept[nk].col = j;
+                kept[nk].overlap = jaccard;
+                nk++;
+            }
+        }
+        if (cols == NULL) {
+            row_nnz[i - lo] = (int64_t)nk;
+            continue;
+        }
+        qsort(kept, nk, sizeof(edge), by_col);
+        const int64_t at = out_ptr[i];
+        for (size_t t = 0; t < nk; t++) {
+            cols[at + t] = kept[t].col;
+            vals[at + t] = kept[t].overlap;
+        }
+    }
+done:
+    free(count);
+    free(touched);
+    free(kept);
+    return status;
+}
