@@ -63,7 +63,18 @@ def test_scale_clamps_only_above_and_keeps_constant_genes_at_zero():
     assert out[1].max() == 1.0 and out[1].min() == pytest.approx(-0.4472135955)
 
 
-def test_neighbors_match_a_brute_force_search_and_seurat_jaccard():
+@pytest.fixture(params=["kernels", "numpy"])
+def sc_paths(request, monkeypatch):
+    """Each single-cell engine twice: with ggmlpy/kernels/singlecell.c, and with numpy and scipy alone."""
+    from ggmlpy.extras import sc_kernels
+    if request.param == "numpy":
+        monkeypatch.setattr(sc_kernels, "_library", lambda: None)
+    elif not sc_kernels.available():
+        pytest.skip("no C compiler for ggmlpy/kernels/singlecell.c")
+    return request.param
+
+
+def test_neighbors_match_a_brute_force_search_and_seurat_jaccard(sc_paths):
     from scipy.spatial.distance import cdist
     mat = np.random.default_rng(4).standard_normal((5, 40))
     res = g.ggml_run(g.ggml_task("neighbors", mat, device="cpu"), n_neighbors=6, prune_snn=0.0)
@@ -123,14 +134,8 @@ def test_normalize_keeps_float32_and_the_layout_and_sums_duplicates_first():
     assert engine(counts.T.astype(np.float64), backend="cpu").embedding.dtype == np.float64
 
 
-@pytest.mark.parametrize("kernels", [True, False], ids=["kernels", "numpy"])
-def test_normalize_in_place_transforms_the_values_where_they_are(kernels, monkeypatch):
+def test_normalize_in_place_transforms_the_values_where_they_are(sc_paths):
     sp = pytest.importorskip("scipy.sparse")
-    from ggmlpy.extras import sc_kernels
-    if not kernels:
-        monkeypatch.setattr(sc_kernels, "_library", lambda: None)
-    elif not sc_kernels.available():
-        pytest.skip("no C compiler for ggmlpy/kernels/singlecell.c")
     rng = np.random.default_rng(4)
     counts = rng.poisson(0.7, (500, 60)).astype(np.float32)        # cells x genes
     counts[11] = 0                                                  # an empty cell
@@ -179,7 +184,7 @@ def test_pca_takes_float32_sparse_counts_as_they_are_and_matches_float64():
                                rtol=1e-10)
 
 
-def test_the_pruned_knn_is_exact_across_clusters_and_ties():
+def test_the_pruned_knn_is_exact_across_clusters_and_ties(sc_paths):
     """From 4 096 cells the host kNN compares a cluster's cells only with the clusters that can
     hold a neighbour; the answer is still the exact one, ties by index."""
     from scipy.spatial.distance import cdist
@@ -204,3 +209,22 @@ def test_knn_refuses_non_finite_features():
     x[7, 1] = np.nan
     with pytest.raises(GGMLError, match="NaN or infinite"):
         g.ggml_run(g.ggml_task("neighbors", x.T, device="cpu"), n_neighbors=5)
+
+
+def test_the_kernels_give_the_graphs_numpy_and_scipy_give(monkeypatch):
+    pytest.importorskip("scipy.sparse")
+    from ggmlpy.extras import sc_kernels
+    if not sc_kernels.available():
+        pytest.skip("no C compiler for ggmlpy/kernels/singlecell.c")
+    rng = np.random.default_rng(8)
+    x = rng.normal(0, 3, (6, 10))[rng.integers(0, 6, 5000)] + rng.standard_normal((5000, 10))   # cells x features
+    fast = g.ggml_run(g.ggml_task("neighbors", x.T, device="cpu"), n_neighbors=12).metadata
+    monkeypatch.setattr(sc_kernels, "_library", lambda: None)
+    slow = g.ggml_run(g.ggml_task("neighbors", x.T, device="cpu"), n_neighbors=12).metadata
+    for key in ("snn", "nn", "distances"):
+        a, b = fast[key], slow[key]
+        assert a.has_sorted_indices and b.has_sorted_indices
+        np.testing.assert_array_equal(a.indptr, b.indptr)
+        np.testing.assert_array_equal(a.indices, b.indices)
+        np.testing.assert_allclose(a.data, b.data, rtol=1e-12)
+    assert fast["n_snn_edges"] == slow["n_snn_edges"] > 5000

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import GGMLError
+from . import sc_kernels
 from .linalg import ggml_tcrossprod
 
 
@@ -75,15 +76,16 @@ def _knn(x, k, backend, block=2048):
     return _knn_host(x, k)
 
 
-def _exact_top_k(x, lo, rows, cols, k, n_rows):
+def _exact_top_k(x, lo, rows, cols, k, n_rows, rank):
     """For candidate pairs (lo + rows, cols), every one of rows 0..n_rows-1 holding at least k
-    of them: the k nearest per row by the exact float64 distance sum((a - b)^2), ties by index."""
+    of them: the k nearest per row by the exact float64 distance sum((a - b)^2), ties by
+    rank[cols] (the original indices)."""
     d2 = np.empty(rows.size)
     step = max(1, (1 << 22) // max(x.shape[1], 1))       # bound the gathered differences' memory
     for s in range(0, rows.size, step):
         diff = x[lo + rows[s:s + step]] - x[cols[s:s + step]]
         d2[s:s + step] = np.einsum("ij,ij->i", diff, diff)
-    order = np.lexsort((cols, d2, rows))
+    order = np.lexsort((rank[cols], d2, rows))
     first = np.searchsorted(rows[order], np.arange(n_rows))
     pick = order[first[:, None] + np.arange(k)]
     return cols[pick], np.sqrt(d2[pick])
@@ -121,6 +123,7 @@ def _knn_host(x, k):
     starts = np.searchsorted(labels, np.arange(n_clusters + 1))
     sizes = np.diff(starts)
     idx, dist = np.empty((n, k), dtype=np.int64), np.empty((n, k))
+    kernels = sc_kernels.available()
     for a in np.flatnonzero(sizes):
         own = (starts[a], starts[a + 1])
         if sizes[a] <= k:                                 # too few to bound the k-th: the whole matrix
@@ -134,23 +137,40 @@ def _knn_host(x, k):
         step = max(1, min(1024, (1 << 24) // max(own[1] - own[0], 1)))
         for lo in range(starts[a], starts[a + 1], step):
             rows = slice(lo, min(lo + step, starts[a + 1]))
-            m = rows.stop - lo
             own_part = left[rows] @ right[own[0]:own[1]].T
-            own_part[np.arange(m), np.arange(lo, rows.stop) - own[0]] = np.inf   # not one's own neighbour
-            kth = np.partition(own_part, k - 1, axis=1)[:, k - 1].astype(np.float64)
-            parts = [(own[0], own_part)]
+            kth = _own_kth(own_part, lo - own[0], k, kernels)
+            others = np.zeros(0, dtype=np.int64)
             if own != (0, n):
                 reach = np.sqrt(np.maximum(kth + sq[rows] + 3.0 * err[rows], 0.0)) * (1 + 1e-9)
                 needed = ((low[None, :] - proj[rows]) <= reach[:, None]).any(axis=0) & (sizes > 0)
                 needed[a] = False
-                parts += [(starts[b], left[rows] @ right[starts[b]:starts[b + 1]].T) for b in np.flatnonzero(needed)]
-            idx[rows], dist[rows] = _rows_knn(xp, lo, parts, kth, err[rows], k)
+                others = np.flatnonzero(needed)
+            if kernels:
+                parts = [(own_part, np.arange(*own))]
+                if others.size:
+                    cols = np.concatenate([np.arange(starts[b], starts[b + 1]) for b in others])
+                    parts.append((left[rows] @ right[cols].T, cols))
+                idx[rows], dist[rows] = sc_kernels.knn_select(parts, lo, kth, err[rows], xp, perm, k)
+            else:
+                parts = [(own[0], own_part)] + [(starts[b], left[rows] @ right[starts[b]:starts[b + 1]].T)
+                                                for b in others]
+                idx[rows], dist[rows] = _rows_knn(xp, lo, parts, kth, err[rows], k, perm)
     out_idx, out_dist = np.empty_like(idx), np.empty_like(dist)
     out_idx[perm], out_dist[perm] = perm[idx], dist
     return out_idx, out_dist
 
 
-def _rows_knn(xp, lo, parts, kth, e, k):
+def _own_kth(own_part, self0, k, kernels):
+    """Each row's approximate k-th from its own cluster's part, the row itself (column self0 + r
+    of row r) left out."""
+    if kernels:
+        return sc_kernels.knn_kth(own_part, self0, k)
+    m = own_part.shape[0]
+    own_part[np.arange(m), self0 + np.arange(m)] = np.inf   # not one's own neighbour
+    return np.partition(own_part, k - 1, axis=1)[:, k - 1].astype(np.float64)
+
+
+def _rows_knn(xp, lo, parts, kth, e, k, rank):
     """The exact k nearest of rows lo, lo + 1, ... (one per entry of kth) from `parts`, (first
     column, approximate distances less |x_i|^2) covering every true neighbour; kth: an
     approximate k-th within e of an upper bound of the true k-th."""
@@ -171,7 +191,7 @@ def _rows_knn(xp, lo, parts, kth, e, k):
     first = np.searchsorted(r, np.arange(m))
     near = v[first + k - 1]                               # each row's approximate k-th
     keep = v <= near[r] + 2.0 * e[r]
-    return _exact_top_k(xp, lo, r[keep], c[keep], k, m)
+    return _exact_top_k(xp, lo, r[keep], c[keep], k, m, rank)
 
 
 def _coarse_clusters(x, k, max_clusters=16, sample=4096, iters=8):

@@ -92,3 +92,78 @@ def lognormalize_in_place(data: np.ndarray, indices: np.ndarray, indptr: np.ndar
     # numpy's log1p is vectorised (glibc's log1pf is not); it releases the GIL over a slice
     _in_threads(lambda lo, hi: np.log1p(data[indptr[lo]:indptr[hi]], out=data[indptr[lo]:indptr[hi]]), ranges)
     return True
+
+
+def _check(status: int, what: str) -> None:
+    if status == -1:
+        raise MemoryError(f"{what}: out of memory")
+    if status:
+        raise GGMLError(f"{what}: the kernel's bound did not hold (status {status}); please report it")
+
+
+def knn_kth(part: np.ndarray, self0: int, k: int) -> np.ndarray:
+    """Each row's k-th smallest of `part` (m x ncols float32, C order), the column self0 + r of
+    row r left out (it is the row itself)."""
+    ffi, lib = _library()
+    m, ncols = part.shape
+    kth = np.empty(m)
+    p, out = _ptr(ffi, part, "float *"), _ptr(ffi, kth, "double *")
+    for status in _in_threads(lambda lo, hi: lib.ggmlpy_knn_kth(p + lo * ncols, hi - lo, ncols, self0 + lo, k,
+                                                                 out + lo), _ranges(m)):
+        _check(status, "kNN")
+    return kth
+
+
+def knn_select(parts: list[tuple[np.ndarray, np.ndarray]], row0: int, kth: np.ndarray, err: np.ndarray,
+               x: np.ndarray, rank: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The exact k nearest of rows row0, row0 + 1, ... (one a kth entry) of x (float64, C
+    order): parts are (approximate values m x ncols float32, the columns' rows of x), every true
+    neighbour in one of them; kth within err of an upper bound of each row's true k-th; ties by
+    rank (the original indices). Indices into x and distances, nearest first."""
+    ffi, lib = _library()
+    m = kth.size
+    out_idx, out_dist = np.empty((m, k), dtype=np.int64), np.empty((m, k))
+    keep = [(np.ascontiguousarray(p, dtype=np.float32), np.ascontiguousarray(c, dtype=np.int64)) for p, c in parts]
+    ncols = np.array([p.shape[1] for p, _ in keep], dtype=np.int64)
+    maps = ffi.new("int64_t *[]", [_ptr(ffi, c, "int64_t *") for _, c in keep])
+    args = (_ptr(ffi, x, "double *"), x.shape[1], _ptr(ffi, rank, "int64_t *"), k)
+    kth_p, err_p = _ptr(ffi, kth, "double *"), _ptr(ffi, err, "double *")
+    idx_p, dist_p = _ptr(ffi, out_idx, "int64_t *"), _ptr(ffi, out_dist, "double *")
+
+    def rows(lo, hi):
+        ptrs = ffi.new("float *[]", [_ptr(ffi, p, "float *") + lo * p.shape[1] for p, _ in keep])
+        return lib.ggmlpy_knn_select(len(keep), ptrs, _ptr(ffi, ncols, "int64_t *"), maps, hi - lo, row0 + lo,
+                                     kth_p + lo, err_p + lo, *args, idx_p + lo * k, dist_p + lo * k)
+
+    for status in _in_threads(rows, _ranges(m)):
+        _check(status, "kNN")
+    return out_idx, out_dist
+
+
+def snn_graph(idx: np.ndarray, prune: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The shared-nearest-neighbour graph of the kNN `idx` (n x k, each row's k nearest others):
+    (data, indices, indptr) of the n x n CSR matrix of Jaccard overlaps |N(i) & N(j)| /
+    |N(i) | N(j)|, N(i) = i and its k nearest, those below `prune` left out, columns ascending."""
+    ffi, lib = _library()
+    n, k = idx.shape
+    nbr = np.empty((n, k + 1), dtype=np.int64)
+    nbr[:, 0], nbr[:, 1:] = np.arange(n), idx
+    flat = nbr.ravel()
+    rev_idx = np.argsort(flat, kind="stable") // (k + 1)        # the rows whose neighbourhood holds m, by m
+    rev_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(flat, minlength=n), out=rev_ptr[1:])
+    row_nnz = np.empty(n, dtype=np.int64)
+    args = (_ptr(ffi, nbr, "int64_t *"), n, k + 1, _ptr(ffi, rev_ptr, "int64_t *"), _ptr(ffi, rev_idx, "int64_t *"))
+    ranges = _ranges(n)
+    nnz_p = _ptr(ffi, row_nnz, "int64_t *")
+    for status in _in_threads(lambda lo, hi: lib.ggmlpy_snn_rows(*args, lo, hi, float(prune), nnz_p + lo,
+                                                                  ffi.NULL, ffi.NULL, ffi.NULL), ranges):
+        _check(status, "SNN")
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(row_nnz, out=indptr[1:])
+    cols, vals = np.empty(indptr[-1], dtype=np.int64), np.empty(indptr[-1])
+    fill = (_ptr(ffi, indptr, "int64_t *"), _ptr(ffi, cols, "int64_t *"), _ptr(ffi, vals, "double *"))
+    for status in _in_threads(lambda lo, hi: lib.ggmlpy_snn_rows(*args, lo, hi, float(prune), nnz_p + lo, *fill),
+                              ranges):
+        _check(status, "SNN")
+    return vals, cols, indptr

@@ -442,18 +442,23 @@ def _neighbors(mat, n_neighbors=20, prune_snn=1 / 15, backend="cpu", knn_backend
         raise GGMLError(f"n_neighbors must be >= 1, got {n_neighbors}")
     idx, dist = _knn(x, k, used)
     t_knn = time.perf_counter()
-    # each cell's k nearest others and their Euclidean distances (scanpy's obsp["distances"])
-    distances = sp.csr_matrix((dist.ravel(), (np.repeat(np.arange(n), k), idx.ravel())), shape=(n, n))
+    # each cell's k nearest others and their Euclidean distances (scanpy's obsp["distances"]), columns ascending
+    by_col = np.argsort(idx, axis=1)
+    distances = sp.csr_matrix((np.take_along_axis(dist, by_col, axis=1).ravel(),
+                               np.take_along_axis(idx, by_col, axis=1).ravel(), np.arange(0, n * k + 1, k)), shape=(n, n))
     # binary kNN graph with the point itself (Seurat counts it: |N(i)| = k + 1)
-    rows = np.repeat(np.arange(n), k + 1)
-    cols = np.concatenate([np.arange(n)[:, None], idx], axis=1).ravel()
-    knn = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
-    # SNN: Jaccard |N(i) & N(j)| / |N(i) | N(j)|, computed on the overlap's stored values only
-    overlap = (knn @ knn.T).tocsr()
-    snn = overlap.astype(np.float64)
-    snn.data = overlap.data / (2.0 * (k + 1) - overlap.data)
-    snn.data[snn.data < prune_snn] = 0.0
-    snn.eliminate_zeros()
+    members = np.sort(np.concatenate([np.arange(n)[:, None], idx], axis=1), axis=1)
+    knn = sp.csr_matrix((np.ones(members.size), members.ravel(), np.arange(0, members.size + 1, k + 1)), shape=(n, n))
+    # SNN: Jaccard |N(i) & N(j)| / |N(i) | N(j)|, those below prune_snn left out
+    if sc_kernels.available():
+        snn = sp.csr_matrix(sc_kernels.snn_graph(idx, prune_snn), shape=(n, n))
+    else:                                       # the overlaps as a sparse product, then the Jaccard of its values
+        overlap = (knn @ knn.T).tocsr()
+        snn = overlap.astype(np.float64)
+        snn.data = overlap.data / (2.0 * (k + 1) - overlap.data)
+        snn.data[snn.data < prune_snn] = 0.0
+        snn.eliminate_zeros()
+        snn.sort_indices()
     t_end = time.perf_counter()
     meta = {"kind": "graph", "backend": used, "nn": knn, "snn": snn, "distances": distances, "n_neighbors": k,
             "prune_snn": prune_snn, "n_snn_edges": int(snn.nnz)}
