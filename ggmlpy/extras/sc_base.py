@@ -3,10 +3,12 @@ result type, the sparse-matrix test, matrix products on the requested device and
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..core.threads import get_num_threads
 from ..errors import GGMLError
 from . import sc_kernels
 from .linalg import ggml_tcrossprod
@@ -52,11 +54,17 @@ def _one_blas_thread():
     """A context in which BLAS and LAPACK run on one thread, for the eigensolvers: a tridiagonal
     reduction and ARPACK's reorthogonalisation are memory-bound, and OpenBLAS's spinning
     threads make them 6x slower on a busy 2-core machine (measured)."""
+    limit = _blas_threads(1)
+    return contextlib.nullcontext() if limit is None else limit
+
+
+def _blas_threads(n):
+    """A context in which BLAS runs on n threads, or None without threadpoolctl."""
     try:
-        from threadpoolctl import threadpool_limits  # optional (ships with scikit-learn)
+        from threadpoolctl import threadpool_limits  # optional (the anndata extra; ships with scikit-learn)
     except ImportError:
-        return contextlib.nullcontext()
-    return threadpool_limits(1, user_api="blas")
+        return None
+    return threadpool_limits(n, user_api="blas")
 
 
 # float32 rounding of a length-m dot product a.b is at most m * 2^-24 * sum |a_t b_t| (Higham's
@@ -124,6 +132,7 @@ def _knn_host(x, k):
     sizes = np.diff(starts)
     idx, dist = np.empty((n, k), dtype=np.int64), np.empty((n, k))
     kernels = sc_kernels.available()
+    blocks, reach_of = [], {}
     for a in np.flatnonzero(sizes):
         own = (starts[a], starts[a + 1])
         if sizes[a] <= k:                                 # too few to bound the k-th: the whole matrix
@@ -134,37 +143,64 @@ def _knn_host(x, k):
         proj = xp @ (towards / length[:, None]).T         # (n, n_clusters): on each unit vector from a
         # each cluster's least projection on the direction towards it (empty ones are never read)
         low = np.minimum.reduceat(proj, starts[:-1].clip(max=n - 1), axis=0).diagonal()
+        reach_of[a] = (own, low, proj[starts[a]:starts[a + 1]].copy())   # the block rows' own projections
         step = max(1, min(1024, (1 << 24) // max(own[1] - own[0], 1)))
-        for lo in range(starts[a], starts[a + 1], step):
-            rows = slice(lo, min(lo + step, starts[a + 1]))
-            own_part = left[rows] @ right[own[0]:own[1]].T
-            kth = _own_kth(own_part, lo - own[0], k, kernels)
-            others = np.zeros(0, dtype=np.int64)
-            if own != (0, n):
-                reach = np.sqrt(np.maximum(kth + sq[rows] + 3.0 * err[rows], 0.0)) * (1 + 1e-9)
-                needed = ((low[None, :] - proj[rows]) <= reach[:, None]).any(axis=0) & (sizes > 0)
-                needed[a] = False
-                others = np.flatnonzero(needed)
-            if kernels:
-                parts = [(own_part, np.arange(*own))]
-                if others.size:
-                    cols = np.concatenate([np.arange(starts[b], starts[b + 1]) for b in others])
-                    parts.append((left[rows] @ right[cols].T, cols))
-                idx[rows], dist[rows] = sc_kernels.knn_select(parts, lo, kth, err[rows], xp, perm, k)
-            else:
-                parts = [(own[0], own_part)] + [(starts[b], left[rows] @ right[starts[b]:starts[b + 1]].T)
-                                                for b in others]
-                idx[rows], dist[rows] = _rows_knn(xp, lo, parts, kth, err[rows], k, perm)
+        blocks += [(a, lo, min(lo + step, starts[a + 1])) for lo in range(starts[a], starts[a + 1], step)]
+    buffers = threading.local()                           # each thread's product buffers, reused block to block
+
+    def product(rows, cols, slot):
+        """left[rows] . right[cols]^T (float32) into this thread's buffer `slot`."""
+        b = right[cols]
+        m, c = rows.stop - rows.start, b.shape[0]
+        held = getattr(buffers, slot, None)
+        if held is None or held.size < m * c:
+            held = np.empty(max(m * c, 1 << 20), dtype=np.float32)
+            setattr(buffers, slot, held)
+        return np.matmul(left[rows], b.T, out=held[:m * c].reshape(m, c))
+
+    def block(task):
+        a, lo, hi = task
+        own, low, proj_a = reach_of[a]
+        rows = slice(lo, hi)
+        own_part = product(rows, slice(*own), "own")
+        kth = _own_kth(own_part, lo - own[0], k, kernels, split=not parallel)
+        others = np.zeros(0, dtype=np.int64)
+        if own != (0, n):
+            reach = np.sqrt(np.maximum(kth + sq[rows] + 3.0 * err[rows], 0.0)) * (1 + 1e-9)
+            needed = ((low[None, :] - proj_a[lo - starts[a]:hi - starts[a]]) <= reach[:, None]).any(axis=0) & (sizes > 0)
+            needed[a] = False
+            others = np.flatnonzero(needed)
+        if kernels:
+            parts = [(own_part, np.arange(*own))]
+            if others.size:
+                cols = np.concatenate([np.arange(starts[b], starts[b + 1]) for b in others])
+                parts.append((product(rows, cols, "other"), cols))
+            idx[rows], dist[rows] = sc_kernels.knn_select(parts, lo, kth, err[rows], xp, perm, k, split=not parallel)
+        else:
+            parts = [(own[0], own_part)] + [(starts[b], left[rows] @ right[starts[b]:starts[b + 1]].T)
+                                            for b in others]
+            idx[rows], dist[rows] = _rows_knn(xp, lo, parts, kth, err[rows], k, perm)
+
+    # with the kernels, whole blocks run on the threads, each product on one BLAS thread: no
+    # phase waits for another, no BLAS thread spins while a kernel runs
+    one_blas = _blas_threads(1) if kernels and get_num_threads() > 1 else None
+    parallel = one_blas is not None
+    with one_blas or contextlib.nullcontext():
+        if parallel:
+            sc_kernels.map_in_threads(block, blocks)
+        else:
+            for task in blocks:
+                block(task)
     out_idx, out_dist = np.empty_like(idx), np.empty_like(dist)
     out_idx[perm], out_dist[perm] = perm[idx], dist
     return out_idx, out_dist
 
 
-def _own_kth(own_part, self0, k, kernels):
+def _own_kth(own_part, self0, k, kernels, split=True):
     """Each row's approximate k-th from its own cluster's part, the row itself (column self0 + r
     of row r) left out."""
     if kernels:
-        return sc_kernels.knn_kth(own_part, self0, k)
+        return sc_kernels.knn_kth(own_part, self0, k, split=split)
     m = own_part.shape[0]
     own_part[np.arange(m), self0 + np.arange(m)] = np.inf   # not one's own neighbour
     return np.partition(own_part, k - 1, axis=1)[:, k - 1].astype(np.float64)

@@ -24,7 +24,9 @@ DECLARATIONS = "\n".join(
        "const int64_t *const *colmap, int64_t m, int64_t row0, const double *kth, const double *err, "
        "const double *x, int64_t dims, const int64_t *rank, int k, int64_t *out_idx, double *out_dist);",
        f"int ggmlpy_snn_rows(const int64_t *nbr, int64_t n, int kk, const int64_t *rev_ptr, const int64_t *rev_idx, "
-       f"{_ROWS}, double prune, int64_t *row_nnz, const int64_t *out_ptr, int64_t *cols, double *vals);"])
+       f"{_ROWS}, double prune, int64_t *row_nnz, const int64_t *out_ptr, int32_t *cols32, int64_t *cols64, "
+       "double *vals);",
+       "void ggmlpy_reverse_lists(const int64_t *nbr, int64_t n, int kk, int64_t *rev_ptr, int64_t *rev_idx);"])
 
 _SUFFIX = {(np.dtype(np.float32), np.dtype(np.int32)): "f32_i32", (np.dtype(np.float32), np.dtype(np.int64)): "f32_i64",
            (np.dtype(np.float64), np.dtype(np.int32)): "f64_i32", (np.dtype(np.float64), np.dtype(np.int64)): "f64_i64"}
@@ -39,10 +41,10 @@ def available() -> bool:
     return _library() is not None
 
 
-def _ranges(n: int, weights: np.ndarray | None = None) -> list[tuple[int, int]]:
-    """[lo, hi) row ranges, one a thread, of about equal work (weights: each row's cumulative
-    work, n + 1 entries from 0, as a compressed matrix's indptr)."""
-    parts = max(1, min(get_num_threads(), n))
+def _ranges(n: int, weights: np.ndarray | None = None, split: bool = True) -> list[tuple[int, int]]:
+    """[lo, hi) row ranges, one a thread (one in all without split), of about equal work
+    (weights: each row's cumulative work, n + 1 entries from 0, as a compressed matrix's indptr)."""
+    parts = max(1, min(get_num_threads() if split else 1, n))
     if weights is None or weights[-1] == 0:
         cuts = np.linspace(0, n, parts + 1).round().astype(np.int64)
     else:
@@ -51,15 +53,31 @@ def _ranges(n: int, weights: np.ndarray | None = None) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
 
 
+def _executor(workers: int) -> ThreadPoolExecutor:
+    pool = _pool.get(workers)
+    if pool is None:
+        pool = _pool[workers] = ThreadPoolExecutor(workers, thread_name_prefix="ggmlpy-sc")
+    return pool
+
+
 def _in_threads(fn, ranges):
     """fn(lo, hi) for each range, the first on the calling thread; their results in order."""
     if len(ranges) <= 1:
         return [fn(*r) for r in ranges]
-    pool = _pool.get(len(ranges))
-    if pool is None:
-        pool = _pool[len(ranges)] = ThreadPoolExecutor(len(ranges) - 1, thread_name_prefix="ggmlpy-sc")
-    later = [pool.submit(fn, *r) for r in ranges[1:]]
+    later = [_executor(len(ranges) - 1).submit(fn, *r) for r in ranges[1:]]
     return [fn(*ranges[0])] + [f.result() for f in later]
+
+
+def map_in_threads(fn, items: list) -> None:
+    """fn(item) for every item, over get_num_threads() threads taking the next item as they
+    finish one (fn's own calls here must not split: split=False); the first error raised."""
+    workers = min(get_num_threads(), len(items))
+    if workers <= 1:
+        for item in items:
+            fn(item)
+        return
+    for f in [_executor(workers).submit(fn, item) for item in items]:
+        f.result()
 
 
 def _ptr(ffi, a: np.ndarray, ctype: str):
@@ -101,25 +119,26 @@ def _check(status: int, what: str) -> None:
         raise GGMLError(f"{what}: the kernel's bound did not hold (status {status}); please report it")
 
 
-def knn_kth(part: np.ndarray, self0: int, k: int) -> np.ndarray:
+def knn_kth(part: np.ndarray, self0: int, k: int, split: bool = True) -> np.ndarray:
     """Each row's k-th smallest of `part` (m x ncols float32, C order), the column self0 + r of
-    row r left out (it is the row itself)."""
+    row r left out (it is the row itself); split: the rows over the threads (else on the calling
+    thread alone, as a caller that runs its own threads wants)."""
     ffi, lib = _library()
     m, ncols = part.shape
     kth = np.empty(m)
     p, out = _ptr(ffi, part, "float *"), _ptr(ffi, kth, "double *")
     for status in _in_threads(lambda lo, hi: lib.ggmlpy_knn_kth(p + lo * ncols, hi - lo, ncols, self0 + lo, k,
-                                                                 out + lo), _ranges(m)):
+                                                                 out + lo), _ranges(m, split=split)):
         _check(status, "kNN")
     return kth
 
 
 def knn_select(parts: list[tuple[np.ndarray, np.ndarray]], row0: int, kth: np.ndarray, err: np.ndarray,
-               x: np.ndarray, rank: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+               x: np.ndarray, rank: np.ndarray, k: int, split: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The exact k nearest of rows row0, row0 + 1, ... (one a kth entry) of x (float64, C
     order): parts are (approximate values m x ncols float32, the columns' rows of x), every true
     neighbour in one of them; kth within err of an upper bound of each row's true k-th; ties by
-    rank (the original indices). Indices into x and distances, nearest first."""
+    rank (the original indices). Indices into x and distances, nearest first; split as knn_kth's."""
     ffi, lib = _library()
     m = kth.size
     out_idx, out_dist = np.empty((m, k), dtype=np.int64), np.empty((m, k))
@@ -135,7 +154,7 @@ def knn_select(parts: list[tuple[np.ndarray, np.ndarray]], row0: int, kth: np.nd
         return lib.ggmlpy_knn_select(len(keep), ptrs, _ptr(ffi, ncols, "int64_t *"), maps, hi - lo, row0 + lo,
                                      kth_p + lo, err_p + lo, *args, idx_p + lo * k, dist_p + lo * k)
 
-    for status in _in_threads(rows, _ranges(m)):
+    for status in _in_threads(rows, _ranges(m, split=split)):
         _check(status, "kNN")
     return out_idx, out_dist
 
@@ -148,21 +167,25 @@ def snn_graph(idx: np.ndarray, prune: float) -> tuple[np.ndarray, np.ndarray, np
     n, k = idx.shape
     nbr = np.empty((n, k + 1), dtype=np.int64)
     nbr[:, 0], nbr[:, 1:] = np.arange(n), idx
-    flat = nbr.ravel()
-    rev_idx = np.argsort(flat, kind="stable") // (k + 1)        # the rows whose neighbourhood holds m, by m
-    rev_ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(flat, minlength=n), out=rev_ptr[1:])
+    rev_ptr, rev_idx = np.empty(n + 1, dtype=np.int64), np.empty(n * (k + 1), dtype=np.int64)
+    lib.ggmlpy_reverse_lists(_ptr(ffi, nbr, "int64_t *"), n, k + 1, _ptr(ffi, rev_ptr, "int64_t *"),
+                             _ptr(ffi, rev_idx, "int64_t *"))
     row_nnz = np.empty(n, dtype=np.int64)
     args = (_ptr(ffi, nbr, "int64_t *"), n, k + 1, _ptr(ffi, rev_ptr, "int64_t *"), _ptr(ffi, rev_idx, "int64_t *"))
     ranges = _ranges(n)
     nnz_p = _ptr(ffi, row_nnz, "int64_t *")
     for status in _in_threads(lambda lo, hi: lib.ggmlpy_snn_rows(*args, lo, hi, float(prune), nnz_p + lo,
-                                                                  ffi.NULL, ffi.NULL, ffi.NULL), ranges):
+                                                                  ffi.NULL, ffi.NULL, ffi.NULL, ffi.NULL), ranges):
         _check(status, "SNN")
-    indptr = np.zeros(n + 1, dtype=np.int64)
+    nnz = int(row_nnz.sum())
+    index = np.int32 if max(n, nnz) < 2 ** 31 else np.int64   # scipy's own choice: no conversion after
+    indptr = np.zeros(n + 1, dtype=index)
     np.cumsum(row_nnz, out=indptr[1:])
-    cols, vals = np.empty(indptr[-1], dtype=np.int64), np.empty(indptr[-1])
-    fill = (_ptr(ffi, indptr, "int64_t *"), _ptr(ffi, cols, "int64_t *"), _ptr(ffi, vals, "double *"))
+    starts = indptr.astype(np.int64, copy=False)
+    cols, vals = np.empty(nnz, dtype=index), np.empty(nnz)
+    col_p = _ptr(ffi, cols, "int32_t *" if index is np.int32 else "int64_t *")
+    fill = (_ptr(ffi, starts, "int64_t *"), *((col_p, ffi.NULL) if index is np.int32 else (ffi.NULL, col_p)),
+            _ptr(ffi, vals, "double *"))
     for status in _in_threads(lambda lo, hi: lib.ggmlpy_snn_rows(*args, lo, hi, float(prune), nnz_p + lo, *fill),
                               ranges):
         _check(status, "SNN")

@@ -196,37 +196,31 @@ int ggmlpy_knn_select(int nparts, const float *const *parts, const int64_t *ncol
     return status;
 }
 
-typedef struct {
-    int64_t col;
-    double overlap;
-} edge;
-
-static int by_col(const void *a, const void *b) {
-    const int64_t p = ((const edge *)a)->col, q = ((const edge *)b)->col;
-    return (p > q) - (p < q);
-}
-
 /* Rows lo .. hi - 1 of the shared-nearest-neighbour graph. nbr (n x kk): each row's neighbourhood
  * N(i), i itself among them, kk = k + 1 distinct members; rev_ptr / rev_idx: the rows whose
- * neighbourhood holds m are rev_idx[rev_ptr[m] .. rev_ptr[m + 1]). Counting pass (cols == NULL):
- * row_nnz[i - lo] = how many j have a Jaccard overlap of at least prune. Filling pass: writes
- * them from out_ptr[i] on, columns ascending, the overlaps in vals. Returns 0, or -1 out of
- * memory. */
+ * neighbourhood holds m are rev_idx[rev_ptr[m] .. rev_ptr[m + 1]) (ggmlpy_reverse_lists). Counting
+ * pass (vals == NULL): row_nnz[i - lo] = how many j have a Jaccard overlap of at least prune.
+ * Filling pass: writes them from out_ptr[i] on, columns ascending (into cols32, or cols64 where
+ * cols32 is NULL), the overlaps in vals. Returns 0, or -1 out of memory. */
 int ggmlpy_snn_rows(const int64_t *nbr, int64_t n, int kk, const int64_t *rev_ptr, const int64_t *rev_idx,
-                    int64_t lo, int64_t hi, double prune, int64_t *row_nnz, const int64_t *out_ptr, int64_t *cols,
-                    double *vals) {
+                    int64_t lo, int64_t hi, double prune, int64_t *row_nnz, const int64_t *out_ptr, int32_t *cols32,
+                    int64_t *cols64, double *vals) {
     int32_t *count = calloc((size_t)n, sizeof(int32_t));
+    /* the kept columns as bits: read back word by word, they come out ascending without a sort */
+    uint64_t *kept = calloc((size_t)(n + 63) / 64, sizeof(uint64_t));
     size_t cap = 1024;
     int64_t *touched = malloc(sizeof(int64_t) * cap);
-    edge *kept = malloc(sizeof(edge) * cap);
     int status = 0;
-    if (!count || !touched || !kept) {
+    if (!count || !kept || !touched) {
         status = -1;
         goto done;
     }
     const double both = 2.0 * kk;   /* |N(i)| + |N(j)| */
     for (int64_t i = lo; i < hi; i++) {
         size_t nt = 0;
+        if (i + 1 < hi)   /* the next row's reverse lists are scattered: ask for them while this one counts */
+            for (int a = 0; a < kk; a++)
+                __builtin_prefetch(rev_idx + rev_ptr[nbr[(i + 1) * kk + a]]);
         for (int a = 0; a < kk; a++) {
             const int64_t mid = nbr[i * kk + a];
             for (int64_t t = rev_ptr[mid]; t < rev_ptr[mid + 1]; t++) {
@@ -234,46 +228,74 @@ int ggmlpy_snn_rows(const int64_t *nbr, int64_t n, int kk, const int64_t *rev_pt
                 if (count[j]++ == 0) {
                     if (nt == cap) {
                         int64_t *grown = realloc(touched, sizeof(int64_t) * cap * 2);
-                        edge *grown_kept = grown ? realloc(kept, sizeof(edge) * cap * 2) : NULL;
-                        if (grown)
-                            touched = grown;
-                        if (!grown_kept) {
+                        if (!grown) {
                             status = -1;
                             goto done;
                         }
-                        kept = grown_kept;
+                        touched = grown;
                         cap *= 2;
                     }
                     touched[nt++] = j;
                 }
             }
         }
-        size_t nk = 0;
-        for (size_t t = 0; t < nt; t++) {   /* the overlaps at or above prune; the counts back to 0 */
+        int64_t nk = 0, wlo = INT64_MAX, whi = -1;
+        for (size_t t = 0; t < nt; t++) {   /* the overlaps at or above prune; the others' counts back to 0 */
             const int64_t j = touched[t];
             const double c = count[j];
-            count[j] = 0;
-            const double jaccard = c / (both - c);
-            if (!(jaccard < prune)) {
-                kept[nk].col = j;
-                kept[nk].overlap = jaccard;
-                nk++;
+            if (c / (both - c) < prune || vals == NULL) {
+                count[j] = 0;
+                nk += !(c / (both - c) < prune);
+                continue;
             }
+            kept[j >> 6] |= (uint64_t)1 << (j & 63);
+            wlo = (j >> 6) < wlo ? (j >> 6) : wlo;
+            whi = (j >> 6) > whi ? (j >> 6) : whi;
+            nk++;
         }
-        if (cols == NULL) {
-            row_nnz[i - lo] = (int64_t)nk;
+        if (vals == NULL) {
+            row_nnz[i - lo] = nk;
             continue;
         }
-        qsort(kept, nk, sizeof(edge), by_col);
-        const int64_t at = out_ptr[i];
-        for (size_t t = 0; t < nk; t++) {
-            cols[at + t] = kept[t].col;
-            vals[at + t] = kept[t].overlap;
+        int64_t at = out_ptr[i];
+        for (int64_t w = wlo; w <= whi; w++) {
+            uint64_t bits = kept[w];
+            kept[w] = 0;
+            while (bits) {
+                const int64_t j = w * 64 + __builtin_ctzll(bits);
+                bits &= bits - 1;
+                const double c = count[j];
+                count[j] = 0;
+                if (cols32)
+                    cols32[at] = (int32_t)j;
+                else
+                    cols64[at] = j;
+                vals[at++] = c / (both - c);
+            }
         }
     }
 done:
     free(count);
-    free(touched);
     free(kept);
+    free(touched);
     return status;
+}
+
+/* The reverse of the neighbourhoods nbr (n x kk, entries in 0 .. n - 1): rev_idx[rev_ptr[m] ..
+ * rev_ptr[m + 1]) lists the rows whose neighbourhood holds m, ascending (a counting sort).
+ * rev_ptr has n + 1 entries, rev_idx n * kk. */
+void ggmlpy_reverse_lists(const int64_t *nbr, int64_t n, int kk, int64_t *rev_ptr, int64_t *rev_idx) {
+    memset(rev_ptr, 0, sizeof(int64_t) * (size_t)(n + 1));
+    for (int64_t t = 0; t < n * kk; t++)
+        rev_ptr[nbr[t] + 1]++;
+    for (int64_t m = 0; m < n; m++)
+        rev_ptr[m + 1] += rev_ptr[m];
+    for (int64_t i = 0; i < n; i++)      /* rows in order: each list comes out ascending */
+        for (int a = 0; a < kk; a++) {
+            const int64_t m = nbr[i * kk + a];
+            rev_idx[rev_ptr[m]++] = i;
+        }
+    for (int64_t m = n; m > 0; m--)     /* each rev_ptr[m] now holds the end of list m: shift back */
+        rev_ptr[m] = rev_ptr[m - 1];
+    rev_ptr[0] = 0;
 }
