@@ -119,11 +119,14 @@ def _knn_host(x, k):
     labels, centres = _coarse_clusters(x, k)
     perm = np.argsort(labels, kind="stable")              # each cluster's rows contiguous
     xp, labels = x[perm], labels[perm]
+    del x                                                 # (fresh memory is dear: each copy gone when done)
     sq = np.einsum("ij,ij->i", xp, xp)
     norm = np.sqrt(sq)
-    # [x_i, 1] . [-2 x_j, |x_j|^2] = |x_i - x_j|^2 - |x_i|^2
-    left = np.hstack([xp, np.ones((n, 1))]).astype(np.float32)
-    right = np.hstack([-2.0 * xp, sq[:, None]]).astype(np.float32)
+    # [x_i, 1] . [-2 x_j, |x_j|^2] = |x_i - x_j|^2 - |x_i|^2, built in float32 directly
+    left, right = np.empty((n, dims + 1), dtype=np.float32), np.empty((n, dims + 1), dtype=np.float32)
+    left[:, :dims], left[:, dims] = xp, 1.0
+    np.multiply(xp, -2.0, out=right[:, :dims], casting="same_kind")
+    right[:, dims] = sq
     gamma = 2.0 * (dims + 4) * _F32_UNIT
     # |rounding| <= gamma * (2 |x_i| |x_j| + |x_j|^2), the inputs' own float32 rounding included
     err = gamma * (2.0 * norm * norm.max() + sq.max()) + 1e-30
