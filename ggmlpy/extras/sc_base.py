@@ -147,7 +147,7 @@ def _knn_host(x, k):
         # each cluster's least projection on the direction towards it (empty ones are never read)
         low = np.minimum.reduceat(proj, starts[:-1].clip(max=n - 1), axis=0).diagonal()
         reach_of[a] = (own, low, proj[starts[a]:starts[a + 1]].copy())   # the block rows' own projections
-        step = max(1, min(1024, (1 << 24) // max(own[1] - own[0], 1)))
+        step = max(1, min(256, (1 << 24) // max(own[1] - own[0], 1)))   # a block's product stays in cache
         blocks += [(a, lo, min(lo + step, starts[a + 1])) for lo in range(starts[a], starts[a + 1], step)]
     buffers = threading.local()                           # each thread's product buffers, reused block to block
 

@@ -124,6 +124,7 @@ def knn_kth(part: np.ndarray, self0: int, k: int, split: bool = True) -> np.ndar
     row r left out (it is the row itself); split: the rows over the threads (else on the calling
     thread alone, as a caller that runs its own threads wants)."""
     ffi, lib = _library()
+    part = np.ascontiguousarray(part, dtype=np.float32)
     m, ncols = part.shape
     kth = np.empty(m)
     p, out = _ptr(ffi, part, "float *"), _ptr(ffi, kth, "double *")
@@ -141,6 +142,8 @@ def knn_select(parts: list[tuple[np.ndarray, np.ndarray]], row0: int, kth: np.nd
     rank (the original indices). Indices into x and distances, nearest first; split as knn_kth's."""
     ffi, lib = _library()
     m = kth.size
+    x, rank = np.ascontiguousarray(x, dtype=np.float64), np.ascontiguousarray(rank, dtype=np.int64)
+    kth, err = np.ascontiguousarray(kth, dtype=np.float64), np.ascontiguousarray(err, dtype=np.float64)
     out_idx, out_dist = np.empty((m, k), dtype=np.int64), np.empty((m, k))
     keep = [(np.ascontiguousarray(p, dtype=np.float32), np.ascontiguousarray(c, dtype=np.int64)) for p, c in parts]
     ncols = np.array([p.shape[1] for p, _ in keep], dtype=np.int64)

@@ -16,16 +16,19 @@ Registered operations, as ggmlR's engines compute them:
 - "normalize": LogNormalize, log1p(x / colSums(x) * scale_factor), on the Vulkan device under
   backend "vulkan" (f32); a sparse matrix keeps its sparsity (log1p(0) = 0), only its stored
   values are transformed. float32 counts give float32 values (as scanpy's), others float64.
+  With inplace=True a float matrix is transformed where it is (RunGGML does so from X into X).
 - "scale": ScaleData, (x - rowMeans) / rowSds (n - 1 divisor, a zero sd counts as 1), clipped
   above at max_value. Memory-bound, so it stays on the host unless scale_backend="vulkan".
 - "largest_gene": per cell, the feature with the largest value (the first on ties) and its
   share of the cell's total, in percent.
 - "neighbors": Seurat's FindNeighbors graphs from the cells' exact k nearest neighbours
   (Euclidean; the distance products on the Vulkan device with knn_backend="vulkan" under
-  backend "vulkan", else float32 BLAS on the host, pruned by coarse clusters; either way the
-  candidates' distances are recomputed in float64, so the kNN is exact): the binary kNN graph with each cell in its own
-  neighbourhood, and the shared-nearest-neighbour graph of Jaccard overlaps, pruned below
-  prune_snn (scipy.sparse matrices).
+  backend "vulkan", else float32 BLAS on the host, pruned by coarse clusters, blocks of cells on
+  the threads; either way the candidates' distances are recomputed in float64, so the kNN is
+  exact): the binary kNN graph with each cell in its own neighbourhood, and the
+  shared-nearest-neighbour graph of Jaccard overlaps, pruned below prune_snn (scipy.sparse
+  matrices). The selection and the SNN graph are C kernels (ggmlpy/kernels/singlecell.c;
+  numpy and scipy's sparse product where it cannot be built).
 - "umap": UMAP (ggmlpy/extras/sc_umap.py): exact kNN, ggmlR's fuzzy simplicial set, spectral start and
   its SGD layout, on the CPU (ggmlR's Vulkan shaders for it are its own fork's).
 """

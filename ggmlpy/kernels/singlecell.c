@@ -71,6 +71,23 @@ static void heap_sift(float *h, int k, int i) {
     h[i] = v;
 }
 
+/* Whether one of v[0 .. CHUNK) is below `limit` (at or below with any_at_most): a test the
+ * compiler vectorises, so that the scans skip the chunks with nothing to keep at SIMD speed. */
+#define CHUNK 32
+static inline int any_below(const float *v, float limit) {
+    int any = 0;
+    for (int j = 0; j < CHUNK; j++)
+        any |= v[j] < limit;
+    return any;
+}
+
+static inline int any_at_most(const float *v, float limit) {
+    int any = 0;
+    for (int j = 0; j < CHUNK; j++)
+        any |= v[j] <= limit;
+    return any;
+}
+
 /* The k-th smallest of row r of part (m x ncols, row-major), the column self0 + r left out, for
  * each of the m rows, in kth[r]. Returns 0, or -1 when a row has fewer than k columns to rank
  * (kth is then undefined). */
@@ -97,6 +114,12 @@ int ggmlpy_knn_kth(const float *part, int64_t m, int64_t ncols, int64_t self0, i
             heap_sift(h, k, i);
         float top = h[0];
         for (; c < ncols; c++) {
+            if (c % CHUNK == 0 && c + CHUNK <= ncols) {   /* whole chunks: most hold nothing below top */
+                if (!any_below(row + c, top)) {
+                    c += CHUNK - 1;
+                    continue;
+                }
+            }
             const float v = row[c];
             if (v < top && c != self) {
                 h[0] = v;
@@ -147,6 +170,10 @@ int ggmlpy_knn_select(int nparts, const float *const *parts, const int64_t *ncol
             const float *row = parts[p] + r * ncols[p];
             const int64_t *map = colmap[p];
             for (int64_t c = 0; c < ncols[p]; c++) {
+                if (c % CHUNK == 0 && c + CHUNK <= ncols[p] && !any_at_most(row + c, limit)) {
+                    c += CHUNK - 1;
+                    continue;
+                }
                 if (row[c] > limit || map[c] == self)
                     continue;
                 if (nc == cap) {
