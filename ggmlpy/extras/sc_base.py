@@ -113,7 +113,11 @@ def _knn_host(x, k):
     under the bound, plus twice the float32 rounding bound, hold every true neighbour, and of
     those only the ones within twice the rounding bound of the approximate k-th can be among the
     true k nearest: their distances are recomputed exactly in float64 and sorted (_exact_top_k).
-    The answer is the exact kNN whatever the rounding."""
+    The answer is the exact kNN whatever the rounding.
+
+    With the kernels (sc_kernels: the k-th, the candidates and their exact distances in C) and
+    threadpoolctl, blocks of 256 rows run on ggmlpy's threads, each product on one BLAS thread
+    into a buffer the thread reuses; otherwise block after block, numpy's selection."""
     n, dims = x.shape
     x = x - x.mean(axis=0)                                # distances unchanged, smaller norms and error
     labels, centres = _coarse_clusters(x, k)
