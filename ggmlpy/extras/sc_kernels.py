@@ -5,6 +5,7 @@ shared-nearest-neighbour graph. `available()` is False where the library cannot 
 compiler, GGMLPY_KERNELS=0): the engines then compute with numpy and scipy alone."""
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -41,10 +42,14 @@ def available() -> bool:
     return _library() is not None
 
 
+_CHUNKS_A_THREAD = 4   # a busy core's thread takes fewer chunks, the others more: no range waits on it
+
+
 def _ranges(n: int, weights: np.ndarray | None = None, split: bool = True) -> list[tuple[int, int]]:
-    """[lo, hi) row ranges, one a thread (one in all without split), of about equal work
-    (weights: each row's cumulative work, n + 1 entries from 0, as a compressed matrix's indptr)."""
-    parts = max(1, min(get_num_threads() if split else 1, n))
+    """[lo, hi) row ranges of about equal work for the threads, a few a thread (one in all
+    without split); weights: each row's cumulative work, n + 1 entries from 0, as a compressed
+    matrix's indptr."""
+    parts = max(1, min(get_num_threads() * _CHUNKS_A_THREAD if split else 1, n))
     if weights is None or weights[-1] == 0:
         cuts = np.linspace(0, n, parts + 1).round().astype(np.int64)
     else:
@@ -61,11 +66,26 @@ def _executor(workers: int) -> ThreadPoolExecutor:
 
 
 def _in_threads(fn, ranges):
-    """fn(lo, hi) for each range, the first on the calling thread; their results in order."""
-    if len(ranges) <= 1:
+    """fn(lo, hi) for each range, the calling thread and get_num_threads() - 1 others each
+    taking the next range as they finish one; the results in the ranges' order."""
+    threads = min(get_num_threads(), len(ranges))
+    if threads <= 1:
         return [fn(*r) for r in ranges]
-    later = [_executor(len(ranges) - 1).submit(fn, *r) for r in ranges[1:]]
-    return [fn(*ranges[0])] + [f.result() for f in later]
+    results, order, lock = [None] * len(ranges), iter(range(len(ranges))), threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                i = next(order, None)
+            if i is None:
+                return
+            results[i] = fn(*ranges[i])
+
+    others = [_executor(threads - 1).submit(worker) for _ in range(threads - 1)]
+    worker()
+    for f in others:
+        f.result()
+    return results
 
 
 def map_in_threads(fn, items: list) -> None:
