@@ -756,6 +756,39 @@ def test_packed_conv_every_geometry_and_thread_count(case):
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+@needs_packed_conv
+@pytest.mark.parametrize("width", list(range(1, 14)) + [97])
+def test_packed_conv_partial_strip_of_every_width(width):
+    """A plane's last strip of 1..11 pixels computes only those (one kernel a width), through more
+    than one block of 256 patch rows (partial sums in the tiles), channel panels with a tail."""
+    rng = np.random.default_rng(width)
+    x = rng.standard_normal((2, 30, 1, width)).astype(np.float32)  # 270 patch rows
+    W = rng.standard_normal((45, 30, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(45).astype(np.float32)
+    ref = conv_ref(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1) + bias.reshape(1, -1, 1, 1)
+    r = rng.standard_normal(ref.shape).astype(np.float32)
+    for threads in (1, 2, 3):
+        out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, bias=bias, residual=r, relu=True,
+                          packed=True)
+        want = np.maximum(ref + r, 0)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@needs_packed_conv
+def test_packed_conv_plane_past_one_run_of_strips():
+    """A plane whose patches pass CONV_STRIP_BYTES (2 MB) is cut into runs of strips: 2025 pixels of
+    270 patch rows are 161 strips and 8 more, the last of 9 pixels."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 30, 45, 45)).astype(np.float32)
+    W = rng.standard_normal((40, 30, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(40).astype(np.float32)
+    ref = conv_ref(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1) + bias.reshape(1, -1, 1, 1)
+    for threads in (1, 2):
+        out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, bias=bias, relu=True, packed=True)
+        want = np.maximum(ref, 0)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 PIXEL_CASES = CONV_CASES + [  # planes past one block of pixels, with tails; channels past one panel, with tails
     ((1, 5, 13, 11), (17, 5, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1),   # 143 pixels: 2 blocks of 48 and a tail
     ((2, 7, 17, 19), (9, 7, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1),    # stride 2 across vector boundaries

@@ -438,20 +438,23 @@ enum { LMR = 32, LNR = 12, LKC = 512 };
 
 int ggmlpy_linear_packed_mr(void) { return LMR; }
 
-static inline void linear_kernel(int kc, const float *restrict a, const float *restrict b, float *c, int64_t ldc,
-                                 int first, const float *bias, __mmask16 m0, __mmask16 m1, int nr) {
+/* The LMR x NR block (NR <= LNR columns computed, nr <= NR of them loaded and stored) */
+static inline __attribute__((always_inline)) void linear_block(const int NR, int kc, const float *restrict a,
+                                                               const float *restrict b, int ldb, float *c,
+                                                               int64_t ldc, int first, const float *bias,
+                                                               __mmask16 m0, __mmask16 m1, int nr) {
     __m512 c0[LNR], c1[LNR];
     if (first) {
         const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
         const __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
 #pragma GCC unroll 12
-        for (int j = 0; j < LNR; j++) {
+        for (int j = 0; j < NR; j++) {
             c0[j] = b0;
             c1[j] = b1;
         }
     } else {
 #pragma GCC unroll 12
-        for (int j = 0; j < LNR; j++) {
+        for (int j = 0; j < NR; j++) {
             c0[j] = j < nr ? _mm512_maskz_loadu_ps(m0, c + j * ldc) : _mm512_setzero_ps();
             c1[j] = j < nr ? _mm512_maskz_loadu_ps(m1, c + j * ldc + 16) : _mm512_setzero_ps();
         }
@@ -461,18 +464,35 @@ static inline void linear_kernel(int kc, const float *restrict a, const float *r
         const __m512 a0 = _mm512_loadu_ps(a + LMR * k), a1 = _mm512_loadu_ps(a + LMR * k + 16);
         _mm_prefetch((const char *)(a + LMR * (k + 8)), _MM_HINT_T0);
 #pragma GCC unroll 12
-        for (int j = 0; j < LNR; j++) {
-            const __m512 bj = _mm512_set1_ps(b[LNR * k + j]);
+        for (int j = 0; j < NR; j++) {
+            const __m512 bj = _mm512_set1_ps(b[ldb * k + j]);
             c0[j] = _mm512_fmadd_ps(a0, bj, c0[j]);
             c1[j] = _mm512_fmadd_ps(a1, bj, c1[j]);
         }
     }
 #pragma GCC unroll 12
-    for (int j = 0; j < LNR; j++)
+    for (int j = 0; j < NR; j++)
         if (j < nr) {
             _mm512_mask_storeu_ps(c + j * ldc, m0, c0[j]);
             _mm512_mask_storeu_ps(c + j * ldc + 16, m1, c1[j]);
         }
+}
+
+static inline void linear_kernel(int kc, const float *restrict a, const float *restrict b, float *c, int64_t ldc,
+                                 int first, const float *bias, __mmask16 m0, __mmask16 m1, int nr) {
+    linear_block(LNR, kc, a, b, LNR, c, ldc, first, bias, m0, m1, nr);
+}
+
+/* linear_kernel over the first nr columns only (b's rows LNR apart, as linear_kernel's): a plane's last, partial strip of
+ * pixels computes no padding columns */
+static void linear_kernel_cols(int kc, const float *restrict a, const float *restrict b, float *c, int64_t ldc,
+                               int first, const float *bias, int nr) {
+    switch (nr) {
+#define COLS(n) case n: linear_block(n, kc, a, b, LNR, c, ldc, first, bias, 0xFFFF, 0xFFFF, n); break;
+    COLS(1) COLS(2) COLS(3) COLS(4) COLS(5) COLS(6) COLS(7) COLS(8) COLS(9) COLS(10) COLS(11)
+#undef COLS
+    default: linear_block(LNR, kc, a, b, LNR, c, ldc, first, bias, 0xFFFF, 0xFFFF, LNR); break;
+    }
 }
 
 /* this thread's buffer for x's packed panels (apart from the convolution's patch buffer) */
@@ -533,13 +553,16 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
 /* The convolution of ggmlpy_conv2d_f32 on AVX-512 with its weights packed at load (pack_linear of
  * W^T: panels of LMR output channels, [C*KH*KW][LMR]): out^T (M x P) = W (M x CKK) col^T (CKK x P),
  * the orientation of the linear layers above, whose x panels ([k][LNR pixels]) are exactly what
- * im2col_block writes for a strip of LNR pixels. Each channel panel passes over a run of strips CKB
- * rows of CKK at a time (those rows of the panel stay in L1 for the whole run, instead of the panel
- * streaming from L2 or L3 once a strip), its LMR x LNR blocks summed into tiles (from the bias), which
- * are then written to the NCHW output a channel row at a time with the residual and ReLU. Work items are (image, group, a run of strips) times channel
- * panels, split evenly over the threads. userdata as ggmlpy_conv2d_f32's. */
-#define CONV_STRIP_BYTES (512 * 1024)
-enum { CKB = 256 };  /* rows of a channel panel that stay in L1 while a run of strips passes */
+ * im2col_block writes for a strip of LNR pixels. A run of strips (up to CONV_STRIP_BYTES of patches:
+ * a deep layer's whole small plane) is consumed CKB rows of CKK at a time: those rows of each channel
+ * panel (in L1) pass over every strip of the run, the LMR x LNR blocks summed into tiles (from the
+ * bias), so that the layer's weights are read from memory once a run rather than once a strip; the
+ * tiles are then written to the NCHW output a channel row at a time with the residual and ReLU. A
+ * plane's last, partial strip computes only its pixels (linear_kernel_cols). Work items are (image,
+ * group, a run of strips) times channel panels, split evenly over the threads. userdata as
+ * ggmlpy_conv2d_f32's. */
+#define CONV_STRIP_BYTES (2 * 1024 * 1024)
+enum { CKB = 256 };  /* rows of a channel panel (32 KB) that stay in L1 while a run of strips passes */
 
 /* this thread's buffer of a run's output tiles */
 static float *tile_scratch(size_t n) {
@@ -570,24 +593,20 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
         const int q1 = it == (u1 - 1) / npan ? (int)((u1 - 1) % npan) + 1 : npan;
         const int64_t ri = it % runs, ng = it / runs;
         const int gi = (int)(ng % G), n = (int)(ng / G);
-        const int64_t s0 = ri * run, s1 = s0 + run < strips ? s0 + run : strips;
+        const int64_t s0 = ri * run, s1 = s0 + run < strips ? s0 + run : strips, ns = s1 - s0;
         const float *xg = x + ((int64_t)n * G + gi) * g.C * in_plane;
         float *out = y + ((int64_t)n * G + gi) * Mg * P;
         const float *rg = res ? res + ((int64_t)n * G + gi) * Mg * P : NULL;
-        if (col == NULL) {  /* out of memory (a few hundred KB): never a silently wrong value */
+        float *tiles = col == NULL ? NULL : tile_scratch((size_t)(q1 - q0) * ns * LNR * LMR);
+        float *blk = tiles == NULL ? NULL : panel_scratch((size_t)ns * LNR * CKK + SLACK);
+        if (blk == NULL) {  /* out of memory (a few MB): never a silently wrong value */
             for (int64_t o = (int64_t)q0 * LMR; o < Mg && o < (int64_t)q1 * LMR; o++)
                 for (int64_t p = s0 * LNR; p < P && p < s1 * LNR; p++)
                     out[o * P + p] = __builtin_nanf("");
             continue;
         }
         {  /* the run's patches as one block (long contiguous runs), then cut into [k][LNR] strips */
-            const int64_t p0 = s0 * LNR, m = (P < s1 * LNR ? P : s1 * LNR) - p0, ld = (s1 - s0) * LNR;
-            float *blk = panel_scratch((size_t)ld * CKK + SLACK);
-            if (blk == NULL) {
-                col = NULL;
-                it--;
-                continue;
-            }
+            const int64_t p0 = s0 * LNR, m = (P < s1 * LNR ? P : s1 * LNR) - p0, ld = ns * LNR;
             if (m < ld)
                 for (int r = 0; r < CKK; r++)
                     memset(blk + (int64_t)r * ld + m, 0, (size_t)(ld - m) * sizeof(float));
@@ -599,27 +618,33 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
                     memcpy(c + (int64_t)r * LNR, b + (int64_t)r * ld, LNR * sizeof(float));
             }
         }
-        float *tiles = tile_scratch((size_t)(s1 - s0) * LNR * LMR);
-        if (tiles == NULL) {
-            col = NULL;
-            it--;
-            continue;
+        /* CKB rows of the patches at a time: each panel's rows (in L1) pass over every strip of the
+         * run, the tiles (32 channels by 12 pixels each, from the bias) summed in place; the weights
+         * are read once a run (a small plane is one run: once a layer), the patches' rows from L2.
+         * A partial last strip computes only its pixels. */
+        for (int kb = 0; kb < CKK; kb += CKB) {
+            const int kc = imin(CKB, CKK - kb);
+            for (int q = q0; q < q1; q++) {
+                const float *wq = wp + (((int64_t)gi * npan + q) * CKK + kb) * LMR;
+                const float *bq = bias ? bias + gi * Mg + q * LMR : NULL;
+                float *tq = tiles + (int64_t)(q - q0) * ns * LNR * LMR;
+                for (int64_t s = s0; s < s1; s++) {
+                    const int nr = (int)(P - s * LNR < LNR ? P - s * LNR : LNR);
+                    const float *cs = col + (s - s0) * LNR * CKK + (int64_t)kb * LNR;
+                    float *ts = tq + (s - s0) * LNR * LMR;
+                    if (nr == LNR)
+                        linear_kernel(kc, wq, cs, ts, LMR, kb == 0, bq, 0xFFFF, 0xFFFF, LNR);
+                    else
+                        linear_kernel_cols(kc, wq, cs, ts, LMR, kb == 0, bq, nr);
+                }
+            }
         }
         for (int q = q0; q < q1; q++) {
-            /* CKB rows of the channel panel at a time (in L1) over every strip of the run */
             const int o0 = q * LMR, mr = imin(LMR, Mg - o0);
-            const float *wq = wp + ((int64_t)gi * npan + q) * CKK * LMR;
-            for (int kb = 0; kb < CKK; kb += CKB) {
-                const int kc = imin(CKB, CKK - kb);
-                for (int64_t s = s0; s < s1; s++)
-                    linear_kernel(kc, wq + (int64_t)kb * LMR, col + (s - s0) * LNR * CKK + (int64_t)kb * LNR,
-                                  tiles + (s - s0) * LNR * LMR, LMR, kb == 0, bias ? bias + gi * Mg + o0 : NULL,
-                                  0xFFFF, 0xFFFF, LNR);
-            }
             for (int64_t s = s0; s < s1; s++) {
                 const int64_t p0 = s * LNR;
                 const int m = (int)(P - p0 < LNR ? P - p0 : LNR);
-                const float *tile = tiles + (s - s0) * LNR * LMR;
+                const float *tile = tiles + ((int64_t)(q - q0) * ns + (s - s0)) * LNR * LMR;
                 for (int o = 0; o < mr; o++) {
                     float *yo = out + (int64_t)(o0 + o) * P + p0;
                     const float *ro = rg ? rg + (int64_t)(o0 + o) * P + p0 : NULL;
@@ -752,8 +777,9 @@ static inline __attribute__((always_inline)) void conv_pixels(const int PV, cons
  * offset (kh DH / s) Ws + kw DW / s + p': for a block of 48 consecutive virtual pixels each patch row
  * is a contiguous run of xp at a fixed offset (koff), so the product reads xp directly. The Ws - OW
  * virtual pixels at the end of each row are computed and dropped: the valid lanes of each vector are
- * compressed into the NCHW output, whose pixels they are in order. Blocks, weights
- * (pack_conv_pixels, 8 channels a panel) and threads as conv_pixels; a layer whose copy would pass
+ * compressed into the NCHW output, whose pixels they are in order. Blocks and weights as conv_pixels
+ * (pack_conv_pixels, 8 channels a panel); the work units (image and group, panel, block) run blocks
+ * innermost, split evenly over the threads. A layer whose copy would pass
  * DIRECT_MAX_FLOATS takes patches. Returns 0 (and does nothing) where it does not apply: the same
  * answer on every thread. */
 enum { DIRECT_MAX_FLOATS = 4 << 20, DIRECT_SLACK = 64 };
@@ -843,8 +869,8 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
         free(koff);
         free(used);
         for (int64_t u = u0; u < u1; u++) {
-            const int64_t it = u / npan, si = it % strips, ng = it / strips;
-            const int q = (int)(u % npan);
+            const int64_t si = u % strips, ng = u / (strips * npan);
+            const int q = (int)(u / strips % npan);
             float *out = op.y + ng * Mg * P;
             for (int o = q * 8; o < Mg && o < q * 8 + 8; o++)
                 for (int64_t pv = si * 48; pv < Pv && pv < si * 48 + 48; pv++)
@@ -861,11 +887,12 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
                 used[(dh % S) * S + dw % S] = 1;
             }
     int64_t padded = -1;  /* the (image, group) xp holds */
-    for (int64_t it = u0 / npan; it <= (u1 - 1) / npan; it++) {
-        const int q0 = it == u0 / npan ? (int)(u0 % npan) : 0;
-        const int q1 = it == (u1 - 1) / npan ? (int)((u1 - 1) % npan) + 1 : npan;
-        const int64_t si = it % strips, ng = it / strips;
-        const int gi = (int)(ng % G);
+    for (int64_t u = u0; u < u1; u++) {
+        /* unit u = (image and group, panel, strip), strips innermost: a panel's weights (CKK x 8) are
+         * read from memory once and from L2 for the plane's other strips, instead of the whole
+         * layer's weights streaming once a strip (small planes have few strips and big weights) */
+        const int64_t si = u % strips, ng = u / (strips * npan);
+        const int q = (int)(u / strips % npan), gi = (int)(ng % G);
         if (ng != padded) {
             phase_planes(op.x + ng * g.C * in_plane, xp, &g, S, Hs, Ws, used);
             padded = ng;
@@ -891,24 +918,22 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
         }
         float *out = op.y + ng * Mg * P;
         const float *rg = op.res ? op.res + ng * Mg * P : NULL;
-        for (int q = q0; q < q1; q++) {
-            const int o0 = q * 8, nr = imin(8, Mg - o0);
-            __m512 acc[24];
-            direct_tile(CKK, xp + si * 48, koff, op.w + ((int64_t)gi * npan + q) * CKK * 8, acc,
-                        op.bias ? op.bias + gi * Mg + o0 : NULL);
-            for (int j = 0; j < nr; j++)
-                for (int v = 0; v < 3; v++) {
-                    if (!valid[v])
-                        continue;
-                    const int64_t at = (int64_t)(o0 + j) * P + first[v];
-                    __m512 y = _mm512_maskz_compress_ps(valid[v], acc[j * 3 + v]);
-                    if (rg)
-                        y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(count[v], rg + at));
-                    if (flags & F_RELU)
-                        y = _mm512_max_ps(_mm512_setzero_ps(), y);  /* NaN kept, as pixel_tile */
-                    _mm512_mask_storeu_ps(out + at, count[v], y);
-                }
-        }
+        const int o0 = q * 8, nr = imin(8, Mg - o0);
+        __m512 acc[24];
+        direct_tile(CKK, xp + si * 48, koff, op.w + ((int64_t)gi * npan + q) * CKK * 8, acc,
+                    op.bias ? op.bias + gi * Mg + o0 : NULL);
+        for (int j = 0; j < nr; j++)
+            for (int v = 0; v < 3; v++) {
+                if (!valid[v])
+                    continue;
+                const int64_t at = (int64_t)(o0 + j) * P + first[v];
+                __m512 y = _mm512_maskz_compress_ps(valid[v], acc[j * 3 + v]);
+                if (rg)
+                    y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(count[v], rg + at));
+                if (flags & F_RELU)
+                    y = _mm512_max_ps(_mm512_setzero_ps(), y);  /* NaN kept, as pixel_tile */
+                _mm512_mask_storeu_ps(out + at, count[v], y);
+            }
     }
     free(koff);
     free(used);
