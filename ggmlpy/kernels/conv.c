@@ -778,8 +778,8 @@ static inline __attribute__((always_inline)) void conv_pixels(const int PV, cons
  * is a contiguous run of xp at a fixed offset (koff), so the product reads xp directly. The Ws - OW
  * virtual pixels at the end of each row are computed and dropped: the valid lanes of each vector are
  * compressed into the NCHW output, whose pixels they are in order. Blocks and weights as conv_pixels
- * (pack_conv_pixels, 8 channels a panel); the work units (image and group, panel, block) run blocks
- * innermost, split evenly over the threads. A layer whose copy would pass
+ * (pack_conv_pixels, 8 channels a panel); the work units (image and group, then panel and block in
+ * the order unit_of says) are split evenly over the threads. A layer whose copy would pass
  * DIRECT_MAX_FLOATS takes patches. Returns 0 (and does nothing) where it does not apply: the same
  * answer on every thread. */
 enum { DIRECT_MAX_FLOATS = 4 << 20, DIRECT_SLACK = 64 };
@@ -847,6 +847,17 @@ static inline __attribute__((always_inline)) void direct_tile(int CKK, const flo
         acc[i] = c[i];
 }
 
+/* work unit u of the image-and-group ng, channel panel q and block si: blocks innermost where
+ * panels_outer (a panel's weights read once and from L2 for the plane's other blocks: a deep
+ * layer's small plane and big weights), else panels innermost (a block's padded input in L1 or L2
+ * while every panel passes: a wide plane's) */
+static void unit_of(int64_t u, int64_t strips, int npan, int panels_outer, int64_t *ng, int *q, int64_t *si) {
+    const int64_t per = strips * npan, r = u % per;
+    *ng = u / per;
+    *q = (int)(panels_outer ? r / strips : r % npan);
+    *si = panels_outer ? r % strips : r / npan;
+}
+
 static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
     const conv_args op = conv_args_of(dst, pr);
     const geom g = op.g;
@@ -860,6 +871,9 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
     const int64_t P = op.P, in_plane = op.in_plane, Pv = (int64_t)(g.OH - 1) * Ws + g.OW;
     const int64_t strips = (Pv + 47) / 48, items = (int64_t)N * G * strips;
     const int64_t units = items * npan, u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
+    /* the larger of the group's weights and its padded input is read once, the smaller (in L2)
+     * once a block or panel of the other */
+    const int panels_outer = (int64_t)npan * CKK * 8 > need;
     if (u0 >= u1)
         return 1;
     float *xp = padded_scratch((size_t)need);
@@ -869,8 +883,9 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
         free(koff);
         free(used);
         for (int64_t u = u0; u < u1; u++) {
-            const int64_t si = u % strips, ng = u / (strips * npan);
-            const int q = (int)(u / strips % npan);
+            int64_t si, ng;
+            int q;
+            unit_of(u, strips, npan, panels_outer, &ng, &q, &si);
             float *out = op.y + ng * Mg * P;
             for (int o = q * 8; o < Mg && o < q * 8 + 8; o++)
                 for (int64_t pv = si * 48; pv < Pv && pv < si * 48 + 48; pv++)
@@ -888,11 +903,10 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
             }
     int64_t padded = -1;  /* the (image, group) xp holds */
     for (int64_t u = u0; u < u1; u++) {
-        /* unit u = (image and group, panel, strip), strips innermost: a panel's weights (CKK x 8) are
-         * read from memory once and from L2 for the plane's other strips, instead of the whole
-         * layer's weights streaming once a strip (small planes have few strips and big weights) */
-        const int64_t si = u % strips, ng = u / (strips * npan);
-        const int q = (int)(u / strips % npan), gi = (int)(ng % G);
+        int64_t si, ng;
+        int q;
+        unit_of(u, strips, npan, panels_outer, &ng, &q, &si);
+        const int gi = (int)(ng % G);
         if (ng != padded) {
             phase_planes(op.x + ng * g.C * in_plane, xp, &g, S, Hs, Ws, used);
             padded = ng;
