@@ -438,11 +438,13 @@ enum { LMR = 32, LNR = 12, LKC = 512 };
 
 int ggmlpy_linear_packed_mr(void) { return LMR; }
 
-/* The LMR x NR block (NR <= LNR columns computed, nr <= NR of them loaded and stored) */
-static inline __attribute__((always_inline)) void linear_block(const int NR, int kc, const float *restrict a,
+/* The LMR x NR block (NR <= LNR columns computed, nr <= NR of them loaded and stored), prefetching
+ * a's row PF rows ahead */
+static inline __attribute__((always_inline)) void linear_block(const int NR, const int PF, int kc, const float *restrict a,
                                                                const float *restrict b, int ldb, float *c,
                                                                int64_t ldc, int first, const float *bias,
-                                                               __mmask16 m0, __mmask16 m1, int nr) {
+                                                               __mmask16 m0, __mmask16 m1, int nr,
+                                                               const char *pf, int64_t pf_step) {
     __m512 c0[LNR], c1[LNR];
     if (first) {
         const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
@@ -462,7 +464,9 @@ static inline __attribute__((always_inline)) void linear_block(const int NR, int
     for (int k = 0; k < kc; k++) {
         /* unaligned loads: ggml aligns tensors to 32 bytes only */
         const __m512 a0 = _mm512_loadu_ps(a + LMR * k), a1 = _mm512_loadu_ps(a + LMR * k + 16);
-        _mm_prefetch((const char *)(a + LMR * (k + 8)), _MM_HINT_T0);
+        _mm_prefetch((const char *)(a + LMR * (k + PF)), _MM_HINT_T0);
+        if (pf != NULL)
+            _mm_prefetch(pf + k * pf_step, _MM_HINT_T1);
 #pragma GCC unroll 12
         for (int j = 0; j < NR; j++) {
             const __m512 bj = _mm512_set1_ps(b[ldb * k + j]);
@@ -480,18 +484,25 @@ static inline __attribute__((always_inline)) void linear_block(const int NR, int
 
 static inline void linear_kernel(int kc, const float *restrict a, const float *restrict b, float *c, int64_t ldc,
                                  int first, const float *bias, __mmask16 m0, __mmask16 m1, int nr) {
-    linear_block(LNR, kc, a, b, LNR, c, ldc, first, bias, m0, m1, nr);
+    linear_block(LNR, 8, kc, a, b, LNR, c, ldc, first, bias, m0, m1, nr, NULL, 0);
 }
 
-/* linear_kernel over the first nr columns only (b's rows LNR apart, as linear_kernel's): a plane's last, partial strip of
- * pixels computes no padding columns */
+/* how far ahead (rows) a convolution's product prefetches its weights: the first strip of a block
+ * reads them from L3 or memory */
+#ifndef CONV_PF
+#define CONV_PF 32
+#endif
+
+/* linear_kernel over the first nr columns only (b's rows LNR apart, as linear_kernel's): a plane's
+ * last, partial strip computes no padding columns; and prefetching (into L2) the bytes pf + k pf_step
+ * as it goes, k < kc (pf NULL: none) */
 static void linear_kernel_cols(int kc, const float *restrict a, const float *restrict b, float *c, int64_t ldc,
-                               int first, const float *bias, int nr) {
+                               int first, const float *bias, int nr, const char *pf, int64_t pf_step) {
     switch (nr) {
-#define COLS(n) case n: linear_block(n, kc, a, b, LNR, c, ldc, first, bias, 0xFFFF, 0xFFFF, n); break;
+#define COLS(n) case n: linear_block(n, CONV_PF, kc, a, b, LNR, c, ldc, first, bias, 0xFFFF, 0xFFFF, n, pf, pf_step); break;
     COLS(1) COLS(2) COLS(3) COLS(4) COLS(5) COLS(6) COLS(7) COLS(8) COLS(9) COLS(10) COLS(11)
 #undef COLS
-    default: linear_block(LNR, kc, a, b, LNR, c, ldc, first, bias, 0xFFFF, 0xFFFF, LNR); break;
+    default: linear_block(LNR, CONV_PF, kc, a, b, LNR, c, ldc, first, bias, 0xFFFF, 0xFFFF, LNR, pf, pf_step); break;
     }
 }
 
@@ -564,6 +575,12 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
 #define CONV_STRIP_BYTES (2 * 1024 * 1024)
 enum { CKB = 256 };  /* rows of a channel panel (32 KB) that stay in L1 while a run of strips passes */
 
+/* this thread's aligned copy of a block of a channel panel's rows */
+static float *weight_scratch(size_t n) {
+    static __thread kept_buffer b;
+    return grown(&b, n);
+}
+
 /* this thread's buffer of a run's output tiles */
 static float *tile_scratch(size_t n) {
     static __thread kept_buffer b;
@@ -588,6 +605,12 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
     if (u0 >= u1)
         return;
     float *col = scratch((size_t)run * LNR * CKK);
+    /* ggml aligns tensors to 32 bytes: a weight row (two vectors) that straddles cache lines makes
+     * every load of the product two (measured: 210 -> 148 GF/s in L1), so misaligned weights are
+     * copied a block of CKB rows at a time into an aligned buffer (32 KB) that the run's strips read */
+    float *wcopy = ((uintptr_t)wp & 63) != 0 ? weight_scratch((size_t)CKB * LMR) : NULL;
+    if (((uintptr_t)wp & 63) != 0 && wcopy == NULL)
+        col = NULL;  /* out of memory: the NaN below */
     for (int64_t it = u0 / npan; it <= (u1 - 1) / npan; it++) {
         const int q0 = it == u0 / npan ? (int)(u0 % npan) : 0;
         const int q1 = it == (u1 - 1) / npan ? (int)((u1 - 1) % npan) + 1 : npan;
@@ -626,16 +649,25 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
             const int kc = imin(CKB, CKK - kb);
             for (int q = q0; q < q1; q++) {
                 const float *wq = wp + (((int64_t)gi * npan + q) * CKK + kb) * LMR;
+                if (wcopy != NULL) {  /* the rows the strips read, 64-byte aligned */
+                    memcpy(wcopy, wq, (size_t)kc * LMR * sizeof(float));
+                    wq = wcopy;
+                }
                 const float *bq = bias ? bias + gi * Mg + q * LMR : NULL;
                 float *tq = tiles + (int64_t)(q - q0) * ns * LNR * LMR;
+                /* the next block of weights (the next panel's, or the first panel's next rows) is
+                 * fetched while the strips use this one, each strip a share: the first strip would
+                 * otherwise wait on memory for every row */
+                const int kn = q + 1 < q1 ? kb : kb + CKB, qn = q + 1 < q1 ? q + 1 : q0;
+                const char *pf = ns <= 32 && kn < CKK
+                                     ? (const char *)(wp + (((int64_t)gi * npan + qn) * CKK + kn) * LMR) : NULL;
+                const int64_t step = (LMR * (int64_t)sizeof(float) + ns - 1) / ns;  /* bytes a row, a strip */
                 for (int64_t s = s0; s < s1; s++) {
                     const int nr = (int)(P - s * LNR < LNR ? P - s * LNR : LNR);
                     const float *cs = col + (s - s0) * LNR * CKK + (int64_t)kb * LNR;
                     float *ts = tq + (s - s0) * LNR * LMR;
-                    if (nr == LNR)
-                        linear_kernel(kc, wq, cs, ts, LMR, kb == 0, bq, 0xFFFF, 0xFFFF, LNR);
-                    else
-                        linear_kernel_cols(kc, wq, cs, ts, LMR, kb == 0, bq, nr);
+                    linear_kernel_cols(kc, wq, cs, ts, LMR, kb == 0, bq, nr, pf ? pf + (s - s0) * kc * step : NULL,
+                                       step);
                 }
             }
         }
