@@ -854,9 +854,12 @@ static void phase_planes(const float *x, float *xp, const geom *g, int S, int Hs
     memset(o, 0, DIRECT_SLACK * sizeof(float));
 }
 
+/* one block's 48 pixels by 8 channels over all CKK taps, from the bias; prefetching (into L2) the
+ * bytes pf + k pf_step as it goes (pf NULL: none) */
 static inline __attribute__((always_inline)) void direct_tile(int CKK, const float *restrict a,
                                                               const int32_t *restrict koff, const float *restrict b,
-                                                              __m512 *acc, const float *bias) {
+                                                              __m512 *acc, const float *bias, const char *pf,
+                                                              int64_t pf_step) {
     __m512 c[24];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++)
@@ -866,6 +869,8 @@ static inline __attribute__((always_inline)) void direct_tile(int CKK, const flo
     for (int k = 0; k < CKK; k++) {
         const float *ak = a + koff[k];
         const __m512 a0 = _mm512_loadu_ps(ak), a1 = _mm512_loadu_ps(ak + 16), a2 = _mm512_loadu_ps(ak + 32);
+        if (pf != NULL)
+            _mm_prefetch(pf + k * pf_step, _MM_HINT_T1);
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             const __m512 bj = _mm512_set1_ps(b[k * 8 + j]);
@@ -966,8 +971,13 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
         const float *rg = op.res ? op.res + ng * Mg * P : NULL;
         const int o0 = q * 8, nr = imin(8, Mg - o0);
         __m512 acc[24];
+        /* panels outermost: the next panel's weights are fetched while this one's blocks run, each
+         * block a share (the first block would otherwise wait on memory for every tap) */
+        const char *pf = panels_outer && q + 1 < npan && strips <= 64
+                             ? (const char *)(op.w + ((int64_t)gi * npan + q + 1) * CKK * 8) : NULL;
+        const int64_t step = (8 * (int64_t)sizeof(float) + strips - 1) / strips;
         direct_tile(CKK, xp + si * 48, koff, op.w + ((int64_t)gi * npan + q) * CKK * 8, acc,
-                    op.bias ? op.bias + gi * Mg + o0 : NULL);
+                    op.bias ? op.bias + gi * Mg + o0 : NULL, pf ? pf + si * CKK * step : NULL, step);
         for (int j = 0; j < nr; j++)
             for (int v = 0; v < 3; v++) {
                 if (!valid[v])
