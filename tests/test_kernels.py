@@ -857,13 +857,17 @@ def test_pack_conv_pixels_layout_and_bad_vector_count():
 @needs_packed_conv
 def test_packed_conv_kind_follows_the_padding_lanes():
     def kind(out_hw, channels, kernel=(3, 3), stride=(1, 1), cin=64):
-        return K.packed_conv_kind(out_hw, channels, *kernels.direct_planes(out_hw, kernel, stride, (1, 1), cin))
+        return K.packed_conv_kind(out_hw, channels, *kernels.direct_planes(out_hw, kernel, stride, (1, 1), cin),
+                                  stride=stride[0])
     assert kernels.direct_planes((56, 56), (3, 3), (1, 1), (1, 1), 64) == ((58, 58), 64)
     assert kernels.direct_planes((28, 28), (3, 3), (2, 2), (1, 1), 64) == ((29, 29), 256)  # 57 x 57 in 4 phases
     assert kernels.direct_planes((28, 14), (3, 3), (2, 1), (1, 1), 64) == (None, 0)
     assert kind((56, 56), 64) == "pixels"                                  # ResNet's wide planes
     assert kind((28, 28), 128, stride=(2, 2)) == "pixels"
     assert kind((14, 14), 256, cin=256) == "pixels"                        # 2 of 16 columns a row extra
+    assert kind((14, 14), 256, stride=(2, 2), cin=128) == "channels"       # the same, from 4 phase planes
+    assert kind((14, 14), 256, (1, 1), (2, 2), cin=128) == "channels"      # ResNet's 1x1 downsampling
+    assert kind((28, 28), 128, cin=128) == "pixels"
     assert K.packed_conv_kind((14, 14), 256) == "channels"                 # 196 pixels in patches: 4 blocks and a sliver
     assert kind((7, 7), 512, cin=512) == "channels"                        # 2 of 9 columns a row extra
     assert K.packed_conv_kind((56, 56), 1) is None                         # depthwise: OpenBLAS's conv2d

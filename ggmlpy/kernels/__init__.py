@@ -264,15 +264,17 @@ class Kernels:
                                groups, bias, residual, relu, 0)
 
     def packed_conv_kind(self, out_hw: tuple, channels: int, planes_hw: tuple | None = None,
-                         planes: int = 0) -> str | None:
+                         planes: int = 0, stride: int = 1) -> str | None:
         """Which of conv.c's AVX-512 convolutions (weights packed at load) suits a layer of output planes
         out_hw = (OH, OW) and `channels` output channels a group: "pixels" (conv2d_pixels, blocks of 48
         pixels by 8 channels, stored as whole vectors into NCHW), "channels" (conv2d_packed, 32
-        channels by 12 pixels), whichever computes fewer padding lanes, weighted by their speed per
-        useful lane as measured on ResNet-18's layers: pixels 1.1 with patches, 1.25 where the layer's
-        strides are equal and the pixel kernel reads the padded input's `planes` phase planes of
-        planes_hw = (Hs, Ws) without patches (direct_planes; its Ws - OW extra pixels a row count as
-        padding); None without AVX-512 or below 8 channels (depthwise), where OpenBLAS's conv2d runs it."""
+        channels by 12 pixels, a plane's last strip computing only its pixels), whichever computes
+        fewer padding lanes, weighted by their speed per useful lane as measured on ResNet-18's
+        layers: pixels 1.1 with patches, and where the layer's strides are equal and the pixel kernel
+        reads the padded input's `planes` phase planes of planes_hw = (Hs, Ws) without patches
+        (direct_planes; its Ws - OW extra pixels a row count as padding) 1.25 at `stride` 1 and 1.1 at
+        larger strides (their s x s phase planes a channel are read from further away); None without
+        AVX-512 or below 8 channels (depthwise), where OpenBLAS's conv2d runs it."""
         oh, ow = out_hw
         pixels = oh * ow
         if not self.packed_rows or channels < 8 or pixels < 1:
@@ -281,10 +283,11 @@ class Kernels:
         def used(n, block, real=None):  # the share of a block's lanes that hold real values
             return (n if real is None else real) / (-(-n // block) * block)
         if planes_hw is not None and planes * planes_hw[0] * planes_hw[1] + 64 <= DIRECT_MAX_FLOATS:
-            by_pixels = 1.25 * used((oh - 1) * planes_hw[1] + ow, 48, pixels) * used(channels, 8)
+            speed = 1.25 if stride == 1 else 1.1
+            by_pixels = speed * used((oh - 1) * planes_hw[1] + ow, 48, pixels) * used(channels, 8)
         else:
             by_pixels = 1.1 * used(pixels, 48) * used(channels, 8)
-        by_channels = used(pixels, LNR_PACKED) * used(channels, self.packed_rows)
+        by_channels = used(channels, self.packed_rows)
         return "pixels" if by_pixels >= by_channels else "channels"
 
     def pack_conv_pixels(self, w: np.ndarray, groups: int, vectors: int) -> np.ndarray:

@@ -286,7 +286,8 @@ def conv_kernel(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dil
               else lib.ggml_reshape_1d(b.ctx, cont(b, b.tensor(bias)), M))
     rt = None if residual is None else reshape(b, b.tensor(residual), out_shape)
     kind = (k.packed_conv_kind((OH, OW), M // group, *kernels.direct_planes((OH, OW), (kH, kW), strides, dils,
-                                                                           C // group)) if is_const else None)
+                                                                           C // group), stride=strides[0])
+            if is_const else None)
     if kind == "pixels":
         wp = b.weight(k.pack_conv_pixels(np.asarray(w_arr_or_val, dtype=np.float32), group, PIXEL_VECTORS))
         y = k.conv2d_pixels(b.ctx, cont(b, x), wp, M, (kH, kW), tuple(strides), (pads_b[0], pads_b[1]), tuple(dils),
