@@ -760,7 +760,8 @@ def test_packed_conv_every_geometry_and_thread_count(case):
 @pytest.mark.parametrize("width", list(range(1, 14)) + [97])
 def test_packed_conv_partial_strip_of_every_width(width):
     """A plane's last strip of 1..11 pixels computes only those (one kernel a width), through more
-    than one block of 256 patch rows (partial sums in the tiles), channel panels with a tail."""
+    than one block of 256 patch rows (partial sums in the tiles), channel panels with a tail; the
+    two images' strips in one run."""
     rng = np.random.default_rng(width)
     x = rng.standard_normal((2, 30, 1, width)).astype(np.float32)  # 270 patch rows
     W = rng.standard_normal((45, 30, 3, 3)).astype(np.float32)
@@ -775,11 +776,12 @@ def test_packed_conv_partial_strip_of_every_width(width):
 
 
 @needs_packed_conv
-def test_packed_conv_plane_past_one_run_of_strips():
-    """A plane whose patches pass CONV_STRIP_BYTES (2 MB) is cut into runs of strips: 2025 pixels of
-    270 patch rows are 161 strips and 8 more, the last of 9 pixels."""
+def test_packed_conv_images_past_one_run_of_strips():
+    """The images' strips one after another are cut into runs of CONV_STRIP_BYTES (4 MB) of patches:
+    two images of 2025 pixels of 270 patch rows are 2 x 169 strips (the last of 9 pixels), a run of
+    323 strips that ends inside the second image and one of 15."""
     rng = np.random.default_rng(5)
-    x = rng.standard_normal((1, 30, 45, 45)).astype(np.float32)
+    x = rng.standard_normal((2, 30, 45, 45)).astype(np.float32)
     W = rng.standard_normal((40, 30, 3, 3)).astype(np.float32)
     bias = rng.standard_normal(40).astype(np.float32)
     ref = conv_ref(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1) + bias.reshape(1, -1, 1, 1)

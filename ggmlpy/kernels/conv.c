@@ -565,14 +565,14 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
  * W^T: panels of LMR output channels, [C*KH*KW][LMR]): out^T (M x P) = W (M x CKK) col^T (CKK x P),
  * the orientation of the linear layers above, whose x panels ([k][LNR pixels]) are exactly what
  * im2col_block writes for a strip of LNR pixels. A run of strips (up to CONV_STRIP_BYTES of patches:
- * a deep layer's whole small plane) is consumed CKB rows of CKK at a time: those rows of each channel
- * panel (in L1) pass over every strip of the run, the LMR x LNR blocks summed into tiles (from the
- * bias), so that the layer's weights are read from memory once a run rather than once a strip; the
- * tiles are then written to the NCHW output a channel row at a time with the residual and ReLU. A
- * plane's last, partial strip computes only its pixels (linear_kernel_cols). Work items are (image,
- * group, a run of strips) times channel panels, split evenly over the threads. userdata as
- * ggmlpy_conv2d_f32's. */
-#define CONV_STRIP_BYTES (2 * 1024 * 1024)
+ * a deep layer's whole small plane, or several images') is consumed CKB rows of CKK at a time: those
+ * rows of each channel panel (in L1) pass over every strip of the run, the LMR x LNR blocks summed
+ * into tiles (from the bias), so that the layer's weights are read from memory once a run rather
+ * than once a strip; the tiles are then written to the NCHW output a channel row at a time with the
+ * residual and ReLU. A plane's last, partial strip computes only its pixels (linear_kernel_cols).
+ * Work items are (group, a run of strips) times channel panels, split evenly over the threads.
+ * userdata as ggmlpy_conv2d_f32's. */
+#define CONV_STRIP_BYTES (4 * 1024 * 1024)
 enum { CKB = 256 };  /* rows of a channel panel (32 KB) that stay in L1 while a run of strips passes */
 
 /* this thread's aligned copy of a block of a channel panel's rows */
@@ -595,10 +595,13 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
     const int64_t P = op.P, in_plane = op.in_plane;
     const float *x = op.x, *wp = op.w, *bias = op.bias, *res = op.res;
     float *y = op.y;
-    const int64_t strips = (P + LNR - 1) / LNR;
+    /* a group's strips, the images' one after another (strip t: image t / strips, its strip t % strips):
+     * a run may take strips of several images, so that a deep layer of small planes reads its
+     * weights once a run of images rather than once an image */
+    const int64_t strips = (P + LNR - 1) / LNR, all = (int64_t)N * strips;
     int64_t run = CONV_STRIP_BYTES / ((int64_t)LNR * CKK * (int64_t)sizeof(float));
-    run = run < 1 ? 1 : run > strips ? strips : run;
-    const int64_t runs = (strips + run - 1) / run, items = (int64_t)N * G * runs;
+    run = run < 1 ? 1 : run > all ? all : run;
+    const int64_t runs = (all + run - 1) / run, items = (int64_t)G * runs;
     /* this thread's share of the (item, channel panel) pairs: whole items, and at most one item at
      * each end shared with the next thread (whose patches both then build) */
     const int64_t units = items * npan, u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
@@ -614,37 +617,42 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
     for (int64_t it = u0 / npan; it <= (u1 - 1) / npan; it++) {
         const int q0 = it == u0 / npan ? (int)(u0 % npan) : 0;
         const int q1 = it == (u1 - 1) / npan ? (int)((u1 - 1) % npan) + 1 : npan;
-        const int64_t ri = it % runs, ng = it / runs;
-        const int gi = (int)(ng % G), n = (int)(ng / G);
-        const int64_t s0 = ri * run, s1 = s0 + run < strips ? s0 + run : strips, ns = s1 - s0;
-        const float *xg = x + ((int64_t)n * G + gi) * g.C * in_plane;
-        float *out = y + ((int64_t)n * G + gi) * Mg * P;
-        const float *rg = res ? res + ((int64_t)n * G + gi) * Mg * P : NULL;
+        const int gi = (int)(it / runs);
+        const int64_t t0 = it % runs * run, t1 = t0 + run < all ? t0 + run : all, ns = t1 - t0;
         float *tiles = col == NULL ? NULL : tile_scratch((size_t)(q1 - q0) * ns * LNR * LMR);
-        float *blk = tiles == NULL ? NULL : panel_scratch((size_t)ns * LNR * CKK + SLACK);
+        float *blk = tiles == NULL ? NULL : panel_scratch((size_t)(ns * LNR + SLACK) * CKK + SLACK);
         if (blk == NULL) {  /* out of memory (a few MB): never a silently wrong value */
-            for (int64_t o = (int64_t)q0 * LMR; o < Mg && o < (int64_t)q1 * LMR; o++)
-                for (int64_t p = s0 * LNR; p < P && p < s1 * LNR; p++)
-                    out[o * P + p] = __builtin_nanf("");
+            for (int64_t t = t0; t < t1; t++) {
+                float *out = y + ((t / strips) * G + gi) * Mg * P;
+                for (int64_t o = (int64_t)q0 * LMR; o < Mg && o < (int64_t)q1 * LMR; o++)
+                    for (int64_t p = t % strips * LNR; p < P && p < (t % strips + 1) * LNR; p++)
+                        out[o * P + p] = __builtin_nanf("");
+            }
             continue;
         }
-        {  /* the run's patches as one block (long contiguous runs), then cut into [k][LNR] strips */
-            const int64_t p0 = s0 * LNR, m = (P < s1 * LNR ? P : s1 * LNR) - p0, ld = ns * LNR;
-            if (m < ld)
-                for (int r = 0; r < CKK; r++)
-                    memset(blk + (int64_t)r * ld + m, 0, (size_t)(ld - m) * sizeof(float));
-            im2col_block(xg, blk, p0, m, ld, &g);
-            for (int64_t s = s0; s < s1; s++) {
-                float *c = col + (s - s0) * LNR * CKK;
-                const float *b = blk + (s - s0) * LNR;
+        {  /* the run's patches as one block (long contiguous runs), an image's piece at a time, then
+            * cut into [k][LNR] strips; the columns past a plane's last pixel are never read. A piece
+            * writes up to SLACK floats past its end: into the next piece's columns (written later)
+            * or the row's SLACK columns */
+            const int64_t ld = ns * LNR + SLACK;
+            for (int64_t t = t0; t < t1;) {
+                const int64_t n = t / strips, te = (n + 1) * strips < t1 ? (n + 1) * strips : t1;
+                const int64_t p0 = t % strips * LNR, pe = (te - n * strips) * LNR;
+                im2col_block(x + (n * G + gi) * g.C * in_plane, blk + (t - t0) * LNR, p0, (pe < P ? pe : P) - p0, ld,
+                             &g);
+                t = te;
+            }
+            for (int64_t t = t0; t < t1; t++) {
+                float *c = col + (t - t0) * LNR * CKK;
+                const float *b = blk + (t - t0) * LNR;
                 for (int r = 0; r < CKK; r++)
                     memcpy(c + (int64_t)r * LNR, b + (int64_t)r * ld, LNR * sizeof(float));
             }
         }
         /* CKB rows of the patches at a time: each panel's rows (in L1) pass over every strip of the
          * run, the tiles (32 channels by 12 pixels each, from the bias) summed in place; the weights
-         * are read once a run (a small plane is one run: once a layer), the patches' rows from L2.
-         * A partial last strip computes only its pixels. */
+         * are read once a run (small planes: once a layer or a few images), the patches' rows from
+         * L2. A plane's partial last strip computes only its pixels. */
         for (int kb = 0; kb < CKK; kb += CKB) {
             const int kc = imin(CKB, CKK - kb);
             for (int q = q0; q < q1; q++) {
@@ -662,21 +670,24 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
                 const char *pf = ns <= 32 && kn < CKK
                                      ? (const char *)(wp + (((int64_t)gi * npan + qn) * CKK + kn) * LMR) : NULL;
                 const int64_t step = (LMR * (int64_t)sizeof(float) + ns - 1) / ns;  /* bytes a row, a strip */
-                for (int64_t s = s0; s < s1; s++) {
-                    const int nr = (int)(P - s * LNR < LNR ? P - s * LNR : LNR);
-                    const float *cs = col + (s - s0) * LNR * CKK + (int64_t)kb * LNR;
-                    float *ts = tq + (s - s0) * LNR * LMR;
-                    linear_kernel_cols(kc, wq, cs, ts, LMR, kb == 0, bq, nr, pf ? pf + (s - s0) * kc * step : NULL,
+                for (int64_t t = t0; t < t1; t++) {
+                    const int64_t ls = t % strips;
+                    const int nr = (int)(P - ls * LNR < LNR ? P - ls * LNR : LNR);
+                    const float *cs = col + (t - t0) * LNR * CKK + (int64_t)kb * LNR;
+                    float *ts = tq + (t - t0) * LNR * LMR;
+                    linear_kernel_cols(kc, wq, cs, ts, LMR, kb == 0, bq, nr, pf ? pf + (t - t0) * kc * step : NULL,
                                        step);
                 }
             }
         }
         for (int q = q0; q < q1; q++) {
             const int o0 = q * LMR, mr = imin(LMR, Mg - o0);
-            for (int64_t s = s0; s < s1; s++) {
-                const int64_t p0 = s * LNR;
+            for (int64_t t = t0; t < t1; t++) {
+                const int64_t n = t / strips, p0 = t % strips * LNR;
                 const int m = (int)(P - p0 < LNR ? P - p0 : LNR);
-                const float *tile = tiles + ((int64_t)(q - q0) * ns + (s - s0)) * LNR * LMR;
+                float *out = y + (n * G + gi) * Mg * P;
+                const float *rg = res ? res + (n * G + gi) * Mg * P : NULL;
+                const float *tile = tiles + ((int64_t)(q - q0) * ns + (t - t0)) * LNR * LMR;
                 for (int o = 0; o < mr; o++) {
                     float *yo = out + (int64_t)(o0 + o) * P + p0;
                     const float *ro = rg ? rg + (int64_t)(o0 + o) * P + p0 : NULL;
