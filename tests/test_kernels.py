@@ -777,9 +777,9 @@ def test_packed_conv_partial_strip_of_every_width(width):
 
 @needs_packed_conv
 def test_packed_conv_images_past_one_run_of_strips():
-    """The images' strips one after another are cut into runs of CONV_STRIP_BYTES (4 MB) of patches:
-    two images of 2025 pixels of 270 patch rows are 2 x 169 strips (the last of 9 pixels), a run of
-    323 strips that ends inside the second image and one of 15."""
+    """The images' strips one after another are cut into runs (what a pass keeps in L2: 2 panels'
+    tiles and 256 patch rows a strip, 34 strips in 512 KB): two images of 2025 pixels are 2 x 169
+    strips (the last of 9 pixels), runs that end inside an image and start in one."""
     rng = np.random.default_rng(5)
     x = rng.standard_normal((2, 30, 45, 45)).astype(np.float32)
     W = rng.standard_normal((40, 30, 3, 3)).astype(np.float32)

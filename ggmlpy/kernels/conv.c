@@ -42,6 +42,7 @@ enum { F_RELU = 1, F_BIAS = 2, F_RESIDUAL = 4 };
 int ggmlpy_conv_params_count(void) { return P_COUNT; }
 
 static int imin(int a, int b) { return a < b ? a : b; }
+static int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int imax(int a, int b) { return a > b ? a : b; }
 static int clampi(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
@@ -564,8 +565,9 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
 /* The convolution of ggmlpy_conv2d_f32 on AVX-512 with its weights packed at load (pack_linear of
  * W^T: panels of LMR output channels, [C*KH*KW][LMR]): out^T (M x P) = W (M x CKK) col^T (CKK x P),
  * the orientation of the linear layers above, whose x panels ([k][LNR pixels]) are exactly what
- * im2col_block writes for a strip of LNR pixels. A run of strips (up to CONV_STRIP_BYTES of patches:
- * a deep layer's whole small plane, or several images') is consumed CKB rows of CKK at a time: those
+ * im2col_block writes for a strip of LNR pixels. A run of strips (up to CONV_STRIP_BYTES of patches
+ * and RUN_L2_BYTES of tiles and a block of patch rows: a deep layer's whole small plane, or several
+ * images') is consumed CKB rows of CKK at a time: those
  * rows of each channel panel (in L1) pass over every strip of the run, the LMR x LNR blocks summed
  * into tiles (from the bias), so that the layer's weights are read from memory once a run rather
  * than once a strip; the tiles are then written to the NCHW output a channel row at a time with the
@@ -573,6 +575,7 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
  * Work items are (group, a run of strips) times channel panels, split evenly over the threads.
  * userdata as ggmlpy_conv2d_f32's. */
 #define CONV_STRIP_BYTES (4 * 1024 * 1024)
+#define RUN_L2_BYTES (512 * 1024)
 enum { CKB = 256 };  /* rows of a channel panel (32 KB) that stay in L1 while a run of strips passes */
 
 /* this thread's aligned copy of a block of a channel panel's rows */
@@ -600,6 +603,9 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
      * weights once a run of images rather than once an image */
     const int64_t strips = (P + LNR - 1) / LNR, all = (int64_t)N * strips;
     int64_t run = CONV_STRIP_BYTES / ((int64_t)LNR * CKK * (int64_t)sizeof(float));
+    /* and what a pass over a run's strips keeps in L2 (every panel's tiles and a block of patch rows) */
+    const int64_t per_strip = ((int64_t)npan * LMR + imin(CKB, CKK)) * LNR * (int64_t)sizeof(float);
+    run = imin64(run, RUN_L2_BYTES / per_strip);
     run = run < 1 ? 1 : run > all ? all : run;
     const int64_t runs = (all + run - 1) / run, items = (int64_t)G * runs;
     /* this thread's share of the (item, channel panel) pairs: whole items, and at most one item at
