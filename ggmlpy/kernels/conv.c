@@ -912,6 +912,30 @@ static void unit_of(int64_t u, int64_t strips, int npan, int panels_outer, int64
     *si = panels_outer ? r % strips : r / npan;
 }
 
+/* each of block si's 3 vectors' valid lanes (virtual pixels inside a row, pv % Ws < OW, and before
+ * the end Pv), as many low lanes set in count, and where the first valid one goes in the output
+ * plane; one division a block, the row and column then counted along */
+static void block_lanes(int64_t si, int64_t Pv, int Ws, int OW, __mmask16 *valid, __mmask16 *count, int64_t *first) {
+    int64_t pv = si * 48, row = pv / Ws;
+    int col = (int)(pv - row * Ws);
+    for (int v = 0; v < 3; v++) {
+        unsigned bits = 0;
+        first[v] = -1;
+        for (int l = 0; l < 16; l++, pv++) {
+            if (pv < Pv && col < OW) {
+                bits |= 1u << l;
+                if (first[v] < 0)
+                    first[v] = row * OW + col;
+            }
+            if (++col == Ws)
+                col = 0, row++;
+        }
+        valid[v] = (__mmask16)bits;
+        const int n = __builtin_popcount(bits);
+        count[v] = (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
+    }
+}
+
 static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
     const conv_args op = conv_args_of(dst, pr);
     const geom g = op.g;
@@ -956,6 +980,9 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
                 used[(dh % S) * S + dw % S] = 1;
             }
     int64_t padded = -1;  /* the (image, group) xp holds */
+    int64_t lanes_of = -1;  /* the block whose lanes valid, count and first hold */
+    __mmask16 valid[3], count[3];
+    int64_t first[3];
     for (int64_t u = u0; u < u1; u++) {
         int64_t si, ng;
         int q;
@@ -965,24 +992,9 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
             phase_planes(op.x + ng * g.C * in_plane, xp, &g, S, Hs, Ws, used);
             padded = ng;
         }
-        /* each vector's valid lanes (virtual pixels inside a row and before the end) and where the
-         * first of them goes in the output plane */
-        __mmask16 valid[3], count[3];
-        int64_t first[3];
-        for (int v = 0; v < 3; v++) {
-            unsigned bits = 0;
-            first[v] = -1;
-            for (int l = 0; l < 16; l++) {
-                const int64_t pv = si * 48 + 16 * v + l;
-                if (pv < Pv && pv % Ws < g.OW) {
-                    bits |= 1u << l;
-                    if (first[v] < 0)
-                        first[v] = pv / Ws * g.OW + pv % Ws;
-                }
-            }
-            valid[v] = (__mmask16)bits;
-            const int n = __builtin_popcount(bits);
-            count[v] = (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
+        if (si != lanes_of) {  /* the block's lanes, worked out once a block (blocks outermost: once for its panels) */
+            block_lanes(si, Pv, Ws, g.OW, valid, count, first);
+            lanes_of = si;
         }
         float *out = op.y + ng * Mg * P;
         const float *rg = op.res ? op.res + ng * Mg * P : NULL;
