@@ -1012,12 +1012,16 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
                 if (!valid[v])
                     continue;
                 const int64_t at = (int64_t)(o0 + j) * P + first[v];
-                __m512 y = _mm512_maskz_compress_ps(valid[v], acc[j * 3 + v]);
+                const int full = valid[v] == 0xFFFF;  /* plain loads and stores: masked ones are slower */
+                __m512 y = full ? acc[j * 3 + v] : _mm512_maskz_compress_ps(valid[v], acc[j * 3 + v]);
                 if (rg)
-                    y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(count[v], rg + at));
+                    y = _mm512_add_ps(y, full ? _mm512_loadu_ps(rg + at) : _mm512_maskz_loadu_ps(count[v], rg + at));
                 if (flags & F_RELU)
                     y = _mm512_max_ps(_mm512_setzero_ps(), y);  /* NaN kept, as pixel_tile */
-                _mm512_mask_storeu_ps(out + at, count[v], y);
+                if (full)
+                    _mm512_storeu_ps(out + at, y);
+                else
+                    _mm512_mask_storeu_ps(out + at, count[v], y);
             }
     }
     free(koff);
