@@ -43,6 +43,7 @@ int ggmlpy_conv_params_count(void) { return P_COUNT; }
 
 static int imin(int a, int b) { return a < b ? a : b; }
 static int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t imax64(int64_t a, int64_t b) { return a > b ? a : b; }
 static int imax(int a, int b) { return a > b ? a : b; }
 static int clampi(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
@@ -838,37 +839,52 @@ static float *padded_scratch(size_t n) {
     return grown(&b, n);
 }
 
-/* the phase planes of x (one image and group) that some tap reads, `used` (a S + b) the ones to make;
- * the others are left as they are (only the dropped lanes read into them) */
-static void phase_planes(const float *x, float *xp, const geom *g, int S, int Hs, int Ws, const char *used) {
+/* rows [i0, i1) of the phase planes of x (one image and group) that some tap reads, `used` (a S + b)
+ * the ones to make; the others are left as they are (only the dropped lanes read into them) */
+static void phase_planes(const float *x, float *xp, const geom *g, int S, int Hs, int Ws, const char *used, int i0,
+                         int i1) {
     float *o = xp;
     for (int c = 0; c < g->C; c++)
         for (int a = 0; a < S; a++)
-            for (int b = 0; b < S; b++) {
-                if (!used[a * S + b]) {
-                    o += (int64_t)Hs * Ws;
+            for (int b = 0; b < S; b++, o += (int64_t)Hs * Ws) {
+                if (!used[a * S + b])
                     continue;
-                }
-                for (int i = 0; i < Hs; i++, o += Ws) {
+                for (int i = i0; i < i1; i++) {
+                    float *r = o + (int64_t)i * Ws;  /* row i of plane (c, a, b) */
                     const int ih = i * S + a - g->PH;
                     if (ih < 0 || ih >= g->H) {
-                        memset(o, 0, (size_t)Ws * sizeof(float));
+                        memset(r, 0, (size_t)Ws * sizeof(float));
                         continue;
                     }
                     const float *row = x + ((int64_t)c * g->H + ih) * g->W;
                     /* columns j with 0 <= j S + b - PW < W */
                     const int off = b - g->PW;
                     const int lo = imin(first_in(off, S), Ws), hi = imax(lo, imin(first_past(off, S, g->W), Ws));
-                    memset(o, 0, (size_t)lo * sizeof(float));
+                    memset(r, 0, (size_t)lo * sizeof(float));
                     if (S == 1)
-                        memcpy(o + lo, row + lo + off, (size_t)(hi - lo) * sizeof(float));
+                        memcpy(r + lo, row + lo + off, (size_t)(hi - lo) * sizeof(float));
                     else
                         for (int j = lo; j < hi; j++)
-                            o[j] = row[(int64_t)j * S + off];
-                    memset(o + hi, 0, (size_t)(Ws - hi) * sizeof(float));
+                            r[j] = row[(int64_t)j * S + off];
+                    memset(r + hi, 0, (size_t)(Ws - hi) * sizeof(float));
                 }
             }
     memset(o, 0, DIRECT_SLACK * sizeof(float));
+}
+
+/* the rows [*i0, *i1) of every phase plane that this thread's units of one image and group, [ua, ub)
+ * of its strips x npan, read for their valid pixels: with blocks outermost a thread of several takes
+ * part of the plane (its blocks' rows of virtual pixels and (KH-1) DH / S rows more for the taps; a
+ * valid pixel's taps stay in its row, as Ws covers the padded width); the other rows are left as
+ * they are (only lanes that are dropped read them) */
+static void rows_read(int64_t ua, int64_t ub, int npan, int panels_outer, const geom *g, int S, int Hs, int Ws,
+                      int *i0, int *i1) {
+    *i0 = 0, *i1 = Hs;
+    if (panels_outer)
+        return;
+    const int64_t sa = ua / npan, sb = (ub - 1) / npan;
+    *i0 = (int)(sa * 48 / Ws);
+    *i1 = (int)imin64(Hs, ((sb + 1) * 48 - 1) / Ws + (int64_t)(g->KH - 1) * g->DH / S + 1);
 }
 
 /* one block's 48 pixels by 8 channels over all CKK taps, from the bias; prefetching (into L2) the
@@ -989,7 +1005,11 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
         unit_of(u, strips, npan, panels_outer, &ng, &q, &si);
         const int gi = (int)(ng % G);
         if (ng != padded) {
-            phase_planes(op.x + ng * g.C * in_plane, xp, &g, S, Hs, Ws, used);
+            const int64_t per = strips * npan;
+            int i0, i1;
+            rows_read(imax64(u0, ng * per) - ng * per, imin64(u1, (ng + 1) * per) - ng * per, npan, panels_outer, &g,
+                      S, Hs, Ws, &i0, &i1);
+            phase_planes(op.x + ng * g.C * in_plane, xp, &g, S, Hs, Ws, used, i0, i1);
             padded = ng;
         }
         if (si != lanes_of) {  /* the block's lanes, worked out once a block (blocks outermost: once for its panels) */
