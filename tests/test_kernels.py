@@ -518,9 +518,10 @@ def conv_ref(x, W, stride, pads_b, pads_e, dil, groups):
 
 
 def conv_on_cpu(x, W, stride, pads_b, pads_e, dil, groups, threads, bias=None, residual=None, relu=False, block=0,
-                packed=False, pixels=0):
+                packed=False, pixels=0, weights_at=None):
     """K.conv2d (or, packed, K.conv2d_packed; with pixels = 1, 2 or 3, K.conv2d_pixels with that many
-    vectors of pixels a block) of numpy arrays on ggml's CPU backend (one graph)."""
+    vectors of pixels a block) of numpy arrays on ggml's CPU backend (one graph). weights_at (packed):
+    the packed weights' address modulo 64 bytes (a view into a larger tensor)."""
     from ggmlpy.bindings import ffi
     N, C, H, Wd = x.shape
     M, Cg, KH, KW = W.shape
@@ -543,8 +544,14 @@ def conv_on_cpu(x, W, stride, pads_b, pads_e, dil, groups, threads, bias=None, r
                                 groups, bt, rt, relu, pixels)
         elif packed:
             wp = K.pack_conv(W, groups)
-            y = K.conv2d_packed(ctx, xt, tensor(wp, *wp.shape[::-1], 1), M, (KH, KW), stride, pads_b, dil, (OH, OW),
-                                groups, bt, rt, relu)
+            wt = tensor(wp, *wp.shape[::-1], 1)
+            if weights_at is not None:
+                big = lib.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_F32, wp.size + 16)
+                skip = (weights_at - int(ffi.cast("uintptr_t", big.data))) % 64
+                wt = lib.ggml_view_4d(ctx, big, *wp.shape[::-1], 1, wt.nb[1], wt.nb[2], wt.nb[3], skip)
+                ffi.memmove(wt.data, wp.tobytes(), wp.nbytes)
+                assert int(ffi.cast("uintptr_t", wt.data)) % 64 == weights_at
+            y = K.conv2d_packed(ctx, xt, wt, M, (KH, KW), stride, pads_b, dil, (OH, OW), groups, bt, rt, relu)
         else:
             wt = lib.ggml_reshape_2d(ctx, tensor(W, KW, KH, Cg, M), KW * KH * Cg, M)
             y = K.conv2d(ctx, xt, wt, (KH, KW), stride, pads_b, dil, (OH, OW), groups, bt, rt, relu, block)
@@ -773,6 +780,22 @@ def test_packed_conv_partial_strip_of_every_width(width):
                           packed=True)
         want = np.maximum(ref + r, 0)
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@needs_packed_conv
+@pytest.mark.parametrize("weights_at", [0, 32])
+def test_packed_conv_weights_aligned_or_not(weights_at):
+    """Weights that ggml placed 32 bytes past a cache line (its tensors' alignment) are read from an
+    aligned copy, a block of 256 rows at a time: the same numbers as aligned ones."""
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((2, 40, 5, 7)).astype(np.float32)  # 360 patch rows: two blocks
+    W = rng.standard_normal((70, 40, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(70).astype(np.float32)
+    ref = conv_ref(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1) + bias.reshape(1, -1, 1, 1)
+    for threads in (1, 2):
+        out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, bias=bias, packed=True,
+                          weights_at=weights_at)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
 
 @needs_packed_conv
