@@ -822,8 +822,8 @@ PIXEL_CASES = CONV_CASES + [  # planes past one block of pixels, with tails; cha
     ((1, 6, 21, 35), (10, 6, 1, 1), (2, 2), (0, 0), (0, 0), (1, 1), 1),   # 1x1 stride 2
     ((1, 4, 20, 33), (6, 4, 3, 3), (3, 3), (2, 1), (0, 2), (2, 1), 1),    # stride 3 (one column at a time), dilation
     ((2, 8, 12, 18), (26, 4, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 2),   # groups of 13 channels
-    # the padded kernel (3 vectors) with weights larger than the padded input (panels outermost:
-    # 3 x 216 x 8 floats against 24 x 12 x 15) and smaller (blocks outermost: 3 x 54 x 8 against 6 x 22 x 23)
+    # the padded kernel (3 vectors) over several blocks and panels, 2 images: weights larger than
+    # the padded input (3 x 216 x 8 floats against 24 x 12 x 15) and smaller (3 x 54 x 8 against 6 x 22 x 23)
     ((2, 24, 10, 13), (20, 24, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1),
     ((2, 6, 20, 21), (20, 6, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1),
 ]

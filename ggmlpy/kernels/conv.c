@@ -828,8 +828,8 @@ static inline __attribute__((always_inline)) void conv_pixels(const int PV, cons
  * is a contiguous run of xp at a fixed offset (koff), so the product reads xp directly. The Ws - OW
  * virtual pixels at the end of each row are computed and dropped: the valid lanes of each vector are
  * compressed into the NCHW output, whose pixels they are in order. Blocks and weights as conv_pixels
- * (pack_conv_pixels, 8 channels a panel); the work units (image and group, then panel and block in
- * the order unit_of says) are split evenly over the threads. A layer whose copy would pass
+ * (pack_conv_pixels, 8 channels a panel); the work units (image and group, block, panel) are split
+ * evenly over the threads. A layer whose copy would pass
  * DIRECT_MAX_FLOATS takes patches. Returns 0 (and does nothing) where it does not apply: the same
  * answer on every thread. */
 enum { DIRECT_MAX_FLOATS = 4 << 20, DIRECT_SLACK = 64 };
@@ -873,26 +873,19 @@ static void phase_planes(const float *x, float *xp, const geom *g, int S, int Hs
 }
 
 /* the rows [*i0, *i1) of every phase plane that this thread's units of one image and group, [ua, ub)
- * of its strips x npan, read for their valid pixels: with blocks outermost a thread of several takes
- * part of the plane (its blocks' rows of virtual pixels and (KH-1) DH / S rows more for the taps; a
- * valid pixel's taps stay in its row, as Ws covers the padded width); the other rows are left as
- * they are (only lanes that are dropped read them) */
-static void rows_read(int64_t ua, int64_t ub, int npan, int panels_outer, const geom *g, int S, int Hs, int Ws,
-                      int *i0, int *i1) {
-    *i0 = 0, *i1 = Hs;
-    if (panels_outer)
-        return;
+ * of its strips x npan, read for their valid pixels: a thread of several takes part of the plane (its
+ * blocks' rows of virtual pixels and (KH-1) DH / S rows more for the taps; a valid pixel's taps stay
+ * in its row, as Ws covers the padded width); the other rows are left as they are (only lanes that
+ * are dropped read them) */
+static void rows_read(int64_t ua, int64_t ub, int npan, const geom *g, int S, int Hs, int Ws, int *i0, int *i1) {
     const int64_t sa = ua / npan, sb = (ub - 1) / npan;
     *i0 = (int)(sa * 48 / Ws);
     *i1 = (int)imin64(Hs, ((sb + 1) * 48 - 1) / Ws + (int64_t)(g->KH - 1) * g->DH / S + 1);
 }
 
-/* one block's 48 pixels by 8 channels over all CKK taps, from the bias; prefetching (into L2) the
- * bytes pf + k pf_step as it goes (pf NULL: none) */
 static inline __attribute__((always_inline)) void direct_tile(int CKK, const float *restrict a,
                                                               const int32_t *restrict koff, const float *restrict b,
-                                                              __m512 *acc, const float *bias, const char *pf,
-                                                              int64_t pf_step) {
+                                                              __m512 *acc, const float *bias) {
     __m512 c[24];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++)
@@ -902,8 +895,6 @@ static inline __attribute__((always_inline)) void direct_tile(int CKK, const flo
     for (int k = 0; k < CKK; k++) {
         const float *ak = a + koff[k];
         const __m512 a0 = _mm512_loadu_ps(ak), a1 = _mm512_loadu_ps(ak + 16), a2 = _mm512_loadu_ps(ak + 32);
-        if (pf != NULL)
-            _mm_prefetch(pf + k * pf_step, _MM_HINT_T1);
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             const __m512 bj = _mm512_set1_ps(b[k * 8 + j]);
@@ -915,17 +906,6 @@ static inline __attribute__((always_inline)) void direct_tile(int CKK, const flo
 #pragma GCC unroll 24
     for (int i = 0; i < 24; i++)
         acc[i] = c[i];
-}
-
-/* work unit u of the image-and-group ng, channel panel q and block si: blocks innermost where
- * panels_outer (a panel's weights read once and from L2 for the plane's other blocks: a deep
- * layer's small plane and big weights), else panels innermost (a block's padded input in L1 or L2
- * while every panel passes: a wide plane's) */
-static void unit_of(int64_t u, int64_t strips, int npan, int panels_outer, int64_t *ng, int *q, int64_t *si) {
-    const int64_t per = strips * npan, r = u % per;
-    *ng = u / per;
-    *q = (int)(panels_outer ? r / strips : r % npan);
-    *si = panels_outer ? r % strips : r / npan;
 }
 
 /* each of block si's 3 vectors' valid lanes (virtual pixels inside a row, pv % Ws < OW, and before
@@ -965,9 +945,6 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
     const int64_t P = op.P, in_plane = op.in_plane, Pv = (int64_t)(g.OH - 1) * Ws + g.OW;
     const int64_t strips = (Pv + 47) / 48, items = (int64_t)N * G * strips;
     const int64_t units = items * npan, u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
-    /* the larger of the group's weights and its padded input is read once, the smaller (in L2)
-     * once a block or panel of the other */
-    const int panels_outer = (int64_t)npan * CKK * 8 > need;
     if (u0 >= u1)
         return 1;
     float *xp = padded_scratch((size_t)need);
@@ -977,9 +954,8 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
         free(koff);
         free(used);
         for (int64_t u = u0; u < u1; u++) {
-            int64_t si, ng;
-            int q;
-            unit_of(u, strips, npan, panels_outer, &ng, &q, &si);
+            const int64_t it = u / npan, si = it % strips, ng = it / strips;
+            const int q = (int)(u % npan);
             float *out = op.y + ng * Mg * P;
             for (int o = q * 8; o < Mg && o < q * 8 + 8; o++)
                 for (int64_t pv = si * 48; pv < Pv && pv < si * 48 + 48; pv++)
@@ -1000,19 +976,20 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
     __mmask16 valid[3], count[3];
     int64_t first[3];
     for (int64_t u = u0; u < u1; u++) {
-        int64_t si, ng;
-        int q;
-        unit_of(u, strips, npan, panels_outer, &ng, &q, &si);
-        const int gi = (int)(ng % G);
+        /* unit u = (image and group, block, panel), panels innermost: a block's padded input stays
+         * in L1 or L2 while every panel passes over it (measured faster than panels outermost even
+         * where the weights are the larger: a block's taps are 6 times the bytes of a panel's) */
+        const int64_t si = u / npan % strips, ng = u / npan / strips;
+        const int q = (int)(u % npan), gi = (int)(ng % G);
         if (ng != padded) {
             const int64_t per = strips * npan;
             int i0, i1;
-            rows_read(imax64(u0, ng * per) - ng * per, imin64(u1, (ng + 1) * per) - ng * per, npan, panels_outer, &g,
-                      S, Hs, Ws, &i0, &i1);
+            rows_read(imax64(u0, ng * per) - ng * per, imin64(u1, (ng + 1) * per) - ng * per, npan, &g, S, Hs, Ws,
+                      &i0, &i1);
             phase_planes(op.x + ng * g.C * in_plane, xp, &g, S, Hs, Ws, used, i0, i1);
             padded = ng;
         }
-        if (si != lanes_of) {  /* the block's lanes, worked out once a block (blocks outermost: once for its panels) */
+        if (si != lanes_of) {  /* the block's lanes, worked out once for all its panels */
             block_lanes(si, Pv, Ws, g.OW, valid, count, first);
             lanes_of = si;
         }
@@ -1020,13 +997,8 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
         const float *rg = op.res ? op.res + ng * Mg * P : NULL;
         const int o0 = q * 8, nr = imin(8, Mg - o0);
         __m512 acc[24];
-        /* panels outermost: the next panel's weights are fetched while this one's blocks run, each
-         * block a share (the first block would otherwise wait on memory for every tap) */
-        const char *pf = panels_outer && q + 1 < npan && strips <= 64
-                             ? (const char *)(op.w + ((int64_t)gi * npan + q + 1) * CKK * 8) : NULL;
-        const int64_t step = (8 * (int64_t)sizeof(float) + strips - 1) / strips;
         direct_tile(CKK, xp + si * 48, koff, op.w + ((int64_t)gi * npan + q) * CKK * 8, acc,
-                    op.bias ? op.bias + gi * Mg + o0 : NULL, pf ? pf + si * CKK * step : NULL, step);
+                    op.bias ? op.bias + gi * Mg + o0 : NULL);
         for (int j = 0; j < nr; j++)
             for (int v = 0; v < 3; v++) {
                 if (!valid[v])
