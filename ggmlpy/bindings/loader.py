@@ -11,7 +11,6 @@ When none holds a usable libggml, the error says what each place held.
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
@@ -174,29 +173,6 @@ def keep_cuda_products_f32() -> None:
         os.environ.setdefault("NVIDIA_TF32_OVERRIDE", "0")
 
 
-OMP_SPINCOUNT = "2000"
-
-
-@contextlib.contextmanager
-def omp_spin_default():
-    """OpenBLAS's OpenMP build (ggml's BLAS backend, and libggml builds made with OpenMP) waits
-    through libgomp, which spins 300 000 times before sleeping. When another process is busy,
-    spinning threads steal the cores the others need, and a training step becomes ten times
-    slower or worse (docs/benchmarks.md, "Threads"); 2 000 spins keep the quiet machine's speed.
-    libgomp reads the setting once, when it is loaded (with libggml's backends, unless another
-    library loaded one before: PyTorch ships its own libgomp.so.1): it is set for that moment
-    only, and never over the user's own GOMP_SPINCOUNT or OMP_WAIT_POLICY. ggml's own CPU threads
-    are its thread pool (core/threadpool.py), whatever libgomp is loaded."""
-    mine = not any(k in os.environ for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"))
-    if mine:
-        os.environ["GOMP_SPINCOUNT"] = OMP_SPINCOUNT
-    try:
-        yield
-    finally:
-        if mine:
-            os.environ.pop("GOMP_SPINCOUNT", None)
-
-
 def load(ffi: FFI) -> tuple[Lib, Found]:
     keep_cuda_products_f32()
     found = find()
@@ -206,12 +182,15 @@ def load(ffi: FFI) -> tuple[Lib, Found]:
     # OpenMP runtime) bound some symbols to ggml's libgomp: free() aborted on an H200 machine.
     flags = ffi.RTLD_NOW | ffi.RTLD_LOCAL
     handles = []
-    # Dependencies first, so each one resolves against the copy we chose.
-    with omp_spin_default():
-        for name in ("libggml-base.so", "libggml-cpu.so", "libggml.so"):
-            p = d / name
-            if p.exists():
-                handles.append(ffi.dlopen(str(p), flags))
+    # Dependencies first, so each one resolves against the copy we chose. libgomp (OpenBLAS's
+    # OpenMP build, loaded with the BLAS backend) keeps its own spin policy: it is the process's,
+    # and PyTorch binds to the same libgomp.so.1 when it is imported after ggmlpy (ggml's own
+    # threads are its thread pool, and neither a compiled training step nor an ONNX model moved
+    # with the setting: docs/benchmarks.md, "Threads").
+    for name in ("libggml-base.so", "libggml-cpu.so", "libggml.so"):
+        p = d / name
+        if p.exists():
+            handles.append(ffi.dlopen(str(p), flags))
     lib = Lib(ffi, handles[::-1], d)
     check(ffi, lib, found)
     lib.resolve_declared()
