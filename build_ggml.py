@@ -462,13 +462,15 @@ static atomic_int ggml_barrier_sleepers; // threads of any pool asleep in ggml_b
 
 void ggml_barrier(struct ggml_threadpool * tp) {
     int n_threads"""
-# A pool's workers sleep on a condition variable between graphs; on a virtual machine an idle
-# core takes a long time to wake (measured on 2 KVM cores: a ResNet-style ONNX call after a
-# 0.1 s pause 1.8 ms on two threads against 0.8 ms on one, 0.45 ms back to back), and ggml's
-# static split of each node makes the whole graph wait for the late worker. The patch adds
-# ggml_threadpool_prewake: called when a compute is near (before the host copies its inputs),
-# it wakes the workers, which then poll for the graph for a bounded while (64K pause
-# instructions, about 2 ms on an EPYC core) before they sleep again.
+# A pool's workers sleep on a condition variable between graphs, and ggml's static split of each
+# node waits for the last one. Measured on 2 KVM cores, a ResNet-style ONNX call after a 0.1 s
+# pause: 1.8-2.2 ms on two threads against 0.8 ms on one and 0.45 ms back to back. A worker woken
+# after a long sleep lands on the waking thread's core (18-20 times in 20 here), where the two
+# share one core until the scheduler moves one of them. The patch (1) adds ggml_threadpool_prewake:
+# called when a compute is near (before the host copies its inputs), it wakes the workers, which
+# poll for the graph a bounded while (64K pause instructions) before they sleep again; (2) has a
+# worker that finds itself on the calling thread's core move itself off it (its allowed set left
+# as it was): the call after a pause 1.45-1.5 ms against 2.0-2.3.
 _PREWAKE_FIELD_OLD = """    uint32_t     poll;        // Polling level (0 - no polling)
 
     enum ggml_status ec;
@@ -476,6 +478,7 @@ _PREWAKE_FIELD_OLD = """    uint32_t     poll;        // Polling level (0 - no p
 """
 _PREWAKE_FIELD_NEW = """    uint32_t     poll;        // Polling level (0 - no polling)
     atomic_int   prewakes;    // ggmlpy patch (cpu-prewake): counts ggml_threadpool_prewake calls
+    atomic_int   main_cpu;    // ggmlpy patch (cpu-prewake): the core the calling thread kicked the graph off on
 
     enum ggml_status ec;
 };
@@ -484,6 +487,39 @@ _PREWAKE_INIT_OLD = """        threadpool->poll             = tpp->poll;
 """
 _PREWAKE_INIT_NEW = """        threadpool->poll             = tpp->poll;
         threadpool->prewakes         = 0;
+        threadpool->main_cpu         = -1;
+"""
+_PREWAKE_THREAD_OLD = """static thread_ret_t ggml_graph_compute_thread(void * data) {
+    struct ggml_compute_state * state = (struct ggml_compute_state *) data;
+    struct ggml_threadpool    * tp    = state->threadpool;
+"""
+_PREWAKE_THREAD_NEW = """// ggmlpy patch (cpu-prewake): a worker woken after a long sleep is often placed on the core of
+// the thread that woke it, which then shares that core with it until the scheduler moves one of
+// them (milliseconds), and ggml's split of every node waits for both. Such a worker moves itself
+// off that core (its allowed set is left as it was).
+static void ggml_move_off_main_cpu(struct ggml_compute_state * state) {
+#if defined(__gnu_linux__) && !defined(GGML_USE_OPENMP)
+    const int main_cpu = atomic_load_explicit(&state->threadpool->main_cpu, memory_order_relaxed);
+    cpu_set_t allowed;
+    if (state->ith > 0 && main_cpu >= 0 && sched_getcpu() == main_cpu &&
+            sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) > 1 &&
+            CPU_ISSET(main_cpu, &allowed)) {
+        CPU_CLR(main_cpu, &allowed);
+        if (sched_setaffinity(0, sizeof(allowed), &allowed) == 0) {
+            CPU_SET(main_cpu, &allowed);
+            sched_setaffinity(0, sizeof(allowed), &allowed);
+        }
+    }
+#else
+    (void) state;
+#endif
+}
+
+static thread_ret_t ggml_graph_compute_thread(void * data) {
+    struct ggml_compute_state * state = (struct ggml_compute_state *) data;
+    struct ggml_threadpool    * tp    = state->threadpool;
+
+    ggml_move_off_main_cpu(state);
 """
 _PREWAKE_WAIT_OLD = """    ggml_mutex_lock_shared(&threadpool->mutex);
     while (!ggml_graph_compute_thread_ready(state)) {
@@ -509,7 +545,8 @@ _PREWAKE_WAIT_NEW = """    for (;;) {
         if (ready) {
             return state->pending;
         }
-        // woken ahead of a graph: poll for it a bounded while, then sleep again
+        // woken ahead of a graph: poll for it a bounded while (off the caller's core), then sleep again
+        ggml_move_off_main_cpu(state);
         for (uint64_t i = 0; i < 1024UL * 64; i++) {
             if (ggml_graph_compute_thread_ready(state)) {
                 ggml_graph_compute_thread_sync(state);
@@ -524,19 +561,34 @@ _PREWAKE_WAIT_NEW = """    for (;;) {
 GGML_BACKEND_API void ggml_threadpool_prewake(struct ggml_threadpool * threadpool);
 GGML_BACKEND_API void ggml_threadpool_prewake(struct ggml_threadpool * threadpool) {
     ggml_mutex_lock(&threadpool->mutex);
+#if defined(__gnu_linux__)
+    atomic_store_explicit(&threadpool->main_cpu, sched_getcpu(), memory_order_relaxed);
+#endif
     atomic_fetch_add_explicit(&threadpool->prewakes, 1, memory_order_relaxed);
     ggml_cond_broadcast(&threadpool->cond);
     ggml_mutex_unlock(&threadpool->mutex);
 }
 """
+_PREWAKE_KICKOFF_OLD = """    // Indicate the graph is ready to be processed
+    // We need the full seq-cst fence here because of the polling threads (used in thread_sync)
+    atomic_store_explicit(&threadpool->n_graph, n_graph, memory_order_seq_cst);"""
+_PREWAKE_KICKOFF_NEW = """#if defined(__gnu_linux__)
+    atomic_store_explicit(&threadpool->main_cpu, sched_getcpu(), memory_order_relaxed);  // ggmlpy patch (cpu-prewake)
+#endif
+
+    // Indicate the graph is ready to be processed
+    // We need the full seq-cst fence here because of the polling threads (used in thread_sync)
+    atomic_store_explicit(&threadpool->n_graph, n_graph, memory_order_seq_cst);"""
 PATCHES = [
     # (name, backend it concerns, key tag, file under vendor/ggml, old text, new text)
     ("vk-descriptors", "vulkan", "vkp1", "src/ggml-vulkan/ggml-vulkan-common.h", _VK_OLD, _VK_NEW),
     ("cpu-barrier-sleep", "cpu", "bs1", "src/ggml-cpu/ggml-cpu.c", _BARRIER_DECL_OLD, _BARRIER_DECL_NEW),
     ("cpu-barrier-sleep", "cpu", "bs1", "src/ggml-cpu/ggml-cpu.c", _BARRIER_OLD, _BARRIER_NEW),
-    ("cpu-prewake", "cpu", "pw1", "src/ggml-cpu/ggml-cpu.c", _PREWAKE_FIELD_OLD, _PREWAKE_FIELD_NEW),
-    ("cpu-prewake", "cpu", "pw1", "src/ggml-cpu/ggml-cpu.c", _PREWAKE_INIT_OLD, _PREWAKE_INIT_NEW),
-    ("cpu-prewake", "cpu", "pw1", "src/ggml-cpu/ggml-cpu.c", _PREWAKE_WAIT_OLD, _PREWAKE_WAIT_NEW),
+    ("cpu-prewake", "cpu", "pw2", "src/ggml-cpu/ggml-cpu.c", _PREWAKE_FIELD_OLD, _PREWAKE_FIELD_NEW),
+    ("cpu-prewake", "cpu", "pw2", "src/ggml-cpu/ggml-cpu.c", _PREWAKE_INIT_OLD, _PREWAKE_INIT_NEW),
+    ("cpu-prewake", "cpu", "pw2", "src/ggml-cpu/ggml-cpu.c", _PREWAKE_THREAD_OLD, _PREWAKE_THREAD_NEW),
+    ("cpu-prewake", "cpu", "pw2", "src/ggml-cpu/ggml-cpu.c", _PREWAKE_WAIT_OLD, _PREWAKE_WAIT_NEW),
+    ("cpu-prewake", "cpu", "pw2", "src/ggml-cpu/ggml-cpu.c", _PREWAKE_KICKOFF_OLD, _PREWAKE_KICKOFF_NEW),
     *(("rpc-fail-soft", "rpc", "rpcp1", f"src/ggml-rpc/{rel}", old, new) for rel, old, new in (
         ("transport.h", _RPC_TRANSPORT_H_OLD, _RPC_TRANSPORT_H_NEW),
         ("transport.cpp", _RPC_INCLUDE_OLD, _RPC_INCLUDE_NEW),

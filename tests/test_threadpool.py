@@ -6,6 +6,7 @@ import pathlib
 import select
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -266,3 +267,44 @@ def test_prewake_is_harmless_on_one_thread_and_after_free():
     b.free()
     b.prewake()  # freed: nothing to wake
 
+
+
+def _last_cpu(tid) -> int:
+    """The core thread `tid` of this process last ran on (/proc's stat, field 39)."""
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[36])
+
+
+@needs_prewake
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
+                    reason="needs two cores")
+def test_a_prewoken_worker_polls_off_the_calling_threads_core():
+    """Woken after a sleep, a worker is often placed on the core of the thread that woke it (which
+    keeps running there): it moves itself to another core before polling."""
+    count = g.get_num_threads()
+    g.set_num_threads(1)
+    b = g.ggml_backend_cpu_init()  # on one thread: a pool without workers
+    before = set(os.listdir("/proc/self/task"))
+    b.set_n_threads(2)  # one worker beside the calling thread (and b follows the setting no more)
+    workers = set(os.listdir("/proc/self/task")) - before
+    g.set_num_threads(count)
+    dynamic = g.get_dynamic_threads()
+    g.set_dynamic_threads(False)
+    try:
+        assert len(workers) == 1
+        me = str(threading.get_native_id())
+        apart = 0
+        for _ in range(8):
+            assert _matmul_on(b) < 1e-3
+            time.sleep(0.1)  # the workers sleep
+            ran = _on_cpu_ns(workers)
+            mine = _last_cpu(me)
+            b.prewake()
+            t0 = time.perf_counter()
+            while _on_cpu_ns(workers) - ran < 100_000 and time.perf_counter() - t0 < 0.05:
+                pass  # keep this core busy until the worker has woken and polled a while
+            apart += all(_last_cpu(w) != mine for w in workers)
+        assert apart >= 6, f"the polling workers shared the calling thread's core in {8 - apart} of 8 wakes"
+    finally:
+        g.set_dynamic_threads(dynamic)
+        b.free()

@@ -20,7 +20,9 @@ longer: on a virtual machine an idle core is a halted vCPU), and ggml splits eac
 between the threads up front, so a late worker delays the whole graph. A caller that knows a
 compute is near calls prewake() before it copies the inputs: the workers wake while the host
 works and poll for the graph for a bounded while (64K pause instructions; build_ggml.py's
-cpu-prewake).
+cpu-prewake). A worker woken after a long sleep is often placed on the waking thread's core,
+where the two would share one core until the scheduler moves one: the patch has such a worker
+move itself off that core.
 
 Invariants: a backend's pools are freed with the backend, never when the thread count changes (a
 compute in another thread may still be running on the pool it was planned with), and a count used
