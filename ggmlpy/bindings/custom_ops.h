@@ -9,8 +9,6 @@ struct ggml_tensor * ggml_map_custom2(struct ggml_context * ctx, struct ggml_ten
 typedef void (*ggml_custom_op_t)(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 struct ggml_tensor * ggml_custom_4d(struct ggml_context * ctx, enum ggml_type type, int64_t ne0, int64_t ne1,
     int64_t ne2, int64_t ne3, struct ggml_tensor ** args, int n_args, ggml_custom_op_t fun, int n_tasks, void * userdata);
-// build_ggml.py's cpu-prewake patch adds this to libggml-cpu (absent from other builds: check first)
-void ggml_threadpool_prewake(struct ggml_threadpool * threadpool);
 // kernels.c
 void ggmlpy_gelu_erf_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
 void ggmlpy_relu_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);

@@ -437,13 +437,6 @@ class Backend:
                     self._apply_threads(k)
         return k
 
-    def prewake(self) -> None:
-        """A compute on this backend is near: wake its sleeping CPU threads now, so that they are
-        up when the graph arrives (core/threadpool.py, "Waking ahead"): those of the count the
-        machine's load leaves (fit_threads_to_load). Nothing for other backends."""
-        if self._pools is not None and self.fit_threads_to_load() > 1:
-            self._pools.prewake()
-
     def single_threaded(self) -> "Backend":
         """This backend, computing on one thread from now on whatever set_num_threads() says."""
         self.set_n_threads(1)

@@ -15,15 +15,6 @@ compute wakes them; the polling level (ggml's `poll`, 0-100, in units of 128K pa
 instructions) is POLL, or $GGMLPY_THREAD_POLL. ggml's own default (50) polls for a tenth of a
 second or more, which keeps a core busy between calls and slows whatever else runs there.
 
-Waking ahead: a worker asleep between graphs takes a while to wake (the longer it slept, the
-longer: on a virtual machine an idle core is a halted vCPU), and ggml splits each node
-between the threads up front, so a late worker delays the whole graph. A caller that knows a
-compute is near calls prewake() before it copies the inputs: the workers wake while the host
-works and poll for the graph for a bounded while (64K pause instructions; build_ggml.py's
-cpu-prewake). A worker woken after a long sleep is often placed on the waking thread's core,
-where the two would share one core until the scheduler moves one: the patch has such a worker
-move itself off that core.
-
 Invariants: a backend's pools are freed with the backend, never when the thread count changes (a
 compute in another thread may still be running on the pool it was planned with), and a count used
 again reuses its pool, so a backend holds at most one pool per count it was given. A forked child
@@ -87,20 +78,6 @@ def cpu_features() -> dict:
     return out
 
 
-def _has_prewake() -> bool:
-    global _prewake
-    if _prewake is None:
-        try:
-            lib.ggml_threadpool_prewake  # noqa: B018
-            _prewake = True
-        except AttributeError:  # a build without the cpu-prewake patch
-            _prewake = False
-    return _prewake
-
-
-_prewake: bool | None = None
-
-
 def uses_openmp() -> bool:
     """Whether this libggml's CPU backend runs its threads on OpenMP (a build made with
     -DGGML_OPENMP=ON, as build_ggml.py's were) rather than on ggml's own pool."""
@@ -130,13 +107,6 @@ class PoolSet:
             self.pools[n] = pool
         lib.ggml_backend_cpu_set_threadpool(self.backend_ptr, pool)
         self.n = n
-
-    def prewake(self) -> None:
-        """Wake the current pool's sleeping workers: a compute is about to start
-        (the module's "Waking ahead"). Costs a lock and a broadcast, nothing when no worker sleeps."""
-        pool = self.pools.get(self.n) if self.n is not None and self.n > 1 else None
-        if pool is not None and _has_prewake():
-            lib.ggml_threadpool_prewake(pool)
 
     def _renew_in_child(self) -> None:
         self.pools = {}

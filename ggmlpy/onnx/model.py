@@ -627,8 +627,6 @@ class _Plan:
     # -- running --------------------------------------------------------------------------------------
     def run(self, arrays: dict) -> dict:
         """Compute the graph: model outputs and exports by name, as numpy arrays in their ONNX types."""
-        if self.n_nodes and self.compute_on is None:  # a one-thread graph wakes no pool
-            self.compiled.backend.prewake()  # its threads wake while the inputs are copied
         for name, (t, shp, et) in self.input_tensors.items():
             if t.buffer == _NULL:  # an input no output depends on: not in the graph
                 continue
