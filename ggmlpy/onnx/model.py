@@ -456,6 +456,15 @@ class _Plan:
         skipped = skipped | conv_skipped | lin_skipped | {j for p in attns.values() for j in p[4][:-1]}
         self.deferred, pending = [], set()
 
+        def place(node, out, members):
+            """A fused pattern ending at `node`: its value, or (out None: the pattern does not apply
+            here) its nodes built one by one."""
+            if out is not None:
+                vals[node.output[0]] = out[0]
+            else:
+                for j in members:
+                    build(nodes[j])
+
         def build(node):
             b.node = node
             if b.headroom() < node_budget(node):
@@ -514,11 +523,7 @@ class _Plan:
                     if all(n in vals for n in cnode.input if n) and not ins[0].is_const and (res is None or res in vals):
                         out = conv_epilogue(b, cnode, ins, {a.name: helper.get_attribute_value(a) for a in cnode.attribute},
                                             vals[res] if res else None, relu)
-                    if out is not None:
-                        vals[node.output[0]] = out[0]
-                        continue
-                    for j in members:  # the pattern does not apply here: its nodes one by one
-                        build(nodes[j])
+                    place(node, out, members)
                     continue
                 if k in attns:
                     si, scale, mask, smi, members = attns[k]
@@ -530,11 +535,7 @@ class _Plan:
                                     -1 if model.opset >= 13 else 1)
                         out = attention(b, vals[names[0]], vals[names[1]], vals[names[2]],
                                         vals[mask] if mask else None, scale, axis)
-                    if out is not None:
-                        vals[node.output[0]] = out[0]
-                        continue
-                    for j in members:  # the pattern does not apply here: its nodes one by one
-                        build(nodes[j])
+                    place(node, out, members)
                     continue
                 if k in linears:
                     mi, bias, members = linears[k]
@@ -542,11 +543,7 @@ class _Plan:
                     out = None
                     if all(n in vals for n in mnode.input) and bias in vals:
                         out = linear_bias(b, mnode, [vals[n] for n in mnode.input], {}, vals[bias])
-                    if out is not None:
-                        vals[node.output[0]] = out[0]
-                        continue
-                    for j in members:
-                        build(nodes[j])
+                    place(node, out, members)
                     continue
                 build(node)
         except (GGMLError, MemoryError):
