@@ -885,13 +885,13 @@ static void rows_read(int64_t ua, int64_t ub, int npan, const geom *g, int S, in
 
 static inline __attribute__((always_inline)) void direct_tile(int CKK, const float *restrict a,
                                                               const int32_t *restrict koff, const float *restrict b,
-                                                              __m512 *acc, const float *bias) {
+                                                              __m512 *acc, const float *bias, int nr) {
     __m512 c[24];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++)
 #pragma GCC unroll 3
-        for (int v = 0; v < 3; v++)
-            c[j * 3 + v] = bias ? _mm512_set1_ps(bias[j]) : _mm512_setzero_ps();
+        for (int v = 0; v < 3; v++)  /* a group's last panel may have fewer than 8 channels: read only theirs */
+            c[j * 3 + v] = bias && j < nr ? _mm512_set1_ps(bias[j]) : _mm512_setzero_ps();
     for (int k = 0; k < CKK; k++) {
         const float *ak = a + koff[k];
         const __m512 a0 = _mm512_loadu_ps(ak), a1 = _mm512_loadu_ps(ak + 16), a2 = _mm512_loadu_ps(ak + 32);
@@ -998,7 +998,7 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
         const int o0 = q * 8, nr = imin(8, Mg - o0);
         __m512 acc[24];
         direct_tile(CKK, xp + si * 48, koff, op.w + ((int64_t)gi * npan + q) * CKK * 8, acc,
-                    op.bias ? op.bias + gi * Mg + o0 : NULL);
+                    op.bias ? op.bias + gi * Mg + o0 : NULL, nr);
         for (int j = 0; j < nr; j++)
             for (int v = 0; v < 3; v++) {
                 if (!valid[v])
