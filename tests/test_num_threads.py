@@ -147,11 +147,15 @@ def test_threads_for_load_leaves_the_cores_others_hold(monkeypatch):
     assert threads.threads_for_load(8) == 1 and g.get_dynamic_threads()
 
 
+def _fresh(code: str, **env) -> subprocess.CompletedProcess:
+    """`code` run in a new interpreter with this checkout first on its path and `env` added."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), **env), cwd=ROOT)
+
+
 @pytest.mark.parametrize("value,ok", [("0", True), ("1", True), ("", True), ("yes", False), ("2", False)])
 def test_the_dynamic_threads_variable(value, ok):
-    code = "import ggmlpy as g; print('D', g.get_dynamic_threads())"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT), GGMLPY_DYNAMIC_THREADS=value), cwd=ROOT)
+    out = _fresh("import ggmlpy as g; print('D', g.get_dynamic_threads())", GGMLPY_DYNAMIC_THREADS=value)
     if ok:
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.split("D")[-1].strip() == str(value != "0")
@@ -223,9 +227,7 @@ def test_onnx_load_checks_its_thread_count():
 
 @pytest.mark.parametrize("value,ok", [("3", True), ("0", False), ("many", False), ("100000", False)])
 def test_the_environment_variable_sets_the_starting_count(value, ok):
-    code = "import ggmlpy as g; print('N', g.get_num_threads(), g.ggml_get_n_threads())"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT), GGMLPY_N_THREADS=value), cwd=ROOT)
+    out = _fresh("import ggmlpy as g; print('N', g.get_num_threads(), g.ggml_get_n_threads())", GGMLPY_N_THREADS=value)
     if ok:
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.split("N")[-1].split() == [value, value]

@@ -211,19 +211,15 @@ class CompiledGraph:
         (Backend.fit_threads_to_load)."""
         if self.sched is not None:
             self.sched.fit_threads_to_load()
-        elif backend_ptr is None:
-            self.backend.fit_threads_to_load()
-        status = self._compute(backend_ptr or self.backend.ptr, asynchronous)
+            status = lib.ggml_backend_sched_graph_compute(self.sched.ptr, self.graph)
+        else:
+            if backend_ptr is None:
+                self.backend.fit_threads_to_load()
+            compute = lib.ggml_backend_graph_compute_async if asynchronous else lib.ggml_backend_graph_compute
+            status = compute(backend_ptr or self.backend.ptr, self.graph)
         self.backend.check()  # a lost RPC server: nothing was computed
         if status != lib.GGML_STATUS_SUCCESS:
             raise GGMLError(f"graph compute failed on {self.backend.device_name} (status {status})")
-
-    def _compute(self, backend_ptr, asynchronous: bool) -> int:
-        if self.sched is not None:
-            return lib.ggml_backend_sched_graph_compute(self.sched.ptr, self.graph)
-        if asynchronous:
-            return lib.ggml_backend_graph_compute_async(backend_ptr, self.graph)
-        return lib.ggml_backend_graph_compute(backend_ptr, self.graph)
 
     @uninterruptible
     def free(self) -> None:

@@ -29,7 +29,7 @@ _NULL = ffi.NULL
 class _Compiled(GraphPlan):
     """One cached graph: leaf headers to re-point, output headers, placed by graph/'s allocator."""
 
-    __slots__ = ("leaves", "outs", "out_specs", "backend_ptr", "nbytes", "quiet_ptr")
+    __slots__ = ("leaves", "outs", "out_specs", "backend_ptr", "nbytes", "all_threads_when_quiet")
 
     def __init__(self, backend, build, in_specs, inputs, outs_into):
         super().__init__(graph_room(len(in_specs)))
@@ -50,7 +50,7 @@ class _Compiled(GraphPlan):
         self.gctx.expand(self.outs)
         for o, s in zip(self.outs, outs_into):
             _point(o, s)
-        self.quiet_ptr = None  # the all-threads backend, for graphs that use one thread on a busy machine
+        self.all_threads_when_quiet = False  # a graph on one thread that takes every thread on a quiet machine
         self.place(backend)  # raises when a kernel is missing
         self.nbytes = int(lib.ggml_get_mem_size(self.gctx.ctx)) + self.run.buffer_bytes
 
@@ -165,8 +165,8 @@ class Executor:
                 o.data = s.data
                 o.buffer = s.buffer
             c.run.bind(c.leaves, inputs)  # the views of leaves follow them
-        c.run.compute(c.backend_ptr if c.quiet_ptr is None or not machine_quiet() else c.quiet_ptr,
-                      self.asynchronous)
+        # backend_ptr None: the executor's own backend, on the threads the load leaves
+        c.run.compute(None if c.all_threads_when_quiet and machine_quiet() else c.backend_ptr, self.asynchronous)
         self.pending = self.asynchronous
         self.runs += 1
         return outs
@@ -182,10 +182,10 @@ class Executor:
                     raise GGMLError(f"in-place destination {_shape(s.t)} does not match the op's output {ne}")
         c = _Compiled(self.backend, build, in_specs, inputs, outs)
         chosen = self._backend_for(c)
-        c.backend_ptr = None if chosen is self.backend else chosen.ptr  # None: on the threads the load leaves
-        if c.backend_ptr == self.small_backend.ptr and self.small_backend is not self.backend and \
+        c.backend_ptr = None if chosen is self.backend else chosen.ptr
+        if chosen is self.small_backend and self.small_backend is not self.backend and \
                 any(p.op == lib.GGML_OP_MUL_MAT and batched_small(p) for p in c.nodes):
-            c.quiet_ptr = self.backend.ptr  # every thread while nothing else runs (machine_quiet)
+            c.all_threads_when_quiet = True  # every thread while nothing else runs (machine_quiet)
         self.cache.put(sig, c, c.nbytes)
         return c, outs
 
