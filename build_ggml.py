@@ -443,6 +443,7 @@ _BARRIER_NEW = """        // exit barrier (full seq-cst fence)
     for (int spins = 0; atomic_load_explicit(&tp->n_barrier_passed, memory_order_relaxed) == n_passed; spins++) {
 #if defined(__gnu_linux__)
         if (spins >= GGML_BARRIER_SPINS) {
+            ggml_caller_pin(tp);  // the caller waits on the CPU its workers leave out (cpu-workers-off-caller)
             atomic_fetch_add_explicit(&ggml_barrier_sleepers, 1, memory_order_seq_cst);
             syscall(SYS_futex, &tp->n_barrier_passed, FUTEX_WAIT_PRIVATE, n_passed, NULL, NULL, 0);
             atomic_fetch_sub_explicit(&ggml_barrier_sleepers, 1, memory_order_seq_cst);
@@ -462,11 +463,119 @@ static atomic_int ggml_barrier_sleepers; // threads of any pool asleep in ggml_b
 
 void ggml_barrier(struct ggml_threadpool * tp) {
     int n_threads"""
+# cpu-workers-off-caller (tag wo2): before each graph, a pool's workers may run anywhere the
+# caller may, except on the CPU the caller is on now. A worker woken from its sleep between graphs
+# is otherwise placed by the kernel on the waking thread's CPU (wake-affine; measured on these KVM
+# vCPUs: 20 wakes in 20), where it waits while the caller spins in the graph's first barrier, so a
+# graph after an idle moment ran on one core: a ResNet-style ONNX call after a 0.1 s pause took
+# 2.0 ms on 2 threads against 0.5 ms back to back and 1.0 ms on one thread. Kept off for a pool
+# with a cpumask of its own, and when the caller's CPUs leave fewer than one CPU per worker.
+_POOL_FIELD_OLD = """    uint32_t     poll;        // Polling level (0 - no polling)
+"""
+_POOL_FIELD_NEW = _POOL_FIELD_OLD + """    int          off_cpu;     // ggmlpy patch (cpu-workers-off-caller): the CPU the workers' affinity leaves out, or -1
+"""
+_POOL_INIT_OLD = """        threadpool->prio             = tpp->prio;
+        threadpool->ec               = GGML_STATUS_SUCCESS;
+"""
+_POOL_INIT_NEW = _POOL_INIT_OLD + """        threadpool->off_cpu          = -1;  // ggmlpy patch (cpu-workers-off-caller)
+"""
+_CALLER_DECL_OLD = """#if defined(__gnu_linux__) && !defined(GGML_USE_OPENMP)
+#include <linux/futex.h>
+"""
+_CALLER_DECL_NEW = """#if defined(__linux__) && !defined(GGML_USE_OPENMP)
+// ggmlpy patch (cpu-workers-off-caller): the thread that started a graph, about to sleep in one of
+// its barriers, first narrows its own affinity to the CPU its workers leave out, so that woken it
+// is placed there rather than beside the worker that woke it; the end of the graph gives its
+// affinity back. Only on that slow path: a narrowing and its undo cost more than a small graph.
+static __thread struct ggml_threadpool * ggml_caller_pool;  // the pool whose graph this thread runs as worker 0
+static __thread bool ggml_caller_pinned;
+static __thread cpu_set_t ggml_caller_mask;                  // its affinity before the narrowing
+
+static void ggml_caller_pin(struct ggml_threadpool * tp);
+static void ggml_caller_unpin(void) {
+    if (ggml_caller_pinned) {
+        pthread_setaffinity_np(pthread_self(), sizeof(ggml_caller_mask), &ggml_caller_mask);
+        ggml_caller_pinned = false;
+    }
+    ggml_caller_pool = NULL;
+}
+#else
+static void ggml_caller_pin(struct ggml_threadpool * tp) { (void) tp; }
+static void ggml_caller_unpin(void) {}
+#endif
+
+""" + _CALLER_DECL_OLD
+_CALLER_END_OLD = """    // This is a work thread too
+    ggml_graph_compute_thread(&threadpool->workers[0]);
+#endif
+"""
+_CALLER_END_NEW = _CALLER_END_OLD + """    ggml_caller_unpin();  // ggmlpy patch (cpu-workers-off-caller)
+"""
+_KICKOFF_OLD = """static void ggml_graph_compute_kickoff(struct ggml_threadpool * threadpool, int n_threads)
+{
+"""
+_KICKOFF_NEW = """#if defined(__linux__)
+// ggmlpy patch (cpu-workers-off-caller): the workers' affinity is the caller's, less the CPU the
+// caller is on; the syscalls run only when the caller has moved since the last graph.
+static void ggml_workers_off_caller(struct ggml_threadpool * tp, int n_threads) {
+    ggml_caller_pool = tp;
+    if (n_threads < 2 || ggml_thread_cpumask_is_valid(tp->workers[0].cpumask)) {
+        return;
+    }
+    const int cpu = sched_getcpu();
+    if (cpu < 0 || cpu == tp->off_cpu) {
+        return;
+    }
+    cpu_set_t allowed;
+    if (pthread_getaffinity_np(pthread_self(), sizeof(allowed), &allowed) != 0) {
+        return;
+    }
+    CPU_CLR(cpu, &allowed);
+    const bool room = CPU_COUNT(&allowed) >= tp->n_threads - 1;
+    if (!room) {
+        if (tp->off_cpu < 0) {
+            return;  // never narrowed: the workers keep the affinity they started with
+        }
+        CPU_SET(cpu, &allowed);  // undo the narrowing: every CPU the caller may use
+    }
+    for (int j = 1; j < tp->n_threads; j++) {
+        pthread_setaffinity_np(tp->workers[j].thrd, sizeof(allowed), &allowed);
+    }
+    tp->off_cpu = room ? cpu : -1;
+}
+
+static void ggml_caller_pin(struct ggml_threadpool * tp) {
+    if (tp != ggml_caller_pool || ggml_caller_pinned || tp->off_cpu < 0) {
+        return;
+    }
+    if (pthread_getaffinity_np(pthread_self(), sizeof(ggml_caller_mask), &ggml_caller_mask) != 0) {
+        return;
+    }
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(tp->off_cpu, &one);
+    ggml_caller_pinned = pthread_setaffinity_np(pthread_self(), sizeof(one), &one) == 0;
+}
+#else
+static void ggml_workers_off_caller(struct ggml_threadpool * tp, int n_threads) {
+    UNUSED(tp);
+    UNUSED(n_threads);
+}
+#endif
+
+static void ggml_graph_compute_kickoff(struct ggml_threadpool * threadpool, int n_threads)
+{
+    ggml_workers_off_caller(threadpool, n_threads);  // ggmlpy patch (cpu-workers-off-caller)
+
+"""
 PATCHES = [
     # (name, backend it concerns, key tag, file under vendor/ggml, old text, new text)
     ("vk-descriptors", "vulkan", "vkp1", "src/ggml-vulkan/ggml-vulkan-common.h", _VK_OLD, _VK_NEW),
-    ("cpu-barrier-sleep", "cpu", "bs1", "src/ggml-cpu/ggml-cpu.c", _BARRIER_DECL_OLD, _BARRIER_DECL_NEW),
-    ("cpu-barrier-sleep", "cpu", "bs1", "src/ggml-cpu/ggml-cpu.c", _BARRIER_OLD, _BARRIER_NEW),
+    ("cpu-barrier-sleep", "cpu", "bs2", "src/ggml-cpu/ggml-cpu.c", _BARRIER_DECL_OLD, _BARRIER_DECL_NEW),
+    ("cpu-barrier-sleep", "cpu", "bs2", "src/ggml-cpu/ggml-cpu.c", _BARRIER_OLD, _BARRIER_NEW),
+    *(("cpu-workers-off-caller", "cpu", "wo2", "src/ggml-cpu/ggml-cpu.c", old, new) for old, new in (
+        (_POOL_FIELD_OLD, _POOL_FIELD_NEW), (_POOL_INIT_OLD, _POOL_INIT_NEW), (_CALLER_DECL_OLD, _CALLER_DECL_NEW), (_KICKOFF_OLD, _KICKOFF_NEW),
+        (_CALLER_END_OLD, _CALLER_END_NEW))),
     *(("rpc-fail-soft", "rpc", "rpcp1", f"src/ggml-rpc/{rel}", old, new) for rel, old, new in (
         ("transport.h", _RPC_TRANSPORT_H_OLD, _RPC_TRANSPORT_H_NEW),
         ("transport.cpp", _RPC_INCLUDE_OLD, _RPC_INCLUDE_NEW),

@@ -203,3 +203,124 @@ def test_build_ggml_s_cpu_patches_apply_to_the_pinned_ggml():
         assert old in text or new in text, f"{name}: neither its old nor its new text is in {rel}"
 
 
+
+
+def _placement_probe(body: str) -> str:
+    """Run `body` in a fresh interpreter (it changes its own CPU affinity) with helpers in scope:
+    `tasks()` (the process's thread ids), `affinity(tid)`, `compute(backend)` (a 150-node graph,
+    checked against its known value); returns what it printed."""
+    head = r'''
+import os, threading, numpy as np, ggmlpy as g
+def tasks():
+    return {int(t) for t in os.listdir("/proc/self/task")}
+def affinity(tid):
+    return os.sched_getaffinity(tid)
+ctx = g.ggml_init(64 << 20)
+t = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 256, 64)
+g.ggml_set_f32(t, np.ones(256 * 64, np.float32))
+y = t
+for _ in range(150):
+    y = g.ggml_scale(ctx, g.ggml_add(ctx, y, t), 0.5)
+graph = g.ggml_build_forward_expand(g.ggml_new_graph(ctx), y)
+def compute(backend):
+    g.ggml_backend_graph_compute(backend, graph)
+    assert np.all(np.asarray(g.ggml_get_f32(y)) == 1.0)
+g.set_dynamic_threads(False)
+'''
+    out = subprocess.run([sys.executable, "-c", head + body], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+needs_two_cpus = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2
+                                    or not os.path.isdir("/proc/self/task"),
+                                    reason="thread placement: Linux, two CPUs or more")
+
+
+@needs_own_pool
+@needs_two_cpus
+def test_a_pool_s_workers_leave_the_caller_s_cpu_to_it_and_the_caller_keeps_its_affinity():
+    """A worker woken between graphs is placed by the kernel beside the thread that woke it, which
+    then spins in the graph's first barrier: build_ggml.py's patch takes the caller's CPU out of
+    the workers' affinity before each graph. The caller's own affinity is never left changed."""
+    out = _placement_probe(r'''
+mine = affinity(0)
+before = tasks()
+b = g.ggml_backend_cpu_init()
+b.set_n_threads(2)
+workers = tasks() - before
+assert len(workers) == 1, workers
+for _ in range(3):
+    compute(b)
+    (w,) = workers
+    left_out = mine - affinity(w)
+    assert len(left_out) == 1 and affinity(w) < mine, (mine, affinity(w))
+    assert affinity(0) == mine
+print("OK")
+''')
+    assert "OK" in out
+
+
+@needs_own_pool
+@needs_two_cpus
+def test_workers_follow_a_caller_narrowed_to_one_cpu_and_widen_again_with_it():
+    """With no CPU to spare beside the caller's, the workers share the caller's CPUs (one CPU for
+    all: they keep it); widened again, the caller's CPU is left out of theirs once more."""
+    out = _placement_probe(r'''
+mine = affinity(0)
+one = {min(mine)}
+before = tasks()
+b = g.ggml_backend_cpu_init()
+b.set_n_threads(2)
+(w,) = tasks() - before
+compute(b)
+assert len(affinity(w)) == len(mine) - 1
+os.sched_setaffinity(0, one)
+compute(b)
+assert affinity(w) == one, affinity(w)
+os.sched_setaffinity(0, mine)
+compute(b)
+assert len(affinity(w)) == len(mine) - 1 and affinity(0) == mine
+print("OK")
+''')
+    assert "OK" in out
+
+
+@needs_own_pool
+@needs_two_cpus
+def test_a_caller_that_sleeps_in_a_barrier_waits_on_its_own_cpu_and_gets_its_affinity_back():
+    """Two processes spinning on the worker's CPU keep the worker off it for whole time slices, so
+    the caller sleeps in the graph's barriers; it then narrows itself to the CPU its worker leaves
+    out (seen from another thread during the computes) and has its own affinity back after each."""
+    out = _placement_probe(r'''
+import subprocess, sys, time
+mine = sorted(affinity(0))
+a, b_cpu = mine[0], mine[1]
+os.sched_setaffinity(0, {a})
+b = g.ggml_backend_cpu_init()
+b.set_n_threads(2)
+os.sched_setaffinity(0, {a, b_cpu})
+spin = [subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{b_cpu}}})\nwhile True: pass"])
+        for _ in range(2)]
+main, seen, done = threading.get_native_id(), set(), threading.Event()
+def watch():
+    while not done.is_set():
+        seen.add(frozenset(affinity(main)))
+        time.sleep(0.0002)
+try:
+    time.sleep(0.3)
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    for _ in range(20):
+        compute(b)
+        assert affinity(0) == {a, b_cpu}, affinity(0)
+    done.set()
+    watcher.join()
+finally:
+    for p in spin:
+        p.kill()
+assert frozenset({a}) in seen, seen
+print("OK")
+''')
+    assert "OK" in out
