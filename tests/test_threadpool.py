@@ -167,6 +167,18 @@ print("IDLE_CPU", (t1.user - t0.user) + (t1.system - t0.system))
     assert float(out.stdout.split("IDLE_CPU")[-1]) < 0.05
 
 
+# A probe's 150-node graph `graph` whose output `y` is all ones (y = (y + 1) / 2 from y = 1).
+_GRAPH_150 = r'''
+ctx = g.ggml_init(64 << 20)
+t = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 256, 64)
+g.ggml_set_f32(t, np.ones(256 * 64, np.float32))
+y = t
+for _ in range(150):
+    y = g.ggml_scale(ctx, g.ggml_add(ctx, y, t), 0.5)
+graph = g.ggml_build_forward_expand(g.ggml_new_graph(ctx), y)
+'''
+
+
 @needs_own_pool
 def test_more_threads_than_cores_still_compute_in_good_time():
     """ggml's barrier after every node spins; a thread the scheduler took off its core then kept the
@@ -176,13 +188,7 @@ def test_more_threads_than_cores_still_compute_in_good_time():
 import os, numpy as np, ggmlpy as g
 b = g.ggml_backend_cpu_init()
 b.set_n_threads(4 * len(os.sched_getaffinity(0)))
-ctx = g.ggml_init(64 << 20)
-t = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 256, 64)
-g.ggml_set_f32(t, np.ones(256 * 64, np.float32))
-y = t
-for _ in range(150):
-    y = g.ggml_scale(ctx, g.ggml_add(ctx, y, t), 0.5)
-graph = g.ggml_build_forward_expand(g.ggml_new_graph(ctx), y)
+''' + _GRAPH_150 + r'''
 for _ in range(3):
     g.ggml_backend_graph_compute(b, graph)
 print("VALUE", float(np.asarray(g.ggml_get_f32(y)).ravel()[0]))
@@ -203,8 +209,6 @@ def test_build_ggml_s_cpu_patches_apply_to_the_pinned_ggml():
         assert old in text or new in text, f"{name}: neither its old nor its new text is in {rel}"
 
 
-
-
 def _placement_probe(body: str) -> str:
     """Run `body` in a fresh interpreter (it changes its own CPU affinity) with helpers in scope:
     `tasks()` (the process's thread ids), `affinity(tid)`, `compute(backend)` (a 150-node graph,
@@ -215,13 +219,7 @@ def tasks():
     return {int(t) for t in os.listdir("/proc/self/task")}
 def affinity(tid):
     return os.sched_getaffinity(tid)
-ctx = g.ggml_init(64 << 20)
-t = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, 256, 64)
-g.ggml_set_f32(t, np.ones(256 * 64, np.float32))
-y = t
-for _ in range(150):
-    y = g.ggml_scale(ctx, g.ggml_add(ctx, y, t), 0.5)
-graph = g.ggml_build_forward_expand(g.ggml_new_graph(ctx), y)
+''' + _GRAPH_150 + r'''
 def compute(backend):
     g.ggml_backend_graph_compute(backend, graph)
     assert np.all(np.asarray(g.ggml_get_f32(y)) == 1.0)
