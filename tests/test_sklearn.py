@@ -66,6 +66,26 @@ def test_same_random_state_same_model_and_another_differs():
     assert not np.allclose(a, c)
 
 
+def test_same_random_state_same_model_on_a_quiet_and_a_busy_machine(monkeypatch):
+    """Dynamic threads would fit on one thread while other processes hold the cores, and
+    OpenBLAS rounds a product by how it is split between threads: the estimator fixes the count."""
+    from ggmlpy.core import threads
+    x, y = _blobs()
+    was = g.get_num_threads()
+    monkeypatch.setattr(threads, "_cores", lambda: 2)
+    monkeypatch.setattr(threads, "_dynamic", True)
+    g.set_num_threads(2)
+    try:
+        fits = []
+        for busy in (0, 2):
+            monkeypatch.setattr(threads, "others_runnable", lambda: busy)
+            m = GGMLClassifier(hidden_layers=(256, 128), epochs=2, batch_size=64, random_state=7).fit(x, y)
+            fits.append(m.predict_proba(x))
+    finally:
+        g.set_num_threads(was)
+    np.testing.assert_array_equal(*fits)
+
+
 def test_without_random_state_ggml_set_seed_decides():
     x, y = _blobs()
     runs = []

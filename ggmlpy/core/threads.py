@@ -15,6 +15,7 @@ per graph compute.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -85,7 +86,7 @@ def threads_for_load(n: int) -> int:
     least 1. ggml splits every node between its threads up front and waits for the last one: a
     thread that shares its core with another process makes every node wait for it (a small
     ONNX model took three times as long on two threads as on one: docs/benchmarks.md, "Threads")."""
-    if n <= 1 or not get_dynamic_threads():
+    if n <= 1 or not get_dynamic_threads() or getattr(_fixed, "depth", 0):
         return n
     others = others_runnable()
     if not others:
@@ -94,6 +95,22 @@ def threads_for_load(n: int) -> int:
     if left >= n:
         return n
     return 1 << (max(1, left).bit_length() - 1)
+
+
+_fixed = threading.local()  # depth of fixed_count() blocks open on each thread
+
+
+@contextlib.contextmanager
+def fixed_count():
+    """Within the block, the CPU graphs this thread computes run on exactly their planned thread
+    count, whatever the load. A product that OpenBLAS computes in pieces (one per thread) rounds
+    by the pieces' sizes, so its last bits depend on the count: work that promises the same
+    result for the same seed (scikit-learn's random_state) must not let the load choose it."""
+    _fixed.depth = getattr(_fixed, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _fixed.depth -= 1
 
 
 DYNAMIC_ENV_VAR = "GGMLPY_DYNAMIC_THREADS"
@@ -116,7 +133,10 @@ def get_dynamic_threads() -> bool:
 def set_dynamic_threads(on: bool) -> bool:
     """Let CPU graphs compute on fewer threads than set while the machine is busy (True, the
     default), or always on exactly get_num_threads() (False: timings that must not depend on
-    the load, thread-count experiments). Results are the same either way. Returns `on`."""
+    the load, bit-for-bit repeatable runs). A product split between threads rounds by the size of
+    each thread's piece, so results can differ in the last bits between thread counts, and with
+    dynamic threads between a quiet and a busy run (scikit-learn estimators fix the count
+    themselves: threads.fixed_count). Returns `on`."""
     global _dynamic
     if not isinstance(on, bool):
         raise GGMLError(f"set_dynamic_threads: expected True or False, got {on!r}")
