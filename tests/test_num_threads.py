@@ -261,3 +261,22 @@ def test_threads_for_the_user_do_not_change_values(restore_threads):
     g.set_num_threads(3)
     three = g.ag_matmul(g.ag_tensor(a), g.ag_tensor(a)).numpy()
     np.testing.assert_allclose(one, three, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/loadavg"), reason="no /proc/loadavg here")
+def test_the_load_is_read_again_after_its_descriptor_is_closed_or_reused(tmp_path):
+    from ggmlpy.core import threads
+    assert threads._runnable_now() >= 1  # the caller itself runs
+    fd = threads._loadavg[0]
+    os.close(fd)  # as a daemonising library closing every descriptor would
+    assert threads._runnable_now() >= 1 and threads._loadavg[0] is not None
+    kept = threads._loadavg[0]
+    os.close(kept)
+    other = tmp_path / "other"
+    other.write_bytes(b"not a load average\n")
+    reused = os.open(other, os.O_RDONLY)  # the lowest free number: the one just closed
+    try:
+        assert reused == kept
+        assert threads._runnable_now() >= 1 and threads._loadavg[0] != reused
+    finally:
+        os.close(reused)
