@@ -68,9 +68,10 @@ _loadavg_lock = threading.Lock()
 def _runnable_now() -> int | None:
     """/proc/loadavg's count of runnable threads (the caller's included), None without /proc.
     The file stays open and is read with pread: a call after an idle moment reads it first, when
-    everything runs cold, and open, read and close through Python's io then took 180 us, pread
-    53 us (2.6 us warm). A descriptor closed under us, or a number reused for another file,
-    fails to parse: the file is opened again once (the stale number is not ours to close)."""
+    everything runs cold, and one system call costs a third of open, read and close through
+    Python's io (docs/benchmarks.md, "Threads"). A descriptor closed under us, or a number reused
+    for another file, fails to parse: the file is opened again once (the stale number is not
+    ours to close)."""
     for _ in range(2):
         fd = _loadavg[0]
         try:
