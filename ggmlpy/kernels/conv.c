@@ -839,16 +839,28 @@ static float *padded_scratch(size_t n) {
     return grown(&b, n);
 }
 
+/* n zeros at r: a masked store where they fit in one vector */
+static inline void zero_run(float *r, int n) {
+    if (n <= 16)
+        _mm512_mask_storeu_ps(r, lanes(0, n), _mm512_setzero_ps());
+    else
+        memset(r, 0, (size_t)n * sizeof(float));
+}
+
 /* rows [i0, i1) of the phase planes of x (one image and group) that some tap reads, `used` (a S + b)
  * the ones to make; the others are left as they are (only the dropped lanes read into them) */
 static void phase_planes(const float *x, float *xp, const geom *g, int S, int Hs, int Ws, const char *used, int i0,
                          int i1) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     float *o = xp;
     for (int c = 0; c < g->C; c++)
         for (int a = 0; a < S; a++)
             for (int b = 0; b < S; b++, o += (int64_t)Hs * Ws) {
                 if (!used[a * S + b])
                     continue;
+                /* columns j with 0 <= j S + b - PW < W, the same in every row: [lo, hi) */
+                const int off = b - g->PW;
+                const int lo = imin(first_in(off, S), Ws), hi = imax(lo, imin(first_past(off, S, g->W), Ws));
                 for (int i = i0; i < i1; i++) {
                     float *r = o + (int64_t)i * Ws;  /* row i of plane (c, a, b) */
                     const int ih = i * S + a - g->PH;
@@ -857,16 +869,12 @@ static void phase_planes(const float *x, float *xp, const geom *g, int S, int Hs
                         continue;
                     }
                     const float *row = x + ((int64_t)c * g->H + ih) * g->W;
-                    /* columns j with 0 <= j S + b - PW < W */
-                    const int off = b - g->PW;
-                    const int lo = imin(first_in(off, S), Ws), hi = imax(lo, imin(first_past(off, S, g->W), Ws));
-                    memset(r, 0, (size_t)lo * sizeof(float));
+                    zero_run(r, lo);  /* the padding's few columns: no call a row */
                     int j = lo;
                     if (S == 1) {
                         memcpy(r + lo, row + lo + off, (size_t)(hi - lo) * sizeof(float));
                         j = hi;
                     } else if (S == 2) {  /* 16 columns a step: the even lanes of two loads, as patch_row */
-                        const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
                         for (; j < hi; j += 16) {  /* the last step's lanes past hi are not stored */
                             const int i0 = 2 * j + off;
                             const __m512 v = _mm512_permutex2var_ps(load_in_row(row, i0, g->W), even,
@@ -880,7 +888,7 @@ static void phase_planes(const float *x, float *xp, const geom *g, int S, int Hs
                     }
                     for (; j < hi; j++)
                         r[j] = row[(int64_t)j * S + off];
-                    memset(r + hi, 0, (size_t)(Ws - hi) * sizeof(float));
+                    zero_run(r + hi, Ws - hi);
                 }
             }
     memset(o, 0, DIRECT_SLACK * sizeof(float));
@@ -1043,21 +1051,26 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
  * broadcasts the tile's input values, read from the zero-padded phase planes of conv_pixels_direct (tap
  * k at koff[k] from the tile's virtual pixel oh Ws + ow, the pixels consecutive in a phase plane's row
  * whatever the stride). The weights are packed at load in panels of RC channels, [CKK][RC] each
- * (pack_conv_pixels with 4 vectors, zero past the group's channels). A block of up to RTB tiles of one
- * image passes over each chunk of RKC taps of a panel (RKC x 256 bytes, in L1 while the tiles use them:
- * a deep layer's weights are read from memory once a block, not once a tile); the tiles' partial sums
- * wait in a per-thread buffer, [tile][pixel][channel], and the last chunk writes them, transposed, into
- * the NCHW output with the residual and ReLU. Work units (image and group, block, panel), panels
- * innermost, are split evenly over the threads, each thread copying the rows of the phase planes its
- * units read. Returns 0 (and does nothing) where it does not apply: the same answer on every thread. */
+ * (pack_conv_pixels with 4 vectors, zero past the group's channels). Each tile of a block of up to RTB
+ * tiles of one image reads a panel's weights whole, a sequential stream from L2 or L3, up to
+ * LANE_WHOLE_BYTES of them; a larger panel is taken RKC taps at a time by every tile of the block in
+ * turn. The tiles' sums wait in a per-thread buffer, [tile][pixel][channel], and the last chunk writes
+ * them, transposed, into the NCHW output with the residual and ReLU. Work units (image and group,
+ * block, panel), panels innermost, are split evenly over the threads, each thread copying the rows of
+ * the phase planes its units read. Returns 0 (and does nothing) where it does not apply: the same
+ * answer on every thread. */
 enum { RP = 7, RC = 64, RTB = 16, RKC = 128 };
-/* a panel's weights up to this many bytes are read whole by each tile, from L2 (measured as fast as
- * from L1: the stream is sequential), rather than a chunk of taps at a time */
+/* measured on ResNet-18's 3x3 layers (panels of 147 KB to 1.2 MB): whole panels streamed by each tile
+ * ran 10-20 % faster than chunks of 128 taps (32 KB, kept in L1 for a block's tiles), the 7 x 7 planes'
+ * most; whether chunks pay beyond 4 MB is unmeasured */
+#ifndef LANE_PAST
+#define LANE_PAST 1
+#endif
 #ifndef LANE_WHOLE_BYTES
 #define LANE_WHOLE_BYTES (4096 * 1024)
 #endif
 
-static inline __attribute__((always_inline)) void rows_tile(const int NP, int kc, const float *restrict a,
+static inline __attribute__((always_inline)) void rows_tile(const int NP, int kc, const float *restrict a, int step,
                                                             const int32_t *restrict koff, const float *restrict w,
                                                             float *restrict acc, const float *restrict init) {
     __m512 c[RP * 4];
@@ -1073,7 +1086,7 @@ static inline __attribute__((always_inline)) void rows_tile(const int NP, int kc
         const __m512 w2 = _mm512_loadu_ps(w + k * RC + 32), w3 = _mm512_loadu_ps(w + k * RC + 48);
 #pragma GCC unroll 7
         for (int j = 0; j < NP; j++) {
-            const __m512 bj = _mm512_set1_ps(ak[j]);
+            const __m512 bj = _mm512_set1_ps(ak[j * step]);
             c[j * 4] = _mm512_fmadd_ps(w0, bj, c[j * 4]);
             c[j * 4 + 1] = _mm512_fmadd_ps(w1, bj, c[j * 4 + 1]);
             c[j * 4 + 2] = _mm512_fmadd_ps(w2, bj, c[j * 4 + 2]);
@@ -1087,22 +1100,24 @@ static inline __attribute__((always_inline)) void rows_tile(const int NP, int kc
             _mm512_store_ps(acc + j * RC + 16 * v, c[j * 4 + v]);
 }
 
-static void rows_tile_n(int np, int kc, const float *a, const int32_t *koff, const float *w, float *acc,
+static void rows_tile_n(int np, int kc, const float *a, int step, const int32_t *koff, const float *w, float *acc,
                         const float *init) {
     switch (np) {
-#define NPIX(n) case n: rows_tile(n, kc, a, koff, w, acc, init); break;
+#define NPIX(n) case n: rows_tile(n, kc, a, step, koff, w, acc, init); break;
     NPIX(1) NPIX(2) NPIX(3) NPIX(4) NPIX(5) NPIX(6)
 #undef NPIX
-    default: rows_tile(RP, kc, a, koff, w, acc, init); break;
+    default: rows_tile(RP, kc, a, step, koff, w, acc, init); break;
     }
 }
 
 /* out[o P + j] = acc[j RC + o] (+ res[o P + j]), ReLU'd, for o < nr, j < np: 16 channels at a time, their
- * 8 x 16 block (the tile's pixels and zero rows) transposed in registers into 16 rows of 8 pixels,
- * each stored with a mask (a plain 8-float store would write past the tile, into another unit's
- * pixels) */
-static void rows_store(const float *acc, int np, int nr, float *out, const float *res, int64_t P, int relu) {
-    const __mmask8 m = (__mmask8)((1u << np) - 1);
+ * 8 x 16 block (the tile's pixels and zero rows) transposed in registers into 16 rows of 8 pixels.
+ * With `past` (the caller stores the 8 - np pixels after the tile's later, and they are in the plane)
+ * each row is one plain 8-float store (and read of the residual); otherwise a masked one, which
+ * writes nothing past the tile (another unit's pixels, or past the plane). */
+static void rows_store(const float *acc, int np, int nr, float *out, const float *res, int64_t P, int relu,
+                       int past) {
+    const __mmask8 m = past ? 0xFF : (__mmask8)((1u << np) - 1);
     const __m256 zero = _mm256_setzero_ps();
     for (int v = 0; v * 16 < nr; v++) {
         __m512 r[8], t[8], u[8];
@@ -1137,10 +1152,13 @@ static void rows_store(const float *acc, int np, int nr, float *out, const float
                     continue;
                 __m256 y = rows[i];
                 if (res != NULL)
-                    y = _mm256_add_ps(y, _mm256_maskz_loadu_ps(m, res + o * P));
+                    y = _mm256_add_ps(y, past ? _mm256_loadu_ps(res + o * P) : _mm256_maskz_loadu_ps(m, res + o * P));
                 if (relu)
                     y = _mm256_max_ps(zero, y);  /* NaN kept, as pixel_tile */
-                _mm256_mask_storeu_ps(out + o * P, m, y);
+                if (past)
+                    _mm256_storeu_ps(out + o * P, y);
+                else
+                    _mm256_mask_storeu_ps(out + o * P, m, y);
             }
         }
     }
@@ -1156,8 +1174,10 @@ static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) 
     const conv_args op = conv_args_of(dst, pr);
     const geom g = op.g;
     const int S = g.SH, Hp = (g.OH - 1) * S + g.DH * (g.KH - 1) + 1, Wp = (g.OW - 1) * S + g.DW * (g.KW - 1) + 1;
-    const int Hs = (Hp + S - 1) / S, Ws = (Wp + S - 1) / S;
-    const int64_t plane_p = (int64_t)Hs * Ws, need = (int64_t)g.C * S * S * plane_p + DIRECT_SLACK;
+    /* the zero-padded input, Hp x Wp a channel (phase_planes with one phase): broadcasts need no
+     * consecutive pixels, so a stride S reads every S-th value of a row (no phase planes to make),
+     * and the copy is no larger than conv_pixels_direct's phase planes (the budget direct_planes checks) */
+    const int64_t plane_p = (int64_t)Hp * Wp, need = (int64_t)g.C * plane_p + DIRECT_SLACK;
     const int CKK = (int)op.wne[1];
     if (g.SW != S || need > DIRECT_MAX_FLOATS || (int64_t)op.wne[0] != RC || CKK != g.C * g.KH * g.KW)
         return 0;
@@ -1172,10 +1192,9 @@ static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) 
     float *xp = padded_scratch((size_t)need);
     float *acc = rows_scratch((size_t)tb * RP * RC + RC);
     int32_t *koff = malloc((size_t)CKK * sizeof(int32_t));
-    char *used = calloc((size_t)S * S, 1);
-    if (xp == NULL || acc == NULL || koff == NULL || used == NULL) {  /* out of memory: never a silently wrong value */
+    const char one_phase[1] = {1};
+    if (xp == NULL || acc == NULL || koff == NULL) {  /* out of memory: never a silently wrong value */
         free(koff);
-        free(used);
         for (int64_t u = u0; u < u1; u++) {
             const int64_t ng = u / npan / nblk, b = u / npan % nblk;
             const int q = (int)(u % npan);
@@ -1189,11 +1208,8 @@ static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) 
     }
     for (int c = 0, k = 0; c < g.C; c++)
         for (int kh = 0; kh < g.KH; kh++)
-            for (int kw = 0; kw < g.KW; kw++) {
-                const int dh = kh * g.DH, dw = kw * g.DW;
-                koff[k++] = (int32_t)((((int64_t)c * S + dh % S) * S + dw % S) * plane_p + (int64_t)(dh / S) * Ws + dw / S);
-                used[(dh % S) * S + dw % S] = 1;
-            }
+            for (int kw = 0; kw < g.KW; kw++)
+                koff[k++] = (int32_t)(c * plane_p + (int64_t)kh * g.DH * Wp + kw * g.DW);
     float *init = acc + tb * RP * RC;  /* a panel's bias, RC floats (zero past the group's channels) */
     const int chunk = (int64_t)CKK * RC * (int64_t)sizeof(float) <= LANE_WHOLE_BYTES ? CKK : RKC;
     int64_t padded = -1;  /* the (image, group) xp holds */
@@ -1201,13 +1217,13 @@ static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) 
         const int64_t ng = u / npan / nblk, b = u / npan % nblk;
         const int q = (int)(u % npan), gi = (int)(ng % G), o0 = q * RC, nr = imin(RC, Mg - o0);
         const int64_t t0 = b * tb, t1 = imin64(t0 + tb, tiles);
-        if (ng != padded) {  /* the phase-plane rows this thread's units of the image read */
+        if (ng != padded) {  /* the padded rows this thread's units of the image read */
             const int64_t per = nblk * npan;
             const int64_t ua = imax64(u0, ng * per) - ng * per, ub = imin64(u1, (ng + 1) * per) - ng * per;
-            const int i0 = (int)(ua / npan * tb / per_row);
-            const int i1 = (int)imin64(Hs, (imin64(((ub - 1) / npan + 1) * tb, tiles) - 1) / per_row +
-                                               (int64_t)(g.KH - 1) * g.DH / S + 1);
-            phase_planes(op.x + ng * g.C * in_plane, xp, &g, S, Hs, Ws, used, i0, i1);
+            const int i0 = (int)(ua / npan * tb / per_row) * S;
+            const int i1 = (int)imin64(Hp, (imin64(((ub - 1) / npan + 1) * tb, tiles) - 1) / per_row * S +
+                                               (int64_t)(g.KH - 1) * g.DH + 1);
+            phase_planes(op.x + ng * g.C * in_plane, xp, &g, 1, Hp, Wp, one_phase, i0, i1);
             padded = ng;
         }
         for (int o = 0; o < RC; o++)
@@ -1217,21 +1233,22 @@ static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) 
             const int kc = imin(chunk, CKK - kb);
             for (int64_t t = t0; t < t1; t++) {
                 const int oh = (int)(t / per_row), ow = (int)(t % per_row) * RP;
-                rows_tile_n(imin(RP, g.OW - ow), kc, xp + (int64_t)oh * Ws + ow, koff + kb, wq + (int64_t)kb * RC,
-                            acc + (t - t0) * RP * RC, kb == 0 ? init : NULL);
+                rows_tile_n(imin(RP, g.OW - ow), kc, xp + ((int64_t)oh * Wp + ow) * S, S, koff + kb,
+                            wq + (int64_t)kb * RC, acc + (t - t0) * RP * RC, kb == 0 ? init : NULL);
             }
         }
         float *out = op.y + ng * Mg * P + (int64_t)o0 * P;
         const float *rg = op.res != NULL ? op.res + ng * Mg * P + (int64_t)o0 * P : NULL;
         for (int64_t t = t0; t < t1; t++) {
-            const int oh = (int)(t / per_row), ow = (int)(t % per_row) * RP;
+            const int oh = (int)(t / per_row), ow = (int)(t % per_row) * RP, np = imin(RP, g.OW - ow);
             const int64_t p = (int64_t)oh * g.OW + ow;
-            rows_store(acc + (t - t0) * RP * RC, imin(RP, g.OW - ow), nr, out + p, rg != NULL ? rg + p : NULL, P,
-                       flags & F_RELU);
+            /* the block's next tile, stored after this one, starts at pixel p + np: whether it holds
+             * the 8 - np pixels a plain store writes past this one */
+            const int past = LANE_PAST && t + 1 < t1 && 8 - np <= imin(RP, g.OW - (int)((t + 1) % per_row) * RP);
+            rows_store(acc + (t - t0) * RP * RC, np, nr, out + p, rg != NULL ? rg + p : NULL, P, flags & F_RELU, past);
         }
     }
     free(koff);
-    free(used);
     return 1;
 }
 
