@@ -1063,9 +1063,6 @@ enum { RP = 7, RC = 64, RTB = 16, RKC = 128 };
 /* measured on ResNet-18's 3x3 layers (panels of 147 KB to 1.2 MB): whole panels streamed by each tile
  * ran 10-20 % faster than chunks of 128 taps (32 KB, kept in L1 for a block's tiles), the 7 x 7 planes'
  * most; whether chunks pay beyond 4 MB is unmeasured */
-#ifndef LANE_PAST
-#define LANE_PAST 1
-#endif
 #ifndef LANE_WHOLE_BYTES
 #define LANE_WHOLE_BYTES (4096 * 1024)
 #endif
@@ -1111,13 +1108,11 @@ static void rows_tile_n(int np, int kc, const float *a, int step, const int32_t 
 }
 
 /* out[o P + j] = acc[j RC + o] (+ res[o P + j]), ReLU'd, for o < nr, j < np: 16 channels at a time, their
- * 8 x 16 block (the tile's pixels and zero rows) transposed in registers into 16 rows of 8 pixels.
- * With `past` (the caller stores the 8 - np pixels after the tile's later, and they are in the plane)
- * each row is one plain 8-float store (and read of the residual); otherwise a masked one, which
- * writes nothing past the tile (another unit's pixels, or past the plane). */
-static void rows_store(const float *acc, int np, int nr, float *out, const float *res, int64_t P, int relu,
-                       int past) {
-    const __mmask8 m = past ? 0xFF : (__mmask8)((1u << np) - 1);
+ * 8 x 16 block (the tile's pixels and zero rows) transposed in registers into 16 rows of 8 pixels,
+ * each stored with a mask, which writes nothing past the tile (another unit's pixels, or past the
+ * plane; plain stores where the block's next tile rewrites those pixels measured no faster) */
+static void rows_store(const float *acc, int np, int nr, float *out, const float *res, int64_t P, int relu) {
+    const __mmask8 m = (__mmask8)((1u << np) - 1);
     const __m256 zero = _mm256_setzero_ps();
     for (int v = 0; v * 16 < nr; v++) {
         __m512 r[8], t[8], u[8];
@@ -1152,13 +1147,10 @@ static void rows_store(const float *acc, int np, int nr, float *out, const float
                     continue;
                 __m256 y = rows[i];
                 if (res != NULL)
-                    y = _mm256_add_ps(y, past ? _mm256_loadu_ps(res + o * P) : _mm256_maskz_loadu_ps(m, res + o * P));
+                    y = _mm256_add_ps(y, _mm256_maskz_loadu_ps(m, res + o * P));
                 if (relu)
                     y = _mm256_max_ps(zero, y);  /* NaN kept, as pixel_tile */
-                if (past)
-                    _mm256_storeu_ps(out + o * P, y);
-                else
-                    _mm256_mask_storeu_ps(out + o * P, m, y);
+                _mm256_mask_storeu_ps(out + o * P, m, y);
             }
         }
     }
@@ -1240,12 +1232,10 @@ static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) 
         float *out = op.y + ng * Mg * P + (int64_t)o0 * P;
         const float *rg = op.res != NULL ? op.res + ng * Mg * P + (int64_t)o0 * P : NULL;
         for (int64_t t = t0; t < t1; t++) {
-            const int oh = (int)(t / per_row), ow = (int)(t % per_row) * RP, np = imin(RP, g.OW - ow);
+            const int oh = (int)(t / per_row), ow = (int)(t % per_row) * RP;
             const int64_t p = (int64_t)oh * g.OW + ow;
-            /* the block's next tile, stored after this one, starts at pixel p + np: whether it holds
-             * the 8 - np pixels a plain store writes past this one */
-            const int past = LANE_PAST && t + 1 < t1 && 8 - np <= imin(RP, g.OW - (int)((t + 1) % per_row) * RP);
-            rows_store(acc + (t - t0) * RP * RC, np, nr, out + p, rg != NULL ? rg + p : NULL, P, flags & F_RELU, past);
+            rows_store(acc + (t - t0) * RP * RC, imin(RP, g.OW - ow), nr, out + p, rg != NULL ? rg + p : NULL, P,
+                       flags & F_RELU);
         }
     }
     free(koff);
