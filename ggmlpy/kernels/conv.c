@@ -320,7 +320,13 @@ void ggmlpy_maxpool2d_f32(void *dst, int ith, int nth, void *userdata) {
     const int64_t planes = dne[2] * dne[3];
     const float *x = data_of(xt);
     float *y = data_of(dst);
-    float *tmp = scratch((size_t)W);
+    /* the vertical max of a window's rows, tmp[0 .. W), with -FLT_MAX cells before (PW) and after (as
+     * many as the last vector of 16 windows reads): they never win a max, as cells outside the input */
+    const int64_t after = ((int64_t)OW + 16) * SW + KW + 32;
+    float *buf = scratch((size_t)(PW + W + after)), *tmp = buf == NULL ? NULL : buf + PW;
+    if (buf != NULL)
+        for (int64_t i = 0; i < PW + W + after; i++)
+            buf[i] = -3.40282347e+38f;
     const int64_t p0 = planes * ith / nth, p1 = planes * (ith + 1) / nth;
     for (int64_t p = p0; p < p1; p++) {
         const float *xp = x + p * (int64_t)H * W;
@@ -339,7 +345,26 @@ void ggmlpy_maxpool2d_f32(void *dst, int ith, int nth, void *userdata) {
                 for (int w = 0; w < W; w++)
                     tmp[w] = row[w] > tmp[w] ? row[w] : tmp[w];
             }
-            for (int ow = 0; ow < OW; ow++) {
+            int ow = 0;
+#ifdef __AVX512F__
+            if (SW <= 2) {  /* 16 windows a step, their cells in the scalar loop's order (the same NaN, -0) */
+                const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+                for (; ow < OW; ow += 16) {
+                    __m512 m = _mm512_set1_ps(-3.40282347e+38f);
+                    for (int kw = 0; kw < KW; kw++) {
+                        const float *c = tmp + (int64_t)ow * SW - PW + kw;
+                        const __m512 v = SW == 1 ? _mm512_loadu_ps(c)
+                                                 : _mm512_permutex2var_ps(_mm512_loadu_ps(c), even, _mm512_loadu_ps(c + 16));
+                        m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), v);  /* v > m ? v : m */
+                    }
+                    if (ow + 16 <= OW)
+                        _mm512_storeu_ps(out + ow, m);
+                    else
+                        _mm512_mask_storeu_ps(out + ow, lanes(0, OW - ow), m);
+                }
+            }
+#endif
+            for (; ow < OW; ow++) {
                 const int w0 = ow * SW - PW, wlo = imax(w0, 0), whi = imin(w0 + KW, W);
                 float m = -3.40282347e+38f;
                 for (int w = wlo; w < whi; w++)
