@@ -869,14 +869,69 @@ def test_pixel_conv_sums_past_one_block_of_patch_rows_and_keeps_nan():
     assert np.isfinite(out).sum() == out.size - 1
 
 
+# the channel-major kernel without patches (conv2d_pixels' block 4): equal strides only; output rows in
+# tiles of 7 pixels (rows of 9, 11, 15, 35: a partial last tile), blocks of up to 16 tiles that end
+# inside a row, panels of 64 channels (5, 13 a group, 70, 130: partial panels), batches of 1 and 3
+LANE_CASES = [c for c in PIXEL_CASES if c[2][0] == c[2][1]] + [
+    ((3, 5, 9, 7), (70, 5, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1),
+    ((1, 20, 14, 14), (130, 20, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1),   # 28 tiles: 2 blocks, 3 panels
+    ((3, 9, 7, 7), (64, 9, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1),        # ResNet's deepest plane, one panel
+    ((1, 6, 15, 31), (16, 6, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1),      # phase rows of 16 columns and 15
+    ((3, 7, 14, 14), (65, 7, 1, 1), (2, 2), (0, 0), (0, 0), (1, 1), 1),      # ResNet's 1x1 downsampling
+    ((1, 4, 11, 23), (6, 4, 3, 3), (2, 2), (2, 2), (2, 2), (2, 2), 1),       # stride 2 with dilation 2: one phase
+]
+
+
+@needs_packed_conv
+@pytest.mark.parametrize("case", LANE_CASES, ids=lambda c: "x{}w{}s{}p{}{}d{}g{}".format(*c))
+def test_lane_conv_every_geometry_and_thread_count(case):
+    """conv.c's channel-major convolution on the padded input's phase planes: every geometry with
+    equal strides, with and without bias, residual and ReLU, on 1, 2 and 3 threads."""
+    xs, ws, stride, pb, pe, dil, groups = case
+    rng = np.random.default_rng(sum(xs) + sum(ws) + 4)
+    x = rng.standard_normal(xs).astype(np.float32)
+    W = rng.standard_normal(ws).astype(np.float32)
+    bias = rng.standard_normal(ws[0]).astype(np.float32)
+    ref = conv_ref(x, W, stride, pb, pe, dil, groups)
+    r = rng.standard_normal(ref.shape).astype(np.float32)
+    want = np.maximum(ref + bias.reshape(1, -1, 1, 1) + r, 0)
+    for threads in (1, 2, 3):
+        out = conv_on_cpu(x, W, stride, pb, pe, dil, groups, threads, pixels=4)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+        out = conv_on_cpu(x, W, stride, pb, pe, dil, groups, threads, bias=bias, residual=r, relu=True, pixels=4)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@needs_packed_conv
+def test_lane_conv_sums_past_one_chunk_of_taps_and_keeps_nan():
+    """A panel's weights past 4 MB (16384 taps) are taken a chunk of taps at a time (partial sums
+    wait in a buffer); a NaN stays NaN through the ReLU and -inf becomes 0; unequal strides, which
+    the kernel does not take, give NaN rather than a wrong value."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 1830, 6, 9)).astype(np.float32)  # 16470 taps
+    W = rng.standard_normal((70, 1830, 3, 3)).astype(np.float32)
+    ref = conv_ref(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1)
+    for threads in (1, 2):
+        out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, pixels=4)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    r = np.zeros(ref.shape, np.float32)
+    r[0, 0, 0, 0], r[1, 69, 5, 8] = np.nan, -np.inf
+    out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, 1, residual=r, relu=True, pixels=4)
+    assert np.isnan(out[0, 0, 0, 0]) and out[1, 69, 5, 8] == 0.0
+    assert np.isfinite(out).sum() == out.size - 1
+    out = conv_on_cpu(x[:, :8], W[:, :8], (1, 2), (1, 1), (1, 1), (1, 1), 1, 2, pixels=4)
+    assert np.isnan(out).all()
+
+
 @needs_packed_conv
 def test_pack_conv_pixels_layout_and_bad_vector_count():
     W = np.arange(2 * 10 * 3 * 1 * 1, dtype=np.float32).reshape(20, 3, 1, 1)  # 2 groups of 10 channels
     wp = K.pack_conv_pixels(W, 2, 3)  # panels of 8 channels: 2 a group
     assert wp.shape == (4, 3, 8)
     assert wp[1, 2, 1] == W[9, 2, 0, 0] and wp[1, 2, 2] == 0.0 and wp[2, 0, 0] == W[10, 0, 0, 0]
+    assert K.pack_conv_pixels(W, 2, 4).shape == (2, 3, 64)  # 4: channels in the lanes, 64 a panel
     with pytest.raises(ValueError, match="vectors"):
-        K.pack_conv_pixels(W, 2, 4)
+        K.pack_conv_pixels(W, 2, 5)
 
 
 @needs_packed_conv
@@ -898,6 +953,28 @@ def test_packed_conv_kind_follows_the_padding_lanes():
     assert K.packed_conv_kind((56, 56), 1) is None                         # depthwise: OpenBLAS's conv2d
     big = kernels.DIRECT_MAX_FLOATS // (16 * 16)  # planes past the copy's budget: patches
     assert K.packed_conv_kind((14, 14), 256, (16, 16), big) == "channels"
+
+
+@needs_packed_conv
+def test_lane_conv_is_chosen_where_its_taps_outweigh_its_transposed_stores():
+    def kind(out_hw, channels, kernel=(3, 3), stride=(1, 1), cin=64):
+        return K.packed_conv_kind(out_hw, channels, *kernels.direct_planes(out_hw, kernel, stride, (1, 1), cin),
+                                  stride=stride[0], taps=cin * kernel[0] * kernel[1])
+    # ResNet-18's layers: the deep 3x3 ones are the channel-major kernel's, the stem, the 56 x 56
+    # planes (576 taps) and the 1x1 downsampling (few taps a value) stay the others'
+    assert kind((112, 112), 64, (7, 7), (2, 2), cin=3) == "pixels"
+    assert kind((56, 56), 64) == "pixels"
+    assert kind((28, 28), 128, stride=(2, 2)) == "lanes"
+    assert kind((28, 28), 128, (1, 1), (2, 2)) == "pixels"
+    for hw, c in (((28, 28), 128), ((14, 14), 256), ((7, 7), 512)):
+        assert kind(hw, c, cin=c) == "lanes"
+        assert kind(hw, 2 * c, stride=(2, 2), cin=c) == "lanes"
+    assert kind((14, 14), 256, (1, 1), (2, 2), cin=128) == "channels"
+    assert kind((7, 7), 512, (1, 1), (2, 2), cin=256) == "channels"
+    assert kind((14, 14), 20, cin=256) != "lanes"                             # 20 of a panel's 64 lanes
+    assert kind((14, 14), 256, stride=(2, 1), cin=256) != "lanes"             # unequal strides: no phase planes
+    assert K.packed_conv_kind((14, 14), 256, *kernels.direct_planes((14, 14), (3, 3), (1, 1), (1, 1), 256)) \
+        == "pixels"                                                           # taps unknown: never lanes
 
 
 @needs_packed_conv

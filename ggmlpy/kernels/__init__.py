@@ -53,6 +53,7 @@ FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
 BLAS_LIBS = ("-l:libopenblas.so.0",)  # the library ggml's BLAS backend loads (Debian's alternatives)
 N_TASKS_MAX = -1  # ggml's GGML_N_TASKS_MAX: as many tasks as the backend has threads
 LNR_PACKED = 12  # conv2d_packed's pixels a block (conv.c's LNR)
+LANE_CHANNELS, LANE_PIXELS = 64, 7  # conv2d_pixels' block 4: channels a panel, pixels a tile (conv.c's RC, RP)
 DIRECT_MAX_FLOATS = 4 << 20  # conv.c's: the largest padded input its pixel kernel copies (direct_planes)
 
 
@@ -264,16 +265,20 @@ class Kernels:
                                groups, bias, residual, relu, 0)
 
     def packed_conv_kind(self, out_hw: tuple, channels: int, planes_hw: tuple | None = None,
-                         planes: int = 0, stride: int = 1) -> str | None:
+                         planes: int = 0, stride: int = 1, taps: int = 0) -> str | None:
         """Which of conv.c's AVX-512 convolutions (weights packed at load) suits a layer of output planes
-        out_hw = (OH, OW) and `channels` output channels a group: "pixels" (conv2d_pixels, blocks of 48
-        pixels by 8 channels, stored as whole vectors into NCHW), "channels" (conv2d_packed, 32
-        channels by 12 pixels, a plane's last strip computing only its pixels), whichever computes
-        fewer padding lanes, weighted by their speed per useful lane as measured on ResNet-18's
-        layers: pixels 1.1 with patches, and where the layer's strides are equal and the pixel kernel
-        reads the padded input's `planes` phase planes of planes_hw = (Hs, Ws) without patches
-        (direct_planes; its Ws - OW extra pixels a row count as padding) 1.25 at `stride` 1 and 1.1 at
-        larger strides (their s x s phase planes a channel are read from further away); None without
+        out_hw = (OH, OW), `channels` output channels a group and `taps` = C/groups*KH*KW products a
+        value: "pixels" (conv2d_pixels, blocks of 48 pixels by 8 channels, stored as whole vectors into
+        NCHW), "channels" (conv2d_packed, 32 channels by 12 pixels, a plane's last strip computing only
+        its pixels), "lanes" (conv2d_pixels' block 4: 64 channels by 7 pixels of a row, from the padded
+        input, transposed into NCHW), whichever computes fewer padding lanes, weighted by their speed
+        per useful lane as measured on ResNet-18's layers: pixels 1.1 with patches, and where the
+        layer's strides are equal and the pixel kernel reads the padded input's `planes` phase planes
+        of planes_hw = (Hs, Ws) without patches (direct_planes; its Ws - OW extra pixels a row count as
+        padding) 1.25 at `stride` 1 and 1.1 at larger strides (their s x s phase planes a channel are
+        read from further away); lanes (the same planes) 1.25, less a tile's transposed store, worth
+        64 taps (measured: it loses on ResNet's stem, 147 taps, and its 1x1 downsampling, 64-256, ties
+        at 56 x 56, 576, and wins from 1152 taps on; without `taps` it is not chosen); None without
         AVX-512 or below 8 channels (depthwise), where OpenBLAS's conv2d runs it."""
         oh, ow = out_hw
         pixels = oh * ow
@@ -282,22 +287,25 @@ class Kernels:
 
         def used(n, block, real=None):  # the share of a block's lanes that hold real values
             return (n if real is None else real) / (-(-n // block) * block)
+        by_lanes = 0.0
         if planes_hw is not None and planes * planes_hw[0] * planes_hw[1] + 64 <= DIRECT_MAX_FLOATS:
             speed = 1.25 if stride == 1 else 1.1
             by_pixels = speed * used((oh - 1) * planes_hw[1] + ow, 48, pixels) * used(channels, 8)
+            by_lanes = 1.25 * taps / (taps + 64) * used(channels, LANE_CHANNELS) * used(ow, LANE_PIXELS)
         else:
             by_pixels = 1.1 * used(pixels, 48) * used(channels, 8)
         by_channels = used(channels, self.packed_rows)
-        return "pixels" if by_pixels >= by_channels else "channels"
+        best = max(by_pixels, by_channels)
+        return "lanes" if by_lanes > best else "pixels" if by_pixels >= by_channels else "channels"
 
     def pack_conv_pixels(self, w: np.ndarray, groups: int, vectors: int) -> np.ndarray:
         """ONNX conv weights (M, C/groups, KH, KW) in the panels conv2d_pixels reads with `vectors`
-        (1, 2 or 3) vectors of pixels: (groups * panels, C/groups*KH*KW, rows) with rows = 24 / vectors
-        output channels a panel, out[g * panels + p, k, r] = W[g * M/groups + p * rows + r, k], zero
-        past each group's channels."""
+        (1, 2 or 3) vectors of pixels, or with 4 (channels in the lanes, "lanes"): (groups * panels,
+        C/groups*KH*KW, rows) with rows = 24 / vectors output channels a panel (64 for 4),
+        out[g * panels + p, k, r] = W[g * M/groups + p * rows + r, k], zero past each group's channels."""
         rows = int(self.clib.ggmlpy_conv_pixels_rows(vectors))
         if rows == 0:
-            raise ValueError(f"pack_conv_pixels: vectors must be 1, 2 or 3, got {vectors}")
+            raise ValueError(f"pack_conv_pixels: vectors must be 1, 2, 3 or 4, got {vectors}")
         M = w.shape[0]
         Mg = M // groups
         npan = -(-Mg // rows)

@@ -320,7 +320,13 @@ void ggmlpy_maxpool2d_f32(void *dst, int ith, int nth, void *userdata) {
     const int64_t planes = dne[2] * dne[3];
     const float *x = data_of(xt);
     float *y = data_of(dst);
-    float *tmp = scratch((size_t)W);
+    /* the vertical max of a window's rows, tmp[0 .. W), with -FLT_MAX cells before (PW) and after (as
+     * many as the last vector of 16 windows reads): they never win a max, as cells outside the input */
+    const int64_t after = ((int64_t)OW + 16) * SW + KW + 32;
+    float *buf = scratch((size_t)(PW + W + after)), *tmp = buf == NULL ? NULL : buf + PW;
+    if (buf != NULL)
+        for (int64_t i = 0; i < PW + W + after; i++)
+            buf[i] = -3.40282347e+38f;
     const int64_t p0 = planes * ith / nth, p1 = planes * (ith + 1) / nth;
     for (int64_t p = p0; p < p1; p++) {
         const float *xp = x + p * (int64_t)H * W;
@@ -339,7 +345,26 @@ void ggmlpy_maxpool2d_f32(void *dst, int ith, int nth, void *userdata) {
                 for (int w = 0; w < W; w++)
                     tmp[w] = row[w] > tmp[w] ? row[w] : tmp[w];
             }
-            for (int ow = 0; ow < OW; ow++) {
+            int ow = 0;
+#ifdef __AVX512F__
+            if (SW <= 2) {  /* 16 windows a step, their cells in the scalar loop's order (the same NaN, -0) */
+                const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+                for (; ow < OW; ow += 16) {
+                    __m512 m = _mm512_set1_ps(-3.40282347e+38f);
+                    for (int kw = 0; kw < KW; kw++) {
+                        const float *c = tmp + (int64_t)ow * SW - PW + kw;
+                        const __m512 v = SW == 1 ? _mm512_loadu_ps(c)
+                                                 : _mm512_permutex2var_ps(_mm512_loadu_ps(c), even, _mm512_loadu_ps(c + 16));
+                        m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), v);  /* v > m ? v : m */
+                    }
+                    if (ow + 16 <= OW)
+                        _mm512_storeu_ps(out + ow, m);
+                    else
+                        _mm512_mask_storeu_ps(out + ow, lanes(0, OW - ow), m);
+                }
+            }
+#endif
+            for (; ow < OW; ow++) {
                 const int w0 = ow * SW - PW, wlo = imax(w0, 0), whi = imin(w0 + KW, W);
                 float m = -3.40282347e+38f;
                 for (int w = wlo; w < whi; w++)
@@ -839,16 +864,28 @@ static float *padded_scratch(size_t n) {
     return grown(&b, n);
 }
 
+/* n zeros at r: a masked store where they fit in one vector */
+static inline void zero_run(float *r, int n) {
+    if (n <= 16)
+        _mm512_mask_storeu_ps(r, lanes(0, n), _mm512_setzero_ps());
+    else
+        memset(r, 0, (size_t)n * sizeof(float));
+}
+
 /* rows [i0, i1) of the phase planes of x (one image and group) that some tap reads, `used` (a S + b)
  * the ones to make; the others are left as they are (only the dropped lanes read into them) */
 static void phase_planes(const float *x, float *xp, const geom *g, int S, int Hs, int Ws, const char *used, int i0,
                          int i1) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     float *o = xp;
     for (int c = 0; c < g->C; c++)
         for (int a = 0; a < S; a++)
             for (int b = 0; b < S; b++, o += (int64_t)Hs * Ws) {
                 if (!used[a * S + b])
                     continue;
+                /* columns j with 0 <= j S + b - PW < W, the same in every row: [lo, hi) */
+                const int off = b - g->PW;
+                const int lo = imin(first_in(off, S), Ws), hi = imax(lo, imin(first_past(off, S, g->W), Ws));
                 for (int i = i0; i < i1; i++) {
                     float *r = o + (int64_t)i * Ws;  /* row i of plane (c, a, b) */
                     const int ih = i * S + a - g->PH;
@@ -857,16 +894,26 @@ static void phase_planes(const float *x, float *xp, const geom *g, int S, int Hs
                         continue;
                     }
                     const float *row = x + ((int64_t)c * g->H + ih) * g->W;
-                    /* columns j with 0 <= j S + b - PW < W */
-                    const int off = b - g->PW;
-                    const int lo = imin(first_in(off, S), Ws), hi = imax(lo, imin(first_past(off, S, g->W), Ws));
-                    memset(r, 0, (size_t)lo * sizeof(float));
-                    if (S == 1)
+                    zero_run(r, lo);  /* the padding's few columns: no call a row */
+                    int j = lo;
+                    if (S == 1) {
                         memcpy(r + lo, row + lo + off, (size_t)(hi - lo) * sizeof(float));
-                    else
-                        for (int j = lo; j < hi; j++)
-                            r[j] = row[(int64_t)j * S + off];
-                    memset(r + hi, 0, (size_t)(Ws - hi) * sizeof(float));
+                        j = hi;
+                    } else if (S == 2) {  /* 16 columns a step: the even lanes of two loads, as patch_row */
+                        for (; j < hi; j += 16) {  /* the last step's lanes past hi are not stored */
+                            const int i0 = 2 * j + off;
+                            const __m512 v = _mm512_permutex2var_ps(load_in_row(row, i0, g->W), even,
+                                                                    load_in_row(row, i0 + 16, g->W));
+                            if (j + 16 <= hi)
+                                _mm512_storeu_ps(r + j, v);
+                            else
+                                _mm512_mask_storeu_ps(r + j, lanes(0, hi - j), v);
+                        }
+                        j = hi;
+                    }
+                    for (; j < hi; j++)
+                        r[j] = row[(int64_t)j * S + off];
+                    zero_run(r + hi, Ws - hi);
                 }
             }
     memset(o, 0, DIRECT_SLACK * sizeof(float));
@@ -1021,12 +1068,224 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
     return 1;
 }
 
-int ggmlpy_conv_pixels_rows(int pv) { return pv >= 1 && pv <= 3 ? 24 / pv : 0; }
+/* The convolution with output channels in the vector lanes and without patches (AVX-512; block 4 of
+ * ggmlpy_conv2d_pixels_f32). No lane is padding where a group's channels are a multiple of RC, whatever
+ * the plane's width (the pixel kernels compute a row's Ws - OW virtual pixels and a plane's last partial
+ * block: 18 % of the lanes on a 14 x 14 plane). A tile is NP <= RP consecutive pixels of one output row
+ * by RC channels (4 vectors: 28 accumulators): each tap loads the panel's 4 weight vectors and
+ * broadcasts the tile's input values, read from the zero-padded phase planes of conv_pixels_direct (tap
+ * k at koff[k] from the tile's virtual pixel oh Ws + ow, the pixels consecutive in a phase plane's row
+ * whatever the stride). The weights are packed at load in panels of RC channels, [CKK][RC] each
+ * (pack_conv_pixels with 4 vectors, zero past the group's channels). Each tile of a block of up to RTB
+ * tiles of one image reads a panel's weights whole, a sequential stream from L2 or L3, up to
+ * LANE_WHOLE_BYTES of them; a larger panel is taken RKC taps at a time by every tile of the block in
+ * turn. The tiles' sums wait in a per-thread buffer, [tile][pixel][channel], and the last chunk writes
+ * them, transposed, into the NCHW output with the residual and ReLU. Work units (image and group,
+ * block, panel), panels innermost, are split evenly over the threads, each thread copying the rows of
+ * the phase planes its units read. Returns 0 (and does nothing) where it does not apply: the same
+ * answer on every thread. */
+enum { RP = 7, RC = 64, RTB = 16, RKC = 128 };
+/* measured on ResNet-18's 3x3 layers (panels of 147 KB to 1.2 MB): whole panels streamed by each tile
+ * ran 10-20 % faster than chunks of 128 taps (32 KB, kept in L1 for a block's tiles), the 7 x 7 planes'
+ * most; whether chunks pay beyond 4 MB is unmeasured */
+#ifndef LANE_WHOLE_BYTES
+#define LANE_WHOLE_BYTES (4096 * 1024)
+#endif
+
+static inline __attribute__((always_inline)) void rows_tile(const int NP, int kc, const float *restrict a, int step,
+                                                            const int32_t *restrict koff, const float *restrict w,
+                                                            float *restrict acc, const float *restrict init) {
+    __m512 c[RP * 4];
+#pragma GCC unroll 7
+    for (int j = 0; j < NP; j++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++)  /* the first chunk starts from the bias (init), the others from acc */
+            c[j * 4 + v] = _mm512_load_ps(init != NULL ? init + 16 * v : acc + j * RC + 16 * v);
+    for (int k = 0; k < kc; k++) {
+        const float *ak = a + koff[k];
+        /* unaligned loads: ggml aligns tensors to 32 bytes only (measured as fast as aligned here) */
+        const __m512 w0 = _mm512_loadu_ps(w + k * RC), w1 = _mm512_loadu_ps(w + k * RC + 16);
+        const __m512 w2 = _mm512_loadu_ps(w + k * RC + 32), w3 = _mm512_loadu_ps(w + k * RC + 48);
+#pragma GCC unroll 7
+        for (int j = 0; j < NP; j++) {
+            const __m512 bj = _mm512_set1_ps(ak[j * step]);
+            c[j * 4] = _mm512_fmadd_ps(w0, bj, c[j * 4]);
+            c[j * 4 + 1] = _mm512_fmadd_ps(w1, bj, c[j * 4 + 1]);
+            c[j * 4 + 2] = _mm512_fmadd_ps(w2, bj, c[j * 4 + 2]);
+            c[j * 4 + 3] = _mm512_fmadd_ps(w3, bj, c[j * 4 + 3]);
+        }
+    }
+#pragma GCC unroll 7
+    for (int j = 0; j < NP; j++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++)
+            _mm512_store_ps(acc + j * RC + 16 * v, c[j * 4 + v]);
+}
+
+static void rows_tile_n(int np, int kc, const float *a, int step, const int32_t *koff, const float *w, float *acc,
+                        const float *init) {
+    switch (np) {
+#define NPIX(n) case n: rows_tile(n, kc, a, step, koff, w, acc, init); break;
+    NPIX(1) NPIX(2) NPIX(3) NPIX(4) NPIX(5) NPIX(6)
+#undef NPIX
+    default: rows_tile(RP, kc, a, step, koff, w, acc, init); break;
+    }
+}
+
+/* out[o P + j] = acc[j RC + o] (+ res[o P + j]), ReLU'd, for o < nr, j < np: 16 channels at a time, their
+ * 8 x 16 block (the tile's pixels and zero rows) transposed in registers into 16 rows of 8 pixels,
+ * each stored with a mask, which writes nothing past the tile (another unit's pixels, or past the
+ * plane; plain stores where the block's next tile rewrites those pixels measured no faster) */
+static void rows_store(const float *acc, int np, int nr, float *out, const float *res, int64_t P, int relu) {
+    const __mmask8 m = (__mmask8)((1u << np) - 1);
+    const __m256 zero = _mm256_setzero_ps();
+    for (int v = 0; v * 16 < nr; v++) {
+        __m512 r[8], t[8], u[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            r[j] = j < np ? _mm512_load_ps(acc + j * RC + 16 * v) : _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {  /* t[2i] lane L: r[2i][4L], r[2i+1][4L], r[2i][4L+1], r[2i+1][4L+1] */
+            t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {  /* u[4h + e] lane L: rows 4h .. 4h+3 of channel 4L + e */
+            u[4 * h] = _mm512_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+            u[4 * h + 1] = _mm512_shuffle_ps(t[4 * h], t[4 * h + 2], 0xEE);
+            u[4 * h + 2] = _mm512_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+            u[4 * h + 3] = _mm512_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xEE);
+        }
+#pragma GCC unroll 4
+        for (int e = 0; e < 4; e++) {
+            /* [channel e | channel 4 + e] and [channel 8 + e | channel 12 + e], 8 pixels each */
+            const __m512 lo = _mm512_shuffle_f32x4(_mm512_shuffle_f32x4(u[e], u[4 + e], 0x44),
+                                                   _mm512_shuffle_f32x4(u[e], u[4 + e], 0x44), 0xD8);
+            const __m512 hi = _mm512_shuffle_f32x4(_mm512_shuffle_f32x4(u[e], u[4 + e], 0xEE),
+                                                   _mm512_shuffle_f32x4(u[e], u[4 + e], 0xEE), 0xD8);
+            const __m256 rows[4] = {_mm512_castps512_ps256(lo), _mm512_extractf32x8_ps(lo, 1),
+                                    _mm512_castps512_ps256(hi), _mm512_extractf32x8_ps(hi, 1)};
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                const int o = 16 * v + 4 * i + e;
+                if (o >= nr)
+                    continue;
+                __m256 y = rows[i];
+                if (res != NULL)
+                    y = _mm256_add_ps(y, _mm256_maskz_loadu_ps(m, res + o * P));
+                if (relu)
+                    y = _mm256_max_ps(zero, y);  /* NaN kept, as pixel_tile */
+                _mm256_mask_storeu_ps(out + o * P, m, y);
+            }
+        }
+    }
+}
+
+/* this thread's buffer of a block's partial sums */
+static float *rows_scratch(size_t n) {
+    static __thread kept_buffer b;
+    return grown(&b, n);
+}
+
+static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) {
+    const conv_args op = conv_args_of(dst, pr);
+    const geom g = op.g;
+    const int S = g.SH, Hp = (g.OH - 1) * S + g.DH * (g.KH - 1) + 1, Wp = (g.OW - 1) * S + g.DW * (g.KW - 1) + 1;
+    /* the zero-padded input, Hp x Wp a channel (phase_planes with one phase): broadcasts need no
+     * consecutive pixels, so a stride S reads every S-th value of a row (no phase planes to make),
+     * and the copy is no larger than conv_pixels_direct's phase planes (the budget direct_planes checks) */
+    const int64_t plane_p = (int64_t)Hp * Wp, need = (int64_t)g.C * plane_p + DIRECT_SLACK;
+    const int CKK = (int)op.wne[1];
+    if (g.SW != S || need > DIRECT_MAX_FLOATS || (int64_t)op.wne[0] != RC || CKK != g.C * g.KH * g.KW)
+        return 0;
+    const int N = op.N, G = op.G, Mg = op.Mg, flags = op.flags, npan = (int)op.wne[2] / G;
+    const int64_t P = op.P, in_plane = op.in_plane;
+    const int per_row = (g.OW + RP - 1) / RP;  /* tiles a row */
+    const int64_t tiles = (int64_t)g.OH * per_row;
+    const int64_t nblk = (tiles + RTB - 1) / RTB, tb = (tiles + nblk - 1) / nblk;  /* blocks of even size */
+    const int64_t units = (int64_t)N * G * nblk * npan, u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
+    if (u0 >= u1)
+        return 1;
+    float *xp = padded_scratch((size_t)need);
+    float *acc = rows_scratch((size_t)tb * RP * RC + RC);
+    int32_t *koff = malloc((size_t)CKK * sizeof(int32_t));
+    const char one_phase[1] = {1};
+    if (xp == NULL || acc == NULL || koff == NULL) {  /* out of memory: never a silently wrong value */
+        free(koff);
+        for (int64_t u = u0; u < u1; u++) {
+            const int64_t ng = u / npan / nblk, b = u / npan % nblk;
+            const int q = (int)(u % npan);
+            float *out = op.y + ng * Mg * P;
+            for (int64_t t = b * tb; t < tiles && t < (b + 1) * tb; t++)
+                for (int o = q * RC; o < Mg && o < (q + 1) * RC; o++)
+                    for (int ow = (int)(t % per_row) * RP; ow < g.OW && ow < (int)(t % per_row) * RP + RP; ow++)
+                        out[o * P + t / per_row * g.OW + ow] = __builtin_nanf("");
+        }
+        return 1;
+    }
+    for (int c = 0, k = 0; c < g.C; c++)
+        for (int kh = 0; kh < g.KH; kh++)
+            for (int kw = 0; kw < g.KW; kw++)
+                koff[k++] = (int32_t)(c * plane_p + (int64_t)kh * g.DH * Wp + kw * g.DW);
+    float *init = acc + tb * RP * RC;  /* a panel's bias, RC floats (zero past the group's channels) */
+    const int chunk = (int64_t)CKK * RC * (int64_t)sizeof(float) <= LANE_WHOLE_BYTES ? CKK : RKC;
+    int64_t padded = -1;  /* the (image, group) xp holds */
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t ng = u / npan / nblk, b = u / npan % nblk;
+        const int q = (int)(u % npan), gi = (int)(ng % G), o0 = q * RC, nr = imin(RC, Mg - o0);
+        const int64_t t0 = b * tb, t1 = imin64(t0 + tb, tiles);
+        if (ng != padded) {  /* the padded rows this thread's units of the image read */
+            const int64_t per = nblk * npan;
+            const int64_t ua = imax64(u0, ng * per) - ng * per, ub = imin64(u1, (ng + 1) * per) - ng * per;
+            const int i0 = (int)(ua / npan * tb / per_row) * S;
+            const int i1 = (int)imin64(Hp, (imin64(((ub - 1) / npan + 1) * tb, tiles) - 1) / per_row * S +
+                                               (int64_t)(g.KH - 1) * g.DH + 1);
+            phase_planes(op.x + ng * g.C * in_plane, xp, &g, 1, Hp, Wp, one_phase, i0, i1);
+            padded = ng;
+        }
+        for (int o = 0; o < RC; o++)
+            init[o] = op.bias != NULL && o < nr ? op.bias[gi * Mg + o0 + o] : 0.0f;
+        const float *wq = op.w + ((int64_t)gi * npan + q) * CKK * RC;
+        for (int kb = 0; kb < CKK; kb += chunk) {
+            const int kc = imin(chunk, CKK - kb);
+            for (int64_t t = t0; t < t1; t++) {
+                const int oh = (int)(t / per_row), ow = (int)(t % per_row) * RP;
+                rows_tile_n(imin(RP, g.OW - ow), kc, xp + ((int64_t)oh * Wp + ow) * S, S, koff + kb,
+                            wq + (int64_t)kb * RC, acc + (t - t0) * RP * RC, kb == 0 ? init : NULL);
+            }
+        }
+        float *out = op.y + ng * Mg * P + (int64_t)o0 * P;
+        const float *rg = op.res != NULL ? op.res + ng * Mg * P + (int64_t)o0 * P : NULL;
+        for (int64_t t = t0; t < t1; t++) {
+            const int oh = (int)(t / per_row), ow = (int)(t % per_row) * RP;
+            const int64_t p = (int64_t)oh * g.OW + ow;
+            rows_store(acc + (t - t0) * RP * RC, imin(RP, g.OW - ow), nr, out + p, rg != NULL ? rg + p : NULL, P,
+                       flags & F_RELU);
+        }
+    }
+    free(koff);
+    return 1;
+}
+
+int ggmlpy_conv_pixels_rows(int pv) { return pv >= 1 && pv <= 3 ? 24 / pv : pv == 4 ? RC : 0; }
 
 void ggmlpy_conv2d_pixels_f32(void *dst, int ith, int nth, void *userdata) {
     const int32_t *pr = (const int32_t *)userdata;
     if (pr[P_BLOCK] == 3 && conv_pixels_direct(dst, ith, nth, pr))
         return;
+    if (pr[P_BLOCK] == 4) {
+        /* its panels of RC channels are no other kernel's: where it does not apply (the caller checks
+         * direct_planes' budget and equal strides first) the output is NaN, never a wrong value */
+        if (!conv_channels_direct(dst, ith, nth, pr)) {
+            int64_t ne[4];
+            ne_of(dst, ne);
+            const int64_t n = ne[0] * ne[1] * ne[2] * ne[3];
+            float *y = data_of(dst);
+            for (int64_t i = n * ith / nth; i < n * (ith + 1) / nth; i++)
+                y[i] = __builtin_nanf("");
+        }
+        return;
+    }
     switch (pr[P_BLOCK]) {
     case 1: conv_pixels(1, 24, dst, ith, nth, pr); break;
     case 2: conv_pixels(2, 12, dst, ith, nth, pr); break;

@@ -15,6 +15,7 @@ COLUMNS_FIRST = True  # conv product order where the builder does not choose (se
 # conv.c's pixel-major AVX-512 convolution: blocks of this many 16-pixel vectors (by 24 / it channels);
 # 3 measured fastest on ResNet-18's wide planes (Kernels.packed_conv_kind picks the kernel per layer)
 PIXEL_VECTORS = 3
+CHANNEL_VECTORS = 4  # conv2d_pixels' block 4: channels in the lanes, read from the padded input ("lanes")
 
 
 # -- products -------------------------------------------------------------------------------------------
@@ -286,12 +287,14 @@ def conv_kernel(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dil
               else lib.ggml_reshape_1d(b.ctx, cont(b, b.tensor(bias)), M))
     rt = None if residual is None else reshape(b, b.tensor(residual), out_shape)
     kind = (k.packed_conv_kind((OH, OW), M // group, *kernels.direct_planes((OH, OW), (kH, kW), strides, dils,
-                                                                           C // group), stride=strides[0])
+                                                                           C // group), stride=strides[0],
+                               taps=C // group * kH * kW)
             if is_const else None)
-    if kind == "pixels":
-        wp = b.weight(k.pack_conv_pixels(np.asarray(w_arr_or_val, dtype=np.float32), group, PIXEL_VECTORS))
+    if kind in ("pixels", "lanes"):
+        vectors = PIXEL_VECTORS if kind == "pixels" else CHANNEL_VECTORS
+        wp = b.weight(k.pack_conv_pixels(np.asarray(w_arr_or_val, dtype=np.float32), group, vectors))
         y = k.conv2d_pixels(b.ctx, cont(b, x), wp, M, (kH, kW), tuple(strides), (pads_b[0], pads_b[1]), tuple(dils),
-                            (OH, OW), group, bt, rt, relu, PIXEL_VECTORS)
+                            (OH, OW), group, bt, rt, relu, vectors)
         return b.kernel_node(y, "conv2d"), out_shape
     if kind == "channels":
         wp = b.weight(k.pack_conv(np.asarray(w_arr_or_val, dtype=np.float32), group))
