@@ -8,6 +8,17 @@ import pytest
 import ggmlpy as g
 from ggmlpy.runtime.autograd_state import AUTOGRAD
 
+
+@pytest.fixture(autouse=True)
+def fixed_thread_count():
+    """Every run of a test here on one thread count: the tests compare a checkpointed run with a
+    plain one bit for bit, and a product's last bits depend on how many threads share it (dynamic
+    threads would let the machine's load choose; threads.set_dynamic_threads)."""
+    was = g.get_dynamic_threads()
+    g.set_dynamic_threads(False)
+    yield
+    g.set_dynamic_threads(was)
+
 rng = np.random.default_rng(3)
 
 
@@ -407,17 +418,8 @@ def _compiled_mlp(block, checkpointed, shared=False, nested=False, layers=8, wid
     return params, loss_fn, x, y
 
 
-@pytest.fixture
-def fixed_thread_count():
-    """Both runs on the same thread count: a bit-for-bit comparison must not see the load."""
-    was = g.get_dynamic_threads()
-    g.set_dynamic_threads(False)
-    yield
-    g.set_dynamic_threads(was)
-
-
 @pytest.mark.parametrize("block,bound", [(2, 0.8), (3, 0.65), (4, 0.7)])
-def test_compiled_checkpoint_recomputes_and_saves_compute_memory(block, bound, fixed_thread_count):
+def test_compiled_checkpoint_recomputes_and_saves_compute_memory(block, bound):
     """Gradients (hence weights) bit for bit those of the uncheckpointed compiled step, and a
     smaller compute buffer: the segments' activations are not held across the backward pass
     (activations, 64 x 256, outweigh the weights' gradients, 64 x 64, as in the seed's setting:
