@@ -993,6 +993,33 @@ def test_pixel_conv_reads_a_padded_copy_where_it_fits_and_patches_beyond():
             np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
 
+@needs_packed_conv
+@pytest.mark.parametrize("xs,ws,s,p", [
+    ((1, 3, 37, 32), (13, 3, 7, 7), 2, 3),    # the stem's geometry, one vector a row, 19 rows, 13 channels
+    ((3, 5, 11, 32), (9, 5, 3, 3), 1, 1),     # 3 images, two vectors a row, 9 channels
+    ((1, 3, 61, 96), (20, 3, 7, 7), 2, 3),    # three vectors a row: blocks inside rows, 31 rows
+    ((3, 4, 5, 16), (8, 4, 3, 3), 1, 1),      # 5 vectors an image: the last block partial
+    ((1, 3, 45, 224), (17, 3, 7, 7), 2, 3),   # ResNet's 112-pixel rows (7 vectors), blocks across rows
+])
+def test_pixel_conv_on_rows_of_whole_vectors(xs, ws, s, p):
+    """Output rows a multiple of 16 pixels: the padded kernel's blocks are rows' 16-pixel segments
+    (no dropped lanes, whole stores); tails of channels, rows and blocks, 1 to 3 threads."""
+    rng = np.random.default_rng(sum(xs) + sum(ws))
+    x = rng.standard_normal(xs).astype(np.float32)
+    W = rng.standard_normal(ws).astype(np.float32)
+    bias = rng.standard_normal(ws[0]).astype(np.float32)
+    ref = conv_ref(x, W, (s, s), (p, p), (p, p), (1, 1), 1)
+    assert ref.shape[3] % 16 == 0
+    r = rng.standard_normal(ref.shape).astype(np.float32)
+    for threads in (1, 2, 3):
+        out = conv_on_cpu(x, W, (s, s), (p, p), (p, p), (1, 1), 1, threads, pixels=3)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+        out = conv_on_cpu(x, W, (s, s), (p, p), (p, p), (1, 1), 1, threads, bias=bias, residual=r, relu=True,
+                          pixels=3)
+        want = np.maximum(ref + bias.reshape(1, -1, 1, 1) + r, 0)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("name,what", [("gemm", "products stay"), ("conv", "convolutions stay"),
                                        ("rows", "layer norms stay")])
 def test_libraries_that_fail_to_build_are_off_and_logged(name, what, monkeypatch, caplog):

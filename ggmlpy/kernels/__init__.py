@@ -275,7 +275,7 @@ class Kernels:
         per useful lane as measured on ResNet-18's layers: pixels 1.1 with patches, and where the
         layer's strides are equal and the pixel kernel reads the padded input's `planes` phase planes
         of planes_hw = (Hs, Ws) without patches (direct_planes; its Ws - OW extra pixels a row count as
-        padding) 1.25 at `stride` 1 and 1.1 at larger strides (their s x s phase planes a channel are
+        padding, except where OW is a multiple of 16 and the blocks are whole rows' vectors) 1.25 at `stride` 1 and 1.1 at larger strides (their s x s phase planes a channel are
         read from further away); lanes (the same planes) 1.25, less a tile's transposed store, worth
         64 taps (measured: it loses on ResNet's stem, 147 taps, and its 1x1 downsampling, 64-256, ties
         at 56 x 56, 576, and wins from 1152 taps on; without `taps` it is not chosen); None without
@@ -290,7 +290,8 @@ class Kernels:
         by_lanes = 0.0
         if planes_hw is not None and planes * planes_hw[0] * planes_hw[1] + 64 <= DIRECT_MAX_FLOATS:
             speed = 1.25 if stride == 1 else 1.1
-            by_pixels = speed * used((oh - 1) * planes_hw[1] + ow, 48, pixels) * used(channels, 8)
+            virtual = pixels if ow % 16 == 0 else (oh - 1) * planes_hw[1] + ow
+            by_pixels = speed * used(virtual, 48, pixels) * used(channels, 8)
             by_lanes = 1.25 * taps / (taps + 64) * used(channels, LANE_CHANNELS) * used(ow, LANE_PIXELS)
         else:
             by_pixels = 1.1 * used(pixels, 48) * used(channels, 8)
