@@ -835,20 +835,40 @@ PIXEL_CASES = CONV_CASES + [  # planes past one block of pixels, with tails; cha
 def test_pixel_conv_every_geometry_block_and_thread_count(case, vectors):
     """conv.c's pixel-major AVX-512 convolution: blocks of 16, 32 or 48 pixels (plane tails, blocks
     across output rows), panels of 24 / vectors channels (tails, groups), with bias, residual, ReLU."""
+    _every_thread_count(case, vectors, seed=2)
+
+
+def _every_thread_count(case, pixels, seed):
+    """conv_on_cpu with `pixels` against numpy for one geometry, plain and with bias, residual and
+    ReLU, on 1, 2 and 3 threads."""
     xs, ws, stride, pb, pe, dil, groups = case
-    rng = np.random.default_rng(sum(xs) + sum(ws) + 2)
+    rng = np.random.default_rng(sum(xs) + sum(ws) + seed)
     x = rng.standard_normal(xs).astype(np.float32)
     W = rng.standard_normal(ws).astype(np.float32)
     bias = rng.standard_normal(ws[0]).astype(np.float32)
     ref = conv_ref(x, W, stride, pb, pe, dil, groups)
     r = rng.standard_normal(ref.shape).astype(np.float32)
+    want = np.maximum(ref + bias.reshape(1, -1, 1, 1) + r, 0)
     for threads in (1, 2, 3):
-        out = conv_on_cpu(x, W, stride, pb, pe, dil, groups, threads, pixels=vectors)
+        out = conv_on_cpu(x, W, stride, pb, pe, dil, groups, threads, pixels=pixels)
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
         out = conv_on_cpu(x, W, stride, pb, pe, dil, groups, threads, bias=bias, residual=r, relu=True,
-                          pixels=vectors)
-        want = np.maximum(ref + bias.reshape(1, -1, 1, 1) + r, 0)
+                          pixels=pixels)
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def _long_sum_keeps_nan(x, W, pixels, inf_at):
+    """conv_on_cpu with `pixels` against numpy on 1 and 2 threads, then through a residual holding a
+    NaN at the first cell and -inf at `inf_at` and a ReLU: the NaN stays NaN, the -inf becomes 0."""
+    ref = conv_ref(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1)
+    for threads in (1, 2):
+        out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, pixels=pixels)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    r = np.zeros(ref.shape, np.float32)
+    r[0, 0, 0, 0], r[inf_at] = np.nan, -np.inf
+    out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, 1, residual=r, relu=True, pixels=pixels)
+    assert np.isnan(out[0, 0, 0, 0]) and out[inf_at] == 0.0
+    assert np.isfinite(out).sum() == out.size - 1
 
 
 @needs_packed_conv
@@ -858,15 +878,7 @@ def test_pixel_conv_sums_past_one_block_of_patch_rows_and_keeps_nan():
     rng = np.random.default_rng(11)
     x = rng.standard_normal((1, 40, 9, 10)).astype(np.float32)  # 40 * 9 = 360 patch rows
     W = rng.standard_normal((12, 40, 3, 3)).astype(np.float32)
-    ref = conv_ref(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1)
-    for threads in (1, 2):
-        out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, pixels=3)
-        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
-    r = np.zeros(ref.shape, np.float32)
-    r[0, 0, 0, 0], r[0, 1, 8, 9] = np.nan, -np.inf
-    out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, 1, residual=r, relu=True, pixels=3)
-    assert np.isnan(out[0, 0, 0, 0]) and out[0, 1, 8, 9] == 0.0
-    assert np.isfinite(out).sum() == out.size - 1
+    _long_sum_keeps_nan(x, W, 3, (0, 1, 8, 9))
 
 
 # the channel-major kernel without patches (conv2d_pixels' block 4): equal strides only; output rows in
@@ -887,19 +899,7 @@ LANE_CASES = [c for c in PIXEL_CASES if c[2][0] == c[2][1]] + [
 def test_lane_conv_every_geometry_and_thread_count(case):
     """conv.c's channel-major convolution on the padded input's phase planes: every geometry with
     equal strides, with and without bias, residual and ReLU, on 1, 2 and 3 threads."""
-    xs, ws, stride, pb, pe, dil, groups = case
-    rng = np.random.default_rng(sum(xs) + sum(ws) + 4)
-    x = rng.standard_normal(xs).astype(np.float32)
-    W = rng.standard_normal(ws).astype(np.float32)
-    bias = rng.standard_normal(ws[0]).astype(np.float32)
-    ref = conv_ref(x, W, stride, pb, pe, dil, groups)
-    r = rng.standard_normal(ref.shape).astype(np.float32)
-    want = np.maximum(ref + bias.reshape(1, -1, 1, 1) + r, 0)
-    for threads in (1, 2, 3):
-        out = conv_on_cpu(x, W, stride, pb, pe, dil, groups, threads, pixels=4)
-        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
-        out = conv_on_cpu(x, W, stride, pb, pe, dil, groups, threads, bias=bias, residual=r, relu=True, pixels=4)
-        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    _every_thread_count(case, 4, seed=4)
 
 
 @needs_packed_conv
@@ -910,15 +910,7 @@ def test_lane_conv_sums_past_one_chunk_of_taps_and_keeps_nan():
     rng = np.random.default_rng(12)
     x = rng.standard_normal((2, 1830, 6, 9)).astype(np.float32)  # 16470 taps
     W = rng.standard_normal((70, 1830, 3, 3)).astype(np.float32)
-    ref = conv_ref(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1)
-    for threads in (1, 2):
-        out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, pixels=4)
-        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
-    r = np.zeros(ref.shape, np.float32)
-    r[0, 0, 0, 0], r[1, 69, 5, 8] = np.nan, -np.inf
-    out = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, 1, residual=r, relu=True, pixels=4)
-    assert np.isnan(out[0, 0, 0, 0]) and out[1, 69, 5, 8] == 0.0
-    assert np.isfinite(out).sum() == out.size - 1
+    _long_sum_keeps_nan(x, W, 4, (1, 69, 5, 8))
     out = conv_on_cpu(x[:, :8], W[:, :8], (1, 2), (1, 1), (1, 1), (1, 1), 1, 2, pixels=4)
     assert np.isnan(out).all()
 
