@@ -275,8 +275,9 @@ class Kernels:
         per useful lane as measured on ResNet-18's layers: pixels 1.1 with patches, and where the
         layer's strides are equal and the pixel kernel reads the padded input's `planes` phase planes
         of planes_hw = (Hs, Ws) without patches (direct_planes; its Ws - OW extra pixels a row count as
-        padding, except where OW is a multiple of 16 and the blocks are whole rows' vectors) 1.25 at `stride` 1 and 1.1 at larger strides (their s x s phase planes a channel are
-        read from further away); lanes (the same planes) 1.25, less a tile's transposed store, worth
+        padding, except where OW is a multiple of 16 and the blocks are whole rows' vectors) 1.25 at
+        `stride` 1 and 1.1 at larger strides (their s x s phase planes a channel are read from further
+        away); lanes (the same planes) 1.25, less a tile's transposed store, worth
         64 taps (measured: it loses on ResNet's stem, 147 taps, and its 1x1 downsampling, 64-256, ties
         at 56 x 56, 576, and wins from 1152 taps on; without `taps` it is not chosen); None without
         AVX-512 or below 8 channels (depthwise), where OpenBLAS's conv2d runs it."""

@@ -73,6 +73,12 @@ static inline __m512 load_in_row(const float *row, int i0, int W) {
     return _mm512_maskz_loadu_ps(lanes(-i0, W - i0), (const float *)((uintptr_t)row + (intptr_t)i0 * 4));
 }
 
+/* the even lanes of a, then those of b: every other value of 32 consecutive ones (stride 2) */
+static inline __m512 even_lanes(__m512 a, __m512 b) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    return _mm512_permutex2var_ps(a, even, b);
+}
+
 /* o[q] = row[q SW + off] for ow <= q < end, zero where that column is outside row[0 .. W): a vector
  * of 16 output columns a step (stride 2: two loads, the even lanes); other strides one at a time.
  * Whole vectors are stored (masked stores are slow here): up to 15 floats past o[end] are written
@@ -82,10 +88,9 @@ static inline void patch_row(float *o, int ow, int end, const float *row, int of
         for (int q = ow; q < end; q += 16)
             _mm512_storeu_ps(o + q, load_in_row(row, q + off, W));
     } else if (SW == 2) {
-        const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
         for (int q = ow; q < end; q += 16) {
             const int i0 = 2 * q + off;
-            _mm512_storeu_ps(o + q, _mm512_permutex2var_ps(load_in_row(row, i0, W), even, load_in_row(row, i0 + 16, W)));
+            _mm512_storeu_ps(o + q, even_lanes(load_in_row(row, i0, W), load_in_row(row, i0 + 16, W)));
         }
     } else {
         for (int q = ow; q < end; q++) {
@@ -348,13 +353,12 @@ void ggmlpy_maxpool2d_f32(void *dst, int ith, int nth, void *userdata) {
             int ow = 0;
 #ifdef __AVX512F__
             if (SW <= 2) {  /* 16 windows a step, their cells in the scalar loop's order (the same NaN, -0) */
-                const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
                 for (; ow < OW; ow += 16) {
                     __m512 m = _mm512_set1_ps(-3.40282347e+38f);
                     for (int kw = 0; kw < KW; kw++) {
                         const float *c = tmp + (int64_t)ow * SW - PW + kw;
                         const __m512 v = SW == 1 ? _mm512_loadu_ps(c)
-                                                 : _mm512_permutex2var_ps(_mm512_loadu_ps(c), even, _mm512_loadu_ps(c + 16));
+                                                 : even_lanes(_mm512_loadu_ps(c), _mm512_loadu_ps(c + 16));
                         m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), v);  /* v > m ? v : m */
                     }
                     if (ow + 16 <= OW)
@@ -879,7 +883,6 @@ static inline void zero_run(float *r, int n) {
  * the ones to make; the others are left as they are (only the dropped lanes read into them) */
 static void phase_planes(const float *x, float *xp, const geom *g, int S, int Hs, int Ws, const char *used, int i0,
                          int i1) {
-    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     float *o = xp;
     for (int c = 0; c < g->C; c++)
         for (int a = 0; a < S; a++)
@@ -905,8 +908,7 @@ static void phase_planes(const float *x, float *xp, const geom *g, int S, int Hs
                     } else if (S == 2) {  /* 16 columns a step: the even lanes of two loads, as patch_row */
                         for (; j < hi; j += 16) {  /* the last step's lanes past hi are not stored */
                             const int i0 = 2 * j + off;
-                            const __m512 v = _mm512_permutex2var_ps(load_in_row(row, i0, g->W), even,
-                                                                    load_in_row(row, i0 + 16, g->W));
+                            const __m512 v = even_lanes(load_in_row(row, i0, g->W), load_in_row(row, i0 + 16, g->W));
                             if (j + 16 <= hi)
                                 _mm512_storeu_ps(r + j, v);
                             else
