@@ -98,6 +98,13 @@ def ort_child(workload: str, calls: int, model_path: str) -> float:
 MIN_SPAN = 1.5  # seconds a child keeps calling: back-to-back calls span as long as paused ones
 
 
+def seconds(fn) -> float:
+    """How long one call of fn takes."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def timed_calls(fn, calls: int, pause: float) -> float:
     """Median ms of at least `calls` calls, each after an untimed `pause`, after 3 warm-up calls,
     called until MIN_SPAN seconds have passed: a child's figure then never rests on a few
@@ -110,9 +117,7 @@ def timed_calls(fn, calls: int, pause: float) -> float:
     while len(ts) < calls or time.perf_counter() - start < MIN_SPAN:
         if pause:
             time.sleep(pause)
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
+        ts.append(seconds(fn))
     return statistics.median(ts) * 1e3
 
 
@@ -124,14 +129,9 @@ def pause_ratio(fn, rounds: int) -> float:
         fn()
     close, paused = [], []
     for _ in range(rounds):
-        for _ in range(10):
-            t0 = time.perf_counter()
-            fn()
-            close.append(time.perf_counter() - t0)
+        close += [seconds(fn) for _ in range(10)]
         time.sleep(PAUSE)
-        t0 = time.perf_counter()
-        fn()
-        paused.append(time.perf_counter() - t0)
+        paused.append(seconds(fn))
     return statistics.median(paused) / statistics.median(close)
 
 
@@ -192,7 +192,8 @@ def main() -> int:
     args.model = os.path.join(tmp, "resnet_block_b8_64.onnx")
     resized_model(args.model)
     print(f"ResNet-style ONNX model {'x'.join(map(str, SHAPE))}; compiled 12-layer 256^2 MLP step; "
-          f"median ms of >= {args.calls} calls over >= {MIN_SPAN} s a process, each figure the best of {args.repeat} fresh processes (their median in brackets); "
+          f"median ms of >= {args.calls} calls over >= {MIN_SPAN} s a process, each figure the best of "
+          f"{args.repeat} fresh processes (their median in brackets); "
           f"loadavg {loadavg()}", flush=True)
     ms: dict = {}  # (build, condition, workload, order) -> ms, the best process
     med: dict = {}  # the same key -> the median process's ms
