@@ -19,6 +19,7 @@ def fixed_thread_count():
     yield
     g.set_dynamic_threads(was)
 
+
 rng = np.random.default_rng(3)
 
 
