@@ -131,7 +131,9 @@ def _pcg_scalar(x):
 
 
 def _sgd_oracle(gr, y0, a, b, n_epochs, n_neg, base_seed, alpha0=1.0, gamma=1.0):
-    """The pure-R reference (.ggmlr_umap_sgd_r) written out in plain Python integers/floats."""
+    """The pure-R reference (.ggmlr_umap_sgd_r) written out in plain Python integers/floats.
+    Squared distances are plain sums of products, as R's: numpy's dot may fuse a multiply-add
+    on one CPU and not on another, and 15 epochs of SGD grow that last bit past 1e-6."""
     y = np.array(y0, dtype=float)
     n, w = gr["n"], gr["weight"] / np.max(gr["weight"])
     clamp = lambda v: np.minimum(np.maximum(v, -4), 4)   # noqa: E731
@@ -143,7 +145,7 @@ def _sgd_oracle(gr, y0, a, b, n_epochs, n_neg, base_seed, alpha0=1.0, gamma=1.0)
                 continue
             i, j = gr["from"][e], gr["to"][e]
             dy = y[i] - y[j]
-            d2 = float(dy @ dy)
+            d2 = float(sum(v * v for v in dy.tolist()))
             if d2 > 0:
                 grad = clamp((-2 * a * b * d2 ** (b - 1)) / (1 + a * d2 ** b) * dy) * alpha
                 y[i] += grad
@@ -155,7 +157,7 @@ def _sgd_oracle(gr, y0, a, b, n_epochs, n_neg, base_seed, alpha0=1.0, gamma=1.0)
                 if c == i:
                     continue
                 dy = y[i] - y[c]
-                d2 = float(dy @ dy)
+                d2 = float(sum(v * v for v in dy.tolist()))
                 grad = (clamp((2 * gamma * b) / ((1e-3 + d2) * (1 + a * d2 ** b)) * dy) * alpha if d2 > 0
                         else np.array([4.0, 4.0]) * alpha)
                 y[i] += grad
