@@ -31,6 +31,7 @@ import warnings
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from scripts.benchlib import machine  # noqa: E402
 
 
 def resnet18():
@@ -183,6 +184,7 @@ def main() -> None:
             else:
                 torch.onnx.export(model, inputs, paths[name], dynamo=False, input_names=names, output_names=["y"],
                                   opset_version=17)
+    print(f"machine: {machine()}")
     first = {}
     for threads in args.threads:
         so = ort.SessionOptions()
