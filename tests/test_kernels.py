@@ -952,17 +952,20 @@ def test_lane_conv_is_chosen_where_its_taps_outweigh_its_transposed_stores():
     def kind(out_hw, channels, kernel=(3, 3), stride=(1, 1), cin=64):
         return K.packed_conv_kind(out_hw, channels, *kernels.direct_planes(out_hw, kernel, stride, (1, 1), cin),
                                   stride=stride[0], taps=cin * kernel[0] * kernel[1])
-    # ResNet-18's layers: the deep 3x3 ones are the channel-major kernel's, the stem, the 56 x 56
-    # planes (576 taps) and the 1x1 downsampling (few taps a value) stay the others'
+    # ResNet-18's layers: every 3x3 one and the 1x1 downsampling of 128 and 256 channels are the
+    # channel-major kernel's; the stem (147 taps at stride 2) and the 1x1 downsampling of 64 channels
+    # (64 taps a value) stay the pixel kernel's
     assert kind((112, 112), 64, (7, 7), (2, 2), cin=3) == "pixels"
-    assert kind((56, 56), 64) == "pixels"
+    assert kind((56, 56), 64) == "lanes"
     assert kind((28, 28), 128, stride=(2, 2)) == "lanes"
     assert kind((28, 28), 128, (1, 1), (2, 2)) == "pixels"
     for hw, c in (((28, 28), 128), ((14, 14), 256), ((7, 7), 512)):
         assert kind(hw, c, cin=c) == "lanes"
         assert kind(hw, 2 * c, stride=(2, 2), cin=c) == "lanes"
-    assert kind((14, 14), 256, (1, 1), (2, 2), cin=128) == "channels"
-    assert kind((7, 7), 512, (1, 1), (2, 2), cin=256) == "channels"
+    assert kind((14, 14), 256, (1, 1), (2, 2), cin=128) == "lanes"
+    assert kind((7, 7), 512, (1, 1), (2, 2), cin=256) == "lanes"
+    assert kind((56, 56), 64, cin=4) == "pixels"                              # 36 taps: the store outweighs them
+    assert kind((56, 56), 64, (1, 1), (2, 2), cin=32) != "lanes"              # 32 taps at stride 2
     assert kind((14, 14), 20, cin=256) != "lanes"                             # 20 of a panel's 64 lanes
     assert kind((14, 14), 256, stride=(2, 1), cin=256) != "lanes"             # unequal strides: no phase planes
     assert K.packed_conv_kind((14, 14), 256, *kernels.direct_planes((14, 14), (3, 3), (1, 1), (1, 1), 256)) \
