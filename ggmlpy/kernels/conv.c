@@ -309,11 +309,45 @@ void ggmlpy_conv2d_f32(void *dst, int ith, int nth, void *userdata) {
     }
 }
 
+/* Max pooling's rule for a window's cells, in the order given: `v > m ? v : m` from the first (a
+ * column of rows) or from -FLT_MAX (a row of columns), so that of +0 and -0 the first is kept, and
+ * NaN if any cell is NaN (PyTorch's max pooling; a NaN never wins the select, so it is tracked apart
+ * and put back at the end). _mm512_max_ps(v, m) is that select, lane by lane. */
+static inline float pool_pick(float v, float m, int *nan) {
+    *nan |= v != v;
+    return v > m ? v : m;
+}
+
+/* tmp[w] = the rule's value for column w < W of n >= 1 rows (W apart from `rows`), a vector of 16
+ * columns through every row at once */
+static void column_max(float *tmp, const float *rows, int W, int n) {
+    int w = 0;
+#ifdef __AVX512F__
+    for (; w + 16 <= W; w += 16) {
+        __m512 m = _mm512_loadu_ps(rows + w);
+        __mmask16 nan = _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
+        for (int h = 1; h < n; h++) {
+            const __m512 v = _mm512_loadu_ps(rows + (int64_t)h * W + w);
+            nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            m = _mm512_max_ps(v, m);
+        }
+        _mm512_storeu_ps(tmp + w, _mm512_mask_mov_ps(m, nan, _mm512_set1_ps(__builtin_nanf(""))));
+    }
+#endif
+    for (; w < W; w++) {
+        float m = rows[w];
+        int nan = m != m;
+        for (int h = 1; h < n; h++)
+            m = pool_pick(rows[(int64_t)h * W + w], m, &nan);
+        tmp[w] = nan ? __builtin_nanf("") : m;
+    }
+}
+
 /* 2-D max pooling of x [W, H, C, N] into dst [OW, OH, C, N] (contiguous): windows of KH x KW cells at
  * strides SH, SW, starting PH, PW cells before the input; cells outside the input never enter a max
- * (ONNX's padding), a window wholly outside gives -FLT_MAX. userdata: int32_t[6] = KH, KW, SH, SW,
- * PH, PW. Each output row is the horizontal window max of the vertical max of its input rows (one
- * contiguous, vectorised pass); ggml's threads split the planes. */
+ * (ONNX's padding), a window wholly outside gives -FLT_MAX, one with a NaN cell NaN (pool_pick).
+ * userdata: int32_t[6] = KH, KW, SH, SW, PH, PW. Each output row is the horizontal window max of the
+ * vertical max of its input rows (one vectorised pass over them); ggml's threads split the planes. */
 void ggmlpy_maxpool2d_f32(void *dst, int ith, int nth, void *userdata) {
     const int32_t *pr = (const int32_t *)userdata;
     const int KH = pr[0], KW = pr[1], SH = pr[2], SW = pr[3], PH = pr[4], PW = pr[5];
@@ -344,23 +378,28 @@ void ggmlpy_maxpool2d_f32(void *dst, int ith, int nth, void *userdata) {
                     out[ow] = tmp == NULL ? __builtin_nanf("") : -3.40282347e+38f;
                 continue;
             }
-            memcpy(tmp, xp + (int64_t)hlo * W, (size_t)W * sizeof(float));
-            for (int h = hlo + 1; h < hhi; h++) {
-                const float *row = xp + (int64_t)h * W;
-                for (int w = 0; w < W; w++)
-                    tmp[w] = row[w] > tmp[w] ? row[w] : tmp[w];
-            }
+#ifdef __AVX512F__
+            /* the rows that output row oh + 2 adds, fetched now: the input comes from L3 or memory
+             * (a layer's output written just before), faster fetched ahead than as it is read */
+            for (int h = imax(h0 + KH + SH, 0); h < h0 + KH + 2 * SH && h < H; h++)
+                for (int w = 0; w < W; w += 16)
+                    _mm_prefetch((const char *)(xp + (int64_t)h * W + w), _MM_HINT_T0);
+#endif
+            column_max(tmp, xp + (int64_t)hlo * W, W, hhi - hlo);
             int ow = 0;
 #ifdef __AVX512F__
             if (SW <= 2) {  /* 16 windows a step, their cells in the scalar loop's order (the same NaN, -0) */
                 for (; ow < OW; ow += 16) {
                     __m512 m = _mm512_set1_ps(-3.40282347e+38f);
+                    __mmask16 nan = 0;
                     for (int kw = 0; kw < KW; kw++) {
                         const float *c = tmp + (int64_t)ow * SW - PW + kw;
                         const __m512 v = SW == 1 ? _mm512_loadu_ps(c)
                                                  : even_lanes(_mm512_loadu_ps(c), _mm512_loadu_ps(c + 16));
-                        m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), v);  /* v > m ? v : m */
+                        nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                        m = _mm512_max_ps(v, m);  /* pool_pick */
                     }
+                    m = _mm512_mask_mov_ps(m, nan, _mm512_set1_ps(__builtin_nanf("")));
                     if (ow + 16 <= OW)
                         _mm512_storeu_ps(out + ow, m);
                     else
@@ -371,9 +410,10 @@ void ggmlpy_maxpool2d_f32(void *dst, int ith, int nth, void *userdata) {
             for (; ow < OW; ow++) {
                 const int w0 = ow * SW - PW, wlo = imax(w0, 0), whi = imin(w0 + KW, W);
                 float m = -3.40282347e+38f;
+                int nan = 0;
                 for (int w = wlo; w < whi; w++)
-                    m = tmp[w] > m ? tmp[w] : m;
-                out[ow] = m;
+                    m = pool_pick(tmp[w], m, &nan);
+                out[ow] = nan ? __builtin_nanf("") : m;
             }
         }
     }
@@ -513,28 +553,32 @@ static inline __attribute__((always_inline)) void linear_block(const int NR, con
         }
 }
 
-static inline void linear_kernel(int kc, const float *restrict a, const float *restrict b, float *c, int64_t ldc,
-                                 int first, const float *bias, __mmask16 m0, __mmask16 m1, int nr) {
-    linear_block(LNR, 8, kc, a, b, LNR, c, ldc, first, bias, m0, m1, nr, NULL, 0);
-}
-
 /* how far ahead (rows) a convolution's product prefetches its weights: the first strip of a block
  * reads them from L3 or memory */
 #ifndef CONV_PF
 #define CONV_PF 32
 #endif
 
-/* linear_kernel over the first nr columns only (b's rows LNR apart, as linear_kernel's): a plane's
- * last, partial strip computes no padding columns; and prefetching (into L2) the bytes pf + k pf_step
- * as it goes, k < kc (pf NULL: none) */
+/* linear_block over the first nr columns only (b's rows LNR apart): a last, partial panel of columns
+ * (a plane's last strip, a batch of fewer than LNR rows) computes no padding columns; rows masked by
+ * m0, m1; prefetching (into L2) the bytes pf + k pf_step as it goes, k < kc (pf NULL: none) */
 static void linear_kernel_cols(int kc, const float *restrict a, const float *restrict b, float *c, int64_t ldc,
-                               int first, const float *bias, int nr, const char *pf, int64_t pf_step) {
+                               int first, const float *bias, __mmask16 m0, __mmask16 m1, int nr, const char *pf,
+                               int64_t pf_step) {
     switch (nr) {
-#define COLS(n) case n: linear_block(n, CONV_PF, kc, a, b, LNR, c, ldc, first, bias, 0xFFFF, 0xFFFF, n, pf, pf_step); break;
+#define COLS(n) case n: linear_block(n, CONV_PF, kc, a, b, LNR, c, ldc, first, bias, m0, m1, n, pf, pf_step); break;
     COLS(1) COLS(2) COLS(3) COLS(4) COLS(5) COLS(6) COLS(7) COLS(8) COLS(9) COLS(10) COLS(11)
 #undef COLS
-    default: linear_block(LNR, CONV_PF, kc, a, b, LNR, c, ldc, first, bias, 0xFFFF, 0xFFFF, LNR, pf, pf_step); break;
+    default: linear_block(LNR, CONV_PF, kc, a, b, LNR, c, ldc, first, bias, m0, m1, LNR, pf, pf_step); break;
     }
+}
+
+static inline void linear_kernel(int kc, const float *restrict a, const float *restrict b, float *c, int64_t ldc,
+                                 int first, const float *bias, __mmask16 m0, __mmask16 m1, int nr) {
+    if (nr < LNR)
+        linear_kernel_cols(kc, a, b, c, ldc, first, bias, m0, m1, nr, NULL, 0);
+    else
+        linear_block(LNR, 8, kc, a, b, LNR, c, ldc, first, bias, m0, m1, nr, NULL, 0);
 }
 
 /* this thread's buffer for x's packed panels (apart from the convolution's patch buffer) */
@@ -573,14 +617,11 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
         }
         for (int pc = 0; pc < K; pc += LKC) {
             const int kc = imin(LKC, K - pc);
-            for (int j = 0; j < nr; j++) {  /* x[pc:pc+kc, jr:jr+nr] as [k][LNR], zero past T */
+            for (int j = 0; j < nr; j++) {  /* x[pc:pc+kc, jr:jr+nr] as [k][LNR] (a partial panel's kernel reads nr) */
                 const float *col = x + (int64_t)(jr + j) * K + pc;
                 for (int k = 0; k < kc; k++)
                     bp[k * LNR + j] = col[k];
             }
-            for (int j = nr; j < LNR; j++)
-                for (int k = 0; k < kc; k++)
-                    bp[k * LNR + j] = 0.0f;
             for (int p = q0; p < q1; p++) {
                 const int ir = p * LMR, mr = imin(LMR, N - ir);
                 const __mmask16 m0 = mr >= 16 ? 0xFFFF : (__mmask16)((1u << mr) - 1);
@@ -711,8 +752,8 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
                     const int nr = (int)(P - ls * LNR < LNR ? P - ls * LNR : LNR);
                     const float *cs = col + (t - t0) * LNR * CKK + (int64_t)kb * LNR;
                     float *ts = tq + (t - t0) * LNR * LMR;
-                    linear_kernel_cols(kc, wq, cs, ts, LMR, kb == 0, bq, nr, pf ? pf + (t - t0) * kc * step : NULL,
-                                       step);
+                    linear_kernel_cols(kc, wq, cs, ts, LMR, kb == 0, bq, 0xFFFF, 0xFFFF, nr,
+                                       pf ? pf + (t - t0) * kc * step : NULL, step);
                 }
             }
         }
