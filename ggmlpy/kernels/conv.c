@@ -1048,6 +1048,25 @@ static void block_lanes(int64_t si, int64_t Pv, int Ws, int OW, int segs, int64_
     }
 }
 
+/* Fetch (into L2) the cache lines of pixels [p0, p1) of nr channel rows of the NCHW output (P apart)
+ * and of the residual (NULL: none) that a block is about to store or read: a layer's output is
+ * larger than L2, so each line a store or the residual meets would otherwise come from L3 or memory
+ * while the product waits. */
+static void prefetch_rows(const float *out, const float *res, int64_t P, int nr, int64_t p0, int64_t p1) {
+    if (p1 <= p0)
+        return;
+    for (int o = 0; o < nr; o++) {
+        for (int64_t p = p0; p < p1; p += 16) {  /* one address in each line the range touches */
+            _mm_prefetch((const char *)(out + o * P + p), _MM_HINT_T1);
+            if (res != NULL)
+                _mm_prefetch((const char *)(res + o * P + p), _MM_HINT_T1);
+        }
+        _mm_prefetch((const char *)(out + o * P + p1 - 1), _MM_HINT_T1);
+        if (res != NULL)
+            _mm_prefetch((const char *)(res + o * P + p1 - 1), _MM_HINT_T1);
+    }
+}
+
 static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
     const conv_args op = conv_args_of(dst, pr);
     const geom g = op.g;
@@ -1096,7 +1115,7 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
     int64_t padded = -1;  /* the (image, group) xp holds */
     int64_t lanes_of = -1;  /* the block whose lanes valid, count and first hold */
     __mmask16 valid[3], count[3];
-    int64_t first[3], start[3];
+    int64_t first[3], start[3], next0 = 0, next1 = 0;
     for (int64_t u = u0; u < u1; u++) {
         /* unit u = (image and group, block, panel), panels innermost: a block's padded input stays
          * in L1 or L2 while every panel passes over it (measured faster than panels outermost even
@@ -1115,11 +1134,25 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
             block_lanes(si, Pv, Ws, g.OW, segs, nvec, valid, count, first);
             for (int v = 0; v < 3; v++)
                 start[v] = vector_start(si, v, segs, nvec, Ws);
+            /* the output pixels of the image's next block: consecutive ones, from its first valid
+             * vector's first to its last valid vector's end */
+            next0 = next1 = 0;
+            if (si + 1 < strips) {
+                __mmask16 nvalid[3], ncount[3];
+                int64_t nfirst[3];
+                block_lanes(si + 1, Pv, Ws, g.OW, segs, nvec, nvalid, ncount, nfirst);
+                for (int v = 2; v >= 0; v--)
+                    if (nvalid[v]) {
+                        next0 = nfirst[v];
+                        next1 = next1 > 0 ? next1 : nfirst[v] + __builtin_popcount(nvalid[v]);
+                    }
+            }
             lanes_of = si;
         }
         float *out = op.y + ng * Mg * P;
         const float *rg = op.res ? op.res + ng * Mg * P : NULL;
         const int o0 = q * 8, nr = imin(8, Mg - o0);
+        prefetch_rows(out + (int64_t)o0 * P, rg ? rg + (int64_t)o0 * P : NULL, P, nr, next0, next1);
         __m512 acc[24];
         direct_tile(CKK, xp + start[0], xp + start[1], xp + start[2], koff, op.w + ((int64_t)gi * npan + q) * CKK * 8, acc,
                     op.bias ? op.bias + gi * Mg + o0 : NULL, nr);
@@ -1322,6 +1355,10 @@ static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) 
         }
         for (int o = 0; o < RC; o++)
             init[o] = op.bias != NULL && o < nr ? op.bias[gi * Mg + o0 + o] : 0.0f;
+        /* the block's pixels, consecutive in the plane: stored (and the residual read) at its end */
+        prefetch_rows(op.y + ng * Mg * P + (int64_t)o0 * P, op.res != NULL ? op.res + ng * Mg * P + (int64_t)o0 * P : NULL,
+                      P, nr, t0 / per_row * g.OW + t0 % per_row * RP,
+                      (t1 - 1) / per_row * g.OW + imin((int)((t1 - 1) % per_row) * RP + RP, g.OW));
         const float *wq = op.w + ((int64_t)gi * npan + q) * CKK * RC;
         for (int kb = 0; kb < CKK; kb += chunk) {
             const int kc = imin(chunk, CKK - kb);
