@@ -973,6 +973,10 @@ LANE_CASES = [c for c in PIXEL_CASES if c[2][0] == c[2][1]] + [
     ((1, 6, 15, 31), (16, 6, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1),      # phase rows of 16 columns and 15
     ((3, 7, 14, 14), (65, 7, 1, 1), (2, 2), (0, 0), (0, 0), (1, 1), 1),      # ResNet's 1x1 downsampling
     ((1, 4, 11, 23), (6, 4, 3, 3), (2, 2), (2, 2), (2, 2), (2, 2), 1),       # stride 2 with dilation 2: one phase
+    # no padding: the taps read the input in place, its rows W apart (the last rows and columns unread)
+    ((3, 5, 12, 17), (70, 5, 3, 3), (1, 1), (0, 0), (0, 0), (1, 1), 1),
+    ((2, 6, 13, 16), (9, 6, 3, 3), (2, 2), (0, 0), (0, 0), (2, 1), 1),
+    ((1, 8, 15, 20), (12, 4, 1, 1), (3, 3), (0, 0), (0, 0), (1, 1), 2),      # groups, stride 3
 ]
 
 
@@ -1033,14 +1037,16 @@ def test_packed_conv_kind_follows_the_padding_lanes():
 def test_lane_conv_is_chosen_where_its_taps_outweigh_its_transposed_stores():
     def kind(out_hw, channels, kernel=(3, 3), stride=(1, 1), cin=64):
         return K.packed_conv_kind(out_hw, channels, *kernels.direct_planes(out_hw, kernel, stride, (1, 1), cin),
-                                  stride=stride[0], taps=cin * kernel[0] * kernel[1])
-    # ResNet-18's layers: every 3x3 one and the 1x1 downsampling of 128 and 256 channels are the
-    # channel-major kernel's; the stem (147 taps at stride 2) and the 1x1 downsampling of 64 channels
-    # (64 taps a value) stay the pixel kernel's
+                                  stride=stride[0], taps=cin * kernel[0] * kernel[1], unpadded=kernel == (1, 1))
+    # ResNet-18's layers: every one but the stem (147 taps at stride 2) is the channel-major
+    # kernel's; its 1x1 downsampling of 64 channels (64 taps a value) is so only because it reads
+    # the unpadded input in place
     assert kind((112, 112), 64, (7, 7), (2, 2), cin=3) == "pixels"
     assert kind((56, 56), 64) == "lanes"
     assert kind((28, 28), 128, stride=(2, 2)) == "lanes"
-    assert kind((28, 28), 128, (1, 1), (2, 2)) == "pixels"
+    assert kind((28, 28), 128, (1, 1), (2, 2)) == "lanes"
+    assert K.packed_conv_kind((28, 28), 128, *kernels.direct_planes((28, 28), (1, 1), (2, 2), (1, 1), 64), stride=2,
+                              taps=64) == "pixels"                             # the same layer, padded
     for hw, c in (((28, 28), 128), ((14, 14), 256), ((7, 7), 512)):
         assert kind(hw, c, cin=c) == "lanes"
         assert kind(hw, 2 * c, stride=(2, 2), cin=c) == "lanes"

@@ -1310,17 +1310,21 @@ static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) 
         return 0;
     const int N = op.N, G = op.G, Mg = op.Mg, flags = op.flags, npan = (int)op.wne[2] / G;
     const int64_t P = op.P, in_plane = op.in_plane;
+    /* without padding (ResNet's 1x1 downsampling) the taps read the input itself, its rows W apart:
+     * the copy would cost as much as the product where a value has few taps */
+    const int in_place = g.PH == 0 && g.PW == 0 && Hp <= g.H && Wp <= g.W, ld = in_place ? g.W : Wp;
+    const int64_t plane_r = in_place ? in_plane : plane_p;  /* a channel of what the taps read */
     const int per_row = (g.OW + RP - 1) / RP;  /* tiles a row */
     const int64_t tiles = (int64_t)g.OH * per_row;
     const int64_t nblk = (tiles + RTB - 1) / RTB, tb = (tiles + nblk - 1) / nblk;  /* blocks of even size */
     const int64_t units = (int64_t)N * G * nblk * npan, u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
     if (u0 >= u1)
         return 1;
-    float *xp = padded_scratch((size_t)need);
+    float *xp = in_place ? NULL : padded_scratch((size_t)need);
     float *acc = rows_scratch((size_t)tb * RP * RC + RC);
     int32_t *koff = malloc((size_t)CKK * sizeof(int32_t));
     const char one_phase[1] = {1};
-    if (xp == NULL || acc == NULL || koff == NULL) {  /* out of memory: never a silently wrong value */
+    if ((xp == NULL && !in_place) || acc == NULL || koff == NULL) {  /* out of memory: never a silently wrong value */
         free(koff);
         for (int64_t u = u0; u < u1; u++) {
             const int64_t ng = u / npan / nblk, b = u / npan % nblk;
@@ -1336,15 +1340,18 @@ static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) 
     for (int c = 0, k = 0; c < g.C; c++)
         for (int kh = 0; kh < g.KH; kh++)
             for (int kw = 0; kw < g.KW; kw++)
-                koff[k++] = (int32_t)(c * plane_p + (int64_t)kh * g.DH * Wp + kw * g.DW);
+                koff[k++] = (int32_t)(c * plane_r + (int64_t)kh * g.DH * ld + kw * g.DW);
     float *init = acc + tb * RP * RC;  /* a panel's bias, RC floats (zero past the group's channels) */
     const int chunk = (int64_t)CKK * RC * (int64_t)sizeof(float) <= LANE_WHOLE_BYTES ? CKK : RKC;
     int64_t padded = -1;  /* the (image, group) xp holds */
+    const float *src = xp;  /* what the taps read: xp, or the image's input in place */
     for (int64_t u = u0; u < u1; u++) {
         const int64_t ng = u / npan / nblk, b = u / npan % nblk;
         const int q = (int)(u % npan), gi = (int)(ng % G), o0 = q * RC, nr = imin(RC, Mg - o0);
         const int64_t t0 = b * tb, t1 = imin64(t0 + tb, tiles);
-        if (ng != padded) {  /* the padded rows this thread's units of the image read */
+        if (in_place)
+            src = op.x + ng * g.C * in_plane;
+        else if (ng != padded) {  /* the padded rows this thread's units of the image read */
             const int64_t per = nblk * npan;
             const int64_t ua = imax64(u0, ng * per) - ng * per, ub = imin64(u1, (ng + 1) * per) - ng * per;
             const int i0 = (int)(ua / npan * tb / per_row) * S;
@@ -1364,7 +1371,7 @@ static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) 
             const int kc = imin(chunk, CKK - kb);
             for (int64_t t = t0; t < t1; t++) {
                 const int oh = (int)(t / per_row), ow = (int)(t % per_row) * RP;
-                rows_tile_n(imin(RP, g.OW - ow), kc, xp + ((int64_t)oh * Wp + ow) * S, S, koff + kb,
+                rows_tile_n(imin(RP, g.OW - ow), kc, src + ((int64_t)oh * ld + ow) * S, S, koff + kb,
                             wq + (int64_t)kb * RC, acc + (t - t0) * RP * RC, kb == 0 ? init : NULL);
             }
         }

@@ -288,7 +288,7 @@ def conv_kernel(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dil
     rt = None if residual is None else reshape(b, b.tensor(residual), out_shape)
     kind = (k.packed_conv_kind((OH, OW), M // group, *kernels.direct_planes((OH, OW), (kH, kW), strides, dils,
                                                                            C // group), stride=strides[0],
-                               taps=C // group * kH * kW)
+                               taps=C // group * kH * kW, unpadded=not any(pads_b) and not any(pads_e))
             if is_const else None)
     if kind in ("pixels", "lanes"):
         vectors = PIXEL_VECTORS if kind == "pixels" else CHANNEL_VECTORS
