@@ -553,8 +553,8 @@ static inline __attribute__((always_inline)) void linear_block(const int NR, con
         }
 }
 
-/* how far ahead (rows) a convolution's product prefetches its weights: the first strip of a block
- * reads them from L3 or memory */
+/* how far ahead (rows) linear_kernel_cols prefetches its weights: a convolution's first strip of a
+ * block reads them from L3 or memory */
 #ifndef CONV_PF
 #define CONV_PF 32
 #endif
