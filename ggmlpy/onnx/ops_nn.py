@@ -762,7 +762,7 @@ def _global(b, x, kind):
     N, C = x.shape[:2]
     S = int(np.prod(x.shape[2:], dtype=np.int64))
     t = reshape(b, b.tensor(x), (N * C, S))
-    if kind == "avg" and b.kernels is not None:
+    if kind == "avg" and b.kernels is not None and t.type == lib.GGML_TYPE_F32:
         # ggmlpy's row sums (the rows shared among the threads, several accumulators a row) then the
         # scale: ggml's mean sums a row in one chain of dependent adds, on one thread
         y = lib.ggml_scale(b.ctx, b.kernel_node(b.kernels.sum_rows(b.ctx, t), "sum_rows"), 1.0 / S)
