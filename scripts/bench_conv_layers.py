@@ -81,7 +81,7 @@ def kind_of(size, cin, cout, k, s):
     p = k // 2
     osz = (size + 2 * p - k) // s + 1
     kind = kk.packed_conv_kind((osz, osz), cout, *kernels.direct_planes((osz, osz), (k, k), (s, s), (1, 1), cin),
-                               stride=s, taps=cin * k * k)
+                               stride=s, taps=cin * k * k, unpadded=p == 0)
     return kind or "blas"
 
 

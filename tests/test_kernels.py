@@ -667,6 +667,69 @@ def test_maxpool_every_geometry_and_thread_count(xs, kernel, stride, pad, out_hw
             lib.ggml_free(ctx)
 
 
+def maxpool_select_ref(x, kernel, stride, pad, out_hw):
+    """maxpool_ref by conv.c's rule: each window's column maxima over its rows, then the maximum over
+    its columns, each as `m = v if v > m else m` from the first cell (rows) or -FLT_MAX (columns), in
+    order, so that of +0 and -0 the first is kept; NaN where any of the window's cells is NaN."""
+    N, C, H, W = x.shape
+    out = np.full((N, C) + tuple(out_hw), -np.finfo(np.float32).max, np.float32)
+    for oh in range(out_hw[0]):
+        rows = range(max(oh * stride[0] - pad[0], 0), min(oh * stride[0] - pad[0] + kernel[0], H))
+        if not rows:
+            continue
+        col = x[:, :, rows[0]].copy()
+        for h in rows[1:]:
+            col = np.where(x[:, :, h] > col, x[:, :, h], col)
+        col[np.isnan(x[:, :, rows]).any(axis=2)] = np.nan
+        for ow in range(out_hw[1]):
+            m = out[:, :, oh, ow]
+            cols = range(max(ow * stride[1] - pad[1], 0), min(ow * stride[1] - pad[1] + kernel[1], W))
+            for w in cols:
+                m = np.where(col[:, :, w] > m, col[:, :, w], m)
+            if cols:
+                m[np.isnan(col[:, :, cols]).any(axis=2)] = np.nan
+            out[:, :, oh, ow] = m
+    return out
+
+
+@needs_conv
+@pytest.mark.parametrize("kernel,stride,pad", [((3, 3), (2, 2), (1, 1)), ((3, 3), (1, 1), (1, 1)), ((2, 2), (2, 2), (0, 0)),
+                                               ((3, 2), (3, 1), (1, 0))])
+def test_maxpool_wide_rows_with_nan_inf_and_signed_zeros(kernel, stride, pad):
+    """Rows of 37 cells (two vectors of 16 and a tail) through the vector passes, batch 3, with NaN,
+    +-inf and +-0 cells: the scalar rule's values bit for bit (maxpool_select_ref; NaN where a window
+    holds one, wherever it is), on 1 to 3 threads."""
+    from ggmlpy.bindings import ffi
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 2, 11, 37)).astype(np.float32)
+    x[0, 0, 0, :] = np.nan                                   # first rows: NaN columns
+    x[0, 1, 5, 3::4] = np.nan                                # NaN cells inside windows
+    x[1, 0, 2, 10:20] = np.inf
+    x[1, 1, :, 30:] = -np.inf
+    x[2, 0, 4:6, :] = 0.0
+    x[2, 0, 4, ::2] = -0.0                                   # +0 and -0 in one window
+    x[2, 1] = -np.abs(x[2, 1])
+    x[2, 1, 3, 17] = -0.0
+    out_hw = tuple((n + 2 * p - k) // s + 1 for n, k, s, p in zip((11, 37), kernel, stride, pad))
+    want = maxpool_select_ref(x, kernel, stride, pad, out_hw)
+    assert np.isnan(want).any() and np.isinf(want).any() and np.signbit(want[want == 0]).any()
+    for threads in (1, 2, 3):
+        params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 24, "mem_buffer": ffi.NULL, "no_alloc": False})
+        ctx = lib.ggml_init(params[0])
+        try:
+            t = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, 37, 11, 2, 3)
+            ffi.memmove(t.data, x.tobytes(), x.nbytes)
+            y = K.maxpool2d(ctx, t, kernel, stride, pad, out_hw)
+            graph = lib.ggml_new_graph(ctx)
+            lib.ggml_build_forward_expand(graph, y)
+            assert lib.ggml_graph_compute_with_ctx(ctx, graph, threads) == lib.GGML_STATUS_SUCCESS
+            got = np.frombuffer(ffi.buffer(y.data, want.nbytes), np.float32).reshape(want.shape)
+            assert (np.isnan(got) == np.isnan(want)).all()
+            np.testing.assert_array_equal(got.view(np.uint32)[~np.isnan(want)], want.view(np.uint32)[~np.isnan(want)])
+        finally:
+            lib.ggml_free(ctx)
+
+
 # -- row kernels (rows.c) -----------------------------------------------------------------------------------
 needs_rows = pytest.mark.skipif(K is None or K.layernorm is None, reason="no C compiler: rows.c is not loaded")
 
@@ -737,6 +800,25 @@ def test_linear_with_packed_weights(n_out, k, t, with_bias):
     for threads in (1, 2, 3):
         got = on_cpu(lambda ctx, w, x, *b: K.linear_packed(ctx, w, x, n_out, *b), arrays, threads).reshape(t, n_out)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5 * np.abs(want).max())
+
+
+@needs_packed
+@pytest.mark.parametrize("t", range(1, 14))
+def test_linear_with_packed_weights_every_partial_panel_of_columns_keeps_nan(t):
+    """A last panel of 1..11 columns (a batch of fewer than 12 rows: ResNet's classifier at batch 1
+    and 8) computes only those, one kernel a width, through K past one block of 512 rows and a
+    partial panel of 32 weight rows; a NaN in one input row makes that output row NaN, no other."""
+    rng = np.random.default_rng(t)
+    W = rng.standard_normal((600, 40)).astype(np.float32)
+    X = rng.standard_normal((t, 600)).astype(np.float32)
+    X[t - 1, 550] = np.nan
+    bias = rng.standard_normal(40).astype(np.float32)
+    want = X.astype(np.float64) @ W + bias
+    for threads in (1, 2, 3):
+        got = on_cpu(lambda ctx, w, x, b: K.linear_packed(ctx, w, x, 40, b), [K.pack_linear(W), X, bias],
+                     threads).reshape(t, 40)
+        assert np.isnan(got[t - 1]).all() and np.isfinite(got[:t - 1]).all()
+        np.testing.assert_allclose(got[:t - 1], want[:t - 1], rtol=1e-5, atol=2e-5 * np.abs(want[:t - 1]).max(initial=1))
 
 
 needs_packed_conv = pytest.mark.skipif(K is None or K.conv2d_packed is None,
@@ -891,6 +973,10 @@ LANE_CASES = [c for c in PIXEL_CASES if c[2][0] == c[2][1]] + [
     ((1, 6, 15, 31), (16, 6, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1),      # phase rows of 16 columns and 15
     ((3, 7, 14, 14), (65, 7, 1, 1), (2, 2), (0, 0), (0, 0), (1, 1), 1),      # ResNet's 1x1 downsampling
     ((1, 4, 11, 23), (6, 4, 3, 3), (2, 2), (2, 2), (2, 2), (2, 2), 1),       # stride 2 with dilation 2: one phase
+    # no padding: the taps read the input in place, its rows W apart (the last rows and columns unread)
+    ((3, 5, 12, 17), (70, 5, 3, 3), (1, 1), (0, 0), (0, 0), (1, 1), 1),
+    ((2, 6, 13, 16), (9, 6, 3, 3), (2, 2), (0, 0), (0, 0), (2, 1), 1),
+    ((1, 8, 15, 20), (12, 4, 1, 1), (3, 3), (0, 0), (0, 0), (1, 1), 2),      # groups, stride 3
 ]
 
 
@@ -951,18 +1037,23 @@ def test_packed_conv_kind_follows_the_padding_lanes():
 def test_lane_conv_is_chosen_where_its_taps_outweigh_its_transposed_stores():
     def kind(out_hw, channels, kernel=(3, 3), stride=(1, 1), cin=64):
         return K.packed_conv_kind(out_hw, channels, *kernels.direct_planes(out_hw, kernel, stride, (1, 1), cin),
-                                  stride=stride[0], taps=cin * kernel[0] * kernel[1])
-    # ResNet-18's layers: the deep 3x3 ones are the channel-major kernel's, the stem, the 56 x 56
-    # planes (576 taps) and the 1x1 downsampling (few taps a value) stay the others'
+                                  stride=stride[0], taps=cin * kernel[0] * kernel[1], unpadded=kernel == (1, 1))
+    # ResNet-18's layers: every one but the stem (147 taps at stride 2) is the channel-major
+    # kernel's; its 1x1 downsampling of 64 channels (64 taps a value) is so only because it reads
+    # the unpadded input in place
     assert kind((112, 112), 64, (7, 7), (2, 2), cin=3) == "pixels"
-    assert kind((56, 56), 64) == "pixels"
+    assert kind((56, 56), 64) == "lanes"
     assert kind((28, 28), 128, stride=(2, 2)) == "lanes"
-    assert kind((28, 28), 128, (1, 1), (2, 2)) == "pixels"
+    assert kind((28, 28), 128, (1, 1), (2, 2)) == "lanes"
+    assert K.packed_conv_kind((28, 28), 128, *kernels.direct_planes((28, 28), (1, 1), (2, 2), (1, 1), 64), stride=2,
+                              taps=64) == "pixels"                             # the same layer, padded
     for hw, c in (((28, 28), 128), ((14, 14), 256), ((7, 7), 512)):
         assert kind(hw, c, cin=c) == "lanes"
         assert kind(hw, 2 * c, stride=(2, 2), cin=c) == "lanes"
-    assert kind((14, 14), 256, (1, 1), (2, 2), cin=128) == "channels"
-    assert kind((7, 7), 512, (1, 1), (2, 2), cin=256) == "channels"
+    assert kind((14, 14), 256, (1, 1), (2, 2), cin=128) == "lanes"
+    assert kind((7, 7), 512, (1, 1), (2, 2), cin=256) == "lanes"
+    assert kind((56, 56), 64, cin=4) == "pixels"                              # 36 taps: the store outweighs them
+    assert kind((56, 56), 64, (1, 1), (2, 2), cin=32) != "lanes"              # 32 taps at stride 2
     assert kind((14, 14), 20, cin=256) != "lanes"                             # 20 of a panel's 64 lanes
     assert kind((14, 14), 256, stride=(2, 1), cin=256) != "lanes"             # unequal strides: no phase planes
     assert K.packed_conv_kind((14, 14), 256, *kernels.direct_planes((14, 14), (3, 3), (1, 1), (1, 1), 256)) \

@@ -171,7 +171,7 @@ def test_wide_convs_use_the_packed_kernel_where_there_is_avx512(threads):
                  K.packed_conv_kind((7, 6), 130, *kernels.direct_planes((7, 6), (3, 3), (2, 2), (1, 1), 64), stride=2,
                                     taps=576),
                  K.packed_conv_kind((7, 6), 130, *kernels.direct_planes((7, 6), (1, 1), (2, 2), (1, 1), 64), stride=2,
-                                    taps=64)]
+                                    taps=64, unpadded=True)]
         rows = {"pixels": 8, "channels": K.packed_rows, "lanes": kernels.LANE_CHANNELS}
         assert [int(t.src[1].ne[0]) for t in nodes] == [rows[k] for k in kinds]
         assert [int(t.src[1].ne[2]) for t in nodes] == [-(-m // rows[k]) for m, k in zip((64, 130, 130), kinds)]

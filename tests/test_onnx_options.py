@@ -169,6 +169,26 @@ def test_maxpool_indices_are_the_first_maximum_in_either_storage_order(device, s
     np.testing.assert_array_equal(got["i"], want_i)
 
 
+@pytest.mark.parametrize("shape", [(1, 6, 7, 7), (3, 5, 2, 9), (2, 4, 13), (1, 6, 3, 4, 5)])
+def test_global_average_pooling_keeps_nan_and_infinities(device, tol, shape):
+    """GlobalAveragePool over every plane (ResNet's 7 x 7, 1-D, 3-D): each plane's mean, NaN where it
+    holds a NaN or both infinities, the infinity where it holds one; on 1 to 3 threads."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    flat = x.reshape(-1, int(np.prod(shape[2:])))  # a view: the planes of x
+    flat[0, 3] = np.nan
+    flat[-1, -1] = np.inf
+    if len(flat) > 2:
+        flat[1, 0], flat[1, -1] = np.inf, -np.inf
+    want = x.astype(np.float64).mean(axis=tuple(range(2, len(shape))), keepdims=True)
+    assert np.isfinite(want).sum() >= 3
+    proto = one_node("GlobalAveragePool", [("x", T.FLOAT, list(shape))], [("y", T.FLOAT, list(want.shape))])
+    for threads in ((1, 2, 3) if device == "cpu" else (1,)):
+        got = ggmlpy.onnx_run(ggmlpy.onnx_load(proto, device=device, n_threads=threads), {"x": x})["y"]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, **tol)
+
+
 def test_pooling_rejects_bad_attributes():
     bad = [dict(kernel_shape=[2, 2], dilations=[0, 1]), dict(kernel_shape=[2]), dict(kernel_shape=[2, 2], strides=[1]),
            dict(kernel_shape=[2, 2], pads=[1, -1, 0, 0]), dict(kernel_shape=[9, 2], dilations=[2, 1]),

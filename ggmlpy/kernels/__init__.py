@@ -54,6 +54,8 @@ BLAS_LIBS = ("-l:libopenblas.so.0",)  # the library ggml's BLAS backend loads (D
 N_TASKS_MAX = -1  # ggml's GGML_N_TASKS_MAX: as many tasks as the backend has threads
 LNR_PACKED = 12  # conv2d_packed's pixels a block (conv.c's LNR)
 LANE_CHANNELS, LANE_PIXELS = 64, 7  # conv2d_pixels' block 4: channels a panel, pixels a tile (conv.c's RC, RP)
+LANE_STORE_TAPS = 16  # what a lane tile's transposed store into NCHW costs, in taps of its product
+LANE_IN_PLACE = 1.15  # the lane kernel's speed-up where it reads an unpadded input without a copy
 DIRECT_MAX_FLOATS = 4 << 20  # conv.c's: the largest padded input its pixel kernel copies (direct_planes)
 
 
@@ -265,22 +267,26 @@ class Kernels:
                                groups, bias, residual, relu, 0)
 
     def packed_conv_kind(self, out_hw: tuple, channels: int, planes_hw: tuple | None = None,
-                         planes: int = 0, stride: int = 1, taps: int = 0) -> str | None:
+                         planes: int = 0, stride: int = 1, taps: int = 0, unpadded: bool = False) -> str | None:
         """Which of conv.c's AVX-512 convolutions (weights packed at load) suits a layer of output planes
         out_hw = (OH, OW), `channels` output channels a group and `taps` = C/groups*KH*KW products a
         value: "pixels" (conv2d_pixels, blocks of 48 pixels by 8 channels, stored as whole vectors into
         NCHW), "channels" (conv2d_packed, 32 channels by 12 pixels, a plane's last strip computing only
         its pixels), "lanes" (conv2d_pixels' block 4: 64 channels by 7 pixels of a row, from the padded
         input, transposed into NCHW), whichever computes fewer padding lanes, weighted by their speed
-        per useful lane as measured on ResNet-18's layers: pixels 1.1 with patches, and where the
-        layer's strides are equal and the pixel kernel reads the padded input's `planes` phase planes
-        of planes_hw = (Hs, Ws) without patches (direct_planes; its Ws - OW extra pixels a row count as
-        padding, except where OW is a multiple of 16 and the blocks are whole rows' vectors) 1.25 at
-        `stride` 1 and 1.1 at larger strides (their s x s phase planes a channel are read from further
-        away); lanes (the same planes) 1.25, less a tile's transposed store, worth
-        64 taps (measured: it loses on ResNet's stem, 147 taps, and its 1x1 downsampling, 64-256, ties
-        at 56 x 56, 576, and wins from 1152 taps on; without `taps` it is not chosen); None without
-        AVX-512 or below 8 channels (depthwise), where OpenBLAS's conv2d runs it."""
+        per useful lane as measured on ResNet-18's layers (a 32 KB-L1 AVX-512 core, batches 1 and 8):
+        pixels 1.1 with patches, and where the layer's strides are equal and the pixel kernel reads the
+        padded input's `planes` phase planes of planes_hw = (Hs, Ws) without patches (direct_planes;
+        its Ws - OW extra pixels a row count as padding, except where OW is a multiple of 16 and the
+        blocks are whole rows' vectors) 1.25 at `stride` 1 and 1.1 at larger strides (their s x s
+        phase planes a channel are read from further away); lanes (the same planes) 1.3 at stride 1
+        and 1.2 at larger strides (a tile's broadcasts then span more cache lines), less a tile's
+        transposed store, worth LANE_STORE_TAPS taps (measured: it loses on ResNet's stem, 147 taps at
+        stride 2, and on the 1x1 downsampling of 64 channels, ties or wins on that of 128 and 256 and
+        wins on every 3x3 layer from 56 x 56 on; without `taps` it is not chosen), and LANE_IN_PLACE
+        times that for an `unpadded` layer, whose input it reads in place rather than copying (measured
+        on the 1x1 downsampling of 64 channels, where it then wins); None without AVX-512 or below 8
+        channels (depthwise), where OpenBLAS's conv2d runs it."""
         oh, ow = out_hw
         pixels = oh * ow
         if not self.packed_rows or channels < 8 or pixels < 1:
@@ -293,7 +299,9 @@ class Kernels:
             speed = 1.25 if stride == 1 else 1.1
             virtual = pixels if ow % 16 == 0 else (oh - 1) * planes_hw[1] + ow
             by_pixels = speed * used(virtual, 48, pixels) * used(channels, 8)
-            by_lanes = 1.25 * taps / (taps + 64) * used(channels, LANE_CHANNELS) * used(ow, LANE_PIXELS)
+            lane_speed = (1.3 if stride == 1 else 1.2) * (LANE_IN_PLACE if unpadded else 1.0)
+            by_lanes = (lane_speed * taps / (taps + LANE_STORE_TAPS) * used(channels, LANE_CHANNELS)
+                        * used(ow, LANE_PIXELS))
         else:
             by_pixels = 1.1 * used(pixels, 48) * used(channels, 8)
         by_channels = used(channels, self.packed_rows)

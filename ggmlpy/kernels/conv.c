@@ -309,11 +309,45 @@ void ggmlpy_conv2d_f32(void *dst, int ith, int nth, void *userdata) {
     }
 }
 
+/* Max pooling's rule for a window's cells, in the order given: `v > m ? v : m` from the first (a
+ * column of rows) or from -FLT_MAX (a row of columns), so that of +0 and -0 the first is kept, and
+ * NaN if any cell is NaN (PyTorch's max pooling; a NaN never wins the select, so it is tracked apart
+ * and put back at the end). _mm512_max_ps(v, m) is that select, lane by lane. */
+static inline float pool_pick(float v, float m, int *nan) {
+    *nan |= v != v;
+    return v > m ? v : m;
+}
+
+/* tmp[w] = the rule's value for column w < W of n >= 1 rows (W apart from `rows`), a vector of 16
+ * columns through every row at once */
+static void column_max(float *tmp, const float *rows, int W, int n) {
+    int w = 0;
+#ifdef __AVX512F__
+    for (; w + 16 <= W; w += 16) {
+        __m512 m = _mm512_loadu_ps(rows + w);
+        __mmask16 nan = _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
+        for (int h = 1; h < n; h++) {
+            const __m512 v = _mm512_loadu_ps(rows + (int64_t)h * W + w);
+            nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            m = _mm512_max_ps(v, m);
+        }
+        _mm512_storeu_ps(tmp + w, _mm512_mask_mov_ps(m, nan, _mm512_set1_ps(__builtin_nanf(""))));
+    }
+#endif
+    for (; w < W; w++) {
+        float m = rows[w];
+        int nan = m != m;
+        for (int h = 1; h < n; h++)
+            m = pool_pick(rows[(int64_t)h * W + w], m, &nan);
+        tmp[w] = nan ? __builtin_nanf("") : m;
+    }
+}
+
 /* 2-D max pooling of x [W, H, C, N] into dst [OW, OH, C, N] (contiguous): windows of KH x KW cells at
  * strides SH, SW, starting PH, PW cells before the input; cells outside the input never enter a max
- * (ONNX's padding), a window wholly outside gives -FLT_MAX. userdata: int32_t[6] = KH, KW, SH, SW,
- * PH, PW. Each output row is the horizontal window max of the vertical max of its input rows (one
- * contiguous, vectorised pass); ggml's threads split the planes. */
+ * (ONNX's padding), a window wholly outside gives -FLT_MAX, one with a NaN cell NaN (pool_pick).
+ * userdata: int32_t[6] = KH, KW, SH, SW, PH, PW. Each output row is the horizontal window max of the
+ * vertical max of its input rows (one vectorised pass over them); ggml's threads split the planes. */
 void ggmlpy_maxpool2d_f32(void *dst, int ith, int nth, void *userdata) {
     const int32_t *pr = (const int32_t *)userdata;
     const int KH = pr[0], KW = pr[1], SH = pr[2], SW = pr[3], PH = pr[4], PW = pr[5];
@@ -344,23 +378,28 @@ void ggmlpy_maxpool2d_f32(void *dst, int ith, int nth, void *userdata) {
                     out[ow] = tmp == NULL ? __builtin_nanf("") : -3.40282347e+38f;
                 continue;
             }
-            memcpy(tmp, xp + (int64_t)hlo * W, (size_t)W * sizeof(float));
-            for (int h = hlo + 1; h < hhi; h++) {
-                const float *row = xp + (int64_t)h * W;
-                for (int w = 0; w < W; w++)
-                    tmp[w] = row[w] > tmp[w] ? row[w] : tmp[w];
-            }
+#ifdef __AVX512F__
+            /* the rows that output row oh + 2 adds, fetched now: the input comes from L3 or memory
+             * (a layer's output written just before), faster fetched ahead than as it is read */
+            for (int h = imax(h0 + KH + SH, 0); h < h0 + KH + 2 * SH && h < H; h++)
+                for (int w = 0; w < W; w += 16)
+                    _mm_prefetch((const char *)(xp + (int64_t)h * W + w), _MM_HINT_T0);
+#endif
+            column_max(tmp, xp + (int64_t)hlo * W, W, hhi - hlo);
             int ow = 0;
 #ifdef __AVX512F__
             if (SW <= 2) {  /* 16 windows a step, their cells in the scalar loop's order (the same NaN, -0) */
                 for (; ow < OW; ow += 16) {
                     __m512 m = _mm512_set1_ps(-3.40282347e+38f);
+                    __mmask16 nan = 0;
                     for (int kw = 0; kw < KW; kw++) {
                         const float *c = tmp + (int64_t)ow * SW - PW + kw;
                         const __m512 v = SW == 1 ? _mm512_loadu_ps(c)
                                                  : even_lanes(_mm512_loadu_ps(c), _mm512_loadu_ps(c + 16));
-                        m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), v);  /* v > m ? v : m */
+                        nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                        m = _mm512_max_ps(v, m);  /* pool_pick */
                     }
+                    m = _mm512_mask_mov_ps(m, nan, _mm512_set1_ps(__builtin_nanf("")));
                     if (ow + 16 <= OW)
                         _mm512_storeu_ps(out + ow, m);
                     else
@@ -371,9 +410,10 @@ void ggmlpy_maxpool2d_f32(void *dst, int ith, int nth, void *userdata) {
             for (; ow < OW; ow++) {
                 const int w0 = ow * SW - PW, wlo = imax(w0, 0), whi = imin(w0 + KW, W);
                 float m = -3.40282347e+38f;
+                int nan = 0;
                 for (int w = wlo; w < whi; w++)
-                    m = tmp[w] > m ? tmp[w] : m;
-                out[ow] = m;
+                    m = pool_pick(tmp[w], m, &nan);
+                out[ow] = nan ? __builtin_nanf("") : m;
             }
         }
     }
@@ -513,28 +553,32 @@ static inline __attribute__((always_inline)) void linear_block(const int NR, con
         }
 }
 
-static inline void linear_kernel(int kc, const float *restrict a, const float *restrict b, float *c, int64_t ldc,
-                                 int first, const float *bias, __mmask16 m0, __mmask16 m1, int nr) {
-    linear_block(LNR, 8, kc, a, b, LNR, c, ldc, first, bias, m0, m1, nr, NULL, 0);
-}
-
-/* how far ahead (rows) a convolution's product prefetches its weights: the first strip of a block
- * reads them from L3 or memory */
+/* how far ahead (rows) linear_kernel_cols prefetches its weights: a convolution's first strip of a
+ * block reads them from L3 or memory */
 #ifndef CONV_PF
 #define CONV_PF 32
 #endif
 
-/* linear_kernel over the first nr columns only (b's rows LNR apart, as linear_kernel's): a plane's
- * last, partial strip computes no padding columns; and prefetching (into L2) the bytes pf + k pf_step
- * as it goes, k < kc (pf NULL: none) */
+/* linear_block over the first nr columns only (b's rows LNR apart): a last, partial panel of columns
+ * (a plane's last strip, a batch of fewer than LNR rows) computes no padding columns; rows masked by
+ * m0, m1; prefetching (into L2) the bytes pf + k pf_step as it goes, k < kc (pf NULL: none) */
 static void linear_kernel_cols(int kc, const float *restrict a, const float *restrict b, float *c, int64_t ldc,
-                               int first, const float *bias, int nr, const char *pf, int64_t pf_step) {
+                               int first, const float *bias, __mmask16 m0, __mmask16 m1, int nr, const char *pf,
+                               int64_t pf_step) {
     switch (nr) {
-#define COLS(n) case n: linear_block(n, CONV_PF, kc, a, b, LNR, c, ldc, first, bias, 0xFFFF, 0xFFFF, n, pf, pf_step); break;
+#define COLS(n) case n: linear_block(n, CONV_PF, kc, a, b, LNR, c, ldc, first, bias, m0, m1, n, pf, pf_step); break;
     COLS(1) COLS(2) COLS(3) COLS(4) COLS(5) COLS(6) COLS(7) COLS(8) COLS(9) COLS(10) COLS(11)
 #undef COLS
-    default: linear_block(LNR, CONV_PF, kc, a, b, LNR, c, ldc, first, bias, 0xFFFF, 0xFFFF, LNR, pf, pf_step); break;
+    default: linear_block(LNR, CONV_PF, kc, a, b, LNR, c, ldc, first, bias, m0, m1, LNR, pf, pf_step); break;
     }
+}
+
+static inline void linear_kernel(int kc, const float *restrict a, const float *restrict b, float *c, int64_t ldc,
+                                 int first, const float *bias, __mmask16 m0, __mmask16 m1, int nr) {
+    if (nr < LNR)
+        linear_kernel_cols(kc, a, b, c, ldc, first, bias, m0, m1, nr, NULL, 0);
+    else
+        linear_block(LNR, 8, kc, a, b, LNR, c, ldc, first, bias, m0, m1, nr, NULL, 0);
 }
 
 /* this thread's buffer for x's packed panels (apart from the convolution's patch buffer) */
@@ -573,14 +617,11 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
         }
         for (int pc = 0; pc < K; pc += LKC) {
             const int kc = imin(LKC, K - pc);
-            for (int j = 0; j < nr; j++) {  /* x[pc:pc+kc, jr:jr+nr] as [k][LNR], zero past T */
+            for (int j = 0; j < nr; j++) {  /* x[pc:pc+kc, jr:jr+nr] as [k][LNR] (a partial panel's kernel reads nr) */
                 const float *col = x + (int64_t)(jr + j) * K + pc;
                 for (int k = 0; k < kc; k++)
                     bp[k * LNR + j] = col[k];
             }
-            for (int j = nr; j < LNR; j++)
-                for (int k = 0; k < kc; k++)
-                    bp[k * LNR + j] = 0.0f;
             for (int p = q0; p < q1; p++) {
                 const int ir = p * LMR, mr = imin(LMR, N - ir);
                 const __mmask16 m0 = mr >= 16 ? 0xFFFF : (__mmask16)((1u << mr) - 1);
@@ -711,8 +752,8 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
                     const int nr = (int)(P - ls * LNR < LNR ? P - ls * LNR : LNR);
                     const float *cs = col + (t - t0) * LNR * CKK + (int64_t)kb * LNR;
                     float *ts = tq + (t - t0) * LNR * LMR;
-                    linear_kernel_cols(kc, wq, cs, ts, LMR, kb == 0, bq, nr, pf ? pf + (t - t0) * kc * step : NULL,
-                                       step);
+                    linear_kernel_cols(kc, wq, cs, ts, LMR, kb == 0, bq, 0xFFFF, 0xFFFF, nr,
+                                       pf ? pf + (t - t0) * kc * step : NULL, step);
                 }
             }
         }
@@ -1007,6 +1048,25 @@ static void block_lanes(int64_t si, int64_t Pv, int Ws, int OW, int segs, int64_
     }
 }
 
+/* Fetch (into L2) the cache lines of pixels [p0, p1) of nr channel rows of the NCHW output (P apart)
+ * and of the residual (NULL: none) that a block is about to store or read: a layer's output is
+ * larger than L2, so each line a store or the residual meets would otherwise come from L3 or memory
+ * while the product waits. */
+static void prefetch_rows(const float *out, const float *res, int64_t P, int nr, int64_t p0, int64_t p1) {
+    if (p1 <= p0)
+        return;
+    for (int o = 0; o < nr; o++) {
+        for (int64_t p = p0; p < p1; p += 16) {  /* one address in each line the range touches */
+            _mm_prefetch((const char *)(out + o * P + p), _MM_HINT_T1);
+            if (res != NULL)
+                _mm_prefetch((const char *)(res + o * P + p), _MM_HINT_T1);
+        }
+        _mm_prefetch((const char *)(out + o * P + p1 - 1), _MM_HINT_T1);
+        if (res != NULL)
+            _mm_prefetch((const char *)(res + o * P + p1 - 1), _MM_HINT_T1);
+    }
+}
+
 static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
     const conv_args op = conv_args_of(dst, pr);
     const geom g = op.g;
@@ -1055,7 +1115,7 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
     int64_t padded = -1;  /* the (image, group) xp holds */
     int64_t lanes_of = -1;  /* the block whose lanes valid, count and first hold */
     __mmask16 valid[3], count[3];
-    int64_t first[3], start[3];
+    int64_t first[3], start[3], next0 = 0, next1 = 0;
     for (int64_t u = u0; u < u1; u++) {
         /* unit u = (image and group, block, panel), panels innermost: a block's padded input stays
          * in L1 or L2 while every panel passes over it (measured faster than panels outermost even
@@ -1074,11 +1134,25 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
             block_lanes(si, Pv, Ws, g.OW, segs, nvec, valid, count, first);
             for (int v = 0; v < 3; v++)
                 start[v] = vector_start(si, v, segs, nvec, Ws);
+            /* the output pixels of the image's next block: consecutive ones, from its first valid
+             * vector's first to its last valid vector's end */
+            next0 = next1 = 0;
+            if (si + 1 < strips) {
+                __mmask16 nvalid[3], ncount[3];
+                int64_t nfirst[3];
+                block_lanes(si + 1, Pv, Ws, g.OW, segs, nvec, nvalid, ncount, nfirst);
+                for (int v = 2; v >= 0; v--)
+                    if (nvalid[v]) {
+                        next0 = nfirst[v];
+                        next1 = next1 > 0 ? next1 : nfirst[v] + __builtin_popcount(nvalid[v]);
+                    }
+            }
             lanes_of = si;
         }
         float *out = op.y + ng * Mg * P;
         const float *rg = op.res ? op.res + ng * Mg * P : NULL;
         const int o0 = q * 8, nr = imin(8, Mg - o0);
+        prefetch_rows(out + (int64_t)o0 * P, rg ? rg + (int64_t)o0 * P : NULL, P, nr, next0, next1);
         __m512 acc[24];
         direct_tile(CKK, xp + start[0], xp + start[1], xp + start[2], koff, op.w + ((int64_t)gi * npan + q) * CKK * 8, acc,
                     op.bias ? op.bias + gi * Mg + o0 : NULL, nr);
@@ -1236,17 +1310,21 @@ static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) 
         return 0;
     const int N = op.N, G = op.G, Mg = op.Mg, flags = op.flags, npan = (int)op.wne[2] / G;
     const int64_t P = op.P, in_plane = op.in_plane;
+    /* without padding (ResNet's 1x1 downsampling) the taps read the input itself, its rows W apart:
+     * the copy would cost as much as the product where a value has few taps */
+    const int in_place = g.PH == 0 && g.PW == 0 && Hp <= g.H && Wp <= g.W, ld = in_place ? g.W : Wp;
+    const int64_t plane_r = in_place ? in_plane : plane_p;  /* a channel of what the taps read */
     const int per_row = (g.OW + RP - 1) / RP;  /* tiles a row */
     const int64_t tiles = (int64_t)g.OH * per_row;
     const int64_t nblk = (tiles + RTB - 1) / RTB, tb = (tiles + nblk - 1) / nblk;  /* blocks of even size */
     const int64_t units = (int64_t)N * G * nblk * npan, u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
     if (u0 >= u1)
         return 1;
-    float *xp = padded_scratch((size_t)need);
+    float *xp = in_place ? NULL : padded_scratch((size_t)need);
     float *acc = rows_scratch((size_t)tb * RP * RC + RC);
     int32_t *koff = malloc((size_t)CKK * sizeof(int32_t));
     const char one_phase[1] = {1};
-    if (xp == NULL || acc == NULL || koff == NULL) {  /* out of memory: never a silently wrong value */
+    if ((xp == NULL && !in_place) || acc == NULL || koff == NULL) {  /* out of memory: never a silently wrong value */
         free(koff);
         for (int64_t u = u0; u < u1; u++) {
             const int64_t ng = u / npan / nblk, b = u / npan % nblk;
@@ -1262,15 +1340,18 @@ static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) 
     for (int c = 0, k = 0; c < g.C; c++)
         for (int kh = 0; kh < g.KH; kh++)
             for (int kw = 0; kw < g.KW; kw++)
-                koff[k++] = (int32_t)(c * plane_p + (int64_t)kh * g.DH * Wp + kw * g.DW);
+                koff[k++] = (int32_t)(c * plane_r + (int64_t)kh * g.DH * ld + kw * g.DW);
     float *init = acc + tb * RP * RC;  /* a panel's bias, RC floats (zero past the group's channels) */
     const int chunk = (int64_t)CKK * RC * (int64_t)sizeof(float) <= LANE_WHOLE_BYTES ? CKK : RKC;
     int64_t padded = -1;  /* the (image, group) xp holds */
+    const float *src = xp;  /* what the taps read: xp, or the image's input in place */
     for (int64_t u = u0; u < u1; u++) {
         const int64_t ng = u / npan / nblk, b = u / npan % nblk;
         const int q = (int)(u % npan), gi = (int)(ng % G), o0 = q * RC, nr = imin(RC, Mg - o0);
         const int64_t t0 = b * tb, t1 = imin64(t0 + tb, tiles);
-        if (ng != padded) {  /* the padded rows this thread's units of the image read */
+        if (in_place)
+            src = op.x + ng * g.C * in_plane;
+        else if (ng != padded) {  /* the padded rows this thread's units of the image read */
             const int64_t per = nblk * npan;
             const int64_t ua = imax64(u0, ng * per) - ng * per, ub = imin64(u1, (ng + 1) * per) - ng * per;
             const int i0 = (int)(ua / npan * tb / per_row) * S;
@@ -1281,12 +1362,16 @@ static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) 
         }
         for (int o = 0; o < RC; o++)
             init[o] = op.bias != NULL && o < nr ? op.bias[gi * Mg + o0 + o] : 0.0f;
+        /* the block's pixels, consecutive in the plane: stored (and the residual read) at its end */
+        prefetch_rows(op.y + ng * Mg * P + (int64_t)o0 * P, op.res != NULL ? op.res + ng * Mg * P + (int64_t)o0 * P : NULL,
+                      P, nr, t0 / per_row * g.OW + t0 % per_row * RP,
+                      (t1 - 1) / per_row * g.OW + imin((int)((t1 - 1) % per_row) * RP + RP, g.OW));
         const float *wq = op.w + ((int64_t)gi * npan + q) * CKK * RC;
         for (int kb = 0; kb < CKK; kb += chunk) {
             const int kc = imin(chunk, CKK - kb);
             for (int64_t t = t0; t < t1; t++) {
                 const int oh = (int)(t / per_row), ow = (int)(t % per_row) * RP;
-                rows_tile_n(imin(RP, g.OW - ow), kc, xp + ((int64_t)oh * Wp + ow) * S, S, koff + kb,
+                rows_tile_n(imin(RP, g.OW - ow), kc, src + ((int64_t)oh * ld + ow) * S, S, koff + kb,
                             wq + (int64_t)kb * RC, acc + (t - t0) * RP * RC, kb == 0 ? init : NULL);
             }
         }

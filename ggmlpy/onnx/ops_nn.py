@@ -288,7 +288,7 @@ def conv_kernel(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dil
     rt = None if residual is None else reshape(b, b.tensor(residual), out_shape)
     kind = (k.packed_conv_kind((OH, OW), M // group, *kernels.direct_planes((OH, OW), (kH, kW), strides, dils,
                                                                            C // group), stride=strides[0],
-                               taps=C // group * kH * kW)
+                               taps=C // group * kH * kW, unpadded=not any(pads_b) and not any(pads_e))
             if is_const else None)
     if kind in ("pixels", "lanes"):
         vectors = PIXEL_VECTORS if kind == "pixels" else CHANNEL_VECTORS
@@ -762,7 +762,14 @@ def _global(b, x, kind):
     N, C = x.shape[:2]
     S = int(np.prod(x.shape[2:], dtype=np.int64))
     t = reshape(b, b.tensor(x), (N * C, S))
-    y = lib.ggml_mean(b.ctx, t) if kind == "avg" else lib.ggml_pool_1d(b.ctx, t, POOL_MAX, S, S, 0)
+    if kind == "avg" and b.kernels is not None and t.type == lib.GGML_TYPE_F32:
+        # ggmlpy's row sums (the rows shared among the threads, several accumulators a row) then the
+        # scale: ggml's mean sums a row in one chain of dependent adds, on one thread
+        y = lib.ggml_scale(b.ctx, b.kernel_node(b.kernels.sum_rows(b.ctx, t), "sum_rows"), 1.0 / S)
+    elif kind == "avg":
+        y = lib.ggml_mean(b.ctx, t)
+    else:
+        y = lib.ggml_pool_1d(b.ctx, t, POOL_MAX, S, S, 0)
     shape = (N, C) + (1,) * (x.rank - 2)
     return [b.out(reshape(b, y, shape), shape, x.dtype)]
 
