@@ -739,6 +739,36 @@ def test_linear_with_packed_weights(n_out, k, t, with_bias):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5 * np.abs(want).max())
 
 
+@needs_packed
+@pytest.mark.parametrize("n_out,k,t", [
+    (1024, 256, 128),  # a transformer's first feed-forward layer
+    (45, 1100, 25),    # row and column tails, K past one 512 block: the GELU after the last block only
+    (1, 3, 1), (33, 7, 13), (100, 64, 2)])
+def test_linear_with_packed_weights_and_gelu(n_out, k, t):
+    """The GELU applied in the product's node: every element of every block (tails, 1-3 threads),
+    the tails of GELU's range (large |x|), NaN and +-inf through the product."""
+    rng = np.random.default_rng(n_out + k + t)
+    W = rng.standard_normal((k, n_out)).astype(np.float32)
+    X = rng.standard_normal((t, k)).astype(np.float32)
+    bias = (rng.standard_normal(n_out) * 8).astype(np.float32)  # outputs far out in both tails
+    if t > 2:
+        X[1, 0] = np.nan
+        X[2, 0] = np.inf
+    with np.errstate(invalid="ignore"):
+        lin = X.astype(np.float64) @ W + bias
+    fin = np.isfinite(lin)
+    want = gelu64(np.where(fin, lin, 0))
+    wp = K.pack_linear(W)
+    for threads in (1, 2, 3):
+        got = on_cpu(lambda ctx, w, x, b: K.linear_packed(ctx, w, x, n_out, b, gelu=True), [wp, X, bias],
+                     threads).reshape(t, n_out)
+        np.testing.assert_allclose(got[fin], want[fin], rtol=1e-5, atol=2e-5 * np.abs(lin[fin]).max())
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(lin))  # NaN stays NaN
+        assert np.all(got[lin == np.inf] == np.inf)
+        far = lin < -20  # -inf too: -0, never NaN (-inf * 0)
+        assert np.all(got[far] == 0) and np.all(np.signbit(got[far]))
+
+
 needs_packed_conv = pytest.mark.skipif(K is None or K.conv2d_packed is None,
                                        reason="no AVX-512 (or no conv.c): convolutions use OpenBLAS")
 

@@ -230,6 +230,44 @@ def ffi_name(t):
     return ffi.string(t.name).decode()
 
 
+def _linear_gelu_model(extra_use, rows=13, k=40, n_out=70):
+    """MatMul -> Add(bias) -> GELU as exporters write it (Div by sqrt 2, Erf, Add 1, Mul x, Mul 1/2);
+    extra_use: the layer's output is also a graph output."""
+    n = helper.make_node
+    rng = np.random.default_rng(9)
+    c = numpy_helper.from_array
+    inits = [c(rng.standard_normal((k, n_out)).astype(np.float32), "W"),
+             c((rng.standard_normal(n_out) * 4).astype(np.float32), "bias"), c(np.array(np.sqrt(2), np.float32), "s2"),
+             c(np.array(1, np.float32), "one"), c(np.array(0.5, np.float32), "half")]
+    nodes = [n("MatMul", ["a", "W"], ["m"]), n("Add", ["m", "bias"], ["h"]), n("Div", ["h", "s2"], ["d"]),
+             n("Erf", ["d"], ["e"]), n("Add", ["e", "one"], ["p"]), n("Mul", ["h", "p"], ["q"]),
+             n("Mul", ["q", "half"], ["y"])]
+    outs = ["y"] + (["h"] if extra_use else [])
+    g = helper.make_graph(nodes, "lin_gelu", [helper.make_tensor_value_info("a", T.FLOAT, (1, rows, k))],
+                          [helper.make_tensor_value_info(o, T.FLOAT, (1, rows, n_out)) for o in outs], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("extra_use", [False, True])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_linear_layer_and_its_gelu_as_one_node(extra_use, threads):
+    """A linear layer whose output only a GELU reads applies the GELU in its own node (AVX-512);
+    one whose output is read elsewhere too stays a product, and the GELU its own node."""
+    from onnx.reference import ReferenceEvaluator
+
+    from ggmlpy import kernels
+    proto = _linear_gelu_model(extra_use)
+    a = np.random.default_rng(10).standard_normal((1, 13, 40)).astype(np.float32)
+    model = ggmlpy.onnx_load(proto, device="cpu", n_threads=threads)
+    got = ggmlpy.onnx_run(model, {"a": a})
+    for name, w in zip(["y", "h"], ReferenceEvaluator(proto).run(None, {"a": a})):
+        np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5)
+    K = kernels.get()
+    if K is not None and K.linear_packed is not None:
+        names = [ffi_name(p) for p in _nodes(model) if p.op in (lib.GGML_OP_CUSTOM, lib.GGML_OP_MAP_CUSTOM1)]
+        assert names == (["ggmlpy.linear", "ggmlpy.gelu"] if extra_use else ["ggmlpy.linear_gelu"]), names
+
+
 @pytest.mark.parametrize("bias_first", [True, False])
 def test_linear_layers_without_avx512_use_openblas_with_the_same_numbers(bias_first, monkeypatch):
     """Where conv.c was built without AVX-512 (linear_packed is None) the bias'd product is the

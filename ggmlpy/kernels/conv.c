@@ -28,6 +28,7 @@
 
 #include "blas_threads.h"
 #include "fields.h"
+#include "vmath.h"
 
 enum { ColMajor = 102, NoTrans = 111 };
 extern void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
@@ -463,9 +464,12 @@ void ggmlpy_linear_f32(void *dst, int ith, int nth, void *userdata) {
  * k: two loads from the weight panel, LNR broadcasts from x's. OpenBLAS repacks the weights on every
  * call; measured on a transformer's projections (128 tokens, cold caches) 97-104 GFLOP/s against
  * OpenBLAS's 88-94 on one core. Threads split the (column panel, weight panel) pairs evenly.
- * userdata: int32_t[1] = has bias. */
+ * With LIN_GELU, each finished block goes through GELU (vmath.h's vgelu) while it is in L1: a
+ * transformer's first feed-forward layer and its activation as one node.
+ * userdata: int32_t[1] = flags (LIN_BIAS: a bias, the third argument; LIN_GELU). */
 #ifdef __AVX512F__
 enum { LMR = 32, LNR = 12, LKC = 512 };
+enum { LIN_BIAS = 1, LIN_GELU = 2 };
 
 int ggmlpy_linear_packed_mr(void) { return LMR; }
 
@@ -537,6 +541,14 @@ static void linear_kernel_cols(int kc, const float *restrict a, const float *res
     }
 }
 
+/* GELU in place over a finished block of dst: nr columns ldc apart, their rows masked by m0, m1 */
+static void gelu_block(float *c, int64_t ldc, int nr, __mmask16 m0, __mmask16 m1) {
+    for (int j = 0; j < nr; j++, c += ldc) {
+        _mm512_mask_storeu_ps(c, m0, vgelu(_mm512_maskz_loadu_ps(m0, c)));
+        _mm512_mask_storeu_ps(c + 16, m1, vgelu(_mm512_maskz_loadu_ps(m1, c + 16)));
+    }
+}
+
 /* this thread's buffer for x's packed panels (apart from the convolution's patch buffer) */
 static float *panel_scratch(size_t n) {
     static __thread kept_buffer b;
@@ -544,7 +556,7 @@ static float *panel_scratch(size_t n) {
 }
 
 void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
-    const int has_bias = ((const int32_t *)userdata)[0];
+    const int flags = ((const int32_t *)userdata)[0];
     const void *wt = src_of(dst, 0), *xt = src_of(dst, 1);
     int64_t wne[4], xne[4], dne[4];
     ne_of(wt, wne);
@@ -553,7 +565,7 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
     const int K = (int)wne[1], npan = (int)wne[2], N = (int)dne[0];
     const int T = (int)(xne[1] * xne[2] * xne[3]);
     const float *wp = data_of(wt), *x = data_of(xt);
-    const float *bias = has_bias ? data_of(src_of(dst, 2)) : NULL;
+    const float *bias = flags & LIN_BIAS ? data_of(src_of(dst, 2)) : NULL;
     float *y = data_of(dst);
     const int ncp = (T + LNR - 1) / LNR;  /* x's column panels */
     /* this thread's share of the (column panel, weight panel) pairs, column-panel-major */
@@ -585,8 +597,11 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
                 const int ir = p * LMR, mr = imin(LMR, N - ir);
                 const __mmask16 m0 = mr >= 16 ? 0xFFFF : (__mmask16)((1u << mr) - 1);
                 const __mmask16 m1 = mr >= 32 ? 0xFFFF : mr > 16 ? (__mmask16)((1u << (mr - 16)) - 1) : 0;
-                linear_kernel(kc, wp + ((int64_t)p * K + pc) * LMR, bp, y + (int64_t)jr * N + ir, N, pc == 0,
-                              bias ? bias + ir : NULL, m0, m1, nr);
+                float *c = y + (int64_t)jr * N + ir;
+                linear_kernel(kc, wp + ((int64_t)p * K + pc) * LMR, bp, c, N, pc == 0, bias ? bias + ir : NULL, m0, m1,
+                              nr);
+                if ((flags & LIN_GELU) && pc + kc == K)
+                    gelu_block(c, N, nr, m0, m1);
             }
         }
     }

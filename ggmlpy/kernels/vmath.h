@@ -1,4 +1,4 @@
-/* Vector exp for the AVX-512 kernels (rnn.c's gates, attention.c's softmax): range reduction by
+/* Vector exp for the AVX-512 kernels (rnn.c's gates, attention.c's softmax, GELU below): range reduction by
  * ln 2 in two parts, a degree-6 polynomial and scalef, about 1 ulp. Inputs are clamped to
  * [-104, 88.7] (min and max return their second operand when one is NaN: a NaN stays NaN); the
  * result is 0 below the smallest float, and exp(-inf) = 0. */
@@ -21,6 +21,47 @@ static inline __m512 vexp(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);  /* p 2^n, to 0 below the smallest float */
+}
+
+/* Exact GELU, x Phi(x), within a few ulp of float64 over the whole range (kernels.c's ggmlpy_gelu_erf_f32
+ * and the linear layers' fused GELU, conv.c). With a = |x| and Q(a) = 1 - Phi(a):
+ *   x >= 0: x - a Q(a),   x < 0: -a Q(a),   Q(a) = exp(-a^2/2) R(a),
+ * R(a) = Q(a) e^{a^2/2} (Mills' ratio over sqrt(2 pi)) as one rational P4(a) / Q5(a) on [0, 15],
+ * fitted for this file (relative error 6e-9 in float64, R(0) = 1/2 exactly). Both sides are
+ * products, never 1 - Phi(x) for x < 0, so the lower tail keeps its relative accuracy down to the
+ * subnormals; a^2's rounding error is carried (fma) into the exponential, and a R(a) is formed
+ * before the exponential multiplies it (a normal result never comes from a subnormal Q).
+ * Horner's rule in a carries every step's rounding error whole into the value once a > 1 (each
+ * step's product dominates its sum), so there the same polynomials are evaluated reversed, in
+ * u = 1/a, where each earlier error is scaled down by u: a R(a) = P4r(u) / Q5r(u) (P4(a) = a^4
+ * P4r(1/a), Q5(a) = a^5 Q5r(1/a)). One Horner pass serves both, its coefficients picked per lane.
+ * Past |x| = 15, Q underflows: x itself above, -0 below (-inf -> -0, +inf -> +inf); NaN stays NaN
+ * (min returns its second operand for a NaN one, and a NaN x fails both comparisons). */
+static inline __m512 vgelu(__m512 x) {
+    static const float P[5] = {0.5f, 0.439284712f, 0.183970124f, 0.0408814661f, 0.00415328238f};
+    static const float Q[6] = {1.0f, 1.67645442f, 1.20555234f, 0.471411288f, 0.102480754f, 0.0104106227f};
+    const __m512 a = _mm512_min_ps(_mm512_set1_ps(15.0f), _mm512_abs_ps(x));
+    const __m512 h = _mm512_mul_ps(a, a);
+    const __m512 l = _mm512_fmsub_ps(a, a, h);  /* a^2 = h + l exactly */
+    const __m512 e = _mm512_mul_ps(vexp(_mm512_mul_ps(h, _mm512_set1_ps(-0.5f))),
+                                   _mm512_fmadd_ps(l, _mm512_set1_ps(-0.5f), _mm512_set1_ps(1.0f)));
+    const __mmask16 big = _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.0f), _CMP_GE_OQ);  /* NaN: not big */
+    const __m512 v = _mm512_mask_div_ps(a, big, _mm512_set1_ps(1.0f), a);
+#define COEF(c, i, n) _mm512_mask_blend_ps(big, _mm512_set1_ps(c[i]), _mm512_set1_ps(c[n - i]))
+    __m512 p = COEF(P, 4, 4);
+    for (int i = 3; i >= 0; i--)
+        p = _mm512_fmadd_ps(p, v, COEF(P, i, 4));
+    __m512 q = COEF(Q, 5, 5);
+    for (int i = 4; i >= 0; i--)
+        q = _mm512_fmadd_ps(q, v, COEF(Q, i, 5));
+#undef COEF
+    const __m512 ar = _mm512_div_ps(_mm512_mask_mul_ps(p, ~big, p, a), q);  /* a R(a) */
+    const __m512 aq = _mm512_mul_ps(e, ar);                                 /* a Q(a) */
+    const __mmask16 up = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);  /* -0 too: -0 - 0 = -0 */
+    const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-15.0f), _CMP_LT_OQ);
+    /* -aq by its sign bit: -0 where it underflowed to 0 */
+    const __m512 low = _mm512_mask_mov_ps(_mm512_xor_ps(aq, _mm512_set1_ps(-0.0f)), under, _mm512_set1_ps(-0.0f));
+    return _mm512_mask_sub_ps(low, up, x, aq);
 }
 #endif
 

@@ -165,6 +165,13 @@ def find_gelu(graph, initializers) -> tuple[dict, set]:
     return fused, skipped
 
 
+def gelu_input_private(graph, fused: dict) -> set:
+    """The indices in find_gelu's `fused` whose input x only its own pattern reads (its Div or Mul by
+    1/sqrt 2 and its Mul by x; not a graph output): the node computing x may apply the GELU itself."""
+    uses = _uses(graph)
+    return {k for k, x in fused.items() if uses[x] == 2}
+
+
 def find_attention(graph, initializers) -> tuple[dict, set]:
     """(fused, skipped) for scaled dot-product attention as exporters write it: MatMul(Q, K^T) ->
     optional Mul or Div by a constant scalar -> optional Add(mask) -> Softmax -> MatMul(., V), each

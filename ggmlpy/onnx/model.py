@@ -35,11 +35,11 @@ from ..graph import TENSOR_OVERHEAD, ByteCache, CompiledGraph, GraphContext
 from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (their builders register in OPS)
 from .graph import (F32, NUMERIC_TYPES, Builder, NeedsValue, OnnxError, Val, boundary_dtype, const, node_budget,
                     np_dtype, op_key, type_name)
-from .fusion import find_attention, find_conv_epilogues, find_gelu, find_linear_bias
+from .fusion import find_attention, find_conv_epilogues, find_gelu, find_linear_bias, gelu_input_private
 from .ops_basic import OPS
 from .ops_basic import f as contiguous_f32
 from .ops_host import HOST_OPS
-from .ops_nn import attention, conv_epilogue, linear_bias
+from .ops_nn import attention, conv_epilogue, linear_bias, linear_gelu
 from .shaping import upstream, value_inputs
 
 _NULL = ffi.NULL
@@ -440,6 +440,7 @@ class _Plan:
         self.n_folded = 0
         gelu, skipped = find_gelu(g, model.initializers) if first else ({}, set())
         self.n_fused = len(gelu)
+        gelu_private = gelu_input_private(g, gelu)  # GELUs a linear layer's node may apply itself
         # Conv + Add + Relu and MatMul + bias as one kernel node each: CPU graphs with ggmlpy's
         # kernels, one stage only
         fusing = b.kernels if first and not any(op_key(n) in HOST_OPS for n in nodes) else None
@@ -513,7 +514,9 @@ class _Plan:
                     continue
                 if k in gelu:
                     x = vals[gelu[k]]
-                    vals[node.output[0]] = b.out(b.gelu_erf(contiguous_f32(b, x)), x.shape, x.dtype)
+                    y = linear_gelu(b, x) if k in gelu_private and b.kernels is not None else None
+                    vals[node.output[0]] = y if y is not None else b.out(b.gelu_erf(contiguous_f32(b, x)), x.shape,
+                                                                         x.dtype)
                     continue
                 if k in convs:
                     ci, res, relu, members = convs[k]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernels
+from ..bindings import ffi
 from .safe import lib
 from .graph import Val, const
 from .layout import (binary, broadcast_shape, cont, pad_zero, permute, permuted_source, repeat_to, reshape,
@@ -63,7 +64,9 @@ def _linear(b, a: Val, w_kn, bias: Val | None = None):
               else reshape(b, b.tensor(bias), (N,)))
     if k.linear_packed is not None:  # AVX-512: the weights packed once, here
         wp = b.weight(k.pack_linear(np.asarray(w_kn, dtype=np.float32)))
-        return reshape(b, b.kernel_node(k.linear_packed(b.ctx, wp, x, N, bt), "linear"), shape), shape
+        t = b.kernel_node(k.linear_packed(b.ctx, wp, x, N, bt), "linear")
+        b.packed_linears[int(ffi.cast("uintptr_t", t))] = (wp, x, N, bt)
+        return reshape(b, t, shape), shape
     w = b.weight(np.ascontiguousarray(w_kn, dtype=np.float32))  # ggml [N, K]
     if bt is not None:
         return reshape(b, b.kernel_node(k.linear(b.ctx, w, x, bt), "linear"), shape), shape
@@ -77,6 +80,21 @@ def linear_bias(b, node, ins, at, bias: Val):
         return None
     out = _linear(b, a, w.const, bias)
     return None if out is None else [b.out(out[0], out[1], a.dtype)]
+
+
+def linear_gelu(b, x: Val):
+    """GELU(x) where x is a packed linear layer's output (_linear) that nothing else reads: the same
+    product with the GELU applied in its node, while each block is in cache. None where x is not one."""
+    t = x.t
+    if t is None:
+        return None
+    if t.op == lib.GGML_OP_RESHAPE:
+        t = t.src[0]
+    args = b.packed_linears.get(int(ffi.cast("uintptr_t", t)))
+    if args is None:
+        return None
+    y = b.kernel_node(b.kernels.linear_packed(b.ctx, *args, gelu=True), "linear_gelu")
+    return b.out(reshape(b, y, x.shape), x.shape, x.dtype)
 
 
 def _strided(b, v: Val):
