@@ -555,6 +555,42 @@ static float *panel_scratch(size_t n) {
     return grown(&b, n);
 }
 
+/* x[pc:pc+kc, jr:jr+nr] (its columns ldx apart) as the [k][LNR] panel linear_kernel reads, zero past
+ * column nr: 16 k of all LNR columns a step, loaded as rows and transposed in registers (unpacks within
+ * 128-bit lanes, then lane shuffles); each of the 16 results is one k's LNR values, stored masked. */
+static void pack_panel(float *restrict bp, const float *x, int64_t ldx, int nr, int kc) {
+    const __m512 z = _mm512_setzero_ps();
+    for (int k0 = 0; k0 < kc; k0 += 16) {
+        const int nk = imin(16, kc - k0);
+        const __mmask16 mk = nk == 16 ? 0xFFFF : (__mmask16)((1u << nk) - 1);
+        __m512 r[16], a[16], b[16];
+        for (int j = 0; j < 16; j++)
+            r[j] = j < nr && j < LNR ? _mm512_maskz_loadu_ps(mk, x + j * ldx + k0) : z;
+        for (int j = 0; j < 16; j += 2) {  /* a[j], a[j+1]: rows j, j+1 interleaved (k 4L+0,1 and 4L+2,3 of lane L) */
+            a[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
+            a[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
+        }
+        for (int i = 0; i < 16; i += 4) {  /* b[i+e], lane L: rows i..i+3 at k = 4L+e */
+#define PD(v) _mm512_castps_pd(v)
+            b[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(PD(a[i]), PD(a[i + 2])));
+            b[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(PD(a[i]), PD(a[i + 2])));
+            b[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(PD(a[i + 1]), PD(a[i + 3])));
+            b[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(PD(a[i + 1]), PD(a[i + 3])));
+#undef PD
+        }
+        for (int e = 0; e < 4; e++) {  /* k = 4L+e: lane L of b[e], b[4+e], b[8+e], b[12+e] */
+            const __m512 c0 = _mm512_shuffle_f32x4(b[e], b[4 + e], 0x88), c1 = _mm512_shuffle_f32x4(b[e], b[4 + e], 0xDD);
+            const __m512 d0 = _mm512_shuffle_f32x4(b[8 + e], b[12 + e], 0x88);
+            const __m512 d1 = _mm512_shuffle_f32x4(b[8 + e], b[12 + e], 0xDD);
+            const __m512 o[4] = {_mm512_shuffle_f32x4(c0, d0, 0x88), _mm512_shuffle_f32x4(c1, d1, 0x88),
+                                 _mm512_shuffle_f32x4(c0, d0, 0xDD), _mm512_shuffle_f32x4(c1, d1, 0xDD)};
+            for (int L = 0; L < 4; L++)
+                if (4 * L + e < nk)
+                    _mm512_mask_storeu_ps(bp + (int64_t)(k0 + 4 * L + e) * LNR, (1u << LNR) - 1, o[L]);
+        }
+    }
+}
+
 void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
     const int flags = ((const int32_t *)userdata)[0];
     const void *wt = src_of(dst, 0), *xt = src_of(dst, 1);
@@ -585,14 +621,7 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
         }
         for (int pc = 0; pc < K; pc += LKC) {
             const int kc = imin(LKC, K - pc);
-            for (int j = 0; j < nr; j++) {  /* x[pc:pc+kc, jr:jr+nr] as [k][LNR], zero past T */
-                const float *col = x + (int64_t)(jr + j) * K + pc;
-                for (int k = 0; k < kc; k++)
-                    bp[k * LNR + j] = col[k];
-            }
-            for (int j = nr; j < LNR; j++)
-                for (int k = 0; k < kc; k++)
-                    bp[k * LNR + j] = 0.0f;
+            pack_panel(bp, x + (int64_t)jr * K + pc, K, nr, kc);
             for (int p = q0; p < q1; p++) {
                 const int ir = p * LMR, mr = imin(LMR, N - ir);
                 const __mmask16 m0 = mr >= 16 ? 0xFFFF : (__mmask16)((1u << mr) - 1);
