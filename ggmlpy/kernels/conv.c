@@ -468,7 +468,7 @@ void ggmlpy_linear_f32(void *dst, int ith, int nth, void *userdata) {
  * transformer's first feed-forward layer and its activation as one node.
  * userdata: int32_t[1] = flags (LIN_BIAS: a bias, the third argument; LIN_GELU). */
 #ifdef __AVX512F__
-enum { LMR = 32, LNR = 12, LKC = 512 };
+enum { LMR = 32, LNR = 12, LKC = 256, LPB = 8 };  /* LPB x LKC x LMR floats of weights: 256 KB */
 enum { LIN_BIAS = 1, LIN_GELU = 2 };
 
 int ggmlpy_linear_packed_mr(void) { return LMR; }
@@ -591,6 +591,16 @@ static void pack_panel(float *restrict bp, const float *x, int64_t ldx, int nr, 
     }
 }
 
+/* NaN over this thread's blocks of dst (its scratch could not be had): never a silently wrong value */
+static void linear_nan(float *y, int N, int T, int npan, int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; u++) {
+        const int jr = (int)(u / npan) * LNR, ir = (int)(u % npan) * LMR;
+        for (int j = jr; j < jr + LNR && j < T; j++)
+            for (int i = ir; i < ir + LMR && i < N; i++)
+                y[(int64_t)j * N + i] = __builtin_nanf("");
+    }
+}
+
 void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
     const int flags = ((const int32_t *)userdata)[0];
     const void *wt = src_of(dst, 0), *xt = src_of(dst, 1);
@@ -604,35 +614,41 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
     const float *bias = flags & LIN_BIAS ? data_of(src_of(dst, 2)) : NULL;
     float *y = data_of(dst);
     const int ncp = (T + LNR - 1) / LNR;  /* x's column panels */
-    /* this thread's share of the (column panel, weight panel) pairs, column-panel-major */
+    /* this thread's share of the (column panel, weight panel) pairs, column-panel-major: column panels
+     * [cp0, cp1), the first from weight panel q_first, the last to q_last */
     const int64_t units = (int64_t)ncp * npan, u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
     if (u0 >= u1)
         return;
-    float *bp = panel_scratch((size_t)LKC * LNR);
-    for (int64_t cp = u0 / npan; cp <= (u1 - 1) / npan; cp++) {
-        const int q0 = cp == u0 / npan ? (int)(u0 % npan) : 0;
-        const int q1 = cp == (u1 - 1) / npan ? (int)((u1 - 1) % npan) + 1 : npan;
-        const int jr = (int)cp * LNR, nr = imin(LNR, T - jr);
-        if (bp == NULL) {  /* out of memory (24 KB): never a silently wrong value */
-            for (int j = jr; j < jr + nr; j++)
-                for (int i = q0 * LMR; i < N && i < q1 * LMR; i++)
-                    y[(int64_t)j * N + i] = __builtin_nanf("");
-            continue;
-        }
-        for (int pc = 0; pc < K; pc += LKC) {
-            const int kc = imin(LKC, K - pc);
-            pack_panel(bp, x + (int64_t)jr * K + pc, K, nr, kc);
-            for (int p = q0; p < q1; p++) {
-                const int ir = p * LMR, mr = imin(LMR, N - ir);
-                const __mmask16 m0 = mr >= 16 ? 0xFFFF : (__mmask16)((1u << mr) - 1);
-                const __mmask16 m1 = mr >= 32 ? 0xFFFF : mr > 16 ? (__mmask16)((1u << (mr - 16)) - 1) : 0;
-                float *c = y + (int64_t)jr * N + ir;
-                linear_kernel(kc, wp + ((int64_t)p * K + pc) * LMR, bp, c, N, pc == 0, bias ? bias + ir : NULL, m0, m1,
-                              nr);
-                if ((flags & LIN_GELU) && pc + kc == K)
-                    gelu_block(c, N, nr, m0, m1);
+    const int cp0 = (int)(u0 / npan), cp1 = (int)((u1 - 1) / npan) + 1;
+    const int q_first = (int)(u0 % npan), q_last = (int)((u1 - 1) % npan) + 1;
+    float *bp = panel_scratch((size_t)(cp1 - cp0) * imin(K, LKC) * LNR);
+    if (bp == NULL) {
+        linear_nan(y, N, T, npan, u0, u1);
+        return;
+    }
+    for (int pc = 0; pc < K; pc += LKC) {
+        const int kc = imin(LKC, K - pc);
+        for (int cp = cp0; cp < cp1; cp++)
+            pack_panel(bp + (size_t)(cp - cp0) * kc * LNR, x + (int64_t)cp * LNR * K + pc, K, imin(LNR, T - cp * LNR),
+                       kc);
+        /* LPB weight panels at a time pass every column panel: they stay in L2 (a whole layer's weights
+         * and its output would not, and were read from L3 again for each column panel) */
+        for (int pb = 0; pb < npan; pb += LPB)
+            for (int cp = cp0; cp < cp1; cp++) {
+                const int jr = cp * LNR, nr = imin(LNR, T - jr);
+                const float *b = bp + (size_t)(cp - cp0) * kc * LNR;
+                const int q1 = imin(pb + LPB, cp == cp1 - 1 ? q_last : npan);
+                for (int p = imax(pb, cp == cp0 ? q_first : 0); p < q1; p++) {
+                    const int ir = p * LMR, mr = imin(LMR, N - ir);
+                    const __mmask16 m0 = mr >= 16 ? 0xFFFF : (__mmask16)((1u << mr) - 1);
+                    const __mmask16 m1 = mr >= 32 ? 0xFFFF : mr > 16 ? (__mmask16)((1u << (mr - 16)) - 1) : 0;
+                    float *c = y + (int64_t)jr * N + ir;
+                    linear_kernel(kc, wp + ((int64_t)p * K + pc) * LMR, b, c, N, pc == 0, bias ? bias + ir : NULL, m0,
+                                  m1, nr);
+                    if ((flags & LIN_GELU) && pc + kc == K)
+                        gelu_block(c, N, nr, m0, m1);
+                }
             }
-        }
     }
 }
 
