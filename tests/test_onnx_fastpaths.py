@@ -230,6 +230,27 @@ def ffi_name(t):
     return ffi.string(t.name).decode()
 
 
+@pytest.mark.parametrize("indices,copies", [(1, False), (-1, False), ([1, 2], False), ([2], False),
+                                             ([0, 2], True), ([2, 1], True)])
+@pytest.mark.parametrize("then_add", [False, True])
+def test_gather_of_consecutive_outer_indices_is_a_view(indices, copies, then_add):
+    """Gather of a run of the outermost axis (q, k, v out of a stacked projection) reads its input in
+    place; other index lists gather rows. Read by a node, or as a graph output itself."""
+    from onnx.reference import ReferenceEvaluator
+    n = helper.make_node
+    ind = np.array(indices, np.int64)
+    out_shape = ind.shape + (5, 4)
+    nodes = [n("Relu", ["x"], ["r"]), n("Gather", ["r", "i"], ["g"], axis=0)] + (
+        [n("Add", ["g", "g"], ["y"])] if then_add else [n("Identity", ["g"], ["y"])])
+    g = helper.make_graph(nodes, "gather", [helper.make_tensor_value_info("x", T.FLOAT, (3, 5, 4))],
+                          [helper.make_tensor_value_info("y", T.FLOAT, out_shape)], [numpy_helper.from_array(ind, "i")])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(11).standard_normal((3, 5, 4)).astype(np.float32)
+    model = ggmlpy.onnx_load(proto, device="cpu")
+    np.testing.assert_array_equal(ggmlpy.onnx_run(model, {"x": x})["y"], ReferenceEvaluator(proto).run(None, {"x": x})[0])
+    assert any(p.op == lib.GGML_OP_GET_ROWS for p in _nodes(model)) == copies
+
+
 def _linear_gelu_model(extra_use, rows=13, k=40, n_out=70):
     """MatMul -> Add(bias) -> GELU as exporters write it (Div by sqrt 2, Erf, Add 1, Mul x, Mul 1/2);
     extra_use: the layer's output is also a graph output."""

@@ -103,7 +103,8 @@ def binary(b, fn, va, vb, commutative=False):
 
 
 def take(b, t, shape, axis, idx):
-    """t.take(idx, axis) for constant indices: ggml_get_rows over the axis moved to rows."""
+    """t.take(idx, axis) for constant indices: ggml_get_rows over the axis moved to rows (a view for a
+    run of consecutive indices of the outermost axis)."""
     idx = np.asarray(idx, dtype=np.int64).reshape(-1)
     shape = tuple(shape)
     L = shape[axis]
@@ -111,12 +112,18 @@ def take(b, t, shape, axis, idx):
         return t, shape
     pre, post = shape[:axis], shape[axis + 1:]
     P, Q = int(np.prod(pre, dtype=np.int64)), int(np.prod(post, dtype=np.int64))
+    n = len(idx)
+    if P == 1 and n and np.array_equal(idx, np.arange(idx[0], idx[0] + n)):
+        # a run of the outermost axis (an attention's q, k or v out of a stacked projection) is
+        # contiguous: a view, no copy
+        t = cont(b, t)
+        out_shape = pre + (n,) + post
+        return reshape(b, lib.ggml_view_1d(b.ctx, t, n * Q, int(idx[0]) * Q * int(t.nb[0])), out_shape), out_shape
     x = reshape(b, t, (P, L, Q))
     if P > 1:
         x = permute(b, x, (1, 0, 2))
     x = reshape(b, x, (L, P * Q))
     rows = lib.ggml_get_rows(b.ctx, x, b.weight(idx, lib.GGML_TYPE_I32))  # ne [P*Q, n]
-    n = len(idx)
     y = reshape(b, rows, (n, P, Q))
     if P > 1:
         y = permute(b, y, (1, 0, 2))
