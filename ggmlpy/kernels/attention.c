@@ -71,6 +71,27 @@ static void pack_rows(const view *x, int64_t h, int64_t b, int64_t n0, int64_t n
     const int64_t s0 = x->ne[0] == 1 ? 0 : x->nb[0], s1 = x->ne[1] == 1 ? 0 : x->nb[1];
     for (int64_t i1 = 0; i1 < n1; i1++)
         memset(out + i1 * ld + n0, 0, (size_t)(ld - n0) * sizeof(float));
+#ifdef __AVX512F__
+    if (s0 == (int64_t)sizeof(float)) {  /* rows of x are rows of out */
+        for (int64_t i1 = 0; i1 < n1; i1++)
+            memcpy(out + i1 * ld, base + i1 * s1, (size_t)n0 * sizeof(float));
+        return;
+    }
+    if (s1 == (int64_t)sizeof(float)) {  /* a transposed copy's source: 16 x 16 blocks transposed in registers */
+        for (int64_t a0 = 0; a0 < n0; a0 += 16)
+            for (int64_t a1 = 0; a1 < n1; a1 += 16) {
+                const int m0 = (int)(n0 - a0 < 16 ? n0 - a0 : 16), m1 = (int)(n1 - a1 < 16 ? n1 - a1 : 16);
+                const __mmask16 k0 = (__mmask16)((1u << m0) - 1), k1 = (__mmask16)((1u << m1) - 1);
+                __m512 r[16], o[16];
+                for (int i = 0; i < 16; i++)
+                    r[i] = i < m0 ? _mm512_maskz_loadu_ps(k1, base + (a0 + i) * s0 + a1 * s1) : _mm512_setzero_ps();
+                transpose16(r, o);
+                for (int j = 0; j < m1; j++)
+                    _mm512_mask_storeu_ps(out + (a1 + j) * ld + a0, k0, o[j]);
+            }
+        return;
+    }
+#endif
     if (s0 != (int64_t)sizeof(float) && s1 == (int64_t)sizeof(float))
         for (int64_t i0 = 0; i0 < n0; i0++) {
             const float *row = (const float *)(base + i0 * s0);

@@ -556,38 +556,18 @@ static float *panel_scratch(size_t n) {
 }
 
 /* x[pc:pc+kc, jr:jr+nr] (its columns ldx apart) as the [k][LNR] panel linear_kernel reads, zero past
- * column nr: 16 k of all LNR columns a step, loaded as rows and transposed in registers (unpacks within
- * 128-bit lanes, then lane shuffles); each of the 16 results is one k's LNR values, stored masked. */
+ * column nr: 16 k of all LNR columns a step, loaded as rows and transposed in registers (vmath.h);
+ * each of the 16 results is one k's LNR values, stored masked. */
 static void pack_panel(float *restrict bp, const float *x, int64_t ldx, int nr, int kc) {
-    const __m512 z = _mm512_setzero_ps();
     for (int k0 = 0; k0 < kc; k0 += 16) {
         const int nk = imin(16, kc - k0);
         const __mmask16 mk = nk == 16 ? 0xFFFF : (__mmask16)((1u << nk) - 1);
-        __m512 r[16], a[16], b[16];
+        __m512 r[16], o[16];
         for (int j = 0; j < 16; j++)
-            r[j] = j < nr && j < LNR ? _mm512_maskz_loadu_ps(mk, x + j * ldx + k0) : z;
-        for (int j = 0; j < 16; j += 2) {  /* a[j], a[j+1]: rows j, j+1 interleaved (k 4L+0,1 and 4L+2,3 of lane L) */
-            a[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
-            a[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
-        }
-        for (int i = 0; i < 16; i += 4) {  /* b[i+e], lane L: rows i..i+3 at k = 4L+e */
-#define PD(v) _mm512_castps_pd(v)
-            b[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(PD(a[i]), PD(a[i + 2])));
-            b[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(PD(a[i]), PD(a[i + 2])));
-            b[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(PD(a[i + 1]), PD(a[i + 3])));
-            b[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(PD(a[i + 1]), PD(a[i + 3])));
-#undef PD
-        }
-        for (int e = 0; e < 4; e++) {  /* k = 4L+e: lane L of b[e], b[4+e], b[8+e], b[12+e] */
-            const __m512 c0 = _mm512_shuffle_f32x4(b[e], b[4 + e], 0x88), c1 = _mm512_shuffle_f32x4(b[e], b[4 + e], 0xDD);
-            const __m512 d0 = _mm512_shuffle_f32x4(b[8 + e], b[12 + e], 0x88);
-            const __m512 d1 = _mm512_shuffle_f32x4(b[8 + e], b[12 + e], 0xDD);
-            const __m512 o[4] = {_mm512_shuffle_f32x4(c0, d0, 0x88), _mm512_shuffle_f32x4(c1, d1, 0x88),
-                                 _mm512_shuffle_f32x4(c0, d0, 0xDD), _mm512_shuffle_f32x4(c1, d1, 0xDD)};
-            for (int L = 0; L < 4; L++)
-                if (4 * L + e < nk)
-                    _mm512_mask_storeu_ps(bp + (int64_t)(k0 + 4 * L + e) * LNR, (1u << LNR) - 1, o[L]);
-        }
+            r[j] = j < nr && j < LNR ? _mm512_maskz_loadu_ps(mk, x + j * ldx + k0) : _mm512_setzero_ps();
+        transpose16(r, o);
+        for (int k = 0; k < nk; k++)
+            _mm512_mask_storeu_ps(bp + (int64_t)(k0 + k) * LNR, (1u << LNR) - 1, o[k]);
     }
 }
 

@@ -1,4 +1,4 @@
-/* Vector exp for the AVX-512 kernels (rnn.c's gates, attention.c's softmax, GELU below): range reduction by
+/* Vector math for the AVX-512 kernels. vexp (rnn.c's gates, attention.c's softmax, GELU below): range reduction by
  * ln 2 in two parts, a degree-6 polynomial and scalef, about 1 ulp. Inputs are clamped to
  * [-104, 88.7] (min and max return their second operand when one is NaN: a NaN stays NaN); the
  * result is 0 below the smallest float, and exp(-inf) = 0. */
@@ -21,6 +21,33 @@ static inline __m512 vexp(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);  /* p 2^n, to 0 below the smallest float */
+}
+
+/* The 16 x 16 transpose of r (r[i] lane k = row i, column k) into o (o[k] lane i): unpacks within
+ * 128-bit lanes, then lane shuffles. Used to pack panels (conv.c's linear layers, attention.c). */
+static inline void transpose16(const __m512 r[16], __m512 o[16]) {
+    __m512 a[16], b[16];
+    for (int j = 0; j < 16; j += 2) {  /* a[j], a[j+1]: rows j, j+1 interleaved (k 4L+0,1 and 4L+2,3 of lane L) */
+        a[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
+        a[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {  /* b[i+e], lane L: rows i..i+3 at k = 4L+e */
+#define PD(v) _mm512_castps_pd(v)
+        b[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(PD(a[i]), PD(a[i + 2])));
+        b[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(PD(a[i]), PD(a[i + 2])));
+        b[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(PD(a[i + 1]), PD(a[i + 3])));
+        b[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(PD(a[i + 1]), PD(a[i + 3])));
+#undef PD
+    }
+    for (int e = 0; e < 4; e++) {  /* k = 4L+e: lane L of b[e], b[4+e], b[8+e], b[12+e] */
+        const __m512 c0 = _mm512_shuffle_f32x4(b[e], b[4 + e], 0x88), c1 = _mm512_shuffle_f32x4(b[e], b[4 + e], 0xDD);
+        const __m512 d0 = _mm512_shuffle_f32x4(b[8 + e], b[12 + e], 0x88);
+        const __m512 d1 = _mm512_shuffle_f32x4(b[8 + e], b[12 + e], 0xDD);
+        o[e] = _mm512_shuffle_f32x4(c0, d0, 0x88);
+        o[4 + e] = _mm512_shuffle_f32x4(c1, d1, 0x88);
+        o[8 + e] = _mm512_shuffle_f32x4(c0, d0, 0xDD);
+        o[12 + e] = _mm512_shuffle_f32x4(c1, d1, 0xDD);
+    }
 }
 
 /* Exact GELU, x Phi(x), within a few ulp of float64 over the whole range (kernels.c's ggmlpy_gelu_erf_f32
