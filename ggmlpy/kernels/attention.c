@@ -154,15 +154,23 @@ static inline __attribute__((always_inline)) void values(const float *sc, const 
         }
 }
 
-/* softmax of row x[0 .. S) in place (the exps), returning 1 / their sum */
-static float softmax_row(float *x, int64_t S) {
+/* softmax of row scale x[0 .. S) + mask[0 .. S) (mask NULL: none) in place (the exps; the scaling
+ * and the mask applied in the pass that finds the maximum), returning 1 / their sum */
+static float softmax_row(float *x, int64_t S, float scale, const float *mask) {
+    const __m512 vs = _mm512_set1_ps(scale);
     __m512 mx = _mm512_set1_ps(-INFINITY);
     int64_t j = 0;
-    for (; j + 16 <= S; j += 16)
-        mx = _mm512_max_ps(mx, _mm512_load_ps(x + j));
+    for (; j + 16 <= S; j += 16) {
+        const __m512 y = mask ? _mm512_fmadd_ps(_mm512_load_ps(x + j), vs, _mm512_loadu_ps(mask + j))
+                              : _mm512_mul_ps(_mm512_load_ps(x + j), vs);
+        _mm512_store_ps(x + j, y);
+        mx = _mm512_max_ps(mx, y);
+    }
     float m = _mm512_reduce_max_ps(mx);
-    for (; j < S; j++)
+    for (; j < S; j++) {
+        x[j] = mask ? fmaf(x[j], scale, mask[j]) : x[j] * scale;
         m = x[j] > m ? x[j] : m;
+    }
     const __m512 vm = _mm512_set1_ps(m);
     __m512 sum = _mm512_setzero_ps();
     for (j = 0; j + 16 <= S; j += 16) {
@@ -192,10 +200,12 @@ static void scores_any(const float *const *qr, const float *kp, int64_t D, int64
         }
 }
 
-static float softmax_row(float *x, int64_t S) {
+static float softmax_row(float *x, int64_t S, float scale, const float *mask) {
     float m = -INFINITY;
-    for (int64_t j = 0; j < S; j++)
+    for (int64_t j = 0; j < S; j++) {
+        x[j] = mask ? fmaf(x[j], scale, mask[j]) : x[j] * scale;
         m = x[j] > m ? x[j] : m;
+    }
     float sum = 0.0f;
     for (int64_t j = 0; j < S; j++) {
         x[j] = expf(x[j] - m);
@@ -275,17 +285,16 @@ void ggmlpy_attention_f32(void *dst, int ith, int nth, void *userdata) {
             for (int r = 0; r < rows; r++) {
                 float *x = sc + r * Sp;
                 const int64_t i = ib + r;
-                if (has_mask && mk.ne[0] == S && mk.nb[0] == sizeof(float)) {
-                    const float *m = ptr(&mk, 0, i, h, b);
-                    for (int64_t j = 0; j < S; j++)
-                        x[j] = x[j] * scale + m[j];
-                } else if (has_mask)
+                const float *m = NULL;  /* a mask row contiguous along the keys: softmax_row adds it */
+                float s = scale;
+                if (has_mask && mk.ne[0] == S && mk.nb[0] == sizeof(float))
+                    m = ptr(&mk, 0, i, h, b);
+                else if (has_mask) {  /* read through its strides (a key dimension of 1): added here */
                     for (int64_t j = 0; j < S; j++)
                         x[j] = x[j] * scale + at(&mk, j, i, h, b);
-                else if (scale != 1.0f)
-                    for (int64_t j = 0; j < S; j++)
-                        x[j] *= scale;
-                inv[r] = softmax_row(x, S);
+                    s = 1.0f;
+                }
+                inv[r] = softmax_row(x, S, s, m);
             }
             for (int r = rows; r < QR; r++)  /* rows past L (their scores are 0): never stored */
                 inv[r] = 0.0f;
