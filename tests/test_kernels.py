@@ -769,6 +769,31 @@ def test_linear_with_packed_weights_and_gelu(n_out, k, t):
         assert np.all(got[far] == 0) and np.all(np.signbit(got[far]))
 
 
+@needs_packed
+@pytest.mark.parametrize("n_out,k,t", [
+    (256, 1024, 128),  # a transformer's second feed-forward layer: four blocks of K before the residual
+    (45, 1100, 25), (1, 3, 1), (33, 7, 13), (100, 64, 2)])
+@pytest.mark.parametrize("with_bias,gelu", [(True, False), (False, False), (True, True)])
+def test_linear_with_packed_weights_and_a_residual(n_out, k, t, with_bias, gelu):
+    """X @ W (+ bias) + R in the product's node, R added once to each finished block (tails, 1-3
+    threads), then GELU when asked."""
+    rng = np.random.default_rng(n_out + 2 * k + t)
+    W = rng.standard_normal((k, n_out)).astype(np.float32)
+    X = rng.standard_normal((t, k)).astype(np.float32)
+    bias = rng.standard_normal(n_out).astype(np.float32)
+    R = (rng.standard_normal((t, n_out)) * 10).astype(np.float32)
+    want = X.astype(np.float64) @ W + (bias if with_bias else 0) + R
+    if gelu:
+        want = gelu64(want)
+    arrays = [K.pack_linear(W), X] + ([bias] if with_bias else []) + [R]
+
+    def build(ctx, w, x, *rest):
+        return K.linear_packed(ctx, w, x, n_out, rest[0] if with_bias else None, gelu=gelu, residual=rest[-1])
+    for threads in (1, 2, 3):
+        got = on_cpu(build, arrays, threads).reshape(t, n_out)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5 * np.abs(want).max())
+
+
 needs_packed_conv = pytest.mark.skipif(K is None or K.conv2d_packed is None,
                                        reason="no AVX-512 (or no conv.c): convolutions use OpenBLAS")
 

@@ -289,6 +289,55 @@ def test_linear_layer_and_its_gelu_as_one_node(extra_use, threads):
         assert names == (["ggmlpy.linear", "ggmlpy.gelu"] if extra_use else ["ggmlpy.linear_gelu"]), names
 
 
+def _residual_model(kind, rows=13, k=40, n_out=24):
+    """x (rows, k) @ W + b, then + r: "plain" straight after, "reshaped" through Reshape and a Transpose
+    of a dimension of 1 (an out-projection as exporters write it, a Gemm), "extra_use" with the product
+    also a graph output, "broadcast" with r of one row."""
+    n = helper.make_node
+    rng = np.random.default_rng(12)
+    c = numpy_helper.from_array
+    r_shape = (1, n_out) if kind == "broadcast" else (rows, n_out)
+    inits = [c(rng.standard_normal((k, n_out)).astype(np.float32), "W"),
+             c(rng.standard_normal(n_out).astype(np.float32), "b"), c(np.array([rows, 1, n_out], np.int64), "shape")]
+    if kind == "reshaped":
+        nodes = [n("Gemm", ["x", "W", "b"], ["h"]), n("Reshape", ["h", "shape"], ["h3"]),
+                 n("Transpose", ["h3"], ["ht"], perm=[1, 0, 2]), n("Reshape", ["ht", "shape2"], ["h2"])]
+        inits.append(c(np.array([rows, n_out], np.int64), "shape2"))
+    else:
+        nodes = [n("MatMul", ["x", "W"], ["m"]), n("Add", ["m", "b"], ["h2"])]
+    nodes.append(n("Add", ["r", "h2"], ["y"]))
+    outs = [helper.make_tensor_value_info("y", T.FLOAT, (rows, n_out))]
+    if kind == "extra_use":
+        outs.append(helper.make_tensor_value_info("h2", T.FLOAT, (rows, n_out)))
+    g = helper.make_graph(nodes, "residual", [helper.make_tensor_value_info("x", T.FLOAT, (rows, k)),
+                                              helper.make_tensor_value_info("r", T.FLOAT, r_shape)], outs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("kind,fused", [("plain", True), ("reshaped", True), ("extra_use", False),
+                                        ("broadcast", False)])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_residual_add_in_the_linear_layers_node(kind, fused, threads):
+    """A linear layer's output that only a residual Add reads (directly or through reshapes that keep
+    its memory order): the sum computed in the layer's node; read elsewhere, or broadcast: an ADD."""
+    from onnx.reference import ReferenceEvaluator
+
+    from ggmlpy import kernels
+    proto = _residual_model(kind)
+    rng = np.random.default_rng(13)
+    feeds = {"x": rng.standard_normal((13, 40)).astype(np.float32),
+             "r": rng.standard_normal((1, 24) if kind == "broadcast" else (13, 24)).astype(np.float32)}
+    model = ggmlpy.onnx_load(proto, device="cpu", n_threads=threads)
+    got = ggmlpy.onnx_run(model, feeds)
+    for name, w in zip(["y", "h2"], ReferenceEvaluator(proto).run(None, feeds)):
+        np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5)
+    K = kernels.get()
+    if K is not None and K.linear_packed is not None:
+        names = [ffi_name(p) for p in _nodes(model) if p.op == lib.GGML_OP_CUSTOM]
+        assert names == (["ggmlpy.linear_residual"] if fused else ["ggmlpy.linear"]), names
+        assert any(p.op == lib.GGML_OP_ADD for p in _nodes(model)) != fused
+
+
 @pytest.mark.parametrize("bias_first", [True, False])
 def test_linear_layers_without_avx512_use_openblas_with_the_same_numbers(bias_first, monkeypatch):
     """Where conv.c was built without AVX-512 (linear_packed is None) the bias'd product is the

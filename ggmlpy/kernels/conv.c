@@ -465,11 +465,14 @@ void ggmlpy_linear_f32(void *dst, int ith, int nth, void *userdata) {
  * call; measured on a transformer's projections (128 tokens, cold caches) 97-104 GFLOP/s against
  * OpenBLAS's 88-94 on one core. Threads split the (column panel, weight panel) pairs evenly.
  * With LIN_GELU, each finished block goes through GELU (vmath.h's vgelu) while it is in L1: a
- * transformer's first feed-forward layer and its activation as one node.
- * userdata: int32_t[1] = flags (LIN_BIAS: a bias, the third argument; LIN_GELU). */
+ * transformer's first feed-forward layer and its activation as one node; with LIN_RESIDUAL, a
+ * tensor of dst's shape is added to each finished block (a residual connection; it must not share
+ * dst's memory: the blocks hold partial sums before their last block of K).
+ * userdata: int32_t[1] = flags (LIN_BIAS: a bias, the third argument; LIN_RESIDUAL: the residual
+ * [N, T] contiguous, the argument after it; LIN_GELU, applied after the residual). */
 #ifdef __AVX512F__
 enum { LMR = 32, LNR = 12, LKC = 256, LPB = 8 };  /* LPB x LKC x LMR floats of weights: 256 KB */
-enum { LIN_BIAS = 1, LIN_GELU = 2 };
+enum { LIN_BIAS = 1, LIN_GELU = 2, LIN_RESIDUAL = 4 };
 
 int ggmlpy_linear_packed_mr(void) { return LMR; }
 
@@ -541,6 +544,15 @@ static void linear_kernel_cols(int kc, const float *restrict a, const float *res
     }
 }
 
+/* a finished block of dst (nr columns ldc apart, their rows masked by m0, m1) plus the same block of r */
+static void residual_block(float *c, const float *r, int64_t ldc, int nr, __mmask16 m0, __mmask16 m1) {
+    for (int j = 0; j < nr; j++, c += ldc, r += ldc) {
+        _mm512_mask_storeu_ps(c, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), _mm512_maskz_loadu_ps(m0, r)));
+        _mm512_mask_storeu_ps(c + 16, m1,
+                              _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), _mm512_maskz_loadu_ps(m1, r + 16)));
+    }
+}
+
 /* GELU in place over a finished block of dst: nr columns ldc apart, their rows masked by m0, m1 */
 static void gelu_block(float *c, int64_t ldc, int nr, __mmask16 m0, __mmask16 m1) {
     for (int j = 0; j < nr; j++, c += ldc) {
@@ -592,6 +604,7 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
     const int T = (int)(xne[1] * xne[2] * xne[3]);
     const float *wp = data_of(wt), *x = data_of(xt);
     const float *bias = flags & LIN_BIAS ? data_of(src_of(dst, 2)) : NULL;
+    const float *res = flags & LIN_RESIDUAL ? data_of(src_of(dst, flags & LIN_BIAS ? 3 : 2)) : NULL;
     float *y = data_of(dst);
     const int ncp = (T + LNR - 1) / LNR;  /* x's column panels */
     /* this thread's share of the (column panel, weight panel) pairs, column-panel-major: column panels
@@ -625,6 +638,8 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
                     float *c = y + (int64_t)jr * N + ir;
                     linear_kernel(kc, wp + ((int64_t)p * K + pc) * LMR, b, c, N, pc == 0, bias ? bias + ir : NULL, m0,
                                   m1, nr);
+                    if (res != NULL && pc + kc == K)
+                        residual_block(c, res + (c - y), N, nr, m0, m1);
                     if ((flags & LIN_GELU) && pc + kc == K)
                         gelu_block(c, N, nr, m0, m1);
                 }

@@ -116,6 +116,43 @@ def find_linear_bias(graph, initializers) -> tuple[dict, set]:
     return fused, skipped
 
 
+_RESHAPING = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity")
+_PRODUCTS = ("MatMul", "Gemm", "Add")  # Add: find_linear_bias's MatMul + bias ends in it
+
+
+def find_linear_residual(graph) -> dict:
+    """Add(y, r) where y comes from a product (MatMul, Gemm, or a MatMul + bias ending in an Add),
+    through reshaping nodes at most, and nothing else reads y or the values on the way: maps the Add's
+    index to (y's name, r's name). The product's node may add r itself; whether it is a linear
+    layer's node, in y's memory order, and r of y's shape, is the builder's to check."""
+    nodes = list(graph.node)
+    uses = _uses(graph)
+    producer = {o: j for j, n in enumerate(nodes) for o in n.output}
+
+    def from_product(name):
+        while uses[name] == 1 and name in producer:
+            n = nodes[producer[name]]
+            if n.domain not in ("", "ai.onnx"):
+                return False
+            if n.op_type in _PRODUCTS:
+                return True
+            if n.op_type not in _RESHAPING:
+                return False
+            name = n.input[0]
+        return False
+
+    found = {}
+    for a, add in enumerate(nodes):
+        if add.op_type != "Add" or add.domain not in ("", "ai.onnx") or len(add.input) != 2 or \
+                add.input[0] == add.input[1]:
+            continue
+        for y, r in (add.input, add.input[::-1]):
+            if from_product(y):
+                found[a] = (y, r)
+                break
+    return found
+
+
 def find_gelu(graph, initializers) -> tuple[dict, set]:
     """(fused, skipped): fused maps the index of a pattern's last node to the name of its input x;
     skipped holds the indices of the other nodes of each pattern."""

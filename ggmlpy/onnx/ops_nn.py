@@ -82,19 +82,38 @@ def linear_bias(b, node, ins, at, bias: Val):
     return None if out is None else [b.out(out[0], out[1], a.dtype)]
 
 
+def _packed_args(b, y: Val):
+    """The arguments of the packed linear layer (_linear) whose output y is, in the same memory order
+    (through reshapes and permutations that leave it contiguous), or None."""
+    t = y.t
+    if t is None or not lib.ggml_is_contiguous(t):
+        return None
+    while t.op in (lib.GGML_OP_RESHAPE, lib.GGML_OP_PERMUTE):
+        t = t.src[0]
+    return b.packed_linears.get(int(ffi.cast("uintptr_t", t)))
+
+
 def linear_gelu(b, x: Val):
     """GELU(x) where x is a packed linear layer's output (_linear) that nothing else reads: the same
     product with the GELU applied in its node, while each block is in cache. None where x is not one."""
-    t = x.t
-    if t is None:
-        return None
-    if t.op == lib.GGML_OP_RESHAPE:
-        t = t.src[0]
-    args = b.packed_linears.get(int(ffi.cast("uintptr_t", t)))
+    args = _packed_args(b, x)
     if args is None:
         return None
     y = b.kernel_node(b.kernels.linear_packed(b.ctx, *args, gelu=True), "linear_gelu")
     return b.out(reshape(b, y, x.shape), x.shape, x.dtype)
+
+
+def linear_residual(b, y: Val, r: Val):
+    """y + r where y is a packed linear layer's output (_linear) that nothing else reads and r a value
+    of y's shape and type (a residual connection): the same product adding r in its node. None where
+    that does not apply."""
+    args = _packed_args(b, y)
+    if args is None or r.is_const or r.shape != y.shape or r.dtype != y.dtype:
+        return None
+    wp, x, N, bias = args
+    rt = reshape(b, f(b, r), (r.size // N, N))
+    t = b.kernel_node(b.kernels.linear_packed(b.ctx, wp, x, N, bias, residual=rt), "linear_residual")
+    return b.out(reshape(b, t, y.shape), y.shape, y.dtype)
 
 
 def _strided(b, v: Val):
