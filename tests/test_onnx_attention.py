@@ -119,6 +119,26 @@ def test_batches_and_broadcasting(batch_q, batch_kv, threads):
     check(proto, feeds_for(shapes, seed=2), threads)
 
 
+@pytest.mark.parametrize("batch,perm,in_place", [((3,), [1, 0, 2], True), ((1, 3), [0, 2, 1, 3], True),
+                                              ((2, 3), [0, 2, 1, 3], True), ((1, 3), [2, 0, 1, 3], True),
+                                              ((2, 3), [2, 0, 1, 3], False), ((2, 3), [1, 2, 0, 3], False)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_heads_transposed_after_attention(batch, perm, in_place, threads):
+    """An attention's only reader a Transpose putting the heads side by side (L before H, E last):
+    the node writes that layout and the Transpose reads it without a copy where its output's order is
+    the same (else it copies); onnxruntime's numbers either way, at tail sizes."""
+    proto, shapes = attention_model(batch, batch, 13, 19, 16, 70)
+    proto.graph.node.extend([helper.make_node("Transpose", ["y"], ["yt"], perm=perm),
+                             helper.make_node("Relu", ["yt"], ["out"])])  # a graph output would be a copy
+    out_shape = [(batch + (13, 70))[p] for p in perm]
+    proto.graph.output[0].CopyFrom(helper.make_tensor_value_info("out", T.FLOAT, out_shape))
+    model, _ = check(proto, feeds_for(shapes, seed=3), threads)
+    if _fused_expected():
+        plan = next(iter(model._plans.values()))
+        conts = [p for p in (lib.ggml_graph_node(plan.graph, i) for i in range(plan.n_nodes)) if p.op == lib.GGML_OP_CONT]
+        assert len(conts) == (0 if in_place else 1)
+
+
 def test_nan_is_kept_where_onnxruntime_keeps_it():
     proto, shapes = attention_model((2,), (2,), 6, 8, 4, 4, mask_shape=(2, 6, 8))
     feeds = feeds_for(shapes, seed=3)

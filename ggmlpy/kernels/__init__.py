@@ -389,16 +389,19 @@ class Kernels:
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, H, N, NT // N + 1, 1, ffi.new("struct ggml_tensor *[]", args),
                                   len(args), self._lstm_fn, 1, params)
 
-    def _attention(self, ctx, q, kt, v, mask=None, scale: float = 1.0):
+    def _attention(self, ctx, q, kt, v, mask=None, scale: float = 1.0, heads_inner: bool = False):
         """softmax(scale q kt + mask) v per batch matrix, as one node (attention.c): q ne [D, L, H, B],
         kt [S, D, H, B], v [E, S, H, B], mask [S | 1, L | 1, H | 1, B | 1] or None, all f32 read through
         their strides (views need no copy); the operands' H and B may be 1 (broadcast). Returns ne
-        [E, L, H, B] contiguous. The caller checks the shapes."""
+        [E, L, H, B] contiguous, or with heads_inner ne [E, H, L, B] (a query's heads side by side).
+        The caller checks the shapes."""
         E, L = int(v.ne[0]), int(q.ne[1])
         H, B = (max(int(t.ne[i]) for t in (q, kt, v)) for i in (2, 3))
         args = [q, kt, v] + ([mask] if mask is not None else [])
-        params = self._userdata((_float_bits(scale, signed=True), int(mask is not None)), "attention")
-        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, E, L, H, B, ffi.new("struct ggml_tensor *[]", args),
+        params = self._userdata((_float_bits(scale, signed=True), int(mask is not None), int(heads_inner)),
+                                "attention")
+        ne = (E, H, L, B) if heads_inner else (E, L, H, B)
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, *ne, ffi.new("struct ggml_tensor *[]", args),
                                   len(args), self._attention_fn, N_TASKS_MAX, params)
 
     def _userdata(self, values: tuple, kind: str = "conv"):

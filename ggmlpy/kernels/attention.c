@@ -8,8 +8,10 @@
  * a transposed copy's source) need no copy: q ne [D, L, H, B] (q(c, i) the c-th feature of query
  * i), kt ne [S, D, H, B] (ONNX's K^T [B, H, D, S]: kt(j, c)), v ne [E, S, H, B], mask ne
  * [S | 1, L | 1, H | 1, B | 1] (ONNX broadcasting: a dimension of 1 is repeated); the operands' H
- * and B may also be 1. dst ne [E, L, H, B] contiguous (ONNX's [B, H, L, E]). userdata: int32_t[2]
- * = the bits of the float scale, has mask (the mask is the fourth argument).
+ * and B may also be 1. dst ne [E, L, H, B] contiguous (ONNX's [B, H, L, E]), or with heads inner
+ * [E, H, L, B] (a query's heads side by side: ONNX's [B, L, H, E], what the output projection reads
+ * once the heads are transposed back). userdata: int32_t[3] = the bits of the float scale, has mask
+ * (the mask is the fourth argument), heads inner.
  *
  * Per (batch, head), K^T is packed into [D][Sp] (Sp: S rounded up to 16, zeros past S) and V into
  * [S][Ep]; per block of QR queries, the scores are QR rows of Sp, the softmax is taken in place
@@ -127,10 +129,11 @@ static inline __attribute__((always_inline)) void scores(const float *const *qr,
             _mm512_store_ps(sc + r * Sp + j0 + 16 * u, acc[r][u]);
 }
 
-/* o[r][e0 .. e0 + 16 nv) = inv[r] sum_j sc[r][j] vp[j][e0 ..], stored for rows < rows and e < E */
+/* o[r][e0 .. e0 + 16 nv) = inv[r] sum_j sc[r][j] vp[j][e0 ..] (o's rows ldo apart), stored for rows < rows
+ * and e < E */
 static inline __attribute__((always_inline)) void values(const float *sc, const float *vp, int64_t S, int64_t Sp,
                                                          int64_t Ep, int64_t e0, int nv, const float *inv, float *o,
-                                                         int64_t E, int rows) {
+                                                         int64_t ldo, int64_t E, int rows) {
     __m512 acc[QR][4];
     for (int r = 0; r < QR; r++)
         for (int u = 0; u < 4; u++)
@@ -150,7 +153,7 @@ static inline __attribute__((always_inline)) void values(const float *sc, const 
             const int64_t e = e0 + 16 * u;
             const int64_t left = E - e;
             const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-            _mm512_mask_storeu_ps(o + r * E + e, m, _mm512_mul_ps(acc[r][u], _mm512_set1_ps(inv[r])));
+            _mm512_mask_storeu_ps(o + r * ldo + e, m, _mm512_mul_ps(acc[r][u], _mm512_set1_ps(inv[r])));
         }
 }
 
@@ -221,13 +224,15 @@ void ggmlpy_attention_f32(void *dst, int ith, int nth, void *userdata) {
     const int32_t *pr = (const int32_t *)userdata;
     float scale;
     memcpy(&scale, pr, sizeof scale);
-    const int has_mask = pr[1];
+    const int has_mask = pr[1], inner = pr[2];
     view q = view_of(src_of(dst, 0)), kt = view_of(src_of(dst, 1)), v = view_of(src_of(dst, 2)), mk;
     if (has_mask)
         mk = view_of(src_of(dst, 3));
     int64_t dne[4];
     ne_of(dst, dne);
-    const int64_t E = dne[0], L = dne[1], H = dne[2], B = dne[3], D = q.ne[0], S = kt.ne[0];
+    const int64_t E = dne[0], L = dne[inner ? 2 : 1], H = dne[inner ? 1 : 2], B = dne[3], D = q.ne[0], S = kt.ne[0];
+    const int64_t ldo = inner ? H * E : E;  /* dst's rows: query i of (b, h) at out + row(b, h, i) * E */
+#define ROW(b, h, i) (inner ? ((b) * L + (i)) * H + (h) : ((b) * H + (h)) * L + (i))
     const int64_t Sp = round16(S), Ep = round16(E);
     float *out = data_of(dst);
     const int64_t blocks = (L + QC - 1) / QC, units = B * H * blocks;
@@ -240,8 +245,9 @@ void ggmlpy_attention_f32(void *dst, int ith, int nth, void *userdata) {
     if (kp == NULL) {  /* out of memory: never a silently wrong value */
         for (int64_t u = u0; u < u1; u++) {
             const int64_t bh = u / blocks, i0 = (u % blocks) * QC, i1 = i0 + QC < L ? i0 + QC : L;
-            for (int64_t i = i0 * E; i < i1 * E; i++)
-                out[bh * L * E + i] = __builtin_nanf("");
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t e = 0; e < E; e++)
+                    out[ROW(bh / H, bh % H, i) * E + e] = __builtin_nanf("");
         }
         return;
     }
@@ -298,15 +304,15 @@ void ggmlpy_attention_f32(void *dst, int ith, int nth, void *userdata) {
             }
             for (int r = rows; r < QR; r++)  /* rows past L (their scores are 0): never stored */
                 inv[r] = 0.0f;
-            float *o = out + (bh * L + ib) * E;
+            float *o = out + ROW(b, h, ib) * E;
 #ifdef __AVX512F__
             int64_t e0 = 0;
             for (; e0 + 64 <= Ep; e0 += 64)
-                values(sc, vp, S, Sp, Ep, e0, 4, inv, o, E, rows);
+                values(sc, vp, S, Sp, Ep, e0, 4, inv, o, ldo, E, rows);
             switch ((Ep - e0) / 16) {
-            case 3: values(sc, vp, S, Sp, Ep, e0, 3, inv, o, E, rows); break;
-            case 2: values(sc, vp, S, Sp, Ep, e0, 2, inv, o, E, rows); break;
-            case 1: values(sc, vp, S, Sp, Ep, e0, 1, inv, o, E, rows); break;
+            case 3: values(sc, vp, S, Sp, Ep, e0, 3, inv, o, ldo, E, rows); break;
+            case 2: values(sc, vp, S, Sp, Ep, e0, 2, inv, o, ldo, E, rows); break;
+            case 1: values(sc, vp, S, Sp, Ep, e0, 1, inv, o, ldo, E, rows); break;
             default: break;
             }
 #else
@@ -315,9 +321,10 @@ void ggmlpy_attention_f32(void *dst, int ith, int nth, void *userdata) {
                     float s = 0.0f;
                     for (int64_t j = 0; j < S; j++)
                         s += sc[r * Sp + j] * vp[j * Ep + e];
-                    o[r * E + e] = s * inv[r];
+                    o[r * ldo + e] = s * inv[r];
                 }
 #endif
         }
     }
+#undef ROW
 }

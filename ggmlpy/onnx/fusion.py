@@ -209,6 +209,23 @@ def gelu_input_private(graph, fused: dict) -> set:
     return {k for k, x in fused.items() if uses[x] == 2}
 
 
+def heads_transposed(graph) -> set:
+    """Names of values (..., H, L, E) that only a Transpose reads which keeps E last and puts L before H
+    ((..., L, H, E), or (L, B, H, E) from (B, H, L, E) as batch_first=False exporters write it): an
+    attention's heads put side by side for its output projection. The attention node may write them
+    that way; the Transpose then reads them in place where their order is its output's (B = 1)."""
+    uses = _uses(graph)
+    found = set()
+    for n in graph.node:
+        if n.op_type != "Transpose" or n.domain not in ("", "ai.onnx") or uses[n.input[0]] != 1:
+            continue
+        perm = next((list(a.ints) for a in n.attribute if a.name == "perm"), None)
+        r = len(perm) if perm else 0
+        if r >= 3 and sorted(perm) == list(range(r)) and perm[-1] == r - 1 and perm.index(r - 2) < perm.index(r - 3):
+            found.add(n.input[0])
+    return found
+
+
 def find_attention(graph, initializers) -> tuple[dict, set]:
     """(fused, skipped) for scaled dot-product attention as exporters write it: MatMul(Q, K^T) ->
     optional Mul or Div by a constant scalar -> optional Add(mask) -> Softmax -> MatMul(., V), each

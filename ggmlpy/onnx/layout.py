@@ -48,7 +48,7 @@ def permute(b, t, perm, shape=None):
     pos = list(range(MAX_RANK))
     for i, p in enumerate(perm):
         pos[r - 1 - p] = r - 1 - i  # ggml axis r-1-p of the source lands at ggml axis r-1-i
-    return lib.ggml_cont(b.ctx, lib.ggml_permute(b.ctx, t, *pos))
+    return cont(b, lib.ggml_permute(b.ctx, t, *pos))  # already in order (a view built for it): no copy
 
 
 def permuted_source(t):

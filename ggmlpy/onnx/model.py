@@ -36,7 +36,7 @@ from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (their build
 from .graph import (F32, NUMERIC_TYPES, Builder, NeedsValue, OnnxError, Val, boundary_dtype, const, node_budget,
                     np_dtype, op_key, type_name)
 from .fusion import (find_attention, find_conv_epilogues, find_gelu, find_linear_bias, find_linear_residual,
-                     gelu_input_private)
+                     gelu_input_private, heads_transposed)
 from .ops_basic import OPS
 from .ops_basic import f as contiguous_f32
 from .ops_host import HOST_OPS
@@ -456,6 +456,7 @@ class _Plan:
         if fusing is not None and fusing.attention is not None:
             others = skipped | conv_skipped | lin_skipped | set(gelu) | set(convs) | set(linears)
             attns = {k: p for k, p in find_attention(g, model.initializers)[0].items() if not others & set(p[4])}
+            swapped = heads_transposed(g)  # attention outputs whose heads go side by side next
         skipped = skipped | conv_skipped | lin_skipped | {j for p in attns.values() for j in p[4][:-1]}
         self.deferred, pending = [], set()
 
@@ -539,7 +540,7 @@ class _Plan:
                         axis = next((helper.get_attribute_value(a) for a in smnode.attribute if a.name == "axis"),
                                     -1 if model.opset >= 13 else 1)
                         out = attention(b, vals[names[0]], vals[names[1]], vals[names[2]],
-                                        vals[mask] if mask else None, scale, axis)
+                                        vals[mask] if mask else None, scale, axis, node.output[0] in swapped)
                     place(node, out, members)
                     continue
                 if k in linears:

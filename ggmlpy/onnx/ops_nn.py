@@ -124,11 +124,14 @@ def _strided(b, v: Val):
     return t.src[0] if src is not None and t.src[0].type == lib.GGML_TYPE_F32 else t
 
 
-def attention(b, q: Val, kt: Val, v: Val, mask: Val | None, scale: float, softmax_axis: int):
+def attention(b, q: Val, kt: Val, v: Val, mask: Val | None, scale: float, softmax_axis: int,
+              heads_swapped: bool = False):
     """softmax(scale Q K^T + mask) V as one node (fusion.find_attention; attention.c): Q (..., L, D),
     K^T (..., D, S), V (..., S, E), the batch dimensions (at most two) broadcasting (each equal or 1), the mask
     broadcasting to the scores (..., L, S), the Softmax over their last axis. None where that does
-    not apply (the pattern's nodes are then built one by one)."""
+    not apply (the pattern's nodes are then built one by one). heads_swapped: the result's only reader
+    is a Transpose to (..., L, H, E) (fusion.heads_transposed): the node writes that layout, and the
+    result is a view of it, which the Transpose turns back without a copy."""
     k = b.kernels
     if k is None or k.attention is None or mask is not None and mask.dtype != 1:
         return None
@@ -150,9 +153,13 @@ def attention(b, q: Val, kt: Val, v: Val, mask: Val | None, scale: float, softma
                              any(d not in (1, s) for d, s in zip(mask.shape[::-1], scores[::-1]))):
         return None
     mt = _strided(b, mask) if mask is not None else None
-    t = k.attention(b.ctx, _strided(b, q), _strided(b, kt), _strided(b, v), mt, scale)
+    inner = heads_swapped and nb >= 1
+    t = b.kernel_node(k.attention(b.ctx, _strided(b, q), _strided(b, kt), _strided(b, v), mt, scale, inner),
+                      "attention")
+    if inner:  # ne [E, H, L, B] seen as [E, L, H, B]
+        t = lib.ggml_permute(b.ctx, t, 0, 2, 1, 3)
     shape = batch + (L, E)
-    return [b.out(b.kernel_node(t, "attention"), shape, q.dtype)]
+    return [b.out(t, shape, q.dtype)]
 
 
 def _matmul_gemm(b, a: Val, w: Val):
