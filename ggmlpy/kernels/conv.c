@@ -471,7 +471,7 @@ void ggmlpy_linear_f32(void *dst, int ith, int nth, void *userdata) {
  * userdata: int32_t[1] = flags (LIN_BIAS: a bias, the third argument; LIN_RESIDUAL: the residual
  * [N, T] contiguous, the argument after it; LIN_GELU, applied after the residual). */
 #ifdef __AVX512F__
-enum { LMR = 32, LNR = 12, LKC = 256, LPB = 8 };  /* LPB x LKC x LMR floats of weights: 256 KB */
+enum { LMR = 32, LNR = 12, LKC = 256, LPB = 4 };  /* LPB x LKC x LMR floats of weights: 128 KB */
 enum { LIN_BIAS = 1, LIN_GELU = 2, LIN_RESIDUAL = 4 };
 
 int ggmlpy_linear_packed_mr(void) { return LMR; }
@@ -520,9 +520,10 @@ static inline __attribute__((always_inline)) void linear_block(const int NR, con
         }
 }
 
+/* linear_block of all LNR columns, prefetching kc cache lines from pf into L2 as it goes (pf NULL: none) */
 static inline void linear_kernel(int kc, const float *restrict a, const float *restrict b, float *c, int64_t ldc,
-                                 int first, const float *bias, __mmask16 m0, __mmask16 m1, int nr) {
-    linear_block(LNR, 8, kc, a, b, LNR, c, ldc, first, bias, m0, m1, nr, NULL, 0);
+                                 int first, const float *bias, __mmask16 m0, __mmask16 m1, int nr, const char *pf) {
+    linear_block(LNR, 8, kc, a, b, LNR, c, ldc, first, bias, m0, m1, nr, pf, 64);
 }
 
 /* how far ahead (rows) a convolution's product prefetches its weights: the first strip of a block
@@ -625,8 +626,13 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
             pack_panel(bp + (size_t)(cp - cp0) * kc * LNR, x + (int64_t)cp * LNR * K + pc, K, imin(LNR, T - cp * LNR),
                        kc);
         /* LPB weight panels at a time pass every column panel: they stay in L2 (a whole layer's weights
-         * and its output would not, and were read from L3 again for each column panel) */
-        for (int pb = 0; pb < npan; pb += LPB)
+         * and its output would not, and were read from L3 again for each column panel). Meanwhile the
+         * next block's panels are fetched into L2, half a panel (kc lines) a micro-kernel call: the
+         * first pass over a block otherwise waits on L3 or memory. */
+        for (int pb = 0; pb < npan; pb += LPB) {
+            const int next_pc = pb + LPB < npan ? pc : pc + LKC, next_pb = pb + LPB < npan ? pb + LPB : 0;
+            const int halves = next_pc < K ? 2 * imin(LPB, npan - next_pb) : 0;
+            int fetched = 0;
             for (int cp = cp0; cp < cp1; cp++) {
                 const int jr = cp * LNR, nr = imin(LNR, T - jr);
                 const float *b = bp + (size_t)(cp - cp0) * kc * LNR;
@@ -636,14 +642,21 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
                     const __mmask16 m0 = mr >= 16 ? 0xFFFF : (__mmask16)((1u << mr) - 1);
                     const __mmask16 m1 = mr >= 32 ? 0xFFFF : mr > 16 ? (__mmask16)((1u << (mr - 16)) - 1) : 0;
                     float *c = y + (int64_t)jr * N + ir;
+                    const char *pf = NULL;
+                    if (fetched < halves) {
+                        const int q = next_pb + fetched / 2;
+                        pf = (const char *)(wp + ((int64_t)q * K + next_pc) * LMR) + (int64_t)(fetched % 2) * kc * 64;
+                        fetched++;
+                    }
                     linear_kernel(kc, wp + ((int64_t)p * K + pc) * LMR, b, c, N, pc == 0, bias ? bias + ir : NULL, m0,
-                                  m1, nr);
+                                  m1, nr, pf);
                     if (res != NULL && pc + kc == K)
                         residual_block(c, res + (c - y), N, nr, m0, m1);
                     if ((flags & LIN_GELU) && pc + kc == K)
                         gelu_block(c, N, nr, m0, m1);
                 }
             }
+        }
     }
 }
 
