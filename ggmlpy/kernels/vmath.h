@@ -52,38 +52,37 @@ static inline void transpose16(const __m512 r[16], __m512 o[16]) {
 
 /* Exact GELU, x Phi(x), within a few ulp of float64 over the whole range (kernels.c's ggmlpy_gelu_erf_f32
  * and the linear layers' fused GELU, conv.c). With a = |x| and Q(a) = 1 - Phi(a):
- *   x >= 0: x - a Q(a),   x < 0: -a Q(a),   Q(a) = exp(-a^2/2) R(a),
- * R(a) = Q(a) e^{a^2/2} (Mills' ratio over sqrt(2 pi)) as one rational P4(a) / Q5(a) on [0, 15],
- * fitted for this file (relative error 6e-9 in float64, R(0) = 1/2 exactly). Both sides are
- * products, never 1 - Phi(x) for x < 0, so the lower tail keeps its relative accuracy down to the
- * subnormals; a^2's rounding error is carried (fma) into the exponential, and a R(a) is formed
- * before the exponential multiplies it (a normal result never comes from a subnormal Q).
- * Horner's rule in a carries every step's rounding error whole into the value once a > 1 (each
- * step's product dominates its sum), so there the same polynomials are evaluated reversed, in
- * u = 1/a, where each earlier error is scaled down by u: a R(a) = P4r(u) / Q5r(u) (P4(a) = a^4
- * P4r(1/a), Q5(a) = a^5 Q5r(1/a)). One Horner pass serves both, its coefficients picked per lane.
+ *   x >= 0: x - a Q(a),   x < 0: -a Q(a),   Q(a) = phi(a) m(a),
+ * phi the normal density and m Mills' ratio, written m(a) = 1 / (a + g(a)): g falls from sqrt(2/pi)
+ * at 0 to about 1/a, and is one rational P4(a) / Q5(a) on [0, 15], fitted for this file (relative
+ * error 1e-8 in float64). So a Q(a) = exp(-a^2/2) a Q5 / (sqrt(2 pi) a Q5 + P4'), P4' = sqrt(2 pi) P4
+ * (P4'(0) = 2 exactly: Q(0) = 1/2). Where a is large, P4' is small beside a Q5 and the rounding of
+ * both polynomials mostly cancels in the ratio; where it is small, Horner's rule is accurate. Both
+ * sides are products, never 1 - Phi(x) for x < 0, so the lower tail keeps its relative accuracy down
+ * to the subnormals; a^2's rounding error is carried (fma) into the exponential, and the ratio is
+ * formed before the exponential multiplies it (a normal result never comes from a subnormal Q).
  * Past |x| = 15, Q underflows: x itself above, -0 below (-inf -> -0, +inf -> +inf); NaN stays NaN
  * (min returns its second operand for a NaN one, and a NaN x fails both comparisons). */
 static inline __m512 vgelu(__m512 x) {
-    static const float P[5] = {0.5f, 0.439284712f, 0.183970124f, 0.0408814661f, 0.00415328238f};
-    static const float Q[6] = {1.0f, 1.67645442f, 1.20555234f, 0.471411288f, 0.102480754f, 0.0104106227f};
     const __m512 a = _mm512_min_ps(_mm512_set1_ps(15.0f), _mm512_abs_ps(x));
     const __m512 h = _mm512_mul_ps(a, a);
     const __m512 l = _mm512_fmsub_ps(a, a, h);  /* a^2 = h + l exactly */
     const __m512 e = _mm512_mul_ps(vexp(_mm512_mul_ps(h, _mm512_set1_ps(-0.5f))),
                                    _mm512_fmadd_ps(l, _mm512_set1_ps(-0.5f), _mm512_set1_ps(1.0f)));
-    const __mmask16 big = _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.0f), _CMP_GE_OQ);  /* NaN: not big */
-    const __m512 v = _mm512_mask_div_ps(a, big, _mm512_set1_ps(1.0f), a);
-#define COEF(c, i, n) _mm512_mask_blend_ps(big, _mm512_set1_ps(c[i]), _mm512_set1_ps(c[n - i]))
-    __m512 p = COEF(P, 4, 4);
-    for (int i = 3; i >= 0; i--)
-        p = _mm512_fmadd_ps(p, v, COEF(P, i, 4));
-    __m512 q = COEF(Q, 5, 5);
-    for (int i = 4; i >= 0; i--)
-        q = _mm512_fmadd_ps(q, v, COEF(Q, i, 5));
-#undef COEF
-    const __m512 ar = _mm512_div_ps(_mm512_mask_mul_ps(p, ~big, p, a), q);  /* a R(a) */
-    const __m512 aq = _mm512_mul_ps(e, ar);                                 /* a Q(a) */
+    __m512 p = _mm512_set1_ps(0.00773651432f);
+    p = _mm512_fmadd_ps(p, a, _mm512_set1_ps(0.0865574777f));
+    p = _mm512_fmadd_ps(p, a, _mm512_set1_ps(0.45926708f));
+    p = _mm512_fmadd_ps(p, a, _mm512_set1_ps(1.33826387f));
+    p = _mm512_fmadd_ps(p, a, _mm512_set1_ps(2.0f));
+    __m512 q = _mm512_set1_ps(0.00308632292f);
+    q = _mm512_fmadd_ps(q, a, _mm512_set1_ps(0.0345373116f));
+    q = _mm512_fmadd_ps(q, a, _mm512_set1_ps(0.189243972f));
+    q = _mm512_fmadd_ps(q, a, _mm512_set1_ps(0.605167627f));
+    q = _mm512_fmadd_ps(q, a, _mm512_set1_ps(1.12456203f));
+    q = _mm512_fmadd_ps(q, a, _mm512_set1_ps(1.0f));
+    const __m512 t = _mm512_mul_ps(a, q);
+    const __m512 ar = _mm512_div_ps(t, _mm512_fmadd_ps(t, _mm512_set1_ps(2.50662827f), p));  /* a phi(a) m(a) e^{a^2/2} */
+    const __m512 aq = _mm512_mul_ps(e, ar);                                                 /* a Q(a) */
     const __mmask16 up = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);  /* -0 too: -0 - 0 = -0 */
     const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-15.0f), _CMP_LT_OQ);
     /* -aq by its sign bit: -0 where it underflowed to 0 */
