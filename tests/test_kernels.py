@@ -795,6 +795,24 @@ def test_linear_with_packed_weights_and_a_residual(n_out, k, t, with_bias, gelu)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5 * np.abs(want).max())
 
 
+@needs_packed
+@pytest.mark.parametrize("parts,d,k,t", [(3, 256, 256, 128), (3, 192, 192, 197), (3, 64, 300, 13), (2, 32, 5, 1),
+                                         (5, 96, 40, 25)])
+def test_linear_with_packed_weights_split_into_parts(parts, d, k, t):
+    """The result's rows written as `parts` matrices [d, t] one after another (an attention's stacked
+    q, k, v projection): every element, tails of t and K, 1-3 threads."""
+    rng = np.random.default_rng(parts * d + k + t)
+    W = rng.standard_normal((k, parts * d)).astype(np.float32)
+    X = rng.standard_normal((t, k)).astype(np.float32)
+    bias = rng.standard_normal(parts * d).astype(np.float32)
+    want = (X.astype(np.float64) @ W + bias).reshape(t, parts, d).transpose(1, 0, 2)
+    for threads in (1, 2, 3):
+        got = on_cpu(lambda ctx, w, x, b: K.linear_packed(ctx, w, x, parts * d, b, split=d), [K.pack_linear(W), X, bias],
+                     threads)
+        assert got.shape == (parts, t, d)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5 * np.abs(want).max())
+
+
 needs_packed_conv = pytest.mark.skipif(K is None or K.conv2d_packed is None,
                                        reason="no AVX-512 (or no conv.c): convolutions use OpenBLAS")
 

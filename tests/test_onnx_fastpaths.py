@@ -338,6 +338,52 @@ def test_residual_add_in_the_linear_layers_node(kind, fused, threads):
         assert any(p.op == lib.GGML_OP_ADD for p in _nodes(model)) != fused
 
 
+def _qkv_model(kind, rows=13, k=40, d=64):
+    """x @ W + b (3 d columns), reshaped to (rows, 3, d) and transposed to (3, rows, d), then q, k, v
+    gathered and combined (q + k) * v, as an attention's stacked projection is taken apart; a Shape
+    reads the product too. kind: "split", "extra_use" (the product is also a graph output),
+    "other_perm" (the transposition keeps the parts inner), "d20" (parts of 20 rows)."""
+    n = helper.make_node
+    d = 20 if kind == "d20" else d
+    rng = np.random.default_rng(14)
+    c = numpy_helper.from_array
+    perm = [0, 2, 1] if kind == "other_perm" else [1, 0, 2]
+    axis = 2 if kind == "other_perm" else 0
+    inits = [c(rng.standard_normal((k, 3 * d)).astype(np.float32), "W"),
+             c(rng.standard_normal(3 * d).astype(np.float32), "b"), c(np.array([rows, 3, d], np.int64), "s3")] + [
+             c(np.array(i, np.int64), f"i{i}") for i in range(3)]
+    nodes = [n("MatMul", ["x", "W"], ["m"]), n("Add", ["m", "b"], ["h"]), n("Shape", ["h"], ["hs"]),
+             n("Reshape", ["h", "s3"], ["r"]), n("Transpose", ["r"], ["t"], perm=perm)] + [
+             n("Gather", ["t", f"i{i}"], [f"g{i}"], axis=axis) for i in range(3)] + [
+             n("Add", ["g0", "g1"], ["a"]), n("Mul", ["a", "g2"], ["y"])]
+    outs = [helper.make_tensor_value_info("y", T.FLOAT, (rows, d)), helper.make_tensor_value_info("hs", T.INT64, (2,))]
+    if kind == "extra_use":
+        outs.append(helper.make_tensor_value_info("h", T.FLOAT, (rows, 3 * d)))
+    g = helper.make_graph(nodes, "qkv", [helper.make_tensor_value_info("x", T.FLOAT, (rows, k))], outs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("kind,fused", [("split", True), ("extra_use", False), ("other_perm", False), ("d20", False)])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_stacked_projection_taken_apart_by_the_layer(kind, fused, threads):
+    """A linear layer whose output is only reshaped and transposed into parts (q, k, v) writes the parts
+    one after another itself (no copy for the Transpose); any other use or transposition: a copy."""
+    from onnx.reference import ReferenceEvaluator
+
+    from ggmlpy import kernels
+    proto = _qkv_model(kind)
+    feeds = {"x": np.random.default_rng(15).standard_normal((13, 40)).astype(np.float32)}
+    model = ggmlpy.onnx_load(proto, device="cpu", n_threads=threads)
+    got = ggmlpy.onnx_run(model, feeds)
+    for o, w in zip(proto.graph.output, ReferenceEvaluator(proto).run(None, feeds)):
+        np.testing.assert_allclose(got[o.name], w, rtol=1e-5, atol=1e-5)
+    K = kernels.get()
+    if K is not None and K.linear_packed is not None:
+        names = [ffi_name(p) for p in _nodes(model) if p.op == lib.GGML_OP_CUSTOM]
+        assert ("ggmlpy.linear_split" in names) == fused, names
+        assert any(p.op == lib.GGML_OP_CONT for p in _nodes(model)) != fused
+
+
 @pytest.mark.parametrize("bias_first", [True, False])
 def test_linear_layers_without_avx512_use_openblas_with_the_same_numbers(bias_first, monkeypatch):
     """Where conv.c was built without AVX-512 (linear_packed is None) the bias'd product is the

@@ -355,18 +355,21 @@ class Kernels:
         wp[:, :N] = w_kn
         return np.ascontiguousarray(wp.reshape(K, npan, mr).transpose(1, 0, 2))
 
-    def _linear_packed(self, ctx, wp, x, n_out, bias=None, gelu=False, residual=None):
+    def _linear_packed(self, ctx, wp, x, n_out, bias=None, gelu=False, residual=None, split=0):
         """X @ W (+ bias) as one node of conv.c's AVX-512 product: wp is pack_linear(W) as a ggml
         tensor [rows, K, panels], x [K, T] contiguous (T rows of ONNX's X, possibly over ne2/ne3),
         bias [N] or None; residual: N * T contiguous f32 added to the result (another tensor than
         the result's: the allocator never computes a custom op over its input), or None; gelu:
-        exact GELU of that in the same node. Returns ne [N, T]."""
-        flags = int(bias is not None) | 2 * bool(gelu) | 4 * (residual is not None)
-        params = self._userdata((flags,), "linear")
+        exact GELU of that in the same node. Returns ne [N, T]; with split (a multiple of
+        packed_rows dividing N) ne [split, T, N / split]: the result's rows in parts of split, each
+        part's [split, T] matrix after the other."""
+        T = x.ne[1] * x.ne[2] * x.ne[3]
+        flags = int(bias is not None) | 2 * bool(gelu) | 4 * (residual is not None) | 8 * bool(split)
+        params = self._userdata((flags, int(split)), "linear")
         args = [wp, x] + [t for t in (bias, residual) if t is not None]
-        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, n_out, x.ne[1] * x.ne[2] * x.ne[3], 1, 1,
-                                  ffi.new("struct ggml_tensor *[]", args), len(args), self._packed_fn, N_TASKS_MAX,
-                                  params)
+        ne = (split, T, n_out // split, 1) if split else (n_out, T, 1, 1)
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, *ne, ffi.new("struct ggml_tensor *[]", args), len(args),
+                                  self._packed_fn, N_TASKS_MAX, params)
 
     def _layernorm(self, ctx, x, gamma=None, beta=None, eps=1e-5):
         """(x - mean) / sqrt(var + eps) * gamma + beta over the rows (ne0) of a contiguous f32 x, as one

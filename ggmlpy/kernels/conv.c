@@ -468,11 +468,14 @@ void ggmlpy_linear_f32(void *dst, int ith, int nth, void *userdata) {
  * transformer's first feed-forward layer and its activation as one node; with LIN_RESIDUAL, a
  * tensor of dst's shape is added to each finished block (a residual connection; it must not share
  * dst's memory: the blocks hold partial sums before their last block of K).
- * userdata: int32_t[1] = flags (LIN_BIAS: a bias, the third argument; LIN_RESIDUAL: the residual
- * [N, T] contiguous, the argument after it; LIN_GELU, applied after the residual). */
+ * With LIN_SPLIT, dst is written as N / D matrices [D, T] one after another (rows i of part i / D:
+ * an attention's stacked q, k, v projection, each part then read in place); D a multiple of LMR, so
+ * that no weight panel straddles two parts.
+ * userdata: int32_t[2] = flags (LIN_BIAS: a bias, the third argument; LIN_RESIDUAL: the residual
+ * [N, T] contiguous, the argument after it; LIN_GELU, applied after the residual; LIN_SPLIT), D. */
 #ifdef __AVX512F__
 enum { LMR = 32, LNR = 12, LKC = 256, LPB = 4 };  /* LPB x LKC x LMR floats of weights: 128 KB */
-enum { LIN_BIAS = 1, LIN_GELU = 2, LIN_RESIDUAL = 4 };
+enum { LIN_BIAS = 1, LIN_GELU = 2, LIN_RESIDUAL = 4, LIN_SPLIT = 8 };
 
 int ggmlpy_linear_packed_mr(void) { return LMR; }
 
@@ -585,23 +588,36 @@ static void pack_panel(float *restrict bp, const float *x, int64_t ldx, int nr, 
 }
 
 /* NaN over this thread's blocks of dst (its scratch could not be had): never a silently wrong value */
-static void linear_nan(float *y, int N, int T, int npan, int64_t u0, int64_t u1) {
+/* where dst's element (row ir, column jr) is, and *ldc its columns' distance: [N, T], or with
+ * split rows D (LIN_SPLIT, ir a multiple of LMR) part ir / D of [D, T] matrices */
+static float *dst_at(float *y, int N, int T, int D, int ir, int jr, int64_t *ldc) {
+    if (D == 0) {
+        *ldc = N;
+        return y + (int64_t)jr * N + ir;
+    }
+    *ldc = D;
+    return y + (int64_t)(ir / D) * T * D + (int64_t)jr * D + ir % D;
+}
+
+static void linear_nan(float *y, int N, int T, int D, int npan, int64_t u0, int64_t u1) {
     for (int64_t u = u0; u < u1; u++) {
         const int jr = (int)(u / npan) * LNR, ir = (int)(u % npan) * LMR;
-        for (int j = jr; j < jr + LNR && j < T; j++)
-            for (int i = ir; i < ir + LMR && i < N; i++)
-                y[(int64_t)j * N + i] = __builtin_nanf("");
+        int64_t ldc;
+        float *c = dst_at(y, N, T, D, ir, jr, &ldc);
+        for (int j = 0; j < LNR && jr + j < T; j++)
+            for (int i = 0; i < LMR && ir + i < N; i++)
+                c[j * ldc + i] = __builtin_nanf("");
     }
 }
 
 void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
-    const int flags = ((const int32_t *)userdata)[0];
+    const int flags = ((const int32_t *)userdata)[0], D = flags & LIN_SPLIT ? ((const int32_t *)userdata)[1] : 0;
     const void *wt = src_of(dst, 0), *xt = src_of(dst, 1);
     int64_t wne[4], xne[4], dne[4];
     ne_of(wt, wne);
     ne_of(xt, xne);
     ne_of(dst, dne);
-    const int K = (int)wne[1], npan = (int)wne[2], N = (int)dne[0];
+    const int K = (int)wne[1], npan = (int)wne[2], N = (int)(D ? dne[0] * dne[2] : dne[0]);  /* split: [D, T, N / D] */
     const int T = (int)(xne[1] * xne[2] * xne[3]);
     const float *wp = data_of(wt), *x = data_of(xt);
     const float *bias = flags & LIN_BIAS ? data_of(src_of(dst, 2)) : NULL;
@@ -617,7 +633,7 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
     const int q_first = (int)(u0 % npan), q_last = (int)((u1 - 1) % npan) + 1;
     float *bp = panel_scratch((size_t)(cp1 - cp0) * imin(K, LKC) * LNR);
     if (bp == NULL) {
-        linear_nan(y, N, T, npan, u0, u1);
+        linear_nan(y, N, T, D, npan, u0, u1);
         return;
     }
     for (int pc = 0; pc < K; pc += LKC) {
@@ -641,19 +657,20 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
                     const int ir = p * LMR, mr = imin(LMR, N - ir);
                     const __mmask16 m0 = mr >= 16 ? 0xFFFF : (__mmask16)((1u << mr) - 1);
                     const __mmask16 m1 = mr >= 32 ? 0xFFFF : mr > 16 ? (__mmask16)((1u << (mr - 16)) - 1) : 0;
-                    float *c = y + (int64_t)jr * N + ir;
+                    int64_t ldc;
+                    float *c = dst_at(y, N, T, D, ir, jr, &ldc);
                     const char *pf = NULL;
                     if (fetched < halves) {
                         const int q = next_pb + fetched / 2;
                         pf = (const char *)(wp + ((int64_t)q * K + next_pc) * LMR) + (int64_t)(fetched % 2) * kc * 64;
                         fetched++;
                     }
-                    linear_kernel(kc, wp + ((int64_t)p * K + pc) * LMR, b, c, N, pc == 0, bias ? bias + ir : NULL, m0,
+                    linear_kernel(kc, wp + ((int64_t)p * K + pc) * LMR, b, c, ldc, pc == 0, bias ? bias + ir : NULL, m0,
                                   m1, nr, pf);
                     if (res != NULL && pc + kc == K)
-                        residual_block(c, res + (c - y), N, nr, m0, m1);
+                        residual_block(c, res + (c - y), ldc, nr, m0, m1);
                     if ((flags & LIN_GELU) && pc + kc == K)
-                        gelu_block(c, N, nr, m0, m1);
+                        gelu_block(c, ldc, nr, m0, m1);
                 }
             }
         }

@@ -41,6 +41,17 @@ def _uses(graph) -> dict:
     return uses
 
 
+def _data_uses(graph) -> dict:
+    """_uses without the reads of Shape and Size, which take a value's shape (known when planning),
+    never its elements."""
+    uses = _uses(graph)
+    for n in graph.node:
+        if n.op_type in ("Shape", "Size") and n.domain in ("", "ai.onnx"):
+            for i in n.input:
+                uses[i] -= 1
+    return uses
+
+
 def _first_consumers(nodes) -> dict:
     """Each value's name -> the index of the first node that reads it."""
     consumer = {}
@@ -120,37 +131,50 @@ _RESHAPING = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identi
 _PRODUCTS = ("MatMul", "Gemm", "Add")  # Add: find_linear_bias's MatMul + bias ends in it
 
 
+def _from_product(nodes, uses, producer, name) -> bool:
+    """Whether value `name` comes from a product (MatMul, Gemm, or a MatMul + bias ending in an Add)
+    through reshaping nodes at most, nothing else reading the elements of the product's output or of
+    the values on the way (`uses`: _data_uses)."""
+    while uses[name] == 1 and name in producer:
+        n = nodes[producer[name]]
+        if n.domain not in ("", "ai.onnx"):
+            return False
+        if n.op_type in _PRODUCTS:
+            return True
+        if n.op_type not in _RESHAPING:
+            return False
+        name = n.input[0]
+    return False
+
+
 def find_linear_residual(graph) -> dict:
-    """Add(y, r) where y comes from a product (MatMul, Gemm, or a MatMul + bias ending in an Add),
-    through reshaping nodes at most, and nothing else reads y or the values on the way: maps the Add's
-    index to (y's name, r's name). The product's node may add r itself; whether it is a linear
-    layer's node, in y's memory order, and r of y's shape, is the builder's to check."""
+    """Add(y, r) where y comes from a product (_from_product): maps the Add's index to (y's name, r's
+    name). The product's node may add r itself; whether it is a linear layer's node, in y's memory
+    order, and r of y's shape, is the builder's to check."""
     nodes = list(graph.node)
-    uses = _uses(graph)
+    uses = _data_uses(graph)
     producer = {o: j for j, n in enumerate(nodes) for o in n.output}
-
-    def from_product(name):
-        while uses[name] == 1 and name in producer:
-            n = nodes[producer[name]]
-            if n.domain not in ("", "ai.onnx"):
-                return False
-            if n.op_type in _PRODUCTS:
-                return True
-            if n.op_type not in _RESHAPING:
-                return False
-            name = n.input[0]
-        return False
-
     found = {}
     for a, add in enumerate(nodes):
         if add.op_type != "Add" or add.domain not in ("", "ai.onnx") or len(add.input) != 2 or \
                 add.input[0] == add.input[1]:
             continue
         for y, r in (add.input, add.input[::-1]):
-            if from_product(y):
+            if _from_product(nodes, uses, producer, y):
                 found[a] = (y, r)
                 break
     return found
+
+
+def transposes_of_products(graph) -> set:
+    """Indices of the Transposes whose input comes from a product (_from_product): the product's node
+    may write the transposed layout itself (an attention's stacked q, k, v taken apart: the builder
+    checks that the transposition is that)."""
+    nodes = list(graph.node)
+    uses = _data_uses(graph)
+    producer = {o: j for j, n in enumerate(nodes) for o in n.output}
+    return {j for j, n in enumerate(nodes) if n.op_type == "Transpose" and n.domain in ("", "ai.onnx")
+            and _from_product(nodes, uses, producer, n.input[0])}
 
 
 def find_gelu(graph, initializers) -> tuple[dict, set]:

@@ -37,8 +37,9 @@ def reshape(b, t, shape):
     return lib.ggml_reshape_4d(b.ctx, t, *ne)
 
 
-def permute(b, t, perm, shape=None):
-    """ONNX Transpose: out.shape[i] = in.shape[perm[i]] (contiguous result). Give `shape` above rank 4."""
+def permuted_view(b, t, perm, shape=None):
+    """ONNX Transpose as a view of t (out.shape[i] = in.shape[perm[i]]), t itself for the identity.
+    Give `shape` above rank 4."""
     if len(perm) > MAX_RANK:
         _, _, kept = squeeze_for(b, shape)
         perm = [kept.index(p) for p in perm if p in kept]
@@ -48,7 +49,12 @@ def permute(b, t, perm, shape=None):
     pos = list(range(MAX_RANK))
     for i, p in enumerate(perm):
         pos[r - 1 - p] = r - 1 - i  # ggml axis r-1-p of the source lands at ggml axis r-1-i
-    return cont(b, lib.ggml_permute(b.ctx, t, *pos))  # already in order (a view built for it): no copy
+    return lib.ggml_permute(b.ctx, t, *pos)
+
+
+def permute(b, t, perm, shape=None):
+    """ONNX Transpose: out.shape[i] = in.shape[perm[i]] (contiguous result). Give `shape` above rank 4."""
+    return cont(b, permuted_view(b, t, perm, shape))  # already in order (a view built for it): no copy
 
 
 def permuted_source(t):
@@ -184,4 +190,4 @@ def fill_like(b, t, value):
 
 
 __all__ = ["cont", "reshape", "permute", "broadcast_shape", "repeat_to", "binary", "take", "slice_axis",
-           "pad_zero", "to_rows", "scalar_f32", "fill_like", "F32", "ffi"]
+           "pad_zero", "to_rows", "scalar_f32", "fill_like", "F32", "ffi", "permuted_view"]

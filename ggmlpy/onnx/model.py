@@ -36,11 +36,11 @@ from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (their build
 from .graph import (F32, NUMERIC_TYPES, Builder, NeedsValue, OnnxError, Val, boundary_dtype, const, node_budget,
                     np_dtype, op_key, type_name)
 from .fusion import (find_attention, find_conv_epilogues, find_gelu, find_linear_bias, find_linear_residual,
-                     gelu_input_private, heads_transposed)
+                     gelu_input_private, heads_transposed, transposes_of_products)
 from .ops_basic import OPS
 from .ops_basic import f as contiguous_f32
 from .ops_host import HOST_OPS
-from .ops_nn import attention, conv_epilogue, linear_bias, linear_gelu, linear_residual
+from .ops_nn import attention, conv_epilogue, linear_bias, linear_gelu, linear_residual, linear_split
 from .shaping import upstream, value_inputs
 
 _NULL = ffi.NULL
@@ -452,6 +452,7 @@ class _Plan:
         if fusing is not None and fusing.linear is not None:
             linears, lin_skipped = find_linear_bias(g, model.initializers)
         residuals = find_linear_residual(g) if fusing is not None else {}  # Add after a linear layer: in its node
+        splits = transposes_of_products(g) if fusing is not None else set()  # q, k, v apart: the layer writes them
         attns = {}  # attention as one node: patterns that share no node with another fusion's
         if fusing is not None and fusing.attention is not None:
             others = skipped | conv_skipped | lin_skipped | set(gelu) | set(convs) | set(linears)
@@ -551,6 +552,13 @@ class _Plan:
                         out = linear_bias(b, mnode, [vals[n] for n in mnode.input], {}, vals[bias])
                     place(node, out, members)
                     continue
+                if k in splits and node.input[0] in vals:
+                    perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+                    x = vals[node.input[0]]
+                    out = linear_split(b, x, perm if perm is not None else list(range(x.rank))[::-1])
+                    if out is not None:
+                        vals[node.output[0]] = out
+                        continue
                 if k in residuals and all(n in vals for n in residuals[k]):
                     out = linear_residual(b, *(vals[n] for n in residuals[k]))
                     if out is not None:

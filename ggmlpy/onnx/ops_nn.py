@@ -7,8 +7,8 @@ from .. import kernels
 from ..bindings import ffi
 from .safe import lib
 from .graph import Val, const
-from .layout import (binary, broadcast_shape, cont, pad_zero, permute, permuted_source, repeat_to, reshape,
-                     scalar_f32, slice_axis, take, to_rows)
+from .layout import (binary, broadcast_shape, cont, pad_zero, permute, permuted_source, permuted_view, repeat_to,
+                     reshape, scalar_f32, slice_axis, take, to_rows)
 from .ops_basic import FLT_MAX, I64, cval, f, norm_axis, op
 
 POOL_MAX, POOL_AVG = lib.GGML_OP_POOL_MAX, lib.GGML_OP_POOL_AVG
@@ -114,6 +114,27 @@ def linear_residual(b, y: Val, r: Val):
     rt = reshape(b, f(b, r), (r.size // N, N))
     t = b.kernel_node(b.kernels.linear_packed(b.ctx, wp, x, N, bias, residual=rt), "linear_residual")
     return b.out(reshape(b, t, y.shape), y.shape, y.dtype)
+
+
+def linear_split(b, x: Val, perm):
+    """Transpose(x, perm) where x is a packed linear layer's output (_linear, [T, P * D] as rows) that
+    nothing else reads and the transposition takes its rows apart into [P, T, D] (an attention's
+    stacked q, k, v, axes of one anywhere): the layer's node writes the P parts one after another,
+    which is the result, with no copy. None where the transposition is anything else."""
+    args = _packed_args(b, x)
+    if args is None:
+        return None
+    wp, xin, N, bias = args
+    shape = tuple(x.shape[p] for p in perm)
+    view = permuted_view(b, b.tensor(x), perm, x.shape)
+    dims = [(int(view.ne[i]), int(view.nb[i])) for i in range(4) if view.ne[i] != 1]  # ggml order: inner first
+    if len(dims) != 3:
+        return None
+    (D, nd), (T, nt), (P, npart) = dims
+    if P * D != N or T * N != x.size or D % b.kernels.packed_rows or (nd, nt, npart) != (4, 4 * N, 4 * D):
+        return None
+    y = b.kernel_node(b.kernels.linear_packed(b.ctx, wp, xin, N, bias, split=D), "linear_split")
+    return b.out(reshape(b, y, shape), shape, x.dtype)
 
 
 def _strided(b, v: Val):
