@@ -6,7 +6,11 @@ Erf alone is a fifteen-op polynomial here); ggml has the exact op, ggml_gelu_erf
 On ggml's CPU backend a convolution is one node of ggmlpy's conv.c kernel, which also adds a
 residual and applies ReLU to each block while it is in cache: Conv -> Relu, Conv -> Add(r) and
 Conv -> Add(r) -> Relu (a ResNet block's end) are built as that one node; a linear layer's
-MatMul -> Add(bias) is one node of its linear kernel.
+MatMul -> Add(bias) is one node of its linear kernel, which may also apply the GELU that alone reads
+it, add a residual (Add) that alone reads it, or write its rows apart for the Transpose that takes
+an attention's stacked q, k, v apart; and an attention node may write its heads side by side for the
+Transpose that puts them there. The finders here only select candidates from the ONNX graph (what
+reads what); the builders check the ggml tensors and shapes, and build the nodes one by one otherwise.
 """
 from __future__ import annotations
 

@@ -453,7 +453,7 @@ class _Plan:
             linears, lin_skipped = find_linear_bias(g, model.initializers)
         residuals = find_linear_residual(g) if fusing is not None else {}  # Add after a linear layer: in its node
         splits = transposes_of_products(g) if fusing is not None else set()  # q, k, v apart: the layer writes them
-        attns = {}  # attention as one node: patterns that share no node with another fusion's
+        attns, swapped = {}, set()  # attention as one node: patterns that share no node with another fusion's
         if fusing is not None and fusing.attention is not None:
             others = skipped | conv_skipped | lin_skipped | set(gelu) | set(convs) | set(linears)
             attns = {k: p for k, p in find_attention(g, model.initializers)[0].items() if not others & set(p[4])}
