@@ -363,6 +363,8 @@ class Kernels:
         exact GELU of that in the same node. Returns ne [N, T]; with split (a multiple of
         packed_rows dividing N) ne [split, T, N / split]: the result's rows in parts of split, each
         part's [split, T] matrix after the other."""
+        if split and residual is not None:
+            raise ValueError("linear_packed: a residual is read in [N, T] order, not in split parts")
         T = x.ne[1] * x.ne[2] * x.ne[3]
         flags = int(bias is not None) | 2 * bool(gelu) | 4 * (residual is not None) | 8 * bool(split)
         params = self._userdata((flags, int(split)), "linear")

@@ -470,7 +470,7 @@ void ggmlpy_linear_f32(void *dst, int ith, int nth, void *userdata) {
  * dst's memory: the blocks hold partial sums before their last block of K).
  * With LIN_SPLIT, dst is written as N / D matrices [D, T] one after another (rows i of part i / D:
  * an attention's stacked q, k, v projection, each part then read in place); D a multiple of LMR, so
- * that no weight panel straddles two parts.
+ * that no weight panel straddles two parts; never with LIN_RESIDUAL (whose r is read in [N, T] order).
  * userdata: int32_t[2] = flags (LIN_BIAS: a bias, the third argument; LIN_RESIDUAL: the residual
  * [N, T] contiguous, the argument after it; LIN_GELU, applied after the residual; LIN_SPLIT), D. */
 #ifdef __AVX512F__
