@@ -254,6 +254,15 @@ def heads_transposed(graph) -> set:
     return found
 
 
+def products_of(graph) -> dict:
+    """Each value a Mul computes that nothing else reads the elements of (_data_uses) -> the Mul's two
+    inputs: an attention's query or key scaled by a constant before its first product, whose
+    constant the builder may fold into the attention's scale."""
+    uses = _data_uses(graph)
+    return {n.output[0]: tuple(n.input) for n in graph.node if n.op_type == "Mul" and n.domain in ("", "ai.onnx")
+            and len(n.input) == 2 and uses[n.output[0]] == 1}
+
+
 def find_attention(graph, initializers) -> tuple[dict, set]:
     """(fused, skipped) for scaled dot-product attention as exporters write it: MatMul(Q, K^T) ->
     optional Mul or Div by a constant scalar -> optional Add(mask) -> Softmax -> MatMul(., V), each

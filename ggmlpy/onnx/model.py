@@ -36,7 +36,7 @@ from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (their build
 from .graph import (F32, NUMERIC_TYPES, Builder, NeedsValue, OnnxError, Val, boundary_dtype, const, node_budget,
                     np_dtype, op_key, type_name)
 from .fusion import (find_attention, find_conv_epilogues, find_gelu, find_linear_bias, find_linear_residual,
-                     gelu_input_private, heads_transposed, transposes_of_products)
+                     gelu_input_private, heads_transposed, products_of, transposes_of_products)
 from .ops_basic import OPS
 from .ops_basic import f as contiguous_f32
 from .ops_host import HOST_OPS
@@ -376,6 +376,19 @@ def _fold(model: OnnxModel, node, ins):
     return [const(np.asarray(r)) for r in res]
 
 
+def _unscaled(vals: dict, mul_inputs, name: str) -> tuple:
+    """(x's name, f) where value `name` is a Mul (its inputs mul_inputs, or None) of x by a constant
+    scalar f, x of its shape; else (name, 1.0)."""
+    for xn, cn in ((mul_inputs, mul_inputs[::-1]) if mul_inputs else ()):
+        x, c = vals.get(xn), vals.get(cn)
+        if x is None or c is None or not c.is_const or np.size(c.const) != 1 or x.shape != vals[name].shape:
+            continue
+        f = float(np.asarray(c.const).reshape(-1)[0])
+        if f != 0 and np.isfinite(f):
+            return xn, f
+    return name, 1.0
+
+
 def _evaluate_on_host(model: OnnxModel, nodes, values: dict, consts: dict) -> dict:
     """Nodes evaluated one by one in numpy (onnx's reference implementation, ours for host ops):
     for what follows a host step that produced an empty tensor, which no ggml graph can hold."""
@@ -453,11 +466,12 @@ class _Plan:
             linears, lin_skipped = find_linear_bias(g, model.initializers)
         residuals = find_linear_residual(g) if fusing is not None else {}  # Add after a linear layer: in its node
         splits = transposes_of_products(g) if fusing is not None else set()  # q, k, v apart: the layer writes them
-        attns, swapped = {}, set()  # attention as one node: patterns that share no node with another fusion's
+        attns, swapped, muls = {}, set(), {}  # attention as one node: patterns sharing no node with another fusion's
         if fusing is not None and fusing.attention is not None:
             others = skipped | conv_skipped | lin_skipped | set(gelu) | set(convs) | set(linears)
             attns = {k: p for k, p in find_attention(g, model.initializers)[0].items() if not others & set(p[4])}
             swapped = heads_transposed(g)  # attention outputs whose heads go side by side next
+            muls = products_of(g)  # a query or key scaled before the attention: the scale folded in
         skipped = skipped | conv_skipped | lin_skipped | {j for p in attns.values() for j in p[4][:-1]}
         self.deferred, pending = [], set()
 
@@ -538,6 +552,9 @@ class _Plan:
                     names = [snode.input[0], snode.input[1], node.input[1]] + ([mask] if mask else [])
                     out = None
                     if all(n in vals for n in names):
+                        for i in (0, 1):  # Q or K^T a constant times a value of its shape: the constant in the scale
+                            names[i], f = _unscaled(vals, muls.get(names[i]), names[i])
+                            scale *= f
                         axis = next((helper.get_attribute_value(a) for a in smnode.attribute if a.name == "axis"),
                                     -1 if model.opset >= 13 else 1)
                         out = attention(b, vals[names[0]], vals[names[1]], vals[names[2]],
