@@ -119,6 +119,51 @@ def test_batches_and_broadcasting(batch_q, batch_kv, threads):
     check(proto, feeds_for(shapes, seed=2), threads)
 
 
+@pytest.mark.parametrize("batch,perm,in_place", [((3,), [1, 0, 2], True), ((1, 3), [0, 2, 1, 3], True),
+                                              ((2, 3), [0, 2, 1, 3], True), ((1, 3), [2, 0, 1, 3], True),
+                                              ((2, 3), [2, 0, 1, 3], False), ((2, 3), [1, 2, 0, 3], False)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_heads_transposed_after_attention(batch, perm, in_place, threads):
+    """An attention's only reader a Transpose putting the heads side by side (L before H, E last):
+    the node writes that layout and the Transpose reads it without a copy where its output's order is
+    the same (else it copies); onnxruntime's numbers either way, at tail sizes."""
+    proto, shapes = attention_model(batch, batch, 13, 19, 16, 70)
+    proto.graph.node.extend([helper.make_node("Transpose", ["y"], ["yt"], perm=perm),
+                             helper.make_node("Relu", ["yt"], ["out"])])  # a graph output would be a copy
+    out_shape = [(batch + (13, 70))[p] for p in perm]
+    proto.graph.output[0].CopyFrom(helper.make_tensor_value_info("out", T.FLOAT, out_shape))
+    model, _ = check(proto, feeds_for(shapes, seed=3), threads)
+    if _fused_expected():
+        plan = next(iter(model._plans.values()))
+        conts = [p for p in (lib.ggml_graph_node(plan.graph, i) for i in range(plan.n_nodes)) if p.op == lib.GGML_OP_CONT]
+        assert len(conts) == (0 if in_place else 1)
+
+
+@pytest.mark.parametrize("case,folded", [("scalars", True), ("q_read_elsewhere", False), ("vector", False)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_query_and_key_scaled_before_the_product(case, folded, threads):
+    """Q and K^T each multiplied by a constant scalar before MatMul(Q, K^T) (as exporters scale both by
+    d^-1/4): the constants go into the attention's scale and the Muls leave the graph; a Mul whose
+    result something else reads (Q's), or by a vector (K's), stays."""
+    proto, shapes = attention_model((2,), (2,), 13, 19, 16, 24, mask_shape=(19,), scale=("Mul", 0.5))
+    g = proto.graph
+    sk = np.array(0.7, np.float32) if case != "vector" else np.linspace(0.5, 1.5, 19).astype(np.float32)
+    g.initializer.extend([numpy_helper.from_array(np.array(1.3, np.float32), "sq"), numpy_helper.from_array(sk, "sk")])
+    for n in g.node:
+        n.input[:] = ["q1" if i == "q" else "kt1" if i == "kt" else i for i in n.input]
+        n.output[:] = ["kt0" if o == "kt" else o for o in n.output]
+    g.node.insert(0, helper.make_node("Mul", ["q", "sq"], ["q1"]))
+    g.node.insert(2, helper.make_node("Mul", ["kt0", "sk"], ["kt1"]))
+    if case == "q_read_elsewhere":
+        g.output.append(helper.make_tensor_value_info("q1", T.FLOAT, (2, 13, 16)))
+    model, _ = check(proto, feeds_for(shapes, seed=4), threads)
+    if _fused_expected():
+        plan = next(iter(model._plans.values()))
+        ops = [lib.ggml_graph_node(plan.graph, i).op for i in range(plan.n_nodes)]
+        muls = sum(op in (lib.GGML_OP_SCALE, lib.GGML_OP_MUL) for op in ops)
+        assert muls == (0 if folded else 1), ops  # the other one folds
+
+
 def test_nan_is_kept_where_onnxruntime_keeps_it():
     proto, shapes = attention_model((2,), (2,), 6, 8, 4, 4, mask_shape=(2, 6, 8))
     feeds = feeds_for(shapes, seed=3)

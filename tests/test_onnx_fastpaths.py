@@ -230,6 +230,160 @@ def ffi_name(t):
     return ffi.string(t.name).decode()
 
 
+@pytest.mark.parametrize("indices,copies", [(1, False), (-1, False), ([1, 2], False), ([2], False),
+                                             ([0, 2], True), ([2, 1], True)])
+@pytest.mark.parametrize("then_add", [False, True])
+def test_gather_of_consecutive_outer_indices_is_a_view(indices, copies, then_add):
+    """Gather of a run of the outermost axis (q, k, v out of a stacked projection) reads its input in
+    place; other index lists gather rows. Read by a node, or as a graph output itself."""
+    from onnx.reference import ReferenceEvaluator
+    n = helper.make_node
+    ind = np.array(indices, np.int64)
+    out_shape = ind.shape + (5, 4)
+    nodes = [n("Relu", ["x"], ["r"]), n("Gather", ["r", "i"], ["g"], axis=0)] + (
+        [n("Add", ["g", "g"], ["y"])] if then_add else [n("Identity", ["g"], ["y"])])
+    g = helper.make_graph(nodes, "gather", [helper.make_tensor_value_info("x", T.FLOAT, (3, 5, 4))],
+                          [helper.make_tensor_value_info("y", T.FLOAT, out_shape)], [numpy_helper.from_array(ind, "i")])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(11).standard_normal((3, 5, 4)).astype(np.float32)
+    model = ggmlpy.onnx_load(proto, device="cpu")
+    np.testing.assert_array_equal(ggmlpy.onnx_run(model, {"x": x})["y"], ReferenceEvaluator(proto).run(None, {"x": x})[0])
+    assert any(p.op == lib.GGML_OP_GET_ROWS for p in _nodes(model)) == copies
+
+
+def _linear_gelu_model(extra_use, rows=13, k=40, n_out=70):
+    """MatMul -> Add(bias) -> GELU as exporters write it (Div by sqrt 2, Erf, Add 1, Mul x, Mul 1/2);
+    extra_use: the layer's output is also a graph output."""
+    n = helper.make_node
+    rng = np.random.default_rng(9)
+    c = numpy_helper.from_array
+    inits = [c(rng.standard_normal((k, n_out)).astype(np.float32), "W"),
+             c((rng.standard_normal(n_out) * 4).astype(np.float32), "bias"), c(np.array(np.sqrt(2), np.float32), "s2"),
+             c(np.array(1, np.float32), "one"), c(np.array(0.5, np.float32), "half")]
+    nodes = [n("MatMul", ["a", "W"], ["m"]), n("Add", ["m", "bias"], ["h"]), n("Div", ["h", "s2"], ["d"]),
+             n("Erf", ["d"], ["e"]), n("Add", ["e", "one"], ["p"]), n("Mul", ["h", "p"], ["q"]),
+             n("Mul", ["q", "half"], ["y"])]
+    outs = ["y"] + (["h"] if extra_use else [])
+    g = helper.make_graph(nodes, "lin_gelu", [helper.make_tensor_value_info("a", T.FLOAT, (1, rows, k))],
+                          [helper.make_tensor_value_info(o, T.FLOAT, (1, rows, n_out)) for o in outs], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("extra_use", [False, True])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_linear_layer_and_its_gelu_as_one_node(extra_use, threads):
+    """A linear layer whose output only a GELU reads applies the GELU in its own node (AVX-512);
+    one whose output is read elsewhere too stays a product, and the GELU its own node."""
+    from onnx.reference import ReferenceEvaluator
+
+    from ggmlpy import kernels
+    proto = _linear_gelu_model(extra_use)
+    a = np.random.default_rng(10).standard_normal((1, 13, 40)).astype(np.float32)
+    model = ggmlpy.onnx_load(proto, device="cpu", n_threads=threads)
+    got = ggmlpy.onnx_run(model, {"a": a})
+    for name, w in zip(["y", "h"], ReferenceEvaluator(proto).run(None, {"a": a})):
+        np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5)
+    K = kernels.get()
+    if K is not None and K.linear_packed is not None:
+        names = [ffi_name(p) for p in _nodes(model) if p.op in (lib.GGML_OP_CUSTOM, lib.GGML_OP_MAP_CUSTOM1)]
+        assert names == (["ggmlpy.linear", "ggmlpy.gelu"] if extra_use else ["ggmlpy.linear_gelu"]), names
+
+
+def _residual_model(kind, rows=13, k=40, n_out=24):
+    """x (rows, k) @ W + b, then + r: "plain" straight after, "reshaped" through Reshape and a Transpose
+    of a dimension of 1 (an out-projection as exporters write it, a Gemm), "extra_use" with the product
+    also a graph output, "broadcast" with r of one row."""
+    n = helper.make_node
+    rng = np.random.default_rng(12)
+    c = numpy_helper.from_array
+    r_shape = (1, n_out) if kind == "broadcast" else (rows, n_out)
+    inits = [c(rng.standard_normal((k, n_out)).astype(np.float32), "W"),
+             c(rng.standard_normal(n_out).astype(np.float32), "b"), c(np.array([rows, 1, n_out], np.int64), "shape")]
+    if kind == "reshaped":
+        nodes = [n("Gemm", ["x", "W", "b"], ["h"]), n("Reshape", ["h", "shape"], ["h3"]),
+                 n("Transpose", ["h3"], ["ht"], perm=[1, 0, 2]), n("Reshape", ["ht", "shape2"], ["h2"])]
+        inits.append(c(np.array([rows, n_out], np.int64), "shape2"))
+    else:
+        nodes = [n("MatMul", ["x", "W"], ["m"]), n("Add", ["m", "b"], ["h2"])]
+    nodes.append(n("Add", ["r", "h2"], ["y"]))
+    outs = [helper.make_tensor_value_info("y", T.FLOAT, (rows, n_out))]
+    if kind == "extra_use":
+        outs.append(helper.make_tensor_value_info("h2", T.FLOAT, (rows, n_out)))
+    g = helper.make_graph(nodes, "residual", [helper.make_tensor_value_info("x", T.FLOAT, (rows, k)),
+                                              helper.make_tensor_value_info("r", T.FLOAT, r_shape)], outs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("kind,fused", [("plain", True), ("reshaped", True), ("extra_use", False),
+                                        ("broadcast", False)])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_residual_add_in_the_linear_layers_node(kind, fused, threads):
+    """A linear layer's output that only a residual Add reads (directly or through reshapes that keep
+    its memory order): the sum computed in the layer's node; read elsewhere, or broadcast: an ADD."""
+    from onnx.reference import ReferenceEvaluator
+
+    from ggmlpy import kernels
+    proto = _residual_model(kind)
+    rng = np.random.default_rng(13)
+    feeds = {"x": rng.standard_normal((13, 40)).astype(np.float32),
+             "r": rng.standard_normal((1, 24) if kind == "broadcast" else (13, 24)).astype(np.float32)}
+    model = ggmlpy.onnx_load(proto, device="cpu", n_threads=threads)
+    got = ggmlpy.onnx_run(model, feeds)
+    for name, w in zip(["y", "h2"], ReferenceEvaluator(proto).run(None, feeds)):
+        np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5)
+    K = kernels.get()
+    if K is not None and K.linear_packed is not None:
+        names = [ffi_name(p) for p in _nodes(model) if p.op == lib.GGML_OP_CUSTOM]
+        assert names == (["ggmlpy.linear_residual"] if fused else ["ggmlpy.linear"]), names
+        assert any(p.op == lib.GGML_OP_ADD for p in _nodes(model)) != fused
+
+
+def _qkv_model(kind, rows=13, k=40, d=64):
+    """x @ W + b (3 d columns), reshaped to (rows, 3, d) and transposed to (3, rows, d), then q, k, v
+    gathered and combined (q + k) * v, as an attention's stacked projection is taken apart; a Shape
+    reads the product too. kind: "split", "extra_use" (the product is also a graph output),
+    "other_perm" (the transposition keeps the parts inner), "d20" (parts of 20 rows)."""
+    n = helper.make_node
+    d = 20 if kind == "d20" else d
+    rng = np.random.default_rng(14)
+    c = numpy_helper.from_array
+    perm = [0, 2, 1] if kind == "other_perm" else [1, 0, 2]
+    axis = 2 if kind == "other_perm" else 0
+    inits = [c(rng.standard_normal((k, 3 * d)).astype(np.float32), "W"),
+             c(rng.standard_normal(3 * d).astype(np.float32), "b"), c(np.array([rows, 3, d], np.int64), "s3")] + [
+             c(np.array(i, np.int64), f"i{i}") for i in range(3)]
+    nodes = [n("MatMul", ["x", "W"], ["m"]), n("Add", ["m", "b"], ["h"]), n("Shape", ["h"], ["hs"]),
+             n("Reshape", ["h", "s3"], ["r"]), n("Transpose", ["r"], ["t"], perm=perm)] + [
+             n("Gather", ["t", f"i{i}"], [f"g{i}"], axis=axis) for i in range(3)] + [
+             n("Add", ["g0", "g1"], ["a"]), n("Mul", ["a", "g2"], ["y"])]
+    outs = [helper.make_tensor_value_info("y", T.FLOAT, (rows, d)), helper.make_tensor_value_info("hs", T.INT64, (2,))]
+    if kind == "extra_use":
+        outs.append(helper.make_tensor_value_info("h", T.FLOAT, (rows, 3 * d)))
+    g = helper.make_graph(nodes, "qkv", [helper.make_tensor_value_info("x", T.FLOAT, (rows, k))], outs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("kind,fused", [("split", True), ("extra_use", False), ("other_perm", False), ("d20", False)])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_stacked_projection_taken_apart_by_the_layer(kind, fused, threads):
+    """A linear layer whose output is only reshaped and transposed into parts (q, k, v) writes the parts
+    one after another itself (no copy for the Transpose); any other use or transposition: a copy."""
+    from onnx.reference import ReferenceEvaluator
+
+    from ggmlpy import kernels
+    proto = _qkv_model(kind)
+    feeds = {"x": np.random.default_rng(15).standard_normal((13, 40)).astype(np.float32)}
+    model = ggmlpy.onnx_load(proto, device="cpu", n_threads=threads)
+    got = ggmlpy.onnx_run(model, feeds)
+    for o, w in zip(proto.graph.output, ReferenceEvaluator(proto).run(None, feeds)):
+        np.testing.assert_allclose(got[o.name], w, rtol=1e-5, atol=1e-5)
+    K = kernels.get()
+    if K is not None and K.linear_packed is not None:
+        names = [ffi_name(p) for p in _nodes(model) if p.op == lib.GGML_OP_CUSTOM]
+        assert ("ggmlpy.linear_split" in names) == fused, names
+        assert any(p.op == lib.GGML_OP_CONT for p in _nodes(model)) != fused
+
+
 @pytest.mark.parametrize("bias_first", [True, False])
 def test_linear_layers_without_avx512_use_openblas_with_the_same_numbers(bias_first, monkeypatch):
     """Where conv.c was built without AVX-512 (linear_packed is None) the bias'd product is the

@@ -363,15 +363,23 @@ class Kernels:
         wp[:, :N] = w_kn
         return np.ascontiguousarray(wp.reshape(K, npan, mr).transpose(1, 0, 2))
 
-    def _linear_packed(self, ctx, wp, x, n_out, bias=None):
+    def _linear_packed(self, ctx, wp, x, n_out, bias=None, gelu=False, residual=None, split=0):
         """X @ W (+ bias) as one node of conv.c's AVX-512 product: wp is pack_linear(W) as a ggml
         tensor [rows, K, panels], x [K, T] contiguous (T rows of ONNX's X, possibly over ne2/ne3),
-        bias [N] or None. Returns ne [N, T]."""
-        params = self._userdata((int(bias is not None),), "linear")
-        args = [wp, x] + ([bias] if bias is not None else [])
-        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, n_out, x.ne[1] * x.ne[2] * x.ne[3], 1, 1,
-                                  ffi.new("struct ggml_tensor *[]", args), len(args), self._packed_fn, N_TASKS_MAX,
-                                  params)
+        bias [N] or None; residual: N * T contiguous f32 added to the result (another tensor than
+        the result's: the allocator never computes a custom op over its input), or None; gelu:
+        exact GELU of that in the same node. Returns ne [N, T]; with split (a multiple of
+        packed_rows dividing N) ne [split, T, N / split]: the result's rows in parts of split, each
+        part's [split, T] matrix after the other."""
+        if split and residual is not None:
+            raise ValueError("linear_packed: a residual is read in [N, T] order, not in split parts")
+        T = x.ne[1] * x.ne[2] * x.ne[3]
+        flags = int(bias is not None) | 2 * bool(gelu) | 4 * (residual is not None) | 8 * bool(split)
+        params = self._userdata((flags, int(split)), "linear")
+        args = [wp, x] + [t for t in (bias, residual) if t is not None]
+        ne = (split, T, n_out // split, 1) if split else (n_out, T, 1, 1)
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, *ne, ffi.new("struct ggml_tensor *[]", args), len(args),
+                                  self._packed_fn, N_TASKS_MAX, params)
 
     def _layernorm(self, ctx, x, gamma=None, beta=None, eps=1e-5):
         """(x - mean) / sqrt(var + eps) * gamma + beta over the rows (ne0) of a contiguous f32 x, as one
@@ -394,16 +402,19 @@ class Kernels:
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, H, N, NT // N + 1, 1, ffi.new("struct ggml_tensor *[]", args),
                                   len(args), self._lstm_fn, 1, params)
 
-    def _attention(self, ctx, q, kt, v, mask=None, scale: float = 1.0):
+    def _attention(self, ctx, q, kt, v, mask=None, scale: float = 1.0, heads_inner: bool = False):
         """softmax(scale q kt + mask) v per batch matrix, as one node (attention.c): q ne [D, L, H, B],
         kt [S, D, H, B], v [E, S, H, B], mask [S | 1, L | 1, H | 1, B | 1] or None, all f32 read through
         their strides (views need no copy); the operands' H and B may be 1 (broadcast). Returns ne
-        [E, L, H, B] contiguous. The caller checks the shapes."""
+        [E, L, H, B] contiguous, or with heads_inner ne [E, H, L, B] (a query's heads side by side).
+        The caller checks the shapes."""
         E, L = int(v.ne[0]), int(q.ne[1])
         H, B = (max(int(t.ne[i]) for t in (q, kt, v)) for i in (2, 3))
         args = [q, kt, v] + ([mask] if mask is not None else [])
-        params = self._userdata((_float_bits(scale, signed=True), int(mask is not None)), "attention")
-        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, E, L, H, B, ffi.new("struct ggml_tensor *[]", args),
+        params = self._userdata((_float_bits(scale, signed=True), int(mask is not None), int(heads_inner)),
+                                "attention")
+        ne = (E, H, L, B) if heads_inner else (E, L, H, B)
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, *ne, ffi.new("struct ggml_tensor *[]", args),
                                   len(args), self._attention_fn, N_TASKS_MAX, params)
 
     def _userdata(self, values: tuple, kind: str = "conv"):

@@ -8,8 +8,10 @@
  * a transposed copy's source) need no copy: q ne [D, L, H, B] (q(c, i) the c-th feature of query
  * i), kt ne [S, D, H, B] (ONNX's K^T [B, H, D, S]: kt(j, c)), v ne [E, S, H, B], mask ne
  * [S | 1, L | 1, H | 1, B | 1] (ONNX broadcasting: a dimension of 1 is repeated); the operands' H
- * and B may also be 1. dst ne [E, L, H, B] contiguous (ONNX's [B, H, L, E]). userdata: int32_t[2]
- * = the bits of the float scale, has mask (the mask is the fourth argument).
+ * and B may also be 1. dst ne [E, L, H, B] contiguous (ONNX's [B, H, L, E]), or with heads inner
+ * [E, H, L, B] (a query's heads side by side: ONNX's [B, L, H, E], what the output projection reads
+ * once the heads are transposed back). userdata: int32_t[3] = the bits of the float scale, has mask
+ * (the mask is the fourth argument), heads inner.
  *
  * Per (batch, head), K^T is packed into [D][Sp] (Sp: S rounded up to 16, zeros past S) and V into
  * [S][Ep]; per block of QR queries, the scores are QR rows of Sp, the softmax is taken in place
@@ -71,6 +73,27 @@ static void pack_rows(const view *x, int64_t h, int64_t b, int64_t n0, int64_t n
     const int64_t s0 = x->ne[0] == 1 ? 0 : x->nb[0], s1 = x->ne[1] == 1 ? 0 : x->nb[1];
     for (int64_t i1 = 0; i1 < n1; i1++)
         memset(out + i1 * ld + n0, 0, (size_t)(ld - n0) * sizeof(float));
+#ifdef __AVX512F__
+    if (s0 == (int64_t)sizeof(float)) {  /* rows of x are rows of out */
+        for (int64_t i1 = 0; i1 < n1; i1++)
+            memcpy(out + i1 * ld, base + i1 * s1, (size_t)n0 * sizeof(float));
+        return;
+    }
+    if (s1 == (int64_t)sizeof(float)) {  /* a transposed copy's source: 16 x 16 blocks transposed in registers */
+        for (int64_t a0 = 0; a0 < n0; a0 += 16)
+            for (int64_t a1 = 0; a1 < n1; a1 += 16) {
+                const int m0 = (int)(n0 - a0 < 16 ? n0 - a0 : 16), m1 = (int)(n1 - a1 < 16 ? n1 - a1 : 16);
+                const __mmask16 k0 = (__mmask16)((1u << m0) - 1), k1 = (__mmask16)((1u << m1) - 1);
+                __m512 r[16], o[16];
+                for (int i = 0; i < 16; i++)
+                    r[i] = i < m0 ? _mm512_maskz_loadu_ps(k1, base + (a0 + i) * s0 + a1 * s1) : _mm512_setzero_ps();
+                transpose16(r, o);
+                for (int j = 0; j < m1; j++)
+                    _mm512_mask_storeu_ps(out + (a1 + j) * ld + a0, k0, o[j]);
+            }
+        return;
+    }
+#endif
     if (s0 != (int64_t)sizeof(float) && s1 == (int64_t)sizeof(float))
         for (int64_t i0 = 0; i0 < n0; i0++) {
             const float *row = (const float *)(base + i0 * s0);
@@ -106,10 +129,11 @@ static inline __attribute__((always_inline)) void scores(const float *const *qr,
             _mm512_store_ps(sc + r * Sp + j0 + 16 * u, acc[r][u]);
 }
 
-/* o[r][e0 .. e0 + 16 nv) = inv[r] sum_j sc[r][j] vp[j][e0 ..], stored for rows < rows and e < E */
+/* o[r][e0 .. e0 + 16 nv) = inv[r] sum_j sc[r][j] vp[j][e0 ..] (o's rows ldo apart), stored for rows < rows
+ * and e < E */
 static inline __attribute__((always_inline)) void values(const float *sc, const float *vp, int64_t S, int64_t Sp,
                                                          int64_t Ep, int64_t e0, int nv, const float *inv, float *o,
-                                                         int64_t E, int rows) {
+                                                         int64_t ldo, int64_t E, int rows) {
     __m512 acc[QR][4];
     for (int r = 0; r < QR; r++)
         for (int u = 0; u < 4; u++)
@@ -129,19 +153,27 @@ static inline __attribute__((always_inline)) void values(const float *sc, const 
             const int64_t e = e0 + 16 * u;
             const int64_t left = E - e;
             const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-            _mm512_mask_storeu_ps(o + r * E + e, m, _mm512_mul_ps(acc[r][u], _mm512_set1_ps(inv[r])));
+            _mm512_mask_storeu_ps(o + r * ldo + e, m, _mm512_mul_ps(acc[r][u], _mm512_set1_ps(inv[r])));
         }
 }
 
-/* softmax of row x[0 .. S) in place (the exps), returning 1 / their sum */
-static float softmax_row(float *x, int64_t S) {
+/* softmax of row scale x[0 .. S) + mask[0 .. S) (mask NULL: none) in place (the exps; the scaling
+ * and the mask applied in the pass that finds the maximum), returning 1 / their sum */
+static float softmax_row(float *x, int64_t S, float scale, const float *mask) {
+    const __m512 vs = _mm512_set1_ps(scale);
     __m512 mx = _mm512_set1_ps(-INFINITY);
     int64_t j = 0;
-    for (; j + 16 <= S; j += 16)
-        mx = _mm512_max_ps(mx, _mm512_load_ps(x + j));
+    for (; j + 16 <= S; j += 16) {
+        const __m512 y = mask ? _mm512_fmadd_ps(_mm512_load_ps(x + j), vs, _mm512_loadu_ps(mask + j))
+                              : _mm512_mul_ps(_mm512_load_ps(x + j), vs);
+        _mm512_store_ps(x + j, y);
+        mx = _mm512_max_ps(mx, y);
+    }
     float m = _mm512_reduce_max_ps(mx);
-    for (; j < S; j++)
+    for (; j < S; j++) {
+        x[j] = mask ? fmaf(x[j], scale, mask[j]) : x[j] * scale;
         m = x[j] > m ? x[j] : m;
+    }
     const __m512 vm = _mm512_set1_ps(m);
     __m512 sum = _mm512_setzero_ps();
     for (j = 0; j + 16 <= S; j += 16) {
@@ -171,10 +203,12 @@ static void scores_any(const float *const *qr, const float *kp, int64_t D, int64
         }
 }
 
-static float softmax_row(float *x, int64_t S) {
+static float softmax_row(float *x, int64_t S, float scale, const float *mask) {
     float m = -INFINITY;
-    for (int64_t j = 0; j < S; j++)
+    for (int64_t j = 0; j < S; j++) {
+        x[j] = mask ? fmaf(x[j], scale, mask[j]) : x[j] * scale;
         m = x[j] > m ? x[j] : m;
+    }
     float sum = 0.0f;
     for (int64_t j = 0; j < S; j++) {
         x[j] = expf(x[j] - m);
@@ -190,13 +224,15 @@ void ggmlpy_attention_f32(void *dst, int ith, int nth, void *userdata) {
     const int32_t *pr = (const int32_t *)userdata;
     float scale;
     memcpy(&scale, pr, sizeof scale);
-    const int has_mask = pr[1];
+    const int has_mask = pr[1], inner = pr[2];
     view q = view_of(src_of(dst, 0)), kt = view_of(src_of(dst, 1)), v = view_of(src_of(dst, 2)), mk;
     if (has_mask)
         mk = view_of(src_of(dst, 3));
     int64_t dne[4];
     ne_of(dst, dne);
-    const int64_t E = dne[0], L = dne[1], H = dne[2], B = dne[3], D = q.ne[0], S = kt.ne[0];
+    const int64_t E = dne[0], L = dne[inner ? 2 : 1], H = dne[inner ? 1 : 2], B = dne[3], D = q.ne[0], S = kt.ne[0];
+    const int64_t ldo = inner ? H * E : E;  /* dst's rows: query i of (b, h) at out + row(b, h, i) * E */
+#define ROW(b, h, i) (inner ? ((b) * L + (i)) * H + (h) : ((b) * H + (h)) * L + (i))
     const int64_t Sp = round16(S), Ep = round16(E);
     float *out = data_of(dst);
     const int64_t blocks = (L + QC - 1) / QC, units = B * H * blocks;
@@ -209,8 +245,9 @@ void ggmlpy_attention_f32(void *dst, int ith, int nth, void *userdata) {
     if (kp == NULL) {  /* out of memory: never a silently wrong value */
         for (int64_t u = u0; u < u1; u++) {
             const int64_t bh = u / blocks, i0 = (u % blocks) * QC, i1 = i0 + QC < L ? i0 + QC : L;
-            for (int64_t i = i0 * E; i < i1 * E; i++)
-                out[bh * L * E + i] = __builtin_nanf("");
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t e = 0; e < E; e++)
+                    out[ROW(bh / H, bh % H, i) * E + e] = __builtin_nanf("");
         }
         return;
     }
@@ -254,29 +291,28 @@ void ggmlpy_attention_f32(void *dst, int ith, int nth, void *userdata) {
             for (int r = 0; r < rows; r++) {
                 float *x = sc + r * Sp;
                 const int64_t i = ib + r;
-                if (has_mask && mk.ne[0] == S && mk.nb[0] == sizeof(float)) {
-                    const float *m = ptr(&mk, 0, i, h, b);
-                    for (int64_t j = 0; j < S; j++)
-                        x[j] = x[j] * scale + m[j];
-                } else if (has_mask)
+                const float *m = NULL;  /* a mask row contiguous along the keys: softmax_row adds it */
+                float s = scale;
+                if (has_mask && mk.ne[0] == S && mk.nb[0] == sizeof(float))
+                    m = ptr(&mk, 0, i, h, b);
+                else if (has_mask) {  /* read through its strides (a key dimension of 1): added here */
                     for (int64_t j = 0; j < S; j++)
                         x[j] = x[j] * scale + at(&mk, j, i, h, b);
-                else if (scale != 1.0f)
-                    for (int64_t j = 0; j < S; j++)
-                        x[j] *= scale;
-                inv[r] = softmax_row(x, S);
+                    s = 1.0f;
+                }
+                inv[r] = softmax_row(x, S, s, m);
             }
             for (int r = rows; r < QR; r++)  /* rows past L (their scores are 0): never stored */
                 inv[r] = 0.0f;
-            float *o = out + (bh * L + ib) * E;
+            float *o = out + ROW(b, h, ib) * E;
 #ifdef __AVX512F__
             int64_t e0 = 0;
             for (; e0 + 64 <= Ep; e0 += 64)
-                values(sc, vp, S, Sp, Ep, e0, 4, inv, o, E, rows);
+                values(sc, vp, S, Sp, Ep, e0, 4, inv, o, ldo, E, rows);
             switch ((Ep - e0) / 16) {
-            case 3: values(sc, vp, S, Sp, Ep, e0, 3, inv, o, E, rows); break;
-            case 2: values(sc, vp, S, Sp, Ep, e0, 2, inv, o, E, rows); break;
-            case 1: values(sc, vp, S, Sp, Ep, e0, 1, inv, o, E, rows); break;
+            case 3: values(sc, vp, S, Sp, Ep, e0, 3, inv, o, ldo, E, rows); break;
+            case 2: values(sc, vp, S, Sp, Ep, e0, 2, inv, o, ldo, E, rows); break;
+            case 1: values(sc, vp, S, Sp, Ep, e0, 1, inv, o, ldo, E, rows); break;
             default: break;
             }
 #else
@@ -285,9 +321,10 @@ void ggmlpy_attention_f32(void *dst, int ith, int nth, void *userdata) {
                     float s = 0.0f;
                     for (int64_t j = 0; j < S; j++)
                         s += sc[r * Sp + j] * vp[j * Ep + e];
-                    o[r * E + e] = s * inv[r];
+                    o[r * ldo + e] = s * inv[r];
                 }
 #endif
         }
     }
+#undef ROW
 }

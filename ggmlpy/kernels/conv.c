@@ -28,6 +28,7 @@
 
 #include "blas_threads.h"
 #include "fields.h"
+#include "vmath.h"
 
 enum { ColMajor = 102, NoTrans = 111 };
 extern void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
@@ -503,9 +504,18 @@ void ggmlpy_linear_f32(void *dst, int ith, int nth, void *userdata) {
  * k: two loads from the weight panel, LNR broadcasts from x's. OpenBLAS repacks the weights on every
  * call; measured on a transformer's projections (128 tokens, cold caches) 97-104 GFLOP/s against
  * OpenBLAS's 88-94 on one core. Threads split the (column panel, weight panel) pairs evenly.
- * userdata: int32_t[1] = has bias. */
+ * With LIN_GELU, each finished block goes through GELU (vmath.h's vgelu) while it is in L1: a
+ * transformer's first feed-forward layer and its activation as one node; with LIN_RESIDUAL, a
+ * tensor of dst's shape is added to each finished block (a residual connection; it must not share
+ * dst's memory: the blocks hold partial sums before their last block of K).
+ * With LIN_SPLIT, dst is written as N / D matrices [D, T] one after another (rows i of part i / D:
+ * an attention's stacked q, k, v projection, each part then read in place); D a multiple of LMR, so
+ * that no weight panel straddles two parts; never with LIN_RESIDUAL (whose r is read in [N, T] order).
+ * userdata: int32_t[2] = flags (LIN_BIAS: a bias, the third argument; LIN_RESIDUAL: the residual
+ * [N, T] contiguous, the argument after it; LIN_GELU, applied after the residual; LIN_SPLIT), D. */
 #ifdef __AVX512F__
-enum { LMR = 32, LNR = 12, LKC = 512 };
+enum { LMR = 32, LNR = 12, LKC = 256, LPB = 4 };  /* LPB x LKC x LMR floats of weights: 128 KB */
+enum { LIN_BIAS = 1, LIN_GELU = 2, LIN_RESIDUAL = 4, LIN_SPLIT = 8 };
 
 int ggmlpy_linear_packed_mr(void) { return LMR; }
 
@@ -573,12 +583,31 @@ static void linear_kernel_cols(int kc, const float *restrict a, const float *res
     }
 }
 
+/* a panel of columns, prefetching kc cache lines from pf into L2 as it goes (pf NULL: none); a last,
+ * partial panel (nr < LNR) computes only its columns */
 static inline void linear_kernel(int kc, const float *restrict a, const float *restrict b, float *c, int64_t ldc,
-                                 int first, const float *bias, __mmask16 m0, __mmask16 m1, int nr) {
+                                 int first, const float *bias, __mmask16 m0, __mmask16 m1, int nr, const char *pf) {
     if (nr < LNR)
-        linear_kernel_cols(kc, a, b, c, ldc, first, bias, m0, m1, nr, NULL, 0);
+        linear_kernel_cols(kc, a, b, c, ldc, first, bias, m0, m1, nr, pf, 64);
     else
-        linear_block(LNR, 8, kc, a, b, LNR, c, ldc, first, bias, m0, m1, nr, NULL, 0);
+        linear_block(LNR, 8, kc, a, b, LNR, c, ldc, first, bias, m0, m1, nr, pf, 64);
+}
+
+/* a finished block of dst (nr columns ldc apart, their rows masked by m0, m1) plus the same block of r */
+static void residual_block(float *c, const float *r, int64_t ldc, int nr, __mmask16 m0, __mmask16 m1) {
+    for (int j = 0; j < nr; j++, c += ldc, r += ldc) {
+        _mm512_mask_storeu_ps(c, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), _mm512_maskz_loadu_ps(m0, r)));
+        _mm512_mask_storeu_ps(c + 16, m1,
+                              _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), _mm512_maskz_loadu_ps(m1, r + 16)));
+    }
+}
+
+/* GELU in place over a finished block of dst: nr columns ldc apart, their rows masked by m0, m1 */
+static void gelu_block(float *c, int64_t ldc, int nr, __mmask16 m0, __mmask16 m1) {
+    for (int j = 0; j < nr; j++, c += ldc) {
+        _mm512_mask_storeu_ps(c, m0, vgelu(_mm512_maskz_loadu_ps(m0, c)));
+        _mm512_mask_storeu_ps(c + 16, m1, vgelu(_mm512_maskz_loadu_ps(m1, c + 16)));
+    }
 }
 
 /* this thread's buffer for x's packed panels (apart from the convolution's patch buffer) */
@@ -587,47 +616,107 @@ static float *panel_scratch(size_t n) {
     return grown(&b, n);
 }
 
+/* x[pc:pc+kc, jr:jr+nr] (its columns ldx apart) as the [k][LNR] panel linear_kernel reads, zero past
+ * column nr: 16 k of all LNR columns a step, loaded as rows and transposed in registers (vmath.h);
+ * each of the 16 results is one k's LNR values, stored masked. */
+static void pack_panel(float *restrict bp, const float *x, int64_t ldx, int nr, int kc) {
+    for (int k0 = 0; k0 < kc; k0 += 16) {
+        const int nk = imin(16, kc - k0);
+        const __mmask16 mk = nk == 16 ? 0xFFFF : (__mmask16)((1u << nk) - 1);
+        __m512 r[16], o[16];
+        for (int j = 0; j < 16; j++)
+            r[j] = j < nr && j < LNR ? _mm512_maskz_loadu_ps(mk, x + j * ldx + k0) : _mm512_setzero_ps();
+        transpose16(r, o);
+        for (int k = 0; k < nk; k++)
+            _mm512_mask_storeu_ps(bp + (int64_t)(k0 + k) * LNR, (1u << LNR) - 1, o[k]);
+    }
+}
+
+/* NaN over this thread's blocks of dst (its scratch could not be had): never a silently wrong value */
+/* where dst's element (row ir, column jr) is, and *ldc its columns' distance: [N, T], or with
+ * split rows D (LIN_SPLIT, ir a multiple of LMR) part ir / D of [D, T] matrices */
+static float *dst_at(float *y, int N, int T, int D, int ir, int jr, int64_t *ldc) {
+    if (D == 0) {
+        *ldc = N;
+        return y + (int64_t)jr * N + ir;
+    }
+    *ldc = D;
+    return y + (int64_t)(ir / D) * T * D + (int64_t)jr * D + ir % D;
+}
+
+static void linear_nan(float *y, int N, int T, int D, int npan, int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; u++) {
+        const int jr = (int)(u / npan) * LNR, ir = (int)(u % npan) * LMR;
+        int64_t ldc;
+        float *c = dst_at(y, N, T, D, ir, jr, &ldc);
+        for (int j = 0; j < LNR && jr + j < T; j++)
+            for (int i = 0; i < LMR && ir + i < N; i++)
+                c[j * ldc + i] = __builtin_nanf("");
+    }
+}
+
 void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
-    const int has_bias = ((const int32_t *)userdata)[0];
+    const int flags = ((const int32_t *)userdata)[0], D = flags & LIN_SPLIT ? ((const int32_t *)userdata)[1] : 0;
     const void *wt = src_of(dst, 0), *xt = src_of(dst, 1);
     int64_t wne[4], xne[4], dne[4];
     ne_of(wt, wne);
     ne_of(xt, xne);
     ne_of(dst, dne);
-    const int K = (int)wne[1], npan = (int)wne[2], N = (int)dne[0];
+    const int K = (int)wne[1], npan = (int)wne[2], N = (int)(D ? dne[0] * dne[2] : dne[0]);  /* split: [D, T, N / D] */
     const int T = (int)(xne[1] * xne[2] * xne[3]);
     const float *wp = data_of(wt), *x = data_of(xt);
-    const float *bias = has_bias ? data_of(src_of(dst, 2)) : NULL;
+    const float *bias = flags & LIN_BIAS ? data_of(src_of(dst, 2)) : NULL;
+    const float *res = flags & LIN_RESIDUAL ? data_of(src_of(dst, flags & LIN_BIAS ? 3 : 2)) : NULL;
     float *y = data_of(dst);
     const int ncp = (T + LNR - 1) / LNR;  /* x's column panels */
-    /* this thread's share of the (column panel, weight panel) pairs, column-panel-major */
+    /* this thread's share of the (column panel, weight panel) pairs, column-panel-major: column panels
+     * [cp0, cp1), the first from weight panel q_first, the last to q_last */
     const int64_t units = (int64_t)ncp * npan, u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
     if (u0 >= u1)
         return;
-    float *bp = panel_scratch((size_t)LKC * LNR);
-    for (int64_t cp = u0 / npan; cp <= (u1 - 1) / npan; cp++) {
-        const int q0 = cp == u0 / npan ? (int)(u0 % npan) : 0;
-        const int q1 = cp == (u1 - 1) / npan ? (int)((u1 - 1) % npan) + 1 : npan;
-        const int jr = (int)cp * LNR, nr = imin(LNR, T - jr);
-        if (bp == NULL) {  /* out of memory (24 KB): never a silently wrong value */
-            for (int j = jr; j < jr + nr; j++)
-                for (int i = q0 * LMR; i < N && i < q1 * LMR; i++)
-                    y[(int64_t)j * N + i] = __builtin_nanf("");
-            continue;
-        }
-        for (int pc = 0; pc < K; pc += LKC) {
-            const int kc = imin(LKC, K - pc);
-            for (int j = 0; j < nr; j++) {  /* x[pc:pc+kc, jr:jr+nr] as [k][LNR] (a partial panel's kernel reads nr) */
-                const float *col = x + (int64_t)(jr + j) * K + pc;
-                for (int k = 0; k < kc; k++)
-                    bp[k * LNR + j] = col[k];
-            }
-            for (int p = q0; p < q1; p++) {
-                const int ir = p * LMR, mr = imin(LMR, N - ir);
-                const __mmask16 m0 = mr >= 16 ? 0xFFFF : (__mmask16)((1u << mr) - 1);
-                const __mmask16 m1 = mr >= 32 ? 0xFFFF : mr > 16 ? (__mmask16)((1u << (mr - 16)) - 1) : 0;
-                linear_kernel(kc, wp + ((int64_t)p * K + pc) * LMR, bp, y + (int64_t)jr * N + ir, N, pc == 0,
-                              bias ? bias + ir : NULL, m0, m1, nr);
+    const int cp0 = (int)(u0 / npan), cp1 = (int)((u1 - 1) / npan) + 1;
+    const int q_first = (int)(u0 % npan), q_last = (int)((u1 - 1) % npan) + 1;
+    float *bp = panel_scratch((size_t)(cp1 - cp0) * imin(K, LKC) * LNR);
+    if (bp == NULL) {
+        linear_nan(y, N, T, D, npan, u0, u1);
+        return;
+    }
+    for (int pc = 0; pc < K; pc += LKC) {
+        const int kc = imin(LKC, K - pc);
+        for (int cp = cp0; cp < cp1; cp++)
+            pack_panel(bp + (size_t)(cp - cp0) * kc * LNR, x + (int64_t)cp * LNR * K + pc, K, imin(LNR, T - cp * LNR),
+                       kc);
+        /* LPB weight panels at a time pass every column panel: they stay in L2 (a whole layer's weights
+         * and its output would not, and were read from L3 again for each column panel). Meanwhile the
+         * next block's panels are fetched into L2, half a panel (kc lines) a micro-kernel call: the
+         * first pass over a block otherwise waits on L3 or memory. */
+        for (int pb = 0; pb < npan; pb += LPB) {
+            const int next_pc = pb + LPB < npan ? pc : pc + LKC, next_pb = pb + LPB < npan ? pb + LPB : 0;
+            const int halves = next_pc < K ? 2 * imin(LPB, npan - next_pb) : 0;
+            int fetched = 0;
+            for (int cp = cp0; cp < cp1; cp++) {
+                const int jr = cp * LNR, nr = imin(LNR, T - jr);
+                const float *b = bp + (size_t)(cp - cp0) * kc * LNR;
+                const int q1 = imin(pb + LPB, cp == cp1 - 1 ? q_last : npan);
+                for (int p = imax(pb, cp == cp0 ? q_first : 0); p < q1; p++) {
+                    const int ir = p * LMR, mr = imin(LMR, N - ir);
+                    const __mmask16 m0 = mr >= 16 ? 0xFFFF : (__mmask16)((1u << mr) - 1);
+                    const __mmask16 m1 = mr >= 32 ? 0xFFFF : mr > 16 ? (__mmask16)((1u << (mr - 16)) - 1) : 0;
+                    int64_t ldc;
+                    float *c = dst_at(y, N, T, D, ir, jr, &ldc);
+                    const char *pf = NULL;
+                    if (fetched < halves) {
+                        const int q = next_pb + fetched / 2;
+                        pf = (const char *)(wp + ((int64_t)q * K + next_pc) * LMR) + (int64_t)(fetched % 2) * kc * 64;
+                        fetched++;
+                    }
+                    linear_kernel(kc, wp + ((int64_t)p * K + pc) * LMR, b, c, ldc, pc == 0, bias ? bias + ir : NULL, m0,
+                                  m1, nr, pf);
+                    if (res != NULL && pc + kc == K)
+                        residual_block(c, res + (c - y), ldc, nr, m0, m1);
+                    if ((flags & LIN_GELU) && pc + kc == K)
+                        gelu_block(c, ldc, nr, m0, m1);
+                }
             }
         }
     }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "fields.h"
+#include "vmath.h"
 
 /* This thread's share [*lo, *hi) of n elements, in blocks of 16 (no two threads on a cache line). */
 static inline void share(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
@@ -96,13 +97,20 @@ static inline void normal(float x, float *cdf, float *e, float *xq) {
     *xq = es;
 }
 
-/* y = x Phi(x) = x/2 (1 + erf(x / sqrt 2)) */
+/* y = x Phi(x) = x/2 (1 + erf(x / sqrt 2)); on AVX-512 vmath.h's vgelu (about half the work of
+ * normal()'s two branches), 16 elements a step with the tail masked */
 void ggmlpy_gelu_erf_f32(void *dst, const void *src, int ith, int nth, void *userdata) {
     (void)userdata;
     const float *restrict x = data_of(src);
     float *restrict y = data_of(dst);
     int64_t lo, hi;
     share(nelements(dst), ith, nth, &lo, &hi);
+#ifdef __AVX512F__
+    for (int64_t i = lo; i < hi; i += 16) {
+        const __mmask16 m = hi - i >= 16 ? 0xFFFF : (__mmask16)((1u << (hi - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, vgelu(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+#else
     for (int64_t i = lo; i < hi; i++) {
         float cdf, e, xq;
         normal(x[i], &cdf, &e, &xq);
@@ -111,6 +119,7 @@ void ggmlpy_gelu_erf_f32(void *dst, const void *src, int ith, int nth, void *use
         float tail = x[i] > 0.0f ? x[i] - xq : (x[i] < -X_MAX ? -0.0f : -xq);
         y[i] = fabsf(x[i]) < 1.41421356f ? x[i] * cdf : tail;  /* NaN takes the tail: NaN */
     }
+#endif
 }
 
 /* gelu'(x) = Phi(x) + x phi(x) or gelu''(x) = phi(x) (2 - x^2): GELU's derivatives as values,

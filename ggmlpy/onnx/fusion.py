@@ -6,7 +6,11 @@ Erf alone is a fifteen-op polynomial here); ggml has the exact op, ggml_gelu_erf
 On ggml's CPU backend a convolution is one node of ggmlpy's conv.c kernel, which also adds a
 residual and applies ReLU to each block while it is in cache: Conv -> Relu, Conv -> Add(r) and
 Conv -> Add(r) -> Relu (a ResNet block's end) are built as that one node; a linear layer's
-MatMul -> Add(bias) is one node of its linear kernel.
+MatMul -> Add(bias) is one node of its linear kernel, which may also apply the GELU that alone reads
+it, add a residual (Add) that alone reads it, or write its rows apart for the Transpose that takes
+an attention's stacked q, k, v apart; and an attention node may write its heads side by side for the
+Transpose that puts them there. The finders here only select candidates from the ONNX graph (what
+reads what); the builders check the ggml tensors and shapes, and build the nodes one by one otherwise.
 """
 from __future__ import annotations
 
@@ -38,6 +42,17 @@ def _uses(graph) -> dict:
             uses[i] += 1
     for o in graph.output:
         uses[o.name] += 100  # a graph output is never folded away
+    return uses
+
+
+def _data_uses(graph) -> dict:
+    """_uses without the reads of Shape and Size, which take a value's shape (known when planning),
+    never its elements."""
+    uses = _uses(graph)
+    for n in graph.node:
+        if n.op_type in ("Shape", "Size") and n.domain in ("", "ai.onnx"):
+            for i in n.input:
+                uses[i] -= 1
     return uses
 
 
@@ -116,6 +131,56 @@ def find_linear_bias(graph, initializers) -> tuple[dict, set]:
     return fused, skipped
 
 
+_RESHAPING = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity")
+_PRODUCTS = ("MatMul", "Gemm", "Add")  # Add: find_linear_bias's MatMul + bias ends in it
+
+
+def _from_product(nodes, uses, producer, name) -> bool:
+    """Whether value `name` comes from a product (MatMul, Gemm, or a MatMul + bias ending in an Add)
+    through reshaping nodes at most, nothing else reading the elements of the product's output or of
+    the values on the way (`uses`: _data_uses)."""
+    while uses[name] == 1 and name in producer:
+        n = nodes[producer[name]]
+        if n.domain not in ("", "ai.onnx"):
+            return False
+        if n.op_type in _PRODUCTS:
+            return True
+        if n.op_type not in _RESHAPING:
+            return False
+        name = n.input[0]
+    return False
+
+
+def find_linear_residual(graph) -> dict:
+    """Add(y, r) where y comes from a product (_from_product): maps the Add's index to (y's name, r's
+    name). The product's node may add r itself; whether it is a linear layer's node, in y's memory
+    order, and r of y's shape, is the builder's to check."""
+    nodes = list(graph.node)
+    uses = _data_uses(graph)
+    producer = {o: j for j, n in enumerate(nodes) for o in n.output}
+    found = {}
+    for a, add in enumerate(nodes):
+        if add.op_type != "Add" or add.domain not in ("", "ai.onnx") or len(add.input) != 2 or \
+                add.input[0] == add.input[1]:
+            continue
+        for y, r in (add.input, add.input[::-1]):
+            if _from_product(nodes, uses, producer, y):
+                found[a] = (y, r)
+                break
+    return found
+
+
+def transposes_of_products(graph) -> set:
+    """Indices of the Transposes whose input comes from a product (_from_product): the product's node
+    may write the transposed layout itself (an attention's stacked q, k, v taken apart: the builder
+    checks that the transposition is that)."""
+    nodes = list(graph.node)
+    uses = _data_uses(graph)
+    producer = {o: j for j, n in enumerate(nodes) for o in n.output}
+    return {j for j, n in enumerate(nodes) if n.op_type == "Transpose" and n.domain in ("", "ai.onnx")
+            and _from_product(nodes, uses, producer, n.input[0])}
+
+
 def find_gelu(graph, initializers) -> tuple[dict, set]:
     """(fused, skipped): fused maps the index of a pattern's last node to the name of its input x;
     skipped holds the indices of the other nodes of each pattern."""
@@ -163,6 +228,39 @@ def find_gelu(graph, initializers) -> tuple[dict, set]:
         fused[half[0]] = x
         skipped |= {i, erf[0], add[0], mul[0]}
     return fused, skipped
+
+
+def gelu_input_private(graph, fused: dict) -> set:
+    """The indices in find_gelu's `fused` whose input x only its own pattern reads (its Div or Mul by
+    1/sqrt 2 and its Mul by x; not a graph output): the node computing x may apply the GELU itself."""
+    uses = _uses(graph)
+    return {k for k, x in fused.items() if uses[x] == 2}
+
+
+def heads_transposed(graph) -> set:
+    """Names of values (..., H, L, E) that only a Transpose reads which keeps E last and puts L before H
+    ((..., L, H, E), or (L, B, H, E) from (B, H, L, E) as batch_first=False exporters write it): an
+    attention's heads put side by side for its output projection. The attention node may write them
+    that way; the Transpose then reads them in place where their order is its output's (B = 1)."""
+    uses = _uses(graph)
+    found = set()
+    for n in graph.node:
+        if n.op_type != "Transpose" or n.domain not in ("", "ai.onnx") or uses[n.input[0]] != 1:
+            continue
+        perm = next((list(a.ints) for a in n.attribute if a.name == "perm"), None)
+        r = len(perm) if perm else 0
+        if r >= 3 and sorted(perm) == list(range(r)) and perm[-1] == r - 1 and perm.index(r - 2) < perm.index(r - 3):
+            found.add(n.input[0])
+    return found
+
+
+def products_of(graph) -> dict:
+    """Each value a Mul computes that nothing else reads the elements of (_data_uses) -> the Mul's two
+    inputs: an attention's query or key scaled by a constant before its first product, whose
+    constant the builder may fold into the attention's scale."""
+    uses = _data_uses(graph)
+    return {n.output[0]: tuple(n.input) for n in graph.node if n.op_type == "Mul" and n.domain in ("", "ai.onnx")
+            and len(n.input) == 2 and uses[n.output[0]] == 1}
 
 
 def find_attention(graph, initializers) -> tuple[dict, set]:

@@ -161,6 +161,7 @@ class Builder(GraphContext):
         self.index_inputs: dict = {}  # input name -> smallest axis it indexes (checked at run time)
         self.columns_first = True  # conv product order (ops_nn.conv2d)
         self.kernels = None  # ggmlpy.kernels.Kernels where the graph runs on ggml's CPU backend
+        self.packed_linears: dict = {}  # packed linear node's address -> its arguments (ops_nn.linear_gelu)
 
     def note_index_input(self, v: "Val", L: int) -> None:
         """`v` indexes an axis of length L: when it is a graph input, onnx_run checks its range."""

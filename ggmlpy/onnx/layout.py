@@ -37,8 +37,9 @@ def reshape(b, t, shape):
     return lib.ggml_reshape_4d(b.ctx, t, *ne)
 
 
-def permute(b, t, perm, shape=None):
-    """ONNX Transpose: out.shape[i] = in.shape[perm[i]] (contiguous result). Give `shape` above rank 4."""
+def permuted_view(b, t, perm, shape=None):
+    """ONNX Transpose as a view of t (out.shape[i] = in.shape[perm[i]]), t itself for the identity.
+    Give `shape` above rank 4."""
     if len(perm) > MAX_RANK:
         _, _, kept = squeeze_for(b, shape)
         perm = [kept.index(p) for p in perm if p in kept]
@@ -48,7 +49,12 @@ def permute(b, t, perm, shape=None):
     pos = list(range(MAX_RANK))
     for i, p in enumerate(perm):
         pos[r - 1 - p] = r - 1 - i  # ggml axis r-1-p of the source lands at ggml axis r-1-i
-    return lib.ggml_cont(b.ctx, lib.ggml_permute(b.ctx, t, *pos))
+    return lib.ggml_permute(b.ctx, t, *pos)
+
+
+def permute(b, t, perm, shape=None):
+    """ONNX Transpose: out.shape[i] = in.shape[perm[i]] (contiguous result). Give `shape` above rank 4."""
+    return cont(b, permuted_view(b, t, perm, shape))  # already in order (a view built for it): no copy
 
 
 def permuted_source(t):
@@ -103,7 +109,8 @@ def binary(b, fn, va, vb, commutative=False):
 
 
 def take(b, t, shape, axis, idx):
-    """t.take(idx, axis) for constant indices: ggml_get_rows over the axis moved to rows."""
+    """t.take(idx, axis) for constant indices: ggml_get_rows over the axis moved to rows (a view for a
+    run of consecutive indices of the outermost axis)."""
     idx = np.asarray(idx, dtype=np.int64).reshape(-1)
     shape = tuple(shape)
     L = shape[axis]
@@ -111,12 +118,18 @@ def take(b, t, shape, axis, idx):
         return t, shape
     pre, post = shape[:axis], shape[axis + 1:]
     P, Q = int(np.prod(pre, dtype=np.int64)), int(np.prod(post, dtype=np.int64))
+    n = len(idx)
+    if P == 1 and n and np.array_equal(idx, np.arange(idx[0], idx[0] + n)):
+        # a run of the outermost axis (an attention's q, k or v out of a stacked projection) is
+        # contiguous: a view, no copy
+        t = cont(b, t)
+        out_shape = pre + (n,) + post
+        return reshape(b, lib.ggml_view_1d(b.ctx, t, n * Q, int(idx[0]) * Q * int(t.nb[0])), out_shape), out_shape
     x = reshape(b, t, (P, L, Q))
     if P > 1:
         x = permute(b, x, (1, 0, 2))
     x = reshape(b, x, (L, P * Q))
     rows = lib.ggml_get_rows(b.ctx, x, b.weight(idx, lib.GGML_TYPE_I32))  # ne [P*Q, n]
-    n = len(idx)
     y = reshape(b, rows, (n, P, Q))
     if P > 1:
         y = permute(b, y, (1, 0, 2))
@@ -177,4 +190,4 @@ def fill_like(b, t, value):
 
 
 __all__ = ["cont", "reshape", "permute", "broadcast_shape", "repeat_to", "binary", "take", "slice_axis",
-           "pad_zero", "to_rows", "scalar_f32", "fill_like", "F32", "ffi"]
+           "pad_zero", "to_rows", "scalar_f32", "fill_like", "F32", "ffi", "permuted_view"]

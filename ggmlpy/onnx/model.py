@@ -35,11 +35,12 @@ from ..graph import TENSOR_OVERHEAD, ByteCache, CompiledGraph, GraphContext
 from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (their builders register in OPS)
 from .graph import (F32, NUMERIC_TYPES, Builder, NeedsValue, OnnxError, Val, boundary_dtype, const, node_budget,
                     np_dtype, op_key, type_name)
-from .fusion import find_attention, find_conv_epilogues, find_gelu, find_linear_bias
+from .fusion import (find_attention, find_conv_epilogues, find_gelu, find_linear_bias, find_linear_residual,
+                     gelu_input_private, heads_transposed, products_of, transposes_of_products)
 from .ops_basic import OPS
 from .ops_basic import f as contiguous_f32
 from .ops_host import HOST_OPS
-from .ops_nn import attention, conv_epilogue, linear_bias
+from .ops_nn import attention, conv_epilogue, linear_bias, linear_gelu, linear_residual, linear_split
 from .shaping import upstream, value_inputs
 
 _NULL = ffi.NULL
@@ -375,6 +376,19 @@ def _fold(model: OnnxModel, node, ins):
     return [const(np.asarray(r)) for r in res]
 
 
+def _unscaled(vals: dict, mul_inputs, name: str) -> tuple:
+    """(x's name, f) where value `name` is a Mul (its inputs mul_inputs, or None) of x by a constant
+    scalar f, x of its shape; else (name, 1.0)."""
+    for xn, cn in ((mul_inputs, mul_inputs[::-1]) if mul_inputs else ()):
+        x, c = vals.get(xn), vals.get(cn)
+        if x is None or c is None or not c.is_const or np.size(c.const) != 1 or x.shape != vals[name].shape:
+            continue
+        f = float(np.asarray(c.const).reshape(-1)[0])
+        if f != 0 and np.isfinite(f):
+            return xn, f
+    return name, 1.0
+
+
 def _evaluate_on_host(model: OnnxModel, nodes, values: dict, consts: dict) -> dict:
     """Nodes evaluated one by one in numpy (onnx's reference implementation, ours for host ops):
     for what follows a host step that produced an empty tensor, which no ggml graph can hold."""
@@ -440,6 +454,7 @@ class _Plan:
         self.n_folded = 0
         gelu, skipped = find_gelu(g, model.initializers) if first else ({}, set())
         self.n_fused = len(gelu)
+        gelu_private = gelu_input_private(g, gelu)  # GELUs a linear layer's node may apply itself
         # Conv + Add + Relu and MatMul + bias as one kernel node each: CPU graphs with ggmlpy's
         # kernels, one stage only
         fusing = b.kernels if first and not any(op_key(n) in HOST_OPS for n in nodes) else None
@@ -449,10 +464,14 @@ class _Plan:
         linears, lin_skipped = ({}, set())
         if fusing is not None and fusing.linear is not None:
             linears, lin_skipped = find_linear_bias(g, model.initializers)
-        attns = {}  # attention as one node: patterns that share no node with another fusion's
+        residuals = find_linear_residual(g) if fusing is not None else {}  # Add after a linear layer: in its node
+        splits = transposes_of_products(g) if fusing is not None else set()  # q, k, v apart: the layer writes them
+        attns, swapped, muls = {}, set(), {}  # attention as one node: patterns sharing no node with another fusion's
         if fusing is not None and fusing.attention is not None:
             others = skipped | conv_skipped | lin_skipped | set(gelu) | set(convs) | set(linears)
             attns = {k: p for k, p in find_attention(g, model.initializers)[0].items() if not others & set(p[4])}
+            swapped = heads_transposed(g)  # attention outputs whose heads go side by side next
+            muls = products_of(g)  # a query or key scaled before the attention: the scale folded in
         skipped = skipped | conv_skipped | lin_skipped | {j for p in attns.values() for j in p[4][:-1]}
         self.deferred, pending = [], set()
 
@@ -513,7 +532,9 @@ class _Plan:
                     continue
                 if k in gelu:
                     x = vals[gelu[k]]
-                    vals[node.output[0]] = b.out(b.gelu_erf(contiguous_f32(b, x)), x.shape, x.dtype)
+                    y = linear_gelu(b, x) if k in gelu_private and b.kernels is not None else None
+                    vals[node.output[0]] = y if y is not None else b.out(b.gelu_erf(contiguous_f32(b, x)), x.shape,
+                                                                         x.dtype)
                     continue
                 if k in convs:
                     ci, res, relu, members = convs[k]
@@ -531,10 +552,13 @@ class _Plan:
                     names = [snode.input[0], snode.input[1], node.input[1]] + ([mask] if mask else [])
                     out = None
                     if all(n in vals for n in names):
+                        for i in (0, 1):  # Q or K^T a constant times a value of its shape: the constant in the scale
+                            names[i], f = _unscaled(vals, muls.get(names[i]), names[i])
+                            scale *= f
                         axis = next((helper.get_attribute_value(a) for a in smnode.attribute if a.name == "axis"),
                                     -1 if model.opset >= 13 else 1)
                         out = attention(b, vals[names[0]], vals[names[1]], vals[names[2]],
-                                        vals[mask] if mask else None, scale, axis)
+                                        vals[mask] if mask else None, scale, axis, node.output[0] in swapped)
                     place(node, out, members)
                     continue
                 if k in linears:
@@ -545,6 +569,18 @@ class _Plan:
                         out = linear_bias(b, mnode, [vals[n] for n in mnode.input], {}, vals[bias])
                     place(node, out, members)
                     continue
+                if k in splits and node.input[0] in vals:
+                    perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+                    x = vals[node.input[0]]
+                    out = linear_split(b, x, perm if perm is not None else list(range(x.rank))[::-1])
+                    if out is not None:
+                        vals[node.output[0]] = out
+                        continue
+                if k in residuals and all(n in vals for n in residuals[k]):
+                    out = linear_residual(b, *(vals[n] for n in residuals[k]))
+                    if out is not None:
+                        vals[node.output[0]] = out
+                        continue
                 build(node)
         except (GGMLError, MemoryError):
             raise

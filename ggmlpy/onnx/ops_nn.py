@@ -4,10 +4,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernels
+from ..bindings import ffi
 from .safe import lib
 from .graph import Val, const
-from .layout import (binary, broadcast_shape, cont, pad_zero, permute, permuted_source, repeat_to, reshape,
-                     scalar_f32, slice_axis, take, to_rows)
+from .layout import (binary, broadcast_shape, cont, pad_zero, permute, permuted_source, permuted_view, repeat_to,
+                     reshape, scalar_f32, slice_axis, take, to_rows)
 from .ops_basic import FLT_MAX, I64, cval, f, norm_axis, op
 
 POOL_MAX, POOL_AVG = lib.GGML_OP_POOL_MAX, lib.GGML_OP_POOL_AVG
@@ -63,7 +64,9 @@ def _linear(b, a: Val, w_kn, bias: Val | None = None):
               else reshape(b, b.tensor(bias), (N,)))
     if k.linear_packed is not None:  # AVX-512: the weights packed once, here
         wp = b.weight(k.pack_linear(np.asarray(w_kn, dtype=np.float32)))
-        return reshape(b, b.kernel_node(k.linear_packed(b.ctx, wp, x, N, bt), "linear"), shape), shape
+        t = b.kernel_node(k.linear_packed(b.ctx, wp, x, N, bt), "linear")
+        b.packed_linears[int(ffi.cast("uintptr_t", t))] = (wp, x, N, bt)
+        return reshape(b, t, shape), shape
     w = b.weight(np.ascontiguousarray(w_kn, dtype=np.float32))  # ggml [N, K]
     if bt is not None:
         return reshape(b, b.kernel_node(k.linear(b.ctx, w, x, bt), "linear"), shape), shape
@@ -79,6 +82,61 @@ def linear_bias(b, node, ins, at, bias: Val):
     return None if out is None else [b.out(out[0], out[1], a.dtype)]
 
 
+def _packed_args(b, y: Val):
+    """The arguments of the packed linear layer (_linear) whose output y is, in the same memory order
+    (through reshapes and permutations that leave it contiguous), or None."""
+    t = y.t
+    if t is None or not lib.ggml_is_contiguous(t):
+        return None
+    while t.op in (lib.GGML_OP_RESHAPE, lib.GGML_OP_PERMUTE):
+        t = t.src[0]
+    return b.packed_linears.get(int(ffi.cast("uintptr_t", t)))
+
+
+def linear_gelu(b, x: Val):
+    """GELU(x) where x is a packed linear layer's output (_linear) that nothing else reads: the same
+    product with the GELU applied in its node, while each block is in cache. None where x is not one."""
+    args = _packed_args(b, x)
+    if args is None:
+        return None
+    y = b.kernel_node(b.kernels.linear_packed(b.ctx, *args, gelu=True), "linear_gelu")
+    return b.out(reshape(b, y, x.shape), x.shape, x.dtype)
+
+
+def linear_residual(b, y: Val, r: Val):
+    """y + r where y is a packed linear layer's output (_linear) that nothing else reads and r a value
+    of y's shape and type (a residual connection): the same product adding r in its node. None where
+    that does not apply."""
+    args = _packed_args(b, y)
+    if args is None or r.is_const or r.shape != y.shape or r.dtype != y.dtype:
+        return None
+    wp, x, N, bias = args
+    rt = reshape(b, f(b, r), (r.size // N, N))
+    t = b.kernel_node(b.kernels.linear_packed(b.ctx, wp, x, N, bias, residual=rt), "linear_residual")
+    return b.out(reshape(b, t, y.shape), y.shape, y.dtype)
+
+
+def linear_split(b, x: Val, perm):
+    """Transpose(x, perm) where x is a packed linear layer's output (_linear, [T, P * D] as rows) that
+    nothing else reads and the transposition takes its rows apart into [P, T, D] (an attention's
+    stacked q, k, v, axes of one anywhere): the layer's node writes the P parts one after another,
+    which is the result, with no copy. None where the transposition is anything else."""
+    args = _packed_args(b, x)
+    if args is None:
+        return None
+    wp, xin, N, bias = args
+    shape = tuple(x.shape[p] for p in perm)
+    view = permuted_view(b, b.tensor(x), perm, x.shape)
+    dims = [(int(view.ne[i]), int(view.nb[i])) for i in range(4) if view.ne[i] != 1]  # ggml order: inner first
+    if len(dims) != 3:
+        return None
+    (D, nd), (T, nt), (P, npart) = dims
+    if P * D != N or T * N != x.size or D % b.kernels.packed_rows or (nd, nt, npart) != (4, 4 * N, 4 * D):
+        return None
+    y = b.kernel_node(b.kernels.linear_packed(b.ctx, wp, xin, N, bias, split=D), "linear_split")
+    return b.out(reshape(b, y, shape), shape, x.dtype)
+
+
 def _strided(b, v: Val):
     """v's f32 ggml tensor as a reader through strides takes it: a Transpose's copy is read in its
     source's place (the permuted view; the copy then leaves the graph unless another node reads it)."""
@@ -87,11 +145,14 @@ def _strided(b, v: Val):
     return t.src[0] if src is not None and t.src[0].type == lib.GGML_TYPE_F32 else t
 
 
-def attention(b, q: Val, kt: Val, v: Val, mask: Val | None, scale: float, softmax_axis: int):
+def attention(b, q: Val, kt: Val, v: Val, mask: Val | None, scale: float, softmax_axis: int,
+              heads_swapped: bool = False):
     """softmax(scale Q K^T + mask) V as one node (fusion.find_attention; attention.c): Q (..., L, D),
     K^T (..., D, S), V (..., S, E), the batch dimensions (at most two) broadcasting (each equal or 1), the mask
     broadcasting to the scores (..., L, S), the Softmax over their last axis. None where that does
-    not apply (the pattern's nodes are then built one by one)."""
+    not apply (the pattern's nodes are then built one by one). heads_swapped: the result's only reader
+    is a Transpose to (..., L, H, E) (fusion.heads_transposed): the node writes that layout, and the
+    result is a view of it, which the Transpose turns back without a copy."""
     k = b.kernels
     if k is None or k.attention is None or mask is not None and mask.dtype != 1:
         return None
@@ -113,9 +174,13 @@ def attention(b, q: Val, kt: Val, v: Val, mask: Val | None, scale: float, softma
                              any(d not in (1, s) for d, s in zip(mask.shape[::-1], scores[::-1]))):
         return None
     mt = _strided(b, mask) if mask is not None else None
-    t = k.attention(b.ctx, _strided(b, q), _strided(b, kt), _strided(b, v), mt, scale)
+    inner = heads_swapped and nb >= 1
+    t = b.kernel_node(k.attention(b.ctx, _strided(b, q), _strided(b, kt), _strided(b, v), mt, scale, inner),
+                      "attention")
+    if inner:  # ne [E, H, L, B] seen as [E, L, H, B]
+        t = lib.ggml_permute(b.ctx, t, 0, 2, 1, 3)
     shape = batch + (L, E)
-    return [b.out(b.kernel_node(t, "attention"), shape, q.dtype)]
+    return [b.out(t, shape, q.dtype)]
 
 
 def _matmul_gemm(b, a: Val, w: Val):
