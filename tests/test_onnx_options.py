@@ -304,8 +304,11 @@ def test_resize_antialias_matches_the_reference(device, tol, mode, ctm, scales, 
     got = run(proto, {"x": x}, device)["y"]
     want = reference(proto, {"x": x})[0]
     assert got.shape == want.shape
-    # float32 sums of up to 16 taps with negative cubic lobes: a few 1e-6 of cancellation on the CPU
-    np.testing.assert_allclose(got, want, rtol=max(tol["rtol"], 1e-4), atol=max(tol["atol"], 1e-5))
+    # float32 sums of up to 16 taps with negative cubic lobes: a few 1e-6 of cancellation on the CPU.
+    # An output near zero is taps of the input's size cancelling, so a device's rounding (f16
+    # accumulation on Vulkan) is bounded in units of the input's magnitude, not of the output's.
+    scale = float(np.abs(x).max())
+    np.testing.assert_allclose(got, want, rtol=max(tol["rtol"], 1e-4), atol=max(tol["atol"] * scale, 1e-5))
     if device == "cpu" and ctm == "half_pixel" and not exclude:  # it really filters: plain linear differs
         plain = one_node("Resize", [("x", T.FLOAT, list(shape))], [("y", T.FLOAT, out)],
                          {"roi": np.array([], np.float32), "scales": s}, opset=18, mode=mode)
