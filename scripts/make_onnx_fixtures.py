@@ -37,6 +37,7 @@ def main() -> None:
         "encoder": (tm.Encoder(), {"ids": ids, "mask": mask}),
         "unet": (tm.UNet(), {"x": torch.randn(1, 3, 32, 32)}),
         "lstm": (tm.Tagger(), {"ids": torch.randint(0, 40, (12, 3))}),
+        "vit": (tm.ViT(), {"image": torch.randn(2, 3, 32, 32)}),
     }
     for name, (model, inputs) in models.items():
         path = os.path.join(out, name + ".onnx")

@@ -20,7 +20,7 @@ DEVICE_TOL = {"cpu": (1e-4, 1e-5), "vulkan": (1e-2, 5e-3), "cuda": (1e-3, 1e-4)}
 
 
 def test_fixtures_present():
-    assert {"mlp", "resnet_block", "encoder", "unet", "lstm"} <= set(NAMES)
+    assert {"mlp", "resnet_block", "encoder", "unet", "lstm", "vit"} <= set(NAMES)
 
 
 @pytest.mark.parametrize("name", NAMES)

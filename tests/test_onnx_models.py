@@ -143,6 +143,47 @@ def test_transformer_encoder_with_mask(tmp_path, device):
     check(p, {"ids": ids.numpy(), "mask": mask.numpy()}, device=device)
 
 
+class ViT(nn.Module):
+    """A pre-norm vision transformer whose head reads the class token (as timm's and torchvision's do)."""
+
+    def __init__(self, d=16, patch=8, image=32, layers=2, heads=2):
+        super().__init__()
+        self.embed = nn.Conv2d(3, d, patch, patch)
+        self.cls = nn.Parameter(torch.randn(1, 1, d) * 0.1)
+        self.pos = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, d) * 0.1)
+        layer = nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=0.0, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, 10)
+
+    def forward(self, x):
+        t = self.embed(x).flatten(2).transpose(1, 2)
+        t = torch.cat([self.cls.expand(x.shape[0], -1, -1), t], 1) + self.pos
+        return self.head(self.enc(t)[:, 0])
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_vit_computes_its_last_layer_for_the_class_token(tmp_path, batch, dynamo, device):
+    """The last layer's MLP, attention output and layer norm run for the one token the head reads
+    (onnx/narrowing.py), with both of torch's exporters, and the numbers stay onnxruntime's."""
+    if dynamo:
+        pytest.importorskip("onnxscript")
+    m = ViT().eval()
+    x = torch.randn(batch, 3, 32, 32)
+    p = str(tmp_path / "vit.onnx")
+    if dynamo:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(m, (x,), p, dynamo=True, verbose=False, input_names=["image"], output_names=["y"])
+    else:
+        export(m, (x,), p, ["image"])
+    model, _ = check(p, {"image": x.numpy()}, device=device)
+    narrowed = model.graph_for(model.input_shapes).narrowed
+    ops = {n.op_type for n in model.proto.graph.node if n.output[0] in narrowed}
+    assert {"MatMul", "LayerNormalization", "Softmax"} <= ops
+
+
 class UNet(nn.Module):
     def __init__(self):
         super().__init__()

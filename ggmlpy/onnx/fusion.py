@@ -20,7 +20,7 @@ import numpy as np
 from onnx import numpy_helper
 
 
-def _const_values(graph, initializers):
+def const_values(graph, initializers):
     vals = dict(initializers)
     for n in graph.node:
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
@@ -106,7 +106,7 @@ def find_linear_bias(graph, initializers) -> tuple[dict, set]:
     """(fused, skipped) for MatMul(x, W) -> Add(b) with W a constant matrix and b a constant of W's
     column count (a linear layer as exporters write it, built as conv.c's one linear node): fused maps
     the Add's index to (the MatMul's index, b's name, both indices); skipped holds the MatMuls."""
-    vals = _const_values(graph, initializers)
+    vals = const_values(graph, initializers)
     nodes = list(graph.node)
     uses = _uses(graph)
     consumer = _first_consumers(nodes)
@@ -184,7 +184,7 @@ def transposes_of_products(graph) -> set:
 def find_gelu(graph, initializers) -> tuple[dict, set]:
     """(fused, skipped): fused maps the index of a pattern's last node to the name of its input x;
     skipped holds the indices of the other nodes of each pattern."""
-    vals = _const_values(graph, initializers)
+    vals = const_values(graph, initializers)
     nodes = list(graph.node)
     uses = defaultdict(int)
     for n in nodes:
@@ -270,7 +270,7 @@ def find_attention(graph, initializers) -> tuple[dict, set]:
     MatMul's index to (the first MatMul's index, the scale (1.0 without one), the mask's name or
     None, the Softmax's index, the pattern's indices in order); skipped holds the indices before the
     last. Whether the shapes and the Softmax's axis fit is the builder's to check."""
-    vals = _const_values(graph, initializers)
+    vals = const_values(graph, initializers)
     nodes = list(graph.node)
     uses = _uses(graph)
     consumer = _first_consumers(nodes)

@@ -35,8 +35,10 @@ from ..graph import TENSOR_OVERHEAD, ByteCache, CompiledGraph, GraphContext
 from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (their builders register in OPS)
 from .graph import (F32, NUMERIC_TYPES, Builder, NeedsValue, OnnxError, Val, boundary_dtype, const, node_budget,
                     np_dtype, op_key, type_name)
-from .fusion import (find_attention, find_conv_epilogues, find_gelu, find_linear_bias, find_linear_residual,
+from .fusion import (const_values, find_attention, find_conv_epilogues, find_gelu, find_linear_bias,
+                     find_linear_residual,
                      gelu_input_private, heads_transposed, products_of, transposes_of_products)
+from .narrowing import has_seed, narrow, static_shapes
 from .ops_basic import OPS
 from .ops_basic import f as contiguous_f32
 from .ops_host import HOST_OPS
@@ -234,6 +236,19 @@ class OnnxModel:
             self._plans.put(key, plan, plan.nbytes)
             return plan
 
+    def graph_for(self, shapes: dict):
+        """The graph to plan for these input shapes: the model's, or where its outputs read only some
+        rows of a value computed row by row, one computing only those rows (narrowing.py). A graph
+        whose shapes onnx cannot infer is planned as it is."""
+        g = self.proto.graph
+        if not has_seed(g.node):
+            return g
+        try:
+            shapes = static_shapes(self.proto, shapes)
+        except Exception:  # noqa: BLE001 - onnx's inference fails on some valid graphs: no narrowing then
+            return g
+        return narrow(g, shapes, const_values(g, self.initializers), self.opset) or g
+
     def single_thread_cpu(self) -> Backend:
         """A one-thread CPU backend of this model's own (made on first use), for graphs whose time
         is in one-task nodes (sequence_bound)."""
@@ -422,8 +437,8 @@ class _Plan:
 
     def __init__(self, model: OnnxModel, shapes: dict, sched=None, nodes=None, feed_types=None, consts=None,
                  values=None):
-        g = model.proto.graph
         first = nodes is None
+        g = model.graph_for(shapes) if first and not values else model.proto.graph
         nodes = list(g.node) if first else nodes
         b = self.builder = Builder(nodes, f16_weights=model.dtype == "f16")
         b.opset = model.opset
@@ -433,7 +448,7 @@ class _Plan:
         self.input_tensors = {}
         if first:
             vals = {n: const(_as_onnx_type(a, init.data_type), init.data_type)
-                    for (n, a), init in zip(model.initializers.items(), g.initializer)}
+                    for (n, a), init in zip(model.initializers.items(), model.proto.graph.initializer)}
             feed_types = {name: et for name, (et, _) in model.input_info.items()}
         else:
             vals = dict(consts)
