@@ -30,6 +30,7 @@ nothing that takes another lock runs while one is held.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import weakref
 
@@ -142,9 +143,11 @@ class Storage:
         other.chunk = None
 
     @uninterruptible
-    def __del__(self):
+    def __del__(self, _finalizing=sys.is_finalizing):
         chunk = self.chunk
-        if chunk is not None:
+        # at interpreter exit the process returns the memory, and the module's globals (which the
+        # release reads) may already be gone
+        if chunk is not None and not _finalizing():
             chunk.release(self.gen)
 
 
