@@ -637,7 +637,7 @@ def _build(cc: str, source: Path, libs: tuple = ()) -> Path:
     if path.exists():
         return path
     out_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
+    fd, tmp = tempfile.mkstemp(prefix=f"tmp-{path.stem}-", suffix=".so", dir=out_dir)  # named: whose it is
     os.close(fd)
     try:
         r = subprocess.run([cc, *FLAGS, "-o", tmp, str(source), *libs], capture_output=True, text=True, timeout=300)
