@@ -274,3 +274,23 @@ def test_unnarrowed_and_narrowed_plans_agree(monkeypatch):
     monkeypatch.setattr(OnnxModel, "graph_for", lambda self, shapes: self.proto.graph)
     whole = ggmlpy.onnx_run(ggmlpy.onnx_load(m, device="cpu"), {"x": x})["y"]
     np.testing.assert_allclose(narrowed, whole, rtol=1e-6, atol=1e-6)
+
+
+def test_shapes_inferred_wrong_plan_the_graph_whole(monkeypatch):
+    """Narrowing trusts onnx's shape inference; where a value builds another shape than it said (here
+    a broadcast operand said to have one row), the plan is discarded and the graph planned whole."""
+    from ggmlpy.onnx import narrowing
+    real = narrowing.static_shapes
+
+    def lying(proto, shapes):
+        out = real(proto, shapes)
+        out["z"] = (1, 1, 4)
+        return out
+    nodes = [node("MatMul", ["x", "w"], "h"), node("Add", ["h", "z"], "s"), node("Gather", ["s", "i"], "y", axis=1)]
+    m = model_of(nodes, {"x": [1, 5, 3], "z": [1, 5, 4]}, {"w": rand(3, 4), "i": np.array(3, np.int64)})
+    monkeypatch.setattr("ggmlpy.onnx.model.static_shapes", lying)
+    model = ggmlpy.onnx_load(m, device="cpu")
+    x, z = rand(1, 5, 3), rand(1, 5, 4)
+    got = ggmlpy.onnx_run(model, {"x": x, "z": z})["y"]
+    np.testing.assert_allclose(got, (x @ numpy_helper.to_array(m.graph.initializer[0]) + z)[:, 3], rtol=1e-5, atol=1e-6)
+    assert model.narrowing is False

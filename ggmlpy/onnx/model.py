@@ -175,6 +175,7 @@ class OnnxModel:
         self._cpu1 = None  # single_thread_cpu()
         self._plans = ByteCache(lambda: PLAN_CACHE_BYTES)  # plan key -> _Plan
         self.plans_built, self.replans, self.plan_seconds = 0, 0, 0.0
+        self.narrowing = True  # graph_for narrows (off once a narrowed plan built other shapes than inferred)
         # Inputs read on the host to plan the graph: found statically here, or by a builder (NeedsValue).
         self.value_inputs = value_inputs(g.node, self.input_info)
         if not self.value_inputs:
@@ -225,6 +226,9 @@ class OnnxModel:
             t0 = time.perf_counter()
             try:
                 plan = _Plan(self, shapes, values=values)
+            except MisNarrowed:
+                self.narrowing = False
+                continue
             except NeedsValue as e:
                 found = upstream(self.proto.graph.node, e.names, self.input_info) - self.value_inputs
                 if not found:
@@ -241,7 +245,7 @@ class OnnxModel:
         rows of a value computed row by row, one computing only those rows (narrowing.py). A graph
         whose shapes onnx cannot infer is planned as it is."""
         g = self.proto.graph
-        if not has_seed(g.node):
+        if not self.narrowing or not has_seed(g.node):
             return g
         try:
             shapes = static_shapes(self.proto, shapes)
@@ -332,6 +336,11 @@ class OnnxModel:
     def __repr__(self):
         return (f"<OnnxModel '{self.graph_name}' from {os.path.basename(self.path)}: {self.n_nodes} nodes, "
                 f"opset {self.opset}, on {self.device}>")
+
+
+class MisNarrowed(OnnxError):
+    """A narrowed graph (narrowing.py) built values of other shapes than onnx's shape inference gave:
+    the model is planned whole."""
 
 
 def plan_key(shapes: dict, values: dict) -> tuple:
@@ -602,6 +611,10 @@ class _Plan:
         except Exception as e:  # noqa: BLE001 - a converter's failure on this model (a stride of 0...): its node named
             raise b.fail(f"cannot be built: {type(e).__name__}: {e}") from e
         b.node = None
+        wrong = [n for n, shape in getattr(g, "expected", {}).items() if n in vals and tuple(vals[n].shape) != shape]
+        if wrong:
+            b.free()
+            raise MisNarrowed(f"narrowed values built with shapes other than inferred: {wrong[:3]}")
         self.consts = {n: v for n, v in vals.items() if v.is_const}
         # host steps that can run as soon as this graph is computed; the rest is the next stage
         known, self.host_steps, self.rest = set(vals), [], []

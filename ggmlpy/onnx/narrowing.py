@@ -36,11 +36,14 @@ Cut = tuple  # (axis, start, stop): rows [start, stop) along axis, fewer than th
 
 
 class Graph(NamedTuple):
-    """The part of a GraphProto that planning reads: nodes in order, and the graph's outputs; and
-    the outputs of the nodes narrowed, with the cut each computes."""
+    """The part of a GraphProto that planning reads: nodes in order, and the graph's outputs; the
+    outputs of the nodes narrowed, with the cut each computes; and the shape each of those and each
+    seed's output must have when built (`expected`: a plan that builds another was narrowed on
+    shapes onnx inferred wrong, and is planned whole instead)."""
     node: list
     output: list
     narrowed: dict
+    expected: dict
 
 
 # Ops computed element by element with numpy broadcasting: a cut of the output is the same cut of
@@ -312,8 +315,12 @@ def narrow(graph, shapes: dict, consts: dict, opset: int) -> Graph | None:
                 wanted[(i, j)] = c
     if all(nodes[i].op_type in _VIEWS for i in narrowed):
         return None
-    return Graph(_rewrite(nodes, narrowed, seeds, wanted, shapes, consts, shape_only), list(graph.output),
-                 {nodes[i].output[0]: cut for i, cut in narrowed.items()})
+    cuts = {nodes[i].output[0]: cut for i, cut in narrowed.items()}
+    expected = {name: shapes[name][:a] + (e - s,) + shapes[name][a + 1:] for name, (a, s, e) in cuts.items()}
+    expected.update((nodes[i].output[0], shapes[nodes[i].output[0]]) for i in seeds
+                    if nodes[i].input[0] in cuts and nodes[i].output[0] in shapes)  # as before narrowing
+    return Graph(_rewrite(nodes, narrowed, seeds, wanted, shapes, consts, shape_only), list(graph.output), cuts,
+                 expected)
 
 
 def _rewrite(nodes, narrowed, seeds, wanted, shapes, consts, shape_only) -> list:
