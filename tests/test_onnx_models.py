@@ -182,6 +182,7 @@ def test_vit_computes_its_last_layer_for_the_class_token(tmp_path, batch, dynamo
     narrowed = model.graph_for(model.input_shapes).narrowed
     ops = {n.op_type for n in model.proto.graph.node if n.output[0] in narrowed}
     assert {"MatMul", "LayerNormalization", "Softmax"} <= ops
+    assert go.onnx_summary(model)["narrowed_nodes"] == len(narrowed)
 
 
 class UNet(nn.Module):

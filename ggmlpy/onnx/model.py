@@ -615,6 +615,7 @@ class _Plan:
         if wrong:
             b.free()
             raise MisNarrowed(f"narrowed values built with shapes other than inferred: {wrong[:3]}")
+        self.n_narrowed = len(getattr(g, "narrowed", {}))
         self.consts = {n: v for n, v in vals.items() if v.is_const}
         # host steps that can run as soon as this graph is computed; the rest is the next stage
         known, self.host_steps, self.rest = set(vals), [], []
@@ -822,7 +823,9 @@ def onnx_summary(model: OnnxModel) -> dict:
     between ggml graphs); value_inputs (inputs whose values fix shapes or parameters: the graph is
     planned for their values at run time), planned (False until the first run of such a model: then
     ggml_nodes, cpu_fallback_ops and the output shapes are None, not known yet), plans (graphs cached),
-    plans_built and replans (plans built after the first for a stage: new shapes or values)."""
+    plans_built and replans (plans built after the first for a stage: new shapes or values), and
+    narrowed_nodes (nodes computing only the rows the outputs read, see narrowing.py; None before
+    the first plan)."""
     if not isinstance(model, OnnxModel):
         raise TypeError("onnx_summary: model must come from onnx_load()")
     plan = model._any_plan()
@@ -839,7 +842,7 @@ def onnx_summary(model: OnnxModel) -> dict:
                                else host),
             "value_inputs": [n for n in model.input_info if n in model.value_inputs],
             "planned": plan is not None, "plans": len(model._plans), "plans_built": model.plans_built,
-            "replans": model.replans}
+            "replans": model.replans, "narrowed_nodes": plan.n_narrowed if plan is not None else None}
 
 
 def onnx_inputs(model: OnnxModel) -> dict:
