@@ -338,6 +338,48 @@ def test_residual_add_in_the_linear_layers_node(kind, fused, threads):
         assert any(p.op == lib.GGML_OP_ADD for p in _nodes(model)) != fused
 
 
+def _mlp_model(rows=13, sizes=(40, 300, 70, 40)):
+    """x (rows, sizes[0]) through linear layers of sizes[1:] (MatMul, Add bias), the last one's output
+    plus x (a residual): consecutive packed linear nodes, of depths below and above a block of K."""
+    n = helper.make_node
+    rng = np.random.default_rng(14)
+    c = numpy_helper.from_array
+    inits, nodes, cur = [], [], "x"
+    for i, (k, n_out) in enumerate(zip(sizes, sizes[1:])):
+        inits += [c((rng.standard_normal((k, n_out)) / np.sqrt(k)).astype(np.float32), f"W{i}"),
+                  c(rng.standard_normal(n_out).astype(np.float32), f"b{i}")]
+        nodes += [n("MatMul", [cur, f"W{i}"], [f"m{i}"]), n("Add", [f"m{i}", f"b{i}"], [f"h{i}"])]
+        cur = f"h{i}"
+    nodes.append(n("Add", ["x", cur], ["y"]))
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", T.FLOAT, (rows, sizes[0]))],
+                          [helper.make_tensor_value_info("y", T.FLOAT, (rows, sizes[-1]))], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_linear_layers_fetch_the_next_layers_weights(threads):
+    """Each packed linear node reads the graph's next one's weights as one more argument (it fetches
+    their first block as it finishes); the last reads none; the numbers are the layers' own."""
+    from onnx.reference import ReferenceEvaluator
+
+    from ggmlpy import kernels
+    from ggmlpy.bindings import ffi
+    proto = _mlp_model()
+    x = np.random.default_rng(15).standard_normal((13, 40)).astype(np.float32)
+    model = ggmlpy.onnx_load(proto, device="cpu", n_threads=threads)
+    np.testing.assert_allclose(ggmlpy.onnx_run(model, {"x": x})["y"], ReferenceEvaluator(proto).run(None, {"x": x})[0],
+                               rtol=1e-5, atol=1e-5)
+    K = kernels.get()
+    if K is None or K.linear_packed is None:
+        return
+    linears = [p for p in _nodes(model) if p.op == lib.GGML_OP_CUSTOM]
+    assert [ffi_name(p) for p in linears] == ["ggmlpy.linear"] * 2 + ["ggmlpy.linear_residual"]
+    own = [3, 3, 4]  # weights, x, bias (and the residual)
+    for p, n_own, nxt in zip(linears, own, linears[1:] + [None]):
+        assert all(p.src[i] != ffi.NULL for i in range(n_own))
+        assert p.src[n_own] == (nxt.src[0] if nxt is not None else ffi.NULL)
+
+
 def _qkv_model(kind, rows=13, k=40, d=64):
     """x @ W + b (3 d columns), reshaped to (rows, 3, d) and transposed to (3, rows, d), then q, k, v
     gathered and combined (q + k) * v, as an attention's stacked projection is taken apart; a Shape

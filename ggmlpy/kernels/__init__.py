@@ -381,6 +381,21 @@ class Kernels:
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, *ne, ffi.new("struct ggml_tensor *[]", args), len(args),
                                   self._packed_fn, N_TASKS_MAX, params)
 
+    def chain_linears(self, graph) -> None:
+        """Give each packed linear layer's node of `graph` the next one's weights (in the graph's order)
+        as one more argument, whose first block the node fetches into L2 as it finishes (conv.c): that
+        block would otherwise come from L3 or memory while the next node waits. Run once the graph is
+        built: its order is the order of computing. Weights are constant leaves of the graph, so the
+        extra argument moves no node and allocates nothing."""
+        prev, packed = None, int(ffi.cast("uintptr_t", self._packed_fn))
+        for i in range(lib.ggml_graph_n_nodes(graph)):
+            t = lib.ggml_graph_node(graph, i)
+            if t.op != lib.GGML_OP_CUSTOM or int(ffi.cast("uintptr_t", ffi.cast("void **", t.op_params)[0])) != packed:
+                continue
+            if prev is not None:
+                prev.src[_packed_arg_count(prev)] = t.src[0]
+            prev = t
+
     def _layernorm(self, ctx, x, gamma=None, beta=None, eps=1e-5):
         """(x - mean) / sqrt(var + eps) * gamma + beta over the rows (ne0) of a contiguous f32 x, as one
         node; gamma and beta: contiguous f32 of ne0 elements, or None."""
@@ -465,6 +480,13 @@ def extremum(ctx, a, b, larger: bool, k: Kernels | None = None):
     d = lib.ggml_sub(ctx, b, a)
     m = lib.ggml_step(ctx, d if larger else lib.ggml_neg(ctx, d))  # 1 where b wins
     return lib.ggml_add(ctx, lib.ggml_mul(ctx, a, lib.ggml_scale_bias(ctx, m, -1.0, 1.0)), lib.ggml_mul(ctx, b, m))
+
+
+def _packed_arg_count(node) -> int:
+    """A packed linear node's own arguments: weights, x, then the bias and the residual where its
+    flags (userdata's first int; ggml_custom_op_params: fun, n_tasks, userdata) say."""
+    flags = ffi.cast("int32_t *", ffi.cast("void **", node.op_params)[2])[0]
+    return 2 + (flags & 1) + (flags >> 2 & 1)
 
 
 def overwrites_input(node) -> bool:

@@ -511,6 +511,9 @@ void ggmlpy_linear_f32(void *dst, int ith, int nth, void *userdata) {
  * With LIN_SPLIT, dst is written as N / D matrices [D, T] one after another (rows i of part i / D:
  * an attention's stacked q, k, v projection, each part then read in place); D a multiple of LMR, so
  * that no weight panel straddles two parts; never with LIN_RESIDUAL (whose r is read in [N, T] order).
+ * An argument after those (Kernels.chain_linears sets it) is the packed weights of the graph's next
+ * linear layer: their first block, which that node would otherwise wait for from L3 or memory, is
+ * fetched into L2 during this node's last block.
  * userdata: int32_t[2] = flags (LIN_BIAS: a bias, the third argument; LIN_RESIDUAL: the residual
  * [N, T] contiguous, the argument after it; LIN_GELU, applied after the residual; LIN_SPLIT), D. */
 #ifdef __AVX512F__
@@ -667,6 +670,7 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
     const float *wp = data_of(wt), *x = data_of(xt);
     const float *bias = flags & LIN_BIAS ? data_of(src_of(dst, 2)) : NULL;
     const float *res = flags & LIN_RESIDUAL ? data_of(src_of(dst, flags & LIN_BIAS ? 3 : 2)) : NULL;
+    const void *next = src_of(dst, 2 + !!(flags & LIN_BIAS) + !!(flags & LIN_RESIDUAL));  /* NULL: none */
     float *y = data_of(dst);
     const int ncp = (T + LNR - 1) / LNR;  /* x's column panels */
     /* this thread's share of the (column panel, weight panel) pairs, column-panel-major: column panels
@@ -681,6 +685,19 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
         linear_nan(y, N, T, D, npan, u0, u1);
         return;
     }
+    /* the next layer's first block for this thread (were its columns as many as these): rows
+     * [0, min(LKC, K')) of up to LPB panels from the one its share starts at */
+    const float *next_w = NULL;
+    int next_k = 0, next_kc = 0, next_q = 0, next_np = 0;
+    if (next != NULL) {
+        int64_t ne[4];
+        ne_of(next, ne);
+        next_w = data_of(next);
+        next_k = (int)ne[1];
+        next_kc = imin(LKC, next_k);
+        next_q = (int)((int64_t)ncp * ne[2] * ith / nth % ne[2]);
+        next_np = imin(LPB, (int)ne[2] - next_q);
+    }
     for (int pc = 0; pc < K; pc += LKC) {
         const int kc = imin(LKC, K - pc);
         for (int cp = cp0; cp < cp1; cp++)
@@ -688,11 +705,18 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
                        kc);
         /* LPB weight panels at a time pass every column panel: they stay in L2 (a whole layer's weights
          * and its output would not, and were read from L3 again for each column panel). Meanwhile the
-         * next block's panels are fetched into L2, half a panel (kc lines) a micro-kernel call: the
-         * first pass over a block otherwise waits on L3 or memory. */
+         * next block's panels (after the last, the next layer's first) are fetched into L2, kc lines a
+         * micro-kernel call, `parts` calls a panel: the first pass over a block otherwise waits on L3
+         * or memory. */
         for (int pb = 0; pb < npan; pb += LPB) {
             const int next_pc = pb + LPB < npan ? pc : pc + LKC, next_pb = pb + LPB < npan ? pb + LPB : 0;
-            const int halves = next_pc < K ? 2 * imin(LPB, npan - next_pb) : 0;
+            const float *fw = wp;  /* the panels fetched: fw's from fq on, rows from fr, fk rows apart */
+            int fq = next_pb, fk = K, fr = next_pc, parts = 2, count = 2 * imin(LPB, npan - next_pb);
+            if (next_pc >= K) {
+                fw = next_w, fq = next_q, fk = next_k, fr = 0;
+                parts = (2 * next_kc + kc - 1) / kc;
+                count = next_w != NULL ? parts * next_np : 0;
+            }
             int fetched = 0;
             for (int cp = cp0; cp < cp1; cp++) {
                 const int jr = cp * LNR, nr = imin(LNR, T - jr);
@@ -705,9 +729,9 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
                     int64_t ldc;
                     float *c = dst_at(y, N, T, D, ir, jr, &ldc);
                     const char *pf = NULL;
-                    if (fetched < halves) {
-                        const int q = next_pb + fetched / 2;
-                        pf = (const char *)(wp + ((int64_t)q * K + next_pc) * LMR) + (int64_t)(fetched % 2) * kc * 64;
+                    if (fetched < count) {
+                        const int q = fq + fetched / parts;
+                        pf = (const char *)(fw + ((int64_t)q * fk + fr) * LMR) + (int64_t)(fetched % parts) * kc * 64;
                         fetched++;
                     }
                     linear_kernel(kc, wp + ((int64_t)p * K + pc) * LMR, b, c, ldc, pc == 0, bias ? bias + ir : NULL, m0,

@@ -651,6 +651,8 @@ class _Plan:
             out_ts.append(t)
         self.next_plans, self.rest_value_inputs, self.n_next_built = {}, None, 0
         self._build_graph(out_ts)
+        if b.kernels is not None and b.kernels.linear_packed is not None and b.packed_linears:
+            b.kernels.chain_linears(self.graph)
         if self.n_nodes:
             self._allocate(model, sched)
         else:
