@@ -138,6 +138,7 @@ def test_gather_indices_checked_at_run(tmp_path):
                           [onnx.numpy_helper.from_array(E, "E")])
     model = go.onnx_load(helper.make_model(g), device="cpu")
     np.testing.assert_array_equal(go.onnx_run(model, {"ids": np.array([3, -4])})["y"], E[[3, 0]])
+    np.testing.assert_array_equal(go.onnx_run(model, {"ids": np.array([2, 1])})["y"], E[[2, 1]])
     with pytest.raises(go.OnnxError, match=r"outside \[-4, 4\)"):
         go.onnx_run(model, {"ids": np.array([0, 4])})
 
