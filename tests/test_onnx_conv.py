@@ -269,3 +269,16 @@ def test_a_stem_and_its_pooling_without_the_kernels_are_ggmls_ops():
         kernels.set_enabled(prev)
     assert not custom_nodes(m)
     np.testing.assert_allclose(out["y"], ReferenceEvaluator(proto).run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+@needs_conv
+def test_without_the_pooling_kernel_the_stem_is_the_conv_node_then_the_pooling(monkeypatch):
+    """Where conv.c has no conv2d_pool (no AVX-512), Conv -> Relu -> MaxPool is the conv's node and the
+    pooling's: the same values, bit for bit, as the one node."""
+    x = RNG.standard_normal((2, 3, 37, 61)).astype(np.float32)
+    proto = stem(STEM_POOLS[0], x.shape)
+    _, fused = run(proto, {"x": x})
+    monkeypatch.setattr(K, "conv2d_pool", None)
+    m, out = run(proto, {"x": x})
+    assert [ffi.string(t.name).decode() for t in custom_nodes(m)][-1] == "ggmlpy.maxpool2d"
+    np.testing.assert_array_equal(out["y"].view(np.uint32), fused["y"].view(np.uint32))
