@@ -1064,6 +1064,31 @@ def test_lane_conv_sums_past_one_chunk_of_taps_and_keeps_nan():
 
 
 @needs_packed_conv
+@pytest.mark.parametrize("xs,ws", [((2, 9, 14, 14), (70, 9, 3, 3)),   # blocks of 98 pixels: 6 vectors and 2
+                                   ((3, 4, 7, 7), (20, 4, 3, 3)),     # 49 pixels a block, one partial panel
+                                   ((1, 6, 28, 28), (64, 6, 3, 3))])  # 112 pixels: whole vectors
+def test_lane_conv_stores_rows_of_whole_tiles_16_pixels_at_a_time(xs, ws):
+    """Rows of whole 7-pixel tiles (widths 7, 14, 28) are stored a block at a time, 16 pixels by 16
+    channels (rows_store_block): the values of the pixel kernel (conv2d_pixels, 3 vectors) bit for bit
+    with bias, a residual holding NaN and -inf, and ReLU (NaN kept, -inf to 0), on 1 to 3 threads."""
+    rng = np.random.default_rng(sum(xs) + sum(ws))
+    x = rng.standard_normal(xs).astype(np.float32)
+    W = rng.standard_normal(ws).astype(np.float32)
+    bias = rng.standard_normal(ws[0]).astype(np.float32)
+    r = rng.standard_normal((xs[0], ws[0]) + xs[2:]).astype(np.float32)
+    r[0, 0, 0, 0], r[-1, -1, -1, -1], r[0, 1, 1, 2] = np.nan, np.nan, -np.inf
+    want = np.maximum(conv_ref(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1) + bias.reshape(1, -1, 1, 1) + r, 0)
+    for threads in (1, 2, 3):
+        lanes = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, bias, r, True, pixels=4)
+        pixels = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, bias, r, True, pixels=3)
+        assert np.isnan(lanes[0, 0, 0, 0]) and np.isnan(lanes[-1, -1, -1, -1]) and lanes[0, 1, 1, 2] == 0
+        assert np.isnan(lanes).sum() == 2
+        finite = ~np.isnan(want)
+        np.testing.assert_allclose(lanes[finite], want[finite], rtol=1e-5, atol=1e-5 * np.abs(want[finite]).max())
+        assert_same_bits(lanes, pixels)  # each pixel's taps summed in the same order from the bias
+
+
+@needs_packed_conv
 def test_pack_conv_pixels_layout_and_bad_vector_count():
     W = np.arange(2 * 10 * 3 * 1 * 1, dtype=np.float32).reshape(20, 3, 1, 1)  # 2 groups of 10 channels
     wp = K.pack_conv_pixels(W, 2, 3)  # panels of 8 channels: 2 a group

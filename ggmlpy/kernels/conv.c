@@ -1463,9 +1463,10 @@ static int conv_pool_direct(void *dst, int ith, int nth, const int32_t *pr) {
  * tiles of one image reads a panel's weights whole, a sequential stream from L2 or L3, up to
  * LANE_WHOLE_BYTES of them; a larger panel is taken RKC taps at a time by every tile of the block in
  * turn. The tiles' sums wait in a per-thread buffer, [tile][pixel][channel], and the last chunk writes
- * them, transposed, into the NCHW output with the residual and ReLU. Work units (image and group,
- * block, panel), panels innermost, are split evenly over the threads, each thread copying the rows of
- * the phase planes its units read. Returns 0 (and does nothing) where it does not apply: the same
+ * them, transposed, into the NCHW output with the residual and ReLU (rows_store_block where the rows are
+ * whole tiles, rows_store a tile at a time otherwise). Work units (image and group, block, panel),
+ * panels innermost, are split evenly over the threads, each thread copying the rows of the phase planes
+ * its units read. Returns 0 (and does nothing) where it does not apply: the same
  * answer on every thread. */
 enum { RP = 7, RC = 64, RTB = 16, RKC = 128 };
 /* measured on ResNet-18's 3x3 layers (panels of 147 KB to 1.2 MB): whole panels streamed by each tile
@@ -1564,6 +1565,41 @@ static void rows_store(const float *acc, int np, int nr, float *out, const float
     }
 }
 
+/* out[o P + i] = acc[i RC + o] (+ res[o P + i]), ReLU'd, for o < nr, i < np: rows_store over a block of
+ * np consecutive pixels whose sums are consecutive in acc (rows of whole tiles), 16 pixels by 16
+ * channels transposed in registers at a time, so that each channel's 16 pixels are one store (masked
+ * only at the block's end) rather than rows_store's two or three masked ones of 8 (measured on
+ * ResNet-18 at batch 8: its 56 x 56 layers 0.25-0.6 ms faster each, 3 ms in all); the same operations
+ * on each value, so the same bits */
+static void rows_store_block(const float *acc, int np, int nr, float *out, const float *res, int64_t P, int relu) {
+    const __m512 zero = _mm512_setzero_ps();
+    for (int i0 = 0; i0 < np; i0 += 16) {
+        const int n = imin(16, np - i0);
+        const __mmask16 m = lanes(0, n);
+        for (int v = 0; v * 16 < nr; v++) {
+            __m512 r[16], o[16];
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++)
+                r[j] = j < n ? _mm512_load_ps(acc + (int64_t)(i0 + j) * RC + 16 * v) : zero;
+            transpose16(r, o);
+            for (int e = 0; e < 16 && 16 * v + e < nr; e++) {
+                float *y = out + (int64_t)(16 * v + e) * P + i0;
+                __m512 z = o[e];
+                if (res != NULL) {
+                    const float *rr = res + (int64_t)(16 * v + e) * P + i0;
+                    z = _mm512_add_ps(z, n == 16 ? _mm512_loadu_ps(rr) : _mm512_maskz_loadu_ps(m, rr));
+                }
+                if (relu)
+                    z = _mm512_max_ps(zero, z);  /* NaN kept, as pixel_tile */
+                if (n == 16)
+                    _mm512_storeu_ps(y, z);
+                else
+                    _mm512_mask_storeu_ps(y, m, z);
+            }
+        }
+    }
+}
+
 static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) {
     const conv_args op = conv_args_of(dst, pr);
     const geom g = op.g;
@@ -1644,12 +1680,16 @@ static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) 
         }
         float *out = op.y + ng * Mg * P + (int64_t)o0 * P;
         const float *rg = op.res != NULL ? op.res + ng * Mg * P + (int64_t)o0 * P : NULL;
-        for (int64_t t = t0; t < t1; t++) {
-            const int oh = (int)(t / per_row), ow = (int)(t % per_row) * RP;
-            const int64_t p = (int64_t)oh * g.OW + ow;
-            rows_store(acc + (t - t0) * RP * RC, imin(RP, g.OW - ow), nr, out + p, rg != NULL ? rg + p : NULL, P,
-                       flags & F_RELU);
-        }
+        if (g.OW % RP == 0) {  /* whole tiles a row: the block's pixels are consecutive, as are its sums */
+            const int64_t p = t0 * RP;
+            rows_store_block(acc, (int)((t1 - t0) * RP), nr, out + p, rg != NULL ? rg + p : NULL, P, flags & F_RELU);
+        } else
+            for (int64_t t = t0; t < t1; t++) {
+                const int oh = (int)(t / per_row), ow = (int)(t % per_row) * RP;
+                const int64_t p = (int64_t)oh * g.OW + ow;
+                rows_store(acc + (t - t0) * RP * RC, imin(RP, g.OW - ow), nr, out + p, rg != NULL ? rg + p : NULL, P,
+                           flags & F_RELU);
+            }
     }
     free(koff);
     return 1;
