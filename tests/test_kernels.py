@@ -1065,6 +1065,31 @@ def test_lane_conv_sums_past_one_chunk_of_taps_and_keeps_nan():
 
 
 @needs_packed_conv
+@pytest.mark.parametrize("xs,ws", [((2, 9, 14, 14), (70, 9, 3, 3)),   # blocks of 98 pixels: 6 vectors and 2
+                                   ((3, 4, 7, 7), (20, 4, 3, 3)),     # 49 pixels a block, one partial panel
+                                   ((1, 6, 28, 28), (64, 6, 3, 3))])  # 112 pixels: whole vectors
+def test_lane_conv_stores_rows_of_whole_tiles_16_pixels_at_a_time(xs, ws):
+    """Rows of whole 7-pixel tiles (widths 7, 14, 28) are stored a block at a time, 16 pixels by 16
+    channels (rows_store_block): the values of the pixel kernel (conv2d_pixels, 3 vectors) bit for bit
+    with bias, a residual holding NaN and -inf, and ReLU (NaN kept, -inf to 0), on 1 to 3 threads."""
+    rng = np.random.default_rng(sum(xs) + sum(ws))
+    x = rng.standard_normal(xs).astype(np.float32)
+    W = rng.standard_normal(ws).astype(np.float32)
+    bias = rng.standard_normal(ws[0]).astype(np.float32)
+    r = rng.standard_normal((xs[0], ws[0]) + xs[2:]).astype(np.float32)
+    r[0, 0, 0, 0], r[-1, -1, -1, -1], r[0, 1, 1, 2] = np.nan, np.nan, -np.inf
+    want = np.maximum(conv_ref(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1) + bias.reshape(1, -1, 1, 1) + r, 0)
+    for threads in (1, 2, 3):
+        lanes = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, bias, r, True, pixels=4)
+        pixels = conv_on_cpu(x, W, (1, 1), (1, 1), (1, 1), (1, 1), 1, threads, bias, r, True, pixels=3)
+        assert np.isnan(lanes[0, 0, 0, 0]) and np.isnan(lanes[-1, -1, -1, -1]) and lanes[0, 1, 1, 2] == 0
+        assert np.isnan(lanes).sum() == 2
+        finite = ~np.isnan(want)
+        np.testing.assert_allclose(lanes[finite], want[finite], rtol=1e-5, atol=1e-5 * np.abs(want[finite]).max())
+        assert_same_bits(lanes, pixels)  # each pixel's taps summed in the same order from the bias
+
+
+@needs_packed_conv
 def test_pack_conv_pixels_layout_and_bad_vector_count():
     W = np.arange(2 * 10 * 3 * 1 * 1, dtype=np.float32).reshape(20, 3, 1, 1)  # 2 groups of 10 channels
     wp = K.pack_conv_pixels(W, 2, 3)  # panels of 8 channels: 2 a group
@@ -1164,6 +1189,97 @@ def test_pixel_conv_on_rows_of_whole_vectors(xs, ws, s, p):
                           pixels=3)
         want = np.maximum(ref + bias.reshape(1, -1, 1, 1) + r, 0)
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def conv_pool_on_cpu(x, W, stride, pad, dil, groups, threads, bias, relu, pool_kernel, pool_stride, pool_pad,
+                     pool_hw, band=0):
+    """(fused, unfused): K.conv2d_pool (`band` pooled rows a band), and K.conv2d_pixels (3 vectors) then
+    K.maxpool2d, of numpy arrays in one graph on ggml's CPU backend (symmetric conv pads), both outputs
+    filled with NaN first."""
+    from ggmlpy.bindings import ffi
+    N, C, H, Wd = x.shape
+    M, Cg, KH, KW = W.shape
+    OH = (H + 2 * pad[0] - dil[0] * (KH - 1) - 1) // stride[0] + 1
+    OW = (Wd + 2 * pad[1] - dil[1] * (KW - 1) - 1) // stride[1] + 1
+    params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 27, "mem_buffer": ffi.NULL, "no_alloc": False})
+    ctx = lib.ggml_init(params[0])
+
+    def tensor(arr, *ne):
+        t = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, *ne)
+        ffi.memmove(t.data, np.ascontiguousarray(arr, np.float32).tobytes(), arr.nbytes)
+        return t
+    try:
+        xt = tensor(x, Wd, H, C, N)
+        wp = K.pack_conv_pixels(W, groups, 3)
+        wt = tensor(wp, *wp.shape[::-1], 1)
+        bt = None if bias is None else lib.ggml_reshape_1d(ctx, tensor(bias, M, 1, 1, 1), M)
+        fused = K.conv2d_pool(ctx, xt, wt, M, (KH, KW), stride, pad, dil, (OH, OW), groups, bt, relu, pool_kernel,
+                              pool_stride, pool_pad, pool_hw, band)
+        conv = K.conv2d_pixels(ctx, xt, wt, M, (KH, KW), stride, pad, dil, (OH, OW), groups, bt, None, relu, 3)
+        unfused = K.maxpool2d(ctx, conv, pool_kernel, pool_stride, pool_pad, pool_hw)
+        graph = lib.ggml_new_graph(ctx)
+        for t in (fused, unfused):
+            assert [int(t.ne[i]) for i in range(4)] == [pool_hw[1], pool_hw[0], M, N]
+            ffi.buffer(t.data, int(lib.ggml_nbytes(t)))[:] = b"\xff" * int(lib.ggml_nbytes(t))
+            lib.ggml_build_forward_expand(graph, t)
+        assert lib.ggml_graph_compute_with_ctx(ctx, graph, threads) == lib.GGML_STATUS_SUCCESS
+        return [np.frombuffer(ffi.buffer(t.data, int(lib.ggml_nbytes(t))), np.float32)
+                .reshape(N, M, *pool_hw).copy() for t in (fused, unfused)]
+    finally:
+        lib.ggml_free(ctx)
+
+
+def assert_same_bits(got, want):
+    """NaN in the same places, every other value the same bits (signed zeros included)."""
+    assert (np.isnan(got) == np.isnan(want)).all()
+    np.testing.assert_array_equal(got.view(np.uint32)[~np.isnan(want)], want.view(np.uint32)[~np.isnan(want)])
+
+
+CONV_POOL_CASES = [  # x shape, W shape, conv stride, pad, dilation, groups; pool kernel, stride, pad
+    ((2, 3, 45, 224), (17, 3, 7, 7), 2, 3, 1, 1, (3, 3), (2, 2), (1, 1)),  # ResNet's stem: rows of 7 vectors
+    ((3, 3, 37, 61), (13, 3, 7, 7), 2, 3, 1, 1, (3, 3), (2, 2), (1, 1)),   # odd widths: blocks across rows
+    ((1, 5, 30, 33), (8, 5, 3, 3), 1, 1, 1, 1, (2, 2), (2, 2), (0, 0)),    # windows that share no row
+    ((2, 4, 23, 19), (9, 4, 3, 3), 1, 1, 1, 1, (3, 2), (1, 2), (1, 0)),    # stride 1 down: bands of many kept rows
+    ((1, 4, 26, 21), (6, 4, 3, 3), 1, 1, 2, 1, (2, 3), (3, 1), (0, 1)),    # a pooling stride past its kernel, dilation
+    ((2, 6, 17, 32), (10, 3, 3, 3), 1, 1, 1, 2, (5, 5), (2, 2), (2, 2)),   # groups; windows 5 rows tall
+    ((1, 8, 300, 40), (64, 8, 3, 3), 2, 1, 1, 1, (3, 3), (2, 2), (1, 1)),  # 150 rows: many bands, 8 panels
+    ((2, 4, 12, 17), (8, 4, 3, 3), 1, 1, 1, 1, (2, 2), (2, 2), (2, 2)),    # windows wholly in the padding
+]
+
+
+@needs_packed_conv
+@pytest.mark.parametrize("case", CONV_POOL_CASES, ids=lambda c: "x{}w{}s{}p{}d{}g{}k{}s{}p{}".format(*c))
+def test_conv_pool_is_the_conv_then_the_pooling_bit_for_bit(case):
+    """The convolution and its max pooling as one node (conv2d_pool: the convolution computed a band of
+    rows at a time into a buffer, pooled from there): the same bits as conv2d_pixels then maxpool2d, NaN
+    and signed zeros included, with and without bias and ReLU, batches of 1 to 3, odd widths and heights
+    whose bands end early, bands of 1, 2, 3 and 5 pooled rows and of conv.c's choice, on 1, 2 and 3
+    threads; and numpy's values."""
+    xs, ws, s, p, d, groups, pk, ps, pp = case
+    rng = np.random.default_rng(sum(xs) + sum(ws))
+    x = rng.standard_normal(xs).astype(np.float32)
+    x[0, 0, 5, 7] = np.nan  # NaN through the taps: the windows of the pixels that read it
+    W = rng.standard_normal(ws).astype(np.float32)
+    x[-1, :, :12] = -np.abs(x[-1, :, :12])  # the last image's top rows negative:
+    W[1], W[2] = 0, 1e-30                     # channel 1 is -0 (its bias) where they alone are read, else +0
+    bias = rng.standard_normal(ws[0]).astype(np.float32)
+    bias[1], bias[2] = -0.0, -1e30            # channel 2 is ReLU'd to zeros
+    ref = conv_ref(np.nan_to_num(x), W, (s, s), (p, p), (p, p), (d, d), groups)
+    OH, OW = ref.shape[2:]
+    out_hw = ((OH + 2 * pp[0] - pk[0]) // ps[0] + 1, (OW + 2 * pp[1] - pk[1]) // ps[1] + 1)
+    for b, relu in ((None, False), (bias, True)):
+        want = ref + (0 if b is None else b.reshape(1, -1, 1, 1))
+        want = maxpool_ref(np.maximum(want, 0) if relu else want, pk, ps, pp, out_hw)
+        for threads, band in ((1, 0), (2, 0), (3, 0), (1, 1), (2, 2), (3, 3), (1, 5)):
+            fused, unfused = conv_pool_on_cpu(x, W, (s, s), (p, p), (d, d), groups, threads, b, relu, pk, ps, pp,
+                                              out_hw, band)
+            assert_same_bits(fused, unfused)
+            assert np.isnan(fused[0]).any() and not np.isnan(fused[1:]).any()
+            finite = ~np.isnan(fused)
+            np.testing.assert_allclose(fused[finite], want[finite], rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        if relu:
+            zeros = fused[-1, 1:3][~np.isnan(fused[-1, 1:3]) & (fused[-1, 1:3] > -np.finfo(np.float32).max)]
+            assert (zeros == 0).all() and np.signbit(zeros).any() and not np.signbit(zeros).all()
 
 
 @pytest.mark.parametrize("name,what", [("gemm", "products stay"), ("conv", "convolutions stay"),

@@ -14,7 +14,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import ggmlpy  # noqa: E402
 from ggmlpy import kernels  # noqa: E402
-from ggmlpy.bindings import lib  # noqa: E402
+from ggmlpy.bindings import ffi, lib  # noqa: E402
 
 K = kernels.get()
 needs_conv = pytest.mark.skipif(K is None or K.conv2d is None, reason="no conv.c kernel (compiler or OpenBLAS)")
@@ -175,3 +175,110 @@ def test_wide_convs_use_the_packed_kernel_where_there_is_avx512(threads):
         rows = {"pixels": 8, "channels": K.packed_rows, "lanes": kernels.LANE_CHANNELS}
         assert [int(t.src[1].ne[0]) for t in nodes] == [rows[k] for k in kinds]
         assert [int(t.src[1].ne[2]) for t in nodes] == [-(-m // rows[k]) for m, k in zip((64, 130, 130), kinds)]
+
+
+def stem(pool, x_shape, relu=True, both=False, residual=False, seed=0):
+    """A ResNet-like stem: Conv 7x7 at stride 2 with bias (+ an input of its output's shape, residual) (->
+    Relu) -> MaxPool with attributes `pool`; both: the pooling's input is a graph output too (which keeps
+    it a node of its own). The weights are the seed's."""
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "W", "b"], ["c"], pads=[3, 3, 3, 3], strides=[2, 2])]
+    last, inputs = "c", [("x", x_shape)]
+    if residual:
+        oh, ow = ((d + 6 - 7) // 2 + 1 for d in x_shape[2:])
+        nodes.append(n("Add", ["c", "r"], ["s"]))
+        last, inputs = "s", inputs + [("r", (x_shape[0], 16, oh, ow))]
+    if relu:
+        nodes.append(n("Relu", [last], ["a"]))
+        last = "a"
+    nodes.append(n("MaxPool", [last], ["y"], **pool))
+    rng = np.random.default_rng(seed)
+    inits = {"W": (rng.standard_normal((16, x_shape[1], 7, 7)) / 12).astype(np.float32),
+             "b": rng.standard_normal(16).astype(np.float32)}
+    return model(nodes, inputs, ["y"] + ([last] if both else []), inits)
+
+
+STEM_POOLS = [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),   # ResNet's
+              dict(kernel_shape=[2, 3], strides=[2, 1], pads=[0, 1, 1, 0], ceil_mode=1),
+              dict(kernel_shape=[2, 2], strides=[3, 3])]                       # rows no window reads
+
+
+@needs_conv
+@pytest.mark.parametrize("pool", STEM_POOLS, ids=["resnet", "ceil", "gaps"])
+@pytest.mark.parametrize("relu", [True, False])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_stem_conv_and_its_max_pooling_are_one_node(pool, relu, threads):
+    """Conv (-> Relu) -> MaxPool with the pooling alone reading the conv: one node with AVX-512 (conv.c's
+    conv2d_pool, the conv's rows pooled in cache), whose values are those of the conv's node and the
+    pooling's (the same model with the pooling's input a graph output) bit for bit, NaN included (the
+    windows a NaN input reaches), and elsewhere the reference's; batch 3 of odd-sized planes."""
+    x = RNG.standard_normal((3, 3, 37, 61)).astype(np.float32)
+    x[1, 2, 20, 30] = np.nan
+    proto, apart = stem(pool, x.shape, relu), stem(pool, x.shape, relu, both=True)
+    m, out = run(proto, {"x": x}, threads)
+    m0, out0 = run(apart, {"x": x}, threads)
+    want = ReferenceEvaluator(proto).run(None, {"x": np.nan_to_num(x)})[0]  # its pooling drops NaN
+    assert out["y"].shape == want.shape and np.isnan(out["y"][1]).any() and not np.isnan(out["y"][[0, 2]]).any()
+    finite = ~np.isnan(out["y"])
+    np.testing.assert_allclose(out["y"][finite], want[finite], rtol=1e-4, atol=1e-5)
+    assert (np.isnan(out["y"]) == np.isnan(out0["y"])).all()
+    np.testing.assert_array_equal(out["y"].view(np.uint32)[finite], out0["y"].view(np.uint32)[finite])
+    names = [ffi.string(t.name).decode() for t in custom_nodes(m)]
+    assert names == (["ggmlpy.conv2d_pool"] if K.conv2d_pool is not None else ["ggmlpy.conv2d", "ggmlpy.maxpool2d"])
+    assert [ffi.string(t.name).decode() for t in custom_nodes(m0)] == ["ggmlpy.conv2d", "ggmlpy.maxpool2d"]
+
+
+@needs_conv
+@pytest.mark.parametrize("case", ["dilations", "indices", "residual", "wide"])
+def test_a_max_pooling_the_stem_kernel_does_not_take_is_a_node_of_its_own(case):
+    """A MaxPool with dilations or an Indices output, after a conv with a residual, or after a conv that
+    conv.c computes with another kernel (64 channels of a 28 x 28 plane: channels in the lanes) stays
+    the pooling's own node (or ggml's): the reference's values."""
+    n = helper.make_node
+    pool = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    x = RNG.standard_normal((2, 3, 37, 61)).astype(np.float32)
+    feeds = {"x": x}
+    if case == "dilations":
+        proto = stem(dict(pool, dilations=[2, 2]), x.shape)
+    elif case == "residual":
+        proto = stem(pool, x.shape, residual=True)
+        feeds["r"] = RNG.standard_normal((2, 16, 19, 31)).astype(np.float32)
+    elif case == "indices":
+        proto = model([n("Conv", ["x", "W"], ["c"], pads=[3, 3, 3, 3], strides=[2, 2]), n("Relu", ["c"], ["a"]),
+                       n("MaxPool", ["a"], ["y", "i"], **pool)], [("x", x.shape)], ["y", "i"], {"W": w(16, 3, 7, 7)})
+    else:
+        x = feeds["x"] = RNG.standard_normal((2, 64, 28, 28)).astype(np.float32)
+        proto = model([n("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]), n("Relu", ["c"], ["a"]),
+                       n("MaxPool", ["a"], ["y"], **pool)], [("x", x.shape)], ["y"], {"W": w(64, 64, 3, 3)})
+    m, out = run(proto, feeds)
+    for name, want in zip(proto.graph.output, ReferenceEvaluator(proto).run(None, feeds)):
+        np.testing.assert_allclose(out[name.name], want, rtol=1e-4, atol=1e-5)
+    names = [ffi.string(t.name).decode() for t in custom_nodes(m)]
+    assert "ggmlpy.conv2d_pool" not in names and names[0] == "ggmlpy.conv2d"
+
+
+@needs_conv
+def test_a_stem_and_its_pooling_without_the_kernels_are_ggmls_ops():
+    pool = STEM_POOLS[0]
+    x = RNG.standard_normal((2, 3, 37, 61)).astype(np.float32)
+    proto = stem(pool, x.shape)
+    prev = kernels.set_enabled(False)
+    try:
+        m, out = run(proto, {"x": x})
+    finally:
+        kernels.set_enabled(prev)
+    assert not custom_nodes(m)
+    np.testing.assert_allclose(out["y"], ReferenceEvaluator(proto).run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+@needs_conv
+def test_without_the_pooling_kernel_the_stem_is_the_conv_node_then_the_pooling(monkeypatch):
+    """Where conv.c has no conv2d_pool (no AVX-512), Conv -> Relu -> MaxPool is the conv's node and the
+    pooling's: the same values, bit for bit, as the one node."""
+    x = RNG.standard_normal((2, 3, 37, 61)).astype(np.float32)
+    proto = stem(STEM_POOLS[0], x.shape)
+    _, fused = run(proto, {"x": x})
+    monkeypatch.setattr(K, "conv2d_pool", None)
+    m, out = run(proto, {"x": x})
+    assert [ffi.string(t.name).decode() for t in custom_nodes(m)][-1] == "ggmlpy.maxpool2d"
+    np.testing.assert_array_equal(out["y"].view(np.uint32), fused["y"].view(np.uint32))

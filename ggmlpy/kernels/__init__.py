@@ -59,6 +59,11 @@ LANE_IN_PLACE = 1.15  # the lane kernel's speed-up where it reads an unpadded in
 DIRECT_MAX_FLOATS = 4 << 20  # conv.c's: the largest padded input its pixel kernel copies (direct_planes)
 
 
+def direct_fits(planes_hw: tuple | None, planes: int) -> bool:
+    """Whether conv.c's kernels without patches copy direct_planes' (planes_hw, planes) (within their budget)."""
+    return planes_hw is not None and planes * planes_hw[0] * planes_hw[1] + 64 <= DIRECT_MAX_FLOATS
+
+
 def direct_planes(out_hw: tuple, kernel: tuple, stride: tuple, dilation: tuple, in_channels: int):
     """((Hs, Ws), count): the phase planes conv.c's pixel kernel copies the zero-padded input into to
     read it without patches (s x s of Hs x Ws a channel for equal strides s), or (None, 0) where the
@@ -102,6 +107,7 @@ class Kernels:
         self.conv2d_packed = self._conv2d_packed if self.packed_rows else None  # None: conv2d, over OpenBLAS
         self._conv_pixels_fn = clib.ggmlpy_conv2d_pixels_f32 if self.packed_rows else None
         self.conv2d_pixels = self._conv2d_pixels if self.packed_rows else None  # None: no AVX-512
+        self.conv2d_pool = self._conv2d_pool if self.packed_rows else None  # None: the convolution, then maxpool2d
         self.conv2d = self._conv2d if clib is not None else None  # None: ggml's im2col and products
         self.maxpool2d = self._maxpool2d if clib is not None else None  # None: ggml's pool_2d
         self._im2col_back_fn = clib.ggmlpy_im2col_back_f32 if clib is not None else None
@@ -295,7 +301,7 @@ class Kernels:
         def used(n, block, real=None):  # the share of a block's lanes that hold real values
             return (n if real is None else real) / (-(-n // block) * block)
         by_lanes = 0.0
-        if planes_hw is not None and planes * planes_hw[0] * planes_hw[1] + 64 <= DIRECT_MAX_FLOATS:
+        if direct_fits(planes_hw, planes):
             speed = 1.25 if stride == 1 else 1.1
             virtual = pixels if ow % 16 == 0 else (oh - 1) * planes_hw[1] + ow
             by_pixels = speed * used(virtual, 48, pixels) * used(channels, 8)
@@ -330,6 +336,22 @@ class Kernels:
         arguments and result otherwise."""
         return self._conv_node(ctx, self._conv_pixels_fn, x, wp, out_channels, kernel, stride, pad, dilation, out_hw,
                                groups, bias, residual, relu, vectors)
+
+    def _conv2d_pool(self, ctx, x, wp, out_channels, kernel, stride, pad, dilation, out_hw, groups, bias, relu,
+                     pool_kernel, pool_stride, pool_pad, pool_hw, band=0):
+        """conv2d_pixels with 3 vectors (wp = pack_conv_pixels(W, groups, 3)) on the padded input's phase
+        planes, then maxpool2d of its output (windows pool_kernel at pool_stride from pool_pad = (top,
+        left), pool_hw of them), as one node: the convolution's output is pooled a band of rows at a time
+        while in cache and never written (band: pooled rows a band, 0: chosen by conv.c to stay in L2);
+        the same values, bit for bit, as the two nodes. No residual.
+        The caller checks that the kernel applies (direct_fits, equal strides); where it does not, the
+        output is NaN. Returns ne [pool OW, pool OH, M, N]."""
+        args = [x, wp] + ([bias] if bias is not None else [])
+        params = self._userdata((*kernel, *stride, *pad, *dilation, groups, int(relu) | (2 if bias is not None else 0),
+                                 5, *out_hw, *pool_kernel, *pool_stride, *pool_pad, band))
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, pool_hw[1], pool_hw[0], out_channels, x.ne[3],
+                                  ffi.new("struct ggml_tensor *[]", args), len(args), self._conv_pixels_fn,
+                                  N_TASKS_MAX, params)
 
     def _conv_node(self, ctx, fn, x, w, M, kernel, stride, pad, dilation, out_hw, groups, bias, residual, relu, block):
         args = [x, w] + [t for t in (bias, residual) if t is not None]

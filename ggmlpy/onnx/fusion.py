@@ -5,12 +5,14 @@ Erf alone is a fifteen-op polynomial here); ggml has the exact op, ggml_gelu_erf
 
 On ggml's CPU backend a convolution is one node of ggmlpy's conv.c kernel, which also adds a
 residual and applies ReLU to each block while it is in cache: Conv -> Relu, Conv -> Add(r) and
-Conv -> Add(r) -> Relu (a ResNet block's end) are built as that one node; a linear layer's
-MatMul -> Add(bias) is one node of its linear kernel, which may also apply the GELU that alone reads
-it, add a residual (Add) that alone reads it, or write its rows apart for the Transpose that takes
-an attention's stacked q, k, v apart; and an attention node may write its heads side by side for the
-Transpose that puts them there. The finders here only select candidates from the ONNX graph (what
-reads what); the builders check the ggml tensors and shapes, and build the nodes one by one otherwise.
+Conv -> Add(r) -> Relu (a ResNet block's end) are built as that one node, and so may be a MaxPool
+that alone reads such a pattern's output (a ResNet's stem: the pooling reads the rows in cache); a
+linear layer's MatMul -> Add(bias) is one node of its linear kernel, which may also apply the GELU
+that alone reads it, add a residual (Add) that alone reads it, or write its rows apart for the
+Transpose that takes an attention's stacked q, k, v apart; and an attention node may write its heads
+side by side for the Transpose that puts them there. The finders here only select candidates from
+the ONNX graph (what reads what); the builders check the ggml tensors and shapes, and build the nodes
+one by one otherwise.
 """
 from __future__ import annotations
 
@@ -66,10 +68,11 @@ def _first_consumers(nodes) -> dict:
 
 
 def find_conv_epilogues(graph) -> tuple[dict, set]:
-    """(fused, skipped): fused maps the index of a pattern's last node (the Add or the Relu) to
-    (the Conv's index, the residual's name or None, whether a ReLU ends it, the pattern's indices in
-    order); skipped holds the indices before the last. A node's output read by anything else, or a
-    graph output, ends the pattern before it."""
+    """(fused, skipped): fused maps the index of a pattern's last node (the Add, the Relu or the
+    MaxPool) to (the Conv's index, the residual's name or None, whether a ReLU follows, the MaxPool's
+    index or None, the pattern's indices in order); skipped holds the indices before the last. A
+    node's output read by anything else, or a graph output, ends the pattern before it; a MaxPool
+    with an Indices output is not taken."""
     nodes = list(graph.node)
     uses = _uses(graph)
     consumer = _first_consumers(nodes)
@@ -94,10 +97,15 @@ def find_conv_epilogues(graph) -> tuple[dict, set]:
         relu = only(nodes[last].output[0], "Relu")
         if relu is not None:
             last = relu
+        pool = only(nodes[last].output[0], "MaxPool")
+        if pool is not None and not (len(nodes[pool].output) > 1 and nodes[pool].output[1]):
+            last = pool
+        else:
+            pool = None
         if last == i:
             continue
-        members = (i,) + ((add,) if residual is not None else ()) + ((relu,) if relu is not None else ())
-        fused[last] = (i, residual, relu is not None, members)
+        members = (i,) + tuple(j for j in (add if residual is not None else None, relu, pool) if j is not None)
+        fused[last] = (i, residual, relu is not None, pool, members)
         skipped |= set(members[:-1])
     return fused, skipped
 

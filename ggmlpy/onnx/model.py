@@ -42,7 +42,7 @@ from .narrowing import has_seed, narrow, static_shapes
 from .ops_basic import OPS
 from .ops_basic import f as contiguous_f32
 from .ops_host import HOST_OPS
-from .ops_nn import attention, conv_epilogue, linear_bias, linear_gelu, linear_residual, linear_split
+from .ops_nn import attention, conv_epilogue, conv_pool, linear_bias, linear_gelu, linear_residual, linear_split
 from .shaping import upstream, value_inputs
 
 _NULL = ffi.NULL
@@ -561,13 +561,21 @@ class _Plan:
                                                                          x.dtype)
                     continue
                 if k in convs:
-                    ci, res, relu, members = convs[k]
+                    ci, res, relu, pool, members = convs[k]
                     cnode = b.node = nodes[ci]
                     ins = [vals.get(n) if n else None for n in cnode.input]
+                    at = {a.name: helper.get_attribute_value(a) for a in cnode.attribute}
                     out = None
                     if all(n in vals for n in cnode.input if n) and not ins[0].is_const and (res is None or res in vals):
-                        out = conv_epilogue(b, cnode, ins, {a.name: helper.get_attribute_value(a) for a in cnode.attribute},
-                                            vals[res] if res else None, relu)
+                        if pool is not None and res is None:
+                            out = conv_pool(b, cnode, ins, at, relu, nodes[pool],
+                                            {a.name: helper.get_attribute_value(a) for a in nodes[pool].attribute})
+                        if out is None:
+                            out = conv_epilogue(b, cnode, ins, at, vals[res] if res else None, relu)
+                            if out is not None and pool is not None:  # the conv's node, then the pooling's
+                                vals[nodes[members[-2]].output[0]] = out[0]
+                                build(nodes[pool])
+                                continue
                     place(node, out, members)
                     continue
                 if k in attns:

@@ -351,10 +351,7 @@ def conv_kernel(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dil
         bt = (b.weight(np.asarray(bias.const, dtype=np.float32).reshape(M)) if bias.is_const
               else lib.ggml_reshape_1d(b.ctx, cont(b, b.tensor(bias)), M))
     rt = None if residual is None else reshape(b, b.tensor(residual), out_shape)
-    kind = (k.packed_conv_kind((OH, OW), M // group, *kernels.direct_planes((OH, OW), (kH, kW), strides, dils,
-                                                                           C // group), stride=strides[0],
-                               taps=C // group * kH * kW, unpadded=not any(pads_b) and not any(pads_e))
-            if is_const else None)
+    kind = _packed_kind(k, (OH, OW), w_shape, group, strides, pads_b, pads_e, dils) if is_const else None
     if kind in ("pixels", "lanes"):
         vectors = PIXEL_VECTORS if kind == "pixels" else CHANNEL_VECTORS
         wp = b.weight(k.pack_conv_pixels(np.asarray(w_arr_or_val, dtype=np.float32), group, vectors))
@@ -373,6 +370,13 @@ def conv_kernel(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dil
     y = k.conv2d(b.ctx, cont(b, x), w, (kH, kW), tuple(strides), (pads_b[0], pads_b[1]), tuple(dils), (OH, OW),
                  group, bt, rt, relu)
     return b.kernel_node(y, "conv2d"), out_shape
+
+
+def _packed_kind(k, out_hw, w_shape, group, strides, pads_b, pads_e, dils):
+    """Kernels.packed_conv_kind for a convolution of weights (M, C/group, kH, kW) with constant weights."""
+    M, Cg, kH, kW = w_shape
+    return k.packed_conv_kind(out_hw, M // group, *kernels.direct_planes(out_hw, (kH, kW), strides, dils, Cg),
+                              stride=strides[0], taps=Cg * kH * kW, unpadded=not any(pads_b) and not any(pads_e))
 
 
 def _conv2d_ggml(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dils, group):
@@ -609,6 +613,46 @@ def _conv_transpose_3d(b, at, x, W, bias):
     return [b.out(reshape(b, y, oshape), oshape, x.dtype)]
 
 
+def conv_pool(b, node, ins, at, relu, pool_node, pool_at):
+    """Conv (-> Relu) -> MaxPool (fusion.find_conv_epilogues) as one node of conv.c's pixel kernel, which
+    pools the convolution's rows while they are in cache and never writes them (Kernels.conv2d_pool):
+    where that kernel, on the padded input's phase planes, is the one the Conv gets (conv_kernel; a ResNet's
+    stem) and the MaxPool is 2-D without dilations (any windows, strides, pads and ceil_mode). None
+    otherwise: the caller then builds the Conv's node and the MaxPool's."""
+    k = b.kernels
+    x, w = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    if k is None or k.conv2d_pool is None or x.rank != 4 or w.rank != 4 or not w.is_const or \
+            bias is not None and bias.rank != 1:
+        return None
+    N, C, H, W = x.shape
+    M, Cg, kH, kW = w.shape
+    group = int(at.get("group", 1))
+    if group < 1 or C != Cg * group or M % group or b.f16_weights and w.const.size >= 256:
+        return None  # the Conv's builder says what is wrong; half-precision weights are ggml's products'
+    strides = [int(s) for s in at.get("strides", [1, 1])]
+    dils = [int(d) for d in at.get("dilations", [1, 1])]
+    pb, pe = _conv_pads(b, at, [H, W], [kH, kW], strides, dils)
+    OH, OW = ((n + p + q - d * (kk - 1) - 1) // s + 1
+              for n, p, q, d, kk, s in zip((H, W), pb, pe, dils, (kH, kW), strides))
+    if min(pb + pe) < 0 or OH < 1 or OW < 1:
+        return None
+    ks, pstrides, pdils, ppb, ppe, ceil = _pool_attrs(b, Val((N, M, OH, OW), x.dtype), pool_at)
+    if any(d != 1 for d in pdils) or \
+            not kernels.direct_fits(*kernels.direct_planes((OH, OW), (kH, kW), strides, dils, Cg)) or \
+            _packed_kind(k, (OH, OW), w.shape, group, strides, pb, pe, dils) != "pixels" or PIXEL_VECTORS != 3:
+        return None
+    outs, _ = _pool_outs([OH, OW], ks, pstrides, ppb, ppe, ceil)
+    wp = b.weight(k.pack_conv_pixels(np.asarray(w.const, dtype=np.float32), group, 3))  # conv_pixels_direct's
+    bt = None
+    if bias is not None:
+        bt = (b.weight(np.asarray(bias.const, dtype=np.float32).reshape(M)) if bias.is_const
+              else lib.ggml_reshape_1d(b.ctx, cont(b, b.tensor(bias)), M))
+    y = k.conv2d_pool(b.ctx, cont(b, b.tensor(x)), wp, M, (kH, kW), tuple(strides), (pb[0], pb[1]), tuple(dils),
+                      (OH, OW), group, bt, relu, tuple(ks), tuple(pstrides), (ppb[0], ppb[1]), tuple(outs))
+    return [b.out(b.kernel_node(y, "conv2d_pool"), (N, M, *outs), x.dtype)]
+
+
 # -- pooling --------------------------------------------------------------------------------------------
 def _pool_attrs(b, x, at):
     """kernel_shape, strides, dilations, pads (begin, end) of a pooling node, checked."""
@@ -748,6 +792,20 @@ def _lppool(b, node, ins, at):
     return _pool_windows(b, x, at, "lp", ks, strides, dils, pb, pe, ceil)
 
 
+def _pool_outs(sizes, ks, strides, pb, pe, ceil):
+    """(outs, pad_e) of a 2-D pooling of planes `sizes`: its output's sizes, and the end pads that make
+    every window whole (ceil_mode's windows that pass the end pads)."""
+    outs, pad_e = [], []
+    for i in range(2):
+        span = sizes[i] + pb[i] + pe[i] - ks[i]
+        o = (-(-span // strides[i]) if ceil else span // strides[i]) + 1
+        if ceil and (o - 1) * strides[i] >= sizes[i] + pb[i]:
+            o -= 1  # the last window must start inside the input or the left padding
+        outs.append(o)
+        pad_e.append(pe[i] + max(0, (o - 1) * strides[i] + ks[i] - (sizes[i] + pb[i] + pe[i])))
+    return outs, pad_e
+
+
 def _pool(b, node, ins, at, kind):
     x = ins[0]
     b.need(x.rank in (3, 4, 5), f"only 1-, 2- and 3-D pooling are supported (input rank {x.rank})")
@@ -760,16 +818,7 @@ def _pool(b, node, ins, at, kind):
     if nd == 1:
         ks, strides, pb, pe = [1] + ks, [1] + strides, [0] + pb, [0] + pe
     sizes = list(xs[2:])
-    ceil = int(at.get("ceil_mode", 0))
-    outs, extra = [], []
-    for i in range(2):
-        span = sizes[i] + pb[i] + pe[i] - ks[i]
-        o = (-(-span // strides[i]) if ceil else span // strides[i]) + 1
-        if ceil and (o - 1) * strides[i] >= sizes[i] + pb[i]:
-            o -= 1  # the last window must start inside the input or the left padding
-        outs.append(o)
-        extra.append(max(0, (o - 1) * strides[i] + ks[i] - (sizes[i] + pb[i] + pe[i])))
-    pad_e = [pe[i] + extra[i] for i in range(2)]
+    outs, pad_e = _pool_outs(sizes, ks, strides, pb, pe, int(at.get("ceil_mode", 0)))
     k = b.kernels
     if kind == "max" and k is not None and k.maxpool2d is not None:
         y = b.kernel_node(k.maxpool2d(b.ctx, cont(b, xt), tuple(ks), tuple(strides), tuple(pb), tuple(outs)),
