@@ -22,7 +22,9 @@ import numpy as np
 from onnx import numpy_helper
 
 
-def const_values(graph, initializers):
+def const_values(graph, initializers) -> dict:
+    """The values known before planning, by name: initializers, Constant nodes' values, and the
+    Identity copies exporters make of shared weights."""
     vals = dict(initializers)
     for n in graph.node:
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
@@ -37,45 +39,40 @@ def _scalar(vals, name, want, tol=1e-6):
     return v is not None and np.size(v) == 1 and abs(float(np.asarray(v).reshape(-1)[0]) - want) <= tol * abs(want)
 
 
-def _uses(graph) -> dict:
-    uses = defaultdict(int)
-    for n in graph.node:
-        for i in n.input:
-            uses[i] += 1
-    for o in graph.output:
-        uses[o.name] += 100  # a graph output is never folded away
-    return uses
+class GraphIndex:
+    """What the finders read of a graph, counted once: its nodes in order; how many times each value
+    is read (`uses`, a graph output counting 100 so that it is never folded away; `data_uses`, the
+    same without the reads of Shape and Size, which take a value's shape, known when planning, never
+    its elements); the first node reading each value and the node producing it (indices); and the
+    constant values (initializers and Constant nodes) by name."""
 
-
-def _data_uses(graph) -> dict:
-    """_uses without the reads of Shape and Size, which take a value's shape (known when planning),
-    never its elements."""
-    uses = _uses(graph)
-    for n in graph.node:
-        if n.op_type in ("Shape", "Size") and n.domain in ("", "ai.onnx"):
+    def __init__(self, graph, initializers):
+        self.nodes = list(graph.node)
+        self.uses = defaultdict(int)
+        self.consumer, self.producer = {}, {}
+        for j, n in enumerate(self.nodes):
             for i in n.input:
-                uses[i] -= 1
-    return uses
+                self.uses[i] += 1
+                self.consumer.setdefault(i, j)
+            for o in n.output:
+                self.producer[o] = j
+        for o in graph.output:
+            self.uses[o.name] += 100
+        self.data_uses = defaultdict(int, self.uses)
+        for n in self.nodes:
+            if n.op_type in ("Shape", "Size") and n.domain in ("", "ai.onnx"):
+                for i in n.input:
+                    self.data_uses[i] -= 1
+        self.vals = const_values(graph, initializers)
 
 
-def _first_consumers(nodes) -> dict:
-    """Each value's name -> the index of the first node that reads it."""
-    consumer = {}
-    for j, n in enumerate(nodes):
-        for i in n.input:
-            consumer.setdefault(i, j)
-    return consumer
-
-
-def find_conv_epilogues(graph) -> tuple[dict, set]:
+def find_conv_epilogues(ix: GraphIndex) -> tuple[dict, set]:
     """(fused, skipped): fused maps the index of a pattern's last node (the Add, the Relu or the
     MaxPool) to (the Conv's index, the residual's name or None, whether a ReLU follows, the MaxPool's
     index or None, the pattern's indices in order); skipped holds the indices before the last. A
     node's output read by anything else, or a graph output, ends the pattern before it; a MaxPool
     with an Indices output is not taken."""
-    nodes = list(graph.node)
-    uses = _uses(graph)
-    consumer = _first_consumers(nodes)
+    nodes, uses, consumer = ix.nodes, ix.uses, ix.consumer
 
     def only(name, op):
         j = consumer.get(name)
@@ -110,14 +107,11 @@ def find_conv_epilogues(graph) -> tuple[dict, set]:
     return fused, skipped
 
 
-def find_linear_bias(graph, initializers) -> tuple[dict, set]:
+def find_linear_bias(ix: GraphIndex) -> tuple[dict, set]:
     """(fused, skipped) for MatMul(x, W) -> Add(b) with W a constant matrix and b a constant of W's
     column count (a linear layer as exporters write it, built as conv.c's one linear node): fused maps
     the Add's index to (the MatMul's index, b's name, both indices); skipped holds the MatMuls."""
-    vals = const_values(graph, initializers)
-    nodes = list(graph.node)
-    uses = _uses(graph)
-    consumer = _first_consumers(nodes)
+    vals, nodes, uses, consumer = ix.vals, ix.nodes, ix.uses, ix.consumer
     fused, skipped = {}, set()
     for i, n in enumerate(nodes):
         if n.op_type != "MatMul" or n.domain not in ("", "ai.onnx") or len(n.input) != 2:
@@ -146,7 +140,7 @@ _PRODUCTS = ("MatMul", "Gemm", "Add")  # Add: find_linear_bias's MatMul + bias e
 def _from_product(nodes, uses, producer, name) -> bool:
     """Whether value `name` comes from a product (MatMul, Gemm, or a MatMul + bias ending in an Add)
     through reshaping nodes at most, nothing else reading the elements of the product's output or of
-    the values on the way (`uses`: _data_uses)."""
+    the values on the way (`uses`: GraphIndex.data_uses)."""
     while uses[name] == 1 and name in producer:
         n = nodes[producer[name]]
         if n.domain not in ("", "ai.onnx"):
@@ -159,13 +153,11 @@ def _from_product(nodes, uses, producer, name) -> bool:
     return False
 
 
-def find_linear_residual(graph) -> dict:
+def find_linear_residual(ix: GraphIndex) -> dict:
     """Add(y, r) where y comes from a product (_from_product): maps the Add's index to (y's name, r's
     name). The product's node may add r itself; whether it is a linear layer's node, in y's memory
     order, and r of y's shape, is the builder's to check."""
-    nodes = list(graph.node)
-    uses = _data_uses(graph)
-    producer = {o: j for j, n in enumerate(nodes) for o in n.output}
+    nodes, uses, producer = ix.nodes, ix.data_uses, ix.producer
     found = {}
     for a, add in enumerate(nodes):
         if add.op_type != "Add" or add.domain not in ("", "ai.onnx") or len(add.input) != 2 or \
@@ -178,28 +170,19 @@ def find_linear_residual(graph) -> dict:
     return found
 
 
-def transposes_of_products(graph) -> set:
+def transposes_of_products(ix: GraphIndex) -> set:
     """Indices of the Transposes whose input comes from a product (_from_product): the product's node
     may write the transposed layout itself (an attention's stacked q, k, v taken apart: the builder
     checks that the transposition is that)."""
-    nodes = list(graph.node)
-    uses = _data_uses(graph)
-    producer = {o: j for j, n in enumerate(nodes) for o in n.output}
+    nodes, uses, producer = ix.nodes, ix.data_uses, ix.producer
     return {j for j, n in enumerate(nodes) if n.op_type == "Transpose" and n.domain in ("", "ai.onnx")
             and _from_product(nodes, uses, producer, n.input[0])}
 
 
-def find_gelu(graph, initializers) -> tuple[dict, set]:
+def find_gelu(ix: GraphIndex) -> tuple[dict, set]:
     """(fused, skipped): fused maps the index of a pattern's last node to the name of its input x;
     skipped holds the indices of the other nodes of each pattern."""
-    vals = const_values(graph, initializers)
-    nodes = list(graph.node)
-    uses = defaultdict(int)
-    for n in nodes:
-        for i in n.input:
-            uses[i] += 1
-    for o in graph.output:
-        uses[o.name] += 100  # a graph output is never folded away
+    vals, nodes, uses = ix.vals, ix.nodes, ix.uses
 
     def other(n, name):
         ins = list(n.input)
@@ -208,12 +191,10 @@ def find_gelu(graph, initializers) -> tuple[dict, set]:
         return ins[1] if ins[0] == name else ins[0]
 
     def single_consumer(name, op):
-        if uses[name] != 1:
+        j = ix.consumer.get(name)
+        if uses[name] != 1 or j is None:
             return None
-        for j, n in enumerate(nodes):
-            if name in n.input:
-                return (j, n) if n.op_type == op else None
-        return None
+        return (j, nodes[j]) if nodes[j].op_type == op else None
 
     fused, skipped = {}, set()
     for i, n in enumerate(nodes):
@@ -238,21 +219,20 @@ def find_gelu(graph, initializers) -> tuple[dict, set]:
     return fused, skipped
 
 
-def gelu_input_private(graph, fused: dict) -> set:
+def gelu_input_private(ix: GraphIndex, fused: dict) -> set:
     """The indices in find_gelu's `fused` whose input x only its own pattern reads (its Div or Mul by
     1/sqrt 2 and its Mul by x; not a graph output): the node computing x may apply the GELU itself."""
-    uses = _uses(graph)
-    return {k for k, x in fused.items() if uses[x] == 2}
+    return {k for k, x in fused.items() if ix.uses[x] == 2}
 
 
-def heads_transposed(graph) -> set:
+def heads_transposed(ix: GraphIndex) -> set:
     """Names of values (..., H, L, E) that only a Transpose reads which keeps E last and puts L before H
     ((..., L, H, E), or (L, B, H, E) from (B, H, L, E) as batch_first=False exporters write it): an
     attention's heads put side by side for its output projection. The attention node may write them
     that way; the Transpose then reads them in place where their order is its output's (B = 1)."""
-    uses = _uses(graph)
+    uses = ix.uses
     found = set()
-    for n in graph.node:
+    for n in ix.nodes:
         if n.op_type != "Transpose" or n.domain not in ("", "ai.onnx") or uses[n.input[0]] != 1:
             continue
         perm = next((list(a.ints) for a in n.attribute if a.name == "perm"), None)
@@ -262,26 +242,23 @@ def heads_transposed(graph) -> set:
     return found
 
 
-def products_of(graph) -> dict:
-    """Each value a Mul computes that nothing else reads the elements of (_data_uses) -> the Mul's two
+def products_of(ix: GraphIndex) -> dict:
+    """Each value a Mul computes that nothing else reads the elements of (GraphIndex.data_uses) -> the Mul's two
     inputs: an attention's query or key scaled by a constant before its first product, whose
     constant the builder may fold into the attention's scale."""
-    uses = _data_uses(graph)
-    return {n.output[0]: tuple(n.input) for n in graph.node if n.op_type == "Mul" and n.domain in ("", "ai.onnx")
+    uses = ix.data_uses
+    return {n.output[0]: tuple(n.input) for n in ix.nodes if n.op_type == "Mul" and n.domain in ("", "ai.onnx")
             and len(n.input) == 2 and uses[n.output[0]] == 1}
 
 
-def find_attention(graph, initializers) -> tuple[dict, set]:
+def find_attention(ix: GraphIndex) -> tuple[dict, set]:
     """(fused, skipped) for scaled dot-product attention as exporters write it: MatMul(Q, K^T) ->
     optional Mul or Div by a constant scalar -> optional Add(mask) -> Softmax -> MatMul(., V), each
     intermediate read by the next node alone (built as attention.c's one node). fused maps the last
     MatMul's index to (the first MatMul's index, the scale (1.0 without one), the mask's name or
     None, the Softmax's index, the pattern's indices in order); skipped holds the indices before the
     last. Whether the shapes and the Softmax's axis fit is the builder's to check."""
-    vals = const_values(graph, initializers)
-    nodes = list(graph.node)
-    uses = _uses(graph)
-    consumer = _first_consumers(nodes)
+    vals, nodes, uses, consumer = ix.vals, ix.nodes, ix.uses, ix.consumer
 
     def next_node(name):
         j = consumer.get(name)

@@ -35,9 +35,9 @@ from ..graph import TENSOR_OVERHEAD, ByteCache, CompiledGraph, GraphContext
 from . import ops_extra, ops_nn, ops_resize, ops_rnn  # noqa: F401  (their builders register in OPS)
 from .graph import (F32, NUMERIC_TYPES, Builder, NeedsValue, OnnxError, Val, boundary_dtype, const, node_budget,
                     np_dtype, op_key, type_name)
-from .fusion import (const_values, find_attention, find_conv_epilogues, find_gelu, find_linear_bias,
-                     find_linear_residual,
-                     gelu_input_private, heads_transposed, products_of, transposes_of_products)
+from .fusion import (GraphIndex, const_values, find_attention, find_conv_epilogues, find_gelu, find_linear_bias,
+                     find_linear_residual, gelu_input_private, heads_transposed, products_of,
+                     transposes_of_products)
 from .narrowing import has_seed, narrow, static_shapes
 from .ops_basic import OPS
 from .ops_basic import f as contiguous_f32
@@ -476,26 +476,27 @@ class _Plan:
             vals[name] = Val(shp, et, t=t)
         b.input_by_ptr = {int(ffi.cast("uintptr_t", t)): n for n, (t, _, _) in self.input_tensors.items()}
         self.n_folded = 0
-        gelu, skipped = find_gelu(g, model.initializers) if first else ({}, set())
+        ix = GraphIndex(g, model.initializers) if first else None  # what the pattern finders read
+        gelu, skipped = find_gelu(ix) if first else ({}, set())
         self.n_fused = len(gelu)
-        gelu_private = gelu_input_private(g, gelu)  # GELUs a linear layer's node may apply itself
+        gelu_private = gelu_input_private(ix, gelu) if gelu else set()  # GELUs a linear layer's node may apply itself
         # Conv + Add + Relu and MatMul + bias as one kernel node each: CPU graphs with ggmlpy's
         # kernels, one stage only
         fusing = b.kernels if first and not any(op_key(n) in HOST_OPS for n in nodes) else None
         convs, conv_skipped = ({}, set())
         if fusing is not None and fusing.conv2d is not None:
-            convs, conv_skipped = find_conv_epilogues(g)
+            convs, conv_skipped = find_conv_epilogues(ix)
         linears, lin_skipped = ({}, set())
         if fusing is not None and fusing.linear is not None:
-            linears, lin_skipped = find_linear_bias(g, model.initializers)
-        residuals = find_linear_residual(g) if fusing is not None else {}  # Add after a linear layer: in its node
-        splits = transposes_of_products(g) if fusing is not None else set()  # q, k, v apart: the layer writes them
+            linears, lin_skipped = find_linear_bias(ix)
+        residuals = find_linear_residual(ix) if fusing is not None else {}  # Add after a linear layer: in its node
+        splits = transposes_of_products(ix) if fusing is not None else set()  # q, k, v apart: the layer writes them
         attns, swapped, muls = {}, set(), {}  # attention as one node: patterns sharing no node with another fusion's
         if fusing is not None and fusing.attention is not None:
             others = skipped | conv_skipped | lin_skipped | set(gelu) | set(convs) | set(linears)
-            attns = {k: p for k, p in find_attention(g, model.initializers)[0].items() if not others & set(p[4])}
-            swapped = heads_transposed(g)  # attention outputs whose heads go side by side next
-            muls = products_of(g)  # a query or key scaled before the attention: the scale folded in
+            attns = {k: p for k, p in find_attention(ix)[0].items() if not others & set(p[4])}
+            swapped = heads_transposed(ix)  # attention outputs whose heads go side by side next
+            muls = products_of(ix)  # a query or key scaled before the attention: the scale folded in
         skipped = skipped | conv_skipped | lin_skipped | {j for p in attns.values() for j in p[4][:-1]}
         self.deferred, pending = [], set()
 
