@@ -85,7 +85,7 @@ def _normalization(node, cut, shp, ctx):
     if x is None:
         return None
     first = ctx.attr(node, "axis", -1) % len(x)
-    return [(cut[0], cut[1], cut[2])] + [None] * (len(node.input) - 1) if cut[0] < first else None
+    return [cut] + [None] * (len(node.input) - 1) if cut[0] < first else None
 
 
 def _softmax(node, cut, shp, ctx):
@@ -206,6 +206,16 @@ class _Context:
         return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
 
 
+def _wrapped(idx: np.ndarray, n: int) -> np.ndarray:
+    """Gather's indices into an axis of n, negative ones counted from its end."""
+    return np.where(idx < 0, idx + n, idx)
+
+
+def _clamped(v: int, n: int) -> int:
+    """A Slice bound on an axis of n as Slice reads it (steps 1): from the end when negative, in [0, n]."""
+    return min(max(v + n if v < 0 else v, 0), n)
+
+
 def _seed_cut(node, shp, ctx):
     """The cut a Gather of constant indices or a Slice of constant bounds (steps 1) reads, if it
     reads fewer rows of its input along one axis than there are."""
@@ -217,7 +227,7 @@ def _seed_cut(node, shp, ctx):
         if idx is None or idx.size == 0 or idx.dtype.kind not in "iu":
             return None
         a = ctx.attr(node, "axis", 0) % len(x)
-        i = np.where(idx < 0, idx + x[a], idx)
+        i = _wrapped(idx, x[a])
         if i.min() < 0 or i.max() >= x[a]:
             return None  # out of range: left to the Gather's own error
         s, e = int(i.min()), int(i.max()) + 1
@@ -234,7 +244,7 @@ def _seed_cut(node, shp, ctx):
         for ax, s, e in zip(axes.tolist(), starts.tolist(), ends.tolist()):
             ax %= len(x)
             n = x[ax]
-            s, e = min(max(s + n if s < 0 else s, 0), n), min(max(e + n if e < 0 else e, 0), n)
+            s, e = _clamped(s, n), _clamped(e, n)
             if s < e and (s, e) != (0, n):
                 if best is None or e - s < best[2] - best[1]:
                     best = (ax, s, e)
@@ -390,16 +400,15 @@ def _reseeded(node, cut, shape, consts, fresh) -> list:
     m.CopyFrom(node)
     if node.op_type == "Gather":
         idx = consts[node.input[1]]
-        shifted = {1: np.where(idx < 0, idx + shape[a], idx) - s}
+        shifted = {1: _wrapped(idx, shape[a]) - s}
     else:
         starts, ends = consts[node.input[1]].copy(), consts[node.input[2]].copy()
         given = len(node.input) > 3 and node.input[3]
         axes = consts[node.input[3]] if given else np.arange(len(starts))
         for k, ax in enumerate(axes.tolist()):
             if ax % len(shape) == a:  # the cut's axis: its bounds clamped as Slice does, then shifted
-                n = shape[a]
-                starts[k] = min(max(starts[k] + n if starts[k] < 0 else starts[k], 0), n) - s
-                ends[k] = min(max(ends[k] + n if ends[k] < 0 else ends[k], 0), n) - s
+                starts[k] = _clamped(int(starts[k]), shape[a]) - s
+                ends[k] = _clamped(int(ends[k]), shape[a]) - s
         shifted = {1: starts, 2: ends}
     made = []
     for j, v in shifted.items():

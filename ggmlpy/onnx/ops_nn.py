@@ -340,16 +340,12 @@ def conv_kernel(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dil
     is_const = isinstance(w_arr_or_val, np.ndarray)
     if is_const and b.f16_weights and w_arr_or_val.size >= 256:
         return None  # dtype="f16" asked for half-precision weights: ggml's products read them
-    OH = (H + pads_b[0] + pads_e[0] - dils[0] * (kH - 1) - 1) // strides[0] + 1
-    OW = (W + pads_b[1] + pads_e[1] - dils[1] * (kW - 1) - 1) // strides[1] + 1
+    OH, OW = _conv_out_hw((H, W), (kH, kW), strides, pads_b, pads_e, dils)
     b.need(OH > 0 and OW > 0, "conv output would be empty")
     out_shape = (N, M, OH, OW)
     if residual is not None and residual.is_const:
         return None
-    bt = None
-    if bias is not None:
-        bt = (b.weight(np.asarray(bias.const, dtype=np.float32).reshape(M)) if bias.is_const
-              else lib.ggml_reshape_1d(b.ctx, cont(b, b.tensor(bias)), M))
+    bt = None if bias is None else _conv_bias(b, bias, M)
     rt = None if residual is None else reshape(b, b.tensor(residual), out_shape)
     kind = _packed_kind(k, (OH, OW), w_shape, group, strides, pads_b, pads_e, dils) if is_const else None
     if kind in ("pixels", "lanes"):
@@ -372,6 +368,19 @@ def conv_kernel(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, dil
     return b.kernel_node(y, "conv2d"), out_shape
 
 
+def _conv_out_hw(in_hw, k_hw, strides, pads_b, pads_e, dils) -> tuple:
+    """A convolution's output planes (OH, OW) (not positive where the kernel does not fit)."""
+    return tuple((n + p + q - d * (kk - 1) - 1) // s + 1
+                 for n, kk, s, p, q, d in zip(in_hw, k_hw, strides, pads_b, pads_e, dils))
+
+
+def _conv_bias(b, bias, M: int):
+    """A convolution's bias (M values) as conv.c's kernels read it: a 1-D f32 tensor, a weight when constant."""
+    if bias.is_const:
+        return b.weight(np.asarray(bias.const, dtype=np.float32).reshape(M))
+    return lib.ggml_reshape_1d(b.ctx, cont(b, b.tensor(bias)), M)
+
+
 def _packed_kind(k, out_hw, w_shape, group, strides, pads_b, pads_e, dils):
     """Kernels.packed_conv_kind for a convolution of weights (M, C/group, kH, kW) with constant weights."""
     M, Cg, kH, kW = w_shape
@@ -389,8 +398,7 @@ def _conv2d_ggml(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, di
     else:
         p = pads_b
     _, _, H, W = shape
-    OH = (H + 2 * p[0] - dils[0] * (kH - 1) - 1) // strides[0] + 1
-    OW = (W + 2 * p[1] - dils[1] * (kW - 1) - 1) // strides[1] + 1
+    OH, OW = _conv_out_hw((H, W), (kH, kW), strides, p, p, dils)
     b.need(OH > 0 and OW > 0, "conv output would be empty")
     x = cont(b, x)
     is_const = isinstance(w_arr_or_val, np.ndarray)
@@ -633,8 +641,7 @@ def conv_pool(b, node, ins, at, relu, pool_node, pool_at):
     strides = [int(s) for s in at.get("strides", [1, 1])]
     dils = [int(d) for d in at.get("dilations", [1, 1])]
     pb, pe = _conv_pads(b, at, [H, W], [kH, kW], strides, dils)
-    OH, OW = ((n + p + q - d * (kk - 1) - 1) // s + 1
-              for n, p, q, d, kk, s in zip((H, W), pb, pe, dils, (kH, kW), strides))
+    OH, OW = _conv_out_hw((H, W), (kH, kW), strides, pb, pe, dils)
     if min(pb + pe) < 0 or OH < 1 or OW < 1:
         return None
     ks, pstrides, pdils, ppb, ppe, ceil = _pool_attrs(b, Val((N, M, OH, OW), x.dtype), pool_at)
@@ -644,10 +651,7 @@ def conv_pool(b, node, ins, at, relu, pool_node, pool_at):
         return None
     outs, _ = _pool_outs([OH, OW], ks, pstrides, ppb, ppe, ceil)
     wp = b.weight(k.pack_conv_pixels(np.asarray(w.const, dtype=np.float32), group, 3))  # conv_pixels_direct's
-    bt = None
-    if bias is not None:
-        bt = (b.weight(np.asarray(bias.const, dtype=np.float32).reshape(M)) if bias.is_const
-              else lib.ggml_reshape_1d(b.ctx, cont(b, b.tensor(bias)), M))
+    bt = None if bias is None else _conv_bias(b, bias, M)
     y = k.conv2d_pool(b.ctx, cont(b, b.tensor(x)), wp, M, (kH, kW), tuple(strides), (pb[0], pb[1]), tuple(dils),
                       (OH, OW), group, bt, relu, tuple(ks), tuple(pstrides), (ppb[0], ppb[1]), tuple(outs))
     return [b.out(b.kernel_node(y, "conv2d_pool"), (N, M, *outs), x.dtype)]
