@@ -519,6 +519,20 @@ def conv_ref(x, W, stride, pads_b, pads_e, dil, groups):
     return out
 
 
+def conv_out_hw(in_hw, k_hw, stride, pads_b, pads_e, dil) -> tuple:
+    """A convolution's output planes (OH, OW)."""
+    return tuple((n + p + q - d * (k - 1) - 1) // s + 1
+                 for n, k, s, p, q, d in zip(in_hw, k_hw, stride, pads_b, pads_e, dil))
+
+
+def f32_tensor(ctx, arr, *ne):
+    """A new f32 tensor of ggml shape `ne` in ctx (an allocating context) holding numpy array arr."""
+    from ggmlpy.bindings import ffi
+    t = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, *ne)
+    ffi.memmove(t.data, np.ascontiguousarray(arr, np.float32).tobytes(), arr.nbytes)
+    return t
+
+
 def conv_on_cpu(x, W, stride, pads_b, pads_e, dil, groups, threads, bias=None, residual=None, relu=False, block=0,
                 packed=False, pixels=0, weights_at=None):
     """K.conv2d (or, packed, K.conv2d_packed; with pixels = 1, 2 or 3, K.conv2d_pixels with that many
@@ -527,15 +541,12 @@ def conv_on_cpu(x, W, stride, pads_b, pads_e, dil, groups, threads, bias=None, r
     from ggmlpy.bindings import ffi
     N, C, H, Wd = x.shape
     M, Cg, KH, KW = W.shape
-    OH = (H + pads_b[0] + pads_e[0] - dil[0] * (KH - 1) - 1) // stride[0] + 1
-    OW = (Wd + pads_b[1] + pads_e[1] - dil[1] * (KW - 1) - 1) // stride[1] + 1
+    OH, OW = conv_out_hw((H, Wd), (KH, KW), stride, pads_b, pads_e, dil)
     params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 26, "mem_buffer": ffi.NULL, "no_alloc": False})
     ctx = lib.ggml_init(params[0])
 
     def tensor(arr, *ne):
-        t = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, *ne)
-        ffi.memmove(t.data, np.ascontiguousarray(arr, np.float32).tobytes(), arr.nbytes)
-        return t
+        return f32_tensor(ctx, arr, *ne)
     try:
         xt = tensor(x, Wd, H, C, N)
         bt = None if bias is None else lib.ggml_reshape_1d(ctx, tensor(bias, M, 1, 1, 1), M)
@@ -1199,15 +1210,12 @@ def conv_pool_on_cpu(x, W, stride, pad, dil, groups, threads, bias, relu, pool_k
     from ggmlpy.bindings import ffi
     N, C, H, Wd = x.shape
     M, Cg, KH, KW = W.shape
-    OH = (H + 2 * pad[0] - dil[0] * (KH - 1) - 1) // stride[0] + 1
-    OW = (Wd + 2 * pad[1] - dil[1] * (KW - 1) - 1) // stride[1] + 1
+    OH, OW = conv_out_hw((H, Wd), (KH, KW), stride, pad, pad, dil)
     params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 27, "mem_buffer": ffi.NULL, "no_alloc": False})
     ctx = lib.ggml_init(params[0])
 
     def tensor(arr, *ne):
-        t = lib.ggml_new_tensor_4d(ctx, lib.GGML_TYPE_F32, *ne)
-        ffi.memmove(t.data, np.ascontiguousarray(arr, np.float32).tobytes(), arr.nbytes)
-        return t
+        return f32_tensor(ctx, arr, *ne)
     try:
         xt = tensor(x, Wd, H, C, N)
         wp = K.pack_conv_pixels(W, groups, 3)

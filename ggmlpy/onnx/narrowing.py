@@ -233,13 +233,14 @@ def _seed_cut(node, shp, ctx):
         s, e = int(i.min()), int(i.max()) + 1
         return (a, s, e) if e - s < x[a] else None
     if node.op_type == "Slice" and len(node.input) >= 3:
-        bounds = [ctx.consts.get(n) if n else None for n in node.input[1:5]]
-        starts, ends = bounds[0], bounds[1]
-        axes = bounds[2] if len(bounds) > 2 and bounds[2] is not None else np.arange(len(starts) if starts is not None else 0)
-        steps = bounds[3] if len(bounds) > 3 and bounds[3] is not None else np.ones_like(axes)
-        if starts is None or ends is None or (len(node.input) > 3 and node.input[3] and bounds[2] is None) or (
-                len(node.input) > 4 and node.input[4] and bounds[3] is None) or np.any(steps != 1):
+        names = (list(node.input[1:5]) + [""] * 4)[:4]  # starts, ends, axes, steps ("": not given)
+        bounds = [ctx.consts.get(n) if n else None for n in names]
+        if any(n and v is None for n, v in zip(names, bounds)):
+            return None  # a bound computed in the graph
+        starts, ends, axes, steps = bounds
+        if steps is not None and np.any(steps != 1):
             return None
+        axes = np.arange(len(starts)) if axes is None else axes
         best = None
         for ax, s, e in zip(axes.tolist(), starts.tolist(), ends.tolist()):
             ax %= len(x)
