@@ -48,8 +48,16 @@ __all__ = []  # internal: nothing joins the package namespace
 
 log = logging.getLogger("ggmlpy.kernels")
 SOURCE = Path(__file__).with_name("kernels.c")
-FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
+FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno",
          *(f"-DOFF_{k.upper()}={TENSOR_OFFSETS[k]}" for k in ("ne", "nb", "src", "data"))]
+# The x86-64 levels the kernels can be built for, each with the CPU flags (as /proc/cpuinfo spells
+# them) it needs beyond the level below: one source, its vector paths chosen by the compiler's
+# target (`#ifdef __AVX512F__`, `__AVX2__`). "native" is -march=native, for this CPU alone.
+ISA_LEVELS = {
+    "x86-64-v2": {"cx16", "popcnt", "sse4_1", "sse4_2", "ssse3"},
+    "x86-64-v3": {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "xsave"},
+    "x86-64-v4": {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"},
+}
 BLAS_LIBS = ("-l:libopenblas.so.0",)  # the library ggml's BLAS backend loads (Debian's alternatives)
 N_TASKS_MAX = -1  # ggml's GGML_N_TASKS_MAX: as many tasks as the backend has threads
 LNR_PACKED = 12  # conv2d_packed's pixels a block (conv.c's LNR)
@@ -587,6 +595,7 @@ def _compiler() -> str | None:
 
 
 def _load() -> Kernels | None:
+    isa_level()  # a wrong $GGMLPY_KERNELS_ISA is the caller's error, not a reason to run without kernels
     cc = _compiler()
     if cc is None:
         log.info("ggmlpy.kernels: no C compiler (cc, gcc, clang or $CC) found; using ggml's own ops")
@@ -670,12 +679,46 @@ def _compiler_version(cc: str) -> str:
     return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
 
 
+def _cpu_flags() -> set:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, val = line.partition(":")
+            if key.strip() == "flags":
+                return set(val.split())
+    except OSError:
+        pass
+    return set()
+
+
+def supported_isa_levels() -> list:
+    """The ISA_LEVELS this CPU runs, lowest first (none off x86-64)."""
+    have, names = _cpu_flags(), list(ISA_LEVELS)
+    return [name for i, name in enumerate(names)
+            if set().union(*(ISA_LEVELS[n] for n in names[:i + 1])) <= have]
+
+
+def isa_level() -> str:
+    """The target the kernels are built for: $GGMLPY_KERNELS_ISA (an ISA_LEVELS name, or "native",
+    the default). A level this CPU lacks is an error, not an illegal instruction later."""
+    level = os.environ.get("GGMLPY_KERNELS_ISA", "native").strip() or "native"
+    if level == "native":
+        return level
+    if level not in ISA_LEVELS:
+        raise ValueError(f"GGMLPY_KERNELS_ISA={level!r}: expected 'native' or one of {', '.join(ISA_LEVELS)}")
+    if level not in supported_isa_levels():
+        raise ValueError(f"GGMLPY_KERNELS_ISA={level}: this CPU does not run it (it runs "
+                         f"{', '.join(supported_isa_levels()) or 'none of them'})")
+    return level
+
+
 def _build(cc: str, source: Path, libs: tuple = ()) -> Path:
     """The compiled library in the cache, built (atomically) unless it is there already."""
     version = _compiler_version(cc)
+    level = isa_level()
+    flags = [*FLAGS, f"-march={level}"]
     headers = [h.read_text() for h in sorted(source.parent.glob("*.h"))]  # what the sources include
-    key = hashlib.sha256("\0".join([source.read_text(), *headers, cc, version, *FLAGS, *libs,
-                                      cpu_tag(native=True)]).encode())
+    key = hashlib.sha256("\0".join([source.read_text(), *headers, cc, version, *flags, *libs,
+                                      cpu_tag(native=level == "native")]).encode())
     out_dir = cache_dir() / "kernels"
     path = out_dir / f"{source.stem}-{key.hexdigest()[:16]}.so"
     if path.exists():
@@ -684,7 +727,7 @@ def _build(cc: str, source: Path, libs: tuple = ()) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f"tmp-{path.stem}-", suffix=".so", dir=out_dir)  # named: whose it is
     os.close(fd)
     try:
-        r = subprocess.run([cc, *FLAGS, "-o", tmp, str(source), *libs], capture_output=True, text=True, timeout=300)
+        r = subprocess.run([cc, *flags, "-o", tmp, str(source), *libs], capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             raise RuntimeError(f"{Path(cc).name} failed: {r.stderr.strip()[-500:]}")
         os.replace(tmp, path)  # another process may have raced us to the same file: same bytes

@@ -124,44 +124,32 @@ static void zero_row(float *o, int ow, int end) { memset(o + ow, 0, (size_t)(end
 
 /* col[r * ld + (p - p0)] for the pixels p0 <= p < p0 + m and rows r = (c KH + kh) KW + kw of one image
  * (and group) whose channels start at x (ld >= m), with SLACK floats of room after the last row. The
- * block's pieces of output rows are worked out once; each row of col is then a few vector copies
- * (patch_row) per piece. */
+ * block is a run of pieces of output rows; each row of col is a few vector copies (patch_row), one
+ * per piece. Invariant: col's rows are written in order, each whole before the next, so what
+ * patch_row stores past a piece's end lands on columns written after it (or in SLACK), however
+ * many output rows the block spans. */
 enum { SLACK = 16 };
 
 static void im2col_block(const float *x, float *col, int64_t p0, int64_t m, int64_t ld, const geom *g) {
-    enum { MAX_PIECES = 64 };
     const int64_t plane = (int64_t)g->H * g->W;
-    int64_t p = p0;
-    while (p < p0 + m) {  /* at most MAX_PIECES output rows at a time */
-        int oh[MAX_PIECES], ow0[MAX_PIECES], ow1[MAX_PIECES];
-        int64_t at[MAX_PIECES];  /* where each piece starts in a row of col */
-        int n = 0;
-        for (int h = (int)(p / g->OW), w = (int)(p % g->OW); n < MAX_PIECES && p < p0 + m; n++, h++, w = 0) {
-            const int end = (int)(w + (p0 + m - p) < g->OW ? w + (p0 + m - p) : g->OW);
-            oh[n] = h, ow0[n] = w, ow1[n] = end, at[n] = p - p0;
-            p += end - w;
-        }
-        float *out = col;
-        for (int c = 0; c < g->C; c++)
-            for (int kh = 0; kh < g->KH; kh++) {
-                const float *rows[MAX_PIECES];  /* each piece's input row, NULL in the padding */
-                for (int i = 0; i < n; i++) {
-                    const int ih = oh[i] * g->SH - g->PH + kh * g->DH;
-                    rows[i] = ih < 0 || ih >= g->H ? NULL : x + c * plane + (int64_t)ih * g->W;
-                }
-                for (int kw = 0; kw < g->KW; kw++, out += ld) {
-                    const int off_w = kw * g->DW - g->PW;  /* iw = ow SW + off_w */
-                    for (int i = 0; i < n; i++) {
-                        float *o = out + at[i] - ow0[i];  /* o[ow] is output column ow of this row */
-                        if (rows[i] == NULL)
-                            zero_row(o, ow0[i], ow1[i]);
-                        else
-                            patch_row(o, ow0[i], ow1[i], rows[i], off_w, g->SW, g->W);
-                    }
+    const int h0 = (int)(p0 / g->OW), w0 = (int)(p0 % g->OW);
+    float *out = col;
+    for (int c = 0; c < g->C; c++)
+        for (int kh = 0; kh < g->KH; kh++)
+            for (int kw = 0; kw < g->KW; kw++, out += ld) {
+                const int off_w = kw * g->DW - g->PW;  /* iw = ow SW + off_w */
+                int64_t at = 0;                        /* the piece's first column in this row of col */
+                for (int h = h0, w = w0; at < m; h++, w = 0) {
+                    const int end = (int)imin64(g->OW, w + (m - at));
+                    const int ih = h * g->SH - g->PH + kh * g->DH;
+                    float *o = out + at - w;           /* o[ow] is output column ow of this row */
+                    if (ih < 0 || ih >= g->H)
+                        zero_row(o, w, end);
+                    else
+                        patch_row(o, w, end, x + c * plane + (int64_t)ih * g->W, off_w, g->SW, g->W);
+                    at += end - w;
                 }
             }
-        col += at[n - 1] + (ow1[n - 1] - ow0[n - 1]);  /* the next pieces' columns */
-    }
 }
 
 /* A buffer of at least n floats (64-byte aligned), grown as needed and kept: each thread has its

@@ -1,0 +1,43 @@
+"""The kernels' buffer arithmetic under AddressSanitizer, at every x86-64 level this CPU runs.
+
+conv.c's im2col_block once wrote a block spanning more than 64 output rows at twice its offset:
+stale patches (wrong convolutions, no error) and writes past the patch buffer. The harness in
+kernels_c/ runs it against a tap-by-tap reference with the buffer allocated to exactly its
+callers' size, so an out-of-bounds write fails even where the values read back look right.
+"""
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ggmlpy import kernels
+from ggmlpy.bindings.loader import TENSOR_OFFSETS
+
+HERE = Path(__file__).parent
+SOURCES = Path(kernels.__file__).parent
+CC = shutil.which("cc") or shutil.which("gcc")
+
+
+def asan_build(harness: str, level: str, out: Path) -> Path:
+    offsets = [f"-DOFF_{k.upper()}={TENSOR_OFFSETS[k]}" for k in ("ne", "nb", "src", "data")]
+    exe = out / f"{Path(harness).stem}-{level}"
+    r = subprocess.run([CC, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                        "-fno-omit-frame-pointer", f"-march={level}", *offsets, f"-I{SOURCES}",
+                        str(HERE / "kernels_c" / harness), "-o", str(exe), "-lm"],
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode != 0 and "sanitize" in r.stderr:
+        pytest.skip(f"no AddressSanitizer runtime: {r.stderr.strip()[-200:]}")
+    assert r.returncode == 0, r.stderr
+    return exe
+
+
+@pytest.mark.skipif(CC is None, reason="no C compiler")
+@pytest.mark.parametrize("level", list(kernels.ISA_LEVELS))
+def test_im2col_blocks_of_any_number_of_rows_are_right_and_in_bounds(level, tmp_path):
+    if level not in kernels.supported_isa_levels():
+        pytest.skip(f"this CPU does not run {level}")
+    exe = asan_build("im2col_check.c", level, tmp_path)
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert r.stdout.strip().endswith("0 wrong values")
