@@ -589,6 +589,8 @@ CONV_CASES = [  # x shape, W shape, stride, pads begin, pads end, dilation, grou
     ((2, 6, 7, 8), (4, 3, 3, 3), (1, 2), (1, 1), (1, 1), (1, 1), 2),     # groups
     ((1, 4, 6, 7), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 4),     # depthwise
     ((2, 3, 1, 17), (4, 3, 1, 5), (1, 2), (0, 2), (0, 2), (1, 1), 1),    # 1-D (H = 1)
+    ((1, 3, 299, 299), (4, 3, 3, 3), (2, 2), (0, 0), (0, 0), (1, 1), 1),  # Inception v3's stem: blocks of 65 rows
+    ((1, 2, 300, 5), (3, 2, 3, 3), (1, 1), (1, 1), (1, 1), (1, 1), 1),   # narrow planes: blocks of hundreds of rows
 ]
 
 

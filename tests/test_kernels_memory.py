@@ -41,3 +41,18 @@ def test_im2col_blocks_of_any_number_of_rows_are_right_and_in_bounds(level, tmp_
     r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert r.stdout.strip().endswith("0 wrong values")
+
+
+def test_an_unknown_isa_level_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("GGMLPY_KERNELS_ISA", "x86-64-v9")
+    with pytest.raises(ValueError, match="GGMLPY_KERNELS_ISA='x86-64-v9': expected 'native' or one of"):
+        kernels.isa_level()
+
+
+def test_a_level_this_cpu_lacks_is_refused_before_anything_is_built(monkeypatch):
+    monkeypatch.setattr(kernels, "_cpu_flags", lambda: {"sse4_2"})  # a CPU below x86-64-v2
+    monkeypatch.setenv("GGMLPY_KERNELS_ISA", "x86-64-v3")
+    with pytest.raises(ValueError, match="this CPU does not run it"):
+        kernels.isa_level()
+    monkeypatch.setenv("GGMLPY_KERNELS_ISA", "native")
+    assert kernels.isa_level() == "native"

@@ -282,3 +282,18 @@ def test_without_the_pooling_kernel_the_stem_is_the_conv_node_then_the_pooling(m
     m, out = run(proto, {"x": x})
     assert [ffi.string(t.name).decode() for t in custom_nodes(m)][-1] == "ggmlpy.maxpool2d"
     np.testing.assert_array_equal(out["y"].view(np.uint32), fused["y"].view(np.uint32))
+
+
+@needs_conv
+@pytest.mark.parametrize("hw,pads", [((299, 299), [0, 0, 0, 0]), ((224, 224), [1, 1, 1, 1])], ids=["inception", "xcit"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_three_channel_stem_whose_patch_blocks_span_many_rows_matches_the_reference(hw, pads, threads):
+    """Inception v3's and XCiT's stems (3 channels, 3x3, stride 2): few channels make a patch block span
+    more than 64 output rows, which the convolution once wrote at the wrong offsets (values off by 1e35)."""
+    n = helper.make_node
+    proto = model([n("Conv", ["x", "W", "b"], ["y"], strides=[2, 2], pads=pads)], [("x", (1, 3, *hw))], ["y"],
+                  {"W": w(8, 3, 3, 3), "b": w(8)})
+    x = RNG.standard_normal((1, 3, *hw)).astype(np.float32)
+    want = ReferenceEvaluator(proto).run(None, {"x": x})[0]
+    _, got = run(proto, {"x": x}, threads=threads)
+    np.testing.assert_allclose(got["y"], want, rtol=1e-4, atol=1e-4)
