@@ -35,7 +35,8 @@ from .core.api import __all__ as _core_all
 from .errors import DeviceError, DeviceLostError, GGMLError, StaleTensorError
 from .autograd import eager_numpy  # noqa: F401  (ggmlpy.eager_numpy.add: numpy in, numpy out)
 from .core import graph_alloc  # noqa: F401
-from .core.device import enable_software_vulkan, set_rpc_timeout, software_vulkan_enabled
+from .core.registry import enable_software_vulkan, software_vulkan_enabled
+from .core.rpc import set_rpc_timeout
 from .runtime.state import ag_default_device, ag_device, ag_dtype, release_device, set_cache_limits
 from .tensor import AGTensor, ag_param, ag_tensor, ag_to_device
 from .autograd import *  # noqa: F401,F403
@@ -46,8 +47,6 @@ from .optim import *  # noqa: F401,F403
 from .optim import __all__ as _optim_all
 from .random import get_rng_state, manual_seed, set_rng_state
 from ._version import __version__
-# quant's checked type queries (core.types), which replaced core.api's when quant's star-import ran after it
-from .core.types import ggml_blck_size, ggml_ftype_to_ggml_type, ggml_is_quantized, ggml_type_size, ggml_type_sizef
 
 # ggmlR's calling conventions and small helpers
 from .runtime.state import ag_default_dtype, ag_device_name

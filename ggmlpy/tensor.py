@@ -25,7 +25,7 @@ from ._arrays import numeric_array
 from .runtime.autograd_state import AUTOGRAD
 from .runtime.state import DTYPE_NAMES, DTYPES, STATE, DeviceContext, _has_gpu
 from .bindings import ffi, lib
-from .core.context import NP_DTYPES, _from_storage, _to_storage
+from .core.handles import NP_DTYPES, _from_storage, _to_storage
 from .core.quants import dequantize, ggml_quantize_chunk
 from .errors import DeviceError, GGMLError
 
@@ -74,15 +74,15 @@ def _check_int32(arr) -> None:
 class AGTensor:
     """A [nrow, ncol] (or up to 4-D) tensor on a device, optionally tracked by the gradient tape."""
 
-    __slots__ = ("id", "st", "shape", "dc", "requires_grad", "grad", "is_leaf", "name", "fwd_grad",
+    __slots__ = ("id", "storage", "shape", "device_context", "requires_grad", "grad", "is_leaf", "name", "fwd_grad",
                  "__weakref__")
     __array_priority__ = 100  # so numpy defers `ndarray @ AGTensor` to us
 
     def __init__(self, st, shape, dc: DeviceContext, requires_grad=False, is_leaf=True):
         self.id = next(_ids)
-        self.st = st
+        self.storage = st
         self.shape = (int(shape[0]), int(shape[1])) if len(shape) == 2 else norm_shape(shape)
-        self.dc = dc
+        self.device_context = dc
         self.requires_grad = bool(requires_grad)
         self.grad = None
         self.is_leaf = is_leaf
@@ -106,22 +106,22 @@ class AGTensor:
         return out
 
     def _write(self, arr: np.ndarray) -> None:
-        t = self.st.ptr
-        typ = self.st.type
+        t = self.storage.ptr
+        typ = self.storage.type
         if typ == I32:
             _check_int32(arr)
         if lib.ggml_is_quantized(typ):  # a frozen quantized weight (ag_quantize): each column quantized
             raw = ggml_quantize_chunk(typ, np.asarray(arr, np.float32).T, self.shape[1], self.shape[0])
-            self.dc.sync()
+            self.device_context.sync()
             lib.ggml_backend_tensor_set(t, ffi.from_buffer(raw), 0, raw.nbytes)
-            self.dc.backend.check()  # an RPC server lost on the way: the values did not arrive
+            self.device_context.backend.check()  # an RPC server lost on the way: the values did not arrive
             return
         # one pass to the element type in column-major (ggml) order; f16/bf16 go through f32
         flat = np.asarray(arr).astype(np.int32 if typ == I32 else np.float32, order="F").ravel(order="F")
         raw = np.ascontiguousarray(_to_storage(flat, typ))
-        self.dc.sync()  # queued ops may still read this memory
+        self.device_context.sync()  # queued ops may still read this memory
         lib.ggml_backend_tensor_set(t, ffi.from_buffer(raw), 0, raw.nbytes)
-        self.dc.backend.check()  # an RPC server lost on the way: the values did not arrive
+        self.device_context.backend.check()  # an RPC server lost on the way: the values did not arrive
 
     # -- reading -------------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
@@ -135,14 +135,14 @@ class AGTensor:
 
     def _read(self) -> np.ndarray:
         """The values (numpy()), read for the library's own checks: not recorded as a host read."""
-        t = self.st.ptr  # raises StaleTensorError for a tensor of a reset pool
-        typ = self.st.type
+        t = self.storage.ptr  # raises StaleTensorError for a tensor of a reset pool
+        typ = self.storage.type
         quantized = bool(lib.ggml_is_quantized(typ))
-        raw = np.empty(self.st.nbytes if quantized else self.size,
+        raw = np.empty(self.storage.nbytes if quantized else self.size,
                        dtype=np.uint8 if quantized else NP_DTYPES[typ])
-        self.dc.sync()  # queued ops may still be writing it
+        self.device_context.sync()  # queued ops may still be writing it
         lib.ggml_backend_tensor_get(t, ffi.from_buffer(raw), 0, raw.nbytes)
-        self.dc.backend.check()  # from a lost RPC server the read gives zeros: never return them
+        self.device_context.backend.check()  # from a lost RPC server the read gives zeros: never return them
         if quantized:
             return dequantize(typ, raw).reshape(self.shape, order="F")  # float32, as ggml dequantizes
         return _from_storage(raw, typ).reshape(self.shape, order="F")
@@ -157,8 +157,8 @@ class AGTensor:
         arr = _as_array(values)
         if arr.shape != self.shape:
             raise GGMLError(f"cannot assign {arr.shape} values to a {self.shape} tensor")
-        if self.st.pool is self.dc.pass_pool:  # its memory may be shared with reshapes of it: write apart
-            self.st = self.dc.pass_pool.alloc(self.st.type, self.shape)
+        if self.storage.pool is self.device_context.pass_pool:  # its memory may be shared with reshapes of it: write apart
+            self.storage = self.device_context.pass_pool.alloc(self.storage.type, self.shape)
         self._write(arr)
 
     def item(self) -> float:
@@ -193,17 +193,17 @@ class AGTensor:
     def device(self) -> str:
         """Where the tensor lives, labelled as ggmlR does: "cpu" or "gpu" (a Vulkan or CUDA device);
         an RPC device by its ggml name. `device_name` gives the ggml name ("CPU", "Vulkan0", ...)."""
-        return device_label(self.dc)
+        return device_label(self.device_context)
 
     @property
     def device_name(self) -> str:
         """The ggml name of the device the tensor lives on ("CPU", "Vulkan0", "CUDA0", "RPC0[...]")."""
-        return self.dc.name
+        return self.device_context.name
 
     @property
     def dtype(self) -> str:
         """The storage type: "f32", "f16", "bf16" or "i32"."""
-        t = self.st.type
+        t = self.storage.type
         if t == I32:
             return "i32"
         return DTYPE_NAMES.get(t) or ffi.string(lib.ggml_type_name(t)).decode()  # quantized: "q4_K"
@@ -220,7 +220,7 @@ class AGTensor:
 
     def nbytes(self) -> int:
         """Bytes of device memory the values take."""
-        return self.st.nbytes
+        return self.storage.nbytes
 
     # -- rows, indexing -------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -283,7 +283,7 @@ def _operand(o, like: AGTensor | None):
     if isinstance(o, (np.ndarray, list, tuple, np.generic)):
         if like is None:
             return ag_tensor(np.asarray(o))
-        return ag_tensor(np.asarray(o), device=like.dc.spec, dtype=_like_dtype(like))
+        return ag_tensor(np.asarray(o), device=like.device_context.spec, dtype=_like_dtype(like))
     return o  # let the ag_* function name the bad type
 
 
@@ -328,7 +328,7 @@ def ag_to_device(x: AGTensor, device: str) -> AGTensor:
     Moving between devices is always explicit."""
     if not isinstance(x, AGTensor):
         raise GGMLError(f"ag_to_device: expected an ag tensor, got {type(x).__name__}")
-    if isinstance(device, str) and STATE.context(_fallback(device)) is x.dc:
+    if isinstance(device, str) and STATE.context(_fallback(device)) is x.device_context:
         return x
     out = ag_tensor(x.numpy(), device=device, dtype=x.dtype if x.dtype != "i32" else "i32",
                     requires_grad=x.requires_grad)
@@ -344,9 +344,9 @@ def _fallback(spec: str) -> str:
 
 
 def same_device(*xs: AGTensor) -> DeviceContext:
-    dc = xs[0].dc
+    dc = xs[0].device_context
     for x in xs[1:]:
-        if x.dc is not dc:
-            raise DeviceError(f"tensors on different devices ({dc.name} and {x.dc.name}) in one op; "
+        if x.device_context is not dc:
+            raise DeviceError(f"tensors on different devices ({dc.name} and {x.device_context.name}) in one op; "
                               "move one with ag_to_device()")
     return dc

@@ -55,7 +55,7 @@ if ARGS.software_vulkan:
 import numpy as np  # noqa: E402
 
 import ggmlpy as g  # noqa: E402
-from ggmlpy.core import device as D  # noqa: E402
+from ggmlpy.core import rpc  # noqa: E402
 from ggmlpy.runtime.state import release_device  # noqa: E402
 
 
@@ -154,7 +154,7 @@ def start_local_rpc() -> tuple[subprocess.Popen, str]:
     deadline = time.monotonic() + 60
     while True:
         try:
-            D.rpc_probe("127.0.0.1", port, timeout=2)
+            rpc.rpc_probe("127.0.0.1", port, timeout=2)
             return proc, f"127.0.0.1:{port}"
         except g.DeviceError:
             if proc.poll() is not None or time.monotonic() > deadline:

@@ -24,7 +24,7 @@ CHILD = r"""
 import json, sys, time
 import numpy as np
 import ggmlpy as g
-from ggmlpy.core import device as D
+from ggmlpy.core import device
 port, n_iter = int(sys.argv[1]), int(sys.argv[2])
 rng = np.random.default_rng(0)
 data = [rng.normal(size=(16, 8)) for _ in range(8)]

@@ -22,13 +22,13 @@ stamp "checking the build"
 timeout 120 python - <<'PY'
 import sys
 import ggmlpy
-from ggmlpy.core import device as D
-missing = [b for b in ("Vulkan", "RPC") if b not in D.backends()]
+from ggmlpy.core import registry, rpc
+missing = [b for b in ("Vulkan", "RPC") if b not in registry.backends()]
 if missing:
     sys.exit(f"ci_vulkan: the active libggml ({ggmlpy.found.lib_dir}) lacks {', '.join(missing)}: "
              "run python build_ggml.py --backend vulkan --backend rpc (apt-get install glslc libvulkan-dev "
              "spirv-headers mesa-vulkan-drivers first)")
-if D.rpc_server_binary() is None:
+if rpc.rpc_server_binary() is None:
     sys.exit("ci_vulkan: no rpc-server binary next to the library: rebuild with --backend rpc")
 if not any(d.backend == "Vulkan" for d in ggmlpy.devices()):
     sys.exit("ci_vulkan: no Vulkan device even with GGMLPY_SOFTWARE_VULKAN=1: apt-get install mesa-vulkan-drivers")

@@ -426,10 +426,10 @@ def rpc_loss(scale):
     """RPC servers killed (SIGKILL) and frozen (SIGSTOP) at random moments of a client's ops or
     dp_train (scripts/rpc_loss_child.py, one loopback server each): the client gets DeviceLostError,
     never a wrong value, an abort or a hang, and dp_train finishes on the CPU replica."""
-    from ggmlpy.core import device as D
+    from ggmlpy.core import registry, rpc
     c = _counts()
-    binary = D.rpc_server_binary()
-    if "RPC" not in D.backends() or binary is None:
+    binary = rpc.rpc_server_binary()
+    if "RPC" not in registry.backends() or binary is None:
         return _counts(note="skipped: this libggml has no RPC backend / rpc-server")
     env = {**os.environ, "GGMLPY_RPC_TIMEOUT": "1"}
     rounds = max(1, int(3 * scale))
@@ -444,7 +444,7 @@ def rpc_loss(scale):
                 try:
                     for _ in range(200):
                         try:
-                            D.rpc_probe("127.0.0.1", port, timeout=2)
+                            rpc.rpc_probe("127.0.0.1", port, timeout=2)
                             break
                         except Exception:  # noqa: BLE001 - not up yet
                             time.sleep(0.1)

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import ggmlpy as g  # noqa: E402
-from ggmlpy.core import device as D  # noqa: E402
+from ggmlpy.core import registry  # noqa: E402
 
 RTOL = 1e-2
 LR = {"sgd": 0.05, "adam": 1e-3}
@@ -96,8 +96,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     print(f"libggml: {g.found.lib_dir}")
-    print(f"backends: {', '.join(D.backends())}")
-    phys = D.vulkan_physical_devices()
+    print(f"backends: {', '.join(registry.backends())}")
+    phys = registry.vulkan_physical_devices()
     print("Vulkan physical devices (system loader): "
           + (", ".join(f"{d.index}={d.name} [{d.type}]" for d in phys) or "none"))
     vk = [d for d in g.devices() if d.backend == "Vulkan"]
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
         print(f"  {d.name}: {d.description} ({d.type}, {d.memory_total / 2**30:.1f} GiB)")
     if not vk:
         why = ("this libggml has no Vulkan backend (python build_ggml.py --backend vulkan --backend rpc)"
-               if "Vulkan" not in D.backends() else
+               if "Vulkan" not in registry.backends() else
                "ggml found no Vulkan device; for Mesa's lavapipe install mesa-vulkan-drivers and set "
                "GGMLPY_SOFTWARE_VULKAN=1" if not os.environ.get("GGML_VK_VISIBLE_DEVICES") else
                f"none of GGML_VK_VISIBLE_DEVICES={os.environ['GGML_VK_VISIBLE_DEVICES']} is usable")

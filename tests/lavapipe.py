@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import ggmlpy as g
-from ggmlpy.core import device as D
+from ggmlpy.core import registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD_FLAG = "GGMLPY_TEST_LAVAPIPE_CHILD"
@@ -25,7 +25,7 @@ def has_vulkan() -> bool:
 
 
 def lavapipe_available() -> bool:
-    return "Vulkan" in D.backends() and any(d.type == "cpu" for d in D.vulkan_physical_devices())
+    return "Vulkan" in registry.backends() and any(d.type == "cpu" for d in registry.vulkan_physical_devices())
 
 
 def rerun_on_lavapipe(test_file: str, timeout: int = 900) -> str:

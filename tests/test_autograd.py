@@ -79,7 +79,7 @@ def test_a_value_held_across_tapes_keeps_its_value():
     with g.with_grad_tape():
         z = g.ag_relu(g.ag_neg(x))  # reuses the reset pool's memory
     assert STATE.ctx_gen == gen + 1
-    assert y.st.pool is y.dc.persistent and z.st.pool is z.dc.pass_pool
+    assert y.storage.pool is y.device_context.persistent and z.storage.pool is z.device_context.pass_pool
     np.testing.assert_array_equal(y.numpy(), want)
     np.testing.assert_allclose(g.ag_add(y, z).numpy(), np.abs(x.numpy()), rtol=1e-6)
 
@@ -147,21 +147,21 @@ def test_bad_dtypes_are_clear_errors():
 
 
 def test_a_dropped_persistent_buffer_is_reused_but_a_held_one_never_is():
-    pool = g.ag_param(np.ones((1, 1))).dc.persistent
+    pool = g.ag_param(np.ones((1, 1))).device_context.persistent
     held = g.ag_tensor(np.full((5, 4), 2.0))
     other = g.ag_tensor(np.full((5, 4), 3.0))
-    assert other.st.data != held.st.data
-    freed = int(ffi.cast("uintptr_t", other.st.data))
+    assert other.storage.data != held.storage.data
+    freed = int(ffi.cast("uintptr_t", other.storage.data))
     other = None  # its last handle: the persistent pool keeps the buffer for the next such tensor
     third = g.ag_tensor(np.full((5, 4), 4.0))
-    assert int(ffi.cast("uintptr_t", third.st.data)) == freed and third.st.pool is pool
+    assert int(ffi.cast("uintptr_t", third.storage.data)) == freed and third.storage.pool is pool
     np.testing.assert_array_equal(held.numpy(), 2.0)
     np.testing.assert_array_equal(third.numpy(), 4.0)
 
 
 def test_grad_is_copied_out_of_the_pass_pool_only_if_held_at_the_next_tape(monkeypatch):
     w = g.ag_param(np.ones((5, 4)))
-    pool = w.dc.pass_pool
+    pool = w.device_context.pass_pool
     moved = []
     real = pool.keep
     monkeypatch.setattr(pool, "keep", lambda s: (moved.append(s), real(s)))
@@ -175,9 +175,9 @@ def test_grad_is_copied_out_of_the_pass_pool_only_if_held_at_the_next_tape(monke
     held, result = grad_of(2.0)
     w.grad = None  # as zero_grad does; the test still holds the old gradient and the result
     second, second_result = grad_of(3.0)  # this tape's reset moves `held` and `result` out, each on its own
-    assert sorted(map(id, moved)) == sorted([id(held.st), id(result.st)])
-    assert held.st.pool is w.dc.persistent and second.st.pool is w.dc.pass_pool
-    assert held.st.data != result.st.data
+    assert sorted(map(id, moved)) == sorted([id(held.storage), id(result.storage)])
+    assert held.storage.pool is w.device_context.persistent and second.storage.pool is w.device_context.pass_pool
+    assert held.storage.data != result.storage.data
     np.testing.assert_array_equal(held.numpy(), 2.0)
     np.testing.assert_array_equal(result.numpy(), 2.0)
     w.grad = second = second_result = None
@@ -200,4 +200,4 @@ def test_a_held_grad_sees_accumulation_and_a_backward_result_does_not():
     second = g.backward(loss)[w]  # ... where it accumulates in place
     np.testing.assert_array_equal(held.numpy(), 7.0)
     np.testing.assert_array_equal(second.numpy(), 3.0)
-    assert held is w.grad and held.st.pool is w.dc.persistent
+    assert held is w.grad and held.storage.pool is w.device_context.persistent

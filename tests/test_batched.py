@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from ggmlpy.autograd.functional import hvp, jvp
+from ggmlpy.autograd.transforms import hvp, jvp
 
 rng = np.random.default_rng(7)
 

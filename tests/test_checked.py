@@ -72,7 +72,7 @@ REJECTED = [
 _PROBE = """
     import json, sys
     from ggmlpy.bindings import ffi, lib
-    from ggmlpy.core.checked import RULES
+    from ggmlpy.core.checked import SHAPE_RULES
     TYPES = {"f32": lib.GGML_TYPE_F32, "i32": lib.GGML_TYPE_I32}
     params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 22, "mem_buffer": ffi.NULL, "no_alloc": True})
     ctx = lib.ggml_init(params[0])
@@ -90,7 +90,7 @@ _PROBE = """
 
     for fn, args in json.loads(sys.argv[1]):
         args = [operand(v) for v in args]
-        print(json.dumps([fn, RULES[fn](*args)]), flush=True)
+        print(json.dumps([fn, SHAPE_RULES[fn](*args)]), flush=True)
         if sys.argv[2] == "call":
             getattr(lib, fn)(ctx, *args)
             print("ggml accepted", flush=True)
@@ -118,7 +118,7 @@ def test_every_rejected_shape_fails_its_rule_and_aborts_ggml():
 
 def test_every_ruled_function_is_a_ggml_function_and_is_probed():
     from ggmlpy.bindings import lib
-    for name in checked.RULES:
+    for name in checked.SHAPE_RULES:
         assert callable(getattr(lib, name)), name
     probed = {fn for fn, _ in ACCEPTED + REJECTED}
     assert {"ggml_add", "ggml_mul_mat", "ggml_concat", "ggml_reshape_2d", "ggml_view_2d", "ggml_permute",
@@ -149,10 +149,10 @@ _FRONT_ENDS = """
     attempt("prims.matmul", lambda: prims.matmul(gc.ctx, a, b))
 
     from ggmlpy.optim import fused
-    attempt("optim.sgd_step", lambda: fused.lib.ggml_opt_step_sgd(gc.ctx, a, b, b))
+    attempt("optim.sgd_step", lambda: fused.checked_lib.ggml_opt_step_sgd(gc.ctx, a, b, b))
 
-    from ggmlpy.keras.builder import Builder
-    kb = Builder(training=False)
+    from ggmlpy.keras.builder import KerasGraphBuilder
+    kb = KerasGraphBuilder(training=False)
     x, w = kb.new_w([4, 3]), kb.new_w([5, 2])
     attempt("keras.matmul", lambda: kb.matmul(w, x))
     attempt("keras.add", lambda: kb.add(x, w))
@@ -160,9 +160,9 @@ _FRONT_ENDS = """
     kb.free()
 
     from onnx import helper
-    from ggmlpy.onnx.graph import Builder as OnnxBuilder
-    from ggmlpy.onnx.safe import lib as onnx_lib
-    ob = OnnxBuilder([helper.make_node("Relu", ["x"], ["y"])])
+    from ggmlpy.onnx.graph import OnnxGraphBuilder
+    from ggmlpy.onnx.onnx_lib import onnx_lib
+    ob = OnnxGraphBuilder([helper.make_node("Relu", ["x"], ["y"])])
     p, q = ob.new_tensor(raw.GGML_TYPE_F32, (4,)), ob.new_tensor(raw.GGML_TYPE_F32, (3,))
     attempt("onnx.add", lambda: onnx_lib.ggml_add(ob.ctx, p, q))
     attempt("onnx.concat", lambda: onnx_lib.ggml_concat(ob.ctx, p, q, 7))
@@ -235,14 +235,14 @@ def test_the_ggml_wrappers_report_the_tables_rule_under_their_own_name():
 
 
 # -- graph/: the owner of a context and its placement; the Keras-like builder on graph/ -----------------
-def test_graph_plan_places_its_graph_and_frees_both():
+def test_placed_graph_places_its_graph_and_frees_both():
     import numpy as np
     from ggmlpy.bindings import ffi, lib as raw
     from ggmlpy.core.device import get_backend
-    from ggmlpy.graph import GraphPlan
-    plan = GraphPlan(8)
+    from ggmlpy.graph import PlacedGraph
+    plan = PlacedGraph(8)
     a = plan.gctx.new_tensor(raw.GGML_TYPE_F32, (4,))
-    out = checked.lib.ggml_neg(plan.gctx.ctx, a)
+    out = checked.checked_lib.ggml_neg(plan.gctx.ctx, a)
     plan.gctx.expand([out])
     run = plan.place(get_backend("cpu"))
     assert plan.run is run and run.nodes

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from ggmlpy.core import device as D
+from ggmlpy.core import ggml_log, registry
 from ggmlpy.bindings import ffi, lib
 from device_cases import mlp_case
 
@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = os.environ.get("GGMLPY_TEST_DEVICES_CHILD") == "1"
 LOCAL = [d.name for d in g.devices() if d.backend in ("CPU", "Vulkan", "CUDA")]
 OTHERS = [n for n in LOCAL if n != "CPU"]
-BUILT = D.backends()
+BUILT = registry.backends()
 REL_TOL = {"Vulkan": 5e-3, "CUDA": 5e-3, "CPU": 1e-6}
 
 
@@ -161,7 +161,7 @@ def test_gpu_spec_prefers_hardware():
         return
     g.ag_device("gpu")
     name = g.ag_device_name()
-    hardware = [d.name for d in local_gpus if not D.is_software_device(d.name)]
+    hardware = [d.name for d in local_gpus if not registry.is_software_device(d.name)]
     assert name == (hardware[0] if hardware else local_gpus[0].name) or name in hardware
 
 
@@ -206,7 +206,7 @@ def test_an_asynchronous_device_syncs_before_the_host_reads_or_writes(monkeypatc
     """CUDA queues ops (Executor(asynchronous=True)); here the CPU device plays it: ggml's CPU
     backend computes at once either way, so only the bookkeeping is under test."""
     x = g.ag_tensor(np.ones((3, 4)))
-    ex = x.dc.executor
+    ex = x.device_context.executor
     monkeypatch.setattr(ex, "asynchronous", True)  # its graphs are then computed with ggml_backend_graph_compute_async
     from ggmlpy.runtime import executor as E
     waits = []
@@ -244,19 +244,19 @@ def test_cuda_tf32_is_off_unless_asked_for(env, expected):
 
 # -- software Vulkan and ggml's log ---------------------------------------------------------------------
 def _lavapipe_available() -> bool:
-    return "Vulkan" in BUILT and any(d.type == "cpu" for d in D.vulkan_physical_devices())
+    return "Vulkan" in BUILT and any(d.type == "cpu" for d in registry.vulkan_physical_devices())
 
 
 def test_enable_software_vulkan_too_late_or_in_effect():
-    if not D._has_backend_library("vulkan"):
+    if not registry._has_backend_library("vulkan"):
         with pytest.raises(g.DeviceError, match="no Vulkan backend"):
-            D.enable_software_vulkan()
+            registry.enable_software_vulkan()
         return
-    if os.environ.get("GGML_VK_VISIBLE_DEVICES") is None and D._registry["vk_env"] is None:
+    if os.environ.get("GGML_VK_VISIBLE_DEVICES") is None and registry._registry["vk_env"] is None:
         with pytest.raises(g.DeviceError, match="too late"):
-            D.enable_software_vulkan()  # this process has long since listed its devices
+            registry.enable_software_vulkan()  # this process has long since listed its devices
     else:
-        assert D.enable_software_vulkan() == os.environ["GGML_VK_VISIBLE_DEVICES"]
+        assert registry.enable_software_vulkan() == os.environ["GGML_VK_VISIBLE_DEVICES"]
 
 
 def _clean_env(**extra):
@@ -270,7 +270,7 @@ def _clean_env(**extra):
 def test_enable_software_vulkan_right_after_import():
     if not _lavapipe_available():
         pytest.skip("needs the Vulkan backend and a CPU-type Vulkan device (apt-get install mesa-vulkan-drivers)")
-    code = ("import ggmlpy\nfrom ggmlpy.core.device import enable_software_vulkan, software_vulkan_enabled\n"
+    code = ("import ggmlpy\nfrom ggmlpy.core.registry import enable_software_vulkan, software_vulkan_enabled\n"
             "v = enable_software_vulkan()\nassert software_vulkan_enabled()\n"
             "print('VISIBLE', v, [d.name for d in ggmlpy.devices()])\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_clean_env(), capture_output=True,
@@ -300,7 +300,7 @@ def test_vulkan_lavapipe_in_child():
 def test_ggml_log_goes_to_python_logging(caplog):
     cb, ud = ffi.new("ggml_log_callback *"), ffi.new("void **")
     lib.ggml_log_get(cb, ud)
-    assert ffi.cast("uintptr_t", cb[0]) == ffi.cast("uintptr_t", D._LOG_CALLBACK)
+    assert ffi.cast("uintptr_t", cb[0]) == ffi.cast("uintptr_t", ggml_log._LOG_CALLBACK)
     assert logging.getLogger("ggmlpy.ggml").getEffectiveLevel() <= logging.WARNING
     with caplog.at_level(logging.INFO, logger="ggmlpy.ggml"):
         cb[0](lib.GGML_LOG_LEVEL_WARN, b"ggmlpy test: part one, ", ffi.NULL)

@@ -135,18 +135,18 @@ def test_a_node_with_thousands_of_inputs_runs_or_is_refused_never_aborts():
 
 
 def test_a_builder_that_overruns_its_context_is_an_onnx_error():
-    """safe.lib checks the room before every ggml call that makes a tensor: the last line of
+    """onnx_lib checks the room before every ggml call that makes a tensor: the last line of
     defence if a converter makes far more tensors than its node's budget."""
     out = run_child("""
         import ggmlpy as g
         from onnx import helper
-        from ggmlpy.onnx.graph import Builder, OnnxError
-        from ggmlpy.onnx.safe import lib
-        b = Builder([helper.make_node("Relu", ["x"], ["y"])])
+        from ggmlpy.onnx.graph import OnnxGraphBuilder, OnnxError
+        from ggmlpy.onnx.onnx_lib import onnx_lib
+        b = OnnxGraphBuilder([helper.make_node("Relu", ["x"], ["y"])])
         x = b.new_tensor(g.GGML_TYPE_F32, (4,))
         try:
             for _ in range(100000):
-                x = lib.ggml_neg(b.ctx, x)
+                x = onnx_lib.ggml_neg(b.ctx, x)
             print("no error")
         except OnnxError as e:
             print("raised", e)

@@ -47,7 +47,7 @@ SPECS = {
     "ggml_im2col": "TTiiiiiib", "ggml_conv_2d": "TTiiiiii", "ggml_pool_1d": "Tpiii", "ggml_pool_2d": "Tpiiiiii",
     "ggml_upscale": "Tii", "ggml_diag_mask_inf": "Ti", "ggml_rope_ext": "TTOii",
     "ggml_flash_attn_ext": "TTTOf", "ggml_argsort": "Ti", "ggml_top_k": "Ti",
-    # ops_ext: GLU, RoPE variants, convolutions, small ops (s: a list of 4 rope sections, often wrong)
+    # GLU, RoPE variants, convolutions, small ops (s: a list of 4 rope sections, often wrong)
     "ggml_glu": "Tib", "ggml_glu_split": "TTi",
     **{f"ggml_{n}": "T" for n in ["reglu", "geglu", "swiglu", "geglu_erf", "geglu_quick", "diag"]},
     **{f"ggml_{n}_split": "TT" for n in ["reglu", "geglu", "swiglu", "geglu_erf", "geglu_quick"]},
@@ -60,13 +60,13 @@ SPECS = {
     **{f"ggml_{n}": "TTiiiiii" for n in ["conv_2d_dw", "conv_2d_dw_direct", "conv_2d_direct"]},
     "ggml_conv_transpose_2d_p0": "TTi", "ggml_flash_attn_back": "TTTTb",
 }
-from ggmlpy.core.ops_ext import _INPLACE  # noqa: E402  (every *_inplace variant takes its base op's arguments)
-SPECS.update({f"ggml_{n}_inplace": SPECS[f"ggml_{n}"] for n in _INPLACE})
+from ggmlpy.core.ops.inplace import INPLACE  # noqa: E402  (every *_inplace variant takes its base op's arguments)
+SPECS.update({f"ggml_{n}_inplace": SPECS[f"ggml_{n}"] for n in INPLACE})
 
 
 def test_specs_cover_every_op():
-    from ggmlpy.core import ops, ops_ext
-    assert set(SPECS) == set(ops.OPS) | set(ops_ext.OPS)
+    from ggmlpy.core import ops
+    assert set(SPECS) == set(ops.OPS)
 
 
 def test_fuzz_never_aborts():

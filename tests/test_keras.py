@@ -865,17 +865,17 @@ def test_fit_and_predict_run_on_ggmlpy_kernels(monkeypatch):
     from ggmlpy.bindings import ffi, lib
     if kernels.get() is None or kernels.get().gemm is None or kernels.get().conv2d is None:
         pytest.skip("no gemm or conv kernels (no C compiler or no OpenMP/sequential OpenBLAS)")
-    seen = []   # per Kernels.adopt call: (nodes moved, products and im2col gradients left to ggml)
-    adopt = kernels.Kernels.adopt
+    seen = []   # per kernels.adopt call: (nodes moved, products and im2col gradients left to ggml)
+    adopt = kernels.adopt
 
-    def spy(self, ctx):
-        n, left, t = adopt(self, ctx), 0, lib.ggml_get_first_tensor(ctx)
+    def spy(k, ctx):
+        n, left, t = adopt(k, ctx), 0, lib.ggml_get_first_tensor(ctx)
         while t != ffi.NULL:
             left += t.op in (lib.GGML_OP_MUL_MAT, lib.GGML_OP_OUT_PROD, lib.GGML_OP_IM2COL_BACK)
             t = lib.ggml_get_next_tensor(ctx, t)
         seen.append((n, left))
         return n
-    monkeypatch.setattr(kernels.Kernels, "adopt", spy)
+    monkeypatch.setattr(kernels, "adopt", spy)
     x = RNG.uniform(0, 1, (16,) + IMG)
     y = np.eye(2)[RNG.integers(0, 2, 16)]
 

@@ -11,7 +11,8 @@ import pytest
 
 import ggmlpy as g
 from ggmlpy import kernels
-from ggmlpy.autograd.functional import hvp
+from ggmlpy.kernels import loader as kernel_loader
+from ggmlpy.autograd.transforms import hvp
 from ggmlpy.bindings import lib
 
 K = kernels.get()
@@ -47,7 +48,7 @@ def custom_op_nodes(graph_nodes):
 
 def eager_graph_nodes():
     """Every node of the graphs the CPU device's executor has cached."""
-    ex = g.ag_tensor(np.zeros((1, 1))).dc.executor
+    ex = g.ag_tensor(np.zeros((1, 1))).device_context.executor
     return [p for c in ex.cache.values() for p in c.nodes]
 
 
@@ -213,7 +214,7 @@ def test_disabled_by_environment_uses_ggml_ops_with_the_same_numbers(tmp_path):
         "with g.with_grad_tape():\n"
         "    y = g.ag_gelu(t); loss = g.ag_sum(y)\n"
         "d = g.backward(loss)[t].numpy()\n"
-        "ex = t.dc.executor\n"
+        "ex = t.device_context.executor\n"
         "from ggmlpy.bindings import lib\n"
         "assert not any(p.op == lib.GGML_OP_MAP_CUSTOM1 or p.op == lib.GGML_OP_MAP_CUSTOM2 "
         "for c in ex.cache.values() for p in c.nodes)\n"
@@ -232,10 +233,10 @@ def test_disabled_by_environment_uses_ggml_ops_with_the_same_numbers(tmp_path):
 
 
 def test_without_a_compiler_get_returns_none_and_logs_why(monkeypatch, caplog, tmp_path):
-    monkeypatch.setattr(kernels, "_state", {"declared": kernels._state.get("declared", False)})
-    monkeypatch.setattr(kernels, "_enabled", [True])  # as by default, whatever GGMLPY_KERNELS says
+    monkeypatch.setattr(kernel_loader, "_state", {"declared": kernel_loader._state.get("declared", False)})
+    monkeypatch.setattr(kernel_loader, "_enabled", [True])  # as by default, whatever GGMLPY_KERNELS says
     monkeypatch.setenv("CC", "")
-    monkeypatch.setattr(kernels.shutil, "which", lambda name: None)
+    monkeypatch.setattr(kernel_loader.shutil, "which", lambda name: None)
     with caplog.at_level("INFO", logger="ggmlpy.kernels"):
         assert kernels.get() is None
         assert kernels.get() is None
@@ -243,8 +244,8 @@ def test_without_a_compiler_get_returns_none_and_logs_why(monkeypatch, caplog, t
 
 
 def test_a_failing_compiler_is_reported_and_leaves_nothing_behind(monkeypatch, caplog, tmp_path):
-    monkeypatch.setattr(kernels, "_state", {"declared": kernels._state.get("declared", False)})
-    monkeypatch.setattr(kernels, "_enabled", [True])
+    monkeypatch.setattr(kernel_loader, "_state", {"declared": kernel_loader._state.get("declared", False)})
+    monkeypatch.setattr(kernel_loader, "_enabled", [True])
     monkeypatch.setenv("GGMLPY_CACHE_DIR", str(tmp_path))
     fake = tmp_path / "badcc"
     fake.write_text("#!/bin/sh\necho 'cc: error: nope' >&2\nexit 1\n")
@@ -357,7 +358,7 @@ def test_adopt_turns_ggml_products_into_gemm_nodes_with_the_same_values(threads)
                lib.ggml_mul_mat(ctx, lib.ggml_cont(ctx, t(ctx, b)), t(ctx, c)),   # B t(C): [9, 7, 3]
                # A C again, through a permuted view: no transposed source to read, so it stays ggml's
                lib.ggml_out_prod(ctx, a, lib.ggml_permute(ctx, c, 1, 0, 2, 3))]
-        assert K.adopt(ctx) == 4
+        assert kernels.adopt(K, ctx) == 4
         kinds.update(ops=[x.op for x in out])
         flat = [lib.ggml_reshape_1d(ctx, x, int(lib.ggml_nelements(x))) for x in out]
         cat = flat[0]
@@ -396,7 +397,7 @@ def test_adopted_im2col_back_is_ggml_s_to_the_bit(image, kernel, stride, pad, di
     def build(adopted):
         def b(ctx, gr, k):
             out = lib.ggml_im2col_back(ctx, gr, k, ffi.new("int64_t[4]", [W, H, C, N]), s0, s1, p0, p1, d0, d1, True)
-            assert not adopted or (K.adopt(ctx) == 1 and out.op == lib.GGML_OP_CUSTOM)
+            assert not adopted or (kernels.adopt(K, ctx) == 1 and out.op == lib.GGML_OP_CUSTOM)
             return out
         return b
     for threads in (1, 3):
@@ -417,10 +418,10 @@ def test_gemm_is_off_with_a_pthreads_openblas(monkeypatch, caplog):
     class FakeFFI:
         def dlopen(self, path):
             return FakeLib()
-    monkeypatch.setattr(kernels, "ffi", FakeFFI())
-    monkeypatch.setattr(kernels, "_build", lambda *a, **k: "x.so")
+    monkeypatch.setattr(kernel_loader, "ffi", FakeFFI())
+    monkeypatch.setattr(kernel_loader, "_build", lambda *a, **k: "x.so")
     with caplog.at_level("INFO", logger="ggmlpy.kernels"):
-        assert kernels._load_optional("cc", "gemm") is None
+        assert kernel_loader._load_optional("cc", "gemm") is None
     assert any("pthreads" in r.getMessage() for r in caplog.records)
 
 
@@ -454,7 +455,7 @@ def test_layer_norm_back_kernel_against_float64(d, cols, eps):
 def test_layer_norm_backward_runs_the_kernel_eagerly_and_compiled():
     rng = np.random.default_rng(3)
     x, w = g.ag_tensor(rng.standard_normal((32, 8, 2))), g.ag_param(rng.standard_normal((32, 32)))
-    g.ag_tensor(np.zeros((1, 1))).dc.executor.clear()
+    g.ag_tensor(np.zeros((1, 1))).device_context.executor.clear()
     with g.with_grad_tape():
         loss = g.ag_sum(g.ag_mul(g.ag_layer_norm(g.ag_matmul(w, x)), x))
     eager = g.backward(loss)[w].numpy()
@@ -1298,15 +1299,15 @@ def test_libraries_that_fail_to_build_are_off_and_logged(name, what, monkeypatch
     """A gemm.c, conv.c or rows.c that does not compile leaves ggml's own ops in place, said in the log."""
     def fail(*a, **k):
         raise RuntimeError("cc failed: boom")
-    monkeypatch.setattr(kernels, "_build", fail)
+    monkeypatch.setattr(kernel_loader, "_build", fail)
     with caplog.at_level("INFO", logger="ggmlpy.kernels"):
-        assert kernels._load_optional("cc", name) is None
+        assert kernel_loader._load_optional("cc", name) is None
     assert any(what in r.getMessage() and "boom" in r.getMessage() for r in caplog.records)
 
 
 @needs_conv
 def test_conv_and_rows_libraries_are_cached_beside_the_others():
-    assert K.clib is not None and K.rlib is not None
+    assert K.conv_lib is not None and K.rows_lib is not None
     names = {p.name.split("-")[0] for p in K.path.parent.glob("*.so")}
     assert {"kernels", "gemm", "conv", "rows"} <= names
 

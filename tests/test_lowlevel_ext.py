@@ -1,5 +1,5 @@
-"""The ops and utilities added for ggmlR's low-level API (ops_ext.py, utils.py, backend_api.py),
-each against numpy."""
+"""The ops and utilities added for ggmlR's low-level API (the ops package, tensor_info.py,
+tensor_api.py, graph.py, backend_api.py, ...), each against numpy."""
 import math
 
 import numpy as np
@@ -368,7 +368,7 @@ def test_inplace_variant_equals_base_op(name):
     rb, ri = run(ctx, base, inplace)
     close(ri, rb, 1e-6)
     close(g.ggml_get_f32(first), rb, 1e-6)
-    assert g.ggml_op_can_inplace(inplace.op) == (inplace.op in g.core.utils._CAN_INPLACE)
+    assert g.ggml_op_can_inplace(inplace.op) == (inplace.op in g.core.tensor_info._CAN_INPLACE)
     g.ggml_free(ctx)
 
 

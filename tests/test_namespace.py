@@ -84,12 +84,21 @@ def test_eager_imports_bind_lazy_names_only_to_the_same_objects():
         assert vars(ggmlpy)[name] is getattr(module, name), name
 
 
-def test_quants_checked_type_queries_win_over_core_apis():
-    """quant's star-import came after core.api's: its (checked) ggml_type_size and company won."""
-    from ggmlpy.core import types, utils
+def test_the_type_queries_are_defined_once_and_take_names():
+    """ggml_type_size and company live in core.types alone (core.api, quant and the flat namespace give
+    that one object), and take a type's name as well as its id."""
+    import pkgutil
+    import ggmlpy.core
+    from ggmlpy.core import api, types
+    core = [importlib.import_module(f"ggmlpy.core.{m.name}") for m in pkgutil.iter_modules(ggmlpy.core.__path__)]
     for name in ("ggml_blck_size", "ggml_ftype_to_ggml_type", "ggml_is_quantized", "ggml_type_size", "ggml_type_sizef"):
-        assert getattr(ggmlpy, name) is getattr(types, name) is getattr(ggmlpy.quant, name)
-        assert getattr(ggmlpy, name) is not getattr(utils, name)
+        assert getattr(ggmlpy, name) is getattr(types, name) is getattr(ggmlpy.quant, name) is getattr(api, name)
+        assert all(getattr(m, name, None) in (None, getattr(types, name)) for m in core), name
+    assert api.ggml_type_size("f32") == api.ggml_type_size(api.GGML_TYPE_F32) == 4
+    assert api.ggml_blck_size("q4_0") == 32 and api.ggml_type_sizef("Q4_0") == 18 / 32
+    assert api.ggml_is_quantized("GGML_TYPE_Q4_K") and not api.ggml_is_quantized("f16")
+    with pytest.raises(ggmlpy.GGMLError, match="unknown ggml type"):
+        api.ggml_type_size("no_such_type")
 
 
 def test_an_unknown_name_is_an_attribute_error():
@@ -122,3 +131,15 @@ def test_the_import_benchmark_prints_its_summary():
     last = out.stdout.strip().splitlines()[-1]
     assert last.startswith("summary: import ggmlpy ") and " x import json (ggmlpy " in last, out.stdout
     assert "loadavg before:" in out.stdout
+
+
+def test_no_internal_name_of_autograd_leaks():
+    """The autograd package states its public names (__all__): the modules it imports (np, math, ...) and its
+    own internals (engine, prims, ...) stay out of the flat namespace (docs/changelog.md)."""
+    leaked = ("np", "math", "numbers", "warnings", "annotations", "apply", "engine", "rules", "prims", "tape", "ops",
+              "checkpoint", "forward_ad", "gradcheck", "graph_mode")
+    assert not [n for n in leaked if hasattr(ggmlpy, n)]
+    foreign = sorted(n for n in dir(ggmlpy) if not n.startswith("_") and isinstance(getattr(ggmlpy, n), type(ggmlpy))
+                     and not getattr(ggmlpy, n).__name__.startswith("ggmlpy."))
+    assert not foreign, f"modules not of ggmlpy in its namespace: {foreign}"
+    assert set(ggmlpy.autograd.__all__) <= set(dir(ggmlpy))

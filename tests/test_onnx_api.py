@@ -41,7 +41,8 @@ def test_load_run_summary(tiny):
     out = ggmlpy.onnx_run(model, {"x": x})
     np.testing.assert_allclose(out["y"], np.maximum(x @ W + B, 0), rtol=1e-5, atol=1e-6)
     out2 = ggmlpy.onnx_run(model, [x])  # a list in input order
-    from ggmlpy.core.device import get_backend, is_software_device
+    from ggmlpy.core.device import get_backend
+    from ggmlpy.core.registry import is_software_device
     try:  # the default device: a hardware GPU when there is one (a software Vulkan device is none), else the CPU
         gpu = get_backend("gpu").device_name
         expected = "CPU" if is_software_device(gpu) else gpu

@@ -461,10 +461,19 @@ def test_op(build, ref, inputs, tol, post):
     close(out, ref(*[a.astype(np.float64) if a.dtype == np.float32 else a for a in arrays]), tol)
 
 
+# ggmlR's later additions: each computed against numpy in test_lowlevel_ext.py, and with every *_inplace
+# variant driven with bad arguments by test_fuzz.py
+LATER = {f"ggml_{n}" for n in (
+    "add1 add_rel_pos arange conv_1d conv_1d_dw conv_2d_direct conv_2d_dw conv_2d_dw_direct conv_transpose_1d "
+    "conv_transpose_2d_p0 diag diag_mask_zero flash_attn_back geglu geglu_erf geglu_erf_split geglu_quick "
+    "geglu_quick_split geglu_split get_rel_pos glu glu_split mul_mat_id pad_reflect_1d reglu reglu_split roll rope "
+    "rope_ext_back rope_multi set set_1d set_2d swiglu swiglu_split timestep_embedding win_part win_unpart").split()}
+
+
 def test_every_op_is_covered():
     tested = {f"ggml_{n}" for n in UNARY} | {f"ggml_{n}" for n in BINARY}
     tested |= {f"ggml_{p.id.split('-')[0]}" for p in CASES}
-    assert set(ops.OPS) - tested == set()
+    assert {n for n in ops.OPS if not n.endswith("_inplace")} - LATER - tested == set()
 
 
 # -- multi-threading and dtypes -------------------------------------------------------------------------------

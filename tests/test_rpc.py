@@ -22,12 +22,12 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from ggmlpy.core import device as D
+from ggmlpy.core import registry, rpc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 pytestmark = pytest.mark.skipif(
-    "RPC" not in D.backends() or D.rpc_server_binary() is None,
+    "RPC" not in registry.backends() or rpc.rpc_server_binary() is None,
     reason="this libggml has no RPC backend / rpc-server binary (python build_ggml.py --backend vulkan --backend rpc)")
 
 
@@ -64,7 +64,7 @@ def server():
             if proc.poll() is not None:
                 pytest.fail(f"rpc-server exited with {proc.returncode}: {proc.stdout.read().decode()[-2000:]}")
             try:
-                D.rpc_probe("127.0.0.1", port, timeout=2)  # ggml's HELLO handshake, then hang up
+                rpc.rpc_probe("127.0.0.1", port, timeout=2)  # ggml's HELLO handshake, then hang up
                 break
             except g.DeviceError:
                 if time.monotonic() > deadline:
@@ -181,10 +181,10 @@ def test_rpc_busy_or_missing_server_raises_not_aborts(server):
     with socket.create_connection(("127.0.0.1", port), timeout=5):
         time.sleep(0.2)
         with pytest.raises(g.DeviceError, match="did not answer"):
-            D.rpc_probe("127.0.0.1", port, timeout=1.0)
-    D.rpc_probe("127.0.0.1", port, timeout=5)  # free again once that client hangs up
+            rpc.rpc_probe("127.0.0.1", port, timeout=1.0)
+    rpc.rpc_probe("127.0.0.1", port, timeout=5)  # free again once that client hangs up
     with pytest.raises(g.DeviceError, match="could not reach"):
-        D.rpc_probe("127.0.0.1", free_port(), timeout=2)
+        rpc.rpc_probe("127.0.0.1", free_port(), timeout=2)
 
 
 def test_rpc_server_subcommand_refuses_without_binary(tmp_path):

@@ -18,11 +18,11 @@ import sys
 import pytest
 
 import ggmlpy as g
-from ggmlpy.core import device as D
+from ggmlpy.core import registry, rpc
 from test_rpc import ROOT, _env, free_port, _die_with_parent
 
 pytestmark = pytest.mark.skipif(
-    "RPC" not in D.backends() or D.rpc_server_binary() is None,
+    "RPC" not in registry.backends() or rpc.rpc_server_binary() is None,
     reason="this libggml has no RPC backend / rpc-server binary (python build_ggml.py --backend vulkan --backend rpc)")
 
 TIMEOUT = 2.0  # the RPC timeout the clients run with (GGMLPY_RPC_TIMEOUT)
@@ -45,7 +45,7 @@ def servers():
             if proc.poll() is not None:
                 pytest.fail(f"rpc-server exited with {proc.returncode}")
             try:
-                D.rpc_probe("127.0.0.1", port, timeout=2)
+                rpc.rpc_probe("127.0.0.1", port, timeout=2)
                 return port, proc.pid
             except g.DeviceError:
                 import time
@@ -240,16 +240,16 @@ def test_an_op_on_a_dead_rpc_device_raises_at_once(servers):
 def test_set_rpc_timeout_checks_its_value_and_returns_the_previous():
     old = g.set_rpc_timeout(7)
     try:
-        assert g.set_rpc_timeout(3.5) == 7.0 and D.rpc_timeout() == 3.5
+        assert g.set_rpc_timeout(3.5) == 7.0 and rpc.rpc_timeout() == 3.5
         for bad in (0, -1, float("nan"), float("inf"), "soon"):
             with pytest.raises(g.DeviceError, match="set_rpc_timeout"):
                 g.set_rpc_timeout(bad)
-        assert D.rpc_timeout() == 3.5
+        assert rpc.rpc_timeout() == 3.5
     finally:
         g.set_rpc_timeout(None)
-    assert D.rpc_timeout() == float(os.environ.get("GGMLPY_RPC_TIMEOUT", "5")) and old == D.rpc_timeout()
+    assert rpc.rpc_timeout() == float(os.environ.get("GGMLPY_RPC_TIMEOUT", "5")) and old == rpc.rpc_timeout()
 
 
 def test_this_build_survives_a_lost_server():
-    assert D.rpc_fail_soft(), ("this libggml's RPC client aborts on a lost server: rebuild it with "
+    assert rpc.rpc_fail_soft(), ("this libggml's RPC client aborts on a lost server: rebuild it with "
                                "build_ggml.py (its rpc-fail-soft patch)")

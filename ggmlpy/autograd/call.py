@@ -1,9 +1,9 @@
 """What a rule sees of one application of its primitive, and how it applies primitives itself.
 
 One rule table (rules.py) serves every path that differentiates: eager backward (engine.walk),
-forward mode (forward_ad.propagate) and compiled graphs (graph_mode.emit_backward). What differs
+forward mode (forward_ad.propagate) and compiled graphs (graph_backward.emit_backward). What differs
 between them is only how a rule's own primitives are applied, so the caller hands that in with
-the call, as `ap`: engine.apply on the eager paths, a graph builder's emit when compiling.
+the call, as `apply`: engine.apply on the eager paths, a graph builder's emit when compiling.
 """
 from __future__ import annotations
 
@@ -13,20 +13,20 @@ SAVED_KEY = tuple(f"x{i}" for i in range(8))  # c.x(i) reads saved["x{i}"], as t
 class Call:
     """`x(i)` is input i (on the tape, only those the rule declares in `saves`), `out` the output (if
     `saves_out`), `params` the primitive's parameters, `in_shapes` the inputs' shapes, and
-    `ap(op, *inputs, **params)` applies a primitive the caller's way. The helpers below are
+    `apply(op, *inputs, **params)` applies a primitive the caller's way. The helpers below are
     primitives too, so whatever a rule computes can be differentiated again."""
 
-    __slots__ = ("ap", "saved", "params", "in_shapes")
+    __slots__ = ("apply", "saved", "params", "in_shapes")
 
-    def __init__(self, ap, saved: dict, params: dict, in_shapes: tuple):
-        self.ap, self.saved, self.params, self.in_shapes = ap, saved, params, in_shapes
+    def __init__(self, apply, saved: dict, params: dict, in_shapes: tuple):
+        self.apply, self.saved, self.params, self.in_shapes = apply, saved, params, in_shapes
 
     @classmethod
-    def of(cls, ap, inputs, out, params: dict) -> Call:
+    def of(cls, apply, inputs, out, params: dict) -> Call:
         """A call that sees every input and the output (forward mode, which keeps no snapshots)."""
         saved = dict(zip(SAVED_KEY, inputs))
         saved["out"] = out
-        return cls(ap, saved, params, tuple(x.shape for x in inputs))
+        return cls(apply, saved, params, tuple(x.shape for x in inputs))
 
     def x(self, i: int):
         return self.saved[SAVED_KEY[i]]
@@ -36,16 +36,16 @@ class Call:
         return self.saved["out"]
 
     # -- small helpers in terms of primitives ------------------------------------------------------------
-    def unb(self, g, shape):
+    def unbroadcast(self, g, shape):
         """Sum a gradient down to `shape` (the adjoint of broadcasting)."""
         if g is None or g.shape == tuple(shape):
             return g
-        return self.ap("unbroadcast", g, shape=tuple(shape))
+        return self.apply("unbroadcast", g, shape=tuple(shape))
 
     def bcast(self, t, shape):
         if t is None or t.shape == tuple(shape):
             return t
-        return self.ap("broadcast", t, shape=tuple(shape))
+        return self.apply("broadcast", t, shape=tuple(shape))
 
     def add(self, a, b):
         if a is None:
@@ -54,16 +54,16 @@ class Call:
             return a
         if a.shape != b.shape and not covers(a.shape, b.shape):
             a, b = b, a
-        return self.ap("add", a, b)
+        return self.apply("add", a, b)
 
     def mul(self, a, b):
-        return self.ap("mul", a, b)
+        return self.apply("mul", a, b)
 
     def scale(self, a, s):
-        return self.ap("scale", a, s=float(s))
+        return self.apply("scale", a, s=float(s))
 
     def neg(self, a):
-        return self.ap("neg", a)
+        return self.apply("neg", a)
 
     def tangent_sum(self, *terms):
         out = None

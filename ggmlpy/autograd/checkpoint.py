@@ -27,7 +27,7 @@ The contract, point by point (each has a test in tests/test_checkpoint.py):
  7. Gradients stay on the device: each leaf's is accumulated once, at the end.
  8. ag_backward_graph declines a tape holding a checkpoint node (op None). When ag_compile traces
     a segment, its primitives are recorded as a range; the compiled step emits them a second time
-    in the backward part of its graph (graph_mode.emit_backward), so the compute buffer does not
+    in the backward part of its graph (graph_backward.emit_backward), so the compute buffer does not
     keep their activations either.
  9. The loop-variable trap: a closure that sees a different layer at replay time
     is detected by comparing the parameters the segment touched in both runs.
@@ -44,7 +44,7 @@ from ..runtime.state import DTYPE_NAMES, STATE
 from ..errors import GGMLError, StaleTensorError
 from ..tensor import AGTensor
 from . import engine, forward_ad
-from .tape import Node
+from .tape import TapeNode
 
 
 class CheckpointReplayError(GGMLError):
@@ -79,7 +79,7 @@ def ag_checkpoint(fn: Callable[..., AGTensor], *inputs: AGTensor) -> AGTensor:
     if not isinstance(out_val, AGTensor):
         raise GGMLError(f"ag_checkpoint: the segment must return one ag tensor, got {type(out_val).__name__}")
 
-    out = AGTensor(out_val.st, out_val.shape, out_val.dc, requires_grad=True, is_leaf=False)
+    out = AGTensor(out_val.storage, out_val.shape, out_val.device_context, requires_grad=True, is_leaf=False)
     forward_ad.copy_tangents(out_val, out)  # tangents of the forward run carry over (forward AD)
     ag_inputs = [x for x in inputs if isinstance(x, AGTensor)]
 
@@ -88,7 +88,7 @@ def ag_checkpoint(fn: Callable[..., AGTensor], *inputs: AGTensor) -> AGTensor:
     def replay(grad_out, grads, leaves):
         return _replay(fn, inputs, grad_out, rng_state, used_first, grads, leaves, where)
 
-    AUTOGRAD.tape_nodes.append(Node(None, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in ag_inputs],
+    AUTOGRAD.tape_nodes.append(TapeNode(None, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in ag_inputs],
                            {f"x{i}": x for i, x in enumerate(ag_inputs)}, {}, tuple(x.shape for x in ag_inputs),
                            backward_fn=replay))
     return out

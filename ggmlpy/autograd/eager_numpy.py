@@ -20,18 +20,18 @@ import threading
 import numpy as np
 
 from ..bindings import ffi
-from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
+from ..core.checked import checked_lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from ..core.device import Backend
-from ..graph import GraphPlan
+from ..graph import PlacedGraph
 from ..runtime.state import lease
-from .rules import RULES
+from .rules import DERIVATIVE_RULES
 
 _NULL = ffi.NULL
 _F32 = np.dtype(np.float32)
 
 
-class _Plan(GraphPlan):
+class _OneOpGraph(PlacedGraph):
     """One op's graph: leaves and output re-pointed at numpy memory per call (graph.CompiledGraph
     places any intermediates)."""
 
@@ -39,14 +39,14 @@ class _Plan(GraphPlan):
 
     def __init__(self, build, shapes, backend):
         super().__init__(64)
-        self.leaves = [self.gctx.new_tensor(lib.GGML_TYPE_F32, s[::-1]) for s in shapes]
+        self.leaves = [self.gctx.new_tensor(checked_lib.GGML_TYPE_F32, s[::-1]) for s in shapes]
         out = build(self.gctx.ctx, *self.leaves)
-        if out.view_src != _NULL or out.op == lib.GGML_OP_NONE:
-            out = lib.ggml_cont(self.gctx.ctx, out)
-        if out.type != lib.GGML_TYPE_F32:
+        if out.view_src != _NULL or out.op == checked_lib.GGML_OP_NONE:
+            out = checked_lib.ggml_cont(self.gctx.ctx, out)
+        if out.type != checked_lib.GGML_TYPE_F32:
             raise GGMLError("eager_numpy: only f32 results are supported")
         self.out = out
-        n = lib.ggml_n_dims(out)
+        n = checked_lib.ggml_n_dims(out)
         self.out_shape = tuple(int(out.ne[i]) for i in reversed(range(n)))
         self.gctx.expand([out])
         nodes = self.gctx.nodes()
@@ -66,7 +66,7 @@ class EagerNumpy:
 
     def __init__(self):
         # small ops: a second thread costs more than it saves
-        self.backend = Backend(lib.ggml_backend_init_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU, _NULL),
+        self.backend = Backend(checked_lib.ggml_backend_init_by_type(checked_lib.GGML_BACKEND_DEVICE_TYPE_CPU, _NULL),
                                "CPU").single_threaded()
         self.plans: dict = {}
 
@@ -85,14 +85,14 @@ class EagerNumpy:
         return out
 
     def _compile(self, op, arrs, params):
-        if op not in RULES:
+        if op not in DERIVATIVE_RULES:
             raise GGMLError(f"eager_numpy: unknown op {op!r}")
         if any(a.ndim not in (1, 2) or a.size == 0 for a in arrs):
             raise GGMLError("eager_numpy: inputs must be non-empty 1-d or 2-d arrays")
         shapes = [a.shape for a in arrs]
         _check_shapes(op, shapes)
-        fwd = RULES[op].fwd
-        return _Plan(lambda ctx, *xs: fwd(ctx, *xs, **params), shapes, self.backend)
+        fwd = DERIVATIVE_RULES[op].fwd
+        return _OneOpGraph(lambda ctx, *xs: fwd(ctx, *xs, **params), shapes, self.backend)
 
 
 def _check_shapes(op: str, shapes) -> None:
@@ -118,7 +118,7 @@ def _binary(op: str):
     """A two-array op with the common case (f32, C-contiguous, graph cached) inlined:
     at this size the Python around the one compute call is most of the cost."""
     from_buffer, empty, f32 = ffi.from_buffer, np.empty, np.float32
-    compute = lib.ggml_backend_graph_compute
+    compute = checked_lib.ggml_backend_graph_compute
 
     def f(x, y) -> np.ndarray:
         eng = getattr(_local, "engine", None)

@@ -10,22 +10,22 @@ import numpy as np
 from .. import random as grandom
 from ..runtime.autograd_state import AUTOGRAD, hook_opened, hooks_open, setting
 from ..runtime.state import STATE
-from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
+from ..core.checked import checked_lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from ..kernels import enabled as _kernels_on
 from ..tensor import AGTensor, ag_tensor, same_device
 from . import forward_ad as _fwd
 from . import prims
 from .call import SAVED_KEY, Call
-from .rules import RULES
-from .tape import Node, no_grad
+from .rules import DERIVATIVE_RULES
+from .tape import TapeNode, no_grad
 
 if TYPE_CHECKING:
     from ..nn.layers import Module
 
-F32 = lib.GGML_TYPE_F32
-I32 = lib.GGML_TYPE_I32
-_LOW = (lib.GGML_TYPE_F16, lib.GGML_TYPE_BF16)
+F32 = checked_lib.GGML_TYPE_F32
+I32 = checked_lib.GGML_TYPE_I32
+_LOW = (checked_lib.GGML_TYPE_F16, checked_lib.GGML_TYPE_BF16)
 
 
 def f32_builder(fwd, params: dict, out_type: int, blas: bool = False, index_inputs: tuple = (), op: str = "",
@@ -42,7 +42,7 @@ def f32_builder(fwd, params: dict, out_type: int, blas: bool = False, index_inpu
         xs = as_f32(ctx, xs)
         with prims.blas_products(blas and not cast), prims.cpu_kernels(kernels):  # BLAS: whole graphs of products only
             y = fwd(ctx, *xs, **params)
-        return lib.ggml_cast(ctx, y, out_type) if out_type != F32 else y
+        return checked_lib.ggml_cast(ctx, y, out_type) if out_type != F32 else y
     return build
 
 
@@ -66,12 +66,12 @@ def check_index_values(op: str, values, bound: int) -> None:
 def _check_indices(rule, op, inputs, params) -> None:
     bound = rule.index_bound(params, [x.shape for x in inputs])
     for i in rule.index_inputs:
-        check_index_values(op, inputs[i]._read() if inputs[i].st.type == I32 else 0, bound)
+        check_index_values(op, inputs[i]._read() if inputs[i].storage.type == I32 else 0, bound)
 
 
 def as_f32(ctx, xs) -> list:
     """Operands in f32: ops compute in f32 whatever the storage dtype."""
-    return [lib.ggml_cast(ctx, x, F32) if x.type in _LOW else x for x in xs]
+    return [checked_lib.ggml_cast(ctx, x, F32) if x.type in _LOW else x for x in xs]
 
 
 def current_trace():
@@ -81,7 +81,7 @@ def current_trace():
 
 @contextlib.contextmanager
 def trace_into(trace: Trace):
-    """Make `trace` this thread's Trace in the block (graph_mode.tracing): it records every primitive
+    """Make `trace` this thread's Trace in the block (graph_trace.tracing): it records every primitive
     applied, and every tensor read on the host, in this thread."""
     with hook_opened(), setting("trace", trace), setting("host_reads", trace.host_reads):
         yield trace
@@ -107,7 +107,7 @@ def keep_mask(shape, rate: float, like: AGTensor) -> AGTensor:
     """A dropout mask on `like`'s device. Traced by ag_compile, it becomes an input of the compiled
     step that each call draws again, from the same stream in the same order as the eager forward,
     so a compiled and an eager run with the same seed drop the same units."""
-    t = ag_tensor(keep_mask_values(shape, rate), device=like.dc.spec)
+    t = ag_tensor(keep_mask_values(shape, rate), device=like.device_context.spec)
     trace = current_trace()
     if trace is not None:
         trace.random_inputs.append((t, tuple(shape), float(rate)))
@@ -134,7 +134,7 @@ def _reshape_in_place(x: AGTensor, shape, out_type: int, dc):
     no copy. Pass-pool tensors are never written after they are made, so sharing is safe; a reset
     moves each holder's tensor on its own. Persistent tensors (which optimizers update in place)
     are copied, as before."""
-    s = x.st
+    s = x.storage
     if s.pool is not dc.pass_pool or s.type != out_type:
         return None
     if s.gen != s.pool.gen:
@@ -144,7 +144,7 @@ def _reshape_in_place(x: AGTensor, shape, out_type: int, dc):
 
 def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
     """Run primitive `op` on `inputs` through ggml; record it if any input needs a gradient."""
-    rule = RULES[op]
+    rule = DERIVATIVE_RULES[op]
     dc = same_device(*inputs)
     if rule.index_bound is not None:
         _check_indices(rule, op, inputs, params)
@@ -161,14 +161,14 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
         kern = dc.backend.is_cpu and _kernels_on()
         key = (op, tuple(params.items()), out_type, kern)
         st = dc.executor.run(key, f32_builder(rule.fwd, params, out_type, dc.blas is not None, rule.index_inputs, op,
-                                              kern), [x.st for x in inputs], dc.pass_pool.alloc)[0]
+                                              kern), [x.storage for x in inputs], dc.pass_pool.alloc)[0]
     out = AGTensor(st, st.spec[1], dc, is_leaf=False)  # the spec's ne: no reads through cffi
     if mode.tape_enabled and not mode.tape_paused and rule.vjp is not None and any(x.requires_grad for x in inputs):
         out.requires_grad = True
         saved = {SAVED_KEY[i]: inputs[i] for i in rule.saves}
         if rule.saves_out:
             saved["out"] = out
-        mode.tape_nodes.append(Node(op, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in inputs],
+        mode.tape_nodes.append(TapeNode(op, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in inputs],
                                     saved, params, tuple(x.shape for x in inputs)))
     if hooks and mode.trace is not None:  # before the tangents: their primitives read `out`
         mode.trace.append((op, inputs, params, out))
@@ -219,12 +219,12 @@ def backward(loss: AGTensor, grad: AGTensor | None = None, retain_all: bool = Fa
                         "with_grad_tape() has cleared; call backward() before starting the next tape")
     if grad is not None:
         if not isinstance(grad, AGTensor):
-            grad = ag_tensor(grad, device=loss.dc.spec)
+            grad = ag_tensor(grad, device=loss.device_context.spec)
         if grad.shape != loss.shape:
             raise GGMLError(f"backward: grad has shape {list(grad.shape)}, but the output has shape "
                             f"{list(loss.shape)}; they must match")
         same_device(loss, grad)
-        if grad.st.type == I32:
+        if grad.storage.type == I32:
             raise GGMLError("backward: grad must be a floating-point tensor, got i32")
     grads = GradMap()
     leaves = {}
@@ -241,7 +241,7 @@ def backward(loss: AGTensor, grad: AGTensor | None = None, retain_all: bool = Fa
 class EagerBackward:
     """How the walker computes eagerly: primitives applied to ag tensors now."""
 
-    ap = staticmethod(apply)
+    apply = staticmethod(apply)
 
     @staticmethod
     def slice_fast_path(node) -> bool:
@@ -250,7 +250,7 @@ class EagerBackward:
     @staticmethod
     def acc_into(cur, g, start):
         """cur[start:] += g in cur's own memory (ggml_acc), or None where that cannot be done."""
-        if cur.st.type != F32 or g.st.type != F32:
+        if cur.storage.type != F32 or g.storage.type != F32:
             return None
         _acc_into(cur, g, start)
         return cur
@@ -267,9 +267,9 @@ class EagerBackward:
 EAGER = EagerBackward()
 
 
-def walk(nodes, grads: dict, leaves: dict, retain_all: bool = False, how=EAGER) -> None:
+def walk(nodes, grads: dict, leaves: dict, retain_all: bool = False, backward_impl=EAGER) -> None:
     """The one backward walker: push gradients from outputs to inputs through `nodes` (tape Nodes,
-    in forward order), newest first. `how` computes: EAGER applies primitives now; graph_mode's
+    in forward order), newest first. `backward_impl` computes: EAGER applies primitives now; graph_mode's
     emits graph nodes (the same rules, the same sums, the same slice fast path), and hears when
     each node is done (`node_done`: a gradient no later node adds to is final). A node with a
     `backward_fn` is a checkpointed segment, which replays itself (eagerly or as graph nodes)."""
@@ -278,22 +278,22 @@ def walk(nodes, grads: dict, leaves: dict, retain_all: bool = False, how=EAGER) 
         g = dict.get(grads, node.out_id) if retain_all else dict.pop(grads, node.out_id, None)
         owned.pop(node.out_id, None)  # handed on to the rule, which may pass it to several inputs
         if g is None:
-            how.node_done(node, grads)
+            backward_impl.node_done(node, grads)
             continue
-        if node.op == "slice" and node.backward_fn is None and how.slice_fast_path(node):
-            _slice_backward(node, g, grads, leaves, owned, how)
-            how.node_done(node, grads)
+        if node.op == "slice" and node.backward_fn is None and backward_impl.slice_fast_path(node):
+            _slice_backward(node, g, grads, leaves, owned, backward_impl)
+            backward_impl.node_done(node, grads)
             continue
         if node.backward_fn is not None:  # a checkpoint: replays its segment
             in_grads = node.backward_fn(g, grads, leaves)
         else:
-            in_grads = RULES[node.op].vjp(g, Call(how.ap, node.saved, node.params, node.in_shapes))
+            in_grads = DERIVATIVE_RULES[node.op].vjp(g, Call(backward_impl.apply, node.saved, node.params, node.in_shapes))
         for (tid, needs, leaf), gi in zip(node.inputs, in_grads):
             if not needs or gi is None:
                 continue
             prev = dict.get(grads, tid)
-            total = gi if prev is None else how.ap("add", prev, gi)
-            how.emitted(total)
+            total = gi if prev is None else backward_impl.apply("add", prev, gi)
+            backward_impl.emitted(total)
             dict.__setitem__(grads, tid, total)
             if prev is None:
                 owned.pop(tid, None)  # a rule's own result: it may be held elsewhere
@@ -301,10 +301,10 @@ def walk(nodes, grads: dict, leaves: dict, retain_all: bool = False, how=EAGER) 
                 owned[tid] = total  # a fresh sum
             if leaf is not None:
                 leaves[tid] = leaf
-        how.node_done(node, grads)
+        backward_impl.node_done(node, grads)
 
 
-def _slice_backward(node, g, grads, leaves, owned, how) -> None:
+def _slice_backward(node, g, grads, leaves, owned, backward_impl) -> None:
     """A slice's gradient added into its input's gradient where it lies: in place (ggml_acc) when
     the walk made that gradient itself, so n slices of one tensor cost one full-size pass, not n
     (a padded copy and a full-size sum each)."""
@@ -315,11 +315,11 @@ def _slice_backward(node, g, grads, leaves, owned, how) -> None:
     start, shape = node.params["start"], node.in_shapes[0]
     total = None
     if cur is not None and owned.get(tid) is cur and tuple(cur.shape) == tuple(shape):
-        total = how.acc_into(cur, g, start)
+        total = backward_impl.acc_into(cur, g, start)
     if total is None:
-        padded = how.ap("pad_into", g, start=start, shape=shape)
-        total = padded if cur is None else how.ap("add", cur, padded)
-    how.emitted(total)
+        padded = backward_impl.apply("pad_into", g, start=start, shape=shape)
+        total = padded if cur is None else backward_impl.apply("add", cur, padded)
+    backward_impl.emitted(total)
     dict.__setitem__(grads, tid, total)
     owned[tid] = total
     if leaf is not None:
@@ -328,8 +328,8 @@ def _slice_backward(node, g, grads, leaves, owned, how) -> None:
 
 def _acc_into(dst: AGTensor, g: AGTensor, start) -> None:
     """dst[start:start + g.shape] += g, in dst's own memory."""
-    dst.dc.executor.run(("acc_into", tuple(start)), lambda ctx, a, b: prims.acc_into(ctx, a, b, start),
-                        [dst.st, g.st], None, out=[dst.st])
+    dst.device_context.executor.run(("acc_into", tuple(start)), lambda ctx, a, b: prims.acc_into(ctx, a, b, start),
+                        [dst.storage, g.storage], None, out=[dst.storage])
 
 
 def _add_into_grad(leaf: AGTensor, g: AGTensor) -> None:
@@ -341,19 +341,19 @@ def _add_into_grad(leaf: AGTensor, g: AGTensor) -> None:
     pool only if it is still held then. A training loop that zeroes its gradients before the
     next tape never pays for the copy."""
     cur = leaf.grad
-    if cur is None or not cur.st.alive or cur.shape != leaf.shape:
-        if g.st.pool is not leaf.dc.pass_pool:  # memory someone else updates: take a copy now
-            cur = AGTensor(leaf.dc.persistent.alloc(g.st.type, leaf.shape), leaf.shape, leaf.dc)
+    if cur is None or not cur.storage.alive or cur.shape != leaf.shape:
+        if g.storage.pool is not leaf.device_context.pass_pool:  # memory someone else updates: take a copy now
+            cur = AGTensor(leaf.device_context.persistent.alloc(g.storage.type, leaf.shape), leaf.shape, leaf.device_context)
             assign(cur, g)
         else:
-            cur = AGTensor(g.st.alias(), leaf.shape, leaf.dc)
+            cur = AGTensor(g.storage.alias(), leaf.shape, leaf.device_context)
         leaf.grad = cur
-    elif cur.st.pool is leaf.dc.persistent:
-        leaf.dc.executor.run(("add_into",), f32_builder(prims.add, {}, cur.st.type),
-                             [cur.st, g.st], None, out=[cur.st])
+    elif cur.storage.pool is leaf.device_context.persistent:
+        leaf.device_context.executor.run(("add_into",), f32_builder(prims.add, {}, cur.storage.type),
+                             [cur.storage, g.storage], None, out=[cur.storage])
     else:  # still shares an earlier backward()'s result: accumulate into new memory
-        cur.st = leaf.dc.executor.run(("add",), f32_builder(prims.add, {}, cur.st.type),
-                                      [cur.st, g.st], leaf.dc.pass_pool.alloc)[0]
+        cur.storage = leaf.device_context.executor.run(("add",), f32_builder(prims.add, {}, cur.storage.type),
+                                      [cur.storage, g.storage], leaf.device_context.pass_pool.alloc)[0]
 
 
 def assign(dst: AGTensor, src: AGTensor) -> None:
@@ -363,7 +363,7 @@ def assign(dst: AGTensor, src: AGTensor) -> None:
         raise GGMLError("ag_compile: fn updates layer or optimizer state in place (batch-norm running "
                         "statistics?), which a compiled graph would not repeat; use eval mode, or eager mode")
     # (the executor keys in-place graphs on the destination's type too: f16 state is safe)
-    dst.dc.executor.run(("copy",), f32_builder(prims.copy, {}, dst.st.type), [src.st], None, out=[dst.st])
+    dst.device_context.executor.run(("copy",), f32_builder(prims.copy, {}, dst.storage.type), [src.storage], None, out=[dst.storage])
 
 
 def zero_grad(params: "Iterable[AGTensor] | Module") -> None:

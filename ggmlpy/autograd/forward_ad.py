@@ -54,7 +54,7 @@ from ..errors import GGMLError
 from ..runtime.autograd_state import AUTOGRAD
 from ..tensor import AGTensor, ag_tensor
 from .call import Call
-from .tape import Node
+from .tape import TapeNode
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -236,9 +236,9 @@ def _innermost() -> int:
 
 def _alias(t: AGTensor) -> AGTensor:
     """A new tensor on t's memory, connected to t on the tape (gradients flow through)."""
-    out = AGTensor(t.st, t.shape, t.dc, requires_grad=t.requires_grad, is_leaf=False)
+    out = AGTensor(t.storage, t.shape, t.device_context, requires_grad=t.requires_grad, is_leaf=False)
     if t.requires_grad and AUTOGRAD.recording():
-        AUTOGRAD.tape_nodes.append(Node("copy", out.id, [(t.id, True, t if t.is_leaf else None)], {}, {}, (t.shape,)))
+        AUTOGRAD.tape_nodes.append(TapeNode("copy", out.id, [(t.id, True, t if t.is_leaf else None)], {}, {}, (t.shape,)))
     return out
 
 
@@ -248,10 +248,10 @@ def make_dual(primal: AGTensor, tangent: AGTensor | ArrayLike, level: int | None
         raise GGMLError(f"make_dual: primal must be an ag tensor, got {type(primal).__name__}")
     level = _innermost() if level is None else level
     if not isinstance(tangent, AGTensor):
-        tangent = ag_tensor(tangent, device=primal.dc.spec)
+        tangent = ag_tensor(tangent, device=primal.device_context.spec)
     if tangent.shape != primal.shape:
         raise GGMLError(f"make_dual: tangent shape {list(tangent.shape)} differs from primal's {list(primal.shape)}")
-    if tangent.dc is not primal.dc:
+    if tangent.device_context is not primal.device_context:
         raise GGMLError("make_dual: tangent and primal are on different devices")
     dual = _alias(primal)
     if primal.fwd_grad is not None:  # tangents at other levels carry over
@@ -299,9 +299,9 @@ def _open_in_entry_order(indices) -> list:
     return [lvl.idx for lvl in sorted(open_, key=lambda lvl: lvl.serial)]
 
 
-def propagate(rule: Rule, out: AGTensor, inputs: Sequence[AGTensor], params: dict, ap) -> None:
+def propagate(rule: Rule, out: AGTensor, inputs: Sequence[AGTensor], params: dict, apply) -> None:
     """Set out's tangents at this thread's levels from the inputs' by the primitive's JVP rule,
-    whose own primitives go through `ap` (engine.apply, which calls this)."""
+    whose own primitives go through `apply` (engine.apply, which calls this)."""
     present = set()
     for x in inputs:
         if x.fwd_grad is not None:
@@ -316,7 +316,7 @@ def propagate(rule: Rule, out: AGTensor, inputs: Sequence[AGTensor], params: dic
         return
     if rule.jvp is None:
         raise GGMLError("this operation has no forward-mode (JVP) rule")
-    call = Call.of(ap, inputs, out, params)
+    call = Call.of(apply, inputs, out, params)
     for lv in levels:
         tangents = [tangent_of(x, lv) for x in inputs]
         masked.add(lv)

@@ -24,7 +24,7 @@ F32_STEP_ON = {"CUDA": 2e-2}
 
 
 def _step_floor(x) -> float:
-    return next((s for prefix, s in F32_STEP_ON.items() if x.dc.name.startswith(prefix)), F32_STEP)
+    return next((s for prefix, s in F32_STEP_ON.items() if x.device_context.name.startswith(prefix)), F32_STEP)
 
 
 def ag_gradcheck(fn: Callable, inputs: Sequence[AGTensor] | Mapping[str, AGTensor], eps: float = 1e-5,

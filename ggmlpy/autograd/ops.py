@@ -427,7 +427,7 @@ def _one_hot_target(logits, target):
     cls = idx.astype(np.int64)
     if np.any(cls != idx) or cls.min() < 0 or cls.max() >= logits.nrow:
         raise GGMLError(f"ag_softmax_cross_entropy_loss: class indices must be integers in 0..{logits.nrow - 1}")
-    ids = ag_tensor(cls.reshape(-1, 1), device=logits.dc.spec, dtype="i32")
+    ids = ag_tensor(cls.reshape(-1, 1), device=logits.device_context.spec, dtype="i32")
     return apply("one_hot", ids, shape=logits.shape)
 
 

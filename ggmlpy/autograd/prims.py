@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from .. import kernels
 from ..bindings import ffi
-from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
+from ..core.checked import checked_lib  # ggml's shape rules checked before each op (no abort)
 from ..runtime.autograd_state import AUTOGRAD, setting
 
-L = lib
-F32 = lib.GGML_TYPE_F32
+F32 = checked_lib.GGML_TYPE_F32
 
 
 def blas_products(enabled: bool = True):
@@ -40,7 +39,7 @@ def _kernels(*xs):
 
 
 def _t(ctx, x):
-    return L.ggml_cont(ctx, L.ggml_transpose(ctx, x))
+    return checked_lib.ggml_cont(ctx, checked_lib.ggml_transpose(ctx, x))
 
 
 def _gemm(a, b):
@@ -61,10 +60,10 @@ def matmul(ctx, a, b, ta=False, tb=False):
     Under blas_products(), 2-D products become ggml_out_prod(a, op(b)ᵀ), which ggml's BLAS
     backend computes from the transposed view in place, faster than copy and product."""
     batched = _batch(a) != (1, 1) or _batch(b) != (1, 1)
-    if not tb and _batch(a) == (1, 1) and batched and L.ggml_is_contiguous(b):
+    if not tb and _batch(a) == (1, 1) and batched and checked_lib.ggml_is_contiguous(b):
         # a 2-D weight times a batch: one product over all the batch's columns
-        out = matmul(ctx, a, L.ggml_reshape_2d(ctx, b, b.ne[0], b.ne[1] * b.ne[2] * b.ne[3]), ta, False)
-        return L.ggml_reshape_4d(ctx, out, out.ne[0], b.ne[1], b.ne[2], b.ne[3])
+        out = matmul(ctx, a, checked_lib.ggml_reshape_2d(ctx, b, b.ne[0], b.ne[1] * b.ne[2] * b.ne[3]), ta, False)
+        return checked_lib.ggml_reshape_4d(ctx, out, out.ne[0], b.ne[1], b.ne[2], b.ne[3])
     gemm = _gemm(a, b)
     if gemm is not None:
         return gemm(ctx, a, b, ta, tb)
@@ -72,8 +71,8 @@ def matmul(ctx, a, b, ta=False, tb=False):
         # b's batch broadcasts over a's: compute the transposed product, op(b)ᵀ op(a)ᵀ
         return _t(ctx, matmul(ctx, b, a, ta=not tb, tb=not ta))
     if not batched and not ta and AUTOGRAD.blas_products and min(a.ne[0], a.ne[1], b.ne[0], b.ne[1]) >= 32:
-        return L.ggml_out_prod(ctx, a, b if tb else L.ggml_transpose(ctx, b))
-    return L.ggml_mul_mat(ctx, a if ta else _t(ctx, a), _t(ctx, b) if tb else b)
+        return checked_lib.ggml_out_prod(ctx, a, b if tb else checked_lib.ggml_transpose(ctx, b))
+    return checked_lib.ggml_mul_mat(ctx, a if ta else _t(ctx, a), _t(ctx, b) if tb else b)
 
 
 def _batch(x) -> tuple:
@@ -81,21 +80,21 @@ def _batch(x) -> tuple:
 
 
 def add(ctx, a, b):
-    return L.ggml_add(ctx, a, _widen(ctx, b, a))  # b broadcasts (ggml repeats the second operand)
+    return checked_lib.ggml_add(ctx, a, _widen(ctx, b, a))  # b broadcasts (ggml repeats the second operand)
 
 
 def sub(ctx, a, b):
-    return L.ggml_sub(ctx, a, _widen(ctx, b, a))
+    return checked_lib.ggml_sub(ctx, a, _widen(ctx, b, a))
 
 
 def mul(ctx, a, b):
-    return L.ggml_mul(ctx, a, _widen(ctx, b, a)) if _covers(a, b) else L.ggml_mul(ctx, b, _widen(ctx, a, b))
+    return checked_lib.ggml_mul(ctx, a, _widen(ctx, b, a)) if _covers(a, b) else checked_lib.ggml_mul(ctx, b, _widen(ctx, a, b))
 
 
 def div(ctx, a, b):
     if _covers(a, b):
-        return L.ggml_div(ctx, a, _widen(ctx, b, a))
-    return L.ggml_div(ctx, L.ggml_repeat_4d(ctx, a, *_ne(b)), b)
+        return checked_lib.ggml_div(ctx, a, _widen(ctx, b, a))
+    return checked_lib.ggml_div(ctx, checked_lib.ggml_repeat_4d(ctx, a, *_ne(b)), b)
 
 
 def _ne(x) -> list:
@@ -111,17 +110,17 @@ def _widen(ctx, small, big):
     if small.ne[0] == 1 and big.ne[0] > 1:
         n = int(small.ne[1] * small.ne[2] * small.ne[3])
         if n <= 64:
-            return L.ggml_repeat_4d(ctx, small, big.ne[0], small.ne[1], small.ne[2], small.ne[3])
-        if not L.ggml_is_contiguous(small):
-            small = L.ggml_cont(ctx, small)
-        full = L.ggml_out_prod(ctx, _ones(ctx, big.ne[0]), L.ggml_reshape_2d(ctx, small, n, 1))
-        return L.ggml_reshape_4d(ctx, full, big.ne[0], small.ne[1], small.ne[2], small.ne[3])
+            return checked_lib.ggml_repeat_4d(ctx, small, big.ne[0], small.ne[1], small.ne[2], small.ne[3])
+        if not checked_lib.ggml_is_contiguous(small):
+            small = checked_lib.ggml_cont(ctx, small)
+        full = checked_lib.ggml_out_prod(ctx, _ones(ctx, big.ne[0]), checked_lib.ggml_reshape_2d(ctx, small, n, 1))
+        return checked_lib.ggml_reshape_4d(ctx, full, big.ne[0], small.ne[1], small.ne[2], small.ne[3])
     return small
 
 
 def _ones(ctx, n):
     """A column [n, 1] of ones made in the graph (no host constant)."""
-    return L.ggml_reshape_2d(ctx, L.ggml_scale_bias(ctx, L.ggml_arange(ctx, 0.0, float(n), 1.0), 0.0, 1.0), n, 1)
+    return checked_lib.ggml_reshape_2d(ctx, checked_lib.ggml_scale_bias(ctx, checked_lib.ggml_arange(ctx, 0.0, float(n), 1.0), 0.0, 1.0), n, 1)
 
 
 def _covers(a, b) -> bool:
@@ -129,21 +128,21 @@ def _covers(a, b) -> bool:
 
 
 def scale(ctx, x, s):
-    return L.ggml_scale(ctx, x, s)
+    return checked_lib.ggml_scale(ctx, x, s)
 
 
 def add_scalar(ctx, x, c):
-    return L.ggml_scale_bias(ctx, x, 1.0, c)
+    return checked_lib.ggml_scale_bias(ctx, x, 1.0, c)
 
 
 def neg(ctx, x):
-    return L.ggml_neg(ctx, x)
+    return checked_lib.ggml_neg(ctx, x)
 
 
 def unary(ctx, x, fn):
     if fn == "gelu_erf" and (k := _kernels(x)) is not None:
         return k.gelu(ctx, x)
-    return getattr(L, "ggml_" + fn)(ctx, x)
+    return getattr(checked_lib, "ggml_" + fn)(ctx, x)
 
 
 def relu(ctx, x):
@@ -158,45 +157,45 @@ def add_relu(ctx, a, b):
 
 def where_positive(ctx, g, y):
     """g where y > 0, else 0: relu's backward, as one graph (step, then mul) instead of two."""
-    return L.ggml_mul(ctx, g, L.ggml_step(ctx, y))
+    return checked_lib.ggml_mul(ctx, g, checked_lib.ggml_step(ctx, y))
 
 
 def pow_(ctx, x, p):
     """x^p as R computes it: exact special cases, sign kept for odd integer powers."""
     if p == 1:
-        return L.ggml_scale(ctx, x, 1.0)
+        return checked_lib.ggml_scale(ctx, x, 1.0)
     if p == 2:
-        return L.ggml_sqr(ctx, x)
+        return checked_lib.ggml_sqr(ctx, x)
     if p == 0.5:
-        return L.ggml_sqrt(ctx, x)
+        return checked_lib.ggml_sqrt(ctx, x)
     if p == 0:
-        return L.ggml_scale_bias(ctx, x, 0.0, 1.0)
-    mag = L.ggml_exp(ctx, L.ggml_scale(ctx, L.ggml_log(ctx, L.ggml_abs(ctx, x)), p))
+        return checked_lib.ggml_scale_bias(ctx, x, 0.0, 1.0)
+    mag = checked_lib.ggml_exp(ctx, checked_lib.ggml_scale(ctx, checked_lib.ggml_log(ctx, checked_lib.ggml_abs(ctx, x)), p))
     if float(p).is_integer():
-        return L.ggml_mul(ctx, mag, L.ggml_sgn(ctx, x)) if int(p) % 2 else mag
+        return checked_lib.ggml_mul(ctx, mag, checked_lib.ggml_sgn(ctx, x)) if int(p) % 2 else mag
     # R gives NaN for a negative base with a fractional power: log of x itself does the same.
-    return L.ggml_exp(ctx, L.ggml_scale(ctx, L.ggml_log(ctx, x), p))
+    return checked_lib.ggml_exp(ctx, checked_lib.ggml_scale(ctx, checked_lib.ggml_log(ctx, x), p))
 
 
 def clamp(ctx, x, lo, hi):
     """ggml's clamp turns NaN into hi; adding 0 * tanh(x) (0 for every number, infinities
     included, NaN for NaN) keeps NaN, as PyTorch does."""
-    return L.ggml_add(ctx, L.ggml_clamp(ctx, x, lo, hi), L.ggml_scale(ctx, L.ggml_tanh(ctx, x), 0.0))
+    return checked_lib.ggml_add(ctx, checked_lib.ggml_clamp(ctx, x, lo, hi), checked_lib.ggml_scale(ctx, checked_lib.ggml_tanh(ctx, x), 0.0))
 
 
 def inside(ctx, x, lo, hi):
     """1 where lo < x < hi (strictly), else 0: ggmlR's clamp gradient mask."""
     m = None
     if lo != float("-inf"):
-        m = L.ggml_step(ctx, L.ggml_scale_bias(ctx, x, 1.0, -lo))
+        m = checked_lib.ggml_step(ctx, checked_lib.ggml_scale_bias(ctx, x, 1.0, -lo))
     if hi != float("inf"):
-        up = L.ggml_step(ctx, L.ggml_scale_bias(ctx, x, -1.0, hi))
-        m = up if m is None else L.ggml_mul(ctx, m, up)
-    return m if m is not None else L.ggml_scale_bias(ctx, x, 0.0, 1.0)
+        up = checked_lib.ggml_step(ctx, checked_lib.ggml_scale_bias(ctx, x, -1.0, hi))
+        m = up if m is None else checked_lib.ggml_mul(ctx, m, up)
+    return m if m is not None else checked_lib.ggml_scale_bias(ctx, x, 0.0, 1.0)
 
 
 def softmax(ctx, x):
-    return L.ggml_soft_max(ctx, x)  # along ne0: per R column
+    return checked_lib.ggml_soft_max(ctx, x)  # along ne0: per R column
 
 
 def attention(ctx, q, k, v, mask=None, heads=1, scale=1.0, causal=False):
@@ -208,26 +207,26 @@ def attention(ctx, q, k, v, mask=None, heads=1, scale=1.0, causal=False):
     hd = d // heads
 
     def split(x):  # [d, T, B] -> [hd, T, heads, B], a view
-        x4 = L.ggml_reshape_4d(ctx, x, hd, heads, x.ne[1], x.ne[2] * x.ne[3])
-        return L.ggml_permute(ctx, x4, 0, 2, 1, 3)
+        x4 = checked_lib.ggml_reshape_4d(ctx, x, hd, heads, x.ne[1], x.ne[2] * x.ne[3])
+        return checked_lib.ggml_permute(ctx, x4, 0, 2, 1, 3)
     full = None
     if causal or mask is not None:
         batch = int(mask.ne[3]) if mask is not None else 1
-        full = L.ggml_scale_bias(ctx, L.ggml_reshape_4d(ctx, L.ggml_arange(ctx, 0.0, float(tk * tq * batch), 1.0),
+        full = checked_lib.ggml_scale_bias(ctx, checked_lib.ggml_reshape_4d(ctx, checked_lib.ggml_arange(ctx, 0.0, float(tk * tq * batch), 1.0),
                                                         tk, tq, 1, batch), 0.0, 0.0)  # zeros, made in the graph
         if causal:
-            full = L.ggml_diag_mask_inf(ctx, full, 0)
+            full = checked_lib.ggml_diag_mask_inf(ctx, full, 0)
         if mask is not None:
-            full = L.ggml_add(ctx, full, mask)
-        full = L.ggml_cast(ctx, full, L.GGML_TYPE_F16)
-    out = L.ggml_flash_attn_ext(ctx, split(q), split(k), split(v), full if full is not None else ffi.NULL,
+            full = checked_lib.ggml_add(ctx, full, mask)
+        full = checked_lib.ggml_cast(ctx, full, checked_lib.GGML_TYPE_F16)
+    out = checked_lib.ggml_flash_attn_ext(ctx, split(q), split(k), split(v), full if full is not None else ffi.NULL,
                                 scale, 0.0, 0.0)  # [hd, heads, T_q, B]
-    return L.ggml_reshape_3d(ctx, out, d, tq, q.ne[2])
+    return checked_lib.ggml_reshape_3d(ctx, out, d, tq, q.ne[2])
 
 
 def softmax_back(ctx, g, y, scale=1.0):
     """scale * y * (g - colSums(g * y)): softmax's input gradient from its output y, one kernel."""
-    return L.ggml_soft_max_ext_back(ctx, g, y, scale, 0.0)
+    return checked_lib.ggml_soft_max_ext_back(ctx, g, y, scale, 0.0)
 
 
 def softmax_ext(ctx, x, mask=None, scale=1.0, causal=False):
@@ -235,14 +234,14 @@ def softmax_ext(ctx, x, mask=None, scale=1.0, causal=False):
     the column (query) index, in one ggml kernel with the scaling. The additive mask broadcasts
     over columns and the batch axes: ggml's kernel takes it [nrow, ncol] per batch."""
     if causal:
-        x = L.ggml_diag_mask_inf(ctx, x, 0)
+        x = checked_lib.ggml_diag_mask_inf(ctx, x, 0)
     if mask is not None and mask.ne[1] < x.ne[1]:
-        mask = L.ggml_repeat_4d(ctx, mask, x.ne[0], x.ne[1], mask.ne[2], mask.ne[3])
-    return L.ggml_soft_max_ext(ctx, x, ffi.NULL if mask is None else mask, scale, 0.0)
+        mask = checked_lib.ggml_repeat_4d(ctx, mask, x.ne[0], x.ne[1], mask.ne[2], mask.ne[3])
+    return checked_lib.ggml_soft_max_ext(ctx, x, ffi.NULL if mask is None else mask, scale, 0.0)
 
 def layer_norm(ctx, x, eps):
     """Each column to zero mean and unit (biased) variance, (x - mean) / sqrt(var + eps): ggml_norm."""
-    return L.ggml_norm(ctx, x, eps)
+    return checked_lib.ggml_norm(ctx, x, eps)
 
 
 def layer_norm_back(ctx, g, x, eps):
@@ -254,14 +253,14 @@ def layer_norm_back(ctx, g, x, eps):
     if (k := _kernels(g, x)) is not None:
         return k.layer_norm_back(ctx, g, x, eps)
     d = int(x.ne[0])
-    center = L.ggml_scale_bias(ctx, L.ggml_diag(ctx, L.ggml_reshape_1d(ctx, _ones(ctx, d), d)), 1.0, -1.0 / d)
+    center = checked_lib.ggml_scale_bias(ctx, checked_lib.ggml_diag(ctx, checked_lib.ggml_reshape_1d(ctx, _ones(ctx, d), d)), 1.0, -1.0 / d)
 
     def centered(v):
-        if not L.ggml_is_contiguous(v):
-            v = L.ggml_cont(ctx, v)
-        v2 = L.ggml_reshape_2d(ctx, v, d, L.ggml_nelements(v) // d)
-        return L.ggml_reshape_4d(ctx, L.ggml_mul_mat(ctx, center, v2), d, v.ne[1], v.ne[2], v.ne[3])
-    return L.ggml_rms_norm_back(ctx, centered(g), centered(x), eps)
+        if not checked_lib.ggml_is_contiguous(v):
+            v = checked_lib.ggml_cont(ctx, v)
+        v2 = checked_lib.ggml_reshape_2d(ctx, v, d, checked_lib.ggml_nelements(v) // d)
+        return checked_lib.ggml_reshape_4d(ctx, checked_lib.ggml_mul_mat(ctx, center, v2), d, v.ne[1], v.ne[2], v.ne[3])
+    return checked_lib.ggml_rms_norm_back(ctx, centered(g), centered(x), eps)
 
 
 def gelu_back(ctx, g, x, y):
@@ -271,13 +270,13 @@ def gelu_back(ctx, g, x, y):
     Under cpu_kernels(), one fused kernel computing Phi itself."""
     if (k := _kernels(g, x)) is not None:
         return k.gelu_back(ctx, g, x)
-    zero = L.ggml_scale_bias(ctx, L.ggml_sgn(ctx, L.ggml_abs(ctx, x)), -1e-30, 1e-30)  # 1e-30 where x == 0
-    cdf = L.ggml_div(ctx, L.ggml_add(ctx, y, L.ggml_scale(ctx, zero, 0.5)), L.ggml_add(ctx, x, zero))
-    return L.ggml_mul(ctx, g, L.ggml_add(ctx, cdf, L.ggml_mul(ctx, x, _normal_pdf(ctx, x))))
+    zero = checked_lib.ggml_scale_bias(ctx, checked_lib.ggml_sgn(ctx, checked_lib.ggml_abs(ctx, x)), -1e-30, 1e-30)  # 1e-30 where x == 0
+    cdf = checked_lib.ggml_div(ctx, checked_lib.ggml_add(ctx, y, checked_lib.ggml_scale(ctx, zero, 0.5)), checked_lib.ggml_add(ctx, x, zero))
+    return checked_lib.ggml_mul(ctx, g, checked_lib.ggml_add(ctx, cdf, checked_lib.ggml_mul(ctx, x, _normal_pdf(ctx, x))))
 
 
 def _normal_pdf(ctx, x):
-    return L.ggml_exp(ctx, L.ggml_scale_bias(ctx, L.ggml_sqr(ctx, x), -0.5, -0.9189385332046727))  # ln sqrt(2 pi)
+    return checked_lib.ggml_exp(ctx, checked_lib.ggml_scale_bias(ctx, checked_lib.ggml_sqr(ctx, x), -0.5, -0.9189385332046727))  # ln sqrt(2 pi)
 
 
 def gelu_deriv(ctx, x):
@@ -285,19 +284,19 @@ def gelu_deriv(ctx, x):
     under cpu_kernels() one kernel, otherwise from ggml ops through erf."""
     if (k := _kernels(x)) is not None:
         return k.gelu_deriv(ctx, x)
-    cdf = L.ggml_scale_bias(ctx, erf(ctx, L.ggml_scale(ctx, x, 0.7071067811865476)), 0.5, 0.5)
-    return L.ggml_add(ctx, cdf, L.ggml_mul(ctx, x, _normal_pdf(ctx, x)))
+    cdf = checked_lib.ggml_scale_bias(ctx, erf(ctx, checked_lib.ggml_scale(ctx, x, 0.7071067811865476)), 0.5, 0.5)
+    return checked_lib.ggml_add(ctx, cdf, checked_lib.ggml_mul(ctx, x, _normal_pdf(ctx, x)))
 
 
 def gelu_deriv2(ctx, x):
     """gelu''(x) = phi(x) (2 - x^2): under cpu_kernels() one kernel, otherwise ggml ops."""
     if (k := _kernels(x)) is not None:
         return k.gelu_deriv2(ctx, x)
-    return L.ggml_mul(ctx, _normal_pdf(ctx, x), L.ggml_scale_bias(ctx, L.ggml_sqr(ctx, x), -1.0, 2.0))
+    return checked_lib.ggml_mul(ctx, _normal_pdf(ctx, x), checked_lib.ggml_scale_bias(ctx, checked_lib.ggml_sqr(ctx, x), -1.0, 2.0))
 
 
 def sum_all(ctx, x):
-    return L.ggml_reshape_2d(ctx, L.ggml_sum(ctx, x), 1, 1)
+    return checked_lib.ggml_reshape_2d(ctx, checked_lib.ggml_sum(ctx, x), 1, 1)
 
 
 def col_sums(ctx, x):
@@ -305,7 +304,7 @@ def col_sums(ctx, x):
     (ggml's sum_rows runs on one thread), otherwise ggml_sum_rows."""
     if (k := _kernels(x)) is not None:
         return k.sum_rows(ctx, x)
-    return L.ggml_sum_rows(ctx, x)
+    return checked_lib.ggml_sum_rows(ctx, x)
 
 
 def row_sums(ctx, x):
@@ -315,7 +314,7 @@ def row_sums(ctx, x):
 
 def sum_to(ctx, x, shape):
     """x summed over the axes where `shape` has 1 (ggml's repeat_back: the adjoint of repeat)."""
-    return L.ggml_repeat_back(ctx, x, L.ggml_new_tensor(ctx, F32, 4, _ne4(shape)))
+    return checked_lib.ggml_repeat_back(ctx, x, checked_lib.ggml_new_tensor(ctx, F32, 4, _ne4(shape)))
 
 
 def _ne4(shape):
@@ -331,17 +330,17 @@ def permute(ctx, x, perm):
     permute takes the inverse (where each of x's axes goes)."""
     perm = tuple(perm) + tuple(range(len(perm), 4))
     where = [perm.index(i) for i in range(4)]
-    return L.ggml_cont(ctx, L.ggml_permute(ctx, x, *where))
+    return checked_lib.ggml_cont(ctx, checked_lib.ggml_permute(ctx, x, *where))
 
 
 def reshape(ctx, x, shape):
-    if not L.ggml_is_contiguous(x):
-        x = L.ggml_cont(ctx, x)
-    return L.ggml_reshape(ctx, x, L.ggml_new_tensor(ctx, F32, 4, _ne4(shape)))
+    if not checked_lib.ggml_is_contiguous(x):
+        x = checked_lib.ggml_cont(ctx, x)
+    return checked_lib.ggml_reshape(ctx, x, checked_lib.ggml_new_tensor(ctx, F32, 4, _ne4(shape)))
 
 
 def broadcast(ctx, x, shape):
-    return L.ggml_repeat_4d(ctx, x, *(list(shape) + [1] * (4 - len(shape))))
+    return checked_lib.ggml_repeat_4d(ctx, x, *(list(shape) + [1] * (4 - len(shape))))
 
 
 def unbroadcast(ctx, g, shape):
@@ -357,19 +356,19 @@ def unbroadcast(ctx, g, shape):
 
 
 def concat(ctx, a, b, dim):
-    return L.ggml_concat(ctx, a, b, dim)
+    return checked_lib.ggml_concat(ctx, a, b, dim)
 
 
 def slice_(ctx, x, start, size):
     """The block of `size` at `start` (one entry per axis)."""
     size = _four(size, 1)
-    return L.ggml_cont(ctx, L.ggml_view_4d(ctx, x, *size, x.nb[1], x.nb[2], x.nb[3], _offset(x, start)))
+    return checked_lib.ggml_cont(ctx, checked_lib.ggml_view_4d(ctx, x, *size, x.nb[1], x.nb[2], x.nb[3], _offset(x, start)))
 
 
 def acc_into(ctx, a, g, start):
     """a[start:start + g's shape] += g, in a's own memory (ggml_acc in place; a view of a): how a
     slice's gradient is added into a sum that nothing else holds (engine.walk, graph_mode)."""
-    return L.ggml_acc_inplace(ctx, a, g, a.nb[1], a.nb[2], a.nb[3], _offset(a, start))
+    return checked_lib.ggml_acc_inplace(ctx, a, g, a.nb[1], a.nb[2], a.nb[3], _offset(a, start))
 
 
 def _offset(x, start) -> int:
@@ -384,7 +383,7 @@ def pad_into(ctx, g, start, shape):
     pads = []
     for k in range(4):
         pads += [start[k], shape[k] - start[k] - int(g.ne[k])]
-    return L.ggml_pad_ext(ctx, g, *pads)
+    return checked_lib.ggml_pad_ext(ctx, g, *pads)
 
 
 def _four(v, fill):
@@ -393,28 +392,28 @@ def _four(v, fill):
 
 def get_cols(ctx, w, idx):
     """Columns idx (0-based, i32) of w [dim, vocab]: idx [n, 1] or [1, n] -> [dim, n]; idx [T, B] -> [dim, T, B]."""
-    n = L.ggml_nelements(idx)
-    out = L.ggml_get_rows(ctx, w, L.ggml_reshape_1d(ctx, idx, n))  # ggml batches only a batched w
+    n = checked_lib.ggml_nelements(idx)
+    out = checked_lib.ggml_get_rows(ctx, w, checked_lib.ggml_reshape_1d(ctx, idx, n))  # ggml batches only a batched w
     if idx.ne[2] == 1 and (idx.ne[0] == 1 or idx.ne[1] == 1):
         return out
-    return L.ggml_reshape_4d(ctx, out, w.ne[0], idx.ne[0], idx.ne[1], idx.ne[2])
+    return checked_lib.ggml_reshape_4d(ctx, out, w.ne[0], idx.ne[0], idx.ne[1], idx.ne[2])
 
 
 def get_cols_back(ctx, g, idx, vocab):
-    n = L.ggml_nelements(idx)
-    template = L.ggml_new_tensor_2d(ctx, F32, g.ne[0], vocab)
-    g2 = L.ggml_reshape_2d(ctx, L.ggml_cont(ctx, g), g.ne[0], n)
-    return L.ggml_get_rows_back(ctx, g2, L.ggml_reshape_1d(ctx, idx, n), template)
+    n = checked_lib.ggml_nelements(idx)
+    template = checked_lib.ggml_new_tensor_2d(ctx, F32, g.ne[0], vocab)
+    g2 = checked_lib.ggml_reshape_2d(ctx, checked_lib.ggml_cont(ctx, g), g.ne[0], n)
+    return checked_lib.ggml_get_rows_back(ctx, g2, checked_lib.ggml_reshape_1d(ctx, idx, n), template)
 
 
 def one_hot(ctx, idx, shape):
     """A tensor of `shape` [classes, ...] with a 1 in row idx of each column (idx holds one index
     per column, in column order): columns of an identity made in the graph (from arange, so no
     host constant), gathered by the indices."""
-    ones = L.ggml_reshape_1d(ctx, _ones(ctx, shape[0]), shape[0])
-    flat = L.ggml_reshape_1d(ctx, idx, L.ggml_nelements(idx))  # i32 storage: contiguous
-    return L.ggml_reshape(ctx, L.ggml_get_rows(ctx, L.ggml_diag(ctx, ones), flat),
-                          L.ggml_new_tensor(ctx, F32, 4, _ne4(shape)))
+    ones = checked_lib.ggml_reshape_1d(ctx, _ones(ctx, shape[0]), shape[0])
+    flat = checked_lib.ggml_reshape_1d(ctx, idx, checked_lib.ggml_nelements(idx))  # i32 storage: contiguous
+    return checked_lib.ggml_reshape(ctx, checked_lib.ggml_get_rows(ctx, checked_lib.ggml_diag(ctx, ones), flat),
+                          checked_lib.ggml_new_tensor(ctx, F32, 4, _ne4(shape)))
 
 
 # -- losses, with ggmlR's exact definitions -------------------------------------------------------------
@@ -424,41 +423,41 @@ def _cols(x) -> int:
 
 
 def mse(ctx, p, t):
-    n = L.ggml_nelements(p)
-    return L.ggml_scale(ctx, sum_all(ctx, L.ggml_sqr(ctx, L.ggml_sub(ctx, p, t))), 1.0 / n)
+    n = checked_lib.ggml_nelements(p)
+    return checked_lib.ggml_scale(ctx, sum_all(ctx, checked_lib.ggml_sqr(ctx, checked_lib.ggml_sub(ctx, p, t))), 1.0 / n)
 
 
 def cross_entropy(ctx, p, t):
     """-sum(t * log(clamp(p, 1e-7, 1 - 1e-7))) / ncol."""
-    lp = L.ggml_log(ctx, L.ggml_clamp(ctx, p, 1e-7, 1 - 1e-7))
-    return L.ggml_scale(ctx, sum_all(ctx, L.ggml_mul(ctx, t, lp)), -1.0 / _cols(p))
+    lp = checked_lib.ggml_log(ctx, checked_lib.ggml_clamp(ctx, p, 1e-7, 1 - 1e-7))
+    return checked_lib.ggml_scale(ctx, sum_all(ctx, checked_lib.ggml_mul(ctx, t, lp)), -1.0 / _cols(p))
 
 
 def softmax_ce(ctx, x, t):
     """-sum(t * log(max(softmax(x), 1e-7))) / ncol."""
-    lp = L.ggml_log(ctx, L.ggml_clamp(ctx, L.ggml_soft_max(ctx, x), 1e-7, float("inf")))
-    return L.ggml_scale(ctx, sum_all(ctx, L.ggml_mul(ctx, t, lp)), -1.0 / _cols(x))
+    lp = checked_lib.ggml_log(ctx, checked_lib.ggml_clamp(ctx, checked_lib.ggml_soft_max(ctx, x), 1e-7, float("inf")))
+    return checked_lib.ggml_scale(ctx, sum_all(ctx, checked_lib.ggml_mul(ctx, t, lp)), -1.0 / _cols(x))
 
 
 def copy(ctx, x):
-    return L.ggml_scale(ctx, x, 1.0)
+    return checked_lib.ggml_scale(ctx, x, 1.0)
 
 
 def fill(ctx, x, value):
-    return L.ggml_fill(ctx, x, value)
+    return checked_lib.ggml_fill(ctx, x, value)
 
 
 def erf(ctx, x):
     """erf(x) from exp (Abramowitz and Stegun 7.1.26, |error| < 1.5e-7): ggml has no erf op."""
     a1, a2, a3, a4, a5, p = 0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429, 0.3275911
-    ax = L.ggml_abs(ctx, x)
-    t = L.ggml_div(ctx, L.ggml_scale_bias(ctx, ax, 0.0, 1.0), L.ggml_scale_bias(ctx, ax, p, 1.0))
-    poly = L.ggml_scale_bias(ctx, t, a5, a4)
+    ax = checked_lib.ggml_abs(ctx, x)
+    t = checked_lib.ggml_div(ctx, checked_lib.ggml_scale_bias(ctx, ax, 0.0, 1.0), checked_lib.ggml_scale_bias(ctx, ax, p, 1.0))
+    poly = checked_lib.ggml_scale_bias(ctx, t, a5, a4)
     for a in (a3, a2, a1):
-        poly = L.ggml_scale_bias(ctx, L.ggml_mul(ctx, poly, t), 1.0, a)
-    poly = L.ggml_mul(ctx, poly, t)
-    y = L.ggml_scale_bias(ctx, L.ggml_mul(ctx, poly, L.ggml_exp(ctx, L.ggml_neg(ctx, L.ggml_sqr(ctx, x)))), -1.0, 1.0)
-    return L.ggml_mul(ctx, y, L.ggml_sgn(ctx, x))
+        poly = checked_lib.ggml_scale_bias(ctx, checked_lib.ggml_mul(ctx, poly, t), 1.0, a)
+    poly = checked_lib.ggml_mul(ctx, poly, t)
+    y = checked_lib.ggml_scale_bias(ctx, checked_lib.ggml_mul(ctx, poly, checked_lib.ggml_exp(ctx, checked_lib.ggml_neg(ctx, checked_lib.ggml_sqr(ctx, x)))), -1.0, 1.0)
+    return checked_lib.ggml_mul(ctx, y, checked_lib.ggml_sgn(ctx, x))
 
 
 def clip_by_global_norm(ctx, gs, max_norm: float):
@@ -470,28 +469,28 @@ def clip_by_global_norm(ctx, gs, max_norm: float):
     Every node is a thread barrier, so the gradients are first set one after another into one
     flat buffer: its squared norm is one product, its scaling one multiply, and each result a
     view of it (some 40 nodes for 36 gradients, where a product and a multiply each took 110)."""
-    sizes = [int(L.ggml_nelements(g)) for g in gs]
+    sizes = [int(checked_lib.ggml_nelements(g)) for g in gs]
     total = sum(sizes)
-    flat = L.ggml_new_tensor_1d(ctx, L.GGML_TYPE_F32, total)
+    flat = checked_lib.ggml_new_tensor_1d(ctx, checked_lib.GGML_TYPE_F32, total)
     offset = 0
     for g, n in zip(gs, sizes):
-        t = g if L.ggml_is_contiguous(g) else L.ggml_cont(ctx, g)
+        t = g if checked_lib.ggml_is_contiguous(g) else checked_lib.ggml_cont(ctx, g)
         # in place, chained: each set depends on the previous one, so all precede the norm
-        flat = L.ggml_set_1d_inplace(ctx, flat, L.ggml_reshape_1d(ctx, t, n), offset * 4)
+        flat = checked_lib.ggml_set_1d_inplace(ctx, flat, checked_lib.ggml_reshape_1d(ctx, t, n), offset * 4)
         offset += n
-    column = L.ggml_reshape_2d(ctx, flat, total, 1)
-    norm = L.ggml_sqrt(ctx, L.ggml_mul_mat(ctx, column, column))
-    ratio = L.ggml_div(ctx, L.ggml_scale_bias(ctx, norm, 0.0, max_norm), L.ggml_scale_bias(ctx, norm, 1.0, 1e-6))
-    over = L.ggml_step(ctx, L.ggml_scale_bias(ctx, norm, 1.0, -max_norm))  # 1 where norm > max_norm
+    column = checked_lib.ggml_reshape_2d(ctx, flat, total, 1)
+    norm = checked_lib.ggml_sqrt(ctx, checked_lib.ggml_mul_mat(ctx, column, column))
+    ratio = checked_lib.ggml_div(ctx, checked_lib.ggml_scale_bias(ctx, norm, 0.0, max_norm), checked_lib.ggml_scale_bias(ctx, norm, 1.0, 1e-6))
+    over = checked_lib.ggml_step(ctx, checked_lib.ggml_scale_bias(ctx, norm, 1.0, -max_norm))  # 1 where norm > max_norm
     # over * ratio + (1 - over): exact for over in {0, 1} (1 + over * (ratio - 1) would cancel)
-    factor = L.ggml_add(ctx, L.ggml_mul(ctx, over, ratio), L.ggml_scale_bias(ctx, over, -1.0, 1.0))
+    factor = checked_lib.ggml_add(ctx, checked_lib.ggml_mul(ctx, over, ratio), checked_lib.ggml_scale_bias(ctx, over, -1.0, 1.0))
     # ggml broadcasts a single element one call per element: multiply rows of r at once
     r = next(r for r in (256, 128, 64, 32, 16, 8, 4, 2, 1) if total % r == 0)
-    scaled = L.ggml_mul(ctx, L.ggml_reshape_2d(ctx, flat, r, total // r), L.ggml_repeat_4d(ctx, factor, r, 1, 1, 1))
+    scaled = checked_lib.ggml_mul(ctx, checked_lib.ggml_reshape_2d(ctx, flat, r, total // r), checked_lib.ggml_repeat_4d(ctx, factor, r, 1, 1, 1))
     out, offset = [], 0
     for g, n in zip(gs, sizes):
         ne = [int(d) for d in g.ne]
-        out.append(L.ggml_view_4d(ctx, scaled, *ne, ne[0] * 4, ne[0] * ne[1] * 4, ne[0] * ne[1] * ne[2] * 4,
+        out.append(checked_lib.ggml_view_4d(ctx, scaled, *ne, ne[0] * 4, ne[0] * ne[1] * 4, ne[0] * ne[1] * ne[2] * 4,
                                   offset * 4))
         offset += n
     return norm, out
@@ -501,22 +500,22 @@ def clip_by_global_norm(ctx, gs, max_norm: float):
 def _shape_only(ctx, kw, kh, c):
     """What ggml_im2col takes as its kernel operand: a [KW, KH, C] tensor it reads the shape of only
     (the trained kernel would make im2col depend on the weights)."""
-    return L.ggml_new_tensor_4d(ctx, F32, kw, kh, c, 1)
+    return checked_lib.ggml_new_tensor_4d(ctx, F32, kw, kh, c, 1)
 
 
 def im2col(ctx, x, k, s, p, d):
     """The columns of a 2-D convolution: x [W, H, C, N] -> [C*KH*KW, OW, OH, N], one row per output
     cell, ordered as a kernel [KW, KH, C] flattens (ggml_im2col in f32: its f16 columns lose 1e-3)."""
-    return L.ggml_im2col(ctx, _shape_only(ctx, k[0], k[1], x.ne[2]), x, s[0], s[1], p[0], p[1], d[0], d[1],
+    return checked_lib.ggml_im2col(ctx, _shape_only(ctx, k[0], k[1], x.ne[2]), x, s[0], s[1], p[0], p[1], d[0], d[1],
                          True, F32)
 
 
 def im2col_back(ctx, g, shape, k, s, p, d):
     """The adjoint of im2col: each column entry added back into the input cell it came from."""
-    if not L.ggml_is_contiguous(g):
-        g = L.ggml_cont(ctx, g)
+    if not checked_lib.ggml_is_contiguous(g):
+        g = checked_lib.ggml_cont(ctx, g)
     # ggml's own backward passes the gradient first and the kernel's shape second (its CPU kernel reads them so)
-    return L.ggml_im2col_back(ctx, g, _shape_only(ctx, k[0], k[1], shape[2]), _ne4(shape), s[0], s[1], p[0], p[1],
+    return checked_lib.ggml_im2col_back(ctx, g, _shape_only(ctx, k[0], k[1], shape[2]), _ne4(shape), s[0], s[1], p[0], p[1],
                               d[0], d[1], True)
 
 
@@ -529,19 +528,19 @@ def max_pool2d(ctx, x, k, s):
     unless it corrects the window: a NaN, as 0 * tanh(x) averaged over the window (0 for every
     number, infinities included; NaN for NaN), as clamp does; and -inf where every value is -inf,
     as log(0) (the window's share of -inf values, 1 exactly when all are)."""
-    x = x if L.ggml_is_contiguous(x) else L.ggml_cont(ctx, x)
+    x = x if checked_lib.ggml_is_contiguous(x) else checked_lib.ggml_cont(ctx, x)
 
     def avg(t):
-        return L.ggml_pool_2d(ctx, t, L.GGML_OP_POOL_AVG, k[0], k[1], s[0], s[1], 0.0, 0.0)
-    m = L.ggml_pool_2d(ctx, x, L.GGML_OP_POOL_MAX, k[0], k[1], s[0], s[1], 0.0, 0.0)
-    nan = avg(L.ggml_scale(ctx, L.ggml_tanh(ctx, x), 0.0))
-    share = avg(L.ggml_step(ctx, L.ggml_scale_bias(ctx, x, -1.0, -_FLT_MAX)))  # of -inf (-x > FLT_MAX)
-    every = L.ggml_step(ctx, L.ggml_scale_bias(ctx, share, 1.0, 0.5 / (k[0] * k[1]) - 1.0))
-    return L.ggml_add(ctx, L.ggml_add(ctx, m, nan), L.ggml_log(ctx, L.ggml_scale_bias(ctx, every, -1.0, 1.0)))
+        return checked_lib.ggml_pool_2d(ctx, t, checked_lib.GGML_OP_POOL_AVG, k[0], k[1], s[0], s[1], 0.0, 0.0)
+    m = checked_lib.ggml_pool_2d(ctx, x, checked_lib.GGML_OP_POOL_MAX, k[0], k[1], s[0], s[1], 0.0, 0.0)
+    nan = avg(checked_lib.ggml_scale(ctx, checked_lib.ggml_tanh(ctx, x), 0.0))
+    share = avg(checked_lib.ggml_step(ctx, checked_lib.ggml_scale_bias(ctx, x, -1.0, -_FLT_MAX)))  # of -inf (-x > FLT_MAX)
+    every = checked_lib.ggml_step(ctx, checked_lib.ggml_scale_bias(ctx, share, 1.0, 0.5 / (k[0] * k[1]) - 1.0))
+    return checked_lib.ggml_add(ctx, checked_lib.ggml_add(ctx, m, nan), checked_lib.ggml_log(ctx, checked_lib.ggml_scale_bias(ctx, every, -1.0, 1.0)))
 
 
 def max_pool2d_back(ctx, g, x, k, s):
     """max_pool2d's input gradient: each window's g added at the place of its maximum (ggml's pool_2d_back)."""
-    g = g if L.ggml_is_contiguous(g) else L.ggml_cont(ctx, g)
-    x = x if L.ggml_is_contiguous(x) else L.ggml_cont(ctx, x)
-    return L.ggml_pool_2d_back(ctx, g, x, L.GGML_OP_POOL_MAX, k[0], k[1], s[0], s[1], 0.0, 0.0)
+    g = g if checked_lib.ggml_is_contiguous(g) else checked_lib.ggml_cont(ctx, g)
+    x = x if checked_lib.ggml_is_contiguous(x) else checked_lib.ggml_cont(ctx, x)
+    return checked_lib.ggml_pool_2d_back(ctx, g, x, checked_lib.GGML_OP_POOL_MAX, k[0], k[1], s[0], s[1], 0.0, 0.0)

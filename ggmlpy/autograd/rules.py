@@ -4,7 +4,7 @@ A rule sees the call through `c` (call.Call): `c.x(i)` is input i, `c.out` the
 output, `c.params` the primitive's parameters, `c.in_shapes` the inputs' shapes.
 On the tape only the snapshots a rule declares in `saves` (input indices) and
 `saves_out` are kept, so `c.x(i)` works exactly for those. A rule applies its own
-primitives through the call, `c.ap(op, ...)` and the helpers `c.mul`, `c.unb`, ...:
+primitives through the call, `c.apply(op, ...)` and the helpers `c.mul`, `c.unbroadcast`, ...:
 eagerly or as graph nodes, as the caller that handed in the call decides.
 
 VJPs take the output gradient `g` and return one gradient (or None) per input.
@@ -19,7 +19,7 @@ from math import erf, pi, sqrt
 
 from ..errors import GGMLError
 from . import forward_ad
-from . import prims as P
+from . import prims
 
 
 @dataclass(frozen=True)
@@ -41,53 +41,53 @@ def _matmul_vjp(g, c):
         # a 2-D weight times a batch: its gradient contracts g and b over columns and batch at
         # once, as one 2-D product of the flattened tensors (no per-batch products summed after)
         g2, b2 = _flat(c, g), _flat(c, b)
-        ga = c.ap("matmul", b2, g2, ta=False, tb=True) if ta else c.ap("matmul", g2, b2, ta=False, tb=True)
+        ga = c.apply("matmul", b2, g2, ta=False, tb=True) if ta else c.apply("matmul", g2, b2, ta=False, tb=True)
     else:
-        ga = c.ap("matmul", b, g, ta=tb, tb=True) if ta else c.ap("matmul", g, b, ta=False, tb=not tb)
-    gb = c.ap("matmul", g, a, ta=True, tb=ta) if tb else c.ap("matmul", a, g, ta=not ta, tb=False)
-    return c.unb(ga, c.in_shapes[0]), c.unb(gb, c.in_shapes[1])
+        ga = c.apply("matmul", b, g, ta=tb, tb=True) if ta else c.apply("matmul", g, b, ta=False, tb=not tb)
+    gb = c.apply("matmul", g, a, ta=True, tb=ta) if tb else c.apply("matmul", a, g, ta=not ta, tb=False)
+    return c.unbroadcast(ga, c.in_shapes[0]), c.unbroadcast(gb, c.in_shapes[1])
 
 
 def _flat(c, x):
     """[k, n, B...] as the matrix [k, n * B...]."""
-    return c.ap("reshape", x, shape=(x.shape[0], _n(x.shape) // x.shape[0]))
+    return c.apply("reshape", x, shape=(x.shape[0], _n(x.shape) // x.shape[0]))
 
 
 def _matmul_jvp(t, c):
     ta, tb = c.params["ta"], c.params["tb"]
-    return c.tangent_sum(None if t[0] is None else c.ap("matmul", t[0], c.x(1), ta=ta, tb=tb),
-                         None if t[1] is None else c.ap("matmul", c.x(0), t[1], ta=ta, tb=tb))
+    return c.tangent_sum(None if t[0] is None else c.apply("matmul", t[0], c.x(1), ta=ta, tb=tb),
+                         None if t[1] is None else c.apply("matmul", c.x(0), t[1], ta=ta, tb=tb))
 
 
 def _div_vjp(g, c):
     b = c.x(1)
-    ga = c.ap("div", g, b)
-    gb = c.neg(c.ap("div", c.mul(g, c.out), b))
-    return c.unb(ga, c.in_shapes[0]), c.unb(gb, c.in_shapes[1])
+    ga = c.apply("div", g, b)
+    gb = c.neg(c.apply("div", c.mul(g, c.out), b))
+    return c.unbroadcast(ga, c.in_shapes[0]), c.unbroadcast(gb, c.in_shapes[1])
 
 
 def _div_jvp(t, c):
     b = c.x(1)
-    ta = None if t[0] is None else c.ap("div", c.bcast(t[0], c.out.shape), b)
-    tb = None if t[1] is None else c.neg(c.ap("div", c.mul(c.out, t[1]), b))
+    ta = None if t[0] is None else c.apply("div", c.bcast(t[0], c.out.shape), b)
+    tb = None if t[1] is None else c.neg(c.apply("div", c.mul(c.out, t[1]), b))
     return c.tangent_sum(ta, tb)
 
 
 def _softmax_vjp(g, c):
-    return (c.ap("softmax_back", g, c.out, scale=1.0),)
+    return (c.apply("softmax_back", g, c.out, scale=1.0),)
 
 
 def _softmax_jvp(t, c):
-    return c.ap("softmax_back", t[0], c.out, scale=1.0)
+    return c.apply("softmax_back", t[0], c.out, scale=1.0)
 
 
 def _softmax_ext_vjp(g, c):
     # y = softmax(s x + m): x's gradient is s times the mask's; a causally masked entry has
     # y = 0, so it gets none.
-    gx = c.ap("softmax_back", g, c.out, scale=c.params["scale"])
+    gx = c.apply("softmax_back", g, c.out, scale=c.params["scale"])
     if len(c.in_shapes) == 1:
         return (gx,)
-    return gx, c.unb(c.ap("softmax_back", g, c.out, scale=1.0), c.in_shapes[1])
+    return gx, c.unbroadcast(c.apply("softmax_back", g, c.out, scale=1.0), c.in_shapes[1])
 
 
 def _softmax_ext_jvp(t, c):
@@ -100,31 +100,31 @@ def _softmax_back_vjp(G, c):
     # out = s y (g - colSums(g y)) is linear and self-adjoint in g; in y:
     # d<G, out>/dy = s (G (g - colSums(g y)) - g colSums(G y))
     g, y, s = c.x(0), c.x(1), c.params["scale"]
-    gy = c.scale(c.ap("sub", c.mul(G, c.ap("sub", g, c.ap("col_sums", c.mul(g, y)))),
-                      c.mul(g, c.ap("col_sums", c.mul(G, y)))), s)
-    return c.ap("softmax_back", G, y, scale=s), gy
+    gy = c.scale(c.apply("sub", c.mul(G, c.apply("sub", g, c.apply("col_sums", c.mul(g, y)))),
+                      c.mul(g, c.apply("col_sums", c.mul(G, y)))), s)
+    return c.apply("softmax_back", G, y, scale=s), gy
 
 
 def _softmax_back_jvp(t, c):
     g, y, s = c.x(0), c.x(1), c.params["scale"]
-    tg = None if t[0] is None else c.ap("softmax_back", t[0], y, scale=s)
-    ty = None if t[1] is None else c.scale(c.ap("sub", c.mul(t[1], c.ap("sub", g, c.ap("col_sums", c.mul(g, y)))),
-                                               c.mul(y, c.ap("col_sums", c.mul(g, t[1])))), s)
+    tg = None if t[0] is None else c.apply("softmax_back", t[0], y, scale=s)
+    ty = None if t[1] is None else c.scale(c.apply("sub", c.mul(t[1], c.apply("sub", g, c.apply("col_sums", c.mul(g, y)))),
+                                               c.mul(y, c.apply("col_sums", c.mul(g, t[1])))), s)
     return c.tangent_sum(tg, ty)
 
 
 def _col_mean(c, x):
-    return c.scale(c.ap("col_sums", x), 1.0 / x.shape[0])
+    return c.scale(c.apply("col_sums", x), 1.0 / x.shape[0])
 
 
 def _layer_norm_vjp(g, c):
     # y = (x - mean) * r, r = (var + eps)^-1/2 per column: dx = r * (g - mean(g) - y * mean(g * y))
     x, y = c.x(0), c.out
     if not forward_ad.LEVELS:  # nothing differentiates this again: the fused kernels (not differentiable)
-        return (c.ap("layer_norm_back", g, x, eps=c.params["eps"]),)
-    xc = c.ap("sub", x, _col_mean(c, x))
-    r = c.ap("pow", c.ap("add_scalar", _col_mean(c, c.ap("sqr", xc)), c=c.params["eps"]), p=-0.5)
-    inner = c.ap("sub", c.ap("sub", g, _col_mean(c, g)), c.mul(y, _col_mean(c, c.mul(g, y))))
+        return (c.apply("layer_norm_back", g, x, eps=c.params["eps"]),)
+    xc = c.apply("sub", x, _col_mean(c, x))
+    r = c.apply("pow", c.apply("add_scalar", _col_mean(c, c.apply("sqr", xc)), c=c.params["eps"]), p=-0.5)
+    inner = c.apply("sub", c.apply("sub", g, _col_mean(c, g)), c.mul(y, _col_mean(c, c.mul(g, y))))
     return (c.mul(inner, r),)
 
 
@@ -134,30 +134,30 @@ def _layer_norm_jvp(t, c):
 
 def _pow_vjp(g, c):
     p = c.params["p"]
-    return (c.mul(g, c.scale(c.ap("pow", c.x(0), p=p - 1), p)),)
+    return (c.mul(g, c.scale(c.apply("pow", c.x(0), p=p - 1), p)),)
 
 
 def _pow_jvp(t, c):
     p = c.params["p"]
-    return c.mul(t[0], c.scale(c.ap("pow", c.x(0), p=p - 1), p))
+    return c.mul(t[0], c.scale(c.apply("pow", c.x(0), p=p - 1), p))
 
 
 def _gelu_vjp(g, c):
     if forward_ad.LEVELS:  # a forward level may differentiate this again: gelu' as a primitive
-        return (c.mul(g, c.ap("gelu_deriv", c.x(0))),)
-    return (c.ap("gelu_back", g, c.x(0), c.out),)  # one fused graph, not differentiable
+        return (c.mul(g, c.apply("gelu_deriv", c.x(0))),)
+    return (c.apply("gelu_back", g, c.x(0), c.out),)  # one fused graph, not differentiable
 
 
 def _gelu_third_derivative(c):
     # phi(x) (x^3 - 4x), from primitives: any further order differentiates those
     x = c.x(0)
-    phi = c.scale(c.ap("exp", c.scale(c.ap("sqr", x), -0.5)), 1 / sqrt(2 * pi))
-    return c.mul(phi, c.mul(x, c.ap("add_scalar", c.ap("sqr", x), c=-4.0)))
+    phi = c.scale(c.apply("exp", c.scale(c.apply("sqr", x), -0.5)), 1 / sqrt(2 * pi))
+    return c.mul(phi, c.mul(x, c.apply("add_scalar", c.apply("sqr", x), c=-4.0)))
 
 
 def _silu_deriv(c, x):
-    s = c.ap("sigmoid", x)
-    return c.mul(s, c.ap("add_scalar", c.mul(x, c.ap("add_scalar", c.neg(s), c=1.0)), c=1.0))
+    s = c.apply("sigmoid", x)
+    return c.mul(s, c.apply("add_scalar", c.mul(x, c.apply("add_scalar", c.neg(s), c=1.0)), c=1.0))
 
 
 def _elementwise(fwd, deriv, saves=(0,), saves_out=False):
@@ -172,7 +172,7 @@ def _const(fwd, n_in=1):
 
 
 def _unary(name):
-    return lambda ctx, x: P.unary(ctx, x, name)
+    return lambda ctx, x: prims.unary(ctx, x, name)
 
 
 def _linear(fwd, vjp1, jvp1=None, saves=()):
@@ -182,13 +182,13 @@ def _linear(fwd, vjp1, jvp1=None, saves=()):
 
 
 def _add_relu_vjp(g, c):
-    gm = c.ap("where_positive", g, c.out)  # relu's mask; the bias then sums it over the broadcast
-    return gm, c.unb(gm, c.in_shapes[1])
+    gm = c.apply("where_positive", g, c.out)  # relu's mask; the bias then sums it over the broadcast
+    return gm, c.unbroadcast(gm, c.in_shapes[1])
 
 
 def _add_relu_jvp(t, c):
     t_in = c.tangent_sum(t[0], c.bcast(t[1], c.in_shapes[0]))
-    return None if t_in is None else c.ap("where_positive", t_in, c.out)
+    return None if t_in is None else c.apply("where_positive", t_in, c.out)
 
 
 def _pad4(shape):
@@ -199,8 +199,8 @@ def _window_sum(c, t, k, s, shape):
     """The sum of t [W, H, C, N] over each pooling window, as `shape` [OW, OH, C, N]: t's channels
     as images of one channel, their columns (im2col), each column summed."""
     w, h, ch, n = _pad4(t.shape)
-    cols = c.ap("im2col", c.ap("reshape", t, shape=(w, h, 1, ch * n)), k=k, s=s, p=(0, 0), d=(1, 1))
-    return c.ap("reshape", c.ap("col_sums", cols), shape=tuple(shape))
+    cols = c.apply("im2col", c.apply("reshape", t, shape=(w, h, 1, ch * n)), k=k, s=s, p=(0, 0), d=(1, 1))
+    return c.apply("reshape", c.apply("col_sums", cols), shape=tuple(shape))
 
 
 def _pool_select(c, t, x, pooled, k, s):
@@ -212,7 +212,7 @@ def _pool_select(c, t, x, pooled, k, s):
     if s[0] < k[0] or s[1] < k[1]:
         raise GGMLError(f"ag_max_pool2d: forward-mode derivatives need windows that do not overlap "
                         f"(stride {list(s)} at least kernel {list(k)}); reverse mode has no such limit")
-    mask = c.ap("max_pool2d_back", c.ap("fill", pooled, value=1.0), x, k=k, s=s)
+    mask = c.apply("max_pool2d_back", c.apply("fill", pooled, value=1.0), x, k=k, s=s)
     return _window_sum(c, c.mul(t, mask), k, s, pooled.shape)
 
 
@@ -220,111 +220,111 @@ def _window(params):
     return {key: params[key] for key in ("k", "s", "p", "d")}
 
 
-RULES = {
+DERIVATIVE_RULES = {
     # 2-D convolution is im2col (below) and a product (ag_conv2d): the product's rule gives the
     # kernel's gradient, im2col's adjoint the input's.
-    "im2col": _linear(P.im2col, lambda g, c: c.ap("im2col_back", g, shape=_pad4(c.in_shapes[0]), **c.params),
-                      lambda t, c: c.ap("im2col", t, **c.params)),
-    "im2col_back": _linear(P.im2col_back, lambda g, c: c.ap("im2col", g, **_window(c.params)),
-                           lambda t, c: c.ap("im2col_back", t, **c.params)),
-    "max_pool2d": Rule(P.max_pool2d, vjp=lambda g, c: (c.ap("max_pool2d_back", g, c.x(0), **c.params),),
+    "im2col": _linear(prims.im2col, lambda g, c: c.apply("im2col_back", g, shape=_pad4(c.in_shapes[0]), **c.params),
+                      lambda t, c: c.apply("im2col", t, **c.params)),
+    "im2col_back": _linear(prims.im2col_back, lambda g, c: c.apply("im2col", g, **_window(c.params)),
+                           lambda t, c: c.apply("im2col_back", t, **c.params)),
+    "max_pool2d": Rule(prims.max_pool2d, vjp=lambda g, c: (c.apply("max_pool2d_back", g, c.x(0), **c.params),),
                        jvp=lambda t, c: _pool_select(c, t[0], c.x(0), c.out, **c.params), saves=(0,)),
     # linear in g; x only places it (no gradient: max pooling is piecewise linear)
-    "max_pool2d_back": Rule(P.max_pool2d_back,
+    "max_pool2d_back": Rule(prims.max_pool2d_back,
                             vjp=lambda g, c: (_pool_select(c, g, c.x(1), c.x(0), **c.params), None),
-                            jvp=lambda t, c: None if t[0] is None else c.ap("max_pool2d_back", t[0], c.x(1),
+                            jvp=lambda t, c: None if t[0] is None else c.apply("max_pool2d_back", t[0], c.x(1),
                                                                            **c.params),
                             saves=(0, 1)),
 
-    "matmul": Rule(P.matmul, _matmul_vjp, _matmul_jvp, saves=(0, 1)),
-    "add": Rule(P.add, lambda g, c: (g, c.unb(g, c.in_shapes[1])),
+    "matmul": Rule(prims.matmul, _matmul_vjp, _matmul_jvp, saves=(0, 1)),
+    "add": Rule(prims.add, lambda g, c: (g, c.unbroadcast(g, c.in_shapes[1])),
                 lambda t, c: c.tangent_sum(t[0], c.bcast(t[1], c.in_shapes[0]))),
-    "sub": Rule(P.sub, lambda g, c: (g, c.unb(c.neg(g), c.in_shapes[1])),
+    "sub": Rule(prims.sub, lambda g, c: (g, c.unbroadcast(c.neg(g), c.in_shapes[1])),
                 lambda t, c: c.tangent_sum(t[0], None if t[1] is None else c.neg(c.bcast(t[1], c.in_shapes[0])))),
-    "mul": Rule(P.mul, lambda g, c: (c.unb(c.mul(g, c.x(1)), c.in_shapes[0]), c.unb(c.mul(g, c.x(0)), c.in_shapes[1])),
+    "mul": Rule(prims.mul, lambda g, c: (c.unbroadcast(c.mul(g, c.x(1)), c.in_shapes[0]), c.unbroadcast(c.mul(g, c.x(0)), c.in_shapes[1])),
                 lambda t, c: c.tangent_sum(None if t[0] is None else c.mul(t[0], c.x(1)),
                                            None if t[1] is None else c.mul(c.x(0), t[1])), saves=(0, 1)),
-    "div": Rule(P.div, _div_vjp, _div_jvp, saves=(1,), saves_out=True),
-    "scale": _linear(P.scale, lambda g, c: c.scale(g, c.params["s"]), lambda t, c: c.scale(t, c.params["s"])),
-    "add_scalar": _linear(P.add_scalar, lambda g, c: g, lambda t, c: t),
-    "neg": _linear(P.neg, lambda g, c: c.neg(g), lambda t, c: c.neg(t)),
-    "copy": _linear(P.copy, lambda g, c: g, lambda t, c: t),
+    "div": Rule(prims.div, _div_vjp, _div_jvp, saves=(1,), saves_out=True),
+    "scale": _linear(prims.scale, lambda g, c: c.scale(g, c.params["s"]), lambda t, c: c.scale(t, c.params["s"])),
+    "add_scalar": _linear(prims.add_scalar, lambda g, c: g, lambda t, c: t),
+    "neg": _linear(prims.neg, lambda g, c: c.neg(g), lambda t, c: c.neg(t)),
+    "copy": _linear(prims.copy, lambda g, c: g, lambda t, c: t),
     # relu keeps its output, not its input (x > 0 iff relu(x) > 0): the next layer keeps it
     # anyway, so the tape holds one tensor where it would hold two.
-    "relu": Rule(P.relu, vjp=lambda g, c: (c.ap("where_positive", g, c.out),),
-                 jvp=lambda t, c: c.ap("where_positive", t[0], c.out), saves_out=True),
-    "add_relu": Rule(P.add_relu, _add_relu_vjp, _add_relu_jvp, saves_out=True),
+    "relu": Rule(prims.relu, vjp=lambda g, c: (c.apply("where_positive", g, c.out),),
+                 jvp=lambda t, c: c.apply("where_positive", t[0], c.out), saves_out=True),
+    "add_relu": Rule(prims.add_relu, _add_relu_vjp, _add_relu_jvp, saves_out=True),
     # linear in g; y only selects, so it gets no gradient
-    "where_positive": Rule(P.where_positive, vjp=lambda g, c: (c.ap("where_positive", g, c.x(1)), None),
-                           jvp=lambda t, c: None if t[0] is None else c.ap("where_positive", t[0], c.x(1)),
+    "where_positive": Rule(prims.where_positive, vjp=lambda g, c: (c.apply("where_positive", g, c.x(1)), None),
+                           jvp=lambda t, c: None if t[0] is None else c.apply("where_positive", t[0], c.x(1)),
                            saves=(1,)),
-    "sigmoid": _elementwise(_unary("sigmoid"), lambda c: c.mul(c.out, c.ap("add_scalar", c.neg(c.out), c=1.0)),
+    "sigmoid": _elementwise(_unary("sigmoid"), lambda c: c.mul(c.out, c.apply("add_scalar", c.neg(c.out), c=1.0)),
                             saves=(), saves_out=True),
-    "tanh": _elementwise(_unary("tanh"), lambda c: c.ap("add_scalar", c.neg(c.ap("sqr", c.out)), c=1.0),
+    "tanh": _elementwise(_unary("tanh"), lambda c: c.apply("add_scalar", c.neg(c.apply("sqr", c.out)), c=1.0),
                          saves=(), saves_out=True),
     "exp": _elementwise(_unary("exp"), lambda c: c.out, saves=(), saves_out=True),
-    "log": _elementwise(_unary("log"), lambda c: c.ap("pow", c.x(0), p=-1.0)),
-    "sqrt": _elementwise(_unary("sqrt"), lambda c: c.scale(c.ap("pow", c.out, p=-1.0), 0.5), saves=(), saves_out=True),
+    "log": _elementwise(_unary("log"), lambda c: c.apply("pow", c.x(0), p=-1.0)),
+    "sqrt": _elementwise(_unary("sqrt"), lambda c: c.scale(c.apply("pow", c.out, p=-1.0), 0.5), saves=(), saves_out=True),
     "sqr": _elementwise(_unary("sqr"), lambda c: c.scale(c.x(0), 2.0)),
-    "abs": _elementwise(_unary("abs"), lambda c: c.ap("sgn", c.x(0))),
-    "gelu": Rule(_unary("gelu_erf"), _gelu_vjp, lambda t, c: c.mul(t[0], c.ap("gelu_deriv", c.x(0))),
+    "abs": _elementwise(_unary("abs"), lambda c: c.apply("sgn", c.x(0))),
+    "gelu": Rule(_unary("gelu_erf"), _gelu_vjp, lambda t, c: c.mul(t[0], c.apply("gelu_deriv", c.x(0))),
                  saves=(0,), saves_out=True),
     # GELU's first and second derivatives as values (one kernel each on the CPU), for hvp
-    "gelu_deriv": _elementwise(P.gelu_deriv, lambda c: c.ap("gelu_deriv2", c.x(0))),
-    "gelu_deriv2": _elementwise(P.gelu_deriv2, _gelu_third_derivative),
-    "gelu_back": Rule(P.gelu_back),  # used only where nothing differentiates it again (_gelu_vjp)
+    "gelu_deriv": _elementwise(prims.gelu_deriv, lambda c: c.apply("gelu_deriv2", c.x(0))),
+    "gelu_deriv2": _elementwise(prims.gelu_deriv2, _gelu_third_derivative),
+    "gelu_back": Rule(prims.gelu_back),  # used only where nothing differentiates it again (_gelu_vjp)
     "silu": _elementwise(_unary("silu"), lambda c: _silu_deriv(c, c.x(0))),
-    "erf": _elementwise(lambda ctx, x: P.erf(ctx, x),
-                        lambda c: c.scale(c.ap("exp", c.neg(c.ap("sqr", c.x(0)))), 2 / sqrt(pi))),
-    "pow": Rule(P.pow_, _pow_vjp, _pow_jvp, saves=(0,)),
-    "clamp": _elementwise(P.clamp, lambda c: c.ap("inside", c.x(0), lo=c.params["lo"], hi=c.params["hi"])),
+    "erf": _elementwise(lambda ctx, x: prims.erf(ctx, x),
+                        lambda c: c.scale(c.apply("exp", c.neg(c.apply("sqr", c.x(0)))), 2 / sqrt(pi))),
+    "pow": Rule(prims.pow_, _pow_vjp, _pow_jvp, saves=(0,)),
+    "clamp": _elementwise(prims.clamp, lambda c: c.apply("inside", c.x(0), lo=c.params["lo"], hi=c.params["hi"])),
     "step": _const(_unary("step")),
     "sgn": _const(_unary("sgn")),
-    "inside": _const(P.inside),
-    "fill": _const(P.fill),
-    "softmax": Rule(P.softmax, _softmax_vjp, _softmax_jvp, saves_out=True),
-    "layer_norm": Rule(P.layer_norm, _layer_norm_vjp, _layer_norm_jvp, saves=(0,), saves_out=True),
+    "inside": _const(prims.inside),
+    "fill": _const(prims.fill),
+    "softmax": Rule(prims.softmax, _softmax_vjp, _softmax_jvp, saves_out=True),
+    "layer_norm": Rule(prims.layer_norm, _layer_norm_vjp, _layer_norm_jvp, saves=(0,), saves_out=True),
     # used only where nothing differentiates it again (see _layer_norm_vjp): no rules of its own
-    "layer_norm_back": Rule(P.layer_norm_back),
+    "layer_norm_back": Rule(prims.layer_norm_back),
     # flash attention: used only where nothing records or differentiates it (inference); training
     # goes through the batched products and softmax, whose rules are above
-    "attention": Rule(P.attention),
-    "softmax_back": Rule(P.softmax_back, _softmax_back_vjp, _softmax_back_jvp, saves=(0, 1)),
-    "softmax_ext": Rule(P.softmax_ext, _softmax_ext_vjp, _softmax_ext_jvp, saves_out=True),
-    "sum_all": _linear(P.sum_all, lambda g, c: c.bcast(g, c.in_shapes[0]), lambda t, c: c.ap("sum_all", t)),
-    "col_sums": _linear(P.col_sums, lambda g, c: c.bcast(g, c.in_shapes[0]), lambda t, c: c.ap("col_sums", t)),
-    "row_sums": _linear(P.row_sums, lambda g, c: c.bcast(g, c.in_shapes[0]), lambda t, c: c.ap("row_sums", t)),
-    "broadcast": _linear(P.broadcast, lambda g, c: c.unb(g, c.in_shapes[0]),
-                         lambda t, c: c.ap("broadcast", t, **c.params)),
-    "unbroadcast": _linear(P.unbroadcast, lambda g, c: c.bcast(g, c.in_shapes[0]),
-                           lambda t, c: c.ap("unbroadcast", t, **c.params)),
-    "transpose": _linear(P.transpose, lambda g, c: c.ap("transpose", g), lambda t, c: c.ap("transpose", t)),
-    "permute": _linear(P.permute, lambda g, c: c.ap("permute", g, perm=_inverse(c.params["perm"])),
-                       lambda t, c: c.ap("permute", t, **c.params)),
-    "reshape": _linear(P.reshape, lambda g, c: c.ap("reshape", g, shape=c.in_shapes[0]),
-                       lambda t, c: c.ap("reshape", t, **c.params)),
-    "slice": _linear(P.slice_, lambda g, c: c.ap("pad_into", g, start=c.params["start"], shape=c.in_shapes[0]),
-                     lambda t, c: c.ap("slice", t, **c.params)),
-    "pad_into": _linear(P.pad_into, lambda g, c: c.ap("slice", g, start=c.params["start"], size=c.in_shapes[0]),
-                        lambda t, c: c.ap("pad_into", t, **c.params)),
-    "concat": Rule(P.concat, lambda g, c: _concat_vjp(g, c), lambda t, c: _concat_jvp(t, c)),
-    "get_cols": Rule(P.get_cols, lambda g, c: (c.ap("get_cols_back", g, c.x(1), vocab=c.in_shapes[0][1]), None),
-                     lambda t, c: None if t[0] is None else c.ap("get_cols", t[0], c.x(1)), saves=(1,),
+    "attention": Rule(prims.attention),
+    "softmax_back": Rule(prims.softmax_back, _softmax_back_vjp, _softmax_back_jvp, saves=(0, 1)),
+    "softmax_ext": Rule(prims.softmax_ext, _softmax_ext_vjp, _softmax_ext_jvp, saves_out=True),
+    "sum_all": _linear(prims.sum_all, lambda g, c: c.bcast(g, c.in_shapes[0]), lambda t, c: c.apply("sum_all", t)),
+    "col_sums": _linear(prims.col_sums, lambda g, c: c.bcast(g, c.in_shapes[0]), lambda t, c: c.apply("col_sums", t)),
+    "row_sums": _linear(prims.row_sums, lambda g, c: c.bcast(g, c.in_shapes[0]), lambda t, c: c.apply("row_sums", t)),
+    "broadcast": _linear(prims.broadcast, lambda g, c: c.unbroadcast(g, c.in_shapes[0]),
+                         lambda t, c: c.apply("broadcast", t, **c.params)),
+    "unbroadcast": _linear(prims.unbroadcast, lambda g, c: c.bcast(g, c.in_shapes[0]),
+                           lambda t, c: c.apply("unbroadcast", t, **c.params)),
+    "transpose": _linear(prims.transpose, lambda g, c: c.apply("transpose", g), lambda t, c: c.apply("transpose", t)),
+    "permute": _linear(prims.permute, lambda g, c: c.apply("permute", g, perm=_inverse(c.params["perm"])),
+                       lambda t, c: c.apply("permute", t, **c.params)),
+    "reshape": _linear(prims.reshape, lambda g, c: c.apply("reshape", g, shape=c.in_shapes[0]),
+                       lambda t, c: c.apply("reshape", t, **c.params)),
+    "slice": _linear(prims.slice_, lambda g, c: c.apply("pad_into", g, start=c.params["start"], shape=c.in_shapes[0]),
+                     lambda t, c: c.apply("slice", t, **c.params)),
+    "pad_into": _linear(prims.pad_into, lambda g, c: c.apply("slice", g, start=c.params["start"], size=c.in_shapes[0]),
+                        lambda t, c: c.apply("pad_into", t, **c.params)),
+    "concat": Rule(prims.concat, lambda g, c: _concat_vjp(g, c), lambda t, c: _concat_jvp(t, c)),
+    "get_cols": Rule(prims.get_cols, lambda g, c: (c.apply("get_cols_back", g, c.x(1), vocab=c.in_shapes[0][1]), None),
+                     lambda t, c: None if t[0] is None else c.apply("get_cols", t[0], c.x(1)), saves=(1,),
                      index_inputs=(1,), index_bound=lambda p, shapes: shapes[0][1]),
-    "get_cols_back": Rule(P.get_cols_back, lambda g, c: (c.ap("get_cols", g, c.x(1)), None),
-                          lambda t, c: None if t[0] is None else c.ap("get_cols_back", t[0], c.x(1), **c.params),
+    "get_cols_back": Rule(prims.get_cols_back, lambda g, c: (c.apply("get_cols", g, c.x(1)), None),
+                          lambda t, c: None if t[0] is None else c.apply("get_cols_back", t[0], c.x(1), **c.params),
                           saves=(1,), index_inputs=(1,), index_bound=lambda p, shapes: p["vocab"]),
-    "one_hot": Rule(P.one_hot, lambda g, c: (None,), lambda t, c: None, index_inputs=(0,),
+    "one_hot": Rule(prims.one_hot, lambda g, c: (None,), lambda t, c: None, index_inputs=(0,),
                     index_bound=lambda p, shapes: p["shape"][0]),
     # Losses, with ggmlR's definitions and gradients (see prims.py): the target gets no gradient.
-    "mse": Rule(P.mse, lambda g, c: (c.mul(c.scale(c.ap("sub", c.x(0), c.x(1)), 2.0 / _n(c.in_shapes[0])), g), None),
-                lambda t, c: None if t[0] is None else c.ap("sum_all", c.mul(
-                    c.scale(c.ap("sub", c.x(0), c.x(1)), 2.0 / _n(c.in_shapes[0])), t[0])), saves=(0, 1)),
-    "cross_entropy": Rule(P.cross_entropy, lambda g, c: (c.mul(_ce_grad(c), g), None),
-                          lambda t, c: None if t[0] is None else c.ap("sum_all", c.mul(_ce_grad(c), t[0])),
+    "mse": Rule(prims.mse, lambda g, c: (c.mul(c.scale(c.apply("sub", c.x(0), c.x(1)), 2.0 / _n(c.in_shapes[0])), g), None),
+                lambda t, c: None if t[0] is None else c.apply("sum_all", c.mul(
+                    c.scale(c.apply("sub", c.x(0), c.x(1)), 2.0 / _n(c.in_shapes[0])), t[0])), saves=(0, 1)),
+    "cross_entropy": Rule(prims.cross_entropy, lambda g, c: (c.mul(_ce_grad(c), g), None),
+                          lambda t, c: None if t[0] is None else c.apply("sum_all", c.mul(_ce_grad(c), t[0])),
                           saves=(0, 1)),
-    "softmax_ce": Rule(P.softmax_ce, lambda g, c: (c.mul(_sce_grad(c), g), None),
-                       lambda t, c: None if t[0] is None else c.ap("sum_all", c.mul(_sce_grad(c), t[0])),
+    "softmax_ce": Rule(prims.softmax_ce, lambda g, c: (c.mul(_sce_grad(c), g), None),
+                       lambda t, c: None if t[0] is None else c.apply("sum_all", c.mul(_sce_grad(c), t[0])),
                        saves=(0, 1)),
 }
 
@@ -347,26 +347,26 @@ def _inverse(perm):
 
 def _ce_grad(c):
     p, t = c.x(0), c.x(1)
-    pc = c.ap("clamp", p, lo=1e-7, hi=1 - 1e-7)
-    return c.scale(c.ap("div", t, pc), -1.0 / _cols(c.in_shapes[0]))
+    pc = c.apply("clamp", p, lo=1e-7, hi=1 - 1e-7)
+    return c.scale(c.apply("div", t, pc), -1.0 / _cols(c.in_shapes[0]))
 
 
 def _sce_grad(c):
-    return c.scale(c.ap("sub", c.ap("softmax", c.x(0)), c.x(1)), 1.0 / _cols(c.in_shapes[0]))
+    return c.scale(c.apply("sub", c.apply("softmax", c.x(0)), c.x(1)), 1.0 / _cols(c.in_shapes[0]))
 
 
 def _concat_vjp(g, c):
     a, b = (tuple(s) + (1,) * (4 - len(s)) for s in c.in_shapes[:2])
     dim = c.params["dim"]
     start_b = tuple(a[dim] if k == dim else 0 for k in range(4))
-    return c.ap("slice", g, start=(0,) * 4, size=a), c.ap("slice", g, start=start_b, size=b)
+    return c.apply("slice", g, start=(0,) * 4, size=a), c.apply("slice", g, start=start_b, size=b)
 
 
 def _concat_jvp(t, c):
     # an input without a tangent contributes zeros of its shape (forward mode sees every input)
-    ta = t[0] if t[0] is not None else c.ap("fill", c.x(0), value=0.0)
-    tb = t[1] if t[1] is not None else c.ap("fill", c.x(1), value=0.0)
-    return c.ap("concat", ta, tb, dim=c.params["dim"])
+    ta = t[0] if t[0] is not None else c.apply("fill", c.x(0), value=0.0)
+    tb = t[1] if t[1] is not None else c.apply("fill", c.x(1), value=0.0)
+    return c.apply("concat", ta, tb, dim=c.params["dim"])
 
 
 _ = erf  # math.erf documents what the "erf" primitive computes

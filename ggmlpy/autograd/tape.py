@@ -21,7 +21,7 @@ from ..runtime.state import STATE
 
 
 @dataclass(eq=False)
-class Node:
+class TapeNode:
     op: str | None                 # the backward rule; None for a checkpoint (see checkpoint.py)
     out_id: int
     inputs: list                   # per input: (id, requires_grad, tensor if it is a leaf else None)
@@ -45,7 +45,7 @@ class with_grad_tape(contextlib.ContextDecorator):
     Recording stops when the block exits, also when it raises. The recorded nodes
     stay until the next with_grad_tape(), so backward() can run after the block.
     Tensors from earlier tapes that are still referenced keep their values: the reset
-    moves them out of the pass pool (see backend/pool.py)."""
+    moves them out of the pass pool (see runtime/pool.py)."""
 
     def __enter__(self):
         AUTOGRAD.tape_nodes = []  # first: the snapshots only the tape held are freed, not moved

@@ -12,61 +12,61 @@ import numpy as np
 
 from ..errors import GGMLError
 from ..tensor import AGTensor, _is_number, _like_dtype, _operand, ag_tensor
-from . import ops as F
+from . import ops
 from .engine import backward as _backward
 
 
 # -- Python operators, on top of the ag_* functions -------------------------------------------------
 # The other operand may be an ag tensor, a number or a numpy array (see tensor._operand for the rule).
 def __add__(self, o):
-    return F.ag_add(self, _operand(o, self))
+    return ops.ag_add(self, _operand(o, self))
 
 
 def __sub__(self, o):
-    return F.ag_sub(self, _operand(o, self))
+    return ops.ag_sub(self, _operand(o, self))
 
 
 def __rsub__(self, o):
-    return F.ag_add(F.ag_neg(self), _operand(o, self))
+    return ops.ag_add(ops.ag_neg(self), _operand(o, self))
 
 
 def __mul__(self, o):
     o = _operand(o, self)
-    return F.ag_scale(self, o) if _is_number(o) else F.ag_mul(self, o)
+    return ops.ag_scale(self, o) if _is_number(o) else ops.ag_mul(self, o)
 
 
 def __truediv__(self, o):
     o = _operand(o, self)
-    return F.ag_scale(self, 1.0 / o) if _is_number(o) else F.ag_div(self, o)
+    return ops.ag_scale(self, 1.0 / o) if _is_number(o) else ops.ag_div(self, o)
 
 
 def __rtruediv__(self, o):
     o = _operand(o, self)
     if _is_number(o):  # c / t: a constant tensor of c's, divided element-wise
-        o = ag_tensor(np.full(self.shape, float(o)), device=self.dc.spec, dtype=_like_dtype(self))
-    return F.ag_div(o, self)
+        o = ag_tensor(np.full(self.shape, float(o)), device=self.device_context.spec, dtype=_like_dtype(self))
+    return ops.ag_div(o, self)
 
 
 def __neg__(self):
-    return F.ag_neg(self)
+    return ops.ag_neg(self)
 
 
 def __matmul__(self, o):
-    return F.ag_matmul(self, _operand(o, self))
+    return ops.ag_matmul(self, _operand(o, self))
 
 
 def __rmatmul__(self, o):
-    return F.ag_matmul(_operand(o, self), self)
+    return ops.ag_matmul(_operand(o, self), self)
 
 
 def __pow__(self, p):
-    return F.ag_pow(self, p)
+    return ops.ag_pow(self, p)
 
 
 # -- attributes and methods -----------------------------------------------------------------------------
 def T(self) -> AGTensor:
     """The transpose (ag_transpose), tracked by the tape."""
-    return F.ag_transpose(self)
+    return ops.ag_transpose(self)
 
 
 def backward(self, grad: AGTensor | None = None, retain_all: bool = False):
@@ -96,7 +96,7 @@ def __getitem__(self, key) -> AGTensor:
     sl = [_index(k, n, axis) for k, n, axis in zip(key, self.shape, names)]
     if all(s == slice(0, n) for s, n in zip(sl, self.shape)):
         return self
-    return F.ag_slice(self, *sl)
+    return ops.ag_slice(self, *sl)
 
 
 def _index(k, n: int, axis: str) -> slice:

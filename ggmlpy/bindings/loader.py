@@ -112,7 +112,7 @@ class Lib:
     """Symbols looked up across libggml and its companions, cached as attributes after first use.
 
     A GGML_BACKEND_DL build (build_ggml.py --portable; `dl_build`) keeps each backend in a
-    module ggml's registry loads at run time (backend/device.py does, at import), the CPU
+    module ggml's registry loads at run time (core/registry.py does, at import), the CPU
     backend's own functions too (ggml_backend_cpu_init, ggml_graph_compute, ...): a name found
     nowhere else is looked for in the modules loaded from lib_dir."""
 

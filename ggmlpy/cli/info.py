@@ -4,8 +4,9 @@ from __future__ import annotations
 import os
 from typing import TextIO
 
-from ..core.device import (backends, devices, is_software_device, rpc_server_binary, software_vulkan_enabled,
-                             vulkan_physical_devices)
+from ..core.registry import backends, devices, is_software_device, software_vulkan_enabled
+from ..core.rpc import rpc_server_binary
+from ..core.registry import vulkan_physical_devices
 from ..bindings import ffi, found, lib
 
 

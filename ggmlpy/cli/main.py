@@ -26,7 +26,7 @@ def _is_loopback(host: str) -> bool:
 
 def rpc_server(args) -> int:
     """exec ggml's own rpc-server binary, from the same build as the libggml ggmlpy loads."""
-    from ..core.device import rpc_server_binary
+    from ..core.rpc import rpc_server_binary
     from ..bindings import found
     binary = rpc_server_binary()
     if binary is None:

@@ -1,16 +1,16 @@
 """The one checked entry into ggml: the rule each ggml graph op asserts, written once.
 
 ggml aborts the process on a failed GGML_ASSERT, and on a context with no room for one more
-tensor. `RULES` maps a ggml function to the check of its operands ggml would otherwise assert
+tensor. `SHAPE_RULES` maps a ggml function to the check of its operands ggml would otherwise assert
 on: it takes the call's arguments after the context (raw tensor pointers, ints) and returns
 None when ggml accepts them, or a message saying why not. Every front end reaches ggml through
 it, and keeps its own error type:
 
-- `CheckedLib`: `lib` with each ruled function checked before the call, and the room in the
+- `CheckedLib`: `bindings.lib` with each ruled function checked before the call, and the room in the
   context checked before every call that makes a tensor; for the builders on raw pointers
   (autograd's primitives, the optimizers' graphs, the Keras-like builder, ONNX with its own
-  error types). `lib` below raises ShapeError and GraphFull.
-- `check_rule(name, what, *args)`: for ggmlR's ggml_* wrappers (core/ops.py, core/ops_ext.py),
+  error types). `checked_lib` below raises ShapeError and GraphFull.
+- `check_rule(name, what, *args)`: for ggmlR's ggml_* wrappers (the core/ops package),
   which check their Python arguments (`context_arg`, `tensor_arg`), types and strides first.
 
 A rule is exactly ggml's condition (tests/test_checked.py holds each against ggml itself), plus
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..bindings import ffi, lib as _lib
+from ..bindings import ffi, lib
 from ..errors import GGMLError
-from .context import Context, Tensor
+from .handles import Context, Tensor
 
 
 class ShapeError(GGMLError):
@@ -56,6 +56,14 @@ def tensor_arg(x, what: str, arg: str | None = None) -> Tensor:
     return x
 
 
+def index_arg(i, n, what) -> int:
+    """i as an index into n things (0-based), or a GGMLError naming the function."""
+    i = int(i)
+    if not 0 <= i < n:
+        raise GGMLError(f"{what}: index {i} is out of range 0..{n - 1} (0-based)")
+    return i
+
+
 # -- the rules, on raw tensor pointers --------------------------------------------------------------
 def ne(t) -> list:
     """ggml's four dims of a tensor pointer."""
@@ -64,7 +72,7 @@ def ne(t) -> list:
 
 def _shape(t) -> list:
     """ne without trailing ones (the shape a message shows, as Tensor.shape)."""
-    return ne(t)[: max(int(_lib.ggml_n_dims(t)), 1)]
+    return ne(t)[: max(int(lib.ggml_n_dims(t)), 1)]
 
 
 def _nel(t) -> int:
@@ -115,7 +123,7 @@ def _mul_mat(a, b):
         return f"a {_shape(a)} and b {_shape(b)} must share ne0 (the reduced dimension): {na[0]} != {nb[0]}"
     if not (_divides(na[2], nb[2]) and _divides(na[3], nb[3])):
         return f"a's batch dims {na[2:]} must divide b's {nb[2:]}"
-    if _lib.ggml_is_transposed(a):
+    if lib.ggml_is_transposed(a):
         return "a must not be a transposed view; use ggml_cont(ggml_transpose(a))"
 
 
@@ -123,7 +131,7 @@ def _out_prod(a, b):
     na, nb = ne(a), ne(b)
     if na[1] != nb[1] or not (_divides(na[2], nb[2]) and _divides(na[3], nb[3])):
         return f"a {_shape(a)} and b {_shape(b)} must share ne1, and a's batch dims must divide b's"
-    if _lib.ggml_is_transposed(a):
+    if lib.ggml_is_transposed(a):
         return "a must not be a transposed view"
 
 
@@ -139,7 +147,7 @@ def _concat(a, b, dim):
 
 
 def _reshape_to(a, shape):
-    if not _lib.ggml_is_contiguous(a):
+    if not lib.ggml_is_contiguous(a):
         return "a must be contiguous; use ggml_cont() first"
     n = 1
     for d in shape:
@@ -178,14 +186,14 @@ def _view(n_dims):
             return "dims, strides and offset must be >= 0"
         if 0 in shape:
             return None
-        row = int(_lib.ggml_row_size(a.type, shape[0]))
+        row = int(lib.ggml_row_size(a.type, shape[0]))
         packed = row
         for d in shape[1:]:
             packed *= d
         span = row + sum((d - 1) * s for d, s in zip(shape[1:], strides))
         end = offset + max(packed, span)
-        if end > int(_lib.ggml_nbytes(a)):
-            return f"view of {shape} at offset {offset} reaches byte {end}, past the source's {int(_lib.ggml_nbytes(a))} bytes"
+        if end > int(lib.ggml_nbytes(a)):
+            return f"view of {shape} at offset {offset} reaches byte {end}, past the source's {int(lib.ggml_nbytes(a))} bytes"
     return rule
 
 
@@ -196,7 +204,7 @@ def _permute(a, *axes):
 
 def _get_rows(a, b):
     na, nb = ne(a), ne(b)
-    if b.type != _lib.GGML_TYPE_I32:
+    if b.type != lib.GGML_TYPE_I32:
         return "the row indices b must be i32"
     if na[2] != nb[1] or na[3] != nb[2] or nb[3] != 1:
         return f"the row indices b {_shape(b)} do not fit a {_shape(a)} (b's ne1, ne2 must be a's ne2, ne3)"
@@ -205,9 +213,9 @@ def _get_rows(a, b):
 def _acc(a, b, *_strides_offset):
     if _nel(b) > _nel(a):
         return "b has more elements than a"
-    if not _lib.ggml_is_contiguous(a):
+    if not lib.ggml_is_contiguous(a):
         return "a must be contiguous"
-    if a.type != _lib.GGML_TYPE_F32 or b.type != _lib.GGML_TYPE_F32:
+    if a.type != lib.GGML_TYPE_F32 or b.type != lib.GGML_TYPE_F32:
         return "a and b must be f32"
 
 
@@ -219,12 +227,12 @@ def _same_shape(*ts):
 
 def _opt_step(n_hyper, n_state):
     def rule(a, *rest):
-        if not a.flags & _lib.GGML_TENSOR_FLAG_PARAM:
+        if not a.flags & lib.GGML_TENSOR_FLAG_PARAM:
             return "the parameter must be marked with ggml_set_param"
         if (msg := _same_shape(a, *rest[:n_state])) is not None:
             return msg
         hyper = rest[n_state]
-        if hyper.type != _lib.GGML_TYPE_F32 or _nel(hyper) != n_hyper:
+        if hyper.type != lib.GGML_TYPE_F32 or _nel(hyper) != n_hyper:
             return f"the hyper-parameters must be {n_hyper} f32 values"
     return rule
 
@@ -274,12 +282,12 @@ def _pool_2d(a, op, k0, k1, s0, s1, p0, p1):
 
 
 def _soft_max(a, mask=None, scale=1.0, max_bias=0.0):
-    if not _lib.ggml_is_contiguous(a):
+    if not lib.ggml_is_contiguous(a):
         return "a must be contiguous"
     if mask is None or mask == ffi.NULL:
         return "max_bias > 0 needs a mask" if max_bias > 0 else None
     na, nm = ne(a), ne(mask)
-    if mask.type not in (_lib.GGML_TYPE_F32, _lib.GGML_TYPE_F16) or not _lib.ggml_is_contiguous(mask):
+    if mask.type not in (lib.GGML_TYPE_F32, lib.GGML_TYPE_F16) or not lib.ggml_is_contiguous(mask):
         return "mask must be contiguous f32 or f16"
     if nm[0] != na[0] or nm[1] < na[1] or not (_divides(nm[2], na[2]) and _divides(nm[3], na[3])):
         return (f"mask {_shape(mask)} does not fit a {_shape(a)} (needs the same ne0, at least as many rows, "
@@ -288,23 +296,23 @@ def _soft_max(a, mask=None, scale=1.0, max_bias=0.0):
 
 def _scale(a, *_values):
     n, nb = ne(a), list(a.nb)
-    if not (nb[0] == _lib.ggml_type_size(a.type) and nb[2] == nb[1] * n[1] and nb[3] == nb[2] * n[2]):
+    if not (nb[0] == lib.ggml_type_size(a.type) and nb[2] == nb[1] * n[1] and nb[3] == nb[2] * n[2]):
         return "a must be densely packed (a view with size-1 dims can fail this); use ggml_cont() first"
 
 
 def _glu_split(a, b, *_op):
     if a.type != b.type or ne(a) != ne(b):
         return f"a {_shape(a)} and b {_shape(b)} must have the same shape and type"
-    if not (_lib.ggml_is_contiguous_1(a) and _lib.ggml_is_contiguous_1(b)):
+    if not (lib.ggml_is_contiguous_1(a) and lib.ggml_is_contiguous_1(b)):
         return "a and b must have contiguous rows; use ggml_cont() first"
 
 
 def _argmax(a):
-    if not _lib.ggml_is_matrix(a):
+    if not lib.ggml_is_matrix(a):
         return f"a must be a matrix, got {_shape(a)}"
 
 
-RULES: dict[str, Callable[..., str | None]] = {
+SHAPE_RULES: dict[str, Callable[..., str | None]] = {
     **{f"ggml_{op}{sfx}": _binary for op in ("add", "sub", "mul", "div") for sfx in ("", "_inplace")},
     "ggml_repeat": _repeat, "ggml_repeat_back": _repeat_back, "ggml_repeat_4d": _repeat_4d,
     "ggml_mul_mat": _mul_mat, "ggml_out_prod": _out_prod, "ggml_concat": _concat,
@@ -324,15 +332,15 @@ RULES: dict[str, Callable[..., str | None]] = {
 
 
 def check_rule(name: str, what: str, *args) -> None:
-    """Apply `RULES[name]` to `args`; a failure is a ShapeError (a GGMLError) naming ggmlR's function `what`."""
-    msg = RULES[name](*args)
+    """Apply `SHAPE_RULES[name]` to `args`; a failure is a ShapeError (a GGMLError) naming ggmlR's function `what`."""
+    msg = SHAPE_RULES[name](*args)
     if msg is not None:
         raise ShapeError(f"{what}: {msg}")
 
 
 # -- lib, checked -------------------------------------------------------------------------------------
 _CONTEXT, _TENSOR = ffi.typeof("struct ggml_context *"), ffi.typeof("struct ggml_tensor *")
-ROOM = 8 * int(_lib.ggml_tensor_overhead())  # more than any single ggml call makes in its context
+ROOM = 8 * int(lib.ggml_tensor_overhead())  # more than any single ggml call makes in its context
 
 
 def makes_a_tensor(name: str, fn) -> bool:
@@ -347,7 +355,7 @@ def makes_a_tensor(name: str, fn) -> bool:
 
 
 class CheckedLib:
-    """`bindings.lib` for the builders on raw pointers: a function of RULES checks its operands
+    """`bindings.lib` for the builders on raw pointers: a function of SHAPE_RULES checks its operands
     first, and every call that makes a tensor checks that its context has room for it. Failures
     are `shape_error(prefix + name + ": " + why)` and `full_error(...)`, so each front end raises
     its own kind (subclasses of ShapeError and GraphFull). Every other name is lib's own; each is
@@ -357,8 +365,8 @@ class CheckedLib:
         self._shape_error, self._full_error, self._prefix = shape_error, full_error, prefix
 
     def __getattr__(self, name: str):
-        fn = getattr(_lib, name)
-        rule = RULES.get(name)
+        fn = getattr(lib, name)
+        rule = SHAPE_RULES.get(name)
         if rule is not None or makes_a_tensor(name, fn):
             fn = self._checked(name, fn, rule)
         setattr(self, name, fn)
@@ -366,7 +374,7 @@ class CheckedLib:
 
     def _checked(self, name, fn, rule):
         shape_error, full_error, where = self._shape_error, self._full_error, self._prefix + name
-        get_mem_size, used_mem = _lib.ggml_get_mem_size, _lib.ggml_used_mem
+        get_mem_size, used_mem = lib.ggml_get_mem_size, lib.ggml_used_mem
 
         def checked(ctx, *args):
             if get_mem_size(ctx) - used_mem(ctx) < ROOM:
@@ -379,5 +387,5 @@ class CheckedLib:
         return checked
 
 
-lib = CheckedLib()
+checked_lib = CheckedLib()
 """`bindings.lib`, checked: ShapeError and GraphFull (GGMLError) where ggml would abort."""

@@ -10,8 +10,9 @@ import numpy as np
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
-from .context import Context, Tensor, meta_check, on_meta
-from .device import Backend, check_tensor_device
+from .handles import Context, Tensor, meta_check, on_meta
+from .device import Backend
+from .rpc import check_tensor_device
 from .threads import get_num_threads
 
 GGML_DEFAULT_GRAPH_SIZE = 2048
@@ -247,3 +248,94 @@ def ggml_graph_n_nodes(graph: Graph) -> int:
     if not isinstance(graph, Graph):
         raise GGMLError(f"ggml_graph_n_nodes: expected a Graph, got {type(graph).__name__}")
     return graph.n_nodes()
+
+
+def _graph_arg(g, what) -> Graph:
+    if not isinstance(g, Graph):
+        raise GGMLError(f"{what}: expected a Graph, got {type(g).__name__}")
+    g.check_alive()
+    return g
+
+
+# -- graphs ------------------------------------------------------------------------------------------------------
+def ggml_graph_overhead() -> int:
+    """Arena bytes a graph of the default size (2048 nodes) takes."""
+    return int(lib.ggml_graph_overhead())
+
+
+def ggml_graph_node(graph: Graph, i: int) -> Tensor:
+    """Node i of the graph in execution order; negative i counts from the end (-1: the last)."""
+    graph = _graph_arg(graph, "ggml_graph_node")
+    n, i = graph.n_nodes(), int(i)
+    check(-n <= i < n, f"ggml_graph_node: index {i} is out of range for a graph of {n} nodes")
+    return Tensor(lib.ggml_graph_node(graph.ptr, i), graph.ctx)
+
+
+def ggml_graph_get_tensor(graph: Graph, name: str) -> Tensor | None:
+    """The graph's node or leaf named `name`, or None."""
+    graph = _graph_arg(graph, "ggml_graph_get_tensor")
+    p = lib.ggml_graph_get_tensor(graph.ptr, str(name).encode())
+    return None if p == _NULL else Tensor(p, graph.ctx)
+
+
+def _graph_lines(graph: Graph) -> list:
+    lines = ["=== GRAPH ===", f"n_nodes = {graph.n_nodes()}"]
+    for k, p in enumerate(graph.nodes):
+        ne = [int(p.ne[d]) for d in range(4)]
+        lines.append(f" - {k:3d}: [{ne[0]:5d}, {ne[1]:5d}, {ne[2]:5d}] {ffi.string(lib.ggml_op_desc(p)).decode():>16} "
+                     f"{ffi.string(p.name).decode()}")
+    lines.append(f"n_leafs = {len(graph.leafs)}")
+    for k, p in enumerate(graph.leafs):
+        ne = [int(p.ne[d]) for d in range(2)]
+        lines.append(f" - {k:3d}: [{ne[0]:5d}, {ne[1]:5d}] {ffi.string(lib.ggml_op_name(p.op)).decode():>8} "
+                     f"{ffi.string(p.name).decode()}")
+    lines.append("========================================")
+    return lines
+
+
+def ggml_graph_print(graph: Graph) -> None:
+    """Print the graph's nodes and leafs (ggml prints to its log; this prints to stdout)."""
+    print("\n".join(_graph_lines(_graph_arg(graph, "ggml_graph_print"))))
+
+
+def ggml_graph_dump_dot(graph: Graph, leafs: Graph | None = None, filename: str = "graph.dot") -> str:
+    """Write the graph in Graphviz dot format (ggml's own writer); returns the file name."""
+    graph = _graph_arg(graph, "ggml_graph_dump_dot")
+    gb = _NULL if leafs is None else _graph_arg(leafs, "ggml_graph_dump_dot").ptr
+    with open(filename, "w"):  # ggml asserts that it can open the file: fail here, as OSError, if not
+        pass
+    lib.ggml_graph_dump_dot(graph.ptr, gb, str(filename).encode())
+    return str(filename)
+
+
+def ggml_graph_reset(graph: Graph) -> Graph:
+    """Zero the gradients of a graph built with grads (ggml_new_graph(ctx, size, grads=True))."""
+    graph = _graph_arg(graph, "ggml_graph_reset")
+    check(graph.grads, "ggml_graph_reset: the graph has no gradients; build it with ggml_new_graph(ctx, size, grads=True)")
+    lib.ggml_graph_reset(graph.ptr)
+    return graph
+
+
+def ggml_graph_compute_with_ctx(ctx: Context, graph: Graph, n_threads: int = 0) -> None:
+    """ggml_graph_compute with a thread count (0: the default, ggml_get_n_threads())."""
+    n = int(n_threads)
+    check(n >= 0, "ggml_graph_compute_with_ctx: n_threads must be >= 0")
+    ggml_graph_compute(ctx, graph, n_threads=n or None)
+
+
+def ggml_graph_view(graph: Graph, i0: int, i1: int) -> Graph:
+    """The graph's nodes i0..i1-1 as a graph of their own (their inputs stay where they are): computing
+    it runs only those nodes, e.g. to run a graph in parts."""
+    graph = _graph_arg(graph, "ggml_graph_view")
+    n, i0, i1 = graph.n_nodes(), int(i0), int(i1)
+    check(0 <= i0 <= i1 <= n, f"ggml_graph_view: need 0 <= i0 <= i1 <= {n}, got {i0}, {i1}")
+    view = Graph(graph.ctx, max(1, i1 - i0))
+    for p in graph.nodes[i0:i1]:
+        lib.ggml_graph_add_node(view.ptr, p)
+    view.nodes = list(graph.nodes[i0:i1])
+    view._seen = {int(ffi.cast("uintptr_t", p)) for p in view.nodes}
+    view._keep = list(graph._keep)
+    return view
+
+
+__all__ = sorted(n for n in globals() if n.startswith("ggml_"))

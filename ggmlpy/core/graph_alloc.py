@@ -80,3 +80,20 @@ def ggml_gallocr_alloc_graph(galloc: GraphAllocator, graph: Graph) -> bool:
 def ggml_gallocr_get_buffer_size(galloc: GraphAllocator, buffer_id: int = 0) -> int:
     """The size in bytes of the allocator's buffer (there is one: buffer_id is ggml's, always 0)."""
     return galloc.buffer_size()
+
+
+# -- graph allocator helpers ggmlR adds -------------------------------------------------------------------------------
+def ggml_gallocr_reserve(galloc: GraphAllocator, graph: Graph) -> bool:
+    """Size the allocator's buffer for `graph` without assigning memory."""
+    if not isinstance(galloc, GraphAllocator) or galloc.ptr is None:
+        raise GGMLError("ggml_gallocr_reserve: expected a live graph allocator")
+    if not isinstance(graph, Graph):
+        raise GGMLError("ggml_gallocr_reserve: expected a Graph")
+    graph.check_alive()
+    return bool(lib.ggml_gallocr_reserve(galloc.ptr, graph.ptr))
+
+
+def ggml_gallocr_free(galloc: GraphAllocator) -> None:
+    """Free the allocator (tensors it placed become unusable: their contexts are retired)."""
+    if isinstance(galloc, GraphAllocator):
+        galloc.free()

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 
 from ..bindings import ffi, lib
 from ..errors import GGMLError
-from .backend_api import Device, _dev
+from .registry_api import Device, device_arg
 from .meta_split import (_DEVICES, _MIRRORED, GGML_BACKEND_SPLIT_AXIS_0, GGML_BACKEND_SPLIT_AXIS_1,  # noqa: F401
                          GGML_BACKEND_SPLIT_AXIS_2, GGML_BACKEND_SPLIT_AXIS_3, GGML_BACKEND_SPLIT_AXIS_MIRRORED,
                          GGML_BACKEND_SPLIT_AXIS_NONE, GGML_BACKEND_SPLIT_AXIS_PARTIAL,
@@ -116,7 +116,7 @@ def ggml_backend_meta_device(devs: "list[Device]", split_fn: "Callable[[dict, in
         raise GGMLError(f"ggml_backend_meta_device: devs must be a list of devices, got {type(devs).__name__}")
     if not 1 <= len(devs) <= MAX_DEVICES:
         raise GGMLError(f"ggml_backend_meta_device: n_devs must be in [1, {MAX_DEVICES}], got {len(devs)}")
-    devs = [_dev(d, "ggml_backend_meta_device") for d in devs]
+    devs = [device_arg(d, "ggml_backend_meta_device") for d in devs]
     for d in devs:
         if isinstance(d, MetaDevice) or int(lib.ggml_backend_dev_type(d.ptr)) == lib.GGML_BACKEND_DEVICE_TYPE_META:
             raise GGMLError("ggml_backend_meta_device: a meta device cannot contain another meta device")

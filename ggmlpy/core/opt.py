@@ -22,7 +22,7 @@ import numpy as np
 from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import GGMLError
-from .context import Context, Tensor, wrap
+from .handles import Context, Tensor, wrap
 from .graph import Graph
 from .sched import Scheduler
 

@@ -11,9 +11,11 @@ from collections.abc import Iterable
 
 from .._sigint import uninterruptible
 from ..bindings import ffi, lib
-from ..errors import DeviceError, GGMLError
-from .backend_compute import ggml_backend_cpu_init
-from .device import Backend
+from ..errors import DeviceError, GGMLError, check
+from .backend import ggml_backend_cpu_init
+from .checked import index_arg
+from .device import Backend, backend_arg
+from .handles import Tensor
 from .graph import Graph, _check_row_indices
 
 GGML_SCHED_MAX_BACKENDS = 16
@@ -132,3 +134,112 @@ def ggml_backend_sched_new(backends: Iterable[Backend], graph_size: int = 2048, 
 def ggml_backend_sched_graph_compute(sched: Scheduler, graph: Graph) -> None:
     """Compute the graph with the scheduler, each op on a backend that has its kernel."""
     sched.compute(graph)
+
+
+# -- the scheduler (ggmlpy.core.sched.Scheduler) ----------------------------------------------------------------
+def _sched(s, what):
+    if not isinstance(s, Scheduler) or s.ptr is None:
+        raise GGMLError(f"{what}: expected a live Scheduler (ggml_backend_sched_new)")
+    return s
+
+
+def _sched_graph(s, graph, what, leaves_placed=False):
+    s = _sched(s, what)
+    if not isinstance(graph, Graph):
+        raise GGMLError(f"{what}: expected a Graph")
+    s.check(graph, leaves_placed=leaves_placed)
+    return s
+
+
+def ggml_backend_sched_free(sched: Scheduler) -> None:
+    """Free the scheduler (and the buffers it allocated graphs in)."""
+    if isinstance(sched, Scheduler):
+        sched.free()
+
+
+def ggml_backend_sched_get_n_backends(sched: Scheduler) -> int:
+    """How many backends the scheduler distributes over."""
+    return int(lib.ggml_backend_sched_get_n_backends(_sched(sched, "ggml_backend_sched_get_n_backends").ptr))
+
+
+def ggml_backend_sched_get_backend(sched: Scheduler, i: int) -> Backend:
+    """Backend i (0-based, priority order) of the scheduler."""
+    s = _sched(sched, "ggml_backend_sched_get_backend")
+    return s.backends[index_arg(i, len(s.backends), "ggml_backend_sched_get_backend")]
+
+
+def ggml_backend_sched_get_n_splits(sched: Scheduler) -> int:
+    """Into how many per-backend pieces the last graph was split."""
+    return int(lib.ggml_backend_sched_get_n_splits(_sched(sched, "ggml_backend_sched_get_n_splits").ptr))
+
+
+def ggml_backend_sched_get_n_copies(sched: Scheduler) -> int:
+    """How many copies of the inputs the scheduler keeps (more than 1 with parallel=True)."""
+    return int(lib.ggml_backend_sched_get_n_copies(_sched(sched, "ggml_backend_sched_get_n_copies").ptr))
+
+
+def ggml_backend_sched_get_tensor_backend(sched: Scheduler, t: Tensor) -> Backend | None:
+    """The backend the scheduler assigned `t` to, or None."""
+    s = _sched(sched, "ggml_backend_sched_get_tensor_backend")
+    if not isinstance(t, Tensor):
+        raise GGMLError("ggml_backend_sched_get_tensor_backend: expected a Tensor")
+    p = lib.ggml_backend_sched_get_tensor_backend(s.ptr, t.ptr)
+    return next((b for b in s.backends if b.ptr == p), None)
+
+
+def ggml_backend_sched_set_tensor_backend(sched: Scheduler, t: Tensor, backend: Backend) -> None:
+    """Pin `t` (a node of the next graph) to one of the scheduler's backends."""
+    s = _sched(sched, "ggml_backend_sched_set_tensor_backend")
+    if not isinstance(t, Tensor):
+        raise GGMLError("ggml_backend_sched_set_tensor_backend: expected a Tensor")
+    b = backend_arg(backend, "ggml_backend_sched_set_tensor_backend")
+    check(any(x is b for x in s.backends), "ggml_backend_sched_set_tensor_backend: the backend is not one of the "
+          "scheduler's")  # ggml asserts it
+    check(b.supports_op(t.ptr) or t.ptr.op == lib.GGML_OP_NONE,
+          f"ggml_backend_sched_set_tensor_backend: {b.name} has no kernel for this op")
+    lib.ggml_backend_sched_set_tensor_backend(s.ptr, t.ptr, b.ptr)
+
+
+def ggml_backend_sched_reserve(sched: Scheduler, graph: Graph) -> bool:
+    """Size the scheduler's buffers for graphs like `graph` (nothing is computed)."""
+    s = _sched_graph(sched, graph, "ggml_backend_sched_reserve", leaves_placed=True)
+    return bool(lib.ggml_backend_sched_reserve(s.ptr, graph.ptr))
+
+
+def ggml_backend_sched_alloc_graph(sched: Scheduler, graph: Graph) -> bool:
+    """Split the graph across the backends and give its unallocated tensors (leaves included: fill
+    the inputs afterwards, as ggmlR does) memory."""
+    s = _sched_graph(sched, graph, "ggml_backend_sched_alloc_graph", leaves_placed=True)
+    lib.ggml_backend_sched_reset(s.ptr)
+    ok = bool(lib.ggml_backend_sched_alloc_graph(s.ptr, graph.ptr))
+    if ok:
+        s.mark_allocated(graph)
+    return ok
+
+
+def ggml_backend_sched_reset(sched: Scheduler) -> None:
+    """Forget the last graph's placement (its intermediates' memory is reused by the next one)."""
+    s = _sched(sched, "ggml_backend_sched_reset")
+    lib.ggml_backend_sched_reset(s.ptr)
+    s.graph = None
+
+
+def ggml_backend_sched_graph_compute_async(sched: Scheduler, graph: Graph) -> int:
+    """Start computing a graph (allocated first if needed); ggml_backend_sched_synchronize waits."""
+    s = _sched(sched, "ggml_backend_sched_graph_compute_async")
+    placed = isinstance(graph, Graph) and s.allocated(graph)
+    s = _sched_graph(sched, graph, "ggml_backend_sched_graph_compute_async", leaves_placed=placed)
+    if not placed:
+        lib.ggml_backend_sched_reset(s.ptr)
+        if not lib.ggml_backend_sched_alloc_graph(s.ptr, graph.ptr):
+            raise MemoryError("the scheduler could not allocate the graph")
+        s.mark_allocated(graph)
+    status = lib.ggml_backend_sched_graph_compute_async(s.ptr, graph.ptr)
+    if status != lib.GGML_STATUS_SUCCESS:
+        raise GGMLError(f"ggml_backend_sched_graph_compute_async failed (status {status})")
+    return int(status)
+
+
+def ggml_backend_sched_synchronize(sched: Scheduler) -> None:
+    """Wait for the scheduler's backends to finish."""
+    lib.ggml_backend_sched_synchronize(_sched(sched, "ggml_backend_sched_synchronize").ptr)

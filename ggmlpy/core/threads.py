@@ -21,7 +21,7 @@ import threading
 import time
 import weakref
 
-from ..errors import GGMLError
+from ..errors import GGMLError, check
 
 ENV_VAR = "GGMLPY_N_THREADS"
 MAX_THREADS = 512  # ggml.h's GGML_MAX_N_THREADS: its thread pool holds no more
@@ -209,3 +209,28 @@ def unfollow(backend) -> None:
 def follows(backend) -> bool:
     with _lock:
         return backend in _followers
+
+
+# -- threads and time ---------------------------------------------------------------------------------------------
+def ggml_set_n_threads(n_threads: int) -> int:
+    """ggmlR's name for set_num_threads(): the threads every CPU computation uses from now on
+    (ggml_graph_compute, ag_*, the Keras-like models, ONNX models); returns it."""
+    return set_num_threads(checked_count(n_threads, "ggml_set_n_threads"))
+
+
+def ggml_get_n_threads() -> int:
+    """ggmlR's name for get_num_threads()."""
+    return get_num_threads()
+
+
+def ggml_set_omp_threads(n: int) -> int:
+    """ggmlR's thread setter (its ggml is built with OpenMP): the thread setting (set_num_threads),
+    and OMP_NUM_THREADS for OpenMP runtimes started from now on (OpenBLAS's, with its OpenMP build;
+    ggml's own CPU threads are its thread pool, sized by the setting)."""
+    n = int(n)
+    check(n >= 1, "ggml_set_omp_threads: Number of threads must be at least 1")
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    return ggml_set_n_threads(n)
+
+
+__all__ = sorted(n for n in globals() if n.startswith("ggml_"))

@@ -11,7 +11,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from . import device as _device
+from . import registry
 from .device import Backend
+from .ggml_log import VK_DEVICE_REPORTS
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 
@@ -23,7 +25,7 @@ def _s(p) -> str:
 
 
 def _vk_devs() -> list:
-    _device._ensure_backends()
+    registry.ensure_backends()
     reg = lib.ggml_backend_reg_by_name(b"Vulkan")
     if reg == _NULL:
         return []
@@ -198,7 +200,7 @@ def ggml_vulkan_device_caps(device: int = 0) -> dict:
     routed to ggmlpy when the device registered (ggml_log_set_default before the first query)."""
     d = _vk_dev(device)
     caps = dict(_device.dev_props(d)["caps"])
-    rep = _device.VK_DEVICE_REPORTS.get(int(device))
+    rep = VK_DEVICE_REPORTS.get(int(device))
     f = _report_fields(rep) if rep else {}
 
     def flag(key):

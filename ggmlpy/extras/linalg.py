@@ -24,8 +24,8 @@ from numpy.typing import ArrayLike
 from ..bindings import lib
 from ..core.api import (GGML_TYPE_F32, ggml_backend_alloc_ctx_tensors, ggml_backend_graph_compute, ggml_free,
                         ggml_init, ggml_new_tensor_2d)
-from ..core.backend_api import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
-from ..core.device import is_software_device
+from ..core.buffers import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
+from ..core.registry import is_software_device
 from ..core.graph import ggml_build_forward_expand
 from ..core.ops import ggml_mul_mat
 from ..core.vulkan import ggml_vulkan_available, ggml_vulkan_init

@@ -20,8 +20,8 @@ from numpy.typing import ArrayLike
 from ..bindings import lib
 from ..core.api import (GGML_TYPE_F32, ggml_backend_alloc_ctx_tensors, ggml_backend_graph_compute,
                         ggml_backend_init_by_name, ggml_init, ggml_new_tensor, ggml_new_tensor_2d)
-from ..core.backend_api import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
-from ..core.context import Tensor
+from ..core.buffers import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
+from ..core.handles import Tensor
 from ..core.device import _resolve
 from ..core.graph import ggml_build_forward_expand
 from ..core.ops import ggml_mul_mat

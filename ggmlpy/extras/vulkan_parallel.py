@@ -31,7 +31,8 @@ from numpy.typing import ArrayLike
 from ..bindings import ffi, lib
 from ..core.api import (GGML_TYPE_F32, GGML_TYPE_I32, ggml_backend_alloc_ctx_tensors, ggml_backend_graph_compute,
                         ggml_free, ggml_init, ggml_new_tensor_1d, ggml_new_tensor_2d, ggml_set_input, ggml_set_name)
-from ..core.backend_api import Device, ggml_backend_dev_init, ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
+from ..core.registry_api import Device, ggml_backend_dev_init
+from ..core.buffers import ggml_backend_tensor_get_data, ggml_backend_tensor_set_data
 from ..core.device import cached_backend_names, forget_backend
 from ..core.graph import ggml_build_forward_expand
 from ..core.graph_alloc import ggml_gallocr_alloc_graph, ggml_gallocr_new

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.device import get_backend
 from ..core.sched import Scheduler
 from ..errors import GGMLError
-from . import layers as L
+from . import layers as keras_layers
 from .fit_opt import ggml_fit_opt
 from .history import ggml_training_history  # noqa: F401
 from .functional import Functional, Node
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 
-def ggml_model_sequential(layers: Iterable[L.Layer] = ()) -> Sequential:
+def ggml_model_sequential(layers: Iterable[keras_layers.Layer] = ()) -> Sequential:
     """An empty Sequential model (optionally with `layers`)."""
     return Sequential(layers)
 
@@ -49,7 +49,7 @@ def ggml_layer_dense(model: Sequential | Node | Sequence[Node], units: int, acti
                      input_shape: int | Sequence[int] | None = None, name: str | None = None,
                      trainable: bool = True) -> Sequential | Node:
     """Fully connected layer: act(x W + b), Glorot-uniform W, zero b."""
-    return _attach(model, L.Dense(units, activation, name, trainable, input_shape))
+    return _attach(model, keras_layers.Dense(units, activation, name, trainable, input_shape))
 
 
 def ggml_layer_conv_2d(model: Sequential | Node | Sequence[Node], filters: int, kernel_size: int | Sequence[int],
@@ -57,7 +57,7 @@ def ggml_layer_conv_2d(model: Sequential | Node | Sequence[Node], filters: int, 
                        strides: int | Sequence[int] = (1, 1), padding: str = "valid", name: str | None = None,
                        trainable: bool = True) -> Sequential | Node:
     """2-d convolution over images [N, H, W, C]; kernel_size and strides are (height, width)."""
-    return _attach(model, L.Conv2D(filters, kernel_size, activation, strides, padding, name, trainable, input_shape))
+    return _attach(model, keras_layers.Conv2D(filters, kernel_size, activation, strides, padding, name, trainable, input_shape))
 
 
 def ggml_layer_conv_1d(model: Sequential | Node | Sequence[Node], filters: int, kernel_size: int | Sequence[int],
@@ -65,45 +65,45 @@ def ggml_layer_conv_1d(model: Sequential | Node | Sequence[Node], filters: int, 
                        strides: int | Sequence[int] = 1, padding: str = "valid", name: str | None = None,
                        trainable: bool = True) -> Sequential | Node:
     """1-d convolution over sequences [N, L, C] -> [N, L_out, filters]."""
-    return _attach(model, L.Conv1D(filters, kernel_size, activation, strides, padding, name, trainable, input_shape))
+    return _attach(model, keras_layers.Conv1D(filters, kernel_size, activation, strides, padding, name, trainable, input_shape))
 
 
 def ggml_layer_max_pooling_2d(model: Sequential | Node | Sequence[Node], pool_size: int | Sequence[int] = (2, 2),
                               strides: int | Sequence[int] | None = None, name: str | None = None,
                               trainable: bool = True) -> Sequential | Node:
     """Max pooling, no padding; strides default to pool_size."""
-    return _attach(model, L.MaxPooling2D(pool_size, strides, name, trainable))
+    return _attach(model, keras_layers.MaxPooling2D(pool_size, strides, name, trainable))
 
 
 def ggml_layer_global_average_pooling_2d(model: Sequential | Node | Sequence[Node], name: str | None = None,
                                          trainable: bool = True) -> Sequential | Node:
     """Mean over H and W for each channel."""
-    return _attach(model, L.GlobalAveragePooling2D(name, trainable))
+    return _attach(model, keras_layers.GlobalAveragePooling2D(name, trainable))
 
 
 def ggml_layer_global_max_pooling_2d(model: Sequential | Node | Sequence[Node], name: str | None = None,
                                      trainable: bool = True) -> Sequential | Node:
     """Max over H and W for each channel."""
-    return _attach(model, L.GlobalMaxPooling2D(name, trainable))
+    return _attach(model, keras_layers.GlobalMaxPooling2D(name, trainable))
 
 
 def ggml_layer_flatten(model: Sequential | Node | Sequence[Node], name: str | None = None,
                        trainable: bool = True) -> Sequential | Node:
     """Flatten each sample in ggml order (image element (h, w, c) -> w + W*(h + H*c))."""
-    return _attach(model, L.Flatten(name, trainable))
+    return _attach(model, keras_layers.Flatten(name, trainable))
 
 
 def ggml_layer_batch_norm(model: Sequential | Node | Sequence[Node], eps: float = 1e-5, name: str | None = None,
                           trainable: bool = True, mode: str = "rms", momentum: float = 0.1) -> Sequential | Node:
     """ggmlR's batch_norm: per-sample RMS norm with learned gamma/beta; mode="batch" is a true
     batch norm with running averages (see BatchNorm)."""
-    return _attach(model, L.BatchNorm(eps, name, trainable, mode, momentum))
+    return _attach(model, keras_layers.BatchNorm(eps, name, trainable, mode, momentum))
 
 
 def ggml_layer_dropout(model: Sequential | Node | Sequence[Node], rate: float, stochastic: bool = False,
                        name: str | None = None, trainable: bool = False) -> Sequential | Node:
     """ggmlR's dropout (see Dropout): identity in inference."""
-    return _attach(model, L.Dropout(rate, stochastic, name, trainable))
+    return _attach(model, keras_layers.Dropout(rate, stochastic, name, trainable))
 
 
 def ggml_layer_embedding(model: Sequential | Node | Sequence[Node], vocab_size: int, dim: int,
@@ -111,7 +111,7 @@ def ggml_layer_embedding(model: Sequential | Node | Sequence[Node], vocab_size: 
                          trainable: bool = True) -> Sequential | Node:
     """Token ids [N, T] (0-based) -> vectors [N, T, dim]. Works in Sequential models too
     (ggmlR aborts there); give input_shape = T for the first layer."""
-    return _attach(model, L.Embedding(vocab_size, dim, name, trainable, input_shape))
+    return _attach(model, keras_layers.Embedding(vocab_size, dim, name, trainable, input_shape))
 
 
 def ggml_layer_lstm(model: Sequential | Node | Sequence[Node], units: int, return_sequences: bool = False,
@@ -119,7 +119,7 @@ def ggml_layer_lstm(model: Sequential | Node | Sequence[Node], units: int, retur
                     input_shape: int | Sequence[int] | None = None, name: str | None = None,
                     trainable: bool = True) -> Sequential | Node:
     """LSTM over sequences [N, T, C]: the last state [N, units], or all states [N, T, units]."""
-    return _attach(model, L.LSTM(units, return_sequences, activation, recurrent_activation, name, trainable,
+    return _attach(model, keras_layers.LSTM(units, return_sequences, activation, recurrent_activation, name, trainable,
                                  input_shape))
 
 
@@ -128,7 +128,7 @@ def ggml_layer_gru(model: Sequential | Node | Sequence[Node], units: int, return
                    input_shape: int | Sequence[int] | None = None, name: str | None = None,
                    trainable: bool = True) -> Sequential | Node:
     """GRU (ggmlR's: h = h + z (n - h), z weighting the new state) over sequences [N, T, C]."""
-    return _attach(model, L.GRU(units, return_sequences, activation, recurrent_activation, name, trainable,
+    return _attach(model, keras_layers.GRU(units, return_sequences, activation, recurrent_activation, name, trainable,
                                 input_shape))
 
 
@@ -156,45 +156,45 @@ def _node_list(tensors, what):
 
 def ggml_layer_add(tensors: Sequence[Node], name: str | None = None) -> Node:
     """Element-wise sum of same-shape nodes."""
-    return _attach(_node_list(tensors, "ggml_layer_add"), L.Add(name))
+    return _attach(_node_list(tensors, "ggml_layer_add"), keras_layers.Add(name))
 
 
 def ggml_layer_concatenate(tensors: Sequence[Node], axis: int = 0, name: str | None = None) -> Node:
     """Concatenate nodes along a 0-based ggml axis (0 = features for flat nodes)."""
-    return _attach(_node_list(tensors, "ggml_layer_concatenate"), L.Concatenate(axis, name))
+    return _attach(_node_list(tensors, "ggml_layer_concatenate"), keras_layers.Concatenate(axis, name))
 
 
-def ggml_dense(units: int, activation: str | None = None, name: str | None = None, trainable: bool = True) -> L.Dense:
+def ggml_dense(units: int, activation: str | None = None, name: str | None = None, trainable: bool = True) -> keras_layers.Dense:
     """A reusable dense layer object (apply it with ggml_apply; applications share weights)."""
-    return L.Dense(units, activation, name, trainable)
+    return keras_layers.Dense(units, activation, name, trainable)
 
 
 def ggml_batch_norm(eps: float = 1e-5, name: str | None = None, trainable: bool = True, mode: str = "rms",
-                    momentum: float = 0.1) -> L.BatchNorm:
+                    momentum: float = 0.1) -> keras_layers.BatchNorm:
     """A reusable batch_norm layer object."""
-    return L.BatchNorm(eps, name, trainable, mode, momentum)
+    return keras_layers.BatchNorm(eps, name, trainable, mode, momentum)
 
 
-def ggml_embedding(vocab_size: int, dim: int, name: str | None = None, trainable: bool = True) -> L.Embedding:
+def ggml_embedding(vocab_size: int, dim: int, name: str | None = None, trainable: bool = True) -> keras_layers.Embedding:
     """A reusable embedding layer object."""
-    return L.Embedding(vocab_size, dim, name, trainable)
+    return keras_layers.Embedding(vocab_size, dim, name, trainable)
 
 
 def ggml_lstm(units: int, return_sequences: bool = False, activation: str | None = "tanh",
-              recurrent_activation: str = "sigmoid", name: str | None = None, trainable: bool = True) -> L.LSTM:
+              recurrent_activation: str = "sigmoid", name: str | None = None, trainable: bool = True) -> keras_layers.LSTM:
     """A reusable LSTM layer object."""
-    return L.LSTM(units, return_sequences, activation, recurrent_activation, name, trainable)
+    return keras_layers.LSTM(units, return_sequences, activation, recurrent_activation, name, trainable)
 
 
 def ggml_gru(units: int, return_sequences: bool = False, activation: str | None = "tanh",
-             recurrent_activation: str = "sigmoid", name: str | None = None, trainable: bool = True) -> L.GRU:
+             recurrent_activation: str = "sigmoid", name: str | None = None, trainable: bool = True) -> keras_layers.GRU:
     """A reusable GRU layer object."""
-    return L.GRU(units, return_sequences, activation, recurrent_activation, name, trainable)
+    return keras_layers.GRU(units, return_sequences, activation, recurrent_activation, name, trainable)
 
 
-def ggml_apply(tensor: Node | Sequence[Node], layer: L.Layer) -> Node:
+def ggml_apply(tensor: Node | Sequence[Node], layer: keras_layers.Layer) -> Node:
     """Apply a layer object to a node (or a list of nodes); every application shares its weights."""
-    if not isinstance(layer, L.Layer):
+    if not isinstance(layer, keras_layers.Layer):
         raise GGMLError(f"ggml_apply needs a layer object, got {type(layer).__name__}")
     if not isinstance(tensor, (Node, list, tuple)):
         raise GGMLError(f"ggml_apply needs a node (ggml_input or a layer output), got {type(tensor).__name__}")
@@ -295,12 +295,12 @@ def ggml_unfreeze_weights(model: _Model, from_: int | None = None, to: int | Non
     if kw:
         raise TypeError(f"unexpected arguments {sorted(kw)}")
     for l in _select(model, from_, to, layer_names):
-        if not isinstance(l, L.Dropout):
+        if not isinstance(l, keras_layers.Dropout):
             l.trainable = True
     return model
 
 
-def ggml_get_layer(model: _Model, index: int | None = None, name: str | None = None) -> L.Layer:
+def ggml_get_layer(model: _Model, index: int | None = None, name: str | None = None) -> keras_layers.Layer:
     """A layer by 1-based index or by name."""
     if (index is None) == (name is None):
         raise GGMLError("Provide either index or name, not both." if index is not None else "Provide either index or name.")

@@ -1,6 +1,6 @@
 """Graph building for the Keras-like models: ggml ops on raw tensor pointers.
 
-A `Builder` holds the graph's weights, constants and input (graph.Weights: allocated in one
+A `KerasGraphBuilder` holds the graph's weights, constants and input (graph.Weights: allocated in one
 backend buffer once the graph is built) and a compute context for the graph's intermediates
 (graph.GraphContext, placed by the scheduler), sized by graph/, which raises GraphFull before
 ggml would run out of room. In training mode every non-linearity whose ggml op has no backward
@@ -16,12 +16,12 @@ import numpy as np
 
 from .._sigint import uninterruptible
 from .. import kernels
-from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
+from ..core.checked import checked_lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from ..graph import GraphContext, Weights
 
-F32 = lib.GGML_TYPE_F32
-I32 = lib.GGML_TYPE_I32
+F32 = checked_lib.GGML_TYPE_F32
+I32 = checked_lib.GGML_TYPE_I32
 GRAPH_SIZE = 2048  # ggml's GGML_DEFAULT_GRAPH_SIZE
 WEIGHT_TENSORS = 65536   # weights, constants and inputs of one model graph
 COMPUTE_TENSORS = 65536  # the compute context's first size; a graph that outgrows it is built again ...
@@ -35,11 +35,11 @@ ACTIVATIONS = {None, "linear", "relu", "sigmoid", "tanh", "softmax", "silu", "ge
 
 
 def ne_of(t) -> tuple:
-    n = lib.ggml_n_dims(t)
+    n = checked_lib.ggml_n_dims(t)
     return tuple(int(t.ne[i]) for i in range(max(n, 1)))
 
 
-class Builder:
+class KerasGraphBuilder:
     """One graph's tensors. `training` selects differentiable forms and dropout scaling.
 
     `restart()` starts a fresh compute context for building the same graph again (ggml_opt's
@@ -71,7 +71,7 @@ class Builder:
 
     def _compute_ctx(self) -> GraphContext:
         # ggml_opt_init builds its three static graphs (and ggml_opt_prepare_alloc a caller's) here
-        return GraphContext(self.n_tensors, reserve_bytes=4 * lib.ggml_graph_overhead_custom(self.graph_size, True))
+        return GraphContext(self.n_tensors, reserve_bytes=4 * checked_lib.ggml_graph_overhead_custom(self.graph_size, True))
 
     def restart(self, n_tensors: int = None, graph_size: int = None) -> None:
         """A fresh compute context (optionally resized); weight-buffer tensors are replayed."""
@@ -111,7 +111,7 @@ class Builder:
             return self.param_tensors[key]
         t = self._upload(arr, F32)
         if trainable:
-            lib.ggml_set_param(t)
+            checked_lib.ggml_set_param(t)
         self.param_tensors[key] = t
         return t
 
@@ -169,45 +169,45 @@ class Builder:
 
     # -- ops ---------------------------------------------------------------------------------------
     def cont(self, x):
-        return x if lib.ggml_is_contiguous(x) else lib.ggml_cont(self.ctx, x)
+        return x if checked_lib.ggml_is_contiguous(x) else checked_lib.ggml_cont(self.ctx, x)
 
     def reshape(self, x, ne):
         x = self.cont(x)
         ne = [int(v) for v in ne]
-        f = {1: lib.ggml_reshape_1d, 2: lib.ggml_reshape_2d, 3: lib.ggml_reshape_3d, 4: lib.ggml_reshape_4d}[len(ne)]
+        f = {1: checked_lib.ggml_reshape_1d, 2: checked_lib.ggml_reshape_2d, 3: checked_lib.ggml_reshape_3d, 4: checked_lib.ggml_reshape_4d}[len(ne)]
         return f(self.ctx, x, *ne)
 
     def matmul(self, w, x):
         """w [K, M], x [K, N] -> [M, N]."""
-        return lib.ggml_mul_mat(self.ctx, w, x)
+        return checked_lib.ggml_mul_mat(self.ctx, w, x)
 
     def add(self, a, b):
-        return lib.ggml_add(self.ctx, a, b)
+        return checked_lib.ggml_add(self.ctx, a, b)
 
     def mul(self, a, b):
-        return lib.ggml_mul(self.ctx, a, b)
+        return checked_lib.ggml_mul(self.ctx, a, b)
 
     def sub(self, a, b):
         # ggml's SUB backward does not reduce a broadcast b (its build aborts): a + (-b) does
-        if not lib.ggml_are_same_shape(a, b):
-            return lib.ggml_add(self.ctx, a, lib.ggml_neg(self.ctx, b))
-        return lib.ggml_sub(self.ctx, a, b)
+        if not checked_lib.ggml_are_same_shape(a, b):
+            return checked_lib.ggml_add(self.ctx, a, checked_lib.ggml_neg(self.ctx, b))
+        return checked_lib.ggml_sub(self.ctx, a, b)
 
     def scale(self, a, s, bias=0.0):
         if bias:
-            return lib.ggml_scale_bias(self.ctx, a, float(s), float(bias))
-        return lib.ggml_scale(self.ctx, a, float(s))
+            return checked_lib.ggml_scale_bias(self.ctx, a, float(s), float(bias))
+        return checked_lib.ggml_scale(self.ctx, a, float(s))
 
     def sigmoid(self, x):
         if not self.training:
-            return lib.ggml_sigmoid(self.ctx, x)
+            return checked_lib.ggml_sigmoid(self.ctx, x)
         # 1/(1+e^-x) = exp(-softplus(-x)): every op here has a ggml backward, none overflows
         c = self.ctx
-        return lib.ggml_exp(c, lib.ggml_neg(c, lib.ggml_softplus(c, lib.ggml_neg(c, x))))
+        return checked_lib.ggml_exp(c, checked_lib.ggml_neg(c, checked_lib.ggml_softplus(c, checked_lib.ggml_neg(c, x))))
 
     def tanh(self, x):
         if not self.training:
-            return lib.ggml_tanh(self.ctx, x)
+            return checked_lib.ggml_tanh(self.ctx, x)
         return self.scale(self.sigmoid(self.scale(x, 2.0)), 2.0, -1.0)
 
     def activation(self, x, name):
@@ -225,15 +225,15 @@ class Builder:
         if name == "tanh":
             return self.tanh(x)
         if name == "softmax":
-            return lib.ggml_soft_max(c, x)
+            return checked_lib.ggml_soft_max(c, x)
         if name == "silu":
-            return lib.ggml_silu(c, x)
+            return checked_lib.ggml_silu(c, x)
         if name == "gelu":
-            return lib.ggml_gelu(c, x)
+            return checked_lib.ggml_gelu(c, x)
         if name == "hardsigmoid":  # ggml's clamps NaN to 0
-            return kernels.keep_nan(c, lib.ggml_hardsigmoid(c, x), x, self.kernels)
+            return kernels.keep_nan(c, checked_lib.ggml_hardsigmoid(c, x), x, self.kernels)
         if name == "hardswish":
-            return lib.ggml_hardswish(c, x)
+            return checked_lib.ggml_hardswish(c, x)
         raise GGMLError(f"unknown activation {name!r}; one of {sorted(a for a in ACTIVATIONS if a)}")
 
     def concat(self, xs, axis: int):
@@ -247,11 +247,11 @@ class Builder:
         acc = self.zeros(out)
         off = 0
         for x, s in zip(xs, shapes):
-            acc = lib.ggml_acc(self.ctx, acc, x, acc.nb[1], acc.nb[2], acc.nb[3], off * acc.nb[axis])
+            acc = checked_lib.ggml_acc(self.ctx, acc, x, acc.nb[1], acc.nb[2], acc.nb[3], off * acc.nb[axis])
             off += s[axis]
         return acc
 
     def view_rows(self, x, start: int, count: int):
         """Rows start..start+count of a 2-d [F, N] tensor (along ne0), contiguous."""
-        v = lib.ggml_view_2d(self.ctx, x, int(count), int(x.ne[1]), x.nb[1], int(start) * x.nb[0])
-        return lib.ggml_cont(self.ctx, v)
+        v = checked_lib.ggml_view_2d(self.ctx, x, int(count), int(x.ne[1]), x.nb[1], int(start) * x.nb[0])
+        return checked_lib.ggml_cont(self.ctx, v)

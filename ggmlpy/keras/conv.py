@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
+from ..core.checked import checked_lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from .base import Layer, _check_activation, _pair, count, ggml_to_r_shape
 
@@ -82,13 +82,13 @@ class Conv2D(Layer):
         x = b.cont(xs[0])
         if pt != pb or pl != pr:   # asymmetric: pad explicitly (an acc into zeros has a backward)
             zeros = b.zeros([w_in + pl + pr, h_in + pt + pb, c_in, batch])
-            x = lib.ggml_acc(b.ctx, zeros, x, zeros.nb[1], zeros.nb[2], zeros.nb[3], pl * zeros.nb[0] + pt * zeros.nb[1])
+            x = checked_lib.ggml_acc(b.ctx, zeros, x, zeros.nb[1], zeros.nb[2], zeros.nb[3], pl * zeros.nb[0] + pt * zeros.nb[1])
             ph = pw = 0
         else:
             ph, pw = pt, pl
         # ggml_conv_2d's im2col is F16 in this ggml; ggmlR's (and ours) stays F32
         k = W["kernel"]
-        col = lib.ggml_im2col(b.ctx, _kernel_shape(b, k), x, sw, sh, pw, ph, 1, 1, True, lib.GGML_TYPE_F32)
+        col = checked_lib.ggml_im2col(b.ctx, _kernel_shape(b, k), x, sw, sh, pw, ph, 1, 1, True, checked_lib.GGML_TYPE_F32)
         n_col = int(col.ne[1] * col.ne[2] * col.ne[3])
         y = b.matmul(b.reshape(col, [int(col.ne[0]), n_col]), b.reshape(k, [int(k.ne[0] * k.ne[1] * k.ne[2]), int(k.ne[3])]))
         # bias and activation on the [OW*OH*N, OC] product, before the one permute to [OW, OH, OC, N]
@@ -100,7 +100,7 @@ class Conv2D(Layer):
         if self.activation != "softmax":   # element-wise: before the permute is as good as after
             y = b.activation(y, self.activation)
         y = b.reshape(y, [int(col.ne[1]), int(col.ne[2]), int(col.ne[3]), int(k.ne[3])])
-        y = b.cont(lib.ggml_permute(b.ctx, y, 0, 1, 3, 2))
+        y = b.cont(checked_lib.ggml_permute(b.ctx, y, 0, 1, 3, 2))
         return b.activation(y, "softmax") if self.activation == "softmax" else y
 
     def config(self):
@@ -168,10 +168,10 @@ class Conv1D(Layer):
         p = pl
         if pl != pr:   # asymmetric (even kernel, "same"): pad explicitly, an acc into zeros has a backward
             zeros = b.zeros([c, L + pl + pr, 1, batch])
-            x = lib.ggml_acc(b.ctx, zeros, x, zeros.nb[1], zeros.nb[2], zeros.nb[3], pl * zeros.nb[1])
+            x = checked_lib.ggml_acc(b.ctx, zeros, x, zeros.nb[1], zeros.nb[2], zeros.nb[3], pl * zeros.nb[1])
             p = 0
         k4 = b.reshape(W["kernel"], [c, self.kernel_size, 1, oc])
-        col = lib.ggml_im2col(b.ctx, _kernel_shape(b, k4), x, 1, self.strides, 0, p, 1, 1, True, lib.GGML_TYPE_F32)
+        col = checked_lib.ggml_im2col(b.ctx, _kernel_shape(b, k4), x, 1, self.strides, 0, p, 1, 1, True, checked_lib.GGML_TYPE_F32)
         col = b.reshape(col, [c * self.kernel_size, ol * batch])            # [C*K, OL*N]
         # [OC, OL*N], the layer's output layout: no permute, and the bias adds along rows
         y = b.matmul(b.reshape(k4, [c * self.kernel_size, oc]), col)
@@ -205,7 +205,7 @@ class MaxPooling2D(Layer):
 
     def build(self, b, xs, W, batch, ctx):
         (ph, pw), (sh, sw) = self.pool_size, self.strides
-        return lib.ggml_pool_2d(b.ctx, b.cont(xs[0]), lib.GGML_OP_POOL_MAX, pw, ph, sw, sh, 0.0, 0.0)
+        return checked_lib.ggml_pool_2d(b.ctx, b.cont(xs[0]), checked_lib.GGML_OP_POOL_MAX, pw, ph, sw, sh, 0.0, 0.0)
 
     def config(self):
         return {"pool_size": self.pool_size, "strides": self.strides}
@@ -221,7 +221,7 @@ class _GlobalPool(Layer):
 
     def build(self, b, xs, W, batch, ctx):
         w, h, c = self.in_shape
-        y = lib.ggml_pool_2d(b.ctx, b.cont(xs[0]), getattr(lib, self.op), w, h, w, h, 0.0, 0.0)
+        y = checked_lib.ggml_pool_2d(b.ctx, b.cont(xs[0]), getattr(checked_lib, self.op), w, h, w, h, 0.0, 0.0)
         return b.reshape(y, [c, batch])
 
 

@@ -1,6 +1,6 @@
 """Running a model's graph: prediction batches, and training on ggml's own `ggml_opt` loop.
 
-Every call builds its ggml graph for one batch size (`Builder`), uploads the weights (numpy,
+Every call builds its ggml graph for one batch size (`KerasGraphBuilder`), uploads the weights (numpy,
 the source of truth between calls) into one backend buffer, and reads trained weights back.
 Samples are packed into one matrix `[ne_per_sample, N]` (several inputs side by side, plus a
 sample-index column so the order ggml_opt's shuffle chose can be reported).
@@ -13,14 +13,15 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import kernels
-from ..core.device import Backend, blas_backend, check_tensor_device, get_backend
+from ..core.device import Backend, blas_backend, get_backend
+from ..core.rpc import check_tensor_device
 from ..core.sched import Scheduler
 from ..bindings import ffi
-from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
+from ..core.checked import checked_lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from ..graph import CompiledGraph, GraphContext, one_thread_is_best
 from . import graphsize
-from .builder import F32, GRAPH_SIZE, I32, ROOM_PER_LAYER, Builder
+from .builder import F32, GRAPH_SIZE, I32, ROOM_PER_LAYER, KerasGraphBuilder
 
 
 _blas = {}
@@ -50,26 +51,26 @@ def compute_backend(backend, ctx):
     small MLP's fit more than ten times slower; docs/benchmarks.md, "Threads")."""
     if not backend.is_cpu:
         return backend
-    nodes, t = [], lib.ggml_get_first_tensor(ctx)
+    nodes, t = [], checked_lib.ggml_get_first_tensor(ctx)
     while t != ffi.NULL:
-        if t.op != lib.GGML_OP_NONE:
+        if t.op != checked_lib.GGML_OP_NONE:
             nodes.append(t)
-        t = lib.ggml_get_next_tensor(ctx, t)
+        t = checked_lib.ggml_get_next_tensor(ctx, t)
     if not one_thread_is_best(nodes):
         return backend
-    return Backend(lib.ggml_backend_dev_init(backend.dev, ffi.NULL), backend.name).single_threaded()
+    return Backend(checked_lib.ggml_backend_dev_init(backend.dev, ffi.NULL), backend.name).single_threaded()
 
 
 def on_kernels(b, backend) -> int:
     """On the CPU, the builder's compute tensors (in training also those ggml's backward pass made
-    there) run on ggmlpy's kernels where it has faster ones (Kernels.adopt): the products on the
+    there) run on ggmlpy's kernels where it has faster ones (kernels.adopt): the products on the
     ag_* path's product kernel (kernels.gemm, over OpenBLAS) instead of ggml's MUL_MAT and
     OUT_PROD, one BLAS call per product in any orientation, also for a convolution's short inner
     dimension (K*K*C), which ggml's BLAS backend leaves to ggml's far slower CPU kernel; and a
     convolution's input gradient (IM2COL_BACK). Before the graph is allocated. Returns how many
     nodes moved."""
     k = kernels.get() if backend.is_cpu else None
-    return 0 if k is None else k.adopt(b.ctx)
+    return 0 if k is None else kernels.adopt(k, b.ctx)
 
 
 def _split_inputs(b, inp, specs, batch, extra=0):
@@ -92,7 +93,7 @@ def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
     n = packed.shape[0]
     specs = model._input_specs()
     dtype = I32 if specs[0][1] == "int32" else F32
-    b = Builder(training=False)
+    b = KerasGraphBuilder(training=False)
     b.kernels = kernels.get() if backend.is_cpu else None  # custom ops: CPU graphs only
     gctx = compiled = None
     try:
@@ -107,13 +108,13 @@ def predict_packed(model, packed: np.ndarray, batch: int, backend) -> list:
             raise graphsize.too_big(size)
         gctx = GraphContext(0, n_nodes=size)  # the graph only: its tensors live in the builder's contexts
         for o in outs:
-            lib.ggml_set_output(o)
+            checked_lib.ggml_set_output(o)
         gctx.expand(outs)
         b.allocate(backend)
         backend = compute_backend(backend, b.ctx)  # decided on ggml's own nodes, as for training
         on_kernels(b, backend)
         compiled = CompiledGraph(gctx.graph, backend, fallback=None if backend.is_cpu else get_backend("cpu"))
-        sizes = [int(lib.ggml_nelements(o)) // batch for o in outs]
+        sizes = [int(checked_lib.ggml_nelements(o)) // batch for o in outs]
         results = [np.empty((n, s), np.float32) for s in sizes]
         np_dtype = np.int32 if dtype == I32 else np.float32
         chunk = np.zeros((batch, packed.shape[1]), np_dtype)
@@ -166,13 +167,13 @@ class _Progress:
 
 def _result(res):
     nd = ffi.new("int64_t *")
-    lib.ggml_opt_result_ndata(res, nd)
+    checked_lib.ggml_opt_result_ndata(res, nd)
     if nd[0] == 0:
         return None, None
     loss, unc = ffi.new("double *"), ffi.new("double *")
-    lib.ggml_opt_result_loss(res, loss, unc)
+    checked_lib.ggml_opt_result_loss(res, loss, unc)
     acc = ffi.new("double *")
-    lib.ggml_opt_result_accuracy(res, acc, unc)
+    checked_lib.ggml_opt_result_accuracy(res, acc, unc)
     return float(loss[0]), float(acc[0])
 
 
@@ -207,7 +208,7 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
     data = np.ascontiguousarray(np.concatenate(cols, axis=1), dtype=np.float32 if dtype == F32 else np.int32)
     ne_dp = data.shape[1]
 
-    b = Builder(training=True)
+    b = KerasGraphBuilder(training=True)
     sched = opt = ds = r_train = r_val = progress = None
     logits_of, log_of = set(), set()
     if getattr(model, "softmax_ce", "exact") == "exact":
@@ -227,40 +228,40 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         head_losses = []   # multi: (weight tensor in ctx_w holding the batch's loss_i, per batch lists)
         xs, _ = _split_inputs(b, inp, specs, batch, extra=1)
         outs = model._forward(b, xs, batch, ctx)
-        outs = [lib.ggml_log(b.ctx, o) if j in log_of else o for j, o in enumerate(outs)]
+        outs = [checked_lib.ggml_log(b.ctx, o) if j in log_of else o for j, o in enumerate(outs)]
         b.check_room()
         if loss == "multi":
             out = _multi_loss(b, inp, outs, heads, f_x, k, batch, head_losses, ctx)
-            loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN
+            loss_type = checked_lib.GGML_OPT_LOSS_TYPE_MEAN
         else:
             out = outs[heads[0][0]]
-            if int(lib.ggml_nelements(out)) != k * batch:
+            if int(checked_lib.ggml_nelements(out)) != k * batch:
                 raise GGMLError(f"y has {k} columns but the model's output has "
-                                f"{int(lib.ggml_nelements(out)) // batch} values per sample")
+                                f"{int(checked_lib.ggml_nelements(out)) // batch} values per sample")
             out = b.reshape(out, [k, batch])
         for a in ctx.get("anchors", []):   # side computations (batch-norm statistics) with weight 0
-            out = b.add(out, b.scale(lib.ggml_sum(b.ctx, a), 0.0))
+            out = b.add(out, b.scale(checked_lib.ggml_sum(b.ctx, a), 0.0))
         if loss == "weighted_mse":
             y = b.view_rows(inp, f_x, k)
             w = b.reshape(b.view_rows(inp, f_x + k, 1), [1, batch])
-            out = b.mul(lib.ggml_sqr(b.ctx, b.sub(out, y)), w)
-            loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN
+            out = b.mul(checked_lib.ggml_sqr(b.ctx, b.sub(out, y)), w)
+            loss_type = checked_lib.GGML_OPT_LOSS_TYPE_MEAN
         elif loss == "weighted_ce":
             y = b.view_rows(inp, f_x, k)
             w = b.reshape(b.view_rows(inp, f_x + k, 1), [1, batch])
-            logp = lib.ggml_log(b.ctx, lib.ggml_soft_max(b.ctx, out))
+            logp = checked_lib.ggml_log(b.ctx, checked_lib.ggml_soft_max(b.ctx, out))
             out = b.scale(b.mul(b.mul(logp, y), w), -float(k))   # MEAN divides by K*B
-            loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN
+            loss_type = checked_lib.GGML_OPT_LOSS_TYPE_MEAN
         elif loss == "mse":
-            loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR
+            loss_type = checked_lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR
         elif loss != "multi":
-            loss_type = lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY
+            loss_type = checked_lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY
         return out, loss_type, ctx, head_losses
 
     try:
         inp = b.new_w([ne_dp, batch], dtype, record=False)
         out, loss_type, ctx, head_losses = b.building(build)
-        params_ = [t for t in b.param_tensors.values() if t.flags & lib.GGML_TENSOR_FLAG_PARAM]
+        params_ = [t for t in b.param_tensors.values() if t.flags & checked_lib.GGML_TENSOR_FLAG_PARAM]
         if not params_:
             raise GGMLError("the model has no trainable weights (all layers are frozen)")
         adamw = opt_params.optimizer != "sgd"
@@ -273,17 +274,17 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         own_sched = compute is not backend  # a one-thread backend for a graph of small nodes: this fit's own
         sched = (make_scheduler(compute, blas=True, graph_size=2 * (step_size or GRAPH_SIZE)) if own_sched
                  else model._scheduler(graph_size=2 * (step_size or GRAPH_SIZE)))
-        params = lib.ggml_opt_default_params(sched.ptr, loss_type)
+        params = checked_lib.ggml_opt_default_params(sched.ptr, loss_type)
         if step_size is None:
             params.ctx_compute = b.ctx
             params.inputs = inp
             params.outputs = out
         params.opt_period = 1
-        params.get_opt_pars = lib.ggml_opt_get_constant_optimizer_params
+        params.get_opt_pars = checked_lib.ggml_opt_get_constant_optimizer_params
         params.get_opt_pars_ud = opt_params.struct
-        params.optimizer = (lib.GGML_OPT_OPTIMIZER_TYPE_SGD if opt_params.optimizer == "sgd"
-                            else lib.GGML_OPT_OPTIMIZER_TYPE_ADAMW)
-        opt = lib.ggml_opt_init(params)
+        params.optimizer = (checked_lib.GGML_OPT_OPTIMIZER_TYPE_SGD if opt_params.optimizer == "sgd"
+                            else checked_lib.GGML_OPT_OPTIMIZER_TYPE_ADAMW)
+        opt = checked_lib.ggml_opt_init(params)
         if step_size is None:
             # ggml_opt_init built the static graphs (forward, backward, optimizer steps) in b.ctx;
             # they are allocated at the first step. Graphs built per step are allocated as soon
@@ -291,15 +292,15 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
             # whose products are large enough for ggml's BLAS backend).
             on_kernels(b, backend)
         lab = None if weighted else labels
-        ds = lib.ggml_opt_dataset_init(dtype, F32, ne_dp, 0 if lab is None else k, n_used, 1)
-        t_data = lib.ggml_opt_dataset_data(ds)
+        ds = checked_lib.ggml_opt_dataset_init(dtype, F32, ne_dp, 0 if lab is None else k, n_used, 1)
+        t_data = checked_lib.ggml_opt_dataset_data(ds)
         ffi.memmove(t_data.data, ffi.from_buffer(data), data.nbytes)
         if lab is not None:
             lab = np.ascontiguousarray(lab, dtype=np.float32)
-            ffi.memmove(lib.ggml_opt_dataset_labels(ds).data, ffi.from_buffer(lab), lab.nbytes)
-        r_train, r_val = lib.ggml_opt_result_init(), lib.ggml_opt_result_init()
+            ffi.memmove(checked_lib.ggml_opt_dataset_labels(ds).data, ffi.from_buffer(lab), lab.nbytes)
+        r_train, r_val = checked_lib.ggml_opt_result_init(), checked_lib.ggml_opt_result_init()
         if shuffle_all and batch < n_used:
-            lib.ggml_opt_dataset_shuffle(opt, ds, -1)
+            checked_lib.ggml_opt_dataset_shuffle(opt, ds, -1)
         progress = _Progress() if verbose else None
         cb_train, cb_val, errors = ffi.NULL, ffi.NULL, []
         if ctx.get("bn_stats") or head_losses or progress:
@@ -309,16 +310,16 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
         history, orders = [], []
         for epoch in range(1, epochs + 1):
             if shuffle_train and batch < n_train:
-                lib.ggml_opt_dataset_shuffle(opt, ds, n_train)
+                checked_lib.ggml_opt_dataset_shuffle(opt, ds, n_train)
             hooks[0](epoch, opt_params)
             for layer, mask in ctx.get("masks", []):
                 shape = tuple(ne_shape(mask))
                 m = np.ascontiguousarray(mask_fn(layer, epoch, shape), dtype=np.float32)
                 if m.shape != shape:
                     raise GGMLError(f"dropout mask for {layer.name!r} has shape {m.shape}, expected {shape}")
-                lib.ggml_backend_tensor_set(mask, ffi.from_buffer(m), 0, m.nbytes)
-            lib.ggml_opt_result_reset(r_train)
-            lib.ggml_opt_result_reset(r_val)
+                checked_lib.ggml_backend_tensor_set(mask, ffi.from_buffer(m), 0, m.nbytes)
+            checked_lib.ggml_opt_result_reset(r_train)
+            checked_lib.ggml_opt_result_reset(r_val)
             if progress is not None:
                 progress.epoch = f"epoch {epoch}/{epochs}"
             for _, per_batch in head_losses:
@@ -326,7 +327,7 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
                 per_batch["val"].clear()
             sched.fit_threads_to_load()  # for the epoch: ggml runs its batches
             if step_size is None:
-                lib.ggml_opt_epoch(opt, ds, r_train, r_val, n_train, cb_train, cb_val)
+                checked_lib.ggml_opt_epoch(opt, ds, r_train, r_val, n_train, cb_train, cb_val)
             else:
                 _epoch_caller_graphs(opt, ds, b, build, inp, step_size, r_train, r_val, n_train, n_used // batch,
                                      cb_train, cb_val)
@@ -352,16 +353,16 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
             progress.close()
         for res in (r_train, r_val):
             if res is not None:
-                lib.ggml_opt_result_free(res)
+                checked_lib.ggml_opt_result_free(res)
         if ds is not None:
-            lib.ggml_opt_dataset_free(ds)
+            checked_lib.ggml_opt_dataset_free(ds)
         if opt is not None:
-            lib.ggml_opt_free(opt)
+            checked_lib.ggml_opt_free(opt)
         if sched is not None and sched.ptr is not None:
             if own_sched:
                 sched.free()
             else:  # the model keeps it: let go of this graph
-                lib.ggml_backend_sched_reset(sched.ptr)
+                checked_lib.ggml_backend_sched_reset(sched.ptr)
         b.free()
 
 
@@ -385,22 +386,22 @@ def _epoch_caller_graphs(opt, ds, b, build, inp, size, r_train, r_val, idata_spl
     clears them first (ggml_opt_reset without the optimizer: moments and step count stay)."""
     batch = int(inp.ne[1])
     split = idata_split // batch
-    t0 = lib.ggml_time_us()
+    t0 = checked_lib.ggml_time_us()
     for ib in range(nbatches):
         train = ib < split
         if ib == split:
-            t0 = lib.ggml_time_us()
+            t0 = checked_lib.ggml_time_us()
         b.restart(n_tensors=size + 2 * ROOM_PER_LAYER, graph_size=size)
         out = build()[0]
-        gf = lib.ggml_new_graph_custom(b.ctx, size, True)
-        lib.ggml_build_forward_expand(gf, out)
-        lib.ggml_opt_prepare_alloc(opt, b.ctx, gf, inp, out)
-        lib.ggml_opt_alloc(opt, train)
+        gf = checked_lib.ggml_new_graph_custom(b.ctx, size, True)
+        checked_lib.ggml_build_forward_expand(gf, out)
+        checked_lib.ggml_opt_prepare_alloc(opt, b.ctx, gf, inp, out)
+        checked_lib.ggml_opt_alloc(opt, train)
         if train:
-            lib.ggml_opt_reset(opt, False)
-        lib.ggml_opt_dataset_get_batch(ds, inp, lib.ggml_opt_labels(opt), ib)
+            checked_lib.ggml_opt_reset(opt, False)
+        checked_lib.ggml_opt_dataset_get_batch(ds, inp, checked_lib.ggml_opt_labels(opt), ib)
         result = r_train if train else r_val
-        lib.ggml_opt_eval(opt, result)
+        checked_lib.ggml_opt_eval(opt, result)
         cb = cb_train if train else cb_val
         if cb != ffi.NULL:
             cb(train, opt, ds, result, (ib if train else ib - split) + 1, split if train else nbatches - split, t0)
@@ -426,18 +427,18 @@ def _multi_loss(b, inp, outs, heads, f_x, k, batch, head_losses, ctx):
     total, off = None, 0
     for j, kind, weight, kj in heads:
         o = outs[j]
-        if int(lib.ggml_nelements(o)) != kj * batch:
-            raise GGMLError(f"output {j} has {int(lib.ggml_nelements(o)) // batch} values per sample, y has {kj}")
+        if int(checked_lib.ggml_nelements(o)) != kj * batch:
+            raise GGMLError(f"output {j} has {int(checked_lib.ggml_nelements(o)) // batch} values per sample, y has {kj}")
         o = b.reshape(o, [kj, batch])
         y = b.view_rows(inp, f_x + off, kj)
         off += kj
         if kind == "mse":
-            li = b.scale(lib.ggml_sum(c, b.mul(lib.ggml_sqr(c, b.sub(o, y)), w)), 1.0 / (kj * batch))
+            li = b.scale(checked_lib.ggml_sum(c, b.mul(checked_lib.ggml_sqr(c, b.sub(o, y)), w)), 1.0 / (kj * batch))
         else:
-            logp = lib.ggml_log(c, lib.ggml_soft_max(c, o))
-            li = b.scale(lib.ggml_sum(c, b.mul(b.mul(logp, y), w)), -1.0 / batch)
+            logp = checked_lib.ggml_log(c, checked_lib.ggml_soft_max(c, o))
+            li = b.scale(checked_lib.ggml_sum(c, b.mul(b.mul(logp, y), w)), -1.0 / batch)
         dst = b.new_w([1])
-        ctx.setdefault("anchors", []).append(lib.ggml_cpy(c, li, dst))
+        ctx.setdefault("anchors", []).append(checked_lib.ggml_cpy(c, li, dst))
         head_losses.append((dst, {"train": [], "val": []}))
         term = li if weight == 1.0 else b.scale(li, weight)
         total = term if total is None else b.add(total, term)
@@ -480,13 +481,13 @@ def _batch_callback(stats, head_losses, progress, errors):
         try:
             for dst, per_batch in head_losses:
                 v = np.empty(1, np.float32)
-                lib.ggml_backend_tensor_get(dst, ffi.from_buffer(v), 0, v.nbytes)
+                checked_lib.ggml_backend_tensor_get(dst, ffi.from_buffer(v), 0, v.nbytes)
                 per_batch["train" if train else "val"].append(float(v[0]))
             for layer, t_mean, t_var in (stats if train else ()):
                 n = int(t_mean.ne[0])
                 mean, var = np.empty(n, np.float32), np.empty(n, np.float32)
-                lib.ggml_backend_tensor_get(t_mean, ffi.from_buffer(mean), 0, mean.nbytes)
-                lib.ggml_backend_tensor_get(t_var, ffi.from_buffer(var), 0, var.nbytes)
+                checked_lib.ggml_backend_tensor_get(t_mean, ffi.from_buffer(mean), 0, mean.nbytes)
+                checked_lib.ggml_backend_tensor_get(t_var, ffi.from_buffer(var), 0, var.nbytes)
                 layer.update_running(mean, var)
             if progress is not None:
                 progress.batch(bool(train), result, int(ibatch), int(ibatch_max))
@@ -496,7 +497,7 @@ def _batch_callback(stats, head_losses, progress, errors):
 
 
 def ne_shape(t):
-    return [int(t.ne[i]) for i in range(max(lib.ggml_n_dims(t), 1))][::-1]
+    return [int(t.ne[i]) for i in range(max(checked_lib.ggml_n_dims(t), 1))][::-1]
 
 
 def _batch_order(ds, shape, batch, n_used, dtype, k):
@@ -507,7 +508,7 @@ def _batch_order(ds, shape, batch, n_used, dtype, k):
     lp = ffi.from_buffer(labels) if k else ffi.NULL
     order = []
     for ib in range(n_used // batch):
-        lib.ggml_opt_dataset_get_batch_host(ds, ffi.from_buffer(buf), buf.nbytes, lp, ib)
+        checked_lib.ggml_opt_dataset_get_batch_host(ds, ffi.from_buffer(buf), buf.nbytes, lp, ib)
         order += [int(v) for v in buf[:, -1]]
     return order
 
@@ -516,8 +517,8 @@ def _read_back(model, b) -> None:
     for layer in model._all_layers():
         for k, arr in layer.weights.items():
             t = b.param_tensors.get((id(layer), k))
-            if t is not None and (t.flags & lib.GGML_TENSOR_FLAG_PARAM):
+            if t is not None and (t.flags & checked_lib.GGML_TENSOR_FLAG_PARAM):
                 out = np.empty_like(arr)
-                lib.ggml_backend_tensor_get(t, ffi.from_buffer(out), 0, out.nbytes)
+                checked_lib.ggml_backend_tensor_get(t, ffi.from_buffer(out), 0, out.nbytes)
                 check_tensor_device(t)  # never a lost RPC server's zeros as the weights
                 layer.weights[k] = out

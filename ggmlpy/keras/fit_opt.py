@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..bindings import lib
-from ..core.context import Context, Tensor
+from ..core.handles import Context, Tensor
 from ..core.opt import (OptDataset, OptResult, _check_dataset, ggml_opt_dataset_shuffle, ggml_opt_epoch,
                         ggml_opt_init, ggml_opt_result_accuracy, ggml_opt_result_loss, ggml_opt_result_ndata,
                         ggml_opt_result_reset, n_train_opt_fit)

@@ -10,7 +10,7 @@ sized here from the model.
 from __future__ import annotations
 
 from ..bindings import ffi
-from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
+from ..core.checked import checked_lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from ..graph import free_context, new_context
 
@@ -26,11 +26,11 @@ MAX_GRAPH_NODES = 1 << 18    # the largest step graph (nodes + leafs) ggmlpy bui
 def ctx_tensors(ctx, leafs_only: bool = False) -> int:
     """Number of tensors in a ggml context (with leafs_only, those a graph lists as leafs:
     no op, not a parameter)."""
-    n, t = 0, lib.ggml_get_first_tensor(ctx)
+    n, t = 0, checked_lib.ggml_get_first_tensor(ctx)
     while t != ffi.NULL:
-        if not leafs_only or (t.op == lib.GGML_OP_NONE and not t.flags & lib.GGML_TENSOR_FLAG_PARAM):
+        if not leafs_only or (t.op == checked_lib.GGML_OP_NONE and not t.flags & checked_lib.GGML_TENSOR_FLAG_PARAM):
             n += 1
-        t = lib.ggml_get_next_tensor(ctx, t)
+        t = checked_lib.ggml_get_next_tensor(ctx, t)
     return n
 
 
@@ -47,16 +47,16 @@ def forward_bound(b) -> int:
 
 def _loss_nodes(ctx, out, loss_type):
     """The loss ggml_opt adds on top of `out` (ggml_opt_build), in a scratch context."""
-    if loss_type == lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY:
-        labels = lib.ggml_dup_tensor(ctx, out)
-        loss = lib.ggml_cross_entropy_loss(ctx, out, labels)
-        extra = [lib.ggml_count_equal(ctx, lib.ggml_argmax(ctx, out), lib.ggml_argmax(ctx, labels))]
-    elif loss_type == lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR:
-        labels = lib.ggml_dup_tensor(ctx, out)
-        loss = lib.ggml_scale(ctx, lib.ggml_sum(ctx, lib.ggml_sqr(ctx, lib.ggml_sub(ctx, out, labels))), 1.0)
+    if loss_type == checked_lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY:
+        labels = checked_lib.ggml_dup_tensor(ctx, out)
+        loss = checked_lib.ggml_cross_entropy_loss(ctx, out, labels)
+        extra = [checked_lib.ggml_count_equal(ctx, checked_lib.ggml_argmax(ctx, out), checked_lib.ggml_argmax(ctx, labels))]
+    elif loss_type == checked_lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR:
+        labels = checked_lib.ggml_dup_tensor(ctx, out)
+        loss = checked_lib.ggml_scale(ctx, checked_lib.ggml_sum(ctx, checked_lib.ggml_sqr(ctx, checked_lib.ggml_sub(ctx, out, labels))), 1.0)
         extra = []
     else:
-        loss = lib.ggml_scale(ctx, lib.ggml_sum(ctx, out), 1.0)
+        loss = checked_lib.ggml_scale(ctx, checked_lib.ggml_sum(ctx, out), 1.0)
         extra = []
     return loss, extra
 
@@ -70,20 +70,20 @@ def step_graph_size(b, out, loss_type, n_params: int, adamw: bool) -> int:
     size = BACKWARD_FACTOR * bound + 1024
     if size > MAX_GRAPH_NODES * 4:
         raise too_big(bound * 3)
-    ctx = new_context(size, 3 * lib.ggml_graph_overhead_custom(size, True))
+    ctx = new_context(size, 3 * checked_lib.ggml_graph_overhead_custom(size, True))
     try:
-        gf = lib.ggml_new_graph_custom(ctx, size, True)
+        gf = checked_lib.ggml_new_graph_custom(ctx, size, True)
         loss, extra = _loss_nodes(ctx, out, loss_type)
-        lib.ggml_set_loss(loss)
-        lib.ggml_build_forward_expand(gf, loss)
+        checked_lib.ggml_set_loss(loss)
+        checked_lib.ggml_build_forward_expand(gf, loss)
         for t in extra:
-            lib.ggml_build_forward_expand(gf, t)
-        gb = lib.ggml_graph_dup(ctx, gf, True)
-        lib.ggml_build_backward_expand(ctx, gb, ffi.NULL)
+            checked_lib.ggml_build_forward_expand(gf, t)
+        gb = checked_lib.ggml_graph_dup(ctx, gf, True)
+        checked_lib.ggml_build_backward_expand(ctx, gb, ffi.NULL)
         # ggml has no getter for a graph's leafs: every leaf-like tensor of the three contexts
         # bounds them (the model's are nearly all used)
         leafs = sum(ctx_tensors(c, leafs_only=True) for c in (b.ctx, b.ctx_w, ctx))
-        n = lib.ggml_graph_n_nodes(gb) + leafs
+        n = checked_lib.ggml_graph_n_nodes(gb) + leafs
     finally:
         free_context(ctx)
     # per parameter: its optimizer step (a node) and, for AdamW, two moment tensors; the

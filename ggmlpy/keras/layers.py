@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
+from ..core.checked import checked_lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from .base import (Layer, _check_activation, _glorot, count, ggml_to_r_shape,  # noqa: F401
                    r_to_ggml_shape)
@@ -121,7 +121,7 @@ class BatchNorm(Layer):
         x = b.cont(xs[0])
         if self.mode == "batch":
             return self._build_batch(b, x, W, batch, ctx)
-        y = lib.ggml_rms_norm(b.ctx, x, self.eps)
+        y = checked_lib.ggml_rms_norm(b.ctx, x, self.eps)
         if len(self.in_shape) == 3:
             g, be = b.reshape(W["gamma"], [1, 1, self._nf(), 1]), b.reshape(W["beta"], [1, 1, self._nf(), 1])
         elif len(self.in_shape) == 2:
@@ -150,18 +150,18 @@ class BatchNorm(Layer):
         def batch_mean(t):
             if image:
                 w, h = self.in_shape[0], self.in_shape[1]
-                t = b.reshape(lib.ggml_pool_2d(c, t, lib.GGML_OP_POOL_AVG, w, h, w, h, 0.0, 0.0), [f, batch])
-            return per_feature(lib.ggml_pool_2d(c, t, lib.GGML_OP_POOL_AVG, 1, batch, 1, batch, 0.0, 0.0))
+                t = b.reshape(checked_lib.ggml_pool_2d(c, t, checked_lib.GGML_OP_POOL_AVG, w, h, w, h, 0.0, 0.0), [f, batch])
+            return per_feature(checked_lib.ggml_pool_2d(c, t, checked_lib.GGML_OP_POOL_AVG, 1, batch, 1, batch, 0.0, 0.0))
         mean = batch_mean(x)
         xc = b.sub(x, mean)
-        var = batch_mean(lib.ggml_sqr(c, xc))                          # biased
+        var = batch_mean(checked_lib.ggml_sqr(c, xc))                          # biased
         # 1/sqrt(var + eps) as exp(-log(var + eps)/2): ggml's DIV backward cannot broadcast
-        inv_std = lib.ggml_exp(c, b.scale(lib.ggml_log(c, b.scale(var, 1.0, self.eps)), -0.5))
+        inv_std = checked_lib.ggml_exp(c, b.scale(checked_lib.ggml_log(c, b.scale(var, 1.0, self.eps)), -0.5))
         y = b.mul(xc, inv_std)
         # the batch statistics are copied into the weight buffer, where the per-batch callback
         # reads them; the copies are tied into the loss with weight 0 so ggml_opt computes them
         stats = [b.new_w([f]), b.new_w([f])]
-        copies = [lib.ggml_cpy(c, b.reshape(t, [f]), s) for t, s in ((mean, stats[0]), (var, stats[1]))]
+        copies = [checked_lib.ggml_cpy(c, b.reshape(t, [f]), s) for t, s in ((mean, stats[0]), (var, stats[1]))]
         ctx.setdefault("bn_stats", []).append((self, stats[0], stats[1]))
         ctx.setdefault("anchors", []).extend(copies)
         return b.add(b.mul(y, per_feature(W["gamma"])), per_feature(W["beta"]))
@@ -233,7 +233,7 @@ class Embedding(Layer):
         t = self.in_shape[0]
         ids = b.reshape(xs[0], [t * batch])
         ctx.setdefault("ids", []).append((ids, self.vocab_size))
-        y = lib.ggml_get_rows(b.ctx, W["weight"], ids)                # [dim, T*N]
+        y = checked_lib.ggml_get_rows(b.ctx, W["weight"], ids)                # [dim, T*N]
         return b.reshape(y, [self.dim, t, batch])
 
     def config(self):

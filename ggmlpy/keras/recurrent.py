@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
+from ..core.checked import checked_lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from .base import Layer, _check_activation, _zigzag, count, ggml_to_r_shape
 
@@ -38,11 +38,11 @@ class _Recurrent(Layer):
         c, t = self.in_shape
         b.check_room(2 * t + 64)
         x = b.cont(x)
-        return [lib.ggml_cont(b.ctx, lib.ggml_view_2d(b.ctx, x, c, batch, x.nb[2], i * x.nb[1])) for i in range(t)]
+        return [checked_lib.ggml_cont(b.ctx, checked_lib.ggml_view_2d(b.ctx, x, c, batch, x.nb[2], i * x.nb[1])) for i in range(t)]
 
     def _gate(self, b, g, k, batch):
         u = self.units
-        return lib.ggml_cont(b.ctx, lib.ggml_view_2d(b.ctx, g, u, batch, g.nb[1], k * u * g.nb[0]))
+        return checked_lib.ggml_cont(b.ctx, checked_lib.ggml_view_2d(b.ctx, g, u, batch, g.nb[1], k * u * g.nb[0]))
 
     def _finish(self, b, hs, batch):
         if not self.return_sequences:

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import random as grandom
 from ..autograd import forward_ad
-from ..autograd import ops as F
+from ..autograd import ops
 from ..autograd.engine import apply, assign, keep_mask
 from ..autograd.tape import no_grad
 from ..errors import GGMLError
@@ -195,8 +195,8 @@ def _uniform(shape, limit):
     return grandom.generator().uniform(-limit, limit, size=shape)
 
 
-_ACTIVATIONS = {None: None, "relu": F.ag_relu, "sigmoid": F.ag_sigmoid, "tanh": F.ag_tanh,
-                "softmax": F.ag_softmax, "gelu": F.ag_gelu, "silu": F.ag_silu}
+_ACTIVATIONS = {None: None, "relu": ops.ag_relu, "sigmoid": ops.ag_sigmoid, "tanh": ops.ag_tanh,
+                "softmax": ops.ag_softmax, "gelu": ops.ag_gelu, "silu": ops.ag_silu}
 
 
 class ag_linear(Module):
@@ -214,10 +214,10 @@ class ag_linear(Module):
 
     def forward(self, x: AGTensor) -> AGTensor:
         """W %*% x + b, then the activation; x is [in_features, batch]."""
-        z = F.ag_matmul(self.W, x)
+        z = ops.ag_matmul(self.W, x)
         if self.activation == "relu":  # bias and relu as one primitive: one eager launch, not two
             return apply("add_relu", z, self.b)
-        y = F.ag_add(z, self.b)
+        y = ops.ag_add(z, self.b)
         act = _ACTIVATIONS[self.activation]
         return act(y) if act else y
 
@@ -237,10 +237,10 @@ class ag_dropout(Module):
 
     def forward(self, x: AGTensor) -> AGTensor:
         """x with a fresh random mask in training mode; x itself in eval mode."""
-        x = F._ag(x, "ag_dropout")
+        x = ops._ag(x, "ag_dropout")
         if not self.training or self.rate == 0:
             return x
-        return F.ag_mul(x, keep_mask(x.shape, self.rate, x))
+        return ops.ag_mul(x, keep_mask(x.shape, self.rate, x))
 
     def extra_repr(self) -> str:
         return f"rate={self.rate}"
@@ -266,20 +266,20 @@ class ag_batch_norm(Module):
 
     def forward(self, x: AGTensor) -> AGTensor:
         """x [features, batch] normalised per row; updates the running statistics in training mode."""
-        x = F._ag(x, "ag_batch_norm", like=self.gamma)
+        x = ops._ag(x, "ag_batch_norm", like=self.gamma)
         if self.training:
-            mean = F.ag_mean(x, 1)
-            xc = F.ag_sub(x, mean)
-            var = F.ag_mean(F.ag_mul(xc, xc), 1)
+            mean = ops.ag_mean(x, 1)
+            xc = ops.ag_sub(x, mean)
+            var = ops.ag_mean(ops.ag_mul(xc, xc), 1)
             with no_grad():
                 m = self.momentum
-                assign(self.running_mean, F.ag_add(F.ag_scale(self.running_mean, 1 - m), F.ag_scale(mean, m)))
-                assign(self.running_var, F.ag_add(F.ag_scale(self.running_var, 1 - m), F.ag_scale(var, m)))
+                assign(self.running_mean, ops.ag_add(ops.ag_scale(self.running_mean, 1 - m), ops.ag_scale(mean, m)))
+                assign(self.running_var, ops.ag_add(ops.ag_scale(self.running_var, 1 - m), ops.ag_scale(var, m)))
         else:
-            xc = F.ag_sub(x, self.running_mean)
+            xc = ops.ag_sub(x, self.running_mean)
             var = self.running_var
-        y = F.ag_mul(xc, F.ag_pow(F.ag_add(var, self.eps), -0.5))
-        return F.ag_add(F.ag_mul(y, self.gamma), self.beta)
+        y = ops.ag_mul(xc, ops.ag_pow(ops.ag_add(var, self.eps), -0.5))
+        return ops.ag_add(ops.ag_mul(y, self.gamma), self.beta)
 
     def extra_repr(self) -> str:
         return f"{self.gamma.shape[0]}, eps={self.eps}, momentum={self.momentum}"
@@ -312,10 +312,10 @@ class ag_embedding(Module):
                 raise GGMLError(f"ag_embedding: indices must be integers in 0..{self.vocab_size - 1}")
             if cls.ndim > 3:
                 raise GGMLError(f"ag_embedding: indices of at most 3 dims, got shape {cls.shape}")
-            ids = ag_tensor(cls.reshape(-1, 1) if cls.ndim < 2 else cls, device=self.weight.dc.spec, dtype="i32")
+            ids = ag_tensor(cls.reshape(-1, 1) if cls.ndim < 2 else cls, device=self.weight.device_context.spec, dtype="i32")
         if not batched and ids.ncol > 1:
             out = apply("get_cols", self.weight, ids)
-            return F.ag_reshape(out, self.dim, -1)
+            return ops.ag_reshape(out, self.dim, -1)
         return apply("get_cols", self.weight, ids)
 
     def extra_repr(self) -> str:
@@ -357,14 +357,14 @@ class ag_multihead_attention(Module):
 
     @staticmethod
     def _project(x: AGTensor, W: AGTensor, b: AGTensor | None) -> AGTensor:
-        y = F.ag_matmul(W, x)
-        return y if b is None else F.ag_add(y, b)
+        y = ops.ag_matmul(W, x)
+        return y if b is None else ops.ag_add(y, b)
 
     def _inference(self) -> bool:
         """Whether the flash-attention kernel may run: on the CPU (other backends' kernels want f16
         keys and values and some head sizes only), with no tape recording, no ag_compile trace,
         no forward-mode level and no dropout to draw (it has no gradient rules of its own)."""
-        return (self.W_q.dc.backend.is_cpu and not AUTOGRAD.recording() and AUTOGRAD.trace is None
+        return (self.W_q.device_context.backend.is_cpu and not AUTOGRAD.recording() and AUTOGRAD.trace is None
                 and not forward_ad.LEVELS and not (self.training and self.dropout > 0))
 
     def _heads(self, x: AGTensor, W: AGTensor, b: AGTensor | None) -> AGTensor:
@@ -372,8 +372,8 @@ class ag_multihead_attention(Module):
         y = self._project(x, W, b)
         t, batch = x.shape[1], x.shape[2] if x.ndim > 2 else 1
         if self.n_heads == 1:  # no head axis to move: a reshape puts T second
-            return F.ag_reshape(y, self.d_k, t, 1, batch)
-        return F.ag_permute(F.ag_reshape(y, self.d_k, self.n_heads, t, batch), 0, 2, 1, 3)
+            return ops.ag_reshape(y, self.d_k, t, 1, batch)
+        return ops.ag_permute(ops.ag_reshape(y, self.d_k, self.n_heads, t, batch), 0, 2, 1, 3)
 
     def forward(self, query: AGTensor, key: AGTensor | None = None, value: AGTensor | None = None,
                 causal_mask: bool | None = None, attn_mask: AGTensor | None = None,
@@ -385,9 +385,9 @@ class ag_multihead_attention(Module):
         [T_k, 1], or per sequence [T_k, T_q or 1, 1, B]. `key_padding_mask`: [T_k, B] (or [T_k]),
         true (or nonzero) where a key is padding, as PyTorch's. Masks given as ag tensors can be
         inputs of ag_compile; numpy ones are uploaded per call."""
-        query = F._ag(query, "ag_multihead_attention", "query", like=self.W_q)
-        key = query if key is None else F._ag(key, "ag_multihead_attention", "key", like=self.W_q)
-        value = key if value is None else F._ag(value, "ag_multihead_attention", "value", like=self.W_q)
+        query = ops._ag(query, "ag_multihead_attention", "query", like=self.W_q)
+        key = query if key is None else ops._ag(key, "ag_multihead_attention", "key", like=self.W_q)
+        value = key if value is None else ops._ag(value, "ag_multihead_attention", "value", like=self.W_q)
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x.nrow != self.d_model or x.ndim > 3:
                 raise GGMLError(f"ag_multihead_attention: {name} must be [d_model={self.d_model}, T] or "
@@ -405,20 +405,20 @@ class ag_multihead_attention(Module):
                        self._project(value, self.W_v, self.b_v))
             heads = apply("attention", q, k, v, *([mask] if mask is not None else []), heads=self.n_heads,
                           scale=self.scale, causal=causal)
-            out = F.ag_matmul(self.W_o, heads)
-            return out if self.b_o is None else F.ag_add(out, self.b_o)
+            out = ops.ag_matmul(self.W_o, heads)
+            return out if self.b_o is None else ops.ag_add(out, self.b_o)
         q, k, v = (self._heads(query, self.W_q, self.b_q), self._heads(key, self.W_k, self.b_k),
                    self._heads(value, self.W_v, self.b_v))
         # scores [T_k, T_q, heads, B]: a column-wise softmax of them is the softmax over keys
-        attn = F.ag_softmax(F.ag_matmul(k, q, transpose_a=True), mask=mask, scale=self.scale, causal=causal)
+        attn = ops.ag_softmax(ops.ag_matmul(k, q, transpose_a=True), mask=mask, scale=self.scale, causal=causal)
         if self.training and self.dropout > 0:
-            attn = F.ag_mul(attn, keep_mask(attn.shape, self.dropout, attn))
-        heads = F.ag_matmul(v, attn)  # [d_k, T_q, heads, B]
+            attn = ops.ag_mul(attn, keep_mask(attn.shape, self.dropout, attn))
+        heads = ops.ag_matmul(v, attn)  # [d_k, T_q, heads, B]
         if self.n_heads > 1:
-            heads = F.ag_permute(heads, 0, 2, 1, 3)
-        heads = F.ag_reshape(heads, self.d_model, *query.shape[1:])
-        out = F.ag_matmul(self.W_o, heads)
-        return out if self.b_o is None else F.ag_add(out, self.b_o)
+            heads = ops.ag_permute(heads, 0, 2, 1, 3)
+        heads = ops.ag_reshape(heads, self.d_model, *query.shape[1:])
+        out = ops.ag_matmul(self.W_o, heads)
+        return out if self.b_o is None else ops.ag_add(out, self.b_o)
 
     def _mask(self, attn_mask, key_padding_mask, key, query):
         """One additive mask [T_k, T_q or 1, 1, B or 1] from the two kinds, or None."""
@@ -426,7 +426,7 @@ class ag_multihead_attention(Module):
         mask = None
         if attn_mask is not None:
             mask = attn_mask if isinstance(attn_mask, AGTensor) else \
-                ag_tensor(np.asarray(attn_mask, dtype=np.float64), device=key.dc.spec)
+                ag_tensor(np.asarray(attn_mask, dtype=np.float64), device=key.device_context.spec)
             if mask.ndim == 3 or (mask.ndim == 4 and mask.shape[2] != 1):
                 raise GGMLError(f"ag_multihead_attention: attn_mask must be [T_k, T_q], [T_k, 1] or "
                                 f"[T_k, T_q or 1, 1, B], got {list(mask.shape)}")
@@ -442,12 +442,12 @@ class ag_multihead_attention(Module):
                 if kp.shape[1] != batch:
                     raise GGMLError(f"ag_multihead_attention: key_padding_mask must be [T_k={tk}, B={batch}], "
                                     f"got {list(np.shape(key_padding_mask))}")
-                pad = ag_tensor(np.where(kp != 0, -np.inf, 0.0).reshape(tk, 1, 1, batch), device=key.dc.spec)
+                pad = ag_tensor(np.where(kp != 0, -np.inf, 0.0).reshape(tk, 1, 1, batch), device=key.device_context.spec)
             if pad.ndim == 2 and batch > 1:
-                pad = F.ag_reshape(pad, tk, 1, 1, batch)
+                pad = ops.ag_reshape(pad, tk, 1, 1, batch)
             if mask is not None:  # both kinds: [T_k, T_q or 1, 1, B]
                 full = norm_shape((tk, mask.shape[1], 1, batch))
-                mask = F.ag_add(pad if pad.shape == full else apply("broadcast", pad, shape=full), mask)
+                mask = ops.ag_add(pad if pad.shape == full else apply("broadcast", pad, shape=full), mask)
             else:
                 mask = pad
         return mask
@@ -488,7 +488,7 @@ class ag_layer_norm_layer(Module):
 
     def forward(self, x: AGTensor) -> AGTensor:
         """Layer norm of each column, then * gamma + beta."""
-        return F.ag_layer_norm(x, self.eps, self.gamma, self.beta)
+        return ops.ag_layer_norm(x, self.eps, self.gamma, self.beta)
 
     def extra_repr(self) -> str:
         return f"{self.gamma.shape[0]}, eps={self.eps}"
@@ -500,26 +500,26 @@ class ag_conv2d_layer(Module):
     optional activation. Images are [W, H, C, N]; `kernel_size`, `stride`, `padding` and
     `dilation` are ints or pairs along W, then H."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: F._IntPair, stride: F._IntPair = 1,
-                 padding: F._IntPair = 0, dilation: F._IntPair = 1, activation: str | None = None):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: ops._IntPair, stride: ops._IntPair = 1,
+                 padding: ops._IntPair = 0, dilation: ops._IntPair = 1, activation: str | None = None):
         super().__init__()
         if activation not in _ACTIVATIONS:
             raise GGMLError(f"ag_conv2d_layer: activation must be one of {sorted(a for a in _ACTIVATIONS if a)} "
                             "or None")
         _sizes("ag_conv2d_layer", in_channels=in_channels, out_channels=out_channels)
-        kw, kh = F._pair(kernel_size, "ag_conv2d_layer", "kernel_size", 1)
+        kw, kh = ops._pair(kernel_size, "ag_conv2d_layer", "kernel_size", 1)
         limit = math.sqrt(6.0 / (kw * kh * (in_channels + out_channels)))
         self.W = ag_param(_uniform((kw, kh, in_channels, out_channels), limit))
         self.b = ag_param(np.zeros((out_channels, 1)))
         # as pairs (along W, then H): a description read back from JSON (lists) rebuilds the same repr
-        self.stride = F._pair(stride, "ag_conv2d_layer", "stride", 1)
-        self.padding = F._pair(padding, "ag_conv2d_layer", "padding", 0)
-        self.dilation = F._pair(dilation, "ag_conv2d_layer", "dilation", 1)
+        self.stride = ops._pair(stride, "ag_conv2d_layer", "stride", 1)
+        self.padding = ops._pair(padding, "ag_conv2d_layer", "padding", 0)
+        self.dilation = ops._pair(dilation, "ag_conv2d_layer", "dilation", 1)
         self.activation = activation
 
     def forward(self, x: AGTensor) -> AGTensor:
         """The convolution of images x [W, H, in_channels, N], plus b, then the activation."""
-        y = F.ag_conv2d(x, self.W, self.b, stride=self.stride, padding=self.padding, dilation=self.dilation)
+        y = ops.ag_conv2d(x, self.W, self.b, stride=self.stride, padding=self.padding, dilation=self.dilation)
         act = _ACTIVATIONS[self.activation]
         return act(y) if act else y
 
@@ -533,14 +533,14 @@ class ag_conv2d_layer(Module):
 class ag_max_pool2d_layer(Module):
     """ag_max_pool2d as a layer: the max over each `kernel` window, `stride` apart (default: the kernel)."""
 
-    def __init__(self, kernel: F._IntPair, stride: F._IntPair | None = None):
+    def __init__(self, kernel: ops._IntPair, stride: ops._IntPair | None = None):
         super().__init__()
-        self.kernel = F._pair(kernel, "ag_max_pool2d_layer", "kernel", 1)
-        self.stride = self.kernel if stride is None else F._pair(stride, "ag_max_pool2d_layer", "stride", 1)
+        self.kernel = ops._pair(kernel, "ag_max_pool2d_layer", "kernel", 1)
+        self.stride = self.kernel if stride is None else ops._pair(stride, "ag_max_pool2d_layer", "stride", 1)
 
     def forward(self, x: AGTensor) -> AGTensor:
         """Max pooling of images x [W, H, C, N]."""
-        return F.ag_max_pool2d(x, self.kernel, self.stride)
+        return ops.ag_max_pool2d(x, self.kernel, self.stride)
 
     def extra_repr(self) -> str:
         return f"{self.kernel}, stride={self.stride}"
@@ -556,7 +556,7 @@ class ag_flatten_layer(Module):
         """x with all but its last axis flattened, column-major (a reshape: no copy)."""
         if not isinstance(x, AGTensor):
             raise GGMLError(f"ag_flatten_layer: expected an ag tensor, got {type(x).__name__}")
-        return F.ag_reshape(x, -1, x.shape[-1])
+        return ops.ag_reshape(x, -1, x.shape[-1])
 
 
 class ag_activation(Module):

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from .. import random as grandom
-from ..autograd import ops as F
+from ..autograd import ops
 from ..autograd.tape import no_grad
 from ..errors import GGMLError
 from ..tensor import AGTensor, ag_param
@@ -30,9 +30,9 @@ class ag_transformer_block(Module):
     def forward(self, x: AGTensor, key_padding_mask=None) -> AGTensor:
         """The block applied to every sequence of the batch."""
         a = self.attn(self.ln1(x), key_padding_mask=key_padding_mask)
-        x = F.ag_add(x, self.drop(a) if self.drop else a)
+        x = ops.ag_add(x, self.drop(a) if self.drop else a)
         m = self.proj(self.fc(self.ln2(x)))
-        return F.ag_add(x, self.drop(m) if self.drop else m)
+        return ops.ag_add(x, self.drop(m) if self.drop else m)
 
 
 class ag_gpt(Module):
@@ -63,14 +63,14 @@ class ag_gpt(Module):
         t = x.shape[1]
         if t > self.context:
             raise GGMLError(f"ag_gpt: {t} tokens exceed the context of {self.context}")
-        x = F.ag_add(x, self.pos if t == self.context else F.ag_slice(self.pos, None, slice(0, t)))
+        x = ops.ag_add(x, self.pos if t == self.context else ops.ag_slice(self.pos, None, slice(0, t)))
         for block in self.blocks:
             x = block(x)
-        return F.ag_matmul(self.tok.weight, self.ln_f(x), transpose_a=True)
+        return ops.ag_matmul(self.tok.weight, self.ln_f(x), transpose_a=True)
 
     def loss(self, idx, targets) -> AGTensor:
         """Mean cross-entropy of the logits for idx against targets (next tokens, same shape)."""
-        return F.ag_softmax_cross_entropy_loss(self(idx), targets)
+        return ops.ag_softmax_cross_entropy_loss(self(idx), targets)
 
     def generate(self, idx, n_new: int, greedy: bool = True, temperature: float = 1.0) -> np.ndarray:
         """idx [T] extended by n_new tokens, each from the logits of the last context window."""

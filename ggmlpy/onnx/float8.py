@@ -18,7 +18,7 @@ import numpy as np
 from onnx import TensorProto, numpy_helper
 
 from .graph import FLOAT8_TYPES, boundary_dtype
-from .safe import lib
+from .onnx_lib import onnx_lib
 
 
 def _params(to: int):
@@ -42,20 +42,20 @@ def round_in_graph(b, t, to: int, saturate: bool):
     assert to in FLOAT8_TYPES
     c = b.ctx
     m, emin, mx, has_inf = _params(to)
-    alive = lib.ggml_step(c, lib.ggml_scale_bias(c, lib.ggml_abs(c, t), 1.0, 1.0))  # 0 for NaN only
+    alive = onnx_lib.ggml_step(c, onnx_lib.ggml_scale_bias(c, onnx_lib.ggml_abs(c, t), 1.0, 1.0))  # 0 for NaN only
     # beyond max but finite when not saturating, so that the overflow test below sees it
-    x = lib.ggml_clamp(c, t, -mx, mx) if saturate else lib.ggml_clamp(c, t, -2 * mx, 2 * mx)
-    p = lib.ggml_scale(c, x, float(2.0 ** (23 - m) + 1))
-    hi = lib.ggml_sub(c, p, lib.ggml_sub(c, p, x))
+    x = onnx_lib.ggml_clamp(c, t, -mx, mx) if saturate else onnx_lib.ggml_clamp(c, t, -2 * mx, 2 * mx)
+    p = onnx_lib.ggml_scale(c, x, float(2.0 ** (23 - m) + 1))
+    hi = onnx_lib.ggml_sub(c, p, onnx_lib.ggml_sub(c, p, x))
     magic = float(1.5 * 2.0 ** (23 + emin - m))
-    sub = lib.ggml_scale_bias(c, lib.ggml_scale_bias(c, x, 1.0, magic), 1.0, -magic)
-    small = lib.ggml_step(c, lib.ggml_scale_bias(c, lib.ggml_abs(c, x), -1.0, float(2.0 ** emin)))
-    y = lib.ggml_add(c, hi, lib.ggml_mul(c, small, lib.ggml_sub(c, sub, hi)))
+    sub = onnx_lib.ggml_scale_bias(c, onnx_lib.ggml_scale_bias(c, x, 1.0, magic), 1.0, -magic)
+    small = onnx_lib.ggml_step(c, onnx_lib.ggml_scale_bias(c, onnx_lib.ggml_abs(c, x), -1.0, float(2.0 ** emin)))
+    y = onnx_lib.ggml_add(c, hi, onnx_lib.ggml_mul(c, small, onnx_lib.ggml_sub(c, sub, hi)))
     if not saturate:
-        over = lib.ggml_step(c, lib.ggml_scale_bias(c, lib.ggml_abs(c, y), 1.0, -mx))
-        room = lib.ggml_scale_bias(c, over, -1.0, 1.0)  # 1, or 0 where y overflowed
+        over = onnx_lib.ggml_step(c, onnx_lib.ggml_scale_bias(c, onnx_lib.ggml_abs(c, y), 1.0, -mx))
+        room = onnx_lib.ggml_scale_bias(c, over, -1.0, 1.0)  # 1, or 0 where y overflowed
         if has_inf:
-            y = lib.ggml_div(c, y, room)  # y / 0 = +-inf
+            y = onnx_lib.ggml_div(c, y, room)  # y / 0 = +-inf
         else:
-            y = lib.ggml_add(c, y, lib.ggml_div(c, lib.ggml_sub(c, over, over), room))  # + 0 / 0 = NaN
-    return lib.ggml_add(c, y, lib.ggml_div(c, lib.ggml_sub(c, alive, alive), alive))
+            y = onnx_lib.ggml_add(c, y, onnx_lib.ggml_div(c, onnx_lib.ggml_sub(c, over, over), room))  # + 0 / 0 = NaN
+    return onnx_lib.ggml_add(c, y, onnx_lib.ggml_div(c, onnx_lib.ggml_sub(c, alive, alive), alive))

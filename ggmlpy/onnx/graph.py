@@ -125,7 +125,7 @@ def compact(shape) -> tuple:
 
 def ne_of(shape) -> list[int]:
     """ggml ne of an ONNX shape: reversed, padded with ones. Above rank 4, size-one axes are dropped
-    (OnnxLimitation in Builder.new_tensor and the layout helpers when that is not enough)."""
+    (OnnxLimitation in OnnxGraphBuilder.new_tensor and the layout helpers when that is not enough)."""
     ne = [int(d) for d in reversed(compact(shape))]
     return ne + [1] * (MAX_RANK - len(ne))
 
@@ -142,7 +142,7 @@ def node_budget(node) -> int:
     return TENSORS_PER_NODE + TENSORS_PER_OPERAND * (len(node.input) + len(node.output))
 
 
-class Builder(GraphContext):
+class OnnxGraphBuilder(GraphContext):
     """One model graph under construction (graph.GraphContext: op nodes, placed by the allocator)
     and its weights (graph.Weights: the constants a ggml op reads, in a buffer of their own), both
     sized from the ONNX nodes they will hold."""
@@ -159,9 +159,9 @@ class Builder(GraphContext):
         self.opset = 0
         self.input_by_ptr: dict = {}  # ggml input tensor address -> input name
         self.index_inputs: dict = {}  # input name -> smallest axis it indexes (checked at run time)
-        self.columns_first = True  # conv product order (ops_nn.conv2d)
+        self.columns_first = True  # conv product order (ops_conv.conv2d)
         self.kernels = None  # ggmlpy.kernels.Kernels where the graph runs on ggml's CPU backend
-        self.packed_linears: dict = {}  # packed linear node's address -> its arguments (ops_nn.linear_gelu)
+        self.packed_linears: dict = {}  # packed linear node's address -> its arguments (ops_products.linear_gelu)
 
     def note_index_input(self, v: "Val", L: int) -> None:
         """`v` indexes an axis of length L: when it is a graph input, onnx_run checks its range."""

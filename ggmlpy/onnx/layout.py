@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..bindings import ffi
-from .safe import lib
+from .onnx_lib import onnx_lib
 from .graph import F32, MAX_RANK, ne_of
 
 
@@ -24,7 +24,7 @@ def squeeze_for(b, shape, axes=()):
 
 
 def cont(b, t):
-    return t if lib.ggml_is_contiguous(t) else lib.ggml_cont(b.ctx, t)
+    return t if onnx_lib.ggml_is_contiguous(t) else onnx_lib.ggml_cont(b.ctx, t)
 
 
 def reshape(b, t, shape):
@@ -34,7 +34,7 @@ def reshape(b, t, shape):
     ne = ne_of(shape)
     if [int(t.ne[i]) for i in range(MAX_RANK)] == ne:
         return t
-    return lib.ggml_reshape_4d(b.ctx, t, *ne)
+    return onnx_lib.ggml_reshape_4d(b.ctx, t, *ne)
 
 
 def permuted_view(b, t, perm, shape=None):
@@ -49,7 +49,7 @@ def permuted_view(b, t, perm, shape=None):
     pos = list(range(MAX_RANK))
     for i, p in enumerate(perm):
         pos[r - 1 - p] = r - 1 - i  # ggml axis r-1-p of the source lands at ggml axis r-1-i
-    return lib.ggml_permute(b.ctx, t, *pos)
+    return onnx_lib.ggml_permute(b.ctx, t, *pos)
 
 
 def permute(b, t, perm, shape=None):
@@ -62,7 +62,7 @@ def permuted_source(t):
     A consumer that can read src directly (a product in another orientation, an element-wise op
     applied before the permutation) leaves the copy out of the graph: ggml computes only what the
     outputs depend on."""
-    if t.op != lib.GGML_OP_CONT or t.src[0] == ffi.NULL or t.src[0].op != lib.GGML_OP_PERMUTE:
+    if t.op != onnx_lib.GGML_OP_CONT or t.src[0] == ffi.NULL or t.src[0].op != onnx_lib.GGML_OP_PERMUTE:
         return None
     p = t.src[0]
     return p.src[0], tuple(int(p.op_params[i]) for i in range(MAX_RANK))
@@ -84,7 +84,7 @@ def repeat_to(b, t, shape):
                                  f"dimensions); shape {list(shape)}")
     if [int(t.ne[i]) for i in range(MAX_RANK)] == ne:
         return t
-    return lib.ggml_repeat_4d(b.ctx, cont(b, t), *ne)
+    return onnx_lib.ggml_repeat_4d(b.ctx, cont(b, t), *ne)
 
 
 def binary(b, fn, va, vb, commutative=False):
@@ -124,12 +124,12 @@ def take(b, t, shape, axis, idx):
         # contiguous: a view, no copy
         t = cont(b, t)
         out_shape = pre + (n,) + post
-        return reshape(b, lib.ggml_view_1d(b.ctx, t, n * Q, int(idx[0]) * Q * int(t.nb[0])), out_shape), out_shape
+        return reshape(b, onnx_lib.ggml_view_1d(b.ctx, t, n * Q, int(idx[0]) * Q * int(t.nb[0])), out_shape), out_shape
     x = reshape(b, t, (P, L, Q))
     if P > 1:
         x = permute(b, x, (1, 0, 2))
     x = reshape(b, x, (L, P * Q))
-    rows = lib.ggml_get_rows(b.ctx, x, b.weight(idx, lib.GGML_TYPE_I32))  # ne [P*Q, n]
+    rows = onnx_lib.ggml_get_rows(b.ctx, x, b.weight(idx, onnx_lib.GGML_TYPE_I32))  # ne [P*Q, n]
     y = reshape(b, rows, (n, P, Q))
     if P > 1:
         y = permute(b, y, (1, 0, 2))
@@ -150,9 +150,9 @@ def slice_axis(b, t, shape, axis, start, stop):
     ne = ne_of(small)
     ne[g] = stop - start
     offs = start * int(t.nb[g])
-    v = lib.ggml_view_4d(b.ctx, t, ne[0], ne[1], ne[2], ne[3], t.nb[1], t.nb[2], t.nb[3], offs)
+    v = onnx_lib.ggml_view_4d(b.ctx, t, ne[0], ne[1], ne[2], ne[3], t.nb[1], t.nb[2], t.nb[3], offs)
     out = full[:axis] + (stop - start,) + full[axis + 1:]
-    return lib.ggml_cont(b.ctx, v), out
+    return onnx_lib.ggml_cont(b.ctx, v), out
 
 
 def pad_zero(b, t, shape, pads_begin, pads_end):
@@ -165,7 +165,7 @@ def pad_zero(b, t, shape, pads_begin, pads_end):
         lp[r - 1 - k], rp[r - 1 - k] = int(pads_begin[k]), int(pads_end[k])
     args = [x for pair in zip(lp, rp) for x in pair]
     out = tuple(s + pb + pe for s, pb, pe in zip(shape, pads_begin, pads_end))
-    return lib.ggml_pad_ext(b.ctx, cont(b, t), *args), out
+    return onnx_lib.ggml_pad_ext(b.ctx, cont(b, t), *args), out
 
 
 def to_rows(b, t, shape, axes):
@@ -186,7 +186,7 @@ def scalar_f32(b, value, shape=(1,)):
 def fill_like(b, t, value):
     """A tensor shaped like t, filled with value (a broadcast constant)."""
     one = scalar_f32(b, value)
-    return lib.ggml_repeat(b.ctx, one, t)
+    return onnx_lib.ggml_repeat(b.ctx, one, t)
 
 
 __all__ = ["cont", "reshape", "permute", "broadcast_shape", "repeat_to", "binary", "take", "slice_axis",

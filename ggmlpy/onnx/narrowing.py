@@ -35,7 +35,7 @@ from .graph import op_key
 Cut = tuple  # (axis, start, stop): rows [start, stop) along axis, fewer than the axis holds
 
 
-class Graph(NamedTuple):
+class NarrowedGraph(NamedTuple):
     """The part of a GraphProto that planning reads: nodes in order, and the graph's outputs; the
     outputs of the nodes narrowed, with the cut each computes; and the shape each of those and each
     seed's output must have when built (`expected`: a plan that builds another was narrowed on
@@ -284,7 +284,7 @@ def has_seed(nodes) -> bool:
     return any(n.op_type in ("Gather", "Slice") and n.domain in ("", "ai.onnx") for n in nodes)
 
 
-def narrow(graph, shapes: dict, consts: dict, opset: int) -> Graph | None:
+def narrow(graph, shapes: dict, consts: dict, opset: int) -> NarrowedGraph | None:
     """The graph with every value computed only for the rows its readers use (module docstring), or
     None when no node other than a reshape or transpose would compute fewer rows. `shapes`:
     static_shapes; `consts`: the values of initializers and Constant nodes, by name."""
@@ -330,7 +330,7 @@ def narrow(graph, shapes: dict, consts: dict, opset: int) -> Graph | None:
     expected = {name: shapes[name][:a] + (e - s,) + shapes[name][a + 1:] for name, (a, s, e) in cuts.items()}
     expected.update((nodes[i].output[0], shapes[nodes[i].output[0]]) for i in seeds
                     if nodes[i].input[0] in cuts and nodes[i].output[0] in shapes)  # as before narrowing
-    return Graph(_rewrite(nodes, narrowed, seeds, wanted, shapes, consts, shape_only), list(graph.output), cuts,
+    return NarrowedGraph(_rewrite(nodes, narrowed, seeds, wanted, shapes, consts, shape_only), list(graph.output), cuts,
                  expected)
 
 

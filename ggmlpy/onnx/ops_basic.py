@@ -1,6 +1,6 @@
 """ONNX operators, element-wise and shape: one builder per op type in OPS.
 
-A builder gets (b, node, ins, at): the graph Builder, the NodeProto, the input
+A builder gets (b, node, ins, at): the graph OnnxGraphBuilder, the NodeProto, the input
 values (None for an omitted optional input) and the attributes as a dict, and
 returns the output values. `CONST_INPUTS[op]` names the inputs that must be
 known at load time (they fix shapes or ggml op parameters).
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, numpy_helper
 
-from .safe import lib
+from .onnx_lib import onnx_lib
 from . import float8
 from .graph import FLOAT8_TYPES, FLOAT_TYPES, Val, const, np_dtype
 from .layout import (binary, broadcast_shape, cont, permute, permuted_source, repeat_to, reshape, scalar_f32,
@@ -69,16 +69,16 @@ def _erf(b, x):
     """erf(x) = sgn(x) (1 - t p(t) exp(-x^2)), t = 1/(1 + 0.3275911 |x|): Abramowitz & Stegun 7.1.26,
     absolute error below 1.5e-7 (ggml has no erf kernel)."""
     c = b.ctx
-    ax = lib.ggml_abs(c, x)
-    t = lib.ggml_div(c, lib.ggml_repeat(c, scalar_f32(b, 1.0), ax), lib.ggml_scale_bias(c, ax, 0.3275911, 1.0))
+    ax = onnx_lib.ggml_abs(c, x)
+    t = onnx_lib.ggml_div(c, onnx_lib.ggml_repeat(c, scalar_f32(b, 1.0), ax), onnx_lib.ggml_scale_bias(c, ax, 0.3275911, 1.0))
     poly = scalar_f32(b, 1.061405429)
-    p = lib.ggml_repeat(c, poly, t)
+    p = onnx_lib.ggml_repeat(c, poly, t)
     for coef in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
-        p = lib.ggml_scale_bias(c, lib.ggml_mul(c, p, t), 1.0, coef)
-    p = lib.ggml_mul(c, p, t)
-    e = lib.ggml_exp(c, lib.ggml_neg(c, lib.ggml_sqr(c, x)))
-    y = lib.ggml_scale_bias(c, lib.ggml_mul(c, p, e), -1.0, 1.0)
-    return lib.ggml_mul(c, y, lib.ggml_sgn(c, x))
+        p = onnx_lib.ggml_scale_bias(c, onnx_lib.ggml_mul(c, p, t), 1.0, coef)
+    p = onnx_lib.ggml_mul(c, p, t)
+    e = onnx_lib.ggml_exp(c, onnx_lib.ggml_neg(c, onnx_lib.ggml_sqr(c, x)))
+    y = onnx_lib.ggml_scale_bias(c, onnx_lib.ggml_mul(c, p, e), -1.0, 1.0)
+    return onnx_lib.ggml_mul(c, y, onnx_lib.ggml_sgn(c, x))
 
 
 def _round_even(b, x):
@@ -86,63 +86,63 @@ def _round_even(b, x):
     (exact for |x| < 2**22; larger floats are integers already)."""
     c = b.ctx
     magic = 12582912.0
-    big = lib.ggml_scale_bias(c, x, 1.0, magic)
-    r = lib.ggml_scale_bias(c, big, 1.0, -magic)
+    big = onnx_lib.ggml_scale_bias(c, x, 1.0, magic)
+    r = onnx_lib.ggml_scale_bias(c, big, 1.0, -magic)
     # |x| >= 2**22: keep x (already integral, or closer to it than the trick's granularity)
-    small = lib.ggml_step(c, lib.ggml_scale_bias(c, lib.ggml_abs(c, x), -1.0, 4194304.0))
-    return lib.ggml_add(c, lib.ggml_mul(c, small, lib.ggml_sub(c, r, x)), x)
+    small = onnx_lib.ggml_step(c, onnx_lib.ggml_scale_bias(c, onnx_lib.ggml_abs(c, x), -1.0, 4194304.0))
+    return onnx_lib.ggml_add(c, onnx_lib.ggml_mul(c, small, onnx_lib.ggml_sub(c, r, x)), x)
 
 
 def _elu_alpha(b, x, alpha):
     c = b.ctx
     if alpha == 1.0:
-        return lib.ggml_elu(c, x)
-    r = lib.ggml_relu(c, x)  # relu(x) + alpha * (elu(x) - relu(x))
-    return lib.ggml_add(c, r, lib.ggml_scale(c, lib.ggml_sub(c, lib.ggml_elu(c, x), r), alpha))
+        return onnx_lib.ggml_elu(c, x)
+    r = onnx_lib.ggml_relu(c, x)  # relu(x) + alpha * (elu(x) - relu(x))
+    return onnx_lib.ggml_add(c, r, onnx_lib.ggml_scale(c, onnx_lib.ggml_sub(c, onnx_lib.ggml_elu(c, x), r), alpha))
 
 
 def _recip(b, x):
-    return lib.ggml_div(b.ctx, lib.ggml_repeat(b.ctx, scalar_f32(b, 1.0), x), x)
+    return onnx_lib.ggml_div(b.ctx, onnx_lib.ggml_repeat(b.ctx, scalar_f32(b, 1.0), x), x)
 
 
 def _gelu_tanh(b, x):
     c = b.ctx
-    inner = lib.ggml_mul(c, x, lib.ggml_scale_bias(c, lib.ggml_sqr(c, x), 0.044715, 1.0))
-    th = lib.ggml_tanh(c, lib.ggml_scale(c, inner, float(np.sqrt(2.0 / np.pi))))
-    return lib.ggml_mul(c, lib.ggml_scale(c, x, 0.5), lib.ggml_scale_bias(c, th, 1.0, 1.0))
+    inner = onnx_lib.ggml_mul(c, x, onnx_lib.ggml_scale_bias(c, onnx_lib.ggml_sqr(c, x), 0.044715, 1.0))
+    th = onnx_lib.ggml_tanh(c, onnx_lib.ggml_scale(c, inner, float(np.sqrt(2.0 / np.pi))))
+    return onnx_lib.ggml_mul(c, onnx_lib.ggml_scale(c, x, 0.5), onnx_lib.ggml_scale_bias(c, th, 1.0, 1.0))
 
 
 UNARY = {
-    "Abs": lambda b, x, at: lib.ggml_abs(b.ctx, x),
-    "Neg": lambda b, x, at: lib.ggml_neg(b.ctx, x),
-    "Exp": lambda b, x, at: lib.ggml_exp(b.ctx, x),
-    "Log": lambda b, x, at: lib.ggml_log(b.ctx, x),
-    "Sqrt": lambda b, x, at: lib.ggml_sqrt(b.ctx, x),
+    "Abs": lambda b, x, at: onnx_lib.ggml_abs(b.ctx, x),
+    "Neg": lambda b, x, at: onnx_lib.ggml_neg(b.ctx, x),
+    "Exp": lambda b, x, at: onnx_lib.ggml_exp(b.ctx, x),
+    "Log": lambda b, x, at: onnx_lib.ggml_log(b.ctx, x),
+    "Sqrt": lambda b, x, at: onnx_lib.ggml_sqrt(b.ctx, x),
     "Relu": lambda b, x, at: b.relu(x),
-    "Sigmoid": lambda b, x, at: lib.ggml_sigmoid(b.ctx, x),
-    "Tanh": lambda b, x, at: lib.ggml_tanh(b.ctx, x),
-    "Sin": lambda b, x, at: lib.ggml_sin(b.ctx, x),
-    "Cos": lambda b, x, at: lib.ggml_cos(b.ctx, x),
-    "Floor": lambda b, x, at: lib.ggml_floor(b.ctx, x),
-    "Ceil": lambda b, x, at: lib.ggml_ceil(b.ctx, x),
+    "Sigmoid": lambda b, x, at: onnx_lib.ggml_sigmoid(b.ctx, x),
+    "Tanh": lambda b, x, at: onnx_lib.ggml_tanh(b.ctx, x),
+    "Sin": lambda b, x, at: onnx_lib.ggml_sin(b.ctx, x),
+    "Cos": lambda b, x, at: onnx_lib.ggml_cos(b.ctx, x),
+    "Floor": lambda b, x, at: onnx_lib.ggml_floor(b.ctx, x),
+    "Ceil": lambda b, x, at: onnx_lib.ggml_ceil(b.ctx, x),
     "Round": lambda b, x, at: _round_even(b, x),
-    "Sign": lambda b, x, at: lib.ggml_sgn(b.ctx, x),
+    "Sign": lambda b, x, at: onnx_lib.ggml_sgn(b.ctx, x),
     "Reciprocal": lambda b, x, at: _recip(b, x),
     "Erf": lambda b, x, at: _erf(b, x),
-    "Softplus": lambda b, x, at: lib.ggml_softplus(b.ctx, x),
-    "Softsign": lambda b, x, at: lib.ggml_div(b.ctx, x, lib.ggml_scale_bias(b.ctx, lib.ggml_abs(b.ctx, x), 1.0, 1.0)),
+    "Softplus": lambda b, x, at: onnx_lib.ggml_softplus(b.ctx, x),
+    "Softsign": lambda b, x, at: onnx_lib.ggml_div(b.ctx, x, onnx_lib.ggml_scale_bias(b.ctx, onnx_lib.ggml_abs(b.ctx, x), 1.0, 1.0)),
     "Elu": lambda b, x, at: _elu_alpha(b, x, float(at.get("alpha", 1.0))),
-    "Selu": lambda b, x, at: lib.ggml_scale(b.ctx, _elu_alpha(b, x, float(at.get("alpha", 1.67326319217681884765625))),
+    "Selu": lambda b, x, at: onnx_lib.ggml_scale(b.ctx, _elu_alpha(b, x, float(at.get("alpha", 1.67326319217681884765625))),
                                             float(at.get("gamma", 1.05070102214813232421875))),
-    "Celu": lambda b, x, at: lib.ggml_scale(b.ctx, lib.ggml_elu(b.ctx, lib.ggml_scale(b.ctx, x, 1.0 / float(at.get("alpha", 1.0)))),
+    "Celu": lambda b, x, at: onnx_lib.ggml_scale(b.ctx, onnx_lib.ggml_elu(b.ctx, onnx_lib.ggml_scale(b.ctx, x, 1.0 / float(at.get("alpha", 1.0)))),
                                             float(at.get("alpha", 1.0))),
-    "LeakyRelu": lambda b, x, at: b.keep_nan(lib.ggml_leaky_relu(b.ctx, x, float(at.get("alpha", 0.01)), False), x),
-    "HardSigmoid": lambda b, x, at: b.keep_nan(lib.ggml_clamp(b.ctx, lib.ggml_scale_bias(
+    "LeakyRelu": lambda b, x, at: b.keep_nan(onnx_lib.ggml_leaky_relu(b.ctx, x, float(at.get("alpha", 0.01)), False), x),
+    "HardSigmoid": lambda b, x, at: b.keep_nan(onnx_lib.ggml_clamp(b.ctx, onnx_lib.ggml_scale_bias(
         b.ctx, x, float(at.get("alpha", 0.2)), float(at.get("beta", 0.5))), 0.0, 1.0), x),
-    "HardSwish": lambda b, x, at: lib.ggml_mul(b.ctx, x, lib.ggml_clamp(b.ctx, lib.ggml_scale_bias(b.ctx, x, 1 / 6, 0.5), 0.0, 1.0)),
-    "Mish": lambda b, x, at: lib.ggml_mul(b.ctx, x, lib.ggml_tanh(b.ctx, lib.ggml_softplus(b.ctx, x))),
-    "Swish": lambda b, x, at: lib.ggml_mul(b.ctx, x, lib.ggml_sigmoid(b.ctx, lib.ggml_scale(b.ctx, x, float(at.get("alpha", 1.0))))),
-    "ThresholdedRelu": lambda b, x, at: lib.ggml_mul(b.ctx, x, lib.ggml_step(b.ctx, lib.ggml_scale_bias(
+    "HardSwish": lambda b, x, at: onnx_lib.ggml_mul(b.ctx, x, onnx_lib.ggml_clamp(b.ctx, onnx_lib.ggml_scale_bias(b.ctx, x, 1 / 6, 0.5), 0.0, 1.0)),
+    "Mish": lambda b, x, at: onnx_lib.ggml_mul(b.ctx, x, onnx_lib.ggml_tanh(b.ctx, onnx_lib.ggml_softplus(b.ctx, x))),
+    "Swish": lambda b, x, at: onnx_lib.ggml_mul(b.ctx, x, onnx_lib.ggml_sigmoid(b.ctx, onnx_lib.ggml_scale(b.ctx, x, float(at.get("alpha", 1.0))))),
+    "ThresholdedRelu": lambda b, x, at: onnx_lib.ggml_mul(b.ctx, x, onnx_lib.ggml_step(b.ctx, onnx_lib.ggml_scale_bias(
         b.ctx, x, 1.0, -float(at.get("alpha", 1.0))))),
     "Gelu": lambda b, x, at: _gelu_tanh(b, x) if at.get("approximate", b"none") in (b"tanh", "tanh")
     else b.gelu_erf(x),
@@ -152,10 +152,10 @@ UNARY = {
 
 def _shrink(b, x, lambd, bias):
     c = b.ctx
-    hi = lib.ggml_step(c, lib.ggml_scale_bias(c, x, 1.0, -lambd))
-    lo = lib.ggml_step(c, lib.ggml_scale_bias(c, x, -1.0, -lambd))
-    return lib.ggml_add(c, lib.ggml_mul(c, hi, lib.ggml_scale_bias(c, x, 1.0, -bias)),
-                        lib.ggml_mul(c, lo, lib.ggml_scale_bias(c, x, 1.0, bias)))
+    hi = onnx_lib.ggml_step(c, onnx_lib.ggml_scale_bias(c, x, 1.0, -lambd))
+    lo = onnx_lib.ggml_step(c, onnx_lib.ggml_scale_bias(c, x, -1.0, -lambd))
+    return onnx_lib.ggml_add(c, onnx_lib.ggml_mul(c, hi, onnx_lib.ggml_scale_bias(c, x, 1.0, -bias)),
+                        onnx_lib.ggml_mul(c, lo, onnx_lib.ggml_scale_bias(c, x, 1.0, bias)))
 
 
 for _name, _fn in UNARY.items():
@@ -204,8 +204,8 @@ def _clip(b, node, ins, at):
     hi = float(at.get("max", FLT_MAX)) if hi is None else float(hi)
     t = f(b, x)
     if lo > hi:  # ONNX: every element becomes max
-        return [b.out(lib.ggml_repeat(b.ctx, scalar_f32(b, hi), t), x.shape, x.dtype)]
-    return [b.out(b.keep_nan(lib.ggml_clamp(b.ctx, t, lo, hi), t), x.shape, x.dtype)]
+        return [b.out(onnx_lib.ggml_repeat(b.ctx, scalar_f32(b, hi), t), x.shape, x.dtype)]
+    return [b.out(b.keep_nan(onnx_lib.ggml_clamp(b.ctx, t, lo, hi), t), x.shape, x.dtype)]
 
 
 # -- element-wise: two or more inputs --------------------------------------------------------------------
@@ -218,11 +218,11 @@ def _bin(fn, commutative=False, out_type=None):
 
 
 def _div(c, x, y):
-    return lib.ggml_div(c, x, y)
+    return onnx_lib.ggml_div(c, x, y)
 
 
 def _int_div(c, x, y):  # ONNX integer Div truncates toward zero
-    return lib.ggml_trunc(c, lib.ggml_div(c, x, y))
+    return onnx_lib.ggml_trunc(c, onnx_lib.ggml_div(c, x, y))
 
 
 def _scalar_const(v: Val):
@@ -246,13 +246,13 @@ def _affine_scalar(b, ins, fn, out_type=None):
             if coef is None:
                 return None
             t = f(b, x)
-            src = permuted_source(t) if t.type == lib.GGML_TYPE_F32 else None
-            if src is not None and lib.ggml_is_contiguous(src[0]):
+            src = permuted_source(t) if t.type == onnx_lib.GGML_TYPE_F32 else None
+            if src is not None and onnx_lib.ggml_is_contiguous(src[0]):
                 # x * s + c of a transposed copy: the copy of (src * s + c), so that a product reading the
-                # transposition in place (ops_nn._matmul_gemm, attention's scaled keys) skips both
-                t = lib.ggml_cont(b.ctx, lib.ggml_permute(b.ctx, lib.ggml_scale_bias(b.ctx, src[0], *coef), *src[1]))
+                # transposition in place (ops_products._matmul_gemm, attention's scaled keys) skips both
+                t = onnx_lib.ggml_cont(b.ctx, onnx_lib.ggml_permute(b.ctx, onnx_lib.ggml_scale_bias(b.ctx, src[0], *coef), *src[1]))
             else:
-                t = lib.ggml_scale_bias(b.ctx, t, *coef)
+                t = onnx_lib.ggml_scale_bias(b.ctx, t, *coef)
             return [b.out(t, x.shape, out_type if out_type is not None else va.dtype)]
     return None
 
@@ -260,19 +260,19 @@ def _affine_scalar(b, ins, fn, out_type=None):
 @op("Add")
 def _add(b, node, ins, at):
     return (_affine_scalar(b, ins, lambda s, first: (1.0, s))
-            or _bin(lambda c, x, y: lib.ggml_add(c, x, y), True)(b, node, ins, at))
+            or _bin(lambda c, x, y: onnx_lib.ggml_add(c, x, y), True)(b, node, ins, at))
 
 
 @op("Sub")
 def _sub(b, node, ins, at):
     return (_affine_scalar(b, ins, lambda s, first: (-1.0, s) if first else (1.0, -s))
-            or _bin(lambda c, x, y: lib.ggml_sub(c, x, y))(b, node, ins, at))
+            or _bin(lambda c, x, y: onnx_lib.ggml_sub(c, x, y))(b, node, ins, at))
 
 
 @op("Mul")
 def _mul(b, node, ins, at):
     return (_affine_scalar(b, ins, lambda s, first: (s, 0.0))
-            or _bin(lambda c, x, y: lib.ggml_mul(c, x, y), True)(b, node, ins, at))
+            or _bin(lambda c, x, y: onnx_lib.ggml_mul(c, x, y), True)(b, node, ins, at))
 
 
 @op("Div")
@@ -286,21 +286,21 @@ def _divop(b, node, ins, at):
 
 
 def _cmp_gt(c, x, y):  # x > y
-    return lib.ggml_step(c, lib.ggml_sub(c, x, y))
+    return onnx_lib.ggml_step(c, onnx_lib.ggml_sub(c, x, y))
 
 
 def _cmp_lt(c, x, y):
-    return lib.ggml_step(c, lib.ggml_neg(c, lib.ggml_sub(c, x, y)))
+    return onnx_lib.ggml_step(c, onnx_lib.ggml_neg(c, onnx_lib.ggml_sub(c, x, y)))
 
 
 def _cmp_eq(c, x, y):
-    d = lib.ggml_sub(c, x, y)
-    ne = lib.ggml_add(c, lib.ggml_step(c, d), lib.ggml_step(c, lib.ggml_neg(c, d)))
-    return lib.ggml_scale_bias(c, ne, -1.0, 1.0)
+    d = onnx_lib.ggml_sub(c, x, y)
+    ne = onnx_lib.ggml_add(c, onnx_lib.ggml_step(c, d), onnx_lib.ggml_step(c, onnx_lib.ggml_neg(c, d)))
+    return onnx_lib.ggml_scale_bias(c, ne, -1.0, 1.0)
 
 
 def _not(c, x):
-    return lib.ggml_scale_bias(c, x, -1.0, 1.0)
+    return onnx_lib.ggml_scale_bias(c, x, -1.0, 1.0)
 
 
 OPS["Greater"] = _bin(_cmp_gt, out_type=BOOL)
@@ -320,15 +320,15 @@ def _equal(b, node, ins, at):
     def finite(v):
         if v.is_const:
             return const(np.clip(v.const.astype(np.float32), -FLT_MAX, FLT_MAX), v.dtype)
-        return Val(v.shape, v.dtype, t=lib.ggml_clamp(b.ctx, f(b, v), -FLT_MAX, FLT_MAX))
+        return Val(v.shape, v.dtype, t=onnx_lib.ggml_clamp(b.ctx, f(b, v), -FLT_MAX, FLT_MAX))
     return _bin(_cmp_eq, True, out_type=BOOL)(b, node, [finite(va), finite(vb)], at)
 
 
 OPS["GreaterOrEqual"] = _bin(lambda c, x, y: _not(c, _cmp_lt(c, x, y)), out_type=BOOL)
 OPS["LessOrEqual"] = _bin(lambda c, x, y: _not(c, _cmp_gt(c, x, y)), out_type=BOOL)
-OPS["And"] = _bin(lambda c, x, y: lib.ggml_mul(c, x, y), True, out_type=BOOL)
-OPS["Or"] = _bin(lambda c, x, y: lib.ggml_step(c, lib.ggml_add(c, x, y)), True, out_type=BOOL)
-OPS["Xor"] = _bin(lambda c, x, y: lib.ggml_step(c, lib.ggml_abs(c, lib.ggml_sub(c, x, y))), True, out_type=BOOL)
+OPS["And"] = _bin(lambda c, x, y: onnx_lib.ggml_mul(c, x, y), True, out_type=BOOL)
+OPS["Or"] = _bin(lambda c, x, y: onnx_lib.ggml_step(c, onnx_lib.ggml_add(c, x, y)), True, out_type=BOOL)
+OPS["Xor"] = _bin(lambda c, x, y: onnx_lib.ggml_step(c, onnx_lib.ggml_abs(c, onnx_lib.ggml_sub(c, x, y))), True, out_type=BOOL)
 OPS["Not"] = _unary(lambda b, x, at: _not(b.ctx, x))
 
 
@@ -352,8 +352,8 @@ def _variadic(make, post=None):
 
 OPS["Max"] = _variadic(lambda b: lambda c, x, y: b.extremum(x, y, True))  # NaN where any operand is
 OPS["Min"] = _variadic(lambda b: lambda c, x, y: b.extremum(x, y, False))
-OPS["Sum"] = _variadic(lambda b: lib.ggml_add)
-OPS["Mean"] = _variadic(lambda b: lib.ggml_add, post=lambda b, t, n: lib.ggml_scale(b.ctx, t, 1.0 / n))
+OPS["Sum"] = _variadic(lambda b: onnx_lib.ggml_add)
+OPS["Mean"] = _variadic(lambda b: onnx_lib.ggml_add, post=lambda b, t, n: onnx_lib.ggml_scale(b.ctx, t, 1.0 / n))
 
 
 @op("Pow")
@@ -368,33 +368,33 @@ def _pow(b, node, ins, at):
         if e == 1.0:
             r = t
         elif e == 2.0:
-            r = lib.ggml_sqr(c, t)
+            r = onnx_lib.ggml_sqr(c, t)
         elif e == 0.5:
-            r = lib.ggml_sqrt(c, t)
+            r = onnx_lib.ggml_sqrt(c, t)
         elif e == 3.0:
-            r = lib.ggml_mul(c, lib.ggml_sqr(c, t), t)
+            r = onnx_lib.ggml_mul(c, onnx_lib.ggml_sqr(c, t), t)
         elif e == 0.0:
-            r = lib.ggml_repeat(c, scalar_f32(b, 1.0), t)
+            r = onnx_lib.ggml_repeat(c, scalar_f32(b, 1.0), t)
         elif e == -1.0:
             r = _recip(b, t)
         if r is not None:
             return [b.out(reshape(b, r, shape), shape, x.dtype)]
     # exp(y log x): x > 0, or x < 0 with an integer exponent (sign restored for odd ones)
-    t, shape = binary(b, lambda c, lx, yy: lib.ggml_exp(c, lib.ggml_mul(c, lx, yy)),
-                      Val(x.shape, x.dtype, t=lib.ggml_log(b.ctx, lib.ggml_abs(b.ctx, f(b, x)))), y)
+    t, shape = binary(b, lambda c, lx, yy: onnx_lib.ggml_exp(c, onnx_lib.ggml_mul(c, lx, yy)),
+                      Val(x.shape, x.dtype, t=onnx_lib.ggml_log(b.ctx, onnx_lib.ggml_abs(b.ctx, f(b, x)))), y)
     if not (x.is_const and (x.const >= 0).all()):
         # sign: -1 where x < 0 and y is odd: 1 - 2 * step(-x) * (|y| mod 2)
         c = b.ctx
-        neg = Val(x.shape, x.dtype, t=lib.ggml_step(c, lib.ggml_neg(c, f(b, x))))
+        neg = Val(x.shape, x.dtype, t=onnx_lib.ggml_step(c, onnx_lib.ggml_neg(c, f(b, x))))
         if y.is_const:
             odd = const((np.abs(np.asarray(y.const, dtype=np.float64)) % 2 == 1).astype(np.float32))
         else:
-            ay = lib.ggml_abs(c, f(b, y))
-            half = lib.ggml_scale(c, ay, 0.5)
-            odd = Val(y.shape, y.dtype, t=lib.ggml_scale(c, lib.ggml_sub(c, half, lib.ggml_floor(c, half)), 2.0))
-        s, _ = binary(b, lambda c_, p, q: lib.ggml_mul(c_, p, q), neg, odd, True)
-        sign = lib.ggml_scale_bias(c, s, -2.0, 1.0)
-        t, shape = binary(b, lambda c_, p, q: lib.ggml_mul(c_, p, q), Val(shape, x.dtype, t=t),
+            ay = onnx_lib.ggml_abs(c, f(b, y))
+            half = onnx_lib.ggml_scale(c, ay, 0.5)
+            odd = Val(y.shape, y.dtype, t=onnx_lib.ggml_scale(c, onnx_lib.ggml_sub(c, half, onnx_lib.ggml_floor(c, half)), 2.0))
+        s, _ = binary(b, lambda c_, p, q: onnx_lib.ggml_mul(c_, p, q), neg, odd, True)
+        sign = onnx_lib.ggml_scale_bias(c, s, -2.0, 1.0)
+        t, shape = binary(b, lambda c_, p, q: onnx_lib.ggml_mul(c_, p, q), Val(shape, x.dtype, t=t),
                           Val(shape, x.dtype, t=reshape(b, sign, shape)), True)
     return [b.out(t, shape, x.dtype)]
 
@@ -403,7 +403,7 @@ def _pow(b, node, ins, at):
 def _mod(b, node, ins, at):
     fmod = int(at.get("fmod", 0))
     b.need(fmod in (0, 1), f"Mod: fmod must be 0 or 1, got {fmod}")
-    rnd = lib.ggml_trunc if fmod else lib.ggml_floor
+    rnd = onnx_lib.ggml_trunc if fmod else onnx_lib.ggml_floor
     va, vb = ins
     c = b.ctx
 
@@ -414,31 +414,31 @@ def _mod(b, node, ins, at):
     def un(fn, x):
         return Val(x.shape, va.dtype, t=fn(f(b, x)))
 
-    mul = lambda c_, x, y: lib.ggml_mul(c_, x, y)  # noqa: E731
+    mul = lambda c_, x, y: onnx_lib.ggml_mul(c_, x, y)  # noqa: E731
     if va.dtype not in FLOAT_TYPES:  # integers: a - b * round(a / b), trunc (fmod) or floor (Python's %)
-        q = un(lambda t: rnd(c, t), ew(lambda c_, x, y: lib.ggml_div(c_, x, y), va, vb))
-        r = ew(lambda c_, x, y: lib.ggml_sub(c_, x, y), va, ew(mul, q, vb))
+        q = un(lambda t: rnd(c, t), ew(lambda c_, x, y: onnx_lib.ggml_div(c_, x, y), va, vb))
+        r = ew(lambda c_, x, y: onnx_lib.ggml_sub(c_, x, y), va, ew(mul, q, vb))
         return [b.out(f(b, r), r.shape, va.dtype)]
     # Floats follow numpy (fmod=0) and C's fmod (fmod=1) on infinities: a finite a modulo +-inf is a,
     # or (fmod=0, signs differ) b itself. The formula would give inf * 0 = NaN there, so it runs on b
     # clamped to finite values and the infinite-b results are selected with 0/1 masks (no inf * 0).
-    binf = un(lambda t: lib.ggml_step(c, lib.ggml_scale_bias(c, lib.ggml_abs(c, t), 1.0, -FLT_MAX)), vb)
-    bfin = un(lambda t: lib.ggml_clamp(c, t, -FLT_MAX, FLT_MAX), vb)  # finite for +-inf, and NaN on some backends
-    q = un(lambda t: rnd(c, t), ew(lambda c_, x, y: lib.ggml_div(c_, x, y), va, bfin))
-    r = ew(lambda c_, x, y: lib.ggml_sub(c_, x, y), va, ew(mul, q, bfin))  # finite wherever a is and b is +-inf
-    r = ew(mul, r, un(lambda t: lib.ggml_scale_bias(c, t, -1.0, 1.0), binf))
+    binf = un(lambda t: onnx_lib.ggml_step(c, onnx_lib.ggml_scale_bias(c, onnx_lib.ggml_abs(c, t), 1.0, -FLT_MAX)), vb)
+    bfin = un(lambda t: onnx_lib.ggml_clamp(c, t, -FLT_MAX, FLT_MAX), vb)  # finite for +-inf, and NaN on some backends
+    q = un(lambda t: rnd(c, t), ew(lambda c_, x, y: onnx_lib.ggml_div(c_, x, y), va, bfin))
+    r = ew(lambda c_, x, y: onnx_lib.ggml_sub(c_, x, y), va, ew(mul, q, bfin))  # finite wherever a is and b is +-inf
+    r = ew(mul, r, un(lambda t: onnx_lib.ggml_scale_bias(c, t, -1.0, 1.0), binf))
     if fmod:
         at_inf = ew(mul, va, binf)
     else:
-        opp = un(lambda t: lib.ggml_step(c, lib.ggml_neg(c, t)), ew(mul, va, bfin))  # a * b < 0
-        same = un(lambda t: lib.ggml_scale_bias(c, t, -1.0, 1.0), opp)
+        opp = un(lambda t: onnx_lib.ggml_step(c, onnx_lib.ggml_neg(c, t)), ew(mul, va, bfin))  # a * b < 0
+        same = un(lambda t: onnx_lib.ggml_scale_bias(c, t, -1.0, 1.0), opp)
         # a where the signs agree; b = +-inf where they differ, as FLT_MAX * 2 (overflows to inf)
-        big = un(lambda t: lib.ggml_scale(c, t, 2.0), ew(mul, ew(mul, bfin, opp), binf))
-        at_inf = ew(lambda c_, x, y: lib.ggml_add(c_, x, y), ew(mul, ew(mul, va, same), binf), big)
-    r = ew(lambda c_, x, y: lib.ggml_add(c_, x, y), r, at_inf)
+        big = un(lambda t: onnx_lib.ggml_scale(c, t, 2.0), ew(mul, ew(mul, bfin, opp), binf))
+        at_inf = ew(lambda c_, x, y: onnx_lib.ggml_add(c_, x, y), ew(mul, ew(mul, va, same), binf), big)
+    r = ew(lambda c_, x, y: onnx_lib.ggml_add(c_, x, y), r, at_inf)
     # a NaN b gives NaN: multiply by (1 - isnan) / (1 - isnan), 1 or 0/0 (clamp may have dropped the NaN)
-    num = un(lambda t: lib.ggml_step(c, lib.ggml_scale_bias(c, lib.ggml_abs(c, t), 1.0, 1.0)), vb)
-    keep = un(lambda t: lib.ggml_div(c, t, t), num)
+    num = un(lambda t: onnx_lib.ggml_step(c, onnx_lib.ggml_scale_bias(c, onnx_lib.ggml_abs(c, t), 1.0, 1.0)), vb)
+    keep = un(lambda t: onnx_lib.ggml_div(c, t, t), num)
     r = ew(mul, r, keep)
     return [b.out(f(b, r), r.shape, va.dtype)]
 
@@ -458,10 +458,10 @@ def _where(b, node, ins, at):
     if (not x.is_const or not y.is_const) and n < 2 ** 23 and len(shape) <= 4:
         return [_select(b, cnd, x, y, shape, n)]
     # c * x + (1 - c) * y: exact for any finite x and y (y + c * (x - y) loses x next to a huge y)
-    cx, sx = binary(b, lambda c, p, q: lib.ggml_mul(c, p, q), x, cnd, True)
-    notc = Val(cnd.shape, cnd.dtype, t=lib.ggml_scale_bias(b.ctx, f(b, cnd), -1.0, 1.0))
-    cy, sy = binary(b, lambda c, p, q: lib.ggml_mul(c, p, q), y, notc, True)
-    t, shape2 = binary(b, lambda c, p, q: lib.ggml_add(c, p, q), Val(sx, x.dtype, t=cx), Val(sy, x.dtype, t=cy),
+    cx, sx = binary(b, lambda c, p, q: onnx_lib.ggml_mul(c, p, q), x, cnd, True)
+    notc = Val(cnd.shape, cnd.dtype, t=onnx_lib.ggml_scale_bias(b.ctx, f(b, cnd), -1.0, 1.0))
+    cy, sy = binary(b, lambda c, p, q: onnx_lib.ggml_mul(c, p, q), y, notc, True)
+    t, shape2 = binary(b, lambda c, p, q: onnx_lib.ggml_add(c, p, q), Val(sx, x.dtype, t=cx), Val(sy, x.dtype, t=cy),
                        True)
     return [b.out(t, shape2, x.dtype)]
 
@@ -474,10 +474,10 @@ def _select(b, cnd, x, y, shape, n):
 
     def full(v):
         return reshape(b, repeat_to(b, reshape(b, b.tensor(v), (1,) * (len(shape) - v.rank) + v.shape), shape), (n, 1))
-    both = lib.ggml_concat(c, full(x), full(y), 1)  # ne [1, 2n]
-    pick = lib.ggml_scale_bias(c, full(cnd), -float(n), float(n))  # 0 where cnd, n elsewhere
-    idx = lib.ggml_add(c, pick, b.weight(np.arange(n, dtype=np.float32).reshape(n, 1)))  # exact below 2**24
-    rows = lib.ggml_get_rows(c, both, lib.ggml_cast(c, reshape(b, idx, (n,)), lib.GGML_TYPE_I32))
+    both = onnx_lib.ggml_concat(c, full(x), full(y), 1)  # ne [1, 2n]
+    pick = onnx_lib.ggml_scale_bias(c, full(cnd), -float(n), float(n))  # 0 where cnd, n elsewhere
+    idx = onnx_lib.ggml_add(c, pick, b.weight(np.arange(n, dtype=np.float32).reshape(n, 1)))  # exact below 2**24
+    rows = onnx_lib.ggml_get_rows(c, both, onnx_lib.ggml_cast(c, reshape(b, idx, (n,)), onnx_lib.GGML_TYPE_I32))
     return b.out(reshape(b, rows, shape), shape, x.dtype)
 
 
@@ -486,9 +486,9 @@ def _prelu(b, node, ins, at):
     x, slope = ins
     c = b.ctx
     t = f(b, x)
-    neg = Val(x.shape, x.dtype, t=lib.ggml_neg(c, lib.ggml_relu(c, lib.ggml_neg(c, t))))  # min(x, 0)
-    m, shape = binary(b, lambda c_, p, q: lib.ggml_mul(c_, p, q), neg, slope, True)
-    r, shape = binary(b, lambda c_, p, q: lib.ggml_add(c_, p, q), Val(shape, x.dtype, t=m),
+    neg = Val(x.shape, x.dtype, t=onnx_lib.ggml_neg(c, onnx_lib.ggml_relu(c, onnx_lib.ggml_neg(c, t))))  # min(x, 0)
+    m, shape = binary(b, lambda c_, p, q: onnx_lib.ggml_mul(c_, p, q), neg, slope, True)
+    r, shape = binary(b, lambda c_, p, q: onnx_lib.ggml_add(c_, p, q), Val(shape, x.dtype, t=m),
                       Val(x.shape, x.dtype, t=b.relu(t)), True)  # NaN kept here
     return [b.out(r, shape, x.dtype)]
 
@@ -506,13 +506,13 @@ def _cast_to(b, x: Val, to: int, saturate: bool = True):
         if x.dtype != to:
             t = float8.round_in_graph(b, t, to, saturate)
     elif to == BOOL:
-        t = lib.ggml_step(c, lib.ggml_abs(c, t))
+        t = onnx_lib.ggml_step(c, onnx_lib.ggml_abs(c, t))
     elif to not in FLOAT_TYPES and x.dtype in FLOAT_TYPES:
-        t = lib.ggml_trunc(c, t)
+        t = onnx_lib.ggml_trunc(c, t)
     elif to == TensorProto.FLOAT16 and x.dtype != TensorProto.FLOAT16:  # round through half precision
-        t = lib.ggml_cast(c, lib.ggml_cast(c, t, lib.GGML_TYPE_F16), lib.GGML_TYPE_F32)
+        t = onnx_lib.ggml_cast(c, onnx_lib.ggml_cast(c, t, onnx_lib.GGML_TYPE_F16), onnx_lib.GGML_TYPE_F32)
     elif to == TensorProto.BFLOAT16 and x.dtype != TensorProto.BFLOAT16:
-        t = lib.ggml_cast(c, lib.ggml_cast(c, t, lib.GGML_TYPE_BF16), lib.GGML_TYPE_F32)
+        t = onnx_lib.ggml_cast(c, onnx_lib.ggml_cast(c, t, onnx_lib.GGML_TYPE_BF16), onnx_lib.GGML_TYPE_F32)
     return b.out(t, x.shape, to)
 
 
@@ -642,7 +642,7 @@ def _concat(b, node, ins, at):
     # in time and memory for a Concat of thousands of inputs)
     ts = [piece(v) for v in vals]
     while len(ts) > 1:
-        ts = [lib.ggml_concat(b.ctx, ts[i], ts[i + 1], len(small) - 1 - ax) if i + 1 < len(ts) else ts[i]
+        ts = [onnx_lib.ggml_concat(b.ctx, ts[i], ts[i + 1], len(small) - 1 - ax) if i + 1 < len(ts) else ts[i]
               for i in range(0, len(ts), 2)]
     return [b.out(ts[0], tuple(shape), vals[0].dtype)]
 
@@ -720,7 +720,7 @@ def _gather(b, node, ins, at):
         xt = permute(b, xt, (1, 0, 2))
     xt = reshape(b, xt, (L, P * Q))
     idx = reshape(b, b.indices(ind), (ind.size,))
-    rows = lib.ggml_get_rows(b.ctx, xt, idx)
+    rows = onnx_lib.ggml_get_rows(b.ctx, xt, idx)
     y = reshape(b, rows, (ind.size, P, Q))
     if P > 1:
         y = permute(b, y, (1, 0, 2))

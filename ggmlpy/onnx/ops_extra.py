@@ -10,8 +10,11 @@ from . import float8
 from .graph import FLOAT8_TYPES, NeedsValue, Val, const, np_dtype
 from .layout import binary, permute, reshape, take, to_rows
 from .ops_basic import OPS, _concat, _round_even, _unary, cval, f, norm_axis, op
-from .ops_nn import _conv, _gemm, _global, _matmul_op, arg_rows
-from .safe import lib
+from .ops_conv import _conv
+from .ops_pool import _global
+from .ops_products import _gemm, _matmul_op
+from .ops_reduce import arg_rows
+from .onnx_lib import onnx_lib
 
 QRANGE = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127), TensorProto.UINT16: (0, 65535),
           TensorProto.INT16: (-32768, 32767), TensorProto.INT32: (-2 ** 31, 2 ** 31 - 1),
@@ -31,22 +34,22 @@ def _along(b, v: Val, axis, rank):
 
 
 def _mul(b, x, y):
-    t, shape = binary(b, lambda c, p, q: lib.ggml_mul(c, p, q), x, y, True)
+    t, shape = binary(b, lambda c, p, q: onnx_lib.ggml_mul(c, p, q), x, y, True)
     return Val(shape, x.dtype, t=t)
 
 
 def _sub(b, x, y):
-    t, shape = binary(b, lambda c, p, q: lib.ggml_sub(c, p, q), x, y)
+    t, shape = binary(b, lambda c, p, q: onnx_lib.ggml_sub(c, p, q), x, y)
     return Val(shape, x.dtype, t=t)
 
 
 def _add(b, x, y):
-    t, shape = binary(b, lambda c, p, q: lib.ggml_add(c, p, q), x, y, True)
+    t, shape = binary(b, lambda c, p, q: onnx_lib.ggml_add(c, p, q), x, y, True)
     return Val(shape, x.dtype, t=t)
 
 
 def _div(b, x, y):
-    t, shape = binary(b, lambda c, p, q: lib.ggml_div(c, p, q), x, y)
+    t, shape = binary(b, lambda c, p, q: onnx_lib.ggml_div(c, p, q), x, y)
     return Val(shape, x.dtype, t=t)
 
 
@@ -75,7 +78,7 @@ def quantize(b, x, scale, zp, axis, out_type, saturate=True):
     v = Val(q.shape, x.dtype, t=t)
     if zp is not None:
         v = _add(b, v, zp)
-    return b.out(lib.ggml_clamp(b.ctx, v.t, float(lo), float(hi)), v.shape, out_type)
+    return b.out(onnx_lib.ggml_clamp(b.ctx, v.t, float(lo), float(hi)), v.shape, out_type)
 
 
 def _blocks(b, x, scale, zp, at):
@@ -156,9 +159,9 @@ def _cumsum(b, node, ins, at):
     if rev:
         t, shape = take(b, t, shape, axis, np.arange(L)[::-1])
     rows, keep, perm = to_rows(b, t, shape, [axis])
-    y = lib.ggml_cumsum(b.ctx, rows)
+    y = onnx_lib.ggml_cumsum(b.ctx, rows)
     if excl:  # shift by one: the running sum before each element
-        y = lib.ggml_sub(b.ctx, y, rows)
+        y = onnx_lib.ggml_sub(b.ctx, y, rows)
     moved = tuple(shape[p] for p in perm)
     y = permute(b, reshape(b, y, moved), list(np.argsort(perm)))
     if rev:
@@ -173,18 +176,18 @@ def _trilu(b, node, ins, at):
     upper = int(at.get("upper", 1))
     n, m = x.shape[-2:]
     mask = np.triu(np.ones((n, m), np.float32), k) if upper else np.tril(np.ones((n, m), np.float32), k)
-    return [b.out(lib.ggml_mul(b.ctx, f(b, x), b.weight(mask)), x.shape, x.dtype)]
+    return [b.out(onnx_lib.ggml_mul(b.ctx, f(b, x), b.weight(mask)), x.shape, x.dtype)]
 
 
 def _exp_pair(b, x, sign):
     c = b.ctx
-    e, en = lib.ggml_exp(c, x), lib.ggml_exp(c, lib.ggml_neg(c, x))
-    return lib.ggml_scale(c, lib.ggml_add(c, e, en) if sign > 0 else lib.ggml_sub(c, e, en), 0.5)
+    e, en = onnx_lib.ggml_exp(c, x), onnx_lib.ggml_exp(c, onnx_lib.ggml_neg(c, x))
+    return onnx_lib.ggml_scale(c, onnx_lib.ggml_add(c, e, en) if sign > 0 else onnx_lib.ggml_sub(c, e, en), 0.5)
 
 
 OPS["Sinh"] = _unary(lambda b, x, at: _exp_pair(b, x, -1))
 OPS["Cosh"] = _unary(lambda b, x, at: _exp_pair(b, x, 1))
-OPS["Tan"] = _unary(lambda b, x, at: lib.ggml_div(b.ctx, lib.ggml_sin(b.ctx, x), lib.ggml_cos(b.ctx, x)))
+OPS["Tan"] = _unary(lambda b, x, at: onnx_lib.ggml_div(b.ctx, onnx_lib.ggml_sin(b.ctx, x), onnx_lib.ggml_cos(b.ctx, x)))
 
 
 @op("MeanVarianceNormalization")
@@ -193,10 +196,10 @@ def _mvn(b, node, ins, at):
     axes = sorted({norm_axis(b, a, x.rank) for a in at.get("axes", [0, 2, 3])})
     rows, keep, perm = to_rows(b, b.tensor(x), x.shape, axes)
     c = b.ctx
-    mean = lib.ggml_mean(c, rows)
-    d = lib.ggml_sub(c, rows, mean)
-    sd = lib.ggml_sqrt(c, lib.ggml_mean(c, lib.ggml_sqr(c, d)))
-    y = lib.ggml_div(c, d, lib.ggml_scale_bias(c, sd, 1.0, 1e-9))
+    mean = onnx_lib.ggml_mean(c, rows)
+    d = onnx_lib.ggml_sub(c, rows, mean)
+    sd = onnx_lib.ggml_sqrt(c, onnx_lib.ggml_mean(c, onnx_lib.ggml_sqr(c, d)))
+    y = onnx_lib.ggml_div(c, d, onnx_lib.ggml_scale_bias(c, sd, 1.0, 1e-9))
     moved = tuple(x.shape[p] for p in perm)
     return [b.out(permute(b, reshape(b, y, moved), list(np.argsort(perm))), x.shape, x.dtype)]
 
@@ -238,17 +241,17 @@ def _gather_elements_computed(b, x, ind, axis):
     L = x.shape[axis]
     stride = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
     i = f(b, ind)
-    i = lib.ggml_add(c, i, lib.ggml_scale(c, lib.ggml_step(c, lib.ggml_neg(c, i)), float(L)))  # negatives wrap
-    ok = lib.ggml_mul(c, lib.ggml_step(c, lib.ggml_scale_bias(c, i, 1.0, 1.0)),  # 0 <= i < L
-                      lib.ggml_step(c, lib.ggml_scale_bias(c, i, -1.0, float(L))))
-    i = lib.ggml_clamp(c, i, 0.0, float(L - 1))
+    i = onnx_lib.ggml_add(c, i, onnx_lib.ggml_scale(c, onnx_lib.ggml_step(c, onnx_lib.ggml_neg(c, i)), float(L)))  # negatives wrap
+    ok = onnx_lib.ggml_mul(c, onnx_lib.ggml_step(c, onnx_lib.ggml_scale_bias(c, i, 1.0, 1.0)),  # 0 <= i < L
+                      onnx_lib.ggml_step(c, onnx_lib.ggml_scale_bias(c, i, -1.0, float(L))))
+    i = onnx_lib.ggml_clamp(c, i, 0.0, float(L - 1))
     grid = list(np.indices(ind.shape))
     grid[axis] = np.zeros(ind.shape, np.int64)
     base = np.ravel_multi_index(tuple(grid), x.shape).astype(np.float32)
-    flat = lib.ggml_add(c, lib.ggml_scale(c, i, float(stride)), b.weight(base))
+    flat = onnx_lib.ggml_add(c, onnx_lib.ggml_scale(c, i, float(stride)), b.weight(base))
     rows = reshape(b, b.tensor(x), (x.size, 1))
-    y = lib.ggml_get_rows(c, rows, lib.ggml_cast(c, reshape(b, flat, (ind.size,)), lib.GGML_TYPE_I32))
-    y = lib.ggml_mul(c, reshape(b, y, ind.shape), lib.ggml_div(c, ok, ok))  # 1, or 0/0 = NaN out of range
+    y = onnx_lib.ggml_get_rows(c, rows, onnx_lib.ggml_cast(c, reshape(b, flat, (ind.size,)), onnx_lib.GGML_TYPE_I32))
+    y = onnx_lib.ggml_mul(c, reshape(b, y, ind.shape), onnx_lib.ggml_div(c, ok, ok))  # 1, or 0/0 = NaN out of range
     return [b.out(y, ind.shape, x.dtype)]
 
 
@@ -288,7 +291,7 @@ del np_dtype
 def _isnan(b, node, ins, at):
     x = ins[0]  # NaN is the one value whose |x| + 1 is not positive
     c = b.ctx
-    t = lib.ggml_scale_bias(c, lib.ggml_step(c, lib.ggml_scale_bias(c, lib.ggml_abs(c, f(b, x)), 1.0, 1.0)), -1.0, 1.0)
+    t = onnx_lib.ggml_scale_bias(c, onnx_lib.ggml_step(c, onnx_lib.ggml_scale_bias(c, onnx_lib.ggml_abs(c, f(b, x)), 1.0, 1.0)), -1.0, 1.0)
     return [b.out(t, x.shape, TensorProto.BOOL)]
 
 
@@ -299,10 +302,10 @@ def _isinf(b, node, ins, at):
     fmax = float(np.finfo(np.float32).max)
     t = f(b, x)
     pos, neg = int(at.get("detect_positive", 1)), int(at.get("detect_negative", 1))
-    src = lib.ggml_abs(c, t) if pos and neg else (t if pos else lib.ggml_neg(c, t))
-    y = lib.ggml_step(c, lib.ggml_scale_bias(c, src, 1.0, -fmax))
+    src = onnx_lib.ggml_abs(c, t) if pos and neg else (t if pos else onnx_lib.ggml_neg(c, t))
+    y = onnx_lib.ggml_step(c, onnx_lib.ggml_scale_bias(c, src, 1.0, -fmax))
     if not pos and not neg:
-        y = lib.ggml_scale(c, y, 0.0)
+        y = onnx_lib.ggml_scale(c, y, 0.0)
     return [b.out(y, x.shape, TensorProto.BOOL)]
 
 
@@ -316,17 +319,17 @@ def _topk(b, node, ins, at):
     b.need(0 < k <= L, f"K={k} for an axis of {L}")
     rows, keep, perm = to_rows(b, b.tensor(x), x.shape, [axis])
     R = int(rows.ne[1])
-    key = rows if largest else lib.ggml_neg(b.ctx, rows)
+    key = rows if largest else onnx_lib.ggml_neg(b.ctx, rows)
     # ties: ONNX wants the lower index first; subtracting index * tiny breaks them (values differ by more
     # than that, or are equal)
-    idx = lib.ggml_argsort_top_k(b.ctx, lib.ggml_cont(b.ctx, key), k)  # I32 ne [k, R], descending
-    idx = lib.ggml_cont(b.ctx, idx)
-    vals = lib.ggml_get_rows(b.ctx, lib.ggml_reshape_3d(b.ctx, rows, 1, L, R), idx)  # ne [1, k, R]
+    idx = onnx_lib.ggml_argsort_top_k(b.ctx, onnx_lib.ggml_cont(b.ctx, key), k)  # I32 ne [k, R], descending
+    idx = onnx_lib.ggml_cont(b.ctx, idx)
+    vals = onnx_lib.ggml_get_rows(b.ctx, onnx_lib.ggml_reshape_3d(b.ctx, rows, 1, L, R), idx)  # ne [1, k, R]
     moved = tuple(x.shape[p] for p in perm[:-1]) + (k,)
     inv = list(np.argsort(perm))
     out_shape = tuple(k if d == axis else x.shape[d] for d in range(x.rank))
     v = permute(b, reshape(b, vals, moved), inv)
-    i = permute(b, reshape(b, lib.ggml_cast(b.ctx, idx, lib.GGML_TYPE_F32), moved), inv)
+    i = permute(b, reshape(b, onnx_lib.ggml_cast(b.ctx, idx, onnx_lib.GGML_TYPE_F32), moved), inv)
     return [b.out(v, out_shape, x.dtype), b.out(i, out_shape, TensorProto.INT64)]
 
 
@@ -358,15 +361,15 @@ def _scatter(b, x, updates, positions, reduction):
         if reduction == "none":
             new = g
         elif reduction == "add":
-            new = lib.ggml_add(c, acc, g)
+            new = onnx_lib.ggml_add(c, acc, g)
         elif reduction == "mul":
-            new = lib.ggml_mul(c, acc, g)
+            new = onnx_lib.ggml_mul(c, acc, g)
         elif reduction == "max":
-            new = lib.ggml_add(c, acc, lib.ggml_relu(c, lib.ggml_sub(c, g, acc)))
+            new = onnx_lib.ggml_add(c, acc, onnx_lib.ggml_relu(c, onnx_lib.ggml_sub(c, g, acc)))
         else:
-            new = lib.ggml_sub(c, acc, lib.ggml_relu(c, lib.ggml_sub(c, acc, g)))
-        keep = lib.ggml_mul(c, acc, b.weight(1.0 - hit.reshape(x.shape)))
-        acc = lib.ggml_add(c, keep, lib.ggml_mul(c, new, h))
+            new = onnx_lib.ggml_sub(c, acc, onnx_lib.ggml_relu(c, onnx_lib.ggml_sub(c, acc, g)))
+        keep = onnx_lib.ggml_mul(c, acc, b.weight(1.0 - hit.reshape(x.shape)))
+        acc = onnx_lib.ggml_add(c, keep, onnx_lib.ggml_mul(c, new, h))
     return b.out(acc, x.shape, x.dtype)
 
 
@@ -407,9 +410,9 @@ def _hardmax(b, node, ins, at):
     first = arg_rows(b, rows)
     R = int(rows.ne[1])
     ar = b.weight(np.tile(np.arange(L, dtype=np.float32), (R, 1)))  # ne [L, R]
-    d = lib.ggml_sub(b.ctx, ar, lib.ggml_reshape_2d(b.ctx, first, 1, R))
-    one = lib.ggml_scale_bias(b.ctx, lib.ggml_add(b.ctx, lib.ggml_step(b.ctx, d),
-                                                  lib.ggml_step(b.ctx, lib.ggml_neg(b.ctx, d))), -1.0, 1.0)
+    d = onnx_lib.ggml_sub(b.ctx, ar, onnx_lib.ggml_reshape_2d(b.ctx, first, 1, R))
+    one = onnx_lib.ggml_scale_bias(b.ctx, onnx_lib.ggml_add(b.ctx, onnx_lib.ggml_step(b.ctx, d),
+                                                  onnx_lib.ggml_step(b.ctx, onnx_lib.ggml_neg(b.ctx, d))), -1.0, 1.0)
     moved = tuple(x.shape[p] for p in perm)
     return [b.out(permute(b, reshape(b, one, moved), list(np.argsort(perm))), x.shape, x.dtype)]
 
@@ -428,8 +431,8 @@ def _qbinary(fn):
     return build
 
 
-OPS[MS + "QLinearAdd"] = _qbinary(lambda c, p, q: lib.ggml_add(c, p, q))
-OPS[MS + "QLinearMul"] = _qbinary(lambda c, p, q: lib.ggml_mul(c, p, q))
+OPS[MS + "QLinearAdd"] = _qbinary(lambda c, p, q: onnx_lib.ggml_add(c, p, q))
+OPS[MS + "QLinearMul"] = _qbinary(lambda c, p, q: onnx_lib.ggml_mul(c, p, q))
 
 
 def _qunary(fn):
@@ -442,8 +445,8 @@ def _qunary(fn):
     return build
 
 
-OPS[MS + "QLinearSigmoid"] = _qunary(lambda b, t, at: lib.ggml_sigmoid(b.ctx, t))
-OPS[MS + "QLinearLeakyRelu"] = _qunary(lambda b, t, at: lib.ggml_leaky_relu(b.ctx, t, float(at.get("alpha", 0.01)), False))
+OPS[MS + "QLinearSigmoid"] = _qunary(lambda b, t, at: onnx_lib.ggml_sigmoid(b.ctx, t))
+OPS[MS + "QLinearLeakyRelu"] = _qunary(lambda b, t, at: onnx_lib.ggml_leaky_relu(b.ctx, t, float(at.get("alpha", 0.01)), False))
 
 
 def _qgap(b, node, ins, at):

@@ -8,7 +8,7 @@ Why not in the graph:
   per bin that depends on each ROI's size (sampling_ratio=0). ggml has no kernel for it, and the
   custom-op entry points (ggml_custom_4d, ggml_map_custom*) are not among the bound declarations.
 
-How they run (see model.py, `_Plan` and `OnnxModel.run`): a node whose input is still unknown when
+How they run (see plan.py, `OnnxShapePlan`, and model.py, `OnnxModel.run`): a node whose input is still unknown when
 the graph is built (it comes from the graph) is *deferred*, together with everything that depends on
 it. The model becomes a chain of stages: ggml graph -> host step (these functions, on the values
 read back) -> ggml graph of the deferred nodes (built for the shapes the host step produced, kept

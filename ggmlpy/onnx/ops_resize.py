@@ -14,7 +14,7 @@ import numpy as np
 from .graph import Val
 from .layout import permute, reshape
 from .ops_basic import cval, op
-from .safe import lib
+from .onnx_lib import onnx_lib
 
 
 def _s(v, default):
@@ -132,7 +132,7 @@ def apply_axis(b, t, shape, axis, M):
     moved = tuple(shape[k] for k in perm)
     rest = int(np.prod(moved[:-1], dtype=np.int64))
     x = reshape(b, x, (rest, shape[axis]))
-    y = lib.ggml_mul_mat(b.ctx, b.weight(M.astype(np.float32)), x)  # ne [O, rest]
+    y = onnx_lib.ggml_mul_mat(b.ctx, b.weight(M.astype(np.float32)), x)  # ne [O, rest]
     O = M.shape[0]
     y = reshape(b, y, moved[:-1] + (O,))
     out_shape = tuple(O if k == axis else d for k, d in enumerate(shape))
@@ -187,7 +187,7 @@ def _resize(b, x, scales, sizes, at, roi=None, axes=None):
         ev = float(at.get("extrapolation_value", 0.0))
         if ev != 0.0:
             mask = np.broadcast_to(np.where(inside_all, 0.0, ev), tuple(outs)).astype(np.float32)
-            t = lib.ggml_add(b.ctx, t, b.weight(np.ascontiguousarray(mask)))
+            t = onnx_lib.ggml_add(b.ctx, t, b.weight(np.ascontiguousarray(mask)))
     if tuple(shape) == tuple(x.shape) and t is b.tensor(x):
         return x
     return b.out(t, tuple(outs), x.dtype)

@@ -14,7 +14,7 @@ from onnx import TensorProto
 from .graph import Val
 from .layout import cont, permute, reshape
 from .ops_basic import cval, op
-from .safe import lib
+from .onnx_lib import onnx_lib
 
 
 def _s(v):
@@ -62,15 +62,15 @@ def _lstm(b, node, ins, at):
             xw = b.kernel_node(kern.linear_packed(c, b.weight(kern.pack_linear(np.ascontiguousarray(Wd.T))), xt,
                                                   4 * Hs, b.weight(bias)), "linear")
         else:
-            xw = lib.ggml_add(c, lib.ggml_mul_mat(c, b.weight(Wd), xt), b.weight(bias))  # ne [4H, T*N]
+            xw = onnx_lib.ggml_add(c, onnx_lib.ggml_mul_mat(c, b.weight(Wd), xt), b.weight(bias))  # ne [4H, T*N]
         wr = b.weight(Rd)
         if h0 is not None:
-            h = cont(b, lib.ggml_view_2d(c, reshape(b, b.tensor(h0), (nd * N, Hs)), Hs, N,
+            h = cont(b, onnx_lib.ggml_view_2d(c, reshape(b, b.tensor(h0), (nd * N, Hs)), Hs, N,
                                          Hs * 4, d * N * Hs * 4))
         else:
             h = b.weight(np.zeros((N, Hs), np.float32))
         if c0 is not None:
-            cc = cont(b, lib.ggml_view_2d(c, reshape(b, b.tensor(c0), (nd * N, Hs)), Hs, N,
+            cc = cont(b, onnx_lib.ggml_view_2d(c, reshape(b, b.tensor(c0), (nd * N, Hs)), Hs, N,
                                           Hs * 4, d * N * Hs * 4))
         else:
             cc = b.weight(np.zeros((N, Hs), np.float32))
@@ -79,41 +79,41 @@ def _lstm(b, node, ins, at):
             seq = kern.lstm(c, cont(b, xw), b.weight(np.ascontiguousarray(Rd.T)), cont(b, h), cont(b, cc), peeps, rev)
             b.kernel_node(seq, "lstm")
             slice_bytes = Hs * N * 4
-            ys.append(lib.ggml_view_4d(c, seq, Hs, N, 1, T, Hs * 4, slice_bytes, slice_bytes, 0))
-            hs.append(lib.ggml_view_2d(c, seq, Hs, N, Hs * 4, (0 if rev else T - 1) * slice_bytes))
-            cs.append(lib.ggml_view_2d(c, seq, Hs, N, Hs * 4, T * slice_bytes))
+            ys.append(onnx_lib.ggml_view_4d(c, seq, Hs, N, 1, T, Hs * 4, slice_bytes, slice_bytes, 0))
+            hs.append(onnx_lib.ggml_view_2d(c, seq, Hs, N, Hs * 4, (0 if rev else T - 1) * slice_bytes))
+            cs.append(onnx_lib.ggml_view_2d(c, seq, Hs, N, Hs * 4, T * slice_bytes))
             continue
         peep = None if P is None else [b.weight(np.ascontiguousarray(P.const[d][k * Hs:(k + 1) * Hs], np.float32))
                                        for k in range(3)]  # i, o, f
         out = [None] * T
         for t in (range(T - 1, -1, -1) if rev else range(T)):
-            g = lib.ggml_view_2d(c, xw, 4 * Hs, N, xw.nb[1], t * N * int(xw.nb[1]))
-            g = lib.ggml_add(c, cont(b, g), lib.ggml_mul_mat(c, wr, h))  # ne [4H, N]
+            g = onnx_lib.ggml_view_2d(c, xw, 4 * Hs, N, xw.nb[1], t * N * int(xw.nb[1]))
+            g = onnx_lib.ggml_add(c, cont(b, g), onnx_lib.ggml_mul_mat(c, wr, h))  # ne [4H, N]
 
             def gate(k):
-                return cont(b, lib.ggml_view_2d(c, g, Hs, N, g.nb[1], k * Hs * 4))
+                return cont(b, onnx_lib.ggml_view_2d(c, g, Hs, N, g.nb[1], k * Hs * 4))
             gi, go, gf, gc = gate(0), gate(1), gate(2), gate(3)
             if peep is not None:
-                gi = lib.ggml_add(c, gi, lib.ggml_mul(c, cc, peep[0]))
-                gf = lib.ggml_add(c, gf, lib.ggml_mul(c, cc, peep[2]))
-            i_, f_ = lib.ggml_sigmoid(c, gi), lib.ggml_sigmoid(c, gf)
-            cc = lib.ggml_add(c, lib.ggml_mul(c, f_, cc), lib.ggml_mul(c, i_, lib.ggml_tanh(c, gc)))
+                gi = onnx_lib.ggml_add(c, gi, onnx_lib.ggml_mul(c, cc, peep[0]))
+                gf = onnx_lib.ggml_add(c, gf, onnx_lib.ggml_mul(c, cc, peep[2]))
+            i_, f_ = onnx_lib.ggml_sigmoid(c, gi), onnx_lib.ggml_sigmoid(c, gf)
+            cc = onnx_lib.ggml_add(c, onnx_lib.ggml_mul(c, f_, cc), onnx_lib.ggml_mul(c, i_, onnx_lib.ggml_tanh(c, gc)))
             if peep is not None:
-                go = lib.ggml_add(c, go, lib.ggml_mul(c, cc, peep[1]))
-            h = lib.ggml_mul(c, lib.ggml_sigmoid(c, go), lib.ggml_tanh(c, cc))
+                go = onnx_lib.ggml_add(c, go, onnx_lib.ggml_mul(c, cc, peep[1]))
+            h = onnx_lib.ggml_mul(c, onnx_lib.ggml_sigmoid(c, go), onnx_lib.ggml_tanh(c, cc))
             out[t] = h
         y = out[0]
         for t in range(1, T):
-            y = lib.ggml_concat(c, y, out[t], 2)  # ne [H, N, T] after reshaping each step to [H, N, 1]
-        ys.append(lib.ggml_reshape_4d(c, cont(b, y), Hs, N, 1, T))
+            y = onnx_lib.ggml_concat(c, y, out[t], 2)  # ne [H, N, T] after reshaping each step to [H, N, 1]
+        ys.append(onnx_lib.ggml_reshape_4d(c, cont(b, y), Hs, N, 1, T))
         hs.append(h)
         cs.append(cc)
     Y = ys[0]
     Yh, Yc = hs[0], cs[0]
     for d in range(1, nd):
-        Y = lib.ggml_concat(c, Y, ys[d], 2)
-        Yh = lib.ggml_concat(c, lib.ggml_reshape_3d(c, Yh, Hs, N, d), lib.ggml_reshape_3d(c, hs[d], Hs, N, 1), 2)
-        Yc = lib.ggml_concat(c, lib.ggml_reshape_3d(c, Yc, Hs, N, d), lib.ggml_reshape_3d(c, cs[d], Hs, N, 1), 2)
+        Y = onnx_lib.ggml_concat(c, Y, ys[d], 2)
+        Yh = onnx_lib.ggml_concat(c, onnx_lib.ggml_reshape_3d(c, Yh, Hs, N, d), onnx_lib.ggml_reshape_3d(c, hs[d], Hs, N, 1), 2)
+        Yc = onnx_lib.ggml_concat(c, onnx_lib.ggml_reshape_3d(c, Yc, Hs, N, d), onnx_lib.ggml_reshape_3d(c, cs[d], Hs, N, 1), 2)
     dt = X.dtype if X.dtype != TensorProto.DOUBLE else TensorProto.FLOAT
     Yh, Yc = reshape(b, Yh, (nd, N, Hs)), reshape(b, Yc, (nd, N, Hs))
     if batch_first:
@@ -152,27 +152,27 @@ def _recurrent(b, node, ins, at, n_gates, step, name):
     for d, rev in enumerate(dirs):
         wb = np.zeros(HG, np.float32) if B is None else B.const[d][:HG].astype(np.float32)
         rb = np.zeros(HG, np.float32) if B is None else B.const[d][HG:].astype(np.float32)
-        xw = lib.ggml_add(c, lib.ggml_mul_mat(c, b.weight(np.ascontiguousarray(W.const[d], np.float32)), xt),
+        xw = onnx_lib.ggml_add(c, onnx_lib.ggml_mul_mat(c, b.weight(np.ascontiguousarray(W.const[d], np.float32)), xt),
                           b.weight(wb))
         Rd = np.ascontiguousarray(R.const[d], np.float32)
         if h0 is not None:
-            h = cont(b, lib.ggml_view_2d(c, reshape(b, b.tensor(h0), (nd * N, Hs)), Hs, N, Hs * 4, d * N * Hs * 4))
+            h = cont(b, onnx_lib.ggml_view_2d(c, reshape(b, b.tensor(h0), (nd * N, Hs)), Hs, N, Hs * 4, d * N * Hs * 4))
         else:
             h = b.weight(np.zeros((N, Hs), np.float32))
         out = [None] * T
         for t in (range(T - 1, -1, -1) if rev else range(T)):
-            g = cont(b, lib.ggml_view_2d(c, xw, HG, N, xw.nb[1], t * N * int(xw.nb[1])))
+            g = cont(b, onnx_lib.ggml_view_2d(c, xw, HG, N, xw.nb[1], t * N * int(xw.nb[1])))
             h = step(g, h, Rd, rb, Hs)
             out[t] = h
         y = out[0]
         for t in range(1, T):
-            y = lib.ggml_concat(c, y, out[t], 2)
-        ys.append(lib.ggml_reshape_4d(c, cont(b, y), Hs, N, 1, T))
+            y = onnx_lib.ggml_concat(c, y, out[t], 2)
+        ys.append(onnx_lib.ggml_reshape_4d(c, cont(b, y), Hs, N, 1, T))
         hs.append(h)
     Y, Yh = ys[0], hs[0]
     for d in range(1, nd):
-        Y = lib.ggml_concat(c, Y, ys[d], 2)
-        Yh = lib.ggml_concat(c, lib.ggml_reshape_3d(c, Yh, Hs, N, d), lib.ggml_reshape_3d(c, hs[d], Hs, N, 1), 2)
+        Y = onnx_lib.ggml_concat(c, Y, ys[d], 2)
+        Yh = onnx_lib.ggml_concat(c, onnx_lib.ggml_reshape_3d(c, Yh, Hs, N, d), onnx_lib.ggml_reshape_3d(c, hs[d], Hs, N, 1), 2)
     dt = X.dtype
     Yh = reshape(b, Yh, (nd, N, Hs))
     if batch_first:
@@ -197,20 +197,20 @@ def _gru(b, node, ins, at):
 
     def step(g, h, Rd, rb, Hs):
         def part(t, k):
-            return cont(b, lib.ggml_view_2d(c, t, Hs, int(t.ne[1]), t.nb[1], k * Hs * 4))
+            return cont(b, onnx_lib.ggml_view_2d(c, t, Hs, int(t.ne[1]), t.nb[1], k * Hs * 4))
         if id(Rd) not in weights:
             weights[id(Rd)] = (b.weight(np.ascontiguousarray(Rd[:2 * Hs])), b.weight(rb[:2 * Hs]),
                                b.weight(np.ascontiguousarray(Rd[2 * Hs:])), b.weight(rb[2 * Hs:]), Rd)
         Rzr, rbzr, Rh, rbh, _ = weights[id(Rd)]
-        rz = lib.ggml_add(c, lib.ggml_mul_mat(c, Rzr, h), rbzr)  # z, r
-        z = lib.ggml_sigmoid(c, lib.ggml_add(c, part(g, 0), part(rz, 0)))
-        r = lib.ggml_sigmoid(c, lib.ggml_add(c, part(g, 1), part(rz, 1)))
+        rz = onnx_lib.ggml_add(c, onnx_lib.ggml_mul_mat(c, Rzr, h), rbzr)  # z, r
+        z = onnx_lib.ggml_sigmoid(c, onnx_lib.ggml_add(c, part(g, 0), part(rz, 0)))
+        r = onnx_lib.ggml_sigmoid(c, onnx_lib.ggml_add(c, part(g, 1), part(rz, 1)))
         if lbr:
-            hh = lib.ggml_mul(c, r, lib.ggml_add(c, lib.ggml_mul_mat(c, Rh, h), rbh))
+            hh = onnx_lib.ggml_mul(c, r, onnx_lib.ggml_add(c, onnx_lib.ggml_mul_mat(c, Rh, h), rbh))
         else:
-            hh = lib.ggml_add(c, lib.ggml_mul_mat(c, Rh, lib.ggml_mul(c, r, h)), rbh)
-        ht = lib.ggml_tanh(c, lib.ggml_add(c, part(g, 2), hh))
-        return lib.ggml_add(c, ht, lib.ggml_mul(c, z, lib.ggml_sub(c, h, ht)))  # (1 - z) ht + z h
+            hh = onnx_lib.ggml_add(c, onnx_lib.ggml_mul_mat(c, Rh, onnx_lib.ggml_mul(c, r, h)), rbh)
+        ht = onnx_lib.ggml_tanh(c, onnx_lib.ggml_add(c, part(g, 2), hh))
+        return onnx_lib.ggml_add(c, ht, onnx_lib.ggml_mul(c, z, onnx_lib.ggml_sub(c, h, ht)))  # (1 - z) ht + z h
     return _recurrent(b, node, ins, at, 3, step, "GRU")
 
 
@@ -220,5 +220,5 @@ def _rnn(b, node, ins, at):
     c = b.ctx
 
     def step(g, h, Rd, rb, Hs):
-        return lib.ggml_tanh(c, lib.ggml_add(c, lib.ggml_add(c, g, lib.ggml_mul_mat(c, b.weight(Rd), h)), b.weight(rb)))
+        return onnx_lib.ggml_tanh(c, onnx_lib.ggml_add(c, onnx_lib.ggml_add(c, g, onnx_lib.ggml_mul_mat(c, b.weight(Rd), h)), b.weight(rb)))
     return _recurrent(b, node, ins, at, 1, step, "RNN")

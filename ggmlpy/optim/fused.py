@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
+from ..core.checked import checked_lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from ..tensor import AGTensor, ag_tensor
 
-F32 = lib.GGML_TYPE_F32
-LOW = (lib.GGML_TYPE_F16, lib.GGML_TYPE_BF16)
+F32 = checked_lib.GGML_TYPE_F32
+LOW = (checked_lib.GGML_TYPE_F16, checked_lib.GGML_TYPE_BF16)
 # Tensors per parameter in a group graph: at most 4 leaves + step + view + add + 3 velocity
 # nodes (the executor's contexts hold 256 tensors and graphs of 256 nodes).
 GROUP = 24
@@ -40,7 +40,7 @@ GROUP = 24
 
 def fusable(p: AGTensor, g: AGTensor, *state: AGTensor) -> bool:
     """ggml's optimizer kernels are f32 only and abort on a shape mismatch: check first."""
-    return all(t.st.type == F32 and t.shape == p.shape and t.dc is p.dc for t in (p, g, *state))
+    return all(t.storage.type == F32 and t.shape == p.shape and t.device_context is p.device_context for t in (p, g, *state))
 
 
 def hyper_tensor(values, device) -> AGTensor:
@@ -56,21 +56,21 @@ def _build_adamw(ctx, hyper, *quads):
     token = None
     for k in range(0, len(quads), 4):
         p, g, m, v = quads[k:k + 4]
-        lib.ggml_set_param(p)
-        step = lib.ggml_opt_step_adamw(ctx, p, g, m, v, hyper)
-        first = lib.ggml_view_2d(ctx, step, 1, 1, step.nb[1], 0)
-        token = first if token is None else lib.ggml_add(ctx, token, first)
+        checked_lib.ggml_set_param(p)
+        step = checked_lib.ggml_opt_step_adamw(ctx, p, g, m, v, hyper)
+        first = checked_lib.ggml_view_2d(ctx, step, 1, 1, step.nb[1], 0)
+        token = first if token is None else checked_lib.ggml_add(ctx, token, first)
     return token
 
 
 def adamw_step(items, hyper: AGTensor, token: AGTensor):
     """items: (p, g, m, v) ag tensors, all f32 on one device. Runs ceil(n / GROUP) graphs,
     yielding the number of items each one has updated."""
-    ex = hyper.dc.executor
+    ex = hyper.device_context.executor
     for start in range(0, len(items), GROUP):
         group = items[start:start + GROUP]
-        inputs = [hyper.st] + [t.st for quad in group for t in quad]
-        ex.run(("opt_step_adamw", len(group)), _build_adamw, inputs, None, out=[token.st])
+        inputs = [hyper.storage] + [t.storage for quad in group for t in quad]
+        ex.run(("opt_step_adamw", len(group)), _build_adamw, inputs, None, out=[token.storage])
         yield len(group)
 
 
@@ -105,13 +105,13 @@ def _build_sgd(momentum: float, weight_decay: float):
         for k in range(0, len(items), per):
             p, g = items[k], items[k + 1]
             if momentum:
-                g_eff = lib.ggml_add(ctx, g, lib.ggml_scale(ctx, p, weight_decay)) if weight_decay else g
-                g = lib.ggml_add(ctx, lib.ggml_scale(ctx, items[k + 2], momentum), g_eff)  # -> v's memory
+                g_eff = checked_lib.ggml_add(ctx, g, checked_lib.ggml_scale(ctx, p, weight_decay)) if weight_decay else g
+                g = checked_lib.ggml_add(ctx, checked_lib.ggml_scale(ctx, items[k + 2], momentum), g_eff)  # -> v's memory
                 outs.append(g)
-            lib.ggml_set_param(p)
-            step = lib.ggml_opt_step_sgd(ctx, p, g, hyper)
-            first = lib.ggml_view_2d(ctx, step, 1, 1, step.nb[1], 0)
-            token = first if token is None else lib.ggml_add(ctx, token, first)
+            checked_lib.ggml_set_param(p)
+            step = checked_lib.ggml_opt_step_sgd(ctx, p, g, hyper)
+            first = checked_lib.ggml_view_2d(ctx, step, 1, 1, step.nb[1], 0)
+            token = first if token is None else checked_lib.ggml_add(ctx, token, first)
         return outs + [token]
     return build
 
@@ -123,13 +123,13 @@ def sgd_hyper_values(lr, momentum, weight_decay) -> list:
 def sgd_step(items, hyper: AGTensor, token: AGTensor, momentum: float, weight_decay: float):
     """items: (p, g) or (p, g, v) ag tensors; p (and v) are overwritten with their new values.
     Yields the number of items each graph has updated."""
-    ex = hyper.dc.executor
+    ex = hyper.device_context.executor
     build = _build_sgd(momentum, weight_decay)
     for start in range(0, len(items), GROUP):
         group = items[start:start + GROUP]
-        inputs = [hyper.st] + [t.st for it in group for t in it]
-        out = [it[2].st for it in group] if momentum else []
-        ex.run(("opt_step_sgd", momentum, weight_decay, len(group)), build, inputs, None, out=out + [token.st])
+        inputs = [hyper.storage] + [t.storage for it in group for t in it]
+        out = [it[2].storage for it in group] if momentum else []
+        ex.run(("opt_step_sgd", momentum, weight_decay, len(group)), build, inputs, None, out=out + [token.storage])
         yield len(group)
 
 
@@ -139,8 +139,8 @@ def sgd_step(items, hyper: AGTensor, token: AGTensor, momentum: float, weight_de
 # its storage dtype. In f16, Adam's v = (1 - b2) g^2 underflows to 0 for small gradients and eps =
 # 1e-8 rounds to 0, so a parameter with a zero gradient would become 0 / 0 = NaN.
 def mixed_fusable(p: AGTensor, g: AGTensor, *state: AGTensor) -> bool:
-    return (p.st.type in LOW and g.st.type in (F32, *LOW) and all(t.st.type == F32 for t in state)
-            and all(t.shape == p.shape and t.dc is p.dc for t in (g, *state)))
+    return (p.storage.type in LOW and g.storage.type in (F32, *LOW) and all(t.storage.type == F32 for t in state)
+            and all(t.shape == p.shape and t.device_context is p.device_context for t in (g, *state)))
 
 
 def scalar_rows(ctx, hyper, n0: int, rows: dict):
@@ -148,27 +148,27 @@ def scalar_rows(ctx, hyper, n0: int, rows: dict):
     a single element one call per element, but a row one call per row."""
     def row(k):
         if (n0, k) not in rows:
-            one = lib.ggml_view_1d(ctx, hyper, 1, k * 4)
-            rows[(n0, k)] = lib.ggml_repeat_4d(ctx, one, n0, 1, 1, 1)
+            one = checked_lib.ggml_view_1d(ctx, hyper, 1, k * 4)
+            rows[(n0, k)] = checked_lib.ggml_repeat_4d(ctx, one, n0, 1, 1, 1)
         return rows[(n0, k)]
     return row
 
 
 def _as_f32(ctx, t):
-    return t if t.type == F32 else lib.ggml_cast(ctx, t, F32)
+    return t if t.type == F32 else checked_lib.ggml_cast(ctx, t, F32)
 
 
 def adam_mixed_nodes(ctx, h, p, g, m, v, weight_decay: bool) -> list:
     """New m, v (f32) and p (its own dtype) as nodes, h(k) being hyper value k as a row
     (adam_mixed_hyper_values). The formula is ggmlR's, as in ggml's kernel."""
     p32, g32 = _as_f32(ctx, p), _as_f32(ctx, g)
-    m = lib.ggml_add(ctx, lib.ggml_mul(ctx, m, h(0)), lib.ggml_mul(ctx, g32, h(1)))
-    v = lib.ggml_add(ctx, lib.ggml_mul(ctx, v, h(2)), lib.ggml_mul(ctx, lib.ggml_sqr(ctx, g32), h(3)))
-    denom = lib.ggml_add(ctx, lib.ggml_sqrt(ctx, lib.ggml_mul(ctx, v, h(5))), h(6))
-    step = lib.ggml_mul(ctx, lib.ggml_div(ctx, lib.ggml_mul(ctx, m, h(4)), denom), h(7))
+    m = checked_lib.ggml_add(ctx, checked_lib.ggml_mul(ctx, m, h(0)), checked_lib.ggml_mul(ctx, g32, h(1)))
+    v = checked_lib.ggml_add(ctx, checked_lib.ggml_mul(ctx, v, h(2)), checked_lib.ggml_mul(ctx, checked_lib.ggml_sqr(ctx, g32), h(3)))
+    denom = checked_lib.ggml_add(ctx, checked_lib.ggml_sqrt(ctx, checked_lib.ggml_mul(ctx, v, h(5))), h(6))
+    step = checked_lib.ggml_mul(ctx, checked_lib.ggml_div(ctx, checked_lib.ggml_mul(ctx, m, h(4)), denom), h(7))
     if weight_decay:  # decoupled: p (1 - lr wd) - lr * adam step, as ggml's kernel
-        step = lib.ggml_add(ctx, step, lib.ggml_mul(ctx, p32, h(8)))
-    return [m, v, lib.ggml_cast(ctx, lib.ggml_sub(ctx, p32, step), p.type)]
+        step = checked_lib.ggml_add(ctx, step, checked_lib.ggml_mul(ctx, p32, h(8)))
+    return [m, v, checked_lib.ggml_cast(ctx, checked_lib.ggml_sub(ctx, p32, step), p.type)]
 
 
 def sgd_mixed_nodes(ctx, lr, p, g, v, momentum: float, weight_decay: float) -> list:
@@ -176,12 +176,12 @@ def sgd_mixed_nodes(ctx, lr, p, g, v, momentum: float, weight_decay: float) -> l
     [p - lr (g + wd p)]; `lr` is the learning rate as a row."""
     p32, step = _as_f32(ctx, p), _as_f32(ctx, g)
     if weight_decay:
-        step = lib.ggml_add(ctx, step, lib.ggml_scale(ctx, p32, weight_decay))
+        step = checked_lib.ggml_add(ctx, step, checked_lib.ggml_scale(ctx, p32, weight_decay))
     out = []
     if momentum:
-        step = lib.ggml_add(ctx, lib.ggml_scale(ctx, v, momentum), step)
+        step = checked_lib.ggml_add(ctx, checked_lib.ggml_scale(ctx, v, momentum), step)
         out.append(step)
-    return out + [lib.ggml_cast(ctx, lib.ggml_sub(ctx, p32, lib.ggml_mul(ctx, step, lr)), p.type)]
+    return out + [checked_lib.ggml_cast(ctx, checked_lib.ggml_sub(ctx, p32, checked_lib.ggml_mul(ctx, step, lr)), p.type)]
 
 
 def _build_adam_mixed(weight_decay: bool):
@@ -204,12 +204,12 @@ def adam_mixed_hyper_values(lr, beta1, beta2, eps, wd, t) -> list:
 def adam_mixed_step(items, hyper: AGTensor, weight_decay: float):
     """items: (p, g, m, v) with p (and perhaps g) f16/bf16, m and v f32, on one device. Yields the
     number of items each graph has updated."""
-    ex = hyper.dc.executor
+    ex = hyper.device_context.executor
     build = _build_adam_mixed(bool(weight_decay))
     for start in range(0, len(items), GROUP):
         group = items[start:start + GROUP]
-        inputs = [hyper.st] + [t.st for quad in group for t in quad]
-        out = [s for p, g, m, v in group for s in (m.st, v.st, p.st)]
+        inputs = [hyper.storage] + [t.storage for quad in group for t in quad]
+        out = [s for p, g, m, v in group for s in (m.storage, v.storage, p.storage)]
         ex.run(("adam_mixed", bool(weight_decay), len(group)), build, inputs, None, out=out)
         yield len(group)
 
@@ -229,12 +229,12 @@ def _build_sgd_mixed(momentum: float, weight_decay: float):
 
 def sgd_mixed_step(items, hyper: AGTensor, momentum: float, weight_decay: float):
     """items: (p, g) or (p, g, v) with p f16/bf16 (v f32); p and v are overwritten."""
-    ex = hyper.dc.executor
+    ex = hyper.device_context.executor
     build = _build_sgd_mixed(momentum, weight_decay)
     for start in range(0, len(items), GROUP):
         group = items[start:start + GROUP]
-        inputs = [hyper.st] + [t.st for it in group for t in it]
-        out = [s for it in group for s in ((it[2].st, it[0].st) if momentum else (it[0].st,))]
+        inputs = [hyper.storage] + [t.storage for it in group for t in it]
+        out = [s for it in group for s in ((it[2].storage, it[0].storage) if momentum else (it[0].storage,))]
         ex.run(("sgd_mixed", momentum, weight_decay, len(group)), build, inputs, None, out=out)
         yield len(group)
 

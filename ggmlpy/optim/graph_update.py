@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
+from ..core.checked import checked_lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from ..tensor import AGTensor, ag_tensor
 from . import fused
@@ -21,7 +21,7 @@ from . import fused
 if TYPE_CHECKING:
     from .optimizers import Optimizer
 
-F32 = lib.GGML_TYPE_F32
+F32 = checked_lib.GGML_TYPE_F32
 
 
 class GraphUpdate:
@@ -55,32 +55,32 @@ class GraphUpdate:
         i = self.index.get(p.id)
         if i is None:
             raise GGMLError("ag_compile: a parameter fn uses is not in the optimizer's list")
-        if p.st.type != F32:  # ggml's kernels are f32 only: fused.py's mixed-precision update
+        if p.storage.type != F32:  # ggml's kernels are f32 only: fused.py's mixed-precision update
             return self._emit_mixed(ctx, p, g, i, rows)
-        lib.ggml_set_param(p.st.t)  # the fused optimizer kernels insist on it
+        checked_lib.ggml_set_param(p.storage.t)  # the fused optimizer kernels insist on it
         if self.adam:
             m, v = o._state(o.m, i, p), o._state(o.v, i, p)
-            return [lib.ggml_opt_step_adamw(ctx, p.st.t, g, m.st.t, v.st.t, self.hyper.st.t)]
+            return [checked_lib.ggml_opt_step_adamw(ctx, p.storage.t, g, m.storage.t, v.storage.t, self.hyper.storage.t)]
         if not o.momentum:
-            return [lib.ggml_opt_step_sgd(ctx, p.st.t, g, self.hyper.st.t)]
+            return [checked_lib.ggml_opt_step_sgd(ctx, p.storage.t, g, self.hyper.storage.t)]
         # momentum: v = momentum * v + g (+ wd * p); p -= lr * v, written back into both
         vel = o._state(o.velocity, i, p)
-        v_new = lib.ggml_add(ctx, lib.ggml_scale(ctx, vel.st.t, o.momentum), g)
+        v_new = checked_lib.ggml_add(ctx, checked_lib.ggml_scale(ctx, vel.storage.t, o.momentum), g)
         if o.weight_decay:
-            v_new = lib.ggml_add(ctx, v_new, lib.ggml_scale(ctx, p.st.t, o.weight_decay))
-        v_new = lib.ggml_cpy(ctx, v_new, vel.st.t)
-        lr = lib.ggml_view_1d(ctx, self.hyper.st.t, 1, 0)
-        step = lib.ggml_mul(ctx, v_new, lib.ggml_repeat(ctx, lr, v_new))
-        return [lib.ggml_cpy(ctx, lib.ggml_sub(ctx, p.st.t, step), p.st.t)]
+            v_new = checked_lib.ggml_add(ctx, v_new, checked_lib.ggml_scale(ctx, p.storage.t, o.weight_decay))
+        v_new = checked_lib.ggml_cpy(ctx, v_new, vel.storage.t)
+        lr = checked_lib.ggml_view_1d(ctx, self.hyper.storage.t, 1, 0)
+        step = checked_lib.ggml_mul(ctx, v_new, checked_lib.ggml_repeat(ctx, lr, v_new))
+        return [checked_lib.ggml_cpy(ctx, checked_lib.ggml_sub(ctx, p.storage.t, step), p.storage.t)]
 
     def _emit_mixed(self, ctx, p: AGTensor, g, i: int, rows: dict) -> list:
         o = self.opt
-        h = fused.scalar_rows(ctx, self.mixed_hyper.st.t, int(p.st.t.ne[0]), rows)
+        h = fused.scalar_rows(ctx, self.mixed_hyper.storage.t, int(p.storage.t.ne[0]), rows)
         if self.adam:
             state = [o._state(o.m, i, p), o._state(o.v, i, p)]
-            new = fused.adam_mixed_nodes(ctx, h, p.st.t, g, *(s.st.t for s in state), bool(o.weight_decay))
+            new = fused.adam_mixed_nodes(ctx, h, p.storage.t, g, *(s.storage.t for s in state), bool(o.weight_decay))
         else:
             state = [o._state(o.velocity, i, p)] if o.momentum else []
-            new = fused.sgd_mixed_nodes(ctx, h(0), p.st.t, g, state[0].st.t if state else None, o.momentum,
+            new = fused.sgd_mixed_nodes(ctx, h(0), p.storage.t, g, state[0].storage.t if state else None, o.momentum,
                                         o.weight_decay)
-        return [lib.ggml_cpy(ctx, n, t.st.t) for n, t in zip(new, state + [p])]
+        return [checked_lib.ggml_cpy(ctx, n, t.storage.t) for n, t in zip(new, state + [p])]

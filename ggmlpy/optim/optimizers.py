@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
-from ..autograd import ops as F
+from ..autograd import ops
 from ..autograd import prims
 from ..autograd.engine import as_f32, assign
 from ..autograd.tape import no_grad
@@ -120,20 +120,20 @@ class Optimizer:
     def _state(self, store: dict, i: int, p: AGTensor) -> AGTensor:
         """Optimizer state is f32 whatever the parameter's dtype (fused.mixed_fusable says why)."""
         if i not in store:
-            store[i] = ag_tensor(np.zeros(p.shape), device=p.dc.spec, dtype="f32")
+            store[i] = ag_tensor(np.zeros(p.shape), device=p.device_context.spec, dtype="f32")
         return store[i]
 
     def _token_for(self, device) -> AGTensor:
         """A [1, 1] f32 tensor the fused graphs write their (meaningless) output into: ggml's
         optimizer kernels update in place and return a view, but a graph needs an output."""
-        if self._token is None or self._token.dc is not device or not self._token.st.alive:
+        if self._token is None or self._token.device_context is not device or not self._token.storage.alive:
             self._token = ag_tensor(np.zeros((1, 1)), device=device.spec, dtype="f32")
         return self._token
 
     def _hyper_for(self, device, values, kind: str = "kernel") -> AGTensor:
         """The f32 hyper-parameter vector a fused graph of this `kind` reads, set to `values`."""
         h = self._hyper.get(kind)
-        if h is None or h.dc is not device or not h.st.alive or h.shape[0] != len(values):
+        if h is None or h.device_context is not device or not h.storage.alive or h.shape[0] != len(values):
             h = self._hyper[kind] = fused.hyper_tensor(values, device.spec)
         else:
             h.data = np.asarray(values, dtype=np.float64)
@@ -151,7 +151,7 @@ def _record(done: list, group: list, counts) -> None:
 def _group_by_device(items) -> dict:
     out: dict = {}
     for item in items:
-        out.setdefault(item[1].dc, []).append(item)
+        out.setdefault(item[1].device_context, []).append(item)
     return out
 
 
@@ -179,12 +179,12 @@ class optimizer_sgd(Optimizer):
 
     def _update(self, i, p, g):
         if self.weight_decay:
-            g = F.ag_add(g, F.ag_scale(p, self.weight_decay))
+            g = ops.ag_add(g, ops.ag_scale(p, self.weight_decay))
         if self.momentum:
             v = self._state(self.velocity, i, p)
-            assign(v, F.ag_add(F.ag_scale(v, self.momentum), g))
+            assign(v, ops.ag_add(ops.ag_scale(v, self.momentum), g))
             g = v
-        assign(p, F.ag_sub(p, F.ag_scale(g, self.lr)))
+        assign(p, ops.ag_sub(p, ops.ag_scale(g, self.lr)))
 
     def graph_update(self, device) -> GraphUpdate:
         return GraphUpdate(self, device, adam=False)
@@ -225,14 +225,14 @@ class optimizer_adam(Optimizer):
     def _update(self, i, p, g):
         b1, b2 = self.beta1, self.beta2
         m, v = self._state(self.m, i, p), self._state(self.v, i, p)
-        assign(m, F.ag_add(F.ag_scale(m, b1), F.ag_scale(g, 1 - b1)))
-        assign(v, F.ag_add(F.ag_scale(v, b2), F.ag_scale(F.ag_mul(g, g), 1 - b2)))
-        mhat = F.ag_scale(m, 1 / (1 - b1 ** self.t))
-        denom = F.ag_add(F.ag_sqrt(F.ag_scale(v, 1 / (1 - b2 ** self.t))), self.eps)
-        upd = F.ag_scale(F.ag_div(mhat, denom), self.lr)
+        assign(m, ops.ag_add(ops.ag_scale(m, b1), ops.ag_scale(g, 1 - b1)))
+        assign(v, ops.ag_add(ops.ag_scale(v, b2), ops.ag_scale(ops.ag_mul(g, g), 1 - b2)))
+        mhat = ops.ag_scale(m, 1 / (1 - b1 ** self.t))
+        denom = ops.ag_add(ops.ag_sqrt(ops.ag_scale(v, 1 / (1 - b2 ** self.t))), self.eps)
+        upd = ops.ag_scale(ops.ag_div(mhat, denom), self.lr)
         if self.weight_decay:  # AdamW: decoupled decay, applied to the weights directly
-            upd = F.ag_add(upd, F.ag_scale(p, self.lr * self.weight_decay))
-        assign(p, F.ag_sub(p, upd))
+            upd = ops.ag_add(upd, ops.ag_scale(p, self.lr * self.weight_decay))
+        assign(p, ops.ag_sub(p, upd))
 
     def graph_update(self, device) -> GraphUpdate:
         return GraphUpdate(self, device, adam=True)
@@ -280,17 +280,17 @@ def clip_grad_norm(params: Params, grads: dict, max_norm: float) -> float:
             return 0.0
         dc = same_device(*[g for _, g in present])
         max_norm = float(max_norm)
-        outs = dc.executor.run(("clip_by_global_norm", max_norm), _clipper(max_norm), [g.st for _, g in present],
+        outs = dc.executor.run(("clip_by_global_norm", max_norm), _clipper(max_norm), [g.storage for _, g in present],
                                dc.pass_pool.alloc)
         norm = AGTensor(outs[0], (1, 1), dc).item()
         if norm > max_norm:
-            if all(g.st.type == F32 for _, g in present):  # the graph's own results
+            if all(g.storage.type == F32 for _, g in present):  # the graph's own results
                 for (p, g), st in zip(present, outs[1:]):
                     dict.__setitem__(grads, p.id, AGTensor(st, g.shape, dc))
             else:  # f16/bf16 gradients keep their dtype
                 c = max_norm / (norm + 1e-6)
                 for p, g in present:
-                    dict.__setitem__(grads, p.id, F.ag_scale(g, c))
+                    dict.__setitem__(grads, p.id, ops.ag_scale(g, c))
     return norm
 
 

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..autograd.engine import apply
-from ..autograd import ops as F
-from ..autograd.rules import RULES, Rule
+from ..autograd import ops
+from ..autograd.rules import DERIVATIVE_RULES, Rule
 from ..bindings import ffi
-from ..core.checked import lib  # ggml's shape rules checked before each op (no abort)
+from ..core.checked import checked_lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
 from ..nn.layers import Module, ag_embedding, ag_linear
 from ..tensor import AGTensor
@@ -33,18 +33,18 @@ if TYPE_CHECKING:
 # -- primitives -----------------------------------------------------------------------------------
 def _matmul_q(ctx, wq, x):
     """t(Wq) %*% x for Wq [in, out] quantized, x [in, n] f32: W %*% x, [out, n]."""
-    return lib.ggml_mul_mat(ctx, wq, x)
+    return checked_lib.ggml_mul_mat(ctx, wq, x)
 
 
 def _matmul_q_t(ctx, wq, g):
     """Wq %*% g for Wq [in, out] quantized, g [out, n]: t(W) %*% g, [in, n]."""
-    return lib.ggml_out_prod(ctx, wq, lib.ggml_cont(ctx, lib.ggml_transpose(ctx, g)))
+    return checked_lib.ggml_out_prod(ctx, wq, checked_lib.ggml_cont(ctx, checked_lib.ggml_transpose(ctx, g)))
 
 
-RULES["matmul_q"] = Rule(_matmul_q, lambda g, c: (None, c.ap("matmul_q_t", c.x(0), g)),
-                         lambda t, c: None if t[1] is None else c.ap("matmul_q", c.x(0), t[1]), saves=(0,))
-RULES["matmul_q_t"] = Rule(_matmul_q_t, lambda g, c: (None, c.ap("matmul_q", c.x(0), g)),
-                           lambda t, c: None if t[1] is None else c.ap("matmul_q_t", c.x(0), t[1]), saves=(0,))
+DERIVATIVE_RULES["matmul_q"] = Rule(_matmul_q, lambda g, c: (None, c.apply("matmul_q_t", c.x(0), g)),
+                         lambda t, c: None if t[1] is None else c.apply("matmul_q", c.x(0), t[1]), saves=(0,))
+DERIVATIVE_RULES["matmul_q_t"] = Rule(_matmul_q_t, lambda g, c: (None, c.apply("matmul_q", c.x(0), g)),
+                           lambda t, c: None if t[1] is None else c.apply("matmul_q_t", c.x(0), t[1]), saves=(0,))
 
 
 # -- quantized layers -------------------------------------------------------------------------------
@@ -52,7 +52,7 @@ def quantized_tensor(values: ArrayLike, type: int | str, device: str | None = No
     """A frozen AGTensor of R shape values.shape stored as `type`: each column (ggml row) is
     quantized, so nrow must be a whole number of blocks."""
     t = type_id(type, "quantized_tensor")
-    if not lib.ggml_is_quantized(t):
+    if not checked_lib.ggml_is_quantized(t):
         raise GGMLError(f"quantized_tensor: {TYPE_NAMES[t]} is not a quantized type")
     arr = np.asarray(values, dtype=np.float64)
     if arr.ndim != 2:
@@ -62,7 +62,7 @@ def quantized_tensor(values: ArrayLike, type: int | str, device: str | None = No
     dc = STATE.context(device)
     st = dc.persistent.alloc(t, (nrow, ncol))
     dc.sync()
-    lib.ggml_backend_tensor_set(st.ptr, ffi.from_buffer(blocks), 0, blocks.size)
+    checked_lib.ggml_backend_tensor_set(st.ptr, ffi.from_buffer(blocks), 0, blocks.size)
     return AGTensor(st, (nrow, ncol), dc, requires_grad=False)
 
 
@@ -70,10 +70,10 @@ class QuantizedLinear(ag_linear):
     """An ag_linear whose weight is frozen in a quantized type (`ag_quantize`). `Wt` holds t(W)."""
 
     def forward(self, x):
-        z = apply("matmul_q", self.Wt, F._ag(x, "ag_linear", "x", like=self.b))
-        y = F.ag_add(z, self.b)
-        act = {"relu": F.ag_relu, "sigmoid": F.ag_sigmoid, "tanh": F.ag_tanh, "softmax": F.ag_softmax,
-               "gelu": F.ag_gelu, "silu": F.ag_silu}.get(self.activation)
+        z = apply("matmul_q", self.Wt, ops._ag(x, "ag_linear", "x", like=self.b))
+        y = ops.ag_add(z, self.b)
+        act = {"relu": ops.ag_relu, "sigmoid": ops.ag_sigmoid, "tanh": ops.ag_tanh, "softmax": ops.ag_softmax,
+               "gelu": ops.ag_gelu, "silu": ops.ag_silu}.get(self.activation)
         return act(y) if act else y
 
     def buffers(self, prefix: str = ""):
@@ -81,7 +81,7 @@ class QuantizedLinear(ag_linear):
 
     @property
     def qtype(self) -> str:
-        return TYPE_NAMES[self.Wt.st.type]
+        return TYPE_NAMES[self.Wt.storage.type]
 
 
 class QuantizedEmbedding(ag_embedding):
@@ -92,7 +92,7 @@ class QuantizedEmbedding(ag_embedding):
 
     @property
     def qtype(self) -> str:
-        return TYPE_NAMES[self.weight.st.type]
+        return TYPE_NAMES[self.weight.storage.type]
 
 
 def _modules(model):
@@ -111,11 +111,11 @@ def ag_quantize(model: Module, type: int | str = "q4_K", linear: bool = True, em
         raise GGMLError(f"ag_quantize: expected a model (an ag_* layer), got {model.__class__.__name__}")
     t = type_id(type, "ag_quantize")
     name = TYPE_NAMES[t]
-    if not lib.ggml_is_quantized(t):
+    if not checked_lib.ggml_is_quantized(t):
         raise GGMLError(f"ag_quantize: {name} is not a quantized type")
-    if lib.ggml_quantize_requires_imatrix(t):
+    if checked_lib.ggml_quantize_requires_imatrix(t):
         raise GGMLError(f"ag_quantize: {name} needs an importance matrix; quantize with ggml_quantize_chunk")
-    blck = int(lib.ggml_blck_size(t))
+    blck = int(checked_lib.ggml_blck_size(t))
     skipped, done = [], 0
     for m in _modules(model):
         if isinstance(m, (QuantizedLinear, QuantizedEmbedding)):
@@ -125,7 +125,7 @@ def ag_quantize(model: Module, type: int | str = "q4_K", linear: bool = True, em
             if n_in % blck:
                 skipped.append(f"ag_linear({n_in}, {m.W.shape[0]})")
                 continue
-            m.Wt = quantized_tensor(m.W.numpy().T, t, m.W.dc.spec)
+            m.Wt = quantized_tensor(m.W.numpy().T, t, m.W.device_context.spec)
             del m.W
             m.__class__ = QuantizedLinear
             done += 1
@@ -133,7 +133,7 @@ def ag_quantize(model: Module, type: int | str = "q4_K", linear: bool = True, em
             if m.dim % blck:
                 skipped.append(f"ag_embedding({m.vocab_size}, {m.dim})")
                 continue
-            m.weight = quantized_tensor(m.weight.numpy(), t, m.weight.dc.spec)
+            m.weight = quantized_tensor(m.weight.numpy(), t, m.weight.device_context.spec)
             m.__class__ = QuantizedEmbedding
             done += 1
     if skipped:

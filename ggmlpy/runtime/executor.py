@@ -20,13 +20,13 @@ from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..core import threads
 from ..errors import GGMLError
-from ..graph import ByteCache, GraphContext, GraphPlan, batched_small, one_thread_is_best
+from ..graph import ByteCache, GraphContext, PlacedGraph, batched_small, one_thread_is_best
 from .pool import Storage, shape_of as _shape
 
 _NULL = ffi.NULL
 
 
-class _Compiled(GraphPlan):
+class _Compiled(PlacedGraph):
     """One cached graph: leaf headers to re-point, output headers, placed by graph/'s allocator."""
 
     __slots__ = ("leaves", "outs", "out_specs", "backend_ptr", "nbytes", "all_threads_when_quiet")

@@ -21,7 +21,8 @@ import weakref
 from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import DeviceError, GGMLError
-from ..core.device import Backend, _resolve, blas_backend, devices, forget_backend, get_backend
+from ..core.device import Backend, _resolve, blas_backend, forget_backend, get_backend
+from ..core.registry import devices
 from . import executor as ex_mod
 from .executor import Executor
 from .pool import PassPool, PersistentPool

@@ -42,7 +42,7 @@ class _Columns:
     def __init__(self, data, device, what: str):
         if isinstance(data, AGTensor):
             # a pass-pool tensor would go stale at the next with_grad_tape(): keep a persistent copy
-            self.t = data if data.st.pool.kind == "persistent" else ag_tensor(data)
+            self.t = data if data.storage.pool.kind == "persistent" else ag_tensor(data)
         else:
             self.t = ag_tensor(_as_2d(data, what), device=device)
 
@@ -51,11 +51,11 @@ class _Columns:
         return self.t.ncol
 
     def batch(self, idx: np.ndarray) -> AGTensor:
-        dc = self.t.dc
+        dc = self.t.device_context
         ids = ag_tensor(idx.reshape(-1, 1), device=dc.spec, dtype="i32")
         rows = self.t.nrow
         out = dc.persistent.alloc(F32, (rows, len(idx)))
-        dc.executor.run(("dataloader_gather",), _gather_columns, [self.t.st, ids.st], None, out=[out])
+        dc.executor.run(("dataloader_gather",), _gather_columns, [self.t.storage, ids.storage], None, out=[out])
         return AGTensor(out, (rows, len(idx)), dc)
 
 
@@ -108,7 +108,7 @@ def _transposed(data):
     if data is None:
         return None
     if isinstance(data, AGTensor):
-        return ag_tensor(data.numpy().T, device=data.dc.spec, dtype=data.dtype)
+        return ag_tensor(data.numpy().T, device=data.device_context.spec, dtype=data.dtype)
     arr = np.asarray(data)
     return arr.T if arr.ndim == 2 else arr
 
@@ -138,7 +138,7 @@ class ag_dataloader:
             x, y = _transposed(x), (y if y is not None and np.ndim(y) == 1 else _transposed(y))
         self.col_major = bool(col_major)
         if device is None and isinstance(x, AGTensor):
-            device = x.dc.spec
+            device = x.device_context.spec
         self.x = _Columns(x, device, "x")
         self.n = self.x.n
         if y is None:
@@ -147,12 +147,12 @@ class ag_dataloader:
             labels = np.asarray(y).astype(np.int64)
             if labels.size and labels.min() < 0:
                 raise GGMLError("ag_dataloader: class labels must be 0-based (non-negative)")
-            self.y = _Labels(labels, self.x.t.dc.spec)
+            self.y = _Labels(labels, self.x.t.device_context.spec)
             n_y = labels.size
         else:
             if not isinstance(y, AGTensor) and np.ndim(y) == 1:
                 y = np.asarray(y).reshape(1, -1)  # one real-valued target per sample: a row
-            self.y = _Columns(y, self.x.t.dc.spec, "y")
+            self.y = _Columns(y, self.x.t.device_context.spec, "y")
             n_y = self.y.n
         if self.y is not None and n_y != self.n:
             hint = ""

@@ -163,7 +163,7 @@ def dp_train(make_model: Callable, data: Sequence, loss_fn: Callable | None = No
                               f"{it + 1} on; Adam's moments start again", RuntimeWarning, stacklevel=2)
             try:
                 for p, g in zip(params[owner], mean):
-                    p.grad = ag_tensor(g, device=p.dc.spec, dtype=p.dtype) if g is not None else None
+                    p.grad = ag_tensor(g, device=p.device_context.spec, dtype=p.dtype) if g is not None else None
                 opt.step()
                 opt.zero_grad()
                 break

@@ -38,13 +38,13 @@ def _quantized_tensors(model) -> dict:
     """{state name: AGTensor} of the model's entries stored in a quantized type (ag_quantize)."""
     own = dict(model.named_parameters()) if hasattr(model, "named_parameters") else {}
     own.update(dict(model.named_buffers()) if hasattr(model, "named_buffers") else {})
-    return {n: t for n, t in own.items() if hasattr(t, "st") and lib.ggml_is_quantized(t.st.type)}
+    return {n: t for n, t in own.items() if hasattr(t, "storage") and lib.ggml_is_quantized(t.storage.type)}
 
 
 def _blocks_of(t) -> np.ndarray:
-    raw = np.empty(t.st.nbytes, dtype=np.uint8)
-    t.dc.sync()
-    lib.ggml_backend_tensor_get(t.st.ptr, ffi.from_buffer(raw), 0, raw.nbytes)
+    raw = np.empty(t.storage.nbytes, dtype=np.uint8)
+    t.device_context.sync()
+    lib.ggml_backend_tensor_get(t.storage.ptr, ffi.from_buffer(raw), 0, raw.nbytes)
     return raw
 
 
@@ -106,7 +106,7 @@ def ag_save_model(model: Module, path: str | os.PathLike, metadata: dict | None 
     quantized = _quantized_tensors(model)
     tensors = []
     for name, value in state.items():
-        qtype = gguf_type_of(quantized[name].st.type) if name in quantized else None
+        qtype = gguf_type_of(quantized[name].storage.type) if name in quantized else None
         if qtype is not None:  # the blocks as they are: ggml rows = the R matrix's columns
             tensors.append((name, _blocks_of(quantized[name]).reshape(np.shape(value)[1], -1), qtype))
         else:  # numpy (ncol, nrow) in C order = ggml ne [nrow, ncol], column-major data
@@ -185,9 +185,9 @@ def _load_into(model, tensors: dict, info: dict, path, strict: bool) -> dict:
     # dequantized values is not exact for every type)
     for name, t in _quantized_tensors(model).items():
         ftype, blocks = info["blocks"].get(name, (None, None))
-        if ftype == t.st.type and blocks.size == t.st.nbytes:
-            t.dc.sync()
-            lib.ggml_backend_tensor_set(t.st.ptr, ffi.from_buffer(blocks), 0, blocks.size)
+        if ftype == t.storage.type and blocks.size == t.storage.nbytes:
+            t.device_context.sync()
+            lib.ggml_backend_tensor_set(t.storage.ptr, ffi.from_buffer(blocks), 0, blocks.size)
     return info["metadata"]
 
 

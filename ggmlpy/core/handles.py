@@ -16,7 +16,7 @@ import numpy as np
 from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
-from .device import check_tensor_device
+from .rpc import check_tensor_device
 from .meta_split import META_BUFTS, check_access
 from .quants import dequantize, ggml_quantize_chunk
 

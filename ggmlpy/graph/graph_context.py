@@ -14,7 +14,7 @@ from typing import TypeVar
 from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..core.checked import GraphFull
-from ..core.context import arena
+from ..core.handles import arena
 from ..errors import GGMLError
 
 TENSOR_OVERHEAD = int(lib.ggml_tensor_overhead())
@@ -27,7 +27,7 @@ _ARENAS: dict = {}  # context address -> the memory it was given (new_context), 
 
 def new_context(n_tensors: int, extra_bytes: int = 0):
     """A no_alloc ggml context with room for `n_tensors` headers and `extra_bytes` more (a graph);
-    free it with free_context. Its memory is allocated here (core.context.arena): a size from a
+    free it with free_context. Its memory is allocated here (core.handles.arena): a size from a
     hostile model file that cannot be allocated is a MemoryError, where ggml's malloc would abort."""
     mem_size = int(n_tensors) * TENSOR_OVERHEAD + int(extra_bytes) + _SLACK
     try:

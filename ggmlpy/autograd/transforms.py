@@ -37,7 +37,7 @@ def jvp(fn: Callable[..., AGTensor | Sequence[AGTensor]], primals: AGTensor | Se
 
 
 def _zeros_like(t):
-    return ag_zeros(*t.shape, device=t.dc.spec)
+    return ag_zeros(*t.shape, device=t.device_context.spec)
 
 
 def hvp(fn: Callable[[AGTensor], AGTensor], x: AGTensor, v: AGTensor | ArrayLike) -> tuple[AGTensor, AGTensor]:
@@ -47,7 +47,7 @@ def hvp(fn: Callable[[AGTensor], AGTensor], x: AGTensor, v: AGTensor | ArrayLike
     traces, a tape of its own, so the Hessian-vector product is one ggml graph."""
     if not isinstance(x, AGTensor) or not callable(fn):
         raise GGMLError("hvp: expected a function and an ag tensor, hvp(fn, x, v)")
-    leaf = AGTensor(x.st, x.shape, x.dc, requires_grad=True)
+    leaf = AGTensor(x.storage, x.shape, x.device_context, requires_grad=True)
     # Traced by ag_compile, the backward's primitives join the compiled graph: a tape of its own,
     # no pool reset in the middle of the trace. Eagerly, a fresh tape as with_grad_tape() gives.
     tape = private_tape if current_trace() is not None else with_grad_tape
@@ -72,7 +72,7 @@ def jacfwd(fn: Callable[[AGTensor], AGTensor]) -> Callable[[AGTensor], AGTensor]
         for k in range(n):
             e = np.zeros(n)
             e[k] = 1.0
-            _, t = jvp(fn, x, ag_tensor(e.reshape(x.shape, order="F"), device=x.dc.spec))
+            _, t = jvp(fn, x, ag_tensor(e.reshape(x.shape, order="F"), device=x.device_context.spec))
             cols.append(t.numpy().ravel(order="F"))
-        return ag_tensor(np.stack(cols, axis=1), device=x.dc.spec)
+        return ag_tensor(np.stack(cols, axis=1), device=x.device_context.spec)
     return jac

@@ -1,4 +1,4 @@
-"""`lib` for the ONNX builders: core.checked's lib (ggml's shape rules and the room in the
+"""`onnx_lib`, the checked lib of the ONNX builders: core.checked's CheckedLib (ggml's shape rules and the room in the
 context checked before each call), raising OnnxError.
 
 The builders compute every shape themselves, so a failed check here is a builder bug; it must
@@ -18,4 +18,4 @@ class OnnxGraphFull(OnnxError, GraphFull):
     """A converter made far more ggml tensors than its node's budget."""
 
 
-lib = CheckedLib(OnnxShapeError, OnnxGraphFull, prefix="internal error in ")
+onnx_lib = CheckedLib(OnnxShapeError, OnnxGraphFull, prefix="internal error in ")

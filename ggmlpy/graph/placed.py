@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from .._sigint import uninterruptible
 from .compiled import CompiledGraph
-from .context import GraphContext
+from .graph_context import GraphContext
 
 
-class GraphPlan:
+class PlacedGraph:
     """A GraphContext of `capacity` headers and one graph of `n_nodes` slots (capacity by default),
     and, once built, its CompiledGraph (`place`). `free` frees both, the placement first: its
     buffers hold the context's tensors. Subclasses (the eager executor's cached graphs,

@@ -1,0 +1,223 @@
+"""Compiling and loading the kernels: each C source built once per machine (and x86-64 level) with the
+system C compiler into ggmlpy's cache directory, loaded with cffi; `get()` gives the loaded
+`Kernels` or None (no compiler, a failed build, or turned off), `host_library` a host library."""
+from __future__ import annotations
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import cffi
+
+from .._buildinfo import cache_dir, cpu_tag
+from ..bindings import ffi, lib
+from ..bindings.loader import TENSOR_OFFSETS
+from .nodes import Kernels
+
+log = logging.getLogger("ggmlpy.kernels")
+SOURCE = Path(__file__).with_name("kernels.c")
+FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno",
+         *(f"-DOFF_{k.upper()}={TENSOR_OFFSETS[k]}" for k in ("ne", "nb", "src", "data"))]
+# The x86-64 levels the kernels can be built for, each with the CPU flags (as /proc/cpuinfo spells
+# them) it needs beyond the level below: one source, its vector paths chosen by the compiler's
+# target (`#ifdef __AVX512F__`, `__AVX2__`). "native" is -march=native, for this CPU alone.
+ISA_LEVELS = {
+    "x86-64-v2": {"cx16", "popcnt", "sse4_1", "sse4_2", "ssse3"},
+    "x86-64-v3": {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "xsave"},
+    "x86-64-v4": {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"},
+}
+BLAS_LIBS = ("-l:libopenblas.so.0",)  # the library ggml's BLAS backend loads (Debian's alternatives)
+
+_lock = threading.Lock()
+_state: dict = {}  # "kernels": the loaded Kernels or None, once tried
+_enabled = [os.environ.get("GGMLPY_KERNELS", "1").strip().lower() not in ("0", "false", "no", "off")]
+
+
+def loaded() -> Kernels | None:
+    """The kernels if get() has loaded them, without loading them."""
+    return _state.get("kernels")
+
+
+def enabled() -> bool:
+    """Whether graphs built from now on may use the kernels (GGMLPY_KERNELS, set_enabled)."""
+    return _enabled[0]
+
+
+def set_enabled(on: bool) -> bool:
+    """Use the kernels in graphs built from now on (or not); returns the previous setting.
+    Graphs already built and cached keep what they were built with."""
+    prev, _enabled[0] = _enabled[0], bool(on)
+    return prev
+
+
+def get() -> Kernels | None:
+    """The kernels, compiled and loaded on the first call; None where they cannot be (the
+    reason is logged once) or are disabled."""
+    if not _enabled[0]:
+        return None
+    try:
+        return _state["kernels"]
+    except KeyError:
+        pass
+    with _lock:
+        if "kernels" not in _state:
+            _state["kernels"] = _load()
+        return _state["kernels"]
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _load() -> Kernels | None:
+    isa_level()  # a wrong $GGMLPY_KERNELS_ISA is the caller's error, not a reason to run without kernels
+    cc = _compiler()
+    if cc is None:
+        log.info("ggmlpy.kernels: no C compiler (cc, gcc, clang or $CC) found; using ggml's own ops")
+        return None
+    try:
+        path = _build(cc, SOURCE)
+        gemm_lib = _load_optional(cc, "gemm")
+        return Kernels(ffi.dlopen(str(path)), path, gemm_lib, _load_optional(cc, "conv") if gemm_lib is not None else None,
+                       _load_optional(cc, "rows"), _load_optional(cc, "rnn"), _load_optional(cc, "attention"))
+    except Exception as e:  # noqa: BLE001 - any failure means: use ggml's ops
+        log.warning("ggmlpy.kernels: could not build or load %s (%s); using ggml's own ops", SOURCE.name, e)
+        return None
+
+
+def _gemm_check(so) -> str | None:
+    # gemm.c's threads each call OpenBLAS: its OpenMP build (or the sequential one) then runs on
+    # the calling thread alone; a pthreads build would start its own threads inside each of ggml's
+    return None if so.ggmlpy_blas_parallel() in (0, 2) else "OpenBLAS is its pthreads build"
+
+
+# The libraries beside kernels.c: source, what it links, a check of the loaded library (a
+# reason it cannot be used, or None), and what stays ggml's without it. conv.c links the
+# OpenBLAS that gemm.c checked, so it loads only after gemm.c did.
+OPTIONAL = {
+    "gemm": ("gemm.c", BLAS_LIBS, _gemm_check, "products stay ggml's"),
+    "conv": ("conv.c", BLAS_LIBS,
+             lambda so: None if so.ggmlpy_conv_params_count() == 11 else "its parameter layout does not match",
+             "convolutions stay ggml's"),
+    "rows": ("rows.c", (), lambda so: None, "layer norms stay ggml's"),
+    "rnn": ("rnn.c", ("-lm",), lambda so: None, "LSTM cells stay ggml's ops"),
+    "attention": ("attention.c", ("-lm",), lambda so: None, "attention stays two products and ggml's softmax"),
+}
+
+
+def _load_optional(cc: str, name: str):
+    """One of OPTIONAL's libraries, or None (the reason logged)."""
+    source, links, check, without = OPTIONAL[name]
+    try:
+        lib.ggml_custom_4d  # noqa: B018 - their ops are ggml_custom_4d's; older libggml builds lack it
+        so = ffi.dlopen(str(_build(cc, Path(__file__).with_name(source), links)))
+        why = check(so)
+    except Exception as e:  # noqa: BLE001 - any failure means: ggml's ops
+        why = str(e)
+    if why:
+        log.info("ggmlpy.kernels: no %s (%s); %s", source, why, without)
+        return None
+    return so
+
+
+def host_library(source: str, declarations: str):
+    """(ffi, lib) of a host library beside these sources: C functions that Python calls on numpy's
+    buffers (not ggml ops), declared by `declarations` in an FFI of their own; built and loaded
+    on the first call, None where that fails (the reason logged once) or the kernels are off
+    (GGMLPY_KERNELS=0, set_enabled(False)): the caller then computes without them."""
+    if not _enabled[0]:
+        return None
+    key = f"host:{source}"
+    with _lock:
+        if key not in _state:
+            _state[key] = _load_host(source, declarations)
+        return _state[key]
+
+
+def _load_host(source: str, declarations: str):
+    cc = _compiler()
+    if cc is None:
+        log.info("ggmlpy.kernels: no C compiler (cc, gcc, clang or $CC) found; %s is not built", source)
+        return None
+    try:
+        host_ffi = cffi.FFI()  # the bindings' FFI holds ggml's declarations, this one the library's
+        host_ffi.cdef(declarations)
+        return host_ffi, host_ffi.dlopen(str(_build(cc, Path(__file__).with_name(source), ("-lm",))))
+    except Exception as e:  # noqa: BLE001 - any failure means: the caller's own path
+        log.warning("ggmlpy.kernels: could not build or load %s (%s)", source, e)
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_version(cc: str) -> str:
+    """`cc --version` (part of the cache key), asked once per compiler, not once per library."""
+    return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
+
+
+def _cpu_flags() -> set:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, val = line.partition(":")
+            if key.strip() == "flags":
+                return set(val.split())
+    except OSError:
+        pass
+    return set()
+
+
+def supported_isa_levels() -> list:
+    """The ISA_LEVELS this CPU runs, lowest first (none off x86-64)."""
+    have, names = _cpu_flags(), list(ISA_LEVELS)
+    return [name for i, name in enumerate(names)
+            if set().union(*(ISA_LEVELS[n] for n in names[:i + 1])) <= have]
+
+
+def isa_level() -> str:
+    """The target the kernels are built for: $GGMLPY_KERNELS_ISA (an ISA_LEVELS name, or "native",
+    the default). A level this CPU lacks is an error, not an illegal instruction later."""
+    level = os.environ.get("GGMLPY_KERNELS_ISA", "native").strip() or "native"
+    if level == "native":
+        return level
+    if level not in ISA_LEVELS:
+        raise ValueError(f"GGMLPY_KERNELS_ISA={level!r}: expected 'native' or one of {', '.join(ISA_LEVELS)}")
+    if level not in supported_isa_levels():
+        raise ValueError(f"GGMLPY_KERNELS_ISA={level}: this CPU does not run it (it runs "
+                         f"{', '.join(supported_isa_levels()) or 'none of them'})")
+    return level
+
+
+def _build(cc: str, source: Path, libs: tuple = ()) -> Path:
+    """The compiled library in the cache, built (atomically) unless it is there already."""
+    version = _compiler_version(cc)
+    level = isa_level()
+    flags = [*FLAGS, f"-march={level}"]
+    headers = [h.read_text() for h in sorted(source.parent.glob("*.h"))]  # what the sources include
+    key = hashlib.sha256("\0".join([source.read_text(), *headers, cc, version, *flags, *libs,
+                                      cpu_tag(native=level == "native")]).encode())
+    out_dir = cache_dir() / "kernels"
+    path = out_dir / f"{source.stem}-{key.hexdigest()[:16]}.so"
+    if path.exists():
+        return path
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f"tmp-{path.stem}-", suffix=".so", dir=out_dir)  # named: whose it is
+    os.close(fd)
+    try:
+        r = subprocess.run([cc, *flags, "-o", tmp, str(source), *libs], capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise RuntimeError(f"{Path(cc).name} failed: {r.stderr.strip()[-500:]}")
+        os.replace(tmp, path)  # another process may have raced us to the same file: same bytes
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
