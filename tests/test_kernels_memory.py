@@ -13,6 +13,7 @@ import pytest
 
 from ggmlpy import kernels
 from ggmlpy.bindings.loader import TENSOR_OFFSETS
+from ggmlpy.kernels import loader
 
 HERE = Path(__file__).parent
 SOURCES = Path(kernels.__file__).parent
@@ -50,7 +51,7 @@ def test_an_unknown_isa_level_is_a_clear_error(monkeypatch):
 
 
 def test_a_level_this_cpu_lacks_is_refused_before_anything_is_built(monkeypatch):
-    monkeypatch.setattr(kernels, "_cpu_flags", lambda: {"sse4_2"})  # a CPU below x86-64-v2
+    monkeypatch.setattr(loader, "_cpu_flags", lambda: {"sse4_2"})  # a CPU below x86-64-v2
     monkeypatch.setenv("GGMLPY_KERNELS_ISA", "x86-64-v3")
     with pytest.raises(ValueError, match="this CPU does not run it"):
         kernels.isa_level()
