@@ -11,6 +11,7 @@ from .device import Backend, backend_arg
 from .registry import devices
 from .graph import Graph, check_graph
 from .meta_split import check_graph as check_meta_graph
+from .openmp import openmp_count_kept
 
 _NULL = ffi.NULL
 
@@ -66,7 +67,8 @@ def ggml_backend_graph_compute(backend: Backend, graph: Graph) -> None:
         check_meta_graph(graph, backend.dev)
     check_graph(graph, device=backend.dev, need_buffers=not backend.is_host,
                 run=lambda sub: ggml_backend_graph_compute(backend, sub))
-    status = lib.ggml_backend_graph_compute(backend.ptr, graph.ptr)
+    with openmp_count_kept():
+        status = lib.ggml_backend_graph_compute(backend.ptr, graph.ptr)
     backend.check()  # a lost RPC server: DeviceLostError, not a compute that did not happen
     if status != lib.GGML_STATUS_SUCCESS:
         raise GGMLError(f"ggml_backend_graph_compute failed with status {status}")

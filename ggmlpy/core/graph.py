@@ -13,6 +13,7 @@ from ..errors import GGMLError, check
 from .handles import Context, Tensor, meta_check, on_meta
 from .device import Backend
 from .rpc import check_tensor_device
+from .openmp import openmp_count_kept
 from .threads import get_num_threads
 
 GGML_DEFAULT_GRAPH_SIZE = 2048
@@ -226,7 +227,8 @@ def ggml_graph_compute(ctx_or_graph: Context | Graph, graph: Graph | None = None
     # Through a CPU backend rather than ggml_graph_compute(): in GGML_BACKEND_DL builds the
     # CPU entry points live in a variant module that only the backend registry knows.
     backend = _cpu_backend(n_threads)
-    status = lib.ggml_backend_graph_compute(backend.ptr, graph.ptr)
+    with openmp_count_kept():
+        status = lib.ggml_backend_graph_compute(backend.ptr, graph.ptr)
     if status != lib.GGML_STATUS_SUCCESS:
         raise GGMLError(f"ggml_graph_compute failed with status {status}")
 

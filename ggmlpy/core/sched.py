@@ -17,6 +17,7 @@ from .checked import index_arg
 from .device import Backend, backend_arg
 from .handles import Tensor
 from .graph import Graph, _check_row_indices
+from .openmp import openmp_count_kept
 
 GGML_SCHED_MAX_BACKENDS = 16
 
@@ -76,7 +77,8 @@ class Scheduler:
             if not lib.ggml_backend_sched_alloc_graph(self.ptr, graph.ptr):
                 raise MemoryError("the scheduler could not allocate the graph")
         self.fit_threads_to_load()
-        status = lib.ggml_backend_sched_graph_compute(self.ptr, graph.ptr)
+        with openmp_count_kept():
+            status = lib.ggml_backend_sched_graph_compute(self.ptr, graph.ptr)
         if status != lib.GGML_STATUS_SUCCESS:
             raise GGMLError(f"ggml_backend_sched_graph_compute failed (status {status})")
         lib.ggml_backend_sched_synchronize(self.ptr)

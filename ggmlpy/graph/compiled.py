@@ -19,6 +19,7 @@ import numpy as np
 from .._sigint import uninterruptible
 from .. import kernels
 from ..bindings import ffi, lib
+from ..core.openmp import openmp_count_kept
 from ..core.sched import Scheduler
 from ..errors import GGMLError
 
@@ -209,14 +210,15 @@ class CompiledGraph:
         memory, such as a one-thread CPU backend for a small graph). On its own backends, the
         graph computes on as many CPU (and BLAS) threads as the machine's load leaves cores for
         (Backend.fit_threads_to_load)."""
-        if self.sched is not None:
-            self.sched.fit_threads_to_load()
-            status = lib.ggml_backend_sched_graph_compute(self.sched.ptr, self.graph)
-        else:
-            if backend_ptr is None:
-                self.backend.fit_threads_to_load()
-            compute = lib.ggml_backend_graph_compute_async if asynchronous else lib.ggml_backend_graph_compute
-            status = compute(backend_ptr or self.backend.ptr, self.graph)
+        with openmp_count_kept():
+            if self.sched is not None:
+                self.sched.fit_threads_to_load()
+                status = lib.ggml_backend_sched_graph_compute(self.sched.ptr, self.graph)
+            else:
+                if backend_ptr is None:
+                    self.backend.fit_threads_to_load()
+                compute = lib.ggml_backend_graph_compute_async if asynchronous else lib.ggml_backend_graph_compute
+                status = compute(backend_ptr or self.backend.ptr, self.graph)
         self.backend.check()  # a lost RPC server: nothing was computed
         if status != lib.GGML_STATUS_SUCCESS:
             raise GGMLError(f"graph compute failed on {self.backend.device_name} (status {status})")

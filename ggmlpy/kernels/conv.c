@@ -236,7 +236,7 @@ void ggmlpy_conv2d_f32(void *dst, int ith, int nth, void *userdata) {
     float *y = op.y;
     const int direct = g.KH == 1 && g.KW == 1 && g.SH == 1 && g.SW == 1 && g.PH == 0 && g.PW == 0 &&
                        g.OH == g.H && g.OW == g.W;  /* the input plane is the patch matrix */
-    blas_on_this_thread_only();
+    BLAS_ON_THIS_THREAD_ONLY();
 
     int64_t block = pr[P_BLOCK];
     if (block <= 0) {
@@ -489,7 +489,7 @@ void ggmlpy_linear_f32(void *dst, int ith, int nth, void *userdata) {
     const int m = (int)wne[0], k = (int)wne[1], n = (int)(xne[1] * xne[2] * xne[3]);
     const float *w = data_of(wt), *x = data_of(xt), *bias = data_of(src_of(dst, 2));
     float *y = data_of(dst);
-    blas_on_this_thread_only();
+    BLAS_ON_THIS_THREAD_ONLY();
     int i0 = 0, i1 = m, j0 = 0, j1 = n;
     if (n >= m) {
         int per = ((n + nth - 1) / nth + 15) & ~15;

@@ -48,7 +48,7 @@ void ggmlpy_gemm_f32(void *dst, int ith, int nth, void *userdata) {
     const int m = (int)c.ne[0], n = (int)c.ne[1], k = (int)(ta ? a.ne[0] : a.ne[1]);
     const int lda = (int)(a.nb[1] / 4), ldb = (int)(b.nb[1] / 4), ldc = (int)(c.nb[1] / 4);
     const int64_t batches = c.ne[2] * c.ne[3];
-    blas_on_this_thread_only();
+    BLAS_ON_THIS_THREAD_ONLY();
     /* this thread's batches, and within each its columns [j0, j1) and rows [i0, i1) */
     int64_t b0 = 0, b1 = batches;
     int j0 = 0, j1 = n, i0 = 0, i1 = m;
