@@ -21,6 +21,7 @@ from ..graph import TENSOR_OVERHEAD, CompiledGraph, GraphContext
 from . import ops_conv, ops_extra, ops_norm, ops_pool, ops_products, ops_reduce, ops_resize, ops_rnn  # noqa: F401  (their builders register in OPS)
 from .graph import (F32, OnnxGraphBuilder, NeedsValue, OnnxError, Val, boundary_dtype, const, node_budget,
                     np_dtype, op_key)
+from .folding import FoldError, fold
 from .fusion import (GraphIndex, find_attention, find_conv_epilogues, find_gelu, find_linear_bias,
                      find_linear_residual, gelu_input_private, heads_transposed, products_of,
                      transposes_of_products)
@@ -91,15 +92,8 @@ def _as_onnx_type(a, et: int) -> np.ndarray:
 
 
 def _fold(model: OnnxModel, node, ins):
-    """Evaluate a node whose inputs are all constants, with onnx's reference implementation."""
-    from onnx.reference import ReferenceEvaluator  # loaded when a node is folded: some 60 modules
-    vis = [helper.make_tensor_value_info(n, v.dtype, None) for n, v in zip(node.input, ins) if n]
-    outs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
-    g = helper.make_graph([node], "fold", vis, outs)
-    m = helper.make_model(g, opset_imports=model.proto.opset_import, ir_version=model.proto.ir_version)
-    feeds = {n: v.const for n, v in zip(node.input, ins) if n}
-    res = ReferenceEvaluator(m).run(None, feeds)
-    return [const(np.asarray(r)) for r in res]
+    """Evaluate a node whose inputs are all constants (folding.py): constant values, or FoldError."""
+    return fold(node, ins, model.proto.opset_import, model.proto.ir_version)
 
 
 def _unscaled(vals: dict, mul_inputs, name: str) -> tuple:
@@ -126,7 +120,10 @@ def evaluate_on_host(model: OnnxModel, nodes, values: dict, consts: dict) -> dic
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             outs = HOST_OPS[op_key(node)](ins, attrs, model.opset)
         else:
-            outs = [v.const for v in _fold(model, node, [None if a is None else const(a) for a in ins])]
+            try:
+                outs = [v.const for v in _fold(model, node, [None if a is None else const(a) for a in ins])]
+            except FoldError as e:
+                raise OnnxError(f"onnx_run: node '{node.name or node.output[0]}' ({node.op_type}) on the host: {e}") from None
         known.update((o, a) for o, a in zip(node.output, outs) if o)
     return {n: known[n] for n in model.output_names if n in known}
 
@@ -228,14 +225,16 @@ class OnnxShapePlan:
                 except OnnxError as e:
                     raise b.fail(str(e)) from None
                 self.n_folded += 1
-            elif (present and all(v.is_const for v in present) and node.op_type not in _SELF_FOLDING
-                    and node.domain in ("", "ai.onnx")):
+            elif (present and all(v.is_const for v in present) and node.domain in ("", "ai.onnx")
+                    and node.op_type not in _SELF_FOLDING):
                 try:
                     outs = _fold(model, node, ins)
-                except Exception as e:
-                    raise b.fail(f"constant folding failed: {e}") from None
-                self.n_folded += 1
+                    self.n_folded += 1
+                except FoldError:  # built in the graph from its constant inputs instead
+                    outs = None
             else:
+                outs = None
+            if outs is None:
                 try:
                     outs = OPS[op_key(node)](b, node, ins, attrs)
                 except NeedsValue as e:  # the names of the values it needed, for the model to trace
