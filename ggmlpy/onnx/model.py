@@ -30,14 +30,16 @@ from ..core.sched import Scheduler
 from ..core.threads import checked_count
 from ..errors import DeviceError, GGMLError
 from ..graph import ByteCache
-from . import ops_conv, ops_extra, ops_norm, ops_pool, ops_products, ops_reduce, ops_resize, ops_rnn  # noqa: F401  (their builders register in OPS)
+# their builders register in OPS
+from . import (ops_control, ops_conv, ops_extra, ops_gather_nd, ops_norm, ops_pool, ops_products,  # noqa: F401
+               ops_reduce, ops_resize, ops_rnn)
 from .graph import (NUMERIC_TYPES, NeedsValue, OnnxError, op_key, type_name)
 from .fusion import (const_values)
 from .narrowing import has_seed, narrow, static_shapes
 from .ops_basic import OPS
 from .ops_host import HOST_OPS
 from .plan import MisNarrowed, OnnxShapePlan, evaluate_on_host, plan_key
-from .shaping import upstream, value_inputs
+from .shaping import has_subgraphs, upstream, value_inputs
 
 _NULL = ffi.NULL
 # Resolve now what the finalizers call: cffi resolves a symbol under a lock of its own, and a
@@ -236,7 +238,7 @@ class OnnxModel:
         rows of a value computed row by row, one computing only those rows (narrowing.py). A graph
         whose shapes onnx cannot infer is planned as it is."""
         g = self.proto.graph
-        if not self.narrowing or not has_seed(g.node):
+        if not self.narrowing or not has_seed(g.node) or has_subgraphs(g.node):
             return g
         try:
             shapes = static_shapes(self.proto, shapes)

@@ -13,7 +13,7 @@ from .ops_basic import OPS, _concat, _round_even, _unary, cscalar, cval, f, norm
 from .ops_conv import _conv
 from .ops_pool import _global
 from .ops_products import _gemm, _matmul_op
-from .ops_reduce import arg_rows
+from .ops_reduce import _softmax_rows, arg_rows
 from .onnx_lib import onnx_lib
 
 QRANGE = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127), TensorProto.UINT16: (0, 65535),
@@ -447,6 +447,22 @@ def _qunary(fn):
 
 OPS[MS + "QLinearSigmoid"] = _qunary(lambda b, t, at: onnx_lib.ggml_sigmoid(b.ctx, t))
 OPS[MS + "QLinearLeakyRelu"] = _qunary(lambda b, t, at: onnx_lib.ggml_leaky_relu(b.ctx, t, float(at.get("alpha", 0.01)), False))
+
+
+def _qsoftmax(b, node, ins, at):
+    """Softmax of dequantized X, quantized to y's scale and zero point. `opset` (required) says whose
+    Softmax: below 13 the input is coerced to 2-D at `axis` (default 1 there, -1 from 13)."""
+    x, sx, zx, sy, zy = (list(ins) + [None] * 5)[:5]
+    b.need("opset" in at, "QLinearSoftmax needs its 'opset' attribute")
+    opset = int(at["opset"])
+    axis = norm_axis(b, at.get("axis", -1 if opset >= 13 else 1), x.rank)
+    X = dequantize(b, x, sx, zx, 0)
+    y = _softmax_rows(b, X, axis, opset, False)
+    return [quantize(b, Val(x.shape, TensorProto.FLOAT, t=y), sy, zy, 0,
+                     zy.dtype if zy is not None else TensorProto.UINT8)]
+
+
+OPS[MS + "QLinearSoftmax"] = _qsoftmax
 
 
 def _qgap(b, node, ins, at):

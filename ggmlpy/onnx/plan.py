@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import time
 
 import numpy as np
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from .._sigint import uninterruptible
 from .. import kernels
@@ -18,7 +18,9 @@ from ..bindings import ffi, lib
 from ..core.rpc import check_tensor_device
 from ..errors import GGMLError
 from ..graph import TENSOR_OVERHEAD, CompiledGraph, GraphContext
-from . import ops_conv, ops_extra, ops_norm, ops_pool, ops_products, ops_reduce, ops_resize, ops_rnn  # noqa: F401  (their builders register in OPS)
+# their builders register in OPS
+from . import (ops_control, ops_conv, ops_extra, ops_gather_nd, ops_norm, ops_pool, ops_products,  # noqa: F401
+               ops_reduce, ops_resize, ops_rnn)
 from .graph import (F32, OnnxGraphBuilder, NeedsValue, OnnxError, Val, boundary_dtype, const, node_budget,
                     np_dtype, op_key)
 from .folding import FoldError, fold
@@ -30,7 +32,7 @@ from .ops_basic import f as contiguous_f32
 from .ops_host import HOST_OPS
 from .ops_conv import conv_epilogue, conv_pool
 from .ops_products import attention, linear_bias, linear_gelu, linear_residual, linear_split
-from .shaping import upstream, value_inputs
+from .shaping import has_subgraphs, upstream, value_inputs
 
 if TYPE_CHECKING:
     from .model import OnnxModel
@@ -40,7 +42,7 @@ _NULL = ffi.NULL
 
 # Builders that turn constant inputs into constant outputs themselves (cheap, no ggml tensor).
 _SELF_FOLDING = {"Constant", "Shape", "Size", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
-                 "Cast", "CastLike", "ConstantOfShape", "EyeLike", "Split", "Dropout"}
+                 "Cast", "CastLike", "ConstantOfShape", "EyeLike", "Split", "Dropout", "If"}
 
 
 class MisNarrowed(OnnxError):
@@ -175,13 +177,16 @@ class OnnxShapePlan:
             vals[name] = Val(shp, et, t=t)
         b.input_by_ptr = {int(ffi.cast("uintptr_t", t)): n for n, (t, _, _) in self.input_tensors.items()}
         self.n_folded = 0
-        ix = GraphIndex(g, model.initializers) if first else None  # what the pattern finders read
-        gelu, skipped = find_gelu(ix) if first else ({}, set())
+        # what the pattern finders read; they see the top-level nodes only, so a graph with subgraphs
+        # (which may read any value by name) is built node by node
+        first_fused = first and not has_subgraphs(nodes)
+        ix = GraphIndex(g, model.initializers) if first_fused else None
+        gelu, skipped = find_gelu(ix) if first_fused else ({}, set())
         self.n_fused = len(gelu)
         gelu_private = gelu_input_private(ix, gelu) if gelu else set()  # GELUs a linear layer's node may apply itself
         # Conv + Add + Relu and MatMul + bias as one kernel node each: CPU graphs with ggmlpy's
         # kernels, one stage only
-        fusing = b.kernels if first and not any(op_key(n) in HOST_OPS for n in nodes) else None
+        fusing = b.kernels if first_fused and not any(op_key(n) in HOST_OPS for n in nodes) else None
         convs, conv_skipped = ({}, set())
         if fusing is not None and fusing.conv2d is not None:
             convs, conv_skipped = find_conv_epilogues(ix)
@@ -244,6 +249,20 @@ class OnnxShapePlan:
             for name, v in zip(node.output, outs):
                 if name:
                     vals[name] = v
+
+        def inline(graph):
+            """Build a subgraph's nodes in place (an If's branch): its initializers join the constants."""
+            outer = b.node
+            for init in graph.initializer:
+                vals[init.name] = const(numpy_helper.to_array(init), init.data_type)
+            for sub in graph.node:
+                build(sub)
+            b.node = outer
+            try:
+                return [vals[o.name] for o in graph.output]
+            except KeyError as e:
+                raise b.fail(f"the branch '{graph.name}' has no value {e}") from None
+        b.inline = inline
 
         try:
             for k, node in enumerate(nodes):
