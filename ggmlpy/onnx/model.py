@@ -310,8 +310,8 @@ class OnnxModel:
                 break
             feeds = {n: values[n] for node in plan.rest for n in node.input
                      if n and n in values and n not in plan.consts}
-            if any(a.size == 0 for a in feeds.values()):  # ggml has no empty tensors: numpy for the rest
-                values.update(evaluate_on_host(self, plan.rest, values, plan.consts))
+            if any(a.size == 0 for a in feeds.values()) or plan.rest_reads_empty:  # no empty tensors in ggml:
+                values.update(evaluate_on_host(self, plan.rest, values, plan.consts))  # numpy for the rest
                 break
             plan = plan.next_plan(self, feeds)
             values.update(plan.run(feeds))

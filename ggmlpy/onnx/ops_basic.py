@@ -694,12 +694,16 @@ def _slice(b, node, ins, at):
         starts, ends, axes, steps = list(at["starts"]), list(at["ends"]), at.get("axes"), None
     axes = list(range(len(starts))) if axes is None else [norm_axis(b, a, x.rank) for a in axes]
     steps = [1] * len(starts) if steps is None else steps
+    b.need(all(st != 0 for st in steps), "slice step 0")
+    # numpy's clamping is ONNX's: starts/ends beyond the axis clamp, negatives count from the end
+    sizes = list(x.shape)
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        sizes[a] = len(range(*slice(s, e, st).indices(x.shape[a])))
+    if 0 in sizes:  # an empty value is known by its shape alone: a constant (ggml has no empty tensors)
+        return [const(np.zeros(sizes, dtype=np_dtype(x.dtype)), x.dtype)]
     t, shape = b.tensor(x), x.shape
     for a, s, e, st in zip(axes, starts, ends, steps):
-        b.need(st != 0, "slice step 0")
-        idx = np.arange(shape[a])[slice(*slice(s, e, st).indices(shape[a]))] if True else None
-        # numpy's clamping is ONNX's: starts/ends beyond the axis clamp, negatives count from the end
-        b.limit(len(idx) > 0, "slices to an empty tensor are not supported (ggml has no empty tensors)")
+        idx = np.arange(shape[a])[slice(*slice(s, e, st).indices(shape[a]))]
         if st == 1:
             t, shape = slice_axis(b, t, shape, a, int(idx[0]), int(idx[-1]) + 1)
         else:

@@ -27,7 +27,7 @@ from .folding import FoldError, fold
 from .fusion import (GraphIndex, find_attention, find_conv_epilogues, find_gelu, find_linear_bias,
                      find_linear_residual, gelu_input_private, heads_transposed, products_of,
                      transposes_of_products)
-from .ops_basic import OPS
+from .ops_basic import CONST_INPUTS, OPS
 from .ops_basic import f as contiguous_f32
 from .ops_host import HOST_OPS
 from .ops_conv import conv_epilogue, conv_pool
@@ -128,6 +128,19 @@ def evaluate_on_host(model: OnnxModel, nodes, values: dict, consts: dict) -> dic
                 raise OnnxError(f"onnx_run: node '{node.name or node.output[0]}' ({node.op_type}) on the host: {e}") from None
         known.update((o, a) for o, a in zip(node.output, outs) if o)
     return {n: known[n] for n in model.output_names if n in known}
+
+
+_TYPE_ONLY_INPUTS = {"CastLike": (1,)}  # inputs whose type alone an op reads
+
+
+def _reads_empty(node, vals: dict) -> bool:
+    """Whether a node reads an empty value (a constant: ggml has no empty tensors) as data beside a
+    computed one: it can be neither folded nor built in the graph, so it and what depends on it are
+    deferred, and computed on the host after this graph (evaluate_on_host). An empty parameter (a
+    Resize's roi: CONST_INPUTS) or type (CastLike's target) is read by the builder itself."""
+    params = CONST_INPUTS.get(op_key(node), ()) + _TYPE_ONLY_INPUTS.get(op_key(node), ())
+    ins = [vals[n] for i, n in enumerate(node.input) if n and n in vals and i not in params]
+    return any(v.is_const and v.size == 0 for v in ins) and any(not v.is_const for v in ins)
 
 
 class OnnxShapePlan:
@@ -231,7 +244,7 @@ class OnnxShapePlan:
                     raise b.fail(str(e)) from None
                 self.n_folded += 1
             elif (present and all(v.is_const for v in present) and node.domain in ("", "ai.onnx")
-                    and node.op_type not in _SELF_FOLDING):
+                    and (node.op_type not in _SELF_FOLDING or any(v.size == 0 for v in present))):
                 try:
                     outs = _fold(model, node, ins)
                     self.n_folded += 1
@@ -269,7 +282,8 @@ class OnnxShapePlan:
                 b.node = node
                 host = op_key(node) in HOST_OPS
                 if any(n in pending for n in node.input if n) or (
-                        host and any(not vals[n].is_const for n in node.input if n and n in vals)):
+                        host and any(not vals[n].is_const for n in node.input if n and n in vals)) or \
+                        _reads_empty(node, vals):
                     self.deferred.append(node)  # needs what only a host step after this graph knows
                     pending.update(o for o in node.output if o)
                     continue
@@ -354,6 +368,8 @@ class OnnxShapePlan:
                 known.update(o for o in node.output if o)
             else:
                 self.rest.append(node)
+        self.rest_reads_empty = any(vals[n].is_const and vals[n].size == 0 for node in self.rest for n in node.input
+                                    if n in vals)
         needed = {n for node in self.deferred for n in node.input if n in vals and not vals[n].is_const}
         self.outputs = []  # (name, Val, ggml tensor or None, fed input name or None)
         out_ts = []
