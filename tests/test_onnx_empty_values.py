@@ -84,3 +84,22 @@ def test_a_slice_to_nothing_of_a_computed_value():
     got = ggmlpy.onnx_run(ggmlpy.onnx_load(proto, device="cpu"), feeds)
     for w, name in zip(want, ("y", "y2")):
         np.testing.assert_allclose(got[name], w, rtol=1e-6)
+
+
+def test_a_split_with_an_empty_part_of_a_computed_value():
+    """Split's zero-size part is a constant; the Concat reading it beside a computed value runs on the
+    host (as the rotary embedding ONNX writes with rotary_dim equal to the head size)."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Split", ["r", "sizes"], ["a", "e"], axis=1),
+             helper.make_node("Concat", ["a", "e"], ["c"], axis=1), helper.make_node("Neg", ["c"], ["y"]),
+             helper.make_node("Shape", ["e"], ["y2"])]
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", T.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [2, 3]),
+                           helper.make_tensor_value_info("y2", T.INT64, [2])],
+                          [numpy_helper.from_array(np.array([3, 0], np.int64), "sizes")])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": RNG.normal(size=(2, 3)).astype(np.float32)}
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = ggmlpy.onnx_run(ggmlpy.onnx_load(proto, device="cpu"), feeds)
+    for w, name in zip(want, ("y", "y2")):
+        np.testing.assert_array_equal(got[name], w)

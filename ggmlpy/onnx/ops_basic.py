@@ -671,10 +671,11 @@ def _split(b, node, ins, at):
         sizes = [chunk] * (k - 1) + [L - chunk * (k - 1)]
     b.need(sum(sizes) == L and len(sizes) == n, f"split sizes {sizes} do not fit axis {axis} of size {L}")
     outs, start = [], 0
-    t = b.tensor(x)
+    t = None if x.is_const else b.tensor(x)
     for s in sizes:
-        if x.is_const:
-            outs.append(const(np.take(x.const, np.arange(start, start + s), axis=axis), x.dtype))
+        if x.is_const or s == 0:  # an empty part is known by its shape alone: a constant
+            outs.append(const(np.take(x.const, np.arange(start, start + s), axis=axis), x.dtype) if x.is_const else
+                        const(np.zeros(x.shape[:axis] + (0,) + x.shape[axis + 1:], np_dtype(x.dtype)), x.dtype))
         else:
             tt, shape = slice_axis(b, t, x.shape, axis, start, start + s)
             outs.append(b.out(tt, shape, x.dtype))
