@@ -103,3 +103,31 @@ def test_a_split_with_an_empty_part_of_a_computed_value():
     got = ggmlpy.onnx_run(ggmlpy.onnx_load(proto, device="cpu"), feeds)
     for w, name in zip(want, ("y", "y2")):
         np.testing.assert_array_equal(got[name], w)
+
+
+def test_an_empty_parameter_after_a_host_step_stays_in_the_graph():
+    """A Resize's empty roi is a parameter, not data: the stage after the NonZero is planned as a graph,
+    not computed on the host."""
+    nodes = [helper.make_node("Greater", ["s", "zero"], ["m"]), helper.make_node("NonZero", ["m"], ["nz"]),
+             helper.make_node("Cast", ["nz"], ["nzf"], to=T.FLOAT),
+             helper.make_node("ReduceSum", ["nzf"], ["n"], keepdims=0), helper.make_node("Add", ["x", "n"], ["x2"]),
+             helper.make_node("Resize", ["x2", "roi", "scales"], ["y"], mode="linear")]
+    inits = {"zero": np.array(0.0, np.float32), "roi": np.zeros(0, np.float32),
+             "scales": np.array([1, 1, 2, 2], np.float32)}
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", T.FLOAT, [1, 1, 3, 3]),
+                                       helper.make_tensor_value_info("s", T.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [1, 1, 6, 6])],
+                          [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": RNG.normal(size=(1, 1, 3, 3)).astype(np.float32), "s": np.array([1, -1, 2, 0], np.float32)}
+    model = compare_named(proto, feeds)
+    assert ggmlpy.onnx_summary(model)["plans_built"] == 2  # the first graph, then the one after the NonZero
+
+
+def compare_named(proto, feeds):
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    model = ggmlpy.onnx_load(proto, device="cpu")
+    got = ggmlpy.onnx_run(model, feeds)
+    for w, o in zip(want, proto.graph.output):
+        np.testing.assert_allclose(got[o.name], w, rtol=1e-5, atol=1e-6)
+    return model

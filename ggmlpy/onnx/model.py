@@ -296,7 +296,8 @@ class OnnxModel:
                 raise OnnxError(str(e)) from None
             decl = self.input_info[name][1]
             fixed = self.input_shapes[name]
-            if decl is not None and a.shape != fixed and (len(decl) != a.ndim or any(d >= 0 and d != s for d, s in zip(decl, a.shape))):
+            if decl is not None and a.shape != fixed and (
+                    len(decl) != a.ndim or any(d >= 0 and d != s for d, s in zip(decl, a.shape))):
                 raise OnnxError(f"onnx_run: input '{name}' has shape {list(a.shape)}, the model expects "
                                 f"{_fmt(decl) if list(decl) != list(fixed) else list(fixed)}")
             arrays[name], shapes[name] = a, a.shape

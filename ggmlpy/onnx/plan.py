@@ -133,13 +133,18 @@ def evaluate_on_host(model: OnnxModel, nodes, values: dict, consts: dict) -> dic
 _TYPE_ONLY_INPUTS = {"CastLike": (1,)}  # inputs whose type alone an op reads
 
 
+def _data_inputs(node, vals: dict) -> list:
+    """The values a node reads as data: not its parameters (CONST_INPUTS, read by the builder itself:
+    an empty Resize roi is no data) nor inputs it reads the type of (CastLike's target)."""
+    params = CONST_INPUTS.get(op_key(node), ()) + _TYPE_ONLY_INPUTS.get(op_key(node), ())
+    return [vals[n] for i, n in enumerate(node.input) if n and n in vals and i not in params]
+
+
 def _reads_empty(node, vals: dict) -> bool:
     """Whether a node reads an empty value (a constant: ggml has no empty tensors) as data beside a
     computed one: it can be neither folded nor built in the graph, so it and what depends on it are
-    deferred, and computed on the host after this graph (evaluate_on_host). An empty parameter (a
-    Resize's roi: CONST_INPUTS) or type (CastLike's target) is read by the builder itself."""
-    params = CONST_INPUTS.get(op_key(node), ()) + _TYPE_ONLY_INPUTS.get(op_key(node), ())
-    ins = [vals[n] for i, n in enumerate(node.input) if n and n in vals and i not in params]
+    deferred, and computed on the host after this graph (evaluate_on_host)."""
+    ins = _data_inputs(node, vals)
     return any(v.is_const and v.size == 0 for v in ins) and any(not v.is_const for v in ins)
 
 
@@ -368,8 +373,7 @@ class OnnxShapePlan:
                 known.update(o for o in node.output if o)
             else:
                 self.rest.append(node)
-        self.rest_reads_empty = any(vals[n].is_const and vals[n].size == 0 for node in self.rest for n in node.input
-                                    if n in vals)
+        self.rest_reads_empty = any(v.is_const and v.size == 0 for node in self.rest for v in _data_inputs(node, vals))
         needed = {n for node in self.deferred for n in node.input if n in vals and not vals[n].is_const}
         self.outputs = []  # (name, Val, ggml tensor or None, fed input name or None)
         out_ts = []
