@@ -2,6 +2,7 @@
 
     python scripts/bench_onnx.py [--threads 1 2] [--batch 1 8] [--seq 128] [--reps 10] [--cpu-time]
                                  [--dynamo] [--models resnet18 encoder vit lstm] [--device cpu|cuda|vulkan]
+    python scripts/bench_onnx.py --zoo [--threads 1] [--reps 10] [--cpu-time]
 
 Models are exported from PyTorch with random weights (no downloads): ResNet-18 at 224x224, a
 BERT-style encoder (4 layers, d=256, 4 heads, FFN 1024) at sequence 128, a small ViT (16x16 patches
@@ -18,6 +19,10 @@ the best-time ratios of the first thread count.
 busy machine can measure reliably (wall time there depends on who else runs).
 --device runs ggmlpy on a GPU (CUDA, Vulkan) against onnxruntime's CPU provider (the wheel the
 tests use has no GPU provider): the ratio then says what the GPU buys over onnxruntime on this CPU.
+--zoo times the small Model Zoo architectures of tests/onnx_zoo.py instead (Inception v3's stem in
+plain torch; torchvision's Inception v3 and transformers' BERT, RoBERTa and GPT-NeoX where those
+libraries are installed, each said skipped otherwise); its summary line is
+`summary: zoo median 1.10x onnxruntime over 2 models (inception_stem 1.05x, bert 1.15x) (1 thread)`.
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ import warnings
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 from scripts.benchlib import machine  # noqa: E402
 
 
@@ -143,6 +149,7 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["resnet18", "encoder", "vit", "lstm"],
                     choices=["resnet18", "encoder", "vit", "lstm"])
     ap.add_argument("--device", default="cpu", help="ggmlpy's device (onnxruntime stays on the CPU)")
+    ap.add_argument("--zoo", action="store_true", help="the Model Zoo architectures of tests/onnx_zoo.py instead")
     args = ap.parse_args()
     import onnxruntime as ort
     import torch
@@ -152,6 +159,17 @@ def main() -> None:
     tmp = tempfile.mkdtemp()
     clock = time.process_time if args.cpu_time else time.perf_counter
     cases = []  # (label, summary key, model, inputs, input names, feeds)
+    paths = {}
+    if args.zoo:
+        import onnx_zoo
+        args.models = []
+        for key in onnx_zoo.ZOO:
+            try:
+                paths[key], feeds = onnx_zoo.build(key, torch, tmp)
+            except onnx_zoo.Unavailable as e:
+                print(f"{key}: skipped, {e}")
+                continue
+            cases.append((key, key, None, None, None, feeds))
     if "resnet18" in args.models:
         net = resnet18().eval()
         for bn in net.modules():
@@ -172,8 +190,9 @@ def main() -> None:
     if "lstm" in args.models:
         x = torch.randn(1, 100, 64)
         cases.append(("LSTM 2x128, 100 steps", "lstm", lstm_classifier().eval(), (x,), ["x"], {"x": x.numpy()}))
-    paths = {}
     for name, _, model, inputs, names, _ in cases:
+        if model is None:  # exported by its builder
+            continue
         paths[name] = os.path.join(tmp, name.replace(" ", "_").replace(",", "").replace("(", "").replace(")", "")
                                    + ".onnx")
         with warnings.catch_warnings():
@@ -198,13 +217,18 @@ def main() -> None:
             sess = ort.InferenceSession(paths[name], so, providers=["CPUExecutionProvider"])
             (gb, gm), (ob, om) = interleaved([lambda: g.onnx_run(m, feeds), lambda: sess.run(None, feeds)],
                                              args.reps, clock)
-            diff = float(np.abs(g.onnx_run(m, feeds)["y"] - sess.run(None, feeds)[0]).max())
+            diff = float(np.abs(next(iter(g.onnx_run(m, feeds).values())) - sess.run(None, feeds)[0]).max())
             print(f"{name:<28} {gb:>10.2f} /{gm:>9.2f} {ob:>7.2f} /{om:>7.2f} {gb / ob:>5.2f}/{gm / om:<5.2f}  "
                   f"{diff:.2e}")
             if threads == args.threads[0]:
                 first[key] = gb / ob
         print(f"loadavg after {open('/proc/loadavg').read().split()[:3]}")
     t0 = args.threads[0]
+    if args.zoo:
+        print(f"summary: zoo median {np.median(list(first.values())):.2f}x onnxruntime over {len(first)} model"
+              f"{'s' if len(first) > 1 else ''} (" + ", ".join(f"{k} {v:.2f}x" for k, v in first.items())
+              + f") ({t0} thread{'s' if t0 > 1 else ''})")
+        return
     print("summary: " + ", ".join(f"{k} {v:.2f}x" for k, v in first.items()).replace(", resnet18 b", ", b")
           + f" onnxruntime ({t0} thread{'s' if t0 > 1 else ''})")
 

@@ -62,7 +62,8 @@ def test_function_expanded_cases():
     assert not failed, "\n".join(failed[:20])
 
 
-@pytest.mark.parametrize("op", ["Reshape", "Slice", "Resize", "Pad", "Expand", "Cast", "Clip", "ConvTranspose"])
+@pytest.mark.parametrize("op", ["Reshape", "Slice", "Resize", "Pad", "Expand", "Cast", "Clip", "ConvTranspose", "GatherND",
+                                "If"])
 def test_operator_at_load_time(op):
     """The load-time mode (scripts/onnx_conformance.py --mode load-time) still passes."""
     failed = [f"{c.name}: {r.detail}" for c in _cases() if case_op(c) == op

@@ -73,8 +73,9 @@ def _check_cli_inputs(path, given: dict, shapes: dict) -> str | None:
     for name, vi in inputs.items():
         dims = vi.type.tensor_type.shape.dim if vi.type.tensor_type.HasField("shape") else None
         if name not in shapes and (dims is None or any(not d.HasField("dim_value") for d in dims)):
-            shown = "x".join(str(d.dim_value) if d.HasField("dim_value") else "?" for d in dims or [])
-            return (f"input '{name}' has a dynamic shape [{shown}]: fix it with --shape {name}=1x... "
+            shown = "no shape" if dims is None else "a dynamic shape [" + "x".join(
+                str(d.dim_value) if d.HasField("dim_value") else "?" for d in dims) + "]"
+            return (f"input '{name}' has {shown}: fix it with --shape {name}=1x... "
                     f"or give its data with --input {name}=file.npy")
     return None
 

@@ -162,6 +162,9 @@ class OnnxGraphBuilder(GraphContext):
         self.columns_first = True  # conv product order (ops_conv.conv2d)
         self.kernels = None  # ggmlpy.kernels.Kernels where the graph runs on ggml's CPU backend
         self.packed_linears: dict = {}  # packed linear node's address -> its arguments (ops_products.linear_gelu)
+        # inline(graph) -> the output values of a subgraph built in place (an If's branch, ops_control);
+        # set by the plan that builds the nodes
+        self.inline = None
 
     def note_index_input(self, v: "Val", L: int) -> None:
         """`v` indexes an axis of length L: when it is a graph input, onnx_run checks its range."""

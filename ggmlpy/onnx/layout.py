@@ -23,8 +23,23 @@ def squeeze_for(b, shape, axes=()):
     return tuple(shape[k] for k in kept), [kept.index(a) for a in axes], kept
 
 
+def packed(t) -> bool:
+    """Whether t's strides are exactly those of a fresh tensor of its shape. ggml_is_contiguous also
+    accepts a view whose size-one axes carry other strides (a permutation of a [1, 2] plane), but
+    ggml_mul_mat asserts that its second operand's first stride is the element size."""
+    nb = onnx_lib.ggml_type_size(t.type)
+    for i in range(MAX_RANK):
+        if int(t.nb[i]) != nb:
+            return False
+        nb *= int(t.ne[i])
+    return True
+
+
 def cont(b, t):
-    return t if onnx_lib.ggml_is_contiguous(t) else onnx_lib.ggml_cont(b.ctx, t)
+    """t with packed strides: t itself, a reshaping view of a contiguous t, or a copy."""
+    if not onnx_lib.ggml_is_contiguous(t):
+        return onnx_lib.ggml_cont(b.ctx, t)
+    return t if packed(t) else onnx_lib.ggml_reshape_4d(b.ctx, t, *(int(t.ne[i]) for i in range(MAX_RANK)))
 
 
 def reshape(b, t, shape):

@@ -30,14 +30,17 @@ from ..core.sched import Scheduler
 from ..core.threads import checked_count
 from ..errors import DeviceError, GGMLError
 from ..graph import ByteCache
-from . import ops_conv, ops_extra, ops_norm, ops_pool, ops_products, ops_reduce, ops_resize, ops_rnn  # noqa: F401  (their builders register in OPS)
+from . import leniency
+# their builders register in OPS
+from . import (ops_control, ops_conv, ops_extra, ops_gather_nd, ops_norm, ops_pool, ops_products,  # noqa: F401
+               ops_reduce, ops_resize, ops_rnn)
 from .graph import (NUMERIC_TYPES, NeedsValue, OnnxError, op_key, type_name)
 from .fusion import (const_values)
 from .narrowing import has_seed, narrow, static_shapes
 from .ops_basic import OPS
 from .ops_host import HOST_OPS
 from .plan import MisNarrowed, OnnxShapePlan, evaluate_on_host, plan_key
-from .shaping import upstream, value_inputs
+from .shaping import has_subgraphs, upstream, value_inputs
 
 _NULL = ffi.NULL
 # Resolve now what the finalizers call: cffi resolves a symbol under a lock of its own, and a
@@ -81,12 +84,21 @@ def _read_model(path):
 def _check(model, what: str) -> None:
     """onnx.checker, whose failures include more than its ValidationError (a UnicodeDecodeError
     for a name that is not UTF-8), and the default domain's opset: one newer than the onnx
-    package knows is refused, as onnxruntime refuses it (its operators' meaning is unknown)."""
+    package knows is refused, as onnxruntime refuses it (its operators' meaning is unknown).
+    What onnxruntime loads though the checker refuses it (leniency.py) is loaded with a warning."""
     try:
         onnx.checker.check_model(model)
     except Exception as e:  # noqa: BLE001 - any failure of the checker is the file's
         msg = " ".join(str(e).strip().splitlines()[:3]) or type(e).__name__
-        raise OnnxError(f"onnx_load: {what}: {msg}") from None
+        found = leniency.defects(model)
+        try:
+            if not found:
+                raise
+            onnx.checker.check_model(leniency.mended(model))
+        except Exception:  # noqa: BLE001 - refused as the checker refused it
+            raise OnnxError(f"onnx_load: {what}: {msg}") from None
+        warnings.warn(f"onnx_load: the model is loaded as onnxruntime loads it, though it is not valid ONNX: "
+                      + "; ".join(found), stacklevel=4)
     newest = onnx.defs.onnx_opset_version()
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx") and o.version > newest:
@@ -129,7 +141,8 @@ class OnnxModel:
                 self.initializers[init.name] = numpy_helper.to_array(init)
             except Exception as e:
                 raise OnnxError(f"onnx_load: initializer '{init.name}' cannot be read: {e}") from None
-        self.input_info = {}   # name -> (onnx elem type, declared dims with -1 for dynamic)
+        # name -> (onnx elem type, declared dims with -1 for dynamic; None without a shape: the feed's)
+        self.input_info = {}
         for vi in g.input:
             if vi.name in self.initializers:
                 continue
@@ -137,30 +150,27 @@ class OnnxModel:
             if not vi.type.HasField("tensor_type") or et not in NUMERIC_TYPES:
                 raise OnnxError(f"onnx_load: input '{vi.name}' has type {type_name(et) if et else 'non-tensor'}; "
                                 "only numeric tensors are supported")
-            dims = _dims(vi)
-            if dims is None:
-                raise OnnxError(f"onnx_load: input '{vi.name}' has no shape: give it with input_shapes")
-            self.input_info[vi.name] = (et, dims)
+            self.input_info[vi.name] = (et, _dims(vi))
         self.output_names = [o.name for o in g.output]
-        shapes = {n: list(d) for n, (_, d) in self.input_info.items()}
+        shapes = {n: None if d is None else list(d) for n, (_, d) in self.input_info.items()}
         for name, shp in (input_shapes or {}).items():
             if name not in shapes:
                 warnings.warn(f"onnx_load: input_shapes names an unknown input '{name}'", stacklevel=3)
                 continue
             shp = [int(s) for s in shp]
             decl = self.input_info[name][1]
-            if len(shp) != len(decl) or any(d >= 0 and d != s for d, s in zip(decl, shp)):
+            if decl is not None and (len(shp) != len(decl) or any(d >= 0 and d != s for d, s in zip(decl, shp))):
                 raise OnnxError(f"onnx_load: input_shapes gives '{name}' the shape {shp}, but the model declares "
                                 f"{_fmt(decl)}")
             shapes[name] = shp
         for name, shp in shapes.items():
-            if any(s < 0 for s in shp):
+            if shp is not None and any(s < 0 for s in shp):
                 dims = "x".join("?" if s < 0 else str(s) for s in shp)
                 example = ", ".join(str(s if s >= 0 else 1) for s in shp)
                 raise OnnxError(f"Input '{name}' has dynamic shape [{dims}]. Specify fixed shape via input_shapes "
                                 f"parameter, e.g. onnx_load(\"{os.path.basename(self.path)}\", input_shapes="
                                 f"{{'{name}': ({example})}}). Alternatively, re-export the model with static shapes.")
-        self.input_shapes = {n: tuple(s) for n, s in shapes.items()}
+        self.input_shapes = {n: None if s is None else tuple(s) for n, s in shapes.items()}  # None: the feed's
         self._devices(device, n_threads)
         self._lock = threading.RLock()
         self._cpu1 = None  # single_thread_cpu()
@@ -169,9 +179,9 @@ class OnnxModel:
         self.narrowing = True  # graph_for narrows (off once a narrowed plan built other shapes than inferred)
         # Inputs read on the host to plan the graph: found statically here, or by a builder (NeedsValue).
         self.value_inputs = value_inputs(g.node, self.input_info)
-        if not self.value_inputs:
+        if not self.value_inputs and None not in self.input_shapes.values():
             self._plan(self.input_shapes)  # build now: errors surface at load, as in ggmlR
-        # else the graph is planned at the first run, for the values it is given
+        # else the graph is planned at the first run, for the values (or shapes) it is given
 
     # -- set-up ---------------------------------------------------------------------------------------
     def _check_ops(self):
@@ -207,7 +217,7 @@ class OnnxModel:
         """The plan for these input shapes and, when the model has value_inputs, these arrays' values
         (None at load: the model is then planned at its first run). Builds and caches it if new."""
         while True:
-            if self.value_inputs and arrays is None:
+            if arrays is None and (self.value_inputs or None in shapes.values()):
                 return None
             values = {n: arrays[n] for n in self.value_inputs} if self.value_inputs else {}
             key = plan_key(shapes, values)
@@ -236,7 +246,7 @@ class OnnxModel:
         rows of a value computed row by row, one computing only those rows (narrowing.py). A graph
         whose shapes onnx cannot infer is planned as it is."""
         g = self.proto.graph
-        if not self.narrowing or not has_seed(g.node):
+        if not self.narrowing or not has_seed(g.node) or has_subgraphs(g.node):
             return g
         try:
             shapes = static_shapes(self.proto, shapes)
@@ -286,7 +296,8 @@ class OnnxModel:
                 raise OnnxError(str(e)) from None
             decl = self.input_info[name][1]
             fixed = self.input_shapes[name]
-            if a.shape != fixed and (len(decl) != a.ndim or any(d >= 0 and d != s for d, s in zip(decl, a.shape))):
+            if decl is not None and a.shape != fixed and (
+                    len(decl) != a.ndim or any(d >= 0 and d != s for d, s in zip(decl, a.shape))):
                 raise OnnxError(f"onnx_run: input '{name}' has shape {list(a.shape)}, the model expects "
                                 f"{_fmt(decl) if list(decl) != list(fixed) else list(fixed)}")
             arrays[name], shapes[name] = a, a.shape
@@ -308,8 +319,8 @@ class OnnxModel:
                 break
             feeds = {n: values[n] for node in plan.rest for n in node.input
                      if n and n in values and n not in plan.consts}
-            if any(a.size == 0 for a in feeds.values()):  # ggml has no empty tensors: numpy for the rest
-                values.update(evaluate_on_host(self, plan.rest, values, plan.consts))
+            if any(a.size == 0 for a in feeds.values()) or plan.rest_reads_empty:  # no empty tensors in ggml:
+                values.update(evaluate_on_host(self, plan.rest, values, plan.consts))  # numpy for the rest
                 break
             plan = plan.next_plan(self, feeds)
             values.update(plan.run(feeds))
@@ -391,10 +402,11 @@ def onnx_summary(model: OnnxModel) -> dict:
 
 
 def onnx_inputs(model: OnnxModel) -> dict:
-    """The model's inputs (initializers excluded): name -> shape as fixed at load (ONNX order)."""
+    """The model's inputs (initializers excluded): name -> shape as fixed at load (ONNX order); None for
+    an input the model declares without a shape (it takes the shape it is fed)."""
     if not isinstance(model, OnnxModel):
         raise TypeError("onnx_inputs: model must come from onnx_load()")
-    return {n: list(s) for n, s in model.input_shapes.items()}
+    return {n: None if s is None else list(s) for n, s in model.input_shapes.items()}
 
 
 _CUSTOM_OPS = (lib.GGML_OP_CUSTOM, lib.GGML_OP_MAP_CUSTOM1, lib.GGML_OP_MAP_CUSTOM2)

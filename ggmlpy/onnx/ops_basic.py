@@ -42,6 +42,15 @@ def cval(b, v: Val, what: str):
     return v.const
 
 
+def cscalar(b, v: Val, what: str, kind=float):
+    """A one-element value known when planning (cval), as a Python number: ONNX declares such
+    parameters (Clip's bounds, TopK's K...) as scalars, and exporters often write one-element 1-D
+    tensors, which numpy 2 no longer converts with float() or int()."""
+    a = np.asarray(cval(b, v, what))
+    b.need(a.size == 1, f"input '{what}' must hold one value, got shape {list(a.shape)}")
+    return kind(a.reshape(-1)[0])
+
+
 def norm_axis(b, axis, rank):
     axis = int(axis)
     b.need(-rank <= axis < max(rank, 1), f"axis {axis} out of range for rank {rank}")
@@ -179,7 +188,7 @@ def _dropout(b, node, ins, at):
         b.need_value(training.is_const, "training_mode must be known at load time", training)
         if bool(np.asarray(training.const).reshape(-1)[0]):
             ratio = ins[1] if len(ins) > 1 else None
-            r = 0.5 if ratio is None else float(np.asarray(cval(b, ratio, "ratio")).reshape(-1)[0])
+            r = 0.5 if ratio is None else cscalar(b, ratio, "ratio")
             b.need(r == 0.0, f"training_mode with ratio {r} draws a random mask (not supported; ratio 0 is)")
     outs = [x]
     if len(node.output) > 1:
@@ -198,10 +207,8 @@ def _clip(b, node, ins, at):
                 t, shape = binary(b, lambda c, p, q, larger=larger: b.extremum(p, q, larger), y, v)
                 y = b.out(t, shape, x.dtype)
         return [y]
-    lo = cval(b, ins[1], "min") if len(ins) > 1 else None
-    hi = cval(b, ins[2], "max") if len(ins) > 2 else None
-    lo = float(at.get("min", -FLT_MAX)) if lo is None else float(lo)
-    hi = float(at.get("max", FLT_MAX)) if hi is None else float(hi)
+    lo = cscalar(b, ins[1], "min") if len(ins) > 1 and ins[1] is not None else float(at.get("min", -FLT_MAX))
+    hi = cscalar(b, ins[2], "max") if len(ins) > 2 and ins[2] is not None else float(at.get("max", FLT_MAX))
     t = f(b, x)
     if lo > hi:  # ONNX: every element becomes max
         return [b.out(onnx_lib.ggml_repeat(b.ctx, scalar_f32(b, hi), t), x.shape, x.dtype)]
@@ -664,10 +671,11 @@ def _split(b, node, ins, at):
         sizes = [chunk] * (k - 1) + [L - chunk * (k - 1)]
     b.need(sum(sizes) == L and len(sizes) == n, f"split sizes {sizes} do not fit axis {axis} of size {L}")
     outs, start = [], 0
-    t = b.tensor(x)
+    t = None if x.is_const else b.tensor(x)
     for s in sizes:
-        if x.is_const:
-            outs.append(const(np.take(x.const, np.arange(start, start + s), axis=axis), x.dtype))
+        if x.is_const or s == 0:  # an empty part is known by its shape alone: a constant
+            outs.append(const(np.take(x.const, np.arange(start, start + s), axis=axis), x.dtype) if x.is_const else
+                        const(np.zeros(x.shape[:axis] + (0,) + x.shape[axis + 1:], np_dtype(x.dtype)), x.dtype))
         else:
             tt, shape = slice_axis(b, t, x.shape, axis, start, start + s)
             outs.append(b.out(tt, shape, x.dtype))
@@ -687,12 +695,16 @@ def _slice(b, node, ins, at):
         starts, ends, axes, steps = list(at["starts"]), list(at["ends"]), at.get("axes"), None
     axes = list(range(len(starts))) if axes is None else [norm_axis(b, a, x.rank) for a in axes]
     steps = [1] * len(starts) if steps is None else steps
+    b.need(all(st != 0 for st in steps), "slice step 0")
+    # numpy's clamping is ONNX's: starts/ends beyond the axis clamp, negatives count from the end
+    sizes = list(x.shape)
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        sizes[a] = len(range(*slice(s, e, st).indices(x.shape[a])))
+    if 0 in sizes:  # an empty value is known by its shape alone: a constant (ggml has no empty tensors)
+        return [const(np.zeros(sizes, dtype=np_dtype(x.dtype)), x.dtype)]
     t, shape = b.tensor(x), x.shape
     for a, s, e, st in zip(axes, starts, ends, steps):
-        b.need(st != 0, "slice step 0")
-        idx = np.arange(shape[a])[slice(*slice(s, e, st).indices(shape[a]))] if True else None
-        # numpy's clamping is ONNX's: starts/ends beyond the axis clamp, negatives count from the end
-        b.limit(len(idx) > 0, "slices to an empty tensor are not supported (ggml has no empty tensors)")
+        idx = np.arange(shape[a])[slice(*slice(s, e, st).indices(shape[a]))]
         if st == 1:
             t, shape = slice_axis(b, t, shape, a, int(idx[0]), int(idx[-1]) + 1)
         else:

@@ -9,11 +9,11 @@ from onnx import TensorProto
 from . import float8
 from .graph import FLOAT8_TYPES, NeedsValue, Val, const, np_dtype
 from .layout import binary, permute, reshape, take, to_rows
-from .ops_basic import OPS, _concat, _round_even, _unary, cval, f, norm_axis, op
+from .ops_basic import OPS, _concat, _round_even, _unary, cscalar, cval, f, norm_axis, op
 from .ops_conv import _conv
 from .ops_pool import _global
 from .ops_products import _gemm, _matmul_op
-from .ops_reduce import arg_rows
+from .ops_reduce import _softmax_rows, arg_rows
 from .onnx_lib import onnx_lib
 
 QRANGE = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127), TensorProto.UINT16: (0, 65535),
@@ -152,7 +152,7 @@ def _qlinear_conv(b, node, ins, at):
 @op("CumSum", const_inputs=(1,))
 def _cumsum(b, node, ins, at):
     x = ins[0]
-    axis = norm_axis(b, int(np.asarray(cval(b, ins[1], "axis")).reshape(-1)[0]), x.rank)
+    axis = norm_axis(b, cscalar(b, ins[1], "axis", int), x.rank)
     rev, excl = int(at.get("reverse", 0)), int(at.get("exclusive", 0))
     t, shape = b.tensor(x), x.shape
     L = shape[axis]
@@ -172,7 +172,7 @@ def _cumsum(b, node, ins, at):
 @op("Trilu", const_inputs=(1,))
 def _trilu(b, node, ins, at):
     x = ins[0]
-    k = int(np.asarray(cval(b, ins[1], "k")).reshape(-1)[0]) if len(ins) > 1 and ins[1] is not None else 0
+    k = cscalar(b, ins[1], "k", int) if len(ins) > 1 and ins[1] is not None else 0
     upper = int(at.get("upper", 1))
     n, m = x.shape[-2:]
     mask = np.triu(np.ones((n, m), np.float32), k) if upper else np.tril(np.ones((n, m), np.float32), k)
@@ -312,7 +312,7 @@ def _isinf(b, node, ins, at):
 @op("TopK", const_inputs=(1,))
 def _topk(b, node, ins, at):
     x = ins[0]
-    k = int(np.asarray(cval(b, ins[1], "K")).reshape(-1)[0])
+    k = cscalar(b, ins[1], "K", int)
     axis = norm_axis(b, at.get("axis", -1), x.rank)
     largest = int(at.get("largest", 1))
     L = x.shape[axis]
@@ -447,6 +447,22 @@ def _qunary(fn):
 
 OPS[MS + "QLinearSigmoid"] = _qunary(lambda b, t, at: onnx_lib.ggml_sigmoid(b.ctx, t))
 OPS[MS + "QLinearLeakyRelu"] = _qunary(lambda b, t, at: onnx_lib.ggml_leaky_relu(b.ctx, t, float(at.get("alpha", 0.01)), False))
+
+
+def _qsoftmax(b, node, ins, at):
+    """Softmax of dequantized X, quantized to y's scale and zero point. `opset` (required) says whose
+    Softmax: below 13 the input is coerced to 2-D at `axis` (default 1 there, -1 from 13)."""
+    x, sx, zx, sy, zy = (list(ins) + [None] * 5)[:5]
+    b.need("opset" in at, "QLinearSoftmax needs its 'opset' attribute")
+    opset = int(at["opset"])
+    axis = norm_axis(b, at.get("axis", -1 if opset >= 13 else 1), x.rank)
+    X = dequantize(b, x, sx, zx, 0)
+    y = _softmax_rows(b, X, axis, opset, False)
+    return [quantize(b, Val(x.shape, TensorProto.FLOAT, t=y), sy, zy, 0,
+                     zy.dtype if zy is not None else TensorProto.UINT8)]
+
+
+OPS[MS + "QLinearSoftmax"] = _qsoftmax
 
 
 def _qgap(b, node, ins, at):

@@ -7,7 +7,7 @@ import numpy as np
 from .onnx_lib import onnx_lib
 from .graph import Val
 from .layout import (cont, pad_zero, reshape, slice_axis, take)
-from .ops_basic import FLT_MAX, I64, cval, norm_axis, op
+from .ops_basic import FLT_MAX, I64, cscalar, cval, norm_axis, op
 from .ops_reduce import POOL_AVG, POOL_MAX, _row_max, arg_rows
 
 
@@ -294,7 +294,7 @@ def _pad(b, node, ins, at):
     r = x.rank
     if len(ins) > 1 and ins[1] is not None:
         pads = [int(p) for p in cval(b, ins[1], "pads")]
-        value = float(cval(b, ins[2], "constant_value").reshape(-1)[0]) if len(ins) > 2 and ins[2] is not None else 0.0
+        value = cscalar(b, ins[2], "constant_value") if len(ins) > 2 and ins[2] is not None else 0.0
         axes = [norm_axis(b, a, r) for a in cval(b, ins[3], "axes")] if len(ins) > 3 and ins[3] is not None else list(range(r))
     else:
         pads = [int(p) for p in at["pads"]]

@@ -17,7 +17,29 @@ def _row_max(b, t):
     return onnx_lib.ggml_pool_1d(b.ctx, cont(b, t), POOL_MAX, R, R, 0)
 
 
+def _row_prod(b, t):
+    """Each row's product (ggml has no product reduction): the row's halves multiplied, halving the
+    width each pass; an odd width's last column is set aside and multiplied in at the end."""
+    c = b.ctx
+    t = cont(b, t)
+    w, K = int(t.ne[0]), int(t.ne[1]) * int(t.ne[2]) * int(t.ne[3])
+    t = onnx_lib.ggml_reshape_2d(c, t, w, K)
+    extra = []
+    while w > 1:
+        if w % 2:
+            w -= 1
+            extra.append(onnx_lib.ggml_view_2d(c, t, 1, K, t.nb[1], w * int(t.nb[0])))
+        h = w // 2
+        t = onnx_lib.ggml_mul(c, onnx_lib.ggml_cont(c, onnx_lib.ggml_view_2d(c, t, h, K, t.nb[1], 0)),
+                              onnx_lib.ggml_cont(c, onnx_lib.ggml_view_2d(c, t, h, K, t.nb[1], h * int(t.nb[0]))))
+        w = h
+    for e in extra:
+        t = onnx_lib.ggml_mul(c, t, onnx_lib.ggml_cont(c, e))
+    return t
+
+
 ROW_REDUCE = {
+    "ReduceProd": _row_prod,
     "ReduceSum": lambda b, t: onnx_lib.ggml_sum_rows(b.ctx, t),
     "ReduceMean": lambda b, t: onnx_lib.ggml_mean(b.ctx, t),
     "ReduceMax": _row_max,

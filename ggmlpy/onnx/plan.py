@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import time
 
 import numpy as np
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from .._sigint import uninterruptible
 from .. import kernels
@@ -18,18 +18,21 @@ from ..bindings import ffi, lib
 from ..core.rpc import check_tensor_device
 from ..errors import GGMLError
 from ..graph import TENSOR_OVERHEAD, CompiledGraph, GraphContext
-from . import ops_conv, ops_extra, ops_norm, ops_pool, ops_products, ops_reduce, ops_resize, ops_rnn  # noqa: F401  (their builders register in OPS)
+# their builders register in OPS
+from . import (ops_control, ops_conv, ops_extra, ops_gather_nd, ops_norm, ops_pool, ops_products,  # noqa: F401
+               ops_reduce, ops_resize, ops_rnn)
 from .graph import (F32, OnnxGraphBuilder, NeedsValue, OnnxError, Val, boundary_dtype, const, node_budget,
                     np_dtype, op_key)
+from .folding import FoldError, fold
 from .fusion import (GraphIndex, find_attention, find_conv_epilogues, find_gelu, find_linear_bias,
                      find_linear_residual, gelu_input_private, heads_transposed, products_of,
                      transposes_of_products)
-from .ops_basic import OPS
+from .ops_basic import CONST_INPUTS, OPS
 from .ops_basic import f as contiguous_f32
 from .ops_host import HOST_OPS
 from .ops_conv import conv_epilogue, conv_pool
 from .ops_products import attention, linear_bias, linear_gelu, linear_residual, linear_split
-from .shaping import upstream, value_inputs
+from .shaping import has_subgraphs, upstream, value_inputs
 
 if TYPE_CHECKING:
     from .model import OnnxModel
@@ -39,7 +42,7 @@ _NULL = ffi.NULL
 
 # Builders that turn constant inputs into constant outputs themselves (cheap, no ggml tensor).
 _SELF_FOLDING = {"Constant", "Shape", "Size", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
-                 "Cast", "CastLike", "ConstantOfShape", "EyeLike", "Split", "Dropout"}
+                 "Cast", "CastLike", "ConstantOfShape", "EyeLike", "Split", "Dropout", "If"}
 
 
 class MisNarrowed(OnnxError):
@@ -91,15 +94,8 @@ def _as_onnx_type(a, et: int) -> np.ndarray:
 
 
 def _fold(model: OnnxModel, node, ins):
-    """Evaluate a node whose inputs are all constants, with onnx's reference implementation."""
-    from onnx.reference import ReferenceEvaluator  # loaded when a node is folded: some 60 modules
-    vis = [helper.make_tensor_value_info(n, v.dtype, None) for n, v in zip(node.input, ins) if n]
-    outs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
-    g = helper.make_graph([node], "fold", vis, outs)
-    m = helper.make_model(g, opset_imports=model.proto.opset_import, ir_version=model.proto.ir_version)
-    feeds = {n: v.const for n, v in zip(node.input, ins) if n}
-    res = ReferenceEvaluator(m).run(None, feeds)
-    return [const(np.asarray(r)) for r in res]
+    """Evaluate a node whose inputs are all constants (folding.py): constant values, or FoldError."""
+    return fold(node, ins, model.proto.opset_import, model.proto.ir_version)
 
 
 def _unscaled(vals: dict, mul_inputs, name: str) -> tuple:
@@ -126,9 +122,30 @@ def evaluate_on_host(model: OnnxModel, nodes, values: dict, consts: dict) -> dic
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             outs = HOST_OPS[op_key(node)](ins, attrs, model.opset)
         else:
-            outs = [v.const for v in _fold(model, node, [None if a is None else const(a) for a in ins])]
+            try:
+                outs = [v.const for v in _fold(model, node, [None if a is None else const(a) for a in ins])]
+            except FoldError as e:
+                raise OnnxError(f"onnx_run: node '{node.name or node.output[0]}' ({node.op_type}) on the host: {e}") from None
         known.update((o, a) for o, a in zip(node.output, outs) if o)
     return {n: known[n] for n in model.output_names if n in known}
+
+
+_TYPE_ONLY_INPUTS = {"CastLike": (1,)}  # inputs whose type alone an op reads
+
+
+def _data_inputs(node, vals: dict) -> list:
+    """The values a node reads as data: not its parameters (CONST_INPUTS, read by the builder itself:
+    an empty Resize roi is no data) nor inputs it reads the type of (CastLike's target)."""
+    params = CONST_INPUTS.get(op_key(node), ()) + _TYPE_ONLY_INPUTS.get(op_key(node), ())
+    return [vals[n] for i, n in enumerate(node.input) if n and n in vals and i not in params]
+
+
+def _reads_empty(node, vals: dict) -> bool:
+    """Whether a node reads an empty value (a constant: ggml has no empty tensors) as data beside a
+    computed one: it can be neither folded nor built in the graph, so it and what depends on it are
+    deferred, and computed on the host after this graph (evaluate_on_host)."""
+    ins = _data_inputs(node, vals)
+    return any(v.is_const and v.size == 0 for v in ins) and any(not v.is_const for v in ins)
 
 
 class OnnxShapePlan:
@@ -178,13 +195,16 @@ class OnnxShapePlan:
             vals[name] = Val(shp, et, t=t)
         b.input_by_ptr = {int(ffi.cast("uintptr_t", t)): n for n, (t, _, _) in self.input_tensors.items()}
         self.n_folded = 0
-        ix = GraphIndex(g, model.initializers) if first else None  # what the pattern finders read
-        gelu, skipped = find_gelu(ix) if first else ({}, set())
+        # what the pattern finders read; they see the top-level nodes only, so a graph with subgraphs
+        # (which may read any value by name) is built node by node
+        first_fused = first and not has_subgraphs(nodes)
+        ix = GraphIndex(g, model.initializers) if first_fused else None
+        gelu, skipped = find_gelu(ix) if first_fused else ({}, set())
         self.n_fused = len(gelu)
         gelu_private = gelu_input_private(ix, gelu) if gelu else set()  # GELUs a linear layer's node may apply itself
         # Conv + Add + Relu and MatMul + bias as one kernel node each: CPU graphs with ggmlpy's
         # kernels, one stage only
-        fusing = b.kernels if first and not any(op_key(n) in HOST_OPS for n in nodes) else None
+        fusing = b.kernels if first_fused and not any(op_key(n) in HOST_OPS for n in nodes) else None
         convs, conv_skipped = ({}, set())
         if fusing is not None and fusing.conv2d is not None:
             convs, conv_skipped = find_conv_epilogues(ix)
@@ -228,14 +248,16 @@ class OnnxShapePlan:
                 except OnnxError as e:
                     raise b.fail(str(e)) from None
                 self.n_folded += 1
-            elif (present and all(v.is_const for v in present) and node.op_type not in _SELF_FOLDING
-                    and node.domain in ("", "ai.onnx")):
+            elif (present and all(v.is_const for v in present) and node.domain in ("", "ai.onnx")
+                    and (node.op_type not in _SELF_FOLDING or any(v.size == 0 for v in present))):
                 try:
                     outs = _fold(model, node, ins)
-                except Exception as e:
-                    raise b.fail(f"constant folding failed: {e}") from None
-                self.n_folded += 1
+                    self.n_folded += 1
+                except FoldError:  # built in the graph from its constant inputs instead
+                    outs = None
             else:
+                outs = None
+            if outs is None:
                 try:
                     outs = OPS[op_key(node)](b, node, ins, attrs)
                 except NeedsValue as e:  # the names of the values it needed, for the model to trace
@@ -246,12 +268,27 @@ class OnnxShapePlan:
                 if name:
                     vals[name] = v
 
+        def inline(graph):
+            """Build a subgraph's nodes in place (an If's branch): its initializers join the constants."""
+            outer = b.node
+            for init in graph.initializer:
+                vals[init.name] = const(numpy_helper.to_array(init), init.data_type)
+            for sub in graph.node:
+                build(sub)
+            b.node = outer
+            try:
+                return [vals[o.name] for o in graph.output]
+            except KeyError as e:
+                raise b.fail(f"the branch '{graph.name}' has no value {e}") from None
+        b.inline = inline
+
         try:
             for k, node in enumerate(nodes):
                 b.node = node
                 host = op_key(node) in HOST_OPS
                 if any(n in pending for n in node.input if n) or (
-                        host and any(not vals[n].is_const for n in node.input if n and n in vals)):
+                        host and any(not vals[n].is_const for n in node.input if n and n in vals)) or \
+                        _reads_empty(node, vals):
                     self.deferred.append(node)  # needs what only a host step after this graph knows
                     pending.update(o for o in node.output if o)
                     continue
@@ -336,6 +373,7 @@ class OnnxShapePlan:
                 known.update(o for o in node.output if o)
             else:
                 self.rest.append(node)
+        self.rest_reads_empty = any(v.is_const and v.size == 0 for node in self.rest for v in _data_inputs(node, vals))
         needed = {n for node in self.deferred for n in node.input if n in vals and not vals[n].is_const}
         self.outputs = []  # (name, Val, ggml tensor or None, fed input name or None)
         out_ts = []

@@ -12,13 +12,43 @@ that find out during the build that they need a value (graph.NeedsValue) are tra
 """
 from __future__ import annotations
 
+from onnx import AttributeProto
+
 from .graph import op_key
 from .ops_basic import CONST_INPUTS
 
 
+def subgraphs(node) -> list:
+    """The graphs a node carries (If's branches)."""
+    return [a.g for a in node.attribute if a.type == AttributeProto.GRAPH] + \
+        [g for a in node.attribute if a.type == AttributeProto.GRAPHS for g in a.graphs]
+
+
+def has_subgraphs(nodes) -> bool:
+    """Whether a node carries a graph of its own, whose nodes read the outer graph's values by name."""
+    return any(subgraphs(n) for n in nodes)
+
+
+def flattened(nodes) -> list:
+    """The nodes with those of their subgraphs, at any depth (value names are unique across them)."""
+    out = []
+    for n in nodes:
+        out.append(n)
+        for g in subgraphs(n):
+            out += flattened(g.node)
+    return out
+
+
+def _reads(n) -> list:
+    """The values a node's outputs are computed from: its inputs, and its subgraphs' outputs."""
+    if n.op_type == "CastLike":  # its target gives a type only
+        return list(n.input[:1])
+    return list(n.input) + [o.name for g in subgraphs(n) for o in g.output]
+
+
 def upstream(nodes, names, inputs) -> set:
     """The members of `inputs` that the values `names` are computed from (themselves included)."""
-    producer = {o: n for n in nodes for o in n.output if o}
+    producer = {o: n for n in flattened(nodes) for o in n.output if o}
     seen, todo, found = set(names), list(names), set()
     while todo:
         name = todo.pop()
@@ -28,7 +58,7 @@ def upstream(nodes, names, inputs) -> set:
         n = producer.get(name)
         if n is None or n.op_type in ("Shape", "Size"):  # a shape is known whatever the values
             continue
-        for i in (n.input[:1] if n.op_type == "CastLike" else n.input):  # CastLike's target: a type only
+        for i in _reads(n):
             if i and i not in seen:
                 seen.add(i)
                 todo.append(i)
@@ -37,7 +67,7 @@ def upstream(nodes, names, inputs) -> set:
 
 def parameter_values(nodes) -> set:
     """The values the builders of `nodes` need on the host (CONST_INPUTS), by name."""
-    return {n.input[i] for n in nodes for i in CONST_INPUTS.get(op_key(n), ())
+    return {n.input[i] for n in flattened(nodes) for i in CONST_INPUTS.get(op_key(n), ())
             if i < len(n.input) and n.input[i]}
 
 

@@ -1,0 +1,141 @@
+"""Small versions of ONNX Model Zoo architectures (ggmlR's inst/examples/test_all_onnx.R runs the
+Zoo's files), built with random weights and exported by torch: the real-model set of
+tests/test_onnx_zoo.py and of `scripts/bench_onnx.py --zoo`.
+
+Each entry is a function of (torch, tmp folder) giving (path, feeds) or raising Unavailable with
+the reason (a model library not installed). Architectures from Hugging Face's transformers and
+torchvision are built from their own classes with tiny configurations, in the export settings of the
+Zoo's file (opset, exporter); without those libraries, a plain-torch model of the same shape of
+graph stands in where one is given (the Inception v3 stem). timm's bat_resnext26ts and
+botnet26t_256 need rank-5 tensors and are not in the set.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import warnings
+
+import numpy as np
+
+
+class Unavailable(Exception):
+    """A model that cannot be built here (the reason: what is missing)."""
+
+
+def _library(name):
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise Unavailable(f"needs {name} (pip install {name})") from None
+
+
+def _export(torch, model, args, path, names, opset=17, dynamo=False, outputs=("y",)):
+    model.eval()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        kw = {} if dynamo else {"opset_version": opset}
+        torch.onnx.export(model, args, path, dynamo=dynamo, input_names=list(names), output_names=list(outputs),
+                          verbose=False, **kw)
+    return path
+
+
+def inception_stem(torch, tmp, width=1.0, size=299):
+    """Inception v3's stem (torchvision's Conv2d_1a_3x3 .. MaxPool of Inception3: 3x3 stride-2
+    convolution of a 299x299 image, BatchNorm eps 0.001, ReLU, two max poolings) and a pooled linear
+    head, in plain torch; `width` scales its channels (32, 32, 64, 80, 192)."""
+    nn = torch.nn
+
+    def conv(cin, cout, k, stride=1, pad=0):
+        bn = nn.BatchNorm2d(cout, eps=0.001)
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+        return nn.Sequential(nn.Conv2d(cin, cout, k, stride, pad, bias=False), bn, nn.ReLU())
+    c = [max(8, int(round(n * width))) for n in (32, 32, 64, 80, 192)]
+    net = nn.Sequential(conv(3, c[0], 3, 2), conv(c[0], c[1], 3), conv(c[1], c[2], 3, pad=1), nn.MaxPool2d(3, 2),
+                        conv(c[2], c[3], 1), conv(c[3], c[4], 3), nn.MaxPool2d(3, 2), nn.AdaptiveAvgPool2d(1),
+                        nn.Flatten(), nn.Linear(c[4], 10))
+    x = torch.randn(1, 3, size, size)
+    return _export(torch, net, (x,), os.path.join(tmp, "inception_stem.onnx"), ["image"]), {"image": x.numpy()}
+
+
+def inception_v3(torch, tmp):
+    """torchvision's Inception v3 (random weights, no auxiliary head) at 299x299, opset 12 as the Zoo's."""
+    tv = _library("torchvision")
+    net = tv.models.inception_v3(weights=None, aux_logits=False, init_weights=True)
+    x = torch.randn(1, 3, 299, 299)
+    return _export(torch, net, (x,), os.path.join(tmp, "inception_v3.onnx"), ["image"], opset=12), {"image": x.numpy()}
+
+
+def _first_output(torch, net):
+    """The model's first output alone (a transformers model returns a tuple or a ModelOutput)."""
+    class First(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, *args):
+            return self.net(*args)[0]
+    return First()
+
+
+def _ids(torch, vocab, seq):
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(3, vocab, (1, seq), generator=g)
+
+
+def bert(torch, tmp, seq=128):
+    """A tiny BertModel (2 layers, hidden 64), opset 17 by the TorchScript exporter: token_type_ids
+    come from the model's [1, 512] buffer, which the export gathers."""
+    tr = _library("transformers")
+    cfg = tr.BertConfig(vocab_size=200, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=128, max_position_embeddings=512)
+    net = _first_output(torch, tr.BertModel(cfg, add_pooling_layer=False))
+    ids = _ids(torch, 200, seq)
+    mask = torch.ones_like(ids)
+    path = _export(torch, net, (ids, mask), os.path.join(tmp, "bert.onnx"), ["input_ids", "attention_mask"],
+                   outputs=("y",))
+    return path, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+
+
+def roberta(torch, tmp, seq=64):
+    """A tiny RobertaForSequenceClassification (2 layers, hidden 64), opset 9 as the Zoo's file."""
+    tr = _library("transformers")
+    cfg = tr.RobertaConfig(vocab_size=200, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=128, max_position_embeddings=seq + 4, num_labels=2)
+    net = _first_output(torch, tr.RobertaForSequenceClassification(cfg))
+    ids = _ids(torch, 200, seq)
+    return _export(torch, net, (ids,), os.path.join(tmp, "roberta.onnx"), ["input_ids"], opset=9), \
+        {"input_ids": ids.numpy()}
+
+
+def gpt_neox(torch, tmp, seq=32):
+    """A tiny GPTNeoXModel (2 layers, hidden 64) by torch's dynamo exporter (opset 18), with a padding
+    mask, which transformers' export writes with GatherND."""
+    tr = _library("transformers")
+    _library("onnxscript")
+    cfg = tr.GPTNeoXConfig(vocab_size=200, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=128, max_position_embeddings=128, use_cache=False)
+    net = _first_output(torch, tr.GPTNeoXModel(cfg))
+    ids = _ids(torch, 200, seq)
+    mask = torch.ones_like(ids)
+    mask[0, : seq // 4] = 0  # left padding
+    path = _export(torch, net, (ids, mask), os.path.join(tmp, "gpt_neox.onnx"), ["input_ids", "attention_mask"],
+                   dynamo=True)
+    return path, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+
+
+# name -> (builder, what the test compares: rtol, atol)
+ZOO = {
+    "inception_stem": (inception_stem, (1e-4, 1e-4)),
+    "inception_v3": (inception_v3, (1e-3, 1e-4)),
+    "bert": (bert, (1e-3, 1e-4)),
+    "roberta": (roberta, (1e-3, 1e-4)),
+    "gpt_neox": (gpt_neox, (1e-3, 1e-4)),
+}
+
+
+def build(name, torch, tmp):
+    """(path, feeds) of a zoo model; Unavailable with the reason where it cannot be built here."""
+    torch.manual_seed(0)
+    np.random.seed(0)
+    return ZOO[name][0](torch, tmp)
