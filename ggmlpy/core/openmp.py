@@ -10,20 +10,19 @@ back after a computation (ggmlpy's own kernels do the same for their ops: kernel
 from __future__ import annotations
 
 import contextlib
-
-import cffi
+import ctypes
+import os
 
 __all__ = ["openmp_count_kept"]
 
-_ffi = cffi.FFI()
-_ffi.cdef("int omp_get_max_threads(void); void omp_set_num_threads(int);")
 _runtime: list = []  # GNU OpenMP, once the process has loaded it (libggml's OpenBLAS loads it at import)
 
 
 def _loaded():
     if not _runtime:
         try:
-            _runtime.append(_ffi.dlopen("libgomp.so.1", _ffi.RTLD_NOLOAD | _ffi.RTLD_LAZY))
+            # ctypes, not a cffi cdef: an import of ggmlpy never loads cffi's parser (test_bindings)
+            _runtime.append(ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LAZY))
         except OSError:  # not loaded (a sequential or no OpenBLAS): nothing for others to share
             return None
     return _runtime[0]
