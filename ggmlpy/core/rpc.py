@@ -40,7 +40,7 @@ _RPC_CMD_HELLO, _RPC_CONN_CAPS_SIZE = 14, 24
 rpc_endpoints: dict[str, list[str]] = {}  # "host:port" -> its device names, once registered
 
 
-_rpc_timeout_setting: list = [None]  # set_rpc_timeout's value; None: GGMLPY_RPC_TIMEOUT, else 5 s
+_rpc_timeout_setting: list = [None]  # set_rpc_timeout's value; None: GGMLPY_RPC_TIMEOUT, else five seconds
 _rpc_lost: dict[str, str] = {}  # "host:port" -> why it was lost, for good
 
 
