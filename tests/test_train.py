@@ -620,3 +620,32 @@ def test_the_demo_finds_the_digits_script_of_the_checkout():
     back to the XOR model when the module moved one folder down)."""
     from ggmlpy.cli import demo
     assert os.path.isfile(demo.SCRIPT), demo.SCRIPT
+
+
+def test_the_keras_like_callbacks_stop_and_anneal_as_train_s_do():
+    """One Plateau test behind early_stopping and ggml_callback_early_stopping, one cosine curve behind
+    lr_scheduler_cosine and ggml_schedule_cosine_decay: on the same values they stop at the same epoch and
+    set the same rates."""
+    from types import SimpleNamespace
+
+    from ggmlpy.keras.callbacks import ggml_callback_early_stopping, ggml_schedule_cosine_decay
+    from ggmlpy.train.callbacks import Plateau
+    losses = [1.0, 0.9, 0.95, 0.91, 0.92, 0.5]
+    ag_stop, keras_stop = g.early_stopping(patience=2, min_delta=0.01), ggml_callback_early_stopping(patience=2, min_delta=0.01)
+    state, stopped = SimpleNamespace(stop=False), []
+    for epoch, _ in enumerate(losses, 1):
+        ag = ag_stop.on_epoch_end(epoch, {"val_loss": losses[:epoch]})
+        keras_stop.on_epoch_end(epoch, {"val_loss": losses[epoch - 1]}, state)
+        stopped.append((ag, state.stop))
+        if ag or state.stop:
+            break
+    assert stopped == [(False, False), (False, False), (False, False), (True, True)]
+    assert ag_stop.best == keras_stop.best == 0.9 and ag_stop.best_epoch == 2 and keras_stop.stopped_epoch == 4
+    assert isinstance(ag_stop.plateau, Plateau) and isinstance(keras_stop, Plateau)
+
+    opt, state = SimpleNamespace(lr=0.1), SimpleNamespace(lr=0.1, nepoch=5)
+    sched, keras_cos = g.lr_scheduler_cosine(opt, T_max=5, lr_min=0.01), ggml_schedule_cosine_decay(eta_min=0.01, T_max=5)
+    for epoch in range(1, 6):
+        keras_cos.on_epoch_begin(epoch, {}, state)
+        assert state.lr == pytest.approx(opt.lr, rel=1e-15)  # epoch e's rate: the scheduler's after e - 1 steps
+        sched.step()
