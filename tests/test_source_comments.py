@@ -104,3 +104,13 @@ def test_the_checks_catch_what_they_are_for():
     assert not SPEED.search("blocks of 3x3 filters") and not SPEED.search("faster on ResNet-18 (docs/benchmarks.md)")
     assert PY_PATH.findall("see backend/pool.py and kernels.c, or prims.py.") == ["backend/pool.py", "prims.py"]
     assert list(_comments(Path(__file__))) and list(_docstrings(Path(__file__)))
+
+
+def test_docs_testing_maps_every_module_to_existing_tests():
+    text = (ROOT / "docs" / "testing.md").read_text()
+    table = dict(re.findall(r"^\| `([\w/]+\.py)` \| (.+) \|$", text, re.M))
+    modules = {str(p.relative_to(ROOT / "ggmlpy")) for p in (ROOT / "ggmlpy").rglob("*.py") if p.name != "__main__.py"}
+    assert not modules - set(table), f"modules docs/testing.md does not map: {sorted(modules - set(table))}"
+    assert not set(table) - modules, f"docs/testing.md maps modules that are gone: {sorted(set(table) - modules)}"
+    named = {t for tests in table.values() for t in re.findall(r"`([\w/]+\.py)`", tests)}
+    assert named and not {t for t in named if not (ROOT / "tests" / t).is_file()}
