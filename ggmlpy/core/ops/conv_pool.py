@@ -15,6 +15,9 @@ from .args import (F16, F32, N_OVERHEAD, check_contiguous, check_types, dims, in
 from .products import ggml_mul_mat
 from .views import ggml_cont, ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 
+GGML_OP_POOL_MAX = lib.GGML_OP_POOL_MAX
+GGML_OP_POOL_AVG = lib.GGML_OP_POOL_AVG
+
 
 # -- convolution, pooling, resampling -----------------------------------------------------------------
 def ggml_im2col(ctx: Context, a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int,
