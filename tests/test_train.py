@@ -620,3 +620,67 @@ def test_the_demo_finds_the_digits_script_of_the_checkout():
     back to the XOR model when the module moved one folder down)."""
     from ggmlpy.cli import demo
     assert os.path.isfile(demo.SCRIPT), demo.SCRIPT
+
+
+def test_the_keras_like_callbacks_stop_and_anneal_as_train_s_do():
+    """One Plateau test behind early_stopping and ggml_callback_early_stopping, one cosine curve behind
+    lr_scheduler_cosine and ggml_schedule_cosine_decay: on the same values they stop at the same epoch and
+    set the same rates."""
+    from types import SimpleNamespace
+
+    from ggmlpy.keras.callbacks import ggml_callback_early_stopping, ggml_schedule_cosine_decay
+    from ggmlpy.train.callbacks import Plateau
+    losses = [1.0, 0.9, 0.95, 0.91, 0.92, 0.5]
+    ag_stop, keras_stop = g.early_stopping(patience=2, min_delta=0.01), ggml_callback_early_stopping(patience=2, min_delta=0.01)
+    state, stopped = SimpleNamespace(stop=False), []
+    for epoch, _ in enumerate(losses, 1):
+        ag = ag_stop.on_epoch_end(epoch, {"val_loss": losses[:epoch]})
+        keras_stop.on_epoch_end(epoch, {"val_loss": losses[epoch - 1]}, state)
+        stopped.append((ag, state.stop))
+        if ag or state.stop:
+            break
+    assert stopped == [(False, False), (False, False), (False, False), (True, True)]
+    assert ag_stop.best == keras_stop.best == 0.9 and ag_stop.best_epoch == 2 and keras_stop.stopped_epoch == 4
+    assert isinstance(ag_stop.plateau, Plateau) and isinstance(keras_stop, Plateau)
+
+    opt, state = SimpleNamespace(lr=0.1), SimpleNamespace(lr=0.1, nepoch=5)
+    sched, keras_cos = g.lr_scheduler_cosine(opt, T_max=5, lr_min=0.01), ggml_schedule_cosine_decay(eta_min=0.01, T_max=5)
+    for epoch in range(1, 6):
+        keras_cos.on_epoch_begin(epoch, {}, state)
+        assert state.lr == pytest.approx(opt.lr, rel=1e-15)  # epoch e's rate: the scheduler's after e - 1 steps
+        sched.step()
+
+
+@pytest.mark.parametrize("make,reference", [
+    (lambda ps: g.optimizer_adam(ps, lr=0.05, beta1=0.8, beta2=0.95, eps=1e-6),
+     lambda p0, gs: numpy_adam(p0, gs, 0.05, 0.8, 0.95, 1e-6, 0.0)),
+    (lambda ps: g.optimizer_adamw(ps, lr=0.05, beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=0.1),
+     lambda p0, gs: numpy_adam(p0, gs, 0.05, 0.8, 0.95, 1e-6, 0.1)),
+    (lambda ps: g.optimizer_sgd(ps, lr=0.1), lambda p0, gs: numpy_sgd(p0, gs, 0.1, 0.0, 0.0)),
+    (lambda ps: g.optimizer_sgd(ps, lr=0.1, momentum=0.9, weight_decay=0.05),
+     lambda p0, gs: numpy_sgd(p0, gs, 0.1, 0.9, 0.05))])
+def test_the_three_update_paths_give_the_same_numbers(make, reference, monkeypatch):
+    """optim/optimizers.py's three ways of each update (ggml's kernel, fused.py's f32 nodes, composed ag_*
+    ops) on one f32 problem: the same numbers, and numpy's. The node path, written for f16/bf16
+    parameters, is taken here by f32 ones (its casts are then copies)."""
+    p0s, grads = random_problem(n_params=fused.GROUP + 2, steps=3)
+    kernel = run_optimizer(make, p0s, grads, fused_path=True)
+    composed = run_optimizer(make, p0s, grads, fused_path=False)
+    from ggmlpy.runtime.executor import Executor
+    real_run, graphs = Executor.run, []
+
+    def run(self, key, *args, **kwargs):
+        graphs.append(key[0])
+        return real_run(self, key, *args, **kwargs)
+    with monkeypatch.context() as m:
+        m.setattr(fused, "fusable", lambda *items: False)
+        m.setattr(fused, "mixed_fusable", lambda *items: True)
+        m.setattr(Executor, "run", run)
+        nodes = run_optimizer(make, p0s, grads, fused_path=True)
+    assert graphs and set(graphs) <= {"adam_mixed", "sgd_mixed"}  # every update went through the nodes
+    for k, p0 in enumerate(p0s):
+        expect = reference(p0, [gs[k] for gs in grads])
+        for path in (kernel, composed, nodes):
+            np.testing.assert_allclose(path[k], expect, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(nodes[k], kernel[k], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(composed[k], kernel[k], rtol=1e-5, atol=1e-6)

@@ -101,7 +101,7 @@ def _state_now(dc=None) -> tuple:
 
 
 def _check_generations(before) -> None:
-    """INVARIANT 6: the replay must not reset the pool, nor switch device or dtype. Checked, not
+    """Contract point 6 (above): the replay must not reset the pool, nor switch device or dtype. Checked, not
     trusted: a later refactor reaching for with_grad_tape() would otherwise hand back gradients
     from freed memory, and a switch would differentiate another computation than the forward's."""
     dc, now = before[0], STATE.context()

@@ -240,9 +240,9 @@ class CompiledStep:
         return plan
 
     def _emit_backward(self, b, entries, loss_sym, loss_id, params):
-        # On the CPU backend, ggml's backward turns each weight gradient into OUT_PROD, whose
-        # kernel is 2.3x slower than the rule table's transposes plus MUL_MAT (299 against
-        # 129 us at 256^3; the whole 12-layer step 11.0 against 7.6 ms): "auto" keeps the rules there.
+        # On the CPU backend, ggml's backward turns each weight gradient into OUT_PROD, whose kernel
+        # is slower than the rule table's transposes plus MUL_MAT (docs/benchmarks.md): "auto" keeps
+        # the rules there.
         prefer_ggml = self.backward_mode == "auto" and not b.device_context.backend.is_cpu
         use_ggml = self.backward_mode == "ggml" or (prefer_ggml and ggml_can_differentiate(b))
         if self.backward_mode == "ggml" and not ggml_can_differentiate(b):

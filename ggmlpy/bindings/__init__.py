@@ -13,4 +13,24 @@ from .loader import GGML_VERSION, GGMLLoadError
 ffi = load_ffi()
 lib, found = _loader.load(ffi)
 
-__all__ = ["ffi", "lib", "found", "GGML_VERSION", "GGMLLoadError"]
+
+def c_str(p) -> str:
+    """A C string (char *) as str: "" for NULL, bytes that are not UTF-8 replaced."""
+    return ffi.string(p).decode(errors="replace") if p != ffi.NULL else ""
+
+
+def enum_constants(module: str, table: dict) -> dict:
+    """ggml's enum constants as ggmlR's zero-argument functions: {name: (constant, doc)} -> {name: function},
+    each function of `module`, returning the constant's value."""
+    def getter(name: str, cname: str, doc: str):
+        value = int(getattr(lib, cname))
+
+        def get() -> int:
+            return value
+        get.__name__ = get.__qualname__ = name
+        get.__module__, get.__doc__ = module, doc
+        return get
+    return {name: getter(name, cname, doc) for name, (cname, doc) in table.items()}
+
+
+__all__ = ["ffi", "lib", "found", "GGML_VERSION", "GGMLLoadError", "c_str", "enum_constants"]

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._sigint import uninterruptible
-from ..bindings import ffi, lib
+from ..bindings import c_str, enum_constants, ffi, lib
 from ..errors import GGMLError, check
 from .backend import ggml_backend_synchronize, is_meta
+from .checked import handle_arg
 from .device import Backend, backend_arg
 from .handles import NP_DTYPES, Context, Tensor, _to_storage, get_data, meta_check, on_meta, set_data
 from .tensor_api import ggml_get_f32, ggml_set_f32
@@ -22,9 +23,12 @@ if TYPE_CHECKING:
 
 _NULL = ffi.NULL
 
-
-def _s(p) -> str:
-    return ffi.string(p).decode() if p != _NULL else ""
+_CONSTANTS = {  # ggmlR's function: (ggml's constant, what it means)
+    "ggml_backend_buffer_usage_any": ("GGML_BACKEND_BUFFER_USAGE_ANY", "GGML_BACKEND_BUFFER_USAGE_ANY."),
+    "ggml_backend_buffer_usage_weights": ("GGML_BACKEND_BUFFER_USAGE_WEIGHTS", "GGML_BACKEND_BUFFER_USAGE_WEIGHTS."),
+    "ggml_backend_buffer_usage_compute": ("GGML_BACKEND_BUFFER_USAGE_COMPUTE", "GGML_BACKEND_BUFFER_USAGE_COMPUTE."),
+}
+globals().update(enum_constants(__name__, _CONSTANTS))
 
 
 class BackendBuffer:
@@ -53,36 +57,17 @@ class BackendBuffer:
             self.ptr = None
 
 
-def ggml_backend_buffer_usage_any() -> int:
-    """GGML_BACKEND_BUFFER_USAGE_ANY."""
-    return int(lib.GGML_BACKEND_BUFFER_USAGE_ANY)
-
-
-def ggml_backend_buffer_usage_weights() -> int:
-    """GGML_BACKEND_BUFFER_USAGE_WEIGHTS."""
-    return int(lib.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
-
-
-def ggml_backend_buffer_usage_compute() -> int:
-    """GGML_BACKEND_BUFFER_USAGE_COMPUTE."""
-    return int(lib.GGML_BACKEND_BUFFER_USAGE_COMPUTE)
-
-
 _USAGES = (0, 1, 2)
 
 
 # -- buffers ------------------------------------------------------------------------------------------------
 def buffer_arg(buf, what) -> BackendBuffer:
-    if not isinstance(buf, BackendBuffer):
-        raise GGMLError(f"{what}: expected a BackendBuffer, got {type(buf).__name__}")
-    if buf.ptr is None:
-        raise GGMLError(f"{what}: the buffer has been freed")
-    return buf
+    return handle_arg(buf, BackendBuffer, what, "buffer")
 
 
 def ggml_backend_buffer_name(buf: BackendBuffer) -> str:
     """The buffer type's name ("CPU", "Vulkan0", ...)."""
-    return _s(lib.ggml_backend_buffer_name(buffer_arg(buf, "ggml_backend_buffer_name").ptr))
+    return c_str(lib.ggml_backend_buffer_name(buffer_arg(buf, "ggml_backend_buffer_name").ptr))
 
 
 def ggml_backend_buffer_get_size(buf: BackendBuffer) -> int:

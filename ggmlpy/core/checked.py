@@ -64,6 +64,15 @@ def index_arg(i, n, what) -> int:
     return i
 
 
+def handle_arg(x, cls: type, what: str, noun: str):
+    """x as a live handle of class `cls` (its ptr not yet freed), or a GGMLError naming the function."""
+    if not isinstance(x, cls):
+        raise GGMLError(f"{what}: expected a {cls.__name__}, got {type(x).__name__}")
+    if x.ptr is None:
+        raise GGMLError(f"{what}: the {noun} has been freed")
+    return x
+
+
 # -- the rules, on raw tensor pointers --------------------------------------------------------------
 def ne(t) -> list:
     """ggml's four dims of a tensor pointer."""

@@ -12,12 +12,13 @@ import os
 import threading
 
 from .._sigint import uninterruptible
-from ..bindings import ffi, lib
+from ..bindings import c_str, ffi, lib
 from ..errors import DeviceError, GGMLError
 from . import threadpool, threads
+from .checked import handle_arg
 from .ggml_log import log
 from .registry import VK_ENV, all_devices, backends, device_names, is_software_device, registry_lock, software_vulkan_enabled
-from .rpc import _s, is_rpc_device, rpc_check, rpc_endpoints, rpc_probe, set_ggml_rpc_timeout, split_endpoint
+from .rpc import is_rpc_device, rpc_check, rpc_endpoints, rpc_probe, set_ggml_rpc_timeout, split_endpoint
 
 _NULL = ffi.NULL
 
@@ -30,8 +31,8 @@ class Backend:
             raise DeviceError(f"could not initialise backend {label or ''}".strip())
         self.ptr = ptr
         self.dev = lib.ggml_backend_get_device(ptr)
-        self.name = _s(lib.ggml_backend_name(ptr))
-        self.device_name = _s(lib.ggml_backend_dev_name(self.dev)) if self.dev != _NULL else self.name
+        self.name = c_str(lib.ggml_backend_name(ptr))
+        self.device_name = c_str(lib.ggml_backend_dev_name(self.dev)) if self.dev != _NULL else self.name
         self.is_cpu = self.dev != _NULL and lib.ggml_backend_dev_type(self.dev) == lib.GGML_BACKEND_DEVICE_TYPE_CPU
         self.buft = lib.ggml_backend_get_default_buffer_type(ptr)
         self.alignment = int(lib.ggml_backend_get_alignment(ptr))
@@ -178,9 +179,9 @@ def _resolve(spec: str) -> str:
     s = spec.strip()
     low = s.lower()
     devs = all_devices()
-    names = [_s(lib.ggml_backend_dev_name(d)) for d in devs]
+    names = [c_str(lib.ggml_backend_dev_name(d)) for d in devs]
     if low == "cpu":
-        return _s(lib.ggml_backend_dev_name(lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)))
+        return c_str(lib.ggml_backend_dev_name(lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)))
     if low == "gpu":  # a hardware GPU first, a software Vulkan device last, an RPC server never
         local = [(d, n) for d, n in zip(devs, names) if not is_rpc_device(d)]
         for want in (lib.GGML_BACKEND_DEVICE_TYPE_GPU, lib.GGML_BACKEND_DEVICE_TYPE_IGPU):
@@ -252,7 +253,7 @@ def _rpc_device(text: str, names) -> str:
             if sub == _NULL or lib.ggml_backend_reg_dev_count(sub) == 0:
                 raise DeviceError(f"the ggml RPC server at {endpoint} reports no devices")
             lib.ggml_backend_register(sub)  # add_server does not register: without this no lookup finds it
-            devs = rpc_endpoints[endpoint] = [_s(lib.ggml_backend_dev_name(lib.ggml_backend_reg_dev_get(sub, i)))
+            devs = rpc_endpoints[endpoint] = [c_str(lib.ggml_backend_dev_name(lib.ggml_backend_reg_dev_get(sub, i)))
                                                for i in range(int(lib.ggml_backend_reg_dev_count(sub)))]
             log.info("RPC server %s: devices %s", endpoint, ", ".join(devs))
     if index >= len(devs):
@@ -261,7 +262,7 @@ def _rpc_device(text: str, names) -> str:
 
 
 def endpoint_of(dev) -> str | None:
-    return _s(lib.ggml_backend_dev_description(dev)) if is_rpc_device(dev) else None
+    return c_str(lib.ggml_backend_dev_description(dev)) if is_rpc_device(dev) else None
 
 
 def get_backend(spec: str = "cpu") -> Backend:
@@ -298,9 +299,9 @@ def dev_props(dev) -> dict:
     caps = {"async": bool(getattr(c, "async")),  # a keyword in Python
             "host_buffer": bool(c.host_buffer), "buffer_from_host_ptr": bool(c.buffer_from_host_ptr),
             "events": bool(c.events), "mmap_support": bool(c.mmap_support)}
-    return {"name": _s(props.name), "description": _s(props.description),
+    return {"name": c_str(props.name), "description": c_str(props.description),
             "memory_free": float(props.memory_free), "memory_total": float(props.memory_total),
-            "type": int(props.type), "device_id": _s(props.device_id) or None, "caps": caps,
+            "type": int(props.type), "device_id": c_str(props.device_id) or None, "caps": caps,
             **{f"caps_{k}": v for k, v in caps.items()}}
 
 
@@ -319,8 +320,4 @@ def forget_backend(name: str) -> None:
 
 
 def backend_arg(b, what) -> Backend:
-    if not isinstance(b, Backend):
-        raise GGMLError(f"{what}: expected a Backend, got {type(b).__name__}")
-    if b.ptr is None:
-        raise GGMLError(f"{what}: the backend has been freed")
-    return b
+    return handle_arg(b, Backend, what, "backend")

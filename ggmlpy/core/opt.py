@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, NoReturn
 import numpy as np
 
 from .._sigint import uninterruptible
-from ..bindings import ffi, lib
+from ..bindings import enum_constants, ffi, lib
 from ..errors import GGMLError
 from .handles import Context, Tensor, wrap
 from .graph import Graph
@@ -28,25 +28,15 @@ from .sched import Scheduler
 
 _TYPES = {lib.GGML_TYPE_F32: np.float32, lib.GGML_TYPE_I32: np.int32}
 
-
-def ggml_opt_loss_type_mean() -> int:
-    """GGML_OPT_LOSS_TYPE_MEAN: the loss is the mean of the outputs."""
-    return int(lib.GGML_OPT_LOSS_TYPE_MEAN)
-
-
-def ggml_opt_loss_type_sum() -> int:
-    """GGML_OPT_LOSS_TYPE_SUM: the loss is the sum of the outputs."""
-    return int(lib.GGML_OPT_LOSS_TYPE_SUM)
-
-
-def ggml_opt_loss_type_cross_entropy() -> int:
-    """GGML_OPT_LOSS_TYPE_CROSS_ENTROPY: -(1/B) sum labels * log_softmax(outputs)."""
-    return int(lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY)
-
-
-def ggml_opt_loss_type_mse() -> int:
-    """GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR: sum((outputs - labels)^2) / (B K)."""
-    return int(lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR)
+_CONSTANTS = {  # ggmlR's function: (ggml's constant, what it means)
+    "ggml_opt_loss_type_mean": ("GGML_OPT_LOSS_TYPE_MEAN", "GGML_OPT_LOSS_TYPE_MEAN: the loss is the mean of the outputs."),
+    "ggml_opt_loss_type_sum": ("GGML_OPT_LOSS_TYPE_SUM", "GGML_OPT_LOSS_TYPE_SUM: the loss is the sum of the outputs."),
+    "ggml_opt_loss_type_cross_entropy": ("GGML_OPT_LOSS_TYPE_CROSS_ENTROPY", "GGML_OPT_LOSS_TYPE_CROSS_ENTROPY: -(1/B) sum labels * log_softmax(outputs)."),
+    "ggml_opt_loss_type_mse": ("GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR", "GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR: sum((outputs - labels)^2) / (B K)."),
+    "ggml_opt_optimizer_type_adamw": ("GGML_OPT_OPTIMIZER_TYPE_ADAMW", "GGML_OPT_OPTIMIZER_TYPE_ADAMW."),
+    "ggml_opt_optimizer_type_sgd": ("GGML_OPT_OPTIMIZER_TYPE_SGD", "GGML_OPT_OPTIMIZER_TYPE_SGD."),
+}
+globals().update(enum_constants(__name__, _CONSTANTS))
 
 
 def ggml_opt_loss_type_weighted_mse() -> NoReturn:
@@ -54,16 +44,6 @@ def ggml_opt_loss_type_weighted_mse() -> NoReturn:
     builds the weighted loss in the graph instead (sample_weight with mse)."""
     raise GGMLError("GGML_OPT_LOSS_TYPE_WEIGHTED_MSE exists only in ggmlR's patched ggml; use "
                     "ggml_fit(sample_weight=...) with loss='mse'")
-
-
-def ggml_opt_optimizer_type_adamw() -> int:
-    """GGML_OPT_OPTIMIZER_TYPE_ADAMW."""
-    return int(lib.GGML_OPT_OPTIMIZER_TYPE_ADAMW)
-
-
-def ggml_opt_optimizer_type_sgd() -> int:
-    """GGML_OPT_OPTIMIZER_TYPE_SGD."""
-    return int(lib.GGML_OPT_OPTIMIZER_TYPE_SGD)
 
 
 def ggml_opt_optimizer_name(optimizer: int) -> str:

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import cffi
 
-from ..bindings import ffi, found, lib
+from ..bindings import c_str, ffi, found, lib
 from ..errors import DeviceError, GGMLError
 from .ggml_log import log  # first: ggml's log goes to Python's logging before any backend starts
-from .rpc import _s, is_rpc_device
+from .rpc import is_rpc_device
 
 _NULL = ffi.NULL
 
@@ -235,7 +235,7 @@ def all_devices():
 
 
 def device_names() -> list[str]:
-    return [_s(lib.ggml_backend_dev_name(d)) for d in all_devices()]
+    return [c_str(lib.ggml_backend_dev_name(d)) for d in all_devices()]
 
 
 def devices() -> list[DeviceInfo]:
@@ -247,10 +247,10 @@ def devices() -> list[DeviceInfo]:
         if not is_rpc_device(dev):
             lib.ggml_backend_dev_memory(dev, free, total)
         out.append(DeviceInfo(
-            name=_s(lib.ggml_backend_dev_name(dev)),
-            description=_s(lib.ggml_backend_dev_description(dev)),
+            name=c_str(lib.ggml_backend_dev_name(dev)),
+            description=c_str(lib.ggml_backend_dev_description(dev)),
             type=_TYPES.get(int(lib.ggml_backend_dev_type(dev)), "other"),
-            backend=_s(lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(dev))),
+            backend=c_str(lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(dev))),
             memory_free=int(free[0]), memory_total=int(total[0])))
     return out
 
@@ -258,7 +258,7 @@ def devices() -> list[DeviceInfo]:
 def backends() -> list[str]:
     """Registry names of the compiled-in (or loaded) backends."""
     ensure_backends()
-    return [_s(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)))
+    return [c_str(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)))
             for i in range(int(lib.ggml_backend_reg_count()))]
 
 
@@ -267,6 +267,6 @@ def is_software_device(name: str) -> bool:
     dev = lib.ggml_backend_dev_by_name(name.encode())
     if dev == _NULL or not name.startswith("Vulkan"):
         return False
-    desc = _s(lib.ggml_backend_dev_description(dev))
+    desc = c_str(lib.ggml_backend_dev_description(dev))
     soft = {d.name for d in _software_vk["devices"] if d.type == "cpu"}
     return desc in soft or any(k in desc.lower() for k in ("llvmpipe", "lavapipe", "swiftshader"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import glob
 import os
 
-from ..bindings import ffi, found, lib
+from ..bindings import c_str, enum_constants, ffi, found, lib
 from ..errors import GGMLError, check
 from .buffers import BackendBuffer, buffer_arg
 from .checked import index_arg
@@ -21,29 +21,13 @@ from .rpc import rpc_probe, split_endpoint
 
 _NULL = ffi.NULL
 
-
-def _s(p) -> str:
-    return ffi.string(p).decode() if p != _NULL else ""
-
-
-def ggml_backend_device_type_cpu() -> int:
-    """GGML_BACKEND_DEVICE_TYPE_CPU."""
-    return int(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
-
-
-def ggml_backend_device_type_gpu() -> int:
-    """GGML_BACKEND_DEVICE_TYPE_GPU."""
-    return int(lib.GGML_BACKEND_DEVICE_TYPE_GPU)
-
-
-def ggml_backend_device_type_igpu() -> int:
-    """GGML_BACKEND_DEVICE_TYPE_IGPU (integrated GPU)."""
-    return int(lib.GGML_BACKEND_DEVICE_TYPE_IGPU)
-
-
-def ggml_backend_device_type_accel() -> int:
-    """GGML_BACKEND_DEVICE_TYPE_ACCEL (an accelerator used alongside the CPU, e.g. BLAS)."""
-    return int(lib.GGML_BACKEND_DEVICE_TYPE_ACCEL)
+_CONSTANTS = {  # ggmlR's function: (ggml's constant, what it means)
+    "ggml_backend_device_type_cpu": ("GGML_BACKEND_DEVICE_TYPE_CPU", "GGML_BACKEND_DEVICE_TYPE_CPU."),
+    "ggml_backend_device_type_gpu": ("GGML_BACKEND_DEVICE_TYPE_GPU", "GGML_BACKEND_DEVICE_TYPE_GPU."),
+    "ggml_backend_device_type_igpu": ("GGML_BACKEND_DEVICE_TYPE_IGPU", "GGML_BACKEND_DEVICE_TYPE_IGPU (integrated GPU)."),
+    "ggml_backend_device_type_accel": ("GGML_BACKEND_DEVICE_TYPE_ACCEL", "GGML_BACKEND_DEVICE_TYPE_ACCEL (an accelerator used alongside the CPU, e.g. BLAS)."),
+}
+globals().update(enum_constants(__name__, _CONSTANTS))
 
 
 _DEV_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
@@ -54,7 +38,22 @@ _LOADED: set = set()    # registries this process loaded with ggml_backend_load 
 _UNLOADED: set = set()  # ... and later unloaded: their devices are gone
 
 
-class Device:
+class _Handle:
+    """A ggml object the process keeps (a device, a registry): equal when the pointer is, shown by name."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        return type(other) is type(self) and self.ptr == other.ptr
+
+    def __hash__(self):
+        return hash(int(ffi.cast("uintptr_t", self.ptr)))
+
+    def __repr__(self):
+        return f"<ggml {type(self).__name__} {self.name}>"
+
+
+class Device(_Handle):
     """A ggml device (ggml_backend_dev_t). Devices live as long as the process, unless their backend
     module is unloaded (ggml_backend_unload), after which the handle refuses to be used."""
 
@@ -67,19 +66,10 @@ class Device:
     @property
     def name(self) -> str:
         """The device's name, as ggml gives it ("CPU", "Vulkan0", ...)."""
-        return _s(lib.ggml_backend_dev_name(self.ptr))
-
-    def __eq__(self, other):
-        return isinstance(other, Device) and self.ptr == other.ptr
-
-    def __hash__(self):
-        return hash(int(ffi.cast("uintptr_t", self.ptr)))
-
-    def __repr__(self):
-        return f"<ggml Device {self.name}>"
+        return c_str(lib.ggml_backend_dev_name(self.ptr))
 
 
-class Registry:
+class Registry(_Handle):
     """A ggml backend registry (ggml_backend_reg_t): one per backend library (CPU, Vulkan, RPC, ...)."""
 
     __slots__ = ("ptr",)
@@ -90,16 +80,7 @@ class Registry:
     @property
     def name(self) -> str:
         """The registry's (backend family's) name, as ggml gives it."""
-        return _s(lib.ggml_backend_reg_name(self.ptr))
-
-    def __eq__(self, other):
-        return isinstance(other, Registry) and self.ptr == other.ptr
-
-    def __hash__(self):
-        return hash(int(ffi.cast("uintptr_t", self.ptr)))
-
-    def __repr__(self):
-        return f"<ggml Registry {self.name}>"
+        return c_str(lib.ggml_backend_reg_name(self.ptr))
 
 
 def device_arg(d, what) -> Device:
@@ -116,8 +97,6 @@ def registry_arg(r, what) -> Registry:
     if int(ffi.cast("uintptr_t", r.ptr)) in _UNLOADED:
         raise GGMLError(f"{what}: the backend module has been unloaded")
     return r
-
-
 
 
 def ggml_backend_dev_get(i: int) -> Device:
@@ -150,7 +129,7 @@ def ggml_backend_dev_name(dev: Device) -> str:
 
 def ggml_backend_dev_description(dev: Device) -> str:
     """The device's description (for RPC devices: the server endpoint)."""
-    return _s(lib.ggml_backend_dev_description(device_arg(dev, "ggml_backend_dev_description").ptr))
+    return c_str(lib.ggml_backend_dev_description(device_arg(dev, "ggml_backend_dev_description").ptr))
 
 
 def ggml_backend_dev_type(dev: Device) -> int:

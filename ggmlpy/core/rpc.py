@@ -19,19 +19,15 @@ import os
 import socket
 import struct
 
-from ..bindings import ffi, found, lib
+from ..bindings import c_str, ffi, found, lib
 from ..errors import DeviceError, DeviceLostError
 
 _NULL = ffi.NULL
 
 
-def _s(p) -> str:
-    return ffi.string(p).decode(errors="replace") if p != _NULL else ""
-
-
 def is_rpc_device(dev) -> bool:
     reg = lib.ggml_backend_dev_backend_reg(dev)  # NULL for meta devices, which belong to no registry
-    return reg != _NULL and _s(lib.ggml_backend_reg_name(reg)).startswith("RPC")
+    return reg != _NULL and c_str(lib.ggml_backend_reg_name(reg)).startswith("RPC")
 
 
 # -- RPC ----------------------------------------------------------------------------------------
@@ -40,7 +36,7 @@ _RPC_CMD_HELLO, _RPC_CONN_CAPS_SIZE = 14, 24
 rpc_endpoints: dict[str, list[str]] = {}  # "host:port" -> its device names, once registered
 
 
-_rpc_timeout_setting: list = [None]  # set_rpc_timeout's value; None: GGMLPY_RPC_TIMEOUT, else 5 s
+_rpc_timeout_setting: list = [None]  # set_rpc_timeout's value; None: GGMLPY_RPC_TIMEOUT, else five seconds
 _rpc_lost: dict[str, str] = {}  # "host:port" -> why it was lost, for good
 
 
@@ -130,7 +126,7 @@ def check_tensor_device(t) -> None:
         return
     dev = lib.ggml_backend_buft_get_device(lib.ggml_backend_buffer_get_type(t.buffer))
     if dev != _NULL and is_rpc_device(dev):
-        rpc_check(_s(lib.ggml_backend_dev_description(dev)), _s(lib.ggml_backend_dev_name(dev)))
+        rpc_check(c_str(lib.ggml_backend_dev_description(dev)), c_str(lib.ggml_backend_dev_name(dev)))
 
 
 def set_ggml_rpc_timeout() -> None:

@@ -14,19 +14,9 @@ from .checked import context_arg, tensor_arg
 from .handles import (NP_DTYPES, Context, Tensor, _from_storage, _require_data, _to_storage, get_data, meta_check,
                       numpy_view, set_data, type_name, wrap)
 from .tensor_info import ggml_op_desc
-from .types import type_id
+from .types import GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I8, GGML_TYPE_I16, GGML_TYPE_I32, type_id
 
 _NULL = ffi.NULL
-GGML_TYPE_F32 = lib.GGML_TYPE_F32
-GGML_TYPE_F16 = lib.GGML_TYPE_F16
-GGML_TYPE_BF16 = lib.GGML_TYPE_BF16
-GGML_TYPE_I32 = lib.GGML_TYPE_I32
-GGML_TYPE_I8 = lib.GGML_TYPE_I8
-GGML_TYPE_I16 = lib.GGML_TYPE_I16
-GGML_OP_POOL_MAX = lib.GGML_OP_POOL_MAX
-GGML_OP_POOL_AVG = lib.GGML_OP_POOL_AVG
-GGML_SORT_ORDER_ASC = 0
-GGML_SORT_ORDER_DESC = 1
 _CREATABLE = (GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_I32, GGML_TYPE_I16, GGML_TYPE_I8)
 # block-quantized types (q4_0, q4_K, iq2_xxs, ...): rows must be whole blocks
 _QUANTIZED = tuple(t for t in range(int(lib.GGML_TYPE_COUNT))

@@ -19,32 +19,25 @@ def ggml_element_size(t: Tensor) -> int:
     return int(lib.ggml_element_size(tensor_arg(t, "ggml_element_size").ptr))
 
 
-def ggml_op_name(op: int) -> str:
-    """ggml's name of an op code (GGML_OP_*), e.g. "ADD"."""
-    op = int(op)
-    check(0 <= op < int(lib.GGML_OP_COUNT), f"ggml_op_name: unknown op {op}")
-    return ffi.string(lib.ggml_op_name(op)).decode()
+def _op_namer(cname: str, count: str, kind: str, doc: str) -> Callable[[int], str]:
+    """ggml's name (or symbol) of an op code of one enum, the code checked against the enum's count."""
+    fn, n = getattr(lib, cname), int(getattr(lib, count))
+
+    def name(op: int) -> str:
+        op = int(op)
+        check(0 <= op < n, f"{cname}: unknown {kind} {op}")
+        return ffi.string(fn(op)).decode()
+    name.__name__ = name.__qualname__ = cname
+    name.__doc__ = doc
+    return name
 
 
-def ggml_op_symbol(op: int) -> str:
-    """ggml's symbol for an op code, e.g. "x+y"."""
-    op = int(op)
-    check(0 <= op < int(lib.GGML_OP_COUNT), f"ggml_op_symbol: unknown op {op}")
-    return ffi.string(lib.ggml_op_symbol(op)).decode()
-
-
-def ggml_unary_op_name(op: int) -> str:
-    """ggml's name of a unary op code (GGML_UNARY_OP_*), e.g. "RELU"."""
-    op = int(op)
-    check(0 <= op < int(lib.GGML_UNARY_OP_COUNT), f"ggml_unary_op_name: unknown unary op {op}")
-    return ffi.string(lib.ggml_unary_op_name(op)).decode()
-
-
-def ggml_glu_op_name(op: int) -> str:
-    """ggml's name of a GLU op code (GGML_GLU_OP_*), e.g. "SWIGLU"."""
-    op = int(op)
-    check(0 <= op < int(lib.GGML_GLU_OP_COUNT), f"ggml_glu_op_name: unknown GLU op {op}")
-    return ffi.string(lib.ggml_glu_op_name(op)).decode()
+ggml_op_name = _op_namer("ggml_op_name", "GGML_OP_COUNT", "op", 'ggml\'s name of an op code (GGML_OP_*), e.g. "ADD".')
+ggml_op_symbol = _op_namer("ggml_op_symbol", "GGML_OP_COUNT", "op", 'ggml\'s symbol for an op code, e.g. "x+y".')
+ggml_unary_op_name = _op_namer("ggml_unary_op_name", "GGML_UNARY_OP_COUNT", "unary op",
+                               'ggml\'s name of a unary op code (GGML_UNARY_OP_*), e.g. "RELU".')
+ggml_glu_op_name = _op_namer("ggml_glu_op_name", "GGML_GLU_OP_COUNT", "GLU op",
+                             'ggml\'s name of a GLU op code (GGML_GLU_OP_*), e.g. "SWIGLU".')
 
 
 def ggml_op_desc(t: Tensor) -> str:

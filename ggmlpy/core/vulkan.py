@@ -14,14 +14,10 @@ from . import device as _device
 from . import registry
 from .device import Backend
 from .ggml_log import VK_DEVICE_REPORTS
-from ..bindings import ffi, lib
+from ..bindings import c_str, ffi, lib
 from ..errors import GGMLError, check
 
 _NULL = ffi.NULL
-
-
-def _s(p) -> str:
-    return ffi.string(p).decode() if p != _NULL else ""
 
 
 def _vk_devs() -> list:
@@ -57,7 +53,7 @@ def ggml_vulkan_device_count() -> int:
 
 def ggml_vulkan_device_description(device: int = 0) -> str:
     """The device's description (the GPU's name)."""
-    return _s(lib.ggml_backend_dev_description(_vk_dev(device)))
+    return c_str(lib.ggml_backend_dev_description(_vk_dev(device)))
 
 
 def ggml_vulkan_device_memory(device: int = 0) -> dict:
@@ -73,7 +69,7 @@ def ggml_vulkan_list_devices() -> list:
     for i, d in enumerate(_vk_devs()):
         free, total = ffi.new("size_t *"), ffi.new("size_t *")
         lib.ggml_backend_dev_memory(d, free, total)
-        out.append({"index": i, "name": _s(lib.ggml_backend_dev_description(d)),
+        out.append({"index": i, "name": c_str(lib.ggml_backend_dev_description(d)),
                     "free_memory": float(free[0]), "total_memory": float(total[0])})
     return out
 
@@ -81,7 +77,7 @@ def ggml_vulkan_list_devices() -> list:
 def ggml_vulkan_init(device: int = 0) -> Backend:
     """A new backend on Vulkan device `device`."""
     d = _vk_dev(device)
-    return Backend(lib.ggml_backend_dev_init(d, _NULL), _s(lib.ggml_backend_dev_name(d)))
+    return Backend(lib.ggml_backend_dev_init(d, _NULL), c_str(lib.ggml_backend_dev_name(d)))
 
 
 def ggml_vulkan_is_backend(backend: object) -> bool:
@@ -89,7 +85,7 @@ def ggml_vulkan_is_backend(backend: object) -> bool:
     if not isinstance(backend, Backend) or backend.ptr is None or backend.dev == _NULL:
         return False
     reg = lib.ggml_backend_dev_backend_reg(backend.dev)
-    return _s(lib.ggml_backend_reg_name(reg)) == "Vulkan"
+    return c_str(lib.ggml_backend_reg_name(reg)) == "Vulkan"
 
 
 def ggml_vulkan_backend_name(backend: Backend) -> str:
@@ -209,7 +205,7 @@ def ggml_vulkan_device_caps(device: int = 0) -> dict:
     def num(key):
         return int(f[key]) if f.get(key, "").isdigit() else None
     cores = f.get("matrix cores")
-    caps.update({"name": f.get("name") or _s(lib.ggml_backend_dev_description(d)), "driver": f.get("driver"),
+    caps.update({"name": f.get("name") or c_str(lib.ggml_backend_dev_description(d)), "driver": f.get("driver"),
                  "fp16": flag("fp16"), "fp16_dot2": None if "fp16" not in f else f["fp16"] == "dot2",
                  "bf16": flag("bf16"), "fp4": flag("fp4"), "integer_dot_product": flag("int dot"),
                  "subgroup_size": num("warp size"), "shared_memory": num("shared memory"), "uma": flag("uma"),

@@ -53,7 +53,7 @@ _VULKAN_DOT_REL_ERR = 2.0 ** -8
 def _one_blas_thread():
     """A context in which BLAS and LAPACK run on one thread, for the eigensolvers: a tridiagonal
     reduction and ARPACK's reorthogonalisation are memory-bound, and OpenBLAS's spinning
-    threads make them 6x slower on a busy 2-core machine (measured)."""
+    threads make them several times slower on a busy machine (docs/benchmarks.md)."""
     limit = _blas_threads(1)
     return contextlib.nullcontext() if limit is None else limit
 

@@ -39,9 +39,9 @@ def batched_small(p) -> bool:
     return batches >= 16 and int(p.ne[0] * p.ne[1] * p.src[0].ne[0]) < (1 << 19)
 
 
-# A graph this small runs on one thread: waking a second costs more than it saves
-# (64x64 add: 1.3 vs 2.3 us), and on a busy machine two threads that wait on each
-# other stall for a whole scheduling slice (128x128x32 product: 64 us vs 2.5 ms).
+# A graph this small runs on one thread: waking a second costs more than it saves, and on a
+# busy machine two threads that wait on each other stall for a whole scheduling slice (the
+# figures behind both bounds: docs/benchmarks.md).
 SMALL = 32768            # output elements of an element-wise node
 SMALL_MATMUL = 1 << 21   # multiply-adds of a matrix product
 

@@ -13,6 +13,8 @@ import math
 
 from ..core.opt import ggml_opt_get_lr, ggml_opt_set_lr
 from ..errors import GGMLError
+from ..optim.schedulers import cosine_lr
+from ..train.callbacks import Plateau
 
 
 class FitState:
@@ -59,22 +61,18 @@ def _mode(mode, monitor):
     return mode
 
 
-class _Monitor:
+class _Monitor(Plateau):
+    """train.callbacks.Plateau on one entry of the epoch's logs; an epoch without it (or NaN) is skipped."""
+
     def __init__(self, monitor, min_delta, mode, patience):
-        self.monitor, self.min_delta, self.mode, self.patience = monitor, float(min_delta), _mode(mode, monitor), int(patience)
-        self.best = math.inf if self.mode == "min" else -math.inf
-        self.wait = 0
+        super().__init__(patience, min_delta, _mode(mode, monitor))
+        self.monitor = monitor
 
     def _stalled(self, logs) -> bool:
         val = logs.get(self.monitor)
         if val is None or (isinstance(val, float) and math.isnan(val)):
             return False
-        better = val < self.best - self.min_delta if self.mode == "min" else val > self.best + self.min_delta
-        if better:
-            self.best, self.wait = val, 0
-            return False
-        self.wait += 1
-        return self.wait >= self.patience
+        return self.stalled(val)
 
 
 class ggml_callback_early_stopping(_Monitor):
@@ -116,7 +114,7 @@ class ggml_schedule_cosine_decay:
         if self.eta_max is None:
             self.eta_max = _get_lr(state)
         t_max = self.T_max if self.T_max is not None else state.nepoch
-        lr = self.eta_min + 0.5 * (self.eta_max - self.eta_min) * (1 + math.cos(math.pi * (epoch - 1) / t_max))
+        lr = cosine_lr(self.eta_max, self.eta_min, epoch - 1, t_max)
         _set_lr(state, max(lr, 1e-12))  # ggml_opt asserts a positive rate
 
 

@@ -1025,8 +1025,8 @@ static inline __attribute__((always_inline)) void conv_pixels(const int PV, cons
  * virtual pixels at the end of each row are computed and dropped: the valid lanes of each vector are
  * compressed into the NCHW output, whose pixels they are in order. Where OW is a multiple of 16 a block
  * is instead 3 of the rows' 16-pixel segments (vector_start), each at its own offset of xp, so that no
- * lane is dropped and every store is a whole vector (ResNet-18's 112 x 112 stem: 2.9 % fewer lanes,
- * measured 3 % faster on one thread). Blocks and weights as conv_pixels
+ * lane is dropped and every store is a whole vector (fewer lanes computed, and faster on ResNet-18's
+ * 112 x 112 stem: docs/benchmarks.md). Blocks and weights as conv_pixels
  * (pack_conv_pixels, 8 channels a panel); the work units (image and group, block, panel) are split
  * evenly over the threads. A layer whose copy would pass
  * DIRECT_MAX_FLOATS takes patches. Returns 0 (and does nothing) where it does not apply: the same
@@ -1281,8 +1281,8 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
     int64_t first[3], start[3], next0 = 0, next1 = 0;
     for (int64_t u = u0; u < u1; u++) {
         /* unit u = (image and group, block, panel), panels innermost: a block's padded input stays
-         * in L1 or L2 while every panel passes over it (measured faster than panels outermost even
-         * where the weights are the larger: a block's taps are 6 times the bytes of a panel's) */
+         * in L1 or L2 while every panel passes over it (faster than panels outermost even where the
+         * weights are the larger, a block's taps being 6 times the bytes of a panel's: docs/benchmarks.md) */
         const int64_t si = u / npan % strips, ng = u / npan / strips;
         const int q = (int)(u % npan), gi = (int)(ng % G);
         if (ng != padded) {
@@ -1481,9 +1481,9 @@ static int conv_pool_direct(void *dst, int ith, int nth, const int32_t *pr) {
  * its units read. Returns 0 (and does nothing) where it does not apply: the same
  * answer on every thread. */
 enum { RP = 7, RC = 64, RTB = 16, RKC = 128 };
-/* measured on ResNet-18's 3x3 layers (panels of 147 KB to 1.2 MB): whole panels streamed by each tile
- * ran 10-20 % faster than chunks of 128 taps (32 KB, kept in L1 for a block's tiles), the 7 x 7 planes'
- * most; whether chunks pay beyond 4 MB is unmeasured */
+/* whole panels streamed by each tile, not chunks of 128 taps (32 KB, kept in L1 for a block's tiles):
+ * faster on ResNet-18's 3x3 layers, panels of 147 KB to 1.2 MB (docs/benchmarks.md); whether chunks pay
+ * beyond 4 MB is unknown, hence the bound */
 #ifndef LANE_WHOLE_BYTES
 #define LANE_WHOLE_BYTES (4096 * 1024)
 #endif
@@ -1580,9 +1580,8 @@ static void rows_store(const float *acc, int np, int nr, float *out, const float
 /* out[o P + i] = acc[i RC + o] (+ res[o P + i]), ReLU'd, for o < nr, i < np: rows_store over a block of
  * np consecutive pixels whose sums are consecutive in acc (rows of whole tiles), 16 pixels by 16
  * channels transposed in registers at a time, so that each channel's 16 pixels are one store (masked
- * only at the block's end) rather than rows_store's two or three masked ones of 8 (measured on
- * ResNet-18 at batch 8: its 56 x 56 layers 0.25-0.6 ms faster each, 3 ms in all); the same operations
- * on each value, so the same bits */
+ * only at the block's end) rather than rows_store's two or three masked ones of 8 (faster on
+ * ResNet-18's 56 x 56 layers: docs/benchmarks.md); the same operations on each value, so the same bits */
 static void rows_store_block(const float *acc, int np, int nr, float *out, const float *res, int64_t P, int relu) {
     const __m512 zero = _mm512_setzero_ps();
     for (int i0 = 0; i0 < np; i0 += 16) {

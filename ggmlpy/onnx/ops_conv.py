@@ -15,7 +15,8 @@ from .ops_pool import _as_2d, _conv_pads, _pool_attrs, _pool_outs
 
 COLUMNS_FIRST = True  # conv product order where the builder does not choose (see conv2d)
 # conv.c's pixel-major AVX-512 convolution: blocks of this many 16-pixel vectors (by 24 / it channels);
-# 3 measured fastest on ResNet-18's wide planes (Kernels.packed_conv_kind picks the kernel per layer)
+# 3 is the fastest on ResNet-18's wide planes (docs/benchmarks.md; Kernels.packed_conv_kind picks the
+# kernel per layer)
 PIXEL_VECTORS = 3
 CHANNEL_VECTORS = 4  # conv2d_pixels' block 4: channels in the lanes, read from the padded input ("lanes")
 
@@ -145,7 +146,7 @@ def _conv2d_ggml(b, x, shape, w_arr_or_val, w_shape, strides, pads_b, pads_e, di
         cols2 = onnx_lib.ggml_reshape_2d(b.ctx, cols, kk, OW * OH * N)
         w2 = onnx_lib.ggml_reshape_2d(b.ctx, wg, kk, Mg)
         # columns first: the product comes out as ne [OW*OH*N, Mg], the output's layout. On the CPU without
-        # BLAS, ggml's own kernel is 11 % faster over a ResNet-18 the other way round, permute included
+        # BLAS, ggml's own kernel is faster the other way round, permute included (docs/benchmarks.md)
         if wg.type == onnx_lib.GGML_TYPE_F32 and getattr(b, "columns_first", COLUMNS_FIRST):
             y = onnx_lib.ggml_mul_mat(b.ctx, cols2, w2)
             y = onnx_lib.ggml_reshape_4d(b.ctx, y, OW, OH, N, Mg)

@@ -450,7 +450,7 @@ class OnnxShapePlan:
                 lo, hi = (ai.min(), ai.max()) if ai.size else (0, 0)
                 if lo < -L or hi >= L:
                     raise OnnxError(f"onnx_run: input '{name}' holds indices outside [-{L}, {L})")
-                a = np.where(ai < 0, ai + L, ai) if lo < 0 else ai  # (each numpy pass costs ~10 us cold)
+                a = np.where(ai < 0, ai + L, ai) if lo < 0 else ai  # (one numpy pass, not two, where none is negative)
             a = np.ascontiguousarray(a, dtype=np.float32)
             lib.ggml_backend_tensor_set(t, ffi.from_buffer(a), 0, a.nbytes)
         if self.n_nodes:  # none when every output is an input or a constant, as a host step may need

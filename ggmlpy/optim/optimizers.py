@@ -2,9 +2,22 @@
 
 State (momentum, moments) lives in the persistent pool; every update runs
 through ggml and is written into the parameter's own memory, so every
-reference to the parameter sees it. f32 parameters are updated by one cached
-graph per group of parameters (fused.py); other dtypes, or a device without
-the kernel, take the composed per-parameter path.
+reference to the parameter sees it.
+
+Each optimizer's update is written three ways, all ggmlR's formula, because each serves
+parameters the others cannot:
+
+1. ggml's own kernels (`ggml_opt_step_adamw`, `ggml_opt_step_sgd`, fused.py): one cached graph
+   per group of f32 parameters, one pass over p, g and the state. The fastest, f32 only.
+2. element-wise nodes computed in f32 (fused.py's `adam_mixed_nodes`, `sgd_mixed_nodes`): for
+   parameters stored in f16 or bf16, whose moments stay f32 and whose result is rounded once.
+3. composed from ag_* ops (each class's `_update`): any dtype on any device, the path for a
+   device without the kernels (it takes over for good once one is missing).
+
+ag_compile's compiled step (graph_update.py) emits 1 or 2 into its graph. Where more than one
+applies they give the same numbers: tests/test_train.py's
+test_the_three_update_paths_give_the_same_numbers holds each optimizer's three paths to one
+another and to numpy.
 """
 from __future__ import annotations
 

@@ -15,6 +15,12 @@ import math
 from ..errors import GGMLError
 
 
+def cosine_lr(lr_max: float, lr_min: float, t: float, T_max: float) -> float:
+    """The cosine curve at step t of T_max: lr_min + (lr_max - lr_min) * (1 + cos(pi * t / T_max)) / 2.
+    The one formula of every cosine schedule (lr_scheduler_cosine, the Keras-like ggml_schedule_cosine_decay)."""
+    return lr_min + (lr_max - lr_min) * (1 + math.cos(math.pi * t / T_max)) / 2
+
+
 class _Scheduler:
     def __init__(self, optimizer):
         if not hasattr(optimizer, "lr"):
@@ -117,4 +123,4 @@ class lr_scheduler_cosine(_Scheduler):
             t = min(epoch, self.T_max)
         else:
             t = epoch
-        return self.lr_min + (self.base_lr - self.lr_min) * (1 + math.cos(math.pi * t / self.T_max)) / 2
+        return cosine_lr(self.base_lr, self.lr_min, t, self.T_max)

@@ -72,8 +72,8 @@ class DeviceContext:
         self._pools = weakref.WeakSet()  # every thread's, for release_device
         self._free_executors: list = []
         self.blas = blas_backend() if self.backend.is_cpu else None
-        # CUDA queues ops on its stream: measured on an H200, a 4-layer 256-wide Adam step took
-        # 2.7 ms waiting for each op, 2.1 ms queued. Host transfers call sync() first. Vulkan
+        # CUDA queues ops on its stream: not waiting for each op is faster (docs/benchmarks.md).
+        # Host transfers call sync() first. Vulkan
         # stays synchronous: queued that way, ggml's Vulkan backend crashed on lavapipe.
         self._shared_executor = None if self.backend.is_cpu else Executor(
             self.backend, asynchronous=self.name.startswith("CUDA"), lock=self.lock)

@@ -10,6 +10,31 @@ import math
 from ..errors import GGMLError
 
 
+class Plateau:
+    """The one test of "has not improved" behind every early stop and plateau schedule: a value
+    improves when it beats the best so far by more than `min_delta` (below it for mode "min",
+    above for "max"); `stalled(value)` is True once `patience` values in a row did not."""
+
+    def __init__(self, patience: int, min_delta: float, mode: str):
+        self.patience, self.min_delta, self.mode = int(patience), float(min_delta), mode
+        self.best = math.inf if mode == "min" else -math.inf
+        self.wait = 0
+
+    def improved(self, value: float) -> bool:
+        """Whether `value` beats the best by more than min_delta; if so it becomes the best."""
+        better = value < self.best - self.min_delta if self.mode == "min" else value > self.best + self.min_delta
+        if better:
+            self.best, self.wait = value, 0
+        return better
+
+    def stalled(self, value: float) -> bool:
+        """Record `value`; True once `patience` values in a row did not improve."""
+        if self.improved(value):
+            return False
+        self.wait += 1
+        return self.wait >= self.patience
+
+
 class early_stopping:
     """Stop when `monitor` has not improved by more than `min_delta` for `patience` epochs.
 
@@ -21,15 +46,19 @@ class early_stopping:
             raise GGMLError(f"early_stopping: mode must be 'min' or 'max', got {mode!r}")
         if patience < 0 or min_delta < 0:
             raise GGMLError("early_stopping: patience and min_delta must be non-negative")
-        self.monitor, self.patience, self.min_delta, self.mode = monitor, int(patience), float(min_delta), mode
-        self.best = math.inf if mode == "min" else -math.inf
+        self.monitor = monitor
+        self.plateau = Plateau(patience, min_delta, mode)
         self.best_epoch = self.stopped_epoch = 0
-        self.wait = 0
 
-    def _improved(self, value: float) -> bool:
-        if self.mode == "min":
-            return value < self.best - self.min_delta
-        return value > self.best + self.min_delta
+    @property
+    def best(self) -> float:
+        """The best value of `monitor` so far."""
+        return self.plateau.best
+
+    @property
+    def wait(self) -> int:
+        """Epochs since the last improvement."""
+        return self.plateau.wait
 
     def on_epoch_end(self, epoch: int, history: dict) -> bool:
         """Record the epoch's value; True (stop training) after `patience` epochs without improvement."""
@@ -38,14 +67,11 @@ class early_stopping:
             raise GGMLError(f"early_stopping: monitors {self.monitor!r}, but the history has only "
                             f"{sorted(k for k, v in history.items() if v)}"
                             f"{' (pass val_loader= to ag_fit)' if self.monitor.startswith('val_') else ''}")
-        value = values[-1]
-        if self._improved(value):
-            self.best, self.best_epoch, self.wait = value, epoch, 0
-            return False
-        self.wait += 1
-        if self.wait >= self.patience:
+        if self.plateau.stalled(values[-1]):
             self.stopped_epoch = epoch
             return True
+        if self.plateau.wait == 0:  # this epoch improved
+            self.best_epoch = epoch
         return False
 
 

@@ -221,6 +221,8 @@ def test_device_supports_operation_check_works():
 def test_load_all_backends_works():
     """load all backends works"""
     ggml_backend_load_all()
+    names = [ggml_backend_reg_name(ggml_backend_reg_get(i)) for i in range(ggml_backend_reg_count())]
+    assert "CPU" in names and len(names) == len(set(names))  # loading again registers nothing twice
 
 
 def test_event_functions_exist():

@@ -74,7 +74,11 @@ def test_ggml_backend_buffer_free_works_without_error():
     backend = ggml_backend_cpu_init()
     buffer = ggml_backend_alloc_ctx_tensors(ctx, backend)
 
+    assert ggml_backend_buffer_get_size(buffer) >= 400
     ggml_backend_buffer_free(buffer)
+    with pytest.raises(GGMLError, match="freed"):  # the handle refuses use after free, ggml would read freed memory
+        ggml_backend_buffer_get_size(buffer)
+    ggml_backend_buffer_free(buffer)  # a second free is a no-op
 
     ggml_backend_free(backend)
     ggml_free(ctx)
@@ -198,6 +202,8 @@ def test_ggml_gallocr_free_is_safe_to_call():
     """ggml_gallocr_free is safe to call"""
     galloc = ggml_gallocr_new()
     ggml_gallocr_free(galloc)
+    ggml_gallocr_free(galloc)  # twice: safe
+    assert ggml_gallocr_get_buffer_size(galloc) == 0  # a freed allocator holds no buffer
 
 
 def test_multiple_buffers_can_be_allocated():

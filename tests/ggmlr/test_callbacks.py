@@ -145,8 +145,14 @@ def test_ggml_fit_train_loss_is_finite_positive(s):
     assert all(v >= 0 for v in hist["train_loss"])
 
 
+def _lr_probe(rates):
+    """A callback (ggmlR's list form) that records the learning rate each epoch starts with."""
+    return {"on_epoch_begin": lambda epoch, logs, state: rates.append(state.lr)}
+
+
 def test_ggml_fit_with_callbacks_list_works_no_callbacks(s):
-    g.ggml_fit(*s.args(), nepoch=2, nbatch_logical=10, callbacks=[], silent=True)
+    history = g.ggml_fit(*s.args(), nepoch=2, nbatch_logical=10, callbacks=[], silent=True)
+    assert len(history["train_loss"]) == 2 and all(np.isfinite(history["train_loss"]))
 
 
 # -- ggml_callback_early_stopping ------------------------------------------------------------------
@@ -311,24 +317,35 @@ def test_ggml_schedule_reduce_on_plateau_resets_wait_after_reduction(s):
 
 
 # -- ggml_fit + callbacks ------------------------------------------------------------------------------
-def test_ggml_fit_with_step_decay_callback_runs_without_error(s):
+def test_ggml_fit_with_step_decay_callback_halves_the_rate_every_two_epochs(s):
+    rates = []
     g.ggml_fit(*s.args(), nepoch=4, nbatch_logical=10, silent=True,
-               callbacks=[g.ggml_schedule_step_decay(step_size=2, gamma=0.5)])
+               callbacks=[g.ggml_schedule_step_decay(step_size=2, gamma=0.5), _lr_probe(rates)])
+    np.testing.assert_allclose(rates, [1e-3, 1e-3, 5e-4, 5e-4], rtol=1e-6)
 
 
-def test_ggml_fit_with_cosine_decay_callback_runs_without_error(s):
-    g.ggml_fit(*s.args(), nepoch=4, nbatch_logical=10, silent=True, callbacks=[g.ggml_schedule_cosine_decay(T_max=4)])
+def test_ggml_fit_with_cosine_decay_callback_follows_the_cosine(s):
+    rates = []
+    g.ggml_fit(*s.args(), nepoch=4, nbatch_logical=10, silent=True,
+               callbacks=[g.ggml_schedule_cosine_decay(T_max=4), _lr_probe(rates)])
+    np.testing.assert_allclose(rates, [1e-3 * (1 + np.cos(np.pi * e / 4)) / 2 for e in range(4)], rtol=1e-6)
 
 
-def test_ggml_fit_with_reduce_on_plateau_callback_runs_without_error(s):
-    g.ggml_fit(*s.args(), nepoch=4, nbatch_logical=10, val_split=0.2, silent=True,
-               callbacks=[g.ggml_schedule_reduce_on_plateau(patience=2)])
+def test_ggml_fit_with_reduce_on_plateau_callback_only_lowers_the_rate(s):
+    rates = []
+    history = g.ggml_fit(*s.args(), nepoch=4, nbatch_logical=10, val_split=0.2, silent=True,
+                         callbacks=[g.ggml_schedule_reduce_on_plateau(patience=2), _lr_probe(rates)])
+    assert len(rates) == 4 and rates[0] == pytest.approx(1e-3) and all(b <= a for a, b in zip(rates, rates[1:]))
+    assert len(history["val_loss"]) == 4
 
 
-def test_ggml_fit_with_multiple_callbacks_runs_without_error(s):
-    g.ggml_fit(*s.args(), nepoch=6, nbatch_logical=10, val_split=0.2, silent=True,
-               callbacks=[g.ggml_schedule_cosine_decay(T_max=6),
-                          g.ggml_callback_early_stopping(monitor="val_loss", patience=3)])
+def test_ggml_fit_with_multiple_callbacks_applies_each(s):
+    rates, stop = [], g.ggml_callback_early_stopping(monitor="val_loss", patience=3)
+    history = g.ggml_fit(*s.args(), nepoch=6, nbatch_logical=10, val_split=0.2, silent=True,
+                         callbacks=[g.ggml_schedule_cosine_decay(T_max=6), stop, _lr_probe(rates)])
+    n = len(history["train_loss"])  # every epoch, or up to the one early stopping ended
+    assert n == 6 if stop.stopped_epoch is None else n == stop.stopped_epoch
+    np.testing.assert_allclose(rates, [1e-3 * (1 + np.cos(np.pi * e / 6)) / 2 for e in range(n)], rtol=1e-6)
 
 
 def test_custom_on_epoch_end_callback_receives_correct_epoch_number(s):

@@ -19,6 +19,8 @@ def test_context_can_be_freed():
     """context can be freed"""
     ctx = ggml_init(1024 * 1024)
     ggml_free(ctx)
+    with pytest.raises(GGMLError, match="freed"):  # its tensors can no longer be made or used
+        ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 4)
 
 
 def test_context_can_be_reset():

@@ -31,15 +31,17 @@ def test_ggml_backend_cpu_set_n_threads_works():
     """ggml_backend_cpu_set_n_threads works"""
     backend = ggml_backend_cpu_init()
 
-    ggml_backend_cpu_set_n_threads(backend, 1)
-    ggml_backend_cpu_set_n_threads(backend, 4)
-    ggml_backend_cpu_set_n_threads(backend, 8)
+    for n in (1, 4, 8):
+        ggml_backend_cpu_set_n_threads(backend, n)
+        assert backend.n_threads == n
 
 
 def test_ggml_backend_free_works_without_error():
     """ggml_backend_free works without error"""
     backend = ggml_backend_cpu_init()
     ggml_backend_free(backend)
+    assert backend.freed
+    ggml_backend_free(backend)  # twice: safe
 
 
 def test_cpu_backend_computes_simple_addition():

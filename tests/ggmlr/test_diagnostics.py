@@ -3,7 +3,11 @@ ggml_model_backend() on a sequential model trained on iris, on the CPU backend.
 
 These need the Keras-like model API (ggml_model_sequential, ggml_layer_dense, ggml_compile,
 ggml_fit), which another issue brings: until it is merged they skip for that reason. R's pipe
-`model |> ggml_layer_dense(...)` is the nested call ggml_layer_dense(model, ...)."""
+`model |> ggml_layer_dense(...)` is the nested call ggml_layer_dense(model, ...).
+
+Blocks of ggmlR's file not ported, and why:
+- "diagnostics accessors unwrap a fitted parsnip engine": R-only: parsnip (tidymodels) engine unwrapping.
+"""
 import numpy as np
 import pytest
 
@@ -93,6 +97,3 @@ def test_model_backend_errors_on_uncompiled_model():
         ggmlpy.ggml_model_backend(model)
 
 
-@pytest.mark.skip(reason="R-only: parsnip (tidymodels) engine unwrapping")
-def test_diagnostics_accessors_unwrap_a_fitted_parsnip_engine():
-    """diagnostics accessors unwrap a fitted parsnip engine"""

@@ -97,6 +97,8 @@ def test_gguf_free_is_safe_to_call_twice(tmp):
     f = g.gguf_load(tmp)
     g.gguf_free(f)
     g.gguf_free(f)
+    with pytest.raises(g.GGMLError):  # a freed file refuses reads: its memory map is gone
+        g.gguf_metadata(f)
 
 
 def test_gguf_functions_error_on_non_gguf_objects():

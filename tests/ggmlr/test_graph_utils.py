@@ -33,7 +33,7 @@ def test_ggml_graph_get_tensor_finds_tensor_by_name():
     expect_equal(ggml_get_name(found), "my_tensor")
 
 
-def test_ggml_graph_print_runs_without_error():
+def test_ggml_graph_print_runs_without_error(capsys):
     """ggml_graph_print runs without error"""
     ctx = ggml_init(1024 * 1024)
 
@@ -46,6 +46,8 @@ def test_ggml_graph_print_runs_without_error():
 
     graph = ggml_build_forward_expand(ctx, r)
     (ggml_graph_print(graph))
+    out = capsys.readouterr().out
+    assert "n_nodes = 1" in out and "RELU" in out and "n_leafs = 1" in out
 
 
 def test_ggml_graph_reset_runs_without_error():

@@ -35,7 +35,7 @@ def test_get_max_tensor_size_returns_reasonable_value():
     ggml_free(ctx)
 
 
-def test_print_objects_runs_without_error():
+def test_print_objects_runs_without_error(capsys):
     """print_objects runs without error"""
     ctx = ggml_init(4 * 1024 * 1024)
 
@@ -43,6 +43,8 @@ def test_print_objects_runs_without_error():
     b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 5, 5)
 
     ggml_print_objects(ctx)
+    out = capsys.readouterr().out
+    assert "2 tensors" in out and "ne=[10, 1, 1, 1]" in out and "ne=[5, 5, 1, 1]" in out
 
     ggml_free(ctx)
 

@@ -167,6 +167,8 @@ def test_ggml_set_input_and_ggml_set_output_work_on_tensors():
     t = g.ggml_new_tensor_1d(ctx, g.GGML_TYPE_F32, 10)
     g.ggml_set_input(t)
     g.ggml_set_output(t)
+    from ggmlpy.bindings import lib
+    assert t.ptr.flags & lib.GGML_TENSOR_FLAG_INPUT and t.ptr.flags & lib.GGML_TENSOR_FLAG_OUTPUT
     g.ggml_free(ctx)
 
 

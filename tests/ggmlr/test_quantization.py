@@ -8,13 +8,14 @@ import ggmlpy as g
 rng = np.random.default_rng(3)
 
 
-def test_ggml_quantize_init_works_for_q8_0():
-    g.ggml_quantize_init(g.GGML_TYPE_Q8_0)
-    g.ggml_quantize_free()
-
-
-def test_ggml_quantize_init_works_for_q4_0():
-    g.ggml_quantize_init(g.GGML_TYPE_Q4_0)
+@pytest.mark.parametrize("qtype,dequantize,tol", [(g.GGML_TYPE_Q8_0, g.dequantize_row_q8_0, 0.02),
+                                                    (g.GGML_TYPE_Q4_0, g.dequantize_row_q4_0, 0.3)])
+def test_ggml_quantize_init_works_for_q8_0_and_q4_0(qtype, dequantize, tol):
+    """After ggml_quantize_init, rows quantize and come back within the type's step."""
+    g.ggml_quantize_init(qtype)
+    x = np.random.default_rng(1).normal(size=(2, 64)).astype(np.float32)
+    back = dequantize(g.ggml_quantize_chunk(qtype, x), x.size).reshape(x.shape)
+    assert np.abs(back - x).max() < tol * np.abs(x).max()
     g.ggml_quantize_free()
 
 
@@ -22,6 +23,8 @@ def test_ggml_quantize_free_is_safe_to_call_multiple_times():
     g.ggml_quantize_init(g.GGML_TYPE_Q8_0)
     g.ggml_quantize_free()
     g.ggml_quantize_free()
+    x = np.ones((1, 32), np.float32)  # and quantizing afterwards still works (ggml re-inits on demand)
+    np.testing.assert_allclose(g.dequantize_row_q8_0(g.ggml_quantize_chunk(g.GGML_TYPE_Q8_0, x), 32), x[0], rtol=1e-3)
 
 
 def test_ggml_quantize_requires_imatrix_returns_logical():

@@ -3,6 +3,12 @@
 R's internal .ggmlr_neighbors_gpu is the registry entry's engine; R's Matrix graphs are
 scipy.sparse matrices; R's rnorm draws are numpy's; cell names (dimnames) are R-only. The two
 blocks that compare with Seurat::FindNeighbors or run FindClusters are R-only (Seurat).
+
+Blocks of ggmlR's file not ported, and why:
+- "test_snn_graph_matches_seurat_findneighbors_exact_knn": R-only: compares with Seurat::FindNeighbors (Seurat
+  integration).
+- "test_runggml_neighbors_writes_graphs_accepted_by_findclusters": R-only: RunGGML writes Seurat @graphs for
+  FindClusters (Seurat integration).
 """
 import numpy as np
 import pytest
@@ -36,11 +42,3 @@ def test_snn_pruning_drops_weak_edges():
     assert np.all(tight.metadata["snn"].data >= 0.5)
 
 
-@pytest.mark.skip(reason="R-only: compares with Seurat::FindNeighbors (Seurat integration)")
-def test_snn_graph_matches_seurat_findneighbors_exact_knn():
-    pass
-
-
-@pytest.mark.skip(reason="R-only: RunGGML writes Seurat @graphs for FindClusters (Seurat integration)")
-def test_runggml_neighbors_writes_graphs_accepted_by_findclusters():
-    pass

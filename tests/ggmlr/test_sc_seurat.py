@@ -3,6 +3,25 @@
 Blocks that drive Seurat objects or ggml_extract/ggml_inject/RunGGML are R-only (Seurat and
 SingleCellExperiment integration) and skipped. R's rnorm/rpois fixtures are numpy draws of the same
 shapes (every expectation compares two computations on the same draws); R's dimnames are R-only.
+
+Blocks of ggmlR's file not ported, and why:
+- "test_ggml_extract_matrix_returns_a_dense_double_matrix_and_subsets";
+  "test_ggml_extract_dgcmatrix_materialises_to_dense_only_for_the_subset": R-only: ggml_extract (Seurat/SCE
+  integration).
+- "test_ggml_extract_seurat_reads_the_data_layer_and_subsets_v5_layerdata";
+  "test_ggml_extract_seurat_reads_a_legacy_v4_assay_getassaydata_branch";
+  "test_runggml_on_a_legacy_v4_seurat_object_matches_prcomp_end_to_end";
+  "test_ggml_inject_seurat_writes_a_reduction_and_provenance_metadata";
+  "test_runggml_on_a_seurat_object_writes_a_reduction_end_to_end";
+  "test_runggml_on_a_seurat_object_runs_on_vulkan_auto_and_agrees_with_cpu";
+  "test_runggml_seurat_with_explicit_device_vulkan_runs_on_the_gpu";
+  "test_vulkan_pca_on_the_sparse_seurat_data_layer_agrees_with_cpu";
+  "test_runggml_seurat_on_vulkan_with_a_gene_cell_subset_is_consistent_with_cpu";
+  "test_repeated_vulkan_runggml_is_deterministic_no_scheduler_aliasing";
+  "test_runggml_normalize_then_scale_write_the_assay_layers_cpu": R-only: drives a Seurat object (Seurat
+  integration).
+- "test_runggml_default_on_a_bare_matrix_returns_a_ggml_result": R-only: RunGGML (ggml_run(ggml_task(..)) is
+  its Python form, tested above).
 """
 import warnings
 
@@ -14,7 +33,6 @@ from ggmlpy import singlecell
 
 from ._backends import skip_without_vulkan
 
-SEURAT = "R-only: drives a Seurat object (Seurat integration)"
 
 
 def sc_fixture(seed=11):
@@ -51,16 +69,6 @@ def test_ggml_task_validates_inputs_and_prints():
         g.ggml_task("embed", "not a matrix")
     with pytest.raises(g.GGMLError, match="single operation"):
         g.ggml_task(["a", "b"], X)
-
-
-@pytest.mark.skip(reason="R-only: ggml_extract (Seurat/SCE integration)")
-def test_ggml_extract_matrix_returns_a_dense_double_matrix_and_subsets():
-    pass
-
-
-@pytest.mark.skip(reason="R-only: ggml_extract (Seurat/SCE integration)")
-def test_ggml_extract_dgcmatrix_materialises_to_dense_only_for_the_subset():
-    pass
 
 
 def test_ggml_run_embed_on_cpu_matches_base_prcomp():
@@ -123,61 +131,6 @@ def test_ggml_run_embed_on_vulkan_agrees_with_cpu():
     np.testing.assert_allclose(gpu.metadata["stdev"], cpu.metadata["stdev"], rtol=1e-3)
 
 
-@pytest.mark.skip(reason=SEURAT)
-def test_ggml_extract_seurat_reads_the_data_layer_and_subsets_v5_layerdata():
-    pass
-
-
-@pytest.mark.skip(reason=SEURAT)
-def test_ggml_extract_seurat_reads_a_legacy_v4_assay_getassaydata_branch():
-    pass
-
-
-@pytest.mark.skip(reason=SEURAT)
-def test_runggml_on_a_legacy_v4_seurat_object_matches_prcomp_end_to_end():
-    pass
-
-
-@pytest.mark.skip(reason=SEURAT)
-def test_ggml_inject_seurat_writes_a_reduction_and_provenance_metadata():
-    pass
-
-
-@pytest.mark.skip(reason=SEURAT)
-def test_runggml_on_a_seurat_object_writes_a_reduction_end_to_end():
-    pass
-
-
-@pytest.mark.skip(reason=SEURAT)
-def test_runggml_on_a_seurat_object_runs_on_vulkan_auto_and_agrees_with_cpu():
-    pass
-
-
-@pytest.mark.skip(reason=SEURAT)
-def test_runggml_seurat_with_explicit_device_vulkan_runs_on_the_gpu():
-    pass
-
-
-@pytest.mark.skip(reason=SEURAT)
-def test_vulkan_pca_on_the_sparse_seurat_data_layer_agrees_with_cpu():
-    pass
-
-
-@pytest.mark.skip(reason=SEURAT)
-def test_runggml_seurat_on_vulkan_with_a_gene_cell_subset_is_consistent_with_cpu():
-    pass
-
-
-@pytest.mark.skip(reason=SEURAT)
-def test_repeated_vulkan_runggml_is_deterministic_no_scheduler_aliasing():
-    pass
-
-
-@pytest.mark.skip(reason="R-only: RunGGML (ggml_run(ggml_task(...)) is its Python form, tested above)")
-def test_runggml_default_on_a_bare_matrix_returns_a_ggml_result():
-    pass
-
-
 def test_registry_declares_the_normalize_and_scale_transform_ops():
     reg = list(g.ggml_ops_registry())
     assert all(op in reg for op in ("normalize", "scale"))
@@ -208,11 +161,6 @@ def test_cpu_scale_matches_per_gene_z_score_with_clamp():
     np.testing.assert_allclose(res.embedding, ref, rtol=1e-10, atol=1e-12)
     assert np.all(res.embedding <= 10 + 1e-9)
     assert np.abs(res.embedding.mean(axis=1)).max() < 1e-9
-
-
-@pytest.mark.skip(reason=SEURAT)
-def test_runggml_normalize_then_scale_write_the_assay_layers_cpu():
-    pass
 
 
 @skip_without_vulkan

@@ -7,6 +7,13 @@ part here, .ggmlr_umap_gpu -> the registry's "umap" engine. R's rnorm draws are 
 The blocks on pairwise_dist.comp and its VRAM sizing test shaders of ggmlR's own ggml fork,
 which ggmlpy's pinned ggml does not have: they are skipped. uwot is R-only; where a block
 compares with it, umap-learn (the test extra) checks the same property.
+
+Blocks of ggmlR's file not ported, and why:
+- "test_gpu_pairwise_distance_equals_stats_dist"; "test_gpu_distance_preserves_knn_ordering_vs_stats_dist":
+  ggmlR's pairwise_dist.comp is a shader of its own ggml fork; ggmlpy's distances are on the CPU.
+- "test_dist_gpu_max_cells_sizes_n_from_the_vram_budget";
+  "test_dist_gpu_max_cells_falls_back_when_vram_is_unknown": sizes the VRAM budget of ggmlR's fork-only
+  pairwise_dist.comp shader.
 """
 import math
 
@@ -19,7 +26,6 @@ sp = pytest.importorskip("scipy.sparse")
 
 engine = g.ggml_ops_registry("umap").engine
 AB = (1.577, 0.895)
-FORK_SHADER = "ggmlR's pairwise_dist.comp is a shader of its own ggml fork; ggmlpy's distances are on the CPU"
 
 
 def _exact_knn(x, k):
@@ -70,16 +76,6 @@ def test_knn_graph_overlaps_umap_learns_exact_nearest_neighbours():
     assert overlap > 0.95
 
 
-@pytest.mark.skip(reason=FORK_SHADER)
-def test_gpu_pairwise_distance_equals_stats_dist():
-    pass
-
-
-@pytest.mark.skip(reason=FORK_SHADER)
-def test_gpu_distance_preserves_knn_ordering_vs_stats_dist():
-    pass
-
-
 def test_knn_distances_match_exact_euclidean_distances():
     """R checks .ggmlr_dist_matrix against stats::dist; ggmlpy's kNN distances against scipy's
     cdist (each row's k nearest, in order)."""
@@ -99,16 +95,6 @@ def test_gpu_neighbor_max_cells_ceiling_still_gives_a_cpu_result():
     free = engine(mat, n_neighbors=5, n_epochs=5, backend="cpu")
     assert capped.metadata["backend_dist"] == "cpu"
     np.testing.assert_array_equal(capped.embedding, free.embedding)
-
-
-@pytest.mark.skip(reason="sizes the VRAM budget of ggmlR's fork-only pairwise_dist.comp shader")
-def test_dist_gpu_max_cells_sizes_n_from_the_vram_budget():
-    pass
-
-
-@pytest.mark.skip(reason="sizes the VRAM budget of ggmlR's fork-only pairwise_dist.comp shader")
-def test_dist_gpu_max_cells_falls_back_when_vram_is_unknown():
-    pass
 
 
 def test_parallel_sgd_equals_sequential_reference_on_a_conflict_free_graph():

@@ -15,6 +15,9 @@ from .args import (F16, F32, N_OVERHEAD, check_contiguous, check_types, dims, in
 from .products import ggml_mul_mat
 from .views import ggml_cont, ggml_permute, ggml_reshape_2d, ggml_reshape_3d, ggml_reshape_4d
 
+GGML_OP_POOL_MAX = lib.GGML_OP_POOL_MAX
+GGML_OP_POOL_AVG = lib.GGML_OP_POOL_AVG
+
 
 # -- convolution, pooling, resampling -----------------------------------------------------------------
 def ggml_im2col(ctx: Context, a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int,
@@ -180,21 +183,34 @@ def _conv_args(what, vals):
     return s0, s1, p0, p1, d0, d1
 
 
-def ggml_conv_2d_dw_direct(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p0: int = 0, p1: int = 0,
-                           d0: int = 1, d1: int = 1) -> Tensor:
-    """Depthwise 2-d convolution with ggml's direct kernel: b [W, H, C, N], a [KW, KH, 1, C] -> [OW, OH, C, N]."""
-    what = "ggml_conv_2d_dw_direct"
+def _kernel_and_input(ctx, a, b, what):
+    """A convolution's operands as ggml's kernels take them: a kernel a (f32 or f16) and an f32 input b, both
+    contiguous."""
     ctx = start_op(ctx)
     a, b = input_tensor(a, what, "a"), input_tensor(b, what, "b")
     check_types(a, (F32, F16), what, "a")
     check_types(b, (F32,), what, "b")
     check_contiguous(a, what, "a")
     check_contiguous(b, what, "b")
+    return ctx, a, b
+
+
+def _direct_out(what, na, nb, s0, s1, p0, p1, d0, d1) -> tuple:
+    """(OW, OH) of a direct convolution of kernel dims na over input dims nb; the input must hold the kernel."""
+    ow, oh = conv_out(nb[0], na[0], s0, p0, d0), conv_out(nb[1], na[1], s1, p1, d1)
+    check(ow > 0 and oh > 0, f"{what}: input too small for the kernel")
+    return ow, oh
+
+
+def ggml_conv_2d_dw_direct(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int = 1, p0: int = 0, p1: int = 0,
+                           d0: int = 1, d1: int = 1) -> Tensor:
+    """Depthwise 2-d convolution with ggml's direct kernel: b [W, H, C, N], a [KW, KH, 1, C] -> [OW, OH, C, N]."""
+    what = "ggml_conv_2d_dw_direct"
+    ctx, a, b = _kernel_and_input(ctx, a, b, what)
     na, nb = dims(a), dims(b)
     check(na[2] == 1 and na[3] == nb[2], f"{what}: kernel must be [KW, KH, 1, C] with C = {nb[2]}, got {shape_str(a)}")
     s0, s1, p0, p1, d0, d1 = _conv_args(what, (s0, s1, p0, p1, d0, d1))
-    ow, oh = conv_out(nb[0], na[0], s0, p0, d0), conv_out(nb[1], na[1], s1, p1, d1)
-    check(ow > 0 and oh > 0, f"{what}: input too small for the kernel")
+    ow, oh = _direct_out(what, na, nb, s0, s1, p0, p1, d0, d1)
     return make_tensor(ctx, what, [ow, oh, nb[2], nb[3]], F32,
                  lambda: lib.ggml_conv_2d_dw_direct(ctx.ptr, a.ptr, b.ptr, s0, s1, p0, p1, d0, d1))
 
@@ -203,17 +219,11 @@ def ggml_conv_2d_direct(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, s1: int
                         d0: int = 1, d1: int = 1) -> Tensor:
     """2-d convolution with ggml's direct kernel (no im2col tensor): b [W, H, C, N], a [KW, KH, C, OC]."""
     what = "ggml_conv_2d_direct"
-    ctx = start_op(ctx)
-    a, b = input_tensor(a, what, "a"), input_tensor(b, what, "b")
-    check_types(a, (F32, F16), what, "a")
-    check_types(b, (F32,), what, "b")
-    check_contiguous(a, what, "a")
-    check_contiguous(b, what, "b")
+    ctx, a, b = _kernel_and_input(ctx, a, b, what)
     na, nb = dims(a), dims(b)
     check(na[2] == nb[2], f"{what}: channels differ: kernel {na[2]}, input {nb[2]}")
     s0, s1, p0, p1, d0, d1 = _conv_args(what, (s0, s1, p0, p1, d0, d1))
-    ow, oh = conv_out(nb[0], na[0], s0, p0, d0), conv_out(nb[1], na[1], s1, p1, d1)
-    check(ow > 0 and oh > 0, f"{what}: input too small for the kernel")
+    ow, oh = _direct_out(what, na, nb, s0, s1, p0, p1, d0, d1)
     return make_tensor(ctx, what, [ow, oh, na[3], nb[3]], F32,
                  lambda: lib.ggml_conv_2d_direct(ctx.ptr, a.ptr, b.ptr, s0, s1, p0, p1, d0, d1))
 
@@ -222,12 +232,7 @@ def ggml_conv_transpose_1d(ctx: Context, a: Tensor, b: Tensor, s0: int = 1, p0: 
     """Transposed 1-d convolution: b [L, IC], kernel a [K, OC, IC] -> [(L-1)*s0 + K, OC]. ggml supports
     only p0 = 0 and d0 = 1."""
     what = "ggml_conv_transpose_1d"
-    ctx = start_op(ctx)
-    a, b = input_tensor(a, what, "a"), input_tensor(b, what, "b")
-    check_types(a, (F32, F16), what, "a")
-    check_types(b, (F32,), what, "b")
-    check_contiguous(a, what, "a")
-    check_contiguous(b, what, "b")
+    ctx, a, b = _kernel_and_input(ctx, a, b, what)
     s0, p0, d0 = int_arg(s0, what, "s0"), int_arg(p0, what, "p0"), int_arg(d0, what, "d0")
     check(s0 > 0, f"{what}: stride must be positive")
     check(p0 == 0 and d0 == 1, f"{what}: ggml supports only p0 = 0 and d0 = 1, got p0={p0}, d0={d0}")
@@ -242,12 +247,7 @@ def ggml_conv_transpose_2d_p0(ctx: Context, a: Tensor, b: Tensor, stride: int = 
     """Transposed 2-d convolution without padding: b [W, H, IC, N], kernel a [KW, KH, OC, IC] (f16 on the CPU)
     -> [(W-1)*stride + KW, (H-1)*stride + KH, OC, N]."""
     what = "ggml_conv_transpose_2d_p0"
-    ctx = start_op(ctx)
-    a, b = input_tensor(a, what, "a"), input_tensor(b, what, "b")
-    check_types(a, (F32, F16), what, "a")
-    check_types(b, (F32,), what, "b")
-    check_contiguous(a, what, "a")
-    check_contiguous(b, what, "b")
+    ctx, a, b = _kernel_and_input(ctx, a, b, what)
     stride = int_arg(stride, what, "stride")
     check(stride > 0, f"{what}: stride must be positive")
     na, nb = dims(a), dims(b)

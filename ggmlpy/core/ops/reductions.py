@@ -13,6 +13,8 @@ from .args import (CPU_FLOAT, F32, I32, c_function, check_contiguous, check_pack
                    make_tensor, same_shape_pair, shape_str, start_op)
 from .views import ggml_reshape_2d
 
+GGML_SORT_ORDER_ASC, GGML_SORT_ORDER_DESC = 0, 1  # enum ggml_sort_order
+
 
 # -- norms ------------------------------------------------------------------------------------------
 def _norm(cname: str):
