@@ -87,7 +87,7 @@ static void pack_rows(const view *x, int64_t h, int64_t b, int64_t n0, int64_t n
                 __m512 r[16], o[16];
                 for (int i = 0; i < 16; i++)
                     r[i] = i < m0 ? _mm512_maskz_loadu_ps(k1, base + (a0 + i) * s0 + a1 * s1) : _mm512_setzero_ps();
-                transpose16(r, o);
+                vtranspose(r, o);
                 for (int j = 0; j < m1; j++)
                     _mm512_mask_storeu_ps(out + (a1 + j) * ld + a0, k0, o[j]);
             }

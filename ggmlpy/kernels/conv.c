@@ -642,7 +642,7 @@ static void pack_panel(float *restrict bp, const float *x, int64_t ldx, int nr, 
         __m512 r[16], o[16];
         for (int j = 0; j < 16; j++)
             r[j] = j < nr && j < LNR ? _mm512_maskz_loadu_ps(mk, x + j * ldx + k0) : _mm512_setzero_ps();
-        transpose16(r, o);
+        vtranspose(r, o);
         for (int k = 0; k < nk; k++)
             _mm512_mask_storeu_ps(bp + (int64_t)(k0 + k) * LNR, (1u << LNR) - 1, o[k]);
     }
@@ -1593,7 +1593,7 @@ static void rows_store_block(const float *acc, int np, int nr, float *out, const
 #pragma GCC unroll 16
             for (int j = 0; j < 16; j++)
                 r[j] = j < n ? _mm512_load_ps(acc + (int64_t)(i0 + j) * RC + 16 * v) : zero;
-            transpose16(r, o);
+            vtranspose(r, o);
             for (int e = 0; e < 16 && 16 * v + e < nr; e++) {
                 float *y = out + (int64_t)(16 * v + e) * P + i0;
                 __m512 z = o[e];
