@@ -5,7 +5,7 @@ ggml's CPU `gelu_erf` calls `erff` one element at a time, and GELU's backward is
 dozen element-wise ops; kernels.c does each in one vectorised pass (docs/benchmarks.md).
 gemm.c serves products that ggml_mul_mat would need a transposed copy for (see its header).
 conv.c holds the ONNX importer's convolution, max pooling and linear layers (over OpenBLAS, and
-on AVX-512 products of its own with weights packed at load) and im2col's gradient, rows.c the
+with AVX2 or AVX-512 products of its own with weights packed at load) and im2col's gradient, rows.c the
 importer's layer normalisation, rnn.c its LSTM (a direction's whole sequence as one node),
 attention.c its scaled dot-product attention (both products and the softmax as one node).
 singlecell.c is a host library (host_library): the single-cell engines' LogNormalize passes,
