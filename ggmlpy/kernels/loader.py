@@ -26,6 +26,10 @@ log = logging.getLogger("ggmlpy.kernels")
 SOURCE = Path(__file__).with_name("kernels.c")
 FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno",
          *(f"-DOFF_{k.upper()}={TENSOR_OFFSETS[k]}" for k in ("ne", "nb", "src", "data"))]
+# kernels.c's element-wise loops compute both sides of a select (GELU's derivatives, max/min with NaN):
+# gcc if-converts them into vector selects only where no trap may be raised on the side not taken,
+# which AVX-512's masked operations give it and AVX2 does not; no kernel reads the FP exception flags
+SOURCE_FLAGS = {"kernels.c": ("-fno-trapping-math",)}
 # The x86-64 levels the kernels can be built for, each with the CPU flags (as /proc/cpuinfo spells
 # them) it needs beyond the level below: one source, its vector paths chosen by the compiler's
 # target (`#ifdef __AVX512F__`, `__AVX2__`). "native" is -march=native, for this CPU alone.
@@ -201,7 +205,7 @@ def _build(cc: str, source: Path, libs: tuple = ()) -> Path:
     """The compiled library in the cache, built (atomically) unless it is there already."""
     version = _compiler_version(cc)
     level = isa_level()
-    flags = [*FLAGS, f"-march={level}"]
+    flags = [*FLAGS, *SOURCE_FLAGS.get(source.name, ()), f"-march={level}"]
     headers = [h.read_text() for h in sorted(source.parent.glob("*.h"))]  # what the sources include
     key = hashlib.sha256("\0".join([source.read_text(), *headers, cc, version, *flags, *libs,
                                       cpu_tag(native=level == "native")]).encode())
