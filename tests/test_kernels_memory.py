@@ -1,16 +1,19 @@
-"""The kernels' buffer arithmetic under AddressSanitizer, at every x86-64 level this CPU runs.
+"""The kernels' buffer arithmetic under AddressSanitizer, at every x86-64 level this CPU runs, and
+the level the kernels are built for.
 
 conv.c's im2col_block once wrote a block spanning more than 64 output rows at twice its offset:
 stale patches (wrong convolutions, no error) and writes past the patch buffer. The harness in
 kernels_c/ runs it against a tap-by-tap reference with the buffer allocated to exactly its
 callers' size, so an out-of-bounds write fails even where the values read back look right.
 """
+import io
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+import ggmlpy
 from ggmlpy import kernels
 from ggmlpy.bindings.loader import TENSOR_OFFSETS
 from ggmlpy.kernels import loader
@@ -57,3 +60,28 @@ def test_a_level_this_cpu_lacks_is_refused_before_anything_is_built(monkeypatch)
         kernels.isa_level()
     monkeypatch.setenv("GGMLPY_KERNELS_ISA", "native")
     assert kernels.isa_level() == "native"
+
+
+def test_the_default_level_is_the_best_this_cpu_runs(monkeypatch):
+    monkeypatch.delenv("GGMLPY_KERNELS_ISA", raising=False)
+    levels = kernels.supported_isa_levels()
+    assert kernels.isa_level() == (levels[-1] if levels else "native")
+    avx2 = set().union(*(kernels.ISA_LEVELS[n] for n in ("x86-64-v2", "x86-64-v3")))
+    monkeypatch.setattr(loader, "_cpu_flags", lambda: avx2)  # Zen 3, Intel's client cores
+    assert kernels.isa_level() == "x86-64-v3"
+    assert kernels.isa_summary() == ("x86-64-v3 (the best level this CPU runs; GGMLPY_KERNELS_ISA=native builds "
+                                     "for this CPU alone): AVX2 paths")
+    monkeypatch.setattr(loader, "_cpu_flags", lambda: set())  # off x86-64
+    assert kernels.isa_level() == "native"
+    assert kernels.isa_summary() == "native (no x86-64 level applies to this CPU): scalar paths"
+    monkeypatch.setattr(loader, "_cpu_flags", lambda: avx2)
+    monkeypatch.setenv("GGMLPY_KERNELS_ISA", "x86-64-v2")
+    assert kernels.isa_summary() == "x86-64-v2 (GGMLPY_KERNELS_ISA=x86-64-v2): scalar paths"
+
+
+def test_info_says_which_level_the_kernels_are_built_for(monkeypatch):
+    monkeypatch.setenv("GGMLPY_KERNELS_ISA", "native")
+    out = io.StringIO()
+    data = ggmlpy.info(file=out)
+    assert data["kernels_isa"].startswith("native (GGMLPY_KERNELS_ISA=native): ")
+    assert f"CPU kernels  : {data['kernels_isa']}" in out.getvalue()

@@ -188,9 +188,13 @@ def supported_isa_levels() -> list:
 
 
 def isa_level() -> str:
-    """The target the kernels are built for: $GGMLPY_KERNELS_ISA (an ISA_LEVELS name, or "native",
-    the default). A level this CPU lacks is an error, not an illegal instruction later."""
-    level = os.environ.get("GGMLPY_KERNELS_ISA", "native").strip() or "native"
+    """The target the kernels are built for: $GGMLPY_KERNELS_ISA (an ISA_LEVELS name, or "native" for
+    -march=native), by default the best level this CPU runs (supported_isa_levels()[-1]; "native" off
+    x86-64). A level this CPU lacks is an error, not an illegal instruction later."""
+    level = os.environ.get("GGMLPY_KERNELS_ISA", "").strip()
+    if not level:
+        levels = supported_isa_levels()
+        return levels[-1] if levels else "native"
     if level == "native":
         return level
     if level not in ISA_LEVELS:
@@ -199,6 +203,26 @@ def isa_level() -> str:
         raise ValueError(f"GGMLPY_KERNELS_ISA={level}: this CPU does not run it (it runs "
                          f"{', '.join(supported_isa_levels()) or 'none of them'})")
     return level
+
+
+# the vector paths each level's build takes (vmath.h: VW 16, VW 8, none)
+ISA_PATHS = {"x86-64-v2": "scalar paths", "x86-64-v3": "AVX2 paths", "x86-64-v4": "AVX-512 paths"}
+
+
+def isa_summary() -> str:
+    """One line for info() and the benchmarks: the level the kernels are built for, why, and the
+    vector paths that build takes."""
+    level, env = isa_level(), os.environ.get("GGMLPY_KERNELS_ISA", "").strip()
+    why = f"GGMLPY_KERNELS_ISA={env}" if env else (
+        "the best level this CPU runs; GGMLPY_KERNELS_ISA=native builds for this CPU alone" if level != "native"
+        else "no x86-64 level applies to this CPU")
+    if level == "native":
+        flags = _cpu_flags()
+        paths = ("AVX-512 paths" if "avx512f" in flags else "AVX2 paths" if {"avx2", "fma"} <= flags
+                 else "scalar paths")
+    else:
+        paths = ISA_PATHS[level]
+    return f"{level} ({why}): {paths}"
 
 
 def _build(cc: str, source: Path, libs: tuple = ()) -> Path:
