@@ -47,6 +47,21 @@ def test_im2col_blocks_of_any_number_of_rows_are_right_and_in_bounds(level, tmp_
     assert r.stdout.strip().endswith("0 wrong values")
 
 
+@pytest.mark.skipif(CC is None, reason="no C compiler")
+@pytest.mark.parametrize("level", list(kernels.ISA_LEVELS))
+@pytest.mark.parametrize("harness", ["linear_check.c", "attention_check.c", "gelu_check.c"])
+def test_vector_tails_are_right_and_in_bounds(harness, level, tmp_path):
+    """The tails of vmath.h's vectors (masked loads and stores, partial register blocks) in the packed
+    linear layers, the attention and GELU, against float64 at every level: the AVX-512 build's 16
+    floats, the AVX2 build's 8, the scalar paths."""
+    if level not in kernels.supported_isa_levels():
+        pytest.skip(f"this CPU does not run {level}")
+    exe = asan_build(harness, level, tmp_path)
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert r.stdout.strip().endswith("0 wrong values")
+
+
 def test_an_unknown_isa_level_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("GGMLPY_KERNELS_ISA", "x86-64-v9")
     with pytest.raises(ValueError, match="GGMLPY_KERNELS_ISA='x86-64-v9': expected 'native' or one of"):
