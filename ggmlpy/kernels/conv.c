@@ -56,42 +56,51 @@ typedef struct {
     int C, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW;
 } geom;
 
-#ifdef __AVX512F__
-#include <immintrin.h>
-
-/* lanes [lo, hi) of 16 set (none when hi <= lo) */
-static inline __mmask16 lanes(int lo, int hi) {
+#ifdef VW
+/* lanes [lo, hi) of VW set (none when hi <= lo) */
+static inline vmask lanes(int lo, int hi) {
     lo = lo < 0 ? 0 : lo;
-    hi = hi > 16 ? 16 : hi;
+    hi = hi > VW ? VW : hi;
+#if VW == 16
     return hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+#else
+    const __m256i i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), i),
+                               _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), i));  /* lo <= i < hi */
+#endif
 }
 
-/* 16 floats from row[i0 .. i0 + 16) with the lanes outside row[0 .. W) zero: a masked load never
+/* VW floats from row[i0 .. i0 + VW) with the lanes outside row[0 .. W) zero: a masked load never
  * touches (nor faults on) the lanes it leaves out */
-static inline __m512 load_in_row(const float *row, int i0, int W) {
-    if (i0 >= 0 && i0 + 16 <= W)  /* the usual case: a plain load (masked ones are slower) */
-        return _mm512_loadu_ps(row + i0);
-    return _mm512_maskz_loadu_ps(lanes(-i0, W - i0), (const float *)((uintptr_t)row + (intptr_t)i0 * 4));
+static inline vf load_in_row(const float *row, int i0, int W) {
+    if (i0 >= 0 && i0 + VW <= W)  /* the usual case: a plain load (masked ones are slower) */
+        return vloadu(row + i0);
+    return vloadu_mask(lanes(-i0, W - i0), (const float *)((uintptr_t)row + (intptr_t)i0 * 4));
 }
 
-/* the even lanes of a, then those of b: every other value of 32 consecutive ones (stride 2) */
-static inline __m512 even_lanes(__m512 a, __m512 b) {
+/* the even lanes of a, then those of b: every other value of 2 VW consecutive ones (stride 2) */
+static inline vf even_lanes(vf a, vf b) {
+#if VW == 16
     const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     return _mm512_permutex2var_ps(a, even, b);
+#else
+    /* a0 a2 b0 b2 | a4 a6 b4 b6, then the middle 64-bit pairs swapped */
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
+#endif
 }
 
 /* o[q] = row[q SW + off] for ow <= q < end, zero where that column is outside row[0 .. W): a vector
- * of 16 output columns a step (stride 2: two loads, the even lanes); other strides one at a time.
- * Whole vectors are stored (masked stores are slow here): up to 15 floats past o[end] are written
+ * of VW output columns a step (stride 2: two loads, the even lanes); other strides one at a time.
+ * Whole vectors are stored (masked stores are slow here): up to VW - 1 floats past o[end] are written
  * too, which the caller overwrites later or has room for (im2col_block's SLACK). */
 static inline void patch_row(float *o, int ow, int end, const float *row, int off, int SW, int W) {
     if (SW == 1) {
-        for (int q = ow; q < end; q += 16)
-            _mm512_storeu_ps(o + q, load_in_row(row, q + off, W));
+        for (int q = ow; q < end; q += VW)
+            vstoreu(o + q, load_in_row(row, q + off, W));
     } else if (SW == 2) {
-        for (int q = ow; q < end; q += 16) {
+        for (int q = ow; q < end; q += VW) {
             const int i0 = 2 * q + off;
-            _mm512_storeu_ps(o + q, even_lanes(load_in_row(row, i0, W), load_in_row(row, i0 + 16, W)));
+            vstoreu(o + q, even_lanes(load_in_row(row, i0, W), load_in_row(row, i0 + VW, W)));
         }
     } else {
         for (int q = ow; q < end; q++) {
@@ -102,8 +111,8 @@ static inline void patch_row(float *o, int ow, int end, const float *row, int of
 }
 
 static inline void zero_row(float *o, int ow, int end) {  /* whole vectors, as patch_row */
-    for (int q = ow; q < end; q += 16)
-        _mm512_storeu_ps(o + q, _mm512_setzero_ps());
+    for (int q = ow; q < end; q += VW)
+        vstoreu(o + q, vzero());
 }
 #else
 static void patch_row(float *o, int ow, int end, const float *row, int off, int SW, int W) {
@@ -307,20 +316,20 @@ static inline float pool_pick(float v, float m, int *nan) {
     return v > m ? v : m;
 }
 
-/* tmp[w] = the rule's value for column w < W of n >= 1 rows (W apart from `rows`), a vector of 16
+/* tmp[w] = the rule's value for column w < W of n >= 1 rows (W apart from `rows`), a vector of VW
  * columns through every row at once */
 static void column_max(float *tmp, const float *rows, int W, int n) {
     int w = 0;
-#ifdef __AVX512F__
-    for (; w + 16 <= W; w += 16) {
-        __m512 m = _mm512_loadu_ps(rows + w);
-        __mmask16 nan = _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
+#ifdef VW
+    for (; w + VW <= W; w += VW) {
+        vf m = vloadu(rows + w);
+        vbool nan = visnan(m);
         for (int h = 1; h < n; h++) {
-            const __m512 v = _mm512_loadu_ps(rows + (int64_t)h * W + w);
-            nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-            m = _mm512_max_ps(v, m);
+            const vf v = vloadu(rows + (int64_t)h * W + w);
+            nan = vbor(nan, visnan(v));
+            m = vmax(v, m);
         }
-        _mm512_storeu_ps(tmp + w, _mm512_mask_mov_ps(m, nan, _mm512_set1_ps(__builtin_nanf(""))));
+        vstoreu(tmp + w, vblend(nan, m, vset1(__builtin_nanf(""))));
     }
 #endif
     for (; w < W; w++) {
@@ -362,22 +371,18 @@ static void pool_row(float *out, float *tmp, const float *rows, int n, const poo
     }
     column_max(tmp, rows, W, n);
     int ow = 0;
-#ifdef __AVX512F__
-    if (SW <= 2) {  /* 16 windows a step, their cells in the scalar loop's order (the same NaN, -0) */
-        for (; ow < OW; ow += 16) {
-            __m512 m = _mm512_set1_ps(-3.40282347e+38f);
-            __mmask16 nan = 0;
+#ifdef VW
+    if (SW <= 2) {  /* VW windows a step, their cells in the scalar loop's order (the same NaN, -0) */
+        for (; ow < OW; ow += VW) {
+            vf m = vset1(-3.40282347e+38f);
+            vbool nan = visnan(vzero());
             for (int kw = 0; kw < KW; kw++) {
                 const float *c = tmp + (int64_t)ow * SW - PW + kw;
-                const __m512 v = SW == 1 ? _mm512_loadu_ps(c) : even_lanes(_mm512_loadu_ps(c), _mm512_loadu_ps(c + 16));
-                nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-                m = _mm512_max_ps(v, m);  /* pool_pick */
+                const vf v = SW == 1 ? vloadu(c) : even_lanes(vloadu(c), vloadu(c + VW));
+                nan = vbor(nan, visnan(v));
+                m = vmax(v, m);  /* pool_pick */
             }
-            m = _mm512_mask_mov_ps(m, nan, _mm512_set1_ps(__builtin_nanf("")));
-            if (ow + 16 <= OW)
-                _mm512_storeu_ps(out + ow, m);
-            else
-                _mm512_mask_storeu_ps(out + ow, lanes(0, OW - ow), m);
+            vstoreu_n(out + ow, OW - ow, vblend(nan, m, vset1(__builtin_nanf(""))));
         }
     }
 #endif
@@ -421,7 +426,7 @@ void ggmlpy_maxpool2d_f32(void *dst, int ith, int nth, void *userdata) {
                     out[ow] = __builtin_nanf("");
                 continue;
             }
-#ifdef __AVX512F__
+#ifdef VW
             /* the rows that output row oh + 2 adds, fetched now: the input comes from L3 or memory
              * (a layer's output written just before), faster fetched ahead than as it is read */
             for (int h = imax(h0 + KH + SH, 0); h < h0 + KH + 2 * SH && h < H; h++)

@@ -58,6 +58,7 @@ static inline vbool vge(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ
 static inline vbool vgt(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
 static inline vbool visnan(vf a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
 static inline vf vblend(vbool m, vf a, vf b) { return _mm512_mask_blend_ps(m, a, b); }  /* m ? b : a */
+static inline vbool vbor(vbool a, vbool b) { return a | b; }
 static inline vmask vfirst(int64_t n) {  /* lanes [0, n): none for n <= 0, all of them from VW on */
     return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
 }
@@ -106,6 +107,7 @@ static inline vbool vge(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
 static inline vbool vgt(vf a, vf b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
 static inline vbool visnan(vf a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
 static inline vf vblend(vbool m, vf a, vf b) { return _mm256_blendv_ps(a, b, m); }  /* m ? b : a */
+static inline vbool vbor(vbool a, vbool b) { return _mm256_or_ps(a, b); }
 static inline vmask vfirst(int64_t n) {
     const int32_t k = n >= 8 ? 8 : n <= 0 ? 0 : (int32_t)n;
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
