@@ -33,6 +33,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ggmlpy as g  # noqa: E402
+from benchlib import kernels_isa  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -151,6 +152,7 @@ def run(name, data, ggml_model, keras_model, torch_model, channels_first=False):
 
 if __name__ == "__main__":
     print(f"loadavg: {open('/proc/loadavg').read().strip()}")
+    print(kernels_isa())
     mlp = run("MLP 784-256-256-10", mlp_data(), ggml_mlp, keras_mlp, torch_mlp)
     cnn = run("digits CNN", digits_data(), ggml_cnn, keras_cnn, torch_cnn, channels_first=True)
     print(f"loadavg: {open('/proc/loadavg').read().strip()}")

@@ -37,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-from scripts.benchlib import machine  # noqa: E402
+from scripts.benchlib import kernels_isa, machine  # noqa: E402
 
 
 def resnet18():
@@ -204,6 +204,7 @@ def main() -> None:
                 torch.onnx.export(model, inputs, paths[name], dynamo=False, input_names=names, output_names=["y"],
                                   opset_version=17)
     print(f"machine: {machine()}")
+    print(kernels_isa())
     first = {}
     for threads in args.threads:
         so = ort.SessionOptions()

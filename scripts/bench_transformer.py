@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ggmlpy as g  # noqa: E402
-from benchlib import interleaved, torch_or_none  # noqa: E402
+from benchlib import interleaved, kernels_isa, torch_or_none  # noqa: E402
 
 VOCAB, D, HEADS, CONTEXT, BATCH = 95, 128, 4, 64, 32
 LR, WD, CLIP = 3e-4, 0.01, 1.0
@@ -215,6 +215,7 @@ def main() -> None:
         sys.exit("bench_transformer: needs PyTorch (pip install torch==2.13.0)")
     threads = g.get_backend("cpu").n_threads
     print(f"threads {threads}; load {open('/proc/loadavg').read().split()[:3]}")
+    print(kernels_isa())
     data = batches(corpus(), 8)
 
     num = check_numbers(torch, data, args.curve)

@@ -783,7 +783,7 @@ def test_linear_product_plus_bias(n_out, k, t):
 
 
 needs_packed = pytest.mark.skipif(K is None or K.linear_packed is None,
-                                  reason="no AVX-512 (or no conv.c): linear layers use OpenBLAS")
+                                  reason="no AVX2 or AVX-512 (or no conv.c): linear layers use OpenBLAS")
 
 
 @needs_packed
@@ -899,7 +899,9 @@ def test_linear_with_packed_weights_split_into_parts(parts, d, k, t):
 
 
 needs_packed_conv = pytest.mark.skipif(K is None or K.conv2d_packed is None,
-                                       reason="no AVX-512 (or no conv.c): convolutions use OpenBLAS")
+                                       reason="no AVX2 or AVX-512 (or no conv.c): convolutions use OpenBLAS")
+needs_pixel_conv = pytest.mark.skipif(K is None or K.conv2d_pixels is None,
+                                      reason="no AVX-512 (or no conv.c): no pixel-major convolutions")
 
 
 @needs_packed_conv
@@ -988,7 +990,7 @@ PIXEL_CASES = CONV_CASES + [  # planes past one block of pixels, with tails; cha
 ]
 
 
-@needs_packed_conv
+@needs_pixel_conv
 @pytest.mark.parametrize("vectors", [1, 2, 3])
 @pytest.mark.parametrize("case", PIXEL_CASES, ids=lambda c: "x{}w{}s{}p{}{}d{}g{}".format(*c))
 def test_pixel_conv_every_geometry_block_and_thread_count(case, vectors):
@@ -1030,7 +1032,7 @@ def _long_sum_keeps_nan(x, W, pixels, inf_at):
     assert np.isfinite(out).sum() == out.size - 1
 
 
-@needs_packed_conv
+@needs_pixel_conv
 def test_pixel_conv_sums_past_one_block_of_patch_rows_and_keeps_nan():
     """More than PKC (192) patch rows: partial sums wait in the output between row blocks; a NaN
     input stays NaN through the ReLU, and -inf becomes 0."""
@@ -1057,7 +1059,7 @@ LANE_CASES = [c for c in PIXEL_CASES if c[2][0] == c[2][1]] + [
 ]
 
 
-@needs_packed_conv
+@needs_pixel_conv
 @pytest.mark.parametrize("case", LANE_CASES, ids=lambda c: "x{}w{}s{}p{}{}d{}g{}".format(*c))
 def test_lane_conv_every_geometry_and_thread_count(case):
     """conv.c's channel-major convolution on the padded input's phase planes: every geometry with
@@ -1065,7 +1067,7 @@ def test_lane_conv_every_geometry_and_thread_count(case):
     _every_thread_count(case, 4, seed=4)
 
 
-@needs_packed_conv
+@needs_pixel_conv
 def test_lane_conv_sums_past_one_chunk_of_taps_and_keeps_nan():
     """A panel's weights past 4 MB (16384 taps) are taken a chunk of taps at a time (partial sums
     wait in a buffer); a NaN stays NaN through the ReLU and -inf becomes 0; unequal strides, which
@@ -1078,7 +1080,7 @@ def test_lane_conv_sums_past_one_chunk_of_taps_and_keeps_nan():
     assert np.isnan(out).all()
 
 
-@needs_packed_conv
+@needs_pixel_conv
 @pytest.mark.parametrize("xs,ws", [((2, 9, 14, 14), (70, 9, 3, 3)),   # blocks of 98 pixels: 6 vectors and 2
                                    ((3, 4, 7, 7), (20, 4, 3, 3)),     # 49 pixels a block, one partial panel
                                    ((1, 6, 28, 28), (64, 6, 3, 3))])  # 112 pixels: whole vectors
@@ -1103,7 +1105,7 @@ def test_lane_conv_stores_rows_of_whole_tiles_16_pixels_at_a_time(xs, ws):
         assert_same_bits(lanes, pixels)  # each pixel's taps summed in the same order from the bias
 
 
-@needs_packed_conv
+@needs_pixel_conv
 def test_pack_conv_pixels_layout_and_bad_vector_count():
     W = np.arange(2 * 10 * 3 * 1 * 1, dtype=np.float32).reshape(20, 3, 1, 1)  # 2 groups of 10 channels
     wp = K.pack_conv_pixels(W, 2, 3)  # panels of 8 channels: 2 a group
@@ -1115,6 +1117,17 @@ def test_pack_conv_pixels_layout_and_bad_vector_count():
 
 
 @needs_packed_conv
+def test_packed_conv_kind_is_channels_without_the_pixel_kernels(monkeypatch):
+    """Where conv.c has no pixel-major kernels (built for AVX2) every packed layer takes the channel-major
+    one, conv2d_packed; depthwise layers (under 8 channels) stay OpenBLAS's."""
+    monkeypatch.setattr(K, "conv2d_pixels", None)
+    planes = kernels.direct_planes((56, 56), (3, 3), (1, 1), (1, 1), 64)
+    assert K.packed_conv_kind((56, 56), 64, *planes, taps=576) == "channels"
+    assert K.packed_conv_kind((7, 7), 512, taps=512) == "channels"
+    assert K.packed_conv_kind((56, 56), 4, *planes, taps=36) is None
+
+
+@needs_pixel_conv
 def test_packed_conv_kind_follows_the_padding_lanes():
     def kind(out_hw, channels, kernel=(3, 3), stride=(1, 1), cin=64):
         return K.packed_conv_kind(out_hw, channels, *kernels.direct_planes(out_hw, kernel, stride, (1, 1), cin),
@@ -1135,7 +1148,7 @@ def test_packed_conv_kind_follows_the_padding_lanes():
     assert K.packed_conv_kind((14, 14), 256, (16, 16), big) == "channels"
 
 
-@needs_packed_conv
+@needs_pixel_conv
 def test_lane_conv_is_chosen_where_its_taps_outweigh_its_transposed_stores():
     def kind(out_hw, channels, kernel=(3, 3), stride=(1, 1), cin=64):
         return K.packed_conv_kind(out_hw, channels, *kernels.direct_planes(out_hw, kernel, stride, (1, 1), cin),
@@ -1162,7 +1175,7 @@ def test_lane_conv_is_chosen_where_its_taps_outweigh_its_transposed_stores():
         == "pixels"                                                           # taps unknown: never lanes
 
 
-@needs_packed_conv
+@needs_pixel_conv
 def test_pixel_conv_reads_a_padded_copy_where_it_fits_and_patches_beyond():
     """Equal strides read the zero-padded input's phase planes without patches (rows of virtual pixels
     whose ends are dropped); an input past the copy's budget takes patches: the same numbers."""
@@ -1178,7 +1191,7 @@ def test_pixel_conv_reads_a_padded_copy_where_it_fits_and_patches_beyond():
             np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
 
-@needs_packed_conv
+@needs_pixel_conv
 @pytest.mark.parametrize("xs,ws,s,p", [
     ((1, 3, 37, 32), (13, 3, 7, 7), 2, 3),    # the stem's geometry, one vector a row, 19 rows, 13 channels
     ((3, 5, 11, 32), (9, 5, 3, 3), 1, 1),     # 3 images, two vectors a row, 9 channels
@@ -1258,7 +1271,7 @@ CONV_POOL_CASES = [  # x shape, W shape, conv stride, pad, dilation, groups; poo
 ]
 
 
-@needs_packed_conv
+@needs_pixel_conv
 @pytest.mark.parametrize("case", CONV_POOL_CASES, ids=lambda c: "x{}w{}s{}p{}d{}g{}k{}s{}p{}".format(*c))
 def test_conv_pool_is_the_conv_then_the_pooling_bit_for_bit(case):
     """The convolution and its max pooling as one node (conv2d_pool: the convolution computed a band of

@@ -150,9 +150,9 @@ def test_half_precision_weights_keep_ggmls_products():
 
 @needs_conv
 @pytest.mark.parametrize("threads", [1, 2])
-def test_wide_convs_use_the_packed_kernel_where_there_is_avx512(threads):
-    """With AVX-512 conv.c's products with weights packed at load run them (Kernels.packed_conv_kind
-    picks pixel-major or channel-major blocks per layer): the same numbers."""
+def test_wide_convs_use_the_packed_kernels_where_there_are_some(threads):
+    """With AVX2 or AVX-512 conv.c's products with weights packed at load run them (Kernels.packed_conv_kind
+    picks pixel-major or channel-major blocks per layer, channel-major alone with AVX2): the same numbers."""
     n = helper.make_node
     proto = model([n("Conv", ["x", "W0", "b0"], ["c0"], pads=[1, 1, 1, 1]), n("Relu", ["c0"], ["r0"]),
                    n("Conv", ["r0", "W1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),

@@ -117,7 +117,7 @@ def kernel_names(m):
 def test_input_projection_is_one_linear_node_a_direction(case):
     """Every step's input projection and both biases: one packed product (not a product and an add)."""
     if K.linear_packed is None:
-        pytest.skip("no AVX-512: the projection stays ggml's product")
+        pytest.skip("no AVX2 or AVX-512: the projection stays ggml's product")
     proto, feeds = lstm_model(*case)
     want = ReferenceEvaluator(proto).run(None, feeds)
     m, got = run(proto, feeds, 2)

@@ -8,6 +8,7 @@ from ..core.registry import backends, devices, is_software_device, software_vulk
 from ..core.rpc import rpc_server_binary
 from ..core.registry import vulkan_physical_devices
 from ..bindings import ffi, found, lib
+from .. import kernels
 
 
 def info(file: TextIO | None = None) -> dict:
@@ -23,12 +24,14 @@ def info(file: TextIO | None = None) -> dict:
         "devices": [d.__dict__ for d in devs],
         "software_vulkan": software_vulkan_enabled(),
         "rpc_server": str(rpc_bin) if rpc_bin else None,
+        "kernels_isa": kernels.isa_summary() if kernels.enabled() else "off (GGMLPY_KERNELS=0)",
     }
     lines = [
         f"ggml version : {data['ggml_version']}",
         f"library      : {data['library']}",
         f"found via    : {data['found_via']}",
         f"backends     : {', '.join(data['backends'])}",
+        f"CPU kernels  : {data['kernels_isa']}",
         "devices      :",
     ]
     for d in devs:

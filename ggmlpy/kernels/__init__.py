@@ -5,15 +5,17 @@ ggml's CPU `gelu_erf` calls `erff` one element at a time, and GELU's backward is
 dozen element-wise ops; kernels.c does each in one vectorised pass (docs/benchmarks.md).
 gemm.c serves products that ggml_mul_mat would need a transposed copy for (see its header).
 conv.c holds the ONNX importer's convolution, max pooling and linear layers (over OpenBLAS, and
-on AVX-512 products of its own with weights packed at load) and im2col's gradient, rows.c the
+with AVX2 or AVX-512 products of its own with weights packed at load) and im2col's gradient, rows.c the
 importer's layer normalisation, rnn.c its LSTM (a direction's whole sequence as one node),
 attention.c its scaled dot-product attention (both products and the softmax as one node).
 singlecell.c is a host library (host_library): the single-cell engines' LogNormalize passes,
 kNN selection and shared-nearest-neighbour graph, called from Python on numpy's buffers, not
 a ggml op.
-Each source is compiled once per machine with the system C compiler into ggmlpy's cache
-directory (keyed by the source, the compiler and its flags: `-march=native` code never runs
-on another CPU) and loaded with cffi. Without a compiler, or when compiling fails, `get()`
+Each source is compiled once per machine with the system C compiler, for the best x86-64 level
+the CPU runs (isa_level(): x86-64-v4 takes the AVX-512 paths, v3 the AVX2 ones;
+GGMLPY_KERNELS_ISA picks another, or `native`), into ggmlpy's cache directory (keyed by the
+source, the compiler and its flags: `-march=native` code never runs on another CPU) and loaded
+with cffi. Without a compiler, or when compiling fails, `get()`
 returns None (the reason is logged once) and every op uses ggml's own kernels; without an
 OpenMP or sequential OpenBLAS to link, `Kernels.gemm` is None and products stay ggml's.
 `GGMLPY_KERNELS=0` turns them off; so does `set_enabled(False)` for graphs built after it.
@@ -28,7 +30,8 @@ turns into these kernels' before the graph is allocated.
 - nodes.py: `Kernels`, a node builder per kernel, and relu, keep_nan, extremum
 - rewrite.py: adopt, chain_linears, overwrites_input
 """
-from .loader import ISA_LEVELS, enabled, get, host_library, isa_level, set_enabled, supported_isa_levels  # noqa: F401
+from .loader import (ISA_LEVELS, enabled, get, host_library, isa_level, isa_summary, set_enabled,  # noqa: F401
+                     supported_isa_levels)
 from .nodes import (DIRECT_MAX_FLOATS, LANE_CHANNELS, Kernels, direct_fits, direct_planes, extremum,  # noqa: F401
                     gemm_fits, keep_nan, relu)
 from .rewrite import adopt, chain_linears, overwrites_input  # noqa: F401

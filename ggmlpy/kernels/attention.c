@@ -29,6 +29,11 @@
 #include "vmath.h"
 
 enum { QR = 6, QC = 48 };  /* queries a register block, queries a unit (a multiple of QR) */
+#ifdef VW
+/* vectors of keys (or values) a register block: QR x NV accumulators, with the NV loads and a
+ * broadcast, within the 32 registers of AVX-512 or the 16 of AVX2 */
+#define NV (VW == 16 ? 4 : 2)
+#endif
 
 typedef struct { int64_t ne[4], nb[4]; const char *data; } view;
 
@@ -73,23 +78,23 @@ static void pack_rows(const view *x, int64_t h, int64_t b, int64_t n0, int64_t n
     const int64_t s0 = x->ne[0] == 1 ? 0 : x->nb[0], s1 = x->ne[1] == 1 ? 0 : x->nb[1];
     for (int64_t i1 = 0; i1 < n1; i1++)
         memset(out + i1 * ld + n0, 0, (size_t)(ld - n0) * sizeof(float));
-#ifdef __AVX512F__
+#ifdef VW
     if (s0 == (int64_t)sizeof(float)) {  /* rows of x are rows of out */
         for (int64_t i1 = 0; i1 < n1; i1++)
             memcpy(out + i1 * ld, base + i1 * s1, (size_t)n0 * sizeof(float));
         return;
     }
-    if (s1 == (int64_t)sizeof(float)) {  /* a transposed copy's source: 16 x 16 blocks transposed in registers */
-        for (int64_t a0 = 0; a0 < n0; a0 += 16)
-            for (int64_t a1 = 0; a1 < n1; a1 += 16) {
-                const int m0 = (int)(n0 - a0 < 16 ? n0 - a0 : 16), m1 = (int)(n1 - a1 < 16 ? n1 - a1 : 16);
-                const __mmask16 k0 = (__mmask16)((1u << m0) - 1), k1 = (__mmask16)((1u << m1) - 1);
-                __m512 r[16], o[16];
-                for (int i = 0; i < 16; i++)
-                    r[i] = i < m0 ? _mm512_maskz_loadu_ps(k1, base + (a0 + i) * s0 + a1 * s1) : _mm512_setzero_ps();
-                transpose16(r, o);
+    if (s1 == (int64_t)sizeof(float)) {  /* a transposed copy's source: VW x VW blocks transposed in registers */
+        for (int64_t a0 = 0; a0 < n0; a0 += VW)
+            for (int64_t a1 = 0; a1 < n1; a1 += VW) {
+                const int m0 = (int)(n0 - a0 < VW ? n0 - a0 : VW), m1 = (int)(n1 - a1 < VW ? n1 - a1 : VW);
+                const vmask k0 = vfirst(m0), k1 = vfirst(m1);
+                vf r[VW], o[VW];
+                for (int i = 0; i < VW; i++)
+                    r[i] = i < m0 ? vloadu_mask(k1, (const float *)(base + (a0 + i) * s0 + a1 * s1)) : vzero();
+                vtranspose(r, o);
                 for (int j = 0; j < m1; j++)
-                    _mm512_mask_storeu_ps(out + (a1 + j) * ld + a0, k0, o[j]);
+                    vstoreu_mask(out + (a1 + j) * ld + a0, k0, o[j]);
             }
         return;
     }
@@ -106,88 +111,85 @@ static void pack_rows(const view *x, int64_t h, int64_t b, int64_t n0, int64_t n
                 out[i1 * ld + i0] = *(const float *)(base + i0 * s0 + i1 * s1);
 }
 
-#ifdef __AVX512F__
-/* sc[r][j0 .. j0 + 16 nv) = sum_c qr[r][c] kp[c][j0 ..] for the QR query rows of a block */
+#ifdef VW
+/* sc[r][j0 .. j0 + VW nv) = sum_c qr[r][c] kp[c][j0 ..] for the QR query rows of a block */
 static inline __attribute__((always_inline)) void scores(const float *const *qr, const float *kp, int64_t D, int64_t Sp,
                                                          int64_t j0, int nv, float *sc) {
-    __m512 acc[QR][4];
+    vf acc[QR][NV];
     for (int r = 0; r < QR; r++)
-        for (int u = 0; u < 4; u++)
-            acc[r][u] = _mm512_setzero_ps();
+        for (int u = 0; u < NV; u++)
+            acc[r][u] = vzero();
     for (int64_t c = 0; c < D; c++) {
-        __m512 k[4];
+        vf k[NV];
         for (int u = 0; u < nv; u++)
-            k[u] = _mm512_load_ps(kp + c * Sp + j0 + 16 * u);
+            k[u] = vload(kp + c * Sp + j0 + VW * u);
         for (int r = 0; r < QR; r++) {
-            const __m512 q = _mm512_set1_ps(qr[r][c]);
+            const vf q = vset1(qr[r][c]);
             for (int u = 0; u < nv; u++)
-                acc[r][u] = _mm512_fmadd_ps(k[u], q, acc[r][u]);
+                acc[r][u] = vfmadd(k[u], q, acc[r][u]);
         }
     }
     for (int r = 0; r < QR; r++)
         for (int u = 0; u < nv; u++)
-            _mm512_store_ps(sc + r * Sp + j0 + 16 * u, acc[r][u]);
+            vstore(sc + r * Sp + j0 + VW * u, acc[r][u]);
 }
 
-/* o[r][e0 .. e0 + 16 nv) = inv[r] sum_j sc[r][j] vp[j][e0 ..] (o's rows ldo apart), stored for rows < rows
+/* o[r][e0 .. e0 + VW nv) = inv[r] sum_j sc[r][j] vp[j][e0 ..] (o's rows ldo apart), stored for rows < rows
  * and e < E */
 static inline __attribute__((always_inline)) void values(const float *sc, const float *vp, int64_t S, int64_t Sp,
                                                          int64_t Ep, int64_t e0, int nv, const float *inv, float *o,
                                                          int64_t ldo, int64_t E, int rows) {
-    __m512 acc[QR][4];
+    vf acc[QR][NV];
     for (int r = 0; r < QR; r++)
-        for (int u = 0; u < 4; u++)
-            acc[r][u] = _mm512_setzero_ps();
+        for (int u = 0; u < NV; u++)
+            acc[r][u] = vzero();
     for (int64_t j = 0; j < S; j++) {
-        __m512 x[4];
+        vf x[NV];
         for (int u = 0; u < nv; u++)
-            x[u] = _mm512_load_ps(vp + j * Ep + e0 + 16 * u);
+            x[u] = vload(vp + j * Ep + e0 + VW * u);
         for (int r = 0; r < QR; r++) {
-            const __m512 p = _mm512_set1_ps(sc[r * Sp + j]);
+            const vf p = vset1(sc[r * Sp + j]);
             for (int u = 0; u < nv; u++)
-                acc[r][u] = _mm512_fmadd_ps(x[u], p, acc[r][u]);
+                acc[r][u] = vfmadd(x[u], p, acc[r][u]);
         }
     }
     for (int r = 0; r < rows; r++)
         for (int u = 0; u < nv; u++) {
-            const int64_t e = e0 + 16 * u;
-            const int64_t left = E - e;
-            const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-            _mm512_mask_storeu_ps(o + r * ldo + e, m, _mm512_mul_ps(acc[r][u], _mm512_set1_ps(inv[r])));
+            const int64_t e = e0 + VW * u;
+            vstoreu_n(o + r * ldo + e, E - e, vmul(acc[r][u], vset1(inv[r])));
         }
 }
 
 /* softmax of row scale x[0 .. S) + mask[0 .. S) (mask NULL: none) in place (the exps; the scaling
  * and the mask applied in the pass that finds the maximum), returning 1 / their sum */
 static float softmax_row(float *x, int64_t S, float scale, const float *mask) {
-    const __m512 vs = _mm512_set1_ps(scale);
-    __m512 mx = _mm512_set1_ps(-INFINITY);
+    const vf vs = vset1(scale);
+    vf mx = vset1(-INFINITY);
     int64_t j = 0;
-    for (; j + 16 <= S; j += 16) {
-        const __m512 y = mask ? _mm512_fmadd_ps(_mm512_load_ps(x + j), vs, _mm512_loadu_ps(mask + j))
-                              : _mm512_mul_ps(_mm512_load_ps(x + j), vs);
-        _mm512_store_ps(x + j, y);
-        mx = _mm512_max_ps(mx, y);
+    for (; j + VW <= S; j += VW) {
+        const vf y = mask ? vfmadd(vload(x + j), vs, vloadu(mask + j)) : vmul(vload(x + j), vs);
+        vstore(x + j, y);
+        mx = vmax(mx, y);
     }
-    float m = _mm512_reduce_max_ps(mx);
+    float m = vhmax(mx);
     for (; j < S; j++) {
         x[j] = mask ? fmaf(x[j], scale, mask[j]) : x[j] * scale;
         m = x[j] > m ? x[j] : m;
     }
-    const __m512 vm = _mm512_set1_ps(m);
-    __m512 sum = _mm512_setzero_ps();
-    for (j = 0; j + 16 <= S; j += 16) {
-        const __m512 e = vexp(_mm512_sub_ps(_mm512_load_ps(x + j), vm));
-        _mm512_store_ps(x + j, e);
-        sum = _mm512_add_ps(sum, e);
+    const vf vm = vset1(m);
+    vf sum = vzero();
+    for (j = 0; j + VW <= S; j += VW) {
+        const vf e = vexp(vsub(vload(x + j), vm));
+        vstore(x + j, e);
+        sum = vadd(sum, e);
     }
     if (j < S) {
-        const __mmask16 k = (__mmask16)((1u << (S - j)) - 1);
-        const __m512 e = _mm512_maskz_mov_ps(k, vexp(_mm512_sub_ps(_mm512_maskz_load_ps(k, x + j), vm)));
-        _mm512_mask_store_ps(x + j, k, e);
-        sum = _mm512_add_ps(sum, e);
+        const vmask k = vfirst(S - j);
+        const vf e = vkeep(k, vexp(vsub(vloadu_mask(k, x + j), vm)));
+        vstoreu_mask(x + j, k, e);
+        sum = vadd(sum, e);
     }
-    return 1.0f / _mm512_reduce_add_ps(sum);
+    return 1.0f / vsum(sum);
 }
 
 int ggmlpy_attention_vector_math(void) { return 1; }
@@ -275,13 +277,15 @@ void ggmlpy_attention_f32(void *dst, int ith, int nth, void *userdata) {
                 }
                 qr[r] = row;
             }
-#ifdef __AVX512F__
+#ifdef VW
             int64_t j0 = 0;
-            for (; j0 + 64 <= Sp; j0 += 64)
-                scores(qr, kp, D, Sp, j0, 4, sc);
-            switch ((Sp - j0) / 16) {
+            for (; j0 + NV * VW <= Sp; j0 += NV * VW)
+                scores(qr, kp, D, Sp, j0, NV, sc);
+            switch ((Sp - j0) / VW) {
+#if VW == 16
             case 3: scores(qr, kp, D, Sp, j0, 3, sc); break;
             case 2: scores(qr, kp, D, Sp, j0, 2, sc); break;
+#endif
             case 1: scores(qr, kp, D, Sp, j0, 1, sc); break;
             default: break;
             }
@@ -305,13 +309,15 @@ void ggmlpy_attention_f32(void *dst, int ith, int nth, void *userdata) {
             for (int r = rows; r < QR; r++)  /* rows past L (their scores are 0): never stored */
                 inv[r] = 0.0f;
             float *o = out + ROW(b, h, ib) * E;
-#ifdef __AVX512F__
+#ifdef VW
             int64_t e0 = 0;
-            for (; e0 + 64 <= Ep; e0 += 64)
-                values(sc, vp, S, Sp, Ep, e0, 4, inv, o, ldo, E, rows);
-            switch ((Ep - e0) / 16) {
+            for (; e0 + NV * VW <= Ep; e0 += NV * VW)
+                values(sc, vp, S, Sp, Ep, e0, NV, inv, o, ldo, E, rows);
+            switch ((Ep - e0) / VW) {
+#if VW == 16
             case 3: values(sc, vp, S, Sp, Ep, e0, 3, inv, o, ldo, E, rows); break;
             case 2: values(sc, vp, S, Sp, Ep, e0, 2, inv, o, ldo, E, rows); break;
+#endif
             case 1: values(sc, vp, S, Sp, Ep, e0, 1, inv, o, ldo, E, rows); break;
             default: break;
             }

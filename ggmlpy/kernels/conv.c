@@ -56,42 +56,51 @@ typedef struct {
     int C, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW;
 } geom;
 
-#ifdef __AVX512F__
-#include <immintrin.h>
-
-/* lanes [lo, hi) of 16 set (none when hi <= lo) */
-static inline __mmask16 lanes(int lo, int hi) {
+#ifdef VW
+/* lanes [lo, hi) of VW set (none when hi <= lo) */
+static inline vmask lanes(int lo, int hi) {
     lo = lo < 0 ? 0 : lo;
-    hi = hi > 16 ? 16 : hi;
+    hi = hi > VW ? VW : hi;
+#if VW == 16
     return hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+#else
+    const __m256i i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), i),
+                               _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), i));  /* lo <= i < hi */
+#endif
 }
 
-/* 16 floats from row[i0 .. i0 + 16) with the lanes outside row[0 .. W) zero: a masked load never
+/* VW floats from row[i0 .. i0 + VW) with the lanes outside row[0 .. W) zero: a masked load never
  * touches (nor faults on) the lanes it leaves out */
-static inline __m512 load_in_row(const float *row, int i0, int W) {
-    if (i0 >= 0 && i0 + 16 <= W)  /* the usual case: a plain load (masked ones are slower) */
-        return _mm512_loadu_ps(row + i0);
-    return _mm512_maskz_loadu_ps(lanes(-i0, W - i0), (const float *)((uintptr_t)row + (intptr_t)i0 * 4));
+static inline vf load_in_row(const float *row, int i0, int W) {
+    if (i0 >= 0 && i0 + VW <= W)  /* the usual case: a plain load (masked ones are slower) */
+        return vloadu(row + i0);
+    return vloadu_mask(lanes(-i0, W - i0), (const float *)((uintptr_t)row + (intptr_t)i0 * 4));
 }
 
-/* the even lanes of a, then those of b: every other value of 32 consecutive ones (stride 2) */
-static inline __m512 even_lanes(__m512 a, __m512 b) {
+/* the even lanes of a, then those of b: every other value of 2 VW consecutive ones (stride 2) */
+static inline vf even_lanes(vf a, vf b) {
+#if VW == 16
     const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     return _mm512_permutex2var_ps(a, even, b);
+#else
+    /* a0 a2 b0 b2 | a4 a6 b4 b6, then the middle 64-bit pairs swapped */
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
+#endif
 }
 
 /* o[q] = row[q SW + off] for ow <= q < end, zero where that column is outside row[0 .. W): a vector
- * of 16 output columns a step (stride 2: two loads, the even lanes); other strides one at a time.
- * Whole vectors are stored (masked stores are slow here): up to 15 floats past o[end] are written
+ * of VW output columns a step (stride 2: two loads, the even lanes); other strides one at a time.
+ * Whole vectors are stored (masked stores are slow here): up to VW - 1 floats past o[end] are written
  * too, which the caller overwrites later or has room for (im2col_block's SLACK). */
 static inline void patch_row(float *o, int ow, int end, const float *row, int off, int SW, int W) {
     if (SW == 1) {
-        for (int q = ow; q < end; q += 16)
-            _mm512_storeu_ps(o + q, load_in_row(row, q + off, W));
+        for (int q = ow; q < end; q += VW)
+            vstoreu(o + q, load_in_row(row, q + off, W));
     } else if (SW == 2) {
-        for (int q = ow; q < end; q += 16) {
+        for (int q = ow; q < end; q += VW) {
             const int i0 = 2 * q + off;
-            _mm512_storeu_ps(o + q, even_lanes(load_in_row(row, i0, W), load_in_row(row, i0 + 16, W)));
+            vstoreu(o + q, even_lanes(load_in_row(row, i0, W), load_in_row(row, i0 + VW, W)));
         }
     } else {
         for (int q = ow; q < end; q++) {
@@ -102,8 +111,8 @@ static inline void patch_row(float *o, int ow, int end, const float *row, int of
 }
 
 static inline void zero_row(float *o, int ow, int end) {  /* whole vectors, as patch_row */
-    for (int q = ow; q < end; q += 16)
-        _mm512_storeu_ps(o + q, _mm512_setzero_ps());
+    for (int q = ow; q < end; q += VW)
+        vstoreu(o + q, vzero());
 }
 #else
 static void patch_row(float *o, int ow, int end, const float *row, int off, int SW, int W) {
@@ -307,20 +316,20 @@ static inline float pool_pick(float v, float m, int *nan) {
     return v > m ? v : m;
 }
 
-/* tmp[w] = the rule's value for column w < W of n >= 1 rows (W apart from `rows`), a vector of 16
+/* tmp[w] = the rule's value for column w < W of n >= 1 rows (W apart from `rows`), a vector of VW
  * columns through every row at once */
 static void column_max(float *tmp, const float *rows, int W, int n) {
     int w = 0;
-#ifdef __AVX512F__
-    for (; w + 16 <= W; w += 16) {
-        __m512 m = _mm512_loadu_ps(rows + w);
-        __mmask16 nan = _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
+#ifdef VW
+    for (; w + VW <= W; w += VW) {
+        vf m = vloadu(rows + w);
+        vbool nan = visnan(m);
         for (int h = 1; h < n; h++) {
-            const __m512 v = _mm512_loadu_ps(rows + (int64_t)h * W + w);
-            nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-            m = _mm512_max_ps(v, m);
+            const vf v = vloadu(rows + (int64_t)h * W + w);
+            nan = vbor(nan, visnan(v));
+            m = vmax(v, m);
         }
-        _mm512_storeu_ps(tmp + w, _mm512_mask_mov_ps(m, nan, _mm512_set1_ps(__builtin_nanf(""))));
+        vstoreu(tmp + w, vblend(nan, m, vset1(__builtin_nanf(""))));
     }
 #endif
     for (; w < W; w++) {
@@ -362,22 +371,18 @@ static void pool_row(float *out, float *tmp, const float *rows, int n, const poo
     }
     column_max(tmp, rows, W, n);
     int ow = 0;
-#ifdef __AVX512F__
-    if (SW <= 2) {  /* 16 windows a step, their cells in the scalar loop's order (the same NaN, -0) */
-        for (; ow < OW; ow += 16) {
-            __m512 m = _mm512_set1_ps(-3.40282347e+38f);
-            __mmask16 nan = 0;
+#ifdef VW
+    if (SW <= 2) {  /* VW windows a step, their cells in the scalar loop's order (the same NaN, -0) */
+        for (; ow < OW; ow += VW) {
+            vf m = vset1(-3.40282347e+38f);
+            vbool nan = visnan(vzero());
             for (int kw = 0; kw < KW; kw++) {
                 const float *c = tmp + (int64_t)ow * SW - PW + kw;
-                const __m512 v = SW == 1 ? _mm512_loadu_ps(c) : even_lanes(_mm512_loadu_ps(c), _mm512_loadu_ps(c + 16));
-                nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-                m = _mm512_max_ps(v, m);  /* pool_pick */
+                const vf v = SW == 1 ? vloadu(c) : even_lanes(vloadu(c), vloadu(c + VW));
+                nan = vbor(nan, visnan(v));
+                m = vmax(v, m);  /* pool_pick */
             }
-            m = _mm512_mask_mov_ps(m, nan, _mm512_set1_ps(__builtin_nanf("")));
-            if (ow + 16 <= OW)
-                _mm512_storeu_ps(out + ow, m);
-            else
-                _mm512_mask_storeu_ps(out + ow, lanes(0, OW - ow), m);
+            vstoreu_n(out + ow, OW - ow, vblend(nan, m, vset1(__builtin_nanf(""))));
         }
     }
 #endif
@@ -421,7 +426,7 @@ void ggmlpy_maxpool2d_f32(void *dst, int ith, int nth, void *userdata) {
                     out[ow] = __builtin_nanf("");
                 continue;
             }
-#ifdef __AVX512F__
+#ifdef VW
             /* the rows that output row oh + 2 adds, fetched now: the input comes from L3 or memory
              * (a layer's output written just before), faster fetched ahead than as it is read */
             for (int h = imax(h0 + KH + SH, 0); h < h0 + KH + 2 * SH && h < H; h++)
@@ -508,13 +513,14 @@ void ggmlpy_linear_f32(void *dst, int ith, int nth, void *userdata) {
                 y + (int64_t)j0 * m + i0, m);
 }
 
-/* A linear layer with weights packed at load time, on AVX-512: dst [N, T] = w x (+ bias), as
+/* A linear layer with weights packed at load time, with AVX2 or AVX-512: dst [N, T] = w x (+ bias), as
  * ggmlpy_linear_f32, with the product computed here instead of by OpenBLAS. The weights (the
  * product's first operand, N x K column-major) are packed once into panels of LMR rows, [K][LMR]
  * each (pack_linear in kernels/__init__.py); x is packed per call into panels of LNR columns,
  * [k][LNR], LKC rows of K at a time. The micro-kernel keeps an LMR x LNR block of dst in 24 vector
- * registers (two 16-float vectors a column), starting from the bias, and adds one rank-1 update per
- * k: two loads from the weight panel, LNR broadcasts from x's. OpenBLAS repacks the weights on every
+ * registers (two 16-float vectors a column; with AVX2 four tiles of 16 x 6 in turn, 12 registers
+ * each), starting from the bias, and adds one rank-1 update per k: two loads from the weight panel,
+ * a broadcast from x's a column. OpenBLAS repacks the weights on every
  * call; measured on a transformer's projections (128 tokens, cold caches) 97-104 GFLOP/s against
  * OpenBLAS's 88-94 on one core. Threads split the (column panel, weight panel) pairs evenly.
  * With LIN_GELU, each finished block goes through GELU (vmath.h's vgelu) while it is in L1: a
@@ -529,23 +535,26 @@ void ggmlpy_linear_f32(void *dst, int ith, int nth, void *userdata) {
  * fetched into L2 during this node's last block.
  * userdata: int32_t[2] = flags (LIN_BIAS: a bias, the third argument; LIN_RESIDUAL: the residual
  * [N, T] contiguous, the argument after it; LIN_GELU, applied after the residual; LIN_SPLIT), D. */
-#ifdef __AVX512F__
+#ifdef VW
 enum { LMR = 32, LNR = 12, LKC = 256, LPB = 4 };  /* LPB x LKC x LMR floats of weights: 128 KB */
 enum { LIN_BIAS = 1, LIN_GELU = 2, LIN_RESIDUAL = 4, LIN_SPLIT = 8 };
 
 int ggmlpy_linear_packed_mr(void) { return LMR; }
 
-/* The LMR x NR block (NR <= LNR columns computed, nr <= NR of them loaded and stored), prefetching
- * a's row PF rows ahead */
-static inline __attribute__((always_inline)) void linear_block(const int NR, const int PF, int kc, const float *restrict a,
-                                                               const float *restrict b, int ldb, float *c,
-                                                               int64_t ldc, int first, const float *bias,
-                                                               __mmask16 m0, __mmask16 m1, int nr,
-                                                               const char *pf, int64_t pf_step) {
-    __m512 c0[LNR], c1[LNR];
+/* Rows [0, 2 VW) of an LMR x NR block (NR <= LNR columns computed, nr <= NR of them loaded and
+ * stored; a: the panel's rows from the tile's first, LMR floats a k), prefetching a's row PF rows
+ * ahead: 2 NR accumulators, the two rows' vectors and a broadcast in registers (AVX-512: the whole
+ * 32 x 12 block, 27 of 32 registers; AVX2: 16 x 6, 15 of 16). Each value is the same chain of fmas
+ * from the bias (or the partial sum) in k's order in either build. */
+static inline __attribute__((always_inline)) void linear_tile(const int NR, const int PF, int kc, const float *restrict a,
+                                                              const float *restrict b, int ldb, float *c,
+                                                              int64_t ldc, int first, const float *bias,
+                                                              vmask m0, vmask m1, int nr,
+                                                              const char *pf, int64_t pf_step) {
+    vf c0[LNR], c1[LNR];
     if (first) {
-        const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
-        const __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+        const vf b0 = bias ? vloadu_mask(m0, bias) : vzero();
+        const vf b1 = bias ? vloadu_mask(m1, bias + VW) : vzero();
 #pragma GCC unroll 12
         for (int j = 0; j < NR; j++) {
             c0[j] = b0;
@@ -554,29 +563,52 @@ static inline __attribute__((always_inline)) void linear_block(const int NR, con
     } else {
 #pragma GCC unroll 12
         for (int j = 0; j < NR; j++) {
-            c0[j] = j < nr ? _mm512_maskz_loadu_ps(m0, c + j * ldc) : _mm512_setzero_ps();
-            c1[j] = j < nr ? _mm512_maskz_loadu_ps(m1, c + j * ldc + 16) : _mm512_setzero_ps();
+            c0[j] = j < nr ? vloadu_mask(m0, c + j * ldc) : vzero();
+            c1[j] = j < nr ? vloadu_mask(m1, c + j * ldc + VW) : vzero();
         }
     }
     for (int k = 0; k < kc; k++) {
         /* unaligned loads: ggml aligns tensors to 32 bytes only */
-        const __m512 a0 = _mm512_loadu_ps(a + LMR * k), a1 = _mm512_loadu_ps(a + LMR * k + 16);
+        const vf a0 = vloadu(a + LMR * k), a1 = vloadu(a + LMR * k + VW);
         _mm_prefetch((const char *)(a + LMR * (k + PF)), _MM_HINT_T0);
         if (pf != NULL)
             _mm_prefetch(pf + k * pf_step, _MM_HINT_T1);
 #pragma GCC unroll 12
         for (int j = 0; j < NR; j++) {
-            const __m512 bj = _mm512_set1_ps(b[ldb * k + j]);
-            c0[j] = _mm512_fmadd_ps(a0, bj, c0[j]);
-            c1[j] = _mm512_fmadd_ps(a1, bj, c1[j]);
+            const vf bj = vset1(b[ldb * k + j]);
+            c0[j] = vfmadd(a0, bj, c0[j]);
+            c1[j] = vfmadd(a1, bj, c1[j]);
         }
     }
 #pragma GCC unroll 12
     for (int j = 0; j < NR; j++)
         if (j < nr) {
-            _mm512_mask_storeu_ps(c + j * ldc, m0, c0[j]);
-            _mm512_mask_storeu_ps(c + j * ldc + 16, m1, c1[j]);
+            vstoreu_mask(c + j * ldc, m0, c0[j]);
+            vstoreu_mask(c + j * ldc + VW, m1, c1[j]);
         }
+}
+
+/* The LMR x NR block: its first mr rows stored (mr <= LMR), as linear_tile's one tile (AVX-512) or
+ * its two row halves by two column halves (AVX2: column halves of at most LNR / 2). The weights'
+ * layer prefetch (pf) goes with the first tile alone. */
+static inline __attribute__((always_inline)) void linear_block(const int NR, const int PF, int kc, const float *restrict a,
+                                                               const float *restrict b, int ldb, float *c,
+                                                               int64_t ldc, int first, const float *bias, int mr,
+                                                               int nr, const char *pf, int64_t pf_step) {
+#if VW == 16
+    linear_tile(NR, PF, kc, a, b, ldb, c, ldc, first, bias, vfirst(mr), vfirst(mr - VW), nr, pf, pf_step);
+#else
+    enum { HALF = LNR / 2 };
+    for (int h = 0; h < LMR && h < mr; h += 2 * VW) {
+        const vmask m0 = vfirst(mr - h), m1 = vfirst(mr - h - VW);
+        const float *bh = bias ? bias + h : NULL;
+        linear_tile(NR < HALF ? NR : HALF, PF, kc, a + h, b, ldb, c + h, ldc, first, bh, m0, m1, nr, pf, pf_step);
+        pf = NULL;
+        if (NR > HALF && nr > HALF)
+            linear_tile(NR > HALF ? NR - HALF : 1, PF, kc, a + h, b + HALF, ldb, c + h + HALF * ldc, ldc, first, bh, m0,
+                        m1, nr - HALF, NULL, 0);
+    }
+#endif
 }
 
 /* how far ahead (rows) linear_kernel_cols prefetches its weights: a convolution's first strip of a
@@ -586,44 +618,40 @@ static inline __attribute__((always_inline)) void linear_block(const int NR, con
 #endif
 
 /* linear_block over the first nr columns only (b's rows LNR apart): a last, partial panel of columns
- * (a plane's last strip, a batch of fewer than LNR rows) computes no padding columns; rows masked by
- * m0, m1; prefetching (into L2) the bytes pf + k pf_step as it goes, k < kc (pf NULL: none) */
+ * (a plane's last strip, a batch of fewer than LNR rows) computes no padding columns; the first mr
+ * rows stored; prefetching (into L2) the bytes pf + k pf_step as it goes, k < kc (pf NULL: none) */
 static void linear_kernel_cols(int kc, const float *restrict a, const float *restrict b, float *c, int64_t ldc,
-                               int first, const float *bias, __mmask16 m0, __mmask16 m1, int nr, const char *pf,
-                               int64_t pf_step) {
+                               int first, const float *bias, int mr, int nr, const char *pf, int64_t pf_step) {
     switch (nr) {
-#define COLS(n) case n: linear_block(n, CONV_PF, kc, a, b, LNR, c, ldc, first, bias, m0, m1, n, pf, pf_step); break;
+#define COLS(n) case n: linear_block(n, CONV_PF, kc, a, b, LNR, c, ldc, first, bias, mr, n, pf, pf_step); break;
     COLS(1) COLS(2) COLS(3) COLS(4) COLS(5) COLS(6) COLS(7) COLS(8) COLS(9) COLS(10) COLS(11)
 #undef COLS
-    default: linear_block(LNR, CONV_PF, kc, a, b, LNR, c, ldc, first, bias, m0, m1, LNR, pf, pf_step); break;
+    default: linear_block(LNR, CONV_PF, kc, a, b, LNR, c, ldc, first, bias, mr, LNR, pf, pf_step); break;
     }
 }
 
 /* a panel of columns, prefetching kc cache lines from pf into L2 as it goes (pf NULL: none); a last,
  * partial panel (nr < LNR) computes only its columns */
 static inline void linear_kernel(int kc, const float *restrict a, const float *restrict b, float *c, int64_t ldc,
-                                 int first, const float *bias, __mmask16 m0, __mmask16 m1, int nr, const char *pf) {
+                                 int first, const float *bias, int mr, int nr, const char *pf) {
     if (nr < LNR)
-        linear_kernel_cols(kc, a, b, c, ldc, first, bias, m0, m1, nr, pf, 64);
+        linear_kernel_cols(kc, a, b, c, ldc, first, bias, mr, nr, pf, 64);
     else
-        linear_block(LNR, 8, kc, a, b, LNR, c, ldc, first, bias, m0, m1, nr, pf, 64);
+        linear_block(LNR, 8, kc, a, b, LNR, c, ldc, first, bias, mr, nr, pf, 64);
 }
 
-/* a finished block of dst (nr columns ldc apart, their rows masked by m0, m1) plus the same block of r */
-static void residual_block(float *c, const float *r, int64_t ldc, int nr, __mmask16 m0, __mmask16 m1) {
-    for (int j = 0; j < nr; j++, c += ldc, r += ldc) {
-        _mm512_mask_storeu_ps(c, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), _mm512_maskz_loadu_ps(m0, r)));
-        _mm512_mask_storeu_ps(c + 16, m1,
-                              _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), _mm512_maskz_loadu_ps(m1, r + 16)));
-    }
+/* a finished block of dst (nr columns ldc apart, their first mr rows) plus the same block of r */
+static void residual_block(float *c, const float *r, int64_t ldc, int nr, int mr) {
+    for (int j = 0; j < nr; j++, c += ldc, r += ldc)
+        for (int i = 0; i < LMR && i < mr; i += VW)
+            vstoreu_n(c + i, mr - i, vadd(vloadu_n(c + i, mr - i), vloadu_n(r + i, mr - i)));
 }
 
-/* GELU in place over a finished block of dst: nr columns ldc apart, their rows masked by m0, m1 */
-static void gelu_block(float *c, int64_t ldc, int nr, __mmask16 m0, __mmask16 m1) {
-    for (int j = 0; j < nr; j++, c += ldc) {
-        _mm512_mask_storeu_ps(c, m0, vgelu(_mm512_maskz_loadu_ps(m0, c)));
-        _mm512_mask_storeu_ps(c + 16, m1, vgelu(_mm512_maskz_loadu_ps(m1, c + 16)));
-    }
+/* GELU in place over a finished block of dst: nr columns ldc apart, their first mr rows */
+static void gelu_block(float *c, int64_t ldc, int nr, int mr) {
+    for (int j = 0; j < nr; j++, c += ldc)
+        for (int i = 0; i < LMR && i < mr; i += VW)
+            vstoreu_n(c + i, mr - i, vgelu(vloadu_n(c + i, mr - i)));
 }
 
 /* this thread's buffer for x's packed panels (apart from the convolution's patch buffer) */
@@ -633,18 +661,21 @@ static float *panel_scratch(size_t n) {
 }
 
 /* x[pc:pc+kc, jr:jr+nr] (its columns ldx apart) as the [k][LNR] panel linear_kernel reads, zero past
- * column nr: 16 k of all LNR columns a step, loaded as rows and transposed in registers (vmath.h);
- * each of the 16 results is one k's LNR values, stored masked. */
+ * column nr: VW k of VW columns a step (all LNR of them with AVX-512, 8 and 4 with AVX2), loaded as
+ * rows and transposed in registers (vmath.h); each result is one k's values, stored masked. */
 static void pack_panel(float *restrict bp, const float *x, int64_t ldx, int nr, int kc) {
-    for (int k0 = 0; k0 < kc; k0 += 16) {
-        const int nk = imin(16, kc - k0);
-        const __mmask16 mk = nk == 16 ? 0xFFFF : (__mmask16)((1u << nk) - 1);
-        __m512 r[16], o[16];
-        for (int j = 0; j < 16; j++)
-            r[j] = j < nr && j < LNR ? _mm512_maskz_loadu_ps(mk, x + j * ldx + k0) : _mm512_setzero_ps();
-        transpose16(r, o);
-        for (int k = 0; k < nk; k++)
-            _mm512_mask_storeu_ps(bp + (int64_t)(k0 + k) * LNR, (1u << LNR) - 1, o[k]);
+    for (int k0 = 0; k0 < kc; k0 += VW) {
+        const int nk = imin(VW, kc - k0);
+        const vmask mk = vfirst(nk);
+        for (int j0 = 0; j0 < LNR; j0 += VW) {
+            const vmask mj = vfirst(LNR - j0);
+            vf r[VW], o[VW];
+            for (int j = 0; j < VW; j++)
+                r[j] = j0 + j < nr && j0 + j < LNR ? vloadu_mask(mk, x + (j0 + j) * ldx + k0) : vzero();
+            vtranspose(r, o);
+            for (int k = 0; k < nk; k++)
+                vstoreu_mask(bp + (int64_t)(k0 + k) * LNR + j0, mj, o[k]);
+        }
     }
 }
 
@@ -737,8 +768,6 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
                 const int q1 = imin(pb + LPB, cp == cp1 - 1 ? q_last : npan);
                 for (int p = imax(pb, cp == cp0 ? q_first : 0); p < q1; p++) {
                     const int ir = p * LMR, mr = imin(LMR, N - ir);
-                    const __mmask16 m0 = mr >= 16 ? 0xFFFF : (__mmask16)((1u << mr) - 1);
-                    const __mmask16 m1 = mr >= 32 ? 0xFFFF : mr > 16 ? (__mmask16)((1u << (mr - 16)) - 1) : 0;
                     int64_t ldc;
                     float *c = dst_at(y, N, T, D, ir, jr, &ldc);
                     const char *pf = NULL;
@@ -747,19 +776,19 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
                         pf = (const char *)(fw + ((int64_t)q * fk + fr) * LMR) + (int64_t)(fetched % parts) * kc * 64;
                         fetched++;
                     }
-                    linear_kernel(kc, wp + ((int64_t)p * K + pc) * LMR, b, c, ldc, pc == 0, bias ? bias + ir : NULL, m0,
-                                  m1, nr, pf);
+                    linear_kernel(kc, wp + ((int64_t)p * K + pc) * LMR, b, c, ldc, pc == 0, bias ? bias + ir : NULL, mr,
+                                  nr, pf);
                     if (res != NULL && pc + kc == K)
-                        residual_block(c, res + (c - y), ldc, nr, m0, m1);
+                        residual_block(c, res + (c - y), ldc, nr, mr);
                     if ((flags & LIN_GELU) && pc + kc == K)
-                        gelu_block(c, ldc, nr, m0, m1);
+                        gelu_block(c, ldc, nr, mr);
                 }
             }
         }
     }
 }
 
-/* The convolution of ggmlpy_conv2d_f32 on AVX-512 with its weights packed at load (pack_linear of
+/* The convolution of ggmlpy_conv2d_f32 (AVX2 or AVX-512) with its weights packed at load (pack_linear of
  * W^T: panels of LMR output channels, [C*KH*KW][LMR]): out^T (M x P) = W (M x CKK) col^T (CKK x P),
  * the orientation of the linear layers above, whose x panels ([k][LNR pixels]) are exactly what
  * im2col_block writes for a strip of LNR pixels. A run of strips (up to CONV_STRIP_BYTES of patches
@@ -878,7 +907,7 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
                     const int nr = (int)(P - ls * LNR < LNR ? P - ls * LNR : LNR);
                     const float *cs = col + (t - t0) * LNR * CKK + (int64_t)kb * LNR;
                     float *ts = tq + (t - t0) * LNR * LMR;
-                    linear_kernel_cols(kc, wq, cs, ts, LMR, kb == 0, bq, 0xFFFF, 0xFFFF, nr,
+                    linear_kernel_cols(kc, wq, cs, ts, LMR, kb == 0, bq, LMR, nr,
                                        pf ? pf + (t - t0) * kc * step : NULL, step);
                 }
             }
@@ -904,6 +933,19 @@ void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
     }
 }
 
+#else
+int ggmlpy_linear_packed_mr(void) { return 0; }  /* no AVX2 or AVX-512: linear layers use ggmlpy_linear_f32 */
+
+void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
+    (void)dst; (void)ith; (void)nth; (void)userdata;
+}
+
+void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
+    (void)dst; (void)ith; (void)nth; (void)userdata;
+}
+#endif
+
+#ifdef __AVX512F__
 /* The convolution with pixels in the vector lanes (AVX-512), for layers whose output planes are
  * wide: out (P x M) = col (P x CKK) W^T (CKK x M) in blocks of PV*16 pixels by PR output channels
  * (PV * PR = 24 accumulators), so that each block's channel rows land in the NCHW output as whole
@@ -1592,7 +1634,7 @@ static void rows_store_block(const float *acc, int np, int nr, float *out, const
 #pragma GCC unroll 16
             for (int j = 0; j < 16; j++)
                 r[j] = j < n ? _mm512_load_ps(acc + (int64_t)(i0 + j) * RC + 16 * v) : zero;
-            transpose16(r, o);
+            vtranspose(r, o);
             for (int e = 0; e < 16 && 16 * v + e < nr; e++) {
                 float *y = out + (int64_t)(16 * v + e) * P + i0;
                 __m512 z = o[e];
@@ -1733,16 +1775,6 @@ void ggmlpy_conv2d_pixels_f32(void *dst, int ith, int nth, void *userdata) {
     }
 }
 #else
-int ggmlpy_linear_packed_mr(void) { return 0; }  /* no AVX-512: linear layers use ggmlpy_linear_f32 */
-
-void ggmlpy_conv2d_packed_f32(void *dst, int ith, int nth, void *userdata) {
-    (void)dst; (void)ith; (void)nth; (void)userdata;
-}
-
-void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
-    (void)dst; (void)ith; (void)nth; (void)userdata;
-}
-
 int ggmlpy_conv_pixels_rows(int pv) { (void)pv; return 0; }  /* no AVX-512: no pixel-major convolution */
 
 void ggmlpy_conv2d_pixels_f32(void *dst, int ith, int nth, void *userdata) {

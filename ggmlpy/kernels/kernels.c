@@ -97,19 +97,17 @@ static inline void normal(float x, float *cdf, float *e, float *xq) {
     *xq = es;
 }
 
-/* y = x Phi(x) = x/2 (1 + erf(x / sqrt 2)); on AVX-512 vmath.h's vgelu (about half the work of
- * normal()'s two branches), 16 elements a step with the tail masked */
+/* y = x Phi(x) = x/2 (1 + erf(x / sqrt 2)); with AVX-512 or AVX2 vmath.h's vgelu (about half the
+ * work of normal()'s two branches), a vector a step with the tail masked */
 void ggmlpy_gelu_erf_f32(void *dst, const void *src, int ith, int nth, void *userdata) {
     (void)userdata;
     const float *restrict x = data_of(src);
     float *restrict y = data_of(dst);
     int64_t lo, hi;
     share(nelements(dst), ith, nth, &lo, &hi);
-#ifdef __AVX512F__
-    for (int64_t i = lo; i < hi; i += 16) {
-        const __mmask16 m = hi - i >= 16 ? 0xFFFF : (__mmask16)((1u << (hi - i)) - 1);
-        _mm512_mask_storeu_ps(y + i, m, vgelu(_mm512_maskz_loadu_ps(m, x + i)));
-    }
+#ifdef VW
+    for (int64_t i = lo; i < hi; i += VW)
+        vstoreu_n(y + i, hi - i, vgelu(vloadu_n(x + i, hi - i)));
 #else
     for (int64_t i = lo; i < hi; i++) {
         float cdf, e, xq;

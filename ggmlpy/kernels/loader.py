@@ -26,6 +26,10 @@ log = logging.getLogger("ggmlpy.kernels")
 SOURCE = Path(__file__).with_name("kernels.c")
 FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno",
          *(f"-DOFF_{k.upper()}={TENSOR_OFFSETS[k]}" for k in ("ne", "nb", "src", "data"))]
+# kernels.c's element-wise loops compute both sides of a select (GELU's derivatives, max/min with NaN):
+# gcc if-converts them into vector selects only where no trap may be raised on the side not taken,
+# which AVX-512's masked operations give it and AVX2 does not; no kernel reads the FP exception flags
+SOURCE_FLAGS = {"kernels.c": ("-fno-trapping-math",)}
 # The x86-64 levels the kernels can be built for, each with the CPU flags (as /proc/cpuinfo spells
 # them) it needs beyond the level below: one source, its vector paths chosen by the compiler's
 # target (`#ifdef __AVX512F__`, `__AVX2__`). "native" is -march=native, for this CPU alone.
@@ -184,9 +188,13 @@ def supported_isa_levels() -> list:
 
 
 def isa_level() -> str:
-    """The target the kernels are built for: $GGMLPY_KERNELS_ISA (an ISA_LEVELS name, or "native",
-    the default). A level this CPU lacks is an error, not an illegal instruction later."""
-    level = os.environ.get("GGMLPY_KERNELS_ISA", "native").strip() or "native"
+    """The target the kernels are built for: $GGMLPY_KERNELS_ISA (an ISA_LEVELS name, or "native" for
+    -march=native), by default the best level this CPU runs (supported_isa_levels()[-1]; "native" off
+    x86-64). A level this CPU lacks is an error, not an illegal instruction later."""
+    level = os.environ.get("GGMLPY_KERNELS_ISA", "").strip()
+    if not level:
+        levels = supported_isa_levels()
+        return levels[-1] if levels else "native"
     if level == "native":
         return level
     if level not in ISA_LEVELS:
@@ -197,11 +205,34 @@ def isa_level() -> str:
     return level
 
 
+# the vector paths each level's build takes (vmath.h: VW 16, VW 8, none)
+ISA_PATHS = {"x86-64-v2": "scalar paths", "x86-64-v3": "AVX2 paths", "x86-64-v4": "AVX-512 paths"}
+
+
+def isa_summary() -> str:
+    """One line for info() and the benchmarks: the level the kernels are built for, why, and the
+    vector paths that build takes."""
+    level, env = isa_level(), os.environ.get("GGMLPY_KERNELS_ISA", "").strip()
+    why = f"GGMLPY_KERNELS_ISA={env}" if env else (
+        "the best level this CPU runs; GGMLPY_KERNELS_ISA=native builds for this CPU alone" if level != "native"
+        else "no x86-64 level applies to this CPU")
+    if level == "native":
+        flags = _cpu_flags()
+        paths = ("AVX-512 paths" if "avx512f" in flags else "AVX2 paths" if {"avx2", "fma"} <= flags
+                 else "scalar paths")
+    else:
+        paths = ISA_PATHS[level]
+    return f"{level} ({why}): {paths}"
+
+
 def _build(cc: str, source: Path, libs: tuple = ()) -> Path:
     """The compiled library in the cache, built (atomically) unless it is there already."""
     version = _compiler_version(cc)
     level = isa_level()
-    flags = [*FLAGS, f"-march={level}"]
+    # a level's code runs on every CPU of that level; tuned for this one it is the native build's
+    # instruction for instruction where this CPU's best level is that level (checked with gcc on Zen 5)
+    tune = [] if level == "native" else ["-mtune=native"]
+    flags = [*FLAGS, *SOURCE_FLAGS.get(source.name, ()), f"-march={level}", *tune]
     headers = [h.read_text() for h in sorted(source.parent.glob("*.h"))]  # what the sources include
     key = hashlib.sha256("\0".join([source.read_text(), *headers, cc, version, *flags, *libs,
                                       cpu_tag(native=level == "native")]).encode())

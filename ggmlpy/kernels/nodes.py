@@ -61,14 +61,17 @@ class Kernels:
         self._pool_fn = conv_lib.ggmlpy_maxpool2d_f32 if conv_lib is not None else None
         self._linear_fn = conv_lib.ggmlpy_linear_f32 if conv_lib is not None else None
         self.linear = self._linear if conv_lib is not None else None  # None: a product, then ggml's add
-        self.packed_rows = int(conv_lib.ggmlpy_linear_packed_mr()) if conv_lib is not None else 0  # 0: no AVX-512
+        # the packed products (linear layers, conv2d_packed) have AVX2 and AVX-512 paths; the pixel-major
+        # convolutions (conv2d_pixels, conv2d_pool) AVX-512 alone
+        self.packed_rows = int(conv_lib.ggmlpy_linear_packed_mr()) if conv_lib is not None else 0  # 0: no AVX2 or AVX-512
         self._packed_fn = conv_lib.ggmlpy_linear_packed_f32 if self.packed_rows else None
         self.linear_packed = self._linear_packed if self.packed_rows else None  # None: linear, over OpenBLAS
         self._conv_packed_fn = conv_lib.ggmlpy_conv2d_packed_f32 if self.packed_rows else None
         self.conv2d_packed = self._conv2d_packed if self.packed_rows else None  # None: conv2d, over OpenBLAS
-        self._conv_pixels_fn = conv_lib.ggmlpy_conv2d_pixels_f32 if self.packed_rows else None
-        self.conv2d_pixels = self._conv2d_pixels if self.packed_rows else None  # None: no AVX-512
-        self.conv2d_pool = self._conv2d_pool if self.packed_rows else None  # None: the convolution, then maxpool2d
+        pixels = conv_lib is not None and int(conv_lib.ggmlpy_conv_pixels_rows(1)) > 0
+        self._conv_pixels_fn = conv_lib.ggmlpy_conv2d_pixels_f32 if pixels else None
+        self.conv2d_pixels = self._conv2d_pixels if pixels else None  # None: no AVX-512
+        self.conv2d_pool = self._conv2d_pool if pixels else None  # None: the convolution, then maxpool2d
         self.conv2d = self._conv2d if conv_lib is not None else None  # None: ggml's im2col and products
         self.maxpool2d = self._maxpool2d if conv_lib is not None else None  # None: ggml's pool_2d
         self._im2col_back_fn = conv_lib.ggmlpy_im2col_back_f32 if conv_lib is not None else None
@@ -159,7 +162,7 @@ class Kernels:
     def _conv2d_packed(self, ctx, x, wp, out_channels, kernel, stride, pad, dilation, out_hw, groups=1, bias=None,
                        residual=None, relu=False):
         """conv2d with the weights as pack_conv(W, groups) (ne [rows, C/groups*KH*KW, panels]): conv.c's
-        AVX-512 product. Same arguments and result otherwise."""
+        AVX2 or AVX-512 product. Same arguments and result otherwise."""
         return self._conv_node(ctx, self._conv_packed_fn, x, wp, out_channels, kernel, stride, pad, dilation, out_hw,
                                groups, bias, residual, relu, 0)
 
@@ -182,12 +185,15 @@ class Kernels:
         stride 2, and on the 1x1 downsampling of 64 channels, ties or wins on that of 128 and 256 and
         wins on every 3x3 layer from 56 x 56 on; without `taps` it is not chosen), and LANE_IN_PLACE
         times that for an `unpadded` layer, whose input it reads in place rather than copying (measured
-        on the 1x1 downsampling of 64 channels, where it then wins); None without AVX-512 or below 8
-        channels (depthwise), where OpenBLAS's conv2d runs it."""
+        on the 1x1 downsampling of 64 channels, where it then wins); "channels" where conv.c has no
+        pixel-major kernels (AVX2); None without AVX2 or AVX-512 or below 8 channels (depthwise), where
+        OpenBLAS's conv2d runs it."""
         oh, ow = out_hw
         pixels = oh * ow
         if not self.packed_rows or channels < 8 or pixels < 1:
             return None
+        if self.conv2d_pixels is None:
+            return "channels"
 
         def used(n, block, real=None):  # the share of a block's lanes that hold real values
             return (n if real is None else real) / (-(-n // block) * block)
@@ -277,7 +283,7 @@ class Kernels:
         return np.ascontiguousarray(wp.reshape(K, npan, mr).transpose(1, 0, 2))
 
     def _linear_packed(self, ctx, wp, x, n_out, bias=None, gelu=False, residual=None, split=0):
-        """X @ W (+ bias) as one node of conv.c's AVX-512 product: wp is pack_linear(W) as a ggml
+        """X @ W (+ bias) as one node of conv.c's AVX2 or AVX-512 product: wp is pack_linear(W) as a ggml
         tensor [rows, K, panels], x [K, T] contiguous (T rows of ONNX's X, possibly over ne2/ne3),
         bias [N] or None; residual: N * T contiguous f32 added to the result (another tensor than
         the result's: the allocator never computes a custom op over its input), or None; gelu:

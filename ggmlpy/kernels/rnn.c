@@ -12,8 +12,8 @@
  * dst [H, N, T + 1]: slice t is h_t, slice T the last cell state. userdata: int32_t[2] = reverse,
  * has peepholes.
  *
- * exp, sigmoid and tanh: with AVX-512 vmath.h's vector exp (about 1 ulp), and tanh as an odd
- * polynomial near 0 (where 1 - 2/(e^2x + 1) would cancel); otherwise libm's expf and tanhf.
+ * exp, sigmoid and tanh: with AVX-512 or AVX2 vmath.h's vector exp (about 1 ulp), and tanh as an
+ * odd polynomial near 0 (where 1 - 2/(e^2x + 1) would cancel); otherwise libm's expf and tanhf.
  */
 #include <math.h>
 #include <stdint.h>
@@ -23,54 +23,47 @@
 #include "fields.h"
 #include "vmath.h"
 
-#ifdef __AVX512F__
-#include <immintrin.h>
+#ifdef VW
+static inline vf vsigmoid(vf x) { return vdiv(vset1(1.0f), vadd(vset1(1.0f), vexp(vsub(vzero(), x)))); }
 
-static inline __m512 vsigmoid(__m512 x) {
-    return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), vexp(_mm512_sub_ps(_mm512_setzero_ps(), x))));
-}
-
-static inline __m512 vtanh(__m512 x) {
+static inline vf vtanh(vf x) {
     /* |x| >= 0.125: 1 - 2 / (e^{2|x|} + 1) with x's sign; below, x + x^3 q(x^2) (Taylor to x^11) */
-    const __m512 ax = _mm512_abs_ps(x);
-    const __m512 big = _mm512_sub_ps(_mm512_set1_ps(1.0f),
-                                     _mm512_div_ps(_mm512_set1_ps(2.0f),
-                                                   _mm512_add_ps(vexp(_mm512_add_ps(ax, ax)), _mm512_set1_ps(1.0f))));
-    const __m512 x2 = _mm512_mul_ps(x, x);
-    __m512 q = _mm512_set1_ps(-1382.0f / 155925);
-    q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(62.0f / 2835));
-    q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(-17.0f / 315));
-    q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(2.0f / 15));
-    q = _mm512_fmadd_ps(q, x2, _mm512_set1_ps(-1.0f / 3));
-    const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(q, x2), x, x);
-    const __mmask16 is_small = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.125f), _CMP_LT_OQ);
+    const vf ax = vabs(x);
+    const vf big = vsub(vset1(1.0f), vdiv(vset1(2.0f), vadd(vexp(vadd(ax, ax)), vset1(1.0f))));
+    const vf x2 = vmul(x, x);
+    vf q = vset1(-1382.0f / 155925);
+    q = vfmadd(q, x2, vset1(62.0f / 2835));
+    q = vfmadd(q, x2, vset1(-17.0f / 315));
+    q = vfmadd(q, x2, vset1(2.0f / 15));
+    q = vfmadd(q, x2, vset1(-1.0f / 3));
+    const vf small = vfmadd(vmul(q, x2), x, x);
+    const vbool is_small = vlt(ax, vset1(0.125f));
     /* x's sign onto the large branch; NaN stays NaN (neither branch's compare holds, big is NaN) */
-    const __m512 signed_big = _mm512_castsi512_ps(_mm512_or_si512(
-        _mm512_castps_si512(big), _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u))));
-    return _mm512_mask_blend_ps(is_small, signed_big, small);
+    const vf signed_big = vor(big, vand(x, vset1(-0.0f)));
+    return vblend(is_small, signed_big, small);
 }
 
 /* g[0 .. G) += sum_k h[k] rt[k G ..]: chunks of 8 vectors, then single vectors, then one at a time */
 static void recurrent_product(float *g, const float *rt, const float *h, int H, int G) {
     int j = 0;
-    for (; j + 128 <= G; j += 128) {
-        __m512 acc[8];
+    for (; j + 8 * VW <= G; j += 8 * VW) {
+        vf acc[8];
         for (int v = 0; v < 8; v++)
-            acc[v] = _mm512_loadu_ps(g + j + 16 * v);
+            acc[v] = vloadu(g + j + VW * v);
         for (int k = 0; k < H; k++) {
-            const __m512 hk = _mm512_set1_ps(h[k]);
+            const vf hk = vset1(h[k]);
             const float *row = rt + (int64_t)k * G + j;
             for (int v = 0; v < 8; v++)
-                acc[v] = _mm512_fmadd_ps(_mm512_loadu_ps(row + 16 * v), hk, acc[v]);
+                acc[v] = vfmadd(vloadu(row + VW * v), hk, acc[v]);
         }
         for (int v = 0; v < 8; v++)
-            _mm512_storeu_ps(g + j + 16 * v, acc[v]);
+            vstoreu(g + j + VW * v, acc[v]);
     }
-    for (; j + 16 <= G; j += 16) {
-        __m512 acc = _mm512_loadu_ps(g + j);
+    for (; j + VW <= G; j += VW) {
+        vf acc = vloadu(g + j);
         for (int k = 0; k < H; k++)
-            acc = _mm512_fmadd_ps(_mm512_loadu_ps(rt + (int64_t)k * G + j), _mm512_set1_ps(h[k]), acc);
-        _mm512_storeu_ps(g + j, acc);
+            acc = vfmadd(vloadu(rt + (int64_t)k * G + j), vset1(h[k]), acc);
+        vstoreu(g + j, acc);
     }
     for (; j < G; j++)
         for (int k = 0; k < H; k++)
@@ -79,16 +72,16 @@ static void recurrent_product(float *g, const float *rt, const float *h, int H, 
 
 static void sigmoid_n(float *x, int n) {
     int i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(x + i, vsigmoid(_mm512_loadu_ps(x + i)));
+    for (; i + VW <= n; i += VW)
+        vstoreu(x + i, vsigmoid(vloadu(x + i)));
     for (; i < n; i++)
         x[i] = 1.0f / (1.0f + expf(-x[i]));
 }
 
 static void tanh_n(float *x, int n) {
     int i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(x + i, vtanh(_mm512_loadu_ps(x + i)));
+    for (; i + VW <= n; i += VW)
+        vstoreu(x + i, vtanh(vloadu(x + i)));
     for (; i < n; i++)
         x[i] = tanhf(x[i]);
 }

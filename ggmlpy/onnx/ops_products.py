@@ -56,7 +56,7 @@ def _linear(b, a: Val, w_kn, bias: Val | None = None):
             return None
         bt = (b.weight(np.asarray(bias.const, dtype=np.float32).reshape(N)) if bias.is_const
               else reshape(b, b.tensor(bias), (N,)))
-    if k.linear_packed is not None:  # AVX-512: the weights packed once, here
+    if k.linear_packed is not None:  # AVX2 or AVX-512: the weights packed once, here
         wp = b.weight(k.pack_linear(np.asarray(w_kn, dtype=np.float32)))
         t = b.kernel_node(k.linear_packed(b.ctx, wp, x, N, bt), "linear")
         b.packed_linears[int(ffi.cast("uintptr_t", t))] = (wp, x, N, bt)
