@@ -165,7 +165,7 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
     out = AGTensor(st, st.spec[1], dc, is_leaf=False)  # the spec's ne: no reads through cffi
     if mode.tape_enabled and not mode.tape_paused and rule.vjp is not None and any(x.requires_grad for x in inputs):
         out.requires_grad = True
-        saved = {SAVED_KEY[i]: inputs[i] for i in rule.saves}
+        saved = {SAVED_KEY[i]: inputs[i] for i in rule.saves if i < len(inputs)}  # optional inputs may be absent
         if rule.saves_out:
             saved["out"] = out
         mode.tape_nodes.append(TapeNode(op, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in inputs],
