@@ -47,27 +47,29 @@ def silu(x):
     return x / (1 + np.exp(-x))
 
 
-def llama_forward(p, tokens, n_head, n_head_kv, eps=1e-5, freq_base=10000.0, mode=0):
+def llama_forward(p, tokens, n_head, n_head_kv, eps=1e-5, freq_base=10000.0, mode=0, kv_head_of=None):
     """Logits [vocab, T] for one sequence of token ids. p: tok_embd [d, vocab], per layer (list
     p["layers"]) attn_norm [d], wq [d, d], wk, wv [d_kv, d], wo [d, d], ffn_norm [d], w_gate, w_up
-    [ff, d], w_down [d, ff]; output_norm [d], output [vocab, d] (None: tied to tok_embd)."""
+    [ff, d], w_down [d, ff]; output_norm [d], output [vocab, d] (None: tied to tok_embd).
+    kv_head_of(i): the key/value head of query head i (llama.cpp's: consecutive query heads share one)."""
     x = p["tok_embd"][:, np.asarray(tokens)].astype(np.float64)  # [d, T]
     d, t = x.shape
     hd = d // n_head
     group = n_head // n_head_kv
-    causal = np.triu(np.ones((t, t), dtype=bool), 1)  # [key, query]: key after query
+    causal = np.tril(np.ones((t, t), dtype=bool), -1)  # [key, query]: True where the key comes after the query
     for L in p["layers"]:
         h = rms_norm(x, eps, L["attn_norm"])
-        q = rope((L["wq"] @ h).reshape(hd, n_head, t), None, hd, mode, freq_base)
-        k = rope((L["wk"] @ h).reshape(hd, n_head_kv, t), None, hd, mode, freq_base)
-        v = (L["wv"] @ h).reshape(hd, n_head_kv, t)
+        # output row o is entry o % hd of head o // hd (column-major, as ggml lays out [d, T])
+        q = rope((L["wq"] @ h).reshape(hd, n_head, t, order="F"), None, hd, mode, freq_base)
+        k = rope((L["wk"] @ h).reshape(hd, n_head_kv, t, order="F"), None, hd, mode, freq_base)
+        v = (L["wv"] @ h).reshape(hd, n_head_kv, t, order="F")
         heads = np.empty((hd, n_head, t))
         for i in range(n_head):
-            j = i // group  # llama.cpp's grouping: consecutive query heads share a key/value head
+            j = i // group if kv_head_of is None else kv_head_of(i)
             s = k[:, j, :].T @ q[:, i, :] / np.sqrt(hd)  # [T_k, T_q]
             s[causal] = -np.inf
             heads[:, i, :] = v[:, j, :] @ softmax0(s)
-        x = x + L["wo"] @ heads.reshape(d, t)
+        x = x + L["wo"] @ heads.reshape(d, t, order="F")
         h = rms_norm(x, eps, L["ffn_norm"])
         x = x + L["w_down"] @ (silu(L["w_gate"] @ h) * (L["w_up"] @ h))
     out = p["output"] if p.get("output") is not None else p["tok_embd"].T
