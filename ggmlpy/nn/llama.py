@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .. import random as grandom
-from ..autograd import ops as F
+from ..autograd import ops
 from ..autograd.engine import apply
 from ..errors import GGMLError
 from ..tensor import AGTensor, ag_param
@@ -38,7 +38,7 @@ class ag_rms_norm_layer(Module):
 
     def forward(self, x: AGTensor) -> AGTensor:
         """The normalised columns of x, scaled by the weight."""
-        return F.ag_rms_norm(x, self.eps, self.weight)
+        return ops.ag_rms_norm(x, self.eps, self.weight)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"
@@ -53,7 +53,7 @@ class LlamaProjection(Module):
 
     def forward(self, x: AGTensor) -> AGTensor:
         """W %*% x for x [in, T] or [in, T, B]."""
-        return F.ag_matmul(self.W, x)
+        return ops.ag_matmul(self.W, x)
 
     @property
     def out_features(self) -> int:
@@ -100,10 +100,10 @@ class ag_llama_block(Module):
     def _heads(self, y: AGTensor, n: int, pos, rotate: bool) -> AGTensor:
         """[n * head_dim, T, B] -> [head_dim, T, n, B], rotated at `pos` if `rotate`."""
         t, batch = y.shape[1], y.shape[2] if y.ndim > 2 else 1
-        y = F.ag_reshape(y, self.head_dim, n, t, batch)
+        y = ops.ag_reshape(y, self.head_dim, n, t, batch)
         if rotate:
-            y = F.ag_rope(y, pos, mode=self.rope_mode, freq_base=self.rope_base)
-        return F.ag_permute(y, 0, 2, 1, 3) if n > 1 else F.ag_reshape(y, self.head_dim, t, 1, batch)
+            y = ops.ag_rope(y, pos, mode=self.rope_mode, freq_base=self.rope_base)
+        return ops.ag_permute(y, 0, 2, 1, 3) if n > 1 else ops.ag_reshape(y, self.head_dim, t, 1, batch)
 
     def _grouped(self, y: AGTensor) -> AGTensor:
         """Key/value heads [head_dim, T, n_kv_heads, B] repeated to [head_dim, T, n_heads, B], each
@@ -113,9 +113,9 @@ class ag_llama_block(Module):
             return y
         hd, t = y.shape[0], y.shape[1]
         batch = y.shape[3] if y.ndim > 3 else 1
-        wide = apply("broadcast", F.ag_reshape(y, hd * t, 1, self.n_kv_heads, batch),
+        wide = apply("broadcast", ops.ag_reshape(y, hd * t, 1, self.n_kv_heads, batch),
                      shape=(hd * t, group, self.n_kv_heads, batch))
-        return F.ag_reshape(wide, hd, t, self.n_heads, batch)
+        return ops.ag_reshape(wide, hd, t, self.n_heads, batch)
 
     def attention(self, h: AGTensor, pos=None) -> AGTensor:
         """Causal grouped-query self-attention of h [d_model, T(, B)], before attn_output."""
@@ -123,18 +123,18 @@ class ag_llama_block(Module):
         k = self._grouped(self._heads(self.attn_k(h), self.n_kv_heads, pos, True))
         v = self._grouped(self._heads(self.attn_v(h), self.n_kv_heads, pos, False))
         # scores [T_k, T_q, heads, B]: a column-wise softmax is the softmax over keys
-        attn = F.ag_softmax(F.ag_matmul(k, q, transpose_a=True), scale=1.0 / math.sqrt(self.head_dim), causal=True)
-        heads = F.ag_matmul(v, attn)  # [head_dim, T_q, heads, B]
+        attn = ops.ag_softmax(ops.ag_matmul(k, q, transpose_a=True), scale=1.0 / math.sqrt(self.head_dim), causal=True)
+        heads = ops.ag_matmul(v, attn)  # [head_dim, T_q, heads, B]
         if self.n_heads > 1:
-            heads = F.ag_permute(heads, 0, 2, 1, 3)
-        return F.ag_reshape(heads, self.d_model, *h.shape[1:])
+            heads = ops.ag_permute(heads, 0, 2, 1, 3)
+        return ops.ag_reshape(heads, self.d_model, *h.shape[1:])
 
     def forward(self, x: AGTensor, pos=None) -> AGTensor:
         """The layer applied to every sequence of x [d_model, T] or [d_model, T, B]; `pos` the
         tokens' positions (default 0 .. T - 1), as ag_rope takes them."""
-        x = F.ag_add(x, self.attn_output(self.attention(self.attn_norm(x), pos)))
+        x = ops.ag_add(x, self.attn_output(self.attention(self.attn_norm(x), pos)))
         h = self.ffn_norm(x)
-        return F.ag_add(x, self.ffn_down(F.ag_mul(F.ag_silu(self.ffn_gate(h)), self.ffn_up(h))))
+        return ops.ag_add(x, self.ffn_down(ops.ag_mul(ops.ag_silu(self.ffn_gate(h)), self.ffn_up(h))))
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
@@ -167,10 +167,8 @@ class ag_llama(Module):
         for block in self.blocks:
             x = block(x, pos)
         h = self.output_norm(x)
-        if self.output is None:
-            return F.ag_matmul(self.token_embd.weight, h, transpose_a=True)
-        return self.output(h)
+        return self.token_embd.unembed(h) if self.output is None else self.output(h)
 
     def loss(self, idx, targets) -> AGTensor:
         """Mean cross-entropy of the logits for idx against targets (next tokens, same shape)."""
-        return F.ag_softmax_cross_entropy_loss(self(idx), targets)
+        return ops.ag_softmax_cross_entropy_loss(self(idx), targets)
