@@ -52,7 +52,7 @@ def write_llama(path, p, n_head, n_head_kv, qtype="f32", eps=1e-5, freq_base=100
     w.add_layer_norm_rms_eps(eps)
     w.add_rope_dimension_count(d // n_head)
     w.add_vocab_size(vocab)
-    w.add_file_type({"f32": 0, "f16": 1, "q8_0": 7, "q4_0": 2}.get(qtype, 0))
+    w.add_file_type({"f32": 0, "f16": 1, "q8_0": 7, "q4_0": 2, "bf16": 32, "q4_K": 15}[qtype])
     _add_vocab(w, vocab)
     stored = {"layers": []}
 

@@ -31,6 +31,7 @@ class Rule:
     saves_out: bool = False
     index_inputs: tuple = ()  # inputs that hold i32 indices; every other input must be floating point
     index_bound: object = None  # (params, input shapes) -> n: the indices must lie in [0, n)
+    stored_inputs: tuple = ()  # inputs read in their stored type (f16, bf16) rather than cast to f32 first
 
 
 # -- VJPs and JVPs ---------------------------------------------------------------------------------------

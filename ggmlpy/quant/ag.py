@@ -41,8 +41,11 @@ def _matmul_q_t(ctx, wq, g):
     return checked_lib.ggml_out_prod(ctx, wq, checked_lib.ggml_cont(ctx, checked_lib.ggml_transpose(ctx, g)))
 
 
+# ggml_mul_mat takes an f16 or bf16 weight as it is (converting the activations, as llama.cpp
+# computes); ggml's CPU out_prod has no bf16 kernel, so matmul_q_t's weight is cast to f32 first
 DERIVATIVE_RULES["matmul_q"] = Rule(_matmul_q, lambda g, c: (None, c.apply("matmul_q_t", c.x(0), g)),
-                         lambda t, c: None if t[1] is None else c.apply("matmul_q", c.x(0), t[1]), saves=(0,))
+                                    lambda t, c: None if t[1] is None else c.apply("matmul_q", c.x(0), t[1]),
+                                    saves=(0,), stored_inputs=(0,))
 DERIVATIVE_RULES["matmul_q_t"] = Rule(_matmul_q_t, lambda g, c: (None, c.apply("matmul_q", c.x(0), g)),
                            lambda t, c: None if t[1] is None else c.apply("matmul_q_t", c.x(0), t[1]), saves=(0,))
 
