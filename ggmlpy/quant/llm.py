@@ -22,6 +22,7 @@ from ..io.gguf_file import GGUFFile
 from ..io.llm_gguf import read_hparams
 from ..nn.layers import Module
 from ..nn.llama import LlamaProjection, ag_llama
+from ..core.checked import checked_lib
 from ..core.types import TYPE_NAMES
 from ..runtime.state import STATE
 from ..tensor import AGTensor
@@ -30,7 +31,7 @@ from .ag import QuantizedEmbedding, stored_tensor
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
-F32 = 0  # GGML_TYPE_F32
+F32 = checked_lib.GGML_TYPE_F32
 
 
 class FrozenProjection(LlamaProjection):
