@@ -6,6 +6,7 @@ import numpy as np
 
 import ggmlpy as g
 from ggmlpy.autograd.engine import apply
+from llama_reference import rms_norm, rope
 
 rng = np.random.default_rng(7)
 
@@ -53,6 +54,14 @@ UNARY = [
     ("reshape", lambda x: g.ag_reshape(x, 2, 6), lambda x: x.reshape(2, 6, order="F"), [r(4, 3)]),
     ("slice", lambda x: g.ag_slice(x, slice(1, 3), slice(0, 2)), lambda x: x[1:3, 0:2], [r(4, 3)]),
     ("layer_norm", g.ag_layer_norm, lambda x: (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-5), [r(5, 3)]),
+    ("rms_norm", g.ag_rms_norm, lambda x: rms_norm(x, 1e-5), [r(5, 3)]),
+    # x [head_dim, n_head, T(, B)]; positions 0 .. T - 1 made in the graph, or given
+    ("rope_normal", g.ag_rope, rope, [r(6, 2, 4)]),
+    ("rope_neox", lambda x: g.ag_rope(x, mode=2), lambda x: rope(x, mode=2), [r(6, 2, 4)]),
+    ("rope_partial_pos", lambda x: g.ag_rope(x, [3, 0, 7], n_dims=4, freq_base=100.0, freq_scale=0.5),
+     lambda x: rope(x, [3, 0, 7], 4, 0, 100.0, 0.5), [r(6, 2, 3, 2)]),
+    ("rope_neox_pos", lambda x: g.ag_rope(x, [5, 1], mode=2, freq_base=50.0),
+     lambda x: rope(x, [5, 1], mode=2, freq_base=50.0), [r(4, 3, 2, 2)]),
 ]
 BINARY = [
     ("matmul", g.ag_matmul, lambda a, b: a @ b, [r(3, 4), r(4, 2)]),

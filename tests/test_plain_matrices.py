@@ -24,6 +24,8 @@ CALLS = {
     "ag_softmax": ((A,), {"mask": np.zeros((3, 4))}), "ag_sum": ((A,), {"dim": 1}), "ag_mean": ((A,), {"dim": 2}),
     "ag_reshape": ((A, 4, 3), {}), "ag_permute": ((A, 1, 0), {}), "ag_slice": ((A, slice(0, 2), None), {}),
     "ag_layer_norm": ((A,), {"gamma": np.full((3, 1), 2.0), "beta": COL}),
+    "ag_rms_norm": ((A,), {"gamma": COL}),
+    "ag_rope": ((rng.uniform(-1, 1, size=(4, 2, 3)),), {"pos": [0, 2, 5]}),  # [head_dim, n_head, T]
     "ag_mse_loss": ((A, B), {}), "ag_cross_entropy_loss": ((A / 4, B), {}),
     "ag_softmax_cross_entropy_loss": ((A, B), {}),
     # A as one image [W, H] of one channel

@@ -29,7 +29,7 @@ _LOW = (checked_lib.GGML_TYPE_F16, checked_lib.GGML_TYPE_BF16)
 
 
 def f32_builder(fwd, params: dict, out_type: int, blas: bool = False, index_inputs: tuple = (), op: str = "",
-                kernels: bool = False):
+                kernels: bool = False, stored_inputs: tuple = ()):
     """A graph builder computing in f32 whatever the storage dtype, and storing in `out_type`.
     With `blas` (the device has ggml's BLAS backend) an all-f32 product is built for it; with
     `kernels` (a CPU device) ggmlpy's fused kernels may be used (prims.cpu_kernels).
@@ -39,7 +39,7 @@ def f32_builder(fwd, params: dict, out_type: int, blas: bool = False, index_inpu
     def build(ctx, *xs):
         check_operands(op, xs, index_inputs)
         cast = out_type != F32 or any(x.type in _LOW for x in xs)
-        xs = as_f32(ctx, xs)
+        xs = as_f32(ctx, xs, stored_inputs)
         with prims.blas_products(blas and not cast), prims.cpu_kernels(kernels):  # BLAS: whole graphs of products only
             y = fwd(ctx, *xs, **params)
         return checked_lib.ggml_cast(ctx, y, out_type) if out_type != F32 else y
@@ -69,9 +69,10 @@ def _check_indices(rule, op, inputs, params) -> None:
         check_index_values(op, inputs[i]._read() if inputs[i].storage.type == I32 else 0, bound)
 
 
-def as_f32(ctx, xs) -> list:
-    """Operands in f32: ops compute in f32 whatever the storage dtype."""
-    return [checked_lib.ggml_cast(ctx, x, F32) if x.type in _LOW else x for x in xs]
+def as_f32(ctx, xs, stored: tuple = ()) -> list:
+    """Operands in f32: ops compute in f32 whatever the storage dtype, except the inputs `stored`
+    names (a rule's stored_inputs: a product that takes its weight in the weight's own type)."""
+    return [checked_lib.ggml_cast(ctx, x, F32) if x.type in _LOW and i not in stored else x for i, x in enumerate(xs)]
 
 
 def current_trace():
@@ -161,11 +162,12 @@ def apply(op: str, *inputs: AGTensor, **params) -> AGTensor:
         kern = dc.backend.is_cpu and _kernels_on()
         key = (op, tuple(params.items()), out_type, kern)
         st = dc.executor.run(key, f32_builder(rule.fwd, params, out_type, dc.blas is not None, rule.index_inputs, op,
-                                              kern), [x.storage for x in inputs], dc.pass_pool.alloc)[0]
+                                              kern, rule.stored_inputs), [x.storage for x in inputs],
+                             dc.pass_pool.alloc)[0]
     out = AGTensor(st, st.spec[1], dc, is_leaf=False)  # the spec's ne: no reads through cffi
     if mode.tape_enabled and not mode.tape_paused and rule.vjp is not None and any(x.requires_grad for x in inputs):
         out.requires_grad = True
-        saved = {SAVED_KEY[i]: inputs[i] for i in rule.saves}
+        saved = {SAVED_KEY[i]: inputs[i] for i in rule.saves if i < len(inputs)}  # optional inputs may be absent
         if rule.saves_out:
             saved["out"] = out
         mode.tape_nodes.append(TapeNode(op, out.id, [(x.id, x.requires_grad, x if x.is_leaf else None) for x in inputs],

@@ -67,7 +67,7 @@ class AutogradGraphBuilder(GraphContext):
         check_operands(op, ts, rule.index_inputs)
         blas = self.blas and all(t.type == F32 for t in ts)
         with prims.blas_products(blas), prims.cpu_kernels(self.kernels):  # CompiledAutogradGraph: BLAS products by a scheduler
-            return Sym(rule.fwd(self.ctx, *as_f32(self.ctx, ts), **params), self.device_context)
+            return Sym(rule.fwd(self.ctx, *as_f32(self.ctx, ts, rule.stored_inputs), **params), self.device_context)
 
     def placeholder(self, ggml_type: int, shape) -> Sym:
         t = self.new_tensor(ggml_type, shape)

@@ -12,12 +12,16 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import GGMLError
 from ..tensor import AGTensor, _operand, ag_tensor, norm_shape
 from .engine import apply
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 def _ag(x, what: str, arg: str = "x", like: AGTensor | None = None) -> AGTensor:
@@ -327,6 +331,61 @@ def ag_layer_norm(x: AGTensor, eps: float = 1e-5, gamma: AGTensor | None = None,
     if beta is not None:
         y = ag_add(y, beta)
     return y
+
+
+def ag_rms_norm(x: AGTensor, eps: float = 1e-5, gamma: AGTensor | None = None) -> AGTensor:
+    """Divide each column (sample) by its root mean square, x / sqrt(mean(x^2) + eps) (ggml_rms_norm,
+    LLaMA's RMSNorm); then * gamma ([F, 1]) if given."""
+    x = _ag(x, "ag_rms_norm")
+    if not _num(eps) or eps < 0:
+        raise GGMLError(f"ag_rms_norm: eps must be a non-negative number, got {eps!r}")
+    y = apply("rms_norm", x, eps=float(eps))
+    return y if gamma is None else ag_mul(y, gamma)
+
+
+def ag_rope(x: AGTensor, pos: AGTensor | ArrayLike | None = None, n_dims: int | None = None, mode: int = 0, n_ctx_orig: int = 0,
+            freq_base: float = 10000.0, freq_scale: float = 1.0, ext_factor: float = 0.0, attn_factor: float = 1.0,
+            beta_fast: float = 32.0, beta_slow: float = 1.0) -> AGTensor:
+    """Rotary position embedding, as ggml_rope_ext applies it (same arguments): x [head_dim, n_head, T]
+    or [head_dim, n_head, T, B]; the first n_dims (default head_dim) entries of each head rotated in
+    pairs by pos * freq_scale * freq_base^(-2i/n_dims). mode 0 (ggml's GGML_ROPE_TYPE_NORMAL, which
+    llama.cpp's `llama` uses) pairs entries (2i, 2i + 1); mode 2 (GGML_ROPE_TYPE_NEOX) pairs
+    (i, i + n_dims/2). pos: the T positions (an
+    i32 ag tensor, which ag_compile can take as an input, or integers), or None for 0 .. T - 1."""
+    x = _ag(x, "ag_rope")
+    if x.ndim not in (3, 4):
+        raise GGMLError(f"ag_rope: x must be [head_dim, n_head, T] or [head_dim, n_head, T, B], got {list(x.shape)}")
+    head_dim, t = x.shape[0], x.shape[2]
+    n_dims = head_dim if n_dims is None else n_dims
+    if not isinstance(n_dims, numbers.Integral) or not 0 < n_dims <= head_dim or n_dims % 2:
+        raise GGMLError(f"ag_rope: n_dims must be an even integer in 2..head_dim={head_dim}, got {n_dims!r}")
+    if mode not in (0, 2):
+        raise GGMLError(f"ag_rope: mode must be 0 (normal) or 2 (NeoX), got {mode!r}")
+    floats = dict(freq_base=freq_base, freq_scale=freq_scale, ext_factor=ext_factor, attn_factor=attn_factor,
+                  beta_fast=beta_fast, beta_slow=beta_slow)
+    for name, v in floats.items():
+        if not _num(v) or not math.isfinite(v):
+            raise GGMLError(f"ag_rope: {name} must be a finite number, got {v!r}")
+    if not isinstance(n_ctx_orig, numbers.Integral) or n_ctx_orig < 0:
+        raise GGMLError(f"ag_rope: n_ctx_orig must be a non-negative integer, got {n_ctx_orig!r}")
+    params = dict(n_dims=int(n_dims), mode=int(mode), n_ctx_orig=int(n_ctx_orig),
+                  **{k: float(v) for k, v in floats.items()})
+    if pos is None:
+        return apply("rope", x, **params)
+    return apply("rope", x, _positions(pos, t, x), **params)
+
+
+def _positions(pos: AGTensor | ArrayLike, t: int, like: AGTensor) -> AGTensor:
+    if isinstance(pos, AGTensor):
+        if pos.dtype != "i32" or pos.size != t:
+            raise GGMLError(f"ag_rope: pos must hold {t} i32 positions (one per token), got {pos.dtype} {list(pos.shape)}")
+        return pos if pos.shape == (t, 1) else apply("reshape", pos, shape=(t, 1))
+    arr = np.asarray(pos)
+    if arr.size != t or arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and np.all(arr == np.round(arr))):
+        raise GGMLError(f"ag_rope: pos must hold {t} integer positions (one per token), got shape {list(arr.shape)}")
+    if arr.size and np.abs(arr).max() >= 2 ** 31:
+        raise GGMLError("ag_rope: positions must fit in 32 bits")
+    return ag_tensor(arr.reshape(t, 1).astype(np.int64), device=like.device_context.spec, dtype="i32")
 
 
 def ag_zeros(nrow: int, ncol: int, *more: int, device: str | None = None) -> AGTensor:

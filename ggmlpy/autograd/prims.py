@@ -263,6 +263,45 @@ def layer_norm_back(ctx, g, x, eps):
     return checked_lib.ggml_rms_norm_back(ctx, centered(g), centered(x), eps)
 
 
+def rms_norm(ctx, x, eps):
+    """Each column divided by its root mean square, x / sqrt(mean(x^2) + eps): ggml_rms_norm."""
+    return checked_lib.ggml_rms_norm(ctx, x, eps)
+
+
+def rms_norm_back(ctx, g, x, eps):
+    """rms_norm's input gradient, r (g - y mean(g y)) per column, as one ggml kernel (ggml takes
+    the output gradient first and the forward input second)."""
+    if not checked_lib.ggml_is_contiguous(g):
+        g = checked_lib.ggml_cont(ctx, g)
+    return checked_lib.ggml_rms_norm_back(ctx, g, x, eps)
+
+
+def _positions(ctx, x, pos):
+    """Rotary positions as ggml's rope takes them: i32, one per ne2 row. Given (an i32 input), or
+    0 .. ne2 - 1 made in the graph (no host constant, so a compiled step needs no input for it)."""
+    if pos is not None:
+        return checked_lib.ggml_reshape_1d(ctx, pos, checked_lib.ggml_nelements(pos))
+    return checked_lib.ggml_cast(ctx, checked_lib.ggml_arange(ctx, 0.0, float(x.ne[2]), 1.0), checked_lib.GGML_TYPE_I32)
+
+
+def rope(ctx, x, pos=None, n_dims=0, mode=0, n_ctx_orig=0, freq_base=10000.0, freq_scale=1.0, ext_factor=0.0,
+         attn_factor=1.0, beta_fast=32.0, beta_slow=1.0):
+    """Rotary position embedding of x [head_dim, n_head, T, B] at positions pos [T] (or 0 .. T - 1):
+    ggml_rope_ext, which rotates the first n_dims entries of each head by angles pos * base^(-2i/n_dims),
+    pairs (2i, 2i + 1) in mode 0 (llama.cpp's "normal") and (i, i + n_dims/2) in mode 2 (NeoX)."""
+    x = x if checked_lib.ggml_is_contiguous(x) else checked_lib.ggml_cont(ctx, x)
+    return checked_lib.ggml_rope_ext(ctx, x, _positions(ctx, x, pos), ffi.NULL, n_dims, mode, n_ctx_orig, freq_base,
+                           freq_scale, ext_factor, attn_factor, beta_fast, beta_slow)
+
+
+def rope_back(ctx, g, pos=None, n_dims=0, mode=0, n_ctx_orig=0, freq_base=10000.0, freq_scale=1.0, ext_factor=0.0,
+              attn_factor=1.0, beta_fast=32.0, beta_slow=1.0):
+    """rope's adjoint (each rotation by the opposite angle): ggml_rope_ext_back."""
+    g = g if checked_lib.ggml_is_contiguous(g) else checked_lib.ggml_cont(ctx, g)
+    return checked_lib.ggml_rope_ext_back(ctx, g, _positions(ctx, g, pos), ffi.NULL, n_dims, mode, n_ctx_orig, freq_base,
+                                freq_scale, ext_factor, attn_factor, beta_fast, beta_slow)
+
+
 def gelu_back(ctx, g, x, y):
     """g * gelu'(x) = g * (Phi(x) + x phi(x)), from x and y = gelu(x), as one graph: Phi(x) is
     y / x (cheap, where erff again would cost a slow pass of its own), with x = 0 moved to 1e-30

@@ -31,6 +31,7 @@ class Rule:
     saves_out: bool = False
     index_inputs: tuple = ()  # inputs that hold i32 indices; every other input must be floating point
     index_bound: object = None  # (params, input shapes) -> n: the indices must lie in [0, n)
+    stored_inputs: tuple = ()  # inputs read in their stored type (f16, bf16) rather than cast to f32 first
 
 
 # -- VJPs and JVPs ---------------------------------------------------------------------------------------
@@ -130,6 +131,33 @@ def _layer_norm_vjp(g, c):
 
 def _layer_norm_jvp(t, c):
     return None if t[0] is None else _layer_norm_vjp(t[0], c)[0]  # the Jacobian is symmetric
+
+
+def _rms_norm_vjp(g, c):
+    # y = x * r, r = (mean(x^2) + eps)^-1/2 per column: dx = r * (g - y * mean(g * y))
+    x, y = c.x(0), c.out
+    if not forward_ad.LEVELS:  # nothing differentiates this again: ggml's kernel (not differentiable)
+        return (c.apply("rms_norm_back", g, x, eps=c.params["eps"]),)
+    r = c.apply("pow", c.apply("add_scalar", _col_mean(c, c.apply("sqr", x)), c=c.params["eps"]), p=-0.5)
+    return (c.mul(c.apply("sub", g, c.mul(y, _col_mean(c, c.mul(g, y)))), r),)
+
+
+def _rms_norm_jvp(t, c):
+    return None if t[0] is None else _rms_norm_vjp(t[0], c)[0]  # the Jacobian is symmetric
+
+
+def _rope_rule(op, adjoint):
+    """A rotation by position-dependent angles (rope) or by their opposites (rope_back): linear in
+    x, its adjoint the other; the positions (an optional i32 input) get no gradient."""
+    def pos(c):
+        return (c.x(1),) if len(c.in_shapes) > 1 else ()
+
+    def vjp(g, c):
+        return (c.apply(adjoint, g, *pos(c), **c.params),) + (None,) * (len(c.in_shapes) - 1)
+
+    def jvp(t, c):
+        return None if t[0] is None else c.apply(op, t[0], *pos(c), **c.params)
+    return Rule(getattr(prims, op), vjp, jvp, saves=(1,), index_inputs=(1,))
 
 
 def _pow_vjp(g, c):
@@ -286,6 +314,10 @@ DERIVATIVE_RULES = {
     "layer_norm": Rule(prims.layer_norm, _layer_norm_vjp, _layer_norm_jvp, saves=(0,), saves_out=True),
     # used only where nothing differentiates it again (see _layer_norm_vjp): no rules of its own
     "layer_norm_back": Rule(prims.layer_norm_back),
+    "rms_norm": Rule(prims.rms_norm, _rms_norm_vjp, _rms_norm_jvp, saves=(0,), saves_out=True),
+    "rms_norm_back": Rule(prims.rms_norm_back),  # likewise (see _rms_norm_vjp)
+    "rope": _rope_rule("rope", "rope_back"),
+    "rope_back": _rope_rule("rope_back", "rope"),
     # flash attention: used only where nothing records or differentiates it (inference); training
     # goes through the batched products and softmax, whose rules are above
     "attention": Rule(prims.attention),

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ..errors import GGMLError
-from . import layers, transformer
+from . import layers, llama, transformer
 from .layers import Module, ag_sequential
 
 # the layers a description may name: ggmlpy's own, by their ggmlR names
@@ -24,7 +24,8 @@ BUILT_IN = {cls.__name__: cls for cls in (
     layers.ag_linear, layers.ag_dropout, layers.ag_batch_norm, layers.ag_embedding, layers.ag_multihead_attention,
     layers.ag_sequential, layers.ag_layer_norm_layer, layers.ag_activation, layers.ag_conv2d_layer,
     layers.ag_max_pool2d_layer, layers.ag_flatten_layer,
-    transformer.ag_transformer_block, transformer.ag_gpt)}
+    transformer.ag_transformer_block, transformer.ag_gpt, llama.ag_rms_norm_layer, llama.ag_llama_block,
+    llama.ag_llama)}
 
 
 def _as_json(value):

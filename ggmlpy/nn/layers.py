@@ -318,6 +318,11 @@ class ag_embedding(Module):
             return ops.ag_reshape(out, self.dim, -1)
         return apply("get_cols", self.weight, ids)
 
+    def unembed(self, h: AGTensor) -> AGTensor:
+        """t(weight) %*% h: each vocabulary entry's score for the columns of h [dim, ...] (an output
+        head tied to the embedding)."""
+        return ops.ag_matmul(self.weight, h, transpose_a=True)
+
     def extra_repr(self) -> str:
         return f"{self.vocab_size}, {self.dim}"
 

@@ -1,4 +1,5 @@
-"""ggml's types and quantization (ggmlR's R/quants.R), and reading GGUF files (R/gguf.R)."""
+"""ggml's types and quantization (ggmlR's R/quants.R), reading GGUF files (R/gguf.R), and llama.cpp's
+model files as ag_* models (llm_load)."""
 from ..core.types import *  # noqa: F401,F403
 from ..core.types import __all__ as _types_all
 from ..core.quants import *  # noqa: F401,F403
@@ -8,5 +9,6 @@ from ..io.gguf_file import *  # noqa: F401,F403
 from ..io.gguf_file import __all__ as _gguf_all
 
 from .ag import ag_quantize  # noqa: F401
+from .llm import llm_load, llm_logits  # noqa: F401
 
-__all__ = list(_types_all) + list(_kernels_all) + list(_gguf_all) + ["ag_quantize"]
+__all__ = list(_types_all) + list(_kernels_all) + list(_gguf_all) + ["ag_quantize", "llm_load", "llm_logits"]

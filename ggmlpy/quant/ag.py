@@ -41,8 +41,11 @@ def _matmul_q_t(ctx, wq, g):
     return checked_lib.ggml_out_prod(ctx, wq, checked_lib.ggml_cont(ctx, checked_lib.ggml_transpose(ctx, g)))
 
 
+# ggml_mul_mat takes an f16 or bf16 weight as it is (converting the activations, as llama.cpp
+# computes); ggml's CPU out_prod has no bf16 kernel, so matmul_q_t's weight is cast to f32 first
 DERIVATIVE_RULES["matmul_q"] = Rule(_matmul_q, lambda g, c: (None, c.apply("matmul_q_t", c.x(0), g)),
-                         lambda t, c: None if t[1] is None else c.apply("matmul_q", c.x(0), t[1]), saves=(0,))
+                                    lambda t, c: None if t[1] is None else c.apply("matmul_q", c.x(0), t[1]),
+                                    saves=(0,), stored_inputs=(0,))
 DERIVATIVE_RULES["matmul_q_t"] = Rule(_matmul_q_t, lambda g, c: (None, c.apply("matmul_q", c.x(0), g)),
                            lambda t, c: None if t[1] is None else c.apply("matmul_q_t", c.x(0), t[1]), saves=(0,))
 
@@ -59,11 +62,20 @@ def quantized_tensor(values: ArrayLike, type: int | str, device: str | None = No
         raise GGMLError(f"quantized_tensor: expected a matrix, got shape {arr.shape}")
     nrow, ncol = arr.shape
     blocks = ggml_quantize_chunk(t, np.ascontiguousarray(arr.T, dtype=np.float32), ncol, nrow)
+    return stored_tensor(blocks, t, (nrow, ncol), device)
+
+
+def stored_tensor(blocks: np.ndarray, type: int, shape: tuple, device: str | None = None) -> AGTensor:
+    """A frozen AGTensor of R shape `shape` (ggml's ne) and ggml type `type`, holding `blocks`,
+    its bytes as ggml lays them out (a GGUF file's tensor data, a quantizer's output)."""
     dc = STATE.context(device)
-    st = dc.persistent.alloc(t, (nrow, ncol))
+    st = dc.persistent.alloc(type, tuple(shape))
+    if int(checked_lib.ggml_nbytes(st.ptr)) != blocks.nbytes:
+        raise GGMLError(f"stored_tensor: {blocks.nbytes} bytes for a {TYPE_NAMES[type]} tensor of shape "
+                        f"{list(shape)}, which takes {int(checked_lib.ggml_nbytes(st.ptr))}")
     dc.sync()
-    checked_lib.ggml_backend_tensor_set(st.ptr, ffi.from_buffer(blocks), 0, blocks.size)
-    return AGTensor(st, (nrow, ncol), dc, requires_grad=False)
+    checked_lib.ggml_backend_tensor_set(st.ptr, ffi.from_buffer(np.ascontiguousarray(blocks)), 0, blocks.nbytes)
+    return AGTensor(st, tuple(shape), dc, requires_grad=False)
 
 
 class QuantizedLinear(ag_linear):
@@ -89,6 +101,10 @@ class QuantizedEmbedding(ag_embedding):
 
     def buffers(self, prefix: str = ""):
         return [(prefix + "weight", self.weight)]
+
+    def unembed(self, h):
+        """t(weight) %*% h by ggml's product on the stored type."""
+        return apply("matmul_q", self.weight, h)
 
     @property
     def qtype(self) -> str:

@@ -1,0 +1,121 @@
+"""llama.cpp's model files as ag_* models: `llm_load(path)` reads a GGUF of a supported
+architecture (io/llm_gguf.py reads and checks its hyper-parameters and tensor table) into the
+model family it belongs to (architecture `llama`: nn.llama.ag_llama), and `llm_logits` runs it.
+
+Weights keep the type the file stores them in. f32 tensors become the model's parameters (they
+train like any other); every other type (f16, bf16, q8_0, q4_0, q4_K, ...) is uploaded as the
+file's bytes and frozen, and its products run as ggml_mul_mat on the stored type, as llama.cpp
+computes them (the quantized types' dot products quantize the activations too). Norm weights
+are f32 in llama.cpp's files and stay parameters.
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..autograd.engine import apply
+from ..autograd.tape import no_grad
+from ..errors import GGMLError
+from ..io.gguf_file import GGUFFile
+from ..io.llm_gguf import read_hparams
+from ..nn.layers import Module
+from ..nn.llama import LlamaProjection, ag_llama
+from ..core.checked import checked_lib
+from ..core.types import TYPE_NAMES
+from ..runtime.state import STATE
+from ..tensor import AGTensor
+from .ag import QuantizedEmbedding, stored_tensor
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+F32 = checked_lib.GGML_TYPE_F32
+
+
+class FrozenProjection(LlamaProjection):
+    """A LlamaProjection whose weight is frozen in a file's storage type: `Wt` holds t(W), [in, out]
+    as ggml lays a GGUF projection out, and forward is ggml_mul_mat over it (`matmul_q`)."""
+
+    def forward(self, x: AGTensor) -> AGTensor:
+        """W %*% x through ggml's product on the stored type."""
+        return apply("matmul_q", self.Wt, x)
+
+    def buffers(self, prefix: str = "") -> list:
+        return [(prefix + "Wt", self.Wt)]
+
+    @property
+    def out_features(self) -> int:
+        return self.Wt.shape[1]
+
+    @property
+    def qtype(self) -> str:
+        return TYPE_NAMES[self.Wt.storage.type]
+
+    def extra_repr(self) -> str:
+        return f"{self.Wt.shape[0]}, {self.Wt.shape[1]}, {self.qtype}"
+
+
+def _set_projection(proj: LlamaProjection, f: GGUFFile, name: str, device) -> None:
+    info = f.info(name)
+    if info.type == F32:
+        proj.W.data = f.data(name).astype(np.float64)  # ne [in, out] read as numpy (out, in): W itself
+        return
+    proj.Wt = stored_tensor(f.raw(name), info.type, tuple(info.ne), device)
+    del proj.W
+    proj.__class__ = FrozenProjection
+
+
+def _vector(f: GGUFFile, name: str) -> np.ndarray:
+    return f.data(name).astype(np.float64).reshape(-1, 1)
+
+
+def llm_load(path: str | os.PathLike[str], device: str | None = None) -> ag_llama:
+    """A llama.cpp GGUF model file as an ag_* model on `device` (default: the current one).
+    Architecture `llama` gives an ag_llama whose `hparams` (an LlmHParams) hold what the file's
+    metadata says (io.llm_gguf.LlmHParams), its tokenizer.* entries (the vocabulary) included. Weights stay in the file's
+    types (see the module's notes); the model computes with the file's context length in mind but
+    sets no hard limit on the tokens given."""
+    device = STATE.context(device).spec  # the device now current, fixed for every tensor below
+    with GGUFFile(path) as f:
+        h = read_hparams(f)
+        model = ag_llama(h.vocab_size, d_model=h.d_model, n_heads=h.n_heads, n_kv_heads=h.n_kv_heads,
+                         n_layers=h.n_layers, d_ff=h.d_ff, context=h.context, rope_base=h.rope_base,
+                         rope_mode=h.rope_mode, eps=h.eps, tied=h.tied)
+        model.hparams = h
+        emb = f.info("token_embd.weight")
+        if emb.type == F32:
+            model.token_embd.weight.data = f.data("token_embd.weight").T.astype(np.float64)
+        else:
+            model.token_embd.weight = stored_tensor(f.raw("token_embd.weight"), emb.type, tuple(emb.ne), device)
+            model.token_embd.__class__ = QuantizedEmbedding
+        for i, block in enumerate(model.blocks):
+            for name in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
+                _set_projection(getattr(block, name), f, f"blk.{i}.{name}.weight", device)
+            block.attn_norm.weight.data = _vector(f, f"blk.{i}.attn_norm.weight")
+            block.ffn_norm.weight.data = _vector(f, f"blk.{i}.ffn_norm.weight")
+        model.output_norm.weight.data = _vector(f, "output_norm.weight")
+        if not h.tied:
+            _set_projection(model.output, f, "output.weight", device)
+    return model
+
+
+def llm_logits(model: Module, token_ids: ArrayLike) -> np.ndarray:
+    """The logits of every position of one sequence of token ids, as numpy [n_tokens, n_vocab]
+    (row i: the prediction after token i, as llama.cpp's llama_get_logits lays them out)."""
+    if not isinstance(model, ag_llama):
+        raise GGMLError(f"llm_logits: expected a model from llm_load (an ag_llama), got {type(model).__name__}")
+    ids = np.asarray(token_ids)
+    if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
+        raise GGMLError(f"llm_logits: token_ids must be a non-empty 1-D sequence of integers, got "
+                        f"shape {list(ids.shape)}, dtype {ids.dtype}")
+    vocab = model.token_embd.vocab_size
+    if ids.min() < 0 or ids.max() >= vocab:
+        raise GGMLError(f"llm_logits: token ids must lie in 0..{vocab - 1}, got {int(ids.min())}..{int(ids.max())}")
+    with no_grad():
+        out = model(ids)
+    return np.ascontiguousarray(out.numpy().T)
+
+
+__all__ = ["llm_load", "llm_logits"]
