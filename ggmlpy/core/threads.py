@@ -21,6 +21,7 @@ import threading
 import time
 import weakref
 
+from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 
 ENV_VAR = "GGMLPY_N_THREADS"
@@ -119,6 +120,45 @@ def threads_for_load(n: int) -> int:
     if left >= n:
         return n
     return 1 << (max(1, left).bit_length() - 1)
+
+
+def count_decides_result(node) -> bool:
+    """Whether ggml's CPU kernel for `node` cuts a sum by its thread count, so that the count
+    decides the result's last bits: CROSS_ENTROPY_LOSS (each thread sums its rows, then the partial
+    sums are added) and FLASH_ATTN_EXT with one query row against 512 keys or more of f32 or f16
+    (the keys are split between the threads, and the parts merged). A graph holding one computes
+    on its planned count whatever the load (Backend.fit_threads_to_load's `planned`). Every other
+    op ggmlpy computes on the CPU cuts by the shape: a ggml product's tiles each sum whole dot
+    products, and ggmlpy's kernels cut into fixed pieces (kernels/pieces.h)."""
+    op = node.op
+    if op == lib.GGML_OP_CROSS_ENTROPY_LOSS:
+        return True
+    if op != lib.GGML_OP_FLASH_ATTN_EXT:
+        return False
+    q, k = node.src[0], node.src[1]
+    return (q.ne[1] == 1 and q.ne[3] == 1 and k.ne[1] >= 512 and q.type == lib.GGML_TYPE_F32
+            and k.type in (lib.GGML_TYPE_F32, lib.GGML_TYPE_F16))
+
+
+def count_decides_results(nodes) -> bool:
+    """Whether any of `nodes` is one whose result its thread count decides (count_decides_result)."""
+    return any(count_decides_result(p) for p in nodes)
+
+
+def count_decides_results_below(tensor) -> bool:
+    """count_decides_results over `tensor` and every node it is computed from (a loss and its
+    forward graph, when the graph itself is ggml's own, as in ggml_opt)."""
+    seen, todo = set(), [tensor]
+    while todo:
+        t = todo.pop()
+        key = int(ffi.cast("uintptr_t", t))
+        if key in seen:
+            continue
+        seen.add(key)
+        if count_decides_result(t):
+            return True
+        todo.extend(s for s in t.src if s != ffi.NULL)
+    return False
 
 
 _fixed = threading.local()  # depth of fixed_count() blocks open on each thread
