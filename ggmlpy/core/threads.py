@@ -93,15 +93,74 @@ def _runnable_now() -> int | None:
 
 
 def others_runnable() -> int | None:
-    """How many threads besides the caller were runnable a moment ago, machine-wide
-    (/proc/loadavg's instantaneous count, read at most every 20 ms): on a machine with as many
-    cores as ggml has threads, each of them takes a core away from ggml. None when unknown (no
-    /proc). The caller's own pool threads count only while they run: between graphs they sleep."""
+    """How many threads besides the caller were runnable a moment ago, machine-wide, and compete
+    for a core (/proc/loadavg's instantaneous count, read at most every 20 ms, less the runnable
+    threads that barely compete: idle_runnable): on a machine with as many cores as ggml has
+    threads, each of them takes a core away from ggml. None when unknown (no /proc). The caller's
+    own pool threads count only while they run: between graphs they sleep."""
     now = time.monotonic()
     if now - _others[0] > 0.02:
         running = _runnable_now()
-        _others[0], _others[1] = now, None if running is None else max(0, running - 1)
+        others = None if running is None else max(0, running - 1)
+        _others[0], _others[1] = now, others and max(0, others - idle_runnable())
     return _others[1]
+
+
+NICE_GAP = 10  # nice levels below ours from which a thread barely competes: CFS gives it under a tenth of ours
+SCHED_IDLE = 5  # Linux's scheduling policy for work that runs only on an otherwise idle core
+_idle: list = [float("-inf"), 0]  # when /proc was last scanned for idle_runnable, and its count
+
+
+def idle_threads() -> list:
+    """(pid, tid) of the runnable threads, machine-wide, that barely compete with this process's:
+    NICE_GAP nice levels or more below its own (`nice -n 19` beside a process at 0 gets about 1.5 %
+    of a core it shares with one) or SCHED_IDLE. Read from /proc/<pid>/stat, and for a process of
+    several threads from its tasks' (a thread's own state); [] without /proc."""
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+    except OSError:
+        return []
+    found = []
+    for pid in pids:
+        fields = _stat_fields(f"/proc/{pid}/stat")
+        if fields is None or not (int(fields[16]) - ours >= NICE_GAP or int(fields[38]) == SCHED_IDLE):
+            continue
+        if fields[17] == b"1":
+            if fields[0] == b"R":
+                found.append((int(pid), int(pid)))
+            continue
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            task = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+            if task is not None and task[0] == b"R":
+                found.append((int(pid), int(tid)))
+    return found
+
+
+def _stat_fields(path: str) -> list | None:
+    """A /proc stat file's fields from the state on (after the command name, which may hold spaces
+    and parentheses): [0] state, [16] nice, [17] threads, [38] policy. None when gone or unreadable."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+        fields = text[text.rindex(b")") + 2:].split()
+        return fields if len(fields) > 38 else None
+    except (OSError, ValueError):
+        return None
+
+
+def idle_runnable() -> int:
+    """len(idle_threads()), scanned at most once a second and only while other threads are
+    runnable at all (a scan reads every process's stat file: about a millisecond): a quiet
+    machine never pays for it."""
+    now = time.monotonic()
+    if now - _idle[0] > 1.0:
+        _idle[0], _idle[1] = now, len(idle_threads())
+    return _idle[1]
 
 
 def threads_for_load(n: int) -> int:
