@@ -149,22 +149,6 @@ def test_threads_for_load_leaves_the_cores_others_hold(monkeypatch):
     assert threads.threads_for_load(8) == 1 and g.get_dynamic_threads()
 
 
-def test_fixed_count_holds_the_planned_count_on_its_own_thread_only(monkeypatch):
-    from ggmlpy.core import threads
-    monkeypatch.setattr(threads, "_cores", lambda: 4)
-    monkeypatch.setattr(threads, "_dynamic", True)
-    monkeypatch.setattr(threads, "others_runnable", lambda: 4)
-    seen = {}
-    with threads.fixed_count():
-        with threads.fixed_count():
-            assert threads.threads_for_load(4) == 4
-        assert threads.threads_for_load(4) == 4  # still inside the outer block
-        other = threading.Thread(target=lambda: seen.update(other=threads.threads_for_load(4)))
-        other.start()
-        other.join()
-    assert seen["other"] == 1 and threads.threads_for_load(4) == 1
-
-
 def _fresh(code: str, **env) -> subprocess.CompletedProcess:
     """`code` run in a new interpreter with this checkout first on its path and `env` added."""
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -15,7 +15,6 @@ per graph compute.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -170,7 +169,7 @@ def threads_for_load(n: int) -> int:
     least 1. ggml splits every node between its threads up front and waits for the last one: a
     thread that shares its core with another process makes every node wait for it (a small
     ONNX model took three times as long on two threads as on one: docs/benchmarks.md, "Threads")."""
-    if n <= 1 or not get_dynamic_threads() or getattr(_fixed, "depth", 0):
+    if n <= 1 or not get_dynamic_threads():
         return n
     others = others_runnable()
     if not others:
@@ -220,22 +219,6 @@ def count_decides_results_below(tensor) -> bool:
     return False
 
 
-_fixed = threading.local()  # depth of fixed_count() blocks open on each thread
-
-
-@contextlib.contextmanager
-def fixed_count():
-    """Within the block, the CPU graphs this thread computes run on exactly their planned thread
-    count, whatever the load. A product that OpenBLAS computes in pieces (one per thread) rounds
-    by the pieces' sizes, so its last bits depend on the count: work that promises the same
-    result for the same seed (scikit-learn's random_state) must not let the load choose it."""
-    _fixed.depth = getattr(_fixed, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _fixed.depth -= 1
-
-
 DYNAMIC_ENV_VAR = "GGMLPY_DYNAMIC_THREADS"
 _dynamic: bool | None = None  # None: not set yet ($GGMLPY_DYNAMIC_THREADS decides)
 
@@ -254,12 +237,20 @@ def get_dynamic_threads() -> bool:
 
 
 def set_dynamic_threads(on: bool) -> bool:
-    """Let CPU graphs compute on fewer threads than set while the machine is busy (True, the
-    default), or always on exactly get_num_threads() (False: timings that must not depend on
-    the load, bit-for-bit repeatable runs). A product split between threads rounds by the size of
-    each thread's piece, so results can differ in the last bits between thread counts, and with
-    dynamic threads between a quiet and a busy run (scikit-learn estimators fix the count
-    themselves: threads.fixed_count). Returns `on`."""
+    """Let CPU graphs compute on fewer threads than get_num_threads() while other processes'
+    runnable threads hold the cores (True, the default), or always on exactly get_num_threads()
+    (False; $GGMLPY_DYNAMIC_THREADS=0). Returns `on`.
+
+    What it changes: how many of the set threads compute a graph, so how long a call takes on a
+    busy machine (a thread sharing its core with another process would make every node wait for
+    it), and which thread computes which piece of the work. Processes that barely compete (ten
+    nice levels or more below this one, SCHED_IDLE) are not counted.
+
+    What it cannot change: a result. Every product, convolution, reduction and kernel is cut into
+    pieces fixed by the shape and the cores this process may use, and the few ggml ops whose sums
+    follow their thread count (count_decides_results) compute on the planned count: the same
+    inputs and set_num_threads give the same bits at any load, either way (docs/reproducibility.md).
+    Turn it off for timings that must not move with the load."""
     global _dynamic
     if not isinstance(on, bool):
         raise GGMLError(f"set_dynamic_threads: expected True or False, got {on!r}")
