@@ -8,18 +8,6 @@ import pytest
 import ggmlpy as g
 from ggmlpy.runtime.autograd_state import AUTOGRAD
 
-
-@pytest.fixture(autouse=True)
-def fixed_thread_count():
-    """Every run of a test here on one thread count: the tests compare a checkpointed run with a
-    plain one bit for bit, and a product's last bits depend on how many threads share it (dynamic
-    threads would let the machine's load choose; threads.set_dynamic_threads)."""
-    was = g.get_dynamic_threads()
-    g.set_dynamic_threads(False)
-    yield
-    g.set_dynamic_threads(was)
-
-
 rng = np.random.default_rng(3)
 
 

@@ -2,9 +2,14 @@
 torch, the compiled backward against the eager one, forward mode, NaN, and bad arguments."""
 import numpy as np
 import pytest
-import torch
 
 import ggmlpy as g
+
+try:
+    import torch
+except ImportError:  # the tests against PyTorch skip; the others run without it
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="compares against PyTorch: pip install torch")
 
 rng = np.random.default_rng(11)
 
@@ -37,6 +42,7 @@ def _conv_inputs(xs, ws, bias):
     return x, w, rng.uniform(-1, 1, ws[3]) if bias else None
 
 
+@needs_torch
 @pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: "x{}w{}s{}p{}d{}b{}".format(*c))
 def test_conv2d_values_and_gradients_match_torch(case):
     xs, ws, stride, padding, dilation, bias = case
@@ -78,6 +84,7 @@ def _torch_pool(x, k, s):
     return y, tx
 
 
+@needs_torch
 @pytest.mark.parametrize("case", POOL_CASES, ids=lambda c: "x{}k{}s{}".format(*c))
 def test_max_pool2d_values_and_gradients_match_torch(case):
     xs, k, s = case
@@ -116,6 +123,7 @@ def test_jvp_matches_central_differences_and_the_vjp():
     np.testing.assert_allclose(tangent.item(), vjp, rtol=1e-4)
 
 
+@needs_torch
 def test_hvp_through_convolution_and_pooling():
     """Forward over reverse: the rules' primitives differentiate again (against torch's double backward)."""
     x, w, b = _conv_inputs((6, 6, 2, 2), (3, 3, 2, 3), True)

@@ -3,6 +3,7 @@ alike, written atomically once, checked when read; the Keras-like models' earlie
 (tests/keras_npz, written by that format's code) still load."""
 import json
 import pathlib
+import warnings
 
 import numpy as np
 import pytest
@@ -103,10 +104,14 @@ def test_a_file_of_another_kind_names_the_function_that_loads_it(tmp_path):
     assert fields(tmp_path / "ag.gguf")[0]["ggmlpy.kind"] == "ag"
 
 
-def _rewrite(src, dst, edit_keys=None, edit_tensors=None):
-    """src rewritten with the gguf package, its ggmlpy.* keys and tensors edited."""
+def _rewrite(src, dst, edit_keys=None, edit_tensors=None, seal=True):
+    """src rewritten with the gguf package, its ggmlpy.* keys and tensors edited; with `seal`, the
+    digest of what it then holds written in (the checks behind the digest are what is tested),
+    else none (as in files written before digests)."""
     keys, tensors = fields(src)
-    keys = {k: v for k, v in keys.items() if k.startswith("ggmlpy.")}
+    keys = {k: v for k, v in keys.items() if k.startswith("ggmlpy.") and k != model_file.DIGEST_KEY}
+    if seal:
+        keys[model_file.DIGEST_KEY] = model_file._PLACEHOLDER
     arrays = {name: np.array(t.data).reshape([int(d) for d in t.shape][::-1]) for name, t in tensors.items()}
     keys = edit_keys(keys) if edit_keys else keys
     arrays = edit_tensors(arrays) if edit_tensors else arrays
@@ -119,7 +124,77 @@ def _rewrite(src, dst, edit_keys=None, edit_tensors=None):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    if seal and model_file.DIGEST_KEY in keys:
+        model_file._seal(str(dst))
     return dst
+
+
+def _saved(kind, tmp_path):
+    """(path, load, predict): a model of `kind` saved, how to load it, and its predictions from a loaded copy."""
+    path = tmp_path / f"{kind}.gguf"
+    if kind == "ag":
+        g.manual_seed(3)
+        model = g.ag_sequential(g.ag_linear(4, 6, "tanh"), g.ag_linear(6, 2))
+        g.ag_save_model(model, path)
+        x = g.ag_tensor(RNG.normal(size=(4, 5)))
+        return path, g.ag_load_model, lambda loaded: loaded(x).numpy(), model(x).numpy()
+    m, x = trained_cnn()
+    if kind == "keras.model":
+        g.ggml_save_model(m, path)
+        return path, g.ggml_load_model, lambda loaded: g.ggml_predict(loaded, x, 4), g.ggml_predict(m, x, 4)
+    g.ggml_save_weights(m, path)
+
+    def load(p):
+        fresh = cnn()
+        g.ggml_load_weights(fresh, p)
+        return fresh
+    return path, load, lambda loaded: g.ggml_predict(loaded, x, 4), g.ggml_predict(m, x, 4)
+
+
+def _flipped(path, dst, offset):
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x10
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+@pytest.mark.parametrize("kind", ["ag", "keras.model", "keras.weights"])
+def test_a_saved_model_comes_back_bit_for_bit_or_not_at_all(tmp_path, kind):
+    """Every tensor's bytes and the architecture are under the digest: a changed byte anywhere in
+    them is an error naming the file, never a model with other predictions."""
+    path, load, predict, want = _saved(kind, tmp_path)
+    assert fields(path)[0][model_file.DIGEST_KEY].startswith(model_file.DIGEST + ":")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a file with its digest loads without a word
+        np.testing.assert_array_equal(predict(load(path)), want)
+    with g.gguf_load(str(path)) as f:
+        offsets = [t.file_offset + t.nbytes // 2 for t in f.tensors.values()]
+    head = path.read_bytes()[:offsets[0]]
+    for word in (b'"tanh"', b'"relu"'):  # a layer's activation, where the architecture names one
+        if word in head:
+            offsets.append(head.index(word) + 2)
+    for i, offset in enumerate(offsets):
+        bad = _flipped(path, tmp_path / f"bad{i}.gguf", offset)
+        with pytest.raises(GGMLError, match=f"bad{i}.gguf: .*do not match the digest"):
+            load(bad)
+
+
+def test_a_file_without_a_digest_loads_with_one_warning(tmp_path):
+    m, x = trained_cnn()
+    g.ggml_save_model(m, tmp_path / "m.gguf")
+    old = _rewrite(tmp_path / "m.gguf", tmp_path / "old.gguf", seal=False)
+    assert model_file.DIGEST_KEY not in fields(old)[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = g.ggml_load_model(old)
+    about = [str(w.message) for w in caught if "digest" in str(w.message)]
+    assert len(about) == 1 and "old.gguf has no digest" in about[0]
+    np.testing.assert_array_equal(g.ggml_predict(loaded, x, 4), g.ggml_predict(m, x, 4))
+
+
+def test_the_digest_is_the_writers_own_key():
+    with pytest.raises(GGMLError, match="written by ggmlpy itself"):
+        model_file.write_model_file("x.gguf", "ag", [], {model_file.DIGEST_KEY: "sha256:0"}, "ag_save_model")
 
 
 def _arch_edit(fn):

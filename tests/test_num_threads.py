@@ -13,6 +13,7 @@ import pathlib
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -148,22 +149,6 @@ def test_threads_for_load_leaves_the_cores_others_hold(monkeypatch):
     assert threads.threads_for_load(8) == 1 and g.get_dynamic_threads()
 
 
-def test_fixed_count_holds_the_planned_count_on_its_own_thread_only(monkeypatch):
-    from ggmlpy.core import threads
-    monkeypatch.setattr(threads, "_cores", lambda: 4)
-    monkeypatch.setattr(threads, "_dynamic", True)
-    monkeypatch.setattr(threads, "others_runnable", lambda: 4)
-    seen = {}
-    with threads.fixed_count():
-        with threads.fixed_count():
-            assert threads.threads_for_load(4) == 4
-        assert threads.threads_for_load(4) == 4  # still inside the outer block
-        other = threading.Thread(target=lambda: seen.update(other=threads.threads_for_load(4)))
-        other.start()
-        other.join()
-    assert seen["other"] == 1 and threads.threads_for_load(4) == 1
-
-
 def _fresh(code: str, **env) -> subprocess.CompletedProcess:
     """`code` run in a new interpreter with this checkout first on its path and `env` added."""
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
@@ -280,3 +265,39 @@ def test_the_load_is_read_again_after_its_descriptor_is_closed_or_reused(tmp_pat
         assert threads._runnable_now() >= 1 and threads._loadavg[0] != reused
     finally:
         os.close(reused)
+
+
+@pytest.fixture
+def spinners():
+    """Start spinning processes (nice levels given); killed at the end."""
+    started = []
+
+    def start(nice: int) -> int:
+        p = subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-c", "while True: pass"])
+        started.append(p)
+        time.sleep(0.3)  # running, past the interpreter's start
+        return p.pid
+    yield start
+    for p in started:
+        p.kill()
+        p.wait()
+
+
+@needs_proc
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="reads nice levels")
+def test_a_lowest_priority_process_is_not_counted_as_competing(monkeypatch, spinners):
+    """A `nice -n 19` process beside takes about 1.5 % of a core it shares with ours: dynamic
+    threads keep every thread for it (it is not a competitor), and give one up for a process at
+    our own priority."""
+    from ggmlpy.core import threads
+    if os.getpriority(os.PRIO_PROCESS, 0) + threads.NICE_GAP > 19:
+        pytest.skip("this process is itself niced: nothing can be NICE_GAP levels below it")
+    low, same = spinners(19), spinners(0)
+    found = {pid for pid, _ in threads.idle_threads()}
+    assert low in found and same not in found
+    monkeypatch.setattr(threads, "_cores", lambda: 2)
+    monkeypatch.setattr(threads, "_dynamic", True)
+    monkeypatch.setattr(threads, "_runnable_now", lambda: 2)  # the caller and one other, the niced spinner
+    monkeypatch.setattr(threads, "_others", [float("-inf"), None])
+    monkeypatch.setattr(threads, "_idle", [float("-inf"), 0])
+    assert threads.threads_for_load(2) == 2

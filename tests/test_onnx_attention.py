@@ -201,29 +201,30 @@ def test_kernels_off_builds_the_nodes():
     np.testing.assert_allclose(got, onnxruntime_values(proto, feeds)["y"], rtol=RTOL, atol=ATOL)
 
 
-torch = pytest.importorskip("torch")
-
-
-class Encoder(torch.nn.Module):
+def _encoder(torch, norm_first):
     """Post-norm with a padding mask (BERT) or pre-norm without one (ViT), head dims of 9."""
 
-    def __init__(self, norm_first):
-        super().__init__()
-        layer = torch.nn.TransformerEncoderLayer(36, 4, 40, dropout=0.0, activation="gelu", batch_first=True,
-                                                 norm_first=norm_first)
-        self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            layer = torch.nn.TransformerEncoderLayer(36, 4, 40, dropout=0.0, activation="gelu", batch_first=True,
+                                                     norm_first=norm_first)
+            self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
 
-    def forward(self, x, mask):
-        return self.enc(x, src_key_padding_mask=mask == 0)
+        def forward(self, x, mask):
+            return self.enc(x, src_key_padding_mask=mask == 0)
+
+    return Encoder()
 
 
 @pytest.mark.parametrize("dynamo", [False, True])
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_exported_encoders(tmp_path, dynamo, norm_first):
+    torch = pytest.importorskip("torch", reason="exports the encoders with PyTorch: pip install torch")
     if dynamo:
         pytest.importorskip("onnxscript")
     torch.manual_seed(0)
-    m = Encoder(norm_first).eval()
+    m = _encoder(torch, norm_first).eval()
     x = torch.randn(2, 13, 36)
     mask = torch.ones(2, 13, dtype=torch.int64)
     mask[1, 9:] = 0

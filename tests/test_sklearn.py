@@ -67,8 +67,8 @@ def test_same_random_state_same_model_and_another_differs():
 
 
 def test_same_random_state_same_model_on_a_quiet_and_a_busy_machine(monkeypatch):
-    """Dynamic threads would fit on one thread while other processes hold the cores, and
-    OpenBLAS rounds a product by how it is split between threads: the estimator fixes the count."""
+    """Dynamic threads fit on one thread while other processes hold the cores; the work is cut
+    into the same pieces either way (docs/reproducibility.md): the same model, bit for bit."""
     from ggmlpy.core import threads
     x, y = _blobs()
     was = g.get_num_threads()

@@ -18,6 +18,7 @@ void ggmlpy_sum_rows_f32(struct ggml_tensor * dst, int ith, int nth, void * user
 void ggmlpy_keep_nan_f32(struct ggml_tensor * dst, const struct ggml_tensor * fx, const struct ggml_tensor * x, int ith, int nth, void * userdata);
 void ggmlpy_extremum_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, const struct ggml_tensor * b, int ith, int nth, void * userdata);
 void ggmlpy_layer_norm_back_f32(struct ggml_tensor * dst, const struct ggml_tensor * g, const struct ggml_tensor * x, int ith, int nth, void * userdata);
+void ggmlpy_cross_entropy_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 // gemm.c
 void ggmlpy_gemm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 int ggmlpy_blas_parallel(void);

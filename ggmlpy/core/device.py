@@ -44,6 +44,9 @@ class Backend:
         self._pools = threadpool.PoolSet(ptr) if self.is_cpu and threadpool.available() else None
         self._threads_lock = threading.Lock()  # the count ggml holds and n_threads change together
         self._applied = None  # the count ggml computes with: n_threads, or fewer under load
+        # True where the thread count decides a result's last bits (OpenBLAS, which ggml's BLAS
+        # backend runs on n_threads, cuts a product by its threads): never fewer under load
+        self.count_decides_results = False
         if self.is_cpu:
             threads.follow(self)
 
@@ -73,16 +76,18 @@ class Backend:
         self._thread_setter(self.ptr, n)
         self._applied = n
 
-    def fit_threads_to_load(self) -> int:
+    def fit_threads_to_load(self, planned: bool = False) -> int:
         """Have this backend compute from now on with as many of its n_threads as the machine's
         load leaves cores for (threads.threads_for_load), on the pool of that count; returns the
         count. Called before each graph compute; the count stays until a compute finds another
         load or the count is set (switching pools wakes the old pool's threads, so it happens
-        only when the load changes). Backends without a thread count: unchanged."""
+        only when the load changes). `planned`, or a backend whose results its count decides
+        (count_decides_results, ggml's BLAS backend): all n_threads, whatever the load. Backends
+        without a thread count: unchanged."""
         n = self.n_threads
         if self._thread_setter is None or not n:
             return n
-        k = threads.threads_for_load(n)
+        k = n if planned or self.count_decides_results else threads.threads_for_load(n)
         if k != self._applied:
             with self._threads_lock:
                 if self._free.ptr is not None and self.n_threads == n:  # else a count set meanwhile holds
@@ -159,6 +164,7 @@ def blas_backend(n_threads: int | None = None) -> "Backend | None":
     if dev == _NULL:
         return None
     b = Backend(lib.ggml_backend_dev_init(dev, _NULL), "BLAS")
+    b.count_decides_results = True  # OpenBLAS rounds a product by its thread count
     addr = lib.ggml_backend_reg_get_proc_address(lib.ggml_backend_dev_backend_reg(dev), b"ggml_backend_set_n_threads")
     if addr != _NULL:  # never ggml_backend_cpu_set_n_threads: it asserts on a non-CPU backend
         setter = ffi.cast("ggml_backend_set_n_threads_t", addr)

@@ -14,6 +14,7 @@ from .handles import Context, Tensor, meta_check, on_meta
 from .device import Backend
 from .rpc import check_tensor_device
 from .openmp import openmp_count_kept
+from . import threads
 from .threads import get_num_threads
 
 GGML_DEFAULT_GRAPH_SIZE = 2048
@@ -37,6 +38,14 @@ class Graph:
         self.leafs: list = []
         self._seen: set = set()
         self._keep: list = []   # Tensor handles, so their contexts outlive the graph's use
+        self._decides = (0, False)  # (node count, count_decides_results) when last asked
+
+    def count_decides_results(self) -> bool:
+        """Whether the thread count decides a node's result here (threads.count_decides_results):
+        the graph then computes on its planned count, whatever the load."""
+        if self._decides[0] != len(self.nodes):
+            self._decides = (len(self.nodes), threads.count_decides_results(self.nodes))
+        return self._decides[1]
 
     def n_nodes(self) -> int:
         """The number of nodes (computed tensors) in the graph."""

@@ -24,6 +24,7 @@ from ..bindings import enum_constants, ffi, lib
 from ..errors import GGMLError
 from .handles import Context, Tensor, wrap
 from .graph import Graph
+from . import threads
 from .sched import Scheduler
 
 _TYPES = {lib.GGML_TYPE_F32: np.float32, lib.GGML_TYPE_I32: np.int32}
@@ -393,14 +394,14 @@ class OptContext:
         p.optimizer = optimizer
         if build_type is not None:
             p.build_type = build_type
-        self.static = True
+        self.static, self.loss_type = True, loss_type
         self.ptr = lib.ggml_opt_init(p)
 
     def _init_dynamic(self, sched, loss_type, optimizer, opt_period, lr):
         if loss_type not in (0, 1, 2, 3) or optimizer not in (0, 1) or int(opt_period) < 1:
             raise GGMLError("ggml_opt_init: bad loss type, optimizer or opt_period")
         self.sched, self.ctx, self.inputs, self.outputs = sched, None, None, None
-        self.static, self.prepared = False, False
+        self.static, self.prepared, self.loss_type = False, False, loss_type
         self.pars = OptParams("sgd" if optimizer == lib.GGML_OPT_OPTIMIZER_TYPE_SGD else "adamw", lr)
         p = lib.ggml_opt_default_params(sched.ptr, loss_type)
         p.opt_period = self.opt_period = int(opt_period)
@@ -408,6 +409,17 @@ class OptContext:
         p.get_opt_pars_ud = self.pars.struct
         p.optimizer = optimizer
         self.ptr = lib.ggml_opt_init(p)
+
+    def count_decides_results(self) -> bool:
+        """Whether the thread count decides a result of this context's graphs (ggml's cross-entropy
+        loss, threads.count_decides_results): they then compute on all their threads, whatever the
+        load. Read from the loss and its forward graph once built, else from the loss type."""
+        loss = lib.ggml_opt_loss(self.ptr)
+        key = int(ffi.cast("uintptr_t", loss))
+        if getattr(self, "_decides", (None,))[0] != key:
+            self._decides = (key, self.loss_type == lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY or (
+                loss != ffi.NULL and threads.count_decides_results_below(loss)))
+        return self._decides[1]
 
     def __getitem__(self, key):
         if key == "opt_ctx":
@@ -636,7 +648,7 @@ def ggml_opt_epoch(opt_ctx: OptContext, dataset: OptDataset, result_train: OptRe
         return f
     rt = result_train.ptr if result_train is not None else ffi.NULL
     re = result_eval.ptr if result_eval is not None else ffi.NULL
-    opt_ctx.sched.fit_threads_to_load()  # for the epoch: ggml runs its batches
+    opt_ctx.sched.fit_threads_to_load(opt_ctx.count_decides_results())  # for the epoch: ggml runs its batches
     lib.ggml_opt_epoch(opt, dataset._live(), rt, re, idata_split, make(callback_train), make(callback_eval))
     if errors:
         raise errors[0]
@@ -668,6 +680,9 @@ def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
     needs_labels = loss_type in (lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY, lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR)
     if needs_labels != (nl > 0) or (nl and nl * b != int(lib.ggml_nelements(outputs.ptr))):
         raise GGMLError("ggml_opt_fit: the dataset's labels do not fit the outputs for this loss")
+    # the whole fit on one count: all the threads where a result depends on it (threads.count_decides_results)
+    sched.fit_threads_to_load(loss_type == lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY
+                              or threads.count_decides_results_below(outputs.ptr))
     lib.ggml_opt_fit(sched.ptr, ctx_compute.ptr, inputs.ptr, outputs.ptr, dataset._live(), loss_type, optimizer,
                      lib.ggml_opt_get_default_optimizer_params, int(nepoch), nbatch_logical, float(val_split),
                      bool(silent))
@@ -756,7 +771,7 @@ def ggml_opt_eval(opt_ctx: OptContext, result: OptResult | None = None) -> None:
     opt = _opt(opt_ctx)
     if not getattr(opt_ctx, "eval_ready", False):
         raise GGMLError("ggml_opt_eval: call ggml_opt_alloc first")
-    opt_ctx.sched.fit_threads_to_load()
+    opt_ctx.sched.fit_threads_to_load(opt_ctx.count_decides_results())
     lib.ggml_opt_eval(opt, result.ptr if result is not None else ffi.NULL)
     opt_ctx.eval_ready = False
     if not opt_ctx.static:

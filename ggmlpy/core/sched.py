@@ -59,11 +59,12 @@ class Scheduler:
         """Record that the scheduler placed `graph` (ggml_backend_sched_alloc_graph)."""
         self.graph, self.alloc_nodes = graph, lib.ggml_graph_n_nodes(graph.ptr)
 
-    def fit_threads_to_load(self) -> None:
+    def fit_threads_to_load(self, planned: bool = False) -> None:
         """Before a compute: each backend's CPU (or BLAS) threads as the machine's load leaves
-        cores for (Backend.fit_threads_to_load)."""
+        cores for (Backend.fit_threads_to_load; `planned`: all of them, for a graph whose results
+        its thread count decides, threads.count_decides_results)."""
         for b in self.backends:
-            b.fit_threads_to_load()
+            b.fit_threads_to_load(planned)
 
     def compute(self, graph: Graph) -> None:
         """Split `graph` across the backends, allocate what is unallocated, and compute it; a graph
@@ -76,7 +77,7 @@ class Scheduler:
             lib.ggml_backend_sched_reset(self.ptr)
             if not lib.ggml_backend_sched_alloc_graph(self.ptr, graph.ptr):
                 raise MemoryError("the scheduler could not allocate the graph")
-        self.fit_threads_to_load()
+        self.fit_threads_to_load(graph.count_decides_results())
         with openmp_count_kept():
             status = lib.ggml_backend_sched_graph_compute(self.ptr, graph.ptr)
         if status != lib.GGML_STATUS_SUCCESS:

@@ -15,12 +15,12 @@ per graph compute.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
 import weakref
 
+from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 
 ENV_VAR = "GGMLPY_N_THREADS"
@@ -92,15 +92,74 @@ def _runnable_now() -> int | None:
 
 
 def others_runnable() -> int | None:
-    """How many threads besides the caller were runnable a moment ago, machine-wide
-    (/proc/loadavg's instantaneous count, read at most every 20 ms): on a machine with as many
-    cores as ggml has threads, each of them takes a core away from ggml. None when unknown (no
-    /proc). The caller's own pool threads count only while they run: between graphs they sleep."""
+    """How many threads besides the caller were runnable a moment ago, machine-wide, and compete
+    for a core (/proc/loadavg's instantaneous count, read at most every 20 ms, less the runnable
+    threads that barely compete: idle_runnable): on a machine with as many cores as ggml has
+    threads, each of them takes a core away from ggml. None when unknown (no /proc). The caller's
+    own pool threads count only while they run: between graphs they sleep."""
     now = time.monotonic()
     if now - _others[0] > 0.02:
         running = _runnable_now()
-        _others[0], _others[1] = now, None if running is None else max(0, running - 1)
+        others = None if running is None else max(0, running - 1)
+        _others[0], _others[1] = now, others and max(0, others - idle_runnable())
     return _others[1]
+
+
+NICE_GAP = 10  # nice levels below ours from which a thread barely competes: CFS gives it under a tenth of ours
+SCHED_IDLE = 5  # Linux's scheduling policy for work that runs only on an otherwise idle core
+_idle: list = [float("-inf"), 0]  # when /proc was last scanned for idle_runnable, and its count
+
+
+def idle_threads() -> list:
+    """(pid, tid) of the runnable threads, machine-wide, that barely compete with this process's:
+    NICE_GAP nice levels or more below its own (`nice -n 19` beside a process at 0 gets about 1.5 %
+    of a core it shares with one) or SCHED_IDLE. Read from /proc/<pid>/stat, and for a process of
+    several threads from its tasks' (a thread's own state); [] without /proc."""
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+    except OSError:
+        return []
+    found = []
+    for pid in pids:
+        fields = _stat_fields(f"/proc/{pid}/stat")
+        if fields is None or not (int(fields[16]) - ours >= NICE_GAP or int(fields[38]) == SCHED_IDLE):
+            continue
+        if fields[17] == b"1":
+            if fields[0] == b"R":
+                found.append((int(pid), int(pid)))
+            continue
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            task = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+            if task is not None and task[0] == b"R":
+                found.append((int(pid), int(tid)))
+    return found
+
+
+def _stat_fields(path: str) -> list | None:
+    """A /proc stat file's fields from the state on (after the command name, which may hold spaces
+    and parentheses): [0] state, [16] nice, [17] threads, [38] policy. None when gone or unreadable."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+        fields = text[text.rindex(b")") + 2:].split()
+        return fields if len(fields) > 38 else None
+    except (OSError, ValueError):
+        return None
+
+
+def idle_runnable() -> int:
+    """len(idle_threads()), scanned at most once a second and only while other threads are
+    runnable at all (a scan reads every process's stat file: about a millisecond): a quiet
+    machine never pays for it."""
+    now = time.monotonic()
+    if now - _idle[0] > 1.0:
+        _idle[0], _idle[1] = now, len(idle_threads())
+    return _idle[1]
 
 
 def threads_for_load(n: int) -> int:
@@ -110,7 +169,7 @@ def threads_for_load(n: int) -> int:
     least 1. ggml splits every node between its threads up front and waits for the last one: a
     thread that shares its core with another process makes every node wait for it (a small
     ONNX model took three times as long on two threads as on one: docs/benchmarks.md, "Threads")."""
-    if n <= 1 or not get_dynamic_threads() or getattr(_fixed, "depth", 0):
+    if n <= 1 or not get_dynamic_threads():
         return n
     others = others_runnable()
     if not others:
@@ -121,20 +180,43 @@ def threads_for_load(n: int) -> int:
     return 1 << (max(1, left).bit_length() - 1)
 
 
-_fixed = threading.local()  # depth of fixed_count() blocks open on each thread
+def count_decides_result(node) -> bool:
+    """Whether ggml's CPU kernel for `node` cuts a sum by its thread count, so that the count
+    decides the result's last bits: CROSS_ENTROPY_LOSS (each thread sums its rows, then the partial
+    sums are added) and FLASH_ATTN_EXT with one query row against 512 keys or more of f32 or f16
+    (the keys are split between the threads, and the parts merged). A graph holding one computes
+    on its planned count whatever the load (Backend.fit_threads_to_load's `planned`). Every other
+    op ggmlpy computes on the CPU cuts by the shape: a ggml product's tiles each sum whole dot
+    products, and ggmlpy's kernels cut into fixed pieces (kernels/pieces.h)."""
+    op = node.op
+    if op == lib.GGML_OP_CROSS_ENTROPY_LOSS:
+        return True
+    if op != lib.GGML_OP_FLASH_ATTN_EXT:
+        return False
+    q, k = node.src[0], node.src[1]
+    return (q.ne[1] == 1 and q.ne[3] == 1 and k.ne[1] >= 512 and q.type == lib.GGML_TYPE_F32
+            and k.type in (lib.GGML_TYPE_F32, lib.GGML_TYPE_F16))
 
 
-@contextlib.contextmanager
-def fixed_count():
-    """Within the block, the CPU graphs this thread computes run on exactly their planned thread
-    count, whatever the load. A product that OpenBLAS computes in pieces (one per thread) rounds
-    by the pieces' sizes, so its last bits depend on the count: work that promises the same
-    result for the same seed (scikit-learn's random_state) must not let the load choose it."""
-    _fixed.depth = getattr(_fixed, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _fixed.depth -= 1
+def count_decides_results(nodes) -> bool:
+    """Whether any of `nodes` is one whose result its thread count decides (count_decides_result)."""
+    return any(count_decides_result(p) for p in nodes)
+
+
+def count_decides_results_below(tensor) -> bool:
+    """count_decides_results over `tensor` and every node it is computed from (a loss and its
+    forward graph, when the graph itself is ggml's own, as in ggml_opt)."""
+    seen, todo = set(), [tensor]
+    while todo:
+        t = todo.pop()
+        key = int(ffi.cast("uintptr_t", t))
+        if key in seen:
+            continue
+        seen.add(key)
+        if count_decides_result(t):
+            return True
+        todo.extend(s for s in t.src if s != ffi.NULL)
+    return False
 
 
 DYNAMIC_ENV_VAR = "GGMLPY_DYNAMIC_THREADS"
@@ -155,12 +237,20 @@ def get_dynamic_threads() -> bool:
 
 
 def set_dynamic_threads(on: bool) -> bool:
-    """Let CPU graphs compute on fewer threads than set while the machine is busy (True, the
-    default), or always on exactly get_num_threads() (False: timings that must not depend on
-    the load, bit-for-bit repeatable runs). A product split between threads rounds by the size of
-    each thread's piece, so results can differ in the last bits between thread counts, and with
-    dynamic threads between a quiet and a busy run (scikit-learn estimators fix the count
-    themselves: threads.fixed_count). Returns `on`."""
+    """Let CPU graphs compute on fewer threads than get_num_threads() while other processes'
+    runnable threads hold the cores (True, the default), or always on exactly get_num_threads()
+    (False; $GGMLPY_DYNAMIC_THREADS=0). Returns `on`.
+
+    What it changes: how many of the set threads compute a graph, so how long a call takes on a
+    busy machine (a thread sharing its core with another process would make every node wait for
+    it), and which thread computes which piece of the work. Processes that barely compete (ten
+    nice levels or more below this one, SCHED_IDLE) are not counted.
+
+    What it cannot change: a result. Every product, convolution, reduction and kernel is cut into
+    pieces fixed by the shape and the cores this process may use, and the few ggml ops whose sums
+    follow their thread count (count_decides_results) compute on the planned count: the same
+    inputs and set_num_threads give the same bits at any load, either way (docs/reproducibility.md).
+    Turn it off for timings that must not move with the load."""
     global _dynamic
     if not isinstance(on, bool):
         raise GGMLError(f"set_dynamic_threads: expected True or False, got {on!r}")

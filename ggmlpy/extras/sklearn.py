@@ -11,9 +11,8 @@ verbose; ggmlR's `seed` is scikit-learn's `random_state`.
 Divergences from ggmlR, for scikit-learn's contracts: a batch larger than the data is cut to
 the data (ggml_fit refuses it), and predictions are computed in batches of one fixed size
 (zero-padded), so a sample's prediction does not depend on which others are predicted with it.
-Fitting and predicting compute on the thread count set (set_num_threads), never fewer under
-load: OpenBLAS rounds a product by how it is split between threads, and the same random_state
-gives the same model.
+The same random_state gives the same model on a quiet and on a busy machine: the load never
+changes a result (docs/reproducibility.md).
 ggml_opt drops the remainder of the data that does not fill a batch; the rows are shuffled by
 `random_state` first, and ggml_opt reshuffles every epoch, so each epoch drops others.
 """
@@ -27,7 +26,6 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, column_or_1d, validate_data
 
-from ..core import threads
 from ..keras.api import ggml_compile, ggml_default_mlp
 
 PREDICT_BATCH = 256  # the one graph shape every prediction runs in
@@ -92,10 +90,9 @@ class _GGMLEstimator(BaseEstimator):
         ggml_compile(model, optimizer=self.optimizer, loss=self._loss, backend=self.device,
                      lr=self.learning_rate, metrics=())
         t0 = time.perf_counter()
-        with threads.fixed_count():  # the same random_state, the same model, whatever the load
-            model.fit(x, targets, epochs=int(self.epochs), batch_size=min(int(self.batch_size), n),
-                      validation_split=float(self.validation_split), sample_weight=sample_weight,
-                      callbacks=list(self.callbacks or ()), verbose=self.verbose)
+        model.fit(x, targets, epochs=int(self.epochs), batch_size=min(int(self.batch_size), n),
+                  validation_split=float(self.validation_split), sample_weight=sample_weight,
+                  callbacks=list(self.callbacks or ()), verbose=self.verbose)
         self.fit_time_ = time.perf_counter() - t0
         self.model_ = model
         self.history_ = model.history
@@ -117,8 +114,7 @@ class _GGMLEstimator(BaseEstimator):
         padded = -(-n // PREDICT_BATCH) * PREDICT_BATCH
         if padded != n:
             x = np.concatenate([x, np.zeros((padded - n, x.shape[1]), np.float32)])
-        with threads.fixed_count():
-            return np.asarray(self.model_.predict(x, batch_size=PREDICT_BATCH))[:n]
+        return np.asarray(self.model_.predict(x, batch_size=PREDICT_BATCH))[:n]
 
 
 class GGMLClassifier(ClassifierMixin, _GGMLEstimator):

@@ -20,6 +20,7 @@ from .._sigint import uninterruptible
 from .. import kernels
 from ..bindings import ffi, lib
 from ..core.openmp import openmp_count_kept
+from ..core import threads
 from ..core.sched import Scheduler
 from ..errors import GGMLError
 
@@ -127,7 +128,7 @@ class CompiledGraph:
     with instead."""
 
     __slots__ = ("graph", "backend", "nodes", "views", "galloc", "sched", "_own_sched", "fallback_ops",
-                 "buffer_bytes", "__weakref__")
+                 "buffer_bytes", "planned_count", "__weakref__")
 
     def __init__(self, graph, backend, nodes=None, *, blas=None, blas_ops=(), fallback=None, one_thread=None,
                  sched: Scheduler | None = None):
@@ -147,6 +148,7 @@ class CompiledGraph:
         if not missing:
             compute_in_place(graph, frozenset(map(_addr, to_blas + single)))
         self.views = [p for p in self.nodes if p.view_src != _NULL]
+        self.planned_count = threads.count_decides_results(self.nodes)  # then never fewer threads under load
         if sched is not None:
             self.sched = sched
             self._allocate_scheduled()
@@ -209,14 +211,15 @@ class CompiledGraph:
         """Compute the graph (on `backend_ptr` instead of its backend: another backend of the same
         memory, such as a one-thread CPU backend for a small graph). On its own backends, the
         graph computes on as many CPU (and BLAS) threads as the machine's load leaves cores for
-        (Backend.fit_threads_to_load)."""
+        (Backend.fit_threads_to_load), or on all of them where the count decides a result
+        (planned_count)."""
         with openmp_count_kept():
             if self.sched is not None:
-                self.sched.fit_threads_to_load()
+                self.sched.fit_threads_to_load(self.planned_count)
                 status = lib.ggml_backend_sched_graph_compute(self.sched.ptr, self.graph)
             else:
                 if backend_ptr is None:
-                    self.backend.fit_threads_to_load()
+                    self.backend.fit_threads_to_load(self.planned_count)
                 compute = lib.ggml_backend_graph_compute_async if asynchronous else lib.ggml_backend_graph_compute
                 status = compute(backend_ptr or self.backend.ptr, self.graph)
         self.backend.check()  # a lost RPC server: nothing was computed

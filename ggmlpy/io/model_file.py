@@ -13,12 +13,22 @@ and one tensor per weight: f32 values, or the blocks of a quantized type as they
 dims are ggml's ne, so a numpy array is stored with its shape reversed and its bytes as they are.
 Written with llama.cpp's own `gguf` package; read through ggmlpy's validating GGUF parser
 (io/gguf_file.py), then held to the rules above before a front end sees any of it.
+
+A file comes back bit for bit or not at all: `ggmlpy.digest` holds the SHA-256 (DIGEST) of its
+kind, its other ggmlpy.* keys (the architecture among them) and every tensor's name, type, ne and
+bytes (GGUF has no checksum of its own: a flipped byte in the weights would load as other
+predictions). The writer computes it on the file it wrote, through the reader's own parser (one
+function, digest(), for both), and writes it over a placeholder of the same length; the reader
+checks it before a front end sees anything, and warns, once a file, of one written without.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import struct
 import tempfile
+import warnings
 from collections.abc import Iterable
 
 import numpy as np
@@ -37,6 +47,10 @@ KINDS = {
     "keras.weights": ("the weights of a Keras-like model", "ggml_save_weights", "ggml_load_weights"),
 }
 UNKINDED = "ag"  # the kind of files written before ggmlpy.kind existed
+DIGEST_KEY = ARCH + ".digest"
+DIGEST = "sha256"  # hashlib's, over the file's mapped bytes: at the speed of reading them (SHA-NI)
+_PLACEHOLDER = DIGEST + ":" + "0" * 64  # the digest's length, written first and overwritten
+_DIGEST_VERSION = b"ggmlpy model file digest 1\0"  # what is hashed, and how, changes with this
 
 __all__ = ["ARCH", "KINDS", "ModelFile", "atomic_write", "is_model_file", "model_file_bytes", "read_model_file",
            "write_model_file"]
@@ -70,7 +84,41 @@ def _check_entries(tensors, keys: dict, writer: str) -> list:
     for key, value in keys.items():
         if not key.startswith(ARCH + ".") or not isinstance(value, str):
             raise GGMLError(f"{writer}: model file keys are strings named {ARCH}.*, got {key!r} = {value!r}")
+        if key in (DIGEST_KEY, ARCH + ".kind", ARCH + ".version"):
+            raise GGMLError(f"{writer}: {key} is written by ggmlpy itself, not given")
     return tensors
+
+
+def digest(f: GGUFFile) -> str:
+    """The digest of a model file's contents (DIGEST_KEY's value): its ggmlpy.* keys but the digest,
+    and its tensors, each by name, type, ne and bytes, in name order."""
+    h = hashlib.new(DIGEST, _DIGEST_VERSION)
+    for key in sorted(f.metadata):
+        if key.startswith(ARCH + ".") and key != DIGEST_KEY:
+            h.update(key.encode() + b"\0" + str(f.metadata[key]).encode() + b"\0")
+    for name in sorted(f.tensors):
+        t = f.tensors[name]
+        ne = list(t.ne) + [1] * (4 - len(t.ne))
+        h.update(name.encode() + b"\0" + struct.pack("<i4q", t.type, *ne[:4]))
+        h.update(f.raw(name).reshape(-1).data)  # a view of the map: hashed as it is read
+    return DIGEST + ":" + h.hexdigest()
+
+
+def _seal(path: str) -> None:
+    """Overwrite the placeholder _write put in `path`'s header with the digest of what it wrote."""
+    with GGUFFile(path) as f:
+        value = digest(f)
+    with open(path, "r+b") as out:
+        head = out.read(1 << 16)
+        at = head.find(_PLACEHOLDER.encode())
+        while at < 0 and len(head) < os.fstat(out.fileno()).st_size:  # a long architecture before it
+            out.seek(0)
+            head = out.read(2 * len(head))
+            at = head.find(_PLACEHOLDER.encode())
+        if at < 0:  # never expected: _write wrote it
+            raise GGMLError(f"{path}: the digest's placeholder is missing from the header just written")
+        out.seek(at)
+        out.write(value.encode())
 
 
 def _write(path: str, kind: str, tensors: list, keys: dict) -> None:
@@ -79,6 +127,7 @@ def _write(path: str, kind: str, tensors: list, keys: dict) -> None:
     try:
         writer.add_string(ARCH + ".version", __version__)
         writer.add_string(ARCH + ".kind", kind)
+        writer.add_string(DIGEST_KEY, _PLACEHOLDER)
         for key, value in keys.items():
             writer.add_string(key, value)
         for name, array, raw_type in tensors:
@@ -91,6 +140,7 @@ def _write(path: str, kind: str, tensors: list, keys: dict) -> None:
         writer.write_tensors_to_file()
     finally:
         writer.close()
+    _seal(path)
 
 
 def write_model_file(path: str | os.PathLike, kind: str, tensors: Iterable, keys: dict, writer: str) -> str:
@@ -171,20 +221,33 @@ def read_model_file(source: str | os.PathLike | bytes, kinds: Iterable[str], rea
                 if f.metadata_types[key] != "string":
                     raise GGMLError(f"{where}: {key} must be a string, is {f.metadata_types[key]}")
                 keys[key] = value
-        kind = keys.pop(ARCH + ".kind", UNKINDED)
-        version = keys.pop(ARCH + ".version", None)
-        if kind not in KINDS:
-            raise GGMLError(f"{where}: unknown model file kind {kind!r} (written by ggmlpy {version}?)")
-        kinds = tuple(kinds)
-        if kind not in kinds:
-            what, saver, loader = KINDS[kind]
-            raise GGMLError(f"{where} holds {what} (written by {saver}), which {reader} cannot load: use {loader}")
-        arrays, ne, blocks = {}, {}, {}
-        for name, t in f.tensors.items():
-            if t.type_name != "f32" and not lib.ggml_is_quantized(t.type):
-                raise GGMLError(f"{where}: tensor {name!r} is {t.type_name}, expected f32 or a quantized type")
-            if lib.ggml_is_quantized(t.type):
-                blocks[name] = (t.type, np.array(f.data(name, raw=True)).reshape(-1))
-            ne[name] = list(t.ne)
-            arrays[name] = np.array(f.data(name), dtype=np.float32)
+        written = keys.pop(DIGEST_KEY, None)
+        if written is None:
+            warnings.warn(f"{where} has no digest ({DIGEST_KEY}: written before ggmlpy checked model files): "
+                          "its contents cannot be checked; saving it again adds one", UserWarning, stacklevel=3)
+        elif digest(f) != written:
+            raise GGMLError(f"{where}: the file's weights or architecture do not match the digest written with "
+                            "them: the file is damaged or was changed after it was saved")
+        kind, version, arrays, ne, blocks = _contents(f, keys, where, kinds, reader)
     return ModelFile(where, kind, version, keys, arrays, ne, blocks)
+
+
+def _contents(f: GGUFFile, keys: dict, where: str, kinds, reader: str) -> tuple:
+    """(kind, version, arrays, ne, blocks) of model file `f`, its keys checked and taken from `keys`."""
+    kind = keys.pop(ARCH + ".kind", UNKINDED)
+    version = keys.pop(ARCH + ".version", None)
+    if kind not in KINDS:
+        raise GGMLError(f"{where}: unknown model file kind {kind!r} (written by ggmlpy {version}?)")
+    kinds = tuple(kinds)
+    if kind not in kinds:
+        what, saver, loader = KINDS[kind]
+        raise GGMLError(f"{where} holds {what} (written by {saver}), which {reader} cannot load: use {loader}")
+    arrays, ne, blocks = {}, {}, {}
+    for name, t in f.tensors.items():
+        if t.type_name != "f32" and not lib.ggml_is_quantized(t.type):
+            raise GGMLError(f"{where}: tensor {name!r} is {t.type_name}, expected f32 or a quantized type")
+        if lib.ggml_is_quantized(t.type):
+            blocks[name] = (t.type, np.array(f.data(name, raw=True)).reshape(-1))
+        ne[name] = list(t.ne)
+        arrays[name] = np.array(f.data(name), dtype=np.float32)
+    return kind, version, arrays, ne, blocks

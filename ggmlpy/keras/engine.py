@@ -13,6 +13,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import kernels
+from ..core import threads
 from ..core.device import Backend, blas_backend, get_backend
 from ..core.rpc import check_tensor_device
 from ..core.sched import Scheduler
@@ -61,16 +62,17 @@ def compute_backend(backend, ctx):
     return Backend(checked_lib.ggml_backend_dev_init(backend.dev, ffi.NULL), backend.name).single_threaded()
 
 
-def on_kernels(b, backend) -> int:
+def on_kernels(b, backend, *nodes) -> int:
     """On the CPU, the builder's compute tensors (in training also those ggml's backward pass made
     there) run on ggmlpy's kernels where it has faster ones (kernels.adopt): the products on the
     ag_* path's product kernel (kernels.gemm, over OpenBLAS) instead of ggml's MUL_MAT and
     OUT_PROD, one BLAS call per product in any orientation, also for a convolution's short inner
     dimension (K*K*C), which ggml's BLAS backend leaves to ggml's far slower CPU kernel; and a
-    convolution's input gradient (IM2COL_BACK). Before the graph is allocated. Returns how many
-    nodes moved."""
+    convolution's input gradient (IM2COL_BACK); and of `nodes` (tensors of other contexts: ggml_opt's
+    loss), ggml's cross-entropy loss, whose result would follow the thread count. Before the graph
+    is allocated. Returns how many nodes moved."""
     k = kernels.get() if backend.is_cpu else None
-    return 0 if k is None else kernels.adopt(k, b.ctx)
+    return 0 if k is None else kernels.adopt(k, b.ctx) + kernels.adopt_nodes(k, nodes)
 
 
 def _split_inputs(b, inp, specs, batch, extra=0):
@@ -286,11 +288,15 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
                             else checked_lib.GGML_OPT_OPTIMIZER_TYPE_ADAMW)
         opt = checked_lib.ggml_opt_init(params)
         if step_size is None:
-            # ggml_opt_init built the static graphs (forward, backward, optimizer steps) in b.ctx;
-            # they are allocated at the first step. Graphs built per step are allocated as soon
-            # as ggml_opt builds them, so their nodes stay ggml's (models past 2048 nodes,
-            # whose products are large enough for ggml's BLAS backend).
-            on_kernels(b, backend)
+            # ggml_opt_init built the static graphs (forward, backward, optimizer steps) in b.ctx,
+            # and the loss in a context of its own; they are allocated at the first step. Graphs
+            # built per step are allocated as soon as ggml_opt builds them, so their nodes stay
+            # ggml's (models past 2048 nodes, whose products are large enough for ggml's BLAS backend).
+            on_kernels(b, backend, checked_lib.ggml_opt_loss(opt))
+        # a fit whose results the thread count decides (ggml's own cross-entropy loss, in graphs
+        # built per step or without ggmlpy's kernels) runs on all its threads, whatever the load
+        planned = (threads.count_decides_results_below(checked_lib.ggml_opt_loss(opt)) if step_size is None
+                   else loss_type == checked_lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY or threads.count_decides_results_below(out))
         lab = None if weighted else labels
         ds = checked_lib.ggml_opt_dataset_init(dtype, F32, ne_dp, 0 if lab is None else k, n_used, 1)
         t_data = checked_lib.ggml_opt_dataset_data(ds)
@@ -325,7 +331,7 @@ def train(model, packed, labels, weights, batch, n_train, n_used, epochs, shuffl
             for _, per_batch in head_losses:
                 per_batch["train"].clear()
                 per_batch["val"].clear()
-            sched.fit_threads_to_load()  # for the epoch: ggml runs its batches
+            sched.fit_threads_to_load(planned)  # for the epoch: ggml runs its batches
             if step_size is None:
                 checked_lib.ggml_opt_epoch(opt, ds, r_train, r_val, n_train, cb_train, cb_val)
             else:

@@ -28,12 +28,12 @@ turns into these kernels' before the graph is allocated.
 
 - loader.py: compiling and loading (get, enabled, set_enabled, host_library, the x86-64 levels)
 - nodes.py: `Kernels`, a node builder per kernel, and relu, keep_nan, extremum
-- rewrite.py: adopt, chain_linears, overwrites_input
+- rewrite.py: adopt, adopt_nodes, chain_linears, overwrites_input
 """
 from .loader import (ISA_LEVELS, enabled, get, host_library, isa_level, isa_summary, set_enabled,  # noqa: F401
                      supported_isa_levels)
 from .nodes import (DIRECT_MAX_FLOATS, LANE_CHANNELS, Kernels, direct_fits, direct_planes, extremum,  # noqa: F401
                     gemm_fits, keep_nan, relu)
-from .rewrite import adopt, chain_linears, overwrites_input  # noqa: F401
+from .rewrite import adopt, adopt_nodes, chain_linears, overwrites_input  # noqa: F401
 
 __all__ = []  # internal: nothing joins the package namespace

@@ -17,10 +17,10 @@
  * (1 ReLU, 2 bias, 4 residual: the bias and residual are the op's third and third-or-fourth
  * arguments), block pixels (0: chosen here).
  *
- * Threads: the work items are (image, group, pixel block); ggml's threads take contiguous ranges of
- * them. With fewer items than threads (a deep layer of one image), every thread builds the item's
- * patch block and computes its own range of output channels. Each thread's cblas_sgemm runs on
- * that thread alone (blas_threads.h).
+ * Threads: the work items are (image, group, pixel block), cut into pieces (pieces.h): the items,
+ * or, with fewer items than pieces_count() (a deep layer of one image), each item's output channels
+ * in parts, each part's thread building the item's patch block. ggml's threads take the pieces in
+ * turn. Each cblas_sgemm runs on its thread alone (blas_threads.h).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,6 +28,7 @@
 
 #include "blas_threads.h"
 #include "fields.h"
+#include "pieces.h"
 #include "vmath.h"
 
 enum { ColMajor = 102, NoTrans = 111 };
@@ -254,29 +255,27 @@ void ggmlpy_conv2d_f32(void *dst, int ith, int nth, void *userdata) {
     }
     if (block > P)
         block = P;
-    if (pr[P_BLOCK] <= 0 && nth > 1 && (int64_t)N * G < 4 * nth) {
-        /* few images: as many blocks an image as make the items a multiple of the threads (an even share) */
+    const int64_t cut = pieces_count();
+    if (pr[P_BLOCK] <= 0 && cut > 1 && (int64_t)N * G < 4 * cut) {
+        /* few images: as many blocks an image as make the items a multiple of the pieces (an even share) */
         int64_t nb = (P + block - 1) / block, per = (int64_t)N * G;
-        int64_t want = ((nb * per + nth - 1) / nth) * nth;
+        int64_t want = ((nb * per + cut - 1) / cut) * cut;
         nb = (want + per - 1) / per;
         block = ((P + nb - 1) / nb + 15) & ~(int64_t)15;
         block = block > P ? P : block;
     }
     const int64_t nblocks = (P + block - 1) / block, items = (int64_t)N * G * nblocks;
-    /* items this thread takes, and the output channels it computes of each */
-    int64_t i0 = 0, i1 = items;
-    int o0 = 0, o1 = Mg;
-    if (items >= nth) {
-        i0 = items * ith / nth;
-        i1 = items * (ith + 1) / nth;
-    } else {
-        int per = (Mg + nth - 1) / nth;
-        o0 = imin(per * ith, Mg);
-        o1 = imin(o0 + per, Mg);
+    /* the pieces (pieces.h): the items, or, with fewer items than pieces_count(), each item's output
+     * channels in pieces_count() parts */
+    const int64_t parts = items >= cut ? 1 : cut;
+    for (int64_t piece = ith; piece < items * parts; piece += nth) {
+        const int64_t it = piece / parts;
+        int64_t lo = 0, hi = Mg;
+        if (parts > 1)
+            piece_range(Mg, parts, 1, piece % parts, &lo, &hi);
+        const int o0 = (int)lo, o1 = (int)hi;
         if (o0 >= o1)
-            return;
-    }
-    for (int64_t it = i0; it < i1; it++) {
+            continue;
         const int64_t bi = it % nblocks, ng = it / nblocks;
         const int gi = (int)(ng % G), n = (int)(ng / G);
         const int64_t p0 = bi * block, m = p0 + block < P ? block : P - p0;
@@ -483,8 +482,9 @@ void ggmlpy_im2col_back_f32(void *dst, int ith, int nth, void *userdata) {
 
 /* A linear layer's product and bias as one node: dst [N, T] = w [N, K] x [K, T] + bias [N] in
  * column-major terms (ONNX's X (T, K) @ W (K, N) + b, with W in its own row-major layout), each
- * thread's block of dst set to the bias and the product added onto it (beta = 1) by OpenBLAS.
- * Threads split the columns (tokens), or the rows when there are more rows, in blocks of 16. */
+ * piece of dst set to the bias and the product added onto it (beta = 1) by OpenBLAS. The pieces
+ * (pieces.h): the columns (tokens), or the rows when there are more rows, in pieces_count() blocks
+ * of 16. */
 void ggmlpy_linear_f32(void *dst, int ith, int nth, void *userdata) {
     (void)userdata;
     const void *wt = src_of(dst, 0), *xt = src_of(dst, 1);
@@ -495,22 +495,19 @@ void ggmlpy_linear_f32(void *dst, int ith, int nth, void *userdata) {
     const float *w = data_of(wt), *x = data_of(xt), *bias = data_of(src_of(dst, 2));
     float *y = data_of(dst);
     BLAS_ON_THIS_THREAD_ONLY();
-    int i0 = 0, i1 = m, j0 = 0, j1 = n;
-    if (n >= m) {
-        int per = ((n + nth - 1) / nth + 15) & ~15;
-        j0 = imin(per * ith, n);
-        j1 = imin(j0 + per, n);
-    } else {
-        int per = ((m + nth - 1) / nth + 15) & ~15;
-        i0 = imin(per * ith, m);
-        i1 = imin(i0 + per, m);
+    for (int64_t p = ith; p < pieces_count(); p += nth) {
+        int64_t i0 = 0, i1 = m, j0 = 0, j1 = n;
+        if (n >= m)
+            piece_range(n, pieces_count(), 16, p, &j0, &j1);
+        else
+            piece_range(m, pieces_count(), 16, p, &i0, &i1);
+        if (i0 >= i1 || j0 >= j1)
+            continue;
+        for (int64_t j = j0; j < j1; j++)
+            memcpy(y + j * m + i0, bias + i0, (size_t)(i1 - i0) * sizeof(float));
+        cblas_sgemm(ColMajor, NoTrans, NoTrans, (int)(i1 - i0), (int)(j1 - j0), k, 1.0f, w + i0, m, x + j0 * k, k, 1.0f,
+                    y + j0 * m + i0, m);
     }
-    if (i0 >= i1 || j0 >= j1)
-        return;
-    for (int j = j0; j < j1; j++)
-        memcpy(y + (int64_t)j * m + i0, bias + i0, (size_t)(i1 - i0) * sizeof(float));
-    cblas_sgemm(ColMajor, NoTrans, NoTrans, i1 - i0, j1 - j0, k, 1.0f, w + i0, m, x + (int64_t)j0 * k, k, 1.0f,
-                y + (int64_t)j0 * m + i0, m);
 }
 
 /* A linear layer with weights packed at load time, with AVX2 or AVX-512: dst [N, T] = w x (+ bias), as

@@ -9,15 +9,16 @@
  * leading dimension nb1 / 4. dst = op(a) op(b), dst[m, n, B2, B3] contiguous; userdata's bit 0
  * says op(a) = t(a), bit 1 op(b) = t(b).
  *
- * Threads: ggml's threads split the batch matrices, or, with fewer matrices than threads, the
- * columns (or rows) of each product in blocks of 16. Each thread's cblas_sgemm runs on that one
- * thread (blas_threads.h; the loader checks that OpenBLAS is the OpenMP or the sequential build).
+ * Threads: the work is cut into pieces (pieces.h): the batch matrices, or, with fewer matrices than
+ * pieces_count(), the columns (or rows) of each product in blocks of 16; ggml's threads take the
+ * pieces in turn. Each piece's cblas_sgemm runs on its thread alone (blas_threads.h; the loader checks that OpenBLAS is the OpenMP or the sequential build).
  */
 #include <stdint.h>
 #include <string.h>
 
 #include "blas_threads.h"
 #include "fields.h"
+#include "pieces.h"
 
 enum { ColMajor = 102, NoTrans = 111, Trans = 112 };
 extern void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
@@ -42,47 +43,42 @@ static const float *matrix(const view *v, int64_t i2, int64_t i3, int64_t d2, in
     return (const float *)(v->data + (i2 / (d2 / v->ne[2])) * v->nb[2] + (i3 / (d3 / v->ne[3])) * v->nb[3]);
 }
 
+/* rows [i0, i1) and columns [j0, j1) of batch matrix bi of c = op(a) op(b) */
+static void product(const view *a, const view *b, const view *c, int64_t bi, int ta, int tb, int k, int i0, int i1,
+                    int j0, int j1) {
+    const int lda = (int)(a->nb[1] / 4), ldb = (int)(b->nb[1] / 4), ldc = (int)(c->nb[1] / 4);
+    int64_t i2 = bi % c->ne[2], i3 = bi / c->ne[2];
+    float *pc = (float *)(c->data + i2 * c->nb[2] + i3 * c->nb[3]) + (int64_t)j0 * ldc + i0;
+    if (k == 0) {  /* an empty sum (BLAS would refuse the leading dimension 0 of an empty t(a)) */
+        for (int j = j0; j < j1; j++)
+            memset(pc + (int64_t)(j - j0) * ldc, 0, (size_t)(i1 - i0) * 4);
+        return;
+    }
+    const float *pa = matrix(a, i2, i3, c->ne[2], c->ne[3]);
+    const float *pb = matrix(b, i2, i3, c->ne[2], c->ne[3]);
+    /* rows i0.. of op(a): a's rows, or its columns when transposed; columns j0.. of op(b) likewise */
+    pa += ta ? (int64_t)i0 * lda : i0;
+    pb += tb ? j0 : (int64_t)j0 * ldb;
+    cblas_sgemm(ColMajor, ta ? Trans : NoTrans, tb ? Trans : NoTrans, i1 - i0, j1 - j0, k, 1.0f, pa, lda, pb, ldb,
+                0.0f, pc, ldc);
+}
+
 void ggmlpy_gemm_f32(void *dst, int ith, int nth, void *userdata) {
     const int ta = (int)((intptr_t)userdata & 1), tb = (int)(((intptr_t)userdata >> 1) & 1);
     view a = view_of(src_of(dst, 0)), b = view_of(src_of(dst, 1)), c = view_of(dst);
     const int m = (int)c.ne[0], n = (int)c.ne[1], k = (int)(ta ? a.ne[0] : a.ne[1]);
-    const int lda = (int)(a.nb[1] / 4), ldb = (int)(b.nb[1] / 4), ldc = (int)(c.nb[1] / 4);
     const int64_t batches = c.ne[2] * c.ne[3];
     BLAS_ON_THIS_THREAD_ONLY();
-    /* this thread's batches, and within each its columns [j0, j1) and rows [i0, i1) */
-    int64_t b0 = 0, b1 = batches;
-    int j0 = 0, j1 = n, i0 = 0, i1 = m;
-    if (batches >= nth) {
-        b0 = batches * ith / nth;
-        b1 = batches * (ith + 1) / nth;
-    } else if (n >= m) {
-        int per = ((n + nth - 1) / nth + 15) & ~15;
-        j0 = per * ith < n ? per * ith : n;
-        j1 = j0 + per < n ? j0 + per : n;
-    } else {
-        int per = ((m + nth - 1) / nth + 15) & ~15;
-        i0 = per * ith < m ? per * ith : m;
-        i1 = i0 + per < m ? i0 + per : m;
-    }
-    if (j0 >= j1 || i0 >= i1)
-        return;
-    if (k == 0) {  /* an empty sum (BLAS would refuse the leading dimension 0 of an empty t(a)) */
-        for (int64_t bi = b0; bi < b1; bi++)
-            for (int j = j0; j < j1; j++)
-                memset(c.data + (bi % c.ne[2]) * c.nb[2] + (bi / c.ne[2]) * c.nb[3] + (int64_t)j * c.nb[1] + i0 * 4,
-                       0, (size_t)(i1 - i0) * 4);
-        return;
-    }
-    for (int64_t bi = b0; bi < b1; bi++) {
-        int64_t i2 = bi % c.ne[2], i3 = bi / c.ne[2];
-        const float *pa = matrix(&a, i2, i3, c.ne[2], c.ne[3]);
-        const float *pb = matrix(&b, i2, i3, c.ne[2], c.ne[3]);
-        float *pc = (float *)(c.data + i2 * c.nb[2] + i3 * c.nb[3]);
-        /* rows i0.. of op(a): a's rows, or its columns when transposed; columns j0.. of op(b) likewise */
-        pa += ta ? (int64_t)i0 * lda : i0;
-        pb += tb ? j0 : (int64_t)j0 * ldb;
-        pc += (int64_t)j0 * ldc + i0;
-        cblas_sgemm(ColMajor, ta ? Trans : NoTrans, tb ? Trans : NoTrans, i1 - i0, j1 - j0, k, 1.0f, pa, lda,
-                    pb, ldb, 0.0f, pc, ldc);
+    /* the pieces (pieces.h): whole batch matrices, or, with fewer matrices than pieces_count(), each
+     * matrix's columns (or rows) in pieces_count() blocks of 16 */
+    const int64_t per_matrix = batches >= pieces_count() ? 1 : pieces_count(), pieces = batches * per_matrix;
+    for (int64_t p = ith; p < pieces; p += nth) {
+        int64_t bi = p / per_matrix, i0 = 0, i1 = m, j0 = 0, j1 = n;
+        if (per_matrix > 1 && n >= m)
+            piece_range(n, per_matrix, 16, p % per_matrix, &j0, &j1);
+        else if (per_matrix > 1)
+            piece_range(m, per_matrix, 16, p % per_matrix, &i0, &i1);
+        if (j0 < j1 && i0 < i1)
+            product(&a, &b, &c, bi, ta, tb, k, (int)i0, (int)i1, (int)j0, (int)j1);
     }
 }

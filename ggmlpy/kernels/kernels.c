@@ -196,6 +196,45 @@ void ggmlpy_sum_rows_f32(void *dst, int ith, int nth, void *userdata) {
     }
 }
 
+/* ggml's CROSS_ENTROPY_LOSS, -sum(labels * log_softmax(logits)) / rows, computed by thread 0 alone:
+ * ggml's own kernel adds up its threads' partial sums, so its last bits follow the thread count, and
+ * a custom op has no barrier to add fixed pieces' sums after them (pieces.h). Each row as ggml's
+ * (its max, the log of the sum of exp in double, the row's products summed in double), the rows'
+ * sums added in float in order: ggml's result on one thread. Sources: logits, labels, of one shape,
+ * rows contiguous; dst a scalar. A ggml_custom_4d node of one task. */
+void ggmlpy_cross_entropy_f32(void *dst, int ith, int nth, void *userdata) {
+    (void)nth;
+    (void)userdata;
+    if (ith != 0)
+        return;
+    const void *lt = src_of(dst, 0), *yt = src_of(dst, 1);
+    int64_t ne[4], nbl[4], nby[4];
+    ne_of(lt, ne);
+    nb_of(lt, nbl);
+    nb_of(yt, nby);
+    const char *logits = (const char *)data_of(lt), *labels = (const char *)data_of(yt);
+    const int64_t nc = ne[0];
+    float total = 0.0f;
+    for (int64_t i3 = 0; i3 < ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < ne[2]; i2++)
+            for (int64_t i1 = 0; i1 < ne[1]; i1++) {
+                const float *x = (const float *)(logits + i1 * nbl[1] + i2 * nbl[2] + i3 * nbl[3]);
+                const float *y = (const float *)(labels + i1 * nby[1] + i2 * nby[2] + i3 * nby[3]);
+                float max = -INFINITY;
+                for (int64_t i = 0; i < nc; i++)
+                    max = max > x[i] ? max : x[i];
+                double sum = 0.0;
+                for (int64_t i = 0; i < nc; i++)
+                    sum += (double)expf(x[i] - max);
+                const float lse = logf((float)sum);
+                double row = 0.0;
+                for (int64_t i = 0; i < nc; i++)
+                    row += (double)(((x[i] - max) + -lse) * y[i]);
+                total += (float)row;
+            }
+    *(float *)data_of(dst) = total * (-1.0f / (float)(ne[1] * ne[2] * ne[3]));
+}
+
 /* max(x, 0) keeping NaN (ggml's relu maps it to 0) and with relu(-inf) = 0, PyTorch's and
  * onnxruntime's values; a select that gcc vectorises. dst may be src itself (a graph computes it
  * in place where src has no other reader): element i is read before it is written, and no other,

@@ -55,6 +55,7 @@ class Kernels:
         self._sum_rows = kernels_lib.ggmlpy_sum_rows_f32
         self._extremum = kernels_lib.ggmlpy_extremum_f32
         self._layer_norm_back = kernels_lib.ggmlpy_layer_norm_back_f32
+        self._cross_entropy_fn = kernels_lib.ggmlpy_cross_entropy_f32
         self._gemm_fn = gemm_lib.ggmlpy_gemm_f32 if gemm_lib is not None else None
         self.gemm = self._gemm if gemm_lib is not None else None  # None: products stay ggml's
         self._conv_fn = conv_lib.ggmlpy_conv2d_f32 if conv_lib is not None else None

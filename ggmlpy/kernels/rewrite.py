@@ -12,7 +12,9 @@ def adopt(k: Kernels, ctx) -> int:
     """Turn the nodes among the tensors of context `ctx` that ggmlpy has a faster CPU kernel
     for into that kernel's node, in place; returns how many. f32 products (MUL_MAT, OUT_PROD)
     become gemm nodes (a transposed view read through its source); im2col's gradient
-    (IM2COL_BACK, 2-D) becomes conv.c's, which sums in ggml's order (the same bits).
+    (IM2COL_BACK, 2-D) becomes conv.c's, which sums in ggml's order (the same bits); ggml's
+    cross-entropy loss becomes kernels.c's, on one thread (ggml's own result follows its
+    thread count: kernels/pieces.h).
 
     For graphs whose nodes ggml makes itself: ggml's backward pass has no rule for a custom
     op, so a graph it differentiates is built with ggml's ops and adopted afterwards, its
@@ -23,9 +25,15 @@ def adopt(k: Kernels, ctx) -> int:
     nodes = []
     t = lib.ggml_get_first_tensor(ctx)
     while t != ffi.NULL:
-        if t.type == lib.GGML_TYPE_F32 and t.op in _ADOPTERS:
-            nodes.append(t)
+        nodes.append(t)
         t = lib.ggml_get_next_tensor(ctx, t)
+    return adopt_nodes(k, nodes)
+
+
+def adopt_nodes(k: Kernels, nodes) -> int:
+    """adopt() for the given nodes (ggml tensors of any context: a ggml_opt context's loss, which
+    ggml makes in a context of its own); the others are left as they are."""
+    nodes = [t for t in nodes if t != ffi.NULL and t.type == lib.GGML_TYPE_F32 and t.op in _ADOPTERS]
     if not nodes:
         return 0
     # each kernel's node is made in a scratch context, and its op and op parameters (the
@@ -76,8 +84,19 @@ def _adopt_im2col_back(kern: Kernels, scratch, t):
     return node, (g,)
 
 
+def _adopt_cross_entropy(k: Kernels, scratch, t):
+    """(kernels.c's node, its operands) computing CROSS_ENTROPY_LOSS node t on one thread, whose
+    result the thread count never changes (ggml's adds its threads' partial sums), or None."""
+    logits, labels = t.src[0], t.src[1]
+    if logits.type != lib.GGML_TYPE_F32 or labels.type != lib.GGML_TYPE_F32 or logits.nb[0] != 4 or labels.nb[0] != 4:
+        return None
+    node = lib.ggml_custom_4d(scratch, lib.GGML_TYPE_F32, 1, 1, 1, 1, ffi.new("struct ggml_tensor *[2]", [logits, labels]),
+                              2, k._cross_entropy_fn, 1, ffi.NULL)
+    return node, (logits, labels)
+
+
 _ADOPTERS = {lib.GGML_OP_MUL_MAT: _adopt_product, lib.GGML_OP_OUT_PROD: _adopt_product,
-             lib.GGML_OP_IM2COL_BACK: _adopt_im2col_back}
+             lib.GGML_OP_IM2COL_BACK: _adopt_im2col_back, lib.GGML_OP_CROSS_ENTROPY_LOSS: _adopt_cross_entropy}
 
 
 def chain_linears(k: Kernels, graph) -> None:
