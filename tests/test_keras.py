@@ -987,3 +987,21 @@ def test_saved_layer_config_is_a_plain_dict(tmp_path):
     m2 = g.ggml_load_model(str(path))
     assert m2.layers[0].config == {"units": 3, "activation": None}
     assert m2.layers[0].layer_id != m.layers[0].layer_id
+
+
+# -- divergences from ggmlR pinned (docs/divergences.md, Keras-like models) ---------------------------------
+def test_ggml_compile_checks_shapes_before_any_fit():
+    """ggmlR finds these in ggml_fit; ggmlpy's ggml_compile already infers every shape."""
+    x = g.ggml_input(shape=4)
+    z = g.ggml_layer_add([g.ggml_layer_dense(x, 8), g.ggml_layer_dense(x, 4)], name="mismatch")
+    with pytest.raises(GGMLError, match=r"add 'mismatch': shape mismatch.*\[\(8,\), \(4,\)\]"):
+        g.ggml_compile(g.ggml_model(inputs=x, outputs=g.ggml_layer_dense(z, 2)), loss="mse")
+    c = g.ggml_layer_concatenate([g.ggml_layer_dense(x, 4), g.ggml_layer_dense(x, 4)], axis=5)
+    with pytest.raises(GGMLError, match="out of range"):
+        g.ggml_compile(g.ggml_model(inputs=x, outputs=g.ggml_layer_dense(c, 2)), loss="mse")
+
+
+def test_ggml_model_refuses_outputs_that_depend_on_inputs_not_listed():
+    a, b = g.ggml_input(shape=4, name="a"), g.ggml_input(shape=4, name="b")
+    with pytest.raises(GGMLError, match=r"the outputs depend on inputs not listed: \['b'\]"):
+        g.ggml_model(inputs=a, outputs=g.ggml_layer_add([a, b]))
