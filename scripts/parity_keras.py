@@ -137,12 +137,12 @@ def reference_predict(model, x, weights=None, training=False):
     if isinstance(model, K.Sequential):
         h = xs[0]
         for l in model.layers:
-            h = ref.layer_forward(l.kind, l.config(), w(l), [h], training)
+            h = ref.layer_forward(l.kind, l.config, w(l), [h], training)
         return [h]
     vals = {id(n): v for n, v in zip(model.inputs, xs)}
     for n in model.order:
         if n.layer is not None:
-            vals[id(n)] = ref.layer_forward(n.layer.kind, n.layer.config(), w(n.layer),
+            vals[id(n)] = ref.layer_forward(n.layer.kind, n.layer.config, w(n.layer),
                                             [vals[id(p)] for p in n.parents], training)
     return [vals[id(o)] for o in model.outputs]
 

@@ -906,3 +906,102 @@ def test_fit_and_predict_run_on_ggmlpy_kernels(monkeypatch):
         for k, v in ps.items():
             np.testing.assert_allclose(weights[ln][k], v, rtol=1e-4, atol=1e-6, err_msg=f"{ln}.{k}")
     np.testing.assert_allclose(pred, pred0, rtol=1e-4, atol=1e-6)
+
+
+# -- ggmlR's fields on layer objects: node_type, config (a dict), layer_id ------------------------------
+def test_every_sequential_layer_has_ggmlr_fields():
+    m = g.ggml_model_sequential()
+    m = g.ggml_layer_conv_2d(m, 4, 3, input_shape=(8, 8, 2))
+    m = g.ggml_layer_max_pooling_2d(m, 2)
+    m = g.ggml_layer_batch_norm(m)
+    m = g.ggml_layer_flatten(m)
+    m = g.ggml_layer_dropout(m, rate=0.2)
+    m = g.ggml_layer_dense(m, 5, activation="relu")
+    ids = set()
+    for layer in m.layers:
+        assert layer.node_type == layer.type == layer.kind
+        assert isinstance(layer.config, dict)
+        assert layer.config() == dict(layer.config) and type(layer.config()) is dict  # the method form
+        assert layer.layer_id.startswith("layer_")
+        ids.add(layer.layer_id)
+    assert len(ids) == len(m.layers)
+    assert m.layers[-1].config["units"] == 5 and m.layers[-1].config["activation"] == "relu"
+    assert m.layers[4].config["rate"] == 0.2
+
+
+def test_layer_config_is_a_snapshot():
+    d = g.ggml_dense(7)
+    cfg = d.config
+    cfg["units"] = 99
+    assert d.config["units"] == 7 and d.units == 7
+
+
+def test_layer_id_is_the_sharing_key_of_a_layer_applied_twice():
+    shared = g.ggml_lstm(units=3)
+    x1, x2 = g.ggml_input(shape=(4, 2)), g.ggml_input(shape=(4, 2))
+    o1, o2 = g.ggml_apply(x1, shared), g.ggml_apply(x2, shared)
+    other = g.ggml_apply(x1, g.ggml_lstm(units=3))
+    assert o1.layer_id == o2.layer_id == shared.layer_id != other.layer_id
+    assert x1.layer_id is None  # an input applies no layer
+    assert o1.config == {**shared.config, "name": shared.name}
+    # ggml_model merges two layers of one name (ggmlR's name sharing): one key, one weight set
+    x1, x2 = g.ggml_input(shape=4), g.ggml_input(shape=4)
+    a = g.ggml_layer_dense(x1, 2, name="enc")
+    b = g.ggml_layer_dense(x2, 2, name="enc")
+    assert a.layer_id != b.layer_id
+    m = g.ggml_model(inputs=[x1, x2], outputs=[a, b])
+    assert a.layer_id == b.layer_id
+    assert m.count_params() == 4 * 2 + 2
+
+
+def test_a_copied_or_unpickled_layer_gets_its_own_layer_id():
+    import copy
+    import pickle
+    d = g.ggml_dense(3, activation="tanh")
+    for twin in (copy.deepcopy(d), pickle.loads(pickle.dumps(d))):
+        assert twin.layer_id != d.layer_id
+        assert twin.config == d.config
+
+
+def test_a_layer_subclass_may_define_config_as_a_method():
+    class Scale(g.Layer):
+        kind = "scale_test"
+
+        def __init__(self, factor, **kw):
+            super().__init__(**kw)
+            self.factor = factor
+
+        def config(self):
+            return {"factor": self.factor}
+
+    s = Scale(2.5)
+    assert s.config["factor"] == 2.5 and s.config() == {"factor": 2.5}
+    assert s.node_type == "scale_test"
+
+
+def test_saved_layer_config_is_a_plain_dict(tmp_path):
+    m = g.ggml_layer_dense(g.ggml_model_sequential(), 3, input_shape=4)
+    m.compile(loss="mse")
+    path = tmp_path / "m.rds"
+    g.ggml_save_model(m, str(path))
+    m2 = g.ggml_load_model(str(path))
+    assert m2.layers[0].config == {"units": 3, "activation": None}
+    assert m2.layers[0].layer_id != m.layers[0].layer_id
+
+
+# -- divergences from ggmlR pinned (docs/divergences.md, Keras-like models) ---------------------------------
+def test_ggml_compile_checks_shapes_before_any_fit():
+    """ggmlR finds these in ggml_fit; ggmlpy's ggml_compile already infers every shape."""
+    x = g.ggml_input(shape=4)
+    z = g.ggml_layer_add([g.ggml_layer_dense(x, 8), g.ggml_layer_dense(x, 4)], name="mismatch")
+    with pytest.raises(GGMLError, match=r"add 'mismatch': shape mismatch.*\[\(8,\), \(4,\)\]"):
+        g.ggml_compile(g.ggml_model(inputs=x, outputs=g.ggml_layer_dense(z, 2)), loss="mse")
+    c = g.ggml_layer_concatenate([g.ggml_layer_dense(x, 4), g.ggml_layer_dense(x, 4)], axis=5)
+    with pytest.raises(GGMLError, match="out of range"):
+        g.ggml_compile(g.ggml_model(inputs=x, outputs=g.ggml_layer_dense(c, 2)), loss="mse")
+
+
+def test_ggml_model_refuses_outputs_that_depend_on_inputs_not_listed():
+    a, b = g.ggml_input(shape=4, name="a"), g.ggml_input(shape=4, name="b")
+    with pytest.raises(GGMLError, match=r"the outputs depend on inputs not listed: \['b'\]"):
+        g.ggml_model(inputs=a, outputs=g.ggml_layer_add([a, b]))

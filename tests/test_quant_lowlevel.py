@@ -140,3 +140,84 @@ def test_ops_without_quantized_kernels_refuse_quantized_input(ctx):
         g.ggml_add(ctx, a, a)
     with pytest.raises(g.GGMLError, match="has type q4_0"):
         g.ggml_mul_mat(ctx, g.ggml_new_tensor_1d(ctx, g.GGML_TYPE_F32, 64), a)
+
+
+# every type a quantize_<t> function produces (ggmlR's quantizer family)
+QUANTIZER_TYPES = sorted(n[len("quantize_"):] for n in dir(g)
+                         if n.startswith("quantize_") and not n.startswith("quantize_row_"))
+
+
+def test_every_quantizer_type_is_covered():
+    assert set(QUANTIZER_TYPES) == set(Q8_0_DOT + Q8_K_DOT + OTHER) | {"iq2_xs", "iq2_s", "iq3_xxs", "iq1_s"}
+
+
+@pytest.mark.parametrize("name", QUANTIZER_TYPES)
+def test_backend_tensor_set_data_takes_quantized_blocks(name):
+    """ggmlR's setter on a quantized weight: quantize_<t>'s blocks go in as they are, and the CPU
+    backend's quantized product matches the product with the dequantized weight."""
+    K, M, N = 512, 6, 5
+    w = rng.standard_normal((M, K)).astype(np.float32)
+    x = rng.standard_normal((N, K)).astype(np.float32)
+    imat = np.ones(K) if g.ggml_quantize_requires_imatrix(name) else None
+    blocks = getattr(g, f"quantize_{name}")(w, imatrix=imat)
+    ctx = g.ggml_init(1 << 20, no_alloc=True)
+    backend = g.ggml_backend_cpu_init()
+    try:
+        a = g.ggml_new_tensor_2d(ctx, type_id(name), K, M)
+        b = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, K, N)
+        y = g.ggml_mul_mat(ctx, a, b)
+        g.ggml_backend_alloc_ctx_tensors(ctx, backend)
+        assert g.ggml_backend_tensor_set_data(a, blocks) is a
+        g.ggml_backend_tensor_set_data(b, x)
+        g.ggml_backend_graph_compute(backend, g.ggml_build_forward_expand(ctx, y))
+        out = g.ggml_backend_tensor_get(y)
+        held = g.ggml_backend_tensor_get(a)  # the weight as the backend holds it, dequantized
+    finally:
+        g.ggml_free(ctx)
+        g.ggml_backend_free(backend)
+    wd = dequantize(name, blocks).reshape(M, K).astype(np.float64)
+    assert np.array_equal(held, wd.astype(np.float32))
+    if name in Q8_0_DOT or name in Q8_K_DOT:  # the kernel's own arithmetic: activations in q8_0 / q8_K
+        xq = dequantize("q8_0", g.ggml_quantize_chunk("q8_0", x)) if name in Q8_0_DOT else \
+            dequantize("q8_K", g.quantize_row_q8_K_ref(x))
+        ref = xq.reshape(N, K) @ wd.T
+        np.testing.assert_allclose(out, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
+    else:  # activations quantized by the kernel (to 8 bits): a fraction of a percent
+        ref = x @ wd.T
+        np.testing.assert_allclose(out, ref, rtol=0, atol=0.02 * np.abs(ref).max())
+
+
+def test_backend_tensor_set_data_checks_quantized_blocks():
+    """Blocks from a byte offset (whole blocks only), floats for the whole tensor, and clear errors
+    for byte counts that do not fit."""
+    w = rng.standard_normal((4, 64)).astype(np.float32)
+    blocks = g.quantize_q8_0(w)  # 4 rows of 2 blocks of 34 bytes: 272
+    ctx = g.ggml_init(1 << 20, no_alloc=True)
+    backend = g.ggml_backend_cpu_init()
+    try:
+        a = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_Q8_0, 64, 4)
+        g.ggml_backend_alloc_ctx_tensors(ctx, backend)
+        g.ggml_backend_tensor_set_data(a, np.zeros(a.nbytes(), np.uint8))
+        g.ggml_backend_tensor_set_data(a, blocks[68:136].tobytes(), offset=68)  # row 1, as bytes
+        expect = np.zeros((4, 64), np.float32)
+        expect[1] = dequantize("q8_0", blocks).reshape(4, 64)[1]
+        assert np.array_equal(g.ggml_backend_tensor_get(a), expect)
+        g.ggml_backend_tensor_set_data(a, w)  # floats: quantized, as ggml_backend_tensor_set does
+        assert np.array_equal(g.ggml_backend_tensor_get(a), dequantize("q8_0", blocks).reshape(4, 64))
+        with pytest.raises(g.GGMLError, match="100 bytes is not a whole number of 34-byte q8_0 blocks"):
+            g.ggml_backend_tensor_set_data(a, blocks[:100])
+        with pytest.raises(g.GGMLError, match="go past the tensor's 272 bytes"):
+            g.ggml_backend_tensor_set_data(a, np.concatenate([blocks, blocks[:34]]))
+        with pytest.raises(g.GGMLError, match="go past the tensor's 272 bytes"):
+            g.ggml_backend_tensor_set_data(a, blocks, offset=34)
+        with pytest.raises(g.GGMLError, match="a multiple of the 34-byte q8_0 block, got 10"):
+            g.ggml_backend_tensor_set_data(a, blocks[:34], offset=10)
+        with pytest.raises(g.GGMLError, match="float values only as a whole"):
+            g.ggml_backend_tensor_set_data(a, w[1], offset=68)
+        with pytest.raises(g.GGMLError, match="takes 256 float values or its 272 bytes"):
+            g.ggml_backend_tensor_set_data(a, w[:2])
+        with pytest.raises(g.GGMLError, match="cannot move q8_0 data as numbers"):
+            g.ggml_backend_tensor_get_data(a)
+    finally:
+        g.ggml_free(ctx)
+        g.ggml_backend_free(backend)

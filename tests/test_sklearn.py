@@ -26,13 +26,27 @@ def _expected_failures(estimator):
     # And these two compare a row's prediction alone, in another order or in a subset, at rtol
     # 1e-7: float32 products on OpenBLAS (the shared product kernel) round a column by where it
     # lies in the batch's matrix, so the same row's output moves by about 1e-7 relative.
+    # An autograd module's loop ignores sample_weight altogether, as ggmlR's learners do (it warns).
     position = "float32 BLAS products: a row's prediction depends on its place in the batch by ~1e-7 (rounding)"
-    return {"check_sample_weight_equivalence_on_dense_data":
-            "float32 minibatch training: weighting equals repeating rows only up to rounding",
+    weights = ("an autograd module's loop ignores sample_weight (ggmlR's learners' rule; it warns)"
+               if estimator.model_fn is not None else
+               "float32 minibatch training: weighting equals repeating rows only up to rounding")
+    return {"check_sample_weight_equivalence_on_dense_data": weights,
             "check_methods_sample_order_invariance": position, "check_methods_subset_invariance": position}
 
 
-@parametrize_with_checks([GGMLClassifier(random_state=0), GGMLRegressor(random_state=0)],
+def ag_mlp(task, n_features, n_out, params):
+    """A model_fn returning an autograd module (raw outputs: logits for a classifier)."""
+    return g.ag_sequential(g.ag_linear(n_features, 16, activation="relu"), g.ag_linear(16, n_out))
+
+
+# ggmlR's learners with an autograd model_fn; the small module learns at ggmlR's 1e-3 too slowly for
+# the checks that score the fit (check_classifiers_train asks 0.83 accuracy after one fit)
+AG_CHECKED = dict(model_fn=ag_mlp, learning_rate=1e-2, epochs=40, random_state=0)
+
+
+@parametrize_with_checks([GGMLClassifier(random_state=0), GGMLRegressor(random_state=0),
+                          GGMLClassifier(**AG_CHECKED), GGMLRegressor(**AG_CHECKED)],
                          expected_failed_checks=_expected_failures)
 def test_scikit_learn_estimator_checks(estimator, check):
     check(estimator)
@@ -166,3 +180,156 @@ def test_parsnip_engine_functions():
     reg = g.ggmlr_parsnip_fit_regr(xr, yr / yr.std(), hidden_layers=64, epochs=30, dropout=0.0, seed=0)
     assert isinstance(reg, GGMLRegressor) and reg.predict(xr).shape == (200,)
     assert reg.score(xr, yr / yr.std()) > 0.8
+
+
+# -- ggmlR's learner options: model_fn, training_fn, max_grad_norm ---------------------------------------
+def keras_mlp(task, n_features, n_out, params):
+    """A model_fn returning an uncompiled Keras-like model."""
+    m = g.ggml_layer_dense(g.ggml_model_sequential(), 16, activation="relu", input_shape=n_features)
+    return g.ggml_layer_dense(m, n_out, activation="softmax")
+
+
+def test_model_fn_with_an_autograd_module_trains_a_classifier():
+    x, y = _blobs()
+    clf = GGMLClassifier(model_fn=ag_mlp, epochs=40, learning_rate=1e-2, random_state=0).fit(x, y)
+    assert isinstance(clf.model_, g.ag_sequential)
+    assert clf.score(x, y) > 0.9
+    p = clf.predict_proba(x)
+    np.testing.assert_allclose(p.sum(axis=1), 1, rtol=1e-9)
+    np.testing.assert_array_equal(clf.predict(x), clf.classes_[p.argmax(axis=1)])
+    loss = clf.history_["loss"]
+    assert len(loss) == 40 and loss[-1] < loss[0] / 2
+
+
+def test_model_fn_with_an_autograd_module_trains_a_regressor():
+    x, y = make_regression(n_samples=200, n_features=5, noise=1.0, random_state=0)
+    x = StandardScaler().fit_transform(x)
+    reg = GGMLRegressor(model_fn=ag_mlp, epochs=60, learning_rate=1e-2, random_state=0).fit(x, y / y.std())
+    assert reg.predict(x).shape == (200,)
+    assert reg.score(x, y / y.std()) > 0.9
+
+
+def test_model_fn_gets_the_task_the_sizes_and_the_parameters():
+    seen = {}
+
+    def build(task, n_features, n_out, params):
+        seen.update(task=task, n_features=n_features, n_out=n_out, params=params)
+        return keras_mlp(task, n_features, n_out, params)
+
+    x, y = _blobs(n=60)
+    clf = GGMLClassifier(model_fn=build, epochs=2, random_state=3).fit(x, y)
+    assert seen["n_features"] == 8 and seen["n_out"] == 3
+    assert seen["task"][0].shape == (60, 8) and list(seen["task"][1]) == list(y)
+    assert seen["params"]["epochs"] == 2 and seen["params"]["model_fn"] is build
+    assert clf.model_.compiled and clf.model_.compilation["loss"] == "categorical_crossentropy"
+
+
+def test_training_fn_replaces_the_loop():
+    calls = []
+
+    def train(model, x, y, params):
+        calls.append((x.shape, y.shape, params["epochs"]))
+        return model
+
+    x, y = _blobs(n=60)
+    clf = GGMLClassifier(model_fn=ag_mlp, training_fn=train, epochs=7, random_state=0).fit(x, y)
+    assert calls == [((60, 8), (60, 3), 7)]  # x [rows, features], y one-hot [rows, classes]
+    assert clf.history_ is None and clf.predict_proba(x).shape == (60, 3)
+    with pytest.raises(ValueError, match="training_fn must return the trained autograd module"):
+        GGMLClassifier(model_fn=ag_mlp, training_fn=lambda m, x, y, p: None).fit(x, y)
+
+
+def test_max_grad_norm_clips_every_step():
+    """SGD steps of lr * clipped gradient: the weights move at most steps * lr * max_grad_norm."""
+    built = []
+
+    def build(task, n_features, n_out, params):
+        built.append(ag_mlp(task, n_features, n_out, params))
+        built.append({k: v.copy() for k, v in built[0].state_dict().items()})
+        return built[0]
+
+    x, y = _blobs(n=64)
+    lr, norm, epochs, batch = 0.5, 1e-3, 2, 16
+    GGMLClassifier(model_fn=build, optimizer="sgd", learning_rate=lr, max_grad_norm=norm, epochs=epochs,
+                   batch_size=batch, random_state=0).fit(x, y)
+    model, before = built
+    moved = np.sqrt(sum(np.sum((model.state_dict()[k] - v) ** 2) for k, v in before.items()))
+    steps = epochs * 64 // batch
+    assert 0 < moved <= steps * lr * norm * (1 + 1e-4)
+    built.clear()
+    GGMLClassifier(model_fn=build, optimizer="sgd", learning_rate=lr, epochs=epochs, batch_size=batch,
+                   random_state=0).fit(x, y)
+    model, before = built
+    assert np.sqrt(sum(np.sum((model.state_dict()[k] - v) ** 2) for k, v in before.items())) > 100 * steps * lr * norm
+
+
+def test_max_grad_norm_is_a_tunable_hyper_parameter():
+    x, y = _blobs(n=90)
+    search = GridSearchCV(GGMLClassifier(model_fn=ag_mlp, epochs=5, random_state=0),
+                          {"max_grad_norm": [0.5, np.inf], "learning_rate": [1e-3, 1e-2]}, cv=3).fit(x, y)
+    assert search.best_params_["max_grad_norm"] in (0.5, np.inf)
+    assert len(search.cv_results_["params"]) == 4
+
+
+def test_autograd_fits_repeat_with_random_state_and_leave_the_generator_alone():
+    x, y = _blobs(n=80)
+    state = g.get_rng_state()
+    a = GGMLClassifier(model_fn=ag_mlp, epochs=3, random_state=5).fit(x, y).predict_proba(x)
+    assert g.get_rng_state() == state
+    b = GGMLClassifier(model_fn=ag_mlp, epochs=3, random_state=5).fit(x, y).predict_proba(x)
+    c = GGMLClassifier(model_fn=ag_mlp, epochs=3, random_state=6).fit(x, y).predict_proba(x)
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
+
+
+def test_autograd_validation_split():
+    x, y = _blobs(n=80)
+    clf = GGMLClassifier(model_fn=ag_mlp, epochs=3, validation_split=0.25, random_state=0).fit(x, y)
+    assert len(clf.history_["val_loss"]) == 3 and all(np.isfinite(clf.history_["val_loss"]))
+
+
+def test_learner_options_refused_where_they_would_do_nothing():
+    x, y = _blobs(n=40)
+    with pytest.raises(ValueError, match="training_fn applies to an autograd module"):
+        GGMLClassifier(training_fn=lambda m, x, y, p: m).fit(x, y)
+    with pytest.raises(ValueError, match="max_grad_norm applies to an autograd module"):
+        GGMLClassifier(max_grad_norm=1.0).fit(x, y)
+    with pytest.raises(ValueError, match="device chooses ggml_fit's backend"):
+        GGMLClassifier(model_fn=ag_mlp, device="vulkan").fit(x, y)
+    with pytest.raises(ValueError, match="callbacks are ggml_fit's"):
+        GGMLClassifier(model_fn=ag_mlp, callbacks=[g.ggml_callback_early_stopping()]).fit(x, y)
+    with pytest.warns(UserWarning, match="sample_weight is ignored"):
+        GGMLClassifier(model_fn=ag_mlp, epochs=1).fit(x, y, sample_weight=np.ones(40))
+
+
+@pytest.mark.parametrize("param,value,message", [
+    ("max_grad_norm", -1.0, "max_grad_norm must be a number >= 0"),
+    ("max_grad_norm", float("nan"), "max_grad_norm must be a number >= 0"),
+    ("max_grad_norm", "1", "max_grad_norm must be a number >= 0"),
+    ("model_fn", 3, "model_fn must be a function"),
+    ("training_fn", "loop", "training_fn must be a function"),
+    ("model_fn", lambda *a: [1, 2], "model_fn must return an uncompiled Keras-like model"),
+    ("model_fn", lambda t, f, o, p: keras_mlp(t, f, o, p).compile(loss="mse"), "must return an uncompiled model"),
+])
+def test_bad_learner_options_raise_value_errors(param, value, message):
+    x, y = _blobs(n=40)
+    with pytest.raises(ValueError, match=message):
+        GGMLClassifier(**{param: value}).fit(x, y)
+
+
+def test_pickled_autograd_estimators_predict_the_same():
+    x, y = _blobs(n=80)
+    clf = GGMLClassifier(model_fn=ag_mlp, epochs=3, random_state=0).fit(x, y)
+    state = g.get_rng_state()
+    twin = pickle.loads(pickle.dumps(clf))
+    assert g.get_rng_state() == state
+    assert isinstance(twin.model_, g.ag_sequential) and twin.model_ is not clf.model_
+    np.testing.assert_array_equal(twin.predict_proba(x), clf.predict_proba(x))
+
+    def reads_the_task(task, n_features, n_out, params):
+        return ag_mlp(task, task[0].shape[1], n_out, params)
+
+    clf = GGMLClassifier(model_fn=reads_the_task, epochs=1).fit(x, y)
+    clf.model_fn = clf._rebuild_[2]["model_fn"] = (lambda task, f, o, p: None)
+    with pytest.raises(ValueError, match=r"rebuilds the autograd module with model_fn\(None, 8, 3, params\)"):
+        clf.__setstate__(clf.__getstate__())

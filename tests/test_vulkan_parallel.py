@@ -78,7 +78,7 @@ def test_transports_other_than_host_staging_are_refused_or_answer_minus_2():
 @no_vulkan
 def test_without_vulkan_the_device_names_say_so():
     assert g.ggml_vulkan_device_groups()["n_groups"] == 0
-    with pytest.raises(g.GGMLError, match="does not exist"):
+    with pytest.raises(g.GGMLError, match=r"^Invalid device index: 0 \(available: none"):
         g.ggml_vulkan_device_caps(0)
     with pytest.raises(g.GGMLError, match="no Vulkan device is visible"):
         g.ggml_vulkan_split_mul_mat(np.ones((2, 2)), np.ones((2, 2)))
@@ -101,6 +101,39 @@ def test_device_caps_and_groups_from_ggml():
     assert groups["n_groups"] == g.ggml_vulkan_device_count()
     assert groups["report"].startswith(f"Vulkan device groups: {groups['n_groups']}")
     assert caps["name"] in groups["report"]
+
+
+@needs_vulkan
+def test_device_caps_report_the_drivers_standard_properties():
+    """lavapipe reports subgroup sizes, operations and the push-constant limit; ggmlR's fork-only
+    fields are absent; what the loader reports for the device matches what ggml reports of it."""
+    from ggmlpy.core import vulkan_driver
+    caps = g.ggml_vulkan_device_caps(0)
+    assert isinstance(caps["subgroup_min_size"], int) and isinstance(caps["subgroup_max_size"], int)
+    assert 1 <= caps["subgroup_min_size"] <= caps["subgroup_max_size"]
+    assert isinstance(caps["subgroup_shuffle"], bool) and isinstance(caps["subgroup_vote"], bool)
+    assert caps["max_push_constants_size"] >= 128  # Vulkan's required minimum
+    for k in ("coopmat1_fa_support", "subgroup_no_shmem", "coopmat_m", "coopmat_n", "coopmat_k"):
+        assert k not in caps
+    phys = [p for p in vulkan_driver.physical_device_properties() if p["name"] == caps["name"]]
+    assert phys, "the Vulkan loader lists ggml's device"
+    p = phys[0]
+    for k in ("subgroup_min_size", "subgroup_max_size", "subgroup_shuffle", "subgroup_vote",
+              "max_push_constants_size", "coopmat_shapes", "arch"):
+        assert caps[k] == p[k], k
+    if p["vendor_id"] not in (vulkan_driver.VENDOR_AMD, vulkan_driver.VENDOR_INTEL, vulkan_driver.VENDOR_NVIDIA,
+                              vulkan_driver.VENDOR_QUALCOMM):
+        assert caps["arch"] == "OTHER"  # lavapipe: ggml's class for every other vendor
+    if "VK_KHR_cooperative_matrix" in p["extensions"]:
+        assert caps["coopmat_shapes"] and all({"m", "n", "k", "a", "b", "c", "scope"} <= set(s)
+                                              for s in caps["coopmat_shapes"])
+    else:
+        assert caps["coopmat_shapes"] is None
+    n = g.ggml_vulkan_device_count()
+    with pytest.raises(g.GGMLError, match=rf"^Invalid device index: {n} \(available: 0-{n - 1}\)$"):
+        g.ggml_vulkan_device_caps(n)
+    with pytest.raises(g.GGMLError, match=r"^Invalid device index: -1 \(available: 0-"):
+        g.ggml_vulkan_device_caps(-1)
 
 
 @needs_vulkan

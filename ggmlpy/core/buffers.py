@@ -15,7 +15,7 @@ from ..errors import GGMLError, check
 from .backend import ggml_backend_synchronize, is_meta
 from .checked import handle_arg
 from .device import Backend, backend_arg
-from .handles import NP_DTYPES, Context, Tensor, _to_storage, get_data, meta_check, on_meta, set_data
+from .handles import NP_DTYPES, Context, Tensor, _to_storage, _write_raw, get_data, on_meta, set_data
 from .tensor_api import ggml_get_f32, ggml_set_f32
 
 if TYPE_CHECKING:
@@ -179,7 +179,8 @@ def ggml_backend_multi_buffer_set_usage(buf: BackendBuffer, usage: int) -> Backe
 
 
 # -- tensor data -----------------------------------------------------------------------------------------------
-def _data_tensor(t, what) -> Tensor:
+def _data_tensor(t, what, blocks: bool = False) -> Tensor:
+    """t, checked to hold data this process can write; `blocks`: a quantized type is allowed too."""
     if not isinstance(t, Tensor):
         raise GGMLError(f"{what}: expected a Tensor, got {type(t).__name__}")
     p = t.ptr
@@ -188,7 +189,8 @@ def _data_tensor(t, what) -> Tensor:
             raise GGMLError(f"{what}: tensor '{t.name or '<unnamed>'}' has no backend buffer; "
                             "allocate it with ggml_backend_alloc_ctx_tensors first")
     check(t.is_contiguous(), f"{what}: the tensor is a non-contiguous view; use ggml_cont() first")
-    check(t.type in NP_DTYPES, f"{what}: cannot move {t.type_name} data as numbers")
+    check(t.type in NP_DTYPES or (blocks and lib.ggml_is_quantized(t.type)),
+          f"{what}: cannot move {t.type_name} data as numbers")
     return t
 
 
@@ -208,19 +210,47 @@ def _range(t, offset, n, what):
 
 
 def ggml_backend_tensor_set_data(tensor: Tensor, data: ArrayLike, offset: int = 0) -> Tensor:
-    """Write numbers into a tensor on any backend, from byte `offset` on (ggmlR's form)."""
-    t = _data_tensor(tensor, "ggml_backend_tensor_set_data")
+    """Write numbers into a tensor on any backend, from byte `offset` on (ggmlR's form).
+
+    A quantized tensor takes its encoded blocks (a uint8 array or bytes, as quantize_* return
+    them), copied as they are: whole blocks from a block boundary on. Float values fill a whole
+    quantized tensor, quantized row by row as ggml_backend_tensor_set does."""
+    what = "ggml_backend_tensor_set_data"
+    t = _data_tensor(tensor, what, blocks=True)
+    if lib.ggml_is_quantized(t.type):
+        return _set_blocks(t, data, offset, what)
     arr = np.ravel(np.asarray(data))
-    check(arr.dtype.kind in "biuf", "ggml_backend_tensor_set_data: data must be numbers")
-    start, n = _range(t, offset, arr.size, "ggml_backend_tensor_set_data")
+    check(arr.dtype.kind in "biuf", f"{what}: data must be numbers")
+    start, n = _range(t, offset, arr.size, what)
     if start == 0 and n == t.nelements():
-        set_data(t, arr, _np_of(t), "ggml_backend_tensor_set_data")
+        set_data(t, arr, _np_of(t), what)
         return t
-    raw = _to_storage(arr.astype(_np_of(t)), t.type)
-    es = int(lib.ggml_type_size(t.type))
-    meta_check(t, "ggml_backend_tensor_set_data", start * es, n * es, write=True)
-    lib.ggml_backend_tensor_set(t.ptr, ffi.from_buffer(raw), start * es, n * es) if not t.on_host else \
-        ffi.memmove(ffi.cast("char *", t.ptr.data) + start * es, ffi.from_buffer(raw), n * es)
+    _write_raw(t, _to_storage(arr.astype(_np_of(t)), t.type), what, start * int(lib.ggml_type_size(t.type)))
+    return t
+
+
+def _set_blocks(t: Tensor, data, offset, what: str) -> Tensor:
+    """Write a quantized tensor's encoded blocks, whole blocks only (a cut block would decode to
+    values nobody wrote)."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        data = np.frombuffer(data, dtype=np.uint8)
+    arr = np.asarray(data)
+    offset = int(offset)
+    if arr.dtype != np.uint8:
+        check(offset == 0, f"{what}: a {t.type_name} tensor takes float values only as a whole (offset 0); "
+                           "write part of it as encoded blocks (uint8)")
+        set_data(t, arr, np.float32, what)
+        return t
+    raw = np.ascontiguousarray(arr).ravel()
+    bsize, blck = int(lib.ggml_type_size(t.type)), int(lib.ggml_blck_size(t.type))
+    check(offset >= 0 and offset % bsize == 0,
+          f"{what}: offset is in bytes, a multiple of the {bsize}-byte {t.type_name} block, got {offset}")
+    check(raw.size % bsize == 0,
+          f"{what}: {raw.size} bytes is not a whole number of {bsize}-byte {t.type_name} blocks")
+    check(offset + raw.size <= t.nbytes(),
+          f"{what}: {raw.size} bytes of {t.type_name} blocks from byte {offset} go past the tensor's "
+          f"{t.nbytes()} bytes ({t.nelements()} elements {list(t.shape)}, {t.nbytes() // bsize} blocks of {blck})")
+    _write_raw(t, raw, what, offset)
     return t
 
 

@@ -307,12 +307,13 @@ def set_data(t: Tensor, values, np_dtype, what: str) -> None:
     _write_raw(t, _to_storage(src, t.type), what)
 
 
-def _write_raw(t: Tensor, raw: np.ndarray, what: str = "writing tensor data") -> None:
+def _write_raw(t: Tensor, raw: np.ndarray, what: str = "writing tensor data", offset: int = 0) -> None:
+    """Copy raw's bytes into t from byte `offset` on (the caller has checked that they fit)."""
     if t.on_host:
-        ffi.memmove(t.ptr.data, ffi.from_buffer(raw), raw.nbytes)
+        ffi.memmove(ffi.cast("char *", t.ptr.data) + offset, ffi.from_buffer(raw), raw.nbytes)
     else:
-        meta_check(t, what, 0, raw.nbytes, write=True)
-        lib.ggml_backend_tensor_set(t.ptr, ffi.from_buffer(raw), 0, raw.nbytes)
+        meta_check(t, what, offset, raw.nbytes, write=True)
+        lib.ggml_backend_tensor_set(t.ptr, ffi.from_buffer(raw), offset, raw.nbytes)
         check_tensor_device(t.ptr)
 
 

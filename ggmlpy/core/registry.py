@@ -201,6 +201,12 @@ def _load_backends() -> None:
         raise GGMLError(f"libggml at {found.lib_dir} registers no CPU backend")
 
 
+def vulkan_visible_devices() -> str | None:
+    """GGML_VK_VISIBLE_DEVICES as ggml-vulkan read it when its backend registered (None: unset);
+    its order maps ggml's Vulkan device i to a physical device."""
+    return _registry["vk_env"]
+
+
 def ensure_backends() -> None:
     if _registry["ready"]:
         return

@@ -11,7 +11,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from . import device as _device
-from . import registry
+from . import registry, vulkan_driver
 from .device import Backend
 from .ggml_log import VK_DEVICE_REPORTS
 from ..bindings import c_str, ffi, lib
@@ -36,8 +36,9 @@ def vulkan_device_handles() -> list:
 def _vk_dev(device: int):
     devs = _vk_devs()
     i = int(device)
-    if not 0 <= i < len(devs):
-        raise GGMLError(f"Vulkan device {i} does not exist ({len(devs)} Vulkan device(s) visible)")
+    if not 0 <= i < len(devs):  # ggmlR's wording, which ported scripts match
+        available = f"0-{len(devs) - 1}" if devs else "none: no Vulkan device is visible"
+        raise GGMLError(f"Invalid device index: {i} (available: {available})")
     return devs[i]
 
 
@@ -185,15 +186,42 @@ def _report_fields(report: str) -> dict:
     return {"name": name or head, "driver": driver.rstrip(")"), **fields}
 
 
+def _driver_properties(index: int, name: str) -> dict | None:
+    """The Vulkan driver's own report on ggml's device `index`, or None where it cannot be told
+    which physical device that is. ggml keeps its index-to-device map private: it is the order of
+    GGML_VK_VISIBLE_DEVICES when that was set (and the names agree), else the one physical device
+    of that name, or several of that name reporting the same (identical GPUs)."""
+    phys = vulkan_driver.physical_device_properties()
+    visible = (registry.vulkan_visible_devices() or "").replace(",", " ").split()
+    if index < len(visible) and visible[index].isdigit():
+        k = int(visible[index])
+        if k < len(phys) and phys[k]["name"] == name:
+            return phys[k]
+    same = [p for p in phys if p["name"] == name]
+    return same[0] if same and all(p == same[0] for p in same) else None
+
+
+_DRIVER_FIELDS = ("subgroup_min_size", "subgroup_max_size", "subgroup_shuffle", "subgroup_vote",
+                  "max_push_constants_size", "coopmat_shapes", "arch")
+
+
 def ggml_vulkan_device_caps(device: int = 0) -> dict:
-    """What ggml knows of a Vulkan device's capabilities: from its device properties (async,
-    host_buffer, buffer_from_host_ptr, events, mmap_support) and from the line ggml-vulkan
-    reports as the device registers (fp16, bf16, fp4, integer_dot_product, subgroup_size (its
-    "warp size"), shared_memory, uma, matrix_cores ("none", "KHR_coopmat", "NV_coopmat2", ...)
-    and coopmat_support, name, driver). ggmlR's fork adds internals the pinned ggml does not
-    report (coopmat1_fa_support, subgroup_min/max_size, subgroup_no_shmem, arch, coopmat_m/n/k,
-    push-constant limits): they are not here. Fields of that line are None if ggml's log was not
-    routed to ggmlpy when the device registered (ggml_log_set_default before the first query)."""
+    """A Vulkan device's capabilities: ggml's device properties (async, host_buffer,
+    buffer_from_host_ptr, events, mmap_support); the line ggml-vulkan reports as the device
+    registers (fp16, bf16, fp4, integer_dot_product, subgroup_size (its "warp size"),
+    shared_memory, uma, matrix_cores ("none", "KHR_coopmat", "NV_coopmat2", ...) and
+    coopmat_support, name, driver); and the standard properties the Vulkan driver reports, which
+    ggml reads but does not expose (core/vulkan_driver.py): subgroup_min_size / subgroup_max_size
+    (VK_EXT_subgroup_size_control or Vulkan 1.3), subgroup_shuffle, subgroup_vote,
+    max_push_constants_size, coopmat_shapes (VK_KHR_cooperative_matrix's list: m, n, k, the
+    a/b/c/result types, scope) and arch (ggml's architecture class, where ggml decides it from the
+    vendor and the extension list: "OTHER" for lavapipe and other vendors, "NVIDIA_PRE_TURING";
+    None for the classes ggml derives from further properties). A property the driver does not
+    report is None. ggmlR's fork adds its own internals, absent here: coopmat1_fa_support,
+    subgroup_no_shmem and coopmat_m/n/k (the shape ggml picks from coopmat_shapes). The fields of
+    ggml's line are None if ggml's log was not routed to ggmlpy when the device registered
+    (ggml_log_set_default before the first query). A device index that does not exist raises
+    "Invalid device index: N (available: 0-M)", as ggmlR does."""
     d = _vk_dev(device)
     caps = dict(_device.dev_props(d)["caps"])
     rep = VK_DEVICE_REPORTS.get(int(device))
@@ -211,6 +239,8 @@ def ggml_vulkan_device_caps(device: int = 0) -> dict:
                  "subgroup_size": num("warp size"), "shared_memory": num("shared memory"), "uma": flag("uma"),
                  "matrix_cores": cores, "coopmat_support": None if cores is None else cores != "none",
                  "report": rep})
+    drv = _driver_properties(int(device), c_str(lib.ggml_backend_dev_description(d))) or {}
+    caps.update({k: drv.get(k) for k in _DRIVER_FIELDS})
     return caps
 
 

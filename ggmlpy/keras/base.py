@@ -7,6 +7,7 @@ whose shape is the ggml ne reversed (so `arr.ravel()` is ggml memory order).
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -16,6 +17,20 @@ from ..errors import GGMLError
 from .builder import ACTIVATIONS
 
 _counters: dict[str, int] = {}
+_layer_ids = itertools.count(1)  # next() on a count is atomic under the GIL: ids are unique per process
+
+
+def _next_layer_id() -> str:
+    return f"layer_{next(_layer_ids)}"
+
+
+class LayerConfig(dict):
+    """ggmlR's layer$config: the constructor settings as a dict (`layer.config["units"]`).
+    Calling it (`layer.config()`) gives the same settings as a plain dict, for code that reads
+    config as a method."""
+
+    def __call__(self) -> dict:
+        return dict(self)
 
 
 def r_to_ggml_shape(shape) -> tuple:
@@ -66,7 +81,11 @@ def _zigzag(shape):
 
 
 class Layer:
-    """Base layer: a name, a trainable flag, weights (numpy) and a config."""
+    """Base layer: a name, a trainable flag, weights (numpy) and a config.
+
+    `layer_id` ("layer_<n>", unique in the process) is ggmlR's sharing key: every node a layer
+    object is applied to (ggml_apply, or layers merged by name in ggml_model) shows its layer_id,
+    and those applications share its weights."""
 
     kind = "layer"
     has_weights = False
@@ -77,6 +96,7 @@ class Layer:
             _counters[self.kind] = _counters.get(self.kind, 0) + 1
             name = f"{self.kind}_{_counters[self.kind]}"
         self.name = str(name)
+        self.layer_id = _next_layer_id()
         self.trainable = bool(trainable)
         self.input_shape = None if input_shape is None else r_to_ggml_shape(input_shape)
         self.weights: dict[str, np.ndarray] = {}
@@ -100,8 +120,8 @@ class Layer:
         """The layer's ggml ops on input tensors `xs` ([*sample shape, batch]) with weight tensors `W`."""
         raise NotImplementedError
 
-    def config(self) -> dict:
-        """The constructor settings (ggmlR's layer$config), enough to rebuild the layer."""
+    def _config(self) -> dict:
+        """The constructor settings, enough to rebuild the layer (what `config` shows)."""
         return {}
 
     # -- shared ------------------------------------------------------------------------------------
@@ -119,9 +139,33 @@ class Layer:
         return self.out_shape
 
     @property
+    def config(self) -> LayerConfig:
+        """ggmlR's layer$config: the constructor settings (a fresh dict on each read)."""
+        return LayerConfig(self._config())
+
+    @property
     def type(self) -> str:
-        """ggmlR's layer$type (the kind: "dense", "conv_2d", ...)."""
+        """ggmlR's Sequential layer$type (the kind: "dense", "conv_2d", ...)."""
         return self.kind
+
+    @property
+    def node_type(self) -> str:
+        """ggmlR's layer-object layer$node_type: the kind, as the nodes it is applied to show it."""
+        return self.kind
+
+    def __init_subclass__(cls, **kwargs):
+        """A subclass may define `config` as a method returning its settings: that method becomes its
+        `_config`, and `config` stays the dict attribute every layer has."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("config")
+        if callable(own) and not isinstance(own, property):
+            cls._config = own
+            cls.config = Layer.config
+
+    def __setstate__(self, state):
+        """A copied or unpickled layer is a different layer (its own weights): a new layer_id."""
+        self.__dict__.update(state)
+        self.layer_id = _next_layer_id()
 
     @property
     def output_shape(self):

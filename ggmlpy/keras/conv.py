@@ -103,7 +103,7 @@ class Conv2D(Layer):
         y = b.cont(checked_lib.ggml_permute(b.ctx, y, 0, 1, 3, 2))
         return b.activation(y, "softmax") if self.activation == "softmax" else y
 
-    def config(self):
+    def _config(self):
         return {"filters": self.filters, "kernel_size": self.kernel_size, "strides": self.strides,
                 "padding": self.padding, "activation": self.activation}
 
@@ -179,7 +179,7 @@ class Conv1D(Layer):
         y = b.reshape(y, [oc, ol, batch])
         return b.activation(y, self.activation)
 
-    def config(self):
+    def _config(self):
         return {"filters": self.filters, "kernel_size": self.kernel_size, "strides": self.strides,
                 "padding": self.padding, "activation": self.activation}
 
@@ -207,7 +207,7 @@ class MaxPooling2D(Layer):
         (ph, pw), (sh, sw) = self.pool_size, self.strides
         return checked_lib.ggml_pool_2d(b.ctx, b.cont(xs[0]), checked_lib.GGML_OP_POOL_MAX, pw, ph, sw, sh, 0.0, 0.0)
 
-    def config(self):
+    def _config(self):
         return {"pool_size": self.pool_size, "strides": self.strides}
 
 

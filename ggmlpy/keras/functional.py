@@ -34,7 +34,13 @@ class Node:
         """ggmlR's node$config: the layer's settings and name (inputs: shape, dtype, name)."""
         if self.layer is None:
             return {"shape": tuple(ggml_to_r_shape(self.shape)), "dtype": self.dtype, "name": self.name}
-        return {**self.layer.config(), "name": self.layer.name}
+        return {**self.layer.config, "name": self.layer.name}
+
+    @property
+    def layer_id(self) -> str | None:
+        """ggmlR's node$layer_id: the applied layer's sharing key (None for an input). Nodes of one
+        layer object share it, and its weights."""
+        return None if self.layer is None else self.layer.layer_id
 
     def __repr__(self):
         return f"<Node {self.name}>"
@@ -96,9 +102,9 @@ class Functional(_Model):
                 continue
             first = by_name.setdefault(n.layer.name, n.layer)
             if first is not n.layer:
-                if first.kind != n.layer.kind or first.config() != n.layer.config():
+                if first.kind != n.layer.kind or first.config != n.layer.config:
                     raise GGMLError(f"two different layers are named {n.layer.name!r} "
-                                    f"({first.kind} {first.config()} and {n.layer.kind} {n.layer.config()})")
+                                    f"({first.kind} {dict(first.config)} and {n.layer.kind} {dict(n.layer.config)})")
                 n.layer = first
 
     def _toposort(self):

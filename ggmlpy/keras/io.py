@@ -142,7 +142,7 @@ def ggml_load_weights(model: _Model, path: str | os.PathLike[str]) -> _Model:
 
 
 def _layer_spec(l):
-    spec = {"kind": l.kind, "name": l.name, "trainable": l.trainable, "config": l.config()}
+    spec = {"kind": l.kind, "name": l.name, "trainable": l.trainable, "config": dict(l.config)}
     if l.input_shape is not None:
         spec["input_shape"] = list(ggml_to_r_shape(l.input_shape))
     return spec

@@ -48,7 +48,7 @@ class Dense(Layer):
             return y  # ggml's cross-entropy applies the log-softmax itself (softmax_ce="exact")
         return b.activation(y, self.activation)
 
-    def config(self):
+    def _config(self):
         return {"units": self.units, "activation": self.activation}
 
 
@@ -172,7 +172,7 @@ class BatchNorm(Layer):
         self.weights["running_mean"] = ((1 - m) * self.weights["running_mean"] + m * mean).astype(np.float32)
         self.weights["running_var"] = ((1 - m) * self.weights["running_var"] + m * var).astype(np.float32)
 
-    def config(self):
+    def _config(self):
         cfg = {"eps": self.eps}
         if self.mode != "rms":
             cfg.update(mode=self.mode, momentum=self.momentum)
@@ -203,7 +203,7 @@ class Dropout(Layer):
             return b.scale(b.mul(b.cont(x), mask), 1.0 / (1.0 - self.rate))
         return b.scale(x, 1.0 - self.rate)
 
-    def config(self):
+    def _config(self):
         return {"rate": self.rate, "stochastic": self.stochastic}
 
 
@@ -236,7 +236,7 @@ class Embedding(Layer):
         y = checked_lib.ggml_get_rows(b.ctx, W["weight"], ids)                # [dim, T*N]
         return b.reshape(y, [self.dim, t, batch])
 
-    def config(self):
+    def _config(self):
         return {"vocab_size": self.vocab_size, "dim": self.dim}
 
 
@@ -290,7 +290,7 @@ class Concatenate(Layer):
         self.in_shapes_all = [tuple(s) for s in in_shapes]
         return super().setup(in_shapes, rng)
 
-    def config(self):
+    def _config(self):
         return {"axis": self.axis}
 
 

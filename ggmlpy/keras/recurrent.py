@@ -50,7 +50,7 @@ class _Recurrent(Layer):
         b.check_room(4 * len(hs) + 64)
         return b.reshape(b.concat([b.reshape(h, [self.units, 1, batch]) for h in hs], 1), [self.units, len(hs), batch])
 
-    def config(self):
+    def _config(self):
         return {"units": self.units, "return_sequences": self.return_sequences, "activation": self.activation,
                 "recurrent_activation": self.recurrent_activation}
 

@@ -25,7 +25,8 @@ def skip_without_vulkan(fn):
 
 
 def run_graph(use_gpu: bool, make, inputs: dict) -> np.ndarray:
-    """make(ctx) -> (output tensor, {name: input tensor}); inputs: name -> values or blocks."""
+    """make(ctx) -> (output tensor, {name: input tensor}); inputs: name -> values, or a quantized
+    tensor's blocks (uint8, as quantize_* return them)."""
     ctx = g.ggml_init(16 * 1024 * 1024, no_alloc=True)
     out, tensors = make(ctx)
     if use_gpu:
@@ -37,7 +38,7 @@ def run_graph(use_gpu: bool, make, inputs: dict) -> np.ndarray:
     try:
         g.ggml_backend_alloc_ctx_tensors(ctx, backend)
         for name, values in inputs.items():
-            g.ggml_backend_tensor_set(tensors[name], values)
+            g.ggml_backend_tensor_set_data(tensors[name], values)  # ggmlR's setter: blocks pass as they are
         gf = g.ggml_build_forward_expand(ctx, out)
         try:
             g.ggml_backend_graph_compute(backend, gf)

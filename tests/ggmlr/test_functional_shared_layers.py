@@ -1,5 +1,6 @@
 """ggmlR tests/testthat/test-functional-shared-layers.R: ggml_dense() + ggml_apply() sharing.
-ggmlR's `layer_id` sharing key is the layer object itself here (`node.layer is layer`)."""
+R's fields are attributes: `$node_type`, `$config$units`, `$layer_id` (the sharing key, which a
+node shows as its layer's), `$id`; `node.layer is layer` holds too."""
 import numpy as np
 import pytest
 
@@ -12,8 +13,8 @@ RNG = np.random.default_rng(7)
 def test_ggml_dense_builds_a_reusable_ggml_layer_object():
     enc = g.ggml_dense(8, activation="relu", name="enc")
     assert isinstance(enc, g.Layer)
-    assert enc.kind == "dense"
-    assert enc.units == 8
+    assert enc.node_type == "dense"
+    assert enc.config["units"] == 8
     assert enc.name == "enc"
     assert enc.trainable
 
@@ -32,18 +33,22 @@ def test_ggml_apply_returns_a_tensor_node_carrying_the_layer_sharing_key():
     enc = g.ggml_dense(3, activation="relu")
     out = g.ggml_apply(x, enc)
     assert isinstance(out, g.Node)
-    assert out.layer is enc
-    assert out.layer.kind == "dense"
+    assert out.layer_id == enc.layer_id  # sharing key == layer identity
+    assert out.node_type == "dense"
     assert out.parents[0] is x
+    assert out.layer is enc
 
 
 def test_a_shared_ggml_dense_layer_applied_to_two_inputs_reuses_one_layer_id():
     shared = g.ggml_dense(5, activation="relu")
     x1, x2 = g.ggml_input(shape=4), g.ggml_input(shape=4)
     o1, o2 = g.ggml_apply(x1, shared), g.ggml_apply(x2, shared)
-    assert o1.layer is o2.layer
-    assert o1.layer is shared
-    assert o1 is not o2
+    # both applications reference the same layer object (weight sharing)
+    assert o1.layer_id == o2.layer_id
+    assert o1.layer_id == shared.layer_id
+    # but they are distinct graph nodes
+    assert o1.id != o2.id
+    assert o1.layer is o2.layer is shared
 
 
 def test_shared_single_input_functional_model_with_ggml_apply_predicts():
@@ -63,7 +68,7 @@ def test_multi_input_shared_layer_model_builds_and_predicts():
     o1, o2 = g.ggml_apply(x1, shared), g.ggml_apply(x2, shared)
     m = g.ggml_model(inputs=[x1, x2], outputs=[o1, o2])
     assert isinstance(m, g.Functional)
-    assert o1.layer is o2.layer
+    assert o1.layer_id == o2.layer_id
     m.compile(optimizer="adam", loss="categorical_crossentropy")
     xa = RNG.normal(size=(32, 4))
     p1, p2 = m.predict([xa, xa], batch_size=32)

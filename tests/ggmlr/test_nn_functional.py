@@ -307,7 +307,7 @@ def test_ggml_layer_dropout_on_sequential_model_adds_a_dropout_layer():
     model = g.ggml_layer_dropout(model, 0.3)
     assert len(model.layers) == 2
     assert model.layers[1].type == "dropout"
-    assert model.layers[1].config()["rate"] == 0.3
+    assert model.layers[1].config["rate"] == 0.3
 
 
 def test_ggml_layer_dropout_rejects_rate_1():
@@ -604,7 +604,7 @@ def test_ggml_load_model_sequential_restores_correct_architecture(tmp_path):
     m2 = g.ggml_load_model(tmp_path / "m.rds")
     assert len(m2.layers) == 2
     assert m2.layers[0].type == "dense"
-    assert m2.layers[0].config()["units"] == 16
+    assert m2.layers[0].config["units"] == 16
     assert m2.compilation["optimizer"] == "sgd"
     assert m2.compilation["loss"] == "mse"
 

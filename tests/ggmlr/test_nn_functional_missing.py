@@ -1,48 +1,49 @@
 """ggmlR tests/testthat/test-nn-functional-missing.R: functional layer constructors.
-R's S3 classes (`ggml_layer`, `ggml_tensor_node`) are Python classes here (Layer, Node)."""
+R's S3 classes (`ggml_layer`, `ggml_tensor_node`) are Python classes here (Layer, Node); R's fields
+(`$node_type`, `$config$eps`) are attributes (`.node_type`, `.config["eps"]`)."""
 import ggmlpy as g
 
 
 def test_ggml_batch_norm_creates_ggml_layer_with_correct_type():
     l = g.ggml_batch_norm()
     assert isinstance(l, g.Layer)
-    assert l.kind == "batch_norm"
+    assert l.node_type == "batch_norm"
 
 
 def test_ggml_batch_norm_with_custom_eps():
     l = g.ggml_batch_norm(eps=1e-3)
-    assert l.eps == 1e-3
+    assert l.config["eps"] == 1e-3
 
 
 def test_ggml_embedding_creates_ggml_layer():
     l = g.ggml_embedding(vocab_size=100, dim=32)
     assert isinstance(l, g.Layer)
-    assert l.kind == "embedding"
-    assert l.vocab_size == 100
-    assert l.dim == 32
+    assert l.node_type == "embedding"
+    assert l.config["vocab_size"] == 100
+    assert l.config["dim"] == 32
 
 
 def test_ggml_lstm_creates_ggml_layer():
     l = g.ggml_lstm(units=32)
     assert isinstance(l, g.Layer)
-    assert l.kind == "lstm"
-    assert l.units == 32
-    assert not l.return_sequences
+    assert l.node_type == "lstm"
+    assert l.config["units"] == 32
+    assert l.config["return_sequences"] is False
 
 
 def test_ggml_lstm_return_sequences_option():
-    assert g.ggml_lstm(units=16, return_sequences=True).return_sequences
+    assert g.ggml_lstm(units=16, return_sequences=True).config["return_sequences"] is True
 
 
 def test_ggml_gru_creates_ggml_layer():
     l = g.ggml_gru(units=32)
     assert isinstance(l, g.Layer)
-    assert l.kind == "gru"
-    assert l.units == 32
+    assert l.node_type == "gru"
+    assert l.config["units"] == 32
 
 
 def test_ggml_gru_return_sequences_option():
-    assert g.ggml_gru(units=16, return_sequences=True).return_sequences
+    assert g.ggml_gru(units=16, return_sequences=True).config["return_sequences"] is True
 
 
 def test_nn_topo_sort_returns_correct_topological_order():

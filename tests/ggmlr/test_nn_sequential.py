@@ -1,6 +1,6 @@
 """ggmlR tests/testthat/test-nn-sequential.R: the Sequential API.
 
-R's `model$layers[[i]]$config$units` is `model.layers[i - 1].config()["units"]` here, and
+R's `model$layers[[i]]$config$units` is `model.layers[i - 1].config["units"]` here, and
 `$output_shape` / `model$input_shape` are R-order tuples. ggmlR's `cleanup_model` (freeing
 backends held by a compiled model) has nothing to free here: models hold no backend. R's
 runif/rnorm data are drawn with numpy."""
@@ -55,30 +55,30 @@ def test_ggml_layer_conv_2d_adds_layer_correctly():
     model = seq(L("conv_2d", 32, (3, 3), activation="relu", input_shape=(28, 28, 1)))
     assert len(model.layers) == 1
     assert model.layers[0].type == "conv_2d"
-    assert model.layers[0].config()["filters"] == 32
-    assert model.layers[0].config()["kernel_size"] == [3, 3]
-    assert model.layers[0].config()["activation"] == "relu"
+    assert model.layers[0].config["filters"] == 32
+    assert model.layers[0].config["kernel_size"] == [3, 3]
+    assert model.layers[0].config["activation"] == "relu"
     assert model.input_shape == (28, 28, 1)
 
 
 def test_ggml_layer_conv_2d_handles_scalar_kernel_size():
     model = seq(L("conv_2d", 16, 5, input_shape=(28, 28, 1)))
-    assert model.layers[0].config()["kernel_size"] == [5, 5]
+    assert model.layers[0].config["kernel_size"] == [5, 5]
 
 
 def test_ggml_layer_conv_2d_default_padding_and_strides():
     model = seq(L("conv_2d", 32, (3, 3), input_shape=(28, 28, 1)))
-    assert model.layers[0].config()["strides"] == [1, 1]
-    assert model.layers[0].config()["padding"] == "valid"
-    assert model.layers[0].config()["activation"] is None
+    assert model.layers[0].config["strides"] == [1, 1]
+    assert model.layers[0].config["padding"] == "valid"
+    assert model.layers[0].config["activation"] is None
 
 
 def test_ggml_layer_max_pooling_2d_adds_layer_correctly():
     model = seq(L("conv_2d", 32, (3, 3), input_shape=(28, 28, 1)), L("max_pooling_2d", (2, 2)))
     assert len(model.layers) == 2
     assert model.layers[1].type == "max_pooling_2d"
-    assert model.layers[1].config()["pool_size"] == [2, 2]
-    assert model.layers[1].config()["strides"] == [2, 2]
+    assert model.layers[1].config["pool_size"] == [2, 2]
+    assert model.layers[1].config["strides"] == [2, 2]
 
 
 def test_ggml_layer_flatten_adds_layer_correctly():
@@ -91,8 +91,8 @@ def test_ggml_layer_dense_adds_layer_correctly():
     model = seq(L("conv_2d", 32, (3, 3), input_shape=(28, 28, 1)), L("flatten"), L("dense", 128, activation="relu"))
     assert len(model.layers) == 3
     assert model.layers[2].type == "dense"
-    assert model.layers[2].config()["units"] == 128
-    assert model.layers[2].config()["activation"] == "relu"
+    assert model.layers[2].config["units"] == 128
+    assert model.layers[2].config["activation"] == "relu"
 
 
 # -- shape inference ---------------------------------------------------------------------------------------
@@ -235,8 +235,8 @@ def test_ggml_layer_conv_1d_adds_layer_correctly():
     model = seq(L("conv_1d", 32, 3, activation="relu", input_shape=(100, 1)))
     assert len(model.layers) == 1
     assert model.layers[0].type == "conv_1d"
-    assert model.layers[0].config()["filters"] == 32
-    assert model.layers[0].config()["kernel_size"] == 3
+    assert model.layers[0].config["filters"] == 32
+    assert model.layers[0].config["kernel_size"] == 3
     assert model.input_shape == (100, 1)
 
 
@@ -391,19 +391,19 @@ def test_ggml_get_layer_retrieves_by_index():
     model = seq(L("dense", 64, activation="relu"), L("dense", 10, activation="softmax"))
     layer = g.ggml_get_layer(model, index=1)
     assert layer.type == "dense"
-    assert layer.config()["units"] == 64
-    assert g.ggml_get_layer(model, index=2).config()["units"] == 10
+    assert layer.config["units"] == 64
+    assert g.ggml_get_layer(model, index=2).config["units"] == 10
 
 
 def test_ggml_get_layer_retrieves_by_name():
     model = seq(L("dense", 64, activation="relu", name="hidden"), L("dense", 10, activation="softmax", name="output"))
-    assert g.ggml_get_layer(model, name="hidden").config()["units"] == 64
-    assert g.ggml_get_layer(model, name="output").config()["units"] == 10
+    assert g.ggml_get_layer(model, name="hidden").config["units"] == 64
+    assert g.ggml_get_layer(model, name="output").config["units"] == 10
 
 
 def test_ggml_get_layer_retrieves_by_auto_generated_name():
     model = seq(L("dense", 64), L("dense", 10))
-    assert g.ggml_get_layer(model, name="dense_2").config()["units"] == 10
+    assert g.ggml_get_layer(model, name="dense_2").config["units"] == 10
 
 
 def test_ggml_get_layer_errors_on_out_of_range_index():
@@ -432,7 +432,7 @@ def test_ggml_get_layer_errors_when_both_index_and_name_given():
 def test_ggml_pop_layer_removes_last_layer():
     model = g.ggml_pop_layer(seq(L("dense", 64, activation="relu"), L("dense", 10, activation="softmax")))
     assert len(model.layers) == 1
-    assert model.layers[0].config()["units"] == 64
+    assert model.layers[0].config["units"] == 64
 
 
 def test_ggml_pop_layer_clears_input_shape_when_all_layers_removed():
@@ -514,7 +514,7 @@ def test_ggml_layer_lstm_adds_lstm_layer_to_sequential_model():
     model = seq(L("lstm", 16, input_shape=(5, 4)), L("dense", 2, activation="softmax"))
     assert len(model.layers) == 2
     assert model.layers[0].type == "lstm"
-    assert model.layers[0].config()["units"] == 16
+    assert model.layers[0].config["units"] == 16
 
 
 def test_ggml_layer_gru_adds_gru_layer_to_sequential_model():
@@ -581,6 +581,6 @@ def test_ggml_load_model_sequential_preserves_layer_configs(tmp_path):
     model = g.ggml_fit(model, x, y, epochs=1, batch_size=32, verbose=0)
     g.ggml_save_model(model, tmp_path / "m.rds")
     m2 = g.ggml_load_model(tmp_path / "m.rds")
-    assert m2.layers[0].config()["units"] == 16
+    assert m2.layers[0].config["units"] == 16
     assert m2.compilation["optimizer"] == "sgd"
     assert m2.compilation["loss"] == "mse"
