@@ -3,8 +3,6 @@ system C compiler into ggmlpy's cache directory, loaded with cffi; `get()` gives
 `Kernels` or None (no compiler, a failed build, or turned off), `host_library` a host library."""
 from __future__ import annotations
 
-from __future__ import annotations
-
 import functools
 import hashlib
 import logging

@@ -30,7 +30,6 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .graph import op_key
 
 Cut = tuple  # (axis, start, stop): rows [start, stop) along axis, fewer than the axis holds
 
