@@ -9,16 +9,7 @@
 #include <stdio.h>
 
 #include "conv.c"
-
-/* conv.c's products; im2col_block calls none of them */
-void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                 const float *b, int ldb, float beta, float *c, int ldc) {
-    (void)order, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b;
-    (void)ldb, (void)beta, (void)c, (void)ldc;
-    abort();
-}
-void openblas_set_num_threads(int n) { (void)n; }
-int openblas_get_num_threads(void) { return 1; }
+#include "blas_stub.h"
 
 static float tap(const float *x, const geom *g, int c, int kh, int kw, int64_t p) {
     const int64_t oh = p / g->OW, ow = p % g->OW;

@@ -11,15 +11,7 @@
 
 #include "conv.c"
 #include "tensor_stub.h"
-
-void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                 const float *b, int ldb, float beta, float *c, int ldc) {
-    (void)order, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b;
-    (void)ldb, (void)beta, (void)c, (void)ldc;
-    abort();
-}
-void openblas_set_num_threads(int n) { (void)n; }
-int openblas_get_num_threads(void) { return 1; }
+#include "blas_stub.h"
 
 #ifdef VW
 /* one layer: N outputs, K inputs, T columns, flags as ggmlpy_linear_packed_f32's (D: split parts) */
