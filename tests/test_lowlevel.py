@@ -241,6 +241,8 @@ BAD_NEW = {
     "huge": (F32, 1, [2**41]),
     "unknown_type": (999, 1, [3]),
     "negative_type": (-1, 1, [3]),
+    "unknown_type_name": ("f33", 1, [3]),
+    "type_as_float": (0.0, 1, [3]),
     "quantized_partial_block": (2, 1, [48]),  # Q4_0 rows are whole blocks of 32 (ggml asserts it)
     "removed_type": (31, 1, [32]),  # ggml dropped Q4_0_4_4 (31): its size is 0
 }
@@ -251,6 +253,12 @@ def test_new_tensor_bad_args(bad):
     type, n_dims, ne = BAD_NEW[bad]
     with g.ggml_init(1 << 20) as ctx, pytest.raises(GGMLError):
         g.ggml_new_tensor(ctx, type, n_dims, ne)
+
+
+@pytest.mark.parametrize("name, type", [("f32", F32), ("GGML_TYPE_F16", g.GGML_TYPE_F16), ("q4_K", g.GGML_TYPE_Q4_K)])
+def test_new_tensor_takes_a_type_by_name(name, type):
+    with g.ggml_init(1 << 20) as ctx:
+        assert g.ggml_new_tensor_2d(ctx, name, 256, 2).type == type
 
 
 def test_new_tensor_not_a_context():

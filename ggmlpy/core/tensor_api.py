@@ -49,11 +49,13 @@ def ggml_used_mem(ctx: Context) -> int:
 
 
 # -- tensors ----------------------------------------------------------------------------------------
-def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne: Sequence[int]) -> Tensor:
-    """A new tensor of `type` with n_dims dims ne (ne[0] fastest-changing) in ctx."""
+def ggml_new_tensor(ctx: Context, type: int | str, n_dims: int, ne: Sequence[int]) -> Tensor:
+    """A new tensor of `type` (an id, GGML_TYPE_*, or a name: "f32", "q4_K") with n_dims dims ne
+    (ne[0] fastest-changing) in ctx."""
     context_arg(ctx, "ggml_new_tensor")
+    type = type_id(type, "ggml_new_tensor")
     if type not in _CREATABLE and type not in _QUANTIZED:
-        raise GGMLError(f"ggml_new_tensor: unsupported type {type} ({type_name(type) if 0 <= type < 43 else '?'})")
+        raise GGMLError(f"ggml_new_tensor: unsupported type {type} ({type_name(type)})")
     n_dims = int(n_dims)
     ne = [int(d) for d in ne]
     check(1 <= n_dims <= 4, f"ggml_new_tensor: n_dims must be 1..4, got {n_dims}")
@@ -67,22 +69,22 @@ def ggml_new_tensor(ctx: Context, type: int, n_dims: int, ne: Sequence[int]) -> 
     return wrap(lib.ggml_new_tensor(ctx.ptr, type, n_dims, ffi.new("int64_t[]", ne)), ctx)
 
 
-def ggml_new_tensor_1d(ctx: Context, type: int, ne0: int) -> Tensor:
+def ggml_new_tensor_1d(ctx: Context, type: int | str, ne0: int) -> Tensor:
     """A new tensor with ne = [ne0]."""
     return ggml_new_tensor(ctx, type, 1, [ne0])
 
 
-def ggml_new_tensor_2d(ctx: Context, type: int, ne0: int, ne1: int) -> Tensor:
+def ggml_new_tensor_2d(ctx: Context, type: int | str, ne0: int, ne1: int) -> Tensor:
     """A new 2-d tensor [ne0, ne1] (an R matrix: ne0 rows, ne1 columns)."""
     return ggml_new_tensor(ctx, type, 2, [ne0, ne1])
 
 
-def ggml_new_tensor_3d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int) -> Tensor:
+def ggml_new_tensor_3d(ctx: Context, type: int | str, ne0: int, ne1: int, ne2: int) -> Tensor:
     """A new 3-d tensor [ne0, ne1, ne2]."""
     return ggml_new_tensor(ctx, type, 3, [ne0, ne1, ne2])
 
 
-def ggml_new_tensor_4d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
+def ggml_new_tensor_4d(ctx: Context, type: int | str, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
     """A new 4-d tensor [ne0, ne1, ne2, ne3]."""
     return ggml_new_tensor(ctx, type, 4, [ne0, ne1, ne2, ne3])
 
