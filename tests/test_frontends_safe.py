@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from ggmlpy.core.opt import OptParams
+from ggmlpy.core.opt.context import OptParams
 from ggmlpy.errors import GGMLError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -459,11 +459,11 @@ def test_onnx_files_that_raised_pythons_errors_are_onnx_errors(tmp_path):
 
 
 def test_a_converter_failing_with_pythons_error_is_an_onnx_error_naming_the_node(monkeypatch):
-    from ggmlpy.onnx import ops_basic
+    from ggmlpy.onnx import op_table
 
     def broken(b, node, ins, at):
         return [][1]
-    monkeypatch.setitem(ops_basic.OPS, "Relu", broken)
+    monkeypatch.setitem(op_table.OPS, "Relu", broken)
     with pytest.raises(g.OnnxError, match="node 'y' \\(Relu\\): cannot be built: IndexError"):
         g.onnx_load(_onnx_relu_model(), device="cpu")
 

@@ -21,7 +21,7 @@ from .rules import DERIVATIVE_RULES
 from .tape import TapeNode, no_grad
 
 if TYPE_CHECKING:
-    from ..nn.layers import Module
+    from ..nn.module import Module
 
 F32 = checked_lib.GGML_TYPE_F32
 I32 = checked_lib.GGML_TYPE_I32

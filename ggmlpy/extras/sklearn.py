@@ -41,7 +41,7 @@ from .. import random as ggml_random
 from ..autograd.ops import ag_mse_loss, ag_softmax_cross_entropy_loss
 from ..keras.api import ggml_compile, ggml_default_mlp
 from ..keras.model import _Model
-from ..nn.layers import Module
+from ..nn.module import Module
 from ..optim.optimizers import optimizer_adam, optimizer_sgd
 from ..train.data import ag_dataloader
 from ..train.fit import ag_fit

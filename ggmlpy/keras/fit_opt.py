@@ -1,4 +1,4 @@
-"""ggmlR's ggml_fit_opt: ggml-opt's fit loop (core/opt.py) run epoch by epoch, so that it returns
+"""ggmlR's ggml_fit_opt: ggml-opt's fit loop (core/opt/epoch.py) run epoch by epoch, so that it returns
 the history and runs the Keras-like callbacks between epochs."""
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ from collections.abc import Iterable
 
 from ..bindings import lib
 from ..core.handles import Context, Tensor
-from ..core.opt import (OptDataset, OptResult, _check_dataset, ggml_opt_dataset_shuffle, ggml_opt_epoch,
-                        ggml_opt_init, ggml_opt_result_accuracy, ggml_opt_result_loss, ggml_opt_result_ndata,
-                        ggml_opt_result_reset, n_train_opt_fit)
+from ..core.opt import (ggml_opt_dataset_shuffle, ggml_opt_epoch, ggml_opt_init, ggml_opt_result_accuracy,
+                        ggml_opt_result_loss, ggml_opt_result_ndata, ggml_opt_result_reset)
+from ..core.opt.dataset import OptDataset
+from ..core.opt.epoch import check_dataset, n_train_opt_fit
+from ..core.opt.result import OptResult
 from ..core.sched import Scheduler
 from ..errors import GGMLError
 from .callbacks import run_callbacks
@@ -38,7 +40,7 @@ def ggml_fit_opt(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs
     begin, end = run_callbacks(list(callbacks or ()), int(nepoch))
     hist = {"epoch": [], "train_loss": [], "train_accuracy": [], "val_loss": [], "val_accuracy": []}
     try:
-        _check_dataset(opt, dataset)
+        check_dataset(opt, dataset)
         if nbatch_logical < n:
             ggml_opt_dataset_shuffle(opt, dataset, -1)
         for epoch in range(1, int(nepoch) + 1):

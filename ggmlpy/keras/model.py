@@ -16,7 +16,8 @@ from .. import random as grandom
 from .._arrays import numeric_array
 from ..bindings import lib
 from ..core.device import Backend, get_backend, new_backend
-from ..core.opt import OptParams, n_train_opt_fit, optimizer_settings
+from ..core.opt.context import OptParams, optimizer_settings
+from ..core.opt.epoch import n_train_opt_fit
 from ..core.sched import Scheduler
 from ..core.types import _count as count
 from ..errors import GGMLError

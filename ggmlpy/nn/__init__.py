@@ -1,7 +1,8 @@
 """Layers for small models, with ggmlR's names."""
-from .layers import (Module, ag_activation, ag_batch_norm, ag_conv2d_layer, ag_dropout, ag_embedding, ag_eval,
-                     ag_flatten_layer, ag_gelu_layer, ag_layer_norm_layer, ag_linear, ag_max_pool2d_layer,
-                     ag_multihead_attention, ag_sequential, ag_silu_layer, ag_train)
+from .layers import (ag_activation, ag_batch_norm, ag_conv2d_layer, ag_dropout, ag_embedding, ag_flatten_layer,
+                     ag_gelu_layer, ag_layer_norm_layer, ag_linear, ag_max_pool2d_layer, ag_multihead_attention,
+                     ag_sequential, ag_silu_layer)
+from .module import Module, ag_eval, ag_train
 from .llama import ag_llama, ag_llama_block, ag_rms_norm_layer
 from .transformer import ag_gpt, ag_transformer_block
 

@@ -17,7 +17,8 @@ import numpy as np
 
 from ..errors import GGMLError
 from . import layers, llama, transformer
-from .layers import Module, ag_sequential
+from .layers import ag_sequential
+from .module import Module
 
 # the layers a description may name: ggmlpy's own, by their ggmlR names
 BUILT_IN = {cls.__name__: cls for cls in (

@@ -14,7 +14,8 @@ from ..autograd import ops
 from ..autograd.engine import apply
 from ..errors import GGMLError
 from ..tensor import AGTensor, ag_param
-from .layers import Module, ag_embedding
+from .layers import ag_embedding
+from .module import Module
 
 
 def _normal(shape, std: float) -> np.ndarray:

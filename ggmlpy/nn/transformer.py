@@ -10,7 +10,8 @@ from ..autograd import ops
 from ..autograd.tape import no_grad
 from ..errors import GGMLError
 from ..tensor import AGTensor, ag_param
-from .layers import Module, ag_dropout, ag_embedding, ag_layer_norm_layer, ag_linear, ag_multihead_attention
+from .layers import ag_dropout, ag_embedding, ag_layer_norm_layer, ag_linear, ag_multihead_attention
+from .module import Module
 
 
 class ag_transformer_block(Module):

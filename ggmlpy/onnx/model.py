@@ -32,12 +32,12 @@ from ..errors import DeviceError, GGMLError
 from ..graph import ByteCache
 from . import leniency
 # their builders register in OPS
-from . import (ops_control, ops_conv, ops_extra, ops_gather_nd, ops_norm, ops_pool, ops_products,  # noqa: F401
-               ops_reduce, ops_resize, ops_rnn)
+from . import (ops_control, ops_conv, ops_elementwise, ops_extra, ops_gather_nd, ops_norm, ops_pool,  # noqa: F401
+               ops_products, ops_reduce, ops_resize, ops_rnn, ops_shape)
 from .graph import (NUMERIC_TYPES, NeedsValue, OnnxError, op_key, type_name)
 from .fusion import (const_values)
 from .narrowing import has_seed, narrow, static_shapes
-from .ops_basic import OPS
+from .op_table import OPS
 from .ops_host import HOST_OPS
 from .plan import MisNarrowed, OnnxShapePlan, evaluate_on_host, plan_key
 from .shaping import has_subgraphs, upstream, value_inputs

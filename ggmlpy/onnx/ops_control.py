@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops_basic import op
+from .op_table import op
 
 
 @op("If", const_inputs=(0,))

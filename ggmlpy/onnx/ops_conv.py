@@ -9,7 +9,7 @@ from .. import kernels
 from .onnx_lib import onnx_lib
 from .graph import Val
 from .layout import (cont, pad_zero, permute, reshape, slice_axis)
-from .ops_basic import op
+from .op_table import op
 from .ops_pool import _as_2d, _conv_pads, _pool_attrs, _pool_outs
 
 

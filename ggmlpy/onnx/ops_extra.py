@@ -9,7 +9,9 @@ from onnx import TensorProto
 from . import float8
 from .graph import FLOAT8_TYPES, NeedsValue, Val, const, np_dtype
 from .layout import binary, permute, reshape, take, to_rows
-from .ops_basic import OPS, _concat, _round_even, _unary, cscalar, cval, f, norm_axis, op
+from .op_table import OPS, cscalar, cval, f, norm_axis, op
+from .ops_elementwise import _round_even, _unary
+from .ops_shape import _concat
 from .ops_conv import _conv
 from .ops_pool import _global
 from .ops_products import _gemm, _matmul_op

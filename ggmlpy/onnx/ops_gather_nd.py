@@ -13,7 +13,7 @@ import numpy as np
 
 from .graph import Val
 from .layout import reshape
-from .ops_basic import f, op
+from .op_table import f, op
 from .onnx_lib import onnx_lib
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from .onnx_lib import onnx_lib
 from .graph import Val, const
 from .layout import (binary, permute, reshape, scalar_f32, to_rows)
-from .ops_basic import FLT_MAX, f, norm_axis, op
+from .op_table import FLT_MAX, f, norm_axis, op
 
 
 # -- normalisations -------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import numpy as np
 from .onnx_lib import onnx_lib
 from .graph import Val
 from .layout import (cont, pad_zero, reshape, slice_axis, take)
-from .ops_basic import FLT_MAX, I64, cscalar, cval, norm_axis, op
+from .op_table import FLT_MAX, I64, cscalar, cval, norm_axis, op
 from .ops_reduce import POOL_AVG, POOL_MAX, _row_max, arg_rows
 
 

@@ -10,7 +10,7 @@ from .onnx_lib import onnx_lib
 from .graph import Val, const
 from .layout import (binary, broadcast_shape, cont, permute, permuted_source, permuted_view, repeat_to,
                      reshape)
-from .ops_basic import f, op
+from .op_table import f, op
 
 
 # -- products -------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import numpy as np
 
 from .onnx_lib import onnx_lib
 from .layout import (cont, permute, reshape, to_rows)
-from .ops_basic import I64, cval, norm_axis, op
+from .op_table import I64, cval, norm_axis, op
 
 POOL_MAX, POOL_AVG = onnx_lib.GGML_OP_POOL_MAX, onnx_lib.GGML_OP_POOL_AVG
 

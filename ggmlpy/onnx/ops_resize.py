@@ -13,7 +13,7 @@ import numpy as np
 
 from .graph import Val
 from .layout import permute, reshape
-from .ops_basic import cval, op
+from .op_table import cval, op
 from .onnx_lib import onnx_lib
 
 

@@ -19,16 +19,16 @@ from ..core.rpc import check_tensor_device
 from ..errors import GGMLError
 from ..graph import TENSOR_OVERHEAD, CompiledGraph, GraphContext
 # their builders register in OPS
-from . import (ops_control, ops_conv, ops_extra, ops_gather_nd, ops_norm, ops_pool, ops_products,  # noqa: F401
-               ops_reduce, ops_resize, ops_rnn)
+from . import (ops_control, ops_conv, ops_elementwise, ops_extra, ops_gather_nd, ops_norm, ops_pool,  # noqa: F401
+               ops_products, ops_reduce, ops_resize, ops_rnn, ops_shape)
 from .graph import (F32, OnnxGraphBuilder, NeedsValue, OnnxError, Val, boundary_dtype, const, node_budget,
                     np_dtype, op_key)
 from .folding import FoldError, fold
 from .fusion import (GraphIndex, find_attention, find_conv_epilogues, find_gelu, find_linear_bias,
                      find_linear_residual, gelu_input_private, heads_transposed, products_of,
                      transposes_of_products)
-from .ops_basic import CONST_INPUTS, OPS
-from .ops_basic import f as contiguous_f32
+from .op_table import CONST_INPUTS, OPS
+from .op_table import f as contiguous_f32
 from .ops_host import HOST_OPS
 from .ops_conv import conv_epilogue, conv_pool
 from .ops_products import attention, linear_bias, linear_gelu, linear_residual, linear_split

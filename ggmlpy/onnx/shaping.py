@@ -15,7 +15,7 @@ from __future__ import annotations
 from onnx import AttributeProto
 
 from .graph import op_key
-from .ops_basic import CONST_INPUTS
+from .op_table import CONST_INPUTS
 
 
 def subgraphs(node) -> list:

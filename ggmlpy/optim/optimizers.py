@@ -39,7 +39,7 @@ from . import fused
 from .graph_update import GraphUpdate
 
 if TYPE_CHECKING:
-    from ..nn.layers import Module
+    from ..nn.module import Module
 
 F32 = lib.GGML_TYPE_F32
 # what optimizers take: a model (its parameters()), a list of ag tensors, or a dict of them

@@ -20,7 +20,8 @@ from ..autograd.rules import DERIVATIVE_RULES, Rule
 from ..bindings import ffi
 from ..core.checked import checked_lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
-from ..nn.layers import Module, ag_embedding, ag_linear
+from ..nn.layers import ag_embedding, ag_linear
+from ..nn.module import Module
 from ..tensor import AGTensor
 from ..core.quants import ggml_quantize_chunk
 from ..core.types import TYPE_NAMES, type_id

@@ -20,7 +20,7 @@ from ..autograd.tape import no_grad
 from ..errors import GGMLError
 from ..io.gguf_file import GGUFFile
 from ..io.llm_gguf import read_hparams
-from ..nn.layers import Module
+from ..nn.module import Module
 from ..nn.llama import LlamaProjection, ag_llama
 from ..core.checked import checked_lib
 from ..core.types import TYPE_NAMES

@@ -10,7 +10,7 @@ from ..autograd.engine import backward
 from ..autograd.graph_mode import ag_compile
 from ..autograd.tape import no_grad, with_grad_tape
 from ..errors import GGMLError
-from ..nn.layers import ag_eval, ag_train
+from ..nn.module import ag_eval, ag_train
 from ..optim.optimizers import Optimizer, clip_grad_norm
 from ..tensor import AGTensor
 from .history import FitHistory

@@ -22,7 +22,7 @@ from ..core.types import TYPE_NAMES
 from ..errors import GGMLError, checked_path
 from ..io.model_file import ARCH, gguf_type_of, read_model_file, write_model_file
 from ..nn import architecture
-from ..nn.layers import Module
+from ..nn.module import Module
 from ..runtime.state import ag_device
 
 __all__ = ["ARCH", "ag_load_model", "ag_save_model", "read_gguf"]

@@ -1,33 +1,21 @@
-"""ggml's training loop, `ggml_opt_*` (ggml-opt.h), under ggmlR's names.
-
-Datasets hold samples as columns of `data [ne_datapoint, ndata]` and `labels [ne_label,
-ndata]` in host memory; here they are also readable and writable as numpy `[ndata, ne]`
-(samples as rows). Every argument ggml would assert on is checked first, so misuse raises
-GGMLError instead of aborting the interpreter. Python epoch callbacks are called from C
-through cffi; an exception inside one is kept, the remaining callbacks of that call are
-skipped, and it is raised once ggml_opt_epoch returns.
-
-The Keras-like models (ggml_fit) use exactly these functions; ggmlR's epoch loop with
-callbacks over them, ggml_fit_opt, is the Keras-like API's (keras/fit_opt.py).
-"""
+"""ggml-opt's optimizer contexts (ggml-opt.h): the loss and optimizer types, the checked optimizer
+settings ggml reads each step, the context with its static or per-step graphs, and the step by
+hand (ggml_opt_prepare_alloc, ggml_opt_alloc, ggml_opt_eval)."""
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Callable
-from typing import Any, NamedTuple, NoReturn
+from typing import NoReturn
 
 import numpy as np
 
-from .._sigint import uninterruptible
-from ..bindings import enum_constants, ffi, lib
-from ..errors import GGMLError
-from .handles import Context, Tensor, wrap
-from .graph import Graph
-from . import threads
-from .sched import Scheduler
-
-_TYPES = {lib.GGML_TYPE_F32: np.float32, lib.GGML_TYPE_I32: np.int32}
+from ..._sigint import uninterruptible
+from ...bindings import enum_constants, ffi, lib
+from ...errors import GGMLError
+from ..handles import Context, Tensor, wrap
+from ..graph import Graph
+from .. import threads
+from ..sched import Scheduler
+from .result import OptResult
 
 _CONSTANTS = {  # ggmlR's function: (ggml's constant, what it means)
     "ggml_opt_loss_type_mean": ("GGML_OPT_LOSS_TYPE_MEAN", "GGML_OPT_LOSS_TYPE_MEAN: the loss is the mean of the outputs."),
@@ -54,221 +42,6 @@ def ggml_opt_optimizer_name(optimizer: int) -> str:
     return ffi.string(lib.ggml_opt_optimizer_name(optimizer)).decode()
 
 
-# -- datasets ------------------------------------------------------------------------------------------
-class OptDataset:
-    """A ggml_opt dataset (freed by ggml_opt_dataset_free or garbage collection)."""
-
-    ptr = None
-
-    def __init__(self, type_data, type_label, ne_datapoint, ne_label, ndata, ndata_shard):
-        for name, v, lo in (("ne_datapoint", ne_datapoint, 1), ("ne_label", ne_label, 0), ("ndata", ndata, 1),
-                            ("ndata_shard", ndata_shard, 1)):
-            if int(v) < lo:
-                raise GGMLError(f"ggml_opt_dataset_init: {name} must be >= {lo}, got {v}")
-        if int(ndata) % int(ndata_shard):
-            raise GGMLError("ggml_opt_dataset_init: ndata must be a multiple of ndata_shard")
-        if type_data not in _TYPES or type_label not in _TYPES:
-            raise GGMLError("ggml_opt_dataset_init: types must be GGML_TYPE_F32 or GGML_TYPE_I32")
-        self.ptr = lib.ggml_opt_dataset_init(type_data, type_label, int(ne_datapoint), int(ne_label), int(ndata),
-                                             int(ndata_shard))
-        self.shape = (int(ndata), int(ne_datapoint), int(ne_label))
-        self.types = (type_data, type_label)
-        self.shard = int(ndata_shard)
-
-    def _live(self):
-        if self.ptr is None:
-            raise GGMLError("the dataset was freed")
-        return self.ptr
-
-    def _view(self, t, ne, dtype):
-        buf = ffi.buffer(t.data, self.shape[0] * ne * np.dtype(dtype).itemsize)
-        return np.frombuffer(buf, dtype=dtype).reshape(self.shape[0], ne)
-
-    @uninterruptible
-    def free(self):
-        if self.ptr is not None:
-            lib.ggml_opt_dataset_free(self.ptr)
-            self.ptr = None
-
-    __del__ = free
-
-
-def ggml_opt_dataset_init(type_data: int, type_label: int, ne_datapoint: int, ne_label: int, ndata: int,
-                          ndata_shard: int = 1) -> OptDataset:
-    """A dataset of `ndata` samples of `ne_datapoint` values and `ne_label` labels."""
-    return OptDataset(type_data, type_label, ne_datapoint, ne_label, ndata, ndata_shard)
-
-
-def ggml_opt_dataset_free(dataset: OptDataset) -> None:
-    """Free the dataset now."""
-    dataset.free()
-
-
-def ggml_opt_dataset_ndata(dataset: OptDataset) -> int:
-    """Number of samples."""
-    return int(lib.ggml_opt_dataset_ndata(dataset._live()))
-
-
-def ggml_opt_dataset_data(dataset: OptDataset) -> np.ndarray:
-    """The data as a writable numpy view [ndata, ne_datapoint] (samples as rows)."""
-    return dataset._view(lib.ggml_opt_dataset_data(dataset._live()), dataset.shape[1], _TYPES[dataset.types[0]])
-
-
-def ggml_opt_dataset_labels(dataset: OptDataset) -> np.ndarray:
-    """The labels as a writable numpy view [ndata, ne_label]; None when the dataset has none
-    (ne_label = 0), as ggmlR's NULL."""
-    if dataset.shape[2] == 0:
-        return None
-    return dataset._view(lib.ggml_opt_dataset_labels(dataset._live()), dataset.shape[2], _TYPES[dataset.types[1]])
-
-
-def ggml_opt_dataset_shuffle(opt_ctx: OptContext, dataset: OptDataset, idata: int = -1) -> None:
-    """Shuffle the first `idata` samples (all for -1) with the optimizer context's RNG."""
-    n = dataset.shape[0]
-    idata = int(idata)
-    if idata > n or (idata >= 0 and idata % dataset.shard):
-        raise GGMLError(f"ggml_opt_dataset_shuffle: idata must be -1 or a multiple of {dataset.shard} <= {n}")
-    lib.ggml_opt_dataset_shuffle(_opt(opt_ctx), dataset._live(), idata)
-
-
-def _bind(names, args, kw, what):
-    if len(args) > len(names):
-        raise TypeError(f"{what}: too many arguments")
-    out = dict(zip(names, args))
-    for k, v in kw.items():
-        if k not in names or k in out:
-            raise TypeError(f"{what}: unexpected or repeated argument {k!r}")
-        out[k] = v
-    return out
-
-
-def ggml_opt_dataset_get_batch(dataset: OptDataset, *args: Any,
-                               **kw: Any) -> tuple[np.ndarray, np.ndarray | None] | None:
-    """ggml_opt_dataset_get_batch(dataset, batch_size, ibatch): batch `ibatch` of `batch_size`
-    samples in the current (shuffled) order, as (data, labels) numpy [batch_size, ne] (labels
-    None when the dataset has none).
-
-    ggmlR's form, ggml_opt_dataset_get_batch(dataset, data_batch, labels_batch, ibatch), copies
-    the batch into two allocated tensors (data [ne_datapoint, batch], labels [ne_label, batch] or
-    None) instead, and returns None."""
-    first = args[0] if args else kw.get("data_batch", kw.get("batch_size"))
-    if isinstance(first, Tensor):
-        a = _bind(("data_batch", "labels_batch", "ibatch"), args, kw, "ggml_opt_dataset_get_batch")
-        return _get_batch_into(dataset, a["data_batch"], a.get("labels_batch"), a.get("ibatch", 0))
-    a = _bind(("batch_size", "ibatch"), args, kw, "ggml_opt_dataset_get_batch")
-    batch_size, ibatch = a["batch_size"], a["ibatch"]
-    n, ne, nl = dataset.shape
-    batch_size, ibatch = int(batch_size), int(ibatch)
-    if batch_size < 1 or batch_size % dataset.shard or ibatch < 0 or (ibatch + 1) * batch_size > n:
-        raise GGMLError(f"ggml_opt_dataset_get_batch: batch {ibatch} of {batch_size} is outside the {n} samples")
-    data = np.empty((batch_size, ne), _TYPES[dataset.types[0]])
-    labels = np.empty((batch_size, nl), _TYPES[dataset.types[1]]) if nl else None
-    lib.ggml_opt_dataset_get_batch_host(dataset._live(), ffi.from_buffer(data), data.nbytes,
-                                        ffi.from_buffer(labels) if nl else ffi.NULL, ibatch)
-    return data, labels
-
-
-def _get_batch_into(dataset, data_batch, labels_batch, ibatch):
-    """ggml_opt_dataset_get_batch's tensor form, with every assertion of ggml's checked first."""
-    n, ne, nl = dataset.shape
-    ibatch = int(ibatch)
-    d = data_batch.ptr
-    if d.data == ffi.NULL or not lib.ggml_is_contiguous(d) or d.type != dataset.types[0]:
-        raise GGMLError("ggml_opt_dataset_get_batch: data_batch must be an allocated, contiguous tensor of the data's type")
-    if int(lib.ggml_nelements(d)) % ne:
-        raise GGMLError(f"ggml_opt_dataset_get_batch: data_batch's size is not a multiple of ne_datapoint {ne}")
-    bs = int(lib.ggml_nelements(d)) // ne
-    if bs % dataset.shard or ibatch < 0 or (ibatch + 1) * bs > n:
-        raise GGMLError(f"ggml_opt_dataset_get_batch: batch {ibatch} of {bs} is outside the {n} samples")
-    lp = ffi.NULL
-    if labels_batch is None and nl:
-        raise GGMLError("ggml_opt_dataset_get_batch: the dataset has labels: give a labels_batch tensor too")
-    if labels_batch is not None:
-        lp = labels_batch.ptr
-        if nl == 0:
-            raise GGMLError("ggml_opt_dataset_get_batch: the dataset has no labels")
-        if lp.data == ffi.NULL or not lib.ggml_is_contiguous(lp) or lp.type != dataset.types[1] \
-                or int(lib.ggml_nelements(lp)) != nl * bs:
-            raise GGMLError(f"ggml_opt_dataset_get_batch: labels_batch must be an allocated, contiguous "
-                            f"[{nl}, {bs}] tensor of the labels' type")
-    lib.ggml_opt_dataset_get_batch(dataset._live(), d, lp, ibatch)
-
-
-# -- results ------------------------------------------------------------------------------------------
-class OptResult:
-    """Loss, accuracy and predictions accumulated over batches."""
-
-    ptr = None
-
-    def __init__(self):
-        self.ptr = lib.ggml_opt_result_init()
-
-    @uninterruptible
-    def free(self):
-        if self.ptr is not None:
-            lib.ggml_opt_result_free(self.ptr)
-            self.ptr = None
-
-    __del__ = free
-
-
-def ggml_opt_result_init() -> OptResult:
-    """A new, empty result."""
-    return OptResult()
-
-
-def ggml_opt_result_free(result: OptResult) -> None:
-    """Free the result now."""
-    result.free()
-
-
-def ggml_opt_result_reset(result: OptResult) -> None:
-    """Forget every batch."""
-    lib.ggml_opt_result_reset(result.ptr)
-
-
-def ggml_opt_result_ndata(result: OptResult) -> int:
-    """Samples seen."""
-    v = ffi.new("int64_t *")
-    lib.ggml_opt_result_ndata(result.ptr, v)
-    return int(v[0])
-
-
-class OptLoss(NamedTuple):
-    """ggml_opt_result_loss's (loss, uncertainty), named as ggmlR's vector."""
-    loss: float
-    uncertainty: float
-
-
-class OptAccuracy(NamedTuple):
-    """ggml_opt_result_accuracy's (accuracy, uncertainty), named as ggmlR's vector."""
-    accuracy: float
-    uncertainty: float
-
-
-def ggml_opt_result_loss(result: OptResult) -> OptLoss:
-    """(loss, uncertainty): the mean loss and its uncertainty, a named tuple."""
-    a, b = ffi.new("double *"), ffi.new("double *")
-    lib.ggml_opt_result_loss(result.ptr, a, b)
-    return OptLoss(float(a[0]), float(b[0]))
-
-
-def ggml_opt_result_accuracy(result: OptResult) -> OptAccuracy:
-    """(accuracy, uncertainty), a named tuple; NaN without a cross-entropy loss."""
-    a, b = ffi.new("double *"), ffi.new("double *")
-    lib.ggml_opt_result_accuracy(result.ptr, a, b)
-    return OptAccuracy(float(a[0]), float(b[0]))
-
-
-def ggml_opt_result_pred(result: OptResult) -> np.ndarray:
-    """The predicted class (0-based argmax) of every sample seen (cross-entropy only)."""
-    n = ggml_opt_result_ndata(result)
-    out = np.zeros(n, np.int32)
-    if n:
-        lib.ggml_opt_result_pred(result.ptr, ffi.cast("int32_t *", ffi.from_buffer(out)))
-    return out
-
-
 def _reaches_a_param(outputs) -> bool:
     """Whether a trainable tensor (ggml_set_param) feeds `outputs`: ggml's backward pass aborts
     without one."""
@@ -287,7 +60,6 @@ def _reaches_a_param(outputs) -> bool:
     return False
 
 
-# -- optimizer contexts ------------------------------------------------------------------------------
 def _setting(what: str, name: str, v) -> float:
     """A hyper-parameter as the float32 ggml_opt reads (bools and non-numbers refused)."""
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
@@ -444,7 +216,8 @@ class OptContext:
     __del__ = free
 
 
-def _opt(o):
+def opt_ptr(o):
+    """The live ggml_opt context behind an OptContext (GGMLError for anything else or a freed one)."""
     if not isinstance(o, OptContext) or o.ptr is None:
         raise GGMLError("expected a live ggml_opt context (ggml_opt_init)")
     return o.ptr
@@ -479,17 +252,17 @@ def ggml_opt_free(opt_ctx: OptContext) -> None:
 
 def ggml_opt_reset(opt_ctx: OptContext, optimizer: bool = True) -> None:
     """Zero the gradients (and with optimizer=True the Adam moments and step counter)."""
-    lib.ggml_opt_reset(_opt(opt_ctx), bool(optimizer))
+    lib.ggml_opt_reset(opt_ptr(opt_ctx), bool(optimizer))
 
 
 def ggml_opt_static_graphs(opt_ctx: OptContext) -> bool:
     """True: the graphs were built once, at init."""
-    return bool(lib.ggml_opt_static_graphs(_opt(opt_ctx)))
+    return bool(lib.ggml_opt_static_graphs(opt_ptr(opt_ctx)))
 
 
 def ggml_opt_context_optimizer_type(opt_ctx: OptContext) -> int:
     """The optimizer type of the context."""
-    return int(lib.ggml_opt_context_optimizer_type(_opt(opt_ctx)))
+    return int(lib.ggml_opt_context_optimizer_type(opt_ptr(opt_ctx)))
 
 
 def ggml_opt_get_lr(opt_ctx: OptContext | OptParams) -> float | dict[str, float]:
@@ -526,7 +299,7 @@ def ggml_opt_set_lr(opt_ctx: OptContext | OptParams, lr: float | None = None, ad
 
 
 def _tensor_of(opt_ctx, fn):
-    p = fn(_opt(opt_ctx))
+    p = fn(opt_ptr(opt_ctx))
     if p == ffi.NULL:
         return None
     if opt_ctx.ctx is None:
@@ -564,130 +337,6 @@ def ggml_opt_ncorrect(opt_ctx: OptContext) -> Tensor | None:
     return _tensor_of(opt_ctx, lib.ggml_opt_ncorrect)
 
 
-def _check_dataset(opt_ctx, dataset):
-    n, ne, nl = dataset.shape
-    inp = opt_ctx.inputs.ptr
-    if int(inp.ne[0]) != ne or int(lib.ggml_nelements(inp)) != ne * int(inp.ne[1]):
-        raise GGMLError(f"the inputs are [{int(inp.ne[0])}, {int(inp.ne[1])}]; the dataset's samples have {ne} values")
-    if dataset.types[0] != inp.type:
-        raise GGMLError("the dataset's data type differs from the inputs' type")
-    lab = lib.ggml_opt_labels(opt_ctx.ptr)
-    if (lab == ffi.NULL) != (nl == 0) or (lab != ffi.NULL and int(lib.ggml_nelements(lab)) != nl * int(inp.ne[1])):
-        raise GGMLError("the dataset's labels do not fit this loss's labels tensor")
-    return n, int(inp.ne[1])
-
-
-class _BorrowedResult(OptResult):
-    """An OptResult over a result ggml_opt_epoch owns (handed to an epoch callback): never freed here."""
-
-    def __init__(self, ptr):
-        self.ptr = ptr
-
-    @uninterruptible
-    def free(self):
-        pass
-
-    __del__ = free
-
-
-def _borrowed_result(ptr):
-    return _BorrowedResult(ptr)
-
-
-def _wants_five(cb) -> bool:
-    """Whether an epoch callback takes ggmlR's five arguments (train, ibatch, ibatch_max,
-    t_start_us, result) rather than three."""
-    try:
-        params = inspect.signature(cb).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return True
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= 5
-
-
-def ggml_opt_epoch(opt_ctx: OptContext, dataset: OptDataset, result_train: OptResult | None = None,
-                   result_eval: OptResult | None = None, idata_split: int = -1,
-                   callback_train: bool | Callable[..., object] | None = None,
-                   callback_eval: bool | Callable[..., object] | None = None) -> None:
-    """One pass over the dataset: samples before idata_split train (one step per batch), the
-    rest are evaluated (static graphs only, as in ggml). A callback is True (ggml's progress
-    bar) or a Python callable called after every batch with (train, ibatch, ibatch_max), or
-    with ggmlR's (train, ibatch, ibatch_max, t_start_us, result) when it takes five arguments."""
-    opt = _opt(opt_ctx)
-    if not opt_ctx.static:
-        raise GGMLError("ggml_opt_epoch requires static graphs: make the context with ctx_compute, inputs and "
-                        "outputs (or step by hand with ggml_opt_prepare_alloc, ggml_opt_alloc, ggml_opt_eval)")
-    n, batch = _check_dataset(opt_ctx, dataset)
-    idata_split = n if int(idata_split) < 0 else int(idata_split)
-    if n % batch or idata_split % batch or idata_split > n:
-        raise GGMLError(f"ggml_opt_epoch: {n} samples and split {idata_split} must be multiples of the batch {batch}")
-    errors = []
-    keep = []
-
-    def make(cb):
-        if cb is None or cb is False:
-            return ffi.NULL
-        if cb is True:
-            return lib.ggml_opt_epoch_callback_progress_bar
-
-        five = _wants_five(cb)
-
-        def trampoline(train, _ctx, _ds, res, ibatch, ibatch_max, t0):
-            if errors:
-                return
-            try:
-                if five:
-                    cb(bool(train), int(ibatch), int(ibatch_max), int(t0), _borrowed_result(res))
-                else:
-                    cb(bool(train), int(ibatch), int(ibatch_max))
-            except BaseException as e:  # noqa: BLE001  never let an exception unwind through C
-                errors.append(e)
-        f = ffi.callback("ggml_opt_epoch_callback", trampoline)
-        keep.append(f)
-        return f
-    rt = result_train.ptr if result_train is not None else ffi.NULL
-    re = result_eval.ptr if result_eval is not None else ffi.NULL
-    opt_ctx.sched.fit_threads_to_load(opt_ctx.count_decides_results())  # for the epoch: ggml runs its batches
-    lib.ggml_opt_epoch(opt, dataset._live(), rt, re, idata_split, make(callback_train), make(callback_eval))
-    if errors:
-        raise errors[0]
-
-
-def ggml_opt_fit(sched: Scheduler, ctx_compute: Context, inputs: Tensor, outputs: Tensor, dataset: OptDataset,
-                 loss_type: int | None = None, optimizer: int | None = None, nepoch: int = 1,
-                 nbatch_logical: int | None = None, val_split: float = 0.0, silent: bool = False) -> None:
-    """ggml's whole training run (ggml_opt_fit): shuffles, trains `nepoch` epochs with a
-    validation split, prints ggml's progress bar unless silent. ggml's default optimizer
-    settings (lr 1e-3); for other settings or schedules use ggml_opt_init + ggml_opt_epoch."""
-    loss_type = lib.GGML_OPT_LOSS_TYPE_MEAN if loss_type is None else loss_type
-    optimizer = lib.GGML_OPT_OPTIMIZER_TYPE_ADAMW if optimizer is None else optimizer
-    if loss_type not in (0, 1, 2, 3) or optimizer not in (0, 1):
-        raise GGMLError("ggml_opt_fit: bad loss type or optimizer")
-    n, ne, nl = dataset.shape
-    inp = inputs.ptr
-    b = int(inp.ne[1])
-    nbatch_logical = b if nbatch_logical is None else int(nbatch_logical)
-    if nbatch_logical < 1 or n % nbatch_logical or nbatch_logical % b:
-        raise GGMLError(f"ggml_opt_fit: {n} samples must be a multiple of nbatch_logical {nbatch_logical}, "
-                        f"itself a multiple of the inputs' batch {b}")
-    if not 0 <= float(val_split) < 1 or int(nepoch) < 1:
-        raise GGMLError("ggml_opt_fit: need 0 <= val_split < 1 and nepoch >= 1")
-    if inp.buffer == ffi.NULL:
-        raise GGMLError("ggml_opt_fit: the inputs must be allocated (ggml_backend_alloc_ctx_tensors)")
-    if int(inp.ne[0]) != ne or dataset.types[0] != inp.type:
-        raise GGMLError(f"ggml_opt_fit: the inputs' samples have {int(inp.ne[0])} values, the dataset's {ne}")
-    needs_labels = loss_type in (lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY, lib.GGML_OPT_LOSS_TYPE_MEAN_SQUARED_ERROR)
-    if needs_labels != (nl > 0) or (nl and nl * b != int(lib.ggml_nelements(outputs.ptr))):
-        raise GGMLError("ggml_opt_fit: the dataset's labels do not fit the outputs for this loss")
-    # the whole fit on one count: all the threads where a result depends on it (threads.count_decides_results)
-    sched.fit_threads_to_load(loss_type == lib.GGML_OPT_LOSS_TYPE_CROSS_ENTROPY
-                              or threads.count_decides_results_below(outputs.ptr))
-    lib.ggml_opt_fit(sched.ptr, ctx_compute.ptr, inputs.ptr, outputs.ptr, dataset._live(), loss_type, optimizer,
-                     lib.ggml_opt_get_default_optimizer_params, int(nepoch), nbatch_logical, float(val_split),
-                     bool(silent))
-
-
 def ggml_opt_default_params(sched: Scheduler | None = None, loss_type: int | None = None) -> dict:
     """ggml's defaults for ggml_opt_init: loss type, build type (optimizer step), opt_period 1,
     AdamW, and the optimizer settings (lr 1e-3, betas 0.9/0.999, eps 1e-8, no weight decay)."""
@@ -714,7 +363,7 @@ def ggml_opt_prepare_alloc(opt_ctx: OptContext, ctx_compute: Context | None = No
     graph `gf` for its next step: `inputs` and `outputs` in it, built in the no_alloc context
     `ctx_compute`, which must have room for the backward and optimizer graphs ggml adds. ggml
     forgets the graph after each ggml_opt_eval, so call it before every ggml_opt_alloc."""
-    opt = _opt(opt_ctx)
+    opt = opt_ptr(opt_ctx)
     if opt_ctx.static:
         raise GGMLError("ggml_opt_prepare_alloc is for contexts without static graphs; this one was made with "
                         "ctx_compute, inputs and outputs")
@@ -745,15 +394,9 @@ def ggml_opt_prepare_alloc(opt_ctx: OptContext, ctx_compute: Context | None = No
     opt_ctx._graph = gf                       # ggml holds the graph until the next eval
 
 
-def ggml_opt_dataset_weights(dataset: OptDataset) -> NoReturn:
-    """Per-sample weights exist only in ggmlR's patched ggml; use ggml_fit(sample_weight=...)."""
-    raise GGMLError("ggml_opt_dataset_weights exists only in ggmlR's patched ggml; "
-                    "use ggml_fit(sample_weight=...)")
-
-
 def ggml_opt_alloc(opt_ctx: OptContext, backward: bool = True) -> None:
     """Allocate the graph for the next ggml_opt_eval (backward: a training step)."""
-    opt = _opt(opt_ctx)
+    opt = opt_ptr(opt_ctx)
     if getattr(opt_ctx, "eval_ready", False):
         raise GGMLError("ggml_opt_alloc: the previous allocation was not evaluated (ggml_opt_eval)")
     if not opt_ctx.static and not opt_ctx.prepared:
@@ -768,7 +411,7 @@ def ggml_opt_alloc(opt_ctx: OptContext, backward: bool = True) -> None:
 
 def ggml_opt_eval(opt_ctx: OptContext, result: OptResult | None = None) -> None:
     """Run the allocated graph on the current inputs (one optimizer step after a backward alloc)."""
-    opt = _opt(opt_ctx)
+    opt = opt_ptr(opt_ctx)
     if not getattr(opt_ctx, "eval_ready", False):
         raise GGMLError("ggml_opt_eval: call ggml_opt_alloc first")
     opt_ctx.sched.fit_threads_to_load(opt_ctx.count_decides_results())
@@ -780,14 +423,8 @@ def ggml_opt_eval(opt_ctx: OptContext, result: OptResult | None = None) -> None:
 
 def ggml_opt_grad_acc(opt_ctx: OptContext, node: Tensor) -> Tensor | None:
     """The gradient accumulator of a forward-graph node (None when it has none)."""
-    p = lib.ggml_opt_grad_acc(_opt(opt_ctx), node.ptr)
+    p = lib.ggml_opt_grad_acc(opt_ptr(opt_ctx), node.ptr)
     return None if p == ffi.NULL else wrap(p, opt_ctx.ctx)
-
-
-def n_train_opt_fit(n_batches: int, v: float) -> int:
-    """ggml_opt_fit's split, computed in float32 as ggml does."""
-    f = np.float32(np.float32(1.0) - np.float32(v)) * np.float32(n_batches)
-    return int(math.trunc(float(np.float32(f))))
 
 
 __all__ = [n for n in dir() if n.startswith("ggml_opt_")]
