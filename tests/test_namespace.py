@@ -1,5 +1,6 @@
 """The flat ggmlpy namespace: every public name of before the lazy families is still there and means
 the same; the heavy families load on first use, not at `import ggmlpy`."""
+import ast
 import importlib
 import json
 import os
@@ -143,3 +144,29 @@ def test_no_internal_name_of_autograd_leaks():
                      and not getattr(ggmlpy, n).__name__.startswith("ggmlpy."))
     assert not foreign, f"modules not of ggmlpy in its namespace: {foreign}"
     assert set(ggmlpy.autograd.__all__) <= set(dir(ggmlpy))
+
+
+def _class_definitions(root: Path) -> dict:
+    """{class name: ["path:line", ...]} for every class statement under `root`, nested ones included."""
+    found: dict = {}
+    for p in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.ClassDef):
+                found.setdefault(node.name, []).append(f"{p.relative_to(root.parent)}:{node.lineno}")
+    return found
+
+
+def test_no_class_name_is_defined_twice_in_the_package():
+    """One name, one concept: two classes of one name (three `Builder`s, two `GraphPlan`s) make a
+    traceback, a type check or an isinstance mean whichever the reader happened to find first."""
+    twice = {name: places for name, places in _class_definitions(Path(ROOT) / "ggmlpy").items() if len(places) > 1}
+    assert not twice, f"class names defined more than once: {twice}"
+
+
+def test_the_class_name_check_sees_a_repeated_name(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "a.py").write_text("class Plan:\n    class Node: pass\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    class Node: pass\n")
+    found = _class_definitions(pkg)
+    assert found["Node"] == ["pkg/a.py:2", "pkg/sub/b.py:2"] and found["Plan"] == ["pkg/a.py:1"]
