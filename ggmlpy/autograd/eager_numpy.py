@@ -22,6 +22,7 @@ import numpy as np
 from ..bindings import ffi
 from ..core.checked import checked_lib  # ggml's shape rules checked before each op (no abort)
 from ..errors import GGMLError
+from .._naming import public_function
 from ..core.device import Backend
 from ..graph import PlacedGraph
 from ..runtime.state import lease
@@ -134,9 +135,7 @@ def _binary(op: str):
                 if compute(eng.backend.ptr, plan.graph) == 0:
                     return out
         return run(op, x, y)
-    f.__name__ = f.__qualname__ = op
-    f.__doc__ = f"x {op} y by ggml on the CPU (y broadcasts to x's shape, ggml's rule), zero-copy."
-    return f
+    return public_function(f, op, f"x {op} y by ggml on the CPU (y broadcasts to x's shape, ggml's rule), zero-copy.")
 
 
 add, sub, mul = _binary("add"), _binary("sub"), _binary("mul")

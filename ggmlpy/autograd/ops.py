@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._naming import public_function
 from ..errors import GGMLError
 from ..tensor import AGTensor, _operand, ag_tensor, norm_shape
 from .engine import apply
@@ -146,9 +147,7 @@ def ag_neg(x: AGTensor) -> AGTensor:
 def _unary(op, doc):
     def f(x: AGTensor) -> AGTensor:
         return apply(op, _ag(x, f"ag_{op}"))
-    f.__name__ = f.__qualname__ = f"ag_{op}"
-    f.__doc__ = doc
-    return f
+    return public_function(f, f"ag_{op}", doc)
 
 
 ag_relu = _unary("relu", "max(x, 0); gradient mask x > 0.")

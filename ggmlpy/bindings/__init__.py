@@ -6,6 +6,7 @@ load time (see loader.check) and a slightly higher per-call cost (docs/benchmark
 "Bindings"). The declarations are parsed once and kept as cffi's out-of-line
 module in the cache (see declarations.py), not parsed again at every import.
 """
+from .._naming import public_function
 from . import loader as _loader
 from .declarations import load_ffi
 from .loader import GGML_VERSION, GGMLLoadError
@@ -27,9 +28,7 @@ def enum_constants(module: str, table: dict) -> dict:
 
         def get() -> int:
             return value
-        get.__name__ = get.__qualname__ = name
-        get.__module__, get.__doc__ = module, doc
-        return get
+        return public_function(get, name, doc, module)
     return {name: getter(name, cname, doc) for name, (cname, doc) in table.items()}
 
 

@@ -3,6 +3,7 @@ one table of names, each a query of ggml's.
 """
 from __future__ import annotations
 
+from .._naming import public_function
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 
@@ -30,9 +31,7 @@ def _cpu_has(feature):
 
     def q() -> bool:
         return bool(_cpu_fn(cname)())
-    q.__name__ = q.__qualname__ = cname
-    q.__doc__ = f"Whether ggml's CPU backend was built for, and runs with, {feature.upper()}."
-    return q
+    return public_function(q, cname, f"Whether ggml's CPU backend was built for, and runs with, {feature.upper()}.")
 
 
 for _f in _CPU_FEATURES:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..bindings import ffi, lib
+from .._naming import public_function
 from ..errors import check
 from .checked import tensor_arg
 from .handles import Tensor
@@ -27,9 +28,7 @@ def _op_namer(cname: str, count: str, kind: str, doc: str) -> Callable[[int], st
         op = int(op)
         check(0 <= op < n, f"{cname}: unknown {kind} {op}")
         return ffi.string(fn(op)).decode()
-    name.__name__ = name.__qualname__ = cname
-    name.__doc__ = doc
-    return name
+    return public_function(name, cname, doc)
 
 
 ggml_op_name = _op_namer("ggml_op_name", "GGML_OP_COUNT", "op", 'ggml\'s name of an op code (GGML_OP_*), e.g. "ADD".')
@@ -91,9 +90,7 @@ def _pred(cname: str, doc: str, n_args: int = 1) -> Callable[..., bool]:
     else:
         def q(a: Tensor, b: Tensor) -> bool:
             return bool(fn(tensor_arg(a, cname).ptr, tensor_arg(b, cname).ptr))
-    q.__name__ = q.__qualname__ = cname
-    q.__doc__ = doc
-    return q
+    return public_function(q, cname, doc)
 
 
 _PREDICATES = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 
 from ...bindings import lib
+from ..._naming import public_function
 from ...errors import GGMLError, check
 from ..checked import check_rule
 from ..handles import Context, Tensor
@@ -26,9 +27,7 @@ def _binary(cname: str):
         check_rule(cname, what, a.ptr, b.ptr)
         return make_like(ctx, what, a, lambda: c_function(cname, _inplace)(ctx.ptr, a.ptr, b.ptr), view=_inplace)
 
-    op.__name__ = op.__qualname__ = cname
-    op.__doc__ = f"{cname}(ctx, a, b): element-wise; b broadcasts to a's shape (ggml's rule)."
-    return op
+    return public_function(op, cname, f"{cname}(ctx, a, b): element-wise; b broadcasts to a's shape (ggml's rule).")
 
 
 ggml_add = _binary("ggml_add")
@@ -47,9 +46,7 @@ def _unary(cname: str, types=CPU_FLOAT):
         check_packed_rows(a, cname)  # every CPU unary kernel asserts it, whatever ne0
         return make_like(ctx, cname, a, lambda: c_function(cname, _inplace)(ctx.ptr, a.ptr), view=_inplace)
 
-    op.__name__ = op.__qualname__ = cname
-    op.__doc__ = f"{cname}(ctx, a): element-wise, same shape as a."
-    return op
+    return public_function(op, cname, f"{cname}(ctx, a): element-wise, same shape as a.")
 
 
 # Plain ops, and those ggml implements through ggml_unary.

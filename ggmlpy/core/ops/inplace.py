@@ -7,6 +7,7 @@ import inspect
 from collections.abc import Callable, Sequence  # noqa: F401  (Sequence: likewise)
 
 
+from ..._naming import public_function
 from ..handles import Context, Tensor  # noqa: F401  (Context: the copied hints of the base ops name it)
 from . import assemble, attention, elementwise, reductions, rope_glu, views
 
@@ -29,10 +30,9 @@ def _make_inplace(name: str) -> Callable[..., Tensor]:
     def op(*args, **kw):
         return base(*args, _inplace=True, **kw)
 
-    op.__name__ = op.__qualname__ = f"ggml_{name}_inplace"
-    op.__module__ = __name__  # defined here, not where wraps() copied the base op's module from
-    op.__doc__ = (f"ggml_{name}_inplace: ggml_{name} computed into its first input's memory "
-                  "(the result is a view of it). Same arguments and checks as ggml_" + name + ".")
+    # its module is this one, not the base op's that wraps() copied
+    public_function(op, f"ggml_{name}_inplace", f"ggml_{name}_inplace: ggml_{name} computed into its first input's "
+                    f"memory (the result is a view of it). Same arguments and checks as ggml_{name}.", __name__)
     del op.__wrapped__
     # its signature and hints are the base op's, minus the private flag
     sig = inspect.signature(base)

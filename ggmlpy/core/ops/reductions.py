@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ...bindings import lib
 from ...errors import check
+from ..._naming import public_function
 from ..checked import check_rule
 from ..handles import Context, Tensor
 from .args import (CPU_FLOAT, F32, I32, c_function, check_contiguous, check_packed_rows, check_types, dims, input_tensor, make_like,
@@ -27,9 +28,7 @@ def _norm(cname: str):
         check(eps >= 0, f"{cname}: eps must be >= 0")
         return make_like(ctx, cname, a, lambda: c_function(cname, _inplace)(ctx.ptr, a.ptr, float(eps)), view=_inplace)
 
-    op.__name__ = op.__qualname__ = cname
-    op.__doc__ = f"{cname}(ctx, a, eps=1e-5): normalise along ne0 (per R column)."
-    return op
+    return public_function(op, cname, f"{cname}(ctx, a, eps=1e-5): normalise along ne0 (per R column).")
 
 
 ggml_norm = _norm("ggml_norm")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 
+from ..._naming import public_function
 from ...bindings import ffi, lib
 from ...errors import check
 from ..handles import Context, Tensor
@@ -119,11 +120,10 @@ def _glu_named(name: str, op: int) -> tuple[Callable[..., Tensor], Callable[...,
     def split(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         return _glu(ctx, a, b, op, False, f"ggml_{name}_split")
 
-    fused.__name__ = fused.__qualname__ = f"ggml_{name}"
-    split.__name__ = split.__qualname__ = f"ggml_{name}_split"
-    fused.__doc__ = f"ggml_{name}(ctx, a): ggml_glu(ctx, a, GGML_GLU_OP_{name.upper()}): halves of ne0, [2n, ...] -> [n, ...]."
-    split.__doc__ = f"ggml_{name}_split(ctx, a, b): act(a) * b with GGML_GLU_OP_{name.upper()}'s activation."
-    return fused, split
+    return (public_function(fused, f"ggml_{name}", f"ggml_{name}(ctx, a): ggml_glu(ctx, a, GGML_GLU_OP_{name.upper()}): "
+                            "halves of ne0, [2n, ...] -> [n, ...]."),
+            public_function(split, f"ggml_{name}_split", f"ggml_{name}_split(ctx, a, b): act(a) * b with "
+                            f"GGML_GLU_OP_{name.upper()}'s activation."))
 
 
 for _name, _op in (("reglu", GGML_GLU_OP_REGLU), ("geglu", GGML_GLU_OP_GEGLU), ("swiglu", GGML_GLU_OP_SWIGLU),
