@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._naming import public_function
 from ..bindings import ffi, lib
 from ..errors import GGMLError
 from .types import TYPE_NAMES, _count, type_id
@@ -213,12 +214,11 @@ def _dequantize_row(suffix: str, raw: bytes | bytearray | memoryview | ArrayLike
 def _make(template: Callable[..., np.ndarray], suffix: str, name: str, doc: str) -> Callable[..., np.ndarray]:
     def fn(*args, **kwargs):
         return template(suffix, *args, **kwargs)
-    fn.__name__ = fn.__qualname__ = name
+    public_function(fn, name, doc)
     # the template's parameters and hints after `suffix`, for help(), inspect and type checkers
     sig = inspect.signature(template)
     fn.__signature__ = sig.replace(parameters=list(sig.parameters.values())[1:])
     fn.__annotations__ = {k: v for k, v in template.__annotations__.items() if k != "suffix"}
-    fn.__doc__ = doc
     return fn
 
 
@@ -292,20 +292,24 @@ def ggml_quantize_requires_imatrix(type: int | str) -> bool:
     return bool(lib.ggml_quantize_requires_imatrix(type_id(type, "ggml_quantize_requires_imatrix")))
 
 
+def _iq2_grid_type(type, what: str) -> int:
+    """The id of a type that has an IQ2 grid (iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m)."""
+    t = type_id(type, what)
+    if t not in _IQ2_TABLE_TYPES:
+        raise GGMLError(f"{what}: {TYPE_NAMES[t]} has no IQ2 grid; types: iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m")
+    return t
+
+
 def iq2xs_init_impl(type: int | str) -> None:
     """Build the grid of one of the IQ2/IQ1 types (iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m)."""
-    t = type_id(type, "iq2xs_init_impl")
-    if t not in _IQ2_TABLE_TYPES:
-        raise GGMLError(f"iq2xs_init_impl: {TYPE_NAMES[t]} has no IQ2 grid; types: iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m")
+    t = _iq2_grid_type(type, "iq2xs_init_impl")
     with _LOCK:
         lib.iq2xs_init_impl(t)
 
 
 def iq2xs_free_impl(type: int | str) -> None:
     """Release the grid iq2xs_init_impl built for `type`."""
-    t = type_id(type, "iq2xs_free_impl")
-    if t not in _IQ2_TABLE_TYPES:
-        raise GGMLError(f"iq2xs_free_impl: {TYPE_NAMES[t]} has no IQ2 grid; types: iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m")
+    t = _iq2_grid_type(type, "iq2xs_free_impl")
     with _LOCK:
         lib.iq2xs_free_impl(t)
 
