@@ -411,22 +411,25 @@ def _target(target, pred: AGTensor, what: str) -> AGTensor:
     return _ag(np.asarray(target) if _num(target) else target, what, "target", like=pred)
 
 
+def _elementwise_loss(rule: str, what: str, pred, target) -> AGTensor:
+    """The loss primitive `rule` of pred and a target of pred's shape (an ag tensor, or a plain
+    matrix or number made a constant on pred's device)."""
+    pred = _ag(pred, what, "pred")
+    target = _target(target, pred, what)
+    _same_shape(what, pred, target)
+    return apply(rule, pred, target)
+
+
 def ag_mse_loss(pred: AGTensor, target: AGTensor | np.ndarray) -> AGTensor:
     """sum((pred - target)^2) / length(pred); the gradient flows to pred only (as in ggmlR).
     `target` may be an ag tensor or a plain numpy matrix of pred's shape."""
-    pred = _ag(pred, "ag_mse_loss", "pred")
-    target = _target(target, pred, "ag_mse_loss")
-    _same_shape("ag_mse_loss", pred, target)
-    return apply("mse", pred, target)
+    return _elementwise_loss("mse", "ag_mse_loss", pred, target)
 
 
 def ag_cross_entropy_loss(pred: AGTensor, target: AGTensor | np.ndarray) -> AGTensor:
     """-sum(target * log(clamp(pred, 1e-7, 1 - 1e-7))) / ncol, for probabilities `pred`.
     `target` may be an ag tensor or a plain numpy matrix of pred's shape."""
-    pred = _ag(pred, "ag_cross_entropy_loss", "pred")
-    target = _target(target, pred, "ag_cross_entropy_loss")
-    _same_shape("ag_cross_entropy_loss", pred, target)
-    return apply("cross_entropy", pred, target)
+    return _elementwise_loss("cross_entropy", "ag_cross_entropy_loss", pred, target)
 
 
 def ag_softmax_cross_entropy_loss(logits: AGTensor, target: AGTensor | np.ndarray) -> AGTensor:
