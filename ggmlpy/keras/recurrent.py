@@ -40,11 +40,25 @@ class _Recurrent(Layer):
         x = b.cont(x)
         return [checked_lib.ggml_cont(b.ctx, checked_lib.ggml_view_2d(b.ctx, x, c, batch, x.nb[2], i * x.nb[1])) for i in range(t)]
 
-    def _gate(self, b, g, k, batch):
-        u = self.units
-        return checked_lib.ggml_cont(b.ctx, checked_lib.ggml_view_2d(b.ctx, g, u, batch, g.nb[1], k * u * g.nb[0]))
+    def _project(self, b, W, names, xt, h):
+        """W x_t + bias, plus U h from the second step on (the first state is zero): names are the
+        three weights' keys (W, U, bias)."""
+        w, u, bias = names
+        z = b.add(b.matmul(W[w], xt), W[bias])
+        return z if h is None else b.add(z, b.matmul(W[u], h))
 
-    def _finish(self, b, hs, batch):
+    def _gate(self, b, g, k, batch, activation):
+        """The k-th block of `units` rows of the stacked gates g, activated."""
+        u = self.units
+        block = checked_lib.ggml_cont(b.ctx, checked_lib.ggml_view_2d(b.ctx, g, u, batch, g.nb[1], k * u * g.nb[0]))
+        return b.activation(block, activation)
+
+    def build(self, b, xs, W, batch, ctx):
+        state, hs = None, []
+        for xt in self._steps(b, xs[0], batch):
+            b.check_room(128)   # a step's tensors: GGMLError, not ggml's abort, past the context
+            h, state = self._step(b, W, xt, state, batch)
+            hs.append(h)
         if not self.return_sequences:
             return hs[-1]
         b.check_room(4 * len(hs) + 64)
@@ -64,22 +78,17 @@ class LSTM(_Recurrent):
         c, u = self.in_shape[0], self.units
         return {"W_gates": (4 * u, c), "U_gates": (4 * u, u), "b_gates": (4 * u,)}
 
-    def build(self, b, xs, W, batch, ctx):
-        h = cell = None
-        hs = []
-        for xt in self._steps(b, xs[0], batch):
-            b.check_room(128)   # a step's tensors: GGMLError, not ggml's abort, past the context
-            g = b.add(b.matmul(W["W_gates"], xt), W["b_gates"])
-            if h is not None:
-                g = b.add(g, b.matmul(W["U_gates"], h))
-            i = b.activation(self._gate(b, g, 0, batch), self.recurrent_activation)
-            f = b.activation(self._gate(b, g, 1, batch), self.recurrent_activation)
-            cand = b.activation(self._gate(b, g, 2, batch), self.activation)
-            o = b.activation(self._gate(b, g, 3, batch), self.recurrent_activation)
-            cell = b.mul(i, cand) if cell is None else b.add(b.mul(f, cell), b.mul(i, cand))
-            h = b.mul(o, b.activation(cell, self.activation))
-            hs.append(h)
-        return self._finish(b, hs, batch)
+    def _step(self, b, W, xt, state, batch):
+        """One time step: (h, (h, cell)) from the previous (h, cell), None at the first step."""
+        h, cell = state or (None, None)
+        g = self._project(b, W, ("W_gates", "U_gates", "b_gates"), xt, h)
+        i = self._gate(b, g, 0, batch, self.recurrent_activation)
+        f = self._gate(b, g, 1, batch, self.recurrent_activation)
+        cand = self._gate(b, g, 2, batch, self.activation)
+        o = self._gate(b, g, 3, batch, self.recurrent_activation)
+        cell = b.mul(i, cand) if cell is None else b.add(b.mul(f, cell), b.mul(i, cand))
+        h = b.mul(o, b.activation(cell, self.activation))
+        return h, (h, cell)
 
 
 class GRU(_Recurrent):
@@ -92,20 +101,12 @@ class GRU(_Recurrent):
         return {"W_zh": (2 * u, c), "U_zh": (2 * u, u), "b_zh": (2 * u,),
                 "W_n": (u, c), "U_n": (u, u), "b_n": (u,)}
 
-    def build(self, b, xs, W, batch, ctx):
-        h = None
-        hs = []
-        for xt in self._steps(b, xs[0], batch):
-            b.check_room(128)   # a step's tensors: GGMLError, not ggml's abort, past the context
-            zr = b.add(b.matmul(W["W_zh"], xt), W["b_zh"])
-            if h is not None:
-                zr = b.add(zr, b.matmul(W["U_zh"], h))
-            z = b.activation(self._gate(b, zr, 0, batch), self.recurrent_activation)
-            r = b.activation(self._gate(b, zr, 1, batch), self.recurrent_activation)
-            n = b.add(b.matmul(W["W_n"], xt), W["b_n"])
-            if h is not None:
-                n = b.add(n, b.matmul(W["U_n"], b.mul(r, h)))
-            n = b.activation(n, self.activation)
-            h = b.mul(z, n) if h is None else b.add(h, b.mul(z, b.sub(n, h)))
-            hs.append(h)
-        return self._finish(b, hs, batch)
+    def _step(self, b, W, xt, h, batch):
+        """One time step: (h, h) from the previous h, None at the first step."""
+        zr = self._project(b, W, ("W_zh", "U_zh", "b_zh"), xt, h)
+        z = self._gate(b, zr, 0, batch, self.recurrent_activation)
+        r = self._gate(b, zr, 1, batch, self.recurrent_activation)
+        n = self._project(b, W, ("W_n", "U_n", "b_n"), xt, None if h is None else b.mul(r, h))
+        n = b.activation(n, self.activation)
+        h = b.mul(z, n) if h is None else b.add(h, b.mul(z, b.sub(n, h)))
+        return h, h
