@@ -9,7 +9,7 @@ import numpy as np
 
 from ..bindings import ffi
 from .onnx_lib import onnx_lib
-from .graph import F32, MAX_RANK, ne_of
+from .graph import F32, MAX_RANK, Val, ne_of
 
 
 def squeeze_for(b, shape, axes=()):
@@ -121,6 +121,12 @@ def binary(b, fn, va, vb, commutative=False):
         else:
             ta = repeat_to(b, ta, work)
     return fn(b.ctx, ta, tb), shape
+
+
+def binary_value(b, fn, va, vb, commutative=False) -> Val:
+    """binary(), its result a value of va's type."""
+    t, shape = binary(b, fn, va, vb, commutative)
+    return Val(shape, va.dtype, t=t)
 
 
 def take(b, t, shape, axis, idx):

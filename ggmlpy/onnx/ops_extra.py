@@ -8,7 +8,7 @@ from onnx import TensorProto
 
 from . import float8
 from .graph import FLOAT8_TYPES, NeedsValue, Val, const, np_dtype
-from .layout import binary, permute, reshape, take, to_rows
+from .layout import binary, binary_value, permute, reshape, take, to_rows
 from .op_table import OPS, cscalar, cval, f, norm_axis, op
 from .ops_elementwise import _round_even, _unary
 from .ops_shape import _concat
@@ -35,51 +35,32 @@ def _along(b, v: Val, axis, rank):
                                                                         t=reshape(b, b.tensor(v), tuple(shape)))
 
 
-def _mul(b, x, y):
-    t, shape = binary(b, lambda c, p, q: onnx_lib.ggml_mul(c, p, q), x, y, True)
-    return Val(shape, x.dtype, t=t)
-
-
-def _sub(b, x, y):
-    t, shape = binary(b, lambda c, p, q: onnx_lib.ggml_sub(c, p, q), x, y)
-    return Val(shape, x.dtype, t=t)
-
-
-def _add(b, x, y):
-    t, shape = binary(b, lambda c, p, q: onnx_lib.ggml_add(c, p, q), x, y, True)
-    return Val(shape, x.dtype, t=t)
-
-
-def _div(b, x, y):
-    t, shape = binary(b, lambda c, p, q: onnx_lib.ggml_div(c, p, q), x, y)
-    return Val(shape, x.dtype, t=t)
-
-
 def dequantize(b, x, scale, zp, axis, out_type=TensorProto.FLOAT):
     axis = norm_axis(b, axis, x.rank) if scale.size > 1 else 0  # the axis matters for per-axis scales only
     scale, zp = _along(b, scale, axis, x.rank), _along(b, zp, axis, x.rank)
     if x.is_const and scale.is_const and (zp is None or zp.is_const):
         y = (x.const.astype(np.float64) - (0 if zp is None else zp.const.astype(np.float64))) * scale.const
         return const(y.astype(np.float32), out_type)
-    v = x if zp is None else _sub(b, Val(x.shape, TensorProto.FLOAT, t=f(b, x)), zp)
-    y = _mul(b, Val(v.shape, TensorProto.FLOAT, t=f(b, v) if v.t is None else v.t), scale)
+    v = x if zp is None else binary_value(b, onnx_lib.ggml_sub, Val(x.shape, TensorProto.FLOAT, t=f(b, x)), zp)
+    y = binary_value(b, onnx_lib.ggml_mul, Val(v.shape, TensorProto.FLOAT, t=f(b, v) if v.t is None else v.t),
+                     scale, True)
     return b.out(y.t, y.shape, out_type)
 
 
 def quantize(b, x, scale, zp, axis, out_type, saturate=True):
     axis = norm_axis(b, axis, x.rank) if scale.size > 1 else 0
     scale, zp = _along(b, scale, axis, x.rank), _along(b, zp, axis, x.rank)
-    q = _div(b, Val(x.shape, x.dtype, t=f(b, x)), scale)
+    q = binary_value(b, onnx_lib.ggml_div, Val(x.shape, x.dtype, t=f(b, x)), scale)
     if out_type in FLOAT8_TYPES:  # x / scale (+ a zero point, 0 for these types) rounded to the type
         if zp is not None:
-            q = _add(b, q, zp)
+            q = binary_value(b, onnx_lib.ggml_add, q, zp, True)
         return b.out(float8.round_in_graph(b, q.t, out_type, saturate), q.shape, out_type)
     lo, hi = QRANGE.get(out_type, (None, None))
     b.need(lo is not None, f"quantization to {TensorProto.DataType.Name(out_type)}")
     t = _round_even(b, q.t)
     v = Val(q.shape, x.dtype, t=t)
     if zp is not None:
-        v = _add(b, v, zp)
+        v = binary_value(b, onnx_lib.ggml_add, v, zp, True)
     return b.out(onnx_lib.ggml_clamp(b.ctx, v.t, float(lo), float(hi)), v.shape, out_type)
 
 
