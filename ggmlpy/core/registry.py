@@ -23,12 +23,11 @@ import os
 import threading
 from dataclasses import dataclass
 
-import cffi
-
 from ..bindings import c_str, ffi, found, lib
 from ..errors import DeviceError, GGMLError
 from .ggml_log import log  # first: ggml's log goes to Python's logging before any backend starts
 from .rpc import is_rpc_device
+from .vulkan_driver import physical_device_properties
 
 _NULL = ffi.NULL
 
@@ -43,20 +42,6 @@ _TYPES = {
 
 # -- software Vulkan (Mesa lavapipe): GGML_VK_VISIBLE_DEVICES before ggml-vulkan registers ------
 VK_ENV = "GGML_VK_VISIBLE_DEVICES"
-_VK_TYPES = {0: "other", 1: "integrated-gpu", 2: "discrete-gpu", 3: "virtual-gpu", 4: "cpu"}
-_VK_CDEF = """
-typedef struct { int sType; const void *pNext; const char *pApplicationName; uint32_t applicationVersion;
-                 const char *pEngineName; uint32_t engineVersion; uint32_t apiVersion; } VkApplicationInfo;
-typedef struct { int sType; const void *pNext; uint32_t flags; const VkApplicationInfo *pApplicationInfo;
-                 uint32_t enabledLayerCount; const char *const *ppEnabledLayerNames;
-                 uint32_t enabledExtensionCount; const char *const *ppEnabledExtensionNames; } VkInstanceCreateInfo;
-typedef struct { uint32_t apiVersion; uint32_t driverVersion; uint32_t vendorID; uint32_t deviceID;
-                 int deviceType; char deviceName[256]; uint8_t rest[4096]; } VkPhysicalDevicePropertiesHead;
-int vkCreateInstance(const VkInstanceCreateInfo *info, const void *allocator, void **instance);
-void vkDestroyInstance(void *instance, const void *allocator);
-int vkEnumeratePhysicalDevices(void *instance, uint32_t *count, void **devices);
-void vkGetPhysicalDeviceProperties(void *device, VkPhysicalDevicePropertiesHead *props);
-"""
 
 
 @dataclass(frozen=True)
@@ -70,34 +55,7 @@ def vulkan_physical_devices() -> list[VulkanDevice]:
     """Every Vulkan physical device the system's Vulkan loader reports, in its order (the
     indices GGML_VK_VISIBLE_DEVICES uses), including the CPU-type ones ggml hides.
     Empty when there is no Vulkan loader (libvulkan.so.1) or no driver."""
-    vffi = cffi.FFI()
-    vffi.cdef(_VK_CDEF)
-    try:
-        vk = vffi.dlopen("libvulkan.so.1")
-    except OSError:
-        return []
-    app = vffi.new("VkApplicationInfo *", {"sType": 0, "pApplicationName": vffi.NULL,
-                                            "apiVersion": (1 << 22) | (1 << 12)})  # 1.1
-    info = vffi.new("VkInstanceCreateInfo *", {"sType": 1, "pApplicationInfo": app})
-    inst = vffi.new("void **")
-    if vk.vkCreateInstance(info, vffi.NULL, inst) != 0:
-        return []
-    try:
-        n = vffi.new("uint32_t *")
-        if vk.vkEnumeratePhysicalDevices(inst[0], n, vffi.NULL) != 0 or n[0] == 0:
-            return []
-        handles = vffi.new("void *[]", n[0])
-        if vk.vkEnumeratePhysicalDevices(inst[0], n, handles) not in (0, 5):  # VK_SUCCESS, VK_INCOMPLETE
-            return []
-        out = []
-        for i in range(n[0]):
-            props = vffi.new("VkPhysicalDevicePropertiesHead *")
-            vk.vkGetPhysicalDeviceProperties(handles[i], props)
-            out.append(VulkanDevice(i, _VK_TYPES.get(props.deviceType, "other"),
-                                    vffi.string(props.deviceName).decode(errors="replace")))
-        return out
-    finally:
-        vk.vkDestroyInstance(inst[0], vffi.NULL)
+    return [VulkanDevice(i, p["type"], p["name"]) for i, p in enumerate(physical_device_properties())]
 
 
 def _has_backend_library(name: str) -> bool:

@@ -1,7 +1,8 @@
 """What a Vulkan driver itself reports about its physical devices, read through the system's Vulkan
 loader (libvulkan.so.1): the standard properties ggml 0.25.3 reads for its own use but does not
 expose (subgroup sizes and operations, the push-constant limit, cooperative-matrix shapes, the
-extensions that decide ggml's architecture class).
+extensions that decide ggml's architecture class), and each device's name and type, which the
+registry reads to list the software devices ggml hides.
 
 Every value comes from the driver; a property the driver does not report (an older Vulkan version,
 an extension it lacks) is None, never a guess. The loader is asked once per process.
@@ -58,6 +59,7 @@ _SUCCESS, _INCOMPLETE = 0, 5
 COMPONENT_TYPES = {0: "f16", 1: "f32", 2: "f64", 3: "i8", 4: "i16", 5: "i32", 6: "i64", 7: "u8", 8: "u16",
                    9: "u32", 10: "u64", 1000141000: "bf16", 1000491002: "e4m3", 1000491003: "e5m2"}
 SCOPES = {1: "device", 2: "workgroup", 3: "subgroup", 5: "queue_family"}
+DEVICE_TYPES = {0: "other", 1: "integrated-gpu", 2: "discrete-gpu", 3: "virtual-gpu", 4: "cpu"}
 VENDOR_AMD, VENDOR_INTEL, VENDOR_NVIDIA, VENDOR_QUALCOMM = 0x1002, 0x8086, 0x10DE, 0x5143
 
 
@@ -111,6 +113,7 @@ def _device_properties(ffi, vk, inst, dev, instance_version: int) -> dict:
     vk.vkGetPhysicalDeviceProperties2(dev, head)  # the device's Vulkan version decides what may be chained
     version = head.properties.apiVersion
     out = {"name": ffi.string(head.properties.deviceName).decode(errors="replace"),
+           "type": DEVICE_TYPES.get(head.properties.deviceType, "other"),
            "vendor_id": head.properties.vendorID, "device_id": head.properties.deviceID,
            "api_version": f"{version >> 22}.{(version >> 12) & 0x3FF}.{version & 0xFFF}",
            "max_push_constants_size": head.properties.limits.maxPushConstantsSize,
