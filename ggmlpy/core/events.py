@@ -2,32 +2,23 @@
 or the host, waits for."""
 from __future__ import annotations
 
-from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import GGMLError, check
 from .device import Backend, backend_arg
+from .handles import OwnedPointer
 from .registry_api import Device, device_arg
 
 _NULL = ffi.NULL
 
 
 # -- events ---------------------------------------------------------------------------------------------------------
-class Event:
+class Event(OwnedPointer):
     """A ggml backend event (devices with caps_events: not the CPU)."""
+
+    RELEASE = "ggml_backend_event_free"
 
     def __init__(self, ptr, dev: Device):
         self.ptr, self.dev = ptr, dev
-
-    @uninterruptible
-    def free(self) -> None:
-        """Free the event now (otherwise when it is garbage-collected)."""
-        if self.ptr is not None:
-            lib.ggml_backend_event_free(self.ptr)
-            self.ptr = None
-
-    @uninterruptible
-    def __del__(self):
-        self.free()
 
 
 def _event(e, what) -> Event:

@@ -40,6 +40,27 @@ def type_name(t: int) -> str:
     return TYPE_NAMES.get(t) or ffi.string(lib.ggml_type_name(t)).decode()
 
 
+class OwnedPointer:
+    """A handle that owns what ggml made at `ptr`: released once, by the ggml function the subclass
+    names in RELEASE, at free() or when the handle is garbage-collected, never half-way through
+    by Ctrl-C. `ptr` is None until ggml has made it (a failed __init__ leaves nothing to free)
+    and after it is freed."""
+
+    ptr = None
+    RELEASE: str
+
+    @uninterruptible
+    def free(self) -> None:
+        """Free it now (otherwise when the handle is garbage-collected)."""
+        if self.ptr is not None:
+            getattr(lib, self.RELEASE)(self.ptr)
+            self.ptr = None
+
+    @uninterruptible
+    def __del__(self):
+        self.free()  # the subclass's free, where it has its own
+
+
 _MEM_ALIGN = 64  # >= ggml's GGML_MEM_ALIGN (16), and a cache line
 _alloc_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
 

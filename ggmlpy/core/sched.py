@@ -9,24 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .._sigint import uninterruptible
 from ..bindings import ffi, lib
 from ..errors import DeviceError, GGMLError, check
 from .backend import ggml_backend_cpu_init
 from .checked import index_arg
 from .device import Backend, backend_arg
-from .handles import Tensor
+from .handles import OwnedPointer, Tensor
 from .graph import Graph, _check_row_indices
 from .openmp import openmp_count_kept
 
 GGML_SCHED_MAX_BACKENDS = 16
 
 
-class Scheduler:
+class Scheduler(OwnedPointer):
     """Backends in priority order. ggml requires the last one to be a CPU backend: as in ggmlR,
-    one is appended (and owned by the scheduler) when the list does not end with one."""
+    one is appended (and owned by the scheduler) when the list does not end with one. Freeing it
+    frees its buffers."""
 
-    ptr = None  # until ggml has made one (so a failed __init__ leaves nothing to free)
+    RELEASE = "ggml_backend_sched_free"
 
     def __init__(self, backends: Iterable[Backend], graph_size: int = 2048, parallel: bool = False):
         backends = list(backends)
@@ -117,15 +117,6 @@ class Scheduler:
         """The name of the backend the scheduler placed tensor `t` on ("" if none)."""
         b = lib.ggml_backend_sched_get_tensor_backend(self.ptr, t.ptr)
         return ffi.string(lib.ggml_backend_name(b)).decode() if b != ffi.NULL else ""
-
-    @uninterruptible
-    def free(self) -> None:
-        """Free the scheduler and its buffers now."""
-        if self.ptr is not None:
-            lib.ggml_backend_sched_free(self.ptr)
-            self.ptr = None
-
-    __del__ = free
 
 
 def ggml_backend_sched_new(backends: Iterable[Backend], graph_size: int = 2048, parallel: bool = False) -> Scheduler:

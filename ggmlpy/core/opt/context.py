@@ -8,10 +8,9 @@ from typing import NoReturn
 
 import numpy as np
 
-from ..._sigint import uninterruptible
 from ...bindings import enum_constants, ffi, lib
 from ...errors import GGMLError
-from ..handles import Context, Tensor, wrap
+from ..handles import Context, OwnedPointer, Tensor, wrap
 from ..graph import Graph
 from .. import threads
 from ..sched import Scheduler
@@ -126,13 +125,15 @@ class OptParams:
         self.struct.sgd.alpha = v
 
 
-class OptContext:
+class OptContext(OwnedPointer):
     """A ggml_opt context: with static graphs over (inputs, outputs) in ctx_compute, or, made
     without them (ggmlR's ggml_opt_init(sched, loss_type, ...)), one whose graphs are given
     before every step by ggml_opt_prepare_alloc.
 
     ggmlR's ggml_opt_init_for_fit returns list(opt_ctx, lr_ud): `ctx["opt_ctx"]` is the
     context itself and `ctx["lr_ud"]` its learning-rate holder (ggml_opt_get_lr/set_lr)."""
+
+    RELEASE = "ggml_opt_free"
 
     def __init__(self, sched: Scheduler, ctx_compute: Context | None, inputs: Tensor | None,
                  outputs: Tensor | None, loss_type: int, optimizer: int, opt_period=1, lr=1e-3, build_type=None):
@@ -206,14 +207,6 @@ class OptContext:
 
     def __contains__(self, key):
         return key in self.keys()
-
-    @uninterruptible
-    def free(self):
-        if getattr(self, "ptr", None) is not None:
-            lib.ggml_opt_free(self.ptr)
-            self.ptr = None
-
-    __del__ = free
 
 
 def opt_ptr(o):

@@ -6,19 +6,18 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from ..._sigint import uninterruptible
 from ...bindings import ffi, lib
 from ...errors import GGMLError
-from ..handles import Tensor
+from ..handles import OwnedPointer, Tensor
 from .context import OptContext, opt_ptr
 
 _TYPES = {lib.GGML_TYPE_F32: np.float32, lib.GGML_TYPE_I32: np.int32}
 
 
-class OptDataset:
+class OptDataset(OwnedPointer):
     """A ggml_opt dataset (freed by ggml_opt_dataset_free or garbage collection)."""
 
-    ptr = None
+    RELEASE = "ggml_opt_dataset_free"
 
     def __init__(self, type_data, type_label, ne_datapoint, ne_label, ndata, ndata_shard):
         for name, v, lo in (("ne_datapoint", ne_datapoint, 1), ("ne_label", ne_label, 0), ("ndata", ndata, 1),
@@ -43,14 +42,6 @@ class OptDataset:
     def _view(self, t, ne, dtype):
         buf = ffi.buffer(t.data, self.shape[0] * ne * np.dtype(dtype).itemsize)
         return np.frombuffer(buf, dtype=dtype).reshape(self.shape[0], ne)
-
-    @uninterruptible
-    def free(self):
-        if self.ptr is not None:
-            lib.ggml_opt_dataset_free(self.ptr)
-            self.ptr = None
-
-    __del__ = free
 
 
 def ggml_opt_dataset_init(type_data: int, type_label: int, ne_datapoint: int, ne_label: int, ndata: int,

@@ -7,23 +7,16 @@ import numpy as np
 
 from ..._sigint import uninterruptible
 from ...bindings import ffi, lib
+from ..handles import OwnedPointer
 
 
-class OptResult:
+class OptResult(OwnedPointer):
     """Loss, accuracy and predictions accumulated over batches."""
 
-    ptr = None
+    RELEASE = "ggml_opt_result_free"
 
     def __init__(self):
         self.ptr = lib.ggml_opt_result_init()
-
-    @uninterruptible
-    def free(self):
-        if self.ptr is not None:
-            lib.ggml_opt_result_free(self.ptr)
-            self.ptr = None
-
-    __del__ = free
 
 
 def ggml_opt_result_init() -> OptResult:
@@ -92,8 +85,6 @@ class BorrowedResult(OptResult):
     @uninterruptible
     def free(self):
         pass
-
-    __del__ = free
 
 
 __all__ = [n for n in dir() if n.startswith("ggml_opt_")]
