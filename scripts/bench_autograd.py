@@ -8,7 +8,8 @@ interleaved rounds: this machine's speed drifts by 15-20%.
 """
 import numpy as np
 
-from benchlib import g, ggml_mlp, interleaved, mlp_data, row, torch_mlp, torch_or_none
+from benchlib import interleaved, row
+from benchmodels import g, ggml_mlp, mlp_data, torch_mlp, torch_or_none
 
 
 def main():

@@ -16,7 +16,8 @@ import argparse
 import os
 import sys
 
-from benchlib import g, ggml_mlp, interleaved, mlp_data
+from benchlib import interleaved, loadavg
+from benchmodels import g, ggml_mlp, mlp_data
 
 pool = None
 
@@ -130,8 +131,7 @@ def main():
     print(f"  eager: tape {best[2] / base_tape:.2f}x plain with {best[0]} (target <= 0.2), "
           f"step {best[1] / base_t:.2f}x plain (target <= 1.4)")
     line = compiled_rows(weights, x, y, args.gpt)
-    with open("/proc/loadavg") as f:
-        print(f"load {f.read().split()[0]}")
+    print(f"load {loadavg()}")
     print(f"summary: {line}")
 
 

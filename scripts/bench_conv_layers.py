@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from scripts.bench_onnx import interleaved  # noqa: E402
+from benchlib import interleaved_with_pauses, loadavg  # noqa: E402
 
 # (input size, in channels, out channels, kernel, stride, ReLU, residual, count in ResNet-18)
 LAYERS = [
@@ -101,7 +101,7 @@ def main() -> None:
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
         for batch in args.batch:
-            print(f"threads {threads}, batch {batch}; loadavg {open('/proc/loadavg').read().split()[:3]}")
+            print(f"threads {threads}, batch {batch}; loadavg {loadavg()}")
             print(f"{'layer':<30} {'kind':<8} {'ggmlpy ms':>9} {'ort ms':>8} {'GF/s':>6} {'ort':>6} {'ratio':>6}")
             tg = to = 0.0
             for i, (size, cin, cout, k, s, relu, res, count) in enumerate(LAYERS):
@@ -111,7 +111,7 @@ def main() -> None:
                     continue
                 m = g.onnx_load(path, n_threads=threads)
                 sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-                (gb, _), (ob, _) = interleaved([lambda: g.onnx_run(m, feeds), lambda: sess.run(None, feeds)],
+                (gb, _), (ob, _) = interleaved_with_pauses([lambda: g.onnx_run(m, feeds), lambda: sess.run(None, feeds)],
                                                args.reps, time.perf_counter)
                 diff = float(np.abs(g.onnx_run(m, feeds)["y"] - sess.run(None, feeds)[0]).max())
                 tg, to = tg + count * gb, to + count * ob
@@ -119,7 +119,7 @@ def main() -> None:
                 print(f"{label:<30} {kind_of(size, cin, cout, k, s):<8} {gb:>9.3f} {ob:>8.3f} "
                       f"{flops / gb * 1e-6:>6.0f} {flops / ob * 1e-6:>6.0f} {gb / ob:>6.2f}  {diff:.1e}")
             print(f"{'all convolutions (x count)':<39} {tg:>9.3f} {to:>8.3f} {'':>13} {tg / to:>6.2f}")
-            print(f"loadavg after {open('/proc/loadavg').read().split()[:3]}")
+            print(f"loadavg after {loadavg()}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ import sys
 
 import numpy as np
 
-from benchlib import g, ggml_mlp, interleaved, mlp_data
+from benchlib import interleaved, loadavg
+from benchmodels import g, ggml_mlp, mlp_data
 
 
 def compiled_hvp_ratio() -> float:
@@ -95,8 +96,7 @@ def main():
     print(f"  forward+backward   {t_fb * 1e3:8.1f} ms")
     print(f"  hvp                {t_hvp * 1e3:8.1f} ms   {t_hvp / t_fb:5.2f}x forward+backward")
     r, r_gpt = compiled_hvp_ratio(), gpt_hvp_ratio()
-    with open("/proc/loadavg") as f:
-        print(f"load {f.read().split()[0]}")
+    print(f"load {loadavg()}")
     print(f"summary: jvp {t_jvp / t_fwd:.2f}x forward; hvp {t_hvp / t_fb:.2f}x forward+backward; "
           f"compiled hvp {r:.2f}x compiled forward+backward (mlp), {r_gpt:.2f}x (char-GPT)")
 

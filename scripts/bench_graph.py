@@ -10,7 +10,8 @@ The contenders are timed in interleaved rounds: this machine's speed drifts by 1
 """
 import numpy as np
 
-from benchlib import g, interleaved, mlp_data, timed, torch_or_none
+from benchlib import interleaved, timed
+from benchmodels import g, mlp_data, torch_or_none
 
 
 def ggml_setup(weights, x, y):

@@ -18,6 +18,8 @@ import statistics
 import subprocess
 import sys
 
+from benchlib import interleaved, loadavg
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -25,7 +27,6 @@ def child(hold_supported: bool, repeats: int) -> dict:
     import ggmlpy as g  # first, from PYTHONPATH: the tree under test (bench_train adds this one)
     sys.path.insert(0, HERE)
     from bench_train import ggmlpy_model, make_weights
-    from benchlib import interleaved
     import numpy as np
     assert g.__file__.startswith(os.environ.get("PYTHONPATH", "")), g.__file__
     rng = np.random.default_rng(1)
@@ -90,7 +91,7 @@ def main(argv=None) -> int:
                                  cwd=tree, check=True)
             for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items():
                 results.setdefault((label, k), []).append(v)
-    print(f"ms per step, median of {args.rounds} alternating child runs; load {open('/proc/loadavg').read().split()[:3]}")
+    print(f"ms per step, median of {args.rounds} alternating child runs; load {loadavg()}")
     for (label, k), vs in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         print(f"  {k:26s} {label:6s} {statistics.median(vs):8.3f}")
     return 0

@@ -25,19 +25,11 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchlib import ROOT, loadavg  # imports no ggmlpy: the parent stays out of what it times
 
 # The child puts this checkout first on the path, so the ggmlpy timed is the one next to this script.
 CHILD = ("import sys, time; sys.path.insert(0, {root!r}); t0 = time.perf_counter(); import {module}; "
          "print(time.perf_counter() - t0)")
-
-
-def loadavg() -> str:
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "n/a"
 
 
 def import_seconds(module: str, env: dict) -> float:

@@ -31,12 +31,15 @@ the three imports in any cell) and the pause ratio (median of the processes, wor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from benchlib import Busy, loadavg  # ggmlpy-free: a child imports in the order it measures
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -136,11 +139,6 @@ def pause_ratio(fn, rounds: int) -> float:
 
 
 # -- the parent: the table ----------------------------------------------------------------------
-def loadavg() -> str:
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
-
-
 def figure(args, env_extra: dict, *child_args) -> float:
     env = dict(os.environ, **env_extra)
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *child_args,
@@ -148,19 +146,6 @@ def figure(args, env_extra: dict, *child_args) -> float:
     if out.returncode:
         raise SystemExit(f"child {child_args} failed:\n{out.stderr[-3000:]}")
     return float(out.stdout.strip().splitlines()[-1])
-
-
-class Busy:
-    """A process that spins on one core while the `with` block runs."""
-
-    def __enter__(self):
-        self.p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        time.sleep(0.5)
-        return self
-
-    def __exit__(self, *exc):
-        self.p.kill()
-        self.p.wait()
 
 
 def main() -> int:
@@ -199,10 +184,7 @@ def main() -> int:
     med: dict = {}  # the same key -> the median process's ms
     ort_ms: dict = {}
     for cond in args.conditions:
-        busy = Busy() if cond == "busy" else None
-        if busy:
-            busy.__enter__()
-        try:
+        with Busy() if cond == "busy" else contextlib.nullcontext():
             for wl in args.workloads:
                 runs: dict = {}
                 for _ in range(args.repeat):  # in turns: every import and build sees the same load
@@ -222,9 +204,6 @@ def main() -> int:
                     else:
                         ms[label, cond, wl, order] = min(vs)
                         med[label, cond, wl, order] = statistics.median(vs)
-        finally:
-            if busy:
-                busy.__exit__()
     print(f"{'build':<12} {'condition':<9} {'workload':<11}" + "".join(f"{o:>14}" for o in ORDERS) + "   spread")
     for label in builds:
         for cond in args.conditions:

@@ -33,7 +33,8 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ggmlpy as g  # noqa: E402
-from benchlib import kernels_isa  # noqa: E402
+from benchlib import interleaved, loadavg  # noqa: E402
+from benchmodels import kernels_isa  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -117,7 +118,6 @@ def torch_epoch(model, opt, x, y, batch):
 
 
 def run(name, data, ggml_model, keras_model, torch_model, channels_first=False):
-    from benchlib import interleaved
     x, y, batch = data
     fns = {}
     m = ggml_model()
@@ -151,11 +151,11 @@ def run(name, data, ggml_model, keras_model, torch_model, channels_first=False):
 
 
 if __name__ == "__main__":
-    print(f"loadavg: {open('/proc/loadavg').read().strip()}")
+    print(f"loadavg: {loadavg()}")
     print(kernels_isa())
     mlp = run("MLP 784-256-256-10", mlp_data(), ggml_mlp, keras_mlp, torch_mlp)
     cnn = run("digits CNN", digits_data(), ggml_cnn, keras_cnn, torch_cnn, channels_first=True)
-    print(f"loadavg: {open('/proc/loadavg').read().strip()}")
+    print(f"loadavg: {loadavg()}")
     fit = "ggmlpy ggml_fit"
     line = f"summary: MLP {mlp[fit] / mlp['PyTorch loop']:.2f}x PyTorch, CNN {cnn[fit] / cnn['PyTorch loop']:.2f}x PyTorch"
     if "Keras 3 (torch)" in cnn:

@@ -37,7 +37,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-from scripts.benchlib import kernels_isa, machine  # noqa: E402
+from benchlib import interleaved_with_pauses, loadavg, machine  # noqa: E402
+from benchmodels import kernels_isa  # noqa: E402
 
 
 def resnet18():
@@ -117,27 +118,6 @@ def lstm_classifier():
     return Classifier()
 
 
-def interleaved(fns, reps, clock, block=3, pause=0.1):
-    """ms per call of each function over `reps` rounds that call them in turn, `block` calls at a
-    time with the first of each block not counted, after an untimed `pause` (seconds): a runtime's
-    worker threads spin for a while after a call and would slow the other's calls. Measured with
-    2 threads: onnxruntime's pool spins for 20-50 ms after a call, during which ggml's encoder
-    took 16 ms a call instead of 5.6 (ggml's threads wait at a barrier after every node for a
-    thread the spinning ones keep off a core). Returns (best, median) for each function."""
-    for fn in fns:
-        fn()
-    ts = [[] for _ in fns]
-    for _ in range(reps):
-        for fn, t in zip(fns, ts):
-            time.sleep(pause)
-            for j in range(block):
-                t0 = clock()
-                fn()
-                if j or block == 1:
-                    t.append(clock() - t0)
-    return [(min(t) * 1e3, float(np.median(t)) * 1e3) for t in ts]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, nargs="+", default=[len(os.sched_getaffinity(0))])
@@ -211,19 +191,19 @@ def main() -> None:
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
         print(f"ggmlpy on {args.device}; threads {threads}; {'CPU' if args.cpu_time else 'wall'} time; "
-              f"{'dynamo' if args.dynamo else 'TorchScript'} export; loadavg {open('/proc/loadavg').read().split()[:3]}")
+              f"{'dynamo' if args.dynamo else 'TorchScript'} export; loadavg {loadavg()}")
         print(f"{'model':<28} {'ggmlpy ms best/median':>22} {'onnxruntime ms':>16} {'ratio':>11}  max |diff|")
         for name, key, _, _, _, feeds in cases:
             m = g.onnx_load(paths[name], device=args.device, n_threads=threads)
             sess = ort.InferenceSession(paths[name], so, providers=["CPUExecutionProvider"])
-            (gb, gm), (ob, om) = interleaved([lambda: g.onnx_run(m, feeds), lambda: sess.run(None, feeds)],
+            (gb, gm), (ob, om) = interleaved_with_pauses([lambda: g.onnx_run(m, feeds), lambda: sess.run(None, feeds)],
                                              args.reps, clock)
             diff = float(np.abs(next(iter(g.onnx_run(m, feeds).values())) - sess.run(None, feeds)[0]).max())
             print(f"{name:<28} {gb:>10.2f} /{gm:>9.2f} {ob:>7.2f} /{om:>7.2f} {gb / ob:>5.2f}/{gm / om:<5.2f}  "
                   f"{diff:.2e}")
             if threads == args.threads[0]:
                 first[key] = gb / ob
-        print(f"loadavg after {open('/proc/loadavg').read().split()[:3]}")
+        print(f"loadavg after {loadavg()}")
     t0 = args.threads[0]
     if args.zoo:
         print(f"summary: zoo median {np.median(list(first.values())):.2f}x onnxruntime over {len(first)} model"

@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchlib import interleaved, timed  # noqa: E402
+from benchlib import interleaved, loadavg, timed  # noqa: E402
 
 import ggmlpy as g  # noqa: E402
 from ggmlpy.core.threads import get_num_threads  # noqa: E402
@@ -126,11 +126,11 @@ def main():
     ap.add_argument("--file-mb", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=get_num_threads())
     args = ap.parse_args()
-    print(f"ggml {g.ggml_version()}, loadavg {open('/proc/loadavg').read().split()[:3]}")
+    print(f"ggml {g.ggml_version()}, loadavg {loadavg()}")
     bw = numpy_bandwidth()
     bench_matmul(args.n, args.threads, bw)
     bench_gguf(args.file_mb)
-    print(f"loadavg {open('/proc/loadavg').read().split()[:3]}")
+    print(f"loadavg {loadavg()}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchlib import ROOT, loadavg
 
 CHILD = r"""
 import json, sys, time
@@ -86,7 +86,7 @@ def main() -> int:
     print(f"dp_train step, cpu + loopback rpc replica: this {med(here):.2f} ms, base {med(base):.2f} ms "
           f"(medians of {args.rounds}), ratio {med(here) / med(base):.3f}")
     print(f"  this: {', '.join(f'{v:.2f}' for v in here)}\n  base: {', '.join(f'{v:.2f}' for v in base)}")
-    print(f"load {open('/proc/loadavg').read().split()[:3]}")
+    print(f"load {loadavg()}")
     return 0
 
 

@@ -14,13 +14,12 @@ import argparse
 import os
 import sys
 import threading
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import ggmlpy as g  # noqa: E402
-from benchlib import interleaved  # noqa: E402
+from benchlib import interleaved, loadavg  # noqa: E402
 
 
 def ag_worker(seed: int, n_ops: int):
@@ -74,7 +73,7 @@ def main(argv=None) -> int:
         contenders[f"{n} threads"] = (in_threads(runs), 1)
         contenders[f"{n} in series"] = (in_series(runs), 1)
     t = interleaved(contenders, repeats=args.repeats, warmup=1)
-    print(f"{what}, 64x64, {args.ops} ops per worker; load {open('/proc/loadavg').read().split()[:3]}")
+    print(f"{what}, 64x64, {args.ops} ops per worker; load {loadavg()}")
     for n in (1, 2, 4):
         thr, ser = t[f"{n} threads"], t[f"{n} in series"]
         print(f"  {n} threads: {thr * 1e3:8.1f} ms   one thread, same work: {ser * 1e3:8.1f} ms   "

@@ -17,6 +17,7 @@ rounds. The last line, `summary:`, gives the worst ratio of an arm's best to `al
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -24,7 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from benchlib import loadavg, machine  # noqa: E402
+from benchlib import Busy, loadavg, machine  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARMS = ("alone", "ggmlpy-first", "torch-first")
@@ -95,16 +96,11 @@ def main() -> int:
     print(f"machine: {machine()}; load before: {loadavg()}")
     worst = 0.0
     for cond in args.conditions:
-        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if cond == "busy" else None
-        try:
+        with Busy() if cond == "busy" else contextlib.nullcontext():
             times = {arm: [] for arm in ARMS}
             for _ in range(args.rounds):
                 for arm in ARMS:
                     times[arm].append(child_ms(arm, args.steps))
-        finally:
-            if busy is not None:
-                busy.kill()
-                busy.wait()
         base = min(times["alone"])
         for arm in ARMS:
             ratio = min(times[arm]) / base

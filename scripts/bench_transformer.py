@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import multiprocessing as mp
 import os
 import sys
 
@@ -25,7 +24,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ggmlpy as g  # noqa: E402
-from benchlib import interleaved, kernels_isa, torch_or_none  # noqa: E402
+from benchlib import Busy, interleaved, loadavg  # noqa: E402
+from benchmodels import kernels_isa, torch_or_none  # noqa: E402
 
 VOCAB, D, HEADS, CONTEXT, BATCH = 95, 128, 4, 64, 32
 LR, WD, CLIP = 3e-4, 0.01, 1.0
@@ -195,11 +195,6 @@ def check_numbers(torch, data, steps: int) -> dict:
     return {"loss0": (loss.item(), tl.item()), "grad_rel": grad_rel, "curve_rel": curves}
 
 
-def _busy():
-    while True:
-        pass
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, nargs="+", default=[2, 4, 8])
@@ -214,7 +209,7 @@ def main() -> None:
     if torch is None:
         sys.exit("bench_transformer: needs PyTorch (pip install torch==2.13.0)")
     threads = g.get_backend("cpu").n_threads
-    print(f"threads {threads}; load {open('/proc/loadavg').read().split()[:3]}")
+    print(f"threads {threads}; load {loadavg()}")
     print(kernels_isa())
     data = batches(corpus(), 8)
 
@@ -243,17 +238,13 @@ def main() -> None:
 
     # one competing busy process: both sides measured under it, interleaved
     layers = args.layers[0]
-    busy = mp.Process(target=_busy, daemon=True)
-    busy.start()
-    try:
+    with Busy():
         tm = torch_model(torch, ggml_model(layers))
         t = interleaved({"compiled": (ggml_compiled(ggml_model(layers), data), args.number),
                          "torch": (torch_step(torch, tm, data), args.number)}, repeats=args.repeats)
-    finally:
-        busy.terminate()
     contended = t["compiled"] / t["torch"]
     print(f"contended ({layers} blocks, one busy process): compiled {t['compiled'] * 1e3:.1f} ms, "
-          f"PyTorch {t['torch'] * 1e3:.1f} ms; load {open('/proc/loadavg').read().split()[:3]}")
+          f"PyTorch {t['torch'] * 1e3:.1f} ms; load {loadavg()}")
     print(f"summary: compiled {first['compiled']:.2f}x PyTorch, eager {first['eager']:.2f}x PyTorch, "
           f"contended compiled {contended:.2f}x PyTorch")
 

@@ -1,24 +1,16 @@
-"""Shared by the benchmark scripts: the 12-layer MLP both ways, timing, the machine's load, and
-PyTorch if present."""
+"""Shared by the benchmark scripts: the machine a figure was measured on and its load, timing
+(interleaved, so that contenders see the same drift), a competing busy process, and table rows.
+It imports no ggmlpy and leaves sys.path alone, so a script whose children choose what they import
+first, or which ggmlpy, may use it; benchmodels.py holds what runs ggmlpy and PyTorch."""
 from __future__ import annotations
 
 import os
 import statistics
+import subprocess
 import sys
 import time
 
-import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import ggmlpy as g  # noqa: E402
-from ggmlpy import kernels  # noqa: E402
-
-
-def kernels_isa() -> str:
-    """The x86-64 level ggmlpy's CPU kernels run with, and why (kernels.isa_summary), for the header of
-    every figure: an AVX2 build and an AVX-512 one differ by up to twice the FMA peak."""
-    return f"kernels: {kernels.isa_summary() if kernels.enabled() else 'off (GGMLPY_KERNELS=0)'}"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout these scripts are in
 
 
 def loadavg() -> str:
@@ -89,52 +81,38 @@ def interleaved(fns: dict, repeats: int = 7, warmup: int = 2) -> dict:
     return {label: statistics.median(ts) for label, ts in times.items()}
 
 
-def torch_or_none():
-    try:
-        import torch
-    except ImportError:
-        return None
-    torch.set_num_threads(g.get_backend("cpu").n_threads)
-    # Deep relu stacks produce denormal gradients, which slow PyTorch down 2-3x here;
-    # ggml's kernels do not pay for them, so compare against PyTorch at its best.
-    torch.set_flush_denormal(True)
-    return torch
+def interleaved_with_pauses(fns: list, reps: int, clock, block: int = 3, pause: float = 0.1) -> list:
+    """ms per call of each function over `reps` rounds that call them in turn, `block` calls at a
+    time with the first of each block not counted, after an untimed `pause` (seconds): a runtime's
+    worker threads spin for a while after a call (onnxruntime's pool for tens of ms), and ggml's
+    threads, waiting at a barrier after every node for a thread the spinning ones keep off a core,
+    would be slowed by the other's calls. Returns (best, median) for each function."""
+    for fn in fns:
+        fn()
+    ts = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, t in zip(fns, ts):
+            time.sleep(pause)
+            for j in range(block):
+                t0 = clock()
+                fn()
+                if j or block == 1:
+                    t.append(clock() - t0)
+    return [(min(t) * 1e3, statistics.median(t) * 1e3) for t in ts]
 
 
-def mlp_data(layers=12, width=256, batch=256, seed=0):
-    rng = np.random.default_rng(seed)
-    limit = np.sqrt(6.0 / (2 * width))
-    weights = [rng.uniform(-limit, limit, (width, width)) for _ in range(layers)]
-    return weights, rng.normal(size=(width, batch)), rng.normal(size=(width, batch))
+class Busy:
+    """A competing process that spins on one core while the `with` block runs (started half a second
+    before the block, so that it is running when the measurement starts)."""
 
+    def __enter__(self) -> "Busy":
+        self.process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        time.sleep(0.5)
+        return self
 
-def ggml_mlp(weights, x, y):
-    """ggmlpy parameters and inputs, and the forward pass (relu after every layer, mse loss)."""
-    ws = [g.ag_param(w) for w in weights]
-    xt, yt = g.ag_tensor(x), g.ag_tensor(y)
-
-    def forward(h=None, block=None):
-        h = xt if h is None else h
-        for w in ws:
-            h = g.ag_relu(g.ag_matmul(w, h))
-        return g.ag_mse_loss(h, yt)
-
-    return ws, xt, yt, forward
-
-
-def torch_mlp(torch, weights, x, y):
-    """The same model in PyTorch, with samples as columns too (W @ x)."""
-    ws = [torch.tensor(w, dtype=torch.float32, requires_grad=True) for w in weights]
-    xt = torch.tensor(x, dtype=torch.float32)
-    yt = torch.tensor(y, dtype=torch.float32)
-
-    def forward():
-        h = xt
-        for w in ws:
-            h = torch.relu(w @ h)
-        return torch.mean((h - yt) ** 2)
-
-    return ws, forward
+    def __exit__(self, *exc) -> None:
+        self.process.kill()
+        self.process.wait()
 
 
 def row(label, seconds, ref=None, unit="ms"):

@@ -27,7 +27,8 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchlib import ROOT, loadavg
+
 sys.path.insert(0, ROOT)
 
 
@@ -509,7 +510,7 @@ def main(argv=None) -> int:
         extra += f"  RSS +{r['growth_mib']} MiB" if "growth_mib" in r else ""
         extra += f"  {r['note']}" if "note" in r else ""
         print(f"{name:36s} " + " ".join(f"{r[c]:7d}" for c in cols) + extra, flush=True)
-    print(f"load {open('/proc/loadavg').read().split()[:3]}")
+    print(f"load {loadavg()}")
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
 
