@@ -13,6 +13,7 @@ for the whole run (the load a shared machine adds)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -103,11 +104,9 @@ def checkout(rev: str, where: str) -> str:
     return where
 
 
-def loadavg() -> str:
-    return " ".join(open("/proc/loadavg").read().split()[:3])
-
-
 def main() -> None:
+    # here, not at the top: a worker runs this file too, and must import its own revision's benchlib
+    from benchlib import Busy, loadavg
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("before")
     ap.add_argument("after")
@@ -117,7 +116,6 @@ def main() -> None:
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench-revisions-")
     trees = [checkout(rev, os.path.join(tmp, side)) for rev, side in ((args.before, "before"), (args.after, "after"))]
-    busy = None
     try:
         if any(w.startswith("onnx-") for w in args.workloads):
             export_onnx(tmp)
@@ -128,35 +126,32 @@ def main() -> None:
             ready, _, module = w.stdout.readline().strip().partition(" ")
             if ready != "ready" or not module.startswith(tree):
                 sys.exit(f"the worker of {tree} failed to build its workloads or runs another ggmlpy ({module!r})")
-        if args.busy:
-            busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        print(f"{args.before} against {args.after}; {args.rounds} rounds; "
-              f"{'one busy process beside' if args.busy else 'no added load'}; loadavg {loadavg()}")
-        times = {(w, side): [] for w in args.workloads for side in (0, 1)}
-        for r in range(args.rounds):
+        with Busy() if args.busy else contextlib.nullcontext():
+            print(f"{args.before} against {args.after}; {args.rounds} rounds; "
+                  f"{'one busy process beside' if args.busy else 'no added load'}; loadavg {loadavg()}")
+            times = {(w, side): [] for w in args.workloads for side in (0, 1)}
+            for r in range(args.rounds):
+                for name in args.workloads:
+                    for side in ((0, 1) if r % 2 == 0 else (1, 0)):
+                        workers[side].stdin.write(f"{name} {NUMBER.get(name, 5)}\n")
+                        workers[side].stdin.flush()
+                        wall, cpu = map(float, workers[side].stdout.readline().split())
+                        times[name, side].append((wall, cpu))
+            print(f"{'workload':<14} {'before ms med/best':>20} {'after ms med/best':>20} {'wall':>7} {'cpu':>7}")
+            ratios = {}
             for name in args.workloads:
-                for side in ((0, 1) if r % 2 == 0 else (1, 0)):
-                    workers[side].stdin.write(f"{name} {NUMBER.get(name, 5)}\n")
-                    workers[side].stdin.flush()
-                    wall, cpu = map(float, workers[side].stdout.readline().split())
-                    times[name, side].append((wall, cpu))
-        print(f"{'workload':<14} {'before ms med/best':>20} {'after ms med/best':>20} {'wall':>7} {'cpu':>7}")
-        ratios = {}
-        for name in args.workloads:
-            (bw, bc), (aw, ac) = ([statistics.median(t[i] for t in times[name, s]) for i in (0, 1)] for s in (0, 1))
-            bb, ab = (min(t[0] for t in times[name, s]) for s in (0, 1))
-            ratios[name] = aw / bw
-            print(f"{name:<14} {bw * 1e3:>10.2f} /{bb * 1e3:>8.2f} {aw * 1e3:>10.2f} /{ab * 1e3:>8.2f} "
-                  f"{aw / bw:>6.2f}x {ac / bc:>6.2f}x")
-        print(f"loadavg after {loadavg()}")
-        print("summary: after/before " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())
-              + (" (one busy process)" if args.busy else " (no added load)"))
+                (bw, bc), (aw, ac) = ([statistics.median(t[i] for t in times[name, s]) for i in (0, 1)] for s in (0, 1))
+                bb, ab = (min(t[0] for t in times[name, s]) for s in (0, 1))
+                ratios[name] = aw / bw
+                print(f"{name:<14} {bw * 1e3:>10.2f} /{bb * 1e3:>8.2f} {aw * 1e3:>10.2f} /{ab * 1e3:>8.2f} "
+                      f"{aw / bw:>6.2f}x {ac / bc:>6.2f}x")
+            print(f"loadavg after {loadavg()}")
+            print("summary: after/before " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())
+                  + (" (one busy process)" if args.busy else " (no added load)"))
         for w in workers:
             w.stdin.close()
             w.wait()
     finally:
-        if busy is not None:
-            busy.kill()
         for tree in trees:
             subprocess.run(["git", "-C", REPO, "worktree", "remove", "--force", tree], check=False)
 
