@@ -10,5 +10,6 @@ from ..io.gguf_file import __all__ as _gguf_all
 
 from .ag import ag_quantize  # noqa: F401
 from .llm import llm_load, llm_logits  # noqa: F401
+from .llm_save import llm_save  # noqa: F401
 
-__all__ = list(_types_all) + list(_kernels_all) + list(_gguf_all) + ["ag_quantize", "llm_load", "llm_logits"]
+__all__ = list(_types_all) + list(_kernels_all) + list(_gguf_all) + ["ag_quantize", "llm_load", "llm_logits"] + ["llm_save"]

@@ -79,6 +79,14 @@ def stored_tensor(blocks: np.ndarray, type: int, shape: tuple, device: str | Non
     return AGTensor(st, tuple(shape), dc, requires_grad=False)
 
 
+def stored_blocks(t: AGTensor) -> np.ndarray:
+    """The bytes of a tensor as ggml lays them out (stored_tensor's inverse), as flat uint8."""
+    raw = np.empty(int(checked_lib.ggml_nbytes(t.storage.ptr)), dtype=np.uint8)
+    t.device_context.sync()  # queued ops may still be writing it
+    checked_lib.ggml_backend_tensor_get(t.storage.ptr, ffi.from_buffer(raw), 0, raw.nbytes)
+    return raw
+
+
 class QuantizedLinear(ag_linear):
     """An ag_linear whose weight is frozen in a quantized type (`ag_quantize`). `Wt` holds t(W)."""
 
