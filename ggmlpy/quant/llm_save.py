@@ -11,6 +11,7 @@ weights stay f32, as llama.cpp keeps every one-dimensional tensor.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -120,7 +121,8 @@ def _hparam_keys(model: ag_llama, arch: str) -> dict:
             f"{arch}.rope.freq_base": b.rope_base, f"{arch}.attention.layer_norm_rms_epsilon": b.attn_norm.eps}
 
 
-def llm_save(model: ag_llama, path: str | os.PathLike[str], vocab=None, dtype: str | int | None = None) -> str:
+def llm_save(model: ag_llama, path: str | os.PathLike[str], vocab: str | Sequence[str] | dict | None = None,
+             dtype: str | int | None = None) -> str:
     """Write `model` (an ag_llama: from llm_load, or built and trained in ggmlpy) as a llama.cpp GGUF
     model file, atomically; returns the path.
 

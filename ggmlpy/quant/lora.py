@@ -1,0 +1,170 @@
+"""LoRA on an ag_llama, as llama.cpp applies and stores it: `ag_lora(model, rank=, alpha=,
+targets=)` adds to each chosen projection W (named as llama.cpp names its tensors: attn_q, ...,
+ffn_down) two trained matrices, lora_a [rank, in] and lora_b [out, rank], so that the projection
+computes
+
+    W %*% x + (alpha / rank) * lora_b %*% (lora_a %*% x)
+
+in that order, as llama.cpp's build_lora_mm does. Everything else is frozen: the model's
+parameters become the adapters alone (`lora_parameters`), and a base weight held in a file's
+type stays in it (its product's backward gives the activations their gradient through ggml's
+out_prod on the stored type: no f32 copy of it is ever made). lora_b starts at zero, so the
+adapted model starts as the base model; lora_a is drawn as PEFT draws it (uniform in
+±1/sqrt(in)).
+
+`llm_save_lora` writes the adapters as llama.cpp's LoRA adapter file (llama-adapter.cpp):
+`general.type` "adapter", `adapter.type` "lora", `adapter.lora.alpha`, and per adapted weight
+`<name>.lora_a` (ne [in, rank]) and `<name>.lora_b` (ne [rank, out]), f32; llama.cpp scales
+them by alpha / rank (its rank: lora_b's ne[0]). `lora_merge` adds the adapters into f32
+weights and ends LoRA: the model is a plain ag_llama again, trainable as before.
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from .. import random as grandom
+from ..autograd import ops
+from ..errors import GGMLError
+from ..io.llm_write import write_llm_gguf
+from ..nn.layers import Module
+from ..nn.llama import LlamaProjection, ag_llama
+from ..tensor import AGTensor, ag_param
+from .llm import FrozenProjection
+from .llm_save import PROJECTIONS
+
+
+class LoraProjection(Module):
+    """A projection `base` (a LlamaProjection or FrozenProjection, frozen) with a LoRA adapter."""
+
+    def __init__(self, base: LlamaProjection, rank: int, alpha: float):
+        super().__init__()
+        self.base = base
+        n_in = base.Wt.shape[0] if isinstance(base, FrozenProjection) else base.W.shape[1]
+        device = _weight(base).device_context.spec
+        bound = 1.0 / math.sqrt(n_in)
+        self.lora_a = ag_param(grandom.generator().uniform(-bound, bound, size=(rank, n_in)), device)
+        self.lora_b = ag_param(np.zeros((base.out_features, rank)), device)
+        self.rank, self.alpha = int(rank), float(alpha)
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.rank
+
+    @property
+    def out_features(self) -> int:
+        return self.base.out_features
+
+    def forward(self, x: AGTensor) -> AGTensor:
+        """base(x) + scale * lora_b %*% (lora_a %*% x)."""
+        delta = ops.ag_matmul(self.lora_b, ops.ag_matmul(self.lora_a, x))
+        return ops.ag_add(self.base(x), ops.ag_scale(delta, self.scale))
+
+    def extra_repr(self) -> str:
+        return f"rank={self.rank}, alpha={self.alpha}"
+
+
+def _weight(proj) -> AGTensor:
+    return proj.Wt if isinstance(proj, FrozenProjection) else proj.W
+
+
+def _model(model, what: str) -> ag_llama:
+    if not isinstance(model, ag_llama):
+        raise GGMLError(f"{what}: expected an ag_llama (from llm_load or ag_llama), got {type(model).__name__}")
+    return model
+
+
+def _adapted(model: ag_llama) -> dict:
+    """{llama.cpp's weight name: LoraProjection} of the model, in layer order."""
+    return {f"blk.{i}.{p}.weight": getattr(b, p) for i, b in enumerate(model.blocks) for p in PROJECTIONS
+            if isinstance(getattr(b, p), LoraProjection)}
+
+
+def ag_lora(model: ag_llama, rank: int = 8, alpha: float | None = None,
+            targets: str | Sequence[str] = PROJECTIONS) -> ag_llama:
+    """Add LoRA adapters of `rank` to the projections named in `targets` (llama.cpp's names:
+    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down") of every layer,
+    and freeze everything else (in place; returns the model). `alpha` (default: rank) scales the
+    adapters' product by alpha / rank. model.parameters() is then the adapters alone."""
+    _model(model, "ag_lora")
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
+        raise GGMLError(f"ag_lora: rank must be a positive integer, got {rank!r}")
+    alpha = float(rank) if alpha is None else alpha
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:
+        raise GGMLError(f"ag_lora: alpha must be a positive number, got {alpha!r} (llama.cpp reads 0 as 'no scaling')")
+    targets = [targets] if isinstance(targets, str) else list(targets)
+    unknown = [t for t in targets if t not in PROJECTIONS]
+    if not targets or unknown or len(set(targets)) != len(targets):
+        raise GGMLError(f"ag_lora: targets must be distinct names among {', '.join(PROJECTIONS)}; got {targets!r}")
+    if _adapted(model):
+        raise GGMLError("ag_lora: the model has LoRA adapters already: merge them (lora_merge) before adding others")
+    frozen = tuple(model.parameters())
+    for p in frozen:
+        p.requires_grad = False
+    model._lora_frozen = frozen  # what lora_merge makes trainable again (a tuple: no parameter itself)
+    for block in model.blocks:
+        for name in targets:
+            setattr(block, name, LoraProjection(getattr(block, name), int(rank), alpha))
+    return model
+
+
+def lora_parameters(model: ag_llama) -> dict:
+    """{tensor name: ag_param} of the model's adapters, named as llama.cpp's adapter file names
+    them ("blk.0.attn_q.weight.lora_a", "blk.0.attn_q.weight.lora_b", ...)."""
+    out = {}
+    for name, proj in _adapted(_model(model, "lora_parameters")).items():
+        out[name + ".lora_a"], out[name + ".lora_b"] = proj.lora_a, proj.lora_b
+    return out
+
+
+def lora_merge(model: ag_llama) -> ag_llama:
+    """Add each adapter into its weight, W + (alpha / rank) * lora_b %*% lora_a, as an f32
+    parameter (a weight held in a file's type is dequantized first), and end LoRA: the adapters go
+    and every f32 weight of the model is trainable again (in place; returns the model)."""
+    adapted = _adapted(_model(model, "lora_merge"))
+    if not adapted:
+        raise GGMLError("lora_merge: the model has no LoRA adapters (ag_lora adds them)")
+    for i, block in enumerate(model.blocks):
+        for p in PROJECTIONS:
+            proj = getattr(block, p)
+            if not isinstance(proj, LoraProjection):
+                continue
+            base = proj.base
+            w = _weight(base)
+            W = w.numpy().T if isinstance(base, FrozenProjection) else w.numpy()  # [out, in]
+            merged = W.astype(np.float64) + proj.scale * (proj.lora_b.data @ proj.lora_a.data)
+            if isinstance(base, FrozenProjection):
+                base.W = ag_param(merged, w.device_context.spec)
+                del base.Wt
+                base.__class__ = LlamaProjection
+            else:
+                base.W.data = merged
+            setattr(block, p, base)
+    for p in model.__dict__.pop("_lora_frozen", ()):
+        p.requires_grad = True
+    return model
+
+
+def llm_save_lora(model: ag_llama, path: str | os.PathLike[str]) -> str:
+    """Write the model's LoRA adapters as a llama.cpp LoRA adapter file, atomically; returns the
+    path. llama.cpp applies it to the base model file (llama-cpp-python: Llama(base, lora_path=path))."""
+    adapted = _adapted(_model(model, "llm_save_lora"))
+    if not adapted:
+        raise GGMLError("llm_save_lora: the model has no LoRA adapters (ag_lora adds them)")
+    alphas = {proj.alpha for proj in adapted.values()}
+    if len(alphas) != 1:
+        raise GGMLError(f"llm_save_lora: the adapters have different alphas {sorted(alphas)}; a llama.cpp adapter "
+                        "file has one")
+    arch = getattr(getattr(model, "hparams", None), "arch", "llama")
+    keys = {"general.type": "adapter", "adapter.type": "lora", "adapter.lora.alpha": alphas.pop()}
+    tensors = []
+    for name, proj in adapted.items():
+        tensors.append((name + ".lora_a", proj.lora_a.numpy(), None))  # numpy (rank, in): ne [in, rank]
+        tensors.append((name + ".lora_b", proj.lora_b.numpy(), None))  # numpy (out, rank): ne [rank, out]
+    return write_llm_gguf(path, arch, keys, tensors, "llm_save_lora")
+
+
+__all__ = ["ag_lora", "llm_save_lora", "lora_merge", "lora_parameters"]
