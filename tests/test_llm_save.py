@@ -136,6 +136,19 @@ def test_bad_arguments_are_refused_and_leave_the_old_file(tmp_path):
         g.llm_save(neox, path, vocab=[f"t{i}" for i in range(40)])
 
 
+def test_metadata_is_written_in_the_types_llama_cpp_reads():
+    from ggmlpy.io.llm_write import value_type
+    T = gguf.GGUFValueType
+    for value, want in [(True, (T.BOOL, None)), ("x", (T.STRING, None)), (7, (T.UINT32, None)),
+                        (-1, (T.INT64, None)), (1e-5, (T.FLOAT32, None)), (["a", "b"], (T.ARRAY, T.STRING)),
+                        ([], (T.ARRAY, T.STRING)), ([1, 3, 6], (T.ARRAY, T.INT32)), ([0.5, -1], (T.ARRAY, T.FLOAT32)),
+                        (np.zeros(3, np.float32), (T.ARRAY, T.FLOAT32)), (np.ones(2, np.int32), (T.ARRAY, T.INT32))]:
+        assert value_type("k", value) == want, value
+    for bad in (None, [[1]], {"a": 1}, np.zeros((2, 2), np.float32), ["a", 1]):
+        with pytest.raises(g.GGMLError, match="cannot write metadata"):
+            value_type("k", bad)
+
+
 def test_char_and_byte_vocabularies():
     from ggmlpy.io.llm_write import byte_vocab, char_vocab
     v = char_vocab(["<unk>", "<s>", "</s>", "a", " ", "<0x0A>"])

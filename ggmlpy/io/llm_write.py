@@ -48,8 +48,16 @@ def value_type(key: str, value):
                 "i2": T.INT16, "u2": T.UINT16, "i8": T.INT64, "u8": T.UINT64, "b1": T.BOOL}.get(value.dtype.str[1:])
         if elem is not None:
             return T.ARRAY, elem
-    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        return T.ARRAY, T.STRING
+    if isinstance(value, (list, tuple)):
+        if all(isinstance(v, str) for v in value):
+            return T.ARRAY, T.STRING
+        kinds = {value_type(key, v)[0] for v in value}
+        if kinds == {T.BOOL}:
+            return T.ARRAY, T.BOOL
+        if kinds <= {T.UINT32, T.INT64} and all(-2 ** 31 <= v < 2 ** 31 for v in value):
+            return T.ARRAY, T.INT32  # token types, as llama.cpp reads them
+        if kinds <= {T.UINT32, T.INT64, T.FLOAT32}:
+            return T.ARRAY, T.FLOAT32  # scores
     raise GGMLError(f"cannot write metadata {key!r} = {type(value).__name__} as a GGUF value")
 
 
