@@ -162,7 +162,7 @@ def test_char_and_byte_vocabularies():
 
 
 # -- against llama.cpp -----------------------------------------------------------------------------
-@pytest.mark.parametrize("dtype,d", [("f32", 64), ("f16", 64), ("q8_0", 64), ("q4_K", 256)])
+@pytest.mark.parametrize("dtype,d", [("f32", 64), ("f16", 64), ("bf16", 64), ("q8_0", 64), ("q4_K", 256)])
 def test_llama_cpp_runs_a_saved_model_as_ggmlpy_does(tmp_path, dtype, d):
     require_llama_cpp()
     model = built(d=d, d_ff=d if d == 256 else 96)

@@ -6,9 +6,10 @@ computes
     W %*% x + (alpha / rank) * lora_b %*% (lora_a %*% x)
 
 in that order, as llama.cpp's build_lora_mm does. Everything else is frozen: the model's
-parameters become the adapters alone (`lora_parameters`), and a base weight held in a file's
+parameters become the adapters alone (`lora_parameters`), and a base weight held in a quantized
 type stays in it (its product's backward gives the activations their gradient through ggml's
-out_prod on the stored type: no f32 copy of it is ever made). lora_b starts at zero, so the
+out_prod on the quantized blocks: no f32 copy of it is ever made; an f16 or bf16 weight is
+converted to f32 one product at a time in the backward pass). lora_b starts at zero, so the
 adapted model starts as the base model; lora_a is drawn as PEFT draws it (uniform in
 ±1/sqrt(in)).
 
