@@ -191,3 +191,21 @@ def test_a_byte_vocabulary_tokenizes_text_into_its_bytes(tmp_path):
     require_llama_cpp()
     path = g.llm_save(built(vocab=256), tmp_path / "bytes.gguf", vocab="bytes")
     assert llama_cpp_tokenize(path, TEXT) == list(TEXT.encode())
+
+
+def test_a_loaded_f32_model_fine_tuned_in_full_runs_in_llama_cpp(tmp_path):
+    require_llama_cpp()
+    src, _, _ = tiny(tmp_path, "f32")
+    model = g.llm_load(src)
+    rng = np.random.default_rng(2)
+    seq = rng.integers(0, 40, size=(17, 4))
+    xb, yb = g.ag_tensor(seq[:-1], dtype="i32"), g.ag_tensor(seq[1:], dtype="i32")
+    step = g.ag_compile(lambda x, y: model.loss(x, y), [xb, yb], optimizer=g.optimizer_adamw(model.parameters(),
+                                                                                              lr=1e-2))
+    losses = [step(xb, yb) for _ in range(5)]
+    assert losses[-1] < losses[0]
+    path = g.llm_save(model, tmp_path / "tuned.gguf")
+    want = llama_cpp_logits(path, TOKENS)
+    got = g.llm_logits(model, TOKENS)
+    assert nmse(got, want) < 1e-10
+    assert nmse(g.llm_logits(g.llm_load(src), TOKENS), want) > 1e-4  # the tuning changed the model
