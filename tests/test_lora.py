@@ -271,3 +271,51 @@ def test_a_trained_adapter_and_its_merged_model_run_in_llama_cpp(tmp_path):
     merged = g.llm_save(g.lora_merge(model), tmp_path / "merged.gguf")
     want = llama_cpp_logits(merged, TOKENS)
     assert nmse(g.llm_logits(model, TOKENS), want) < 1e-5
+
+
+# -- on Vulkan (a GPU, or Mesa's lavapipe: GGMLPY_SOFTWARE_VULKAN=1 GGML_VK_VISIBLE_DEVICES=0) -------------
+def _on(device, fn):
+    previous = g.ag_device(device)
+    try:
+        return fn()
+    finally:
+        g.ag_device(previous)
+
+
+@pytest.mark.skipif(not any(d.name.startswith("Vulkan") for d in g.devices()), reason="needs a Vulkan device")
+def test_adapters_on_an_f32_base_train_on_vulkan_as_on_the_cpu(tmp_path):
+    path, _, _ = tiny(tmp_path, "f32")
+    s = seqs(40, 1, t=8, batch=2)[0]
+    grads = []
+    for device in ("cpu", "vulkan"):
+        g.manual_seed(1)
+        model = g.ag_lora(g.llm_load(path, device=device), rank=4)
+        assert {t.device_context.name for t in held_tensors(model).values()} == {"CPU" if device == "cpu" else "Vulkan0"}
+        randomize_b(model)
+
+        def grad():
+            with g.with_grad_tape():
+                loss = model.loss(g.ag_tensor(s[:-1], dtype="i32"), g.ag_tensor(s[1:], dtype="i32"))
+            gr = g.backward(loss)
+            return {n: gr[p].numpy() for n, p in g.lora_parameters(model).items()}
+        grads.append(_on(device, grad))
+    # ggml-vulkan's products round differently from the CPU's: relative errors up to 2e-3 measured (lavapipe)
+    for name, want in grads[0].items():
+        assert np.linalg.norm(grads[1][name] - want) < 1e-2 * np.linalg.norm(want), name
+
+
+@pytest.mark.skipif(not any(d.name.startswith("Vulkan") for d in g.devices()), reason="needs a Vulkan device")
+def test_a_quantized_base_on_vulkan_is_a_clear_error_in_the_backward_pass(tmp_path):
+    """ggml's Vulkan backend has no out_prod for a quantized weight: training adapters over a
+    quantized base runs on the CPU (the forward pass runs anywhere)."""
+    path, _, _ = tiny(tmp_path, "q8_0")
+    model = g.ag_lora(g.llm_load(path, device="vulkan"), rank=4)
+    assert g.llm_logits(model, TOKENS).shape == (len(TOKENS), 40)
+    s = seqs(40, 1, t=8, batch=2)[0]
+
+    def step():
+        with g.with_grad_tape():
+            loss = model.loss(g.ag_tensor(s[:-1], dtype="i32"), g.ag_tensor(s[1:], dtype="i32"))
+        g.backward(loss)
+    with pytest.raises(g.GGMLError, match="no kernel for OUT_PROD"):
+        _on("vulkan", step)
