@@ -10,7 +10,7 @@ from ggmlpy.quant.ag import stored_blocks
 from llama_cpp_ref import llama_cpp_logits, require_llama_cpp
 from test_llm_load import TOKENS, nmse, tiny
 
-pytest.importorskip("gguf", reason="the gguf package (llama.cpp's GGUF writer) writes the test models")
+gguf = pytest.importorskip("gguf", reason="the gguf package (llama.cpp's GGUF writer) writes the test models")
 
 PROJ = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
@@ -237,6 +237,65 @@ def test_the_adapter_file_is_llama_cpps_format(tmp_path):
                                       g.lora_parameters(model)["blk.1.ffn_up.weight.lora_b"].numpy())
     with pytest.raises(g.GGMLError, match="not a model"):
         g.llm_load(out)
+
+
+def test_an_adapter_file_comes_back_onto_the_base_model(tmp_path):
+    path, _, _ = tiny(tmp_path, "q8_0")
+    model = g.ag_lora(g.llm_load(path), rank=4, alpha=8, targets=("attn_q", "ffn_down"))
+    randomize_b(model)
+    out = g.llm_save_lora(model, tmp_path / "adapter.gguf")
+    back = g.llm_load_lora(g.llm_load(path), out)
+    np.testing.assert_array_equal(g.llm_logits(back, TOKENS), g.llm_logits(model, TOKENS))
+    assert sorted(g.lora_parameters(back)) == sorted(g.lora_parameters(model))
+    assert {id(p) for p in back.parameters()} == {id(p) for p in g.lora_parameters(back).values()}
+    with pytest.raises(g.GGMLError, match="already"):
+        g.llm_load_lora(back, out)
+    data = bytearray(open(out, "rb").read())
+    data[-3] ^= 1
+    (tmp_path / "bad.gguf").write_bytes(bytes(data))
+    with pytest.raises(g.GGMLError, match="digest"):
+        g.llm_load_lora(g.llm_load(path), tmp_path / "bad.gguf")
+
+
+def _adapter(path, tensors, alpha=4.0, arch="llama", kind="adapter"):
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_string("general.type", kind)
+    w.add_string("adapter.type", "lora")
+    if alpha is not None:
+        w.add_float32("adapter.lora.alpha", alpha)
+    for name, arr in tensors.items():
+        w.add_tensor(name, np.asarray(arr, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_adapter_files_from_elsewhere_and_what_is_refused(tmp_path):
+    path, _, _ = tiny(tmp_path, "f32")
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(3, 64)), rng.normal(0, 0.1, size=(32, 3))   # numpy (rank, in), (out, rank)
+    ok = {"blk.1.attn_v.weight.lora_a": a, "blk.1.attn_v.weight.lora_b": b, "blk.0.attn_norm.weight": np.ones(64)}
+    for alpha, scale in ((6.0, 2.0), (0.0, 1.0), (None, 1.0)):  # alpha 0 or absent: llama.cpp's scale 1
+        model = g.llm_load_lora(g.llm_load(path), _adapter(tmp_path / "x.gguf", ok, alpha))
+        proj = model.blocks[1].attn_v
+        assert proj.rank == 3 and proj.scale == scale
+        np.testing.assert_allclose(proj.lora_a.data, a, rtol=1e-6)
+    base = g.llm_load(path)
+    for tensors, kw, match in [
+            ({"blk.1.attn_v.weight.lora_a": a}, {}, "only"),
+            ({"token_embd.weight.lora_a": a, "token_embd.weight.lora_b": b}, {}, "projections"),
+            ({"blk.2.attn_v.weight.lora_a": a, "blk.2.attn_v.weight.lora_b": b}, {}, "2 layers"),
+            ({"blk.1.attn_q.weight.lora_a": a, "blk.1.attn_q.weight.lora_b": b}, {}, r"\[3, 32\]"),
+            ({"blk.1.attn_v.weight.lora_x": a}, {}, "neither"),
+            ({"blk.0.attn_norm.weight": np.ones(64)}, {}, "no adapter"),
+            (ok, {"arch": "gpt2"}, "architecture 'gpt2'"),
+            (ok, {"kind": "model"}, "not a LoRA adapter"),
+            (ok, {"alpha": -1.0}, "alpha")]:
+        with pytest.raises(g.GGMLError, match=match):
+            g.llm_load_lora(base, _adapter(tmp_path / "bad.gguf", tensors, **{"alpha": 4.0, **kw}))
+    assert g.lora_parameters(base) == {} and len(base.parameters()) > 0  # a refused file changes nothing
 
 
 # -- against llama.cpp -----------------------------------------------------------------------------

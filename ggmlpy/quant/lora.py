@@ -16,7 +16,8 @@ adapted model starts as the base model; lora_a is drawn as PEFT draws it (unifor
 `llm_save_lora` writes the adapters as llama.cpp's LoRA adapter file (llama-adapter.cpp):
 `general.type` "adapter", `adapter.type` "lora", `adapter.lora.alpha`, and per adapted weight
 `<name>.lora_a` (ne [in, rank]) and `<name>.lora_b` (ne [rank, out]), f32; llama.cpp scales
-them by alpha / rank (its rank: lora_b's ne[0]). `lora_merge` adds the adapters into f32
+them by alpha / rank (its rank: lora_b's ne[0]); `llm_load_lora` reads such a file back onto a
+model. `lora_merge` adds the adapters into f32
 weights and ends LoRA: the model is a plain ag_llama again, trainable as before.
 """
 from __future__ import annotations
@@ -29,8 +30,10 @@ import numpy as np
 
 from .. import random as grandom
 from ..autograd import ops
-from ..errors import GGMLError
+from ..errors import GGMLError, checked_path
+from ..io.gguf_file import GGUFFile
 from ..io.llm_write import write_llm_gguf
+from ..io.model_file import DIGEST_KEY, digest
 from ..nn.layers import Module
 from ..nn.llama import LlamaProjection, ag_llama
 from ..tensor import AGTensor, ag_param
@@ -41,14 +44,17 @@ from .llm_save import PROJECTIONS
 class LoraProjection(Module):
     """A projection `base` (a LlamaProjection or FrozenProjection, frozen) with a LoRA adapter."""
 
-    def __init__(self, base: LlamaProjection, rank: int, alpha: float):
+    def __init__(self, base: LlamaProjection, rank: int, alpha: float, a: np.ndarray | None = None,
+                 b: np.ndarray | None = None):
         super().__init__()
         self.base = base
         n_in = base.Wt.shape[0] if isinstance(base, FrozenProjection) else base.W.shape[1]
         device = _weight(base).device_context.spec
         bound = 1.0 / math.sqrt(n_in)
-        self.lora_a = ag_param(grandom.generator().uniform(-bound, bound, size=(rank, n_in)), device)
-        self.lora_b = ag_param(np.zeros((base.out_features, rank)), device)
+        if a is None:
+            a = grandom.generator().uniform(-bound, bound, size=(rank, n_in))
+        self.lora_a = ag_param(a, device)
+        self.lora_b = ag_param(np.zeros((base.out_features, rank)) if b is None else b, device)
         self.rank, self.alpha = int(rank), float(alpha)
 
     @property
@@ -90,7 +96,7 @@ def ag_lora(model: ag_llama, rank: int = 8, alpha: float | None = None,
     "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down") of every layer,
     and freeze everything else (in place; returns the model). `alpha` (default: rank) scales the
     adapters' product by alpha / rank. model.parameters() is then the adapters alone."""
-    _model(model, "ag_lora")
+    _unadapted(model, "ag_lora")
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
         raise GGMLError(f"ag_lora: rank must be a positive integer, got {rank!r}")
     alpha = float(rank) if alpha is None else alpha
@@ -100,16 +106,24 @@ def ag_lora(model: ag_llama, rank: int = 8, alpha: float | None = None,
     unknown = [t for t in targets if t not in PROJECTIONS]
     if not targets or unknown or len(set(targets)) != len(targets):
         raise GGMLError(f"ag_lora: targets must be distinct names among {', '.join(PROJECTIONS)}; got {targets!r}")
-    if _adapted(model):
-        raise GGMLError("ag_lora: the model has LoRA adapters already: merge them (lora_merge) before adding others")
-    frozen = tuple(model.parameters())
-    for p in frozen:
-        p.requires_grad = False
-    model._lora_frozen = frozen  # what lora_merge makes trainable again (a tuple: no parameter itself)
+    _freeze(model)
     for block in model.blocks:
         for name in targets:
             setattr(block, name, LoraProjection(getattr(block, name), int(rank), alpha))
     return model
+
+
+def _unadapted(model: ag_llama, what: str) -> ag_llama:
+    if _adapted(_model(model, what)):
+        raise GGMLError(f"{what}: the model has LoRA adapters already: merge them (lora_merge) before adding others")
+    return model
+
+
+def _freeze(model: ag_llama) -> None:
+    frozen = tuple(model.parameters())
+    for p in frozen:
+        p.requires_grad = False
+    model._lora_frozen = frozen  # what lora_merge makes trainable again (a tuple: no parameter itself)
 
 
 def lora_parameters(model: ag_llama) -> dict:
@@ -124,11 +138,11 @@ def lora_parameters(model: ag_llama) -> dict:
 def lora_merge(model: ag_llama) -> ag_llama:
     """Add each adapter into its weight, W + (alpha / rank) * lora_b %*% lora_a, as an f32
     parameter (a weight held in a file's type is dequantized first), and end LoRA: the adapters go
-    and every f32 weight of the model is trainable again (in place; returns the model)."""
+    and what ag_lora froze is trainable again (in place; returns the model)."""
     adapted = _adapted(_model(model, "lora_merge"))
     if not adapted:
         raise GGMLError("lora_merge: the model has no LoRA adapters (ag_lora adds them)")
-    for i, block in enumerate(model.blocks):
+    for block in model.blocks:
         for p in PROJECTIONS:
             proj = getattr(block, p)
             if not isinstance(proj, LoraProjection):
@@ -168,4 +182,69 @@ def llm_save_lora(model: ag_llama, path: str | os.PathLike[str]) -> str:
     return write_llm_gguf(path, arch, keys, tensors, "llm_save_lora")
 
 
-__all__ = ["ag_lora", "llm_save_lora", "lora_merge", "lora_parameters"]
+def _adapter_pairs(f: GGUFFile, model: ag_llama) -> dict:
+    """{(layer, projection): (lora_a [rank, in], lora_b [out, rank])} of an adapter file, checked
+    against the model as llama.cpp checks them."""
+    names = {}
+    for name in f.tensors:
+        for end in (".lora_a", ".lora_b"):
+            if name.endswith(end):
+                names.setdefault(name[:-len(end)], {})[end] = name
+                break
+        else:
+            if not name.endswith("_norm.weight"):  # norm adapters: llama.cpp skips them too
+                raise GGMLError(f"{f.path}: tensor {name!r} is neither a .lora_a nor a .lora_b")
+    pairs = {}
+    for base, ends in names.items():
+        parts = base.split(".")
+        if len(ends) != 2:
+            raise GGMLError(f"{f.path}: {base!r} has only {next(iter(ends.values()))!r}; an adapter is a pair")
+        if (len(parts) != 4 or parts[0] != "blk" or not parts[1].isdigit() or int(parts[1]) >= len(model.blocks)
+                or parts[2] not in PROJECTIONS or parts[3] != "weight"):
+            raise GGMLError(f"{f.path}: an adapter on {base!r}; ggmlpy adapts the projections blk.N.{{"
+                            f"{', '.join(PROJECTIONS)}}}.weight of this model's {len(model.blocks)} layers")
+        a, b = (f.data(ends[e]).astype(np.float64) for e in (".lora_a", ".lora_b"))  # numpy shape: ne reversed
+        proj = getattr(model.blocks[int(parts[1])], parts[2])
+        n_in = proj.Wt.shape[0] if isinstance(proj, FrozenProjection) else proj.W.shape[1]
+        if a.ndim != 2 or b.ndim != 2 or a.shape[1] != n_in or b.shape[0] != proj.out_features \
+                or a.shape[0] != b.shape[1]:
+            raise GGMLError(f"{f.path}: {base!r}'s adapter has lora_a {list(a.shape)[::-1]}, lora_b "
+                            f"{list(b.shape)[::-1]} (ne); the weight needs [{n_in}, r] and [r, {proj.out_features}]")
+        pairs[int(parts[1]), parts[2]] = (a, b)
+    if not pairs:
+        raise GGMLError(f"{f.path}: the adapter file holds no adapter")
+    return pairs
+
+
+def llm_load_lora(model: ag_llama, path: str | os.PathLike[str]) -> ag_llama:
+    """Apply a llama.cpp LoRA adapter file (llm_save_lora's, or one llama.cpp's conversion script
+    wrote) to `model` as trainable adapters, the rest frozen, as ag_lora leaves it (in place;
+    returns the model). Each adapter keeps its file's rank; its scale is adapter.lora.alpha / rank,
+    or 1 where the file's alpha is 0 or absent, as llama.cpp reads it."""
+    _unadapted(model, "llm_load_lora")
+    path = checked_path(path, "llm_load_lora")
+    with GGUFFile(path) as f:
+        meta = f.metadata
+        if meta.get("general.type") != "adapter" or meta.get("adapter.type") != "lora":
+            raise GGMLError(f"{path}: not a LoRA adapter file (general.type {meta.get('general.type')!r}, "
+                            f"adapter.type {meta.get('adapter.type')!r})")
+        arch = getattr(getattr(model, "hparams", None), "arch", "llama")
+        if meta.get("general.architecture") != arch:
+            raise GGMLError(f"{path}: an adapter for architecture {meta.get('general.architecture')!r}, the model "
+                            f"is {arch!r}")
+        if DIGEST_KEY in meta and digest(f, every_key=True) != meta[DIGEST_KEY]:
+            raise GGMLError(f"{path}: the adapter does not match the digest llm_save_lora wrote with it: the file "
+                            "is damaged or was changed after it was saved")
+        alpha = meta.get("adapter.lora.alpha", 0.0)
+        if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha) or alpha < 0:
+            raise GGMLError(f"{path}: adapter.lora.alpha = {alpha!r} is not a non-negative number")
+        pairs = _adapter_pairs(f, model)
+    _freeze(model)
+    for (i, p), (a, b) in pairs.items():
+        rank = a.shape[0]
+        block = model.blocks[i]
+        setattr(block, p, LoraProjection(getattr(block, p), rank, float(alpha) if alpha else float(rank), a, b))
+    return model
+
+
+__all__ = ["ag_lora", "llm_load_lora", "llm_save_lora", "lora_merge", "lora_parameters"]
