@@ -157,6 +157,8 @@ def test_char_and_byte_vocabularies():
     assert (v["tokenizer.ggml.unknown_token_id"], v["tokenizer.ggml.bos_token_id"],
             v["tokenizer.ggml.eos_token_id"]) == (0, 1, 2)
     assert "tokenizer.ggml.eos_token_id" not in char_vocab("abc")
+    with pytest.raises(g.GGMLError, match="same token twice"):
+        char_vocab(["a", " ", "\u2581"])
     b = byte_vocab()["tokenizer.ggml.tokens"]
     assert len(b) == 256 and b[0x41] == "<0x41>" and b[0x20] == "\u2581"
 

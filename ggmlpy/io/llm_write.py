@@ -70,8 +70,6 @@ def char_vocab(tokens) -> dict:
     toks = list(tokens)
     if not toks or not all(isinstance(t, str) and t for t in toks):
         raise GGMLError("llm_save: vocab must be the tokens' text, one non-empty string per id")
-    if len(set(toks)) != len(toks):
-        raise GGMLError("llm_save: vocab has the same token twice: llama.cpp could not tell them apart")
     pieces, types, meta = [], [], {}
     for i, t in enumerate(toks):
         key, kind = _SPECIAL.get(t, (None, NORMAL))
@@ -81,6 +79,9 @@ def char_vocab(tokens) -> dict:
             kind = BYTE
         pieces.append(t.replace(" ", SPACE))
         types.append(kind)
+    if len(set(pieces)) != len(pieces):  # " " and "▁" are one piece
+        raise GGMLError("llm_save: vocab has the same token twice (a space is written as \u2581): llama.cpp "
+                        "could not tell them apart")
     return {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": pieces,
             "tokenizer.ggml.scores": np.zeros(len(pieces), np.float32),
             "tokenizer.ggml.token_type": np.asarray(types, np.int32), **meta,
