@@ -1,6 +1,6 @@
 """Writing llama.cpp's files: a model (`general.type` "model") or a LoRA adapter ("adapter"), as
 GGUF with metadata under llama.cpp's keys and tensors under llama.cpp's names. What goes in them
-is gathered from a model by quant/llm_save.py; this module only writes and seals.
+is gathered from a model by quant/llm_export.py; this module only writes and seals.
 
 llama.cpp's loader checks each key's value type (a `*_token_id` must be uint32, a score array
 float32, ...), so every value is written with the type llama.cpp reads it as (`value_type`).

@@ -38,7 +38,7 @@ from ..nn.layers import Module
 from ..nn.llama import LlamaProjection, ag_llama
 from ..tensor import AGTensor, ag_param
 from .llm import FrozenProjection
-from .llm_save import PROJECTIONS
+from .llm_export import PROJECTIONS
 
 
 class LoraProjection(Module):
