@@ -34,7 +34,7 @@ from ..errors import GGMLError, checked_path
 from ..io.gguf_file import GGUFFile
 from ..io.llm_write import write_llm_gguf
 from ..io.model_file import DIGEST_KEY, digest
-from ..nn.layers import Module
+from ..nn.module import Module
 from ..nn.llama import LlamaProjection, ag_llama
 from ..tensor import AGTensor, ag_param
 from .llm import FrozenProjection
