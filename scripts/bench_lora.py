@@ -2,7 +2,7 @@
 memory each holds.
 
 The model (random weights, architecture `llama`: d_model 512, 8 heads, 4 key/value heads, 4 layers,
-d_ff 1536, vocabulary 4096; about 22M parameters) is written with llm_save in f32, q8_0 and q4_K and
+d_ff 1536, vocabulary 4096; 16.8M parameters) is written with llm_save in f32, q8_0 and q4_K and
 loaded back with llm_load. Each step is ag_compile's (forward, backward and AdamW in one graph) on a
 batch of 8 x 128 tokens: the full step trains every f32 weight; the LoRA steps train rank-8 adapters
 on all seven projections of each layer (ag_lora), the base frozen in its file's type. Timed in
