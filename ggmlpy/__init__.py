@@ -180,6 +180,7 @@ _LAZY_FAMILIES = (
         "iq2xs_free_impl", "iq3xs_init_impl", "iq3xs_free_impl", "ggml_validate_row_data", "gguf_load",
         "gguf_free", "gguf_metadata", "gguf_tensor_names", "gguf_tensor_info", "gguf_tensor_data", "GGUFFile",
         "ag_quantize", "llm_load", "llm_logits",
+        "llm_save", "ag_lora", "lora_parameters", "lora_merge", "llm_save_lora", "llm_load_lora",
     )),
     (".onnx", (
         "onnx_load", "onnx_run", "onnx_summary", "onnx_inputs", "onnx_profile", "onnx_device_info", "OnnxModel",

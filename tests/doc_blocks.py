@@ -30,6 +30,7 @@ NEEDS = {
     "rpc-server": "a ggml rpc-server listening on 127.0.0.1:50052 (python -m ggmlpy rpc-server)",
     "sklearn": "scikit-learn (pip install 'ggmlpy[sklearn]')",
     "anndata": "anndata (pip install 'ggmlpy[anndata]')",
+    "llama-cpp": "llama-cpp-python built from the pinned sdist (python scripts/llama_cpp_env.py)",
 }
 
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)

@@ -22,6 +22,7 @@ import traceback
 import numpy  # noqa: F401  (imported before the fork, like ggmlpy: each page finds it loaded)
 
 import ggmlpy
+from llama_cpp_ref import python_path  # beside this file: where scripts/llama_cpp_env.py builds llama.cpp
 
 _WITHOUT = {n.strip() for n in os.environ.get("GGMLPY_DOCS_WITHOUT", "").split(",") if n.strip()}
 
@@ -38,6 +39,16 @@ def _rpc_server_listening() -> bool:
         return False
 
 
+def _llama_cpp() -> bool:
+    """Whether llama-cpp-python is built (scripts/llama_cpp_env.py); its interpreter is given to the
+    pages as $LLAMA_CPP_PYTHON, to run in a process of its own (both libraries ship a
+    libggml-base.so.0, and one process would share whichever loaded first)."""
+    if not (python_path().parent.parent / "installed.txt").exists():
+        return False
+    os.environ["LLAMA_CPP_PYTHON"] = str(python_path())
+    return True
+
+
 _CHECKS = {
     "torch": lambda: importlib.util.find_spec("torch") is not None,
     "vulkan": lambda: _has_backend("vulkan"),
@@ -45,6 +56,7 @@ _CHECKS = {
     "rpc-server": _rpc_server_listening,
     "sklearn": lambda: importlib.util.find_spec("sklearn") is not None,
     "anndata": lambda: importlib.util.find_spec("anndata") is not None,
+    "llama-cpp": _llama_cpp,
 }
 
 

@@ -27,12 +27,23 @@ def require_llama_cpp() -> Path:
     return python_path()
 
 
-def llama_cpp_logits(model_path, tokens) -> np.ndarray:
-    """llama.cpp's logits [n_tokens, n_vocab] for `tokens` (f32 KV cache, one thread)."""
+def _run(args: list, what: str) -> None:
     python = require_llama_cpp()
-    out = Path(model_path).with_suffix(".llama_cpp.npy")
-    run = subprocess.run([str(python), str(CHILD), str(model_path), json.dumps([int(t) for t in tokens]), str(out)],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run([str(python), str(CHILD), *map(str, args)], capture_output=True, text=True, timeout=300)
     if run.returncode:
-        raise AssertionError(f"llama.cpp failed on {model_path} (exit {run.returncode}):\n{run.stderr[-3000:]}")
+        raise AssertionError(f"llama.cpp failed on {what} (exit {run.returncode}):\n{run.stderr[-3000:]}")
+
+
+def llama_cpp_logits(model_path, tokens, lora=None) -> np.ndarray:
+    """llama.cpp's logits [n_tokens, n_vocab] for `tokens` (f32 KV cache, one thread), with the
+    LoRA adapter file `lora` applied (scale 1) when given."""
+    out = Path(model_path).with_suffix(".llama_cpp.npy")
+    _run([model_path, json.dumps([int(t) for t in tokens]), out] + ([lora] if lora else []), model_path)
     return np.load(out)
+
+
+def llama_cpp_tokenize(model_path, text: str) -> list:
+    """llama.cpp's token ids of `text` with the file's vocabulary (no begin token)."""
+    out = Path(model_path).with_suffix(".tokens.json")
+    _run([model_path, "--tokenize", text, out], model_path)
+    return json.loads(out.read_text())

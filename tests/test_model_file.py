@@ -111,7 +111,7 @@ def _rewrite(src, dst, edit_keys=None, edit_tensors=None, seal=True):
     keys, tensors = fields(src)
     keys = {k: v for k, v in keys.items() if k.startswith("ggmlpy.") and k != model_file.DIGEST_KEY}
     if seal:
-        keys[model_file.DIGEST_KEY] = model_file._PLACEHOLDER
+        keys[model_file.DIGEST_KEY] = model_file.PLACEHOLDER
     arrays = {name: np.array(t.data).reshape([int(d) for d in t.shape][::-1]) for name, t in tensors.items()}
     keys = edit_keys(keys) if edit_keys else keys
     arrays = edit_tensors(arrays) if edit_tensors else arrays
@@ -125,7 +125,7 @@ def _rewrite(src, dst, edit_keys=None, edit_tensors=None, seal=True):
     w.write_tensors_to_file()
     w.close()
     if seal and model_file.DIGEST_KEY in keys:
-        model_file._seal(str(dst))
+        model_file.seal(str(dst))
     return dst
 
 

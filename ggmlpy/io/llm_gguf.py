@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..errors import GGMLError
 from .gguf_file import GGUFFile
+from .model_file import DIGEST_KEY, digest
 
 # architecture -> the rotation llama.cpp applies (ggml's rope mode: 0 normal, 2 NeoX)
 SUPPORTED = {"llama": 0}
@@ -94,6 +95,9 @@ def read_hparams(f: GGUFFile) -> LlmHParams:
                         f"embedding_length {d_model} into heads of even size")
     _unsupported(meta, path, arch, h)
     _check_tensors(f, h)
+    if DIGEST_KEY in meta and digest(f, every_key=True) != meta[DIGEST_KEY]:  # a file llm_save wrote
+        raise GGMLError(f"{path}: the file's weights or metadata do not match the digest llm_save wrote with "
+                        "them: the file is damaged or was changed after it was saved")
     return h
 
 

@@ -49,14 +49,16 @@ KINDS = {
 UNKINDED = "ag"  # the kind of files written before ggmlpy.kind existed
 DIGEST_KEY = ARCH + ".digest"
 DIGEST = "sha256"  # hashlib's, over the file's mapped bytes: at the speed of reading them (SHA-NI)
-_PLACEHOLDER = DIGEST + ":" + "0" * 64  # the digest's length, written first and overwritten
+PLACEHOLDER = DIGEST + ":" + "0" * 64  # the digest's length, written first and overwritten
 _DIGEST_VERSION = b"ggmlpy model file digest 1\0"  # what is hashed, and how, changes with this
+# a llama.cpp file ggmlpy wrote (llm_save): its architecture lives in llama.cpp's keys, so every key counts
+_EVERY_KEY_VERSION = b"ggmlpy llama.cpp file digest 1\0"
 
-__all__ = ["ARCH", "KINDS", "ModelFile", "atomic_write", "is_model_file", "model_file_bytes", "read_model_file",
-           "write_model_file"]
+__all__ = ["ARCH", "DIGEST_KEY", "KINDS", "ModelFile", "PLACEHOLDER", "atomic_write", "digest", "gguf_package",
+           "is_model_file", "model_file_bytes", "read_model_file", "seal", "write_model_file"]
 
 
-def _gguf():
+def gguf_package():
     try:
         import gguf  # loaded when a model file is written or read: its import is slow
     except ImportError as e:  # a declared dependency, but say how to fix it if it is missing
@@ -67,7 +69,7 @@ def _gguf():
 def gguf_type_of(ggml_type: int):
     """The gguf package's enum for a ggml type, or None for a type newer than the package."""
     try:
-        return _gguf().GGMLQuantizationType(int(ggml_type))
+        return gguf_package().GGMLQuantizationType(int(ggml_type))
     except ValueError:
         return None
 
@@ -89,12 +91,26 @@ def _check_entries(tensors, keys: dict, writer: str) -> list:
     return tensors
 
 
-def digest(f: GGUFFile) -> str:
-    """The digest of a model file's contents (DIGEST_KEY's value): its ggmlpy.* keys but the digest,
-    and its tensors, each by name, type, ne and bytes, in name order."""
-    h = hashlib.new(DIGEST, _DIGEST_VERSION)
+def _value_bytes(value) -> bytes:
+    """A metadata value as hashed by the every-key digest: arrays by type and bytes, strings joined."""
+    if isinstance(value, np.ndarray):
+        return value.dtype.str.encode() + b"\0" + value.tobytes()
+    if isinstance(value, list):  # an array of strings
+        return b"[" + b"\0".join(s.encode() for s in value) + b"]"
+    return type(value).__name__.encode() + b":" + str(value).encode()
+
+
+def digest(f: GGUFFile, every_key: bool = False) -> str:
+    """The digest of a model file's contents (DIGEST_KEY's value): its ggmlpy.* keys (with
+    `every_key`, all its keys) but the digest, and its tensors, each by name, type, ne and bytes,
+    in name order."""
+    h = hashlib.new(DIGEST, _EVERY_KEY_VERSION if every_key else _DIGEST_VERSION)
     for key in sorted(f.metadata):
-        if key.startswith(ARCH + ".") and key != DIGEST_KEY:
+        if key == DIGEST_KEY:
+            continue
+        if every_key:
+            h.update(key.encode() + b"\0" + _value_bytes(f.metadata[key]) + b"\0")
+        elif key.startswith(ARCH + "."):
             h.update(key.encode() + b"\0" + str(f.metadata[key]).encode() + b"\0")
     for name in sorted(f.tensors):
         t = f.tensors[name]
@@ -104,30 +120,31 @@ def digest(f: GGUFFile) -> str:
     return DIGEST + ":" + h.hexdigest()
 
 
-def _seal(path: str) -> None:
-    """Overwrite the placeholder _write put in `path`'s header with the digest of what it wrote."""
+def seal(path: str, every_key: bool = False) -> None:
+    """Overwrite the PLACEHOLDER written as DIGEST_KEY's value in `path`'s header with the digest
+    (`every_key` as digest()) of what the file holds."""
     with GGUFFile(path) as f:
-        value = digest(f)
+        value = digest(f, every_key)
     with open(path, "r+b") as out:
         head = out.read(1 << 16)
-        at = head.find(_PLACEHOLDER.encode())
+        at = head.find(PLACEHOLDER.encode())
         while at < 0 and len(head) < os.fstat(out.fileno()).st_size:  # a long architecture before it
             out.seek(0)
             head = out.read(2 * len(head))
-            at = head.find(_PLACEHOLDER.encode())
-        if at < 0:  # never expected: _write wrote it
+            at = head.find(PLACEHOLDER.encode())
+        if at < 0:  # never expected: the writer wrote it
             raise GGMLError(f"{path}: the digest's placeholder is missing from the header just written")
         out.seek(at)
         out.write(value.encode())
 
 
 def _write(path: str, kind: str, tensors: list, keys: dict) -> None:
-    gguf = _gguf()
+    gguf = gguf_package()
     writer = gguf.GGUFWriter(path, ARCH)
     try:
         writer.add_string(ARCH + ".version", __version__)
         writer.add_string(ARCH + ".kind", kind)
-        writer.add_string(DIGEST_KEY, _PLACEHOLDER)
+        writer.add_string(DIGEST_KEY, PLACEHOLDER)
         for key, value in keys.items():
             writer.add_string(key, value)
         for name, array, raw_type in tensors:
@@ -140,7 +157,7 @@ def _write(path: str, kind: str, tensors: list, keys: dict) -> None:
         writer.write_tensors_to_file()
     finally:
         writer.close()
-    _seal(path)
+    seal(path)
 
 
 def write_model_file(path: str | os.PathLike, kind: str, tensors: Iterable, keys: dict, writer: str) -> str:

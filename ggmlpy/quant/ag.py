@@ -38,8 +38,13 @@ def _matmul_q(ctx, wq, x):
 
 
 def _matmul_q_t(ctx, wq, g):
-    """Wq %*% g for Wq [in, out] quantized, g [out, n]: t(W) %*% g, [in, n]."""
-    return checked_lib.ggml_out_prod(ctx, wq, checked_lib.ggml_cont(ctx, checked_lib.ggml_transpose(ctx, g)))
+    """Wq %*% g for Wq [in, out] quantized, g [out, n] or [out, n, ...]: t(W) %*% g, [in, n, ...].
+    ggml's CPU out_prod broadcasts a quantized weight over no batch axis, so g's columns are
+    taken as one [out, n * ...] matrix."""
+    ne = [int(g.ne[i]) for i in range(4)]
+    g2 = checked_lib.ggml_reshape_2d(ctx, checked_lib.ggml_cont(ctx, g), ne[0], ne[1] * ne[2] * ne[3])
+    y = checked_lib.ggml_out_prod(ctx, wq, checked_lib.ggml_cont(ctx, checked_lib.ggml_transpose(ctx, g2)))
+    return y if ne[2] == ne[3] == 1 else checked_lib.ggml_reshape_4d(ctx, y, int(y.ne[0]), ne[1], ne[2], ne[3])
 
 
 # ggml_mul_mat takes an f16 or bf16 weight as it is (converting the activations, as llama.cpp
@@ -77,6 +82,14 @@ def stored_tensor(blocks: np.ndarray, type: int, shape: tuple, device: str | Non
     dc.sync()
     checked_lib.ggml_backend_tensor_set(st.ptr, ffi.from_buffer(np.ascontiguousarray(blocks)), 0, blocks.nbytes)
     return AGTensor(st, tuple(shape), dc, requires_grad=False)
+
+
+def stored_blocks(t: AGTensor) -> np.ndarray:
+    """The bytes of a tensor as ggml lays them out (stored_tensor's inverse), as flat uint8."""
+    raw = np.empty(int(checked_lib.ggml_nbytes(t.storage.ptr)), dtype=np.uint8)
+    t.device_context.sync()  # queued ops may still be writing it
+    checked_lib.ggml_backend_tensor_get(t.storage.ptr, ffi.from_buffer(raw), 0, raw.nbytes)
+    return raw
 
 
 class QuantizedLinear(ag_linear):

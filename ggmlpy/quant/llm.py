@@ -24,7 +24,7 @@ from ..nn.module import Module
 from ..nn.llama import LlamaProjection, ag_llama
 from ..core.checked import checked_lib
 from ..core.types import TYPE_NAMES
-from ..runtime.state import STATE
+from ..runtime.state import STATE, ag_device
 from ..tensor import AGTensor
 from .ag import QuantizedEmbedding, stored_tensor
 
@@ -80,9 +80,13 @@ def llm_load(path: str | os.PathLike[str], device: str | None = None) -> ag_llam
     device = STATE.context(device).spec  # the device now current, fixed for every tensor below
     with GGUFFile(path) as f:
         h = read_hparams(f)
-        model = ag_llama(h.vocab_size, d_model=h.d_model, n_heads=h.n_heads, n_kv_heads=h.n_kv_heads,
-                         n_layers=h.n_layers, d_ff=h.d_ff, context=h.context, rope_base=h.rope_base,
-                         rope_mode=h.rope_mode, eps=h.eps, tied=h.tied)
+        previous = ag_device(device)  # the model's own parameters on `device` too, beside its stored weights
+        try:
+            model = ag_llama(h.vocab_size, d_model=h.d_model, n_heads=h.n_heads, n_kv_heads=h.n_kv_heads,
+                             n_layers=h.n_layers, d_ff=h.d_ff, context=h.context, rope_base=h.rope_base,
+                             rope_mode=h.rope_mode, eps=h.eps, tied=h.tied)
+        finally:
+            ag_device(previous)
         model.hparams = h
         emb = f.info("token_embd.weight")
         if emb.type == F32:
