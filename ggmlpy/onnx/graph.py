@@ -23,6 +23,9 @@ from ..graph import GraphContext, Weights
 
 F32, F16, I32 = lib.GGML_TYPE_F32, lib.GGML_TYPE_F16, lib.GGML_TYPE_I32
 MAX_RANK = 4  # GGML_MAX_DIMS
+# ONNX values with five axes above size one are held in ggml's four, their two outermost merged
+# (rank5.py: only builders that treat a pair of axes alike see them)
+FOLDED_RANK = 5
 
 # ONNX's 8- and 4-bit types: carried in float32 inside (float8) or int8/uint8 (int4/uint4), converted
 # from and to ml_dtypes' numpy types at the model's boundary (boundary_dtype).
@@ -124,10 +127,19 @@ def compact(shape) -> tuple:
 
 
 def ne_of(shape) -> list[int]:
-    """ggml ne of an ONNX shape: reversed, padded with ones. Above rank 4, size-one axes are dropped
-    (OnnxLimitation in OnnxGraphBuilder.new_tensor and the layout helpers when that is not enough)."""
+    """ggml ne of an ONNX shape: reversed, padded with ones. Above rank 4, size-one axes are dropped;
+    five axes left are held as four, the outermost two merged into ne3 (row-major memory is the same,
+    see rank5.py). More than five give more than four entries (OnnxLimitation in value_tensor and
+    the layout helpers)."""
     ne = [int(d) for d in reversed(compact(shape))]
+    if len(ne) == FOLDED_RANK:
+        ne = ne[:3] + [ne[3] * ne[4]]
     return ne + [1] * (MAX_RANK - len(ne))
+
+
+def folded(shape) -> bool:
+    """Whether a value of this ONNX shape is held with two axes merged (five axes above size one)."""
+    return len(compact(shape)) == FOLDED_RANK
 
 
 # Tensor headers the op context holds: a budget per ONNX node (a Resize or an LSTM makes about a
@@ -165,6 +177,9 @@ class OnnxGraphBuilder(GraphContext):
         # inline(graph) -> the output values of a subgraph built in place (an If's branch, ops_control);
         # set by the plan that builds the nodes
         self.inline = None
+        # whether a value of five axes above size one may be made (rank5.build: not while a builder
+        # that does not know them runs, so a five-axis constant it hands to ggml is refused)
+        self.five_axes = True
 
     def note_index_input(self, v: "Val", L: int) -> None:
         """`v` indexes an axis of length L: when it is a graph input, onnx_run checks its range."""
@@ -234,8 +249,10 @@ class OnnxGraphBuilder(GraphContext):
     # -- tensors ------------------------------------------------------------------------------------
     def value_tensor(self, ggml_type: int, shape, values=None):
         """A tensor of ONNX shape `shape`: an op input of the graph, or with `values` a weight."""
-        self.limit(len(compact(shape)) <= MAX_RANK, f"rank {len(shape)} tensors are not supported (ggml has at most "
-                                          f"{MAX_RANK} dimensions); shape {list(shape)}")
+        most = FOLDED_RANK if self.five_axes else MAX_RANK
+        self.limit(len(compact(shape)) <= most, f"rank {len(shape)} tensors with more than {most} axes above size one "
+                                                f"are not supported here (ggml has at most {MAX_RANK} dimensions); "
+                                                f"shape {list(shape)}")
         self.limit(all(d > 0 for d in shape), f"empty tensors are not supported (shape {list(shape)})")
         if values is None:
             return self.new_tensor(ggml_type, ne_of(shape))

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..bindings import ffi
 from .onnx_lib import onnx_lib
-from .graph import F32, MAX_RANK, Val, ne_of
+from .graph import F32, MAX_RANK, Val, folded, ne_of
 
 
 def squeeze_for(b, shape, axes=()):
@@ -95,10 +95,12 @@ def broadcast_shape(b, *shapes):
 
 def repeat_to(b, t, shape):
     ne = ne_of(shape)
-    b.limit(len(ne) == MAX_RANK, f"rank {len(shape)} tensors are not supported (ggml has at most {MAX_RANK} "
-                                 f"dimensions); shape {list(shape)}")
-    if [int(t.ne[i]) for i in range(MAX_RANK)] == ne:
+    if len(ne) == MAX_RANK and [int(t.ne[i]) for i in range(MAX_RANK)] == ne:
         return t
+    # ggml repeats each of its axes on its own; of a merged pair (rank5.py) it would repeat the
+    # whole pair: rank5's builders fold a pair that repeats alike before they come here
+    b.limit(len(ne) == MAX_RANK and not folded(shape), f"rank {len(shape)} tensors are not supported here (ggml "
+                                                       f"has at most {MAX_RANK} dimensions); shape {list(shape)}")
     return onnx_lib.ggml_repeat_4d(b.ctx, cont(b, t), *ne)
 
 

@@ -137,7 +137,7 @@ def _softmax_rows(b, x, axis, opset, log):
         return reshape(b, y, x.shape)
     moved = tuple(x.shape[p] for p in perm)
     inv = list(np.argsort(perm))
-    return permute(b, reshape(b, y, moved), inv)
+    return permute(b, reshape(b, y, moved), inv, moved)  # moved: the size-one axes dropped above rank 4
 
 
 def _softmax(log):

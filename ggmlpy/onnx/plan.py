@@ -20,7 +20,7 @@ from ..errors import GGMLError
 from ..graph import TENSOR_OVERHEAD, CompiledGraph, GraphContext
 # their builders register in OPS
 from . import (ops_control, ops_conv, ops_elementwise, ops_extra, ops_gather_nd, ops_norm, ops_pool,  # noqa: F401
-               ops_products, ops_reduce, ops_resize, ops_rnn, ops_shape)
+               ops_products, ops_reduce, ops_resize, ops_rnn, ops_shape, rank5)
 from .graph import (F32, OnnxGraphBuilder, NeedsValue, OnnxError, Val, boundary_dtype, const, node_budget,
                     np_dtype, op_key)
 from .folding import FoldError, fold
@@ -259,7 +259,7 @@ class OnnxShapePlan:
                 outs = None
             if outs is None:
                 try:
-                    outs = OPS[op_key(node)](b, node, ins, attrs)
+                    outs = rank5.build(b, node, ins, attrs, OPS[op_key(node)])
                 except NeedsValue as e:  # the names of the values it needed, for the model to trace
                     e.names = [n for n, v in zip(node.input, ins) if v is not None and not v.is_const and
                                (not e.vals or any(v is w for w in e.vals))]
@@ -341,7 +341,7 @@ class OnnxShapePlan:
                         out = linear_bias(b, mnode, [vals[n] for n in mnode.input], {}, vals[bias])
                     place(node, out, members)
                     continue
-                if k in splits and node.input[0] in vals:
+                if k in splits and node.input[0] in vals and not rank5.big(vals[node.input[0]]):
                     perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
                     x = vals[node.input[0]]
                     out = linear_split(b, x, perm if perm is not None else list(range(x.rank))[::-1])
