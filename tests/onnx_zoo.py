@@ -7,7 +7,8 @@ the reason (a model library not installed). Architectures from Hugging Face's tr
 torchvision are built from their own classes with tiny configurations, in the export settings of the
 Zoo's file (opset, exporter); without those libraries, a plain-torch model of the same shape of
 graph stands in where one is given (the Inception v3 stem). timm's bat_resnext26ts and
-botnet26t_256 need rank-5 tensors and are not in the set.
+botnet26t_256 make values of five axes above size one (ggmlpy/onnx/rank5.py); their stand-ins in
+plain torch make the same five-axis patterns.
 """
 from __future__ import annotations
 
@@ -124,6 +125,95 @@ def gpt_neox(torch, tmp, seq=32):
     return path, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
 
 
+def _timm(name, torch, tmp):
+    """timm's model `name` (random weights) at 256x256, opset 17."""
+    try:
+        timm = importlib.import_module("timm")
+    except ImportError as e:  # timm imports torchvision too
+        raise Unavailable(f"needs timm and torchvision (pip install timm): {e}") from None
+    net = timm.create_model(name, pretrained=False)
+    x = torch.randn(1, 3, 256, 256)
+    return _export(torch, net, (x,), os.path.join(tmp, f"{name}.onnx"), ["image"]), {"image": x.numpy()}
+
+
+def botnet26t(torch, tmp):
+    """timm's botnet26t_256: relative-position logits expanded to [B*heads, H, W, W, W] and permuted."""
+    return _timm("botnet26t_256", torch, tmp)
+
+
+def bat_resnext26ts(torch, tmp):
+    """timm's bat_resnext26ts: bilinear attention blocks reshaped to [B*C, 8, 8, 8, 8] and re-tiled."""
+    return _timm("bat_resnext26ts", torch, tmp)
+
+
+def relpos_attention(torch, tmp, size=8, dim=16, heads=2):
+    """botnet26t's five-axis pattern in plain torch: a self-attention over an 8x8 map whose
+    relative-position logits (timm's PosEmbedRel, rel_logits_1d) are reshaped to [B*heads, H, 1, W,
+    W], expanded over the window, permuted (0, 1, 3, 2, 4) and (0, 3, 1, 4, 2), and added."""
+    nn, F = torch.nn, torch.nn.functional
+    dh = dim // heads
+
+    def rel_logits_1d(q, rel_k, perm):
+        B, H, W, _ = q.shape
+        rel = rel_k.shape[0]
+        win = (rel + 1) // 2
+        x = (q @ rel_k.transpose(-1, -2)).reshape(-1, W, rel)
+        x = F.pad(F.pad(x, [0, 1]).flatten(1), [0, rel - W]).reshape(-1, W + 1, rel)[:, :W, win - 1:]
+        return x.reshape(B, H, 1, W, win).expand(-1, -1, win, -1, -1).permute(perm)
+
+    class RelPosAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Conv2d(3, dim, 3, padding=1)
+            self.qkv = nn.Conv2d(dim, 3 * dim, 1, bias=False)
+            self.rel_h = nn.Parameter(torch.randn(2 * size - 1, dh) * dh ** -0.5)
+            self.rel_w = nn.Parameter(torch.randn(2 * size - 1, dh) * dh ** -0.5)
+            self.head = nn.Linear(dim, 10)
+
+        def forward(self, img):
+            x = self.stem(img)
+            B, C, H, W = x.shape
+            q, k, v = self.qkv(x).split(C, dim=1)
+            q = q.reshape(B * heads, dh, -1).transpose(-1, -2)
+            k = k.reshape(B * heads, dh, -1)
+            v = v.reshape(B * heads, dh, -1).transpose(-1, -2)
+            qr = q.reshape(-1, H, W, dh)
+            rw = rel_logits_1d(qr, self.rel_w, (0, 1, 3, 2, 4)).reshape(-1, H * W, H * W)
+            rh = rel_logits_1d(qr.transpose(1, 2), self.rel_h, (0, 3, 1, 4, 2)).reshape(-1, H * W, H * W)
+            attn = ((q @ k) * dh ** -0.5 + rh + rw).softmax(-1)
+            out = (attn @ v).transpose(-1, -2).reshape(B, C, H, W)
+            return self.head(out.mean((2, 3)))
+    x = torch.randn(2, 3, size, size)
+    return _export(torch, RelPosAttention(), (x,), os.path.join(tmp, "relpos_attention.onnx"), ["image"]), \
+        {"image": x.numpy()}
+
+
+def bilinear_resize(torch, tmp, block=4, t=3, ch=4):
+    """bat_resnext26ts's five-axis pattern in plain torch (timm's BilinearAttnTransform.resize_mat):
+    [B, C, block, block] matrices times an identity, reshaped to [B*C, block, block, t, t], split
+    along axes 1 and 2 and concatenated along 3 and 4, which tiles each entry over a t x t block."""
+    nn = torch.nn
+
+    class BilinearResize(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Conv2d(3, ch, 3, padding=1)
+            self.pool = nn.AdaptiveAvgPool2d(block)
+
+        def forward(self, img):
+            x = self.stem(img)
+            B, C = x.shape[:2]
+            m = self.pool(x).sigmoid().reshape(B * C, -1, 1, 1) * torch.eye(t, t)
+            m = m.reshape(B * C, block, block, t, t)
+            m = torch.cat(torch.split(m, 1, dim=1), dim=3)
+            m = torch.cat(torch.split(m, 1, dim=2), dim=4)
+            m = m.reshape(B, C, block * t, block * t)
+            return m @ x
+    x = torch.randn(2, 3, block * t, block * t)
+    return _export(torch, BilinearResize(), (x,), os.path.join(tmp, "bilinear_resize.onnx"), ["image"]), \
+        {"image": x.numpy()}
+
+
 # name -> (builder, what the test compares: rtol, atol)
 ZOO = {
     "inception_stem": (inception_stem, (1e-4, 1e-4)),
@@ -131,6 +221,10 @@ ZOO = {
     "bert": (bert, (1e-3, 1e-4)),
     "roberta": (roberta, (1e-3, 1e-4)),
     "gpt_neox": (gpt_neox, (1e-3, 1e-4)),
+    "botnet26t_256": (botnet26t, (1e-3, 1e-4)),
+    "bat_resnext26ts": (bat_resnext26ts, (1e-3, 1e-7)),  # logits about 1e-3 (timm zero-initializes last norms)
+    "relpos_attention": (relpos_attention, (1e-4, 1e-5)),
+    "bilinear_resize": (bilinear_resize, (1e-4, 1e-5)),
 }
 
 

@@ -334,3 +334,13 @@ def test_five_axes_above_one_among_six_element_wise_and_refused_along_an_axis():
     _check([helper.make_node("Relu", ["X"], ["Y"])], [("X", x)], ["Y"])
     _refused([helper.make_node("Softmax", ["X"], ["Y"], axis=1)], [("X", x)], ["Y"],
              match="Softmax is built for exactly five axes here, not 6")
+
+
+def test_split_into_ones_above_rank_four_drops_the_axis_like_any_size_one_axis():
+    """bat_resnext26ts's second split: [16, 1, 8, 64, 8] along axis 2 into pieces of one (four axes above
+    one: the compact layout, whose sliced axis of one is then dropped too)."""
+    x = _arr((4, 1, 3, 5, 2))
+    outs = ["Y0", "Y1", "Y2"]
+    got = _check([helper.make_node("Split", ["X", "sp"], outs, axis=2),
+                  helper.make_node("Concat", outs, ["C"], axis=4)], [("X", x)], outs + ["C"], [_i64("sp", [1, 1, 1])])
+    np.testing.assert_array_equal(got["C"], np.concatenate(np.split(x, 3, axis=2), axis=4))

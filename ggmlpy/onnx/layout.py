@@ -175,7 +175,8 @@ def slice_axis(b, t, shape, axis, start, stop):
     offs = start * int(t.nb[g])
     v = onnx_lib.ggml_view_4d(b.ctx, t, ne[0], ne[1], ne[2], ne[3], t.nb[1], t.nb[2], t.nb[3], offs)
     out = full[:axis] + (stop - start,) + full[axis + 1:]
-    return onnx_lib.ggml_cont(b.ctx, v), out
+    # above rank 4 the view keeps the sliced axis; a slice of one then drops it like any size-one axis
+    return reshape(b, onnx_lib.ggml_cont(b.ctx, v), out), out
 
 
 def pad_zero(b, t, shape, pads_begin, pads_end):
