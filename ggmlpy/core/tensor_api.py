@@ -13,6 +13,7 @@ from ..errors import GGMLError, check
 from .checked import context_arg, tensor_arg
 from .handles import (NP_DTYPES, Context, Tensor, _from_storage, _require_data, _to_storage, get_data, meta_check,
                       numpy_view, set_data, type_name, wrap)
+from .tensor5 import MAX_DIMS, five, merged
 from .tensor_info import ggml_op_desc
 from .types import GGML_TYPE_BF16, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I8, GGML_TYPE_I16, GGML_TYPE_I32, type_id
 
@@ -58,8 +59,11 @@ def ggml_new_tensor(ctx: Context, type: int | str, n_dims: int, ne: Sequence[int
         raise GGMLError(f"ggml_new_tensor: unsupported type {type} ({type_name(type)})")
     n_dims = int(n_dims)
     ne = [int(d) for d in ne]
-    check(1 <= n_dims <= 4, f"ggml_new_tensor: n_dims must be 1..4, got {n_dims}")
+    check(1 <= n_dims <= MAX_DIMS, f"ggml_new_tensor: n_dims must be 1..{MAX_DIMS}, got {n_dims}")
     check(len(ne) == n_dims, f"ggml_new_tensor: expected {n_dims} dims, got {len(ne)}")
+    if n_dims == MAX_DIMS:  # ne3 and ne4 held merged in ggml's four dims (tensor5.py)
+        check(all(d >= 0 for d in ne), f"ggml_new_tensor: dims must be >= 0, got {ne}")
+        return five(ggml_new_tensor(ctx, type, 4, merged(ne, 3)), ne[4])
     check(all(d >= 0 for d in ne), f"ggml_new_tensor: dims must be >= 0, got {ne}")
     check(all(d < 2**40 for d in ne), f"ggml_new_tensor: dims too large: {ne}")
     blck = int(lib.ggml_blck_size(type))
@@ -87,6 +91,12 @@ def ggml_new_tensor_3d(ctx: Context, type: int | str, ne0: int, ne1: int, ne2: i
 def ggml_new_tensor_4d(ctx: Context, type: int | str, ne0: int, ne1: int, ne2: int, ne3: int) -> Tensor:
     """A new 4-d tensor [ne0, ne1, ne2, ne3]."""
     return ggml_new_tensor(ctx, type, 4, [ne0, ne1, ne2, ne3])
+
+
+def ggml_new_tensor_5d(ctx: Context, type: int, ne0: int, ne1: int, ne2: int, ne3: int, ne4: int) -> Tensor:
+    """A new 5-d tensor [ne0, ne1, ne2, ne3, ne4] (ggmlR's ggml; ne3 and ne4 held merged, see
+    ggmlpy.core.tensor5)."""
+    return ggml_new_tensor(ctx, type, 5, [ne0, ne1, ne2, ne3, ne4])
 
 
 def ggml_new_from_numpy(ctx: Context, array: ArrayLike, type: int | None = None) -> Tensor:
@@ -224,7 +234,7 @@ def ggml_dup_tensor(ctx: Context, t: Tensor) -> Tensor:
     """A new tensor of t's type and shape in ctx (contents not copied)."""
     ctx, t = context_arg(ctx, "ggml_dup_tensor"), tensor_arg(t, "ggml_dup_tensor")
     ctx.reserve_tensor(t.type, t.ne, "ggml_dup_tensor")
-    return wrap(lib.ggml_dup_tensor(ctx.ptr, t.ptr), ctx)
+    return five(wrap(lib.ggml_dup_tensor(ctx.ptr, t.ptr), ctx), getattr(t, "ne4", 1))
 
 
 def ggml_view_tensor(ctx: Context, t: Tensor) -> Tensor:
@@ -233,7 +243,7 @@ def ggml_view_tensor(ctx: Context, t: Tensor) -> Tensor:
     ctx.reserve_tensor(t.type, t.ne, "ggml_view_tensor", view=True)
     if t.ctx is not ctx:
         ctx._deps.add(t.ctx)
-    return wrap(lib.ggml_view_tensor(ctx.ptr, t.ptr), ctx)
+    return five(wrap(lib.ggml_view_tensor(ctx.ptr, t.ptr), ctx), getattr(t, "ne4", 1))
 
 
 def ggml_set_param(t: Tensor) -> Tensor:

@@ -72,8 +72,11 @@ def ggml_tensor_shape(t: Tensor) -> list:
 
 
 def ggml_tensor_nb(t: Tensor) -> list:
-    """t's four byte strides nb."""
-    return list(tensor_arg(t, "ggml_tensor_nb").nb)
+    """t's five byte strides nb, as ggmlR's ggml (GGML_MAX_DIMS 5) gives them: a four-dim tensor's
+    nb4 is nb3 * ne3."""
+    t = tensor_arg(t, "ggml_tensor_nb")
+    nb = list(t.nb)
+    return nb if len(nb) == 5 else nb + [nb[3] * t.ne[3]]
 
 
 def ggml_tensor_type(t: Tensor) -> int:

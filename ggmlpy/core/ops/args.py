@@ -13,6 +13,7 @@ from ...errors import GGMLError, check
 from .. import checked
 from ..checked import context_arg, tensor_arg
 from ..handles import Context, Tensor, type_name, wrap
+from ..tensor5 import MAX_DIMS, READS_FIVE, SAME_FIVE, Tensor5, five
 
 F32, F16, BF16, I32 = lib.GGML_TYPE_F32, lib.GGML_TYPE_F16, lib.GGML_TYPE_BF16, lib.GGML_TYPE_I32
 
@@ -34,11 +35,18 @@ _inputs = threading.local()
 def start_op(ctx) -> Context:
     ctx = context_arg(ctx)
     _inputs.ctxs = []
+    _inputs.ne4 = 1
     return ctx
 
 
 def input_tensor(x, what: str, arg: str = "a") -> Tensor:
     x = tensor_arg(x, what, arg)
+    if isinstance(x, Tensor5):  # tensor5.py: only the ops listed there see the merged dims as they are
+        if what not in SAME_FIVE and what not in READS_FIVE:
+            raise GGMLError(f"{what}: {arg} has five dims {list(x.ne)}; ggml 0.25.3 has four and holds a fifth "
+                            f"merged with ne3, which {what} does not treat alike (not supported)")
+        if what in SAME_FIVE and getattr(_inputs, "ne4", 1) == 1:
+            _inputs.ne4 = x.ne4
     getattr(_inputs, "ctxs", []).append(x.ctx)
     return x
 
@@ -89,7 +97,9 @@ def make_tensor(ctx: Context, what: str, ne, out_type: int, call, *, view=False,
         if c is not ctx:
             ctx._deps.add(c)
     _inputs.ctxs = []
-    return wrap(call(), ctx)
+    ne4, _inputs.ne4 = getattr(_inputs, "ne4", 1), 1
+    t = wrap(call(), ctx)
+    return five(t, ne4) if ne4 > 1 and what in SAME_FIVE else t
 
 
 def make_like(ctx, what, a: Tensor, call, out_type=None, view=False):
@@ -102,7 +112,7 @@ def c_function(cname: str, inplace: bool):
     return getattr(lib, cname + "_inplace" if inplace else cname)
 
 
-GGML_MAX_DIMS = 4
+GGML_MAX_DIMS = MAX_DIMS  # ggmlR's: five, the fifth merged with ne3 (tensor5.py); ggml 0.25.3 itself has 4
 GGML_MAX_OP_PARAMS = 64
 GGML_MAX_SRC = 10
 GGML_MAX_NAME = 64

@@ -9,7 +9,8 @@ import numpy as np
 
 from ...bindings import lib
 from ...errors import GGMLError, check
-from ..checked import check_rule
+from ..checked import check_rule, tensor_arg
+from ..tensor5 import Tensor5, concat_pair, unfold
 from ..handles import Context, Tensor
 from .args import (BF16, CPU_FLOAT, F16, F32, I32, QUANTIZED, c_function, check_contiguous, check_packed_rows, check_types, dims, input_tensor, int_arg, make_like,
                    make_tensor, shape_str, start_op)
@@ -17,8 +18,13 @@ from .args import (BF16, CPU_FLOAT, F16, F32, I32, QUANTIZED, c_function, check_
 
 # -- assembling tensors ------------------------------------------------------------------------------
 def ggml_concat(ctx: Context, a: Tensor, b: Tensor, dim: int = 0) -> Tensor:
-    """a and b joined along axis `dim` (0..3, ggml's ne order); the other axes must match."""
+    """a and b joined along axis `dim` (0..3, ggml's ne order; 0..4 for five-dim tensors); the other
+    axes must match."""
     ctx = start_op(ctx)
+    if isinstance(a, Tensor5) or isinstance(b, Tensor5):  # a pair of the five dims merged (tensor5.py)
+        a, b = tensor_arg(a, "ggml_concat", "a"), tensor_arg(b, "ggml_concat", "b")
+        a4, b4, dim4, j, ne5 = concat_pair(ctx, a, b, int(dim), "ggml_concat")
+        return unfold(ctx, ggml_concat(ctx, a4, b4, dim4), j, ne5)
     a, b = input_tensor(a, "ggml_concat", "a"), input_tensor(b, "ggml_concat", "b")
     check_types(a, (F32, F16, I32), "ggml_concat", "a")
     dim = int(dim)

@@ -11,6 +11,7 @@ from ...bindings import ffi, lib
 from ...errors import GGMLError, check
 from ..checked import check_rule
 from ..handles import Context, Tensor
+from ..tensor5 import Tensor5
 from .args import (F16, F32, QUANTIZED, c_function, check_contiguous, check_packed_rows, check_types, dims, input_tensor, int_arg, make_like,
                    make_tensor, not_divisible, same_shape_pair, shape_str, start_op)
 
@@ -32,6 +33,9 @@ def ggml_soft_max_ext(ctx: Context, a: Tensor, mask: Tensor | None = None, scale
     mp = ffi.NULL
     if mask is not None:
         mask = input_tensor(mask, what, "mask")
+        # a five-dim a is softmaxed with ne3 and ne4 merged: a mask repeating over them would mix them
+        check(not isinstance(mask, Tensor5) and (not isinstance(a, Tensor5) or dims(mask)[2:] == [1, 1]),
+              f"{what}: the mask must have four dims, and one plane (ne2 = ne3 = 1) with a five-dim a")
         check_types(mask, (F32, F16), what, "mask")
         check(lib.ggml_is_contiguous(mask.ptr), f"{what}: mask must be contiguous")
         mp = mask.ptr

@@ -7,7 +7,8 @@ from __future__ import annotations
 from ...bindings import lib
 from ..._naming import public_function
 from ...errors import GGMLError, check
-from ..checked import check_rule
+from ..checked import check_rule, tensor_arg
+from ..tensor5 import Tensor5, broadcast_pair, unfold
 from ..handles import Context, Tensor
 from .args import (CPU_FLOAT, F16, F32, c_function, check_contiguous, check_packed_rows, check_types, dims, input_tensor, make_like,
                    same_shape_pair, shape_str, start_op)
@@ -19,6 +20,9 @@ def _binary(cname: str):
 
     def op(ctx: Context, a: Tensor, b: Tensor, *, _inplace: bool = False) -> Tensor:
         ctx = start_op(ctx)
+        if isinstance(a, Tensor5) or isinstance(b, Tensor5):  # a pair of the five dims merged (tensor5.py)
+            a4, b4, j, ne5 = broadcast_pair(ctx, tensor_arg(a, what, "a"), tensor_arg(b, what, "b"), what)
+            return unfold(ctx, op(ctx, a4, b4, _inplace=_inplace), j, ne5)
         a, b = input_tensor(a, what, "a"), input_tensor(b, what, "b")
         check_types(a, CPU_FLOAT, what, "a")
         check_packed_rows(a, what, "a")  # the CPU kernel asserts it (b may be strided)

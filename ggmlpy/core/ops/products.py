@@ -6,15 +6,24 @@ from __future__ import annotations
 
 from ...bindings import lib
 from ...errors import check
-from ..checked import check_rule
+from ..checked import check_rule, tensor_arg
+from ..tensor5 import Tensor5, dims5, plain, unfold
 from ..handles import Context, Tensor
 from .args import (F16, F32, FLOAT, I32, QUANTIZED, check_packed_rows, check_types, dims, input_tensor, make_tensor, shape_str, start_op)
 
 
 # -- matrix products ------------------------------------------------------------------------
 def ggml_mul_mat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-    """a [K, M, ...] x b [K, N, ...] -> [M, N, ...]: in R terms t(a) %*% b."""
+    """a [K, M, ...] x b [K, N, ...] -> [M, N, ...]: in R terms t(a) %*% b. Five-dim batches (ne2..ne4):
+    a's ne3 and ne4 are b's or both one (ggml spreads a smaller batch over b's by division, which a
+    merged pair of other sizes would mix)."""
     ctx = start_op(ctx)
+    if isinstance(a, Tensor5) or isinstance(b, Tensor5):  # ne3 and ne4 merged (tensor5.py)
+        a, b = tensor_arg(a, "ggml_mul_mat", "a"), tensor_arg(b, "ggml_mul_mat", "b")
+        na, nb_ = dims5(a), dims5(b)
+        check(na[3:] in (nb_[3:], [1, 1]), f"ggml_mul_mat: a's batch dims 3, 4 {na[3:]} must be b's {nb_[3:]} or "
+                                           f"[1, 1] with five dims (a {na}, b {nb_})")
+        return unfold(ctx, ggml_mul_mat(ctx, plain(a), plain(b)), 3, [na[1], nb_[1], nb_[2], nb_[3], nb_[4]])
     a, b = input_tensor(a, "ggml_mul_mat", "a"), input_tensor(b, "ggml_mul_mat", "b")
     check_types(a, FLOAT + QUANTIZED, "ggml_mul_mat", "a")
     check_types(b, (F32,), "ggml_mul_mat", "b")

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ...bindings import lib
 from ...errors import GGMLError, check
-from ..checked import check_rule
+from ..checked import check_rule, tensor_arg
+from ..tensor5 import Tensor5, five, plain
 from ..handles import Context, Tensor
 from .args import (BF16, F16, F32, FLOAT, I32, c_function, check_types, dims, input_tensor, make_like,
                    make_tensor, start_op)
@@ -53,6 +54,15 @@ def ggml_reshape_4d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: 
     return _reshape(ctx, "ggml_reshape_4d", a, ne, lambda: lib.ggml_reshape_4d(ctx.ptr, a.ptr, *ne))
 
 
+def ggml_reshape_5d(ctx: Context, a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, ne4: int) -> Tensor:
+    """A view of contiguous a as ne = [ne0, ne1, ne2, ne3, ne4] (ggmlR's ggml; ne3 and ne4 are held
+    merged in ggml 0.25.3's four dims, see ggmlpy.core.tensor5)."""
+    ne = [int(ne0), int(ne1), int(ne2), int(ne3), int(ne4)]
+    check(all(d >= 0 for d in ne), f"ggml_reshape_5d: dims must be >= 0, got {ne}")
+    t = ggml_reshape_4d(ctx, plain(tensor_arg(a, "ggml_reshape_5d")), ne[0], ne[1], ne[2], ne[3] * ne[4])
+    return five(t, ne[4]) if ne[3] * ne[4] else t
+
+
 def _view(what, ctx, a, ne, nbs, offset, call):
     """A view must stay inside its source's bytes (ggml asserts this)."""
     ctx, a = start_op(ctx), input_tensor(a, what)
@@ -97,6 +107,9 @@ def ggml_permute(ctx: Context, a: Tensor, axis0: int, axis1: int, axis2: int, ax
     """Axis i of a becomes axis `axis_i` of the result (a view)."""
     ctx, a = start_op(ctx), input_tensor(a, "ggml_permute")
     axes = [int(axis0), int(axis1), int(axis2), int(axis3)]
+    # a five-dim a has ne3 and ne4 merged (tensor5.py): they move together only where ne3 stays
+    check(not isinstance(a, Tensor5) or axes[3] == 3,
+          f"ggml_permute: a has five dims {list(a.ne)}; dim 3 must stay (axis3 = 3), dim 4 stays with it")
     check_rule("ggml_permute", "ggml_permute", a.ptr, *axes)
     ne = [0] * 4
     for i, ax in enumerate(axes):
