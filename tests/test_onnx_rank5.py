@@ -78,6 +78,27 @@ def test_elementwise_ops_of_one_input_read_all_five_axes(op):
            atol=2e-6)
 
 
+@pytest.mark.parametrize("to", [T.FLOAT16, T.BFLOAT16, T.INT32, T.BOOL, T.FLOAT8E4M3FN])
+def test_cast_on_five_axes(to):
+    x = _arr(X5, -3.0, 3.0)
+    _check([helper.make_node("Cast", ["X"], ["C"], to=to), helper.make_node("Cast", ["C"], ["Y"], to=T.FLOAT)],
+           [("X", x)], ["Y"], opset=19)
+
+
+def test_gather_with_computed_indices_making_five_axes_checks_their_range():
+    """[3, 4, 5, 2] gathered by [2, 2] indices along axis 1: five axes out, the indices flattened."""
+    x = _arr((3, 4, 5, 2))
+    vi = [helper.make_tensor_value_info("X", T.FLOAT, [3, 4, 5, 2]), helper.make_tensor_value_info("I", T.INT64, [2, 2])]
+    m = helper.make_model(helper.make_graph([helper.make_node("Gather", ["X", "I"], ["Y"], axis=1)], "g", vi,
+                                            [helper.make_tensor_value_info("Y", T.FLOAT, None)]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    loaded = g.onnx_load(m, device="cpu")
+    idx = np.array([[3, 0], [1, 2]], dtype=np.int64)
+    np.testing.assert_array_equal(g.onnx_run(loaded, {"X": x, "I": idx})["Y"], np.take(x, idx, 1))
+    with pytest.raises(g.GGMLError, match=r"input 'I' holds indices outside \[-4, 4\)"):
+        g.onnx_run(loaded, {"X": x, "I": np.array([[4, 0], [1, 2]], dtype=np.int64)})
+
+
 def test_sqrt_log_reciprocal_and_clip_on_five_axes():
     x = _arr(X5, 0.1, 3.0)
     _check([helper.make_node("Sqrt", ["X"], ["A"]), helper.make_node("Log", ["X"], ["B"]),

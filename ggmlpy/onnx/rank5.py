@@ -278,6 +278,7 @@ def _gather(b, node, ins, at, fn):
     shape = x.shape[:axis] + ind.shape + x.shape[axis + 1:]
     if not big(x) and len(compact(shape)) <= MAX_RANK:
         return fn(b, node, ins, at)
+    b.note_index_input(ind, x.shape[axis])  # a graph input of indices, range-checked at run time
     ind1 = _as(b, ind, (ind.size,)) if ind.rank > 1 else ind
     if big(x):
         _need_rank5(b, "Gather", x)
