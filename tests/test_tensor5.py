@@ -107,6 +107,19 @@ def test_binary_ops_broadcast(ctx, op, ne_b):
     np.testing.assert_allclose(_run(ctx, y), ref, rtol=1e-6)
 
 
+@pytest.mark.parametrize("ne_a", BROADCASTS[1:], ids=str)
+def test_repeat_and_repeat_back(ctx, ne_a):
+    """repeat tiles a to b's five dims; repeat_back sums b's tiles back to a's (its gradient)."""
+    a, arr = _t(ctx, ne_a)
+    b, brr = _t(ctx, NE)
+    a5 = arr.reshape((1,) * (5 - arr.ndim) + arr.shape)
+    np.testing.assert_array_equal(_run(ctx, g.ggml_repeat(ctx, a, b)), np.broadcast_to(a5, brr.shape))
+    like = g.ggml_new_tensor(ctx, F32, 5, list(ne_a) + [1] * (5 - len(ne_a)))
+    axes = tuple(i for i in range(5) if a5.shape[i] == 1 and brr.shape[i] > 1)
+    np.testing.assert_allclose(_run(ctx, g.ggml_repeat_back(ctx, b, like)).reshape(a5.shape),
+                               brr.sum(axes, keepdims=True), rtol=1e-5, atol=1e-5)
+
+
 def test_a_broadcast_that_repeats_every_pair_differently_is_refused(ctx):
     """b [2, 2, 2, 2, 2] tiled into a [4, 4, 4, 4, 4] (ggml's rule: b's dims divide a's): in every adjacent
     pair both dims repeat, so a merged pair would be tiled as one, not as two."""
@@ -193,7 +206,7 @@ def test_every_other_op_refuses_a_five_dim_tensor(ctx):
     b = g.ggml_new_tensor(ctx, F32, 4, [3, 2, 4, 6])
     cases = [(lambda: g.ggml_pool_2d(ctx, a, g.GGML_OP_POOL_MAX, 2, 2, 2, 2, 0, 0), "ggml_pool_2d: a"),
              (lambda: g.ggml_get_rows(ctx, a, g.ggml_new_tensor_1d(ctx, g.GGML_TYPE_I32, 2)), "ggml_get_rows: a"),
-             (lambda: g.ggml_repeat(ctx, b, a), "ggml_repeat: b"),
+             (lambda: g.ggml_acc(ctx, b, a, 0, 0, 0, 0), "ggml_acc: b"),
              (lambda: g.ggml_view_1d(ctx, a, 4, 0), "ggml_view_1d: a"),
              (lambda: g.ggml_cpy(ctx, a, b), "ggml_cpy: a"),
              (lambda: g.ggml_conv_2d(ctx, b, a), "ggml_conv_2d: b")]

@@ -10,7 +10,7 @@ import numpy as np
 from ...bindings import lib
 from ...errors import GGMLError, check
 from ..checked import check_rule, tensor_arg
-from ..tensor5 import Tensor5, concat_pair, unfold
+from ..tensor5 import Tensor5, broadcast_pair, concat_pair, dims5, unfold
 from ..handles import Context, Tensor
 from .args import (BF16, CPU_FLOAT, F16, F32, I32, QUANTIZED, c_function, check_contiguous, check_packed_rows, check_types, dims, input_tensor, int_arg, make_like,
                    make_tensor, shape_str, start_op)
@@ -68,6 +68,10 @@ def ggml_get_rows_back(ctx: Context, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
 def ggml_repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """Tile a to b's shape (each of a's dims must divide b's)."""
     ctx = start_op(ctx)
+    if isinstance(a, Tensor5) or isinstance(b, Tensor5):  # a pair of the five dims merged (tensor5.py)
+        b4, a4, j, ne5 = broadcast_pair(ctx, tensor_arg(b, "ggml_repeat", "b"), tensor_arg(a, "ggml_repeat", "a"),
+                                        "ggml_repeat")
+        return unfold(ctx, ggml_repeat(ctx, a4, b4), j, ne5)
     a, b = input_tensor(a, "ggml_repeat", "a"), input_tensor(b, "ggml_repeat", "b")
     check_types(a, CPU_FLOAT, "ggml_repeat")
     check_packed_rows(a, "ggml_repeat")
@@ -78,6 +82,10 @@ def ggml_repeat(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
 def ggml_repeat_back(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
     """Sum a's tiles down to b's shape (the gradient of repeat)."""
     ctx = start_op(ctx)
+    if isinstance(a, Tensor5) or isinstance(b, Tensor5):  # the same pair as the repeat (tensor5.py)
+        a4, b4, j, _ = broadcast_pair(ctx, tensor_arg(a, "ggml_repeat_back", "a"),
+                                      tensor_arg(b, "ggml_repeat_back", "b"), "ggml_repeat_back")
+        return unfold(ctx, ggml_repeat_back(ctx, a4, b4), j, dims5(b))
     a, b = input_tensor(a, "ggml_repeat_back", "a"), input_tensor(b, "ggml_repeat_back", "b")
     check_types(a, (F32,), "ggml_repeat_back")  # the CPU kernel aborts on f16
     check_packed_rows(a, "ggml_repeat_back")
