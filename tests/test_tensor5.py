@@ -107,6 +107,35 @@ def test_binary_ops_broadcast(ctx, op, ne_b):
     np.testing.assert_allclose(_run(ctx, y), ref, rtol=1e-6)
 
 
+def _fd_grad(f, x, eps=1e-3):
+    """Central finite differences of the scalar f at x (float64)."""
+    grad = np.zeros_like(x, dtype=np.float64)
+    for i in np.ndindex(x.shape):
+        d = np.zeros_like(x, dtype=np.float64)
+        d[i] = eps
+        grad[i] = (f(x + d) - f(x - d)) / (2 * eps)
+    return grad
+
+
+def test_softmax_and_silu_gradients_against_finite_differences(ctx):
+    """ggml's backward ops on five dims (soft_max_ext_back, silu_back): the gradient of sum(w * f(x))."""
+    ne = [3, 2, 2, 2, 2]
+    x, xrr = _t(ctx, ne)
+    w, wrr = _t(ctx, ne)
+    x64, w64 = xrr.astype(np.float64), wrr.astype(np.float64)
+
+    def softmax(z):
+        e = np.exp(z - z.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    y = g.ggml_soft_max(ctx, x)
+    gs = g.ggml_soft_max_ext_back(ctx, w, y, 1.0, 0.0)
+    assert list(gs.ne) == ne
+    np.testing.assert_allclose(_run(ctx, gs), _fd_grad(lambda z: (w64 * softmax(z)).sum(), x64), rtol=1e-3, atol=1e-4)
+    gsi = g.ggml_silu_back(ctx, w, x)
+    np.testing.assert_allclose(_run(ctx, gsi), _fd_grad(lambda z: (w64 * z / (1 + np.exp(-z))).sum(), x64),
+                               rtol=1e-3, atol=1e-4)
+
+
 @pytest.mark.parametrize("ne_a", BROADCASTS[1:], ids=str)
 def test_repeat_and_repeat_back(ctx, ne_a):
     """repeat tiles a to b's five dims; repeat_back sums b's tiles back to a's (its gradient)."""

@@ -24,7 +24,8 @@ SAME_FIVE = frozenset(
     [f"ggml_{n}" for n in ("sqr", "sqrt", "log", "sin", "cos", "abs", "sgn", "neg", "step", "tanh", "elu", "relu",
                            "sigmoid", "gelu", "gelu_erf", "gelu_quick", "silu", "hardswish", "hardsigmoid", "exp",
                            "softplus", "expm1", "floor", "ceil", "round", "trunc", "leaky_relu", "scale", "clamp", "cont", "dup", "soft_max", "sum_rows", "mean", "norm",
-                           "rms_norm", "l2_norm", "cast", "soft_max_ext", "transpose", "permute")])
+                           "rms_norm", "l2_norm", "cast", "soft_max_ext", "transpose", "permute",
+                           "soft_max_ext_back", "silu_back")])
 # ops that read a Tensor5 and make an ordinary tensor (reshapes to four dims or fewer; a scalar sum)
 READS_FIVE = frozenset(["ggml_reshape", "ggml_reshape_1d", "ggml_reshape_2d", "ggml_reshape_3d", "ggml_reshape_4d",
                         "ggml_sum"])
