@@ -201,10 +201,11 @@ def test_pooling_rejects_bad_attributes():
                          device="cpu")
 
 
-def test_3d_pooling_of_more_than_four_non_unit_dimensions_is_a_clear_limitation():
-    from ggmlpy.onnx.graph import OnnxLimitation
-    with pytest.raises(OnnxLimitation, match="rank 5"):
-        ggmlpy.onnx_load(pool_model("MaxPool", (2, 3, 4, 4, 4), dict(kernel_shape=[2, 2, 2])), device="cpu")
+def test_3d_pooling_of_more_than_four_non_unit_dimensions_merges_n_and_c():
+    """N and C both above one: five non-unit dimensions, pooled with every (n, c) plane alike (onnx/rank5.py)."""
+    x = RNG.standard_normal((2, 3, 4, 4, 4)).astype(np.float32)
+    got = run(pool_model("MaxPool", x.shape, dict(kernel_shape=[2, 2, 2])), {"x": x})["y"]
+    np.testing.assert_array_equal(got, numpy_pool(x, "MaxPool", [2, 2, 2]))
 
 
 # -- BatchNormalization in training mode ---------------------------------------------------------------------

@@ -337,10 +337,11 @@ def test_a_slice_of_every_pair_is_refused():
 
 # -- what is refused ------------------------------------------------------------------------------------------------------
 def test_ops_that_do_not_merge_axes_are_refused_naming_op_and_shapes():
-    """3-D pooling of a batch: no pair of axes is treated alike by the builder (ggml has no 3-D
-    pooling), so it is refused before any value is computed."""
-    _refused([helper.make_node("MaxPool", ["X"], ["Y"], kernel_shape=[2, 2, 2])], [("X", _arr((2, 3, 4, 4, 4)))],
-             ["Y"], match=r"MaxPool of rank 5 values .* shapes \[\[2, 3, 4, 4, 4\]\]")
+    """GatherElements of five-axis values: no pair of axes is treated alike by its builder, so it is
+    refused before any value is computed."""
+    idx = numpy_helper.from_array(np.zeros((2, 3, 4, 4, 4), np.int64), "I")
+    _refused([helper.make_node("GatherElements", ["X", "I"], ["Y"], axis=2)], [("X", _arr((2, 3, 4, 4, 4)))],
+             ["Y"], [idx], match=r"GatherElements of rank 5 values .* shapes \[\[2, 3, 4, 4, 4\], \[2, 3, 4, 4, 4\]\]")
 
 
 def test_six_axes_above_one_are_refused():
@@ -365,3 +366,46 @@ def test_split_into_ones_above_rank_four_drops_the_axis_like_any_size_one_axis()
     got = _check([helper.make_node("Split", ["X", "sp"], outs, axis=2),
                   helper.make_node("Concat", outs, ["C"], axis=4)], [("X", x)], outs + ["C"], [_i64("sp", [1, 1, 1])])
     np.testing.assert_array_equal(got["C"], np.concatenate(np.split(x, 3, axis=2), axis=4))
+
+
+@pytest.mark.parametrize("op, attrs", [("MaxPool", dict(kernel_shape=[2, 2, 2])),
+                                       ("AveragePool", dict(kernel_shape=[2, 3, 2], strides=[1, 2, 1], pads=[0, 1, 0, 0, 1, 1])),
+                                       ("LpPool", dict(kernel_shape=[2, 2, 2], p=2)),
+                                       ("GlobalAveragePool", {}), ("GlobalMaxPool", {})])
+def test_3d_pooling_of_a_batch(op, attrs):
+    """N and C above one: five axes; pooling treats every (n, c) plane alike."""
+    _check([helper.make_node(op, ["X"], ["Y"], **attrs)], [("X", _arr((2, 3, 4, 5, 4)))], ["Y"], rtol=1e-5,
+           atol=1e-5)
+
+
+def test_3d_max_pool_indices_of_a_batch():
+    x = _arr((2, 3, 4, 4, 4))
+    m = _model([helper.make_node("MaxPool", ["X"], ["Y", "I"], kernel_shape=[2, 2, 2], strides=[2, 2, 2])],
+               [("X", x)], ["Y", "I"])
+    m.graph.output[1].type.tensor_type.elem_type = T.INT64
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    got = g.onnx_run(g.onnx_load(m, device="cpu"), {"X": x})
+    np.testing.assert_array_equal(got["Y"], ref[0])
+    np.testing.assert_array_equal(got["I"], ref[1])
+
+
+@pytest.mark.parametrize("mode, scales, sizes", [("nearest", [1, 1, 2, 2, 1], None), ("linear", [1, 1, 2, 1.5, 2], None),
+                                                 ("linear", None, [2, 3, 6, 5, 8]), ("nearest", None, [2, 3, 2, 6, 3])])
+def test_resize_of_a_batch_of_volumes(mode, scales, sizes):
+    x = _arr((2, 3, 4, 3, 4))
+    inits = [numpy_helper.from_array(np.zeros(0, np.float32), "roi"),
+             numpy_helper.from_array(np.asarray(scales if scales else [], np.float32), "sc")]
+    names = ["X", "roi", "sc"]
+    if sizes:
+        inits.append(_i64("sz", sizes))
+        names = ["X", "roi", "", "sz"]
+    _check([helper.make_node("Resize", names, ["Y"], mode=mode)], [("X", x)], ["Y"], inits, opset=13, rtol=1e-4,
+           atol=1e-5)
+
+
+@pytest.mark.parametrize("op, wshape, attrs", [("ConvTranspose", (3, 2, 2, 2, 2), dict(strides=[2, 1, 2])),
+                                               ("ConvTranspose", (3, 4, 3, 2, 2), dict(pads=[1, 0, 0, 1, 0, 1]))])
+def test_3d_transposed_convolution_of_a_batch_runs_sample_by_sample(op, wshape, attrs):
+    x, w, bias = _arr((3, 3, 4, 5, 4)), _arr(wshape), _arr((wshape[1],))
+    _check([helper.make_node(op, ["X", "W", "B"], ["Y"], **attrs)], [("X", x)], ["Y"],
+           [numpy_helper.from_array(w, "W"), numpy_helper.from_array(bias, "B")], rtol=1e-4, atol=1e-4)

@@ -17,7 +17,8 @@ the op's on five axes, element for element:
   a breadth-first search over the 120 permutations;
 - an axis (Softmax, Concat, Split, Gather, ArgMax, BatchNormalization's channels...): a pair without it;
 - reductions: a pair reduced together or kept together;
-- MatMul: a pair of batch axes that broadcasts alike; Slice, Pad, Tile: a pair they leave alone.
+- MatMul: a pair of batch axes that broadcasts alike; Slice, Pad, Tile, Resize: a pair they leave alone;
+- 3-D pooling: N and C merged (every plane alike); 3-D ConvTranspose: sample by sample.
 
 Element-wise ops of one input and the pure reshapes (Reshape, Flatten, Squeeze, Unsqueeze) see the
 merged value as it is. Every other op given or making a five-axis value raises OnnxLimitation naming
@@ -33,7 +34,7 @@ from collections import deque
 import numpy as np
 
 from .graph import FOLDED_RANK, MAX_RANK, OnnxLimitation, Val, compact, const, op_key
-from .layout import broadcast_shape, reshape
+from .layout import broadcast_shape, reshape, slice_axis
 from .op_table import OPS, cval, norm_axis
 from .ops_elementwise import UNARY
 from .ops_reduce import ROW_REDUCE
@@ -395,6 +396,34 @@ def _untouched(b, node, ins, at, fn):
             ins2, at2 = [None, const(np.array(new, dtype=np.int64), I64)] + list(ins[2:3]), at
         else:
             ins2, at2 = [None], {**at, "pads": new}
+    elif key in ("Resize", "Upsample"):  # every axis resized on its own: a pair it leaves as they are
+        old = key == "Upsample" or b.opset < 11
+        scales = cval(b, ins[1] if old else (ins[2] if len(ins) > 2 else None), "scales")
+        scales = None if scales is None or np.asarray(scales).size == 0 else [float(s) for s in np.ravel(scales)]
+        if scales is None and key == "Upsample" and "scales" in at:
+            scales = [float(s) for s in at["scales"]]
+        sizes = None if old or len(ins) < 4 or ins[3] is None else [int(s) for s in np.ravel(cval(b, ins[3], "sizes"))]
+        roi = None if old or len(ins) < 2 or ins[1] is None else np.ravel(cval(b, ins[1], "roi"))
+        if "axes" in at or (scales is None and sizes is None):
+            raise _refuse(b, key, [x.shape], f"and {key} with axes or without scales and sizes is not handled")
+        shape = list(sizes) if sizes is not None else [int(np.floor(d * s)) for d, s in zip(x.shape, scales)]
+        if _plain([x], shape):
+            return fn(b, node, ins, at)
+        _need_rank5(b, key, x)
+        same = [shape[a] == x.shape[a] and (scales is None or scales[a] == 1.0) for a in range(r)]
+        k = _pick(b, key, [x.shape], lambda k: same[k] and same[k + 1], "")
+        drop = lambda v: None if v is None else [s for a, s in enumerate(v) if a != k + 1]  # noqa: E731
+        if sizes is not None:
+            sizes = [s * shape[k + 1] if a == k else s for a, s in enumerate(drop(sizes))]
+        f32 = lambda v: None if v is None else const(np.array(v, dtype=np.float32), 1)  # noqa: E731
+        if old:
+            ins2, at2 = [None, f32(drop(scales))], {**at, "scales": drop(scales)} if "scales" in at else at
+        else:
+            roi4 = None if roi is None or roi.size == 0 else f32(list(roi[:r][np.arange(r) != k + 1]) +
+                                                              list(roi[r:][np.arange(r) != k + 1]))
+            ins2 = [None, roi4, f32(drop(scales)),
+                    None if sizes is None else const(np.array(sizes, dtype=np.int64), I64)]
+            at2 = at
     else:  # Tile
         reps = [int(v) for v in cval(b, ins[1], "repeats").reshape(-1)]
         b.need(len(reps) == r, f"repeats {reps} do not match rank {r}")
@@ -408,11 +437,44 @@ def _untouched(b, node, ins, at, fn):
     return [_as(b, fn(b, node, ins2, at2)[0], shape)]
 
 
+def _planes(b, node, ins, at, fn):
+    """Pooling over three spatial axes treats every (n, c) plane alike: N and C merged into the
+    channels, N one (the flat indices of MaxPool's second output are the same)."""
+    x = ins[0]
+    if not big(x):
+        return fn(b, node, ins, at)
+    _need_rank5(b, op_key(node), x)
+    N, C = x.shape[:2]
+    outs = fn(b, node, [_as(b, x, (1, N * C) + x.shape[2:])] + list(ins[1:]), at)
+    return [o if o is None else _as(b, o, (N, C) + o.shape[2:]) for o in outs]
+
+
+def _per_sample(b, node, ins, at, fn):
+    """A 3-D transposed convolution of a batch: each sample alone (four axes above one), the results joined
+    along N. The samples are consecutive rows of the input merged at (N, C)."""
+    x = ins[0]
+    if not big(x):
+        return fn(b, node, ins, at)
+    _need_rank5(b, op_key(node), x)
+    N, C = x.shape[:2]
+    rows = reshape(b, b.tensor(x), (N * C,) + x.shape[2:])
+    outs = []
+    for n in range(N):
+        xn, _ = slice_axis(b, rows, (N * C,) + x.shape[2:], 0, n * C, (n + 1) * C)
+        y = fn(b, node, [b.out(reshape(b, xn, (1, C) + x.shape[2:]), (1, C) + x.shape[2:], x.dtype)] + list(ins[1:]),
+               at)[0]
+        outs.append(_as(b, y, y.shape[1:]))  # [M, D', H', W']: the samples joined along the first axis
+    y = OPS["Concat"](b, node, outs, {"axis": 0})[0]
+    return [_as(b, y, (N, y.shape[0] // N) + y.shape[1:])]
+
+
 FOLDERS = {**{n: _broadcast for n in BROADCAST}, **{n: _reduce for n in ROW_REDUCE},
            **{n: _one_axis for n in ("Softmax", "LogSoftmax", "Hardmax", "Concat", "Split", "ArgMax",
                                      "ArgMin", "BatchNormalization", "InstanceNormalization",
                                      "LayerNormalization")},
-           **{n: _untouched for n in ("Slice", "Pad", "Tile")},
+           **{n: _untouched for n in ("Slice", "Pad", "Tile", "Resize", "Upsample")},
+           **{n: _planes for n in ("MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool")},
+           "ConvTranspose": _per_sample,
            "Expand": _expand, "Transpose": _transpose, "MatMul": _matmul, "Gather": _gather}
 
 
