@@ -67,14 +67,15 @@ def test_reshape_to_five_axes_and_back_keeps_every_value():
 
 
 UNARY = ["Relu", "Sigmoid", "Tanh", "Exp", "Abs", "Neg", "Floor", "Ceil", "Sign", "Erf", "Softplus",
-         "Softsign", "Elu", "LeakyRelu", "HardSigmoid", "HardSwish", "Gelu", "Identity", "Round", "Sin", "Cos"]
+         "Softsign", "Elu", "LeakyRelu", "HardSigmoid", "HardSwish", "Gelu", "Identity", "Round", "Sin", "Cos",
+         "Selu", "Celu", "Mish", "ThresholdedRelu", "Shrink", "Sinh", "Cosh", "Tan", "Dropout"]
 
 
 @pytest.mark.parametrize("op", UNARY)
 def test_elementwise_ops_of_one_input_read_all_five_axes(op):
     """ggmlR's test-5d-ops.R ("5D unary <op> covers ne[4]") and test-onnx-boundary.R (Relu on
     [1,2,3,4,2] preserves all 48 elements), here on five axes above one."""
-    _check([helper.make_node(op, ["X"], ["Y"])], [("X", _arr(X5))], ["Y"], opset=20 if op == "Gelu" else 17,
+    _check([helper.make_node(op, ["X"], ["Y"])], [("X", _arr(X5))], ["Y"], opset=20 if op in ("Gelu", "Mish") else 17,
            atol=2e-6)
 
 
@@ -97,6 +98,14 @@ def test_gather_with_computed_indices_making_five_axes_checks_their_range():
     np.testing.assert_array_equal(g.onnx_run(loaded, {"X": x, "I": idx})["Y"], np.take(x, idx, 1))
     with pytest.raises(g.GGMLError, match=r"input 'I' holds indices outside \[-4, 4\)"):
         g.onnx_run(loaded, {"X": x, "I": np.array([[4, 0], [1, 2]], dtype=np.int64)})
+
+
+def test_logic_and_tests_of_values_on_five_axes():
+    x = _arr(X5)
+    x[0, 1, 2] = np.nan
+    x[1, 0, 3, 1] = np.inf
+    _check([helper.make_node("IsNaN", ["X"], ["N"]), helper.make_node("IsInf", ["X"], ["I"]),
+            helper.make_node("Not", ["N"], ["Y"])], [("X", x)], ["N", "I", "Y"], out_type=T.BOOL)
 
 
 def test_sqrt_log_reciprocal_and_clip_on_five_axes():
