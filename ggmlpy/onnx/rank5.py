@@ -9,8 +9,9 @@ no copy for a contiguous value), the op's own builder runs on four axes, and its
 to its five. Merging commutes with the op exactly when the pair is treated alike, so the result is
 the op's on five axes, element for element:
 
-- element-wise ops with broadcasting: a pair where each operand either has the output's inner size
-  or size one in both (ggml repeats a merged pair as one axis);
+- element-wise ops with broadcasting: a pair where each operand has both of the output's sizes or
+  ones in both (ONNX's broadcasting then holds for the merged axis); an operand alike in no pair is
+  expanded first, one axis at a time;
 - Expand: the same rule for its input against the target shape;
 - Transpose: a pair that the permutation keeps side by side and in order; a permutation that keeps
   none (timm's relative-position permute (0, 3, 1, 4, 2)) runs as a chain of ones that do, found by
@@ -32,6 +33,7 @@ import itertools
 from collections import deque
 
 import numpy as np
+from onnx import TensorProto
 
 from .graph import FOLDED_RANK, MAX_RANK, OnnxLimitation, Val, compact, const, op_key
 from .layout import broadcast_shape, reshape, slice_axis
@@ -39,7 +41,7 @@ from .op_table import OPS, cval, norm_axis
 from .ops_elementwise import UNARY
 from .ops_reduce import ROW_REDUCE
 
-I64 = 7  # TensorProto.INT64
+I64, F32_TYPE = TensorProto.INT64, TensorProto.FLOAT
 
 # ops that read their operand's elements one by one, whatever its shape
 ELEMENTWISE = frozenset(UNARY) | {"Identity", "Dropout", "Clip", "Cast", "CastLike", "Not", "IsNaN", "IsInf",
@@ -132,11 +134,11 @@ def _broadcast_to(b, v: Val, shape):
     return v
 
 
-def _broadcast(b, node, ins, at, fn, shape=None):
+def _broadcast(b, node, ins, at, fn):
     """An element-wise op with broadcasting: a pair alike in every operand (operands that are alike in
     none are expanded first, which copies them)."""
     operands = [v for v in ins if v is not None]
-    shape = broadcast_shape(b, *(v.shape for v in operands)) if shape is None else shape
+    shape = broadcast_shape(b, *(v.shape for v in operands))
     keep = [i for i in range(len(shape)) if shape[i] != 1]
     if len(keep) <= MAX_RANK:
         return fn(b, node, ins, at)
@@ -415,7 +417,7 @@ def _untouched(b, node, ins, at, fn):
         drop = lambda v: None if v is None else [s for a, s in enumerate(v) if a != k + 1]  # noqa: E731
         if sizes is not None:
             sizes = [s * shape[k + 1] if a == k else s for a, s in enumerate(drop(sizes))]
-        f32 = lambda v: None if v is None else const(np.array(v, dtype=np.float32), 1)  # noqa: E731
+        f32 = lambda v: None if v is None else const(np.array(v, dtype=np.float32), F32_TYPE)  # noqa: E731
         if old:
             ins2, at2 = [None, f32(drop(scales))], {**at, "scales": drop(scales)} if "scales" in at else at
         else:
