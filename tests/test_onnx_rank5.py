@@ -418,3 +418,23 @@ def test_3d_transposed_convolution_of_a_batch_runs_sample_by_sample(op, wshape, 
     x, w, bias = _arr((3, 3, 4, 5, 4)), _arr(wshape), _arr((wshape[1],))
     _check([helper.make_node(op, ["X", "W", "B"], ["Y"], **attrs)], [("X", x)], ["Y"],
            [numpy_helper.from_array(w, "W"), numpy_helper.from_array(bias, "B")], rtol=1e-4, atol=1e-4)
+
+
+# whole-model tolerances of tests/test_onnx_models.py: ggml's Vulkan products accumulate in f16
+MODEL_TOL = {"cpu": (1e-5, 1e-6), "vulkan": (1e-2, 5e-3), "cuda": (1e-3, 1e-4)}
+
+
+def test_five_axis_patterns_on_every_device(device):
+    """The timm models' patterns (a relative-position Expand, the permute keeping no pair, a
+    split and a concatenation) with a softmax and a batched product, on each `--devices` device."""
+    x, q, k = _arr((4, 3, 1, 3, 5)), _arr((2, 3, 4, 5, 6)), _arr((2, 3, 4, 6, 5))
+    nodes = [helper.make_node("Expand", ["X", "S"], ["E"]), helper.make_node("Transpose", ["E"], ["P"], perm=[0, 3, 1, 4, 2]),
+             helper.make_node("Softmax", ["P"], ["Y1"], axis=-1),
+             helper.make_node("MatMul", ["Q", "K"], ["M"]), helper.make_node("Split", ["M", "sp"], ["M0", "M1"], axis=2),
+             helper.make_node("Concat", ["M1", "M0"], ["Y2"], axis=4)]
+    m = _model(nodes, [("X", x), ("Q", q), ("K", k)], ["Y1", "Y2"], [_i64("S", (4, 3, 6, 3, 5)), _i64("sp", [2, 2])])
+    feeds = {"X": x, "Q": q, "K": k}
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = g.onnx_run(g.onnx_load(m, device=device), feeds)
+    for name, r in zip(["Y1", "Y2"], ref):
+        np.testing.assert_allclose(got[name], r, rtol=MODEL_TOL[device][0], atol=MODEL_TOL[device][1], err_msg=name)
