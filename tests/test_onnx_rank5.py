@@ -438,3 +438,14 @@ def test_five_axis_patterns_on_every_device(device):
     got = g.onnx_run(g.onnx_load(m, device=device), feeds)
     for name, r in zip(["Y1", "Y2"], ref):
         np.testing.assert_allclose(got[name], r, rtol=MODEL_TOL[device][0], atol=MODEL_TOL[device][1], err_msg=name)
+
+
+def test_if_hands_on_a_five_axis_value_its_branch_made():
+    x = _arr(X5)
+    then = helper.make_graph([helper.make_node("Relu", ["X"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", T.FLOAT, list(X5))])
+    other = helper.make_graph([helper.make_node("Neg", ["X"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", T.FLOAT, list(X5))])
+    cond = numpy_helper.from_array(np.array(True), "c")
+    got = _check([helper.make_node("If", ["c"], ["Y"], then_branch=then, else_branch=other)], [("X", x)], ["Y"], [cond])
+    np.testing.assert_array_equal(got["Y"], np.maximum(x, 0))

@@ -46,8 +46,9 @@ I64, F32_TYPE = TensorProto.INT64, TensorProto.FLOAT
 # ops that read their operand's elements one by one, whatever its shape
 ELEMENTWISE = frozenset(UNARY) | {"Identity", "Dropout", "Clip", "Cast", "CastLike", "Not", "IsNaN", "IsInf",
                                   "Sinh", "Cosh", "Tan"}
-# ops that keep the row-major order of the elements (or read only the shape)
-LAYOUT = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size"})
+# ops that keep the row-major order of the elements (or read only the shape), and If, whose values
+# its branch's nodes make (each built through here)
+LAYOUT = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size", "If"})
 BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "Where", "PRelu",
                        "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor"})
 
