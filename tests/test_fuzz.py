@@ -41,6 +41,7 @@ SPECS = {
     "ggml_clamp": "Tff", "ggml_soft_max_ext": "TOff", "ggml_soft_max_ext_back": "TTff",
     "ggml_rms_norm_back": "TTf", "ggml_group_norm": "Tif",
     "ggml_reshape_1d": "Ti", "ggml_reshape_2d": "Tii", "ggml_reshape_3d": "Tiii", "ggml_reshape_4d": "Tiiii",
+    "ggml_reshape_5d": "Tiiiii",
     "ggml_view_1d": "Tin", "ggml_view_2d": "Tiinn", "ggml_view_3d": "Tiiinnn", "ggml_view_4d": "Tiiiinnnn",
     "ggml_permute": "Taaaa", "ggml_cast": "Ty", "ggml_concat": "TTa", "ggml_get_rows_back": "TTT",
     "ggml_pad": "Tiiii", "ggml_acc": "TTnnnn",
