@@ -236,7 +236,7 @@ def test_get_noncontiguous_and_unallocated_raise():
 BAD_NEW = {
     "negative": (F32, 2, [3, -1]),
     "n_dims_0": (F32, 0, []),
-    "n_dims_5": (F32, 5, [1] * 5),
+    "n_dims_6": (F32, 6, [1] * 6),  # ggmlR's GGML_MAX_DIMS is 5 (tensor5.py)
     "len_mismatch": (F32, 2, [3]),
     "huge": (F32, 1, [2**41]),
     "unknown_type": (999, 1, [3]),

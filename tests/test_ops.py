@@ -384,6 +384,7 @@ CASES = [
     case("reshape_2d", lambda c, a: g.ggml_reshape_2d(c, a, 8, 6), lambda a: a.reshape(6, 8), [X3], 0),
     case("reshape_3d", lambda c, a: g.ggml_reshape_3d(c, a, 3, 4, 4), lambda a: a.reshape(4, 4, 3), [X3], 0),
     case("reshape_4d", lambda c, a: g.ggml_reshape_4d(c, a, 2, 3, 4, 2), lambda a: a.reshape(2, 4, 3, 2), [X3], 0),
+    case("reshape_5d", lambda c, a: g.ggml_reshape_5d(c, a, 2, 3, 2, 2, 2), lambda a: a.reshape(2, 2, 2, 3, 2), [X3], 0),
     case("reshape", g.ggml_reshape, lambda a, b: a.reshape(b.shape), [X3, rnd(8, 6)], 0),
     case("view_1d", lambda c, a: g.ggml_view_1d(c, a, 10, 4 * 7), lambda a: a.ravel()[7:17], [X3], 0),
     case("view_2d", lambda c, a: g.ggml_cont(c, g.ggml_view_2d(c, a, 3, 5, 36, 8)),
