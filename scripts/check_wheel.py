@@ -89,11 +89,12 @@ def main() -> None:
     rng = np.random.default_rng(0)
     x_all = rng.standard_normal((16, 600)).astype(np.float32)
     y_all = (rng.standard_normal((4, 16)) @ x_all).argmax(axis=0)
+    onehot = np.eye(4, dtype=np.float32)[y_all].T  # integer labels are checked on the host: no compiled step
     g.manual_seed(0)
     model = g.ag_sequential(g.ag_linear(16, 32, "relu"), g.ag_linear(32, 4))
     opt = g.optimizer_adam(model.parameters(), lr=1e-2)
     history = g.ag_fit(model, g.ag_softmax_cross_entropy_loss, opt,
-                       g.ag_dataloader(x_all[:, :500], y_all[:500], batch_size=50, shuffle=True), epochs=5,
+                       g.ag_dataloader(x_all[:, :500], onehot[:, :500], batch_size=50, shuffle=True), epochs=5,
                        progress=False, compile=True)  # each step one ggml graph (ag_compile)
     model.eval()
     acc = g.ag_accuracy(model, x_all[:, 500:], y_all[500:])

@@ -85,5 +85,5 @@ def skipped_modules() -> dict[str, str]:
             _score_ffi.dlclose(_score_ffi.dlopen(str(path), _score_ffi.RTLD_NOW | _score_ffi.RTLD_LOCAL))
             out[name] = "not loaded"
         except OSError as e:
-            out[name] = str(e).split(": ", 1)[-1]
+            out[name] = str(e).split(": ", 1)[-1].split(".  Additionally", 1)[0]  # dlopen's reason, not cffi's fallback
     return out
