@@ -21,6 +21,13 @@ Usage:
     LIB=$(python build_ggml.py --print-lib-dir)   # logs go to stderr, stdout is the lib dir
     python build_ggml.py --force --jobs 2     # rebuild even if cached
     python build_ggml.py --list               # cached builds, and which one is active
+
+The wheel's build (pyproject.toml, CMakeLists.txt: `pip install .`) calls this script for the steps
+it shares with it, so each is written once:
+    python build_ggml.py --prepare-source     # unpack vendor/ggml and apply every patch (prints the dir)
+    python build_ggml.py --vulkan-include     # the Vulkan headers ggml-vulkan needs (fetched if too old)
+    python build_ggml.py --kernel-plan        # the kernel libraries to prebuild: level|source|file name
+    python build_ggml.py --compile-kernel CC SOURCE LEVEL OUT   # one of them, as the runtime compiles it
     python build_ggml.py --backend cuda --cmake-arg=-DGGML_CUDA_FA=OFF   # extra CMake options (own key)
 
 Which build the runtime loads: several builds can sit in the cache (one per backend set and
@@ -877,14 +884,19 @@ def default_cuda_arch() -> str:
     return "native" if has_gpu else "80;90"
 
 
+def ggml_options() -> list[str]:
+    """The ggml options every build gets, this script's and the wheel's (CMakeLists.txt reads them
+    with --ggml-options), as -DNAME=VALUE."""
+    return ["-DBUILD_SHARED_LIBS=ON", "-DGGML_LLAMAFILE=ON",  # OFF halves f32 mul_mat speed
+            "-DGGML_BUILD_TESTS=OFF", "-DGGML_BUILD_EXAMPLES=OFF", *THREADING_FLAGS,
+            "-DGIT_EXE=OFF",  # else ggml reports ggmlpy's git commit as its own
+            f"-DCMAKE_C_FLAGS={' '.join(CODEGEN_FLAGS)}", f"-DCMAKE_CXX_FLAGS={' '.join(CODEGEN_FLAGS)}"]
+
+
 def cmake_flags(args, backends: set[str], install: Path, cache: Path) -> list[str]:
     flags = ["-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_INSTALL_PREFIX={install}",
              "-DCMAKE_INSTALL_LIBDIR=lib",  # never lib64: the loader expects install/lib
-             "-DCMAKE_INSTALL_RPATH=$ORIGIN", "-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON",
-             "-DBUILD_SHARED_LIBS=ON", "-DGGML_LLAMAFILE=ON",  # OFF halves f32 mul_mat speed
-             "-DGGML_BUILD_TESTS=OFF", "-DGGML_BUILD_EXAMPLES=OFF", *THREADING_FLAGS,
-             "-DGIT_EXE=OFF",  # else ggml reports ggmlpy's git commit as its own
-             f"-DCMAKE_C_FLAGS={' '.join(CODEGEN_FLAGS)}", f"-DCMAKE_CXX_FLAGS={' '.join(CODEGEN_FLAGS)}"]
+             "-DCMAKE_INSTALL_RPATH=$ORIGIN", "-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON", *ggml_options()]
     if args.native:
         flags.append("-DGGML_NATIVE=ON")
     else:  # backends become loadable modules; bake install/lib into ggml's search path
@@ -992,6 +1004,32 @@ def list_builds(cache: Path) -> int:
     return 0
 
 
+# ---- the steps the wheel's CMake build (CMakeLists.txt) runs through this script --------------
+
+def prepare_source(cache: Path) -> Path:
+    """vendor/ggml unpacked from the pinned sdist with every patch applied, whatever the backends:
+    a patch touches only its backend's files."""
+    if not (VENDOR / f".unpacked-{SDIST_SHA256[:12]}").exists():
+        unpack(ensure_sdist(cache))
+    apply_patches(set(BACKENDS))
+    return VENDOR
+
+
+def kernel_plan(blas: bool) -> list[str]:
+    """The kernel libraries the wheel prebuilds, one "level|source path|file name" each: every source
+    at every x86-64 level (gemm.c and conv.c, which link OpenBLAS, only when it is there to link)."""
+    kernels = REPO / "ggmlpy" / "kernels"
+    return [f"{level}|{kernels / name}|{_info.prebuilt_kernel(kernels / name, level, Path()).name}"
+            for level in _info.ISA_LEVELS for name, links in _info.KERNEL_LINKS.items()
+            if blas or _info.BLAS_LIBS[0] not in links]
+
+
+def compile_kernel(cc: str, source: Path, level: str, out: Path) -> int:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = _info.kernel_command(cc, source, level, str(out), _info.KERNEL_LINKS[source.name])
+    return subprocess.run(cmd).returncode
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         description="Build ggml 0.25.3 shared libraries for ggmlpy (cached; a second run is a cache hit).",
@@ -1016,6 +1054,18 @@ def parse_args(argv):
     p.add_argument("--force", action="store_true", help="rebuild even if cached")
     p.add_argument("--print-lib-dir", action="store_true", help="print only the lib dir on stdout")
     p.add_argument("--list", action="store_true", help="list cached builds and the active one, then exit")
+    p.add_argument("--prepare-source", action="store_true",
+                   help="unpack vendor/ggml and apply every patch, print its path and exit (the wheel's build)")
+    p.add_argument("--ggml-options", action="store_true",
+                   help="print the ggml options every build gets (NAME=VALUE;...) and exit")
+    p.add_argument("--vulkan-include", action="store_true",
+                   help="print the Vulkan include dir ggml-vulkan needs (empty: the system's), fetching newer "
+                        "headers if the system's are too old, and exit")
+    p.add_argument("--kernel-plan", choices=("blas", "noblas"), metavar="blas|noblas",
+                   help="print the kernel libraries to prebuild (level|source|file name; noblas: without the "
+                        "sources that link OpenBLAS) and exit")
+    p.add_argument("--compile-kernel", nargs=4, metavar=("CC", "SOURCE", "LEVEL", "OUT"),
+                   help="compile one kernel library as the runtime would (without -mtune=native) and exit")
     p.add_argument("--cmake-arg", action="append", default=[], metavar="-DOPTION=VALUE",
                    help="extra CMake option (repeatable), e.g. -DGGML_CUDA_FA=OFF; part of the cache key")
     return p.parse_args(argv)
@@ -1026,10 +1076,31 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.print_lib_dir:
         LOG = sys.stderr
+    if args.prepare_source or args.vulkan_include:
+        LOG = sys.stderr  # stdout is the answer CMakeLists.txt reads
     t0 = time.monotonic()
     cache = (args.cache_dir or cache_dir()).expanduser().resolve()
+    if args.ggml_options:
+        print(";".join(o.removeprefix("-D") for o in ggml_options()))
+        return 0
     if args.list:
         return list_builds(cache)
+    try:
+        if args.prepare_source:
+            print(prepare_source(cache))
+            return 0
+        if args.vulkan_include:
+            print(vulkan_include_dir(cache) or "")
+            return 0
+    except BuildError as e:
+        print(f"build_ggml.py: {e}", file=sys.stderr)
+        return e.code
+    if args.kernel_plan:
+        print(";".join(kernel_plan(args.kernel_plan == "blas")))
+        return 0
+    if args.compile_kernel:
+        cc, source, level, out = args.compile_kernel
+        return compile_kernel(cc, Path(source), level, Path(out))
     explicit = set(args.backend) - {AUTO}
     candidates = ([explicit | c for c in auto_candidates(cache, args.native, args.cmake_arg)] if AUTO in args.backend
                   else [explicit | {"cpu"}])

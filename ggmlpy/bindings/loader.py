@@ -1,12 +1,13 @@
 """Find libggml, load it with cffi (ABI mode), and refuse a library that is not the pin.
 
 Search order (first hit wins):
-  1. the folder named by $GGMLPY_LIB_DIR;
-  2. the build made by build_ggml.py, as its cache records it (<cache>/active.json; the cache is
+  1. the folder named by $GGMLPY_LIB_DIR (a variable set on purpose beats anything found);
+  2. the package's own lib/ (ggmlpy/lib: what `pip install` of the project, CMakeLists.txt, puts there);
+  3. the build made by build_ggml.py, as its cache records it (<cache>/active.json; the cache is
      $GGMLPY_CACHE_DIR, else $XDG_CACHE_HOME/ggmlpy, else ~/.cache/ggmlpy);
-  3. the build made by build_ggml.py run in this virtual environment, as the environment records
+  4. the build made by build_ggml.py run in this virtual environment, as the environment records
      it (<venv>/share/ggmlpy/active.json): found whatever the cache variables of this shell;
-  4. the libraries bundled with an installed llama-cpp-python (llama_cpp/lib).
+  5. the libraries bundled with an installed llama-cpp-python (llama_cpp/lib).
 When none holds a usable libggml, the error says what each place held.
 """
 from __future__ import annotations
@@ -18,16 +19,14 @@ import pathlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .._buildinfo import GGML_VERSION, LLAMA_CPP_PYTHON_VERSION, cache_dir, cpu_tag, environment_record
-
-# Layout facts the bindings rely on: ABI mode writes these fields directly.
-TENSOR_SIZE = 336
-TENSOR_OFFSETS = {"ne": 16, "nb": 48, "op": 80, "src": 152, "data": 248, "name": 256}
+from .._buildinfo import (GGML_VERSION, LLAMA_CPP_PYTHON_VERSION, TENSOR_OFFSETS, TENSOR_SIZE, cache_dir,  # noqa: F401
+                          cpu_tag, environment_record, package_lib_dir)
 
 if TYPE_CHECKING:  # the FFI is cffi's parsed one or its out-of-line module's (declarations.py)
     from cffi import FFI
 
-FIX_HINT = "python build_ggml.py   (or: pip install llama-cpp-python==" + LLAMA_CPP_PYTHON_VERSION + ")"
+FIX_HINT = ("pip install .   (from ggmlpy's source: builds libggml into the package; in a development checkout, "
+            "python build_ggml.py; or: pip install llama-cpp-python==" + LLAMA_CPP_PYTHON_VERSION + ")")
 
 
 class GGMLLoadError(ImportError):
@@ -37,7 +36,7 @@ class GGMLLoadError(ImportError):
 @dataclass
 class Found:
     lib_dir: pathlib.Path
-    source: str  # "GGMLPY_LIB_DIR", "build_ggml.py" or "llama-cpp-python"
+    source: str  # "GGMLPY_LIB_DIR", "package", "build_ggml.py" or "llama-cpp-python"
     bin_dir: pathlib.Path | None = None
 
 
@@ -61,6 +60,13 @@ def _from_record(active: pathlib.Path, source: str) -> Found | str:
         return f"{active}: names {lib_dir}, which holds no libggml"
     bin_dir = info.get("bin_dir")
     return Found(lib_dir, source, pathlib.Path(bin_dir) if bin_dir else None)
+
+
+def _from_package() -> Found | str:
+    d = package_lib_dir()
+    if _has_libggml(d):
+        return Found(d, "package", d)  # rpc-server sits beside the backend modules it loads from its own folder
+    return f"{d}: no libggml (not an installed build: a source checkout)" if not d.exists() else f"{d}: no libggml"
 
 
 def _from_build_cache() -> Found | str:
@@ -89,7 +95,8 @@ def find() -> Found:
         if not _has_libggml(d):
             raise GGMLLoadError(f"GGMLPY_LIB_DIR={env} holds no libggml.so")
         return Found(d, "GGMLPY_LIB_DIR")
-    places = (("build_ggml.py's cache record ($GGMLPY_CACHE_DIR, else $XDG_CACHE_HOME/ggmlpy, else "
+    places = (("the package's own lib/", _from_package),
+              ("build_ggml.py's cache record ($GGMLPY_CACHE_DIR, else $XDG_CACHE_HOME/ggmlpy, else "
                "~/.cache/ggmlpy, then active.json)", _from_build_cache),
               ("this Python environment's record (build_ggml.py run with this environment's python)",
                _from_environment),
@@ -111,7 +118,7 @@ def find() -> Found:
 class Lib:
     """Symbols looked up across libggml and its companions, cached as attributes after first use.
 
-    A GGML_BACKEND_DL build (build_ggml.py --portable; `dl_build`) keeps each backend in a
+    A GGML_BACKEND_DL build (a wheel's, build_ggml.py --portable; `dl_build`) keeps each backend in a
     module ggml's registry loads at run time (core/registry.py does, at import), the CPU
     backend's own functions too (ggml_backend_cpu_init, ggml_graph_compute, ...): a name found
     nowhere else is looked for in the modules loaded from lib_dir."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from typing import TextIO
 
+from ..core.backend_modules import cpu_variant, skipped_modules
 from ..core.registry import backends, devices, is_software_device, software_vulkan_enabled
 from ..core.rpc import rpc_server_binary
 from ..core.registry import vulkan_physical_devices
@@ -12,10 +13,12 @@ from .. import kernels
 
 
 def info(file: TextIO | None = None) -> dict:
-    """Print (and return) the library path and source, ggml version, backends and devices."""
+    """Print (and return) the library path and source, ggml version, backends and devices, and in a
+    build with loadable backends (a wheel's) the CPU variant ggml chose and why, and the modules it skipped."""
     devs = devices()
     built = backends()
     rpc_bin = rpc_server_binary()
+    variant = cpu_variant()
     data = {
         "library": str(found.lib_dir),
         "found_via": found.source,
@@ -25,13 +28,21 @@ def info(file: TextIO | None = None) -> dict:
         "software_vulkan": software_vulkan_enabled(),
         "rpc_server": str(rpc_bin) if rpc_bin else None,
         "kernels_isa": kernels.isa_summary() if kernels.enabled() else "off (GGMLPY_KERNELS=0)",
+        "kernels_from": kernels.origin(),
+        "cpu_variant": variant.name if variant else None,
+        "cpu_variant_why": variant.chosen if variant else "the CPU backend is linked into libggml: one build, no variants",
+        "cpu_variant_scores": variant.scores if variant else {},
+        "skipped_modules": skipped_modules(),
     }
     lines = [
         f"ggml version : {data['ggml_version']}",
         f"library      : {data['library']}",
         f"found via    : {data['found_via']}",
         f"backends     : {', '.join(data['backends'])}",
+        f"CPU variant  : {data['cpu_variant'] or 'built in'} ({data['cpu_variant_why']})",
+        *(f"not loaded   : {name} ({why})" for name, why in data["skipped_modules"].items()),
         f"CPU kernels  : {data['kernels_isa']}",
+        f"kernels from : {data['kernels_from']}",
         "devices      :",
     ]
     for d in devs:

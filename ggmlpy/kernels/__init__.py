@@ -11,11 +11,12 @@ attention.c its scaled dot-product attention (both products and the softmax as o
 singlecell.c is a host library (host_library): the single-cell engines' LogNormalize passes,
 kNN selection and shared-nearest-neighbour graph, called from Python on numpy's buffers, not
 a ggml op.
-Each source is compiled once per machine with the system C compiler, for the best x86-64 level
-the CPU runs (isa_level(): x86-64-v4 takes the AVX-512 paths, v3 the AVX2 ones;
-GGMLPY_KERNELS_ISA picks another, or `native`), into ggmlpy's cache directory (keyed by the
-source, the compiler and its flags: `-march=native` code never runs on another CPU) and loaded
-with cffi. Without a compiler, or when compiling fails, `get()`
+Each source is built for the best x86-64 level the CPU runs (isa_level(): x86-64-v4 takes the
+AVX-512 paths, v3 the AVX2 ones; GGMLPY_KERNELS_ISA picks another, or `native`): a wheel carries
+them prebuilt for every level (ggmlpy/lib/kernels/, named by a digest of their sources), and where
+none matches they are compiled once per machine with the system C compiler into ggmlpy's cache
+directory (keyed by the source, the compiler and its flags: `-march=native` code never runs on
+another CPU); loaded with cffi. With neither, or when compiling fails, `get()`
 returns None (the reason is logged once) and every op uses ggml's own kernels; without an
 OpenMP or sequential OpenBLAS to link, `Kernels.gemm` is None and products stay ggml's.
 `GGMLPY_KERNELS=0` turns them off; so does `set_enabled(False)` for graphs built after it.
@@ -26,12 +27,12 @@ for ggml's CPU backend get them: the graph builders that know the device say so 
 Keras-like models' ggml_opt loop) are built with ggml's ops, whose nodes `adopt` (rewrite.py) then
 turns into these kernels' before the graph is allocated.
 
-- loader.py: compiling and loading (get, enabled, set_enabled, host_library, the x86-64 levels)
+- loader.py: compiling and loading (get, enabled, set_enabled, host_library, the x86-64 levels, origin)
 - nodes.py: `Kernels`, a node builder per kernel, and relu, keep_nan, extremum
 - rewrite.py: adopt, adopt_nodes, chain_linears, overwrites_input
 """
-from .loader import (ISA_LEVELS, enabled, get, host_library, isa_level, isa_summary, set_enabled,  # noqa: F401
-                     supported_isa_levels)
+from .loader import (ISA_LEVELS, enabled, get, host_library, isa_level, isa_summary, origin,  # noqa: F401
+                     set_enabled, supported_isa_levels)
 from .nodes import (DIRECT_MAX_FLOATS, LANE_CHANNELS, Kernels, direct_fits, direct_planes, extremum,  # noqa: F401
                     gemm_fits, keep_nan, relu)
 from .rewrite import adopt, adopt_nodes, chain_linears, overwrites_input  # noqa: F401

@@ -1,10 +1,11 @@
-"""Compiling and loading the kernels: each C source built once per machine (and x86-64 level) with the
-system C compiler into ggmlpy's cache directory, loaded with cffi; `get()` gives the loaded
-`Kernels` or None (no compiler, a failed build, or turned off), `host_library` a host library."""
+"""Compiling and loading the kernels: each C source, for the best x86-64 level this CPU runs, taken
+prebuilt from the installed package (ggmlpy/lib/kernels/<level>/, built with the wheel) or else built
+once per machine with the system C compiler into ggmlpy's cache directory; loaded with cffi. `get()`
+gives the loaded `Kernels` or None (neither prebuilt nor a compiler, a failed build, or turned off),
+`host_library` a host library."""
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
 import shutil
@@ -15,28 +16,14 @@ from pathlib import Path
 
 import cffi
 
-from .._buildinfo import cache_dir, cpu_tag
+from .._buildinfo import (BLAS_LIBS, ISA_LEVELS, KERNEL_LINKS, cache_dir, cpu_tag, kernel_command,  # noqa: F401
+                          kernel_digest, package_lib_dir, prebuilt_kernel)
 from ..bindings import ffi, lib
-from ..bindings.loader import TENSOR_OFFSETS
 from .nodes import Kernels
 
 log = logging.getLogger("ggmlpy.kernels")
 SOURCE = Path(__file__).with_name("kernels.c")
-FLAGS = ["-O3", "-fPIC", "-shared", "-fno-math-errno",
-         *(f"-DOFF_{k.upper()}={TENSOR_OFFSETS[k]}" for k in ("ne", "nb", "src", "data"))]
-# kernels.c's element-wise loops compute both sides of a select (GELU's derivatives, max/min with NaN):
-# gcc if-converts them into vector selects only where no trap may be raised on the side not taken,
-# which AVX-512's masked operations give it and AVX2 does not; no kernel reads the FP exception flags
-SOURCE_FLAGS = {"kernels.c": ("-fno-trapping-math",)}
-# The x86-64 levels the kernels can be built for, each with the CPU flags (as /proc/cpuinfo spells
-# them) it needs beyond the level below: one source, its vector paths chosen by the compiler's
-# target (`#ifdef __AVX512F__`, `__AVX2__`). "native" is -march=native, for this CPU alone.
-ISA_LEVELS = {
-    "x86-64-v2": {"cx16", "popcnt", "sse4_1", "sse4_2", "ssse3"},
-    "x86-64-v3": {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "xsave"},
-    "x86-64-v4": {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"},
-}
-BLAS_LIBS = ("-l:libopenblas.so.0",)  # the library ggml's BLAS backend loads (Debian's alternatives)
+PREBUILT = package_lib_dir() / "kernels"  # empty outside a wheel's install: everything compiles at first use
 
 _lock = threading.Lock()
 _state: dict = {}  # "kernels": the loaded Kernels or None, once tried
@@ -83,13 +70,14 @@ def _compiler() -> str | None:
 
 
 def _load() -> Kernels | None:
-    isa_level()  # a wrong $GGMLPY_KERNELS_ISA is the caller's error, not a reason to run without kernels
+    level = isa_level()  # a wrong $GGMLPY_KERNELS_ISA is the caller's error, not a reason to run without kernels
     cc = _compiler()
-    if cc is None:
-        log.info("ggmlpy.kernels: no C compiler (cc, gcc, clang or $CC) found; using ggml's own ops")
+    if cc is None and _prebuilt(SOURCE, level) is None:
+        log.info("ggmlpy.kernels: no C compiler (cc, gcc, clang or $CC) found and no prebuilt kernels for %s "
+                 "in %s; using ggml's own ops", level, PREBUILT)
         return None
     try:
-        path = _build(cc, SOURCE)
+        path = _library(cc, SOURCE)
         gemm_lib = _load_optional(cc, "gemm")
         return Kernels(ffi.dlopen(str(path)), path, gemm_lib, _load_optional(cc, "conv") if gemm_lib is not None else None,
                        _load_optional(cc, "rows"), _load_optional(cc, "rnn"), _load_optional(cc, "attention"))
@@ -108,13 +96,13 @@ def _gemm_check(so) -> str | None:
 # reason it cannot be used, or None), and what stays ggml's without it. conv.c links the
 # OpenBLAS that gemm.c checked, so it loads only after gemm.c did.
 OPTIONAL = {
-    "gemm": ("gemm.c", BLAS_LIBS, _gemm_check, "products stay ggml's"),
-    "conv": ("conv.c", BLAS_LIBS,
+    "gemm": ("gemm.c", KERNEL_LINKS["gemm.c"], _gemm_check, "products stay ggml's"),
+    "conv": ("conv.c", KERNEL_LINKS["conv.c"],
              lambda so: None if so.ggmlpy_conv_params_count() == 11 else "its parameter layout does not match",
              "convolutions stay ggml's"),
-    "rows": ("rows.c", (), lambda so: None, "layer norms stay ggml's"),
-    "rnn": ("rnn.c", ("-lm",), lambda so: None, "LSTM cells stay ggml's ops"),
-    "attention": ("attention.c", ("-lm",), lambda so: None, "attention stays two products and ggml's softmax"),
+    "rows": ("rows.c", KERNEL_LINKS["rows.c"], lambda so: None, "layer norms stay ggml's"),
+    "rnn": ("rnn.c", KERNEL_LINKS["rnn.c"], lambda so: None, "LSTM cells stay ggml's ops"),
+    "attention": ("attention.c", KERNEL_LINKS["attention.c"], lambda so: None, "attention stays two products and ggml's softmax"),
 }
 
 
@@ -123,7 +111,7 @@ def _load_optional(cc: str, name: str):
     source, links, check, without = OPTIONAL[name]
     try:
         lib.ggml_custom_4d  # noqa: B018 - their ops are ggml_custom_4d's; older libggml builds lack it
-        so = ffi.dlopen(str(_build(cc, Path(__file__).with_name(source), links)))
+        so = ffi.dlopen(str(_library(cc, Path(__file__).with_name(source), links)))
         why = check(so)
     except Exception as e:  # noqa: BLE001 - any failure means: ggml's ops
         why = str(e)
@@ -148,14 +136,15 @@ def host_library(source: str, declarations: str):
 
 
 def _load_host(source: str, declarations: str):
-    cc = _compiler()
-    if cc is None:
-        log.info("ggmlpy.kernels: no C compiler (cc, gcc, clang or $CC) found; %s is not built", source)
+    cc, path = _compiler(), Path(__file__).with_name(source)
+    if cc is None and _prebuilt(path, isa_level()) is None:
+        log.info("ggmlpy.kernels: no C compiler (cc, gcc, clang or $CC) found and no prebuilt %s; it is not built",
+                 source)
         return None
     try:
         host_ffi = cffi.FFI()  # the bindings' FFI holds ggml's declarations, this one the library's
         host_ffi.cdef(declarations)
-        return host_ffi, host_ffi.dlopen(str(_build(cc, Path(__file__).with_name(source), ("-lm",))))
+        return host_ffi, host_ffi.dlopen(str(_library(cc, path, KERNEL_LINKS[source])))
     except Exception as e:  # noqa: BLE001 - any failure means: the caller's own path
         log.warning("ggmlpy.kernels: could not build or load %s (%s)", source, e)
         return None
@@ -207,6 +196,15 @@ def isa_level() -> str:
 ISA_PATHS = {"x86-64-v2": "scalar paths", "x86-64-v3": "AVX2 paths", "x86-64-v4": "AVX-512 paths"}
 
 
+def origin() -> str:
+    """Where the kernels of this level come from: the package's prebuilt ones, or the compiler at
+    first use (cached)."""
+    level = isa_level()
+    if _prebuilt(SOURCE, level) is not None:
+        return f"prebuilt ({PREBUILT / level})"
+    return f"compiled at first use into {cache_dir() / 'kernels'}"
+
+
 def isa_summary() -> str:
     """One line for info() and the benchmarks: the level the kernels are built for, why, and the
     vector paths that build takes."""
@@ -223,26 +221,43 @@ def isa_summary() -> str:
     return f"{level} ({why}): {paths}"
 
 
+def _prebuilt(source: Path, level: str) -> Path | None:
+    """The package's library of `source` for `level`, if the wheel's build made one from these very
+    sources (never for "native": that is this CPU's own build)."""
+    if level == "native":
+        return None
+    path = prebuilt_kernel(source, level, PREBUILT)
+    return path if path.exists() else None
+
+
+def _library(cc: str | None, source: Path, libs: tuple = ()) -> Path:
+    """The library of `source` for this CPU's level: the package's prebuilt one, else compiled."""
+    path = _prebuilt(source, isa_level())
+    if path is not None:
+        return path
+    if cc is None:
+        raise RuntimeError(f"no C compiler (cc, gcc, clang or $CC) to build {source.name}, and no prebuilt one")
+    return _build(cc, source, libs)
+
+
 def _build(cc: str, source: Path, libs: tuple = ()) -> Path:
     """The compiled library in the cache, built (atomically) unless it is there already."""
     version = _compiler_version(cc)
     level = isa_level()
     # a level's code runs on every CPU of that level; tuned for this one it is the native build's
     # instruction for instruction where this CPU's best level is that level (checked with gcc on Zen 5)
-    tune = [] if level == "native" else ["-mtune=native"]
-    flags = [*FLAGS, *SOURCE_FLAGS.get(source.name, ()), f"-march={level}", *tune]
-    headers = [h.read_text() for h in sorted(source.parent.glob("*.h"))]  # what the sources include
-    key = hashlib.sha256("\0".join([source.read_text(), *headers, cc, version, *flags, *libs,
-                                      cpu_tag(native=level == "native")]).encode())
+    tune = () if level == "native" else ("-mtune=native",)
+    key = kernel_digest(source, level, (cc, version, *tune, *libs, cpu_tag(native=level == "native")))
     out_dir = cache_dir() / "kernels"
-    path = out_dir / f"{source.stem}-{key.hexdigest()[:16]}.so"
+    path = out_dir / f"{source.stem}-{key}.so"
     if path.exists():
         return path
     out_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f"tmp-{path.stem}-", suffix=".so", dir=out_dir)  # named: whose it is
     os.close(fd)
     try:
-        r = subprocess.run([cc, *flags, "-o", tmp, str(source), *libs], capture_output=True, text=True, timeout=300)
+        r = subprocess.run(kernel_command(cc, source, level, tmp, libs, tune), capture_output=True, text=True,
+                           timeout=300)
         if r.returncode != 0:
             raise RuntimeError(f"{Path(cc).name} failed: {r.stderr.strip()[-500:]}")
         os.replace(tmp, path)  # another process may have raced us to the same file: same bytes
