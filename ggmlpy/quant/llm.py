@@ -140,19 +140,25 @@ def llm_load(path: str | os.PathLike[str], device: str | None = None) -> ag_llam
     return model
 
 
-def llm_logits(model: Module, token_ids: ArrayLike) -> np.ndarray:
-    """The logits of every position of one sequence of token ids, as numpy [n_tokens, n_vocab]
-    (row i: the prediction after token i, as llama.cpp's llama_get_logits lays them out)."""
+def checked_token_ids(model: Module, token_ids: ArrayLike, what: str) -> np.ndarray:
+    """token_ids as a 1-D integer array for `model` (an ag_llama or ag_gpt2), or GGMLError naming `what`."""
     if not isinstance(model, (ag_llama, ag_gpt2)):
-        raise GGMLError(f"llm_logits: expected a model from llm_load (an ag_llama or ag_gpt2), got "
+        raise GGMLError(f"{what}: expected a model from llm_load (an ag_llama or ag_gpt2), got "
                         f"{type(model).__name__}")
     ids = np.asarray(token_ids)
     if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
-        raise GGMLError(f"llm_logits: token_ids must be a non-empty 1-D sequence of integers, got "
+        raise GGMLError(f"{what}: token_ids must be a non-empty 1-D sequence of integers, got "
                         f"shape {list(ids.shape)}, dtype {ids.dtype}")
     vocab = model.token_embd.vocab_size
     if ids.min() < 0 or ids.max() >= vocab:
-        raise GGMLError(f"llm_logits: token ids must lie in 0..{vocab - 1}, got {int(ids.min())}..{int(ids.max())}")
+        raise GGMLError(f"{what}: token ids must lie in 0..{vocab - 1}, got {int(ids.min())}..{int(ids.max())}")
+    return ids
+
+
+def llm_logits(model: Module, token_ids: ArrayLike) -> np.ndarray:
+    """The logits of every position of one sequence of token ids, as numpy [n_tokens, n_vocab]
+    (row i: the prediction after token i, as llama.cpp's llama_get_logits lays them out)."""
+    ids = checked_token_ids(model, token_ids, "llm_logits")
     with no_grad():
         out = model(ids)
     return np.ascontiguousarray(out.numpy().T)
