@@ -111,7 +111,8 @@ def test_clear_errors(tmp_path):
     assert g.llm_generate(model, PROMPT, max_new_tokens=60).shape == (60,)  # exactly the context
     for kw, match in ((dict(max_new_tokens=-1), "max_new_tokens"), (dict(max_new_tokens=2.5), "max_new_tokens"),
                       (dict(greedy=False, temperature=0.0), "temperature"),
-                      (dict(greedy=False, top_p=0.0), "top_p"), (dict(top_k=-1), "top_k")):
+                      (dict(greedy=False, top_p=0.0), "top_p"), (dict(top_k=-1), "top_k"),
+                      (dict(stop_ids=["x"]), "stop_ids")):
         with pytest.raises(g.GGMLError, match=match):
             g.llm_generate(model, PROMPT, **kw)
     for bad, match in (([], "non-empty"), ([1, 40], "0..39"), ([[1]], "1-D")):

@@ -68,8 +68,8 @@ class LlmDecoder:
         self.builds = 0
         blocks = model.blocks
         kv = blocks[0].head_dim * blocks[0].n_kv_heads
-        self.cache = [(self.dc.persistent.alloc(F32, (kv, self.n_cache)), self.dc.persistent.alloc(F32, (kv, self.n_cache)))
-                      for _ in blocks]
+        alloc = self.dc.persistent.alloc
+        self.cache = [(alloc(F32, (kv, self.n_cache)), alloc(F32, (kv, self.n_cache))) for _ in blocks]
         self.prompts: dict = {}
         self.weights = _Weights()
         self.step = self._build(1)
@@ -96,7 +96,8 @@ class LlmDecoder:
         if self.arch == "gpt2":
             x = checked_lib.ggml_add(ctx, x, checked_lib.ggml_get_rows(ctx, _f32(ctx, w(m.position_embd.weight)), pos))
         for block, (kc, vc) in zip(m.blocks, self.cache):
-            x = (self._gpt2_block if self.arch == "gpt2" else self._llama_block)(ctx, block, x, pos, mask, kc.ptr, vc.ptr)
+            layer = self._gpt2_block if self.arch == "gpt2" else self._llama_block
+            x = layer(ctx, block, x, pos, mask, kc.ptr, vc.ptr)
         last = checked_lib.ggml_view_2d(ctx, x, x.ne[0], 1, x.nb[1], (n - 1) * x.nb[1])
         h = self._norm(ctx, m.output_norm, last)
         logits = self._project(ctx, m.output, h) if m.output is not None else \
@@ -108,9 +109,11 @@ class LlmDecoder:
     def _norm(self, ctx, norm, x):
         """RMSNorm (llama) or LayerNorm with bias (gpt2) of x's columns, times the weight."""
         if hasattr(norm, "gamma"):
-            y = checked_lib.ggml_mul(ctx, checked_lib.ggml_norm(ctx, x, norm.eps), _f32(ctx, self.weights(norm.gamma)))
+            y = checked_lib.ggml_norm(ctx, x, norm.eps)
+            y = checked_lib.ggml_mul(ctx, y, _f32(ctx, self.weights(norm.gamma)))
             return checked_lib.ggml_add(ctx, y, _f32(ctx, self.weights(norm.beta)))
-        return checked_lib.ggml_mul(ctx, checked_lib.ggml_rms_norm(ctx, x, norm.eps), _f32(ctx, self.weights(norm.weight)))
+        y = checked_lib.ggml_rms_norm(ctx, x, norm.eps)
+        return checked_lib.ggml_mul(ctx, y, _f32(ctx, self.weights(norm.weight)))
 
     def _project(self, ctx, proj, x):
         """W %*% x (+ b): ggml_mul_mat over the stored t(W) of a file's typed weight, over a
@@ -118,7 +121,8 @@ class LlmDecoder:
         if type(proj) is FrozenProjection:
             y = checked_lib.ggml_mul_mat(ctx, self.weights(proj.Wt), x)
         elif type(proj) is LlamaProjection:
-            y = checked_lib.ggml_mul_mat(ctx, checked_lib.ggml_cont(ctx, checked_lib.ggml_transpose(ctx, self.weights(proj.W))), x)
+            w = checked_lib.ggml_cont(ctx, checked_lib.ggml_transpose(ctx, self.weights(proj.W)))
+            y = checked_lib.ggml_mul_mat(ctx, w, x)
         else:
             raise GGMLError(f"llm_generate: no KV-cache graph for a projection of type {type(proj).__name__} "
                             f"(LlamaProjection and the frozen projections of llm_load are supported)")
@@ -192,12 +196,6 @@ class LlmDecoder:
             graph.compiled.compute()
             return CompiledGraph.read(graph.logits, (int(graph.logits.ne[0]),))
 
-    def free(self) -> None:
-        for g in [self.step, *self.prompts.values()]:
-            g.free()
-        self.prompts = {}
-
-
 class _Graph:
     """One built graph: its context (the tensors' headers), its placement, its inputs and output."""
 
@@ -257,8 +255,7 @@ def decoder_for(model, n_cache: int) -> LlmDecoder:
     with _DECODERS_LOCK:
         dec = _DECODERS.get(model)
         if dec is None or not dec.describes(model, n_cache):
-            if dec is not None:
-                dec.free()
+            # the old one is freed with its last reference: a call still running holds one
             dec = _DECODERS[model] = LlmDecoder(model, n_cache)
         return dec
 
@@ -281,7 +278,10 @@ def llm_generate(model: ag_llama | ag_gpt2, prompt_ids: ArrayLike, max_new_token
         top_p = _number("top_p", top_p, 0.0, 1.0, True)
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 0:
         raise GGMLError(f"llm_generate: top_k must be a whole number >= 0 (0: no limit), got {top_k!r}")
-    stops = {int(t) for t in np.asarray(stop_ids, dtype=np.int64).ravel()}
+    try:
+        stops = {int(t) for t in np.asarray(stop_ids, dtype=np.int64).ravel()}
+    except (TypeError, ValueError, OverflowError):
+        raise GGMLError(f"llm_generate: stop_ids must be token ids (integers), got {stop_ids!r}") from None
     total = len(ids) + int(max_new_tokens)
     if total > model.context:
         raise GGMLError(f"llm_generate: {len(ids)} prompt tokens and {int(max_new_tokens)} new ones exceed the "
