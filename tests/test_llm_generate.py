@@ -41,7 +41,7 @@ def test_greedy_tokens_equal_llama_cpp(tmp_path, kind, qtype):
     assert got.tolist() == llama_cpp_greedy(path, PROMPT, 30)
 
 
-@pytest.mark.parametrize("kind,qtype", [("llama", "f32"), ("gpt2", "q8_0")])
+@pytest.mark.parametrize("kind,qtype", [("llama", "f32"), ("llama", "q4_K"), ("gpt2", "q8_0")])
 def test_greedy_tokens_equal_the_uncached_forward(tmp_path, kind, qtype):
     model = g.llm_load(_file(tmp_path, kind, qtype))
     assert g.llm_generate(model, PROMPT, max_new_tokens=12).tolist() == _greedy_by_forward(model, PROMPT, 12)
@@ -56,6 +56,20 @@ def test_cached_logits_equal_the_forward_at_every_step(tmp_path, kind):
     steps = [dec.run(np.array(seq[:4]), 0)] + [dec.run(np.array([t]), i) for i, t in enumerate(seq[4:], 4)]
     got = np.stack(steps)
     assert nmse(got, want[3:]) < 1e-10
+
+
+def test_typed_weights_ggml_repacks_are_multiplied_as_repacked_copies(tmp_path):
+    """As llama.cpp places them: q4_K projections in the CPU backend's repacking buffer type (on
+    CPUs with AVX2, where ggml has interleaved kernels for it), q8_0 ones as they are (x86 has none)."""
+    if not g.ggml_cpu_has_avx2():
+        pytest.skip("ggml repacks q4_K for CPUs with AVX2 (or NEON) only")
+    for qtype, repacked in (("q4_K", 15), ("q8_0", 0)):
+        model = g.llm_load(_file(tmp_path, "llama", qtype))
+        g.llm_generate(model, PROMPT, max_new_tokens=2)
+        copies = decoder_of(model).repacked.copies
+        assert len(copies) == 15  # 7 projections in each of 2 layers, and the head
+        assert sum(int(g.bindings.ffi.cast("uintptr_t", c)) != k for k, c in copies.items()) == repacked
+        assert len(decoder_of(model).repacked.owned) == repacked
 
 
 def test_the_decode_step_is_built_once_and_re_run(tmp_path):

@@ -10,6 +10,12 @@ token's position, -inf past it), and only the last token's logits are computed. 
 cache: the prompt's (its length, built per length and kept) and the one-token decode step, built
 and placed once and re-run for every token with new inputs (token id, position, mask row).
 
+Typed weights ggml's CPU backend repacks (q4_0, q4_K, iq4_nl, ... on AVX2: graph/repack.py) are
+multiplied as repacked copies, as llama.cpp places its weights; the model keeps the originals for
+everything else (its forward, gathers, gradients). A copy is made once per decoder: blocks written
+into a frozen weight in place afterwards are not seen until the next decoder (a new n_cache, or a
+replaced weight tensor).
+
 The cache holds n_cache = the tokens asked for, rounded up to a multiple of 256 (llama.cpp pads
 its attention span alike), at most the model's context length; past that is an error. A decoder
 is kept on the model while its weights' storages and n_cache stay the same, so the next call
@@ -27,7 +33,8 @@ import numpy as np
 from ..bindings import ffi
 from ..core.checked import checked_lib
 from ..errors import GGMLError
-from ..graph import CompiledGraph, GraphContext
+from ..graph import CompiledGraph, PlacedGraph
+from ..graph.repack import RepackedWeights
 from ..nn.gpt2 import ag_gpt2
 from ..nn.llama import LlamaProjection, ag_llama
 from .llm import FrozenProjection, checked_token_ids
@@ -72,6 +79,7 @@ class LlmDecoder:
         self.cache = [(alloc(F32, (kv, self.n_cache)), alloc(F32, (kv, self.n_cache))) for _ in blocks]
         self.prompts: dict = {}
         self.weights = _Weights()
+        self.repacked = RepackedWeights(self.dc.backend)  # products only: the gathers read the originals
         self.step = self._build(1)
         self.storage_ids = [id(s) for s in _weight_storages(model)]
 
@@ -85,7 +93,9 @@ class LlmDecoder:
         [n_cache, n] (f16); output the last token's logits [vocab]."""
         self.builds += 1
         m = self.model_ref()
-        gc = GraphContext(64 * (len(m.blocks) + 2) + 64, n_nodes=64 * (len(m.blocks) + 2) + 512)
+        size = 64 * (len(m.blocks) + 2) + 64
+        graph = _Graph(size, size + 512)
+        gc = graph.gctx
         ctx = gc.ctx
         ids, pos = gc.new_tensor(I32, [n]), gc.new_tensor(I32, [n])
         mask = gc.new_tensor(F16, [self.n_cache, n])
@@ -101,10 +111,12 @@ class LlmDecoder:
         last = checked_lib.ggml_view_2d(ctx, x, x.ne[0], 1, x.nb[1], (n - 1) * x.nb[1])
         h = self._norm(ctx, m.output_norm, last)
         logits = self._project(ctx, m.output, h) if m.output is not None else \
-            checked_lib.ggml_mul_mat(ctx, w(m.token_embd.weight), h)
+            checked_lib.ggml_mul_mat(ctx, self.repacked.get(w(m.token_embd.weight)), h)
         checked_lib.ggml_set_output(logits)
         checked_lib.ggml_build_forward_expand(gc.graph, logits)
-        return _Graph(gc, CompiledGraph(gc.graph, self.dc.backend), ids, pos, mask, logits)
+        graph.ids, graph.pos, graph.mask, graph.logits = ids, pos, mask, logits
+        graph.place(self.dc.backend)
+        return graph
 
     def _norm(self, ctx, norm, x):
         """RMSNorm (llama) or LayerNorm with bias (gpt2) of x's columns, times the weight."""
@@ -119,7 +131,7 @@ class LlmDecoder:
         """W %*% x (+ b): ggml_mul_mat over the stored t(W) of a file's typed weight, over a
         transposed copy made in the graph of a parameter W (so it reads the values trained last)."""
         if type(proj) is FrozenProjection:
-            y = checked_lib.ggml_mul_mat(ctx, self.weights(proj.Wt), x)
+            y = checked_lib.ggml_mul_mat(ctx, self.repacked.get(self.weights(proj.Wt)), x)
         elif type(proj) is LlamaProjection:
             w = checked_lib.ggml_cont(ctx, checked_lib.ggml_transpose(ctx, self.weights(proj.W)))
             y = checked_lib.ggml_mul_mat(ctx, w, x)
@@ -193,20 +205,13 @@ class LlmDecoder:
             CompiledGraph.write(graph.ids, np.ascontiguousarray(tokens, dtype=np.int32))
             CompiledGraph.write(graph.pos, pos)
             CompiledGraph.write(graph.mask, mask)
-            graph.compiled.compute()
+            graph.run.compute()
             return CompiledGraph.read(graph.logits, (int(graph.logits.ne[0]),))
 
-class _Graph:
-    """One built graph: its context (the tensors' headers), its placement, its inputs and output."""
+class _Graph(PlacedGraph):
+    """One built graph, placed, with its inputs (token ids, positions, mask) and output (logits)."""
 
-    __slots__ = ("gc", "compiled", "ids", "pos", "mask", "logits")
-
-    def __init__(self, gc, compiled, ids, pos, mask, logits):
-        self.gc, self.compiled, self.ids, self.pos, self.mask, self.logits = gc, compiled, ids, pos, mask, logits
-
-    def free(self) -> None:
-        self.compiled.free()
-        self.gc.free()
+    __slots__ = ("ids", "pos", "mask", "logits")
 
 
 def _f32(ctx, t):
