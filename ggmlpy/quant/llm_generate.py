@@ -4,11 +4,15 @@ decodes: `llm_generate(model, prompt_ids, ...)`.
 The ag_* forward (nn/llama.py, nn/gpt2.py) is the model one trains: it recomputes every position.
 Decoding keeps each layer's keys and values instead, in a cache of persistent f32 tensors
 [head_dim * n_kv_heads, n_cache], and builds llama.cpp's inference graph over the model's own
-weights (no copy): `ggml_set_rows` writes the new tokens' keys and values at their positions,
+weights: `ggml_set_rows` writes the new tokens' keys and values at their positions,
 `ggml_flash_attn_ext` attends over the whole cache through an additive f16 mask (0 up to each
 token's position, -inf past it), and only the last token's logits are computed. Two graphs per
 cache: the prompt's (its length, built per length and kept) and the one-token decode step, built
 and placed once and re-run for every token with new inputs (token id, position, mask row).
+
+The keys and values stay f32 in the kernel. llama.cpp's own flash-attention path casts an f32
+cache to f16 first (llama-graph.cpp), its default path (llama-cpp-python's) multiplies in f32:
+llm_generate's greedy tokens equal the latter's.
 
 Typed weights ggml's CPU backend repacks (q4_0, q4_K, iq4_nl, ... on AVX2: graph/repack.py) are
 multiplied as repacked copies, as llama.cpp places its weights; the model keeps the originals for
