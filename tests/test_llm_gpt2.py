@@ -120,3 +120,21 @@ def test_hyper_parameters_and_refusals(tmp_path):
     w.close()
     with pytest.raises(g.GGMLError, match="no tensor 'blk.1.ffn_up.bias'"):
         g.llm_load(tmp_path / "bad.gguf")
+
+
+def test_a_saved_gpt2_loads_without_a_model_function(tmp_path):
+    g.manual_seed(5)
+    model = g.ag_gpt2(11, d_model=16, n_heads=4, n_kv_heads=2, n_layers=1, d_ff=24, context=8, tied=False)
+    seq = np.random.default_rng(6).integers(0, 11, size=6)
+    g.ag_save_model(model, str(tmp_path / "m.json"))
+    back = g.ag_load_model(str(tmp_path / "m.json"))
+    assert isinstance(back, g.ag_gpt2) and not back.tied and back.blocks[0].n_kv_heads == 2
+    np.testing.assert_array_equal(back(seq).numpy(), model(seq).numpy())
+
+
+@pytest.mark.parametrize("kwargs,match", [(dict(n_heads=3), "must divide d_model"),
+                                          (dict(n_heads=4, n_kv_heads=3), "must divide n_heads"),
+                                          (dict(context=0), "context"), (dict(n_layers=1.5), "n_layers")])
+def test_gpt2_argument_errors(kwargs, match):
+    with pytest.raises(g.GGMLError, match=match):
+        g.ag_gpt2(10, **{"d_model": 8, **kwargs})
