@@ -4,12 +4,17 @@ in q8_0 and in q4_K: greedy decode after a 16-token prompt (time per token) and 
 of 512 tokens (time), one thread and two, interleaved round by round so both see the same load.
 
     python scripts/bench_llama.py [--rounds 5] [--decode 64] [--threads 1 2]
+    python scripts/bench_llama.py --threads 2 --rounds 2 --decode 16   # a loaded machine: see below
 
 The model: vocab 32000, d_model 512, 6 layers, 8 heads (4 key/value heads), feed-forward 1536
 (51.7M parameters), context 1024, written once into <cache>/bench_llama/ and reused. Both sides
 keep an f32 KV cache. ggmlpy's decode time per token is llm_generate's time for the prompt and
 n + 1 tokens less its prompt's, over n; llama.cpp's is its loop of n one-token evals, each
 followed by the argmax of the last logits (timed in the child, so the pipe is not in it).
+The tokens both chose are printed too (how many agree from the first): llama.cpp's default
+attention path multiplies in another order than the flash-attention kernel llm_generate uses,
+and q8_0's and q4_K's quantized activations can turn a last-bit difference into a different
+token where two logits nearly tie, so long random-weight runs part after a few dozen tokens.
 Prompt processing: ggmlpy's prompt graph (a cache of 512 positions) against llama.cpp's eval of
 the 512 tokens from an empty cache (one batch). ggmlpy runs with dynamic threads off: exactly the
 threads asked for, as llama.cpp. Each figure is the median over rounds of the per-round ratio
@@ -17,7 +22,10 @@ ggmlpy / llama.cpp (lower is better for ggmlpy); the last line is
 
     summary: decode q8_0 X.XXx, q4_K X.XXx, prompt X.XXx llama.cpp (1 thread)
 
-with the prompt figure the q8_0 model's.
+with the prompt figure the q8_0 model's (and the fewest threads asked for).
+
+On a machine whose cores other processes keep busy, llama.cpp's two threads wait for each other by
+spinning, and a token can take a second: a two-thread run there needs few tokens.
 """
 from __future__ import annotations
 
@@ -123,7 +131,7 @@ def ggmlpy_decode(model, prompt, n: int, prompt_decoder_time: float) -> tuple[fl
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=5, help="rounds counted, after one that warms up")
     p.add_argument("--decode", type=int, default=64, help="tokens decoded after the 16-token prompt")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     args = p.parse_args(argv)
@@ -140,7 +148,7 @@ def main(argv=None) -> int:
     cpp = LlamaCpp()
     ratios: dict = {}
     try:
-        for r in range(args.rounds):
+        for r in range(args.rounds + 1):
             for threads in args.threads:
                 g.set_num_threads(threads)
                 for q, model in models.items():
@@ -160,13 +168,14 @@ def main(argv=None) -> int:
                             reply = cpp(model=str(files[q]), threads=threads, what="decode", prompt=prompt16,
                                         n=args.decode)
                             got["llama.cpp"] = (reply["seconds"], reply["tokens"])
-                    same = got["ggmlpy"][1][:args.decode] == got["llama.cpp"][1]
+                    mine, theirs = got["ggmlpy"][1][:args.decode], got["llama.cpp"][1]
+                    same = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), len(theirs))
                     ratio = got["ggmlpy"][0] / got["llama.cpp"][0]
-                    ratios.setdefault(("decode", q, threads), []).append(ratio)
-                    print(f"round {r + 1} {threads} thread{'s' if threads > 1 else ' '} decode {q}: ggmlpy "
+                    if r:  # round 0 warms both up (first touches of the weights, caches, thread pools)
+                        ratios.setdefault(("decode", q, threads), []).append(ratio)
+                    print(f"round {r} {threads} thread{'s' if threads > 1 else ' '} decode {q}: ggmlpy "
                           f"{got['ggmlpy'][0] * 1e3:6.2f} ms/token, llama.cpp {got['llama.cpp'][0] * 1e3:6.2f} "
-                          f"ms/token, {ratio:.2f}x{'' if same else ' (tokens differ)'}; loadavg {loadavg()}",
-                          flush=True)
+                          f"ms/token, {ratio:.2f}x, the same first {same} tokens; loadavg {loadavg()}", flush=True)
                     for side in order:
                         if side == 0:
                             t0 = time.perf_counter()
@@ -176,8 +185,9 @@ def main(argv=None) -> int:
                             got["llama.cpp"] = cpp(model=str(files[q]), threads=threads, what="prompt",
                                                    prompt=prompt512)["seconds"]
                     ratio = got["ggmlpy"] / got["llama.cpp"]
-                    ratios.setdefault(("prompt", q, threads), []).append(ratio)
-                    print(f"round {r + 1} {threads} thread{'s' if threads > 1 else ' '} prompt {q}: ggmlpy "
+                    if r:
+                        ratios.setdefault(("prompt", q, threads), []).append(ratio)
+                    print(f"round {r} {threads} thread{'s' if threads > 1 else ' '} prompt {q}: ggmlpy "
                           f"{got['ggmlpy'] * 1e3:7.1f} ms, llama.cpp {got['llama.cpp'] * 1e3:7.1f} ms, "
                           f"{ratio:.2f}x; loadavg {loadavg()}", flush=True)
     finally:
