@@ -46,7 +46,7 @@ from benchlib import loadavg, machine  # noqa: E402
 
 import ggmlpy as g  # noqa: E402
 from ggmlpy._buildinfo import LLAMA_CPP_PYTHON_VERSION, cache_dir  # noqa: E402
-from ggmlpy.quant.llm_generate import LlmDecoder, decoder_for  # noqa: E402
+from ggmlpy.quant.llm_decode import LlmDecoder, decoder_for  # noqa: E402
 
 VOCAB, D, LAYERS, HEADS, KV_HEADS, FF, CONTEXT = 32000, 512, 6, 8, 4, 1536, 1024
 CHILD = Path(__file__).with_name("bench_llama_child.py")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import ggmlpy as g
-from ggmlpy.quant.llm_generate import decoder_for, decoder_of
+from ggmlpy.quant.llm_decode import decoder_for, decoder_of
 
 from llama_cpp_ref import llama_cpp_greedy, require_llama_cpp
 from test_llm_gpt2 import tiny_gpt2
