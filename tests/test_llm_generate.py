@@ -6,7 +6,7 @@ import pytest
 import ggmlpy as g
 from ggmlpy.quant.llm_decode import decoder_for, decoder_of
 
-from llama_cpp_ref import llama_cpp_greedy, require_llama_cpp
+from llama_cpp_ref import llama_cpp_greedy, llama_cpp_logits, require_llama_cpp
 from test_llm_gpt2 import tiny_gpt2
 from test_llm_load import nmse, tiny
 
@@ -70,6 +70,19 @@ def test_typed_weights_ggml_repacks_are_multiplied_as_repacked_copies(tmp_path):
         assert len(copies) == 15  # 7 projections in each of 2 layers, and the head
         assert sum(int(g.bindings.ffi.cast("uintptr_t", c)) != k for k, c in copies.items()) == repacked
         assert len(decoder_of(model).repacked.owned) == repacked
+
+
+@pytest.mark.parametrize("kind,qtype", [("llama", "q8_0"), ("gpt2", "q4_K")])
+def test_cached_logits_equal_llama_cpps_at_every_step(tmp_path, kind, qtype):
+    require_llama_cpp()
+    path = _file(tmp_path, kind, qtype)
+    seq = np.random.default_rng(3).integers(0, 40, size=48).tolist()
+    want = llama_cpp_logits(path, seq)
+    model = g.llm_load(path)
+    dec = decoder_for(model, 64)
+    got = np.stack([dec.run(np.array(seq[:8]), 0)] + [dec.run(np.array([t]), i) for i, t in enumerate(seq[8:], 8)])
+    assert max(nmse(a, b) for a, b in zip(got, want[7:])) < 1e-5
+    np.testing.assert_array_equal(got.argmax(1), want[7:].argmax(1))
 
 
 def test_the_decode_step_is_built_once_and_re_run(tmp_path):

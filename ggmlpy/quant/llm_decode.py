@@ -97,6 +97,8 @@ class LlmDecoder:
         [n_cache, n] (f16); output the last token's logits [vocab]."""
         self.builds += 1
         m = self.model_ref()
+        if m is None:
+            raise GGMLError("llm_generate: the model this decoder was made for is gone")
         size = 64 * (len(m.blocks) + 2) + 64
         graph = _Graph(size, size + 512)
         gc = graph.gctx
