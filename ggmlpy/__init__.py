@@ -181,6 +181,7 @@ _LAZY_FAMILIES = (
         "gguf_free", "gguf_metadata", "gguf_tensor_names", "gguf_tensor_info", "gguf_tensor_data", "GGUFFile",
         "ag_quantize", "llm_load", "llm_logits",
         "llm_save", "ag_lora", "lora_parameters", "lora_merge", "llm_save_lora", "llm_load_lora",
+        "llm_generate",
     )),
     (".onnx", (
         "onnx_load", "onnx_run", "onnx_summary", "onnx_inputs", "onnx_profile", "onnx_device_info", "OnnxModel",

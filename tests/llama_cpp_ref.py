@@ -47,3 +47,16 @@ def llama_cpp_tokenize(model_path, text: str) -> list:
     out = Path(model_path).with_suffix(".tokens.json")
     _run([model_path, "--tokenize", text, out], model_path)
     return json.loads(out.read_text())
+
+
+GREEDY_CHILD = Path(__file__).with_name("llama_cpp_greedy_child.py")
+
+
+def llama_cpp_greedy(model_path, prompt, n_new: int) -> list:
+    """llama.cpp's greedy continuation of `prompt` by n_new tokens (f32 KV cache, one thread)."""
+    python = require_llama_cpp()
+    run = subprocess.run([str(python), str(GREEDY_CHILD), str(model_path), json.dumps([int(t) for t in prompt]),
+                          str(int(n_new))], capture_output=True, text=True, timeout=300)
+    if run.returncode:
+        raise AssertionError(f"llama.cpp failed on {model_path} (exit {run.returncode}):\n{run.stderr[-3000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])

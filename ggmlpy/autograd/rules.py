@@ -183,6 +183,23 @@ def _gelu_third_derivative(c):
     return c.mul(phi, c.mul(x, c.apply("add_scalar", c.apply("sqr", x), c=-4.0)))
 
 
+_GELU_TANH_K, _GELU_TANH_A = sqrt(2 / pi), 0.044715
+
+
+def _gelu_tanh_deriv(c):
+    """d/dx of GELU's tanh form 0.5 x (1 + tanh(u)), u = k (x + a x^3):
+    0.5 (1 + tanh u) + 0.5 k x (1 - tanh^2 u) (1 + 3 a x^2), from primitives (so it differentiates
+    again). The forward (ggml_gelu) rounds through an f16 table on the CPU; this is the
+    derivative of the function that table samples."""
+    x = c.x(0)
+    x2 = c.apply("sqr", x)
+    t = c.apply("tanh", c.scale(c.mul(x, c.apply("add_scalar", c.scale(x2, _GELU_TANH_A), c=1.0)), _GELU_TANH_K))
+    sech2 = c.apply("add_scalar", c.neg(c.apply("sqr", t)), c=1.0)
+    inner = c.scale(c.mul(c.mul(x, sech2), c.apply("add_scalar", c.scale(x2, 3 * _GELU_TANH_A), c=1.0)),
+                    0.5 * _GELU_TANH_K)
+    return c.add(c.scale(c.apply("add_scalar", t, c=1.0), 0.5), inner)
+
+
 def _silu_deriv(c, x):
     s = c.apply("sigmoid", x)
     return c.mul(s, c.apply("add_scalar", c.mul(x, c.apply("add_scalar", c.neg(s), c=1.0)), c=1.0))
@@ -301,6 +318,8 @@ DERIVATIVE_RULES = {
     "gelu_deriv": _elementwise(prims.gelu_deriv, lambda c: c.apply("gelu_deriv2", c.x(0))),
     "gelu_deriv2": _elementwise(prims.gelu_deriv2, _gelu_third_derivative),
     "gelu_back": Rule(prims.gelu_back),  # used only where nothing differentiates it again (_gelu_vjp)
+    # ggml_gelu, the tanh form, as llama.cpp's gpt2 feed-forward computes it
+    "gelu_tanh": _elementwise(_unary("gelu"), _gelu_tanh_deriv),
     "silu": _elementwise(_unary("silu"), lambda c: _silu_deriv(c, c.x(0))),
     "erf": _elementwise(lambda ctx, x: prims.erf(ctx, x),
                         lambda c: c.scale(c.apply("exp", c.neg(c.apply("sqr", c.x(0)))), 2 / sqrt(pi))),

@@ -12,8 +12,9 @@ from ..errors import GGMLError
 from .gguf_file import GGUFFile
 from .model_file import DIGEST_KEY, digest
 
-# architecture -> the rotation llama.cpp applies (ggml's rope mode: 0 normal, 2 NeoX)
-SUPPORTED = {"llama": 0}
+# architecture -> the rotation llama.cpp applies (ggml's rope mode: 0 normal, 2 NeoX; None: no
+# rotation, learned positions instead)
+SUPPORTED = {"llama": 0, "gpt2": None}
 
 # a llama layer's tensors: llama.cpp's name -> (ne as a function of the hyper-parameters)
 _LAYER_TENSORS = {
@@ -29,6 +30,18 @@ _LAYER_TENSORS = {
 }
 LAYER_TENSOR_NAMES = tuple(_LAYER_TENSORS)
 
+# a gpt2 layer's tensors (llama.cpp's gpt2 graph: LayerNorm with bias, one fused query-key-value
+# projection, biased projections, GELU feed-forward), under their full names past "blk.N."
+_GPT2_LAYER_TENSORS = {
+    "attn_norm.weight": lambda h: [h.d_model], "attn_norm.bias": lambda h: [h.d_model],
+    "attn_qkv.weight": lambda h: [h.d_model, h.d_model + 2 * h.head_dim * h.n_kv_heads],
+    "attn_qkv.bias": lambda h: [h.d_model + 2 * h.head_dim * h.n_kv_heads],
+    "attn_output.weight": lambda h: [h.d_model, h.d_model], "attn_output.bias": lambda h: [h.d_model],
+    "ffn_norm.weight": lambda h: [h.d_model], "ffn_norm.bias": lambda h: [h.d_model],
+    "ffn_up.weight": lambda h: [h.d_model, h.d_ff], "ffn_up.bias": lambda h: [h.d_ff],
+    "ffn_down.weight": lambda h: [h.d_ff, h.d_model], "ffn_down.bias": lambda h: [h.d_model],
+}
+
 
 @dataclass
 class LlmHParams:
@@ -43,7 +56,7 @@ class LlmHParams:
     d_ff: int
     context: int
     rope_base: float
-    rope_mode: int
+    rope_mode: int | None  # None: no rotation (gpt2's learned positions)
     eps: float
     tied: bool
     vocab: dict = field(default_factory=dict, repr=False)  # the tokenizer.* metadata, as the file has it
@@ -87,10 +100,10 @@ def read_hparams(f: GGUFFile) -> LlmHParams:
         d_ff=_key(meta, path, f"{arch}.feed_forward_length", int),
         context=_key(meta, path, f"{arch}.context_length", int),
         rope_base=_key(meta, path, f"{arch}.rope.freq_base", float, 10000.0), rope_mode=SUPPORTED[arch],
-        eps=_key(meta, path, f"{arch}.attention.layer_norm_rms_epsilon", float),
+        eps=_key(meta, path, f"{arch}.attention.layer_norm_{'rms_' if arch == 'llama' else ''}epsilon", float),
         tied="output.weight" not in f.tensors,
         vocab={k: v for k, v in meta.items() if k.startswith("tokenizer.")})
-    if d_model % n_heads or n_heads % h.n_kv_heads or h.head_dim % 2:
+    if d_model % n_heads or n_heads % h.n_kv_heads or (h.rope_mode is not None and h.head_dim % 2):
         raise GGMLError(f"{path}: {n_heads} heads ({h.n_kv_heads} key/value heads) do not divide "
                         f"embedding_length {d_model} into heads of even size")
     _unsupported(meta, path, arch, h)
@@ -121,8 +134,13 @@ def _check_tensors(f: GGUFFile, h: LlmHParams) -> None:
     if not h.tied:
         want["output.weight"] = [h.d_model, h.vocab_size]
     for i in range(h.n_layers):
-        for name, shape in _LAYER_TENSORS.items():
-            want[f"blk.{i}.{name}.weight"] = shape(h)
+        if h.arch == "gpt2":
+            want.update((f"blk.{i}.{name}", shape(h)) for name, shape in _GPT2_LAYER_TENSORS.items())
+        else:
+            want.update((f"blk.{i}.{name}.weight", shape(h)) for name, shape in _LAYER_TENSORS.items())
+    if h.arch == "gpt2":
+        want["position_embd.weight"] = [h.d_model, h.context]
+        want["output_norm.bias"] = [h.d_model]
     for name, shape in want.items():
         if name not in f.tensors:
             raise GGMLError(f"{f.path}: no tensor {name!r}, which a {h.arch} model of these hyper-parameters needs")

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ..errors import GGMLError
-from . import layers, llama, transformer
+from . import gpt2, layers, llama, transformer
 from .layers import ag_sequential
 from .module import Module
 
@@ -26,7 +26,7 @@ BUILT_IN = {cls.__name__: cls for cls in (
     layers.ag_sequential, layers.ag_layer_norm_layer, layers.ag_activation, layers.ag_conv2d_layer,
     layers.ag_max_pool2d_layer, layers.ag_flatten_layer,
     transformer.ag_transformer_block, transformer.ag_gpt, llama.ag_rms_norm_layer, llama.ag_llama_block,
-    llama.ag_llama)}
+    llama.ag_llama, gpt2.ag_gpt2_block, gpt2.ag_gpt2)}
 
 
 def _as_json(value):

@@ -46,15 +46,18 @@ class ag_rms_norm_layer(Module):
 
 
 class LlamaProjection(Module):
-    """A bias-free projection W %*% x, W [out, in] (llama.cpp's projections have no bias)."""
+    """A projection W %*% x, W [out, in], plus a bias b [out, 1] (zeros) with `bias=True`
+    (llama's projections have none, gpt2's have one)."""
 
-    def __init__(self, in_features: int, out_features: int, std: float = 0.02):
+    def __init__(self, in_features: int, out_features: int, std: float = 0.02, bias: bool = False):
         super().__init__()
         self.W = ag_param(_normal((out_features, in_features), std))
+        self.b = ag_param(np.zeros((out_features, 1))) if bias else None
 
     def forward(self, x: AGTensor) -> AGTensor:
-        """W %*% x for x [in, T] or [in, T, B]."""
-        return ops.ag_matmul(self.W, x)
+        """W %*% x (+ b) for x [in, T] or [in, T, B]."""
+        y = ops.ag_matmul(self.W, x)
+        return y if self.b is None else ops.ag_add(y, self.b)
 
     @property
     def out_features(self) -> int:
@@ -64,7 +67,49 @@ class LlamaProjection(Module):
         return f"{self.W.shape[1]}, {self.W.shape[0]}"
 
 
-class ag_llama_block(Module):
+class GroupedAttention(Module):
+    """Causal grouped-query self-attention over projections already made, shared by the llama
+    and gpt2 layers: `n_kv_heads` key/value heads (dividing n_heads) serve consecutive groups of
+    query heads, as llama.cpp groups them; queries and keys rotate (ag_rope, `rope_mode`, `rope_base`)
+    unless rope_mode is None. Subclasses set d_model, n_heads, n_kv_heads, head_dim, rope_mode,
+    rope_base."""
+
+    def _heads(self, y: AGTensor, n: int, pos, rotate: bool) -> AGTensor:
+        """[n * head_dim, T, B] -> [head_dim, T, n, B], rotated at `pos` if `rotate`."""
+        t, batch = y.shape[1], y.shape[2] if y.ndim > 2 else 1
+        y = ops.ag_reshape(y, self.head_dim, n, t, batch)
+        if rotate and self.rope_mode is not None:
+            y = ops.ag_rope(y, pos, mode=self.rope_mode, freq_base=self.rope_base)
+        return ops.ag_permute(y, 0, 2, 1, 3) if n > 1 else ops.ag_reshape(y, self.head_dim, t, 1, batch)
+
+    def _grouped(self, y: AGTensor) -> AGTensor:
+        """Key/value heads [head_dim, T, n_kv_heads, B] repeated to [head_dim, T, n_heads, B], each
+        serving `n_heads / n_kv_heads` consecutive query heads."""
+        group = self.n_heads // self.n_kv_heads
+        if group == 1:
+            return y
+        hd, t = y.shape[0], y.shape[1]
+        batch = y.shape[3] if y.ndim > 3 else 1
+        wide = apply("broadcast", ops.ag_reshape(y, hd * t, 1, self.n_kv_heads, batch),
+                     shape=(hd * t, group, self.n_kv_heads, batch))
+        return ops.ag_reshape(wide, hd, t, self.n_heads, batch)
+
+    def attend(self, q: AGTensor, k: AGTensor, v: AGTensor, pos=None) -> AGTensor:
+        """Attention of the projections q [d_model, T(, B)], k and v [head_dim * n_kv_heads, T(, B)]:
+        [d_model, T(, B)], before the output projection."""
+        shape = q.shape[1:]
+        q = self._heads(q, self.n_heads, pos, True)
+        k = self._grouped(self._heads(k, self.n_kv_heads, pos, True))
+        v = self._grouped(self._heads(v, self.n_kv_heads, pos, False))
+        # scores [T_k, T_q, heads, B]: a column-wise softmax is the softmax over keys
+        attn = ops.ag_softmax(ops.ag_matmul(k, q, transpose_a=True), scale=1.0 / math.sqrt(self.head_dim), causal=True)
+        heads = ops.ag_matmul(v, attn)  # [head_dim, T_q, heads, B]
+        if self.n_heads > 1:
+            heads = ops.ag_permute(heads, 0, 2, 1, 3)
+        return ops.ag_reshape(heads, self.d_model, *shape)
+
+
+class ag_llama_block(GroupedAttention):
     """One llama layer: x + attn_output(attention(rope(attn_q h), rope(attn_k h), attn_v h)) with
     h = attn_norm(x), then + ffn_down(silu(ffn_gate h) * ffn_up h) with h = ffn_norm(x).
     `n_kv_heads` key/value heads (dividing n_heads) serve consecutive groups of query heads, as
@@ -98,37 +143,9 @@ class ag_llama_block(Module):
         self.ffn_up = LlamaProjection(d_model, d_ff)
         self.ffn_down = LlamaProjection(d_ff, d_model, residual)
 
-    def _heads(self, y: AGTensor, n: int, pos, rotate: bool) -> AGTensor:
-        """[n * head_dim, T, B] -> [head_dim, T, n, B], rotated at `pos` if `rotate`."""
-        t, batch = y.shape[1], y.shape[2] if y.ndim > 2 else 1
-        y = ops.ag_reshape(y, self.head_dim, n, t, batch)
-        if rotate:
-            y = ops.ag_rope(y, pos, mode=self.rope_mode, freq_base=self.rope_base)
-        return ops.ag_permute(y, 0, 2, 1, 3) if n > 1 else ops.ag_reshape(y, self.head_dim, t, 1, batch)
-
-    def _grouped(self, y: AGTensor) -> AGTensor:
-        """Key/value heads [head_dim, T, n_kv_heads, B] repeated to [head_dim, T, n_heads, B], each
-        serving `n_heads / n_kv_heads` consecutive query heads."""
-        group = self.n_heads // self.n_kv_heads
-        if group == 1:
-            return y
-        hd, t = y.shape[0], y.shape[1]
-        batch = y.shape[3] if y.ndim > 3 else 1
-        wide = apply("broadcast", ops.ag_reshape(y, hd * t, 1, self.n_kv_heads, batch),
-                     shape=(hd * t, group, self.n_kv_heads, batch))
-        return ops.ag_reshape(wide, hd, t, self.n_heads, batch)
-
     def attention(self, h: AGTensor, pos=None) -> AGTensor:
         """Causal grouped-query self-attention of h [d_model, T(, B)], before attn_output."""
-        q = self._heads(self.attn_q(h), self.n_heads, pos, True)
-        k = self._grouped(self._heads(self.attn_k(h), self.n_kv_heads, pos, True))
-        v = self._grouped(self._heads(self.attn_v(h), self.n_kv_heads, pos, False))
-        # scores [T_k, T_q, heads, B]: a column-wise softmax is the softmax over keys
-        attn = ops.ag_softmax(ops.ag_matmul(k, q, transpose_a=True), scale=1.0 / math.sqrt(self.head_dim), causal=True)
-        heads = ops.ag_matmul(v, attn)  # [head_dim, T_q, heads, B]
-        if self.n_heads > 1:
-            heads = ops.ag_permute(heads, 0, 2, 1, 3)
-        return ops.ag_reshape(heads, self.d_model, *h.shape[1:])
+        return self.attend(self.attn_q(h), self.attn_k(h), self.attn_v(h), pos)
 
     def forward(self, x: AGTensor, pos=None) -> AGTensor:
         """The layer applied to every sequence of x [d_model, T] or [d_model, T, B]; `pos` the

@@ -10,9 +10,10 @@ from ..io.gguf_file import __all__ as _gguf_all
 
 from .ag import ag_quantize  # noqa: F401
 from .llm import llm_load, llm_logits  # noqa: F401
+from .llm_decode import llm_generate  # noqa: F401
 from .llm_export import llm_save  # noqa: F401
 from .lora import ag_lora, llm_load_lora, llm_save_lora, lora_merge, lora_parameters  # noqa: F401
 
 __all__ = list(_types_all) + list(_kernels_all) + list(_gguf_all) + ["ag_quantize", "llm_load", "llm_logits"] + [
     "llm_save", "ag_lora", "lora_parameters", "lora_merge", "llm_save_lora",
-    "llm_load_lora"]
+    "llm_load_lora", "llm_generate"]
