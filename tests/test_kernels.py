@@ -902,8 +902,6 @@ needs_packed_conv = pytest.mark.skipif(K is None or K.conv2d_packed is None,
                                        reason="no AVX2 or AVX-512 (or no conv.c): convolutions use OpenBLAS")
 needs_pixel_conv = pytest.mark.skipif(K is None or K.conv2d_pixels is None,
                                       reason="no AVX2 or AVX-512 (or no conv.c): no pixel-major convolutions")
-needs_lane_conv = pytest.mark.skipif(K is None or not K.conv_lanes,
-                                     reason="no AVX-512 (or no conv.c): no lanes kernel (conv2d_pixels' block 4)")
 
 
 @needs_packed_conv
@@ -1061,7 +1059,7 @@ LANE_CASES = [c for c in PIXEL_CASES if c[2][0] == c[2][1]] + [
 ]
 
 
-@needs_lane_conv
+@needs_pixel_conv
 @pytest.mark.parametrize("case", LANE_CASES, ids=lambda c: "x{}w{}s{}p{}{}d{}g{}".format(*c))
 def test_lane_conv_every_geometry_and_thread_count(case):
     """conv.c's channel-major convolution on the padded input's phase planes: every geometry with
@@ -1069,7 +1067,7 @@ def test_lane_conv_every_geometry_and_thread_count(case):
     _every_thread_count(case, 4, seed=4)
 
 
-@needs_lane_conv
+@needs_pixel_conv
 def test_lane_conv_sums_past_one_chunk_of_taps_and_keeps_nan():
     """A panel's weights past 4 MB (16384 taps) are taken a chunk of taps at a time (partial sums
     wait in a buffer); a NaN stays NaN through the ReLU and -inf becomes 0; unequal strides, which
@@ -1082,7 +1080,7 @@ def test_lane_conv_sums_past_one_chunk_of_taps_and_keeps_nan():
     assert np.isnan(out).all()
 
 
-@needs_lane_conv
+@needs_pixel_conv
 @pytest.mark.parametrize("xs,ws", [((2, 9, 14, 14), (70, 9, 3, 3)),   # blocks of 98 pixels: 6 vectors and 2
                                    ((3, 4, 7, 7), (20, 4, 3, 3)),     # 49 pixels a block, one partial panel
                                    ((1, 6, 28, 28), (64, 6, 3, 3))])  # 112 pixels: whole vectors
@@ -1113,43 +1111,9 @@ def test_pack_conv_pixels_layout_and_bad_vector_count():
     wp = K.pack_conv_pixels(W, 2, 3)  # panels of 8 channels: 2 a group
     assert wp.shape == (4, 3, 8)
     assert wp[1, 2, 1] == W[9, 2, 0, 0] and wp[1, 2, 2] == 0.0 and wp[2, 0, 0] == W[10, 0, 0, 0]
-    if K.conv_lanes:
-        assert K.pack_conv_pixels(W, 2, 4).shape == (2, 3, 64)  # 4: channels in the lanes, 64 a panel
-    else:  # the AVX2 build: no lanes kernel to pack for
-        with pytest.raises(ValueError, match="needs the AVX-512 build"):
-            K.pack_conv_pixels(W, 2, 4)
+    assert K.pack_conv_pixels(W, 2, 4).shape == (2, 3, 64)  # 4: channels in the lanes, 64 a panel
     with pytest.raises(ValueError, match="vectors"):
         K.pack_conv_pixels(W, 2, 5)
-
-
-@needs_pixel_conv
-def test_a_build_without_the_lanes_kernel_never_chooses_it_and_its_block_gives_nan(monkeypatch):
-    """The AVX2 build has the pixel kernels but not the lanes one: ResNet-18's layers that the AVX-512
-    build gives to the lanes kernel take the pixel or channel kernels, and a node asking conv.c for
-    block 4 where it has none gets NaN, never a wrong value."""
-    if not K.conv_lanes:
-        from ggmlpy.bindings import ffi
-        x = np.ones((1, 4, 6, 6), np.float32)
-        params = ffi.new("struct ggml_init_params *", {"mem_size": 1 << 22, "mem_buffer": ffi.NULL, "no_alloc": False})
-        ctx = lib.ggml_init(params[0])
-        try:
-            wp = np.ones((1, 36, 64), np.float32)  # what a panel of 64 channels would be
-            y = K.conv2d_pixels(ctx, f32_tensor(ctx, x, 6, 6, 4, 1), f32_tensor(ctx, wp, 64, 36, 1, 1), 8, (3, 3),
-                                (1, 1), (1, 1), (1, 1), (6, 6), 1, None, None, False, 4)
-            graph = lib.ggml_new_graph(ctx)
-            lib.ggml_build_forward_expand(graph, y)
-            assert lib.ggml_graph_compute_with_ctx(ctx, graph, 2) == lib.GGML_STATUS_SUCCESS
-            assert np.isnan(np.frombuffer(ffi.buffer(y.data, 4 * 8 * 36), np.float32)).all()
-        finally:
-            lib.ggml_free(ctx)
-    monkeypatch.setattr(K, "conv_lanes", False)
-
-    def kind(out_hw, channels, kernel=(3, 3), stride=(1, 1), cin=64):
-        return K.packed_conv_kind(out_hw, channels, *kernels.direct_planes(out_hw, kernel, stride, (1, 1), cin),
-                                  stride=stride[0], taps=cin * kernel[0] * kernel[1], unpadded=kernel == (1, 1))
-    kinds = [kind((112, 112), 64, (7, 7), (2, 2), cin=3), kind((56, 56), 64), kind((28, 28), 128, stride=(2, 2)),
-             kind((28, 28), 128, (1, 1), (2, 2)), kind((14, 14), 256, cin=256), kind((7, 7), 512, cin=512)]
-    assert kinds == ["pixels", "pixels", "pixels", "pixels", "pixels", "channels"]
 
 
 @needs_packed_conv
@@ -1184,7 +1148,7 @@ def test_packed_conv_kind_follows_the_padding_lanes():
     assert K.packed_conv_kind((14, 14), 256, (16, 16), big) == "channels"
 
 
-@needs_lane_conv
+@needs_pixel_conv
 def test_lane_conv_is_chosen_where_its_taps_outweigh_its_transposed_stores():
     def kind(out_hw, channels, kernel=(3, 3), stride=(1, 1), cin=64):
         return K.packed_conv_kind(out_hw, channels, *kernels.direct_planes(out_hw, kernel, stride, (1, 1), cin),

@@ -36,15 +36,14 @@ def test_kernel_tests_pass_with_the_kernels_built_for(level):
 
 def test_the_x86_64_v3_build_runs_the_vector_paths():
     """What the run above checks is the AVX2 code: with x86-64-v3 the attention, the LSTM cell, the
-    packed products and the pixel-major convolutions take their vector paths; the lanes kernel (AVX-512's
-    alone) is off."""
+    packed products and the pixel-major convolutions take their vector paths."""
     if "x86-64-v3" not in kernels.supported_isa_levels():
         pytest.skip("this CPU does not run x86-64-v3")
     code = ("from ggmlpy import kernels; K = kernels.get(); "
             "print(K.attention_lib.ggmlpy_attention_vector_math(), K.rnn_lib.ggmlpy_rnn_vector_math(), K.packed_rows, "
-            "K.conv2d_pixels is None, K.conv2d_pool is None, K.conv_lanes)")
+            "K.conv2d_pixels is None, K.conv2d_pool is None)")
     env = {**os.environ, "GGMLPY_KERNELS_ISA": "x86-64-v3", "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.split() == ["1", "1", "32", "False", "False", "False"], r.stdout
+    assert r.stdout.split() == ["1", "1", "32", "False", "False"], r.stdout

@@ -1569,13 +1569,12 @@ static int conv_pool_direct(void *dst, int ith, int nth, const int32_t *pr) {
     return 1;
 }
 
-#if VW == 16
-/* The convolution with output channels in the vector lanes and without patches (AVX-512; block 4 of
+/* The convolution with output channels in the vector lanes and without patches (block 4 of
  * ggmlpy_conv2d_pixels_f32). No lane is padding where a group's channels are a multiple of RC, whatever
  * the plane's width (the pixel kernels compute a row's Ws - OW virtual pixels and a plane's last partial
  * block: 18 % of the lanes on a 14 x 14 plane). A tile is NP <= RP consecutive pixels of one output row
- * by RC channels (4 vectors: 28 accumulators): each tap loads the panel's 4 weight vectors and
- * broadcasts the tile's input values, read from the zero-padded phase planes of conv_pixels_direct (tap
+ * by RC channels (AVX-512: 4 vectors, 28 accumulators; AVX2: 8 vectors, taken 2 at a time, 14
+ * accumulators): each tap loads the panel's weight vectors and broadcasts the tile's input values, read from the zero-padded phase planes of conv_pixels_direct (tap
  * k at koff[k] from the tile's virtual pixel oh Ws + ow, the pixels consecutive in a phase plane's row
  * whatever the stride). The weights are packed at load in panels of RC channels, [CKK][RC] each
  * (pack_conv_pixels with 4 vectors, zero past the group's channels). Each tile of a block of up to RTB
@@ -1595,34 +1594,48 @@ enum { RP = 7, RC = 64, RTB = 16, RKC = 128 };
 #define LANE_WHOLE_BYTES (4096 * 1024)
 #endif
 
-static inline __attribute__((always_inline)) void rows_tile(const int NP, int kc, const float *restrict a, int step,
+/* the channel vectors a part of a tile takes: all of RC with AVX-512, 2 of its 8 with AVX2 (16 registers) */
+enum { RCV = VW == 16 ? 4 : 2 };
+
+/* NP pixels by RCV vectors of channels (w, acc and init at the part's first channel, RC apart) */
+static inline __attribute__((always_inline)) void rows_part(const int NP, int kc, const float *restrict a, int step,
                                                             const int32_t *restrict koff, const float *restrict w,
                                                             float *restrict acc, const float *restrict init) {
-    __m512 c[RP * 4];
+    vf c[RP * RCV];
 #pragma GCC unroll 7
     for (int j = 0; j < NP; j++)
 #pragma GCC unroll 4
-        for (int v = 0; v < 4; v++)  /* the first chunk starts from the bias (init), the others from acc */
-            c[j * 4 + v] = _mm512_load_ps(init != NULL ? init + 16 * v : acc + j * RC + 16 * v);
+        for (int v = 0; v < RCV; v++)  /* the first chunk starts from the bias (init), the others from acc */
+            c[j * RCV + v] = vload(init != NULL ? init + VW * v : acc + j * RC + VW * v);
     for (int k = 0; k < kc; k++) {
         const float *ak = a + koff[k];
         /* unaligned loads: ggml aligns tensors to 32 bytes only (measured as fast as aligned here) */
-        const __m512 w0 = _mm512_loadu_ps(w + k * RC), w1 = _mm512_loadu_ps(w + k * RC + 16);
-        const __m512 w2 = _mm512_loadu_ps(w + k * RC + 32), w3 = _mm512_loadu_ps(w + k * RC + 48);
+        vf wv[RCV];
+#pragma GCC unroll 4
+        for (int v = 0; v < RCV; v++)
+            wv[v] = vloadu(w + k * RC + VW * v);
 #pragma GCC unroll 7
         for (int j = 0; j < NP; j++) {
-            const __m512 bj = _mm512_set1_ps(ak[j * step]);
-            c[j * 4] = _mm512_fmadd_ps(w0, bj, c[j * 4]);
-            c[j * 4 + 1] = _mm512_fmadd_ps(w1, bj, c[j * 4 + 1]);
-            c[j * 4 + 2] = _mm512_fmadd_ps(w2, bj, c[j * 4 + 2]);
-            c[j * 4 + 3] = _mm512_fmadd_ps(w3, bj, c[j * 4 + 3]);
+            const vf bj = vset1(ak[j * step]);
+#pragma GCC unroll 4
+            for (int v = 0; v < RCV; v++)
+                c[j * RCV + v] = vfmadd(wv[v], bj, c[j * RCV + v]);
         }
     }
 #pragma GCC unroll 7
     for (int j = 0; j < NP; j++)
 #pragma GCC unroll 4
-        for (int v = 0; v < 4; v++)
-            _mm512_store_ps(acc + j * RC + 16 * v, c[j * 4 + v]);
+        for (int v = 0; v < RCV; v++)
+            vstore(acc + j * RC + VW * v, c[j * RCV + v]);
+}
+
+/* a tile's sums: NP pixels by the panel's RC channels, a part of RCV channel vectors at a time */
+static inline __attribute__((always_inline)) void rows_tile(const int NP, int kc, const float *restrict a, int step,
+                                                            const int32_t *restrict koff, const float *restrict w,
+                                                            float *restrict acc, const float *restrict init) {
+#pragma GCC unroll 4
+    for (int c0 = 0; c0 < RC; c0 += VW * RCV)
+        rows_part(NP, kc, a, step, koff, w + c0, acc + c0, init != NULL ? init + c0 : NULL);
 }
 
 static void rows_tile_n(int np, int kc, const float *a, int step, const int32_t *koff, const float *w, float *acc,
@@ -1639,6 +1652,7 @@ static void rows_tile_n(int np, int kc, const float *a, int step, const int32_t 
  * 8 x 16 block (the tile's pixels and zero rows) transposed in registers into 16 rows of 8 pixels,
  * each stored with a mask, which writes nothing past the tile (another unit's pixels, or past the
  * plane; plain stores where the block's next tile rewrites those pixels measured no faster) */
+#if VW == 16
 static void rows_store(const float *acc, int np, int nr, float *out, const float *res, int64_t P, int relu) {
     const __mmask8 m = (__mmask8)((1u << np) - 1);
     const __m256 zero = _mm256_setzero_ps();
@@ -1684,39 +1698,49 @@ static void rows_store(const float *acc, int np, int nr, float *out, const float
     }
 }
 
+#endif
+
 /* out[o P + i] = acc[i RC + o] (+ res[o P + i]), ReLU'd, for o < nr, i < np: rows_store over a block of
- * np consecutive pixels whose sums are consecutive in acc (rows of whole tiles), 16 pixels by 16
- * channels transposed in registers at a time, so that each channel's 16 pixels are one store (masked
- * only at the block's end) rather than rows_store's two or three masked ones of 8 (faster on
+ * np consecutive pixels whose sums are consecutive in acc (rows of whole tiles), VW pixels by VW
+ * channels transposed in registers at a time, so that each channel's VW pixels are one store (masked
+ * only at the block's end) rather than rows_store's two or three masked ones of 8 (AVX-512: faster on
  * ResNet-18's 56 x 56 layers: docs/benchmarks.md); the same operations on each value, so the same bits */
 static void rows_store_block(const float *acc, int np, int nr, float *out, const float *res, int64_t P, int relu) {
-    const __m512 zero = _mm512_setzero_ps();
-    for (int i0 = 0; i0 < np; i0 += 16) {
-        const int n = imin(16, np - i0);
-        const __mmask16 m = lanes(0, n);
-        for (int v = 0; v * 16 < nr; v++) {
-            __m512 r[16], o[16];
+    const vf zero = vzero();
+    for (int i0 = 0; i0 < np; i0 += VW) {
+        const int n = imin(VW, np - i0);
+        const vmask m = vfirst(n);
+        for (int v = 0; v * VW < nr; v++) {
+            vf r[VW], o[VW];
 #pragma GCC unroll 16
-            for (int j = 0; j < 16; j++)
-                r[j] = j < n ? _mm512_load_ps(acc + (int64_t)(i0 + j) * RC + 16 * v) : zero;
+            for (int j = 0; j < VW; j++)
+                r[j] = j < n ? vload(acc + (int64_t)(i0 + j) * RC + VW * v) : zero;
             vtranspose(r, o);
-            for (int e = 0; e < 16 && 16 * v + e < nr; e++) {
-                float *y = out + (int64_t)(16 * v + e) * P + i0;
-                __m512 z = o[e];
+            for (int e = 0; e < VW && VW * v + e < nr; e++) {
+                float *y = out + (int64_t)(VW * v + e) * P + i0;
+                vf z = o[e];
                 if (res != NULL) {
-                    const float *rr = res + (int64_t)(16 * v + e) * P + i0;
-                    z = _mm512_add_ps(z, n == 16 ? _mm512_loadu_ps(rr) : _mm512_maskz_loadu_ps(m, rr));
+                    const float *rr = res + (int64_t)(VW * v + e) * P + i0;
+                    z = vadd(z, n == VW ? vloadu(rr) : vloadu_mask(m, rr));
                 }
                 if (relu)
-                    z = _mm512_max_ps(zero, z);  /* NaN kept, as pixel_tile */
-                if (n == 16)
-                    _mm512_storeu_ps(y, z);
+                    z = vmax(zero, z);  /* NaN kept, as pixel_tile */
+                if (n == VW)
+                    vstoreu(y, z);
                 else
-                    _mm512_mask_storeu_ps(y, m, z);
+                    vstoreu_mask(y, m, z);
             }
         }
     }
 }
+
+#if VW == 8
+/* a tile's RP pixels fit one AVX2 vector: rows_store_block's transposes of 8 pixels by 8 channels are
+ * a tile's own */
+static void rows_store(const float *acc, int np, int nr, float *out, const float *res, int64_t P, int relu) {
+    rows_store_block(acc, np, nr, out, res, P, relu);
+}
+#endif
 
 static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) {
     const conv_args op = conv_args_of(dst, pr);
@@ -1813,16 +1837,8 @@ static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) 
     return 1;
 }
 
-#else
-static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) {
-    (void)dst; (void)ith; (void)nth; (void)pr;
-    return 0;  /* no AVX2 path: ggmlpy_conv_pixels_rows(4) is 0, so no layer is given block 4 */
-}
-enum { RC = 0 };
-#endif
-
 /* channels a panel of the pixel kernels with pv vectors (1, 2, 3: blocks of 16 pv pixels), or of the
- * lanes kernel (4; AVX-512 alone); 0 where the build has no such kernel */
+ * lanes kernel (4) */
 int ggmlpy_conv_pixels_rows(int pv) { return pv >= 1 && pv <= 3 ? 24 / pv : pv == 4 ? RC : 0; }
 
 void ggmlpy_conv2d_pixels_f32(void *dst, int ith, int nth, void *userdata) {

@@ -62,9 +62,8 @@ class Kernels:
         self._pool_fn = conv_lib.ggmlpy_maxpool2d_f32 if conv_lib is not None else None
         self._linear_fn = conv_lib.ggmlpy_linear_f32 if conv_lib is not None else None
         self.linear = self._linear if conv_lib is not None else None  # None: a product, then ggml's add
-        # the packed products (linear layers, conv2d_packed) and the pixel-major convolutions (conv2d_pixels'
-        # blocks of 16-pixel vectors, conv2d_pool) have AVX2 and AVX-512 paths; the lanes kernel
-        # (conv2d_pixels' block 4) AVX-512 alone
+        # the packed products (linear layers, conv2d_packed) and the pixel-major convolutions (conv2d_pixels,
+        # conv2d_pool) have AVX2 and AVX-512 paths
         self.packed_rows = int(conv_lib.ggmlpy_linear_packed_mr()) if conv_lib is not None else 0  # 0: no AVX2 or AVX-512
         self._packed_fn = conv_lib.ggmlpy_linear_packed_f32 if self.packed_rows else None
         self.linear_packed = self._linear_packed if self.packed_rows else None  # None: linear, over OpenBLAS
@@ -73,7 +72,6 @@ class Kernels:
         pixels = conv_lib is not None and int(conv_lib.ggmlpy_conv_pixels_rows(1)) > 0
         self._conv_pixels_fn = conv_lib.ggmlpy_conv2d_pixels_f32 if pixels else None
         self.conv2d_pixels = self._conv2d_pixels if pixels else None  # None: no AVX2 or AVX-512
-        self.conv_lanes = pixels and int(conv_lib.ggmlpy_conv_pixels_rows(4)) > 0  # conv2d_pixels' block 4
         self.conv2d_pool = self._conv2d_pool if pixels else None  # None: the convolution, then maxpool2d
         self.conv2d = self._conv2d if conv_lib is not None else None  # None: ggml's im2col and products
         self.maxpool2d = self._maxpool2d if conv_lib is not None else None  # None: ggml's pool_2d
@@ -188,7 +186,7 @@ class Kernels:
         stride 2, and on the 1x1 downsampling of 64 channels, ties or wins on that of 128 and 256 and
         wins on every 3x3 layer from 56 x 56 on; without `taps` it is not chosen), and LANE_IN_PLACE
         times that for an `unpadded` layer, whose input it reads in place rather than copying (measured
-        on the 1x1 downsampling of 64 channels, where it then wins; the AVX-512 build alone has it);
+        on the 1x1 downsampling of 64 channels, where it then wins);
         "channels" where conv.c has no pixel-major kernels; None without AVX2 or AVX-512 or below 8
         channels (depthwise), where OpenBLAS's conv2d runs it."""
         oh, ow = out_hw
@@ -207,7 +205,7 @@ class Kernels:
             by_pixels = speed * used(virtual, 48, pixels) * used(channels, 8)
             lane_speed = (1.3 if stride == 1 else 1.2) * (LANE_IN_PLACE if unpadded else 1.0)
             by_lanes = (lane_speed * taps / (taps + LANE_STORE_TAPS) * used(channels, LANE_CHANNELS)
-                        * used(ow, LANE_PIXELS)) if self.conv_lanes else 0.0
+                        * used(ow, LANE_PIXELS))
         else:
             by_pixels = 1.1 * used(pixels, 48) * used(channels, 8)
         by_channels = used(channels, self.packed_rows)
@@ -221,8 +219,7 @@ class Kernels:
         out[g * panels + p, k, r] = W[g * M/groups + p * rows + r, k], zero past each group's channels."""
         rows = int(self.conv_lib.ggmlpy_conv_pixels_rows(vectors))
         if rows == 0:
-            raise ValueError(f"pack_conv_pixels: vectors must be 1, 2, 3{' or 4' if self.conv_lanes else ''} "
-                             f"(4, channels in the lanes, needs the AVX-512 build), got {vectors}")
+            raise ValueError(f"pack_conv_pixels: vectors must be 1, 2, 3 or 4, got {vectors}")
         M = w.shape[0]
         Mg = M // groups
         npan = -(-Mg // rows)
