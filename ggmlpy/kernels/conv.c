@@ -1638,7 +1638,8 @@ static inline __attribute__((always_inline)) void rows_tile(const int NP, int kc
         rows_part(NP, kc, a, step, koff, w + c0, acc + c0, init != NULL ? init + c0 : NULL);
 }
 
-static void rows_tile_n(int np, int kc, const float *a, int step, const int32_t *koff, const float *w, float *acc,
+/* not inlined into its caller: there the step's multiples are spilled, five stack loads a tap */
+static __attribute__((noinline)) void rows_tile_n(int np, int kc, const float *a, int step, const int32_t *koff, const float *w, float *acc,
                         const float *init) {
     switch (np) {
 #define NPIX(n) case n: rows_tile(n, kc, a, step, koff, w, acc, init); break;
