@@ -1838,6 +1838,9 @@ static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) 
     return 1;
 }
 
+/* the floats of this build's vectors: 16 (AVX-512), 8 (AVX2), 0 (none: no packed or pixel-major kernels) */
+int ggmlpy_conv_vector_floats(void) { return VW; }
+
 /* channels a panel of the pixel kernels with pv vectors (1, 2, 3: blocks of 16 pv pixels), or of the
  * lanes kernel (4) */
 int ggmlpy_conv_pixels_rows(int pv) { return pv >= 1 && pv <= 3 ? 24 / pv : pv == 4 ? RC : 0; }
@@ -1868,6 +1871,8 @@ void ggmlpy_conv2d_pixels_f32(void *dst, int ith, int nth, void *userdata) {
 }
 #else
 int ggmlpy_conv_pixels_rows(int pv) { (void)pv; return 0; }  /* no AVX2 or AVX-512: no pixel-major convolution */
+
+int ggmlpy_conv_vector_floats(void) { return 0; }
 
 void ggmlpy_conv2d_pixels_f32(void *dst, int ith, int nth, void *userdata) {
     (void)dst; (void)ith; (void)nth; (void)userdata;
