@@ -1128,7 +1128,8 @@ def test_packed_conv_kind_is_channels_without_the_pixel_kernels(monkeypatch):
 
 
 @needs_pixel_conv
-def test_packed_conv_kind_follows_the_padding_lanes():
+def test_packed_conv_kind_follows_the_padding_lanes(monkeypatch):
+    monkeypatch.setattr(K, "vector_floats", 16)  # the AVX-512 build's speeds (the AVX2 build's: below)
     def kind(out_hw, channels, kernel=(3, 3), stride=(1, 1), cin=64):
         return K.packed_conv_kind(out_hw, channels, *kernels.direct_planes(out_hw, kernel, stride, (1, 1), cin),
                                   stride=stride[0])
@@ -1149,7 +1150,8 @@ def test_packed_conv_kind_follows_the_padding_lanes():
 
 
 @needs_pixel_conv
-def test_lane_conv_is_chosen_where_its_taps_outweigh_its_transposed_stores():
+def test_lane_conv_is_chosen_where_its_taps_outweigh_its_transposed_stores(monkeypatch):
+    monkeypatch.setattr(K, "vector_floats", 16)  # the AVX-512 build's speeds (the AVX2 build's: below)
     def kind(out_hw, channels, kernel=(3, 3), stride=(1, 1), cin=64):
         return K.packed_conv_kind(out_hw, channels, *kernels.direct_planes(out_hw, kernel, stride, (1, 1), cin),
                                   stride=stride[0], taps=cin * kernel[0] * kernel[1], unpadded=kernel == (1, 1))
