@@ -901,7 +901,7 @@ def test_linear_with_packed_weights_split_into_parts(parts, d, k, t):
 needs_packed_conv = pytest.mark.skipif(K is None or K.conv2d_packed is None,
                                        reason="no AVX2 or AVX-512 (or no conv.c): convolutions use OpenBLAS")
 needs_pixel_conv = pytest.mark.skipif(K is None or K.conv2d_pixels is None,
-                                      reason="no AVX-512 (or no conv.c): no pixel-major convolutions")
+                                      reason="no AVX2 or AVX-512 (or no conv.c): no pixel-major convolutions")
 
 
 @needs_packed_conv
@@ -1128,7 +1128,8 @@ def test_packed_conv_kind_is_channels_without_the_pixel_kernels(monkeypatch):
 
 
 @needs_pixel_conv
-def test_packed_conv_kind_follows_the_padding_lanes():
+def test_packed_conv_kind_follows_the_padding_lanes(monkeypatch):
+    monkeypatch.setattr(K, "vector_floats", 16)  # the AVX-512 build's speeds (the AVX2 build's: below)
     def kind(out_hw, channels, kernel=(3, 3), stride=(1, 1), cin=64):
         return K.packed_conv_kind(out_hw, channels, *kernels.direct_planes(out_hw, kernel, stride, (1, 1), cin),
                                   stride=stride[0])
@@ -1149,7 +1150,8 @@ def test_packed_conv_kind_follows_the_padding_lanes():
 
 
 @needs_pixel_conv
-def test_lane_conv_is_chosen_where_its_taps_outweigh_its_transposed_stores():
+def test_lane_conv_is_chosen_where_its_taps_outweigh_its_transposed_stores(monkeypatch):
+    monkeypatch.setattr(K, "vector_floats", 16)  # the AVX-512 build's speeds (the AVX2 build's: below)
     def kind(out_hw, channels, kernel=(3, 3), stride=(1, 1), cin=64):
         return K.packed_conv_kind(out_hw, channels, *kernels.direct_planes(out_hw, kernel, stride, (1, 1), cin),
                                   stride=stride[0], taps=cin * kernel[0] * kernel[1], unpadded=kernel == (1, 1))
@@ -1173,6 +1175,25 @@ def test_lane_conv_is_chosen_where_its_taps_outweigh_its_transposed_stores():
     assert kind((14, 14), 256, stride=(2, 1), cin=256) != "lanes"             # unequal strides: no phase planes
     assert K.packed_conv_kind((14, 14), 256, *kernels.direct_planes((14, 14), (3, 3), (1, 1), (1, 1), 256)) \
         == "pixels"                                                           # taps unknown: never lanes
+
+
+@needs_pixel_conv
+def test_the_avx2_build_picks_its_own_fastest_kernel_per_layer(monkeypatch):
+    """With AVX2 (measured on its layers) the lanes kernel is no faster than the channel one: ResNet-18's
+    planes from 56 x 56 to 28 x 28 take the pixel kernel, those of 14 x 14 and 7 x 7 the channel one."""
+    monkeypatch.setattr(K, "vector_floats", 8)
+
+    def kind(out_hw, channels, kernel=(3, 3), stride=(1, 1), cin=64):
+        return K.packed_conv_kind(out_hw, channels, *kernels.direct_planes(out_hw, kernel, stride, (1, 1), cin),
+                                  stride=stride[0], taps=cin * kernel[0] * kernel[1], unpadded=kernel == (1, 1))
+    assert kind((112, 112), 64, (7, 7), (2, 2), cin=3) == "pixels"
+    assert kind((56, 56), 64) == "pixels"
+    assert kind((28, 28), 128, stride=(2, 2)) == kind((28, 28), 128, (1, 1), (2, 2)) == "pixels"
+    assert kind((28, 28), 128, cin=128) == "pixels"
+    for hw, c in (((14, 14), 256), ((7, 7), 512)):
+        assert kind(hw, c, cin=c) == kind(hw, 2 * c, stride=(2, 2), cin=c) == "channels"
+        assert kind(hw, 2 * c, (1, 1), (2, 2), cin=c) == "channels"
+    assert kind((14, 14), 20, cin=256) == "pixels"  # 20 channels: the channel kernel's panels of 32 mostly padding
 
 
 @needs_pixel_conv

@@ -49,7 +49,7 @@ def test_im2col_blocks_of_any_number_of_rows_are_right_and_in_bounds(level, tmp_
 
 @pytest.mark.skipif(CC is None, reason="no C compiler")
 @pytest.mark.parametrize("level", list(kernels.ISA_LEVELS))
-@pytest.mark.parametrize("harness", ["linear_check.c", "attention_check.c", "gelu_check.c"])
+@pytest.mark.parametrize("harness", ["linear_check.c", "attention_check.c", "gelu_check.c", "scalar_check.c"])
 def test_vector_tails_are_right_and_in_bounds(harness, level, tmp_path):
     """The tails of vmath.h's vectors (masked loads and stores, partial register blocks) in the packed
     linear layers, the attention and GELU, against float64 at every level: the AVX-512 build's 16
@@ -88,10 +88,11 @@ def test_the_default_level_is_the_best_this_cpu_runs(monkeypatch):
                                      "for this CPU alone): AVX2 paths")
     monkeypatch.setattr(loader, "_cpu_flags", lambda: set())  # off x86-64
     assert kernels.isa_level() == "native"
-    assert kernels.isa_summary() == "native (no x86-64 level applies to this CPU): scalar paths"
+    assert kernels.isa_summary() == ("native (no x86-64 level applies to this CPU): scalar paths (no vector "
+                                     "kernels: convolutions and linear layers use OpenBLAS's products)")
     monkeypatch.setattr(loader, "_cpu_flags", lambda: avx2)
     monkeypatch.setenv("GGMLPY_KERNELS_ISA", "x86-64-v2")
-    assert kernels.isa_summary() == "x86-64-v2 (GGMLPY_KERNELS_ISA=x86-64-v2): scalar paths"
+    assert kernels.isa_summary() == f"x86-64-v2 (GGMLPY_KERNELS_ISA=x86-64-v2): {loader.SCALAR_PATHS}"
 
 
 def test_info_says_which_level_the_kernels_are_built_for(monkeypatch):

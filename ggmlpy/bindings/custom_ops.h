@@ -31,6 +31,7 @@ void ggmlpy_conv2d_packed_f32(struct ggml_tensor * dst, int ith, int nth, void *
 int ggmlpy_linear_packed_mr(void);
 void ggmlpy_conv2d_pixels_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 int ggmlpy_conv_pixels_rows(int pv);
+int ggmlpy_conv_vector_floats(void);
 int ggmlpy_conv_params_count(void);
 void ggmlpy_im2col_back_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 // rnn.c

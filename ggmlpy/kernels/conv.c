@@ -45,7 +45,7 @@ int ggmlpy_conv_params_count(void) { return P_COUNT; }
 
 static int imin(int a, int b) { return a < b ? a : b; }
 static int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t imax64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t imax64(int64_t a, int64_t b) { return a > b ? a : b; }
 static int imax(int a, int b) { return a > b ? a : b; }
 static int clampi(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
@@ -942,10 +942,17 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
 }
 #endif
 
-#ifdef __AVX512F__
-/* The convolution with pixels in the vector lanes (AVX-512), for layers whose output planes are
+#ifdef VW
+/* The pixel-major kernels' blocks are made of 16-pixel segments in both builds (the same blocks, panels
+ * and packing, so the same sums in the same order: the same bits): a segment is one vector with
+ * AVX-512, SV = 2 with AVX2, where a block's accumulators (24 vectors with AVX-512) are twice the 16
+ * registers and each block is computed in parts of 12 accumulators. */
+enum { SV = 16 / VW };
+typedef uint16_t seg_bits;  /* a segment's pixels, one bit each (a __mmask16 with AVX-512) */
+
+/* The convolution with pixels in the vector lanes, for layers whose output planes are
  * wide: out (P x M) = col (P x CKK) W^T (CKK x M) in blocks of PV*16 pixels by PR output channels
- * (PV * PR = 24 accumulators), so that each block's channel rows land in the NCHW output as whole
+ * (PV * PR = 24), so that each block's channel rows land in the NCHW output as whole
  * vectors (bias, residual and ReLU applied in registers, masked at the plane's end). A strip of
  * PV*16 pixels' patches is exactly what im2col_block writes with ld = PV*16 ([k][pixels]); the
  * weights are packed at load in panels of PR channels, [CKK][PR] each (pack_conv_pixels in
@@ -955,56 +962,74 @@ void ggmlpy_linear_packed_f32(void *dst, int ith, int nth, void *userdata) {
  * split evenly over the threads. userdata as ggmlpy_conv2d_f32's, with block = PV (1, 2 or 3). */
 enum { PKC = 192 };
 
-static inline __attribute__((always_inline)) void pixel_tile(const int PV, const int PR, int kc,
-                                                             const float *restrict a, const float *restrict b,
-                                                             float *out, int64_t P, int nr, const __mmask16 *mask,
-                                                             int first, int last, const float *bias, const float *res,
-                                                             int relu) {
-    __m512 c[24];
+/* NV vectors of a strip (LD floats a row, from a) by NC channels of a panel (PR a row, from b): the
+ * part of a block that pixel_tile computes at once, its sums from the bias (first) or the output,
+ * with the residual and ReLU (last); m: the pixels from a's first that are in the plane (the lanes
+ * past them are never loaded nor stored), nr: the panel's channels from b's first that are real */
+static inline __attribute__((always_inline)) void pixel_part(const int NV, const int NC, const int LD, const int PR,
+                                                             int kc, const float *restrict a, const float *restrict b,
+                                                             float *out, int64_t P, int nr, int m, int first, int last,
+                                                             const float *bias, const float *res, int relu) {
+    vf c[24];
 #pragma GCC unroll 24
-    for (int j = 0; j < PR; j++)
-#pragma GCC unroll 3
-        for (int v = 0; v < PV; v++) {
+    for (int j = 0; j < NC; j++)
+#pragma GCC unroll 6
+        for (int v = 0; v < NV; v++) {
             if (j >= nr)
-                c[j * PV + v] = _mm512_setzero_ps();
+                c[j * NV + v] = vzero();
             else if (first)
-                c[j * PV + v] = bias ? _mm512_set1_ps(bias[j]) : _mm512_setzero_ps();
-            else if (mask[v] == 0xFFFF)  /* masked loads and stores are slow here: only at the plane's end */
-                c[j * PV + v] = _mm512_loadu_ps(out + j * P + 16 * v);
+                c[j * NV + v] = bias ? vset1(bias[j]) : vzero();
+            else if (m >= VW * (v + 1))  /* masked loads and stores are slow here: only at the plane's end */
+                c[j * NV + v] = vloadu(out + j * P + VW * v);
             else
-                c[j * PV + v] = _mm512_maskz_loadu_ps(mask[v], out + j * P + 16 * v);
+                c[j * NV + v] = vloadu_mask(vfirst(m - VW * v), out + j * P + VW * v);
         }
     for (int k = 0; k < kc; k++) {
-        __m512 av[3];
-#pragma GCC unroll 3
-        for (int v = 0; v < PV; v++)
-            av[v] = _mm512_load_ps(a + (int64_t)k * PV * 16 + 16 * v);  /* the strip buffer is 64-byte aligned */
+        vf av[6];
+#pragma GCC unroll 6
+        for (int v = 0; v < NV; v++)
+            av[v] = vload(a + (int64_t)k * LD + VW * v);  /* the strip buffer is 64-byte aligned */
 #pragma GCC unroll 24
-        for (int j = 0; j < PR; j++) {
-            const __m512 bj = _mm512_set1_ps(b[k * PR + j]);
-#pragma GCC unroll 3
-            for (int v = 0; v < PV; v++)
-                c[j * PV + v] = _mm512_fmadd_ps(av[v], bj, c[j * PV + v]);
+        for (int j = 0; j < NC; j++) {
+            const vf bj = vset1(b[k * PR + j]);
+#pragma GCC unroll 6
+            for (int v = 0; v < NV; v++)
+                c[j * NV + v] = vfmadd(av[v], bj, c[j * NV + v]);
         }
     }
-    const __m512 zero = _mm512_setzero_ps();
+    const vf zero = vzero();
 #pragma GCC unroll 24
-    for (int j = 0; j < PR; j++)
+    for (int j = 0; j < NC; j++)
         if (j < nr)
-#pragma GCC unroll 3
-            for (int v = 0; v < PV; v++) {
-                __m512 y = c[j * PV + v];
-                const int full = mask[v] == 0xFFFF;
+#pragma GCC unroll 6
+            for (int v = 0; v < NV; v++) {
+                vf y = c[j * NV + v];
+                const int full = m >= VW * (v + 1);
                 if (last && res)
-                    y = _mm512_add_ps(y, full ? _mm512_loadu_ps(res + j * P + 16 * v)
-                                              : _mm512_maskz_loadu_ps(mask[v], res + j * P + 16 * v));
+                    y = vadd(y, full ? vloadu(res + j * P + VW * v) : vloadu_mask(vfirst(m - VW * v), res + j * P + VW * v));
                 if (last && relu)
-                    y = _mm512_max_ps(zero, y);  /* max(0, NaN) is the NaN: the second operand wins */
+                    y = vmax(zero, y);  /* max(0, NaN) is the NaN: the second operand wins */
                 if (full)
-                    _mm512_storeu_ps(out + j * P + 16 * v, y);
-                else
-                    _mm512_mask_storeu_ps(out + j * P + 16 * v, mask[v], y);
+                    vstoreu(out + j * P + VW * v, y);
+                else if (m > VW * v)
+                    vstoreu_mask(out + j * P + VW * v, vfirst(m - VW * v), y);
             }
+}
+
+/* A block of PV*16 pixels by PR channels: one part with AVX-512; with AVX2 parts of 12 accumulators
+ * (PV 3: 3 vectors by 4 channels; 1 and 2: 2 vectors by 6), none for channels past nr */
+static inline __attribute__((always_inline)) void pixel_tile(const int PV, const int PR, int kc,
+                                                             const float *restrict a, const float *restrict b,
+                                                             float *out, int64_t P, int nr, int m, int first, int last,
+                                                             const float *bias, const float *res, int relu) {
+    const int NV = VW == 16 ? PV : PV == 3 ? 3 : 2, NC = VW == 16 ? PR : 12 / NV;
+#pragma GCC unroll 6
+    for (int v = 0; v < PV * SV; v += NV)
+#pragma GCC unroll 12
+        for (int j = 0; j < PR; j += NC)
+            if (j < nr && m > VW * v)  /* parts wholly past the panel's channels or the plane's end: none */
+                pixel_part(NV, NC, PV * 16, PR, kc, a + VW * v, b + j, out + j * P + VW * v, P, nr - j, m - VW * v,
+                           first, last, bias ? bias + j : NULL, res ? res + j * P + VW * v : NULL, relu);
 }
 
 static inline __attribute__((always_inline)) void conv_pixels(const int PV, const int PR, void *dst, int ith, int nth,
@@ -1039,15 +1064,12 @@ static inline __attribute__((always_inline)) void conv_pixels(const int PV, cons
             for (int r = 0; r < CKK; r++)
                 memset(col + (int64_t)r * LD + m, 0, (size_t)(LD - m) * sizeof(float));
         im2col_block(x + ((int64_t)n * G + gi) * g.C * in_plane, col, p0, m, LD, &g);
-        __mmask16 mask[3];
-        for (int v = 0; v < 3; v++)
-            mask[v] = m >= 16 * (v + 1) ? 0xFFFF : m > 16 * v ? (__mmask16)((1u << (m - 16 * v)) - 1) : 0;
         for (int kb = 0; kb < CKK; kb += PKC) {
             const int kc = imin(PKC, CKK - kb), last = kb + kc >= CKK;
             for (int q = q0; q < q1; q++) {
                 const int o0 = q * PR;
                 pixel_tile(PV, PR, kc, col + (int64_t)kb * LD, wp + (((int64_t)gi * npan + q) * CKK + kb) * PR,
-                           out + (int64_t)o0 * P, P, imin(PR, Mg - o0), mask, kb == 0, last,
+                           out + (int64_t)o0 * P, P, imin(PR, Mg - o0), (int)m, kb == 0, last,
                            bias ? bias + gi * Mg + o0 : NULL, rg ? rg + (int64_t)o0 * P : NULL, flags & F_RELU);
             }
         }
@@ -1085,8 +1107,8 @@ static float *rows_scratch(size_t n) {
 
 /* n zeros at r: a masked store where they fit in one vector */
 static inline void zero_run(float *r, int n) {
-    if (n <= 16)
-        _mm512_mask_storeu_ps(r, lanes(0, n), _mm512_setzero_ps());
+    if (n <= VW)
+        vstoreu_mask(r, vfirst(n), vzero());
     else
         memset(r, 0, (size_t)n * sizeof(float));
 }
@@ -1117,14 +1139,10 @@ static void phase_planes(const float *x, float *xp, const geom *g, int S, int Hs
                     if (S == 1) {
                         memcpy(r + lo, row + lo + off, (size_t)(hi - lo) * sizeof(float));
                         j = hi;
-                    } else if (S == 2) {  /* 16 columns a step: the even lanes of two loads, as patch_row */
-                        for (; j < hi; j += 16) {  /* the last step's lanes past hi are not stored */
+                    } else if (S == 2) {  /* VW columns a step: the even lanes of two loads, as patch_row */
+                        for (; j < hi; j += VW) {  /* the last step's lanes past hi are not stored */
                             const int i0 = 2 * j + off;
-                            const __m512 v = even_lanes(load_in_row(row, i0, g->W), load_in_row(row, i0 + 16, g->W));
-                            if (j + 16 <= hi)
-                                _mm512_storeu_ps(r + j, v);
-                            else
-                                _mm512_mask_storeu_ps(r + j, lanes(0, hi - j), v);
+                            vstoreu_n(r + j, hi - j, even_lanes(load_in_row(row, i0, g->W), load_in_row(row, i0 + VW, g->W)));
                         }
                         j = hi;
                     }
@@ -1159,38 +1177,61 @@ static void rows_read(int64_t ua, int64_t ub, int npan, const geom *g, int S, in
     *i1 = (int)imin64(Hs, (vector_start(sb, 2, segs, nvec, Ws) + 15) / Ws + (int64_t)(g->KH - 1) * g->DH / S + 1);
 }
 
+/* 3 vectors of a block (from a0, a1, a2 at each tap's koff) by NC channels of its panel (from b, 8 a
+ * row): acc[j 3 SV + i] for channel j and the block's vector i, these being i0 .. i0 + 2 */
+static inline __attribute__((always_inline)) void direct_part(const int NC, int CKK, const float *restrict a0,
+                                                              const float *restrict a1, const float *restrict a2,
+                                                              const int32_t *restrict koff, const float *restrict b,
+                                                              vf *acc, int i0, const float *bias, int nr) {
+    vf c[24];
+#pragma GCC unroll 8
+    for (int j = 0; j < NC; j++)
+#pragma GCC unroll 3
+        for (int v = 0; v < 3; v++)  /* a group's last panel may have fewer than 8 channels: read only theirs */
+            c[j * 3 + v] = bias && j < nr ? vset1(bias[j]) : vzero();
+    for (int k = 0; k < CKK; k++) {
+        const vf v0 = vloadu(a0 + koff[k]), v1 = vloadu(a1 + koff[k]), v2 = vloadu(a2 + koff[k]);
+#pragma GCC unroll 8
+        for (int j = 0; j < NC; j++) {
+            const vf bj = vset1(b[k * 8 + j]);
+            c[j * 3] = vfmadd(v0, bj, c[j * 3]);
+            c[j * 3 + 1] = vfmadd(v1, bj, c[j * 3 + 1]);
+            c[j * 3 + 2] = vfmadd(v2, bj, c[j * 3 + 2]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NC; j++)
+#pragma GCC unroll 3
+        for (int v = 0; v < 3; v++)
+            acc[j * 3 * SV + i0 + v] = c[j * 3 + v];
+}
+
+/* a block's sums: 3 segments of 16 pixels (from a0, a1, a2) by a panel's 8 channels, from the bias, into
+ * acc[j 3 SV + v SV + h] (channel j, segment v, its vector h); with AVX-512 one part, with AVX2 four
+ * (3 vectors by 4 channels), none for channels past nr */
 static inline __attribute__((always_inline)) void direct_tile(int CKK, const float *restrict a0,
                                                               const float *restrict a1, const float *restrict a2,
                                                               const int32_t *restrict koff, const float *restrict b,
-                                                              __m512 *acc, const float *bias, int nr) {
-    __m512 c[24];
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++)
-#pragma GCC unroll 3
-        for (int v = 0; v < 3; v++)  /* a group's last panel may have fewer than 8 channels: read only theirs */
-            c[j * 3 + v] = bias && j < nr ? _mm512_set1_ps(bias[j]) : _mm512_setzero_ps();
-    for (int k = 0; k < CKK; k++) {
-        const __m512 v0 = _mm512_loadu_ps(a0 + koff[k]), v1 = _mm512_loadu_ps(a1 + koff[k]),
-                     v2 = _mm512_loadu_ps(a2 + koff[k]);
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
-            const __m512 bj = _mm512_set1_ps(b[k * 8 + j]);
-            c[j * 3] = _mm512_fmadd_ps(v0, bj, c[j * 3]);
-            c[j * 3 + 1] = _mm512_fmadd_ps(v1, bj, c[j * 3 + 1]);
-            c[j * 3 + 2] = _mm512_fmadd_ps(v2, bj, c[j * 3 + 2]);
-        }
-    }
-#pragma GCC unroll 24
-    for (int i = 0; i < 24; i++)
-        acc[i] = c[i];
+                                                              vf *acc, const float *bias, int nr) {
+    const float *at[3 * SV];
+    for (int i = 0; i < 3 * SV; i++)
+        at[i] = (i / SV == 0 ? a0 : i / SV == 1 ? a1 : a2) + VW * (i % SV);
+    enum { NC = 24 / SV / 3 };
+#pragma GCC unroll 2
+    for (int i0 = 0; i0 < 3 * SV; i0 += 3)
+#pragma GCC unroll 2
+        for (int j = 0; j < 8; j += NC)
+            if (j < nr)
+                direct_part(NC, CKK, at[i0], at[i0 + 1], at[i0 + 2], koff, b + j, acc + j * 3 * SV, i0,
+                            bias ? bias + j : NULL, nr - j);
 }
 
 /* each of block si's 3 vectors' valid lanes (virtual pixels inside a row, pv % Ws < OW, and before
  * the end Pv), as many low lanes set in count, and where the first valid one goes in the output
  * plane; one division a block, the row and column then counted along. Row segments (segs > 0): a
  * vector is whole or past the plane's nvec */
-static void block_lanes(int64_t si, int64_t Pv, int Ws, int OW, int segs, int64_t nvec, __mmask16 *valid,
-                        __mmask16 *count, int64_t *first) {
+static void block_lanes(int64_t si, int64_t Pv, int Ws, int OW, int segs, int64_t nvec, seg_bits *valid,
+                        seg_bits *count, int64_t *first) {
     if (segs > 0) {
         for (int v = 0; v < 3; v++) {
             const int64_t t = si * 3 + v;
@@ -1213,9 +1254,9 @@ static void block_lanes(int64_t si, int64_t Pv, int Ws, int OW, int segs, int64_
             if (++col == Ws)
                 col = 0, row++;
         }
-        valid[v] = (__mmask16)bits;
+        valid[v] = (seg_bits)bits;
         const int n = __builtin_popcount(bits);
-        count[v] = (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
+        count[v] = (seg_bits)(n >= 16 ? 0xFFFF : (1u << n) - 1);
     }
 }
 
@@ -1228,13 +1269,13 @@ static void prefetch_rows(const float *out, const float *res, int64_t P, int nr,
         return;
     for (int o = 0; o < nr; o++) {
         for (int64_t p = p0; p < p1; p += 16) {  /* one address in each line the range touches */
-            _mm_prefetch((const char *)(out + o * P + p), _MM_HINT_T1);
+            __builtin_prefetch(out + o * P + p, 0, 2);  /* prefetcht1: into L2 */
             if (res != NULL)
-                _mm_prefetch((const char *)(res + o * P + p), _MM_HINT_T1);
+                __builtin_prefetch(res + o * P + p, 0, 2);
         }
-        _mm_prefetch((const char *)(out + o * P + p1 - 1), _MM_HINT_T1);
+        __builtin_prefetch(out + o * P + p1 - 1, 0, 2);
         if (res != NULL)
-            _mm_prefetch((const char *)(res + o * P + p1 - 1), _MM_HINT_T1);
+            __builtin_prefetch(res + o * P + p1 - 1, 0, 2);
     }
 }
 
@@ -1254,24 +1295,50 @@ static void direct_offsets(const geom *g, int S, int64_t plane_p, int Ws, int32_
 /* a direct_tile's sums of nr channels (the block's lanes from block_lanes) into their planes, P apart
  * from out (channel o0's), each vector's valid lanes compressed to consecutive pixels from first[v],
  * plus the residual (NULL: none) at the same places, ReLU'd */
-static inline __attribute__((always_inline)) void direct_store(const __m512 *acc, int nr, const __mmask16 *valid,
-                                                               const __mmask16 *count, const int64_t *first,
+static inline __attribute__((always_inline)) void direct_store(const vf *acc, int nr, const seg_bits *valid,
+                                                               const seg_bits *count, const int64_t *first,
                                                                float *out, const float *res, int64_t P, int relu) {
     for (int j = 0; j < nr; j++)
         for (int v = 0; v < 3; v++) {
             if (!valid[v])
                 continue;
             const int64_t at = (int64_t)j * P + first[v];
-            const int full = valid[v] == 0xFFFF;  /* plain loads and stores: masked ones are slower */
-            __m512 y = full ? acc[j * 3 + v] : _mm512_maskz_compress_ps(valid[v], acc[j * 3 + v]);
+            const vf *a = acc + j * 3 * SV + v * SV;
+            if (valid[v] == 0xFFFF) {  /* plain loads and stores: masked ones are slower */
+#pragma GCC unroll 2
+                for (int h = 0; h < SV; h++) {
+                    vf y = a[h];
+                    if (res)
+                        y = vadd(y, vloadu(res + at + VW * h));
+                    if (relu)
+                        y = vmax(vzero(), y);  /* NaN kept, as pixel_tile */
+                    vstoreu(out + at + VW * h, y);
+                }
+                continue;
+            }
+#if VW == 16
+            __m512 y = _mm512_maskz_compress_ps(valid[v], a[0]);
             if (res)
-                y = _mm512_add_ps(y, full ? _mm512_loadu_ps(res + at) : _mm512_maskz_loadu_ps(count[v], res + at));
+                y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(count[v], res + at));
             if (relu)
-                y = _mm512_max_ps(_mm512_setzero_ps(), y);  /* NaN kept, as pixel_tile */
-            if (full)
-                _mm512_storeu_ps(out + at, y);
-            else
-                _mm512_mask_storeu_ps(out + at, count[v], y);
+                y = _mm512_max_ps(_mm512_setzero_ps(), y);
+            _mm512_mask_storeu_ps(out + at, count[v], y);
+#else
+            /* a row's end (AVX2 has no compress): the valid lanes one at a time, the same operations */
+            (void)count;
+            float t[16];
+            for (int h = 0; h < SV; h++)
+                vstoreu(t + VW * h, a[h]);
+            for (int l = 0, i = 0; l < 16; l++)
+                if (valid[v] >> l & 1) {
+                    float y = t[l];
+                    if (res)
+                        y = y + res[at + i];
+                    if (relu)
+                        y = 0.0f > y ? 0.0f : y;  /* vmax(0, y): y where it is NaN */
+                    out[at + i++] = y;
+                }
+#endif
         }
 }
 
@@ -1303,7 +1370,7 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
             const int64_t it = u / npan, si = it % strips, ng = it / strips;
             const int q = (int)(u % npan);
             float *out = op.y + ng * Mg * P;
-            __mmask16 valid[3], count[3];
+            seg_bits valid[3], count[3];
             int64_t first[3];
             block_lanes(si, Pv, Ws, g.OW, segs, nvec, valid, count, first);
             for (int o = q * 8; o < Mg && o < q * 8 + 8; o++)
@@ -1316,7 +1383,7 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
     direct_offsets(&g, S, plane_p, Ws, koff, used);
     int64_t padded = -1;  /* the (image, group) xp holds */
     int64_t lanes_of = -1;  /* the block whose lanes valid, count and first hold */
-    __mmask16 valid[3], count[3];
+    seg_bits valid[3], count[3];
     int64_t first[3], start[3], next0 = 0, next1 = 0;
     for (int64_t u = u0; u < u1; u++) {
         /* unit u = (image and group, block, panel), panels innermost: a block's padded input stays
@@ -1340,7 +1407,7 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
              * vector's first to its last valid vector's end */
             next0 = next1 = 0;
             if (si + 1 < strips) {
-                __mmask16 nvalid[3], ncount[3];
+                seg_bits nvalid[3], ncount[3];
                 int64_t nfirst[3];
                 block_lanes(si + 1, Pv, Ws, g.OW, segs, nvec, nvalid, ncount, nfirst);
                 for (int v = 2; v >= 0; v--)
@@ -1355,7 +1422,7 @@ static int conv_pixels_direct(void *dst, int ith, int nth, const int32_t *pr) {
         const float *rg = op.res ? op.res + ng * Mg * P : NULL;
         const int o0 = q * 8, nr = imin(8, Mg - o0);
         prefetch_rows(out + (int64_t)o0 * P, rg ? rg + (int64_t)o0 * P : NULL, P, nr, next0, next1);
-        __m512 acc[24];
+        vf acc[24 * SV];
         direct_tile(CKK, xp + start[0], xp + start[1], xp + start[2], koff, op.w + ((int64_t)gi * npan + q) * CKK * 8, acc,
                     op.bias ? op.bias + gi * Mg + o0 : NULL, nr);
         direct_store(acc, nr, valid, count, first, out + (int64_t)o0 * P, rg ? rg + (int64_t)o0 * P : NULL, P,
@@ -1471,7 +1538,7 @@ static int conv_pool_direct(void *dst, int ith, int nth, const int32_t *pr) {
             const float *xb = xp + (int64_t)r0 * Ws;
             float *ob = band + (int64_t)(r0 - lo) * g.OW;
             for (int64_t si = 0; si < blocks; si++) {
-                __mmask16 valid[3], count[3];
+                seg_bits valid[3], count[3];
                 int64_t first[3];
                 block_lanes(si, Pv, Ws, g.OW, segs, nvec, valid, count, first);
                 const float *x0 = xb + vector_start(si, 0, segs, nvec, Ws);
@@ -1479,7 +1546,7 @@ static int conv_pool_direct(void *dst, int ith, int nth, const int32_t *pr) {
                 const float *x2 = xb + vector_start(si, 2, segs, nvec, Ws);
                 for (int q = 0; q < npan; q++) {  /* panels innermost: the block's input stays in L1 */
                     const int o0 = q * 8, nr = imin(8, Mg - o0);
-                    __m512 acc[24];
+                    vf acc[24 * SV];
                     direct_tile(CKK, x0, x1, x2, koff, op.w + ((int64_t)gi * npan + q) * CKK * 8, acc,
                                 op.bias ? op.bias + gi * Mg + o0 : NULL, nr);
                     direct_store(acc, nr, valid, count, first, ob + o0 * BP, NULL, BP, op.flags & F_RELU);
@@ -1502,12 +1569,12 @@ static int conv_pool_direct(void *dst, int ith, int nth, const int32_t *pr) {
     return 1;
 }
 
-/* The convolution with output channels in the vector lanes and without patches (AVX-512; block 4 of
+/* The convolution with output channels in the vector lanes and without patches (block 4 of
  * ggmlpy_conv2d_pixels_f32). No lane is padding where a group's channels are a multiple of RC, whatever
  * the plane's width (the pixel kernels compute a row's Ws - OW virtual pixels and a plane's last partial
  * block: 18 % of the lanes on a 14 x 14 plane). A tile is NP <= RP consecutive pixels of one output row
- * by RC channels (4 vectors: 28 accumulators): each tap loads the panel's 4 weight vectors and
- * broadcasts the tile's input values, read from the zero-padded phase planes of conv_pixels_direct (tap
+ * by RC channels (AVX-512: 4 vectors, 28 accumulators; AVX2: 8 vectors, taken 2 at a time, 14
+ * accumulators): each tap loads the panel's weight vectors and broadcasts the tile's input values, read from the zero-padded phase planes of conv_pixels_direct (tap
  * k at koff[k] from the tile's virtual pixel oh Ws + ow, the pixels consecutive in a phase plane's row
  * whatever the stride). The weights are packed at load in panels of RC channels, [CKK][RC] each
  * (pack_conv_pixels with 4 vectors, zero past the group's channels). Each tile of a block of up to RTB
@@ -1527,37 +1594,52 @@ enum { RP = 7, RC = 64, RTB = 16, RKC = 128 };
 #define LANE_WHOLE_BYTES (4096 * 1024)
 #endif
 
-static inline __attribute__((always_inline)) void rows_tile(const int NP, int kc, const float *restrict a, int step,
+/* the channel vectors a part of a tile takes: all of RC with AVX-512, 2 of its 8 with AVX2 (16 registers) */
+enum { RCV = VW == 16 ? 4 : 2 };
+
+/* NP pixels by RCV vectors of channels (w, acc and init at the part's first channel, RC apart) */
+static inline __attribute__((always_inline)) void rows_part(const int NP, int kc, const float *restrict a, int step,
                                                             const int32_t *restrict koff, const float *restrict w,
                                                             float *restrict acc, const float *restrict init) {
-    __m512 c[RP * 4];
+    vf c[RP * RCV];
 #pragma GCC unroll 7
     for (int j = 0; j < NP; j++)
 #pragma GCC unroll 4
-        for (int v = 0; v < 4; v++)  /* the first chunk starts from the bias (init), the others from acc */
-            c[j * 4 + v] = _mm512_load_ps(init != NULL ? init + 16 * v : acc + j * RC + 16 * v);
+        for (int v = 0; v < RCV; v++)  /* the first chunk starts from the bias (init), the others from acc */
+            c[j * RCV + v] = vload(init != NULL ? init + VW * v : acc + j * RC + VW * v);
     for (int k = 0; k < kc; k++) {
         const float *ak = a + koff[k];
         /* unaligned loads: ggml aligns tensors to 32 bytes only (measured as fast as aligned here) */
-        const __m512 w0 = _mm512_loadu_ps(w + k * RC), w1 = _mm512_loadu_ps(w + k * RC + 16);
-        const __m512 w2 = _mm512_loadu_ps(w + k * RC + 32), w3 = _mm512_loadu_ps(w + k * RC + 48);
+        vf wv[RCV];
+#pragma GCC unroll 4
+        for (int v = 0; v < RCV; v++)
+            wv[v] = vloadu(w + k * RC + VW * v);
 #pragma GCC unroll 7
         for (int j = 0; j < NP; j++) {
-            const __m512 bj = _mm512_set1_ps(ak[j * step]);
-            c[j * 4] = _mm512_fmadd_ps(w0, bj, c[j * 4]);
-            c[j * 4 + 1] = _mm512_fmadd_ps(w1, bj, c[j * 4 + 1]);
-            c[j * 4 + 2] = _mm512_fmadd_ps(w2, bj, c[j * 4 + 2]);
-            c[j * 4 + 3] = _mm512_fmadd_ps(w3, bj, c[j * 4 + 3]);
+            const vf bj = vset1(ak[j * step]);
+#pragma GCC unroll 4
+            for (int v = 0; v < RCV; v++)
+                c[j * RCV + v] = vfmadd(wv[v], bj, c[j * RCV + v]);
         }
     }
 #pragma GCC unroll 7
     for (int j = 0; j < NP; j++)
 #pragma GCC unroll 4
-        for (int v = 0; v < 4; v++)
-            _mm512_store_ps(acc + j * RC + 16 * v, c[j * 4 + v]);
+        for (int v = 0; v < RCV; v++)
+            vstore(acc + j * RC + VW * v, c[j * RCV + v]);
 }
 
-static void rows_tile_n(int np, int kc, const float *a, int step, const int32_t *koff, const float *w, float *acc,
+/* a tile's sums: NP pixels by the panel's RC channels, a part of RCV channel vectors at a time */
+static inline __attribute__((always_inline)) void rows_tile(const int NP, int kc, const float *restrict a, int step,
+                                                            const int32_t *restrict koff, const float *restrict w,
+                                                            float *restrict acc, const float *restrict init) {
+#pragma GCC unroll 4
+    for (int c0 = 0; c0 < RC; c0 += VW * RCV)
+        rows_part(NP, kc, a, step, koff, w + c0, acc + c0, init != NULL ? init + c0 : NULL);
+}
+
+/* not inlined into its caller: there the step's multiples are spilled, five stack loads a tap */
+static __attribute__((noinline)) void rows_tile_n(int np, int kc, const float *a, int step, const int32_t *koff, const float *w, float *acc,
                         const float *init) {
     switch (np) {
 #define NPIX(n) case n: rows_tile(n, kc, a, step, koff, w, acc, init); break;
@@ -1571,6 +1653,7 @@ static void rows_tile_n(int np, int kc, const float *a, int step, const int32_t 
  * 8 x 16 block (the tile's pixels and zero rows) transposed in registers into 16 rows of 8 pixels,
  * each stored with a mask, which writes nothing past the tile (another unit's pixels, or past the
  * plane; plain stores where the block's next tile rewrites those pixels measured no faster) */
+#if VW == 16
 static void rows_store(const float *acc, int np, int nr, float *out, const float *res, int64_t P, int relu) {
     const __mmask8 m = (__mmask8)((1u << np) - 1);
     const __m256 zero = _mm256_setzero_ps();
@@ -1616,39 +1699,49 @@ static void rows_store(const float *acc, int np, int nr, float *out, const float
     }
 }
 
+#endif
+
 /* out[o P + i] = acc[i RC + o] (+ res[o P + i]), ReLU'd, for o < nr, i < np: rows_store over a block of
- * np consecutive pixels whose sums are consecutive in acc (rows of whole tiles), 16 pixels by 16
- * channels transposed in registers at a time, so that each channel's 16 pixels are one store (masked
- * only at the block's end) rather than rows_store's two or three masked ones of 8 (faster on
+ * np consecutive pixels whose sums are consecutive in acc (rows of whole tiles), VW pixels by VW
+ * channels transposed in registers at a time, so that each channel's VW pixels are one store (masked
+ * only at the block's end) rather than rows_store's two or three masked ones of 8 (AVX-512: faster on
  * ResNet-18's 56 x 56 layers: docs/benchmarks.md); the same operations on each value, so the same bits */
 static void rows_store_block(const float *acc, int np, int nr, float *out, const float *res, int64_t P, int relu) {
-    const __m512 zero = _mm512_setzero_ps();
-    for (int i0 = 0; i0 < np; i0 += 16) {
-        const int n = imin(16, np - i0);
-        const __mmask16 m = lanes(0, n);
-        for (int v = 0; v * 16 < nr; v++) {
-            __m512 r[16], o[16];
+    const vf zero = vzero();
+    for (int i0 = 0; i0 < np; i0 += VW) {
+        const int n = imin(VW, np - i0);
+        const vmask m = vfirst(n);
+        for (int v = 0; v * VW < nr; v++) {
+            vf r[VW], o[VW];
 #pragma GCC unroll 16
-            for (int j = 0; j < 16; j++)
-                r[j] = j < n ? _mm512_load_ps(acc + (int64_t)(i0 + j) * RC + 16 * v) : zero;
+            for (int j = 0; j < VW; j++)
+                r[j] = j < n ? vload(acc + (int64_t)(i0 + j) * RC + VW * v) : zero;
             vtranspose(r, o);
-            for (int e = 0; e < 16 && 16 * v + e < nr; e++) {
-                float *y = out + (int64_t)(16 * v + e) * P + i0;
-                __m512 z = o[e];
+            for (int e = 0; e < VW && VW * v + e < nr; e++) {
+                float *y = out + (int64_t)(VW * v + e) * P + i0;
+                vf z = o[e];
                 if (res != NULL) {
-                    const float *rr = res + (int64_t)(16 * v + e) * P + i0;
-                    z = _mm512_add_ps(z, n == 16 ? _mm512_loadu_ps(rr) : _mm512_maskz_loadu_ps(m, rr));
+                    const float *rr = res + (int64_t)(VW * v + e) * P + i0;
+                    z = vadd(z, n == VW ? vloadu(rr) : vloadu_mask(m, rr));
                 }
                 if (relu)
-                    z = _mm512_max_ps(zero, z);  /* NaN kept, as pixel_tile */
-                if (n == 16)
-                    _mm512_storeu_ps(y, z);
+                    z = vmax(zero, z);  /* NaN kept, as pixel_tile */
+                if (n == VW)
+                    vstoreu(y, z);
                 else
-                    _mm512_mask_storeu_ps(y, m, z);
+                    vstoreu_mask(y, m, z);
             }
         }
     }
 }
+
+#if VW == 8
+/* a tile's RP pixels fit one AVX2 vector: rows_store_block's transposes of 8 pixels by 8 channels are
+ * a tile's own */
+static void rows_store(const float *acc, int np, int nr, float *out, const float *res, int64_t P, int relu) {
+    rows_store_block(acc, np, nr, out, res, P, relu);
+}
+#endif
 
 static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) {
     const conv_args op = conv_args_of(dst, pr);
@@ -1745,6 +1838,11 @@ static int conv_channels_direct(void *dst, int ith, int nth, const int32_t *pr) 
     return 1;
 }
 
+/* the floats of this build's vectors: 16 (AVX-512), 8 (AVX2), 0 (none: no packed or pixel-major kernels) */
+int ggmlpy_conv_vector_floats(void) { return VW; }
+
+/* channels a panel of the pixel kernels with pv vectors (1, 2, 3: blocks of 16 pv pixels), or of the
+ * lanes kernel (4) */
 int ggmlpy_conv_pixels_rows(int pv) { return pv >= 1 && pv <= 3 ? 24 / pv : pv == 4 ? RC : 0; }
 
 void ggmlpy_conv2d_pixels_f32(void *dst, int ith, int nth, void *userdata) {
@@ -1772,7 +1870,9 @@ void ggmlpy_conv2d_pixels_f32(void *dst, int ith, int nth, void *userdata) {
     }
 }
 #else
-int ggmlpy_conv_pixels_rows(int pv) { (void)pv; return 0; }  /* no AVX-512: no pixel-major convolution */
+int ggmlpy_conv_pixels_rows(int pv) { (void)pv; return 0; }  /* no AVX2 or AVX-512: no pixel-major convolution */
+
+int ggmlpy_conv_vector_floats(void) { return 0; }
 
 void ggmlpy_conv2d_pixels_f32(void *dst, int ith, int nth, void *userdata) {
     (void)dst; (void)ith; (void)nth; (void)userdata;

@@ -192,8 +192,11 @@ def isa_level() -> str:
     return level
 
 
-# the vector paths each level's build takes (vmath.h: VW 16, VW 8, none)
-ISA_PATHS = {"x86-64-v2": "scalar paths", "x86-64-v3": "AVX2 paths", "x86-64-v4": "AVX-512 paths"}
+# the vector paths each level's build takes (vmath.h: VW 16, VW 8, none). Without vector paths (below
+# x86-64-v3, and on other architectures such as aarch64, which have no NEON paths) conv.c has no packed
+# products nor pixel-major convolutions: Kernels falls back to OpenBLAS's products for those layers
+SCALAR_PATHS = "scalar paths (no vector kernels: convolutions and linear layers use OpenBLAS's products)"
+ISA_PATHS = {"x86-64-v2": SCALAR_PATHS, "x86-64-v3": "AVX2 paths", "x86-64-v4": "AVX-512 paths"}
 
 
 def origin() -> str:
@@ -215,7 +218,7 @@ def isa_summary() -> str:
     if level == "native":
         flags = _cpu_flags()
         paths = ("AVX-512 paths" if "avx512f" in flags else "AVX2 paths" if {"avx2", "fma"} <= flags
-                 else "scalar paths")
+                 else SCALAR_PATHS)
     else:
         paths = ISA_PATHS[level]
     return f"{level} ({why}): {paths}"

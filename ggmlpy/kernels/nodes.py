@@ -62,16 +62,18 @@ class Kernels:
         self._pool_fn = conv_lib.ggmlpy_maxpool2d_f32 if conv_lib is not None else None
         self._linear_fn = conv_lib.ggmlpy_linear_f32 if conv_lib is not None else None
         self.linear = self._linear if conv_lib is not None else None  # None: a product, then ggml's add
-        # the packed products (linear layers, conv2d_packed) have AVX2 and AVX-512 paths; the pixel-major
-        # convolutions (conv2d_pixels, conv2d_pool) AVX-512 alone
+        # the packed products (linear layers, conv2d_packed) and the pixel-major convolutions (conv2d_pixels,
+        # conv2d_pool) have AVX2 and AVX-512 paths
         self.packed_rows = int(conv_lib.ggmlpy_linear_packed_mr()) if conv_lib is not None else 0  # 0: no AVX2 or AVX-512
         self._packed_fn = conv_lib.ggmlpy_linear_packed_f32 if self.packed_rows else None
         self.linear_packed = self._linear_packed if self.packed_rows else None  # None: linear, over OpenBLAS
         self._conv_packed_fn = conv_lib.ggmlpy_conv2d_packed_f32 if self.packed_rows else None
         self.conv2d_packed = self._conv2d_packed if self.packed_rows else None  # None: conv2d, over OpenBLAS
         pixels = conv_lib is not None and int(conv_lib.ggmlpy_conv_pixels_rows(1)) > 0
+        # the floats of conv.c's vectors: 16 (AVX-512), 8 (AVX2), 0; the kernels' speeds differ between them
+        self.vector_floats = int(conv_lib.ggmlpy_conv_vector_floats()) if conv_lib is not None else 0
         self._conv_pixels_fn = conv_lib.ggmlpy_conv2d_pixels_f32 if pixels else None
-        self.conv2d_pixels = self._conv2d_pixels if pixels else None  # None: no AVX-512
+        self.conv2d_pixels = self._conv2d_pixels if pixels else None  # None: no AVX2 or AVX-512
         self.conv2d_pool = self._conv2d_pool if pixels else None  # None: the convolution, then maxpool2d
         self.conv2d = self._conv2d if conv_lib is not None else None  # None: ggml's im2col and products
         self.maxpool2d = self._maxpool2d if conv_lib is not None else None  # None: ggml's pool_2d
@@ -169,7 +171,7 @@ class Kernels:
 
     def packed_conv_kind(self, out_hw: tuple, channels: int, planes_hw: tuple | None = None,
                          planes: int = 0, stride: int = 1, taps: int = 0, unpadded: bool = False) -> str | None:
-        """Which of conv.c's AVX-512 convolutions (weights packed at load) suits a layer of output planes
+        """Which of conv.c's convolutions with weights packed at load suits a layer of output planes
         out_hw = (OH, OW), `channels` output channels a group and `taps` = C/groups*KH*KW products a
         value: "pixels" (conv2d_pixels, blocks of 48 pixels by 8 channels, stored as whole vectors into
         NCHW), "channels" (conv2d_packed, 32 channels by 12 pixels, a plane's last strip computing only
@@ -186,8 +188,12 @@ class Kernels:
         stride 2, and on the 1x1 downsampling of 64 channels, ties or wins on that of 128 and 256 and
         wins on every 3x3 layer from 56 x 56 on; without `taps` it is not chosen), and LANE_IN_PLACE
         times that for an `unpadded` layer, whose input it reads in place rather than copying (measured
-        on the 1x1 downsampling of 64 channels, where it then wins); "channels" where conv.c has no
-        pixel-major kernels (AVX2); None without AVX2 or AVX-512 or below 8 channels (depthwise), where
+        on the 1x1 downsampling of 64 channels, where it then wins). In the AVX2 build (vector_floats
+        8; measured on its layers on an AVX-512 core, batch 1) the pixel kernel is 1.2 at stride 1 and
+        1.1 at larger strides, and the lanes kernel no faster per useful lane than the channel one (1.0,
+        so never chosen where that one's panels are full): ResNet-18's planes from 56 x 56 to 28 x 28
+        take the pixel kernel, 14 x 14 and 7 x 7 the channel one. "channels" where conv.c has no
+        pixel-major kernels; None without AVX2 or AVX-512 or below 8 channels (depthwise), where
         OpenBLAS's conv2d runs it."""
         oh, ow = out_hw
         pixels = oh * ow
@@ -199,11 +205,12 @@ class Kernels:
         def used(n, block, real=None):  # the share of a block's lanes that hold real values
             return (n if real is None else real) / (-(-n // block) * block)
         by_lanes = 0.0
+        avx2 = self.vector_floats == 8
         if direct_fits(planes_hw, planes):
-            speed = 1.25 if stride == 1 else 1.1
+            speed = (1.2 if avx2 else 1.25) if stride == 1 else 1.1
             virtual = pixels if ow % 16 == 0 else (oh - 1) * planes_hw[1] + ow
             by_pixels = speed * used(virtual, 48, pixels) * used(channels, 8)
-            lane_speed = (1.3 if stride == 1 else 1.2) * (LANE_IN_PLACE if unpadded else 1.0)
+            lane_speed = 1.0 if avx2 else (1.3 if stride == 1 else 1.2) * (LANE_IN_PLACE if unpadded else 1.0)
             by_lanes = (lane_speed * taps / (taps + LANE_STORE_TAPS) * used(channels, LANE_CHANNELS)
                         * used(ow, LANE_PIXELS))
         else:
@@ -230,7 +237,7 @@ class Kernels:
     def _conv2d_pixels(self, ctx, x, wp, out_channels, kernel, stride, pad, dilation, out_hw, groups=1, bias=None,
                        residual=None, relu=False, vectors=2):
         """conv2d with the weights as pack_conv_pixels(W, groups, vectors) (ne [rows, C/groups*KH*KW,
-        groups * panels]): conv.c's AVX-512 product with `vectors` 16-pixel vectors in a block. Same
+        groups * panels]): conv.c's product with `vectors` 16-pixel segments in a block. Same
         arguments and result otherwise."""
         return self._conv_node(ctx, self._conv_pixels_fn, x, wp, out_channels, kernel, stride, pad, dilation, out_hw,
                                groups, bias, residual, relu, vectors)

@@ -14,7 +14,7 @@ from .ops_pool import _as_2d, _conv_pads, _pool_attrs, _pool_outs
 
 
 COLUMNS_FIRST = True  # conv product order where the builder does not choose (see conv2d)
-# conv.c's pixel-major AVX-512 convolution: blocks of this many 16-pixel vectors (by 24 / it channels);
+# conv.c's pixel-major convolution: blocks of this many 16-pixel segments (by 24 / it channels);
 # 3 is the fastest on ResNet-18's wide planes (docs/benchmarks.md; Kernels.packed_conv_kind picks the
 # kernel per layer)
 PIXEL_VECTORS = 3
