@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from ggmlpy import kernels
+from ggmlpy._buildinfo import KERNEL_LINKS, kernel_flags
 from ggmlpy.bindings.loader import TENSOR_OFFSETS
-from ggmlpy.kernels import loader
 
 HERE = Path(__file__).parent
 SOURCES = Path(kernels.__file__).parent
@@ -29,12 +29,12 @@ needs_qemu = pytest.mark.skipif(QEMU is None or not SYSROOT.is_dir(),
 
 
 @needs_cross
-@pytest.mark.parametrize("source", [loader.SOURCE.name] + [v[0] for v in loader.OPTIONAL.values()] + ["singlecell.c"])
+@pytest.mark.parametrize("source", sorted(KERNEL_LINKS))
 def test_every_kernel_source_compiles_for_aarch64(source, tmp_path):
-    """The flags loader._build passes (-march for armv8-a, where it passes a level or native; the
-    OpenBLAS it links is the target's, so its symbols are left to the loader)."""
-    flags = [f for f in loader.FLAGS if not f.startswith("-DOFF_")] + OFFSETS
-    r = subprocess.run([CROSS_CC, *flags, *loader.SOURCE_FLAGS.get(source, ()), "-march=armv8-a", "-Werror=implicit",
+    """The flags every build of the kernels passes (kernel_flags: the run-time cache's and the wheel's),
+    with -march for armv8-a where they pass an x86-64 level; the OpenBLAS it links is the target's,
+    so its symbols are left to the loader."""
+    r = subprocess.run([CROSS_CC, *kernel_flags(source, "armv8-a"), "-Werror=implicit",
                         "-o", str(tmp_path / "k.so"), str(SOURCES / source), "-lm"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
