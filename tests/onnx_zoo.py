@@ -34,9 +34,8 @@ def _export(torch, model, args, path, names, opset=17, dynamo=False, outputs=("y
     model.eval()
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        kw = {} if dynamo else {"opset_version": opset}
-        torch.onnx.export(model, args, path, dynamo=dynamo, input_names=list(names), output_names=list(outputs),
-                          verbose=False, **kw)
+        torch.onnx.export(model, args, path, dynamo=dynamo, opset_version=opset, input_names=list(names),
+                          output_names=list(outputs), verbose=False)
     return path
 
 
@@ -99,13 +98,26 @@ def bert(torch, tmp, seq=128):
 
 
 def roberta(torch, tmp, seq=64):
-    """A tiny RobertaForSequenceClassification (2 layers, hidden 64), opset 9 as the Zoo's file."""
+    """A tiny RobertaForSequenceClassification (2 layers, hidden 64), opset 9 as the Zoo's file. Opset 9
+    has no CumSum nor attention op, so the wrapper gives the position ids (RoBERTa's, after the
+    padding index) and an all-ones mask, and attention is the eager one: the graph then has the
+    NonZero, OneHot and Where of an opset-9 export."""
     tr = _library("transformers")
     cfg = tr.RobertaConfig(vocab_size=200, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=128, max_position_embeddings=seq + 4, num_labels=2)
-    net = _first_output(torch, tr.RobertaForSequenceClassification(cfg))
+                           intermediate_size=128, max_position_embeddings=seq + 4, num_labels=2,
+                           attn_implementation="eager")
+    net = tr.RobertaForSequenceClassification(cfg)
+
+    class Classifier(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, ids):
+            pos = torch.arange(ids.shape[1]).unsqueeze(0) + cfg.pad_token_id + 1
+            return self.net(ids, attention_mask=torch.ones_like(ids), position_ids=pos)[0]
     ids = _ids(torch, 200, seq)
-    return _export(torch, net, (ids,), os.path.join(tmp, "roberta.onnx"), ["input_ids"], opset=9), \
+    return _export(torch, Classifier(), (ids,), os.path.join(tmp, "roberta.onnx"), ["input_ids"], opset=9), \
         {"input_ids": ids.numpy()}
 
 
@@ -121,7 +133,7 @@ def gpt_neox(torch, tmp, seq=32):
     mask = torch.ones_like(ids)
     mask[0, : seq // 4] = 0  # left padding
     path = _export(torch, net, (ids, mask), os.path.join(tmp, "gpt_neox.onnx"), ["input_ids", "attention_mask"],
-                   dynamo=True)
+                   opset=18, dynamo=True)
     return path, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
 
 
