@@ -18,6 +18,8 @@ import warnings
 
 import numpy as np
 
+import zoo_torchvision
+
 
 class Unavailable(Exception):
     """A model that cannot be built here (the reason: what is missing)."""
@@ -30,10 +32,21 @@ def _library(name):
         raise Unavailable(f"needs {name} (pip install {name})") from None
 
 
+_torch_outputs = {}  # path -> {output name: torch's own result}, recorded at export
+
+
+def torch_outputs(path):
+    """torch's outputs of the model exported to `path` (by name; {} where none was recorded)."""
+    return _torch_outputs.get(path, {})
+
+
 def _export(torch, model, args, path, names, opset=17, dynamo=False, outputs=("y",)):
     model.eval()
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
+        out = model(*args)
+        _torch_outputs[path] = {outputs[0]: out.numpy()} if isinstance(out, torch.Tensor) else \
+            {k: o.numpy() for k, o in zip(outputs, out)}
         torch.onnx.export(model, args, path, dynamo=dynamo, opset_version=opset, input_names=list(names),
                           output_names=list(outputs), verbose=False)
     return path
@@ -58,11 +71,34 @@ def inception_stem(torch, tmp, width=1.0, size=299):
     return _export(torch, net, (x,), os.path.join(tmp, "inception_stem.onnx"), ["image"]), {"image": x.numpy()}
 
 
+def _torchvision(torch):
+    tv = zoo_torchvision.torchvision(torch)
+    if tv is None:
+        raise Unavailable(f"needs torchvision (a CPU build matching torch, or PyPI's in the folder named by "
+                          f"{zoo_torchvision.ENV}: see tests/zoo_torchvision.py)")
+    return tv
+
+
+def _calibrate_batch_norms(torch, net, x):
+    """Running statistics from one batch, as training would set them: with random weights and unit
+    statistics Inception's activations grow to 1e11 and its logits are differences of such numbers,
+    a comparison of rounding, not of the graph."""
+    for m in net.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            m.reset_running_stats()
+            m.momentum = None
+    net.train()
+    with torch.no_grad():
+        net(x)
+    net.eval()
+
+
 def inception_v3(torch, tmp):
     """torchvision's Inception v3 (random weights, no auxiliary head) at 299x299, opset 12 as the Zoo's."""
-    tv = _library("torchvision")
+    tv = _torchvision(torch)
     net = tv.models.inception_v3(weights=None, aux_logits=False, init_weights=True)
     x = torch.randn(1, 3, 299, 299)
+    _calibrate_batch_norms(torch, net, torch.randn(4, 3, 299, 299))
     return _export(torch, net, (x,), os.path.join(tmp, "inception_v3.onnx"), ["image"], opset=12), {"image": x.numpy()}
 
 

@@ -12,7 +12,7 @@ ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
 import ggmlpy  # noqa: E402
-from onnx_zoo import ZOO, Unavailable, build  # noqa: E402
+from onnx_zoo import ZOO, Unavailable, build, torch_outputs  # noqa: E402
 
 
 @pytest.mark.parametrize("name", list(ZOO))
@@ -25,6 +25,13 @@ def test_zoo_architecture_matches_onnxruntime(name, tmp_path):
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
     got = ggmlpy.onnx_run(ggmlpy.onnx_load(path, device="cpu"), feeds)
+    reference = torch_outputs(path)
     for k, w in want.items():
         assert got[k].shape == w.shape, k
-        np.testing.assert_allclose(got[k], w, rtol=rtol, atol=atol, err_msg=k)
+        # an output on which torch and onnxruntime themselves differ by more than the tolerance (a deep
+        # network's float32 rounding) gets the tolerance scaled by that difference, and only that
+        scale = 1.0
+        if k in reference:
+            scale = max(1.0, float(np.max(np.abs(reference[k] - w) / (atol + rtol * np.abs(w)))))
+        np.testing.assert_allclose(got[k], w, rtol=rtol * scale, atol=atol * scale,
+                                   err_msg=f"{k} (tolerance x{scale:.2f}: torch vs onnxruntime)")
