@@ -39,7 +39,8 @@ from .fusion import (const_values)
 from .narrowing import has_seed, narrow, static_shapes
 from .op_table import OPS
 from .ops_host import HOST_OPS
-from .plan import MisNarrowed, OnnxShapePlan, evaluate_on_host, plan_key
+from .empty_branches import split_empty
+from .plan import MisNarrowed, OnnxShapePlan, plan_key
 from .shaping import has_subgraphs, upstream, value_inputs
 
 _NULL = ffi.NULL
@@ -319,10 +320,15 @@ class OnnxModel:
                 break
             feeds = {n: values[n] for node in plan.rest for n in node.input
                      if n and n in values and n not in plan.consts}
+            nodes = None
             if any(a.size == 0 for a in feeds.values()) or plan.rest_reads_empty:  # no empty tensors in ggml:
-                values.update(evaluate_on_host(self, plan.rest, values, plan.consts))  # numpy for the rest
-                break
-            plan = plan.next_plan(self, feeds)
+                nodes, computed = split_empty(self, plan.rest, values, plan.consts)  # numpy for their branches
+                values.update(computed)
+                if not nodes:
+                    break
+                feeds = {n: values[n] for node in nodes for n in node.input
+                         if n and n in values and n not in plan.consts}
+            plan = plan.next_plan(self, feeds, nodes)
             values.update(plan.run(feeds))
         return {n: values[n] for n in self.output_names}
 

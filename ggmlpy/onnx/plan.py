@@ -111,9 +111,10 @@ def _unscaled(vals: dict, mul_inputs, name: str) -> tuple:
     return name, 1.0
 
 
-def evaluate_on_host(model: OnnxModel, nodes, values: dict, consts: dict) -> dict:
+def evaluate_on_host(model: OnnxModel, nodes, values: dict, consts: dict, outputs=None) -> dict:
     """Nodes evaluated one by one in numpy (onnx's reference implementation, ours for host ops):
-    for what follows a host step that produced an empty tensor, which no ggml graph can hold."""
+    for what follows a host step that produced an empty tensor, which no ggml graph can hold. Returns
+    the model's outputs among the values known then (or those named in `outputs`)."""
     known = {n: v.const for n, v in consts.items()}
     known.update(values)
     for node in nodes:
@@ -127,17 +128,21 @@ def evaluate_on_host(model: OnnxModel, nodes, values: dict, consts: dict) -> dic
             except FoldError as e:
                 raise OnnxError(f"onnx_run: node '{node.name or node.output[0]}' ({node.op_type}) on the host: {e}") from None
         known.update((o, a) for o, a in zip(node.output, outs) if o)
-    return {n: known[n] for n in model.output_names if n in known}
+    return {n: known[n] for n in (model.output_names if outputs is None else outputs) if n in known}
 
 
 _TYPE_ONLY_INPUTS = {"CastLike": (1,)}  # inputs whose type alone an op reads
 
 
-def _data_inputs(node, vals: dict) -> list:
-    """The values a node reads as data: not its parameters (CONST_INPUTS, read by the builder itself:
+def data_input_names(node) -> list:
+    """The inputs a node reads as data: not its parameters (CONST_INPUTS, read by the builder itself:
     an empty Resize roi is no data) nor inputs it reads the type of (CastLike's target)."""
     params = CONST_INPUTS.get(op_key(node), ()) + _TYPE_ONLY_INPUTS.get(op_key(node), ())
-    return [vals[n] for i, n in enumerate(node.input) if n and n in vals and i not in params]
+    return [n for i, n in enumerate(node.input) if n and i not in params]
+
+
+def _data_inputs(node, vals: dict) -> list:
+    return [vals[n] for n in data_input_names(node) if n in vals]
 
 
 def _reads_empty(node, vals: dict) -> bool:
@@ -155,7 +160,8 @@ class OnnxShapePlan:
     NonMaxSuppression, see ops_host.py) is deferred with everything depending on it: `deferred`
     lists those nodes, and `outputs` includes the values this graph hands them. OnnxModel.run runs
     `host_steps`, then a next OnnxShapePlan built for the nodes left (`rest`; kept in `next_plans`, by shapes
-    and the values of the fed inputs that fix its shapes or parameters, `rest_value_inputs`).
+    and the values of the fed inputs that fix its shapes or parameters, `rest_value_inputs`, by the
+    nodes left out of it).
 
     `values`: inputs whose values are known when planning (name -> array): constants of this graph."""
 
@@ -398,7 +404,7 @@ class OnnxShapePlan:
             lib.ggml_set_output(t)
             self.outputs.append((name, v, t, None))
             out_ts.append(t)
-        self.next_plans, self.rest_value_inputs, self.n_next_built = {}, None, 0
+        self.next_plans, self.rest_value_inputs, self.n_next_built = {}, {}, 0
         self._build_graph(out_ts)
         if b.kernels is not None and b.kernels.linear_packed is not None and b.packed_linears:
             kernels.chain_linears(b.kernels, self.graph)
@@ -477,14 +483,21 @@ class OnnxShapePlan:
             out[name] = y.astype(dt) if y.dtype != dt else y
         return out
 
-    def next_plan(self, model: OnnxModel, feeds: dict) -> "OnnxShapePlan":
-        """The graph of the deferred nodes for these fed values (built once per set of shapes and
-        values of the feeds that fix its shapes or parameters)."""
-        if self.rest_value_inputs is None:
-            self.rest_value_inputs = value_inputs(self.rest, feeds)
+    def next_plan(self, model: OnnxModel, feeds: dict, nodes=None) -> "OnnxShapePlan":
+        """The graph of the deferred nodes (or of `nodes`, those of them left after empty branches
+        were computed on the host: empty_branches.py) for these fed values, built once per node set,
+        set of shapes and values of the feeds that fix its shapes or parameters."""
+        if nodes is None:
+            nodes, left_out = self.rest, ()
+        else:
+            kept = {id(n) for n in nodes}
+            left_out = tuple(i for i, n in enumerate(self.rest) if id(n) not in kept)
+        fixing = self.rest_value_inputs.get(left_out)
+        if fixing is None:
+            fixing = self.rest_value_inputs[left_out] = value_inputs(nodes, feeds)
         while True:
-            values = {n: feeds[n] for n in self.rest_value_inputs}
-            key = plan_key({n: a.shape for n, a in feeds.items()}, values) + (
+            values = {n: feeds[n] for n in fixing}
+            key = (left_out,) + plan_key({n: a.shape for n, a in feeds.items()}, values) + (
                 tuple(sorted((n, a.dtype.str) for n, a in feeds.items())),)
             plan = self.next_plans.pop(key, None)
             if plan is not None:
@@ -492,13 +505,13 @@ class OnnxShapePlan:
             types = {n: helper.np_dtype_to_tensor_dtype(a.dtype) for n, a in feeds.items()}
             t0 = time.perf_counter()
             try:
-                plan = OnnxShapePlan(model, {n: a.shape for n, a in feeds.items()}, nodes=self.rest, feed_types=types,
+                plan = OnnxShapePlan(model, {n: a.shape for n, a in feeds.items()}, nodes=nodes, feed_types=types,
                              consts=self.consts, values=values)
             except NeedsValue as e:
-                found = upstream(self.rest, e.names, feeds) - self.rest_value_inputs
+                found = upstream(nodes, e.names, feeds) - fixing
                 if not found:
                     raise OnnxError(str(e)) from None
-                self.rest_value_inputs |= found
+                fixing |= found
                 for p in self.next_plans.values():
                     p.free()
                 self.next_plans = {}
