@@ -19,6 +19,7 @@ void ggmlpy_keep_nan_f32(struct ggml_tensor * dst, const struct ggml_tensor * fx
 void ggmlpy_extremum_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, const struct ggml_tensor * b, int ith, int nth, void * userdata);
 void ggmlpy_layer_norm_back_f32(struct ggml_tensor * dst, const struct ggml_tensor * g, const struct ggml_tensor * x, int ith, int nth, void * userdata);
 void ggmlpy_cross_entropy_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+void ggmlpy_qlinear_add_f32(struct ggml_tensor * dst, const struct ggml_tensor * a, const struct ggml_tensor * b, int ith, int nth, void * userdata);
 // gemm.c
 void ggmlpy_gemm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 int ggmlpy_blas_parallel(void);
@@ -42,3 +43,4 @@ void ggmlpy_attention_f32(struct ggml_tensor * dst, int ith, int nth, void * use
 int ggmlpy_attention_vector_math(void);
 // rows.c
 void ggmlpy_layernorm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+void ggmlpy_topk_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);

@@ -325,3 +325,31 @@ void ggmlpy_layer_norm_back_f32(void *dst, const void *grad, const void *src, in
             oj[i] = r * (gj[i] - mg - (xj[i] - mean) * k2);
     }
 }
+
+/* onnxruntime's QLinearAdd of two tensors of one shape holding integer values (MLAS on CPUs with a
+ * fused multiply-add): c = round_half_even(fma(a - za, r_ac, (b - zb) * r_bc)) + zc, saturated to
+ * [lo, hi], with r_ac = scale_a / scale_c and r_bc = scale_b / scale_c in float32. The fused
+ * multiply-add is computed in double, where (a - za) r_ac is exact (a 9-bit integer times a 24-bit
+ * float): one rounding to float32, as the fused instruction's. A value whose product rounded first
+ * lies on the other side of a half-integer (x + 0.5 w, a box's centre) rounds as onnxruntime's.
+ * userdata: int32_t[7] = za, zb, zc, the bits of r_ac and r_bc, lo, hi. */
+void ggmlpy_qlinear_add_f32(void *dst, const void *pa, const void *pb, int ith, int nth, void *userdata) {
+    const int32_t *p = (const int32_t *)userdata;
+    const float za = (float)p[0], zb = (float)p[1], zc = (float)p[2], lo = (float)p[5], hi = (float)p[6];
+    float rac, rbc;
+    memcpy(&rac, &p[3], sizeof rac);
+    memcpy(&rbc, &p[4], sizeof rbc);
+    const float *restrict a = data_of(pa);
+    const float *restrict b = data_of(pb);
+    float *restrict y = data_of(dst);
+    int64_t i0, i1;
+    share(nelements(dst), ith, nth, &i0, &i1);
+    for (int64_t i = i0; i < i1; i++) {
+        const float q = (b[i] - zb) * rbc;
+        const float v = (float)((double)(a[i] - za) * (double)rac + (double)q);
+        /* half to even: adding and removing 1.5 * 2^23 lets float32 addition round (|v| < 2^22) */
+        float r = fabsf(v) < 4194304.0f ? (v + 12582912.0f) - 12582912.0f : v;
+        r += zc;
+        y[i] = r < lo ? lo : (r > hi ? hi : r);
+    }
+}

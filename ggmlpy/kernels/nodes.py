@@ -54,6 +54,7 @@ class Kernels:
         self._keep_nan = kernels_lib.ggmlpy_keep_nan_f32
         self._sum_rows = kernels_lib.ggmlpy_sum_rows_f32
         self._extremum = kernels_lib.ggmlpy_extremum_f32
+        self._qlinear_add = kernels_lib.ggmlpy_qlinear_add_f32
         self._layer_norm_back = kernels_lib.ggmlpy_layer_norm_back_f32
         self._cross_entropy_fn = kernels_lib.ggmlpy_cross_entropy_f32
         self._gemm_fn = gemm_lib.ggmlpy_gemm_f32 if gemm_lib is not None else None
@@ -81,6 +82,8 @@ class Kernels:
         self._params: dict = {}  # parameter tuple -> int32 array (userdata: lives as long as this)
         self._ln_fn = rows_lib.ggmlpy_layernorm_f32 if rows_lib is not None else None
         self.layernorm = self._layernorm if rows_lib is not None else None  # None: ggml's norm, mul and add
+        self._topk_fn = rows_lib.ggmlpy_topk_f32 if rows_lib is not None else None
+        self.topk = self._topk if rows_lib is not None else None  # None: ggml's argsort (ties in any order)
         self._lstm_fn = rnn_lib.ggmlpy_lstm_f32 if rnn_lib is not None else None
         self.lstm = self._lstm if rnn_lib is not None else None  # None: the cell unrolled into ggml's ops
         self._attention_fn = attention_lib.ggmlpy_attention_f32 if attention_lib is not None else None
@@ -124,6 +127,16 @@ class Kernels:
         """max(a, b) or min(a, b) of tensors of one shape, NaN where either is, as one node."""
         return lib.ggml_map_custom2(ctx, _contiguous(ctx, a), _contiguous(ctx, b), self._extremum, N_TASKS_MAX,
                                     ffi.NULL if larger else ffi.cast("void *", 1))
+
+    def qlinear_add(self, ctx, a, b, za: int, zb: int, zc: int, r_ac: float, r_bc: float, lo: int, hi: int):
+        """onnxruntime's QLinearAdd of integer-valued f32 tensors (b broadcast to a's shape):
+        round(fma(a - za, r_ac, (b - zb) r_bc)) + zc saturated to [lo, hi], as one node."""
+        if any(a.ne[i] != b.ne[i] for i in range(4)):
+            b = lib.ggml_repeat(ctx, b, a)
+        params = self._userdata((int(za), int(zb), int(zc), _float_bits(r_ac, signed=True),
+                                 _float_bits(r_bc, signed=True), int(lo), int(hi)), "qadd")
+        return lib.ggml_map_custom2(ctx, _contiguous(ctx, a), _contiguous(ctx, b), self._qlinear_add, N_TASKS_MAX,
+                                    params)
 
     def layer_norm_back(self, ctx, g, x, eps: float):
         """Layer norm's input gradient per column (ggml_norm's normalisation), as one node."""
@@ -316,6 +329,13 @@ class Kernels:
         args = [x] + [t for t in (gamma, beta) if t is not None]
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, x.ne[0], x.ne[1], x.ne[2], x.ne[3],
                                   ffi.new("struct ggml_tensor *[]", args), len(args), self._ln_fn, N_TASKS_MAX, params)
+
+    def _topk(self, ctx, rows, k: int, largest: bool = True):
+        """The indices (I32 ne [k, R]) of each row's k largest (or smallest) values of a contiguous f32
+        rows ne [L, R], in ONNX TopK's order: equal values by index, lower first; as one node."""
+        params = self._userdata((int(k), int(largest)), "topk")
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_I32, int(k), rows.ne[1], 1, 1,
+                                  ffi.new("struct ggml_tensor *[]", [rows]), 1, self._topk_fn, N_TASKS_MAX, params)
 
     def _lstm(self, ctx, xw, rt, h0, c0, peepholes=None, reverse=False):
         """One LSTM direction over its sequence as one node (rnn.c; one task): xw ne [4H, N*T] the input

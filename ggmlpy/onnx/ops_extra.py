@@ -57,7 +57,10 @@ def quantize(b, x, scale, zp, axis, out_type, saturate=True):
         return b.out(float8.round_in_graph(b, q.t, out_type, saturate), q.shape, out_type)
     lo, hi = QRANGE.get(out_type, (None, None))
     b.need(lo is not None, f"quantization to {TensorProto.DataType.Name(out_type)}")
-    t = _round_even(b, q.t)
+    # saturation takes an infinity to the type's bound: made the largest finite float first, which
+    # the rounding keeps (an infinity would round to NaN there)
+    fmax = float(np.finfo(np.float32).max)
+    t = _round_even(b, onnx_lib.ggml_clamp(b.ctx, q.t, -fmax, fmax))
     v = Val(q.shape, x.dtype, t=t)
     if zp is not None:
         v = binary_value(b, onnx_lib.ggml_add, v, zp, True)
@@ -111,16 +114,57 @@ def _quantize(b, node, ins, at):
 @op("QLinearMatMul")
 def _qlinear_matmul(b, node, ins, at):
     a, sa, za, w, sw, zw, sy, zy = ins
+    if a.rank == 2 and _exact_product(a, za, w, sw, zw, (sa, sy)):  # onnxruntime's: sa * sw / sy
+        m = np.float32(sa.const.reshape(-1)[0]) * sw.const.astype(np.float32).reshape(-1) / np.float32(sy.const.reshape(-1)[0])
+        return [requantize(b, _integer_product(b, node, a, za, w, zw, None, {}), m, zy, 1)]
     A = dequantize(b, a, sa, za, -2 if a.rank > 1 else 0)  # per-row scales for a, per-column for b
     W = dequantize(b, w, sw, zw, -1)
     y = _matmul_op(b, node, [A, W], {})[0]
     return [quantize(b, y, sy, zy, -1, zy.dtype)]
 
 
+def requantize(b, acc, multiplier, zy, axis):
+    """An integer-valued float32 accumulator to zy's type as onnxruntime's requantization (MLAS) does it:
+    round half to even of float32(acc) * multiplier (one product in float32), plus the zero point,
+    saturated. `multiplier` (per-tensor or per-`axis`) is float32(x_scale * w_scale) / y_scale."""
+    m = multiplier.reshape(-1)
+    if m.size > 1:
+        shape = [1] * acc.rank
+        shape[axis] = m.size
+        m = m.reshape(shape)
+    y = binary_value(b, onnx_lib.ggml_mul, acc, const(m.astype(np.float32)))
+    t = _round_even(b, y.t)
+    if zy is not None:
+        t = binary_value(b, onnx_lib.ggml_add, Val(y.shape, TensorProto.FLOAT, t=t), zy).t
+    lo, hi = QRANGE[zy.dtype if zy is not None else TensorProto.UINT8]
+    return b.out(onnx_lib.ggml_clamp(b.ctx, t, float(lo), float(hi)), y.shape,
+                 zy.dtype if zy is not None else TensorProto.UINT8)
+
+
+def _integer_conv(b, node, x, zx, w, zw, bias, multiplier, zy, at):
+    """QLinearConv as onnxruntime computes it: the convolution of x - x_zero_point by w - w_zero_point
+    plus the int32 bias, all integers (exact in float32 below 2**24, so any summation order gives
+    onnxruntime's int32 sum), then one requantization: no rounding of dequantized values to differ by."""
+    X = x if zx is None else binary_value(b, onnx_lib.ggml_sub, Val(x.shape, TensorProto.FLOAT, t=f(b, x)), zx)
+    W = w.const.astype(np.float32)
+    if zw is not None:
+        W = W - zw.const.astype(np.float32).reshape((-1,) + (1,) * (w.rank - 1))
+    args = [Val(X.shape, TensorProto.FLOAT, t=f(b, X) if X.t is None else X.t), const(W)]
+    if bias is not None:
+        args.append(const(bias.const.astype(np.float32)))
+    acc = _conv(b, node, args, at)[0]
+    return requantize(b, acc, multiplier, zy, 1)
+
+
 @op("QLinearConv")
 def _qlinear_conv(b, node, ins, at):
     x, sx, zx, w, sw, zw, sy, zy = ins[:8]
     bias = ins[8] if len(ins) > 8 else None
+    if all(v is None or v.is_const for v in (sx, w, sw, zw, sy, bias)) and (
+            zx is None or zx.size == 1) and (zw is None or zw.size in (1, w.shape[0])):
+        multiplier = (np.float32(sx.const.reshape(-1)[0]) * sw.const.astype(np.float32).reshape(-1)
+                      / np.float32(sy.const.reshape(-1)[0]))
+        return [_integer_conv(b, node, x, zx, w, zw, bias, multiplier, zy, at)]
     X = dequantize(b, x, sx, zx, 1)
     W = dequantize(b, w, sw, zw, 0)
     args = [X, W]
@@ -302,11 +346,13 @@ def _topk(b, node, ins, at):
     b.need(0 < k <= L, f"K={k} for an axis of {L}")
     rows, keep, perm = to_rows(b, b.tensor(x), x.shape, [axis])
     R = int(rows.ne[1])
-    key = rows if largest else onnx_lib.ggml_neg(b.ctx, rows)
-    # ties: ONNX wants the lower index first; subtracting index * tiny breaks them (values differ by more
-    # than that, or are equal)
-    idx = onnx_lib.ggml_argsort_top_k(b.ctx, onnx_lib.ggml_cont(b.ctx, key), k)  # I32 ne [k, R], descending
-    idx = onnx_lib.ggml_cont(b.ctx, idx)
+    kern = b.kernels
+    if kern is not None and kern.topk is not None:  # equal values by index, lower first, as ONNX orders them
+        idx = b.kernel_node(kern.topk(b.ctx, onnx_lib.ggml_cont(b.ctx, rows), k, bool(largest)), "topk")
+    else:  # ggml's argsort (other devices): equal values in the order its sort leaves them
+        key = rows if largest else onnx_lib.ggml_neg(b.ctx, rows)
+        idx = onnx_lib.ggml_argsort_top_k(b.ctx, onnx_lib.ggml_cont(b.ctx, key), k)  # I32 ne [k, R], descending
+        idx = onnx_lib.ggml_cont(b.ctx, idx)
     vals = onnx_lib.ggml_get_rows(b.ctx, onnx_lib.ggml_reshape_3d(b.ctx, rows, 1, L, R), idx)  # ne [1, k, R]
     moved = tuple(x.shape[p] for p in perm[:-1]) + (k,)
     inv = list(np.argsort(perm))
@@ -414,7 +460,25 @@ def _qbinary(fn):
     return build
 
 
-OPS[MS + "QLinearAdd"] = _qbinary(lambda c, p, q: onnx_lib.ggml_add(c, p, q))
+def _qlinear_add(b, node, ins, at):
+    """QLinearAdd; with ggmlpy's kernels and per-tensor parameters, onnxruntime's arithmetic (its
+    fused multiply-add: kernels.c), else the sum of the dequantized values, quantized."""
+    a, sa, za, x, sx, zx, sy, zy = (list(ins) + [None] * 8)[:8]
+    kern = b.kernels
+    params = (sa, za, sx, zx, sy, zy)
+    if kern is None or not all(v is None or (v.is_const and v.size == 1) for v in params):
+        return _qbinary(lambda c, p, q: onnx_lib.ggml_add(c, p, q))(b, node, ins, at)
+    out_type = zy.dtype if zy is not None else TensorProto.UINT8
+    lo, hi = QRANGE[out_type]
+    z = [0 if v is None else int(np.asarray(v.const).reshape(-1)[0]) for v in (za, zx, zy)]
+    s_a, s_x, s_y = (np.float32(np.asarray(v.const).reshape(-1)[0]) for v in (sa, sx, sy))
+    t, shape = binary(b, lambda c, p, q: b.kernel_node(kern.qlinear_add(c, p, q, z[0], z[1], z[2], float(s_a / s_y),
+                                                                          float(s_x / s_y), lo, hi), "qlinear_add"),
+                      Val(a.shape, TensorProto.FLOAT, t=f(b, a)), Val(x.shape, TensorProto.FLOAT, t=f(b, x)))
+    return [b.out(t, shape, out_type)]
+
+
+OPS[MS + "QLinearAdd"] = _qlinear_add
 OPS[MS + "QLinearMul"] = _qbinary(lambda c, p, q: onnx_lib.ggml_mul(c, p, q))
 
 
@@ -468,11 +532,42 @@ def _qconcat(b, node, ins, at):
 OPS[MS + "QLinearConcat"] = _qconcat
 
 
+def _integer_product(b, node, a, za, w, zw, bias, at):
+    """(a - a_zero_point) times the constant (w - w_zero_point), plus the int32 bias, as Gemm with
+    `at`'s transA and transB: integers, exact in float32 below 2**24 in any summation order, as
+    onnxruntime's int32 product. w's zero point is per tensor or per output column."""
+    trans_b = int(at.get("transB", 0))
+    A = a if za is None else binary_value(b, onnx_lib.ggml_sub, Val(a.shape, TensorProto.FLOAT, t=f(b, a)), za)
+    W = w.const.astype(np.float32)
+    if zw is not None:
+        z = zw.const.astype(np.float32).reshape(-1)
+        W = W - (z.reshape(-1, 1) if trans_b else z.reshape(1, -1)) if z.size > 1 else W - z[0]
+    args = [Val(A.shape, TensorProto.FLOAT, t=f(b, A) if A.t is None else A.t), const(W)]
+    if bias is not None:
+        args.append(const(bias.const.astype(np.float32)))
+    return _gemm(b, node, args, {"transA": int(at.get("transA", 0)), "transB": trans_b})[0]
+
+
+def _exact_product(a, za, w, sw, zw, scales) -> bool:
+    """Whether a quantized product can run as integers: constant weights, parameters and scales, and
+    per-tensor activation parameters (onnxruntime's own requirement)."""
+    return (w.is_const and all(v is None or v.is_const for v in (sw, zw) + tuple(scales))
+            and all(v is None or v.size == 1 for v in (za,) + tuple(scales[:1])) and w.rank == 2)
+
+
 def _qgemm(b, node, ins, at):
     a, sa, za, w, sw, zw = ins[:6]
     C = ins[6] if len(ins) > 6 else None
     sy = ins[7] if len(ins) > 7 else None
     zy = ins[8] if len(ins) > 8 else None
+    if _exact_product(a, za, w, sw, zw, (sa, sy, C)):  # onnxruntime's QGemm: alpha * sa * sw / sy
+        m = np.float32(at.get("alpha", 1.0)) * np.float32(sa.const.reshape(-1)[0]) * sw.const.astype(np.float32).reshape(-1)
+        if sy is not None:
+            m = m / np.float32(sy.const.reshape(-1)[0])
+        acc = _integer_product(b, node, a, za, w, zw, C, at)
+        if sy is None:
+            return [binary_value(b, onnx_lib.ggml_mul, acc, const(m.reshape(1, -1) if m.size > 1 else m.reshape(())))]
+        return [requantize(b, acc, m, zy, 1)]
     A = dequantize(b, a, sa, za, 0)
     W = dequantize(b, w, sw, zw, 0 if int(at.get("transB", 0)) else 1)
     args = [A, W]

@@ -105,7 +105,9 @@ def roi_align(ins, at, opset: int = 22):
     """RoiAlign (avg or max) of X [N, C, H, W] over rois [R, 4] = (x1, y1, x2, y2), one batch index
     per ROI: output [R, C, output_height, output_width]. Bilinear samples as in ONNX's reference:
     sampling_ratio per bin (0: ceil(roi size / output size)), samples outside [-1, size] count as
-    zero; 'max' takes, per sample, the largest of the four weighted corner values (ONNX's definition)."""
+    zero; 'max' takes, per sample, the largest of the four weighted corner values (ONNX's definition).
+    Computed in float32 in onnxruntime's order of operations, so that a quantized model's features,
+    rounded to integers after this op, round as onnxruntime's do."""
     X, rois, bidx = ins[0], ins[1], ins[2]
     if X.ndim != 4:
         raise OnnxError(f"RoiAlign: X must be 4-D [N, C, H, W], got shape {list(X.shape)}")
@@ -126,52 +128,56 @@ def roi_align(ins, at, opset: int = 22):
     half_pixel = (ctm.decode() if isinstance(ctm, bytes) else str(ctm)).lower() == "half_pixel"
     if mode not in ("avg", "max"):
         raise OnnxError(f"RoiAlign: mode must be 'avg' or 'max', got '{mode}'")
-    Xd = X.astype(np.float64, copy=False)
-    Y = np.empty((rois.shape[0], C, oh, ow), dtype=np.float64)
-    off = 0.5 if half_pixel else 0.0
+    Xf = X.astype(np.float32, copy=False)
+    Y = np.empty((rois.shape[0], C, oh, ow), dtype=np.float32)
+    f32 = np.float32
+    off, sc = f32(0.5 if half_pixel else 0.0), f32(scale)
     for r in range(rois.shape[0]):
-        x1, y1, x2, y2 = (float(v) * scale - off for v in rois[r])
+        x1, y1, x2, y2 = (f32(v) * sc - off for v in rois[r].astype(np.float32))
         rw, rh = x2 - x1, y2 - y1
         if not half_pixel:
-            rw, rh = max(rw, 1.0), max(rh, 1.0)
-        bh, bw = rh / oh, rw / ow
-        gh = sr if sr > 0 else int(np.ceil(rh / oh))
-        gw = sr if sr > 0 else int(np.ceil(rw / ow))
+            rw, rh = max(rw, f32(1.0)), max(rh, f32(1.0))
+        bh, bw = rh / f32(oh), rw / f32(ow)
+        gh = sr if sr > 0 else int(np.ceil(rh / f32(oh)))
+        gw = sr if sr > 0 else int(np.ceil(rw / f32(ow)))
         count = max(gh * gw, 1)
         if gh <= 0 or gw <= 0:  # an empty grid: no samples (the reference leaves zeros / its first value)
             Y[r] = 0.0
             continue
-        ys = y1 + np.arange(oh)[:, None] * bh + (np.arange(gh)[None, :] + 0.5) * bh / gh  # [oh, gh]
-        xs = x1 + np.arange(ow)[:, None] * bw + (np.arange(gw)[None, :] + 0.5) * bw / gw  # [ow, gw]
-        ylo, yhi, wy_lo, wy_hi, yok = _axis_weights(ys, H)
-        xlo, xhi, wx_lo, wx_hi, xok = _axis_weights(xs, W)
-        img = Xd[bidx[r]]  # [C, H, W]
-        # the four corners of every sample: [C, oh, gh, ow, gw]
-        ok = (yok[:, :, None, None] & xok[None, None, :, :])
+        # onnxruntime's positions: start + bin * size + (i + 0.5) * size / grid, in float32 in this order
+        ys = (y1 + np.arange(oh, dtype=f32)[:, None] * bh) + (np.arange(gh, dtype=f32)[None, :] + f32(0.5)) * bh / f32(gh)
+        xs = (x1 + np.arange(ow, dtype=f32)[:, None] * bw) + (np.arange(gw, dtype=f32)[None, :] + f32(0.5)) * bw / f32(gw)
+        ylo, yhi, hy, ly, yok = _axis_weights(ys, H)
+        xlo, xhi, hx, lx, xok = _axis_weights(xs, W)
+        img = Xf[bidx[r]]  # [C, H, W]
+        ok = (yok[:, :, None, None] & xok[None, None, :, :])  # [oh, gh, ow, gw]
         parts = []
-        for yi, wy in ((ylo, wy_lo), (yhi, wy_hi)):
-            for xi, wx in ((xlo, wx_lo), (xhi, wx_hi)):
-                w = np.where(ok, wy[:, :, None, None] * wx[None, None, :, :], 0.0)
+        for yi, wy in ((ylo, hy), (yhi, ly)):
+            for xi, wx in ((xlo, hx), (xhi, lx)):
+                w = np.where(ok, wy[:, :, None, None] * wx[None, None, :, :], f32(0.0))
                 parts.append(w * img[:, yi[:, :, None, None], xi[None, None, :, :]])
-        if mode == "avg":
-            Y[r] = (parts[0] + parts[1] + parts[2] + parts[3]).sum(axis=(2, 4)) / count
+        if mode == "avg":  # w1 v1 + w2 v2 + w3 v3 + w4 v4, the samples added one by one (iy, then ix)
+            v = ((parts[0] + parts[1]) + parts[2]) + parts[3]  # [C, oh, gh, ow, gw]
+            v = v.transpose(0, 1, 3, 2, 4).reshape(C, oh, ow, gh * gw)
+            Y[r] = np.cumsum(v, axis=-1, dtype=f32)[..., -1] / f32(count)
         else:
             Y[r] = np.maximum.reduce(parts).max(axis=(2, 4))
-    return [Y.astype(X.dtype if X.dtype.kind == "f" else np.float32)]
+    return [Y if X.dtype == np.float32 else Y.astype(X.dtype if X.dtype.kind == "f" else np.float32)]
 
 
 def _axis_weights(pos: np.ndarray, size: int):
-    """Bilinear indices and weights along one axis, as ONNX's reference computes them: positions
-    below -1 or above `size` are invalid; the rest are clamped into [0, size - 1]."""
+    """Bilinear indices and weights (1 - frac, frac) along one axis, as ONNX's reference and
+    onnxruntime compute them, in float32: positions below -1 or above `size` are invalid; the rest
+    are clamped into [0, size - 1]."""
     valid = (pos >= -1.0) & (pos <= size)
-    p = np.maximum(pos, 0.0)
+    p = np.maximum(pos, np.float32(0.0))
     lo = np.floor(p).astype(np.int64)
     at_edge = lo >= size - 1
     lo = np.where(at_edge, size - 1, lo)
     hi = np.where(at_edge, size - 1, lo + 1)
-    p = np.where(at_edge, lo.astype(np.float64), p)
-    frac = p - lo
-    return lo, hi, 1.0 - frac, frac, valid
+    p = np.where(at_edge, lo.astype(np.float32), p)
+    frac = p - lo.astype(np.float32)
+    return lo, hi, np.float32(1.0) - frac, frac, valid
 
 
 
