@@ -6,9 +6,10 @@ Each entry is a function of (torch, tmp folder) giving (path, feeds) or raising 
 the reason (a model library not installed). Architectures from Hugging Face's transformers and
 torchvision are built from their own classes with tiny configurations, in the export settings of the
 Zoo's file (opset, exporter); without those libraries, a plain-torch model of the same shape of
-graph stands in where one is given (the Inception v3 stem). timm's bat_resnext26ts and
-botnet26t_256 make values of five axes above size one (ggmlpy/onnx/rank5.py); their stand-ins in
-plain torch make the same five-axis patterns.
+graph stands in where one is given (the Inception v3 stem). The int8 Mask R-CNN is quantized by
+onnxruntime's own quantizer. timm's bat_resnext26ts and botnet26t_256 make values of five axes
+above size one (ggmlpy/onnx/rank5.py); their stand-ins in plain torch make the same five-axis
+patterns.
 """
 from __future__ import annotations
 
@@ -262,7 +263,76 @@ def bilinear_resize(torch, tmp, block=4, t=3, ch=4):
         {"image": x.numpy()}
 
 
-# name -> (builder, what the test compares: rtol, atol)
+def mask_rcnn_int8(torch, tmp, size=224):
+    """torchvision's Mask R-CNN (a ResNet-18 FPN backbone, 5 classes) on a size x size image, opset 12,
+    quantized by onnxruntime's quantize_static on every op it quantizes (QOperator, uint8: QLinearConv,
+    QGemm, QLinearAdd, QLinearMul, QLinearConcat, QLinearSigmoid, QLinearSoftmax), as the Zoo's
+    MaskRCNN-12-int8. Its outputs are the Zoo file's: boxes, labels, scores and 28x28 mask
+    probabilities (masks not pasted into the image). At 224x224 some FPN levels get no region, so a
+    stage is fed an empty value. The backbone's batch norms take running statistics from one batch;
+    two random images calibrate the quantization."""
+    tv = _torchvision(torch)
+    ortq = importlib.import_module("onnxruntime.quantization")
+    from torchvision.models.detection import MaskRCNN
+    from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
+    backbone = resnet_fpn_backbone(backbone_name="resnet18", weights=None, trainable_layers=5,
+                                   norm_layer=torch.nn.BatchNorm2d)
+    _calibrate_batch_norms(torch, backbone, (torch.rand(4, 3, size, size) - 0.45) / 0.225)
+    net = MaskRCNN(backbone, num_classes=5, min_size=size, max_size=size).eval()
+    assert tv is not None
+
+    class Detections(torch.nn.Module):
+        """One image in, the first image's detections out, masks as the mask head gives them."""
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, image):
+            n = self.net
+            images, _ = n.transform([image])
+            features = n.backbone(images.tensors)
+            proposals, _ = n.rpn(images, features)
+            d = n.roi_heads(features, proposals, images.image_sizes)[0][0]
+            return d["boxes"], d["labels"], d["scores"], d["masks"]
+    x = torch.rand(3, size, size)
+    outputs = ("boxes", "labels", "scores", "masks")
+    fp32 = _export(torch, Detections(), (x,), os.path.join(tmp, "mask_rcnn.onnx"), ["image"], opset=12,
+                   outputs=outputs)
+    _torch_outputs.pop(fp32, None)  # the int8 model's results are not torch's
+    pre = os.path.join(tmp, "mask_rcnn_pre.onnx")
+    ortq.shape_inference.quant_pre_process(fp32, pre, skip_symbolic_shape=True)
+    rng = np.random.default_rng(0)
+
+    class Images(ortq.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"image": rng.random((3, size, size), dtype=np.float32)} for _ in range(2)])
+
+        def get_next(self):
+            return next(self.it, None)
+    path = os.path.join(tmp, "mask_rcnn_int8.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ortq.quantize_static(pre, path, Images(), quant_format=ortq.QuantFormat.QOperator,
+                             activation_type=ortq.QuantType.QUInt8, weight_type=ortq.QuantType.QUInt8)
+    _add_mask_logits(path)
+    return path, {"image": np.random.default_rng(5).random((3, size, size), dtype=np.float32)}
+
+
+def _add_mask_logits(path):
+    """Make the mask head's dequantized logits (the input of its QLinearSigmoid, every class) an output,
+    'mask_logits' [N, classes, 28, 28], so that a mask probability can be traced to its logit."""
+    onnx = importlib.import_module("onnx")
+    model = onnx.load(path)
+    sigmoid = [n for n in model.graph.node if n.op_type == "QLinearSigmoid"][-1]
+    dq = next(n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == sigmoid.input[0])
+    model.graph.node.append(onnx.helper.make_node("Identity", [dq.output[0]], ["mask_logits"]))
+    model.graph.output.append(onnx.helper.make_tensor_value_info("mask_logits", onnx.TensorProto.FLOAT, None))
+    onnx.save(model, path)
+
+
+QUANTIZED = "int8"  # a ZOO entry's comparison for quantized models: see tests/test_onnx_zoo.py
+
+# name -> (builder, what the test compares: rtol, atol, or QUANTIZED)
 ZOO = {
     "inception_stem": (inception_stem, (1e-4, 1e-4)),
     "inception_v3": (inception_v3, (1e-3, 1e-4)),
@@ -273,6 +343,7 @@ ZOO = {
     "bat_resnext26ts": (bat_resnext26ts, (1e-3, 1e-7)),  # logits about 1e-3 (timm zero-initializes last norms)
     "relpos_attention": (relpos_attention, (1e-4, 1e-5)),
     "bilinear_resize": (bilinear_resize, (1e-4, 1e-5)),
+    "mask_rcnn_int8": (mask_rcnn_int8, QUANTIZED),
 }
 
 

@@ -64,22 +64,26 @@ _libraries = []  # the Library objects must live as long as the process for thei
 
 def _nms(dets, scores, iou_threshold):
     """Greedy non-maximum suppression: indices of the kept boxes, by decreasing score (torchvision's)."""
+    import numpy as np
     import torch
-    order = torch.argsort(scores, descending=True, stable=True)
-    x1, y1, x2, y2 = dets.unbind(1)
-    area = (x2 - x1) * (y2 - y1)
-    suppressed = torch.zeros(len(order), dtype=torch.bool)
+    order = np.argsort(-scores.detach().numpy(), kind="stable")
+    box = dets.detach().numpy().astype(np.float64)[order]
+    area = (box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1])
+    lo = np.maximum(box[:, None, :2], box[None, :, :2])
+    hi = np.minimum(box[:, None, 2:], box[None, :, 2:])
+    inter = np.prod(np.clip(hi - lo, 0, None), axis=2)
+    overlaps = inter / (area[:, None] + area[None, :] - inter) > iou_threshold
+    suppressed = np.zeros(len(order), dtype=bool)
     keep = []
-    for i, a in enumerate(order.tolist()):
-        if suppressed[i]:
-            continue
-        keep.append(a)
-        rest = order[i + 1:]
-        w = (torch.minimum(x2[a], x2[rest]) - torch.maximum(x1[a], x1[rest])).clamp(min=0)
-        h = (torch.minimum(y2[a], y2[rest]) - torch.maximum(y1[a], y1[rest])).clamp(min=0)
-        inter = w * h
-        suppressed[i + 1:] |= inter / (area[a] + area[rest] - inter) > iou_threshold
-    return torch.tensor(keep, dtype=torch.int64)
+    for i in range(len(order)):
+        if not suppressed[i]:
+            keep.append(order[i])
+            suppressed |= overlaps[i]
+    return torch.tensor(np.array(keep, dtype=np.int64))
+
+
+def _has_ops():
+    return True
 
 
 def _declare_operators(torch):
@@ -123,6 +127,6 @@ def torchvision(torch):
         # torchvision's modules ask _has_ops() (bound at their import) before calling its operators
         for name, module in list(sys.modules.items()):
             if name.startswith("torchvision") and hasattr(module, "_has_ops"):
-                module._has_ops = lambda: True
+                module._has_ops = _has_ops
     _loaded = tv
     return tv
