@@ -131,3 +131,50 @@ def compare_named(proto, feeds):
     for w, o in zip(want, proto.graph.output):
         np.testing.assert_allclose(got[o.name], w, rtol=1e-5, atol=1e-6)
     return model
+
+
+def two_levels():
+    """Rows of relu(x) [6, 4] split by score into two levels (NonZero of score > 0.5 and of its
+    negation), each level's rows doubled or negated and scattered back into zeros of x's shape (a
+    detection's multi-level RoI pooling), then the levels' sum times W: a level with no row is an
+    empty value in the middle of the graph, and the product after the scatter reads none."""
+    nodes = [helper.make_node("Relu", ["x"], ["f"]), helper.make_node("Greater", ["score", "half"], ["hi"]),
+             helper.make_node("Not", ["hi"], ["lo"]), helper.make_node("Shape", ["f"], ["fs"]),
+             helper.make_node("ConstantOfShape", ["fs"], ["zeros"], value=helper.make_tensor("v", T.FLOAT, [1], [0.0]))]
+    for lv, op in (("hi", "Mul"), ("lo", "Sub")):
+        nodes += [helper.make_node("NonZero", [lv], [lv + "_nz"]),
+                  helper.make_node("Transpose", [lv + "_nz"], [lv + "_idx"]),  # [K, 1]
+                  helper.make_node("GatherND", ["f", lv + "_idx"], [lv + "_rows"]),
+                  helper.make_node(op, [lv + "_rows", "two"], [lv + "_upd"]),
+                  helper.make_node("ScatterND", ["zeros", lv + "_idx", lv + "_upd"], [lv + "_out"])]
+    nodes += [helper.make_node("Add", ["hi_out", "lo_out"], ["both"]), helper.make_node("MatMul", ["both", "w"], ["y"])]
+    inits = {"half": np.array(0.5, np.float32), "two": np.array(2.0, np.float32),
+             "w": RNG.normal(size=(4, 3)).astype(np.float32)}
+    g = helper.make_graph(nodes, "levels", [helper.make_tensor_value_info("x", T.FLOAT, [6, 4]),
+                                            helper.make_tensor_value_info("score", T.FLOAT, [6])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [6, 3])],
+                          [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_empty_level_is_computed_on_the_host_and_the_rest_in_the_graph(monkeypatch):
+    """Issue 39, point 4: only the nodes that read the empty level run on the host (numpy); the
+    product after the scatter stays in the ggml graph, whichever level is empty."""
+    from ggmlpy.onnx import empty_branches
+    on_host = []
+    real = empty_branches.evaluate_on_host
+
+    def spy(model, nodes, *args, **kw):
+        on_host.extend(n.op_type for n in nodes)
+        return real(model, nodes, *args, **kw)
+    monkeypatch.setattr(empty_branches, "evaluate_on_host", spy)
+    proto = two_levels()
+    model = ggmlpy.onnx_load(proto, device="cpu")
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    for score in ([0.9] * 6, [0.1] * 6, [0.9, 0.1, 0.9, 0.1, 0.1, 0.1], [0.1] * 6):
+        feeds = {"x": RNG.normal(size=(6, 4)).astype(np.float32), "score": np.array(score, np.float32)}
+        on_host.clear()
+        got = ggmlpy.onnx_run(model, feeds)["y"]
+        np.testing.assert_allclose(got, sess.run(None, feeds)[0], rtol=1e-5, atol=1e-6)
+        empty = min(sum(s > 0.5 for s in score), sum(s <= 0.5 for s in score)) == 0
+        assert ("ScatterND" in on_host) == empty and "MatMul" not in on_host, on_host
