@@ -326,7 +326,8 @@ def _add_mask_logits(path):
     sigmoid = [n for n in model.graph.node if n.op_type == "QLinearSigmoid"][-1]
     dq = next(n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == sigmoid.input[0])
     model.graph.node.append(onnx.helper.make_node("Identity", [dq.output[0]], ["mask_logits"]))
-    model.graph.output.append(onnx.helper.make_tensor_value_info("mask_logits", onnx.TensorProto.FLOAT, None))
+    model.graph.output.append(onnx.helper.make_tensor_value_info("mask_logits", onnx.TensorProto.FLOAT,
+                                                                  ["detections", "classes", "height", "width"]))
     onnx.save(model, path)
 
 
