@@ -158,8 +158,8 @@ def two_levels():
 
 
 def test_an_empty_level_is_computed_on_the_host_and_the_rest_in_the_graph(monkeypatch):
-    """Issue 39, point 4: only the nodes that read the empty level run on the host (numpy); the
-    product after the scatter stays in the ggml graph, whichever level is empty."""
+    """Only the nodes that read the empty level run on the host (numpy); the product after the
+    scatter stays in the ggml graph, whichever level is empty."""
     from ggmlpy.onnx import empty_branches
     on_host = []
     real = empty_branches.evaluate_on_host

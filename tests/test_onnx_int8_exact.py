@@ -1,6 +1,6 @@
-"""Quantized ops and the ops around them give onnxruntime's values to the bit (issue 39: an int8 Mask
-R-CNN whose values were 1-4 steps off after its backbone, its proposals permuted and some boxes on
-the wrong FPN level): QLinearConv, QGemm, QLinearMatMul and QLinearAdd as onnxruntime computes them,
+"""Quantized ops and the ops around them give onnxruntime's values to the bit, so that an int8
+detection model's proposals, levels and boxes are onnxruntime's: QLinearConv, QGemm, QLinearMatMul
+and QLinearAdd as onnxruntime computes them,
 TopK's order of equal values, QuantizeLinear of an infinity, RoiAlign in float32. Each node is fed
 from the graph (a Relu or Identity first), so the graph's own kernel runs, not constant folding."""
 from __future__ import annotations
