@@ -58,20 +58,28 @@ def _logsumexp(b, t):
     return onnx_lib.ggml_add(b.ctx, onnx_lib.ggml_log(b.ctx, s), m)
 
 
+def reduce_axes(b, ins, at, rank: int) -> list | None:
+    """A Reduce node's axes, normalized and sorted, from its input (opset 13/18 on) or its
+    attribute; none given means all, or None where noop_with_empty_axes makes the node the identity."""
+    axes = None
+    if len(ins) > 1 and ins[1] is not None:
+        axes = [int(a) for a in cval(b, ins[1], "axes").reshape(-1)]
+    elif "axes" in at:
+        axes = [int(a) for a in at["axes"]]
+    if not axes:
+        if int(at.get("noop_with_empty_axes", 0)):
+            return None
+        axes = list(range(rank))
+    return sorted({norm_axis(b, a, rank) for a in axes})
+
+
 def _reduce(name):
     def build(b, node, ins, at):
         x = ins[0]
-        axes = None
-        if len(ins) > 1 and ins[1] is not None:
-            axes = [int(a) for a in cval(b, ins[1], "axes").reshape(-1)]
-        elif "axes" in at:
-            axes = [int(a) for a in at["axes"]]
+        axes = reduce_axes(b, ins, at, x.rank)
+        if axes is None:
+            return [x]
         keep = int(at.get("keepdims", 1))
-        if not axes:
-            if int(at.get("noop_with_empty_axes", 0)):
-                return [x]
-            axes = list(range(x.rank))
-        axes = sorted({norm_axis(b, a, x.rank) for a in axes})
         rows, kept, _ = to_rows(b, b.tensor(x), x.shape, axes)
         y = ROW_REDUCE[name](b, rows)
         shape = tuple(1 if k in axes else d for k, d in enumerate(x.shape)) if keep else \

@@ -160,9 +160,9 @@ def _split(b, node, ins, at):
     return outs
 
 
-@op("Slice", const_inputs=(1, 2, 3, 4))
-def _slice(b, node, ins, at):
-    x = ins[0]
+def slice_args(b, ins, at, rank: int):
+    """Slice's starts, ends, axes (normalized) and steps, from its inputs (opset 10 on) or its
+    attributes (opset 1-9, no steps); a step of 0 is refused."""
     if len(ins) > 1:
         starts = [int(v) for v in cval(b, ins[1], "starts")]
         ends = [int(v) for v in cval(b, ins[2], "ends")]
@@ -170,9 +170,16 @@ def _slice(b, node, ins, at):
         steps = [int(v) for v in cval(b, ins[4], "steps")] if len(ins) > 4 and ins[4] is not None else None
     else:
         starts, ends, axes, steps = list(at["starts"]), list(at["ends"]), at.get("axes"), None
-    axes = list(range(len(starts))) if axes is None else [norm_axis(b, a, x.rank) for a in axes]
+    axes = list(range(len(starts))) if axes is None else [norm_axis(b, a, rank) for a in axes]
     steps = [1] * len(starts) if steps is None else steps
     b.need(all(st != 0 for st in steps), "slice step 0")
+    return starts, ends, axes, steps
+
+
+@op("Slice", const_inputs=(1, 2, 3, 4))
+def _slice(b, node, ins, at):
+    x = ins[0]
+    starts, ends, axes, steps = slice_args(b, ins, at, x.rank)
     # numpy's clamping is ONNX's: starts/ends beyond the axis clamp, negatives count from the end
     sizes = list(x.shape)
     for a, s, e, st in zip(axes, starts, ends, steps):

@@ -39,7 +39,8 @@ from .graph import FOLDED_RANK, MAX_RANK, OnnxLimitation, Val, compact, const, o
 from .layout import broadcast_shape, reshape, slice_axis
 from .op_table import OPS, cval, norm_axis
 from .ops_elementwise import UNARY
-from .ops_reduce import ROW_REDUCE
+from .ops_reduce import ROW_REDUCE, reduce_axes
+from .ops_shape import slice_args
 
 I64, F32_TYPE = TensorProto.INT64, TensorProto.FLOAT
 
@@ -305,15 +306,10 @@ def _reduce(b, node, ins, at, fn):
     if not big(x):
         return fn(b, node, ins, at)
     _need_rank5(b, key, x)
-    from_input = len(ins) > 1 and ins[1] is not None
-    axes = [int(a) for a in cval(b, ins[1], "axes").reshape(-1)] if from_input else \
-        [int(a) for a in at["axes"]] if "axes" in at else []
+    axes = reduce_axes(b, ins, at, x.rank)
+    if axes is None:
+        return [x]
     keep = int(at.get("keepdims", 1))
-    if not axes:
-        if int(at.get("noop_with_empty_axes", 0)):
-            return [x]
-        axes = list(range(x.rank))
-    axes = sorted({norm_axis(b, a, x.rank) for a in axes})
     k = next((k for k in range(FOLDED_RANK - 1) if (k in axes) == (k + 1 in axes)), None)
     if k is None:  # every pair has an axis reduced and one kept: one axis first, kept, leaves four
         first, then = _TWO_STEPS[key]
@@ -321,7 +317,7 @@ def _reduce(b, node, ins, at, fn):
         y = _reduce(b, node, [x, const(np.array(axes[:1], dtype=np.int64), I64)], at1, OPS[first])[0]
         return OPS[then](b, node, [y, const(np.array(axes, dtype=np.int64), I64)], {"keepdims": keep})
     new = sorted({_remap(a, k) for a in axes})
-    if from_input:
+    if len(ins) > 1 and ins[1] is not None:  # axes as an input (opset 13 on), else as the attribute
         ins2, at2 = [ins[0], const(np.array(new, dtype=np.int64), I64)] + list(ins[2:]), at
     else:
         ins2, at2 = list(ins), {**at, "axes": new}
@@ -356,18 +352,9 @@ def _untouched(b, node, ins, at, fn):
     x = ins[0]
     r = x.rank
     if key == "Slice":
-        if len(ins) > 1:
-            starts = [int(v) for v in cval(b, ins[1], "starts")]
-            ends = [int(v) for v in cval(b, ins[2], "ends")]
-            axes = [int(v) for v in cval(b, ins[3], "axes")] if len(ins) > 3 and ins[3] is not None else None
-            steps = [int(v) for v in cval(b, ins[4], "steps")] if len(ins) > 4 and ins[4] is not None else None
-        else:
-            starts, ends, axes, steps = list(at["starts"]), list(at["ends"]), at.get("axes"), None
-        axes = list(range(len(starts))) if axes is None else [norm_axis(b, a, r) for a in axes]
-        steps = [1] * len(starts) if steps is None else steps
+        starts, ends, axes, steps = slice_args(b, ins, at, r)
         shape = list(x.shape)
         for a, s, e, st in zip(axes, starts, ends, steps):
-            b.need(st != 0, "slice step 0")
             shape[a] = len(range(*slice(s, e, st).indices(x.shape[a])))
         if _plain([x]):
             return fn(b, node, ins, at)

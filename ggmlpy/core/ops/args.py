@@ -70,6 +70,15 @@ def check_contiguous(x: Tensor, what: str, arg: str = "a") -> None:
         raise GGMLError(f"{what}: {arg} must be contiguous; use ggml_cont() first")
 
 
+def contiguous_input(ctx, a, what: str, types) -> tuple:
+    """Start an op of one input: its context, and `a` checked to be a live tensor of one of `types`,
+    contiguous (the ggml kernels these ops reach walk their input as one packed block)."""
+    ctx, a = start_op(ctx), input_tensor(a, what)
+    check_types(a, types, what)
+    check_contiguous(a, what)
+    return ctx, a
+
+
 def dims(x: Tensor) -> list:
     return [int(v) for v in x.ptr.ne]
 

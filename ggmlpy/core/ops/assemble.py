@@ -12,7 +12,7 @@ from ...errors import GGMLError, check
 from ..checked import check_rule, tensor_arg
 from ..tensor5 import Tensor5, broadcast_pair, concat_pair, dims5, unfold
 from ..handles import Context, Tensor
-from .args import (BF16, CPU_FLOAT, F16, F32, I32, QUANTIZED, c_function, check_contiguous, check_packed_rows, check_types, dims, input_tensor, int_arg, make_like,
+from .args import (contiguous_input, BF16, CPU_FLOAT, F16, F32, I32, QUANTIZED, c_function, check_contiguous, check_packed_rows, check_types, dims, input_tensor, int_arg, make_like,
                    make_tensor, shape_str, start_op)
 
 
@@ -173,9 +173,7 @@ def ggml_roll(ctx: Context, a: Tensor, shift0: int = 0, shift1: int = 0, shift2:
 def ggml_pad_reflect_1d(ctx: Context, a: Tensor, p0: int, p1: int) -> Tensor:
     """Reflection padding of ne0: p0 in front, p1 behind (each below ne0)."""
     what = "ggml_pad_reflect_1d"
-    ctx, a = start_op(ctx), input_tensor(a, what)
-    check_types(a, (F32,), what)
-    check_contiguous(a, what)
+    ctx, a = contiguous_input(ctx, a, what, (F32,))
     p0, p1 = int_arg(p0, what, "p0"), int_arg(p1, what, "p1")
     n = dims(a)
     check(0 <= p0 < n[0] and 0 <= p1 < n[0], f"{what}: paddings must be in 0..ne0-1 = {n[0] - 1}, got {p0}, {p1}")
@@ -185,9 +183,7 @@ def ggml_pad_reflect_1d(ctx: Context, a: Tensor, p0: int, p1: int) -> Tensor:
 def ggml_win_part(ctx: Context, a: Tensor, w: int) -> Tensor:
     """Split a [C, W, H] into w x w windows [C, w, w, n_windows], zero-padding W and H to multiples of w."""
     what = "ggml_win_part"
-    ctx, a = start_op(ctx), input_tensor(a, what)
-    check_types(a, (F32,), what)
-    check_contiguous(a, what)
+    ctx, a = contiguous_input(ctx, a, what, (F32,))
     w = int_arg(w, what, "w")
     n = dims(a)
     check(w > 0, f"{what}: w must be positive, got {w}")
@@ -199,9 +195,7 @@ def ggml_win_part(ctx: Context, a: Tensor, w: int) -> Tensor:
 def ggml_win_unpart(ctx: Context, a: Tensor, w0: int, h0: int, w: int) -> Tensor:
     """Inverse of ggml_win_part: windows [C, w, w, n] back to [C, w0, h0]."""
     what = "ggml_win_unpart"
-    ctx, a = start_op(ctx), input_tensor(a, what)
-    check_types(a, (F32,), what)
-    check_contiguous(a, what)
+    ctx, a = contiguous_input(ctx, a, what, (F32,))
     w0, h0, w = int_arg(w0, what, "w0"), int_arg(h0, what, "h0"), int_arg(w, what, "w")
     n = dims(a)
     check(w > 0 and w0 > 0 and h0 > 0, f"{what}: w, w0 and h0 must be positive")

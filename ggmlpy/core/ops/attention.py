@@ -12,7 +12,7 @@ from ...errors import GGMLError, check
 from ..checked import check_rule
 from ..handles import Context, Tensor
 from ..tensor5 import Tensor5
-from .args import (F16, F32, QUANTIZED, c_function, check_contiguous, check_packed_rows, check_types, dims, input_tensor, int_arg, make_like,
+from .args import (contiguous_input, F16, F32, QUANTIZED, c_function, check_contiguous, check_packed_rows, check_types, dims, input_tensor, int_arg, make_like,
                    make_tensor, not_divisible, same_shape_pair, shape_str, start_op)
 
 
@@ -111,9 +111,7 @@ def ggml_diag_mask_zero(ctx: Context, a: Tensor, n_past: int = 0, *, _inplace: b
 def ggml_get_rel_pos(ctx: Context, a: Tensor, qh: int, kh: int) -> Tensor:
     """Relative position table [C, kh, qh] (f16) gathered from a [C, 2*qh - 1] (f16), as in SAM."""
     what = "ggml_get_rel_pos"
-    ctx, a = start_op(ctx), input_tensor(a, what)
-    check_types(a, (F16,), what)
-    check_contiguous(a, what)
+    ctx, a = contiguous_input(ctx, a, what, (F16,))
     qh, kh = int_arg(qh, what, "qh"), int_arg(kh, what, "kh")
     check(qh == kh and qh > 0, f"{what}: qh and kh must be equal and positive, got {qh}, {kh}")
     check(dims(a)[1] == 2 * qh - 1, f"{what}: a needs ne1 = 2*qh - 1 = {2 * qh - 1}, got {shape_str(a)}")
