@@ -173,10 +173,10 @@ model = g.ag_sequential(*[g.ag_linear(512, 512) for _ in range(12)])
 print("saving", flush=True)
 g.ag_save_model(model, sys.argv[1])
 """
+_LIMITED = "import resource\nresource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))\n"  # a 1 MB "disk"
 
 
 def files(scale):
-    import resource
     import ggmlpy as g
     c = _counts()
     with tempfile.TemporaryDirectory() as d:
@@ -202,8 +202,8 @@ def files(scale):
                 if f.endswith(".tmp"):
                     os.unlink(os.path.join(d, f))
         c["tried"] += 1  # a full disk: the file size limit
-        out = subprocess.run([sys.executable, "-c", _SAVER, path], capture_output=True, text=True,
-                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20)))
+        # the child limits itself first: a preexec_fn runs Python in the fork of a threaded process
+        out = subprocess.run([sys.executable, "-c", _LIMITED + _SAVER, path], capture_output=True, text=True)
         if out.returncode != 0 and "could not write" in out.stderr:
             c["clear"] += 1
         if open(path, "rb").read() != good or any(f.endswith(".tmp") for f in os.listdir(d)):

@@ -2,7 +2,6 @@
 and a save never loses the previous file. Calls that aborted or crashed the process before
 run in a child process, so a regression is a failed test, not a dead test run."""
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -165,9 +164,10 @@ def test_a_save_killed_midway_leaves_the_old_file_intact(tmp_path):
 def test_a_save_that_hits_the_file_size_limit_leaves_the_old_file_and_no_temporary(tmp_path):
     path, before = _good_file(tmp_path)
 
-    def limit():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
-    out = run_child(_SAVE.replace("sys.argv[1]", repr(str(path))), preexec_fn=limit)
+    # The child limits itself before it imports anything: a preexec_fn would run Python in the forked
+    # copy of this threaded process before exec, where it can crash (a SIGSEGV with no output)
+    limited = "import resource\nresource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))\n"
+    out = run_child(limited + textwrap.dedent(_SAVE).replace("sys.argv[1]", repr(str(path))))
     assert out.returncode != 0 and "could not write" in out.stderr and "unchanged" in out.stderr, out.stderr[-800:]
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["model.gguf"]
