@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
+import shutil
 import socket
 import subprocess
 import sys
@@ -37,12 +37,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent():  # Linux: the server gets SIGTERM if pytest dies without cleaning up
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
+# Linux: the server gets SIGTERM if pytest dies without cleaning up. setpriv sets that in the child
+# before it execs the server; a preexec_fn would run Python (and dlopen libc) in the fork of a threaded
+# pytest process, where only async-signal-safe calls are allowed until exec.
+DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "TERM"] if shutil.which("setpriv") else []
 
 
 def _env():
@@ -54,10 +52,9 @@ def _env():
 @pytest.fixture(scope="module")
 def server():
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "ggmlpy", "rpc-server", "--host", "127.0.0.1",
-                             "--port", str(port), "--device", "CPU", "--threads", "2"],
-                            cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=_die_with_parent)
+    proc = subprocess.Popen([*DIE_WITH_PARENT, sys.executable, "-m", "ggmlpy", "rpc-server",
+                             "--host", "127.0.0.1", "--port", str(port), "--device", "CPU", "--threads", "2"],
+                            cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
         while True:

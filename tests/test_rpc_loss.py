@@ -19,7 +19,7 @@ import pytest
 
 import ggmlpy as g
 from ggmlpy.core import registry, rpc
-from test_rpc import ROOT, _env, free_port, _die_with_parent
+from test_rpc import DIE_WITH_PARENT, ROOT, _env, free_port
 
 pytestmark = pytest.mark.skipif(
     "RPC" not in registry.backends() or rpc.rpc_server_binary() is None,
@@ -36,10 +36,9 @@ def servers():
 
     def start():
         port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "ggmlpy", "rpc-server", "--host", "127.0.0.1",
-                                 "--port", str(port), "--device", "CPU", "--threads", "1"],
-                                cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                preexec_fn=_die_with_parent)
+        proc = subprocess.Popen([*DIE_WITH_PARENT, sys.executable, "-m", "ggmlpy", "rpc-server",
+                                 "--host", "127.0.0.1", "--port", str(port), "--device", "CPU", "--threads", "1"],
+                                cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(proc)
         for _ in range(300):
             if proc.poll() is not None:
