@@ -1,7 +1,7 @@
 """llama.cpp's model files as ag_* models: `llm_load(path)` reads a GGUF of a supported
 architecture (io/llm_gguf.py reads and checks its hyper-parameters and tensor table) into the
-model family it belongs to (architecture `llama`: nn.llama.ag_llama; `gpt2`: nn.gpt2.ag_gpt2),
-and `llm_logits` runs it.
+model family it belongs to (architecture `llama`: nn.llama.ag_llama; `gpt2`: nn.gpt2.ag_gpt2);
+llm_decode.py runs it as llama.cpp does (llm_logits, llm_generate).
 
 Weights keep the type the file stores them in. f32 tensors become the model's parameters (they
 train like any other); every other type (f16, bf16, q8_0, q4_0, q4_K, ...) is uploaded as the
@@ -19,7 +19,6 @@ import numpy as np
 
 from ..autograd import ops
 from ..autograd.engine import apply
-from ..autograd.tape import no_grad
 from ..errors import GGMLError
 from ..io.gguf_file import GGUFFile
 from ..io.llm_gguf import read_hparams
@@ -155,13 +154,4 @@ def checked_token_ids(model: Module, token_ids: ArrayLike, what: str) -> np.ndar
     return ids
 
 
-def llm_logits(model: Module, token_ids: ArrayLike) -> np.ndarray:
-    """The logits of every position of one sequence of token ids, as numpy [n_tokens, n_vocab]
-    (row i: the prediction after token i, as llama.cpp's llama_get_logits lays them out)."""
-    ids = checked_token_ids(model, token_ids, "llm_logits")
-    with no_grad():
-        out = model(ids)
-    return np.ascontiguousarray(out.numpy().T)
-
-
-__all__ = ["llm_load", "llm_logits"]
+__all__ = ["llm_load"]
