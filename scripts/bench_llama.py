@@ -11,10 +11,10 @@ The model: vocab 32000, d_model 512, 6 layers, 8 heads (4 key/value heads), feed
 keep an f32 KV cache. ggmlpy's decode time per token is llm_generate's time for the prompt and
 n + 1 tokens less its prompt's, over n; llama.cpp's is its loop of n one-token evals, each
 followed by the argmax of the last logits (timed in the child, so the pipe is not in it).
-The tokens both chose are printed too (how many agree from the first): llama.cpp's default
-attention path multiplies in another order than the flash-attention kernel llm_generate uses,
-and q8_0's and q4_K's quantized activations can turn a last-bit difference into a different
-token where two logits nearly tie, so long random-weight runs part after a few dozen tokens.
+The tokens both chose are printed too (how many agree from the first): llm_generate builds
+llama.cpp's graph, so all of them should; a difference in the last bit anywhere (another
+summation order) shows there, as q8_0's and q4_K's quantized activations can turn it into a
+different token where two logits nearly tie.
 Prompt processing: ggmlpy's prompt graph (a cache of 512 positions) against llama.cpp's eval of
 the 512 tokens from an empty cache (one batch). ggmlpy runs with dynamic threads off: exactly the
 threads asked for, as llama.cpp. Each figure is the median over rounds of the per-round ratio

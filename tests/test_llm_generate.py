@@ -8,7 +8,7 @@ from ggmlpy.quant.llm_decode import decoder_for, decoder_of
 
 from llama_cpp_ref import llama_cpp_greedy, llama_cpp_logits, require_llama_cpp
 from test_llm_gpt2 import tiny_gpt2
-from test_llm_load import nmse, tiny
+from test_llm_load import forward_logits, nmse, tiny
 
 pytest.importorskip("gguf", reason="the gguf package (llama.cpp's GGUF writer) writes the test models")
 
@@ -26,7 +26,7 @@ def _greedy_by_forward(model, prompt, n):
     """Greedy continuation recomputing every position with the ag_* forward (no cache)."""
     seq = list(prompt)
     for _ in range(n):
-        seq.append(int(g.llm_logits(model, seq)[-1].argmax()))
+        seq.append(int(forward_logits(model, seq)[-1].argmax()))
     return seq[len(prompt):]
 
 
@@ -51,7 +51,7 @@ def test_greedy_tokens_equal_the_uncached_forward(tmp_path, kind, qtype):
 def test_cached_logits_equal_the_forward_at_every_step(tmp_path, kind):
     model = g.llm_load(_file(tmp_path, kind, "f32"))
     seq = PROMPT + [5, 9, 30, 2, 11, 0]
-    want = g.llm_logits(model, seq)
+    want = forward_logits(model, seq)
     dec = decoder_for(model, 64)
     steps = [dec.run(np.array(seq[:4]), 0)] + [dec.run(np.array([t]), i) for i, t in enumerate(seq[4:], 4)]
     got = np.stack(steps)
@@ -89,11 +89,14 @@ def test_the_decode_step_is_built_once_and_re_run(tmp_path):
     model = g.llm_load(_file(tmp_path, "llama", "q8_0"))
     g.llm_generate(model, PROMPT, max_new_tokens=20)
     dec = decoder_of(model)
-    assert dec.n_cache == 64 and dec.builds == 2  # the decode step, the prompt of 4: not one per token
+    assert dec.n_cache == 256  # cells padded to 256 as llama.cpp pads its cache, though the context is 64
+    assert dec.builds == 2  # the decode step, the prompt of 4: not one per token
     g.llm_generate(model, [3, 4, 5, 6], max_new_tokens=20)
     assert decoder_of(model) is dec and dec.builds == 2  # the same cache and graphs
     g.llm_generate(model, [3, 4, 5], max_new_tokens=20)
     assert dec.builds == 3  # a new prompt length: its graph
+    g.llm_logits(model, [3, 4, 5])
+    assert decoder_of(model) is dec and dec.builds == 4  # every position's logits: a graph of their own
 
 
 def test_trained_values_are_read_and_replaced_weights_rebuild(tmp_path):
@@ -157,3 +160,4 @@ def test_models_built_in_ggmlpy_generate_and_the_cache_is_padded_to_256():
     assert decoder_of(model).n_cache == 256
     g.llm_generate(model, PROMPT, max_new_tokens=300)
     assert decoder_of(model).n_cache == 512
+    assert sorted(decoder_of(model).steps) == [256, 512]  # a decode step per attended span, as llama.cpp's n_kv

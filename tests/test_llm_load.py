@@ -26,6 +26,13 @@ def tiny(tmp_path, qtype, n_head=4, n_head_kv=2, tied=False, d=64, vocab=40, see
 TOKENS = [1, 7, 3, 22, 39, 5, 5, 18, 0, 31]
 
 
+def forward_logits(model, ids):
+    """The ag_* forward's logits [n_tokens, n_vocab]: the model one trains, beside llm_logits'
+    inference graph."""
+    with g.no_grad():
+        return np.ascontiguousarray(model(np.asarray(ids)).numpy().T)
+
+
 def test_f32_file_equals_the_hugging_face_layout_reference(tmp_path):
     """The file's permuted rows and llama.cpp's normal rotation give the model the weights were
     drawn for, computed with Hugging Face's rotation (NeoX's pairs) on the unpermuted rows."""

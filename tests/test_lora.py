@@ -8,7 +8,7 @@ import ggmlpy as g
 from ggmlpy.quant.ag import stored_blocks
 
 from llama_cpp_ref import llama_cpp_logits, require_llama_cpp
-from test_llm_load import TOKENS, nmse, tiny
+from test_llm_load import TOKENS, forward_logits, nmse, tiny
 
 gguf = pytest.importorskip("gguf", reason="the gguf package (llama.cpp's GGUF writer) writes the test models")
 
@@ -296,6 +296,22 @@ def test_adapter_files_from_elsewhere_and_what_is_refused(tmp_path):
         with pytest.raises(g.GGMLError, match=match):
             g.llm_load_lora(base, _adapter(tmp_path / "bad.gguf", tensors, **{"alpha": 4.0, **kw}))
     assert g.lora_parameters(base) == {} and len(base.parameters()) > 0  # a refused file changes nothing
+
+
+@pytest.mark.parametrize("qtype", ["f32", "q8_0"])
+def test_the_inference_graph_adds_the_adapters_as_the_forward_does(tmp_path, qtype):
+    """llm_logits and llm_generate run llama.cpp's inference graph, with each adapter's product
+    added to its projection's; the ag_* forward (training's) computes the same model."""
+    path, _, _ = tiny(tmp_path, qtype)
+    model = g.ag_lora(g.llm_load(path), rank=4, alpha=8, targets=["attn_q", "attn_v", "ffn_down"])
+    randomize_b(model)
+    got = g.llm_logits(model, TOKENS)
+    assert nmse(got, forward_logits(model, TOKENS)) < 1e-10
+    assert nmse(got, g.llm_logits(g.llm_load(path), TOKENS)) > 1e-3  # the adapters are in it
+    seq = list(TOKENS)
+    for _ in range(8):
+        seq.append(int(forward_logits(model, seq)[-1].argmax()))
+    assert g.llm_generate(model, TOKENS, max_new_tokens=8).tolist() == seq[len(TOKENS):]
 
 
 # -- against llama.cpp -----------------------------------------------------------------------------

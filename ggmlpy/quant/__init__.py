@@ -9,8 +9,8 @@ from ..io.gguf_file import *  # noqa: F401,F403
 from ..io.gguf_file import __all__ as _gguf_all
 
 from .ag import ag_quantize  # noqa: F401
-from .llm import llm_load, llm_logits  # noqa: F401
-from .llm_decode import llm_generate  # noqa: F401
+from .llm import llm_load  # noqa: F401
+from .llm_decode import llm_generate, llm_logits  # noqa: F401
 from .llm_export import llm_save  # noqa: F401
 from .lora import ag_lora, llm_load_lora, llm_save_lora, lora_merge, lora_parameters  # noqa: F401
 

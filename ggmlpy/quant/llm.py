@@ -1,7 +1,7 @@
 """llama.cpp's model files as ag_* models: `llm_load(path)` reads a GGUF of a supported
 architecture (io/llm_gguf.py reads and checks its hyper-parameters and tensor table) into the
-model family it belongs to (architecture `llama`: nn.llama.ag_llama; `gpt2`: nn.gpt2.ag_gpt2),
-and `llm_logits` runs it.
+model family it belongs to (architecture `llama`: nn.llama.ag_llama; `gpt2`: nn.gpt2.ag_gpt2);
+llm_decode.py runs it as llama.cpp does (llm_logits, llm_generate).
 
 Weights keep the type the file stores them in. f32 tensors become the model's parameters (they
 train like any other); every other type (f16, bf16, q8_0, q4_0, q4_K, ...) is uploaded as the
@@ -19,13 +19,13 @@ import numpy as np
 
 from ..autograd import ops
 from ..autograd.engine import apply
-from ..autograd.tape import no_grad
 from ..errors import GGMLError
 from ..io.gguf_file import GGUFFile
-from ..io.llm_gguf import read_hparams
+from ..io.llm_gguf import LlmHParams, read_hparams, tensor_shapes
 from ..nn.gpt2 import ag_gpt2
+from ..nn.layers import ag_embedding, ag_layer_norm_layer
 from ..nn.module import Module
-from ..nn.llama import LlamaProjection, ag_llama
+from ..nn.llama import LlamaProjection, ag_llama, ag_rms_norm_layer
 from ..core.checked import checked_lib
 from ..core.types import TYPE_NAMES
 from ..runtime.state import STATE, ag_device
@@ -85,40 +85,48 @@ def _set_embedding(emb, f: GGUFFile, name: str, device) -> None:
         emb.__class__ = QuantizedEmbedding
 
 
-def _load_llama(f: GGUFFile, h, device) -> ag_llama:
-    model = ag_llama(h.vocab_size, d_model=h.d_model, n_heads=h.n_heads, n_kv_heads=h.n_kv_heads,
-                     n_layers=h.n_layers, d_ff=h.d_ff, context=h.context, rope_base=h.rope_base,
-                     rope_mode=h.rope_mode, eps=h.eps, tied=h.tied)
-    _set_embedding(model.token_embd, f, "token_embd.weight", device)
-    for i, block in enumerate(model.blocks):
-        for name in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
-            _set_projection(getattr(block, name), f, f"blk.{i}.{name}.weight", device)
-        block.attn_norm.weight.data = _vector(f, f"blk.{i}.attn_norm.weight")
-        block.ffn_norm.weight.data = _vector(f, f"blk.{i}.ffn_norm.weight")
-    model.output_norm.weight.data = _vector(f, "output_norm.weight")
-    if not h.tied:
-        _set_projection(model.output, f, "output.weight", device)
-    return model
+def llm_layer(model: ag_llama | ag_gpt2, name: str) -> tuple:
+    """(the sub-layer of `model` that holds llama.cpp's tensor `name`, the name's last part:
+    "weight" or "bias"): "blk.3.attn_q.weight" is model.blocks[3].attn_q's weight. The model's
+    sub-layers carry llama.cpp's names, so the file's names (io.llm_gguf.tensor_shapes) find them."""
+    parts = name.split(".")
+    owner = model.blocks[int(parts[1])] if parts[0] == "blk" else model
+    return getattr(owner, parts[-2]), parts[-1]
 
 
-def _load_gpt2(f: GGUFFile, h, device) -> ag_gpt2:
-    model = ag_gpt2(h.vocab_size, d_model=h.d_model, n_heads=h.n_heads, n_kv_heads=h.n_kv_heads,
-                    n_layers=h.n_layers, d_ff=h.d_ff, context=h.context, eps=h.eps, tied=h.tied)
-    _set_embedding(model.token_embd, f, "token_embd.weight", device)
-    model.position_embd.weight.data = f.data("position_embd.weight").T.astype(np.float64)
-    for i, block in enumerate(model.blocks):
-        for name in ("attn_qkv", "attn_output", "ffn_up", "ffn_down"):
-            proj = getattr(block, name)
-            proj.b.data = _vector(f, f"blk.{i}.{name}.bias")
-            _set_projection(proj, f, f"blk.{i}.{name}.weight", device)
-        for name in ("attn_norm", "ffn_norm"):
-            norm = getattr(block, name)
-            norm.gamma.data, norm.beta.data = _vector(f, f"blk.{i}.{name}.weight"), _vector(f, f"blk.{i}.{name}.bias")
-    model.output_norm.gamma.data = _vector(f, "output_norm.weight")
-    model.output_norm.beta.data = _vector(f, "output_norm.bias")
-    if not h.tied:
-        _set_projection(model.output, f, "output.weight", device)
-    return model
+NORMS = (ag_rms_norm_layer, ag_layer_norm_layer)
+
+
+def norm_param(norm, part: str) -> AGTensor:
+    """A norm's tensor stored as llama.cpp's `weight` or `bias`: RMSNorm's weight, LayerNorm's gamma
+    or beta."""
+    if isinstance(norm, ag_layer_norm_layer):
+        return norm.gamma if part == "weight" else norm.beta
+    return norm.weight
+
+
+def _set_tensor(model, f: GGUFFile, name: str, device) -> None:
+    layer, part = llm_layer(model, name)
+    if name == "position_embd.weight":  # read as f32 values whatever its type, as ggml_get_rows gives them
+        layer.weight.data = f.data(name).T.astype(np.float64)
+    elif isinstance(layer, ag_embedding):
+        _set_embedding(layer, f, name, device)
+    elif isinstance(layer, NORMS):
+        norm_param(layer, part).data = _vector(f, name)
+    elif part == "bias":
+        layer.b.data = _vector(f, name)
+    else:
+        _set_projection(layer, f, name, device)
+
+
+def _model(h: LlmHParams) -> ag_llama | ag_gpt2:
+    """The model of the file's architecture and hyper-parameters, before its weights are read."""
+    if h.arch == "gpt2":
+        return ag_gpt2(h.vocab_size, d_model=h.d_model, n_heads=h.n_heads, n_kv_heads=h.n_kv_heads,
+                       n_layers=h.n_layers, d_ff=h.d_ff, context=h.context, eps=h.eps, tied=h.tied)
+    return ag_llama(h.vocab_size, d_model=h.d_model, n_heads=h.n_heads, n_kv_heads=h.n_kv_heads,
+                    n_layers=h.n_layers, d_ff=h.d_ff, context=h.context, rope_base=h.rope_base,
+                    rope_mode=h.rope_mode, eps=h.eps, tied=h.tied)
 
 
 def llm_load(path: str | os.PathLike[str], device: str | None = None) -> ag_llama | ag_gpt2:
@@ -133,7 +141,9 @@ def llm_load(path: str | os.PathLike[str], device: str | None = None) -> ag_llam
         h = read_hparams(f)
         previous = ag_device(device)  # the model's own parameters on `device` too, beside its stored weights
         try:
-            model = (_load_gpt2 if h.arch == "gpt2" else _load_llama)(f, h, device)
+            model = _model(h)
+            for name in tensor_shapes(h):
+                _set_tensor(model, f, name, device)
         finally:
             ag_device(previous)
         model.hparams = h
@@ -155,13 +165,4 @@ def checked_token_ids(model: Module, token_ids: ArrayLike, what: str) -> np.ndar
     return ids
 
 
-def llm_logits(model: Module, token_ids: ArrayLike) -> np.ndarray:
-    """The logits of every position of one sequence of token ids, as numpy [n_tokens, n_vocab]
-    (row i: the prediction after token i, as llama.cpp's llama_get_logits lays them out)."""
-    ids = checked_token_ids(model, token_ids, "llm_logits")
-    with no_grad():
-        out = model(ids)
-    return np.ascontiguousarray(out.numpy().T)
-
-
-__all__ = ["llm_load", "llm_logits"]
+__all__ = ["llm_load"]

@@ -1,29 +1,35 @@
-"""Generation with a KV cache for the models llm_load makes (ag_llama, ag_gpt2), as llama.cpp
-decodes: `llm_generate(model, prompt_ids, ...)`.
+"""llama.cpp's inference graph for the models llm_load makes (ag_llama, ag_gpt2): `llm_logits(model,
+token_ids)`, every position's logits of a sequence, and `llm_generate(model, prompt_ids, ...)`,
+generation with a KV cache, both as llama.cpp computes them.
 
-The ag_* forward (nn/llama.py, nn/gpt2.py) is the model one trains: it recomputes every position.
-Decoding keeps each layer's keys and values instead, in a cache of persistent f32 tensors
-[head_dim * n_kv_heads, n_cache], and builds llama.cpp's inference graph over the model's own
-weights: `ggml_set_rows` writes the new tokens' keys and values at their positions,
-`ggml_flash_attn_ext` attends over the whole cache through an additive f16 mask (0 up to each
-token's position, -inf past it), and only the last token's logits are computed. Two graphs per
-cache: the prompt's (its length, built per length and kept) and the one-token decode step, built
-and placed once and re-run for every token with new inputs (token id, position, mask row).
-
-The keys and values stay f32 in the kernel. llama.cpp's own flash-attention path casts an f32
-cache to f16 first (llama-graph.cpp), its default path (llama-cpp-python's) multiplies in f32:
-llm_generate's greedy tokens equal the latter's.
+The ag_* forward (nn/llama.py, nn/gpt2.py) is the model one trains: it recomputes every position,
+and its attention sums in another order than llama.cpp's. Inference keeps each layer's keys and
+values instead, in a cache of persistent f32 tensors of n_cache cells, and builds llama.cpp's
+inference graph over the model's own weights, node for node as llama.cpp builds it without flash
+attention (llama-cpp-python's default; its flash-attention path would cast the cache to f16):
+`ggml_set_rows` writes the new tokens' keys and values at their positions (the values transposed,
+as llama.cpp keeps them on that path), the scores are `ggml_mul_mat` of the cached keys and the
+queries, `ggml_soft_max_ext` with an additive mask (0 up to each token's position, -inf past it),
+then `ggml_mul_mat` of the cached values and the weights. A graph attends over the first `span`
+cells, the tokens it reaches rounded up to 256 as llama.cpp pads its attended span (n_kv), and
+computes the logits of its last token (generation) or of every token (llm_logits, as llama.cpp's
+logits_all). The graphs of a cache: a sequence's (per length, kind and span, built and kept), and
+the one-token decode step, built and placed once per span and re-run for every token with new
+inputs (token id, position, mask row, value cells). A sequence longer than llama.cpp's
+micro-batch (UBATCH) is fed in graphs of that many tokens, as llama.cpp splits it. The same
+graphs give the same sums in the same order: llm_logits equals llama.cpp's logits bit for bit on
+the files tested (tests/test_llama_cpp.py).
 
 Typed weights ggml's CPU backend repacks (q4_0, q4_K, iq4_nl, ... on AVX2: graph/repack.py) are
 multiplied as repacked copies, as llama.cpp places its weights; the model keeps the originals for
 everything else (its forward, gathers, gradients). A copy is made once per decoder: blocks written
-into a frozen weight in place afterwards are not seen until the next decoder (a new n_cache, or a
+into a frozen weight in place afterwards are not seen until the next decoder (a larger cache, or a
 replaced weight tensor).
 
-The cache holds n_cache = the tokens asked for, rounded up to a multiple of 256 (llama.cpp pads
-its attention span alike), at most the model's context length; past that is an error. A decoder
-is kept on the model while its weights' storages and n_cache stay the same, so the next call
-reuses its graphs (a trained parameter is read where it lives: the graphs see its new values).
+The cache holds n_cache = the tokens asked for, rounded up to a multiple of 256 (PAD); generating
+past the model's context length is an error. A decoder is kept on the model while its weights'
+storages stay the same and its cache is large enough, so the next call reuses its graphs (a
+trained parameter is read where it lives: the graphs see its new values).
 """
 from __future__ import annotations
 
@@ -42,12 +48,14 @@ from ..graph.repack import RepackedWeights
 from ..nn.gpt2 import ag_gpt2
 from ..nn.llama import LlamaProjection, ag_llama
 from .llm import FrozenProjection, checked_token_ids
+from .lora import LoraProjection
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
-F32, F16, I32 = checked_lib.GGML_TYPE_F32, checked_lib.GGML_TYPE_F16, checked_lib.GGML_TYPE_I32
+F32, I32, I64 = checked_lib.GGML_TYPE_F32, checked_lib.GGML_TYPE_I32, checked_lib.GGML_TYPE_I64
 PAD = 256  # the cache's granularity (llama.cpp pads the attended span of its cache to 256 cells)
+UBATCH = 512  # llama.cpp's default n_ubatch: the most tokens one of its graphs computes
 _MAX_PROMPT_GRAPHS = 4  # prompt graphs kept per decoder, the most recent lengths
 
 
@@ -67,12 +75,18 @@ def _weight_storages(model) -> list:
     return [t.storage for _, t in model.named_parameters()] + [t.storage for _, t in model.named_buffers()]
 
 
+def padded(n: int) -> int:
+    """n rounded up to a multiple of PAD."""
+    return -(-n // PAD) * PAD
+
+
 class LlmDecoder:
-    """A model's KV cache of `n_cache` positions and the graphs that fill and read it. `builds`
-    counts the graphs built (the decode step's once, each prompt length's once)."""
+    """A model's KV cache of `n_cache` positions (a multiple of PAD) and the graphs that fill and
+    read it. `builds` counts the graphs built (the decode step's once per span, each prompt
+    length's once)."""
 
     def __init__(self, model, n_cache: int):
-        self.model_ref, self.n_cache = weakref.ref(model), int(n_cache)
+        self.model_ref, self.n_cache = weakref.ref(model), padded(int(n_cache))
         self.arch = "gpt2" if isinstance(model, ag_gpt2) else "llama"
         self.dc = model.token_embd.weight.device_context
         self.lock = threading.Lock()
@@ -81,46 +95,55 @@ class LlmDecoder:
         kv = blocks[0].head_dim * blocks[0].n_kv_heads
         alloc = self.dc.persistent.alloc
         self.cache = [(alloc(F32, (kv, self.n_cache)), alloc(F32, (kv, self.n_cache))) for _ in blocks]
+        for kc, vc in self.cache:  # zeros, as llama.cpp clears its cache: a cell past the tokens weighs 0 * value
+            for c in (kc, vc):
+                checked_lib.ggml_backend_tensor_memset(c.ptr, 0, 0, checked_lib.ggml_nbytes(c.ptr))
         self.prompts: dict = {}
+        self.steps: dict = {}  # span -> the decode step's graph
         self.weights = _Weights()
         self.repacked = RepackedWeights(self.dc.backend)  # products only: the gathers read the originals
-        self.step = self._build(1)
+        self.kv = kv
         self.storage_ids = [id(s) for s in _weight_storages(model)]
 
     def describes(self, model, n_cache: int) -> bool:
-        """Whether this decoder's graphs still read `model`'s weights (same storages, same layers)."""
-        return n_cache == self.n_cache and [id(s) for s in _weight_storages(model)] == self.storage_ids
+        """Whether this decoder's graphs still read `model`'s weights (same storages, same layers)
+        and its cache holds at least n_cache cells."""
+        return n_cache <= self.n_cache and [id(s) for s in _weight_storages(model)] == self.storage_ids
 
     # -- the graph --------------------------------------------------------------------------------
-    def _build(self, n: int):
-        """The graph for n tokens at consecutive positions: inputs ids, pos [n] (i32) and mask
-        [n_cache, n] (f16); output the last token's logits [vocab]."""
+    def _build(self, n: int, every: bool, span: int):
+        """The graph for n tokens at consecutive positions, attending over the first `span` cells:
+        inputs ids, pos [n] (i32), mask [span, n] (f32) and the cells of their values in the
+        transposed value cache, vcells [kv * n] (i64: kv * n_cache may pass 2^31); output the last
+        token's logits [vocab], or with `every` each token's [vocab, n]."""
         self.builds += 1
         m = self.model_ref()
         if m is None:
-            raise GGMLError("llm_generate: the model this decoder was made for is gone")
-        size = 64 * (len(m.blocks) + 2) + 64
+            raise GGMLError("llm_logits, llm_generate: the model this decoder was made for is gone")
+        size = 192 * (len(m.blocks) + 2)  # tensor headers: some 60 a layer, 8 more per LoRA adapter
         graph = _Graph(size, size + 512)
         gc = graph.gctx
         ctx = gc.ctx
-        ids, pos = gc.new_tensor(I32, [n]), gc.new_tensor(I32, [n])
-        mask = gc.new_tensor(F16, [self.n_cache, n])
-        for t in (ids, pos, mask):
+        graph.ids, graph.pos = gc.new_tensor(I32, [n]), gc.new_tensor(I32, [n])
+        graph.mask, graph.vcells = gc.new_tensor(F32, [span, n]), gc.new_tensor(I64, [self.kv * n])
+        for t in (graph.ids, graph.pos, graph.mask, graph.vcells):
             checked_lib.ggml_set_input(t)
         w = self.weights
-        x = checked_lib.ggml_get_rows(ctx, w(m.token_embd.weight), ids)
+        x = checked_lib.ggml_get_rows(ctx, w(m.token_embd.weight), graph.ids)
         if self.arch == "gpt2":
-            x = checked_lib.ggml_add(ctx, x, checked_lib.ggml_get_rows(ctx, _f32(ctx, w(m.position_embd.weight)), pos))
+            pos_embd = _f32(ctx, w(m.position_embd.weight))
+            x = checked_lib.ggml_add(ctx, x, checked_lib.ggml_get_rows(ctx, pos_embd, graph.pos))
         for block, (kc, vc) in zip(m.blocks, self.cache):
             layer = self._gpt2_block if self.arch == "gpt2" else self._llama_block
-            x = layer(ctx, block, x, pos, mask, kc.ptr, vc.ptr)
-        last = checked_lib.ggml_view_2d(ctx, x, x.ne[0], 1, x.nb[1], (n - 1) * x.nb[1])
-        h = self._norm(ctx, m.output_norm, last)
+            x = layer(ctx, block, x, graph, kc.ptr, vc.ptr)
+        if not every:
+            x = checked_lib.ggml_view_2d(ctx, x, x.ne[0], 1, x.nb[1], (n - 1) * x.nb[1])
+        h = self._norm(ctx, m.output_norm, x)
         logits = self._project(ctx, m.output, h) if m.output is not None else \
             checked_lib.ggml_mul_mat(ctx, self.repacked.get(w(m.token_embd.weight)), h)
         checked_lib.ggml_set_output(logits)
         checked_lib.ggml_build_forward_expand(gc.graph, logits)
-        graph.ids, graph.pos, graph.mask, graph.logits = ids, pos, mask, logits
+        graph.logits = logits
         graph.place(self.dc.backend)
         return graph
 
@@ -133,91 +156,119 @@ class LlmDecoder:
         y = checked_lib.ggml_rms_norm(ctx, x, norm.eps)
         return checked_lib.ggml_mul(ctx, y, _f32(ctx, self.weights(norm.weight)))
 
+    def _matmul(self, ctx, w, x):
+        """w %*% x for a parameter w [out, in]: ggml_mul_mat over a transposed copy made in the graph
+        (so it reads the values trained last), laid out as a file stores the matrix."""
+        t = checked_lib.ggml_cont(ctx, checked_lib.ggml_transpose(ctx, self.weights(w)))
+        return checked_lib.ggml_mul_mat(ctx, t, x)
+
     def _project(self, ctx, proj, x):
-        """W %*% x (+ b): ggml_mul_mat over the stored t(W) of a file's typed weight, over a
-        transposed copy made in the graph of a parameter W (so it reads the values trained last)."""
+        """W %*% x (+ b): ggml_mul_mat over the stored t(W) of a file's typed weight, or over a
+        parameter W; with a LoRA adapter, + scale * lora_b %*% (lora_a %*% x) added to the product,
+        as llama.cpp's build_lora_mm adds it."""
+        if type(proj) is LoraProjection:
+            y = self._project(ctx, proj.base, x)
+            ab = self._matmul(ctx, proj.lora_b, self._matmul(ctx, proj.lora_a, x))
+            return checked_lib.ggml_add(ctx, y, checked_lib.ggml_scale(ctx, ab, proj.scale))
         if type(proj) is FrozenProjection:
             y = checked_lib.ggml_mul_mat(ctx, self.repacked.get(self.weights(proj.Wt)), x)
         elif type(proj) is LlamaProjection:
-            w = checked_lib.ggml_cont(ctx, checked_lib.ggml_transpose(ctx, self.weights(proj.W)))
-            y = checked_lib.ggml_mul_mat(ctx, w, x)
+            y = self._matmul(ctx, proj.W, x)
         else:
-            raise GGMLError(f"llm_generate: no KV-cache graph for a projection of type {type(proj).__name__} "
-                            f"(LlamaProjection and the frozen projections of llm_load are supported)")
+            raise GGMLError(f"llm_logits, llm_generate: no inference graph for a projection of type "
+                            f"{type(proj).__name__} (LlamaProjection, the frozen projections of llm_load and LoRA "
+                            f"adapters on them are supported)")
         return y if proj.b is None else checked_lib.ggml_add(ctx, y, _f32(ctx, self.weights(proj.b)))
 
-    def _attend(self, ctx, block, q, k, v, pos, mask, kc, vc):
-        """Write k, v [kv, n] at the tokens' positions in the cache, then attend with q [d, n]
-        (as [head_dim, n_heads, n], rotated or not) over the cache: [d, n]."""
-        hd, nh, nkv, n = block.head_dim, block.n_heads, block.n_kv_heads, int(q.ne[2])
-        kc = checked_lib.ggml_set_rows(ctx, kc, k, pos)
-        vc = checked_lib.ggml_set_rows(ctx, vc, v, pos)
-        row = kc.nb[1]
-
-        def heads(c):  # [kv, n_cache] -> [head_dim, n_cache, n_kv_heads], a view
-            return checked_lib.ggml_view_3d(ctx, c, hd, self.n_cache, nkv, row, hd * 4, 0)
+    def _attend(self, ctx, block, q, k, v, inp, kc, vc):
+        """Write k, v [kv, n] into the cache at the tokens' positions, then attend with q [d, n]
+        (as [head_dim, n_heads, n], rotated or not) over the cache: [d, n]. As llama.cpp's
+        attention without flash attention (llama-cpp-python's default): the scores
+        ggml_mul_mat(k, q), ggml_soft_max_ext with the mask, then ggml_mul_mat over the value
+        cache, which is kept transposed (value e of the token at p in cell e * n_cache + p) so
+        that the product runs along contiguous rows."""
+        hd, nh, nkv, n, span = block.head_dim, block.n_heads, block.n_kv_heads, int(q.ne[2]), int(inp.mask.ne[0])
+        kc = checked_lib.ggml_set_rows(ctx, kc, k, inp.pos)
+        v = v if checked_lib.ggml_is_contiguous(v) else checked_lib.ggml_cont(ctx, v)
+        vc = checked_lib.ggml_set_rows(ctx, checked_lib.ggml_reshape_2d(ctx, vc, 1, self.kv * self.n_cache),
+                                       checked_lib.ggml_reshape_2d(ctx, v, 1, self.kv * n), inp.vcells)
+        row = self.n_cache * 4  # a value cache row: one dimension's values at every cell
+        keys = checked_lib.ggml_view_3d(ctx, kc, hd, span, nkv, kc.nb[1], hd * 4, 0)  # [head_dim, span, n_kv_heads]
+        values = checked_lib.ggml_view_3d(ctx, vc, span, hd, nkv, row, row * hd, 0)  # [span, head_dim, n_kv_heads]
         qh = checked_lib.ggml_permute(ctx, q, 0, 2, 1, 3)  # [head_dim, n, n_heads]
-        out = checked_lib.ggml_flash_attn_ext(ctx, qh, heads(kc), heads(vc), mask, 1.0 / math.sqrt(hd), 0.0, 0.0)
-        return checked_lib.ggml_reshape_2d(ctx, out, hd * nh, n)  # out: [head_dim, n_heads, n]
+        kq = checked_lib.ggml_mul_mat(ctx, keys, qh)  # [span, n, n_heads]
+        kq = checked_lib.ggml_soft_max_ext(ctx, kq, inp.mask, 1.0 / math.sqrt(hd), 0.0)
+        out = checked_lib.ggml_permute(ctx, checked_lib.ggml_mul_mat(ctx, values, kq), 0, 2, 1, 3)
+        return checked_lib.ggml_cont_2d(ctx, out, hd * nh, n)  # out: [head_dim, n_heads, n]
 
     def _rope(self, ctx, block, y, n_heads, pos):
         y = checked_lib.ggml_reshape_3d(ctx, y, block.head_dim, n_heads, y.ne[1])
         return checked_lib.ggml_rope_ext(ctx, y, pos, ffi.NULL, block.head_dim, block.rope_mode, 0, block.rope_base,
                                          1.0, 0.0, 1.0, 32.0, 1.0)
 
-    def _llama_block(self, ctx, block, x, pos, mask, kc, vc):
+    def _llama_block(self, ctx, block, x, inp, kc, vc):
         n = x.ne[1]
         h = self._norm(ctx, block.attn_norm, x)
-        q = self._rope(ctx, block, self._project(ctx, block.attn_q, h), block.n_heads, pos)
-        k = self._rope(ctx, block, self._project(ctx, block.attn_k, h), block.n_kv_heads, pos)
+        q = self._rope(ctx, block, self._project(ctx, block.attn_q, h), block.n_heads, inp.pos)
+        k = self._rope(ctx, block, self._project(ctx, block.attn_k, h), block.n_kv_heads, inp.pos)
         k = checked_lib.ggml_reshape_2d(ctx, k, block.head_dim * block.n_kv_heads, n)
-        a = self._attend(ctx, block, q, k, self._project(ctx, block.attn_v, h), pos, mask, kc, vc)
+        a = self._attend(ctx, block, q, k, self._project(ctx, block.attn_v, h), inp, kc, vc)
         x = checked_lib.ggml_add(ctx, x, self._project(ctx, block.attn_output, a))
         h = self._norm(ctx, block.ffn_norm, x)
         gate = checked_lib.ggml_silu(ctx, self._project(ctx, block.ffn_gate, h))
         f = self._project(ctx, block.ffn_down, checked_lib.ggml_mul(ctx, gate, self._project(ctx, block.ffn_up, h)))
         return checked_lib.ggml_add(ctx, x, f)
 
-    def _gpt2_block(self, ctx, block, x, pos, mask, kc, vc):
+    def _gpt2_block(self, ctx, block, x, inp, kc, vc):
         n = x.ne[1]
         d, kv = block.d_model, block.head_dim * block.n_kv_heads
         qkv = self._project(ctx, block.attn_qkv, self._norm(ctx, block.attn_norm, x))
         q = checked_lib.ggml_view_3d(ctx, qkv, block.head_dim, block.n_heads, n, block.head_dim * 4, qkv.nb[1], 0)
         k = checked_lib.ggml_view_2d(ctx, qkv, kv, n, qkv.nb[1], d * 4)
         v = checked_lib.ggml_view_2d(ctx, qkv, kv, n, qkv.nb[1], (d + kv) * 4)
-        a = self._attend(ctx, block, q, k, v, pos, mask, kc, vc)
+        a = self._attend(ctx, block, q, k, v, inp, kc, vc)
         x = checked_lib.ggml_add(ctx, x, self._project(ctx, block.attn_output, a))
         h = self._norm(ctx, block.ffn_norm, x)
         f = self._project(ctx, block.ffn_down, checked_lib.ggml_gelu(ctx, self._project(ctx, block.ffn_up, h)))
         return checked_lib.ggml_add(ctx, x, f)
 
     # -- running ----------------------------------------------------------------------------------
-    def run(self, tokens: np.ndarray, start: int) -> np.ndarray:
+    def run(self, tokens: np.ndarray, start: int, every: bool = False) -> np.ndarray:
         """Feed `tokens` at positions start.. (the cache before `start` holds the earlier ones):
-        the last token's logits, float32 [vocab]. One token runs the decode step's graph."""
+        the last token's logits, float32 [vocab], or with `every` each token's [n, vocab]. One
+        token runs the decode step's graph."""
         n = len(tokens)
+        span = padded(start + n)
+        if span > self.n_cache:
+            raise GGMLError(f"{n} tokens at position {start} pass the cache of {self.n_cache} cells")
         if n == 1:
-            graph = self.step
+            graph = self.steps.get(span)
+            if graph is None:
+                graph = self.steps[span] = self._build(1, False, span)
         else:
-            graph = self.prompts.get(n)
+            graph = self.prompts.get((n, every, span))
             if graph is None:
                 if len(self.prompts) >= _MAX_PROMPT_GRAPHS:
                     self.prompts.pop(next(iter(self.prompts))).free()
-                graph = self.prompts[n] = self._build(n)
+                graph = self.prompts[n, every, span] = self._build(n, every, span)
         pos = np.arange(start, start + n, dtype=np.int32)
-        mask = np.where(np.arange(self.n_cache)[None, :] <= pos[:, None], 0.0, -np.inf).astype(np.float16)
+        mask = np.where(np.arange(span)[None, :] <= pos[:, None], 0.0, -np.inf).astype(np.float32)
+        vcells = (np.arange(self.kv, dtype=np.int64)[None, :] * self.n_cache + pos[:, None]).ravel()
         with self.dc.lock:
             self.dc.check_usable()
             CompiledGraph.write(graph.ids, np.ascontiguousarray(tokens, dtype=np.int32))
             CompiledGraph.write(graph.pos, pos)
             CompiledGraph.write(graph.mask, mask)
+            CompiledGraph.write(graph.vcells, vcells)
             graph.run.compute()
-            return CompiledGraph.read(graph.logits, (int(graph.logits.ne[0]),))
+            shape = (n, int(graph.logits.ne[0])) if every else (int(graph.logits.ne[0]),)
+            return CompiledGraph.read(graph.logits, shape)
 
 class _Graph(PlacedGraph):
-    """One built graph, placed, with its inputs (token ids, positions, mask) and output (logits)."""
+    """One built graph, placed, with its inputs (token ids, positions, mask, value cells) and output
+    (logits)."""
 
-    __slots__ = ("ids", "pos", "mask", "logits")
+    __slots__ = ("ids", "pos", "mask", "vcells", "logits")
 
 
 def _f32(ctx, t):
@@ -261,14 +312,29 @@ def decoder_of(model) -> LlmDecoder | None:
 
 
 def decoder_for(model, n_cache: int) -> LlmDecoder:
-    """The model's decoder of n_cache positions: the one kept for the model while it still
-    describes it, else a new one (kept in its place; it goes with the model)."""
+    """A decoder of at least n_cache positions (a multiple of PAD) for the model: the one kept for
+    the model while it still describes it, else a new one (kept in its place; it goes with the
+    model)."""
     with _DECODERS_LOCK:
         dec = _DECODERS.get(model)
         if dec is None or not dec.describes(model, n_cache):
             # the old one is freed with its last reference: a call still running holds one
             dec = _DECODERS[model] = LlmDecoder(model, n_cache)
         return dec
+
+
+def llm_logits(model: ag_llama | ag_gpt2, token_ids: ArrayLike) -> np.ndarray:
+    """The logits of every position of one sequence of token ids, as numpy [n_tokens, n_vocab]
+    (row i: the prediction after token i, as llama.cpp's llama_get_logits lays them out), computed
+    by llama.cpp's inference graph (see the module's notes), in graphs of at most UBATCH tokens as
+    llama.cpp's micro-batches. An ag_gpt2 takes at most its context length of tokens."""
+    ids = checked_token_ids(model, token_ids, "llm_logits")
+    n = len(ids)
+    if isinstance(model, ag_gpt2) and n > model.context:
+        raise GGMLError(f"llm_logits: {n} tokens exceed the context of {model.context} learned positions")
+    dec = decoder_for(model, padded(n))
+    with dec.lock:
+        return np.concatenate([dec.run(ids[i:i + UBATCH], i, every=True) for i in range(0, n, UBATCH)])
 
 
 def llm_generate(model: ag_llama | ag_gpt2, prompt_ids: ArrayLike, max_new_tokens: int = 32, greedy: bool = True,
@@ -300,7 +366,7 @@ def llm_generate(model: ag_llama | ag_gpt2, prompt_ids: ArrayLike, max_new_token
     if max_new_tokens == 0:
         return np.zeros(0, dtype=np.int32)
     rng = np.random.default_rng(seed)
-    dec = decoder_for(model, min(model.context, -(-total // PAD) * PAD))
+    dec = decoder_for(model, padded(total))
     out: list = []
     with dec.lock:
         logits = dec.run(ids, 0)
@@ -313,4 +379,4 @@ def llm_generate(model: ag_llama | ag_gpt2, prompt_ids: ArrayLike, max_new_token
     return np.array(out, dtype=np.int32)
 
 
-__all__ = ["llm_generate"]
+__all__ = ["llm_generate", "llm_logits"]

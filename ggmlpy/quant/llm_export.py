@@ -1,12 +1,15 @@
-"""An ag_llama as a llama.cpp model file: `llm_save(model, path, vocab=, dtype=)` writes what
-llm_load reads and llama.cpp runs (architecture `llama`), from a model llm_load gave or one built
-with ag_llama and trained in ggmlpy.
+"""An ag_llama or ag_gpt2 as a llama.cpp model file: `llm_save(model, path, vocab=, dtype=)` writes
+what llm_load reads and llama.cpp runs (architecture `llama` or `gpt2`), from a model llm_load gave
+or one built and trained in ggmlpy.
 
-The hyper-parameters come from the model itself, under llama.cpp's keys. Weights are written
-as the model holds them (dtype=None: f32 parameters as f32, weights frozen in a file's type as
-their bytes, unchanged), or all as one type: "f32", "f16", "bf16" or a quantized type, through
-ggml's own quantizer (`ggml_quantize_chunk`), as llama.cpp's quantize tool computes. The norm
-weights stay f32, as llama.cpp keeps every one-dimensional tensor.
+The hyper-parameters come from the model itself, under the keys llm_load reads, and the tensors
+are those it reads, under the same names (io/llm_gguf.py names both; quant/llm.py's llm_layer
+finds each in the model). Weights are written as the model holds them (dtype=None: f32
+parameters as f32, weights frozen in a file's type as their bytes, unchanged), or all as one
+type: "f32", "f16", "bf16" or a quantized type, through ggml's own quantizer
+(`ggml_quantize_chunk`), as llama.cpp's quantize tool computes. The norm weights and biases stay
+f32, as llama.cpp keeps every one-dimensional tensor, and so does gpt2's position table, which
+llama.cpp's quantize tool leaves unquantized.
 """
 from __future__ import annotations
 
@@ -19,15 +22,16 @@ from ..core.checked import checked_lib
 from ..core.quants import ggml_quantize_chunk
 from ..core.types import TYPE_NAMES, type_id
 from ..errors import GGMLError
+from ..io.llm_gguf import SUPPORTED, LlmHParams, hparam_keys, tensor_shapes
 from ..io.llm_write import byte_vocab, char_vocab, write_llm_gguf
+from ..nn.gpt2 import ag_gpt2
 from ..nn.layers import ag_embedding
 from ..nn.llama import LlamaProjection, ag_llama
 from ..tensor import AGTensor
 from .ag import QuantizedEmbedding, stored_blocks
-from .llm import FrozenProjection
+from .llm import NORMS, FrozenProjection, llm_layer, norm_param
 
 F32 = checked_lib.GGML_TYPE_F32
-PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 
 def _dtype(dtype) -> int | None:
@@ -83,7 +87,7 @@ def _embedding(emb: ag_embedding, dtype: int | None) -> tuple:
     return _matrix("token_embd.weight", None, emb.weight.numpy().T, dtype)
 
 
-def _vocab_keys(model: ag_llama, vocab, n_vocab: int) -> dict:
+def _vocab_keys(model: ag_llama | ag_gpt2, vocab, n_vocab: int) -> dict:
     if vocab is None:
         kept = getattr(getattr(model, "hparams", None), "vocab", None)
         if not kept:
@@ -105,47 +109,55 @@ def _vocab_keys(model: ag_llama, vocab, n_vocab: int) -> dict:
     return keys
 
 
-def _hparam_keys(model: ag_llama, arch: str) -> dict:
+def _hparams(model: ag_llama | ag_gpt2) -> LlmHParams:
+    """What a file says of `model`: the hyper-parameters llm_load would read back."""
+    arch = "gpt2" if isinstance(model, ag_gpt2) else "llama"
     b = model.blocks[0]
-    if b.rope_mode != 0:
+    if b.rope_mode != SUPPORTED[arch]:
         raise GGMLError(f"llm_save: architecture {arch!r} rotates with llama.cpp's normal mode (rope_mode 0); this "
                         f"model uses mode {b.rope_mode}")
-    same = {(x.d_model, x.n_heads, x.n_kv_heads, x.rope_base, x.ffn_gate.out_features, x.attn_norm.eps, x.ffn_norm.eps)
+    same = {(x.d_model, x.n_heads, x.n_kv_heads, x.rope_base, x.ffn_up.out_features, x.attn_norm.eps, x.ffn_norm.eps)
             for x in model.blocks}
     if len(same) != 1 or b.attn_norm.eps != model.output_norm.eps:
         raise GGMLError("llm_save: the model's layers differ in their hyper-parameters; a llama.cpp file has one set")
-    return {f"{arch}.vocab_size": model.token_embd.vocab_size, f"{arch}.context_length": model.context,
-            f"{arch}.embedding_length": b.d_model, f"{arch}.block_count": len(model.blocks),
-            f"{arch}.feed_forward_length": b.ffn_gate.out_features, f"{arch}.attention.head_count": b.n_heads,
-            f"{arch}.attention.head_count_kv": b.n_kv_heads, f"{arch}.rope.dimension_count": b.head_dim,
-            f"{arch}.rope.freq_base": b.rope_base, f"{arch}.attention.layer_norm_rms_epsilon": b.attn_norm.eps}
+    return LlmHParams(arch=arch, vocab_size=model.token_embd.vocab_size, d_model=b.d_model, n_layers=len(model.blocks),
+                      n_heads=b.n_heads, n_kv_heads=b.n_kv_heads, d_ff=b.ffn_up.out_features, context=model.context,
+                      rope_base=b.rope_base, rope_mode=b.rope_mode, eps=b.attn_norm.eps, tied=model.output is None)
 
 
-def llm_save(model: ag_llama, path: str | os.PathLike[str], vocab: str | Sequence[str] | dict | None = None,
-             dtype: str | int | None = None) -> str:
-    """Write `model` (an ag_llama: from llm_load, or built and trained in ggmlpy) as a llama.cpp GGUF
-    model file, atomically; returns the path.
+def _tensor(model, name: str, dtype: int | None) -> tuple:
+    """(name, array, ggml type or None) of llama.cpp's tensor `name` as the model holds it."""
+    layer, part = llm_layer(model, name)
+    if name == "position_embd.weight":
+        return _matrix(name, None, layer.weight.numpy().T, None)
+    if isinstance(layer, ag_embedding):
+        return _embedding(layer, dtype)
+    if isinstance(layer, NORMS):
+        return _vector(name, norm_param(layer, part))
+    if part == "bias":
+        return _vector(name, layer.b)
+    return _projection(name, layer, dtype)
+
+
+def llm_save(model: ag_llama | ag_gpt2, path: str | os.PathLike[str],
+             vocab: str | Sequence[str] | dict | None = None, dtype: str | int | None = None) -> str:
+    """Write `model` (an ag_llama or ag_gpt2: from llm_load, or built and trained in ggmlpy) as a
+    llama.cpp GGUF model file of architecture `llama` or `gpt2`, atomically; returns the path.
 
     `vocab`: None keeps the vocabulary of the file the model was loaded from; a list of strings
     (or one string of characters) is the text of each token id, written as a SentencePiece-style
     vocabulary (io.llm_write.char_vocab, which says what llama.cpp makes of it); "bytes" a byte
     model's 256 ids; a dict, tokenizer.* metadata written as given. `dtype`: None writes each
     weight as the model holds it; "f32", "f16", "bf16", "q8_0", "q4_K", ... writes every weight
-    matrix in that type (norm weights stay f32)."""
-    if not isinstance(model, ag_llama):
-        raise GGMLError(f"llm_save: expected an ag_llama (from llm_load or ag_llama), got {type(model).__name__}")
+    matrix in that type (norms, biases and gpt2's position table stay f32)."""
+    if not isinstance(model, (ag_llama, ag_gpt2)):
+        raise GGMLError(f"llm_save: expected an ag_llama or ag_gpt2 (from llm_load, or built in ggmlpy), got "
+                        f"{type(model).__name__}")
     t = _dtype(dtype)
-    arch = getattr(getattr(model, "hparams", None), "arch", "llama")
-    keys = {**_hparam_keys(model, arch), **_vocab_keys(model, vocab, model.token_embd.vocab_size)}
-    tensors = [_embedding(model.token_embd, t)]
-    for i, block in enumerate(model.blocks):
-        tensors.append(_vector(f"blk.{i}.attn_norm.weight", block.attn_norm.weight))
-        tensors.extend(_projection(f"blk.{i}.{p}.weight", getattr(block, p), t) for p in PROJECTIONS)
-        tensors.append(_vector(f"blk.{i}.ffn_norm.weight", block.ffn_norm.weight))
-    tensors.append(_vector("output_norm.weight", model.output_norm.weight))
-    if model.output is not None:
-        tensors.append(_projection("output.weight", model.output, t))
-    return write_llm_gguf(path, arch, keys, tensors, "llm_save")
+    h = _hparams(model)
+    keys = {**hparam_keys(h), **_vocab_keys(model, vocab, h.vocab_size)}
+    tensors = [_tensor(model, name, t) for name in tensor_shapes(h)]
+    return write_llm_gguf(path, h.arch, keys, tensors, "llm_save")
 
 
 __all__ = ["llm_save"]

@@ -32,13 +32,13 @@ from .. import random as grandom
 from ..autograd import ops
 from ..errors import GGMLError, checked_path
 from ..io.gguf_file import GGUFFile
+from ..io.llm_gguf import LLAMA_PROJECTIONS
 from ..io.llm_write import write_llm_gguf
 from ..io.model_file import DIGEST_KEY, digest
 from ..nn.module import Module
 from ..nn.llama import LlamaProjection, ag_llama
 from ..tensor import AGTensor, ag_param
 from .llm import FrozenProjection
-from .llm_export import PROJECTIONS
 
 
 class LoraProjection(Module):
@@ -86,12 +86,12 @@ def _model(model, what: str) -> ag_llama:
 
 def _adapted(model: ag_llama) -> dict:
     """{llama.cpp's weight name: LoraProjection} of the model, in layer order."""
-    return {f"blk.{i}.{p}.weight": getattr(b, p) for i, b in enumerate(model.blocks) for p in PROJECTIONS
+    return {f"blk.{i}.{p}.weight": getattr(b, p) for i, b in enumerate(model.blocks) for p in LLAMA_PROJECTIONS
             if isinstance(getattr(b, p), LoraProjection)}
 
 
 def ag_lora(model: ag_llama, rank: int = 8, alpha: float | None = None,
-            targets: str | Sequence[str] = PROJECTIONS) -> ag_llama:
+            targets: str | Sequence[str] = LLAMA_PROJECTIONS) -> ag_llama:
     """Add LoRA adapters of `rank` to the projections named in `targets` (llama.cpp's names:
     "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down") of every layer,
     and freeze everything else (in place; returns the model). `alpha` (default: rank) scales the
@@ -103,9 +103,10 @@ def ag_lora(model: ag_llama, rank: int = 8, alpha: float | None = None,
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:
         raise GGMLError(f"ag_lora: alpha must be a positive number, got {alpha!r} (llama.cpp reads 0 as 'no scaling')")
     targets = [targets] if isinstance(targets, str) else list(targets)
-    unknown = [t for t in targets if t not in PROJECTIONS]
+    unknown = [t for t in targets if t not in LLAMA_PROJECTIONS]
     if not targets or unknown or len(set(targets)) != len(targets):
-        raise GGMLError(f"ag_lora: targets must be distinct names among {', '.join(PROJECTIONS)}; got {targets!r}")
+        raise GGMLError(f"ag_lora: targets must be distinct names among {', '.join(LLAMA_PROJECTIONS)}; "
+                        f"got {targets!r}")
     _freeze(model)
     for block in model.blocks:
         for name in targets:
@@ -143,7 +144,7 @@ def lora_merge(model: ag_llama) -> ag_llama:
     if not adapted:
         raise GGMLError("lora_merge: the model has no LoRA adapters (ag_lora adds them)")
     for block in model.blocks:
-        for p in PROJECTIONS:
+        for p in LLAMA_PROJECTIONS:
             proj = getattr(block, p)
             if not isinstance(proj, LoraProjection):
                 continue
@@ -200,9 +201,9 @@ def _adapter_pairs(f: GGUFFile, model: ag_llama) -> dict:
         if len(ends) != 2:
             raise GGMLError(f"{f.path}: {base!r} has only {next(iter(ends.values()))!r}; an adapter is a pair")
         if (len(parts) != 4 or parts[0] != "blk" or not parts[1].isdigit() or int(parts[1]) >= len(model.blocks)
-                or parts[2] not in PROJECTIONS or parts[3] != "weight"):
+                or parts[2] not in LLAMA_PROJECTIONS or parts[3] != "weight"):
             raise GGMLError(f"{f.path}: an adapter on {base!r}; ggmlpy adapts the projections blk.N.{{"
-                            f"{', '.join(PROJECTIONS)}}}.weight of this model's {len(model.blocks)} layers")
+                            f"{', '.join(LLAMA_PROJECTIONS)}}}.weight of this model's {len(model.blocks)} layers")
         a, b = (f.data(ends[e]).astype(np.float64) for e in (".lora_a", ".lora_b"))  # numpy shape: ne reversed
         proj = getattr(model.blocks[int(parts[1])], parts[2])
         n_in = proj.Wt.shape[0] if isinstance(proj, FrozenProjection) else proj.W.shape[1]
