@@ -137,6 +137,28 @@ def test_a_forked_child_computes_on_pools_of_its_own():
         b.free()
 
 
+@needs_own_pool
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_fork_after_a_backend_was_freed_leaves_that_backend_alone():
+    """A freed CPU backend whose object is still referenced: the child's pool renewal must not set a
+    pool on the freed backend (it did, and every forked child, multiprocessing's and a subprocess
+    with a preexec_fn included, died of SIGSEGV)."""
+    kept = []
+    for _ in range(8):
+        b = g.ggml_backend_cpu_init()
+        b.set_n_threads(2)
+        b.free()
+        kept.append(b)
+        np.ones(1 << 18)  # the freed memory taken for something else
+    statuses = []
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        statuses.append(os.waitpid(pid, 0)[1])
+    assert statuses == [0, 0, 0], [f"signal {os.WTERMSIG(s)}" if os.WIFSIGNALED(s) else s for s in statuses]
+
+
 @pytest.mark.parametrize("text, want", [("", threadpool.POLL), ("0", 0), (" 7 ", 7), ("100", 100)])
 def test_the_polling_level_comes_from_the_environment(monkeypatch, text, want):
     monkeypatch.setenv(threadpool.ENV_VAR, text)

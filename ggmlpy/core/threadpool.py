@@ -19,7 +19,8 @@ Invariants: a backend's pools are freed with the backend, never when the thread 
 compute in another thread may still be running on the pool it was planned with), and a count used
 again reuses its pool, so a backend holds at most one pool per count it was given. A forked child
 has none of the parent's pool threads: every live pool set gets new pools there (the parent's are
-left unfreed, since freeing joins threads that do not exist in the child).
+left unfreed, since freeing joins threads that do not exist in the child). A set whose backend was
+freed is not live, even while the Backend object is still referenced.
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ from ..errors import DeviceError, GGMLError
 ENV_VAR = "GGMLPY_THREAD_POLL"
 POLL = 0
 
-_lock = threading.Lock()
+# re-entrant: a collected set frees itself (and leaves _live) from __del__, which may run inside a held section
+_lock = threading.RLock()
 _live: "weakref.WeakSet[PoolSet]" = weakref.WeakSet()
 
 
@@ -115,8 +117,11 @@ class PoolSet:
 
     @uninterruptible
     def free(self) -> None:
-        """Stop and free every pool (the backend computes no more: it is being freed)."""
-        pools, self.pools = self.pools, {}
+        """Stop and free every pool (the backend computes no more: it is being freed). The set is
+        then dead: a forked child must not renew it, as that would set a pool on a freed backend."""
+        with _lock:
+            _live.discard(self)
+        pools, self.pools, self.n = self.pools, {}, None
         for pool in pools.values():
             try:
                 lib.ggml_threadpool_free(pool)
@@ -129,7 +134,7 @@ class PoolSet:
 
 def _after_fork_in_child() -> None:
     global _lock
-    _lock = threading.Lock()  # a thread of the parent may have held it
+    _lock = threading.RLock()  # a thread of the parent may have held it
     for pools in list(_live):
         pools._renew_in_child()
 
