@@ -14,8 +14,8 @@
  * (C, M/group, KH, KW) as they are: row c holds output channel m's kernel positions at m*KH*KW);
  * bias [M] (optional); dst ne [OW, OH, M, N]; all contiguous f32.
  * userdata: int32_t[11] = KH, KW, stride h, w, dilation h, w, pad top, pad left, group, kblock, has bias.
- * Work: the N*M output planes, one at a time, each computed alone from its inputs: a result does not
- * depend on the threads.
+ * Work: blocks of whole output planes (about BLOCK_ROWS product rows), each computed alone from its
+ * inputs, every value in the order above whatever the tiling: a result does not depend on the threads.
  */
 #include <math.h>
 #include <stdint.h>
@@ -24,8 +24,14 @@
 #include "fields.h"
 #include "vmath.h"
 
-#define ROWS 4   /* kernel positions a tile (a 2x2 kernel's all) */
+/* product rows a tile (accumulators: ROWS x PIXELS vectors, of AVX-512's 32 registers or AVX2's 16) */
+#if defined(VW) && VW == 16
+#define ROWS 8
+#else
+#define ROWS 4
+#endif
 #define PIXELS 3 /* vectors of pixels a tile */
+#define BLOCK_ROWS 32 /* product rows a unit of work computes over each tile of pixels (whole output planes) */
 
 static inline float mul_add(float a, float b, float c) {
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
@@ -39,11 +45,12 @@ struct product {
     const float *a;  /* the group's weights: a[k * lda + r] */
     const float *x;  /* the image's group input: x[k * hw + p] */
     int64_t lda, hw, k, kblock;
+    float *pack;     /* the vector path's copy of a unit's rows, a tile's ROWS weights of each k side by side */
 };
 
 #ifdef VW
-/* col[i][p0 .. p0 + np) for rows r0 + i, i < rows (rows and full constant after inlining) */
-static inline __attribute__((always_inline)) void tile(const struct product *pr, float *col, int64_t r0, int rows,
+/* col[i][p0 .. p0 + np) for the rows whose weights ap packs, i < rows (rows and full constant after inlining) */
+static inline __attribute__((always_inline)) void tile(const struct product *pr, float *col, const float *ap, int rows,
                                                         int64_t p0, int64_t np, int full) {
     for (int64_t k0 = 0; k0 < pr->k; k0 += pr->kblock) {
         const int64_t k1 = k0 + pr->kblock < pr->k ? k0 + pr->kblock : pr->k;
@@ -56,7 +63,7 @@ static inline __attribute__((always_inline)) void tile(const struct product *pr,
             vf xv[PIXELS];
             for (int j = 0; j < PIXELS; j++)
                 xv[j] = full ? vloadu(xk + j * VW) : vloadu_n(xk + j * VW, np - j * VW);
-            const float *ak = pr->a + k * pr->lda + r0;
+            const float *ak = ap + k * ROWS;
             for (int i = 0; i < rows; i++) {
                 const vf av = vset1(ak[i]);
                 for (int j = 0; j < PIXELS; j++)
@@ -78,25 +85,37 @@ static inline __attribute__((always_inline)) void tile(const struct product *pr,
     }
 }
 
-static void rows_product(const struct product *pr, float *col, int64_t r0, int rows) {
+/* col rows [0, nrows) (product rows r0 + i): a tile of pixels at a time, all rows' tiles over it, so that
+ * the tile's input columns are read from cache by every row */
+static void product(const struct product *pr, float *col, int64_t r0, int64_t nrows) {
     const int64_t step = PIXELS * VW;
-    int64_t p = 0;
-#define TILES(R)                                                     \
-    for (; p + step <= pr->hw; p += step)                            \
-        tile(pr, col, r0, R, p, step, 1);                            \
-    if (p < pr->hw)                                                  \
-        tile(pr, col, r0, R, p, pr->hw - p, 0);
-    switch (rows) {
-    case 4: TILES(4) break;
-    case 3: TILES(3) break;
-    case 2: TILES(2) break;
-    default: TILES(1) break;
+    for (int64_t r = 0; r < nrows; r += ROWS)
+        for (int64_t k = 0; k < pr->k; k++)
+            for (int i = 0; i < ROWS; i++)
+                pr->pack[(r * pr->k + k * ROWS) + i] = r + i < nrows ? pr->a[k * pr->lda + r0 + r + i] : 0.0f;
+#define ROW_TILES(NP, FULL)                                                    \
+    for (int64_t r = 0; r < nrows; r += ROWS) {                                \
+        switch (nrows - r < ROWS ? nrows - r : ROWS) {                         \
+        case 8: tile(pr, col + r * pr->hw, pr->pack + r * pr->k, 8, p, NP, FULL); break;     \
+        case 7: tile(pr, col + r * pr->hw, pr->pack + r * pr->k, 7, p, NP, FULL); break;     \
+        case 6: tile(pr, col + r * pr->hw, pr->pack + r * pr->k, 6, p, NP, FULL); break;     \
+        case 5: tile(pr, col + r * pr->hw, pr->pack + r * pr->k, 5, p, NP, FULL); break;     \
+        case 4: tile(pr, col + r * pr->hw, pr->pack + r * pr->k, 4, p, NP, FULL); break;     \
+        case 3: tile(pr, col + r * pr->hw, pr->pack + r * pr->k, 3, p, NP, FULL); break;     \
+        case 2: tile(pr, col + r * pr->hw, pr->pack + r * pr->k, 2, p, NP, FULL); break;     \
+        default: tile(pr, col + r * pr->hw, pr->pack + r * pr->k, 1, p, NP, FULL); break;    \
+        }                                                                      \
     }
-#undef TILES
+    int64_t p = 0;
+    for (; p + step <= pr->hw; p += step)
+        ROW_TILES(step, 1)
+    if (p < pr->hw)
+        ROW_TILES(pr->hw - p, 0)
+#undef ROW_TILES
 }
 #else
-static void rows_product(const struct product *pr, float *col, int64_t r0, int rows) {
-    for (int i = 0; i < rows; i++)
+static void product(const struct product *pr, float *col, int64_t r0, int64_t nrows) {
+    for (int64_t i = 0; i < nrows; i++)
         for (int64_t p = 0; p < pr->hw; p++) {
             float c = 0.0f;
             for (int64_t k0 = 0; k0 < pr->k; k0 += pr->kblock) {
@@ -110,6 +129,21 @@ static void rows_product(const struct product *pr, float *col, int64_t r0, int r
         }
 }
 #endif
+
+/* the first input index i in [0, n) whose output i * s + off lies in [0, on) (n where none does) */
+static inline int64_t first_in(int64_t off, int64_t s, int64_t n, int64_t on) {
+    const int64_t i = off >= 0 ? 0 : (-off + s - 1) / s;
+    return i < n && i * s + off < on ? i : n;
+}
+
+/* one past the last such input index (at least first_in's) */
+static inline int64_t end_in(int64_t off, int64_t s, int64_t n, int64_t on) {
+    const int64_t lo = first_in(off, s, n, on);
+    if (lo == n)
+        return n;
+    const int64_t hi = (on - 1 - off) / s + 1;  /* on - 1 - off >= lo * s >= 0 here */
+    return hi < n ? hi : n;
+}
 
 void ggmlpy_conv_transpose_f32(void *dst, int ith, int nth, void *userdata) {
     const int32_t *q = (const int32_t *)userdata;
@@ -125,37 +159,48 @@ void ggmlpy_conv_transpose_f32(void *dst, int ith, int nth, void *userdata) {
     const float *x = data_of(tx), *w = data_of(tw);
     const float *bias = has_bias ? data_of(src_of(dst, 2)) : NULL;
     float *y = data_of(dst);
-    float *col = malloc((size_t)(kk * hw) * sizeof(float));
-    for (int64_t plane = ith; plane < N * M; plane += nth) {
+    /* a unit of work: PB output planes of one image and group (their product rows are consecutive) */
+    const int64_t PB = kk >= BLOCK_ROWS ? 1 : (BLOCK_ROWS / kk < Mg ? BLOCK_ROWS / kk : Mg);
+    const int64_t blocks = (Mg + PB - 1) / PB;
+    const int64_t packed = (PB * kk + ROWS - 1) / ROWS * ROWS * Cg;
+    float *col = malloc((size_t)(PB * kk * hw + packed) * sizeof(float));
+    for (int64_t u = ith; u < N * group * blocks; u += nth) {
+        const int64_t n = u / (group * blocks), g = u / blocks % group, m0 = u % blocks * PB;
+        const int64_t planes = Mg - m0 < PB ? Mg - m0 : PB;
+        float *yb = y + (n * M + g * Mg + m0) * ohw;
         if (col == NULL) {  /* out of memory: never a silently wrong value */
-            for (int64_t i = 0; i < ohw; i++)
-                y[plane * ohw + i] = __builtin_nanf("");
+            for (int64_t i = 0; i < planes * ohw; i++)
+                yb[i] = __builtin_nanf("");
             continue;
         }
-        const int64_t n = plane / M, co = plane % M, g = co / Mg, m = co % Mg;
-        const struct product pr = {w + g * Cg * Mg * kk, x + (n * C + g * Cg) * hw, Mg * kk, hw, Cg, q[9]};
-        for (int64_t r = 0; r < kk; r += ROWS)
-            rows_product(&pr, col + r * hw, m * kk + r, (int)(kk - r < ROWS ? kk - r : ROWS));
-        float *yp = y + plane * ohw;
-        for (int64_t i = 0; i < ohw; i++)
-            yp[i] = 0.0f;
-        for (int a = 0; a < kh; a++)
-            for (int b = 0; b < kw; b++) {
-                const float *c = col + (a * kw + b) * hw;
-                for (int64_t ih = 0; ih < H; ih++) {
-                    const int64_t oy = ih * sh - pt + (int64_t)a * dh;
-                    if (oy < 0 || oy >= OH)
-                        continue;
-                    for (int64_t iw = 0; iw < W; iw++) {
-                        const int64_t ox = iw * sw - pl + (int64_t)b * dw;
-                        if (ox >= 0 && ox < OW)
-                            yp[oy * OW + ox] += c[ih * W + iw];
+        const struct product pr = {w + g * Cg * Mg * kk, x + (n * C + g * Cg) * hw, Mg * kk, hw, Cg, q[9],
+                                   col + PB * kk * hw};
+        product(&pr, col, m0 * kk, planes * kk);
+        for (int64_t m = 0; m < planes; m++) {
+            float *yp = yb + m * ohw;
+            for (int64_t i = 0; i < ohw; i++)
+                yp[i] = 0.0f;
+            for (int a = 0; a < kh; a++)
+                for (int b = 0; b < kw; b++) {
+                    const float *c = col + (m * kk + a * kw + b) * hw;
+                    const int64_t offy = (int64_t)a * dh - pt, offx = (int64_t)b * dw - pl;
+                    const int64_t ih0 = first_in(offy, sh, H, OH), ih1 = end_in(offy, sh, H, OH);
+                    const int64_t iw0 = first_in(offx, sw, W, OW), iw1 = end_in(offx, sw, W, OW);
+                    for (int64_t ih = ih0; ih < ih1; ih++) {
+                        float *yr = yp + (ih * sh + offy) * OW + offx;
+                        const float *cr = c + ih * W;
+                        if (sw == 1)
+                            for (int64_t iw = iw0; iw < iw1; iw++)
+                                yr[iw] += cr[iw];
+                        else
+                            for (int64_t iw = iw0; iw < iw1; iw++)
+                                yr[iw * sw] += cr[iw];
                     }
                 }
-            }
-        if (bias != NULL)
-            for (int64_t i = 0; i < ohw; i++)
-                yp[i] += bias[co];
+            if (bias != NULL)
+                for (int64_t i = 0; i < ohw; i++)
+                    yp[i] += bias[g * Mg + m0 + m];
+        }
     }
     free(col);
 }

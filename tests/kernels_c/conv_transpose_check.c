@@ -1,10 +1,10 @@
 /* conv_transpose.c (ggmlpy_conv_transpose_f32) against its definition written out one output value at
  * a time: the same chains of multiply-adds over the input channels in blocks of kblock, the kernel
  * positions added in order, then the bias; equal to the bit. Input planes of 1 to 70 pixels (every tail
- * of a tile's vectors), kernels of 1 to 6 positions (every remainder of a tile's rows), channels across
- * a block's end, groups, pads, dilations, one to three threads. Built by tests/test_kernels_memory.py
- * with AddressSanitizer for each x86-64 level this CPU runs, every tensor an allocation of exactly its
- * size (tensor_stub.h).
+ * of a tile's vectors), kernels of 1 to 9 positions (every remainder of a tile's 4 or 8 rows), 11 output channels
+ * a group (blocks of whole planes, the last cut short), channels across a block's end, groups, pads,
+ * dilations, one to three threads. Built by tests/test_kernels_memory.py with AddressSanitizer for each
+ * x86-64 level this CPU runs, every tensor an allocation of exactly its size (tensor_stub.h).
  *
  * Usage: conv_transpose_check; prints one line per wrong case and "N wrong values"; exits 1 if any.
  */
@@ -81,11 +81,14 @@ int main(void) {
         {1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 128, 0}, /* one position, no bias */
         {3, 2, 1, 2, 2, 1, 0, 1, 2, 0, 1, 5, 1},  /* dilation, uneven pads */
         {2, 3, 3, 1, 1, 1, 1, 0, 0, 1, 1, 2, 0},  /* six positions: a tile of four and one of two */
+        {3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1},  /* stride 1: a convolution's geometry, blocks of 3 planes */
+        {1, 5, 1, 2, 1, 1, 0, 2, 0, 0, 1, 4, 1},  /* five positions: tiles of the rows' every remainder */
+        {7, 1, 2, 1, 1, 1, 3, 0, 2, 0, 1, 4, 0},  /* seven positions */
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int64_t hw = 1; hw <= 70; hw += (hw < 20 ? 1 : 7))
             for (int nth = 1; nth <= 3; nth += 2)
-                wrong += check(&shapes[s], 2, 6 * shapes[s].group, 3 * shapes[s].group, hw % 7 + 1,
+                wrong += check(&shapes[s], 2, 6 * shapes[s].group, 11 * shapes[s].group, hw % 7 + 1,
                                (hw + 6) / 7 + (hw % 3), nth);
     printf("%ld wrong values\n", wrong);
     return wrong != 0;
