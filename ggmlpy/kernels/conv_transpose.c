@@ -31,6 +31,11 @@
 #define ROWS 4
 #endif
 #define PIXELS 3 /* vectors of pixels a tile */
+#ifdef VW
+#define VECTOR_FLOATS VW
+#else
+#define VECTOR_FLOATS 0 /* the scalar path copies nothing */
+#endif
 #define BLOCK_ROWS 32 /* product rows a unit of work computes over each tile of pixels (whole output planes) */
 
 static inline float mul_add(float a, float b, float c) {
@@ -45,13 +50,16 @@ struct product {
     const float *a;  /* the group's weights: a[k * lda + r] */
     const float *x;  /* the image's group input: x[k * hw + p] */
     int64_t lda, hw, k, kblock;
+    int64_t ldc;     /* col's row stride */
     float *pack;     /* the vector path's copy of a unit's rows, a tile's ROWS weights of each k side by side */
+    const float *xt; /* and of the input, a tile of pixels after another, each k's PIXELS vectors side by side
+                        (zeros past the end): pack_input's */
 };
 
 #ifdef VW
 /* col[i][p0 .. p0 + np) for the rows whose weights ap packs, i < rows (rows and full constant after inlining) */
-static inline __attribute__((always_inline)) void tile(const struct product *pr, float *col, const float *ap, int rows,
-                                                        int64_t p0, int64_t np, int full) {
+static inline __attribute__((always_inline)) void tile(const struct product *pr, float *col, const float *ap,
+                                                        const float *xs, int rows, int64_t p0, int64_t np, int full) {
     for (int64_t k0 = 0; k0 < pr->k; k0 += pr->kblock) {
         const int64_t k1 = k0 + pr->kblock < pr->k ? k0 + pr->kblock : pr->k;
         vf acc[ROWS][PIXELS];
@@ -59,10 +67,10 @@ static inline __attribute__((always_inline)) void tile(const struct product *pr,
             for (int j = 0; j < PIXELS; j++)
                 acc[i][j] = vzero();
         for (int64_t k = k0; k < k1; k++) {
-            const float *xk = pr->x + k * pr->hw + p0;
+            const float *xk = xs + k * PIXELS * VW;
             vf xv[PIXELS];
             for (int j = 0; j < PIXELS; j++)
-                xv[j] = full ? vloadu(xk + j * VW) : vloadu_n(xk + j * VW, np - j * VW);
+                xv[j] = vloadu(xk + j * VW);
             const float *ak = ap + k * ROWS;
             for (int i = 0; i < rows; i++) {
                 const vf av = vset1(ak[i]);
@@ -72,7 +80,7 @@ static inline __attribute__((always_inline)) void tile(const struct product *pr,
         }
         for (int i = 0; i < rows; i++)
             for (int j = 0; j < PIXELS; j++) {
-                float *c = col + i * pr->hw + p0 + j * VW;
+                float *c = col + i * pr->ldc + p0 + j * VW;
                 const int64_t n = np - j * VW;
                 if (n <= 0)
                     break;
@@ -83,6 +91,17 @@ static inline __attribute__((always_inline)) void tile(const struct product *pr,
                     vstoreu_n(c, n, v);
             }
     }
+}
+
+/* The image's group input x (k rows of hw pixels) as the tiles read it: its rows of channels lie a plane
+ * apart, which the cache's sets alias (a 32 x 32 plane's are 4 KB apart); copied once per image and group,
+ * each row read in order. */
+static void pack_input(const float *x, int64_t hw, int64_t k, float *xt) {
+    const int64_t step = PIXELS * VW, tiles = (hw + step - 1) / step;
+    for (int64_t c = 0; c < k; c++)
+        for (int64_t t = 0; t < tiles; t++)
+            for (int j = 0; j < PIXELS; j++)
+                vstoreu(xt + (t * k + c) * step + j * VW, vloadu_n(x + c * hw + t * step + j * VW, hw - t * step - j * VW));
 }
 
 /* col rows [0, nrows) (product rows r0 + i): a tile of pixels at a time, all rows' tiles over it, so that
@@ -96,18 +115,19 @@ static void product(const struct product *pr, float *col, int64_t r0, int64_t nr
 #define ROW_TILES(NP, FULL)                                                    \
     for (int64_t r = 0; r < nrows; r += ROWS) {                                \
         switch (nrows - r < ROWS ? nrows - r : ROWS) {                         \
-        case 8: tile(pr, col + r * pr->hw, pr->pack + r * pr->k, 8, p, NP, FULL); break;     \
-        case 7: tile(pr, col + r * pr->hw, pr->pack + r * pr->k, 7, p, NP, FULL); break;     \
-        case 6: tile(pr, col + r * pr->hw, pr->pack + r * pr->k, 6, p, NP, FULL); break;     \
-        case 5: tile(pr, col + r * pr->hw, pr->pack + r * pr->k, 5, p, NP, FULL); break;     \
-        case 4: tile(pr, col + r * pr->hw, pr->pack + r * pr->k, 4, p, NP, FULL); break;     \
-        case 3: tile(pr, col + r * pr->hw, pr->pack + r * pr->k, 3, p, NP, FULL); break;     \
-        case 2: tile(pr, col + r * pr->hw, pr->pack + r * pr->k, 2, p, NP, FULL); break;     \
-        default: tile(pr, col + r * pr->hw, pr->pack + r * pr->k, 1, p, NP, FULL); break;    \
+        case 8: tile(pr, col + r * pr->ldc, pr->pack + r * pr->k, xs, 8, p, NP, FULL); break;     \
+        case 7: tile(pr, col + r * pr->ldc, pr->pack + r * pr->k, xs, 7, p, NP, FULL); break;     \
+        case 6: tile(pr, col + r * pr->ldc, pr->pack + r * pr->k, xs, 6, p, NP, FULL); break;     \
+        case 5: tile(pr, col + r * pr->ldc, pr->pack + r * pr->k, xs, 5, p, NP, FULL); break;     \
+        case 4: tile(pr, col + r * pr->ldc, pr->pack + r * pr->k, xs, 4, p, NP, FULL); break;     \
+        case 3: tile(pr, col + r * pr->ldc, pr->pack + r * pr->k, xs, 3, p, NP, FULL); break;     \
+        case 2: tile(pr, col + r * pr->ldc, pr->pack + r * pr->k, xs, 2, p, NP, FULL); break;     \
+        default: tile(pr, col + r * pr->ldc, pr->pack + r * pr->k, xs, 1, p, NP, FULL); break;    \
         }                                                                      \
     }
     int64_t p = 0;
-    for (; p + step <= pr->hw; p += step)
+    const float *xs = pr->xt;
+    for (; p + step <= pr->hw; p += step, xs += pr->k * step)
         ROW_TILES(step, 1)
     if (p < pr->hw)
         ROW_TILES(pr->hw - p, 0)
@@ -125,7 +145,7 @@ static void product(const struct product *pr, float *col, int64_t r0, int64_t nr
                     acc = mul_add(pr->a[k * pr->lda + r0 + i], pr->x[k * pr->hw + p], acc);
                 c = k0 == 0 ? acc : c + acc;
             }
-            col[i * pr->hw + p] = c;
+            col[i * pr->ldc + p] = c;
         }
 }
 #endif
@@ -145,6 +165,21 @@ static inline int64_t end_in(int64_t off, int64_t s, int64_t n, int64_t on) {
     return hi < n ? hi : n;
 }
 
+/* This thread's buffer of at least n floats, grown as needed and kept (ggml's threads live as long as
+ * the backend: no allocation and first touch of its pages at every call); NULL when out of memory. */
+static float *scratch(size_t n) {
+    static __thread float *buf;
+    static __thread size_t cap;
+    if (n > cap) {
+        free(buf);
+        cap = (n + 1023) & ~(size_t)1023;
+        buf = malloc(cap * sizeof(float));
+        if (buf == NULL)
+            cap = 0;
+    }
+    return buf;
+}
+
 void ggmlpy_conv_transpose_f32(void *dst, int ith, int nth, void *userdata) {
     const int32_t *q = (const int32_t *)userdata;
     const int kh = q[0], kw = q[1], sh = q[2], sw = q[3], dh = q[4], dw = q[5], pt = q[6], pl = q[7];
@@ -162,8 +197,15 @@ void ggmlpy_conv_transpose_f32(void *dst, int ith, int nth, void *userdata) {
     /* a unit of work: PB output planes of one image and group (their product rows are consecutive) */
     const int64_t PB = kk >= BLOCK_ROWS ? 1 : (BLOCK_ROWS / kk < Mg ? BLOCK_ROWS / kk : Mg);
     const int64_t blocks = (Mg + PB - 1) / PB;
-    const int64_t packed = (PB * kk + ROWS - 1) / ROWS * ROWS * Cg;
-    float *col = malloc((size_t)(PB * kk * hw + packed) * sizeof(float));
+    const int64_t step = PIXELS * VECTOR_FLOATS, xpacked = step ? (hw + step - 1) / step * step * Cg : 0;
+    const int64_t packed = (PB * kk + ROWS - 1) / ROWS * ROWS * Cg + xpacked;
+    /* col's rows 64 bytes more than a plane apart: rows a multiple of 4 KB apart alias in the cache's sets
+     * and in the store-to-load checks (a 32 x 32 plane's stride-1 ConvTranspose ran at half speed) */
+    const int64_t ldc = hw + 16;
+    float *col = scratch((size_t)(PB * kk * ldc + packed));
+#ifdef VW
+    int64_t packed_for = -1;  /* the image and group whose input the buffer holds */
+#endif
     for (int64_t u = ith; u < N * group * blocks; u += nth) {
         const int64_t n = u / (group * blocks), g = u / blocks % group, m0 = u % blocks * PB;
         const int64_t planes = Mg - m0 < PB ? Mg - m0 : PB;
@@ -173,8 +215,14 @@ void ggmlpy_conv_transpose_f32(void *dst, int ith, int nth, void *userdata) {
                 yb[i] = __builtin_nanf("");
             continue;
         }
-        const struct product pr = {w + g * Cg * Mg * kk, x + (n * C + g * Cg) * hw, Mg * kk, hw, Cg, q[9],
-                                   col + PB * kk * hw};
+        float *xt = col + PB * kk * ldc + packed - xpacked;
+        const struct product pr = {w + g * Cg * Mg * kk, x + (n * C + g * Cg) * hw, Mg * kk, hw, Cg, q[9], ldc,
+                                   col + PB * kk * ldc, xt};
+#ifdef VW
+        if (packed_for != n * group + g)
+            pack_input(pr.x, hw, Cg, xt);
+        packed_for = n * group + g;
+#endif
         product(&pr, col, m0 * kk, planes * kk);
         for (int64_t m = 0; m < planes; m++) {
             float *yp = yb + m * ohw;
@@ -182,7 +230,7 @@ void ggmlpy_conv_transpose_f32(void *dst, int ith, int nth, void *userdata) {
                 yp[i] = 0.0f;
             for (int a = 0; a < kh; a++)
                 for (int b = 0; b < kw; b++) {
-                    const float *c = col + (m * kk + a * kw + b) * hw;
+                    const float *c = col + (m * kk + a * kw + b) * ldc;
                     const int64_t offy = (int64_t)a * dh - pt, offx = (int64_t)b * dw - pl;
                     const int64_t ih0 = first_in(offy, sh, H, OH), ih1 = end_in(offy, sh, H, OH);
                     const int64_t iw0 = first_in(offx, sw, W, OW), iw1 = end_in(offx, sw, W, OW);
@@ -202,5 +250,4 @@ void ggmlpy_conv_transpose_f32(void *dst, int ith, int nth, void *userdata) {
                     yp[i] += bias[g * Mg + m0 + m];
         }
     }
-    free(col);
 }
