@@ -101,7 +101,8 @@ static void pack_input(const float *x, int64_t hw, int64_t k, float *xt) {
     for (int64_t c = 0; c < k; c++)
         for (int64_t t = 0; t < tiles; t++)
             for (int j = 0; j < PIXELS; j++)
-                vstoreu(xt + (t * k + c) * step + j * VW, vloadu_n(x + c * hw + t * step + j * VW, hw - t * step - j * VW));
+                vstoreu(xt + (t * k + c) * step + j * VW,
+                        vloadu_n(x + c * hw + t * step + j * VW, hw - t * step - j * VW));
 }
 
 /* col rows [0, nrows) (product rows r0 + i): a tile of pixels at a time, all rows' tiles over it, so that
