@@ -39,7 +39,8 @@ SOURCE_FLAGS = {"kernels.c": ("-fno-trapping-math",)}
 BLAS_LIBS = ("-l:libopenblas.so.0",)  # the library ggml's BLAS backend loads (Debian's alternatives)
 # Every kernel source (ggmlpy/kernels/) and what it links
 KERNEL_LINKS = {"kernels.c": (), "gemm.c": BLAS_LIBS, "conv.c": BLAS_LIBS, "rows.c": (), "rnn.c": ("-lm",),
-                "attention.c": ("-lm",), "singlecell.c": ("-lm",)}
+                "attention.c": ("-lm",), "singlecell.c": ("-lm",),
+                "conv_transpose.c": ()}
 
 
 def kernel_flags(source_name: str, level: str) -> list[str]:

@@ -18,7 +18,7 @@ from ggmlpy import kernels
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL_TESTS = ["tests/test_kernels.py", "tests/test_onnx_conv.py", "tests/test_onnx_fastpaths.py",
-                "tests/test_onnx_attention.py", "tests/test_onnx_lstm.py"]
+                "tests/test_onnx_attention.py", "tests/test_onnx_lstm.py", "tests/test_onnx_conv_transpose_exact.py"]
 
 
 @pytest.mark.parametrize("level", ["x86-64-v3"])

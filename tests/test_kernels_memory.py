@@ -49,11 +49,13 @@ def test_im2col_blocks_of_any_number_of_rows_are_right_and_in_bounds(level, tmp_
 
 @pytest.mark.skipif(CC is None, reason="no C compiler")
 @pytest.mark.parametrize("level", list(kernels.ISA_LEVELS))
-@pytest.mark.parametrize("harness", ["linear_check.c", "attention_check.c", "gelu_check.c", "scalar_check.c"])
+@pytest.mark.parametrize("harness", ["linear_check.c", "attention_check.c", "gelu_check.c", "scalar_check.c",
+                                     "conv_transpose_check.c"])
 def test_vector_tails_are_right_and_in_bounds(harness, level, tmp_path):
     """The tails of vmath.h's vectors (masked loads and stores, partial register blocks) in the packed
-    linear layers, the attention and GELU, against float64 at every level: the AVX-512 build's 16
-    floats, the AVX2 build's 8, the scalar paths."""
+    linear layers, the attention, GELU and ConvTranspose, against float64 (ConvTranspose: against its
+    order of sums, to the bit) at every level: the AVX-512 build's 16 floats, the AVX2 build's 8, the
+    scalar paths."""
     if level not in kernels.supported_isa_levels():
         pytest.skip(f"this CPU does not run {level}")
     exe = asan_build(harness, level, tmp_path)

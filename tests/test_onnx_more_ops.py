@@ -1,4 +1,5 @@
-"""GatherND, ReduceProd, QLinearSoftmax and If on a condition known at plan time, against onnxruntime
+"""GatherND, ReduceProd, QLinearSoftmax and If (on a condition known at plan time, or computed in the graph),
+against onnxruntime
 (ONNX's node tests for them run in tests/test_onnx_conformance.py)."""
 from __future__ import annotations
 
@@ -153,12 +154,87 @@ def test_if_on_a_fed_condition_is_planned_for_its_value():
     assert ggmlpy.onnx_summary(model)["value_inputs"] == ["c"]
 
 
-def test_if_on_a_condition_computed_from_inputs_is_planned_for_their_values():
+def test_if_on_a_condition_computed_in_the_graph_defers_the_branch_to_a_stage_planned_for_its_value():
+    """The condition is computed from x in a first graph and read on the host; the If (and what reads it)
+    is built in a next stage, one per value of the condition: x's values key no plan, so new images do
+    not plan the graph again."""
     then, other = _branches()
     nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "zero"], ["c"]),
-             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
-    proto = make(nodes, [("x", T.FLOAT, [2, 3])], [("y", T.FLOAT, [2, 3])], {"zero": np.array(0.0, np.float32)})
-    model = ggmlpy.onnx_load(proto, device="cpu")  # planned for x's values, from which c is folded
-    x = RNG.normal(size=(2, 3)).astype(np.float32)
-    compare(proto, {"x": x}, model=model)
-    compare(proto, {"x": -np.abs(x)}, model=model)
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other),
+             helper.make_node("Add", ["y", "x"], ["z"])]
+    proto = make(nodes, [("x", T.FLOAT, [2, 3])], [("z", T.FLOAT, [2, 3]), ("s", T.FLOAT, [])],
+                 {"zero": np.array(0.0, np.float32)})
+    model = ggmlpy.onnx_load(proto, device="cpu")
+    for _ in range(3):
+        x = RNG.normal(size=(2, 3)).astype(np.float32)
+        for sign in (1, -1):
+            compare(proto, {"x": sign * np.abs(x)}, model=model)
+    summary = ggmlpy.onnx_summary(model)
+    assert summary["value_inputs"] == [] and summary["plans_built"] == 3, summary  # the first stage, then c's two
+
+
+def test_if_branches_read_values_the_first_stage_computed():
+    """Branches that read outer values by name (computed before the If, and a graph input) get them in the
+    next stage; a second If on another computed condition is deferred with it."""
+    then = helper.make_graph([helper.make_node("Mul", ["xr", "w"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", T.FLOAT, [2, 3])])
+    other = helper.make_graph([helper.make_node("Sub", ["xr", "x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", T.FLOAT, [2, 3])])
+    then2 = helper.make_graph([helper.make_node("Neg", ["y"], ["n"])], "then2", [],
+                              [helper.make_tensor_value_info("n", T.FLOAT, [2, 3])])
+    other2 = helper.make_graph([helper.make_node("Identity", ["y"], ["i"])], "else2", [],
+                               [helper.make_tensor_value_info("i", T.FLOAT, [2, 3])])
+    nodes = [helper.make_node("Relu", ["x"], ["xr"]), helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+             helper.make_node("Greater", ["m", "one"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other),
+             helper.make_node("ReduceMin", ["y"], ["lo"], keepdims=0),
+             helper.make_node("Less", ["lo", "zero"], ["c2"]),
+             helper.make_node("If", ["c2"], ["z"], then_branch=then2, else_branch=other2)]
+    proto = make(nodes, [("x", T.FLOAT, [2, 3]), ("w", T.FLOAT, [2, 3])], [("z", T.FLOAT, [2, 3])],
+                 {"one": np.array(1.0, np.float32), "zero": np.array(0.0, np.float32)})
+    model = ggmlpy.onnx_load(proto, device="cpu")
+    for scale in (3.0, 0.1, -1.0):
+        x = (RNG.normal(size=(2, 3)) * scale).astype(np.float32)
+        compare(proto, {"x": x, "w": RNG.normal(size=(2, 3)).astype(np.float32)}, model=model)
+    assert ggmlpy.onnx_summary(model)["value_inputs"] == []
+
+
+def test_a_host_step_in_a_branch_runs_after_the_graph_that_computes_its_input():
+    """NonMaxSuppression in the branch taken, on boxes the graph computes: the branch's nodes take the
+    If's place, so the host step is deferred as at the top level (as in torchvision's detection models)."""
+    nms = helper.make_graph([helper.make_node("NonMaxSuppression", ["b3", "s3", "k", "iou"], ["sel"]),
+                             helper.make_node("Gather", ["sel", "two"], ["col"], axis=1)], "nms", [],
+                            [helper.make_tensor_value_info("col", T.INT64, None)])
+    none = helper.make_graph([helper.make_node("Constant", [], ["e"], value=numpy_helper.from_array(
+        np.zeros(0, np.int64)))], "none", [], [helper.make_tensor_value_info("e", T.INT64, None)])
+    nodes = [helper.make_node("Relu", ["boxes"], ["br"]), helper.make_node("Unsqueeze", ["br", "zero"], ["b3"]),
+             helper.make_node("Sigmoid", ["scores"], ["sg"]), helper.make_node("Unsqueeze", ["sg", "zeros2"], ["s3"]),
+             helper.make_node("ReduceMax", ["scores"], ["m"], keepdims=0),
+             helper.make_node("Greater", ["m", "lim"], ["c"]),
+             helper.make_node("If", ["c"], ["kept"], then_branch=nms, else_branch=none)]
+    inits = {"zero": np.array([0], np.int64), "zeros2": np.array([0, 1], np.int64), "k": np.array([3], np.int64),
+             "iou": np.array([0.5], np.float32), "two": np.array(2, np.int64), "lim": np.array(-5.0, np.float32)}
+    proto = make(nodes, [("boxes", T.FLOAT, [6, 4]), ("scores", T.FLOAT, [6])], [("kept", T.INT64, ["n"])], inits)
+    model = ggmlpy.onnx_load(proto, device="cpu")
+    for shift in (0.0, -10.0):
+        corner = RNG.uniform(0, 5, (6, 2))
+        feeds = {"boxes": np.concatenate([corner, corner + RNG.uniform(1, 3, (6, 2))], 1).astype(np.float32),
+                 "scores": (RNG.normal(size=6) + shift).astype(np.float32)}
+        got, want = ggmlpy.onnx_run(model, feeds)["kept"], ort_run(proto, feeds)[0]
+        np.testing.assert_array_equal(got, want)
+    assert ggmlpy.onnx_summary(model)["value_inputs"] == []
+
+
+def test_scatter_indices_from_a_host_step_plan_a_next_stage_not_the_graph():
+    """ScatterND's indices computed from NonZero's output: the graph before NonZero is planned once; the
+    stage after it is planned for the indices' values, not for the graph's input they came from."""
+    nodes = [helper.make_node("Relu", ["x"], ["xr"]), helper.make_node("Greater", ["xr", "zero"], ["pos"]),
+             helper.make_node("NonZero", ["pos"], ["nz"]), helper.make_node("Transpose", ["nz"], ["idx"]),
+             helper.make_node("GatherND", ["xr", "idx"], ["v"]), helper.make_node("Mul", ["v", "two"], ["u"]),
+             helper.make_node("ScatterND", ["xr", "idx", "u"], ["y"])]
+    proto = make(nodes, [("x", T.FLOAT, [3, 4])], [("y", T.FLOAT, [3, 4])],
+                 {"zero": np.array(0.0, np.float32), "two": np.array(2.0, np.float32)})
+    model = ggmlpy.onnx_load(proto, device="cpu")
+    for _ in range(3):
+        compare(proto, {"x": RNG.normal(size=(3, 4)).astype(np.float32)}, model=model)
+    assert ggmlpy.onnx_summary(model)["value_inputs"] == []

@@ -44,3 +44,5 @@ int ggmlpy_attention_vector_math(void);
 // rows.c
 void ggmlpy_layernorm_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
 void ggmlpy_topk_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);
+// conv_transpose.c
+void ggmlpy_conv_transpose_f32(struct ggml_tensor * dst, int ith, int nth, void * userdata);

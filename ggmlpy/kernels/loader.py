@@ -80,7 +80,8 @@ def _load() -> Kernels | None:
         path = _library(cc, SOURCE)
         gemm_lib = _load_optional(cc, "gemm")
         return Kernels(ffi.dlopen(str(path)), path, gemm_lib, _load_optional(cc, "conv") if gemm_lib is not None else None,
-                       _load_optional(cc, "rows"), _load_optional(cc, "rnn"), _load_optional(cc, "attention"))
+                       _load_optional(cc, "rows"), _load_optional(cc, "rnn"), _load_optional(cc, "attention"),
+                       _load_optional(cc, "conv_transpose"))
     except Exception as e:  # noqa: BLE001 - any failure means: use ggml's ops
         log.warning("ggmlpy.kernels: could not build or load %s (%s); using ggml's own ops", SOURCE.name, e)
         return None
@@ -103,6 +104,8 @@ OPTIONAL = {
     "rows": ("rows.c", KERNEL_LINKS["rows.c"], lambda so: None, "layer norms stay ggml's"),
     "rnn": ("rnn.c", KERNEL_LINKS["rnn.c"], lambda so: None, "LSTM cells stay ggml's ops"),
     "attention": ("attention.c", KERNEL_LINKS["attention.c"], lambda so: None, "attention stays two products and ggml's softmax"),
+    "conv_transpose": ("conv_transpose.c", KERNEL_LINKS["conv_transpose.c"], lambda so: None,
+                       "ConvTranspose is a convolution of the zero-dilated input"),
 }
 
 

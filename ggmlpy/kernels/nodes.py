@@ -41,11 +41,12 @@ class Kernels:
     """The loaded library: builders of the custom-op nodes."""
 
     def __init__(self, kernels_lib, path: Path, gemm_lib=None, conv_lib=None, rows_lib=None, rnn_lib=None,
-                 attention_lib=None):
+                 attention_lib=None, conv_transpose_lib=None):
         # one library per source (kernels.c, gemm.c, conv.c, rows.c, rnn.c, attention.c), kept alive:
         # graphs hold their pointers
         self.kernels_lib, self.gemm_lib, self.conv_lib = kernels_lib, gemm_lib, conv_lib
         self.rows_lib, self.rnn_lib, self.attention_lib = rows_lib, rnn_lib, attention_lib
+        self.conv_transpose_lib = conv_transpose_lib
         self.path = path
         self._gelu = kernels_lib.ggmlpy_gelu_erf_f32
         self._relu = kernels_lib.ggmlpy_relu_f32
@@ -88,6 +89,9 @@ class Kernels:
         self.lstm = self._lstm if rnn_lib is not None else None  # None: the cell unrolled into ggml's ops
         self._attention_fn = attention_lib.ggmlpy_attention_f32 if attention_lib is not None else None
         self.attention = self._attention if attention_lib is not None else None  # None: products and ggml's softmax
+        self._convt_fn = conv_transpose_lib.ggmlpy_conv_transpose_f32 if conv_transpose_lib is not None else None
+        # None: a convolution of the zero-dilated input
+        self.conv_transpose = self._conv_transpose if conv_transpose_lib is not None else None
 
     def gelu(self, ctx, x):
         """x Phi(x) (exact GELU) of an f32 tensor, as one custom-op node."""
@@ -336,6 +340,19 @@ class Kernels:
         params = self._userdata((int(k), int(largest)), "topk")
         return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_I32, int(k), rows.ne[1], 1, 1,
                                   ffi.new("struct ggml_tensor *[]", [rows]), 1, self._topk_fn, N_TASKS_MAX, params)
+
+    def _conv_transpose(self, ctx, x, w, bias, kernel, stride, dilation, pad, out_hw, groups, kblock):
+        """ONNX's 2-D ConvTranspose summed as onnxruntime sums it (conv_transpose.c) as one node: x ne [W, H,
+        C, N], w ne [M/groups*KH*KW, C/groups, groups] (ONNX's weights as they are), bias [M] or None, all
+        contiguous f32; pad = (top, left), out_hw = (OH, OW), kblock the input channels a block of the
+        product's sums (mlas_k_block). Returns ne [OW, OH, M, N]."""
+        M = int(w.ne[0]) // (kernel[0] * kernel[1]) * groups
+        params = self._userdata((*kernel, *stride, *dilation, *pad, int(groups), int(kblock), int(bias is not None)),
+                                "convt")
+        args = [x, w] + ([bias] if bias is not None else [])
+        return lib.ggml_custom_4d(ctx, lib.GGML_TYPE_F32, int(out_hw[1]), int(out_hw[0]), M, x.ne[3],
+                                  ffi.new("struct ggml_tensor *[]", args), len(args), self._convt_fn, N_TASKS_MAX,
+                                  params)
 
     def _lstm(self, ctx, xw, rt, h0, c0, peepholes=None, reverse=False):
         """One LSTM direction over its sequence as one node (rnn.c; one task): xw ne [4H, N*T] the input

@@ -2,7 +2,8 @@
 
 The ops below are folded by numpy folders of ggmlpy's own, equal to the ONNX definition on every
 valid input, including those onnx's reference implementation refuses (GatherElements whose indices
-are smaller than the data along another axis, OneHot's depth as a one-element 1-D tensor). Every other
+are smaller than the data along another axis, OneHot's depth as a one-element 1-D tensor), and
+vectorized where it loops in Python (ScatterElements, ScatterND). Every other
 op is evaluated with onnx's reference implementation. A folder that raises gives a FoldError; the
 plan then builds the node in the graph from its constant inputs instead (model._Plan), so a model
 never fails to load only because a folder does.
@@ -37,7 +38,7 @@ def _axis(axis, rank):
 
 def _wrapped(idx, L):
     idx = np.asarray(idx, dtype=np.int64)
-    if ((idx < -L) | (idx >= L)).any():
+    if idx.size and (idx.min() < -L or idx.max() >= L):
         raise ValueError(f"indices out of range [-{L}, {L})")
     return np.where(idx < 0, idx + L, idx)
 
@@ -70,23 +71,57 @@ def gather_nd(ins, at):
     return [out.reshape(idx.shape[:-1] + data.shape[bd + q:])]
 
 
+def _scatter(data, pos, upd, at):
+    """data with the updates `upd` written (or combined by the reduction) at the flat positions `pos`, in
+    order: of repeated positions without a reduction the last update stays (as onnx's reference), with
+    one each is combined in turn (ufunc.at)."""
+    red = at.get("reduction", b"none")
+    red = red.decode() if isinstance(red, bytes) else red
+    combine = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}.get(red)
+    if combine is None and red != "none":
+        raise ValueError(f"reduction '{red}'")
+    if upd.size != pos.size:
+        raise ValueError(f"{upd.size} updates for {pos.size} positions")
+    out = np.array(data, copy=True)
+    flat, u = out.reshape(-1), upd.reshape(-1).astype(out.dtype)
+    if combine is None:
+        order = np.arange(pos.size)
+        last = np.full(flat.size, -1, dtype=order.dtype)
+        np.maximum.at(last, pos, order)  # each position's last update
+        won = last[pos] == order
+        flat[pos[won]] = u[won]
+    else:
+        combine.at(flat, pos, u)
+    return out
+
+
 @folder("ScatterND")
 def scatter_nd(ins, at):
     data, idx, upd = np.asarray(ins[0]), np.asarray(ins[1], dtype=np.int64), np.asarray(ins[2])
-    red = at.get("reduction", b"none")
-    red = red.decode() if isinstance(red, bytes) else red
     q = idx.shape[-1]
-    out = np.array(data, copy=True)
-    flat_idx = idx.reshape(-1, q)
-    flat_upd = upd.reshape((len(flat_idx),) + data.shape[q:])
-    combine = {"none": lambda a, u: u, "add": np.add, "mul": np.multiply, "max": np.maximum,
-               "min": np.minimum}.get(red)
-    if combine is None:
-        raise ValueError(f"reduction '{red}'")
-    for i, u in zip(flat_idx, flat_upd):
-        at_ = tuple(_wrapped(i[j], data.shape[j]) for j in range(q))
-        out[at_] = combine(out[at_], u)
-    return [out]
+    if q > data.ndim:
+        raise ValueError(f"indices of last axis {q} for data of rank {data.ndim}")
+    lead = idx.reshape(-1, q)
+    rows = np.ravel_multi_index(tuple(_wrapped(lead[:, j], data.shape[j]) for j in range(q)), data.shape[:q])
+    inner = int(np.prod(data.shape[q:], dtype=np.int64))
+    return [_scatter(data, (rows[:, None] * inner + np.arange(inner)[None, :]).reshape(-1), np.asarray(upd), at)]
+
+
+@folder("ScatterElements")
+@folder("Scatter")
+def scatter_elements(ins, at):
+    """out[index[i][j]][j] = updates[i][j] (axis 0, likewise for others), vectorized: onnx's reference
+    loops in Python over every element (15 s of the int8 Mask R-CNN's 16 s on the host)."""
+    data, idx, upd = np.asarray(ins[0]), np.asarray(ins[1], dtype=np.int64), np.asarray(ins[2])
+    axis = _axis(at.get("axis", 0), data.ndim)
+    if idx.ndim != data.ndim or idx.shape != upd.shape:
+        raise ValueError(f"indices {list(idx.shape)} and updates {list(upd.shape)} for data of rank {data.ndim}")
+    strides = np.cumprod((data.shape[1:] + (1,))[::-1])[::-1]  # in elements
+    pos = _wrapped(idx, data.shape[axis]) * strides[axis]
+    for k, g in enumerate(np.indices(idx.shape, sparse=True)):
+        if k != axis:
+            pos = pos + g * strides[k]
+    return [_scatter(data, pos.reshape(-1), upd, at)]
 
 
 @folder("OneHot")

@@ -41,7 +41,7 @@ from .op_table import OPS
 from .ops_host import HOST_OPS
 from .empty_branches import split_empty
 from .plan import MisNarrowed, OnnxShapePlan, plan_key
-from .shaping import has_subgraphs, upstream, value_inputs
+from .shaping import has_subgraphs, reads, upstream, value_inputs
 
 _NULL = ffi.NULL
 # Resolve now what the finalizers call: cffi resolves a symbol under a lock of its own, and a
@@ -318,8 +318,7 @@ class OnnxModel:
                 values.update((o, a) for o, a in zip(node.output, outs) if o)
             if not plan.rest:
                 break
-            feeds = {n: values[n] for node in plan.rest for n in node.input
-                     if n and n in values and n not in plan.consts}
+            feeds = {n: values[n] for node in plan.rest for n in reads(node) if n in values and n not in plan.consts}
             nodes = None
             if any(a.size == 0 for a in feeds.values()) or plan.rest_reads_empty:  # no empty tensors in ggml:
                 nodes, computed = split_empty(self, plan.rest, values, plan.consts)  # numpy for their branches

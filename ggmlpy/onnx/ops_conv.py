@@ -290,6 +290,13 @@ def _conv_transpose(b, node, ins, at):
         strides, dils, outpad, pb, pe = ([d0] + v for d0, v in ((1, strides), (1, dils), (0, outpad), (0, pb),
                                                                  (0, pe)))
     ks = [kH, kW]
+    out = _conv_transpose_kernel(b, xt, xs, W, bias, group, strides, dils, outpad, pb, pe)
+    if out is not None:
+        y, oshape = out
+        if nd == 1:
+            oshape = (oshape[0], oshape[1], oshape[3])
+            y = reshape(b, y, oshape)
+        return [b.out(y, oshape, x.dtype)]
     t, shape = xt, xs
     for ax in (0, 1):
         t, shape = _dilate(b, t, shape, 2 + ax, strides[ax])
@@ -303,6 +310,40 @@ def _conv_transpose(b, node, ins, at):
         oshape = (oshape[0], oshape[1], oshape[3])
         y = reshape(b, y, oshape)
     return [b.out(y, oshape, x.dtype)]
+
+
+def _conv_transpose_kernel(b, x, shape, W, bias, group, strides, dils, outpad, pb, pe):
+    """The 2-D ConvTranspose as one node of conv_transpose.c, which sums as onnxruntime's CPU provider
+    (a float ConvTranspose between quantized ops then gives onnxruntime's integers): (tensor, shape), or
+    None where it does not apply (not ggml's CPU backend, no kernels, f16 weights asked for)."""
+    k = b.kernels
+    if k is None or k.conv_transpose is None or (b.f16_weights and W.size >= 256):
+        return None
+    N, C, H, Wd = shape
+    Cw, Mg, kH, kW = W.shape
+    b.need(C == Cw and C % group == 0, f"ConvTranspose: {C} input channels, weights {list(W.shape)}, group {group}")
+    outs = [strides[i] * (n - 1) + outpad[i] + (kk - 1) * dils[i] + 1 - pb[i] - pe[i]
+            for i, (n, kk) in enumerate(((H, kH), (Wd, kW)))]
+    b.need(all(o > 0 for o in outs), f"ConvTranspose: output size {outs}")
+    Cg = C // group
+    w = b.weight(np.ascontiguousarray(W).reshape(group, Cg, Mg * kH * kW))
+    bt = None if bias is None else _conv_bias(b, bias, Mg * group)
+    y = k.conv_transpose(b.ctx, cont(b, x), w, bt, (kH, kW), tuple(strides), tuple(dils), (pb[0], pb[1]),
+                         tuple(outs), group, mlas_k_block(Mg * kH * kW, H * Wd, Cg))
+    return b.kernel_node(y, "conv_transpose"), (N, Mg * group, outs[0], outs[1])
+
+
+def mlas_k_block(rows: int, pixels: int, channels: int) -> int:
+    """The input channels a block of onnxruntime's ConvTranspose product sums (MLAS's SGEMM K stride,
+    sgemm.cpp's MlasSgemmOperation, for weights of rows x channels by an input of channels x pixels on
+    one thread): 128, doubled each time its N stride (128, halved, not below 16) still covers the pixels
+    twice, where the pixels are fewer than the channels and onnxruntime packs the weights transposed at
+    load (neither rows nor channels 1; otherwise it reads them transposed, and MLAS keeps 128)."""
+    sn, sk = 128, 128
+    if pixels < channels and rows > 1 and channels > 1:
+        while sn > 16 and sn // 2 >= pixels:
+            sn, sk = sn // 2, sk * 2
+    return sk
 
 
 def _conv_transpose_3d(b, at, x, W, bias):

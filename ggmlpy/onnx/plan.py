@@ -32,7 +32,8 @@ from .op_table import f as contiguous_f32
 from .ops_host import HOST_OPS
 from .ops_conv import conv_epilogue, conv_pool
 from .ops_products import attention, linear_bias, linear_gelu, linear_residual, linear_split
-from .shaping import has_subgraphs, upstream, value_inputs
+from .ops_control import branch_nodes
+from .shaping import has_subgraphs, reads, upstream, value_inputs
 
 if TYPE_CHECKING:
     from .model import OnnxModel
@@ -153,11 +154,18 @@ def _reads_empty(node, vals: dict) -> bool:
     return any(v.is_const and v.size == 0 for v in ins) and any(not v.is_const for v in ins)
 
 
+def _runtime_condition(node, vals) -> bool:
+    """An If whose condition this graph computes: it and what depends on it are deferred to the next
+    stage, planned for the condition's value (shaping.value_inputs)."""
+    return node.op_type == "If" and node.input[0] in vals and not vals[node.input[0]].is_const
+
+
 class OnnxShapePlan:
     """One model graph for one set of input shapes: built, allocated, ready to compute.
 
     A node that needs a value known only after the graph ran (the output of a host step such as
-    NonMaxSuppression, see ops_host.py) is deferred with everything depending on it: `deferred`
+    NonMaxSuppression, see ops_host.py, or the condition of an If) is deferred with everything depending
+    on it: `deferred`
     lists those nodes, and `outputs` includes the values this graph hands them. OnnxModel.run runs
     `host_steps`, then a next OnnxShapePlan built for the nodes left (`rest`; kept in `next_plans`, by shapes
     and the values of the fed inputs that fix its shapes or parameters, `rest_value_inputs`, by the
@@ -288,13 +296,19 @@ class OnnxShapePlan:
                 raise b.fail(f"the branch '{graph.name}' has no value {e}") from None
         b.inline = inline
 
+        work = list(nodes)  # an If on a known condition is replaced by its branch's nodes, inserted after it
         try:
-            for k, node in enumerate(nodes):
+            for k, node in enumerate(work):  # (a list iterator reads by index: it goes on into inserted nodes)
                 b.node = node
+                if node.op_type == "If" and node.input[0] in vals and vals[node.input[0]].is_const:
+                    spliced, inits = branch_nodes(b, node, vals[node.input[0]])
+                    vals.update(inits)
+                    work[k + 1:k + 1] = spliced
+                    continue
                 host = op_key(node) in HOST_OPS
-                if any(n in pending for n in node.input if n) or (
+                if any(n in pending for n in reads(node)) or (
                         host and any(not vals[n].is_const for n in node.input if n and n in vals)) or \
-                        _reads_empty(node, vals):
+                        _reads_empty(node, vals) or _runtime_condition(node, vals):
                     self.deferred.append(node)  # needs what only a host step after this graph knows
                     pending.update(o for o in node.output if o)
                     continue
@@ -380,7 +394,7 @@ class OnnxShapePlan:
             else:
                 self.rest.append(node)
         self.rest_reads_empty = any(v.is_const and v.size == 0 for node in self.rest for v in _data_inputs(node, vals))
-        needed = {n for node in self.deferred for n in node.input if n in vals and not vals[n].is_const}
+        needed = {n for node in self.deferred for n in reads(node) if n in vals and not vals[n].is_const}
         self.outputs = []  # (name, Val, ggml tensor or None, fed input name or None)
         out_ts = []
         for name in list(model.output_names) + sorted(needed - set(model.output_names)):

@@ -16,6 +16,7 @@ from onnx import AttributeProto
 
 from .graph import op_key
 from .op_table import CONST_INPUTS
+from .ops_host import HOST_OPS
 
 
 def subgraphs(node) -> list:
@@ -47,7 +48,10 @@ def _reads(n) -> list:
 
 
 def upstream(nodes, names, inputs) -> set:
-    """The members of `inputs` that the values `names` are computed from (themselves included)."""
+    """The members of `inputs` that the values `names` are computed from (themselves included). The
+    trace ends at a host step's outputs (NonZero, NonMaxSuppression...: ops_host.py): what is computed
+    from those is built in a next stage, which reads them on the host and is planned for their values,
+    not for those of the graph's inputs (an image) they were computed from."""
     producer = {o: n for n in flattened(nodes) for o in n.output if o}
     seen, todo, found = set(names), list(names), set()
     while todo:
@@ -56,7 +60,8 @@ def upstream(nodes, names, inputs) -> set:
             found.add(name)
             continue
         n = producer.get(name)
-        if n is None or n.op_type in ("Shape", "Size"):  # a shape is known whatever the values
+        # a shape is known whatever the values; a host step's outputs are a next stage's fed values
+        if n is None or n.op_type in ("Shape", "Size") or op_key(n) in HOST_OPS:
             continue
         for i in _reads(n):
             if i and i not in seen:
@@ -65,12 +70,25 @@ def upstream(nodes, names, inputs) -> set:
     return found
 
 
-def parameter_values(nodes) -> set:
-    """The values the builders of `nodes` need on the host (CONST_INPUTS), by name."""
-    return {n.input[i] for n in flattened(nodes) for i in CONST_INPUTS.get(op_key(n), ())
-            if i < len(n.input) and n.input[i]}
+def _parameters(n) -> list:
+    """The values one node's builder needs on the host (CONST_INPUTS), by name."""
+    return [n.input[i] for i in CONST_INPUTS.get(op_key(n), ()) if i < len(n.input) and n.input[i]]
+
+
+def reads(node) -> list:
+    """The values a node reads from its graph: its inputs and its subgraphs' (at any depth), some of which
+    their own nodes compute."""
+    return [i for n in flattened([node]) for i in n.input if i]
 
 
 def value_inputs(nodes, inputs) -> set:
-    """The members of `inputs` whose values fix shapes or op parameters of `nodes`."""
-    return upstream(nodes, parameter_values(nodes), set(inputs))
+    """The members of `inputs` whose values fix shapes or op parameters of `nodes`. The condition of an
+    If among `nodes` that is computed in the graph (not one of `inputs` itself) is left out: the graph
+    is planned without its value, and the If with what depends on it is deferred to a next stage planned
+    for the condition's value (plan.py), rather than the graph planned again for every value of the
+    inputs it is computed from."""
+    inputs, nodes = set(inputs), list(nodes)  # the same node objects below (a protobuf field may give new ones)
+    top_ifs = {id(n) for n in nodes if n.op_type == "If"}
+    names = {i for n in flattened(nodes) for k, i in enumerate(_parameters(n))
+             if not (id(n) in top_ifs and k == 0 and i not in inputs)}
+    return upstream(nodes, names, inputs)
