@@ -43,8 +43,10 @@ _LAYER_TENSORS = {
         "ffn_down.weight": lambda h: [h.d_ff, h.d_model], "ffn_down.bias": lambda h: [h.d_model],
     },
 }
-# a llama layer's projections (the weights LoRA adapts), by llama.cpp's names
-LLAMA_PROJECTIONS = tuple(n[:-len(".weight")] for n in _LAYER_TENSORS["llama"] if not n.endswith("_norm.weight"))
+# each architecture's layer projections by llama.cpp's names: the weights its graph multiplies
+# through build_lora_mm, so the ones a LoRA adapter may adapt
+PROJECTIONS = {arch: tuple(n[:-len(".weight")] for n in tensors if n.endswith(".weight") and "_norm." not in n)
+               for arch, tensors in _LAYER_TENSORS.items()}
 
 # LlmHParams' fields -> llama.cpp's keys past "{arch}." (eps's key differs by architecture);
 # head_dim: the rotated dimensions, all of a head's (the one case supported)

@@ -164,21 +164,22 @@ class LlmDecoder:
 
     def _project(self, ctx, proj, x):
         """W %*% x (+ b): ggml_mul_mat over the stored t(W) of a file's typed weight, or over a
-        parameter W; with a LoRA adapter, + scale * lora_b %*% (lora_a %*% x) added to the product,
-        as llama.cpp's build_lora_mm adds it."""
-        if type(proj) is LoraProjection:
-            y = self._project(ctx, proj.base, x)
-            ab = self._matmul(ctx, proj.lora_b, self._matmul(ctx, proj.lora_a, x))
-            return checked_lib.ggml_add(ctx, y, checked_lib.ggml_scale(ctx, ab, proj.scale))
-        if type(proj) is FrozenProjection:
-            y = checked_lib.ggml_mul_mat(ctx, self.repacked.get(self.weights(proj.Wt)), x)
-        elif type(proj) is LlamaProjection:
-            y = self._matmul(ctx, proj.W, x)
+        parameter W; with a LoRA adapter, + scale * lora_b %*% (lora_a %*% x) added to the product
+        before the bias, as llama.cpp's build_lora_mm adds it and its graphs add a bias after."""
+        lora = proj if type(proj) is LoraProjection else None
+        base = proj.base if lora is not None else proj
+        if type(base) is FrozenProjection:
+            y = checked_lib.ggml_mul_mat(ctx, self.repacked.get(self.weights(base.Wt)), x)
+        elif type(base) is LlamaProjection:
+            y = self._matmul(ctx, base.W, x)
         else:
             raise GGMLError(f"llm_logits, llm_generate: no inference graph for a projection of type "
-                            f"{type(proj).__name__} (LlamaProjection, the frozen projections of llm_load and LoRA "
+                            f"{type(base).__name__} (LlamaProjection, the frozen projections of llm_load and LoRA "
                             f"adapters on them are supported)")
-        return y if proj.b is None else checked_lib.ggml_add(ctx, y, _f32(ctx, self.weights(proj.b)))
+        if lora is not None:
+            ab = self._matmul(ctx, lora.lora_b, self._matmul(ctx, lora.lora_a, x))
+            y = checked_lib.ggml_add(ctx, y, checked_lib.ggml_scale(ctx, ab, lora.scale))
+        return y if base.b is None else checked_lib.ggml_add(ctx, y, _f32(ctx, self.weights(base.b)))
 
     def _attend(self, ctx, block, q, k, v, inp, kc, vc):
         """Write k, v [kv, n] into the cache at the tokens' positions, then attend with q [d, n]

@@ -1,24 +1,26 @@
-"""LoRA on an ag_llama, as llama.cpp applies and stores it: `ag_lora(model, rank=, alpha=,
-targets=)` adds to each chosen projection W (named as llama.cpp names its tensors: attn_q, ...,
-ffn_down) two trained matrices, lora_a [rank, in] and lora_b [out, rank], so that the projection
-computes
+"""LoRA on an ag_llama or an ag_gpt2, as llama.cpp applies and stores it: `ag_lora(model, rank=,
+alpha=, targets=)` adds to each chosen layer projection W (named as llama.cpp names its tensors:
+llama's attn_q, ..., ffn_down; gpt2's attn_qkv, attn_output, ffn_up, ffn_down: the weights
+llama.cpp's graphs multiply through build_lora_mm) two trained matrices, lora_a [rank, in] and
+lora_b [out, rank], so that the projection computes
 
     W %*% x + (alpha / rank) * lora_b %*% (lora_a %*% x)
 
-in that order, as llama.cpp's build_lora_mm does. Everything else is frozen: the model's
-parameters become the adapters alone (`lora_parameters`), and a base weight held in a quantized
-type stays in it (its product's backward gives the activations their gradient through ggml's
-out_prod on the quantized blocks: no f32 copy of it is ever made; an f16 or bf16 weight is
-converted to f32 one product at a time in the backward pass). lora_b starts at zero, so the
-adapted model starts as the base model; lora_a is drawn as PEFT draws it (uniform in
-±1/sqrt(in)).
+in that order, as llama.cpp's build_lora_mm does (a projection's bias, gpt2's, is added to that
+sum). Everything else is frozen: the model's parameters become the adapters alone
+(`lora_parameters`), and a base weight held in a quantized type stays in it (its product's
+backward gives the activations their gradient through ggml's out_prod on the quantized blocks:
+no f32 copy of it is ever made; an f16 or bf16 weight is converted to f32 one product at a time
+in the backward pass). lora_b starts at zero, so the adapted model starts as the base model;
+lora_a is drawn as PEFT draws it (uniform in ±1/sqrt(in)).
 
 `llm_save_lora` writes the adapters as llama.cpp's LoRA adapter file (llama-adapter.cpp):
 `general.type` "adapter", `adapter.type` "lora", `adapter.lora.alpha`, and per adapted weight
-`<name>.lora_a` (ne [in, rank]) and `<name>.lora_b` (ne [rank, out]), f32; llama.cpp scales
-them by alpha / rank (its rank: lora_b's ne[0]); `llm_load_lora` reads such a file back onto a
-model. `lora_merge` adds the adapters into f32
-weights and ends LoRA: the model is a plain ag_llama again, trainable as before.
+`<name>.lora_a` (ne [in, rank]) and `<name>.lora_b` (ne [rank, out]), f32, under the model's
+architecture (`general.architecture` llama or gpt2); llama.cpp scales them by alpha / rank (its
+rank: lora_b's ne[0]); `llm_load_lora` reads such a file back onto a model of that architecture.
+`lora_merge` adds the adapters into f32 weights and ends LoRA: the model is a plain ag_llama or
+ag_gpt2 again, trainable as before.
 """
 from __future__ import annotations
 
@@ -32,9 +34,10 @@ from .. import random as grandom
 from ..autograd import ops
 from ..errors import GGMLError, checked_path
 from ..io.gguf_file import GGUFFile
-from ..io.llm_gguf import LLAMA_PROJECTIONS
+from ..io.llm_gguf import PROJECTIONS
 from ..io.llm_write import write_llm_gguf
 from ..io.model_file import DIGEST_KEY, digest
+from ..nn.gpt2 import ag_gpt2
 from ..nn.module import Module
 from ..nn.llama import LlamaProjection, ag_llama
 from ..tensor import AGTensor, ag_param
@@ -78,35 +81,43 @@ def _weight(proj) -> AGTensor:
     return proj.Wt if isinstance(proj, FrozenProjection) else proj.W
 
 
-def _model(model, what: str) -> ag_llama:
-    if not isinstance(model, ag_llama):
-        raise GGMLError(f"{what}: expected an ag_llama (from llm_load or ag_llama), got {type(model).__name__}")
+def _model(model, what: str) -> ag_llama | ag_gpt2:
+    if not isinstance(model, (ag_llama, ag_gpt2)):
+        raise GGMLError(f"{what}: expected an ag_llama or an ag_gpt2 (from llm_load, ag_llama or ag_gpt2), got "
+                        f"{type(model).__name__}")
     return model
 
 
-def _adapted(model: ag_llama) -> dict:
+def _arch(model: ag_llama | ag_gpt2) -> str:
+    """llama.cpp's architecture of the model's family (its adapter files name it)."""
+    return "gpt2" if isinstance(model, ag_gpt2) else "llama"
+
+
+def _adapted(model: ag_llama | ag_gpt2) -> dict:
     """{llama.cpp's weight name: LoraProjection} of the model, in layer order."""
-    return {f"blk.{i}.{p}.weight": getattr(b, p) for i, b in enumerate(model.blocks) for p in LLAMA_PROJECTIONS
+    return {f"blk.{i}.{p}.weight": getattr(b, p) for i, b in enumerate(model.blocks) for p in PROJECTIONS[_arch(model)]
             if isinstance(getattr(b, p), LoraProjection)}
 
 
-def ag_lora(model: ag_llama, rank: int = 8, alpha: float | None = None,
-            targets: str | Sequence[str] = LLAMA_PROJECTIONS) -> ag_llama:
-    """Add LoRA adapters of `rank` to the projections named in `targets` (llama.cpp's names:
-    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down") of every layer,
-    and freeze everything else (in place; returns the model). `alpha` (default: rank) scales the
-    adapters' product by alpha / rank. model.parameters() is then the adapters alone."""
+def ag_lora(model: ag_llama | ag_gpt2, rank: int = 8, alpha: float | None = None,
+            targets: str | Sequence[str] | None = None) -> ag_llama | ag_gpt2:
+    """Add LoRA adapters of `rank` to the projections named in `targets` of every layer (llama.cpp's
+    names; default all: an ag_llama's "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate",
+    "ffn_up", "ffn_down", an ag_gpt2's "attn_qkv", "attn_output", "ffn_up", "ffn_down"), and freeze
+    everything else (in place; returns the model). `alpha` (default: rank) scales the adapters'
+    product by alpha / rank. model.parameters() is then the adapters alone."""
     _unadapted(model, "ag_lora")
+    names = PROJECTIONS[_arch(model)]
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
         raise GGMLError(f"ag_lora: rank must be a positive integer, got {rank!r}")
     alpha = float(rank) if alpha is None else alpha
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:
         raise GGMLError(f"ag_lora: alpha must be a positive number, got {alpha!r} (llama.cpp reads 0 as 'no scaling')")
-    targets = [targets] if isinstance(targets, str) else list(targets)
-    unknown = [t for t in targets if t not in LLAMA_PROJECTIONS]
+    targets = names if targets is None else [targets] if isinstance(targets, str) else list(targets)
+    unknown = [t for t in targets if t not in names]
     if not targets or unknown or len(set(targets)) != len(targets):
-        raise GGMLError(f"ag_lora: targets must be distinct names among {', '.join(LLAMA_PROJECTIONS)}; "
-                        f"got {targets!r}")
+        raise GGMLError(f"ag_lora: targets must be distinct names among an {type(model).__name__}'s projections "
+                        f"{', '.join(names)}; got {targets!r}")
     _freeze(model)
     for block in model.blocks:
         for name in targets:
@@ -114,20 +125,20 @@ def ag_lora(model: ag_llama, rank: int = 8, alpha: float | None = None,
     return model
 
 
-def _unadapted(model: ag_llama, what: str) -> ag_llama:
+def _unadapted(model: ag_llama | ag_gpt2, what: str) -> ag_llama | ag_gpt2:
     if _adapted(_model(model, what)):
         raise GGMLError(f"{what}: the model has LoRA adapters already: merge them (lora_merge) before adding others")
     return model
 
 
-def _freeze(model: ag_llama) -> None:
+def _freeze(model: ag_llama | ag_gpt2) -> None:
     frozen = tuple(model.parameters())
     for p in frozen:
         p.requires_grad = False
     model._lora_frozen = frozen  # what lora_merge makes trainable again (a tuple: no parameter itself)
 
 
-def lora_parameters(model: ag_llama) -> dict:
+def lora_parameters(model: ag_llama | ag_gpt2) -> dict:
     """{tensor name: ag_param} of the model's adapters, named as llama.cpp's adapter file names
     them ("blk.0.attn_q.weight.lora_a", "blk.0.attn_q.weight.lora_b", ...)."""
     out = {}
@@ -136,7 +147,7 @@ def lora_parameters(model: ag_llama) -> dict:
     return out
 
 
-def lora_merge(model: ag_llama) -> ag_llama:
+def lora_merge(model: ag_llama | ag_gpt2) -> ag_llama | ag_gpt2:
     """Add each adapter into its weight, W + (alpha / rank) * lora_b %*% lora_a, as an f32
     parameter (a weight held in a file's type is dequantized first), and end LoRA: the adapters go
     and what ag_lora froze is trainable again (in place; returns the model)."""
@@ -144,7 +155,7 @@ def lora_merge(model: ag_llama) -> ag_llama:
     if not adapted:
         raise GGMLError("lora_merge: the model has no LoRA adapters (ag_lora adds them)")
     for block in model.blocks:
-        for p in LLAMA_PROJECTIONS:
+        for p in PROJECTIONS[_arch(model)]:
             proj = getattr(block, p)
             if not isinstance(proj, LoraProjection):
                 continue
@@ -164,7 +175,7 @@ def lora_merge(model: ag_llama) -> ag_llama:
     return model
 
 
-def llm_save_lora(model: ag_llama, path: str | os.PathLike[str]) -> str:
+def llm_save_lora(model: ag_llama | ag_gpt2, path: str | os.PathLike[str]) -> str:
     """Write the model's LoRA adapters as a llama.cpp LoRA adapter file, atomically; returns the
     path. llama.cpp applies it to the base model file (llama-cpp-python: Llama(base, lora_path=path))."""
     adapted = _adapted(_model(model, "llm_save_lora"))
@@ -174,16 +185,15 @@ def llm_save_lora(model: ag_llama, path: str | os.PathLike[str]) -> str:
     if len(alphas) != 1:
         raise GGMLError(f"llm_save_lora: the adapters have different alphas {sorted(alphas)}; a llama.cpp adapter "
                         "file has one")
-    arch = getattr(getattr(model, "hparams", None), "arch", "llama")
     keys = {"general.type": "adapter", "adapter.type": "lora", "adapter.lora.alpha": alphas.pop()}
     tensors = []
     for name, proj in adapted.items():
         tensors.append((name + ".lora_a", proj.lora_a.numpy(), None))  # numpy (rank, in): ne [in, rank]
         tensors.append((name + ".lora_b", proj.lora_b.numpy(), None))  # numpy (out, rank): ne [rank, out]
-    return write_llm_gguf(path, arch, keys, tensors, "llm_save_lora")
+    return write_llm_gguf(path, _arch(model), keys, tensors, "llm_save_lora")
 
 
-def _adapter_pairs(f: GGUFFile, model: ag_llama) -> dict:
+def _adapter_pairs(f: GGUFFile, model: ag_llama | ag_gpt2) -> dict:
     """{(layer, projection): (lora_a [rank, in], lora_b [out, rank])} of an adapter file, checked
     against the model as llama.cpp checks them."""
     names = {}
@@ -195,15 +205,15 @@ def _adapter_pairs(f: GGUFFile, model: ag_llama) -> dict:
         else:
             if not name.endswith("_norm.weight"):  # norm adapters: llama.cpp skips them too
                 raise GGMLError(f"{f.path}: tensor {name!r} is neither a .lora_a nor a .lora_b")
-    pairs = {}
+    pairs, projections = {}, PROJECTIONS[_arch(model)]
     for base, ends in names.items():
         parts = base.split(".")
         if len(ends) != 2:
             raise GGMLError(f"{f.path}: {base!r} has only {next(iter(ends.values()))!r}; an adapter is a pair")
         if (len(parts) != 4 or parts[0] != "blk" or not parts[1].isdigit() or int(parts[1]) >= len(model.blocks)
-                or parts[2] not in LLAMA_PROJECTIONS or parts[3] != "weight"):
+                or parts[2] not in projections or parts[3] != "weight"):
             raise GGMLError(f"{f.path}: an adapter on {base!r}; ggmlpy adapts the projections blk.N.{{"
-                            f"{', '.join(LLAMA_PROJECTIONS)}}}.weight of this model's {len(model.blocks)} layers")
+                            f"{', '.join(projections)}}}.weight of this model's {len(model.blocks)} layers")
         a, b = (f.data(ends[e]).astype(np.float64) for e in (".lora_a", ".lora_b"))  # numpy shape: ne reversed
         proj = getattr(model.blocks[int(parts[1])], parts[2])
         n_in = proj.Wt.shape[0] if isinstance(proj, FrozenProjection) else proj.W.shape[1]
@@ -217,7 +227,7 @@ def _adapter_pairs(f: GGUFFile, model: ag_llama) -> dict:
     return pairs
 
 
-def llm_load_lora(model: ag_llama, path: str | os.PathLike[str]) -> ag_llama:
+def llm_load_lora(model: ag_llama | ag_gpt2, path: str | os.PathLike[str]) -> ag_llama | ag_gpt2:
     """Apply a llama.cpp LoRA adapter file (llm_save_lora's, or one llama.cpp's conversion script
     wrote) to `model` as trainable adapters, the rest frozen, as ag_lora leaves it (in place;
     returns the model). Each adapter keeps its file's rank; its scale is adapter.lora.alpha / rank,
@@ -229,7 +239,7 @@ def llm_load_lora(model: ag_llama, path: str | os.PathLike[str]) -> ag_llama:
         if meta.get("general.type") != "adapter" or meta.get("adapter.type") != "lora":
             raise GGMLError(f"{path}: not a LoRA adapter file (general.type {meta.get('general.type')!r}, "
                             f"adapter.type {meta.get('adapter.type')!r})")
-        arch = getattr(getattr(model, "hparams", None), "arch", "llama")
+        arch = _arch(model)
         if meta.get("general.architecture") != arch:
             raise GGMLError(f"{path}: an adapter for architecture {meta.get('general.architecture')!r}, the model "
                             f"is {arch!r}")
