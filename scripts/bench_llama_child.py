@@ -7,23 +7,37 @@ line on stdout with the seconds it took, timed here so the pipe is not in the fi
         logits (as llm_generate's greedy loop): seconds per decoded token
     {"model": PATH, "threads": N, "what": "prompt", "prompt": [...]}
         the prompt evaluated in one batch from an empty cache: seconds
+    {"what": "info"}
+        whether this build offloads to a GPU, and the backends it was built with ("CPU", "CUDA", ...)
+
+A request may add "gpu_layers": the layers llama.cpp offloads (-1: all; default 0, the CPU).
 """
 import json
 import sys
 import time
 
+import llama_cpp
 import numpy as np
 from llama_cpp import GGML_TYPE_F32, Llama
 
 _MODELS: dict = {}
 
 
-def _llama(path: str, threads: int) -> Llama:
-    key = (path, threads)
+def _llama(path: str, threads: int, gpu_layers: int) -> Llama:
+    key = (path, threads, gpu_layers)
     if key not in _MODELS:
         _MODELS[key] = Llama(model_path=path, n_ctx=1024, n_batch=512, n_ubatch=512, n_threads=threads,
-                             n_threads_batch=threads, type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32, verbose=False)
+                             n_threads_batch=threads, n_gpu_layers=gpu_layers, type_k=GGML_TYPE_F32,
+                             type_v=GGML_TYPE_F32, verbose=False)
     return _MODELS[key]
+
+
+def _info() -> dict:
+    """The build's GPU offload and backends, as llama_print_system_info names them ("CPU : SSE3 = 1 |
+    ... | CUDA : ARCHS = 890 | ...": a backend is a part with " : " in it)."""
+    parts = llama_cpp.llama_print_system_info().decode().split(" | ")
+    return {"gpu": bool(llama_cpp.llama_supports_gpu_offload()),
+            "backends": [p.split(" : ")[0].strip() for p in parts if " : " in p]}
 
 
 def _last_logits(llm: Llama) -> np.ndarray:
@@ -31,7 +45,9 @@ def _last_logits(llm: Llama) -> np.ndarray:
 
 
 def serve(req: dict) -> dict:
-    llm = _llama(req["model"], int(req["threads"]))
+    if req["what"] == "info":
+        return _info()
+    llm = _llama(req["model"], int(req["threads"]), int(req.get("gpu_layers", 0)))
     llm.reset()  # n_tokens = 0: the next eval clears the cache from there
     prompt = req["prompt"]
     if req["what"] == "prompt":

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check, for a machine with an NVIDIA GPU: build libggml with CUDA (or use one built
 # elsewhere), run the CUDA device tests, the op/autograd/graph-mode suites and ggmlR parity on
-# CUDA, the backend and op benchmarks, and write a short report. Under 10 minutes in all.
+# CUDA, the backend, op and llama.cpp benchmarks, and write a short report. Under 10 minutes in all.
 #
 #   bash scripts/gpu_check.sh            # report: $OUT/report.txt, logs: $OUT/ (or ./gpu_report.txt, ./gpu_logs/)
 #
@@ -180,6 +180,21 @@ done
 # 5. the char-GPT (2 blocks, batch 32, context 64) trained on CUDA as one graph per step: tokens/s
 step gpt_cuda 120 "$PY" -m ggmlpy demo --gpt --steps 150 --device cuda --out "$LOGS/gpt"
 [[ -s "$LOGS/gpt_cuda.log" ]] && grep -E '^char-GPT' "$LOGS/gpt_cuda.log" | sed 's/^/  /' >> "$REPORT"
+
+# 6. llm_generate on CUDA against llama.cpp (its CPU build, unless the one built here can offload),
+#    small settings: decode time per token and a 128-token prompt, q8_0, one round after a warm-up.
+#    Skipped, and said, where llama.cpp (scripts/llama_cpp_env.py) or the gguf package is missing.
+if ! "$PY" -c "import sys; sys.path.insert(0, 'scripts'); import llama_cpp_env; sys.exit(not llama_cpp_env.installed())" \
+    2>/dev/null; then
+  report "bench_llama_cuda: skipped (llama.cpp is not built here: scripts/llama_cpp_env.py)"
+elif ! "$PY" -c "import gguf" 2>/dev/null; then
+  report "bench_llama_cuda: skipped (no gguf package to write the model)"
+else
+  step bench_llama_cuda 120 "$PY" scripts/bench_llama.py --device cuda --models q8_0 --threads 1 --rounds 1 \
+    --decode 16 --prompt 128
+  [[ -s "$LOGS/bench_llama_cuda.log" ]] && grep -E '^(devices|round|summary)' "$LOGS/bench_llama_cuda.log" \
+    | sed 's/^/  /' >> "$REPORT"
+fi
 
 report "elapsed: $(( $(date +%s) - T0 )) s; logs in $LOGS"
 if (( FAILED )); then report "gpu_check: FAILED"; log "done: FAILED (report $REPORT)"; exit 1; fi
