@@ -15,10 +15,15 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# SIGINT at Python's default in each child, as in an interactive session, whatever the runner passes on
+# (started in the background, `nohup pytest ... &`, it passes SIGINT on ignored, and no KeyboardInterrupt comes)
+DEFAULT_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+
 def run_child(code: str, timeout: int = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-X", "faulthandler", "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, env=env)
+    return subprocess.run([sys.executable, "-X", "faulthandler", "-c", DEFAULT_SIGINT + textwrap.dedent(code)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
 
 
 CHILD = os.path.join(ROOT, "scripts", "sigint_child.py")
