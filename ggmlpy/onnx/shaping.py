@@ -40,7 +40,7 @@ def flattened(nodes) -> list:
     return out
 
 
-def _reads(n) -> list:
+def _computed_from(n) -> list:
     """The values a node's outputs are computed from: its inputs, and its subgraphs' outputs."""
     if n.op_type == "CastLike":  # its target gives a type only
         return list(n.input[:1])
@@ -63,7 +63,7 @@ def upstream(nodes, names, inputs) -> set:
         # a shape is known whatever the values; a host step's outputs are a next stage's fed values
         if n is None or n.op_type in ("Shape", "Size") or op_key(n) in HOST_OPS:
             continue
-        for i in _reads(n):
+        for i in _computed_from(n):
             if i and i not in seen:
                 seen.add(i)
                 todo.append(i)
