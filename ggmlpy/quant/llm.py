@@ -85,6 +85,11 @@ def _set_embedding(emb, f: GGUFFile, name: str, device) -> None:
         emb.__class__ = QuantizedEmbedding
 
 
+def model_arch(model: ag_llama | ag_gpt2) -> str:
+    """llama.cpp's architecture of the model's family ("llama" or "gpt2"), as its files name it."""
+    return "gpt2" if isinstance(model, ag_gpt2) else "llama"
+
+
 def llm_layer(model: ag_llama | ag_gpt2, name: str) -> tuple:
     """(the sub-layer of `model` that holds llama.cpp's tensor `name`, the name's last part:
     "weight" or "bias"): "blk.3.attn_q.weight" is model.blocks[3].attn_q's weight. The model's

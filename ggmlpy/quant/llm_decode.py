@@ -47,7 +47,7 @@ from ..graph import CompiledGraph, PlacedGraph
 from ..graph.repack import RepackedWeights
 from ..nn.gpt2 import ag_gpt2
 from ..nn.llama import LlamaProjection, ag_llama
-from .llm import FrozenProjection, checked_token_ids
+from .llm import FrozenProjection, checked_token_ids, model_arch
 from .lora import LoraProjection
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class LlmDecoder:
 
     def __init__(self, model, n_cache: int):
         self.model_ref, self.n_cache = weakref.ref(model), padded(int(n_cache))
-        self.arch = "gpt2" if isinstance(model, ag_gpt2) else "llama"
+        self.arch = model_arch(model)
         self.dc = model.token_embd.weight.device_context
         self.lock = threading.Lock()
         self.builds = 0

@@ -29,7 +29,7 @@ from ..nn.layers import ag_embedding
 from ..nn.llama import LlamaProjection, ag_llama
 from ..tensor import AGTensor
 from .ag import QuantizedEmbedding, stored_blocks
-from .llm import NORMS, FrozenProjection, llm_layer, norm_param
+from .llm import NORMS, FrozenProjection, llm_layer, model_arch, norm_param
 
 F32 = checked_lib.GGML_TYPE_F32
 
@@ -111,7 +111,7 @@ def _vocab_keys(model: ag_llama | ag_gpt2, vocab, n_vocab: int) -> dict:
 
 def _hparams(model: ag_llama | ag_gpt2) -> LlmHParams:
     """What a file says of `model`: the hyper-parameters llm_load would read back."""
-    arch = "gpt2" if isinstance(model, ag_gpt2) else "llama"
+    arch = model_arch(model)
     b = model.blocks[0]
     if b.rope_mode != SUPPORTED[arch]:
         raise GGMLError(f"llm_save: architecture {arch!r} rotates with llama.cpp's normal mode (rope_mode 0); this "

@@ -41,7 +41,7 @@ from ..nn.gpt2 import ag_gpt2
 from ..nn.module import Module
 from ..nn.llama import LlamaProjection, ag_llama
 from ..tensor import AGTensor, ag_param
-from .llm import FrozenProjection
+from .llm import FrozenProjection, model_arch
 
 
 class LoraProjection(Module):
@@ -88,14 +88,10 @@ def _model(model, what: str) -> ag_llama | ag_gpt2:
     return model
 
 
-def _arch(model: ag_llama | ag_gpt2) -> str:
-    """llama.cpp's architecture of the model's family (its adapter files name it)."""
-    return "gpt2" if isinstance(model, ag_gpt2) else "llama"
-
-
 def _adapted(model: ag_llama | ag_gpt2) -> dict:
     """{llama.cpp's weight name: LoraProjection} of the model, in layer order."""
-    return {f"blk.{i}.{p}.weight": getattr(b, p) for i, b in enumerate(model.blocks) for p in PROJECTIONS[_arch(model)]
+    names = PROJECTIONS[model_arch(model)]
+    return {f"blk.{i}.{p}.weight": getattr(b, p) for i, b in enumerate(model.blocks) for p in names
             if isinstance(getattr(b, p), LoraProjection)}
 
 
@@ -107,7 +103,7 @@ def ag_lora(model: ag_llama | ag_gpt2, rank: int = 8, alpha: float | None = None
     everything else (in place; returns the model). `alpha` (default: rank) scales the adapters'
     product by alpha / rank. model.parameters() is then the adapters alone."""
     _unadapted(model, "ag_lora")
-    names = PROJECTIONS[_arch(model)]
+    names = PROJECTIONS[model_arch(model)]
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
         raise GGMLError(f"ag_lora: rank must be a positive integer, got {rank!r}")
     alpha = float(rank) if alpha is None else alpha
@@ -155,7 +151,7 @@ def lora_merge(model: ag_llama | ag_gpt2) -> ag_llama | ag_gpt2:
     if not adapted:
         raise GGMLError("lora_merge: the model has no LoRA adapters (ag_lora adds them)")
     for block in model.blocks:
-        for p in PROJECTIONS[_arch(model)]:
+        for p in PROJECTIONS[model_arch(model)]:
             proj = getattr(block, p)
             if not isinstance(proj, LoraProjection):
                 continue
@@ -190,7 +186,7 @@ def llm_save_lora(model: ag_llama | ag_gpt2, path: str | os.PathLike[str]) -> st
     for name, proj in adapted.items():
         tensors.append((name + ".lora_a", proj.lora_a.numpy(), None))  # numpy (rank, in): ne [in, rank]
         tensors.append((name + ".lora_b", proj.lora_b.numpy(), None))  # numpy (out, rank): ne [rank, out]
-    return write_llm_gguf(path, _arch(model), keys, tensors, "llm_save_lora")
+    return write_llm_gguf(path, model_arch(model), keys, tensors, "llm_save_lora")
 
 
 def _adapter_pairs(f: GGUFFile, model: ag_llama | ag_gpt2) -> dict:
@@ -205,7 +201,7 @@ def _adapter_pairs(f: GGUFFile, model: ag_llama | ag_gpt2) -> dict:
         else:
             if not name.endswith("_norm.weight"):  # norm adapters: llama.cpp skips them too
                 raise GGMLError(f"{f.path}: tensor {name!r} is neither a .lora_a nor a .lora_b")
-    pairs, projections = {}, PROJECTIONS[_arch(model)]
+    pairs, projections = {}, PROJECTIONS[model_arch(model)]
     for base, ends in names.items():
         parts = base.split(".")
         if len(ends) != 2:
@@ -239,7 +235,7 @@ def llm_load_lora(model: ag_llama | ag_gpt2, path: str | os.PathLike[str]) -> ag
         if meta.get("general.type") != "adapter" or meta.get("adapter.type") != "lora":
             raise GGMLError(f"{path}: not a LoRA adapter file (general.type {meta.get('general.type')!r}, "
                             f"adapter.type {meta.get('adapter.type')!r})")
-        arch = _arch(model)
+        arch = model_arch(model)
         if meta.get("general.architecture") != arch:
             raise GGMLError(f"{path}: an adapter for architecture {meta.get('general.architecture')!r}, the model "
                             f"is {arch!r}")
