@@ -613,10 +613,10 @@ def log(msg: str) -> None:
 # ---- pure helpers (importable, no side effects) ---------------------------------
 
 def _load_buildinfo():
-    """ggmlpy/_buildinfo.py by path: the pin, cache_dir() and cpu_tag() are shared with the runtime
+    """src/ggmlpy/_buildinfo.py by path: the pin, cache_dir() and cpu_tag() are shared with the runtime
     loader, and importing the ggmlpy package itself would try to load a libggml."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location("ggmlpy_buildinfo", Path(__file__).parent / "ggmlpy" / "_buildinfo.py")
+    spec = importlib.util.spec_from_file_location("ggmlpy_buildinfo", REPO / "src" / "ggmlpy" / "_buildinfo.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -1018,7 +1018,7 @@ def prepare_source(cache: Path) -> Path:
 def kernel_plan(blas: bool) -> list[str]:
     """The kernel libraries the wheel prebuilds, one "level|source path|file name" each: every source
     at every x86-64 level (gemm.c and conv.c, which link OpenBLAS, only when it is there to link)."""
-    kernels = REPO / "ggmlpy" / "kernels"
+    kernels = REPO / "src" / "ggmlpy" / "kernels"
     return [f"{level}|{kernels / name}|{_info.prebuilt_kernel(kernels / name, level, Path()).name}"
             for level in _info.ISA_LEVELS for name, links in _info.KERNEL_LINKS.items()
             if blas or _info.BLAS_LIBS[0] not in links]

@@ -23,13 +23,10 @@ computes) with its result handed over as a `csr_matrix`, which scanpy reads as i
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402

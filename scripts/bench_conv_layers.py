@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchlib import interleaved_with_pauses, loadavg  # noqa: E402
 
 # (input size, in channels, out channels, kernel, stride, ReLU, residual, count in ResNet-18)

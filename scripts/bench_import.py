@@ -28,12 +28,12 @@ import tempfile
 from benchlib import ROOT, loadavg  # imports no ggmlpy: the parent stays out of what it times
 
 # The child puts this checkout first on the path, so the ggmlpy timed is the one next to this script.
-CHILD = ("import sys, time; sys.path.insert(0, {root!r}); t0 = time.perf_counter(); import {module}; "
+CHILD = ("import time; t0 = time.perf_counter(); import {module}; "
          "print(time.perf_counter() - t0)")
 
 
 def import_seconds(module: str, env: dict) -> float:
-    out = subprocess.run([sys.executable, "-c", CHILD.format(root=ROOT, module=module)],
+    out = subprocess.run([sys.executable, "-c", CHILD.format(module=module)],
                          capture_output=True, text=True, check=True, cwd=ROOT, env=env)
     return float(out.stdout.strip().splitlines()[-1])
 

@@ -30,7 +30,6 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ggmlpy as g  # noqa: E402
 from benchlib import interleaved, loadavg  # noqa: E402

@@ -26,7 +26,6 @@ import tempfile
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ggmlpy as g  # noqa: E402
 from benchlib import interleaved, kernels_isa, loadavg, machine, row, torch_or_none  # noqa: E402

@@ -35,7 +35,6 @@ import warnings
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 from benchlib import interleaved_with_pauses, loadavg, machine  # noqa: E402
 from benchmodels import kernels_isa  # noqa: E402

@@ -17,14 +17,11 @@ timeit-style (repeats of `number` calls, min and median per call).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import timeit
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import ggmlpy as g  # noqa: E402
 
 F32 = g.GGML_TYPE_F32

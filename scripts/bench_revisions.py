@@ -99,6 +99,12 @@ def export_onnx(out: str) -> None:
         np.savez(os.path.join(out, f"{key}.npz"), **{k: v.numpy() for k, v in feeds.items()})
 
 
+def package_parent(tree: str) -> str:
+    """The folder holding a revision's ggmlpy package: src/ since the project took the src layout."""
+    src = os.path.join(tree, "src")
+    return src if os.path.isdir(os.path.join(src, "ggmlpy")) else tree
+
+
 def checkout(rev: str, where: str) -> str:
     subprocess.run(["git", "-C", REPO, "worktree", "add", "--detach", "-q", where, rev], check=True)
     return where
@@ -120,7 +126,7 @@ def main() -> None:
         if any(w.startswith("onnx-") for w in args.workloads):
             export_onnx(tmp)
         workers = [subprocess.Popen([sys.executable, __file__, "--worker", tree, tmp, *args.workloads], cwd=tree,
-                                    env=dict(os.environ, PYTHONPATH=tree), stdin=subprocess.PIPE,
+                                    env=dict(os.environ, PYTHONPATH=package_parent(tree)), stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, text=True) for tree in trees]
         for w, tree in zip(workers, trees):
             ready, _, module = w.stdout.readline().strip().partition(" ")

@@ -10,13 +10,10 @@ Ends with `summary: ...` (the fit-time ratio ggml / scikit-learn, target <= 1.0,
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 from sklearn.datasets import make_classification  # noqa: E402

@@ -11,13 +11,11 @@ less means threads cost nothing in total (the target), below 1.0 means they run 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import threading
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import ggmlpy as g  # noqa: E402
 from benchlib import interleaved, loadavg  # noqa: E402
 

@@ -32,7 +32,6 @@ ARMS = ("alone", "ggmlpy-first", "torch-first")
 
 CHILD = r"""
 import os, sys, time
-sys.path.insert(0, {root!r})
 arm, steps = {arm!r}, {steps}
 
 def use_ggmlpy():

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import os
 import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import ggmlpy as g  # noqa: E402
 from benchlib import Busy, interleaved, loadavg  # noqa: E402

@@ -1,16 +1,11 @@
-"""What the benchmark scripts run: ggmlpy (this checkout's, put first on the path), the ISA its
-kernels run with for the header of a figure, PyTorch if present, and the 12-layer MLP both ways."""
+"""What the benchmark scripts run: ggmlpy (the installed one; an editable install is this checkout),
+the ISA its kernels run with for the header of a figure, PyTorch if present, and the 12-layer MLP both ways."""
 from __future__ import annotations
-
-import sys
 
 import numpy as np
 
-from benchlib import ROOT
-
-sys.path.insert(0, ROOT)
-import ggmlpy as g  # noqa: E402
-from ggmlpy import kernels  # noqa: E402
+import ggmlpy as g
+from ggmlpy import kernels
 
 
 def kernels_isa() -> str:

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import sys
 import warnings
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import ggmlpy as g  # noqa: E402
 
 # Exceptions that mean "nobody checked this input": a refusal should say what was wrong.

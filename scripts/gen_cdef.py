@@ -1,4 +1,4 @@
-"""Regenerate ggmlpy/bindings/cdef.h from the pinned ggml headers.
+"""Regenerate src/ggmlpy/bindings/cdef.h from the pinned ggml headers.
 
 cffi cannot read ggml's headers as they are (attributes, export macros,
 `GGML_MAX_OP_PARAMS / sizeof(int32_t)`), so this preprocesses them with the
@@ -6,7 +6,7 @@ C preprocessor against empty standard headers, keeps the declarations that
 cffi understands and that ggmlpy binds, and writes one flat file.
 
     python build_ggml.py            # unpacks vendor/ggml/
-    python scripts/gen_cdef.py      # rewrites ggmlpy/bindings/cdef.h
+    python scripts/gen_cdef.py      # rewrites src/ggmlpy/bindings/cdef.h
 
 Run it again after a pin bump; the load-time layout check catches a stale file.
 ggmlpy/bindings/custom_ops.h, beside it, is written by hand: ggml's custom-op entry points,
@@ -22,7 +22,7 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 INCLUDE = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "vendor" / "ggml" / "include"
-OUT = ROOT / "ggmlpy" / "bindings" / "cdef.h"
+OUT = ROOT / "src" / "ggmlpy" / "bindings" / "cdef.h"
 HEADERS = ["ggml.h", "ggml-alloc.h", "ggml-backend.h", "ggml-cpu.h", "ggml-rpc.h", "ggml-opt.h", "gguf.h",
            "ggml-vulkan.h", "ggml-blas.h"]
 # ggml-quants.h is internal (its block structs need ggml-common.h), but its row (de)quantizers

@@ -22,6 +22,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${PYTHON:-python}
+# The machine's python runs this checkout's source (src/) unless it has ggmlpy installed.
+if ! "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('ggmlpy') is None)" 2>/dev/null; then
+  export PYTHONPATH=$ROOT/src${PYTHONPATH:+:$PYTHONPATH}
+fi
 if [[ -n "${OUT:-}" ]]; then
   LOGS=$OUT; REPORT=$OUT/report.txt
 else

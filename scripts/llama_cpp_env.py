@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ggmlpy"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src" / "ggmlpy"))
 import _buildinfo as B  # noqa: E402  (standard library only: no libggml is loaded)
 
 # CPU only, for this machine, with what the comparison needs and nothing else

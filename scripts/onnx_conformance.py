@@ -14,12 +14,10 @@ with --mode both, the line before it is the load-time mode's, `load time: N pass
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections import Counter
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv=None) -> int:

@@ -19,7 +19,6 @@ import traceback
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 import ggmlpy  # noqa: E402
 

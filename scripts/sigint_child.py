@@ -20,7 +20,6 @@ import numpy as np
 # SIGINT at Python's default before ggmlpy is imported, as in an interactive session: a runner started
 # in the background (`nohup ... &`) passes SIGINT on ignored, and Python then raises no KeyboardInterrupt
 signal.signal(signal.SIGINT, signal.default_int_handler)
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import ggmlpy as g  # noqa: E402
 
 kind, n = sys.argv[1], int(sys.argv[2])

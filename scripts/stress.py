@@ -29,8 +29,6 @@ import numpy as np
 
 from benchlib import ROOT, loadavg
 
-sys.path.insert(0, ROOT)
-
 
 def _counts(**kw):
     return {"tried": 0, "clear": 0, "wrong": 0, "hang": 0, "crash": 0, "lost": 0, **kw}

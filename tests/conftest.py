@@ -1,19 +1,24 @@
 """Shared test setup.
 
-* The checkout is importable however pytest is started.
+* The ggmlpy under test is the installed one (a wheel, or an editable install of this checkout),
+  as every child process a test starts imports it too. Where none is installed, this checkout's
+  src/ is put on sys.path and PYTHONPATH, so tests and their children import the same package.
 * `--devices cpu,vulkan` (or GGMLPY_TEST_DEVICES) selects the devices that tests taking a
   `device` argument run on. "vulkan" includes software Vulkan (Mesa's lavapipe): ggml reads
   that switch once per process, so it is set here, before ggmlpy is first imported.
   Devices that are not available are skipped, with the reason.
 """
+import importlib.util
 import os
 import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+if importlib.util.find_spec("ggmlpy") is None:
+    SRC = os.path.join(ROOT, "src")
+    sys.path.insert(0, SRC)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))
 
 # Per-device tolerance for results compared with float64 references: Vulkan kernels
 # accumulate some products in f16 (measured on lavapipe: ~2e-4 relative), and ggml's CUDA

@@ -1,6 +1,5 @@
 """Garbage into the utility and backend functions (run by test_lowlevel_ext in a child process):
 every call must return or raise one of the allowed errors; an abort kills the child and fails the test."""
-import sys; sys.path.insert(0, __import__('os').path.dirname(__import__('os').path.dirname(__import__('os').path.abspath(__file__))))
 import numpy as np, ggmlpy as g, itertools, warnings
 warnings.simplefilter("ignore")
 ok=bad=0

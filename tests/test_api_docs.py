@@ -64,7 +64,7 @@ def test_the_package_says_it_is_typed():
     from pathlib import Path
     assert (Path(ggmlpy.__file__).parent / "py.typed").is_file()
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
-    assert 'wheel.packages = ["ggmlpy"]' in pyproject           # scikit-build-core ships the package's every file
+    assert 'wheel.packages = ["src/ggmlpy"]' in pyproject           # scikit-build-core ships the package's every file
     assert '\nlicense = "MIT"\n' in pyproject                    # an SPDX expression, not a table
 
 

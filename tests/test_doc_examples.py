@@ -36,7 +36,6 @@ def results(tmp_path_factory):
     job = {"workdir": str(tmp_path_factory.mktemp("doc_pages")), "timeout": PAGE_TIMEOUT_S,
            "pages": [{"page": _rel(p), "blocks": [[b.line, b.src, b.needs] for b in _runnable(p)]} for p in PAGES]}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GGMLPY_TEST_", "PYTEST_"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
     env["MPLBACKEND"] = "Agg"
     proc = subprocess.run([sys.executable, str(ROOT / "tests" / "doc_runner.py")], input=json.dumps(job),
                           env=env, capture_output=True, text=True, timeout=PAGE_TIMEOUT_S * len(PAGES) + 120)

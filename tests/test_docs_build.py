@@ -19,8 +19,7 @@ def site(tmp_path_factory):
         pytest.importorskip(module, reason="mkdocs, mkdocs-material and mkdocstrings[python] are in the test "
                                            "extra: pip install -e '.[test]'")
     out = tmp_path_factory.mktemp("site")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               NO_MKDOCS_2_WARNING="1")   # mkdocs-material's banner about its successor, not about these docs
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")   # mkdocs-material's banner about its successor, not about these docs
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     log = proc.stdout + proc.stderr

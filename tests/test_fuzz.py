@@ -21,8 +21,6 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if __name__ == "__main__":
-    sys.path.insert(0, ROOT)  # this checkout's ggmlpy, not an installed one (SPECS imports it)
 MARKER = "FUZZ-COMPLETE"
 N_EXAMPLES = int(os.environ.get("GGMLPY_FUZZ_EXAMPLES", 1000))  # about 15 s
 SEED = int(os.environ.get("GGMLPY_FUZZ_SEED", 20250325))
@@ -73,7 +71,7 @@ def test_specs_cover_every_op():
 def test_fuzz_never_aborts():
     pytest.importorskip("hypothesis")
     # GGML_NO_BACKTRACE: on an abort ggml would otherwise attach gdb to print a backtrace
-    env = dict(os.environ, GGML_NO_BACKTRACE="1", PYTHONPATH=ROOT)
+    env = dict(os.environ, GGML_NO_BACKTRACE="1")
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), str(N_EXAMPLES), str(SEED)],
                           capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     out = proc.stdout
@@ -457,5 +455,4 @@ def main(n_examples: int, seed: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, ROOT)  # this checkout's ggmlpy, not an installed one
     main(int(sys.argv[1]) if len(sys.argv) > 1 else N_EXAMPLES, int(sys.argv[2]) if len(sys.argv) > 2 else SEED)

@@ -25,8 +25,7 @@ KERNEL_TESTS = ["tests/test_kernels.py", "tests/test_onnx_conv.py", "tests/test_
 def test_kernel_tests_pass_with_the_kernels_built_for(level):
     if level not in kernels.supported_isa_levels():
         pytest.skip(f"this CPU does not run {level}")
-    env = {**os.environ, "GGMLPY_KERNELS_ISA": level, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = {**os.environ, "GGMLPY_KERNELS_ISA": level}
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *KERNEL_TESTS],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000)
     tail = (r.stdout + r.stderr)[-4000:]
@@ -42,8 +41,7 @@ def test_the_x86_64_v3_build_runs_the_vector_paths():
     code = ("from ggmlpy import kernels; K = kernels.get(); "
             "print(K.attention_lib.ggmlpy_attention_vector_math(), K.rnn_lib.ggmlpy_rnn_vector_math(), K.packed_rows, "
             "K.conv2d_pixels is None, K.conv2d_pool is None)")
-    env = {**os.environ, "GGMLPY_KERNELS_ISA": "x86-64-v3", "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = {**os.environ, "GGMLPY_KERNELS_ISA": "x86-64-v3"}
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == ["1", "1", "32", "False", "False"], r.stdout

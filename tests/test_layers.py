@@ -48,6 +48,6 @@ def test_ggml_contexts_are_made_only_in_graph_and_core():
     loader's probe and ggmlpy's kernels (below core) make their own small ones."""
     allowed = {"graph", "core"}
     allowed_files = {Path("bindings/loader.py"), Path("kernels/rewrite.py")}
-    pkg = ROOT / "ggmlpy"
+    pkg = ROOT / "src" / "ggmlpy"
     makers = [p.relative_to(pkg) for p in pkg.rglob("*.py") if "ggml_init_params" in p.read_text()]
     assert [p for p in makers if p.parts[0] not in allowed and p not in allowed_files] == []

@@ -4,7 +4,6 @@ searched and the variables that move them."""
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -69,8 +68,9 @@ def test_a_fresh_shell_imports_through_the_environment_record(tmp_path):
     venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GGMLPY_", "XDG_"))}
-    # this environment's packages (numpy, cffi, ...) and this checkout, on the new one's path
-    env.update(HOME=str(tmp_path / "home"), PYTHONPATH=os.pathsep.join([str(ROOT)] + site.getsitepackages()))
+    # this environment's packages (numpy, cffi, ...) and this checkout's source (no lib/ of its own), on
+    # the new one's path
+    env.update(HOME=str(tmp_path / "home"), PYTHONPATH=os.pathsep.join([str(ROOT / "src")] + site.getsitepackages()))
     code = "import ggmlpy; print('FOUND', ggmlpy.found.source)"
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode != 0 and "Searched, in order" in out.stderr, out.stderr[-2000:]

@@ -159,7 +159,7 @@ def _class_definitions(root: Path) -> dict:
 def test_no_class_name_is_defined_twice_in_the_package():
     """One name, one concept: two classes of one name (three `Builder`s, two `GraphPlan`s) make a
     traceback, a type check or an isinstance mean whichever the reader happened to find first."""
-    twice = {name: places for name, places in _class_definitions(Path(ROOT) / "ggmlpy").items() if len(places) > 1}
+    twice = {name: places for name, places in _class_definitions(Path(ROOT) / "src" / "ggmlpy").items() if len(places) > 1}
     assert not twice, f"class names defined more than once: {twice}"
 
 

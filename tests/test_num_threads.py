@@ -109,7 +109,7 @@ def _workers(front: str, *, busy: int = 0, **env) -> int:
     env = {"GGMLPY_DYNAMIC_THREADS": "0", **env}
     code = PROBE if not busy else BUSY_PREFIX.format(busy=busy) + PROBE
     out = subprocess.run([sys.executable, "-c", code, front], capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT), **env), cwd=ROOT)
+                         env=dict(os.environ, **env), cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     return int(out.stdout.split("SHARED" if busy else "WORKED")[-1].split()[0])
 
@@ -152,7 +152,7 @@ def test_threads_for_load_leaves_the_cores_others_hold(monkeypatch):
 def _fresh(code: str, **env) -> subprocess.CompletedProcess:
     """`code` run in a new interpreter with this checkout first on its path and `env` added."""
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT), **env), cwd=ROOT)
+                          env=dict(os.environ, **env), cwd=ROOT)
 
 
 @pytest.mark.parametrize("value,ok", [("0", True), ("1", True), ("", True), ("yes", False), ("2", False)])

@@ -46,8 +46,7 @@ def test_resize_of_small_planes_matches_onnxruntime(shape, out_hw, mode):
         proto = onnx.load_from_string(bytes.fromhex("{proto.SerializeToString().hex()}"))
         x = np.random.default_rng(0).normal(size={shape}).astype(np.float32)
         print(ggmlpy.onnx_run(ggmlpy.onnx_load(proto, device="cpu"), {{"x": x}})["y"].shape)
-    """)], capture_output=True, text=True, timeout=300, cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])))
+    """)], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert child.returncode == 0, f"the process died ({child.returncode}): {child.stderr[-1500:]}"
     want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = ggmlpy.onnx_run(ggmlpy.onnx_load(proto, device="cpu"), {"x": x})["y"]

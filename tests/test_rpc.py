@@ -45,7 +45,6 @@ DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "TERM"] if shutil.which("setpriv") 
 
 def _env():
     env = {k: v for k, v in os.environ.items() if k not in ("GGML_VK_VISIBLE_DEVICES", "GGMLPY_SOFTWARE_VULKAN")}
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 
@@ -192,7 +191,8 @@ def test_rpc_server_subcommand_refuses_without_binary(tmp_path):
         if f.name.startswith("libggml"):
             (lib_dir / f.name).symlink_to(f)
     env = _env()
-    env["GGMLPY_LIB_DIR"] = str(lib_dir)
+    # this checkout's source, which has no lib/ of its own: an installed package would load its own
+    env.update(GGMLPY_LIB_DIR=str(lib_dir), PYTHONPATH=os.path.join(ROOT, "src"))
     r = subprocess.run([sys.executable, "-m", "ggmlpy", "rpc-server", "--port", "1"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1

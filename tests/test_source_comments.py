@@ -10,7 +10,7 @@ import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = [p for p in sorted((ROOT / "ggmlpy").rglob("*")) if p.suffix in (".py", ".c", ".h") and p.name != "cdef.h"]
+SOURCES = [p for p in sorted((ROOT / "src" / "ggmlpy").rglob("*")) if p.suffix in (".py", ".c", ".h") and p.name != "cdef.h"]
 
 HISTORY = re.compile(r"\bissue\s*#?\d+|\bsuite2\b|\bsession\s*\d+|\bREADME\b", re.I)
 # the tests and scripts may name the README (they check it) but carry no history either
@@ -109,7 +109,7 @@ def test_the_checks_catch_what_they_are_for():
 def test_docs_testing_maps_every_module_to_existing_tests():
     text = (ROOT / "docs" / "testing.md").read_text()
     table = dict(re.findall(r"^\| `([\w/]+\.py)` \| (.+) \|$", text, re.M))
-    modules = {str(p.relative_to(ROOT / "ggmlpy")) for p in (ROOT / "ggmlpy").rglob("*.py") if p.name != "__main__.py"}
+    modules = {str(p.relative_to(ROOT / "src" / "ggmlpy")) for p in (ROOT / "src" / "ggmlpy").rglob("*.py") if p.name != "__main__.py"}
     assert not modules - set(table), f"modules docs/testing.md does not map: {sorted(modules - set(table))}"
     assert not set(table) - modules, f"docs/testing.md maps modules that are gone: {sorted(set(table) - modules)}"
     named = {t for tests in table.values() for t in re.findall(r"`([\w/]+\.py)`", tests)}

@@ -184,7 +184,7 @@ time.sleep(0.05)
 t0 = os.times(); time.sleep(0.3); t1 = os.times()
 print("IDLE_CPU", (t1.user - t0.user) + (t1.system - t0.system))
 '''
-    env = dict(os.environ, GGMLPY_N_THREADS="2", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, GGMLPY_N_THREADS="2")
     env.pop(threadpool.ENV_VAR, None)
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -218,7 +218,7 @@ for _ in range(3):
 print("VALUE", float(np.asarray(g.ggml_get_f32(y)).ravel()[0]))
 '''
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
+                         cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     assert float(out.stdout.split("VALUE")[-1]) == 1.0
 
@@ -250,7 +250,7 @@ def compute(backend):
 g.set_dynamic_threads(False)
 '''
     out = subprocess.run([sys.executable, "-c", head + body], capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
+                         cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 

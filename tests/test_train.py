@@ -1,8 +1,10 @@
 """Training utilities: schedulers, the data loader, ag_fit and its callbacks, the fused optimizer
 steps against numpy's formulas, memory over a long run, and a short digits run."""
+import importlib.util
 import math
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -563,7 +565,7 @@ def test_rss_stays_flat_over_1000_training_steps():
     if not os.path.exists("/proc/self/statm"):
         pytest.skip("needs /proc")
     # One thread: this is about memory; it also keeps the run short on a busy machine.
-    env = dict(os.environ, PYTHONPATH=ROOT, GGMLPY_N_THREADS="1")
+    env = dict(os.environ, GGMLPY_N_THREADS="1")
     out = subprocess.run([sys.executable, "-c", RSS_SCRIPT], capture_output=True, text=True, env=env, cwd=ROOT,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -574,15 +576,24 @@ def test_rss_stays_flat_over_1000_training_steps():
 # -- the main job, briefly ---------------------------------------------------------------------------------------
 def test_digits_few_epochs_reach_sanity_accuracy():
     pytest.importorskip("sklearn")
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    try:
-        import train_digits
-    finally:
-        sys.path.pop(0)
-    result = train_digits.train(epochs=3, progress=False, plot=None, verbose=False)
+    from ggmlpy.cli import digits
+    result = digits.train(epochs=3, progress=False, plot=None, verbose=False)
     assert result["test_accuracy"] > 0.85
     assert result["tape_bytes_checkpointed"] < result["tape_bytes_plain"]
     assert len(result["history"]["loss"]) == 3
+
+
+def test_the_demo_trains_the_digits_from_the_installed_package(tmp_path):
+    """`python -m ggmlpy demo`, the quick start's main job, runs from the package alone (an installed
+    wheel has no scripts/ folder) and writes its loss curve under the working directory."""
+    pytest.importorskip("sklearn")
+    out = subprocess.run([sys.executable, "-m", "ggmlpy", "demo"], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    accuracy = float(re.search(r"test accuracy\s+([\d.]+)%", out.stdout).group(1))
+    assert accuracy >= 95.0, out.stdout
+    has_matplotlib = importlib.util.find_spec("matplotlib") is not None
+    assert (tmp_path / "out" / "digits_loss.png").is_file() == has_matplotlib
 
 
 def test_clipping_and_optimizer_steps_over_hundreds_of_parameters():
@@ -613,13 +624,6 @@ def test_ag_fit_history_plots_itself(tmp_path):
     assert pathlib.Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(g.GGMLError, match="could not write"):
         history.plot(tmp_path / "no" / "such" / "folder" / "fit.png")
-
-
-def test_the_demo_finds_the_digits_script_of_the_checkout():
-    """`python -m ggmlpy demo` trains scripts/train_digits.py in a source checkout (it had fallen
-    back to the XOR model when the module moved one folder down)."""
-    from ggmlpy.cli import demo
-    assert os.path.isfile(demo.SCRIPT), demo.SCRIPT
 
 
 def test_the_keras_like_callbacks_stop_and_anneal_as_train_s_do():

@@ -1,18 +1,13 @@
 """The main job: one ggml graph through the low-level API, then the digits classifier
-(scripts/train_digits.py) trained with ag_fit. Without scikit-learn, a small XOR model instead."""
+(cli/digits.py) trained with ag_fit. Without scikit-learn, a small XOR model instead."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import time
 
 import numpy as np
 
 import ggmlpy as g
-
-# the checkout's scripts/ folder: this file is ggmlpy/cli/demo.py, three levels below the checkout
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts",
-                      "train_digits.py")
 
 
 def low_level_graph() -> None:
@@ -41,18 +36,11 @@ def xor_mlp() -> None:
 
 def run() -> int:
     low_level_graph()
-    missing = None
-    if not os.path.exists(SCRIPT):
-        missing = f"the digits demo is {SCRIPT}, which ships with the source checkout only"
-    elif importlib.util.find_spec("sklearn") is None:
-        missing = ("the digits demo needs scikit-learn (its bundled digits data set): pip install scikit-learn "
-                   "(or pip install -e \".[demo]\")")
-    if missing:
-        print(f"{missing}. Running a small XOR model instead.")
+    if importlib.util.find_spec("sklearn") is None:
+        print("the digits demo needs scikit-learn (its bundled digits data set): pip install scikit-learn "
+              "(or the demo extra: pip install \"ggmlpy[demo]\"). Running a small XOR model instead.")
         xor_mlp()
         return 0
-    spec = importlib.util.spec_from_file_location("train_digits", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    result = module.train()
+    from .digits import train
+    result = train()
     return 0 if result["test_accuracy"] >= 0.95 else 1

@@ -5,9 +5,10 @@ relu, dropout 0.1, Adam; the middle blocks run under ag_checkpoint (their
 activations are recomputed during backward instead of kept on the tape).
 Prints the progress bar, the test accuracy, the tape's memory for one batch with
 and without checkpointing, and the time taken; saves the loss curves to
-out/digits_loss.png when matplotlib is installed.
+out/digits_loss.png (under the working directory) when matplotlib is installed.
 
-    python scripts/train_digits.py [--epochs 20] [--batch 32] [--seed 0] [--no-progress]
+    python -m ggmlpy demo                    (this, after a small low-level graph)
+    python -m ggmlpy.cli.digits [--epochs 20] [--batch 32] [--seed 0] [--no-progress]
 """
 from __future__ import annotations
 
@@ -19,10 +20,9 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+import ggmlpy as g
 
-import ggmlpy as g  # noqa: E402
+PLOT = os.path.join("out", "digits_loss.png")
 
 
 def load_digits_split(seed: int = 0, test_fraction: float = 0.2):
@@ -30,8 +30,8 @@ def load_digits_split(seed: int = 0, test_fraction: float = 0.2):
     try:
         from sklearn.datasets import load_digits
     except ImportError:
-        raise SystemExit("train_digits: scikit-learn is needed for the digits data set: "
-                         "pip install scikit-learn  (or pip install -e \".[demo]\")") from None
+        raise SystemExit("the digits demo needs scikit-learn for its data set: "
+                         "pip install scikit-learn  (or the demo extra: pip install \"ggmlpy[demo]\")") from None
     data = load_digits()
     x, y = data.data.astype(np.float64), data.target.astype(np.int64)
     order = np.random.default_rng(seed).permutation(len(y))
@@ -90,7 +90,7 @@ def save_loss_curve(history, path: str) -> str | None:
 
 
 def train(epochs: int = 20, batch: int = 32, lr: float = 2e-3, seed: int = 0, progress: bool = True,
-          checkpoint: bool = True, plot: str | None = os.path.join(ROOT, "out", "digits_loss.png"),
+          checkpoint: bool = True, plot: str | None = PLOT,
           verbose: bool = True) -> dict:
     """Train and report; returns the figures (also used by the tests, with few epochs)."""
     t0 = time.perf_counter()
@@ -119,7 +119,7 @@ def train(epochs: int = 20, batch: int = 32, lr: float = 2e-3, seed: int = 0, pr
               f"{without / 1024:.1f} KiB without")
         print(f"time: {train_s:.1f} s to load the data, train and evaluate ({np.mean(history['time']) * 1e3:.0f} ms/epoch)")
         print(f"loss curve: {result['plot']}" if result["plot"] else
-              "loss curve: skipped (pip install matplotlib to get out/digits_loss.png)")
+              f"loss curve: skipped (pip install matplotlib to get {PLOT})")
     return result
 
 
