@@ -1,8 +1,8 @@
 """The checks scripts/check_wheel.sh runs with an installed wheel, on a machine made to look like a
-user's (no C compiler, no cmake, an empty HOME and cache; with --no-blas, no OpenBLAS either).
-Each check prints one line; the first that does not hold exits 1.
+user's (no C compiler, no cmake, an empty HOME and cache; with --no-blas, no OpenBLAS either; with
+--no-vulkan, no Vulkan loader). Each check prints one line; the first that does not hold exits 1.
 
-    python scripts/check_wheel.py [--no-blas]      (from the wheel's venv, outside the source tree)
+    python scripts/check_wheel.py [--no-blas] [--no-vulkan]   (from the wheel's venv, outside the source tree)
 """
 import os
 import shutil
@@ -44,7 +44,7 @@ def onnx_model(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def main() -> None:
-    no_blas = "--no-blas" in sys.argv
+    no_blas, no_vulkan = "--no-blas" in sys.argv, "--no-vulkan" in sys.argv
     for tool in ("cc", "gcc", "c++", "g++", "clang", "cmake"):
         check(shutil.which(tool) is None, f"no {tool} on PATH")
     cache = Path(os.environ["XDG_CACHE_HOME"])
@@ -72,6 +72,12 @@ def main() -> None:
         check(K.gemm is None, "without OpenBLAS gemm.c is off: products stay ggml's")
     else:
         check(K.gemm is not None, "gemm.c over OpenBLAS")
+    if (g.found.lib_dir / "libggml-vulkan.so").exists():  # a wheel built with the Vulkan toolchain
+        if no_vulkan:
+            check("vulkan" in data["skipped_modules"] and "Vulkan" not in data["backends"],
+                  f"without a Vulkan loader the Vulkan module is skipped ({data['skipped_modules'].get('vulkan')})")
+        else:
+            check("Vulkan" in data["backends"], "the Vulkan module is loaded")
 
     r = subprocess.run([sys.executable, "-m", "ggmlpy", "demo"], capture_output=True, text=True, timeout=900)
     check(r.returncode == 0, "python -m ggmlpy demo trains" + ("" if r.returncode == 0 else ":\n" + r.stderr[-3000:]))

@@ -3,11 +3,12 @@
 # no C compiler and no cmake, HOME and XDG_CACHE_HOME empty folders (scripts/check_wheel.py: it imports
 # from its own lib/, runs this CPU's best ggml CPU variant and ggmlpy's prebuilt kernels, trains with
 # `python -m ggmlpy demo`, runs an ONNX model and compiled ag_* steps, and compiles nothing); then the
-# same again with OpenBLAS hidden too (ggml's BLAS module skipped, gemm.c off, everything else runs).
+# same again with OpenBLAS and the Vulkan loader hidden too (ggml's BLAS and Vulkan modules skipped,
+# gemm.c off, everything else runs).
 #
 # How the tools are hidden: a mount namespace (unshare -rm: no root needed) in which /dev/null is
 # bound over the file each of cc, gcc, c++, g++, clang and cmake resolves to, and over OpenBLAS's
-# library for the second run. The names stay on PATH but are no longer executable (or loadable), so
+# and the Vulkan loader's libraries for the second run. The names stay on PATH but are no longer executable (or loadable), so
 # `which cc` finds nothing and dlopen fails, as where they are not installed. (/bin/false bound over
 # them would leave a compiler that runs and fails: a broken compiler, not a missing one; a PATH
 # without them would not hide /usr/bin, which python and much else need.)
@@ -29,7 +30,12 @@ for tool in cc gcc c++ g++ clang clang++ cmake; do
   p=$(command -v "$tool" || true)
   [[ -n $p ]] && tools+=("$(readlink -f "$p")")
 done
+# The run-time libraries the wheel's optional modules need (ggml's BLAS module and gemm.c, the Vulkan module)
 blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libopenblas.so.0 2>/dev/null || true)
+vulkan=$(readlink -f /usr/lib/x86_64-linux-gnu/libvulkan.so.1 2>/dev/null || true)
+absent=()
+[[ -z $blas ]] && absent+=(--no-blas)
+[[ -z $vulkan ]] && absent+=(--no-vulkan)
 
 hidden_run() {  # hidden_run FILE... -- ARGS: the checks with FILEs hidden, an empty HOME, no cache
   rm -rf "$work/home"
@@ -41,11 +47,12 @@ hidden_run() {  # hidden_run FILE... -- ARGS: the checks with FILEs hidden, an e
 }
 export HOME_DIR="$work/home"
 say "compilers and cmake hidden (${tools[*]})"
-hidden_run "${tools[@]}" -- "$work/venv/bin/python" "$checks" $([[ -z $blas ]] && echo --no-blas || true)
-if [[ -n $blas ]]; then
-  say "compilers, cmake and OpenBLAS ($blas) hidden"
-  hidden_run "${tools[@]}" "$blas" -- "$work/venv/bin/python" "$checks" --no-blas
+hidden_run "${tools[@]}" -- "$work/venv/bin/python" "$checks" "${absent[@]}"
+optional=($blas $vulkan)
+if ((${#optional[@]})); then
+  say "compilers, cmake, OpenBLAS and the Vulkan loader (${optional[*]}) hidden"
+  hidden_run "${tools[@]}" "${optional[@]}" -- "$work/venv/bin/python" "$checks" --no-blas --no-vulkan
 else
-  say "no OpenBLAS on this machine: the first run already ran without it"
+  say "neither OpenBLAS nor a Vulkan loader on this machine: the first run already ran without them"
 fi
 say "all checks passed"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CI stage: Vulkan through Mesa's software driver (lavapipe) and ggml RPC over loopback, with the
-# one libggml build that has both (python build_ggml.py --backend vulkan --backend rpc).
+# one libggml build that has both (the installed wheel's, built where the Vulkan toolchain is; in a
+# development checkout, python build_ggml.py --backend vulkan --backend rpc).
 #
 #   bash scripts/ci_vulkan.sh            # checks, smoke test, then tests/test_devices.py and tests/test_rpc.py
 #   bash scripts/ci_vulkan.sh --smoke    # without the tests (.ci/run: its full pytest run has them)
@@ -26,10 +27,11 @@ from ggmlpy.core import registry, rpc
 missing = [b for b in ("Vulkan", "RPC") if b not in registry.backends()]
 if missing:
     sys.exit(f"ci_vulkan: the active libggml ({ggmlpy.found.lib_dir}) lacks {', '.join(missing)}: "
-             "run python build_ggml.py --backend vulkan --backend rpc (apt-get install glslc libvulkan-dev "
-             "spirv-headers mesa-vulkan-drivers first)")
+             "apt-get install glslc libvulkan-dev spirv-headers mesa-vulkan-drivers, then reinstall "
+             "(CMAKE_ARGS=-DGGML_VULKAN=ON pip install .; a development checkout: "
+             "python build_ggml.py --backend vulkan --backend rpc)")
 if rpc.rpc_server_binary() is None:
-    sys.exit("ci_vulkan: no rpc-server binary next to the library: rebuild with --backend rpc")
+    sys.exit("ci_vulkan: no rpc-server binary next to the library: rebuild with RPC (the wheel's default)")
 if not any(d.backend == "Vulkan" for d in ggmlpy.devices()):
     sys.exit("ci_vulkan: no Vulkan device even with GGMLPY_SOFTWARE_VULKAN=1: apt-get install mesa-vulkan-drivers")
 PY

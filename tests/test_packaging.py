@@ -1,5 +1,5 @@
 """The package as a wheel installs it (pyproject.toml, CMakeLists.txt): libggml found in the package's
-own lib/ (after GGMLPY_LIB_DIR, before build_ggml.py's builds), ggmlpy's kernels prebuilt per x86-64
+own lib/ (first: before GGMLPY_LIB_DIR and build_ggml.py's builds), ggmlpy's kernels prebuilt per x86-64
 level and taken without a compiler when they were built from these very sources, every kernel source
 in the wheel's plan, the CPU variant ggml chose reported with its reason, and OpenBLAS optional at run
 time in a build with loadable backends. The installed wheel itself, with compilers hidden, is
@@ -20,7 +20,7 @@ from ggmlpy.core.backend_modules import cpu_variant, skipped_modules
 from ggmlpy.kernels import loader as kernel_loader
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNELS = ROOT / "ggmlpy" / "kernels"
+KERNELS = ROOT / "src" / "ggmlpy" / "kernels"
 
 
 def build_script():
@@ -92,7 +92,7 @@ def test_prebuilt_kernels_load_without_a_compiler(fresh_kernels, monkeypatch, tm
     assert kernels.get() is None
 
 
-def test_the_package_lib_comes_after_GGMLPY_LIB_DIR_and_before_build_records(monkeypatch, tmp_path):
+def test_the_package_lib_comes_first_and_GGMLPY_LIB_DIR_beside_it_is_warned_about(monkeypatch, tmp_path):
     pkg = tmp_path / "ggmlpy" / "lib"
     pkg.mkdir(parents=True)
     (pkg / "libggml.so").symlink_to(found.lib_dir / "libggml.so")
@@ -101,6 +101,9 @@ def test_the_package_lib_comes_after_GGMLPY_LIB_DIR_and_before_build_records(mon
     hit = loader.find()
     assert (hit.lib_dir, hit.source, hit.bin_dir) == (pkg, "package", pkg)  # rpc-server sits beside the modules
     monkeypatch.setenv("GGMLPY_LIB_DIR", str(found.lib_dir))
+    with pytest.warns(RuntimeWarning, match="GGMLPY_LIB_DIR=.* is not used"):
+        assert loader.find().source == "package"
+    monkeypatch.setattr(loader, "package_lib_dir", lambda: tmp_path / "src" / "ggmlpy" / "lib")  # a source checkout
     assert loader.find().source == "GGMLPY_LIB_DIR"
 
 
@@ -114,7 +117,7 @@ def test_the_error_names_the_package_lib(monkeypatch, tmp_path):
     with pytest.raises(loader.GGMLLoadError) as e:
         loader.find()
     msg = str(e.value)
-    assert "2. the package's own lib/: " + str(tmp_path / "site" / "ggmlpy" / "lib") in msg, msg
+    assert "1. the package's own lib/: " + str(tmp_path / "site" / "ggmlpy" / "lib") in msg, msg
     assert "pip install ." in msg
 
 
