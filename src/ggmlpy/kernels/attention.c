@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "fields.h"
+#include "kept_buffer.h"
 #include "vmath.h"
 
 enum { QR = 6, QC = 48 };  /* queries a register block, queries a unit (a multiple of QR) */
@@ -53,19 +54,10 @@ static inline const float *ptr(const view *v, int64_t i0, int64_t i1, int64_t h,
 
 static inline float at(const view *v, int64_t i0, int64_t i1, int64_t h, int64_t b) { return *ptr(v, i0, i1, h, b); }
 
-typedef struct { float *buf; size_t cap; } kept_buffer;
-
-/* this thread's scratch of at least n floats (64-byte aligned), kept between calls; NULL when out of memory */
+/* this thread's scratch (kept_buffer.h) */
 static float *scratch(size_t n) {
     static __thread kept_buffer b;
-    if (n > b.cap) {
-        free(b.buf);
-        b.cap = (n + 1023) & ~(size_t)1023;
-        b.buf = aligned_alloc(64, b.cap * sizeof(float));
-        if (b.buf == NULL)
-            b.cap = 0;
-    }
-    return b.buf;
+    return grown(&b, n);
 }
 
 static int64_t round16(int64_t n) { return (n + 15) & ~(int64_t)15; }

@@ -28,6 +28,7 @@
 
 #include "blas_threads.h"
 #include "fields.h"
+#include "kept_buffer.h"
 #include "pieces.h"
 #include "vmath.h"
 
@@ -160,21 +161,6 @@ static void im2col_block(const float *x, float *col, int64_t p0, int64_t m, int6
                     at += end - w;
                 }
             }
-}
-
-/* A buffer of at least n floats (64-byte aligned), grown as needed and kept: each thread has its
- * own (ggml's threads live as long as the backend). NULL when out of memory. */
-typedef struct { float *buf; size_t cap; } kept_buffer;
-
-static float *grown(kept_buffer *b, size_t n) {
-    if (n > b->cap) {
-        free(b->buf);
-        b->cap = (n + 1023) & ~(size_t)1023;
-        b->buf = aligned_alloc(64, b->cap * sizeof(float));
-        if (b->buf == NULL)
-            b->cap = 0;
-    }
-    return b->buf;
 }
 
 /* this thread's patch buffer */

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 
 #include "fields.h"
+#include "kept_buffer.h"
 #include "vmath.h"
 
 /* product rows a tile (accumulators: ROWS x PIXELS vectors, of AVX-512's 32 registers or AVX2's 16) */
@@ -166,19 +167,10 @@ static inline int64_t end_in(int64_t off, int64_t s, int64_t n, int64_t on) {
     return hi < n ? hi : n;
 }
 
-/* This thread's buffer of at least n floats, grown as needed and kept (ggml's threads live as long as
- * the backend: no allocation and first touch of its pages at every call); NULL when out of memory. */
+/* this thread's column buffer (kept_buffer.h) */
 static float *scratch(size_t n) {
-    static __thread float *buf;
-    static __thread size_t cap;
-    if (n > cap) {
-        free(buf);
-        cap = (n + 1023) & ~(size_t)1023;
-        buf = malloc(cap * sizeof(float));
-        if (buf == NULL)
-            cap = 0;
-    }
-    return buf;
+    static __thread kept_buffer b;
+    return grown(&b, n);
 }
 
 void ggmlpy_conv_transpose_f32(void *dst, int ith, int nth, void *userdata) {
