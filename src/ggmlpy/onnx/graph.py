@@ -174,9 +174,6 @@ class OnnxGraphBuilder(GraphContext):
         self.columns_first = True  # conv product order (ops_conv.conv2d)
         self.kernels = None  # ggmlpy.kernels.Kernels where the graph runs on ggml's CPU backend
         self.packed_linears: dict = {}  # packed linear node's address -> its arguments (ops_products.linear_gelu)
-        # inline(graph) -> the output values of a subgraph built in place (an If's branch, ops_control);
-        # set by the plan that builds the nodes
-        self.inline = None
         # whether a value of five axes above size one may be made (rank5.build: not while a builder
         # that does not know them runs, so a five-axis constant it hands to ggml is refused)
         self.five_axes = True

@@ -19,14 +19,10 @@ from .op_table import op
 
 @op("If", const_inputs=(0,))
 def _if(b, node, ins, at):
-    cond = ins[0]
-    b.need_value(cond.is_const, "If's condition must be known when the graph is planned (a constant, or computed "
-                                "from graph inputs only): ggml graphs have no control flow", cond)
-    b.need(np.size(cond.const) == 1, f"If's condition must hold one value, got shape {list(cond.shape)}")
-    branch = at["then_branch"] if bool(np.asarray(cond.const).reshape(-1)[0]) else at["else_branch"]
-    b.need(len(branch.output) == len(node.output), f"the branch '{branch.name}' has {len(branch.output)} outputs "
-                                                   f"for the If's {len(node.output)}")
-    return b.inline(branch)
+    """Never built as a node: the plan puts the chosen branch's nodes in the If's place (branch_nodes)
+    when the condition is known, and defers the If to the stage that computed it otherwise. The table
+    entry says that If is supported and that its condition is one of the values planning needs."""
+    raise b.fail("If reached the graph builder: the plan replaces it by its branch or defers it")
 
 
 def branch_nodes(b, node, cond) -> tuple:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import time
 
 import numpy as np
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from .._sigint import uninterruptible
 from .. import kernels
@@ -154,12 +154,6 @@ def _reads_empty(node, vals: dict) -> bool:
     return any(v.is_const and v.size == 0 for v in ins) and any(not v.is_const for v in ins)
 
 
-def _runtime_condition(node, vals) -> bool:
-    """An If whose condition this graph computes: it and what depends on it are deferred to the next
-    stage, planned for the condition's value (shaping.value_inputs)."""
-    return node.op_type == "If" and node.input[0] in vals and not vals[node.input[0]].is_const
-
-
 class OnnxShapePlan:
     """One model graph for one set of input shapes: built, allocated, ready to compute.
 
@@ -282,33 +276,22 @@ class OnnxShapePlan:
                 if name:
                     vals[name] = v
 
-        def inline(graph):
-            """Build a subgraph's nodes in place (an If's branch): its initializers join the constants."""
-            outer = b.node
-            for init in graph.initializer:
-                vals[init.name] = const(numpy_helper.to_array(init), init.data_type)
-            for sub in graph.node:
-                build(sub)
-            b.node = outer
-            try:
-                return [vals[o.name] for o in graph.output]
-            except KeyError as e:
-                raise b.fail(f"the branch '{graph.name}' has no value {e}") from None
-        b.inline = inline
-
         work = list(nodes)  # an If on a known condition is replaced by its branch's nodes, inserted after it
         try:
             for k, node in enumerate(work):  # (a list iterator reads by index: it goes on into inserted nodes)
                 b.node = node
-                if node.op_type == "If" and node.input[0] in vals and vals[node.input[0]].is_const:
-                    spliced, inits = branch_nodes(b, node, vals[node.input[0]])
+                cond = vals.get(node.input[0]) if node.op_type == "If" else None
+                if cond is not None and cond.is_const:
+                    spliced, inits = branch_nodes(b, node, cond)
                     vals.update(inits)
                     work[k + 1:k + 1] = spliced
                     continue
                 host = op_key(node) in HOST_OPS
+                # an If whose condition this graph computes is deferred with what depends on it to the next
+                # stage, planned for the condition's value (shaping.value_inputs)
                 if any(n in pending for n in reads(node)) or (
                         host and any(not vals[n].is_const for n in node.input if n and n in vals)) or \
-                        _reads_empty(node, vals) or _runtime_condition(node, vals):
+                        _reads_empty(node, vals) or (cond is not None and not cond.is_const):
                     self.deferred.append(node)  # needs what only a host step after this graph knows
                     pending.update(o for o in node.output if o)
                     continue
