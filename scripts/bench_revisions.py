@@ -1,10 +1,12 @@
-"""Two revisions of ggmlpy, the same workloads, timed turn about: the before/after figure a change
-that could move a speed must quote.
+"""Two revisions of ggmlpy, or two installs of it, the same workloads, timed turn about: the
+before/after figure a change that could move a speed must quote.
 
     python scripts/bench_revisions.py BEFORE AFTER [--rounds 9] [--busy] [--workloads ...]
 
-Each revision is checked out (detached worktrees in a temporary folder) and runs in a process of
-its own that builds every workload once and then waits. The parent asks the two processes in
+Each side is a git revision or a Python interpreter. A revision is checked out (a detached
+worktree in a temporary folder) and its source imported; an interpreter imports the ggmlpy its
+environment has installed (a wheel against a development build, say), with this checkout's
+scripts. Each side runs in a process of its own that builds every workload once and then waits. The parent asks the two processes in
 turn (the order swapped every round) to time one block of calls, so both see the same load
 however the machine's drifts, and only one computes at a time. Printed per workload: the median
 and best wall time of each side, the ratio after/before of the medians and of the CPU times;
@@ -67,6 +69,7 @@ def worker(tree: str, onnx_dir: str, names: list) -> None:
             fn()
     import ggmlpy
     print("ready", ggmlpy.__file__, flush=True)
+    print(ggmlpy.found.lib_dir, flush=True)
     for line in sys.stdin:
         name, number = line.split()
         fn = fns[name]
@@ -110,6 +113,25 @@ def checkout(rev: str, where: str) -> str:
     return where
 
 
+def is_interpreter(side: str) -> bool:
+    return os.path.isfile(side) and os.access(side, os.X_OK)
+
+
+def start_worker(side: str, tmp: str, name: str, workloads: list) -> tuple[subprocess.Popen, str, str | None]:
+    """(the worker, the folder its ggmlpy must come from ("" for an interpreter's: whatever its environment
+    installed, a wheel or an editable checkout), the worktree to remove afterwards or None)."""
+    if is_interpreter(side):
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        proc = subprocess.Popen([side, __file__, "--worker", REPO, tmp, *workloads], cwd=tmp, env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        return proc, "", None
+    tree = checkout(side, os.path.join(tmp, name))
+    proc = subprocess.Popen([sys.executable, __file__, "--worker", tree, tmp, *workloads], cwd=tree,
+                            env=dict(os.environ, PYTHONPATH=package_parent(tree)), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    return proc, tree, tree
+
+
 def main() -> None:
     # here, not at the top: a worker runs this file too, and must import its own revision's benchlib
     from benchlib import Busy, loadavg
@@ -121,17 +143,19 @@ def main() -> None:
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench-revisions-")
-    trees = [checkout(rev, os.path.join(tmp, side)) for rev, side in ((args.before, "before"), (args.after, "after"))]
+    trees = []
     try:
         if any(w.startswith("onnx-") for w in args.workloads):
             export_onnx(tmp)
-        workers = [subprocess.Popen([sys.executable, __file__, "--worker", tree, tmp, *args.workloads], cwd=tree,
-                                    env=dict(os.environ, PYTHONPATH=package_parent(tree)), stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, text=True) for tree in trees]
-        for w, tree in zip(workers, trees):
-            ready, _, module = w.stdout.readline().strip().partition(" ")
-            if ready != "ready" or not module.startswith(tree):
-                sys.exit(f"the worker of {tree} failed to build its workloads or runs another ggmlpy ({module!r})")
+        workers = []
+        for side, name in ((args.before, "before"), (args.after, "after")):
+            proc, home, tree = start_worker(side, tmp, name, args.workloads)
+            workers.append(proc)
+            trees += [tree] if tree else []
+            ready, _, module = proc.stdout.readline().strip().partition(" ")
+            if ready != "ready" or not module.startswith(home):
+                sys.exit(f"the worker of {side} failed to build its workloads or runs another ggmlpy ({module!r})")
+            print(f"{name}: {side}: ggmlpy from {os.path.dirname(module)}, its libggml from {proc.stdout.readline().strip()}")
         with Busy() if args.busy else contextlib.nullcontext():
             print(f"{args.before} against {args.after}; {args.rounds} rounds; "
                   f"{'one busy process beside' if args.busy else 'no added load'}; loadavg {loadavg()}")
