@@ -232,7 +232,14 @@ def test_disabled_by_environment_uses_ggml_ops_with_the_same_numbers(tmp_path):
         np.testing.assert_allclose(d, got[1001:], rtol=2e-5, atol=1e-6)
 
 
-def test_without_a_compiler_get_returns_none_and_logs_why(monkeypatch, caplog, tmp_path):
+@pytest.fixture
+def no_prebuilt(monkeypatch, tmp_path):
+    """The kernels as a source checkout has them: nothing prebuilt (an installed wheel has every level's),
+    so they come from the compiler."""
+    monkeypatch.setattr(kernel_loader, "PREBUILT", tmp_path / "no-prebuilt-kernels")
+
+
+def test_without_a_compiler_get_returns_none_and_logs_why(monkeypatch, caplog, no_prebuilt):
     monkeypatch.setattr(kernel_loader, "_state", {"declared": kernel_loader._state.get("declared", False)})
     monkeypatch.setattr(kernel_loader, "_enabled", [True])  # as by default, whatever GGMLPY_KERNELS says
     monkeypatch.setenv("CC", "")
@@ -243,7 +250,7 @@ def test_without_a_compiler_get_returns_none_and_logs_why(monkeypatch, caplog, t
     assert sum("no C compiler" in r.getMessage() for r in caplog.records) == 1  # said once
 
 
-def test_a_failing_compiler_is_reported_and_leaves_nothing_behind(monkeypatch, caplog, tmp_path):
+def test_a_failing_compiler_is_reported_and_leaves_nothing_behind(monkeypatch, caplog, tmp_path, no_prebuilt):
     monkeypatch.setattr(kernel_loader, "_state", {"declared": kernel_loader._state.get("declared", False)})
     monkeypatch.setattr(kernel_loader, "_enabled", [True])
     monkeypatch.setenv("GGMLPY_CACHE_DIR", str(tmp_path))
@@ -259,6 +266,9 @@ def test_a_failing_compiler_is_reported_and_leaves_nothing_behind(monkeypatch, c
 
 @needs_kernels
 def test_the_library_is_cached_by_source_compiler_and_flags():
+    if kernels.origin().startswith("prebuilt"):  # an installed wheel's, named by the digest of the same inputs
+        assert K.path.parent == kernel_loader.PREBUILT / kernels.isa_level() and K.path.name.startswith("kernels-")
+        return
     assert K.path.parent.name == "kernels" and K.path.name.startswith("kernels-")
     # no half-written copy of this library left (other processes may be compiling other sources)
     assert K.path.exists() and not list(K.path.parent.glob(f"tmp-{K.path.stem}-*"))
@@ -1329,7 +1339,7 @@ def test_conv_pool_is_the_conv_then_the_pooling_bit_for_bit(case):
 
 @pytest.mark.parametrize("name,what", [("gemm", "products stay"), ("conv", "convolutions stay"),
                                        ("rows", "layer norms stay")])
-def test_libraries_that_fail_to_build_are_off_and_logged(name, what, monkeypatch, caplog):
+def test_libraries_that_fail_to_build_are_off_and_logged(name, what, monkeypatch, caplog, no_prebuilt):
     """A gemm.c, conv.c or rows.c that does not compile leaves ggml's own ops in place, said in the log."""
     def fail(*a, **k):
         raise RuntimeError("cc failed: boom")

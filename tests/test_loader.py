@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def nowhere(tmp_path, monkeypatch):
-    """No GGMLPY_LIB_DIR, an empty cache, no environment record and no llama-cpp-python."""
+    """A source checkout (no lib/ in the package), no GGMLPY_LIB_DIR, an empty cache, no environment
+    record and no llama-cpp-python."""
+    monkeypatch.setattr(loader, "package_lib_dir", lambda: tmp_path / "src" / "ggmlpy" / "lib")
     monkeypatch.delenv("GGMLPY_LIB_DIR", raising=False)
     monkeypatch.delenv("GGMLPY_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "elsewhere"))

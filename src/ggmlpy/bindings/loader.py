@@ -128,13 +128,14 @@ class Lib:
     """Symbols looked up across libggml and its companions, cached as attributes after first use.
 
     A GGML_BACKEND_DL build (a wheel's, build_ggml.py --portable; `dl_build`) keeps each backend in a
-    module ggml's registry loads at run time (core/registry.py does, at import), the CPU
-    backend's own functions too (ggml_backend_cpu_init, ggml_graph_compute, ...): a name found
-    nowhere else is looked for in the modules loaded from lib_dir."""
+    module ggml's registry loads at run time, the CPU backend's own functions too
+    (ggml_backend_cpu_init, ggml_graph_compute, ...): a name found nowhere else is looked for in the
+    modules loaded from lib_dir, after `load_modules` (core/registry.py's: it loads them once) ran."""
 
     def __init__(self, ffi, handles, lib_dir):
         self._ffi, self._handles, self._lib_dir = ffi, handles, lib_dir
-        self._modules = []
+        self._modules: dict = {}  # path of a module ggml loaded -> our handle on it
+        self.load_modules = None
         # A declared symbol a library lacks: AttributeError from a parsed FFI's library,
         # ffi.error from an out-of-line one's.
         self._missing = (AttributeError, getattr(ffi, "error", AttributeError))
@@ -153,8 +154,12 @@ class Lib:
     def __getattr__(self, name):
         fn = self._find(name, self._handles)
         if fn is None and self.dl_build:
-            self._modules = self._modules or self._loaded_modules()
-            fn = self._find(name, self._modules)
+            fn = self._find(name, self._modules.values())
+            if fn is None:
+                if self.load_modules is not None:
+                    self.load_modules()
+                self._open_loaded_modules()
+                fn = self._find(name, self._modules.values())
         if fn is None:
             raise AttributeError(f"libggml has no symbol {name!r}")
         setattr(self, name, fn)
@@ -168,16 +173,18 @@ class Lib:
                 continue
         return None
 
-    def _loaded_modules(self) -> list:
-        """Handles on the modules of lib_dir that ggml has loaded (none before the registry has)."""
+    def _open_loaded_modules(self) -> None:
+        """Handles on the modules of lib_dir that ggml has loaded since the last look (none before the
+        registry has)."""
         try:
             maps = pathlib.Path("/proc/self/maps").read_text()
         except OSError:
-            return []
+            return
         here = pathlib.Path(self._lib_dir).resolve()
         paths = {line.split(None, 5)[-1] for line in maps.splitlines() if "libggml-" in line}
-        return [self._ffi.dlopen(p, self._ffi.RTLD_NOW | self._ffi.RTLD_NOLOAD)
-                for p in sorted(paths) if pathlib.Path(p).parent == here]
+        for p in sorted(paths - set(self._modules)):
+            if pathlib.Path(p).parent == here:
+                self._modules[p] = self._ffi.dlopen(p, self._ffi.RTLD_NOW | self._ffi.RTLD_NOLOAD)
 
 
 def keep_cuda_products_f32() -> None:

@@ -14,8 +14,8 @@ before ggml's backends start, and that order matters:
   GPUs first. Called later, `enable_software_vulkan()` raises DeviceError.
 * **The registry starts lazily**, at the first device query (any ``ag_*`` op,
   `devices()`, `get_backend()`), not at import, so that switch stays open
-  after ``import ggmlpy``. Builds with loadable backends (``--portable``) still
-  load them at import, so there only the environment variable works.
+  after ``import ggmlpy``. Builds with loadable backends (a wheel, ``--portable``)
+  load their modules then too, or at the first use of a CPU backend function.
 """
 from __future__ import annotations
 
@@ -179,8 +179,10 @@ if os.environ.get("GGMLPY_SOFTWARE_VULKAN", "").strip().lower() in ("1", "true",
     if _has_backend_library("vulkan") and _apply_software_vulkan(strict=False):
         _software_vk["requested"] = True
 
-if DL_BUILD:  # other modules call ggml's registry directly; in DL builds it is empty until loaded
-    ensure_backends()
+# A GGML_BACKEND_DL build's registry is empty, and the CPU backend's own functions absent, until the
+# modules are loaded: the first look-up of a name the libraries lack loads them (not the import, so
+# that enable_software_vulkan still comes before ggml-vulkan reads GGML_VK_VISIBLE_DEVICES).
+lib.load_modules = ensure_backends
 
 
 @dataclass(frozen=True)
