@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -124,18 +125,30 @@ def find() -> Found:
           "it (about 30 s for the CPU, 5-6 minutes with Vulkan) with:\n    " + FIX_HINT)
 
 
+# The calls that take a registry or a device out of ggml's registry: nothing else reaches one without
+# a handle that came from them (or from a backend module's own functions).
+REGISTRY_ENTRIES = ("ggml_backend_reg_count", "ggml_backend_reg_get", "ggml_backend_reg_by_name",
+                    "ggml_backend_dev_count", "ggml_backend_dev_get", "ggml_backend_dev_by_name",
+                    "ggml_backend_dev_by_type", "ggml_backend_init_by_name", "ggml_backend_init_by_type",
+                    "ggml_backend_init_best", "ggml_backend_load", "ggml_backend_load_all",
+                    "ggml_backend_load_all_from_path")
+
+
 class Lib:
     """Symbols looked up across libggml and its companions, cached as attributes after first use.
 
     A GGML_BACKEND_DL build (a wheel's, build_ggml.py --portable; `dl_build`) keeps each backend in a
     module ggml's registry loads at run time, the CPU backend's own functions too
-    (ggml_backend_cpu_init, ggml_graph_compute, ...): a name found nowhere else is looked for in the
-    modules loaded from lib_dir, after `load_modules` (core/registry.py's: it loads them once) ran."""
+    (ggml_backend_cpu_init, ggml_graph_compute, ...), and its registry is empty until then. Not at
+    import: ggml-vulkan reads GGML_VK_VISIBLE_DEVICES when it registers, and enable_software_vulkan()
+    sets it after import. The loader core/registry.py gives `load_modules_first` runs before the first
+    REGISTRY_ENTRIES call and before a name found nowhere else is looked for in the loaded modules."""
 
     def __init__(self, ffi, handles, lib_dir):
         self._ffi, self._handles, self._lib_dir = ffi, handles, lib_dir
         self._modules: dict = {}  # path of a module ggml loaded -> our handle on it
-        self.load_modules = None
+        self._load = None
+        self._loading = threading.local()  # set while this thread runs the loader (its own registry calls pass)
         # A declared symbol a library lacks: AttributeError from a parsed FFI's library,
         # ffi.error from an out-of-line one's.
         self._missing = (AttributeError, getattr(ffi, "error", AttributeError))
@@ -156,14 +169,40 @@ class Lib:
         if fn is None and self.dl_build:
             fn = self._find(name, self._modules.values())
             if fn is None:
-                if self.load_modules is not None:
-                    self.load_modules()
+                self._load_modules()
                 self._open_loaded_modules()
                 fn = self._find(name, self._modules.values())
         if fn is None:
             raise AttributeError(f"libggml has no symbol {name!r}")
         setattr(self, name, fn)
         return fn
+
+    def load_modules_first(self, load) -> None:
+        """In a GGML_BACKEND_DL build, run `load` (it loads the modules, once) before the registry is used."""
+        if not self.dl_build:
+            return
+        self._load = load
+        raw = {name: getattr(self, name) for name in REGISTRY_ENTRIES}
+
+        def loaded_first(fn):
+            def call(*args):
+                self._load_modules()
+                return fn(*args)
+            return call
+        for name, fn in raw.items():
+            setattr(self, name, loaded_first(fn))
+        self._raw_entries = raw
+
+    def _load_modules(self) -> None:
+        if self._load is None or getattr(self._loading, "on", False):
+            return
+        self._loading.on = True
+        try:
+            self._load()  # another thread's first call waits in it for this one's
+        finally:
+            self._loading.on = False
+        for name, fn in self._raw_entries.items():  # loaded: straight calls from now on
+            setattr(self, name, fn)
 
     def _find(self, name, handles):
         for h in handles:

@@ -180,9 +180,9 @@ if os.environ.get("GGMLPY_SOFTWARE_VULKAN", "").strip().lower() in ("1", "true",
         _software_vk["requested"] = True
 
 # A GGML_BACKEND_DL build's registry is empty, and the CPU backend's own functions absent, until the
-# modules are loaded: the first look-up of a name the libraries lack loads them (not the import, so
-# that enable_software_vulkan still comes before ggml-vulkan reads GGML_VK_VISIBLE_DEVICES).
-lib.load_modules = ensure_backends
+# modules are loaded: the first registry call or look-up of a name the libraries lack loads them (not
+# the import, so that enable_software_vulkan still comes before ggml-vulkan reads GGML_VK_VISIBLE_DEVICES).
+lib.load_modules_first(ensure_backends)
 
 
 @dataclass(frozen=True)
