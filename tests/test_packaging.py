@@ -20,7 +20,8 @@ from ggmlpy.core.backend_modules import cpu_variant, skipped_modules
 from ggmlpy.kernels import loader as kernel_loader
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNELS = ROOT / "src" / "ggmlpy" / "kernels"
+KERNELS = ROOT / "src" / "ggmlpy" / "kernels"  # the checkout's, which the wheel's build plans from
+INSTALLED_KERNELS = Path(kernels.__file__).parent  # the imported package's, whose digests the loader looks up
 
 
 def build_script():
@@ -71,10 +72,10 @@ def test_prebuilt_kernels_load_without_a_compiler(fresh_kernels, monkeypatch, tm
         pytest.skip("no C compiler here to make the libraries this test installs as prebuilt ones")
     for name, links in _buildinfo.KERNEL_LINKS.items():  # what the wheel's build installs, made here
         try:
-            built = kernel_loader._build(cc, KERNELS / name, links)
+            built = kernel_loader._build(cc, INSTALLED_KERNELS / name, links)
         except RuntimeError:
             continue  # gemm.c and conv.c without OpenBLAS: the wheel skips them too
-        dest = _buildinfo.prebuilt_kernel(KERNELS / name, level, tmp_path)
+        dest = _buildinfo.prebuilt_kernel(INSTALLED_KERNELS / name, level, tmp_path)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(built, dest)
     monkeypatch.setattr(kernel_loader, "PREBUILT", tmp_path)
