@@ -11,7 +11,11 @@ turn (the order swapped every round) to time one block of calls, so both see the
 however the machine's drifts, and only one computes at a time. Printed per workload: the median
 and best wall time of each side, the ratio after/before of the medians and of the CPU times;
 the last line is `summary:` with the median ratios. `--busy` runs one competing busy process
-for the whole run (the load a shared machine adds)."""
+for the whole run (the load a shared machine adds).
+
+The workers compute on a fixed thread count (GGMLPY_DYNAMIC_THREADS=0 unless it is set): with
+dynamic threads one side's count dropped in some runs and not others (a wheel measured 1.0-1.2x,
+then 1.5-1.9x a development build's wall time at equal CPU time; 0.98-1.03x with the count fixed)."""
 from __future__ import annotations
 
 import argparse
@@ -120,14 +124,15 @@ def is_interpreter(side: str) -> bool:
 def start_worker(side: str, tmp: str, name: str, workloads: list) -> tuple[subprocess.Popen, str, str | None]:
     """(the worker, the folder its ggmlpy must come from ("" for an interpreter's: whatever its environment
     installed, a wheel or an editable checkout), the worktree to remove afterwards or None)."""
+    fixed = {"GGMLPY_DYNAMIC_THREADS": os.environ.get("GGMLPY_DYNAMIC_THREADS", "0")}
     if is_interpreter(side):
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, **fixed}
         proc = subprocess.Popen([side, __file__, "--worker", REPO, tmp, *workloads], cwd=tmp, env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         return proc, "", None
     tree = checkout(side, os.path.join(tmp, name))
     proc = subprocess.Popen([sys.executable, __file__, "--worker", tree, tmp, *workloads], cwd=tree,
-                            env=dict(os.environ, PYTHONPATH=package_parent(tree)), stdin=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=package_parent(tree), **fixed), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     return proc, tree, tree
 
