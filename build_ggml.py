@@ -128,26 +128,6 @@ _VK_NEW = """    // ggmlpy patch (vk-descriptors): write all MAX_PARAMETER_COUNT
         bindings.assign(all_infos, all_infos + MAX_PARAMETER_COUNT);
     }"""
 
-# vk-shaders-once (no tag: a change to the build, not to the libraries): ggml-vulkan's ~300 shader
-# commands depend on the target vulkan-shaders-gen, an ExternalProject built at every build, so every
-# rebuild of a tree regenerated and recompiled them all (2.5 minutes on 2 cores for a `pip install .`
-# of an unchanged checkout). They depend on the generator's sources instead (as they did besides), and
-# the target dependency orders the generator's build before them.
-_VK_GEN_ORDER_OLD = """    set (_ggml_vk_host_suffix"""
-_VK_GEN_ORDER_NEW = """    add_dependencies(ggml-vulkan vulkan-shaders-gen)  # ggmlpy patch (vk-shaders-once)
-
-    set (_ggml_vk_host_suffix"""
-_VK_GEN_HPP_OLD = """        DEPENDS ${_ggml_vk_shaders_gen_sources}
-                vulkan-shaders-gen
-"""
-_VK_GEN_HPP_NEW = """        DEPENDS ${_ggml_vk_shaders_gen_sources}  # ggmlpy patch (vk-shaders-once)
-"""
-_VK_GEN_CPP_OLD = """                    ${_ggml_vk_shaders_gen_sources}
-                    vulkan-shaders-gen
-"""
-_VK_GEN_CPP_NEW = """                    ${_ggml_vk_shaders_gen_sources}  # ggmlpy patch (vk-shaders-once)
-"""
-
 # rpc-fail-soft (tag rpcp1): ggml-rpc's client calls GGML_ABORT on any failed send or receive
 # (a server killed mid-training aborts the client process) and sets no socket timeout (a frozen
 # server blocks it in recv() forever). The patch gives client sockets send/receive timeouts,
@@ -596,11 +576,8 @@ static void ggml_graph_compute_kickoff(struct ggml_threadpool * threadpool, int 
 
 """
 PATCHES = [
-    # (name, backend it concerns, key tag (None: the libraries built are the same), file under vendor/ggml,
-    # old text, new text)
+    # (name, backend it concerns, key tag, file under vendor/ggml, old text, new text)
     ("vk-descriptors", "vulkan", "vkp1", "src/ggml-vulkan/ggml-vulkan-common.h", _VK_OLD, _VK_NEW),
-    *(("vk-shaders-once", "vulkan", None, "src/ggml-vulkan/CMakeLists.txt", old, new) for old, new in (
-        (_VK_GEN_ORDER_OLD, _VK_GEN_ORDER_NEW), (_VK_GEN_HPP_OLD, _VK_GEN_HPP_NEW), (_VK_GEN_CPP_OLD, _VK_GEN_CPP_NEW))),
     ("cpu-barrier-sleep", "cpu", "bs2", "src/ggml-cpu/ggml-cpu.c", _BARRIER_DECL_OLD, _BARRIER_DECL_NEW),
     ("cpu-barrier-sleep", "cpu", "bs2", "src/ggml-cpu/ggml-cpu.c", _BARRIER_OLD, _BARRIER_NEW),
     *(("cpu-workers-off-caller", "cpu", "wo2", "src/ggml-cpu/ggml-cpu.c", old, new) for old, new in (
@@ -670,7 +647,7 @@ def build_key(backends, native: bool, extra_cmake=()) -> str:
     names = "+".join(sorted(set(backends) | {"cpu"}))
     key = (f"ggml-{GGML_VERSION}-{names}-{'native' if native else 'portable'}-{cpu_tag(native)}-{CODEGEN_TAG}"
            f"-{THREADING_TAG}")
-    for tag in dict.fromkeys(tag for _name, backend, tag, *_ in PATCHES if backend in backends and tag):
+    for tag in dict.fromkeys(tag for _name, backend, tag, *_ in PATCHES if backend in backends):
         key += f"-{tag}"  # a patched build never reuses an unpatched one; a patch of several parts: one tag
     if extra_cmake:  # extra CMake options make another build: give it its own key
         key += "-x" + hashlib.sha1("\0".join(extra_cmake).encode()).hexdigest()[:8]
