@@ -59,7 +59,7 @@ elif [[ ! -x .venv/bin/python ]]; then
 fi
 PY=.venv/bin/python
 
-say "pip install \".[test,demo]\": building the wheel (about 6.5 minutes on 2 cores with Vulkan; a rebuild of this checkout recompiles only what changed)"
+say "pip install \".[test,demo]\": building the wheel (about 6.5 minutes on 2 cores with Vulkan, from a fresh clone; about a minute again in this checkout)"
 "$PY" -m pip install -q ".[test,demo]"
 "$PY" -m ggmlpy info
 "$PY" -m ggmlpy demo
