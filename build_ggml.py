@@ -45,7 +45,7 @@ The key-related helpers cache_dir(), cpu_tag() and build_key() are pure and impo
 """
 from __future__ import annotations
 
-import argparse, collections, glob, hashlib, json, os, re, shutil
+import argparse, collections, copy, glob, hashlib, json, os, re, shutil
 import subprocess, sys, tarfile, time
 from pathlib import Path
 
@@ -688,14 +688,25 @@ def unpack(sdist: Path) -> None:
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
 
     def members(tar):
+        """The ggml subtree's files and folders, renamed to their place under vendor/ggml: nothing else
+        (a link, an absolute path, a `..`) is taken, whatever tarfile's own checks (its "data" filter,
+        which Debian 12's Python 3.11.2 lacks) would say."""
         for m in tar:
             if m.name.startswith(GGML_PREFIX) and m.name != GGML_PREFIX:
-                yield m.replace(name=m.name[len(GGML_PREFIX):], deep=False)
+                name = m.name[len(GGML_PREFIX):]
             elif m.name == RPC_SERVER_SRC:
-                yield m.replace(name="tools/rpc-server.cpp", deep=False)
+                name = "tools/rpc-server.cpp"
+            else:
+                continue
+            if not (m.isfile() or m.isdir()) or name.startswith("/") or ".." in Path(name).parts:
+                raise BuildError(f"{sdist.name}: {m.name} is not a plain file or folder of the ggml subtree")
+            m = copy.copy(m)
+            m.name = name
+            yield m
 
     with tarfile.open(sdist) as tar:
-        tar.extractall(VENDOR, members=members(tar), filter="data")
+        data_filter = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python 3.11.4 and later
+        tar.extractall(VENDOR, members=members(tar), **data_filter)
     if not (VENDOR / "CMakeLists.txt").exists():
         raise BuildError(f"{GGML_PREFIX} not found in {sdist}")
     # The subtree's CMakeLists configures ggml.pc.in, which the sdist does not ship.
