@@ -148,6 +148,7 @@ class Lib:
         self._ffi, self._handles, self._lib_dir = ffi, handles, lib_dir
         self._modules: dict = {}  # path of a module ggml loaded -> our handle on it
         self._load = None
+        self._raw_entries: dict = {}  # REGISTRY_ENTRIES' own functions, while load_modules_first wraps them
         self._loading = threading.local()  # set while this thread runs the loader (its own registry calls pass)
         # A declared symbol a library lacks: AttributeError from a parsed FFI's library,
         # ffi.error from an out-of-line one's.
