@@ -26,9 +26,9 @@ import tempfile
 
 import numpy as np
 
-
-import ggmlpy as g  # noqa: E402
-from benchlib import interleaved, kernels_isa, loadavg, machine, row, torch_or_none  # noqa: E402
+import ggmlpy as g
+from benchlib import interleaved, loadavg, machine, row
+from benchmodels import kernels_isa, torch_or_none
 
 FULL = dict(vocab=4096, d_model=512, n_heads=8, n_kv_heads=4, n_layers=4, d_ff=1536, batch=8, tokens=128)
 QUICK = dict(vocab=1024, d_model=256, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=512, batch=4, tokens=64)
