@@ -27,15 +27,14 @@ import statistics
 import time
 import warnings
 
+import numpy as np
+import scipy.sparse as sp
 
-import numpy as np  # noqa: E402
-import scipy.sparse as sp  # noqa: E402
+import anndata
+import scanpy as sc
 
-import anndata  # noqa: E402
-import scanpy as sc  # noqa: E402
-
-import ggmlpy as g  # noqa: E402
-from benchlib import loadavg  # noqa: E402
+import ggmlpy as g
+from benchlib import loadavg
 
 
 def counts(n_cells: int, n_genes: int, n_types: int = 8, seed: int = 0) -> sp.csr_matrix:

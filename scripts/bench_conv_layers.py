@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from benchlib import interleaved_with_pauses, loadavg  # noqa: E402
+from benchlib import interleaved_with_pauses, loadavg
 
 # (input size, in channels, out channels, kernel, stride, ReLU, residual, count in ResNet-18)
 LAYERS = [

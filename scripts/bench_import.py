@@ -27,9 +27,8 @@ import tempfile
 
 from benchlib import ROOT, loadavg  # imports no ggmlpy: the parent stays out of what it times
 
-# The child puts this checkout first on the path, so the ggmlpy timed is the one next to this script.
-CHILD = ("import time; t0 = time.perf_counter(); import {module}; "
-         "print(time.perf_counter() - t0)")
+# The child imports the installed ggmlpy (this checkout, where it is installed editable).
+CHILD = "import time; t0 = time.perf_counter(); import {module}; print(time.perf_counter() - t0)"
 
 
 def import_seconds(module: str, env: dict) -> float:

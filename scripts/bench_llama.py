@@ -46,13 +46,12 @@ from pathlib import Path
 
 import numpy as np
 
+from benchlib import loadavg, machine
 
-from benchlib import loadavg, machine  # noqa: E402
-
-import ggmlpy as g  # noqa: E402
-from ggmlpy._buildinfo import LLAMA_CPP_PYTHON_VERSION, cache_dir  # noqa: E402
-from ggmlpy.errors import DeviceError, GGMLError  # noqa: E402
-from ggmlpy.quant.llm_decode import LlmDecoder, decoder_for  # noqa: E402
+import ggmlpy as g
+from ggmlpy._buildinfo import LLAMA_CPP_PYTHON_VERSION, cache_dir
+from ggmlpy.errors import DeviceError, GGMLError
+from ggmlpy.quant.llm_decode import LlmDecoder, decoder_for
 
 VOCAB, D, LAYERS, HEADS, KV_HEADS, FF, CONTEXT = 32000, 512, 6, 8, 4, 1536, 1024
 CHILD = Path(__file__).with_name("bench_llama_child.py")

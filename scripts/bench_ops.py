@@ -22,7 +22,7 @@ import timeit
 
 import numpy as np
 
-import ggmlpy as g  # noqa: E402
+import ggmlpy as g
 
 F32 = g.GGML_TYPE_F32
 

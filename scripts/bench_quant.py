@@ -18,12 +18,11 @@ import tempfile
 
 import numpy as np
 
+from benchlib import interleaved, loadavg, timed
 
-from benchlib import interleaved, loadavg, timed  # noqa: E402
-
-import ggmlpy as g  # noqa: E402
-from ggmlpy.core.threads import get_num_threads  # noqa: E402
-from ggmlpy.bindings import lib  # noqa: E402
+import ggmlpy as g
+from ggmlpy.core.threads import get_num_threads
+from ggmlpy.bindings import lib
 
 TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_K")
 

@@ -6,9 +6,9 @@ before/after figure a change that could move a speed must quote.
 Each side is a git revision or a Python interpreter. A revision is checked out (a detached
 worktree in a temporary folder) and its source imported; an interpreter imports the ggmlpy its
 environment has installed (a wheel against a development build, say), with this checkout's
-scripts. Each side runs in a process of its own that builds every workload once and then waits. The parent asks the two processes in
-turn (the order swapped every round) to time one block of calls, so both see the same load
-however the machine's drifts, and only one computes at a time. Printed per workload: the median
+scripts. Each side runs in a process of its own that builds every workload once and then waits.
+The parent asks the two processes in turn (the order swapped every round) to time one block of
+calls, so both see the same load however the machine's drifts, and only one computes at a time. Printed per workload: the median
 and best wall time of each side, the ratio after/before of the medians and of the CPU times;
 the last line is `summary:` with the median ratios. `--busy` runs one competing busy process
 for the whole run (the load a shared machine adds).

@@ -14,17 +14,16 @@ import statistics
 import time
 import warnings
 
+import numpy as np
+from sklearn.datasets import make_classification
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import train_test_split
+from sklearn.neural_network import MLPClassifier
+from sklearn.preprocessing import StandardScaler
 
-import numpy as np  # noqa: E402
-from sklearn.datasets import make_classification  # noqa: E402
-from sklearn.exceptions import ConvergenceWarning  # noqa: E402
-from sklearn.model_selection import train_test_split  # noqa: E402
-from sklearn.neural_network import MLPClassifier  # noqa: E402
-from sklearn.preprocessing import StandardScaler  # noqa: E402
-
-import ggmlpy as g  # noqa: E402
-from benchlib import loadavg  # noqa: E402
-from ggmlpy.sklearn import GGMLClassifier  # noqa: E402
+import ggmlpy as g
+from benchlib import loadavg
+from ggmlpy.sklearn import GGMLClassifier
 
 
 def data(n=20_000, features=50, classes=4, seed=0):

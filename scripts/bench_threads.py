@@ -16,8 +16,8 @@ import threading
 
 import numpy as np
 
-import ggmlpy as g  # noqa: E402
-from benchlib import interleaved, loadavg  # noqa: E402
+import ggmlpy as g
+from benchlib import interleaved, loadavg
 
 
 def ag_worker(seed: int, n_ops: int):

@@ -16,9 +16,8 @@ import time
 
 import numpy as np
 
-
-import ggmlpy as g  # noqa: E402
-from benchlib import interleaved, timed  # noqa: E402
+import ggmlpy as g
+from benchlib import interleaved, timed
 
 
 def make_weights(layers: int, width: int, seed: int = 0):

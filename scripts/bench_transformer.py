@@ -20,10 +20,9 @@ import sys
 
 import numpy as np
 
-
-import ggmlpy as g  # noqa: E402
-from benchlib import Busy, interleaved, loadavg  # noqa: E402
-from benchmodels import kernels_isa, torch_or_none  # noqa: E402
+import ggmlpy as g
+from benchlib import Busy, interleaved, loadavg
+from benchmodels import kernels_isa, torch_or_none
 
 VOCAB, D, HEADS, CONTEXT, BATCH = 95, 128, 4, 64, 32
 LR, WD, CLIP = 3e-4, 0.01, 1.0

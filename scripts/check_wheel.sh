@@ -8,10 +8,11 @@
 #
 # How the tools are hidden: a mount namespace (unshare -rm: no root needed) in which /dev/null is
 # bound over the file each of cc, gcc, c++, g++, clang and cmake resolves to, and over OpenBLAS's
-# and the Vulkan loader's libraries for the second run. The names stay on PATH but are no longer executable (or loadable), so
-# `which cc` finds nothing and dlopen fails, as where they are not installed. (/bin/false bound over
-# them would leave a compiler that runs and fails: a broken compiler, not a missing one; a PATH
-# without them would not hide /usr/bin, which python and much else need.)
+# and the Vulkan loader's libraries for the second run. The names stay on PATH but are no longer
+# executable (or loadable), so `which cc` finds nothing and dlopen fails, as where they are not
+# installed. (/bin/false bound over them would leave a compiler that runs and fails: a broken
+# compiler, not a missing one; a PATH without them would not hide /usr/bin, which python and much
+# else need.)
 #
 # Usage: bash scripts/check_wheel.sh dist/ggmlpy-*.whl [WORKDIR]   (WORKDIR: the venv and empty HOME)
 set -euo pipefail

@@ -24,7 +24,7 @@ import warnings
 
 import numpy as np
 
-import ggmlpy as g  # noqa: E402
+import ggmlpy as g
 
 # Exceptions that mean "nobody checked this input": a refusal should say what was wrong.
 UNCHECKED = ("AttributeError", "IndexError", "KeyError", "ZeroDivisionError", "UnboundLocalError", "NameError")

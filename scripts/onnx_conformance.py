@@ -19,7 +19,6 @@ import time
 from collections import Counter
 
 
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")

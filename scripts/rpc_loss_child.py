@@ -22,7 +22,7 @@ import warnings
 
 import numpy as np
 
-import ggmlpy as g  # noqa: E402
+import ggmlpy as g
 
 work, how, port, pid, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 spec = f"rpc://127.0.0.1:{port}"

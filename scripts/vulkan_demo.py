@@ -21,11 +21,10 @@ import os
 import sys
 import time
 
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import ggmlpy as g  # noqa: E402
-from ggmlpy.core import registry  # noqa: E402
+import ggmlpy as g
+from ggmlpy.core import registry
 
 RTOL = 1e-2
 LR = {"sgd": 0.05, "adam": 1e-3}

@@ -150,7 +150,7 @@ def test_threads_for_load_leaves_the_cores_others_hold(monkeypatch):
 
 
 def _fresh(code: str, **env) -> subprocess.CompletedProcess:
-    """`code` run in a new interpreter with this checkout first on its path and `env` added."""
+    """`code` run in a new interpreter (importing the ggmlpy under test) with `env` added."""
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, **env), cwd=ROOT)
 
